@@ -1,0 +1,23 @@
+//! Plumbing every Metnos service is built from, and nothing else (no domain types).
+//!
+//! - [`config`]: the one `metnos.toml` with `METNOS_*` environment overrides.
+//! - [`telemetry`]: fmt logs and OTLP trace export under the service's name.
+//! - [`propagation`]: W3C trace context across gRPC hops (server and client layers).
+//! - [`server`]: binding, serving with health and reflection, graceful shutdown.
+//! - [`client`]: traced channels, health probes, the dependency watch.
+//! - [`store`]: SQLite / PostgreSQL stores with embedded migrations.
+//! - [`runtime`]: a service on a runtime of its own, for several services in one process.
+//! - [`launch`]: the `main` of every `metnos-<service>` binary.
+
+pub mod client;
+pub mod config;
+pub mod launch;
+pub mod propagation;
+pub mod runtime;
+pub mod server;
+pub mod store;
+pub mod telemetry;
+
+pub use config::{Config, ConfigSource, ServiceName};
+pub use launch::run_service;
+pub use runtime::ShutdownFuture;

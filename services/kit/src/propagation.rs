@@ -1,0 +1,245 @@
+//! W3C trace-context propagation across gRPC hops, as tower layers.
+//!
+//! [`ServerTraceLayer`] wraps a tonic server: it extracts `traceparent`/`tracestate` from
+//! the request headers and opens a server span (`rpc.service`, `rpc.method`, gRPC status)
+//! whose parent is the caller's span. [`ClientTraceLayer`] wraps a client channel: it opens
+//! a client span per call and injects its context into the request headers. Span fields
+//! carry names and status codes only, never request contents.
+
+use std::future::Future;
+use std::pin::Pin;
+use std::task::{Context, Poll};
+
+use http::{HeaderMap, HeaderName, HeaderValue, Request, Response};
+use opentelemetry::propagation::{Extractor, Injector};
+use tower_layer::Layer;
+use tower_service::Service;
+use tracing::Instrument;
+use tracing::field::Empty;
+use tracing_opentelemetry::OpenTelemetrySpanExt;
+
+struct HeaderExtractor<'a>(&'a HeaderMap);
+
+impl Extractor for HeaderExtractor<'_> {
+    fn get(&self, key: &str) -> Option<&str> {
+        self.0.get(key).and_then(|v| v.to_str().ok())
+    }
+
+    fn keys(&self) -> Vec<&str> {
+        self.0.keys().map(HeaderName::as_str).collect()
+    }
+}
+
+struct HeaderInjector<'a>(&'a mut HeaderMap);
+
+impl Injector for HeaderInjector<'_> {
+    fn set(&mut self, key: &str, value: String) {
+        let (Ok(name), Ok(value)) = (
+            HeaderName::from_bytes(key.as_bytes()),
+            HeaderValue::from_str(&value),
+        ) else {
+            return;
+        };
+        self.0.insert(name, value);
+    }
+}
+
+/// Splits `/pkg.Service/Method` into (`pkg.Service`, `Method`).
+fn rpc_names(path: &str) -> (&str, &str) {
+    let trimmed = path.trim_start_matches('/');
+    trimmed.split_once('/').unwrap_or((trimmed, ""))
+}
+
+/// The gRPC status of a response whose status travels in the headers (errors answered
+/// "trailers-only"); a normal response carries it in trailers, where 0 is the rule.
+fn header_status(headers: &HeaderMap) -> i64 {
+    headers
+        .get("grpc-status")
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(0)
+}
+
+fn record_status(span: &tracing::Span, code: i64) {
+    span.record("rpc.grpc.status_code", code);
+    if code != 0 {
+        span.record("otel.status_code", "ERROR");
+    }
+}
+
+/// Server side: extract the caller's trace context, open a server span.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct ServerTraceLayer;
+
+impl<S> Layer<S> for ServerTraceLayer {
+    type Service = ServerTrace<S>;
+
+    fn layer(&self, inner: S) -> Self::Service {
+        ServerTrace { inner }
+    }
+}
+
+/// See [`ServerTraceLayer`].
+#[derive(Debug, Clone)]
+pub struct ServerTrace<S> {
+    inner: S,
+}
+
+impl<S, B, R> Service<Request<B>> for ServerTrace<S>
+where
+    S: Service<Request<B>, Response = Response<R>>,
+    S::Future: Send + 'static,
+{
+    type Response = S::Response;
+    type Error = S::Error;
+    type Future = Pin<Box<dyn Future<Output = Result<S::Response, S::Error>> + Send>>;
+
+    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
+        self.inner.poll_ready(cx)
+    }
+
+    fn call(&mut self, request: Request<B>) -> Self::Future {
+        let parent = opentelemetry::global::get_text_map_propagator(|propagator| {
+            propagator.extract(&HeaderExtractor(request.headers()))
+        });
+        let (service, method) = rpc_names(request.uri().path());
+        let span = tracing::info_span!(
+            "grpc.server",
+            otel.name = format!("{service}/{method}"),
+            otel.kind = "server",
+            otel.status_code = Empty,
+            rpc.system = "grpc",
+            rpc.service = service,
+            rpc.method = method,
+            rpc.grpc.status_code = Empty,
+        );
+        // A context without a valid remote span (no traceparent) starts a new trace.
+        let _ = span.set_parent(parent);
+        let future = {
+            let _entered = span.enter();
+            self.inner.call(request)
+        };
+        Box::pin(
+            async move {
+                let result = future.await;
+                if let Ok(response) = &result {
+                    record_status(&tracing::Span::current(), header_status(response.headers()));
+                }
+                result
+            }
+            .instrument(span),
+        )
+    }
+}
+
+/// Client side: open a client span per call and inject its W3C context.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct ClientTraceLayer;
+
+impl<S> Layer<S> for ClientTraceLayer {
+    type Service = ClientTrace<S>;
+
+    fn layer(&self, inner: S) -> Self::Service {
+        ClientTrace { inner }
+    }
+}
+
+/// See [`ClientTraceLayer`]. Use it wherever a generated client takes a channel.
+#[derive(Debug, Clone)]
+pub struct ClientTrace<S> {
+    inner: S,
+}
+
+impl<S, B, R> Service<Request<B>> for ClientTrace<S>
+where
+    S: Service<Request<B>, Response = Response<R>>,
+    S::Future: Send + 'static,
+{
+    type Response = S::Response;
+    type Error = S::Error;
+    type Future = Pin<Box<dyn Future<Output = Result<S::Response, S::Error>> + Send>>;
+
+    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
+        self.inner.poll_ready(cx)
+    }
+
+    fn call(&mut self, mut request: Request<B>) -> Self::Future {
+        let (service, method) = rpc_names(request.uri().path());
+        let span = tracing::info_span!(
+            "grpc.client",
+            otel.name = format!("{service}/{method}"),
+            otel.kind = "client",
+            otel.status_code = Empty,
+            rpc.system = "grpc",
+            rpc.service = service,
+            rpc.method = method,
+            rpc.grpc.status_code = Empty,
+        );
+        let context = span.context();
+        opentelemetry::global::get_text_map_propagator(|propagator| {
+            propagator.inject_context(&context, &mut HeaderInjector(request.headers_mut()));
+        });
+        let future = self.inner.call(request);
+        Box::pin(
+            async move {
+                let result = future.await;
+                if let Ok(response) = &result {
+                    record_status(&tracing::Span::current(), header_status(response.headers()));
+                }
+                result
+            }
+            .instrument(span),
+        )
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn rpc_names_split_the_path() {
+        assert_eq!(
+            rpc_names("/metnos.policy.v1.PolicyService/Check"),
+            ("metnos.policy.v1.PolicyService", "Check")
+        );
+        assert_eq!(rpc_names("/odd"), ("odd", ""));
+    }
+
+    #[test]
+    fn status_is_read_from_trailers_only_headers() {
+        let mut headers = HeaderMap::new();
+        assert_eq!(header_status(&headers), 0);
+        headers.insert("grpc-status", HeaderValue::from_static("12"));
+        assert_eq!(header_status(&headers), 12);
+    }
+
+    #[test]
+    fn injected_context_is_extracted_unchanged() {
+        use opentelemetry::trace::{SpanContext, SpanId, TraceContextExt, TraceFlags, TraceId, TraceState};
+        opentelemetry::global::set_text_map_propagator(
+            opentelemetry_sdk::propagation::TraceContextPropagator::new(),
+        );
+        let span_context = SpanContext::new(
+            TraceId::from_hex("4bf92f3577b34da6a3ce929d0e0e4736").unwrap(),
+            SpanId::from_hex("00f067aa0ba902b7").unwrap(),
+            TraceFlags::SAMPLED,
+            true,
+            TraceState::default(),
+        );
+        let context = opentelemetry::Context::new().with_remote_span_context(span_context.clone());
+        let mut headers = HeaderMap::new();
+        opentelemetry::global::get_text_map_propagator(|p| {
+            p.inject_context(&context, &mut HeaderInjector(&mut headers))
+        });
+        assert_eq!(
+            headers.get("traceparent").unwrap(),
+            "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
+        );
+        let extracted = opentelemetry::global::get_text_map_propagator(|p| {
+            p.extract(&HeaderExtractor(&headers))
+        });
+        assert_eq!(extracted.span().span_context().trace_id(), span_context.trace_id());
+        assert_eq!(extracted.span().span_context().span_id(), span_context.span_id());
+    }
+}

@@ -1,0 +1,120 @@
+//! Running a service on a runtime of its own, so that several services can share one
+//! process (`metnos up`, system tests) and still log and trace under their own names:
+//! every thread of the runtime defaults to the service's `tracing` subscriber.
+
+use std::cell::RefCell;
+use std::fmt::Display;
+use std::future::Future;
+use std::pin::Pin;
+
+use tokio::sync::oneshot;
+use tracing::Dispatch;
+
+use crate::config::ServiceName;
+
+thread_local! {
+    static DEFAULT_DISPATCH: RefCell<Option<tracing::dispatcher::DefaultGuard>> = const { RefCell::new(None) };
+}
+
+/// The future a service gets to learn it must shut down.
+pub type ShutdownFuture = Pin<Box<dyn Future<Output = ()> + Send>>;
+
+/// A service running on its own thread and runtime.
+#[derive(Debug)]
+pub struct ServiceThread {
+    service: ServiceName,
+    stop: Option<oneshot::Sender<()>>,
+    done: Option<oneshot::Receiver<Result<(), String>>>,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+/// Starts `run(shutdown)` on a new runtime with `workers` worker threads, all of whose
+/// threads log and trace through `dispatch`.
+pub fn spawn_service<F, Fut, E>(
+    service: ServiceName,
+    dispatch: Dispatch,
+    workers: usize,
+    run: F,
+) -> std::io::Result<ServiceThread>
+where
+    F: FnOnce(ShutdownFuture) -> Fut + Send + 'static,
+    Fut: Future<Output = Result<(), E>>,
+    E: Display,
+{
+    let (stop_tx, stop_rx) = oneshot::channel::<()>();
+    let (done_tx, done_rx) = oneshot::channel();
+    let name = service.binary();
+    let runtime = {
+        let dispatch = dispatch.clone();
+        tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(workers.max(1))
+            .thread_name(name)
+            .enable_all()
+            .on_thread_start(move || {
+                let guard = tracing::dispatcher::set_default(&dispatch);
+                DEFAULT_DISPATCH.with(|slot| *slot.borrow_mut() = Some(guard));
+            })
+            .on_thread_stop(|| DEFAULT_DISPATCH.with(|slot| drop(slot.borrow_mut().take())))
+            .build()?
+    };
+    let thread = std::thread::Builder::new().name(name.to_owned()).spawn(move || {
+        let _default = tracing::dispatcher::set_default(&dispatch);
+        let shutdown: ShutdownFuture = Box::pin(async move {
+            // A dropped handle also means stop.
+            let _ = stop_rx.await;
+        });
+        let result = runtime
+            .block_on(run(shutdown))
+            .map_err(|e| e.to_string());
+        // Connections still open after the grace period are cut here.
+        runtime.shutdown_timeout(std::time::Duration::from_secs(1));
+        let _ = done_tx.send(result);
+    })?;
+    Ok(ServiceThread {
+        service,
+        stop: Some(stop_tx),
+        done: Some(done_rx),
+        thread: Some(thread),
+    })
+}
+
+impl ServiceThread {
+    pub fn service(&self) -> ServiceName {
+        self.service
+    }
+
+    /// Asks the service to shut down (idempotent).
+    pub fn request_stop(&mut self) {
+        if let Some(stop) = self.stop.take() {
+            let _ = stop.send(());
+        }
+    }
+
+    /// Resolves when the service has stopped, with its error if it failed. Cancel-safe;
+    /// after it has resolved once, later calls resolve at once with `Ok`.
+    pub async fn finished(&mut self) -> Result<(), String> {
+        let Some(done) = self.done.as_mut() else {
+            return Ok(());
+        };
+        let result = done
+            .await
+            .unwrap_or_else(|_| Err(format!("{}: service thread panicked", self.service)));
+        self.done = None;
+        if let Some(thread) = self.thread.take() {
+            let _ = tokio::task::spawn_blocking(move || thread.join()).await;
+        }
+        result
+    }
+
+    /// Stops the service and waits for it.
+    pub async fn stop(mut self) -> Result<(), String> {
+        self.request_stop();
+        self.finished().await
+    }
+}
+
+impl Drop for ServiceThread {
+    fn drop(&mut self) {
+        self.request_stop();
+    }
+}

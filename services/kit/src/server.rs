@@ -1,0 +1,266 @@
+//! Serving one gRPC service: health (`grpc.health.v1`), reflection (v1 and v1alpha, so
+//! stock grpcurl works), W3C trace extraction, and graceful shutdown with a grace period.
+
+use std::convert::Infallible;
+use std::future::Future;
+use std::io;
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use futures::StreamExt;
+use tokio::net::TcpListener;
+use tokio::sync::Notify;
+use tokio_stream::wrappers::TcpListenerStream;
+use tonic::body::Body;
+use tonic::server::NamedService;
+use tonic_health::ServingStatus;
+use tonic_health::server::HealthReporter;
+use tower_service::Service;
+
+use crate::config::{Config, ServiceName};
+use crate::propagation::ServerTraceLayer;
+
+/// Reflection's own service names, listed so `grpcurl list` shows what stock servers show.
+const REFLECTION_V1: &str = "grpc.reflection.v1.ServerReflection";
+const REFLECTION_V1ALPHA: &str = "grpc.reflection.v1alpha.ServerReflection";
+const HEALTH: &str = "grpc.health.v1.Health";
+
+/// Serving failed.
+#[derive(Debug, thiserror::Error)]
+pub enum ServeError {
+    #[error("{service}: cannot listen on {addr}: {source}")]
+    Bind {
+        service: ServiceName,
+        addr: SocketAddr,
+        source: io::Error,
+    },
+    #[error("{service}: reflection descriptors are invalid: {source}")]
+    Reflection {
+        service: ServiceName,
+        source: tonic_reflection::server::Error,
+    },
+    #[error("{service}: gRPC server failed: {source}")]
+    Transport {
+        service: ServiceName,
+        source: tonic::transport::Error,
+    },
+}
+
+/// Binds a service's listen address, with an error that names the service and address.
+pub async fn bind(service: ServiceName, addr: SocketAddr) -> Result<TcpListener, ServeError> {
+    TcpListener::bind(addr)
+        .await
+        .map_err(|source| ServeError::Bind {
+            service,
+            addr,
+            source,
+        })
+}
+
+/// Binds a listen address outside any runtime, for a service that will run on a runtime
+/// of its own (`tokio::net::TcpListener::from_std` there). The socket is non-blocking.
+pub fn bind_std(service: ServiceName, addr: SocketAddr) -> Result<std::net::TcpListener, ServeError> {
+    let bind_error = |source| ServeError::Bind {
+        service,
+        addr,
+        source,
+    };
+    let listener = std::net::TcpListener::bind(addr).map_err(bind_error)?;
+    listener.set_nonblocking(true).map_err(bind_error)?;
+    Ok(listener)
+}
+
+/// Resolves on SIGTERM or SIGINT (Ctrl-C).
+pub async fn shutdown_signal() {
+    #[cfg(unix)]
+    {
+        use tokio::signal::unix::{SignalKind, signal};
+        match signal(SignalKind::terminate()) {
+            Ok(mut term) => {
+                tokio::select! {
+                    _ = term.recv() => tracing::info!("SIGTERM received, shutting down"),
+                    _ = tokio::signal::ctrl_c() => tracing::info!("SIGINT received, shutting down"),
+                }
+                return;
+            }
+            Err(e) => tracing::warn!(error = %e, "cannot watch SIGTERM; only Ctrl-C stops this"),
+        }
+    }
+    if let Err(e) = tokio::signal::ctrl_c().await {
+        tracing::error!(error = %e, "cannot watch Ctrl-C");
+        futures::future::pending::<()>().await;
+    }
+}
+
+async fn set_status(reporter: &HealthReporter, service: ServiceName, status: ServingStatus) {
+    reporter.set_service_status("", status).await;
+    reporter
+        .set_service_status(service.grpc_name(), status)
+        .await;
+}
+
+/// How one service is served.
+#[derive(Debug, Clone)]
+pub struct ServeOptions {
+    pub service: ServiceName,
+    /// How long in-flight calls may finish after the shutdown signal.
+    pub grace: Duration,
+    /// Services this one calls, with their URLs: watched at start-up (see
+    /// [`crate::client::watch_dependencies`]).
+    pub dependencies: Vec<(ServiceName, String)>,
+}
+
+impl ServeOptions {
+    /// Options for `service` from the loaded config.
+    pub fn new(service: ServiceName, config: &Config) -> ServeOptions {
+        ServeOptions {
+            service,
+            grace: config.server.shutdown_grace(),
+            dependencies: service
+                .dependencies()
+                .iter()
+                .map(|dep| (*dep, config.service_url(*dep)))
+                .collect(),
+        }
+    }
+}
+
+/// The status a not-yet-built RPC answers: `UNIMPLEMENTED`, naming the RPC.
+pub fn not_implemented(rpc: &str) -> tonic::Status {
+    tonic::Status::unimplemented(format!("{rpc} is not implemented yet"))
+}
+
+/// Serves `svc` on `listener` with health and reflection until `shutdown` resolves, then
+/// reports NOT_SERVING, stops accepting, and lets in-flight calls finish for at most
+/// `options.grace`. Health reports SERVING for the service (and the server, `""`) from
+/// the start: call this once the service's store is open and migrated.
+pub async fn serve<S>(
+    options: ServeOptions,
+    listener: TcpListener,
+    svc: S,
+    shutdown: impl Future<Output = ()> + Send,
+) -> Result<(), ServeError>
+where
+    S: Service<http::Request<Body>, Response = http::Response<Body>, Error = Infallible>
+        + NamedService
+        + Clone
+        + Send
+        + Sync
+        + 'static,
+    S::Future: Send + 'static,
+{
+    let ServeOptions {
+        service,
+        grace,
+        dependencies,
+    } = options;
+    let (reporter, health) = tonic_health::server::health_reporter();
+    set_status(&reporter, service, ServingStatus::Serving).await;
+
+    let reflection = || {
+        tonic_reflection::server::Builder::configure()
+            .register_encoded_file_descriptor_set(metnos_proto::FILE_DESCRIPTOR_SET)
+            .register_encoded_file_descriptor_set(tonic_health::pb::FILE_DESCRIPTOR_SET)
+            .with_service_name(service.grpc_name())
+            .with_service_name(HEALTH)
+            .with_service_name(REFLECTION_V1)
+            .with_service_name(REFLECTION_V1ALPHA)
+    };
+    let reflection_error = |source| ServeError::Reflection { service, source };
+    let reflection_v1 = reflection().build_v1().map_err(reflection_error)?;
+    let reflection_v1alpha = reflection().build_v1alpha().map_err(reflection_error)?;
+
+    let local = listener.local_addr().ok();
+    // Small gRPC messages: do not let Nagle's algorithm hold them back.
+    let incoming = TcpListenerStream::new(listener).map(|conn| {
+        conn.inspect(|stream| {
+            let _ = stream.set_nodelay(true);
+        })
+    });
+
+    let draining = Arc::new(Notify::new());
+    let signal = {
+        let draining = Arc::clone(&draining);
+        let reporter = reporter.clone();
+        async move {
+            shutdown.await;
+            set_status(&reporter, service, ServingStatus::NotServing).await;
+            tracing::info!(%service, "draining in-flight calls");
+            draining.notify_one();
+        }
+    };
+
+    tracing::info!(%service, addr = ?local, "serving");
+    let watch = (!dependencies.is_empty())
+        .then(|| tokio::spawn(crate::client::watch_dependencies(service, dependencies)));
+    let server = tonic::transport::Server::builder()
+        .layer(ServerTraceLayer)
+        .add_service(health)
+        .add_service(reflection_v1)
+        .add_service(reflection_v1alpha)
+        .add_service(svc)
+        .serve_with_incoming_shutdown(incoming, signal);
+    tokio::pin!(server);
+
+    let result = tokio::select! {
+        result = &mut server => result.map_err(|source| ServeError::Transport { service, source }),
+        () = async { draining.notified().await; tokio::time::sleep(grace).await } => {
+            tracing::warn!(%service, grace_seconds = grace.as_secs(), "calls still running after the grace period; stopping anyway");
+            Ok(())
+        }
+    };
+    if let Some(watch) = watch {
+        watch.abort();
+    }
+    if result.is_ok() {
+        tracing::info!(%service, "stopped");
+    }
+    result
+}
+
+/// A service could not start or failed while serving.
+#[derive(Debug, thiserror::Error)]
+pub enum StartError {
+    #[error("{service}: {source}")]
+    Store {
+        service: ServiceName,
+        source: crate::store::StoreError,
+    },
+    #[error(transparent)]
+    Serve(#[from] ServeError),
+}
+
+/// The usual life of a service: open and migrate its store, build its gRPC service from
+/// it, serve until `shutdown`, then close the store.
+pub async fn serve_with_store<S, F>(
+    service: ServiceName,
+    config: &Config,
+    migrations: &crate::store::Migrations,
+    listener: TcpListener,
+    shutdown: impl Future<Output = ()> + Send,
+    make: F,
+) -> Result<(), StartError>
+where
+    F: FnOnce(crate::store::Db) -> S,
+    S: Service<http::Request<Body>, Response = http::Response<Body>, Error = Infallible>
+        + NamedService
+        + Clone
+        + Send
+        + Sync
+        + 'static,
+    S::Future: Send + 'static,
+{
+    let db = crate::store::open(
+        &config.store(service),
+        service.as_str(),
+        migrations,
+        config.server.store_connect_timeout(),
+    )
+    .await
+    .map_err(|source| StartError::Store { service, source })?;
+    let svc = make(db.clone());
+    let result = serve(ServeOptions::new(service, config), listener, svc, shutdown).await;
+    db.close().await;
+    Ok(result?)
+}

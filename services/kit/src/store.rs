@@ -1,0 +1,238 @@
+//! Opening a service's relational store: SQLite (a WAL-mode file under the data
+//! directory, the embedded default) or PostgreSQL (by `postgres://` URL), with the
+//! service's migrations applied at start-up.
+//!
+//! Each store records which service owns it, so two services pointed at one database by
+//! mistake fail at start-up with a clear message instead of mixing their migrations.
+//! Services keep one store trait with a SQLite and a Postgres implementation over [`Db`].
+
+use std::borrow::Cow;
+use std::str::FromStr;
+use std::time::Duration;
+
+use sqlx::migrate::{Migration, MigrationType, Migrator};
+use sqlx::postgres::{PgConnectOptions, PgPool, PgPoolOptions};
+use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePool, SqlitePoolOptions, SqliteSynchronous};
+use sqlx::{AssertSqlSafe, Connection, SqlSafeStr};
+
+use crate::config::{StoreSpec, redact_url};
+
+/// One migration, embedded in the binary with `include_str!`.
+#[derive(Debug, Clone, Copy)]
+pub struct EmbeddedMigration {
+    /// Increasing version, e.g. 1 for `0001_grants.sql`.
+    pub version: i64,
+    pub description: &'static str,
+    pub sql: &'static str,
+}
+
+/// A service's migrations for both backends (their SQL dialects differ).
+#[derive(Debug, Clone, Copy)]
+pub struct Migrations {
+    pub sqlite: &'static [EmbeddedMigration],
+    pub postgres: &'static [EmbeddedMigration],
+}
+
+impl Migrations {
+    /// No schema of the service's own (yet).
+    pub const NONE: Migrations = Migrations {
+        sqlite: &[],
+        postgres: &[],
+    };
+}
+
+fn migrator(migrations: &[EmbeddedMigration]) -> Migrator {
+    Migrator::with_migrations(
+        migrations
+            .iter()
+            .map(|m| {
+                Migration::new(
+                    m.version,
+                    Cow::Borrowed(m.description),
+                    MigrationType::Simple,
+                    AssertSqlSafe(m.sql).into_sql_str(),
+                    false,
+                )
+            })
+            .collect(),
+    )
+}
+
+/// An open, migrated store.
+#[derive(Debug, Clone)]
+pub enum Db {
+    Sqlite(SqlitePool),
+    Postgres(PgPool),
+}
+
+impl Db {
+    /// Closes every connection (waits for those in use to be returned).
+    pub async fn close(&self) {
+        match self {
+            Db::Sqlite(pool) => pool.close().await,
+            Db::Postgres(pool) => pool.close().await,
+        }
+    }
+
+    /// The service that owns this store.
+    pub async fn owner(&self) -> Result<String, sqlx::Error> {
+        let query = "SELECT value FROM metnos_store WHERE key = 'owner'";
+        match self {
+            Db::Sqlite(pool) => sqlx::query_scalar(query).fetch_one(pool).await,
+            Db::Postgres(pool) => sqlx::query_scalar(query).fetch_one(pool).await,
+        }
+    }
+
+    /// Whether the store answers a trivial query now.
+    pub async fn ping(&self) -> Result<(), sqlx::Error> {
+        match self {
+            Db::Sqlite(pool) => sqlx::query("SELECT 1").execute(pool).await.map(|_| ()),
+            Db::Postgres(pool) => sqlx::query("SELECT 1").execute(pool).await.map(|_| ()),
+        }
+    }
+}
+
+/// A store could not be opened. Messages never contain a password.
+#[derive(Debug, thiserror::Error)]
+pub enum StoreError {
+    #[error("cannot create the directory {dir} for {store}: {source}")]
+    CreateDir {
+        dir: String,
+        store: String,
+        source: std::io::Error,
+    },
+    #[error("cannot open {store}: {message}")]
+    Open { store: String, message: String },
+    #[error("cannot connect to {store}: timed out after {seconds} s")]
+    Timeout { store: String, seconds: u64 },
+    #[error("{store} belongs to service {found}, not {expected}: give each service its own database")]
+    WrongOwner {
+        store: String,
+        expected: String,
+        found: String,
+    },
+    #[error("cannot migrate {store}: {message}")]
+    Migrate { store: String, message: String },
+}
+
+/// Opens the store, checks that `owner` owns it (claiming a new one), and applies the
+/// migrations of the matching backend. Applying them again is a no-op.
+pub async fn open(
+    spec: &StoreSpec,
+    owner: &str,
+    migrations: &Migrations,
+    connect_timeout: Duration,
+) -> Result<Db, StoreError> {
+    let store = spec.describe();
+    let db = match spec {
+        StoreSpec::Sqlite { path } => {
+            if let Some(dir) = path.parent() {
+                std::fs::create_dir_all(dir).map_err(|source| StoreError::CreateDir {
+                    dir: dir.display().to_string(),
+                    store: store.clone(),
+                    source,
+                })?;
+            }
+            let options = SqliteConnectOptions::new()
+                .filename(path)
+                .create_if_missing(true)
+                .journal_mode(SqliteJournalMode::Wal)
+                .synchronous(SqliteSynchronous::Normal)
+                .busy_timeout(Duration::from_secs(5))
+                .foreign_keys(true);
+            let pool = SqlitePoolOptions::new()
+                .max_connections(8)
+                .acquire_timeout(connect_timeout)
+                .connect_with(options)
+                .await
+                .map_err(|e| open_error(&store, &e))?;
+            Db::Sqlite(pool)
+        }
+        StoreSpec::Postgres { url } => {
+            let options = PgConnectOptions::from_str(url).map_err(|e| open_error(&store, &e))?;
+            // One direct attempt first: the pool would retry until its timeout and then
+            // report only that it timed out, losing "connection refused" or "no such
+            // database", which is what a person needs to read.
+            let probe = tokio::time::timeout(connect_timeout, sqlx::PgConnection::connect_with(&options))
+                .await
+                .map_err(|_| StoreError::Timeout {
+                    store: store.clone(),
+                    seconds: connect_timeout.as_secs(),
+                })?
+                .map_err(|e| open_error(&store, &e))?;
+            let _ = probe.close().await;
+            let pool = PgPoolOptions::new()
+                .max_connections(10)
+                .acquire_timeout(connect_timeout)
+                .connect_with(options)
+                .await
+                .map_err(|e| open_error(&store, &e))?;
+            Db::Postgres(pool)
+        }
+    };
+
+    claim(&db, &store, owner).await?;
+
+    let (migrator, backend) = match &db {
+        Db::Sqlite(_) => (migrator(migrations.sqlite), "sqlite"),
+        Db::Postgres(_) => (migrator(migrations.postgres), "postgres"),
+    };
+    let migrated = match &db {
+        Db::Sqlite(pool) => migrator.run(pool).await,
+        Db::Postgres(pool) => migrator.run(pool).await,
+    };
+    migrated.map_err(|e| StoreError::Migrate {
+        store: store.clone(),
+        message: redact_in(&e.to_string()),
+    })?;
+    tracing::info!(%store, backend, owner, "store open");
+    Ok(db)
+}
+
+async fn claim(db: &Db, store: &str, owner: &str) -> Result<(), StoreError> {
+    let create = "CREATE TABLE IF NOT EXISTS metnos_store (key TEXT PRIMARY KEY, value TEXT NOT NULL)";
+    let insert = "INSERT INTO metnos_store (key, value) VALUES ('owner', $1) ON CONFLICT (key) DO NOTHING";
+    let result = match db {
+        Db::Sqlite(pool) => match sqlx::query(create).execute(pool).await {
+            Ok(_) => sqlx::query(insert).bind(owner).execute(pool).await.map(|_| ()),
+            Err(e) => Err(e),
+        },
+        Db::Postgres(pool) => match sqlx::query(create).execute(pool).await {
+            Ok(_) => sqlx::query(insert).bind(owner).execute(pool).await.map(|_| ()),
+            Err(e) => Err(e),
+        },
+    };
+    result.map_err(|e| open_error(store, &e))?;
+    let found = db.owner().await.map_err(|e| open_error(store, &e))?;
+    if found != owner {
+        return Err(StoreError::WrongOwner {
+            store: store.to_owned(),
+            expected: owner.to_owned(),
+            found,
+        });
+    }
+    Ok(())
+}
+
+fn open_error(store: &str, e: &sqlx::Error) -> StoreError {
+    StoreError::Open {
+        store: store.to_owned(),
+        message: redact_in(&e.to_string()),
+    }
+}
+
+/// Redacts any URL-looking word of a driver message, in case one echoes the URL.
+fn redact_in(message: &str) -> String {
+    let first = message.lines().next().unwrap_or(message);
+    first
+        .split(' ')
+        .map(|word| {
+            if word.contains("://") {
+                redact_url(word)
+            } else {
+                word.to_owned()
+            }
+        })
+        .collect::<Vec<_>>()
+        .join(" ")
+}

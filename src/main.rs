@@ -1,0 +1,81 @@
+//! `metnos`: the user's front door to Metnos.
+//!
+//! `metnos up` runs the whole stack in one process; `metnos status` asks each service's
+//! health. Admin commands (`policy`, `approvals`, `grants`, `pair`, …) arrive with their
+//! services' issues; they all find the running services the same way (see [`runfile`]).
+
+mod runfile;
+mod status;
+mod up;
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use clap::{Parser, Subcommand};
+use metnos_kit::launch::EXIT_CONFIG;
+use metnos_kit::telemetry::Telemetry;
+use metnos_kit::{Config, ConfigSource};
+
+#[derive(Debug, Parser)]
+#[command(name = "metnos", version, about = "Metnos, a self-hosted personal agent")]
+struct Cli {
+    /// Config file (default: $METNOS_CONFIG, ./metnos.toml, ~/.config/metnos/metnos.toml).
+    #[arg(long, global = true, value_name = "FILE")]
+    config: Option<PathBuf>,
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// Start all five services in this process, on loopback, until Ctrl-C.
+    Up,
+    /// Show whether each service is SERVING; exit 0 only if all are.
+    Status {
+        /// One JSON object per line instead of a table.
+        #[arg(long)]
+        json: bool,
+    },
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let config = match Config::load(&ConfigSource::from_env(cli.config)) {
+        Ok(config) => config,
+        Err(e) => {
+            eprintln!("metnos: {e}");
+            return ExitCode::from(EXIT_CONFIG);
+        }
+    };
+    let runtime = match tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+    {
+        Ok(runtime) => runtime,
+        Err(e) => {
+            eprintln!("metnos: cannot start the async runtime: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    runtime.block_on(async move {
+        match cli.command {
+            Command::Up => {
+                // The command's own logs; each service logs through its own subscriber.
+                let mut telemetry_config = config.telemetry.clone();
+                telemetry_config.otlp_endpoint = None;
+                match Telemetry::new("metnos", &telemetry_config) {
+                    Ok(telemetry) => {
+                        let _ = telemetry.install_global();
+                    }
+                    Err(e) => {
+                        eprintln!("metnos: {e}");
+                        return ExitCode::from(EXIT_CONFIG);
+                    }
+                }
+                up::up(config).await
+            }
+            Command::Status { json } => status::status(&config, json).await,
+        }
+    })
+}

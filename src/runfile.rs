@@ -1,0 +1,71 @@
+//! The run file `metnos up` leaves in the data directory: its pid and the address each
+//! service actually bound (ports may be 0 in the config). Every other command reads it to
+//! find the running stack; without one (services run separately), the config's URLs hold.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+use metnos_kit::{Config, ServiceName};
+use metnos_kit::config::SERVICES;
+use serde::{Deserialize, Serialize};
+
+const FILE_NAME: &str = "metnos-up.json";
+
+/// What `metnos up` wrote.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct RunFile {
+    pub pid: u32,
+    /// Service short name → URL.
+    pub services: BTreeMap<String, String>,
+}
+
+impl RunFile {
+    pub fn path(data_dir: &Path) -> PathBuf {
+        data_dir.join(FILE_NAME)
+    }
+
+    /// Writes atomically (temp file + rename), so a reader never sees half a file.
+    pub fn write(&self, data_dir: &Path) -> std::io::Result<()> {
+        let path = Self::path(data_dir);
+        let tmp = path.with_extension("json.tmp");
+        let text = serde_json::to_string_pretty(self).map_err(std::io::Error::other)?;
+        std::fs::write(&tmp, text)?;
+        std::fs::rename(&tmp, &path)
+    }
+
+    /// The run file of a live `metnos up`, if any (a stale one, whose process is gone, is
+    /// ignored).
+    pub fn read_live(data_dir: &Path) -> Option<RunFile> {
+        let text = std::fs::read_to_string(Self::path(data_dir)).ok()?;
+        let run: RunFile = serde_json::from_str(&text).ok()?;
+        process_alive(run.pid).then_some(run)
+    }
+
+    pub fn remove(data_dir: &Path) {
+        let _ = std::fs::remove_file(Self::path(data_dir));
+    }
+}
+
+#[cfg(target_os = "linux")]
+fn process_alive(pid: u32) -> bool {
+    Path::new("/proc").join(pid.to_string()).exists()
+}
+
+#[cfg(not(target_os = "linux"))]
+fn process_alive(_pid: u32) -> bool {
+    true
+}
+
+/// Where each service is reached: from a live run file, else from the config.
+pub fn service_urls(config: &Config) -> BTreeMap<ServiceName, String> {
+    let live = RunFile::read_live(&config.data_dir);
+    SERVICES
+        .into_iter()
+        .map(|service| {
+            let from_run = live
+                .as_ref()
+                .and_then(|run| run.services.get(service.as_str()).cloned());
+            (service, from_run.unwrap_or_else(|| config.service_url(service)))
+        })
+        .collect()
+}

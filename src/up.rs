@@ -1,0 +1,202 @@
+//! `metnos up`: the whole stack in one process, each service a gRPC server on its own
+//! loopback port and its own runtime, SQLite stores under the data directory.
+
+use std::collections::BTreeMap;
+use std::process::ExitCode;
+use std::time::Duration;
+
+use metnos_kit::client::{self, Health};
+use metnos_kit::config::{SERVICES, url_for_addr};
+use metnos_kit::launch::EXIT_CONFIG;
+use metnos_kit::runtime::{ServiceThread, ShutdownFuture, spawn_service};
+use metnos_kit::server::{bind_std, shutdown_signal};
+use metnos_kit::telemetry::Telemetry;
+use metnos_kit::{Config, ServiceName};
+use tokio::net::TcpListener;
+
+use crate::runfile::RunFile;
+
+/// Worker threads per service runtime.
+const WORKERS: usize = 2;
+
+/// Runs the stack until SIGINT/SIGTERM. Exit 0 on a clean stop, 1 when a service failed
+/// to start or stopped on its own, 2 for an unusable configuration.
+pub async fn up(config: Config) -> ExitCode {
+    if let Err(e) = config.check_distinct_listen() {
+        eprintln!("metnos up: {e}");
+        return ExitCode::from(EXIT_CONFIG);
+    }
+    if let Some(run) = RunFile::read_live(&config.data_dir) {
+        eprintln!(
+            "metnos up: already running as pid {} with data directory {}",
+            run.pid,
+            config.data_dir.display()
+        );
+        return ExitCode::FAILURE;
+    }
+    if let Err(e) = std::fs::create_dir_all(&config.data_dir) {
+        eprintln!(
+            "metnos up: cannot create the data directory {}: {e}",
+            config.data_dir.display()
+        );
+        return ExitCode::FAILURE;
+    }
+
+    // Bind everything first: a port in use fails before any service starts.
+    let mut listeners = Vec::new();
+    for service in SERVICES {
+        match bind_std(service, config.service(service).listen) {
+            Ok(listener) => listeners.push((service, listener)),
+            Err(e) => {
+                eprintln!("metnos up: {e}");
+                return ExitCode::FAILURE;
+            }
+        }
+    }
+
+    let mut running: Vec<(ServiceThread, Telemetry)> = Vec::new();
+    let mut urls = BTreeMap::new();
+    for (service, listener) in listeners {
+        let addr = match listener.local_addr() {
+            Ok(addr) => addr,
+            Err(e) => {
+                eprintln!("metnos up: {service}: {e}");
+                return stop_all(running, ExitCode::FAILURE).await;
+            }
+        };
+        urls.insert(service, (addr, url_for_addr(addr)));
+        let telemetry = match Telemetry::new(service.binary(), &config.telemetry) {
+            Ok(telemetry) => telemetry,
+            Err(e) => {
+                eprintln!("metnos up: {e}");
+                return stop_all(running, ExitCode::from(EXIT_CONFIG)).await;
+            }
+        };
+        let mut service_config = config.clone();
+        // Peers are reached where they really listen (ports may be 0 in the config).
+        for (peer, (_, url)) in &urls {
+            service_config.service_mut(*peer).url = url.clone();
+        }
+        let thread = spawn_service(
+            service,
+            telemetry.dispatch().clone(),
+            WORKERS,
+            move |shutdown| run_one(service, service_config, listener, shutdown),
+        );
+        match thread {
+            Ok(thread) => running.push((thread, telemetry)),
+            Err(e) => {
+                eprintln!("metnos up: {service}: cannot start its runtime: {e}");
+                return stop_all(running, ExitCode::FAILURE).await;
+            }
+        }
+    }
+
+    let ready_timeout = config.server.store_connect_timeout() + Duration::from_secs(10);
+    if let Err(e) = wait_ready(&mut running, &urls, ready_timeout).await {
+        eprintln!("metnos up: {e}");
+        return stop_all(running, ExitCode::FAILURE).await;
+    }
+
+    let run = RunFile {
+        pid: std::process::id(),
+        services: urls
+            .iter()
+            .map(|(s, (_, url))| (s.as_str().to_owned(), url.clone()))
+            .collect(),
+    };
+    if let Err(e) = run.write(&config.data_dir) {
+        eprintln!("metnos up: cannot write the run file: {e}");
+        return stop_all(running, ExitCode::FAILURE).await;
+    }
+    for (service, (addr, _)) in &urls {
+        println!("{service} {addr}");
+    }
+    tracing::info!(data_dir = %config.data_dir.display(), "metnos is up; Ctrl-C stops it");
+
+    let code = tokio::select! {
+        () = shutdown_signal() => ExitCode::SUCCESS,
+        failed = first_exit(&mut running) => {
+            eprintln!("metnos up: {failed}");
+            ExitCode::FAILURE
+        }
+    };
+    let code = stop_all(running, code).await;
+    RunFile::remove(&config.data_dir);
+    code
+}
+
+async fn run_one(
+    service: ServiceName,
+    config: Config,
+    listener: std::net::TcpListener,
+    shutdown: ShutdownFuture,
+) -> Result<(), String> {
+    let listener = TcpListener::from_std(listener).map_err(|e| format!("{service}: {e}"))?;
+    let result = match service {
+        ServiceName::Policy => metnos_policy::serve(config, listener, shutdown).await,
+        ServiceName::Vaglio => metnos_vaglio::serve(config, listener, shutdown).await,
+        ServiceName::Approval => metnos_approval::serve(config, listener, shutdown).await,
+        ServiceName::Planner => metnos_planner::serve(config, listener, shutdown).await,
+        ServiceName::Gateway => metnos_gateway::serve(config, listener, shutdown).await,
+    };
+    result.map_err(|e| e.to_string())
+}
+
+/// Waits until every service reports SERVING, or one of them stops (its error is the
+/// answer), or `timeout` passes.
+async fn wait_ready(
+    running: &mut [(ServiceThread, Telemetry)],
+    urls: &BTreeMap<ServiceName, (std::net::SocketAddr, String)>,
+    timeout: Duration,
+) -> Result<(), String> {
+    let all_serving = async {
+        for (service, (_, url)) in urls {
+            let channel = client::channel(url).map_err(|e| e.to_string())?;
+            loop {
+                let health =
+                    client::probe(channel.clone(), service.grpc_name(), Duration::from_secs(1))
+                        .await;
+                if health == Health::Serving {
+                    break;
+                }
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+        }
+        Ok::<(), String>(())
+    };
+    tokio::select! {
+        result = all_serving => result,
+        failed = first_exit(running) => Err(failed),
+        () = tokio::time::sleep(timeout) => Err(format!("services not serving after {} s", timeout.as_secs())),
+    }
+}
+
+/// Resolves with a message when any service stops (with its error, if it had one).
+async fn first_exit(running: &mut [(ServiceThread, Telemetry)]) -> String {
+    let exits = running.iter_mut().map(|(thread, _)| {
+        Box::pin(async move {
+            let service = thread.service();
+            match thread.finished().await {
+                Ok(()) => format!("{service} stopped unexpectedly"),
+                Err(e) => e,
+            }
+        })
+    });
+    futures::future::select_all(exits).await.0
+}
+
+/// Stops services in reverse start order (callers before callees), then flushes traces.
+async fn stop_all(running: Vec<(ServiceThread, Telemetry)>, code: ExitCode) -> ExitCode {
+    let mut code = code;
+    for (thread, telemetry) in running.into_iter().rev() {
+        let service = thread.service();
+        if let Err(e) = thread.stop().await {
+            // A service that already failed reports its error through `code`.
+            tracing::warn!(%service, error = %e, "service stopped with an error");
+            code = ExitCode::FAILURE;
+        }
+        telemetry.shutdown().await;
+    }
+    code
+}
