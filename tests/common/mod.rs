@@ -1,0 +1,187 @@
+//! Helpers for the system tests: the `metnos` binary in an isolated environment.
+
+#![allow(dead_code)] // each test file uses a part
+
+use std::collections::BTreeMap;
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::process::Stdio;
+use std::time::Duration;
+
+use tokio::io::{AsyncBufReadExt, BufReader};
+use tokio::process::{Child, Command};
+
+/// Bound on how long a started stack may take to report its addresses: a hang guard,
+/// not a performance assertion.
+pub const START_LIMIT: Duration = Duration::from_secs(60);
+
+/// A scratch home: data directory, HOME and working directory of the commands run.
+pub struct Sandbox {
+    pub dir: tempfile::TempDir,
+    pub env: BTreeMap<String, String>,
+}
+
+impl Sandbox {
+    /// Every service on `127.0.0.1:0`, data under the sandbox, no config file.
+    pub fn new() -> Sandbox {
+        let dir = tempfile::tempdir().unwrap();
+        let mut env = BTreeMap::new();
+        env.insert("HOME".to_owned(), dir.path().display().to_string());
+        env.insert(
+            "METNOS_DATA_DIR".to_owned(),
+            dir.path().join("data").display().to_string(),
+        );
+        for service in ["POLICY", "VAGLIO", "APPROVAL", "PLANNER", "GATEWAY"] {
+            env.insert(format!("METNOS_{service}__LISTEN"), "127.0.0.1:0".to_owned());
+        }
+        env.insert("METNOS_TELEMETRY__LOG".to_owned(), "warn".to_owned());
+        Sandbox { dir, env }
+    }
+
+    pub fn set(&mut self, key: &str, value: &str) -> &mut Self {
+        self.env.insert(key.to_owned(), value.to_owned());
+        self
+    }
+
+    pub fn data_dir(&self) -> PathBuf {
+        self.dir.path().join("data")
+    }
+
+    /// A command for one of this workspace's binaries, in this sandbox only.
+    pub fn command(&self, program: &Path) -> Command {
+        let mut command = Command::new(program);
+        command.env_clear();
+        if let Ok(path) = std::env::var("PATH") {
+            command.env("PATH", path);
+        }
+        command.envs(&self.env).current_dir(self.dir.path());
+        command.kill_on_drop(true);
+        command
+    }
+
+    pub fn metnos(&self) -> Command {
+        self.command(Path::new(env!("CARGO_BIN_EXE_metnos")))
+    }
+
+    /// Runs `metnos <args>` to completion: (exit code, stdout, stderr).
+    pub async fn run(&self, args: &[&str]) -> (i32, String, String) {
+        let output = self.metnos().args(args).output().await.unwrap();
+        (
+            output.status.code().unwrap_or(-1),
+            String::from_utf8_lossy(&output.stdout).into_owned(),
+            String::from_utf8_lossy(&output.stderr).into_owned(),
+        )
+    }
+
+    /// Starts `metnos up` and waits for its five address lines.
+    pub async fn up(&self) -> Up {
+        let mut child = self
+            .metnos()
+            .arg("up")
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let stdout = child.stdout.take().unwrap();
+        let mut lines = BufReader::new(stdout).lines();
+        let mut addrs = Vec::new();
+        let read = async {
+            while addrs.len() < 5 {
+                let Some(line) = lines.next_line().await.unwrap() else {
+                    break;
+                };
+                let (name, addr) = line
+                    .split_once(' ')
+                    .unwrap_or_else(|| panic!("unexpected line from metnos up: {line:?}"));
+                addrs.push((name.to_owned(), addr.parse::<SocketAddr>().unwrap()));
+            }
+        };
+        if tokio::time::timeout(START_LIMIT, read).await.is_err() {
+            panic!("metnos up printed no addresses within {START_LIMIT:?}");
+        }
+        if addrs.len() < 5 {
+            let output = child.wait_with_output().await.unwrap();
+            panic!(
+                "metnos up exited early ({:?}): {}",
+                output.status,
+                String::from_utf8_lossy(&output.stderr)
+            );
+        }
+        Up { child, addrs }
+    }
+}
+
+/// A running `metnos up`.
+pub struct Up {
+    pub child: Child,
+    /// (service, address) in the order printed.
+    pub addrs: Vec<(String, SocketAddr)>,
+}
+
+impl Up {
+    pub fn addr(&self, service: &str) -> SocketAddr {
+        self.addrs
+            .iter()
+            .find(|(name, _)| name == service)
+            .map(|(_, addr)| *addr)
+            .unwrap_or_else(|| panic!("no {service} in {:?}", self.addrs))
+    }
+
+    pub fn url(&self, service: &str) -> String {
+        format!("http://{}", self.addr(service))
+    }
+
+    /// Sends SIGINT (what Ctrl-C sends) and waits: (exit code, stderr).
+    pub async fn interrupt(mut self) -> (i32, String) {
+        signal(&self.child, "INT").await;
+        let stderr = self.child.stderr.take().unwrap();
+        let status = tokio::time::timeout(START_LIMIT, self.child.wait())
+            .await
+            .expect("metnos up did not stop after SIGINT")
+            .unwrap();
+        let mut text = String::new();
+        let mut lines = BufReader::new(stderr).lines();
+        while let Ok(Some(line)) = lines.next_line().await {
+            text.push_str(&line);
+            text.push('\n');
+        }
+        (status.code().unwrap_or(-1), text)
+    }
+}
+
+/// Sends a signal (`INT`, `TERM`) to a child process.
+pub async fn signal(child: &Child, name: &str) {
+    let pid = child.id().expect("child is running");
+    let status = Command::new("kill")
+        .args([format!("-{name}"), pid.to_string()])
+        .status()
+        .await
+        .unwrap();
+    assert!(status.success(), "kill -{name} {pid} failed");
+}
+
+/// A binary of another workspace member, built beside `metnos` by `cargo build --workspace`.
+pub fn sibling_binary(name: &str) -> PathBuf {
+    let path = Path::new(env!("CARGO_BIN_EXE_metnos")).with_file_name(name);
+    assert!(
+        path.is_file(),
+        "{} is not built; build the whole workspace (cargo build --workspace)",
+        path.display()
+    );
+    path
+}
+
+/// grpcurl, as installed by the README's test command.
+pub fn grpcurl() -> PathBuf {
+    let path = std::env::var("METNOS_TEST_GRPCURL").expect(
+        "METNOS_TEST_GRPCURL is not set: run the tests with `make test`, which installs grpcurl",
+    );
+    PathBuf::from(path)
+}
+
+/// The throwaway PostgreSQL server started by the README's test command.
+pub fn postgres_url() -> String {
+    std::env::var("METNOS_TEST_POSTGRES_URL").expect(
+        "METNOS_TEST_POSTGRES_URL is not set: run the tests with `make test`, which starts a throwaway PostgreSQL",
+    )
+}

@@ -1,0 +1,273 @@
+//! `metnos up` as a person runs it: five services on loopback, `metnos status`, reflection
+//! for stock tools, contracts that refuse to fake results, and a clean Ctrl-C.
+
+mod common;
+
+use std::collections::BTreeSet;
+
+use common::{Sandbox, grpcurl};
+use metnos_proto::approval::v1::WaitDecisionRequest;
+use metnos_proto::approval::v1::approval_service_client::ApprovalServiceClient;
+use metnos_proto::common::v1::AutonomyLevel;
+use metnos_proto::planner::v1::RunTurnRequest;
+use metnos_proto::planner::v1::planner_service_client::PlannerServiceClient;
+use metnos_proto::policy::v1::CheckRequest;
+use metnos_proto::policy::v1::policy_service_client::PolicyServiceClient;
+
+const SERVICES: [(&str, &str); 5] = [
+    ("policy", "metnos.policy.v1.PolicyService"),
+    ("vaglio", "metnos.vaglio.v1.VaglioService"),
+    ("approval", "metnos.approval.v1.ApprovalService"),
+    ("planner", "metnos.planner.v1.PlannerService"),
+    ("gateway", "metnos.gateway.v1.GatewayService"),
+];
+
+#[tokio::test]
+async fn up_then_status_shows_five_serving_services_and_ctrl_c_stops_cleanly() {
+    let sandbox = Sandbox::new();
+    let up = sandbox.up().await;
+    let names: Vec<&str> = up.addrs.iter().map(|(n, _)| n.as_str()).collect();
+    assert_eq!(names, ["policy", "vaglio", "approval", "planner", "gateway"]);
+    for (_, addr) in &up.addrs {
+        assert!(addr.ip().is_loopback(), "{addr} is not loopback");
+    }
+    let ports: BTreeSet<u16> = up.addrs.iter().map(|(_, a)| a.port()).collect();
+    assert_eq!(ports.len(), 5, "each service on its own port: {:?}", up.addrs);
+
+    let (code, stdout, stderr) = sandbox.run(&["status"]).await;
+    assert_eq!(code, 0, "status failed: {stdout}{stderr}");
+    for (name, _) in SERVICES {
+        let row = stdout
+            .lines()
+            .find(|l| l.starts_with(&format!("{name} ")))
+            .unwrap_or_else(|| panic!("no row for {name}: {stdout}"));
+        assert!(row.contains(&up.url(name)), "{row}");
+        assert!(row.trim_end().ends_with("SERVING") && !row.contains("NOT_SERVING"), "{row}");
+    }
+
+    let (code, stdout, _) = sandbox.run(&["status", "--json"]).await;
+    assert_eq!(code, 0);
+    let rows: Vec<serde_json::Value> = stdout
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    assert_eq!(rows.len(), 5);
+    assert!(rows.iter().all(|r| r["status"] == "SERVING"), "{stdout}");
+
+    let run_file = sandbox.data_dir().join("metnos-up.json");
+    assert!(run_file.is_file(), "metnos up leaves a run file for other commands");
+    for name in ["policy", "vaglio", "approval", "planner", "gateway"] {
+        assert!(sandbox.data_dir().join(format!("{name}.db")).is_file(), "{name}.db missing");
+    }
+
+    let (code, stderr) = up.interrupt().await;
+    assert_eq!(code, 0, "metnos up did not stop cleanly: {stderr}");
+    assert!(!run_file.exists(), "the run file outlived metnos up");
+
+    let (code, stdout, _) = sandbox.run(&["status"]).await;
+    assert_eq!(code, 1, "status must fail when nothing runs: {stdout}");
+    assert_eq!(stdout.matches("NOT_SERVING").count(), 5, "{stdout}");
+}
+
+#[tokio::test]
+async fn a_second_up_on_the_same_data_directory_is_refused() {
+    let sandbox = Sandbox::new();
+    let up = sandbox.up().await;
+    let (code, _, stderr) = sandbox.run(&["up"]).await;
+    assert_eq!(code, 1);
+    assert!(stderr.contains("already running as pid"), "{stderr}");
+    assert_eq!(up.interrupt().await.0, 0);
+}
+
+#[tokio::test]
+async fn every_service_answers_health_for_itself_and_not_for_others() {
+    use tonic_health::pb::health_client::HealthClient;
+    use tonic_health::pb::{HealthCheckRequest, health_check_response::ServingStatus};
+
+    let sandbox = Sandbox::new();
+    let up = sandbox.up().await;
+    for (name, grpc_name) in SERVICES {
+        let mut client = HealthClient::new(metnos_kit::client::channel(&up.url(name)).unwrap());
+        for service in ["", grpc_name] {
+            let response = client
+                .check(HealthCheckRequest {
+                    service: service.to_owned(),
+                })
+                .await
+                .unwrap();
+            assert_eq!(response.into_inner().status(), ServingStatus::Serving);
+        }
+        let other = SERVICES.iter().find(|(n, _)| *n != name).unwrap().1;
+        let status = client
+            .check(HealthCheckRequest {
+                service: other.to_owned(),
+            })
+            .await
+            .unwrap_err();
+        assert_eq!(status.code(), tonic::Code::NotFound, "{name} claims {other}");
+    }
+    up.interrupt().await;
+}
+
+async fn list_v1(url: &str) -> BTreeSet<String> {
+    use tonic_reflection::pb::v1::server_reflection_client::ServerReflectionClient;
+    use tonic_reflection::pb::v1::server_reflection_request::MessageRequest;
+    use tonic_reflection::pb::v1::server_reflection_response::MessageResponse;
+    use tonic_reflection::pb::v1::ServerReflectionRequest;
+
+    let mut client = ServerReflectionClient::new(metnos_kit::client::channel(url).unwrap());
+    let request = ServerReflectionRequest {
+        host: String::new(),
+        message_request: Some(MessageRequest::ListServices(String::new())),
+    };
+    let mut responses = client
+        .server_reflection_info(tokio_stream::iter([request]))
+        .await
+        .unwrap()
+        .into_inner();
+    let response = responses.message().await.unwrap().unwrap();
+    match response.message_response {
+        Some(MessageResponse::ListServicesResponse(list)) => {
+            list.service.into_iter().map(|s| s.name).collect()
+        }
+        other => panic!("unexpected reflection answer {other:?}"),
+    }
+}
+
+async fn list_v1alpha(url: &str) -> BTreeSet<String> {
+    use tonic_reflection::pb::v1alpha::server_reflection_client::ServerReflectionClient;
+    use tonic_reflection::pb::v1alpha::server_reflection_request::MessageRequest;
+    use tonic_reflection::pb::v1alpha::server_reflection_response::MessageResponse;
+    use tonic_reflection::pb::v1alpha::ServerReflectionRequest;
+
+    let mut client = ServerReflectionClient::new(metnos_kit::client::channel(url).unwrap());
+    let request = ServerReflectionRequest {
+        host: String::new(),
+        message_request: Some(MessageRequest::ListServices(String::new())),
+    };
+    let mut responses = client
+        .server_reflection_info(tokio_stream::iter([request]))
+        .await
+        .unwrap()
+        .into_inner();
+    let response = responses.message().await.unwrap().unwrap();
+    match response.message_response {
+        Some(MessageResponse::ListServicesResponse(list)) => {
+            list.service.into_iter().map(|s| s.name).collect()
+        }
+        other => panic!("unexpected reflection answer {other:?}"),
+    }
+}
+
+#[tokio::test]
+async fn reflection_v1_and_v1alpha_list_exactly_each_services_own_api() {
+    let sandbox = Sandbox::new();
+    let up = sandbox.up().await;
+    for (name, grpc_name) in SERVICES {
+        let expected: BTreeSet<String> = [
+            grpc_name,
+            "grpc.health.v1.Health",
+            "grpc.reflection.v1.ServerReflection",
+            "grpc.reflection.v1alpha.ServerReflection",
+        ]
+        .into_iter()
+        .map(str::to_owned)
+        .collect();
+        assert_eq!(list_v1(&up.url(name)).await, expected, "{name} v1");
+        assert_eq!(list_v1alpha(&up.url(name)).await, expected, "{name} v1alpha");
+    }
+    up.interrupt().await;
+}
+
+async fn grpcurl_run(args: &[&str]) -> (bool, String, String) {
+    let output = tokio::process::Command::new(grpcurl())
+        .args(args)
+        .output()
+        .await
+        .expect("run grpcurl");
+    (
+        output.status.success(),
+        String::from_utf8_lossy(&output.stdout).into_owned(),
+        String::from_utf8_lossy(&output.stderr).into_owned(),
+    )
+}
+
+#[tokio::test]
+async fn stock_grpcurl_lists_each_api_and_every_rpc_answers_unimplemented_naming_itself() {
+    let sandbox = Sandbox::new();
+    let up = sandbox.up().await;
+    let mut rpcs_seen = 0;
+    for (name, grpc_name) in SERVICES {
+        let addr = up.addr(name).to_string();
+        let (ok, stdout, stderr) = grpcurl_run(&["-plaintext", &addr, "list"]).await;
+        assert!(ok, "grpcurl list {name}: {stderr}");
+        let listed: BTreeSet<&str> = stdout.lines().collect();
+        assert!(listed.contains(grpc_name), "{name}: {stdout}");
+        assert!(listed.contains("grpc.health.v1.Health"), "{name}: {stdout}");
+
+        let (ok, stdout, stderr) = grpcurl_run(&["-plaintext", &addr, "list", grpc_name]).await;
+        assert!(ok, "grpcurl list {grpc_name}: {stderr}");
+        let methods: Vec<&str> = stdout.lines().filter(|l| !l.is_empty()).collect();
+        assert!(methods.len() >= 3, "{grpc_name} has too few RPCs: {stdout}");
+        for method in methods {
+            let (ok, _, stderr) =
+                grpcurl_run(&["-plaintext", "-d", "{}", &addr, method]).await;
+            assert!(!ok, "{method} answered as if implemented");
+            assert!(stderr.contains("Code: Unimplemented"), "{method}: {stderr}");
+            let path = match method.rsplit_once('.') {
+                Some((svc, rpc)) => format!("{svc}/{rpc}"),
+                None => method.to_owned(),
+            };
+            assert!(
+                stderr.contains(&format!("{path} is not implemented yet")),
+                "{method}: {stderr}"
+            );
+            rpcs_seen += 1;
+        }
+    }
+    assert_eq!(rpcs_seen, 35, "every RPC of the five contracts was called");
+    up.interrupt().await;
+}
+
+#[tokio::test]
+async fn generated_clients_get_unimplemented_for_unary_and_streaming_rpcs() {
+    let sandbox = Sandbox::new();
+    let up = sandbox.up().await;
+
+    let mut policy = PolicyServiceClient::connect(up.url("policy")).await.unwrap();
+    let status = policy
+        .check(CheckRequest {
+            level: AutonomyLevel::Full as i32,
+            capability: "fs:read".to_owned(),
+            ..Default::default()
+        })
+        .await
+        .unwrap_err();
+    assert_eq!(status.code(), tonic::Code::Unimplemented);
+    assert_eq!(
+        status.message(),
+        "metnos.policy.v1.PolicyService/Check is not implemented yet"
+    );
+
+    let mut approval = ApprovalServiceClient::connect(up.url("approval")).await.unwrap();
+    let status = approval
+        .wait_decision(WaitDecisionRequest {
+            token: "abc".to_owned(),
+        })
+        .await
+        .unwrap_err();
+    assert_eq!(status.code(), tonic::Code::Unimplemented);
+    assert!(status.message().contains("ApprovalService/WaitDecision"), "{status:?}");
+
+    let mut planner = PlannerServiceClient::connect(up.url("planner")).await.unwrap();
+    let status = planner
+        .run_turn(RunTurnRequest {
+            query: "what time is it".to_owned(),
+            ..Default::default()
+        })
+        .await
+        .unwrap_err();
+    assert_eq!(status.code(), tonic::Code::Unimplemented);
+    assert!(status.message().contains("PlannerService/RunTurn"), "{status:?}");
+    up.interrupt().await;
+}
