@@ -17,7 +17,11 @@ use metnos_kit::telemetry::Telemetry;
 use metnos_kit::{Config, ConfigSource};
 
 #[derive(Debug, Parser)]
-#[command(name = "metnos", version, about = "Metnos, a self-hosted personal agent")]
+#[command(
+    name = "metnos",
+    version,
+    about = "Metnos, a self-hosted personal agent"
+)]
 struct Cli {
     /// Config file (default: $METNOS_CONFIG, ./metnos.toml, ~/.config/metnos/metnos.toml).
     #[arg(long, global = true, value_name = "FILE")]

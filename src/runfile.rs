@@ -5,8 +5,8 @@
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
-use metnos_kit::{Config, ServiceName};
 use metnos_kit::config::SERVICES;
+use metnos_kit::{Config, ServiceName};
 use serde::{Deserialize, Serialize};
 
 const FILE_NAME: &str = "metnos-up.json";
@@ -65,7 +65,10 @@ pub fn service_urls(config: &Config) -> BTreeMap<ServiceName, String> {
             let from_run = live
                 .as_ref()
                 .and_then(|run| run.services.get(service.as_str()).cloned());
-            (service, from_run.unwrap_or_else(|| config.service_url(service)))
+            (
+                service,
+                from_run.unwrap_or_else(|| config.service_url(service)),
+            )
         })
         .collect()
 }

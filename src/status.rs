@@ -13,7 +13,9 @@ pub async fn status(config: &Config, json: bool) -> ExitCode {
     let urls = service_urls(config);
     let probes = urls.iter().map(|(service, url)| async move {
         let health = match client::channel(url) {
-            Ok(channel) => client::probe(channel, service.grpc_name(), Duration::from_secs(2)).await,
+            Ok(channel) => {
+                client::probe(channel, service.grpc_name(), Duration::from_secs(2)).await
+            }
             Err(e) => Health::Unreachable(e.to_string()),
         };
         (*service, url.clone(), health)

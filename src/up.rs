@@ -60,16 +60,24 @@ pub async fn up(config: Config) -> ExitCode {
         let addr = match listener.local_addr() {
             Ok(addr) => addr,
             Err(e) => {
-                eprintln!("metnos up: {service}: {e}");
-                return stop_all(running, ExitCode::FAILURE).await;
+                return fail(
+                    running,
+                    ExitCode::FAILURE,
+                    format!("metnos up: {service}: {e}"),
+                )
+                .await;
             }
         };
         urls.insert(service, (addr, url_for_addr(addr)));
         let telemetry = match Telemetry::new(service.binary(), &config.telemetry) {
             Ok(telemetry) => telemetry,
             Err(e) => {
-                eprintln!("metnos up: {e}");
-                return stop_all(running, ExitCode::from(EXIT_CONFIG)).await;
+                return fail(
+                    running,
+                    ExitCode::from(EXIT_CONFIG),
+                    format!("metnos up: {e}"),
+                )
+                .await;
             }
         };
         let mut service_config = config.clone();
@@ -86,16 +94,19 @@ pub async fn up(config: Config) -> ExitCode {
         match thread {
             Ok(thread) => running.push((thread, telemetry)),
             Err(e) => {
-                eprintln!("metnos up: {service}: cannot start its runtime: {e}");
-                return stop_all(running, ExitCode::FAILURE).await;
+                return fail(
+                    running,
+                    ExitCode::FAILURE,
+                    format!("metnos up: {service}: cannot start its runtime: {e}"),
+                )
+                .await;
             }
         }
     }
 
     let ready_timeout = config.server.store_connect_timeout() + Duration::from_secs(10);
     if let Err(e) = wait_ready(&mut running, &urls, ready_timeout).await {
-        eprintln!("metnos up: {e}");
-        return stop_all(running, ExitCode::FAILURE).await;
+        return fail(running, ExitCode::FAILURE, format!("metnos up: {e}")).await;
     }
 
     let run = RunFile {
@@ -106,24 +117,27 @@ pub async fn up(config: Config) -> ExitCode {
             .collect(),
     };
     if let Err(e) = run.write(&config.data_dir) {
-        eprintln!("metnos up: cannot write the run file: {e}");
-        return stop_all(running, ExitCode::FAILURE).await;
+        return fail(
+            running,
+            ExitCode::FAILURE,
+            format!("metnos up: cannot write the run file: {e}"),
+        )
+        .await;
     }
     for (service, (addr, _)) in &urls {
         println!("{service} {addr}");
     }
     tracing::info!(data_dir = %config.data_dir.display(), "metnos is up; Ctrl-C stops it");
 
-    let code = tokio::select! {
-        () = shutdown_signal() => ExitCode::SUCCESS,
-        failed = first_exit(&mut running) => {
-            eprintln!("metnos up: {failed}");
-            ExitCode::FAILURE
-        }
+    let failed = tokio::select! {
+        () = shutdown_signal() => None,
+        failed = first_exit(&mut running) => Some(failed),
     };
-    let code = stop_all(running, code).await;
     RunFile::remove(&config.data_dir);
-    code
+    match failed {
+        None => stop_all(running, ExitCode::SUCCESS).await,
+        Some(failed) => fail(running, ExitCode::FAILURE, format!("metnos up: {failed}")).await,
+    }
 }
 
 async fn run_one(
@@ -184,6 +198,17 @@ async fn first_exit(running: &mut [(ServiceThread, Telemetry)]) -> String {
         })
     });
     futures::future::select_all(exits).await.0
+}
+
+/// Stops what runs, then prints `message` as the last line a person sees.
+async fn fail(
+    running: Vec<(ServiceThread, Telemetry)>,
+    code: ExitCode,
+    message: String,
+) -> ExitCode {
+    stop_all(running, code).await;
+    eprintln!("{message}");
+    code
 }
 
 /// Stops services in reverse start order (callers before callees), then flushes traces.

@@ -27,12 +27,20 @@ async fn up_then_status_shows_five_serving_services_and_ctrl_c_stops_cleanly() {
     let sandbox = Sandbox::new();
     let up = sandbox.up().await;
     let names: Vec<&str> = up.addrs.iter().map(|(n, _)| n.as_str()).collect();
-    assert_eq!(names, ["policy", "vaglio", "approval", "planner", "gateway"]);
+    assert_eq!(
+        names,
+        ["policy", "vaglio", "approval", "planner", "gateway"]
+    );
     for (_, addr) in &up.addrs {
         assert!(addr.ip().is_loopback(), "{addr} is not loopback");
     }
     let ports: BTreeSet<u16> = up.addrs.iter().map(|(_, a)| a.port()).collect();
-    assert_eq!(ports.len(), 5, "each service on its own port: {:?}", up.addrs);
+    assert_eq!(
+        ports.len(),
+        5,
+        "each service on its own port: {:?}",
+        up.addrs
+    );
 
     let (code, stdout, stderr) = sandbox.run(&["status"]).await;
     assert_eq!(code, 0, "status failed: {stdout}{stderr}");
@@ -42,7 +50,10 @@ async fn up_then_status_shows_five_serving_services_and_ctrl_c_stops_cleanly() {
             .find(|l| l.starts_with(&format!("{name} ")))
             .unwrap_or_else(|| panic!("no row for {name}: {stdout}"));
         assert!(row.contains(&up.url(name)), "{row}");
-        assert!(row.trim_end().ends_with("SERVING") && !row.contains("NOT_SERVING"), "{row}");
+        assert!(
+            row.trim_end().ends_with("SERVING") && !row.contains("NOT_SERVING"),
+            "{row}"
+        );
     }
 
     let (code, stdout, _) = sandbox.run(&["status", "--json"]).await;
@@ -55,9 +66,15 @@ async fn up_then_status_shows_five_serving_services_and_ctrl_c_stops_cleanly() {
     assert!(rows.iter().all(|r| r["status"] == "SERVING"), "{stdout}");
 
     let run_file = sandbox.data_dir().join("metnos-up.json");
-    assert!(run_file.is_file(), "metnos up leaves a run file for other commands");
+    assert!(
+        run_file.is_file(),
+        "metnos up leaves a run file for other commands"
+    );
     for name in ["policy", "vaglio", "approval", "planner", "gateway"] {
-        assert!(sandbox.data_dir().join(format!("{name}.db")).is_file(), "{name}.db missing");
+        assert!(
+            sandbox.data_dir().join(format!("{name}.db")).is_file(),
+            "{name}.db missing"
+        );
     }
 
     let (code, stderr) = up.interrupt().await;
@@ -104,16 +121,20 @@ async fn every_service_answers_health_for_itself_and_not_for_others() {
             })
             .await
             .unwrap_err();
-        assert_eq!(status.code(), tonic::Code::NotFound, "{name} claims {other}");
+        assert_eq!(
+            status.code(),
+            tonic::Code::NotFound,
+            "{name} claims {other}"
+        );
     }
     up.interrupt().await;
 }
 
 async fn list_v1(url: &str) -> BTreeSet<String> {
+    use tonic_reflection::pb::v1::ServerReflectionRequest;
     use tonic_reflection::pb::v1::server_reflection_client::ServerReflectionClient;
     use tonic_reflection::pb::v1::server_reflection_request::MessageRequest;
     use tonic_reflection::pb::v1::server_reflection_response::MessageResponse;
-    use tonic_reflection::pb::v1::ServerReflectionRequest;
 
     let mut client = ServerReflectionClient::new(metnos_kit::client::channel(url).unwrap());
     let request = ServerReflectionRequest {
@@ -135,10 +156,10 @@ async fn list_v1(url: &str) -> BTreeSet<String> {
 }
 
 async fn list_v1alpha(url: &str) -> BTreeSet<String> {
+    use tonic_reflection::pb::v1alpha::ServerReflectionRequest;
     use tonic_reflection::pb::v1alpha::server_reflection_client::ServerReflectionClient;
     use tonic_reflection::pb::v1alpha::server_reflection_request::MessageRequest;
     use tonic_reflection::pb::v1alpha::server_reflection_response::MessageResponse;
-    use tonic_reflection::pb::v1alpha::ServerReflectionRequest;
 
     let mut client = ServerReflectionClient::new(metnos_kit::client::channel(url).unwrap());
     let request = ServerReflectionRequest {
@@ -174,7 +195,11 @@ async fn reflection_v1_and_v1alpha_list_exactly_each_services_own_api() {
         .map(str::to_owned)
         .collect();
         assert_eq!(list_v1(&up.url(name)).await, expected, "{name} v1");
-        assert_eq!(list_v1alpha(&up.url(name)).await, expected, "{name} v1alpha");
+        assert_eq!(
+            list_v1alpha(&up.url(name)).await,
+            expected,
+            "{name} v1alpha"
+        );
     }
     up.interrupt().await;
 }
@@ -210,8 +235,7 @@ async fn stock_grpcurl_lists_each_api_and_every_rpc_answers_unimplemented_naming
         let methods: Vec<&str> = stdout.lines().filter(|l| !l.is_empty()).collect();
         assert!(methods.len() >= 3, "{grpc_name} has too few RPCs: {stdout}");
         for method in methods {
-            let (ok, _, stderr) =
-                grpcurl_run(&["-plaintext", "-d", "{}", &addr, method]).await;
+            let (ok, _, stderr) = grpcurl_run(&["-plaintext", "-d", "{}", &addr, method]).await;
             assert!(!ok, "{method} answered as if implemented");
             assert!(stderr.contains("Code: Unimplemented"), "{method}: {stderr}");
             let path = match method.rsplit_once('.') {
@@ -234,7 +258,9 @@ async fn generated_clients_get_unimplemented_for_unary_and_streaming_rpcs() {
     let sandbox = Sandbox::new();
     let up = sandbox.up().await;
 
-    let mut policy = PolicyServiceClient::connect(up.url("policy")).await.unwrap();
+    let mut policy = PolicyServiceClient::connect(up.url("policy"))
+        .await
+        .unwrap();
     let status = policy
         .check(CheckRequest {
             level: AutonomyLevel::Full as i32,
@@ -249,7 +275,9 @@ async fn generated_clients_get_unimplemented_for_unary_and_streaming_rpcs() {
         "metnos.policy.v1.PolicyService/Check is not implemented yet"
     );
 
-    let mut approval = ApprovalServiceClient::connect(up.url("approval")).await.unwrap();
+    let mut approval = ApprovalServiceClient::connect(up.url("approval"))
+        .await
+        .unwrap();
     let status = approval
         .wait_decision(WaitDecisionRequest {
             token: "abc".to_owned(),
@@ -257,9 +285,14 @@ async fn generated_clients_get_unimplemented_for_unary_and_streaming_rpcs() {
         .await
         .unwrap_err();
     assert_eq!(status.code(), tonic::Code::Unimplemented);
-    assert!(status.message().contains("ApprovalService/WaitDecision"), "{status:?}");
+    assert!(
+        status.message().contains("ApprovalService/WaitDecision"),
+        "{status:?}"
+    );
 
-    let mut planner = PlannerServiceClient::connect(up.url("planner")).await.unwrap();
+    let mut planner = PlannerServiceClient::connect(up.url("planner"))
+        .await
+        .unwrap();
     let status = planner
         .run_turn(RunTurnRequest {
             query: "what time is it".to_owned(),
@@ -268,6 +301,9 @@ async fn generated_clients_get_unimplemented_for_unary_and_streaming_rpcs() {
         .await
         .unwrap_err();
     assert_eq!(status.code(), tonic::Code::Unimplemented);
-    assert!(status.message().contains("PlannerService/RunTurn"), "{status:?}");
+    assert!(
+        status.message().contains("PlannerService/RunTurn"),
+        "{status:?}"
+    );
     up.interrupt().await;
 }

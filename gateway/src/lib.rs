@@ -12,22 +12,10 @@ use metnos_kit::store::{Db, Migrations};
 use metnos_kit::{Config, ServiceName, ShutdownFuture};
 use metnos_proto::gateway::v1::gateway_service_server::{GatewayService, GatewayServiceServer};
 use metnos_proto::gateway::v1::{
-    ApprovePairingRequest,
-    ApprovePairingResponse,
-    EditCardRequest,
-    EditCardResponse,
-    GetPairingRequest,
-    GetPairingResponse,
-    ListPairingsRequest,
-    ListPairingsResponse,
-    RevokePairingRequest,
-    RevokePairingResponse,
-    SendCardRequest,
-    SendCardResponse,
-    SendMessageRequest,
-    SendMessageResponse,
-    SetLevelRequest,
-    SetLevelResponse,
+    ApprovePairingRequest, ApprovePairingResponse, EditCardRequest, EditCardResponse,
+    GetPairingRequest, GetPairingResponse, ListPairingsRequest, ListPairingsResponse,
+    RevokePairingRequest, RevokePairingResponse, SendCardRequest, SendCardResponse,
+    SendMessageRequest, SendMessageResponse, SetLevelRequest, SetLevelResponse,
 };
 use tokio::net::TcpListener;
 use tonic::{Request, Response, Status};
@@ -63,7 +51,9 @@ impl GatewayService for GatewayApi {
         &self,
         _request: Request<SendMessageRequest>,
     ) -> Result<Response<SendMessageResponse>, Status> {
-        Err(not_implemented("metnos.gateway.v1.GatewayService/SendMessage"))
+        Err(not_implemented(
+            "metnos.gateway.v1.GatewayService/SendMessage",
+        ))
     }
 
     async fn send_card(
@@ -84,21 +74,27 @@ impl GatewayService for GatewayApi {
         &self,
         _request: Request<ListPairingsRequest>,
     ) -> Result<Response<ListPairingsResponse>, Status> {
-        Err(not_implemented("metnos.gateway.v1.GatewayService/ListPairings"))
+        Err(not_implemented(
+            "metnos.gateway.v1.GatewayService/ListPairings",
+        ))
     }
 
     async fn get_pairing(
         &self,
         _request: Request<GetPairingRequest>,
     ) -> Result<Response<GetPairingResponse>, Status> {
-        Err(not_implemented("metnos.gateway.v1.GatewayService/GetPairing"))
+        Err(not_implemented(
+            "metnos.gateway.v1.GatewayService/GetPairing",
+        ))
     }
 
     async fn approve_pairing(
         &self,
         _request: Request<ApprovePairingRequest>,
     ) -> Result<Response<ApprovePairingResponse>, Status> {
-        Err(not_implemented("metnos.gateway.v1.GatewayService/ApprovePairing"))
+        Err(not_implemented(
+            "metnos.gateway.v1.GatewayService/ApprovePairing",
+        ))
     }
 
     async fn set_level(
@@ -112,6 +108,8 @@ impl GatewayService for GatewayApi {
         &self,
         _request: Request<RevokePairingRequest>,
     ) -> Result<Response<RevokePairingResponse>, Status> {
-        Err(not_implemented("metnos.gateway.v1.GatewayService/RevokePairing"))
+        Err(not_implemented(
+            "metnos.gateway.v1.GatewayService/RevokePairing",
+        ))
     }
 }

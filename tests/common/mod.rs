@@ -32,7 +32,10 @@ impl Sandbox {
             dir.path().join("data").display().to_string(),
         );
         for service in ["POLICY", "VAGLIO", "APPROVAL", "PLANNER", "GATEWAY"] {
-            env.insert(format!("METNOS_{service}__LISTEN"), "127.0.0.1:0".to_owned());
+            env.insert(
+                format!("METNOS_{service}__LISTEN"),
+                "127.0.0.1:0".to_owned(),
+            );
         }
         env.insert("METNOS_TELEMETRY__LOG".to_owned(), "warn".to_owned());
         Sandbox { dir, env }

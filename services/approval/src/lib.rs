@@ -9,30 +9,18 @@
 
 use std::pin::Pin;
 
-use tokio_stream::Stream;
 use metnos_kit::server::{StartError, not_implemented, serve_with_store};
 use metnos_kit::store::{Db, Migrations};
 use metnos_kit::{Config, ServiceName, ShutdownFuture};
 use metnos_proto::approval::v1::approval_service_server::{ApprovalService, ApprovalServiceServer};
 use metnos_proto::approval::v1::{
-    CancelRequest,
-    CancelResponse,
-    CleanupExpiredRequest,
-    CleanupExpiredResponse,
-    CreatePendingRequest,
-    CreatePendingResponse,
-    GetPendingRequest,
-    GetPendingResponse,
-    ListPendingRequest,
-    ListPendingResponse,
-    RenderCardRequest,
-    RenderCardResponse,
-    ResolveRequest,
-    ResolveResponse,
-    WaitDecisionRequest,
-    WaitDecisionResponse,
+    CancelRequest, CancelResponse, CleanupExpiredRequest, CleanupExpiredResponse,
+    CreatePendingRequest, CreatePendingResponse, GetPendingRequest, GetPendingResponse,
+    ListPendingRequest, ListPendingResponse, RenderCardRequest, RenderCardResponse, ResolveRequest,
+    ResolveResponse, WaitDecisionRequest, WaitDecisionResponse,
 };
 use tokio::net::TcpListener;
+use tokio_stream::Stream;
 use tonic::{Request, Response, Status};
 
 /// This service.
@@ -70,21 +58,27 @@ impl ApprovalService for ApprovalApi {
         &self,
         _request: Request<CreatePendingRequest>,
     ) -> Result<Response<CreatePendingResponse>, Status> {
-        Err(not_implemented("metnos.approval.v1.ApprovalService/CreatePending"))
+        Err(not_implemented(
+            "metnos.approval.v1.ApprovalService/CreatePending",
+        ))
     }
 
     async fn get_pending(
         &self,
         _request: Request<GetPendingRequest>,
     ) -> Result<Response<GetPendingResponse>, Status> {
-        Err(not_implemented("metnos.approval.v1.ApprovalService/GetPending"))
+        Err(not_implemented(
+            "metnos.approval.v1.ApprovalService/GetPending",
+        ))
     }
 
     async fn resolve(
         &self,
         _request: Request<ResolveRequest>,
     ) -> Result<Response<ResolveResponse>, Status> {
-        Err(not_implemented("metnos.approval.v1.ApprovalService/Resolve"))
+        Err(not_implemented(
+            "metnos.approval.v1.ApprovalService/Resolve",
+        ))
     }
 
     async fn cancel(
@@ -98,27 +92,35 @@ impl ApprovalService for ApprovalApi {
         &self,
         _request: Request<ListPendingRequest>,
     ) -> Result<Response<ListPendingResponse>, Status> {
-        Err(not_implemented("metnos.approval.v1.ApprovalService/ListPending"))
+        Err(not_implemented(
+            "metnos.approval.v1.ApprovalService/ListPending",
+        ))
     }
 
     async fn cleanup_expired(
         &self,
         _request: Request<CleanupExpiredRequest>,
     ) -> Result<Response<CleanupExpiredResponse>, Status> {
-        Err(not_implemented("metnos.approval.v1.ApprovalService/CleanupExpired"))
+        Err(not_implemented(
+            "metnos.approval.v1.ApprovalService/CleanupExpired",
+        ))
     }
 
     async fn render_card(
         &self,
         _request: Request<RenderCardRequest>,
     ) -> Result<Response<RenderCardResponse>, Status> {
-        Err(not_implemented("metnos.approval.v1.ApprovalService/RenderCard"))
+        Err(not_implemented(
+            "metnos.approval.v1.ApprovalService/RenderCard",
+        ))
     }
 
     async fn wait_decision(
         &self,
         _request: Request<WaitDecisionRequest>,
     ) -> Result<Response<Self::WaitDecisionStream>, Status> {
-        Err(not_implemented("metnos.approval.v1.ApprovalService/WaitDecision"))
+        Err(not_implemented(
+            "metnos.approval.v1.ApprovalService/WaitDecision",
+        ))
     }
 }

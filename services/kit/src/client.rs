@@ -4,9 +4,9 @@
 use std::time::Duration;
 
 use tonic::transport::{Channel, Endpoint};
+use tonic_health::pb::HealthCheckRequest;
 use tonic_health::pb::health_check_response::ServingStatus;
 use tonic_health::pb::health_client::HealthClient;
-use tonic_health::pb::HealthCheckRequest;
 use tower_layer::Layer;
 
 use crate::config::ServiceName;

@@ -405,7 +405,8 @@ impl Config {
         figment = figment.merge(env_provider());
 
         let mut config: Config = figment.extract().map_err(from_figment)?;
-        config.telemetry.otlp_endpoint = source.var("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT")
+        config.telemetry.otlp_endpoint = source
+            .var("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT")
             .or_else(|| source.var("OTEL_EXPORTER_OTLP_ENDPOINT"));
         config.resolve_paths(source)?;
         config.validate()?;
@@ -430,10 +431,10 @@ impl Config {
         }
         self.data_dir = expand_tilde(&self.data_dir, home.as_deref())
             .ok_or_else(|| ConfigError::key("data_dir", "starts with ~ but HOME is not set"))?;
-        if self.runtime.user_home.as_os_str().is_empty() {
-            if let Some(h) = &home {
-                self.runtime.user_home = h.clone();
-            }
+        if self.runtime.user_home.as_os_str().is_empty()
+            && let Some(h) = &home
+        {
+            self.runtime.user_home = h.clone();
         }
         Ok(())
     }
@@ -606,7 +607,10 @@ fn env_provider() -> Env {
 
 fn from_figment(error: figment::Error) -> ConfigError {
     // figment may chain several errors; the first is the one to fix first.
-    let error = error.into_iter().next().expect("figment error has one entry");
+    let error = error
+        .into_iter()
+        .next()
+        .expect("figment error has one entry");
     let key = error.path.join(".");
     let origin = error.metadata.as_ref().map(|md| match &md.source {
         Some(figment::Source::File(path)) => path.display().to_string(),
@@ -621,7 +625,11 @@ fn from_figment(error: figment::Error) -> ConfigError {
         kind => kind.to_string(),
     };
     ConfigError::Key {
-        key: if key.is_empty() { "(root)".to_owned() } else { key },
+        key: if key.is_empty() {
+            "(root)".to_owned()
+        } else {
+            key
+        },
         origin,
         message,
     }
@@ -649,7 +657,9 @@ impl StoreSpec {
         if let Some(path) = value.strip_prefix("sqlite:") {
             let path = path.trim_start_matches("//");
             if path.is_empty() {
-                return Err("sqlite: needs a file path, e.g. sqlite:/var/lib/metnos/policy.db".to_owned());
+                return Err(
+                    "sqlite: needs a file path, e.g. sqlite:/var/lib/metnos/policy.db".to_owned(),
+                );
             }
             let path = Path::new(path);
             let path = if path.is_absolute() {
@@ -717,6 +727,7 @@ mod tests {
     use figment::Jail;
 
     /// Runs `f` with a clean environment (HOME=/home/u plus `vars`) in a temp directory.
+    #[allow(clippy::result_large_err)] // figment's Jail API fixes the error type
     fn with_env(vars: &[(&str, &str)], f: impl FnOnce(&mut Jail) -> Result<(), String>) {
         Jail::expect_with(|jail| {
             jail.clear_env();
@@ -743,9 +754,18 @@ mod tests {
     fn defaults_give_five_loopback_services_and_sqlite_under_the_data_dir() {
         with_env(&[], |_| {
             let config = load()?;
-            assert_eq!(config.data_dir, PathBuf::from("/home/u/.local/share/metnos"));
-            assert_eq!(config.service_url(ServiceName::Policy), "http://127.0.0.1:50051");
-            assert_eq!(config.service_url(ServiceName::Gateway), "http://127.0.0.1:50055");
+            assert_eq!(
+                config.data_dir,
+                PathBuf::from("/home/u/.local/share/metnos")
+            );
+            assert_eq!(
+                config.service_url(ServiceName::Policy),
+                "http://127.0.0.1:50051"
+            );
+            assert_eq!(
+                config.service_url(ServiceName::Gateway),
+                "http://127.0.0.1:50055"
+            );
             assert_eq!(
                 config.store(ServiceName::Approval),
                 StoreSpec::Sqlite {
@@ -772,7 +792,10 @@ mod tests {
     #[test]
     fn the_local_metnos_toml_is_found_and_env_overrides_a_nested_key() {
         with_env(
-            &[("METNOS_RUNTIME__LLM__FAST__BASE_URL", "http://127.0.0.1:9999")],
+            &[(
+                "METNOS_RUNTIME__LLM__FAST__BASE_URL",
+                "http://127.0.0.1:9999",
+            )],
             |jail| {
                 jail.create_file(
                     "metnos.toml",
@@ -793,12 +816,18 @@ mod tests {
         with_env(
             &[
                 ("METNOS_POLICY__LISTEN", "127.0.0.1:6000"),
-                ("METNOS_POLICY__STORE", "postgres://metnos:s3cret@db:5432/policy"),
+                (
+                    "METNOS_POLICY__STORE",
+                    "postgres://metnos:s3cret@db:5432/policy",
+                ),
             ],
             |_| {
                 let config = load()?;
                 assert_eq!(config.policy.listen.port(), 6000);
-                assert_eq!(config.service_url(ServiceName::Policy), "http://127.0.0.1:6000");
+                assert_eq!(
+                    config.service_url(ServiceName::Policy),
+                    "http://127.0.0.1:6000"
+                );
                 assert_eq!(
                     config.store(ServiceName::Policy).describe(),
                     "postgres://metnos:***@db:5432/policy"
@@ -821,8 +850,11 @@ mod tests {
     #[test]
     fn a_bad_file_value_names_the_key_and_the_file() {
         with_env(&[], |jail| {
-            jail.create_file("metnos.toml", "[server]\nshutdown_grace_seconds = \"soon\"\n")
-                .map_err(|e| e.to_string())?;
+            jail.create_file(
+                "metnos.toml",
+                "[server]\nshutdown_grace_seconds = \"soon\"\n",
+            )
+            .map_err(|e| e.to_string())?;
             let err = load_err();
             assert!(err.contains("`server.shutdown_grace_seconds`"), "{err}");
             assert!(err.contains("metnos.toml"), "{err}");
@@ -833,8 +865,11 @@ mod tests {
     #[test]
     fn an_unknown_key_is_an_error_not_a_silent_default() {
         with_env(&[], |jail| {
-            jail.create_file("metnos.toml", "[policy]\nlisten = \"127.0.0.1:1\"\nlsten = \"x\"\n")
-                .map_err(|e| e.to_string())?;
+            jail.create_file(
+                "metnos.toml",
+                "[policy]\nlisten = \"127.0.0.1:1\"\nlsten = \"x\"\n",
+            )
+            .map_err(|e| e.to_string())?;
             let err = load_err();
             assert!(err.contains("`policy.lsten`"), "{err}");
             assert!(err.contains("unknown key"), "{err}");
@@ -845,7 +880,8 @@ mod tests {
     #[test]
     fn a_toml_syntax_error_names_the_file() {
         with_env(&[], |jail| {
-            jail.create_file("metnos.toml", "[policy\n").map_err(|e| e.to_string())?;
+            jail.create_file("metnos.toml", "[policy\n")
+                .map_err(|e| e.to_string())?;
             let err = load_err();
             assert!(err.starts_with("config file metnos.toml"), "{err}");
             Ok(())
@@ -855,8 +891,13 @@ mod tests {
     #[test]
     fn a_missing_explicit_file_is_an_error() {
         with_env(&[("METNOS_CONFIG", "/nonexistent/metnos.toml")], |_| {
-            let err = Config::load(&ConfigSource::from_env(None)).unwrap_err().to_string();
-            assert!(err.contains("/nonexistent/metnos.toml: no such file"), "{err}");
+            let err = Config::load(&ConfigSource::from_env(None))
+                .unwrap_err()
+                .to_string();
+            assert!(
+                err.contains("/nonexistent/metnos.toml: no such file"),
+                "{err}"
+            );
             Ok(())
         });
     }
@@ -877,23 +918,34 @@ mod tests {
 
     #[test]
     fn other_metnos_variables_are_not_configuration() {
-        with_env(&[("METNOS_TEST_POSTGRES_URL", "postgres://x"), ("METNOS_JUDGE_KIND", "llm-v1")], |_| {
-            load().map(|_| ())
-        });
+        with_env(
+            &[
+                ("METNOS_TEST_POSTGRES_URL", "postgres://x"),
+                ("METNOS_JUDGE_KIND", "llm-v1"),
+            ],
+            |_| load().map(|_| ()),
+        );
     }
 
     #[test]
     fn unknown_llm_tier_bad_provider_and_bad_log_filter_are_refused() {
         with_env(&[], |jail| {
-            jail.create_file("metnos.toml", "[runtime.llm.huge]\nprovider = \"ollama\"\nmodel = \"m\"\n")
-                .map_err(|e| e.to_string())?;
+            jail.create_file(
+                "metnos.toml",
+                "[runtime.llm.huge]\nprovider = \"ollama\"\nmodel = \"m\"\n",
+            )
+            .map_err(|e| e.to_string())?;
             let err = load_err();
             assert!(err.contains("`runtime.llm.huge`"), "{err}");
-            jail.create_file("metnos.toml", "[runtime.llm.fast]\nprovider = \"gpt\"\nmodel = \"m\"\n")
-                .map_err(|e| e.to_string())?;
+            jail.create_file(
+                "metnos.toml",
+                "[runtime.llm.fast]\nprovider = \"gpt\"\nmodel = \"m\"\n",
+            )
+            .map_err(|e| e.to_string())?;
             let err = load_err();
             assert!(err.contains("`runtime.llm.fast.provider`"), "{err}");
-            jail.create_file("metnos.toml", "").map_err(|e| e.to_string())?;
+            jail.create_file("metnos.toml", "")
+                .map_err(|e| e.to_string())?;
             jail.set_env("METNOS_TELEMETRY__LOG", "info,[[[");
             let err = load_err();
             assert!(err.contains("`telemetry.log`"), "{err}");
@@ -912,14 +964,32 @@ mod tests {
     }
 
     #[test]
+    fn the_documented_example_is_exactly_the_defaults() {
+        let example = include_str!("../../../metnos.example.toml");
+        with_env(&[], |jail| {
+            let defaults = load()?;
+            jail.create_file("metnos.toml", example)
+                .map_err(|e| e.to_string())?;
+            assert_eq!(load()?, defaults);
+            Ok(())
+        });
+    }
+
+    #[test]
     fn unspecified_listen_addresses_are_reached_on_loopback() {
-        assert_eq!(url_for_addr("0.0.0.0:7".parse().unwrap()), "http://127.0.0.1:7");
+        assert_eq!(
+            url_for_addr("0.0.0.0:7".parse().unwrap()),
+            "http://127.0.0.1:7"
+        );
         assert_eq!(url_for_addr("[::]:7".parse().unwrap()), "http://[::1]:7");
     }
 
     #[test]
     fn redaction_hides_only_the_password() {
-        assert_eq!(redact_url("postgres://u:p@h:1/d?x=1"), "postgres://u:***@h:1/d?x=1");
+        assert_eq!(
+            redact_url("postgres://u:p@h:1/d?x=1"),
+            "postgres://u:***@h:1/d?x=1"
+        );
         assert_eq!(redact_url("postgres://u@h/d"), "postgres://u@h/d");
         assert_eq!(redact_url("postgres://h/d"), "postgres://h/d");
     }

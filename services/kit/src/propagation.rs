@@ -216,7 +216,9 @@ mod tests {
 
     #[test]
     fn injected_context_is_extracted_unchanged() {
-        use opentelemetry::trace::{SpanContext, SpanId, TraceContextExt, TraceFlags, TraceId, TraceState};
+        use opentelemetry::trace::{
+            SpanContext, SpanId, TraceContextExt, TraceFlags, TraceId, TraceState,
+        };
         opentelemetry::global::set_text_map_propagator(
             opentelemetry_sdk::propagation::TraceContextPropagator::new(),
         );
@@ -239,7 +241,13 @@ mod tests {
         let extracted = opentelemetry::global::get_text_map_propagator(|p| {
             p.extract(&HeaderExtractor(&headers))
         });
-        assert_eq!(extracted.span().span_context().trace_id(), span_context.trace_id());
-        assert_eq!(extracted.span().span_context().span_id(), span_context.span_id());
+        assert_eq!(
+            extracted.span().span_context().trace_id(),
+            span_context.trace_id()
+        );
+        assert_eq!(
+            extracted.span().span_context().span_id(),
+            span_context.span_id()
+        );
     }
 }

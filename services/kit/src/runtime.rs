@@ -57,19 +57,19 @@ where
             .on_thread_stop(|| DEFAULT_DISPATCH.with(|slot| drop(slot.borrow_mut().take())))
             .build()?
     };
-    let thread = std::thread::Builder::new().name(name.to_owned()).spawn(move || {
-        let _default = tracing::dispatcher::set_default(&dispatch);
-        let shutdown: ShutdownFuture = Box::pin(async move {
-            // A dropped handle also means stop.
-            let _ = stop_rx.await;
-        });
-        let result = runtime
-            .block_on(run(shutdown))
-            .map_err(|e| e.to_string());
-        // Connections still open after the grace period are cut here.
-        runtime.shutdown_timeout(std::time::Duration::from_secs(1));
-        let _ = done_tx.send(result);
-    })?;
+    let thread = std::thread::Builder::new()
+        .name(name.to_owned())
+        .spawn(move || {
+            let _default = tracing::dispatcher::set_default(&dispatch);
+            let shutdown: ShutdownFuture = Box::pin(async move {
+                // A dropped handle also means stop.
+                let _ = stop_rx.await;
+            });
+            let result = runtime.block_on(run(shutdown)).map_err(|e| e.to_string());
+            // Connections still open after the grace period are cut here.
+            runtime.shutdown_timeout(std::time::Duration::from_secs(1));
+            let _ = done_tx.send(result);
+        })?;
     Ok(ServiceThread {
         service,
         stop: Some(stop_tx),

@@ -60,7 +60,10 @@ pub async fn bind(service: ServiceName, addr: SocketAddr) -> Result<TcpListener,
 
 /// Binds a listen address outside any runtime, for a service that will run on a runtime
 /// of its own (`tokio::net::TcpListener::from_std` there). The socket is non-blocking.
-pub fn bind_std(service: ServiceName, addr: SocketAddr) -> Result<std::net::TcpListener, ServeError> {
+pub fn bind_std(
+    service: ServiceName,
+    addr: SocketAddr,
+) -> Result<std::net::TcpListener, ServeError> {
     let bind_error = |source| ServeError::Bind {
         service,
         addr,

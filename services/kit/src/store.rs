@@ -12,7 +12,9 @@ use std::time::Duration;
 
 use sqlx::migrate::{Migration, MigrationType, Migrator};
 use sqlx::postgres::{PgConnectOptions, PgPool, PgPoolOptions};
-use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePool, SqlitePoolOptions, SqliteSynchronous};
+use sqlx::sqlite::{
+    SqliteConnectOptions, SqliteJournalMode, SqlitePool, SqlitePoolOptions, SqliteSynchronous,
+};
 use sqlx::{AssertSqlSafe, Connection, SqlSafeStr};
 
 use crate::config::{StoreSpec, redact_url};
@@ -105,7 +107,9 @@ pub enum StoreError {
     Open { store: String, message: String },
     #[error("cannot connect to {store}: timed out after {seconds} s")]
     Timeout { store: String, seconds: u64 },
-    #[error("{store} belongs to service {found}, not {expected}: give each service its own database")]
+    #[error(
+        "{store} belongs to service {found}, not {expected}: give each service its own database"
+    )]
     WrongOwner {
         store: String,
         expected: String,
@@ -153,13 +157,14 @@ pub async fn open(
             // One direct attempt first: the pool would retry until its timeout and then
             // report only that it timed out, losing "connection refused" or "no such
             // database", which is what a person needs to read.
-            let probe = tokio::time::timeout(connect_timeout, sqlx::PgConnection::connect_with(&options))
-                .await
-                .map_err(|_| StoreError::Timeout {
-                    store: store.clone(),
-                    seconds: connect_timeout.as_secs(),
-                })?
-                .map_err(|e| open_error(&store, &e))?;
+            let probe =
+                tokio::time::timeout(connect_timeout, sqlx::PgConnection::connect_with(&options))
+                    .await
+                    .map_err(|_| StoreError::Timeout {
+                        store: store.clone(),
+                        seconds: connect_timeout.as_secs(),
+                    })?
+                    .map_err(|e| open_error(&store, &e))?;
             let _ = probe.close().await;
             let pool = PgPoolOptions::new()
                 .max_connections(10)
@@ -190,15 +195,25 @@ pub async fn open(
 }
 
 async fn claim(db: &Db, store: &str, owner: &str) -> Result<(), StoreError> {
-    let create = "CREATE TABLE IF NOT EXISTS metnos_store (key TEXT PRIMARY KEY, value TEXT NOT NULL)";
-    let insert = "INSERT INTO metnos_store (key, value) VALUES ('owner', $1) ON CONFLICT (key) DO NOTHING";
+    let create =
+        "CREATE TABLE IF NOT EXISTS metnos_store (key TEXT PRIMARY KEY, value TEXT NOT NULL)";
+    let insert =
+        "INSERT INTO metnos_store (key, value) VALUES ('owner', $1) ON CONFLICT (key) DO NOTHING";
     let result = match db {
         Db::Sqlite(pool) => match sqlx::query(create).execute(pool).await {
-            Ok(_) => sqlx::query(insert).bind(owner).execute(pool).await.map(|_| ()),
+            Ok(_) => sqlx::query(insert)
+                .bind(owner)
+                .execute(pool)
+                .await
+                .map(|_| ()),
             Err(e) => Err(e),
         },
         Db::Postgres(pool) => match sqlx::query(create).execute(pool).await {
-            Ok(_) => sqlx::query(insert).bind(owner).execute(pool).await.map(|_| ()),
+            Ok(_) => sqlx::query(insert)
+                .bind(owner)
+                .execute(pool)
+                .await
+                .map(|_| ()),
             Err(e) => Err(e),
         },
     };

@@ -113,6 +113,18 @@ impl Telemetry {
         tracing::dispatcher::set_global_default(self.dispatch.clone())
     }
 
+    /// Exports the spans finished so far, now (off the async threads, like shutdown).
+    pub async fn flush(&self) {
+        let Some(provider) = self.provider.clone() else {
+            return;
+        };
+        match tokio::task::spawn_blocking(move || provider.force_flush()).await {
+            Ok(Ok(())) => {}
+            Ok(Err(e)) => tracing::warn!(error = %e, "trace export flush failed"),
+            Err(e) => tracing::warn!(error = %e, "trace export flush panicked"),
+        }
+    }
+
     /// Flushes pending spans and stops the exporter. Runs the blocking shutdown off the
     /// async threads: the exporter needs the runtime to keep running while it flushes.
     pub async fn shutdown(self) {

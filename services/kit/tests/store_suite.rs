@@ -62,11 +62,15 @@ impl Backend {
             std::process::id(),
             NEXT.fetch_add(1, Ordering::Relaxed)
         );
-        let admin = sqlx::PgPool::connect(&admin_url).await.expect("connect to the test server");
-        sqlx::query(sqlx::AssertSqlSafe(format!("DROP DATABASE IF EXISTS {database}")))
-            .execute(&admin)
+        let admin = sqlx::PgPool::connect(&admin_url)
             .await
-            .unwrap();
+            .expect("connect to the test server");
+        sqlx::query(sqlx::AssertSqlSafe(format!(
+            "DROP DATABASE IF EXISTS {database}"
+        )))
+        .execute(&admin)
+        .await
+        .unwrap();
         sqlx::query(sqlx::AssertSqlSafe(format!("CREATE DATABASE {database}")))
             .execute(&admin)
             .await
@@ -99,8 +103,22 @@ impl Backend {
 async fn insert_note(db: &Db, body: &str, tag: &str) -> i64 {
     let sql = "INSERT INTO notes (body, created_ms, tag) VALUES ($1, $2, $3) RETURNING id";
     match db {
-        Db::Sqlite(pool) => sqlx::query_scalar(sql).bind(body).bind(1_700_000_000_000_i64).bind(tag).fetch_one(pool).await,
-        Db::Postgres(pool) => sqlx::query_scalar(sql).bind(body).bind(1_700_000_000_000_i64).bind(tag).fetch_one(pool).await,
+        Db::Sqlite(pool) => {
+            sqlx::query_scalar(sql)
+                .bind(body)
+                .bind(1_700_000_000_000_i64)
+                .bind(tag)
+                .fetch_one(pool)
+                .await
+        }
+        Db::Postgres(pool) => {
+            sqlx::query_scalar(sql)
+                .bind(body)
+                .bind(1_700_000_000_000_i64)
+                .bind(tag)
+                .fetch_one(pool)
+                .await
+        }
     }
     .unwrap()
 }
@@ -137,13 +155,17 @@ async fn applied_versions(db: &Db) -> Vec<i64> {
 
 async fn opens_migrates_twice_and_round_trips(backend: Backend) {
     let spec = backend.spec();
-    let db = store::open(&spec, "policy", &MIGRATIONS, TIMEOUT).await.unwrap();
+    let db = store::open(&spec, "policy", &MIGRATIONS, TIMEOUT)
+        .await
+        .unwrap();
     assert_eq!(applied_versions(&db).await, vec![1, 2]);
     let id = insert_note(&db, "héllo, wörld — 'quoted'", "t1").await;
     db.close().await;
 
     // Opening again re-runs nothing and keeps the data.
-    let db = store::open(&spec, "policy", &MIGRATIONS, TIMEOUT).await.unwrap();
+    let db = store::open(&spec, "policy", &MIGRATIONS, TIMEOUT)
+        .await
+        .unwrap();
     assert_eq!(applied_versions(&db).await, vec![1, 2]);
     assert_eq!(
         notes(&db).await,
@@ -156,24 +178,37 @@ async fn opens_migrates_twice_and_round_trips(backend: Backend) {
 
 async fn refuses_a_store_owned_by_another_service(backend: Backend) {
     let spec = backend.spec();
-    store::open(&spec, "policy", &MIGRATIONS, TIMEOUT).await.unwrap().close().await;
+    store::open(&spec, "policy", &MIGRATIONS, TIMEOUT)
+        .await
+        .unwrap()
+        .close()
+        .await;
     let err = store::open(&spec, "approval", &Migrations::NONE, TIMEOUT)
         .await
         .unwrap_err();
     assert!(matches!(err, StoreError::WrongOwner { .. }), "{err}");
     let message = err.to_string();
-    assert!(message.contains("belongs to service policy, not approval"), "{message}");
+    assert!(
+        message.contains("belongs to service policy, not approval"),
+        "{message}"
+    );
 }
 
 async fn refuses_a_store_whose_migrations_are_unknown(backend: Backend) {
     // A newer binary migrated it; this one does not know version 2: fail, never guess.
     let spec = backend.spec();
-    store::open(&spec, "policy", &MIGRATIONS, TIMEOUT).await.unwrap().close().await;
+    store::open(&spec, "policy", &MIGRATIONS, TIMEOUT)
+        .await
+        .unwrap()
+        .close()
+        .await;
     let older = Migrations {
         sqlite: &SQLITE[..1],
         postgres: &POSTGRES[..1],
     };
-    let err = store::open(&spec, "policy", &older, TIMEOUT).await.unwrap_err();
+    let err = store::open(&spec, "policy", &older, TIMEOUT)
+        .await
+        .unwrap_err();
     assert!(matches!(err, StoreError::Migrate { .. }), "{err}");
 }
 
@@ -211,9 +246,16 @@ async fn postgres_refuses_a_store_whose_migrations_are_unknown() {
 #[tokio::test]
 async fn sqlite_store_is_in_wal_mode() {
     let backend = Backend::sqlite();
-    let db = store::open(&backend.spec(), "policy", &MIGRATIONS, TIMEOUT).await.unwrap();
-    let Db::Sqlite(pool) = &db else { unreachable!() };
-    let mode: String = sqlx::query_scalar("PRAGMA journal_mode").fetch_one(pool).await.unwrap();
+    let db = store::open(&backend.spec(), "policy", &MIGRATIONS, TIMEOUT)
+        .await
+        .unwrap();
+    let Db::Sqlite(pool) = &db else {
+        unreachable!()
+    };
+    let mode: String = sqlx::query_scalar("PRAGMA journal_mode")
+        .fetch_one(pool)
+        .await
+        .unwrap();
     assert_eq!(mode, "wal");
 }
 
@@ -224,10 +266,18 @@ async fn unreachable_postgres_fails_fast_with_a_clear_message_and_no_password() 
         url: "postgres://metnos:hunter2@127.0.0.1:1/metnos".to_owned(),
     };
     let started = std::time::Instant::now();
-    let err = store::open(&spec, "policy", &MIGRATIONS, TIMEOUT).await.unwrap_err();
+    let err = store::open(&spec, "policy", &MIGRATIONS, TIMEOUT)
+        .await
+        .unwrap_err();
     let message = err.to_string();
-    assert!(started.elapsed() < TIMEOUT, "waited for the whole timeout: {message}");
-    assert!(message.starts_with("cannot open postgres://metnos:***@127.0.0.1:1/metnos"), "{message}");
+    assert!(
+        started.elapsed() < TIMEOUT,
+        "waited for the whole timeout: {message}"
+    );
+    assert!(
+        message.starts_with("cannot open postgres://metnos:***@127.0.0.1:1/metnos"),
+        "{message}"
+    );
     assert!(message.to_lowercase().contains("refused"), "{message}");
     assert!(!message.contains("hunter2"), "{message}");
     assert!(!message.contains('\n'), "{message}");
@@ -235,7 +285,9 @@ async fn unreachable_postgres_fails_fast_with_a_clear_message_and_no_password() 
 
 #[tokio::test]
 async fn a_missing_postgres_database_is_named() {
-    let Backend::Postgres { admin_url, .. } = Backend::postgres().await else { unreachable!() };
+    let Backend::Postgres { admin_url, .. } = Backend::postgres().await else {
+        unreachable!()
+    };
     let (base, _) = admin_url.rsplit_once('/').unwrap();
     let spec = StoreSpec::Postgres {
         url: format!("{base}/metnos_no_such_db"),

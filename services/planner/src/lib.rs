@@ -9,24 +9,16 @@
 
 use std::pin::Pin;
 
-use tokio_stream::Stream;
 use metnos_kit::server::{StartError, not_implemented, serve_with_store};
 use metnos_kit::store::{Db, Migrations};
 use metnos_kit::{Config, ServiceName, ShutdownFuture};
 use metnos_proto::planner::v1::planner_service_server::{PlannerService, PlannerServiceServer};
 use metnos_proto::planner::v1::{
-    CancelTurnRequest,
-    CancelTurnResponse,
-    GetTurnRequest,
-    GetTurnResponse,
-    ListTurnsRequest,
-    ListTurnsResponse,
-    ResumeTurnRequest,
-    ResumeTurnResponse,
-    RunTurnRequest,
-    RunTurnResponse,
+    CancelTurnRequest, CancelTurnResponse, GetTurnRequest, GetTurnResponse, ListTurnsRequest,
+    ListTurnsResponse, ResumeTurnRequest, ResumeTurnResponse, RunTurnRequest, RunTurnResponse,
 };
 use tokio::net::TcpListener;
+use tokio_stream::Stream;
 use tonic::{Request, Response, Status};
 
 /// This service.
@@ -72,14 +64,18 @@ impl PlannerService for PlannerApi {
         &self,
         _request: Request<ResumeTurnRequest>,
     ) -> Result<Response<Self::ResumeTurnStream>, Status> {
-        Err(not_implemented("metnos.planner.v1.PlannerService/ResumeTurn"))
+        Err(not_implemented(
+            "metnos.planner.v1.PlannerService/ResumeTurn",
+        ))
     }
 
     async fn cancel_turn(
         &self,
         _request: Request<CancelTurnRequest>,
     ) -> Result<Response<CancelTurnResponse>, Status> {
-        Err(not_implemented("metnos.planner.v1.PlannerService/CancelTurn"))
+        Err(not_implemented(
+            "metnos.planner.v1.PlannerService/CancelTurn",
+        ))
     }
 
     async fn get_turn(
@@ -93,6 +89,8 @@ impl PlannerService for PlannerApi {
         &self,
         _request: Request<ListTurnsRequest>,
     ) -> Result<Response<ListTurnsResponse>, Status> {
-        Err(not_implemented("metnos.planner.v1.PlannerService/ListTurns"))
+        Err(not_implemented(
+            "metnos.planner.v1.PlannerService/ListTurns",
+        ))
     }
 }

@@ -12,19 +12,9 @@ use metnos_kit::store::{Db, Migrations};
 use metnos_kit::{Config, ServiceName, ShutdownFuture};
 use metnos_proto::policy::v1::policy_service_server::{PolicyService, PolicyServiceServer};
 use metnos_proto::policy::v1::{
-    CheckRequest,
-    CheckResponse,
-    GetTableRequest,
-    GetTableResponse,
-    ListCapabilitiesRequest,
-    ListCapabilitiesResponse,
-    ListGrantsRequest,
-    ListGrantsResponse,
-    PruneGrantsRequest,
-    PruneGrantsResponse,
-    RecordGrantRequest,
-    RecordGrantResponse,
-    RevokeGrantRequest,
+    CheckRequest, CheckResponse, GetTableRequest, GetTableResponse, ListCapabilitiesRequest,
+    ListCapabilitiesResponse, ListGrantsRequest, ListGrantsResponse, PruneGrantsRequest,
+    PruneGrantsResponse, RecordGrantRequest, RecordGrantResponse, RevokeGrantRequest,
     RevokeGrantResponse,
 };
 use tokio::net::TcpListener;
@@ -61,7 +51,9 @@ impl PolicyService for PolicyApi {
         &self,
         _request: Request<ListCapabilitiesRequest>,
     ) -> Result<Response<ListCapabilitiesResponse>, Status> {
-        Err(not_implemented("metnos.policy.v1.PolicyService/ListCapabilities"))
+        Err(not_implemented(
+            "metnos.policy.v1.PolicyService/ListCapabilities",
+        ))
     }
 
     async fn get_table(
@@ -82,7 +74,9 @@ impl PolicyService for PolicyApi {
         &self,
         _request: Request<RecordGrantRequest>,
     ) -> Result<Response<RecordGrantResponse>, Status> {
-        Err(not_implemented("metnos.policy.v1.PolicyService/RecordGrant"))
+        Err(not_implemented(
+            "metnos.policy.v1.PolicyService/RecordGrant",
+        ))
     }
 
     async fn list_grants(
@@ -96,13 +90,17 @@ impl PolicyService for PolicyApi {
         &self,
         _request: Request<RevokeGrantRequest>,
     ) -> Result<Response<RevokeGrantResponse>, Status> {
-        Err(not_implemented("metnos.policy.v1.PolicyService/RevokeGrant"))
+        Err(not_implemented(
+            "metnos.policy.v1.PolicyService/RevokeGrant",
+        ))
     }
 
     async fn prune_grants(
         &self,
         _request: Request<PruneGrantsRequest>,
     ) -> Result<Response<PruneGrantsResponse>, Status> {
-        Err(not_implemented("metnos.policy.v1.PolicyService/PruneGrants"))
+        Err(not_implemented(
+            "metnos.policy.v1.PolicyService/PruneGrants",
+        ))
     }
 }

@@ -12,20 +12,10 @@ use metnos_kit::store::{Db, Migrations};
 use metnos_kit::{Config, ServiceName, ShutdownFuture};
 use metnos_proto::vaglio::v1::vaglio_service_server::{VaglioService, VaglioServiceServer};
 use metnos_proto::vaglio::v1::{
-    DetectStopRequest,
-    DetectStopResponse,
-    EvaluateProposalRequest,
-    EvaluateProposalResponse,
-    GetTelosRequest,
-    GetTelosResponse,
-    JudgeRequest,
-    JudgeResponse,
-    ListRejectedProposalsRequest,
-    ListRejectedProposalsResponse,
-    ListVerdictsRequest,
-    ListVerdictsResponse,
-    RecordFeedbackRequest,
-    RecordFeedbackResponse,
+    DetectStopRequest, DetectStopResponse, EvaluateProposalRequest, EvaluateProposalResponse,
+    GetTelosRequest, GetTelosResponse, JudgeRequest, JudgeResponse, ListRejectedProposalsRequest,
+    ListRejectedProposalsResponse, ListVerdictsRequest, ListVerdictsResponse,
+    RecordFeedbackRequest, RecordFeedbackResponse,
 };
 use tokio::net::TcpListener;
 use tonic::{Request, Response, Status};
@@ -68,14 +58,18 @@ impl VaglioService for VaglioApi {
         &self,
         _request: Request<ListVerdictsRequest>,
     ) -> Result<Response<ListVerdictsResponse>, Status> {
-        Err(not_implemented("metnos.vaglio.v1.VaglioService/ListVerdicts"))
+        Err(not_implemented(
+            "metnos.vaglio.v1.VaglioService/ListVerdicts",
+        ))
     }
 
     async fn evaluate_proposal(
         &self,
         _request: Request<EvaluateProposalRequest>,
     ) -> Result<Response<EvaluateProposalResponse>, Status> {
-        Err(not_implemented("metnos.vaglio.v1.VaglioService/EvaluateProposal"))
+        Err(not_implemented(
+            "metnos.vaglio.v1.VaglioService/EvaluateProposal",
+        ))
     }
 
     async fn get_telos(
@@ -89,7 +83,9 @@ impl VaglioService for VaglioApi {
         &self,
         _request: Request<RecordFeedbackRequest>,
     ) -> Result<Response<RecordFeedbackResponse>, Status> {
-        Err(not_implemented("metnos.vaglio.v1.VaglioService/RecordFeedback"))
+        Err(not_implemented(
+            "metnos.vaglio.v1.VaglioService/RecordFeedback",
+        ))
     }
 
     async fn detect_stop(
@@ -103,6 +99,8 @@ impl VaglioService for VaglioApi {
         &self,
         _request: Request<ListRejectedProposalsRequest>,
     ) -> Result<Response<ListRejectedProposalsResponse>, Status> {
-        Err(not_implemented("metnos.vaglio.v1.VaglioService/ListRejectedProposals"))
+        Err(not_implemented(
+            "metnos.vaglio.v1.VaglioService/ListRejectedProposals",
+        ))
     }
 }

@@ -1,0 +1,25 @@
+# The one task runner. `make ci` is exactly what CI runs (.ci/run calls these targets).
+.PHONY: ci fmt-check clippy deps-check test up
+
+# cargo-nextest when installed, else cargo's own runner.
+TEST_RUNNER := $(if $(shell command -v cargo-nextest 2>/dev/null),cargo nextest run --workspace --locked --profile ci,cargo test --workspace --locked)
+
+ci: fmt-check clippy deps-check test
+
+fmt-check:
+	cargo fmt --all --check
+
+clippy:
+	cargo clippy --workspace --all-targets --locked -- -D warnings
+
+# One tonic, one prost, one hyper in the tree.
+deps-check:
+	scripts/check-single-versions.sh
+
+# All tests; starts a throwaway PostgreSQL and installs grpcurl first.
+test:
+	scripts/with-test-services.sh $(TEST_RUNNER)
+
+# Build and run the whole stack on this machine (SQLite under the data directory).
+up:
+	cargo run --release --locked --bin metnos -- up

@@ -1,0 +1,248 @@
+//! Tracing proof: two services export over OTLP/gRPC to an in-process collector, and a
+//! call that crosses from one to the other is one trace with the right parent/child
+//! links and service names.
+//!
+//! The crossing call is real: at start-up the planner checks the health of its
+//! dependencies (`dependency.check`), calling the policy service through a traced channel.
+
+use std::collections::BTreeMap;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use metnos_kit::client::{self, Health};
+use metnos_kit::runtime::spawn_service;
+use metnos_kit::server::bind_std;
+use metnos_kit::telemetry::Telemetry;
+use metnos_kit::{Config, ServiceName};
+use opentelemetry_proto::tonic::collector::trace::v1::trace_service_server::{
+    TraceService, TraceServiceServer,
+};
+use opentelemetry_proto::tonic::collector::trace::v1::{
+    ExportTraceServiceRequest, ExportTraceServiceResponse,
+};
+use opentelemetry_proto::tonic::common::v1::KeyValue;
+use opentelemetry_proto::tonic::common::v1::any_value::Value;
+use opentelemetry_proto::tonic::trace::v1::Span;
+use opentelemetry_proto::tonic::trace::v1::span::SpanKind;
+use tokio::net::TcpListener;
+use tokio_stream::wrappers::TcpListenerStream;
+
+/// A received span with the `service.name` of the resource that sent it.
+#[derive(Debug, Clone)]
+struct Received {
+    service: String,
+    span: Span,
+}
+
+impl Received {
+    fn attr(&self, key: &str) -> Option<String> {
+        string_attr(&self.span.attributes, key)
+    }
+}
+
+fn string_attr(attributes: &[KeyValue], key: &str) -> Option<String> {
+    attributes.iter().find(|kv| kv.key == key).and_then(|kv| {
+        match kv.value.as_ref()?.value.as_ref()? {
+            Value::StringValue(s) => Some(s.clone()),
+            other => Some(format!("{other:?}")),
+        }
+    })
+}
+
+/// The in-process collector.
+#[derive(Debug, Clone, Default)]
+struct Collector {
+    spans: Arc<Mutex<Vec<Received>>>,
+}
+
+#[tonic::async_trait]
+impl TraceService for Collector {
+    async fn export(
+        &self,
+        request: tonic::Request<ExportTraceServiceRequest>,
+    ) -> Result<tonic::Response<ExportTraceServiceResponse>, tonic::Status> {
+        let mut spans = self.spans.lock().unwrap();
+        for resource_spans in request.into_inner().resource_spans {
+            let service = resource_spans
+                .resource
+                .as_ref()
+                .and_then(|r| string_attr(&r.attributes, "service.name"))
+                .unwrap_or_default();
+            for scope in resource_spans.scope_spans {
+                for span in scope.spans {
+                    spans.push(Received {
+                        service: service.clone(),
+                        span,
+                    });
+                }
+            }
+        }
+        Ok(tonic::Response::new(ExportTraceServiceResponse {
+            partial_success: None,
+        }))
+    }
+}
+
+/// The three spans of one dependency check of policy by the planner, if all arrived.
+fn crossing_trace(spans: &[Received]) -> Option<(Received, Received, Received)> {
+    let checks = spans.iter().filter(|r| {
+        r.span.name == "dependency.check" && r.attr("dependency").as_deref() == Some("policy")
+    });
+    for check in checks {
+        let Some(client) = spans.iter().find(|r| {
+            r.span.parent_span_id == check.span.span_id && r.span.kind == SpanKind::Client as i32
+        }) else {
+            continue;
+        };
+        let Some(server) = spans.iter().find(|r| {
+            r.span.parent_span_id == client.span.span_id && r.span.kind == SpanKind::Server as i32
+        }) else {
+            continue;
+        };
+        return Some((check.clone(), client.clone(), server.clone()));
+    }
+    None
+}
+
+fn free_loopback_url() -> String {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    format!("http://{}", listener.local_addr().unwrap())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_call_from_planner_to_policy_is_one_trace_across_both_services() {
+    // The collector.
+    let collector = Collector::default();
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let collector_url = format!("http://{}", listener.local_addr().unwrap());
+    let server = tokio::spawn(
+        tonic::transport::Server::builder()
+            .add_service(TraceServiceServer::new(collector.clone()))
+            .serve_with_incoming(TcpListenerStream::new(listener)),
+    );
+
+    // Two services exporting to it, each on its own runtime and under its own name.
+    let data = tempfile::tempdir().unwrap();
+    let mut config = Config {
+        data_dir: data.path().to_path_buf(),
+        ..Config::default()
+    };
+    config.runtime.user_home = data.path().to_path_buf();
+    config.telemetry.log = "warn".to_owned();
+    config.telemetry.otlp_endpoint = Some(collector_url);
+    let policy_listener = bind_std(ServiceName::Policy, "127.0.0.1:0".parse().unwrap()).unwrap();
+    let planner_listener = bind_std(ServiceName::Planner, "127.0.0.1:0".parse().unwrap()).unwrap();
+    config.policy.url = format!("http://{}", policy_listener.local_addr().unwrap());
+    config.planner.url = format!("http://{}", planner_listener.local_addr().unwrap());
+    // The planner's other dependencies are not running here.
+    config.vaglio.url = free_loopback_url();
+    config.approval.url = free_loopback_url();
+
+    let policy_telemetry = Telemetry::new("metnos-policy", &config.telemetry).unwrap();
+    let planner_telemetry = Telemetry::new("metnos-planner", &config.telemetry).unwrap();
+    assert!(policy_telemetry.exporting() && planner_telemetry.exporting());
+
+    let policy_config = config.clone();
+    let policy = spawn_service(
+        ServiceName::Policy,
+        policy_telemetry.dispatch().clone(),
+        1,
+        move |shutdown| async move {
+            let listener = TcpListener::from_std(policy_listener).map_err(|e| e.to_string())?;
+            metnos_policy::serve(policy_config, listener, shutdown)
+                .await
+                .map_err(|e| e.to_string())
+        },
+    )
+    .unwrap();
+    let channel = client::channel(&config.policy.url).unwrap();
+    let mut ready = false;
+    for _ in 0..500 {
+        let health = client::probe(
+            channel.clone(),
+            ServiceName::Policy.grpc_name(),
+            Duration::from_secs(1),
+        )
+        .await;
+        if health == Health::Serving {
+            ready = true;
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    assert!(ready, "policy never served");
+
+    let planner_config = config.clone();
+    let planner = spawn_service(
+        ServiceName::Planner,
+        planner_telemetry.dispatch().clone(),
+        1,
+        move |shutdown| async move {
+            let listener = TcpListener::from_std(planner_listener).map_err(|e| e.to_string())?;
+            metnos_planner::serve(planner_config, listener, shutdown)
+                .await
+                .map_err(|e| e.to_string())
+        },
+    )
+    .unwrap();
+
+    // Wait for the three spans of the planner's check of policy to arrive.
+    let mut found = None;
+    for _ in 0..300 {
+        planner_telemetry.flush().await;
+        policy_telemetry.flush().await;
+        found = crossing_trace(&collector.spans.lock().unwrap());
+        if found.is_some() {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let received: Vec<String> = collector
+        .spans
+        .lock()
+        .unwrap()
+        .iter()
+        .map(|r| format!("{}:{}", r.service, r.span.name))
+        .collect();
+    let (check, client_span, server_span) =
+        found.unwrap_or_else(|| panic!("no planner→policy trace among {received:?}"));
+
+    // One trace, three services' worth of links.
+    assert_eq!(check.span.trace_id, client_span.span.trace_id);
+    assert_eq!(client_span.span.trace_id, server_span.span.trace_id);
+    assert!(
+        check.span.parent_span_id.is_empty(),
+        "the check starts the trace"
+    );
+    assert_eq!(client_span.span.parent_span_id, check.span.span_id);
+    assert_eq!(server_span.span.parent_span_id, client_span.span.span_id);
+
+    // Service names come from each service's own resource.
+    assert_eq!(check.service, "metnos-planner");
+    assert_eq!(client_span.service, "metnos-planner");
+    assert_eq!(server_span.service, "metnos-policy");
+
+    // Names and RPC attributes, never payloads.
+    assert_eq!(server_span.span.name, "grpc.health.v1.Health/Check");
+    assert_eq!(client_span.span.name, "grpc.health.v1.Health/Check");
+    let attrs: BTreeMap<&str, Option<String>> = ["rpc.system", "rpc.service", "rpc.method"]
+        .into_iter()
+        .map(|k| (k, server_span.attr(k)))
+        .collect();
+    assert_eq!(attrs["rpc.system"].as_deref(), Some("grpc"));
+    assert_eq!(
+        attrs["rpc.service"].as_deref(),
+        Some("grpc.health.v1.Health")
+    );
+    assert_eq!(attrs["rpc.method"].as_deref(), Some("Check"));
+    assert_eq!(
+        server_span.attr("rpc.grpc.status_code").as_deref(),
+        Some("IntValue(0)")
+    );
+
+    planner.stop().await.unwrap();
+    policy.stop().await.unwrap();
+    planner_telemetry.shutdown().await;
+    policy_telemetry.shutdown().await;
+    server.abort();
+}
