@@ -16,8 +16,10 @@ clippy:
 deps-check:
 	scripts/check-single-versions.sh
 
-# All tests; starts a throwaway PostgreSQL and installs grpcurl first.
+# All tests; starts a throwaway PostgreSQL and installs grpcurl first. The service
+# binaries are built first: system tests run them as real processes.
 test:
+	cargo build --workspace --bins --locked
 	scripts/with-test-services.sh $(TEST_RUNNER)
 
 # Build and run the whole stack on this machine (SQLite under the data directory).

@@ -46,9 +46,19 @@ impl RunFile {
     }
 }
 
+/// Whether `pid` is a running `metnos` (a pid reused by another program after a crash
+/// does not count).
 #[cfg(target_os = "linux")]
 fn process_alive(pid: u32) -> bool {
-    Path::new("/proc").join(pid.to_string()).exists()
+    let Ok(cmdline) = std::fs::read(Path::new("/proc").join(pid.to_string()).join("cmdline"))
+    else {
+        return false;
+    };
+    let argv0 = cmdline.split(|b| *b == 0).next().unwrap_or_default();
+    let argv0 = String::from_utf8_lossy(argv0);
+    Path::new(argv0.as_ref())
+        .file_name()
+        .is_some_and(|name| name == "metnos")
 }
 
 #[cfg(not(target_os = "linux"))]
@@ -71,4 +81,26 @@ pub fn service_urls(config: &Config) -> BTreeMap<ServiceName, String> {
             )
         })
         .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_run_file_round_trips_and_a_dead_or_foreign_pid_is_ignored() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut run = RunFile {
+            pid: std::process::id(),
+            services: BTreeMap::from([("policy".to_owned(), "http://127.0.0.1:1".to_owned())]),
+        };
+        run.write(dir.path()).unwrap();
+        // This test binary is not `metnos`: like a pid reused by another program.
+        assert_eq!(RunFile::read_live(dir.path()), None);
+        run.pid = u32::MAX;
+        run.write(dir.path()).unwrap();
+        assert_eq!(RunFile::read_live(dir.path()), None);
+        RunFile::remove(dir.path());
+        assert!(!RunFile::path(dir.path()).exists());
+    }
 }
