@@ -246,3 +246,64 @@ async fn a_call_from_planner_to_policy_is_one_trace_across_both_services() {
     policy_telemetry.shutdown().await;
     server.abort();
 }
+
+async fn start_collector() -> (Collector, String, tokio::task::JoinHandle<()>) {
+    let collector = Collector::default();
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url = format!("http://{}", listener.local_addr().unwrap());
+    let server = tonic::transport::Server::builder()
+        .add_service(TraceServiceServer::new(collector.clone()))
+        .serve_with_incoming(TcpListenerStream::new(listener));
+    let handle = tokio::spawn(async move {
+        let _ = server.await;
+    });
+    (collector, url, handle)
+}
+
+fn exporting_config(collector_url: String) -> metnos_kit::config::TelemetryConfig {
+    metnos_kit::config::TelemetryConfig {
+        log: "warn".to_owned(),
+        otlp_endpoint: Some(collector_url),
+        ..Default::default()
+    }
+}
+
+fn emit_span(telemetry: &Telemetry, name: &'static str) {
+    tracing::dispatcher::with_default(telemetry.dispatch(), || {
+        let span = tracing::info_span!("unit.of.work", job = name);
+        let _entered = span.enter();
+    });
+}
+
+fn names(collector: &Collector) -> Vec<Option<String>> {
+    collector
+        .spans
+        .lock()
+        .unwrap()
+        .iter()
+        .map(|r| r.attr("job"))
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn shutting_telemetry_down_exports_the_spans_still_pending() {
+    let (collector, url, server) = start_collector().await;
+    let telemetry = Telemetry::new("metnos-test", &exporting_config(url)).unwrap();
+    emit_span(&telemetry, "pending-at-shutdown");
+    // The batch exporter waits seconds before sending; shutdown must not lose the span.
+    telemetry.shutdown().await;
+    assert_eq!(names(&collector), [Some("pending-at-shutdown".to_owned())]);
+    server.abort();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn dropping_telemetry_also_flushes() {
+    let (collector, url, server) = start_collector().await;
+    let telemetry = Telemetry::new("metnos-test", &exporting_config(url)).unwrap();
+    emit_span(&telemetry, "pending-at-drop");
+    tokio::task::spawn_blocking(move || drop(telemetry))
+        .await
+        .unwrap();
+    assert_eq!(names(&collector), [Some("pending-at-drop".to_owned())]);
+    server.abort();
+}

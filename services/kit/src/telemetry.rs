@@ -30,8 +30,9 @@ pub enum TelemetryError {
     Filter(String),
 }
 
-/// One service's subscriber and, if exporting, its tracer provider. Call
-/// [`Telemetry::shutdown`] before the process exits so the last spans are flushed.
+/// One service's subscriber and, if exporting, its tracer provider. It is the guard that
+/// flushes on shutdown: call [`Telemetry::shutdown`] before the process exits; if it is
+/// dropped instead, the drop flushes too (blocking, bounded by a timeout).
 #[derive(Debug)]
 pub struct Telemetry {
     dispatch: Dispatch,
@@ -127,8 +128,8 @@ impl Telemetry {
 
     /// Flushes pending spans and stops the exporter. Runs the blocking shutdown off the
     /// async threads: the exporter needs the runtime to keep running while it flushes.
-    pub async fn shutdown(self) {
-        let Some(provider) = self.provider else {
+    pub async fn shutdown(mut self) {
+        let Some(provider) = self.provider.take() else {
             return;
         };
         let result =
@@ -138,6 +139,20 @@ impl Telemetry {
             Ok(Ok(())) => {}
             Ok(Err(e)) => eprintln!("warning: trace export did not flush cleanly: {e}"),
             Err(e) => eprintln!("warning: trace export shutdown failed: {e}"),
+        }
+    }
+}
+
+impl Drop for Telemetry {
+    fn drop(&mut self) {
+        let Some(provider) = self.provider.take() else {
+            return;
+        };
+        // On a thread of its own: the exporter may need this thread's runtime to progress.
+        let flushed =
+            std::thread::spawn(move || provider.shutdown_with_timeout(FLUSH_TIMEOUT)).join();
+        if let Ok(Err(e)) = flushed {
+            eprintln!("warning: trace export did not flush cleanly: {e}");
         }
     }
 }
