@@ -1,17 +1,10 @@
-//! `metnos`: the user's front door to Metnos.
-//!
-//! `metnos up` runs the whole stack in one process; `metnos status` asks each service's
-//! health. Admin commands (`policy`, `approvals`, `grants`, `pair`, …) arrive with their
-//! services' issues; they all find the running services the same way (see [`runfile`]).
-
-mod runfile;
-mod status;
-mod up;
+//! `metnos`: the user's front door to Metnos. The commands live in the `metnos` library.
 
 use std::path::PathBuf;
 use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
+use metnos::{status, up};
 use metnos_kit::launch::EXIT_CONFIG;
 use metnos_kit::telemetry::Telemetry;
 use metnos_kit::{Config, ConfigSource};

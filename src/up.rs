@@ -85,12 +85,7 @@ pub async fn up(config: Config) -> ExitCode {
         for (peer, (_, url)) in &urls {
             service_config.service_mut(*peer).url = url.clone();
         }
-        let thread = spawn_service(
-            service,
-            telemetry.dispatch().clone(),
-            WORKERS,
-            move |shutdown| run_one(service, service_config, listener, shutdown),
-        );
+        let thread = spawn(service, service_config, listener, &telemetry);
         match thread {
             Ok(thread) => running.push((thread, telemetry)),
             Err(e) => {
@@ -138,6 +133,22 @@ pub async fn up(config: Config) -> ExitCode {
         None => stop_all(running, ExitCode::SUCCESS).await,
         Some(failed) => fail(running, ExitCode::FAILURE, format!("metnos up: {failed}")).await,
     }
+}
+
+/// Starts one service on a runtime of its own that logs and traces through `telemetry`,
+/// serving on `listener` (bound with [`metnos_kit::server::bind_std`]).
+pub fn spawn(
+    service: ServiceName,
+    config: Config,
+    listener: std::net::TcpListener,
+    telemetry: &Telemetry,
+) -> std::io::Result<ServiceThread> {
+    spawn_service(
+        service,
+        telemetry.dispatch().clone(),
+        WORKERS,
+        move |shutdown| run_one(service, config, listener, shutdown),
+    )
 }
 
 async fn run_one(

@@ -10,7 +10,6 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use metnos_kit::client::{self, Health};
-use metnos_kit::runtime::spawn_service;
 use metnos_kit::server::bind_std;
 use metnos_kit::telemetry::Telemetry;
 use metnos_kit::{Config, ServiceName};
@@ -142,17 +141,11 @@ async fn a_call_from_planner_to_policy_is_one_trace_across_both_services() {
     let planner_telemetry = Telemetry::new("metnos-planner", &config.telemetry).unwrap();
     assert!(policy_telemetry.exporting() && planner_telemetry.exporting());
 
-    let policy_config = config.clone();
-    let policy = spawn_service(
+    let policy = metnos::up::spawn(
         ServiceName::Policy,
-        policy_telemetry.dispatch().clone(),
-        1,
-        move |shutdown| async move {
-            let listener = TcpListener::from_std(policy_listener).map_err(|e| e.to_string())?;
-            metnos_policy::serve(policy_config, listener, shutdown)
-                .await
-                .map_err(|e| e.to_string())
-        },
+        config.clone(),
+        policy_listener,
+        &policy_telemetry,
     )
     .unwrap();
     let channel = client::channel(&config.policy.url).unwrap();
@@ -172,17 +165,11 @@ async fn a_call_from_planner_to_policy_is_one_trace_across_both_services() {
     }
     assert!(ready, "policy never served");
 
-    let planner_config = config.clone();
-    let planner = spawn_service(
+    let planner = metnos::up::spawn(
         ServiceName::Planner,
-        planner_telemetry.dispatch().clone(),
-        1,
-        move |shutdown| async move {
-            let listener = TcpListener::from_std(planner_listener).map_err(|e| e.to_string())?;
-            metnos_planner::serve(planner_config, listener, shutdown)
-                .await
-                .map_err(|e| e.to_string())
-        },
+        config.clone(),
+        planner_listener,
+        &planner_telemetry,
     )
     .unwrap();
 

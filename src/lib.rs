@@ -1,0 +1,12 @@
+//! The `metnos` command's library: what the CLI does, usable from tests.
+//!
+//! - [`up`]: the whole stack in one process, each service on its own runtime and port.
+//! - [`status`]: every service's health as a table or JSON lines.
+//! - [`runfile`]: how every command finds the running stack.
+//!
+//! Admin commands (`policy`, `approvals`, `grants`, `pair`, …) arrive with their services'
+//! issues; they all find the running services the same way.
+
+pub mod runfile;
+pub mod status;
+pub mod up;
