@@ -54,21 +54,24 @@ pub async fn up(config: Config) -> ExitCode {
         }
     }
 
-    let mut running: Vec<(ServiceThread, Telemetry)> = Vec::new();
+    // Where each service really listens (ports may be 0 in the config).
     let mut urls = BTreeMap::new();
-    for (service, listener) in listeners {
-        let addr = match listener.local_addr() {
-            Ok(addr) => addr,
+    for (service, listener) in &listeners {
+        match listener.local_addr() {
+            Ok(addr) => urls.insert(*service, (addr, url_for_addr(addr))),
             Err(e) => {
-                return fail(
-                    running,
-                    ExitCode::FAILURE,
-                    format!("metnos up: {service}: {e}"),
-                )
-                .await;
+                eprintln!("metnos up: {service}: {e}");
+                return ExitCode::FAILURE;
             }
         };
-        urls.insert(service, (addr, url_for_addr(addr)));
+    }
+    let mut service_config = config.clone();
+    for (service, (_, url)) in &urls {
+        service_config.service_mut(*service).url = url.clone();
+    }
+
+    let mut running: Vec<(ServiceThread, Telemetry)> = Vec::new();
+    for (service, listener) in listeners {
         let telemetry = match Telemetry::new(service.binary(), &config.telemetry) {
             Ok(telemetry) => telemetry,
             Err(e) => {
@@ -80,12 +83,7 @@ pub async fn up(config: Config) -> ExitCode {
                 .await;
             }
         };
-        let mut service_config = config.clone();
-        // Peers are reached where they really listen (ports may be 0 in the config).
-        for (peer, (_, url)) in &urls {
-            service_config.service_mut(*peer).url = url.clone();
-        }
-        let thread = spawn(service, service_config, listener, &telemetry);
+        let thread = spawn(service, service_config.clone(), listener, &telemetry);
         match thread {
             Ok(thread) => running.push((thread, telemetry)),
             Err(e) => {
