@@ -33,9 +33,14 @@ pub async fn serve(
     listener: TcpListener,
     shutdown: ShutdownFuture,
 ) -> Result<(), StartError> {
-    serve_with_store(SERVICE, &config, &MIGRATIONS, listener, shutdown, |db| {
-        GatewayServiceServer::new(GatewayApi { _db: db })
-    })
+    serve_with_store(
+        SERVICE,
+        &config,
+        &MIGRATIONS,
+        listener,
+        shutdown,
+        |db, _readiness| GatewayServiceServer::new(GatewayApi { _db: db }),
+    )
     .await
 }
 

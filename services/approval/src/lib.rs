@@ -39,9 +39,14 @@ pub async fn serve(
     listener: TcpListener,
     shutdown: ShutdownFuture,
 ) -> Result<(), StartError> {
-    serve_with_store(SERVICE, &config, &MIGRATIONS, listener, shutdown, |db| {
-        ApprovalServiceServer::new(ApprovalApi { _db: db })
-    })
+    serve_with_store(
+        SERVICE,
+        &config,
+        &MIGRATIONS,
+        listener,
+        shutdown,
+        |db, _readiness| ApprovalServiceServer::new(ApprovalApi { _db: db }),
+    )
     .await
 }
 

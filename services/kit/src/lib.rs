@@ -4,19 +4,25 @@
 //! - [`telemetry`]: fmt logs and OTLP trace export under the service's name.
 //! - [`propagation`]: W3C trace context across gRPC hops (server and client layers).
 //! - [`server`]: binding, serving with health and reflection, graceful shutdown.
+//! - [`readiness`]: what health reports, including a store that stopped answering.
 //! - [`client`]: traced channels, health probes, the dependency watch.
 //! - [`store`]: SQLite / PostgreSQL stores with embedded migrations.
+//! - [`time`]: epoch milliseconds, protobuf timestamps, RFC 3339.
 //! - [`runtime`]: a service on a runtime of its own, for several services in one process.
+//! - [`testing`]: SQLite and PostgreSQL stores for tests.
 //! - [`launch`]: the `main` of every `metnos-<service>` binary.
 
 pub mod client;
 pub mod config;
 pub mod launch;
 pub mod propagation;
+pub mod readiness;
 pub mod runtime;
 pub mod server;
 pub mod store;
 pub mod telemetry;
+pub mod testing;
+pub mod time;
 
 pub use config::{Config, ConfigSource, ServiceName};
 pub use launch::run_service;

@@ -14,12 +14,11 @@ use tokio::sync::Notify;
 use tokio_stream::wrappers::TcpListenerStream;
 use tonic::body::Body;
 use tonic::server::NamedService;
-use tonic_health::ServingStatus;
-use tonic_health::server::HealthReporter;
 use tower_service::Service;
 
 use crate::config::{Config, ServiceName};
 use crate::propagation::ServerTraceLayer;
+use crate::readiness::Readiness;
 
 /// Reflection's own service names, listed so `grpcurl list` shows what stock servers show.
 const REFLECTION_V1: &str = "grpc.reflection.v1.ServerReflection";
@@ -96,13 +95,6 @@ pub async fn shutdown_signal() {
     }
 }
 
-async fn set_status(reporter: &HealthReporter, service: ServiceName, status: ServingStatus) {
-    reporter.set_service_status("", status).await;
-    reporter
-        .set_service_status(service.grpc_name(), status)
-        .await;
-}
-
 /// How one service is served.
 #[derive(Debug, Clone)]
 pub struct ServeOptions {
@@ -112,6 +104,8 @@ pub struct ServeOptions {
     /// Services this one calls, with their URLs: watched at start-up (see
     /// [`crate::client::watch_dependencies`]).
     pub dependencies: Vec<(ServiceName, String)>,
+    /// What health reports; handlers that see the store fail tell it.
+    pub readiness: Readiness,
 }
 
 impl ServeOptions {
@@ -125,6 +119,7 @@ impl ServeOptions {
                 .iter()
                 .map(|dep| (*dep, config.service_url(*dep)))
                 .collect(),
+            readiness: Readiness::new(service),
         }
     }
 }
@@ -137,7 +132,8 @@ pub fn not_implemented(rpc: &str) -> tonic::Status {
 /// Serves `svc` on `listener` with health and reflection until `shutdown` resolves, then
 /// reports NOT_SERVING, stops accepting, and lets in-flight calls finish for at most
 /// `options.grace`. Health reports SERVING for the service (and the server, `""`) from
-/// the start: call this once the service's store is open and migrated.
+/// the start, as long as `options.readiness` agrees: call this once the service's store
+/// is open and migrated.
 pub async fn serve<S>(
     options: ServeOptions,
     listener: TcpListener,
@@ -157,9 +153,12 @@ where
         service,
         grace,
         dependencies,
+        readiness,
     } = options;
-    let (reporter, health) = tonic_health::server::health_reporter();
-    set_status(&reporter, service, ServingStatus::Serving).await;
+    let health = tonic_health::pb::health_server::HealthServer::new(
+        tonic_health::server::HealthService::from_health_reporter(readiness.reporter()),
+    );
+    readiness.set_started().await;
 
     let reflection = || {
         tonic_reflection::server::Builder::configure()
@@ -185,10 +184,10 @@ where
     let draining = Arc::new(Notify::new());
     let signal = {
         let draining = Arc::clone(&draining);
-        let reporter = reporter.clone();
+        let readiness = readiness.clone();
         async move {
             shutdown.await;
-            set_status(&reporter, service, ServingStatus::NotServing).await;
+            readiness.set_stopping().await;
             tracing::info!(%service, "draining in-flight calls");
             draining.notify_one();
         }
@@ -235,7 +234,7 @@ pub enum StartError {
 }
 
 /// The usual life of a service: open and migrate its store, build its gRPC service from
-/// it, serve until `shutdown`, then close the store.
+/// it and its readiness, serve until `shutdown`, then close the store.
 pub async fn serve_with_store<S, F>(
     service: ServiceName,
     config: &Config,
@@ -245,7 +244,7 @@ pub async fn serve_with_store<S, F>(
     make: F,
 ) -> Result<(), StartError>
 where
-    F: FnOnce(crate::store::Db) -> S,
+    F: FnOnce(crate::store::Db, Readiness) -> S,
     S: Service<http::Request<Body>, Response = http::Response<Body>, Error = Infallible>
         + NamedService
         + Clone
@@ -262,8 +261,9 @@ where
     )
     .await
     .map_err(|source| StartError::Store { service, source })?;
-    let svc = make(db.clone());
-    let result = serve(ServeOptions::new(service, config), listener, svc, shutdown).await;
+    let options = ServeOptions::new(service, config);
+    let svc = make(db.clone(), options.readiness.clone());
+    let result = serve(options, listener, svc, shutdown).await;
     db.close().await;
     Ok(result?)
 }

@@ -85,6 +85,14 @@ impl Db {
         }
     }
 
+    /// `sqlite` or `postgres`.
+    pub fn backend(&self) -> &'static str {
+        match self {
+            Db::Sqlite(_) => "sqlite",
+            Db::Postgres(_) => "postgres",
+        }
+    }
+
     /// Whether the store answers a trivial query now.
     pub async fn ping(&self) -> Result<(), sqlx::Error> {
         match self {
@@ -92,6 +100,33 @@ impl Db {
             Db::Postgres(pool) => sqlx::query("SELECT 1").execute(pool).await.map(|_| ()),
         }
     }
+}
+
+/// Runs the same code against whichever pool a [`Db`] holds: `on_db!(db, pool =>
+/// sqlx::query(SQL).execute(pool).await)`. Both arms must produce the same type, so decode
+/// rows inside the body. The SQL must suit both backends (`$1` placeholders work on both).
+#[macro_export]
+macro_rules! on_db {
+    ($db:expr, $pool:ident => $body:expr) => {
+        match $db {
+            $crate::store::Db::Sqlite($pool) => $body,
+            $crate::store::Db::Postgres($pool) => $body,
+        }
+    };
+}
+
+/// Whether a driver error means the store cannot be reached (as opposed to a bad query
+/// or a constraint): the service should answer UNAVAILABLE and report NOT_SERVING.
+pub fn is_unreachable(error: &sqlx::Error) -> bool {
+    matches!(
+        error,
+        sqlx::Error::Io(_)
+            | sqlx::Error::Tls(_)
+            | sqlx::Error::PoolTimedOut
+            | sqlx::Error::PoolClosed
+            | sqlx::Error::WorkerCrashed
+            | sqlx::Error::Protocol(_)
+    )
 }
 
 /// A store could not be opened. Messages never contain a password.

@@ -3,12 +3,12 @@
 //! PostgreSQL comes from `METNOS_TEST_POSTGRES_URL` (the README's test command starts a
 //! throwaway server and sets it); each case creates a database of its own there.
 
-use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::Duration;
 
 use metnos_kit::ServiceName;
 use metnos_kit::config::StoreSpec;
 use metnos_kit::store::{self, Db, EmbeddedMigration, Migrations, StoreError};
+use metnos_kit::testing::TestStore;
 use sqlx::Row;
 
 const SQLITE: &[EmbeddedMigration] = &[
@@ -42,63 +42,7 @@ const MIGRATIONS: Migrations = Migrations {
 const TIMEOUT: Duration = Duration::from_secs(10);
 
 /// A place for one case's store, removed afterwards.
-enum Backend {
-    Sqlite(tempfile::TempDir),
-    Postgres { admin_url: String, database: String },
-}
-
-impl Backend {
-    fn sqlite() -> Backend {
-        Backend::Sqlite(tempfile::tempdir().unwrap())
-    }
-
-    async fn postgres() -> Backend {
-        let admin_url = std::env::var("METNOS_TEST_POSTGRES_URL").expect(
-            "METNOS_TEST_POSTGRES_URL is not set: run the tests with `make test`, which starts a throwaway PostgreSQL",
-        );
-        static NEXT: AtomicU32 = AtomicU32::new(0);
-        let database = format!(
-            "metnos_test_{}_{}",
-            std::process::id(),
-            NEXT.fetch_add(1, Ordering::Relaxed)
-        );
-        let admin = sqlx::PgPool::connect(&admin_url)
-            .await
-            .expect("connect to the test server");
-        sqlx::query(sqlx::AssertSqlSafe(format!(
-            "DROP DATABASE IF EXISTS {database}"
-        )))
-        .execute(&admin)
-        .await
-        .unwrap();
-        sqlx::query(sqlx::AssertSqlSafe(format!("CREATE DATABASE {database}")))
-            .execute(&admin)
-            .await
-            .unwrap();
-        admin.close().await;
-        Backend::Postgres {
-            admin_url,
-            database,
-        }
-    }
-
-    fn spec(&self) -> StoreSpec {
-        match self {
-            Backend::Sqlite(dir) => StoreSpec::Sqlite {
-                path: dir.path().join("nested/dir/policy.db"),
-            },
-            Backend::Postgres {
-                admin_url,
-                database,
-            } => {
-                let (base, _) = admin_url.rsplit_once('/').unwrap();
-                StoreSpec::Postgres {
-                    url: format!("{base}/{database}"),
-                }
-            }
-        }
-    }
-}
+type Backend = TestStore;
 
 async fn insert_note(db: &Db, body: &str, tag: &str) -> i64 {
     let sql = "INSERT INTO notes (body, created_ms, tag) VALUES ($1, $2, $3) RETURNING id";
@@ -285,9 +229,7 @@ async fn unreachable_postgres_fails_fast_with_a_clear_message_and_no_password() 
 
 #[tokio::test]
 async fn a_missing_postgres_database_is_named() {
-    let Backend::Postgres { admin_url, .. } = Backend::postgres().await else {
-        unreachable!()
-    };
+    let admin_url = metnos_kit::testing::postgres_admin_url();
     let (base, _) = admin_url.rsplit_once('/').unwrap();
     let spec = StoreSpec::Postgres {
         url: format!("{base}/metnos_no_such_db"),

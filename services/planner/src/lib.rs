@@ -37,9 +37,14 @@ pub async fn serve(
     listener: TcpListener,
     shutdown: ShutdownFuture,
 ) -> Result<(), StartError> {
-    serve_with_store(SERVICE, &config, &MIGRATIONS, listener, shutdown, |db| {
-        PlannerServiceServer::new(PlannerApi { _db: db })
-    })
+    serve_with_store(
+        SERVICE,
+        &config,
+        &MIGRATIONS,
+        listener,
+        shutdown,
+        |db, _readiness| PlannerServiceServer::new(PlannerApi { _db: db }),
+    )
     .await
 }
 

@@ -33,9 +33,14 @@ pub async fn serve(
     listener: TcpListener,
     shutdown: ShutdownFuture,
 ) -> Result<(), StartError> {
-    serve_with_store(SERVICE, &config, &MIGRATIONS, listener, shutdown, |db| {
-        VaglioServiceServer::new(VaglioApi { _db: db })
-    })
+    serve_with_store(
+        SERVICE,
+        &config,
+        &MIGRATIONS,
+        listener,
+        shutdown,
+        |db, _readiness| VaglioServiceServer::new(VaglioApi { _db: db }),
+    )
     .await
 }
 

@@ -1,0 +1,231 @@
+//! Grants: persistent concessions "this person may do this capability on this target".
+
+use crate::registry::{Capability, DefaultApproval, TargetKind};
+use crate::target::{Pattern, TargetError};
+
+/// Longest channel or sender id accepted, in bytes.
+const MAX_ID_LEN: usize = 256;
+
+/// A person as seen by one channel.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct Principal {
+    pub channel: String,
+    pub sender_id: String,
+}
+
+/// Why a principal cannot be used.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum PrincipalError {
+    #[error("principal has an empty {0}")]
+    Empty(&'static str),
+    #[error("principal {0} is longer than {MAX_ID_LEN} bytes")]
+    TooLong(&'static str),
+    #[error("principal {0} contains a control character")]
+    ControlCharacter(&'static str),
+}
+
+impl Principal {
+    pub fn new(channel: &str, sender_id: &str) -> Result<Principal, PrincipalError> {
+        for (field, value) in [("channel", channel), ("sender_id", sender_id)] {
+            if value.is_empty() {
+                return Err(PrincipalError::Empty(field));
+            }
+            if value.len() > MAX_ID_LEN {
+                return Err(PrincipalError::TooLong(field));
+            }
+            if value.chars().any(char::is_control) {
+                return Err(PrincipalError::ControlCharacter(field));
+            }
+        }
+        Ok(Principal {
+            channel: channel.to_owned(),
+            sender_id: sender_id.to_owned(),
+        })
+    }
+}
+
+/// A stored grant. Times are milliseconds since the Unix epoch.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Grant {
+    pub id: i64,
+    pub principal: Principal,
+    pub capability: String,
+    /// As given, e.g. `~/Documents/invoices-2026/*`.
+    pub target: String,
+    /// Normalised for matching.
+    pub pattern: String,
+    pub granted_at: i64,
+    pub expires_at: Option<i64>,
+    pub granted_by: String,
+    pub revoked_at: Option<i64>,
+    pub last_used_at: Option<i64>,
+}
+
+impl Grant {
+    /// Neither revoked nor expired at `now_ms`.
+    pub fn is_active(&self, now_ms: i64) -> bool {
+        self.revoked_at.is_none() && self.expires_at.is_none_or(|e| e > now_ms)
+    }
+}
+
+/// A grant to record, validated.
+#[derive(Debug, Clone)]
+pub struct NewGrant {
+    pub principal: Principal,
+    pub capability: Capability,
+    pub target: String,
+    pub pattern: Pattern,
+    pub expires_at: Option<i64>,
+    pub granted_by: String,
+}
+
+/// Why a grant cannot be recorded.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum GrantError {
+    #[error("{capability} is asked every time (default approval always): it is never granted")]
+    AlwaysAsked { capability: Capability },
+    #[error("{capability} has no target, so a grant for it could never be consulted")]
+    NoTarget { capability: Capability },
+    #[error("{capability} never needs approval, so a grant for it could never be consulted")]
+    NeverAsked { capability: Capability },
+    #[error("expires_at {expires} is not in the future")]
+    ExpiryInPast { expires: String },
+    #[error("grant target: {0}")]
+    Target(#[from] TargetError),
+    #[error("granted_by is longer than 1024 bytes")]
+    GrantedByTooLong,
+}
+
+impl NewGrant {
+    /// Validates a grant request against the registry and the clock.
+    pub fn new(
+        principal: Principal,
+        capability: Capability,
+        target: &str,
+        expires_at: Option<i64>,
+        granted_by: &str,
+        home: &std::path::Path,
+        now_ms: i64,
+    ) -> Result<NewGrant, GrantError> {
+        let spec = capability.spec();
+        match (spec.default_approval, spec.target_kind) {
+            (DefaultApproval::Always, _) => return Err(GrantError::AlwaysAsked { capability }),
+            (DefaultApproval::None, _) => return Err(GrantError::NeverAsked { capability }),
+            (DefaultApproval::PerTarget, TargetKind::None) => {
+                return Err(GrantError::NoTarget { capability });
+            }
+            (DefaultApproval::PerTarget, _) => {}
+        }
+        if let Some(expires) = expires_at
+            && expires <= now_ms
+        {
+            return Err(GrantError::ExpiryInPast {
+                expires: metnos_kit::time::rfc3339(expires),
+            });
+        }
+        if granted_by.len() > 1024 {
+            return Err(GrantError::GrantedByTooLong);
+        }
+        let pattern = Pattern::parse(spec.target_kind, target, home)?;
+        Ok(NewGrant {
+            principal,
+            capability,
+            target: target.to_owned(),
+            pattern,
+            expires_at,
+            granted_by: granted_by.to_owned(),
+        })
+    }
+}
+
+/// A grant that might decide a check, as the store returns it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Candidate {
+    pub id: i64,
+    pub pattern: String,
+    pub expires_at: Option<i64>,
+    pub revoked_at: Option<i64>,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::path::Path;
+
+    fn principal() -> Principal {
+        Principal::new("telegram", "roberto").unwrap()
+    }
+
+    fn new(cap: &str, target: &str, expires: Option<i64>) -> Result<NewGrant, GrantError> {
+        NewGrant::new(
+            principal(),
+            Capability::parse(cap).unwrap(),
+            target,
+            expires,
+            "test",
+            Path::new("/home/roberto"),
+            1_000,
+        )
+    }
+
+    #[test]
+    fn always_never_and_targetless_capabilities_are_not_grantable() {
+        assert!(matches!(
+            new("code:exec", "apt", None),
+            Err(GrantError::AlwaysAsked { .. })
+        ));
+        assert!(matches!(
+            new("mail:send", "a@b.c", None),
+            Err(GrantError::AlwaysAsked { .. })
+        ));
+        assert!(matches!(
+            new("llm:online", "x", None),
+            Err(GrantError::NoTarget { .. })
+        ));
+        assert!(matches!(
+            new("time:read", "x", None),
+            Err(GrantError::NeverAsked { .. })
+        ));
+        assert!(new("fs:write", "~/Documents/invoices-2026/*", None).is_ok());
+        assert!(new("network:http", "*.example.com", None).is_ok());
+    }
+
+    #[test]
+    fn an_expiry_in_the_past_is_refused() {
+        let err = new("fs:read", "~/x", Some(999)).unwrap_err().to_string();
+        assert!(err.contains("not in the future"), "{err}");
+        assert!(new("fs:read", "~/x", Some(1_001)).is_ok());
+    }
+
+    #[test]
+    fn principals_must_be_non_empty_and_printable() {
+        assert!(Principal::new("", "x").is_err());
+        assert!(Principal::new("telegram", "").is_err());
+        assert!(Principal::new("telegram", "a\u{0}b").is_err());
+        assert!(Principal::new("telegram", &"9".repeat(300)).is_err());
+    }
+
+    #[test]
+    fn activity_follows_revocation_and_expiry() {
+        let grant = Grant {
+            id: 1,
+            principal: principal(),
+            capability: "fs:read".into(),
+            target: "~/x".into(),
+            pattern: "/home/roberto/x".into(),
+            granted_at: 0,
+            expires_at: Some(100),
+            granted_by: String::new(),
+            revoked_at: None,
+            last_used_at: None,
+        };
+        assert!(grant.is_active(99));
+        assert!(!grant.is_active(100));
+        let revoked = Grant {
+            revoked_at: Some(5),
+            expires_at: None,
+            ..grant
+        };
+        assert!(!revoked.is_active(0));
+    }
+}

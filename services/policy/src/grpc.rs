@@ -1,0 +1,265 @@
+//! The edge: prost types in, domain types out, and back. Errors become gRPC statuses in
+//! one exhaustive conversion; store causes are logged, never sent to the client.
+
+use std::sync::Arc;
+
+use metnos_kit::readiness::Readiness;
+use metnos_kit::store::is_unreachable;
+use metnos_kit::time::{from_timestamp, to_timestamp};
+use metnos_proto::common::v1::{AutonomyLevel, Principal as PrincipalMsg};
+use metnos_proto::policy::v1 as pb;
+use metnos_proto::policy::v1::policy_service_server::PolicyService;
+use tonic::{Request, Response, Status};
+
+use crate::grant::{Grant, Principal};
+use crate::outcome::Decider;
+use crate::registry::{DefaultApproval, REGISTRY, TargetKind};
+use crate::service::{Error, Policy};
+use crate::store::ListFilter;
+use crate::table::{Level, Outcome, table_outcome};
+
+impl From<Error> for Status {
+    fn from(error: Error) -> Status {
+        match error {
+            Error::UnknownCapability(_)
+            | Error::UnspecifiedLevel
+            | Error::Target(_)
+            | Error::Principal(_)
+            | Error::Grant(_)
+            | Error::InvalidGrantId(_)
+            | Error::InvalidUnusedDays
+            | Error::InvalidExpiry => Status::invalid_argument(error.to_string()),
+            Error::Store(e) if is_unreachable(&e) => {
+                tracing::error!(error = %e, "grant store unreachable");
+                Status::unavailable("the grant store is unreachable; try again shortly")
+            }
+            Error::Store(e) => {
+                tracing::error!(error = %e, "grant store failed");
+                Status::internal("the grant store failed; see the policy service log")
+            }
+        }
+    }
+}
+
+fn level_from(value: i32) -> Result<Level, Error> {
+    match AutonomyLevel::try_from(value) {
+        Ok(AutonomyLevel::ReadOnly) => Ok(Level::ReadOnly),
+        Ok(AutonomyLevel::Supervised) => Ok(Level::Supervised),
+        Ok(AutonomyLevel::Full) => Ok(Level::Full),
+        Ok(AutonomyLevel::Unspecified) | Err(_) => Err(Error::UnspecifiedLevel),
+    }
+}
+
+fn level_to(level: Level) -> AutonomyLevel {
+    match level {
+        Level::ReadOnly => AutonomyLevel::ReadOnly,
+        Level::Supervised => AutonomyLevel::Supervised,
+        Level::Full => AutonomyLevel::Full,
+    }
+}
+
+fn outcome_to(outcome: Outcome) -> pb::Outcome {
+    match outcome {
+        Outcome::Allowed => pb::Outcome::Allowed,
+        Outcome::ApprovalRequired => pb::Outcome::ApprovalRequired,
+        Outcome::Denied => pb::Outcome::Denied,
+    }
+}
+
+fn principal_from(message: Option<&PrincipalMsg>) -> Result<Option<Principal>, Error> {
+    match message {
+        None => Ok(None),
+        Some(p) => Ok(Some(Principal::new(&p.channel, &p.sender_id)?)),
+    }
+}
+
+fn grant_to(grant: Grant) -> pb::Grant {
+    pb::Grant {
+        id: grant.id,
+        principal: Some(PrincipalMsg {
+            channel: grant.principal.channel,
+            sender_id: grant.principal.sender_id,
+        }),
+        capability: grant.capability,
+        target: grant.target,
+        granted_at: Some(to_timestamp(grant.granted_at)),
+        expires_at: grant.expires_at.map(to_timestamp),
+        granted_by: grant.granted_by,
+        revoked_at: grant.revoked_at.map(to_timestamp),
+        last_used_at: grant.last_used_at.map(to_timestamp),
+    }
+}
+
+/// The `PolicyService` implementation.
+#[derive(Debug, Clone)]
+pub struct PolicyApi {
+    policy: Arc<Policy>,
+    readiness: Readiness,
+}
+
+impl PolicyApi {
+    pub fn new(policy: Arc<Policy>, readiness: Readiness) -> PolicyApi {
+        PolicyApi { policy, readiness }
+    }
+
+    /// The status for `error`; an unreachable store also turns health NOT_SERVING.
+    async fn status(&self, error: Error) -> Status {
+        if let Error::Store(e) = &error
+            && is_unreachable(e)
+        {
+            self.readiness.store_failed(self.policy.db()).await;
+        }
+        error.into()
+    }
+}
+
+#[tonic::async_trait]
+impl PolicyService for PolicyApi {
+    async fn list_capabilities(
+        &self,
+        _request: Request<pb::ListCapabilitiesRequest>,
+    ) -> Result<Response<pb::ListCapabilitiesResponse>, Status> {
+        let capabilities = REGISTRY
+            .iter()
+            .map(|spec| pb::Capability {
+                name: spec.name.to_owned(),
+                critical: spec.critical,
+                default_approval: match spec.default_approval {
+                    DefaultApproval::None => pb::DefaultApproval::None,
+                    DefaultApproval::PerTarget => pb::DefaultApproval::PerTarget,
+                    DefaultApproval::Always => pb::DefaultApproval::Always,
+                } as i32,
+                target_kind: match spec.target_kind {
+                    TargetKind::PathGlob => pb::TargetKind::PathGlob,
+                    TargetKind::Host => pb::TargetKind::Host,
+                    TargetKind::Exact => pb::TargetKind::Exact,
+                    TargetKind::None => pb::TargetKind::None,
+                } as i32,
+                description: spec.description.to_owned(),
+                reads_only: spec.reads_only,
+            })
+            .collect();
+        Ok(Response::new(pb::ListCapabilitiesResponse { capabilities }))
+    }
+
+    async fn get_table(
+        &self,
+        _request: Request<pb::GetTableRequest>,
+    ) -> Result<Response<pb::GetTableResponse>, Status> {
+        let rows = Level::ALL
+            .iter()
+            .map(|level| pb::TableRow {
+                level: level_to(*level) as i32,
+                cells: REGISTRY
+                    .iter()
+                    .map(|spec| pb::TableCell {
+                        capability: spec.name.to_owned(),
+                        outcome: outcome_to(table_outcome(*level, spec.capability)) as i32,
+                    })
+                    .collect(),
+            })
+            .collect();
+        Ok(Response::new(pb::GetTableResponse { rows }))
+    }
+
+    async fn check(
+        &self,
+        request: Request<pb::CheckRequest>,
+    ) -> Result<Response<pb::CheckResponse>, Status> {
+        let request = request.into_inner();
+        let result = async {
+            let level = level_from(request.level)?;
+            let principal = principal_from(request.principal.as_ref())?;
+            self.policy
+                .check(level, &request.capability, principal, &request.target)
+                .await
+        }
+        .await;
+        let decision = match result {
+            Ok(decision) => decision,
+            Err(e) => return Err(self.status(e).await),
+        };
+        tracing::debug!(outcome = %decision.outcome, grant = ?decision.grant_id, "check");
+        Ok(Response::new(pb::CheckResponse {
+            outcome: outcome_to(decision.outcome) as i32,
+            table_outcome: outcome_to(decision.table_outcome) as i32,
+            decided_by: match decision.decided_by {
+                Decider::Table => pb::Decider::Table,
+                Decider::Grant => pb::Decider::Grant,
+            } as i32,
+            grant_id: decision.grant_id,
+            reason: decision.reason,
+        }))
+    }
+
+    async fn record_grant(
+        &self,
+        request: Request<pb::RecordGrantRequest>,
+    ) -> Result<Response<pb::RecordGrantResponse>, Status> {
+        let request = request.into_inner();
+        let result = async {
+            let principal = principal_from(request.principal.as_ref())?
+                .ok_or(crate::grant::PrincipalError::Empty("channel"))?;
+            let expires_at = match &request.expires_at {
+                None => None,
+                Some(ts) => Some(from_timestamp(ts).ok_or(Error::InvalidExpiry)?),
+            };
+            self.policy
+                .record(
+                    principal,
+                    &request.capability,
+                    &request.target,
+                    expires_at,
+                    &request.granted_by,
+                )
+                .await
+        }
+        .await;
+        match result {
+            Ok(grant) => Ok(Response::new(pb::RecordGrantResponse {
+                grant: Some(grant_to(grant)),
+            })),
+            Err(e) => Err(self.status(e).await),
+        }
+    }
+
+    async fn list_grants(
+        &self,
+        request: Request<pb::ListGrantsRequest>,
+    ) -> Result<Response<pb::ListGrantsResponse>, Status> {
+        let request = request.into_inner();
+        let filter = ListFilter {
+            channel: Some(request.channel).filter(|c| !c.is_empty()),
+            sender_id: Some(request.sender_id).filter(|s| !s.is_empty()),
+            include_inactive: request.include_inactive,
+        };
+        match self.policy.list(&filter).await {
+            Ok(grants) => Ok(Response::new(pb::ListGrantsResponse {
+                grants: grants.into_iter().map(grant_to).collect(),
+            })),
+            Err(e) => Err(self.status(e).await),
+        }
+    }
+
+    async fn revoke_grant(
+        &self,
+        request: Request<pb::RevokeGrantRequest>,
+    ) -> Result<Response<pb::RevokeGrantResponse>, Status> {
+        match self.policy.revoke(request.into_inner().grant_id).await {
+            Ok(revoked) => Ok(Response::new(pb::RevokeGrantResponse { revoked })),
+            Err(e) => Err(self.status(e).await),
+        }
+    }
+
+    async fn prune_grants(
+        &self,
+        request: Request<pb::PruneGrantsRequest>,
+    ) -> Result<Response<pb::PruneGrantsResponse>, Status> {
+        match self.policy.prune(request.into_inner().unused_days).await {
+            Ok(revoked) => Ok(Response::new(pb::PruneGrantsResponse {
+                revoked: revoked.into_iter().map(grant_to).collect(),
+            })),
+            Err(e) => Err(self.status(e).await),
+        }
+    }
+}

@@ -1,0 +1,238 @@
+//! The grants store: one implementation over SQLite or PostgreSQL ([`Db`]); the SQL is
+//! the same on both (`$n` placeholders, BIGINT milliseconds, partial indexes).
+
+use metnos_kit::on_db;
+use metnos_kit::store::{Db, EmbeddedMigration, Migrations};
+use sqlx::Row;
+
+use crate::grant::{Candidate, Grant, NewGrant, Principal};
+
+const SQLITE: &[EmbeddedMigration] = &[EmbeddedMigration {
+    version: 1,
+    description: "grants",
+    sql: include_str!("../migrations/sqlite/0001_grants.sql"),
+}];
+const POSTGRES: &[EmbeddedMigration] = &[EmbeddedMigration {
+    version: 1,
+    description: "grants",
+    sql: include_str!("../migrations/postgres/0001_grants.sql"),
+}];
+
+/// The schema of the policy store, per backend.
+pub const MIGRATIONS: Migrations = Migrations {
+    sqlite: SQLITE,
+    postgres: POSTGRES,
+};
+
+const GRANT_COLUMNS: &str = "id, channel, sender_id, capability, target, pattern, granted_at, \
+                             expires_at, granted_by, revoked_at, last_used_at";
+
+/// Filters of [`GrantStore::list`].
+#[derive(Debug, Clone, Default)]
+pub struct ListFilter {
+    pub channel: Option<String>,
+    pub sender_id: Option<String>,
+    /// Also revoked and expired grants.
+    pub include_inactive: bool,
+}
+
+/// Grants, persisted.
+#[derive(Debug, Clone)]
+pub struct GrantStore {
+    db: Db,
+}
+
+fn grant_from_row<R>(row: &R) -> Result<Grant, sqlx::Error>
+where
+    R: Row,
+    for<'c> &'c str: sqlx::ColumnIndex<R>,
+    i64: for<'r> sqlx::Decode<'r, R::Database> + sqlx::Type<R::Database>,
+    Option<i64>: for<'r> sqlx::Decode<'r, R::Database> + sqlx::Type<R::Database>,
+    String: for<'r> sqlx::Decode<'r, R::Database> + sqlx::Type<R::Database>,
+{
+    Ok(Grant {
+        id: row.try_get("id")?,
+        principal: Principal {
+            channel: row.try_get("channel")?,
+            sender_id: row.try_get("sender_id")?,
+        },
+        capability: row.try_get("capability")?,
+        target: row.try_get("target")?,
+        pattern: row.try_get("pattern")?,
+        granted_at: row.try_get("granted_at")?,
+        expires_at: row.try_get("expires_at")?,
+        granted_by: row.try_get("granted_by")?,
+        revoked_at: row.try_get("revoked_at")?,
+        last_used_at: row.try_get("last_used_at")?,
+    })
+}
+
+impl GrantStore {
+    pub fn new(db: Db) -> GrantStore {
+        GrantStore { db }
+    }
+
+    pub fn db(&self) -> &Db {
+        &self.db
+    }
+
+    /// Stores a grant; returns it with its id.
+    pub async fn record(&self, new: &NewGrant, now_ms: i64) -> Result<Grant, sqlx::Error> {
+        let sql = "INSERT INTO grants (channel, sender_id, capability, target, pattern, match_key, \
+                   granted_at, expires_at, granted_by) \
+                   VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9) RETURNING id";
+        let id: i64 = on_db!(&self.db, pool => {
+            sqlx::query_scalar(sql)
+                .bind(&new.principal.channel)
+                .bind(&new.principal.sender_id)
+                .bind(new.capability.name())
+                .bind(&new.target)
+                .bind(&new.pattern.text)
+                .bind(&new.pattern.key)
+                .bind(now_ms)
+                .bind(new.expires_at)
+                .bind(&new.granted_by)
+                .fetch_one(pool)
+                .await?
+        });
+        Ok(Grant {
+            id,
+            principal: new.principal.clone(),
+            capability: new.capability.name().to_owned(),
+            target: new.target.clone(),
+            pattern: new.pattern.text.clone(),
+            granted_at: now_ms,
+            expires_at: new.expires_at,
+            granted_by: new.granted_by.clone(),
+            revoked_at: None,
+            last_used_at: None,
+        })
+    }
+
+    /// The active grants of `principal` for `capability` whose lookup key is one of `keys`:
+    /// every grant that could match the target those keys came from, oldest first.
+    pub async fn candidates(
+        &self,
+        principal: &Principal,
+        capability: &str,
+        keys: &[String],
+        now_ms: i64,
+    ) -> Result<Vec<Candidate>, sqlx::Error> {
+        if keys.is_empty() {
+            return Ok(Vec::new());
+        }
+        let placeholders: Vec<String> = (0..keys.len()).map(|i| format!("${}", i + 5)).collect();
+        let sql = format!(
+            "SELECT id, pattern, expires_at, revoked_at FROM grants \
+             WHERE channel = $1 AND sender_id = $2 AND capability = $3 AND revoked_at IS NULL \
+             AND (expires_at IS NULL OR expires_at > $4) AND match_key IN ({}) ORDER BY id",
+            placeholders.join(", ")
+        );
+        on_db!(&self.db, pool => {
+            let mut query = sqlx::query(sqlx::AssertSqlSafe(sql))
+                .bind(&principal.channel)
+                .bind(&principal.sender_id)
+                .bind(capability)
+                .bind(now_ms);
+            for key in keys {
+                query = query.bind(key);
+            }
+            let rows = query.fetch_all(pool).await?;
+            rows.iter()
+                .map(|row| {
+                    Ok(Candidate {
+                        id: row.try_get("id")?,
+                        pattern: row.try_get("pattern")?,
+                        expires_at: row.try_get("expires_at")?,
+                        revoked_at: row.try_get("revoked_at")?,
+                    })
+                })
+                .collect()
+        })
+    }
+
+    /// Grants, newest first.
+    pub async fn list(&self, filter: &ListFilter, now_ms: i64) -> Result<Vec<Grant>, sqlx::Error> {
+        let mut conditions = Vec::new();
+        let mut next = 1;
+        if filter.channel.is_some() {
+            conditions.push(format!("channel = ${next}"));
+            next += 1;
+        }
+        if filter.sender_id.is_some() {
+            conditions.push(format!("sender_id = ${next}"));
+            next += 1;
+        }
+        if !filter.include_inactive {
+            conditions.push(format!(
+                "revoked_at IS NULL AND (expires_at IS NULL OR expires_at > ${next})"
+            ));
+        }
+        let mut sql = format!("SELECT {GRANT_COLUMNS} FROM grants");
+        if !conditions.is_empty() {
+            sql.push_str(" WHERE ");
+            sql.push_str(&conditions.join(" AND "));
+        }
+        sql.push_str(" ORDER BY granted_at DESC, id DESC");
+        on_db!(&self.db, pool => {
+            let mut query = sqlx::query(sqlx::AssertSqlSafe(sql));
+            if let Some(channel) = &filter.channel {
+                query = query.bind(channel);
+            }
+            if let Some(sender) = &filter.sender_id {
+                query = query.bind(sender);
+            }
+            if !filter.include_inactive {
+                query = query.bind(now_ms);
+            }
+            let rows = query.fetch_all(pool).await?;
+            rows.iter().map(grant_from_row).collect()
+        })
+    }
+
+    /// Marks a grant revoked; false if it was already revoked or never existed.
+    pub async fn revoke(&self, id: i64, now_ms: i64) -> Result<bool, sqlx::Error> {
+        let sql = "UPDATE grants SET revoked_at = $1 WHERE id = $2 AND revoked_at IS NULL";
+        let affected = on_db!(&self.db, pool => {
+            sqlx::query(sql).bind(now_ms).bind(id).execute(pool).await?.rows_affected()
+        });
+        Ok(affected == 1)
+    }
+
+    /// Revokes, in one statement, every active grant last used (or, never used, granted)
+    /// before `cutoff_ms`, and returns them.
+    pub async fn prune(&self, cutoff_ms: i64, now_ms: i64) -> Result<Vec<Grant>, sqlx::Error> {
+        let sql = format!(
+            "UPDATE grants SET revoked_at = $1 \
+             WHERE revoked_at IS NULL AND (expires_at IS NULL OR expires_at > $1) \
+             AND COALESCE(last_used_at, granted_at) < $2 RETURNING {GRANT_COLUMNS}"
+        );
+        let mut grants: Vec<Grant> = on_db!(&self.db, pool => {
+            let rows = sqlx::query(sqlx::AssertSqlSafe(sql))
+                .bind(now_ms)
+                .bind(cutoff_ms)
+                .fetch_all(pool)
+                .await?;
+            rows.iter().map(grant_from_row).collect::<Result<_, _>>()?
+        });
+        grants.sort_by_key(|g| g.id);
+        Ok(grants)
+    }
+
+    /// Records when grants were last used (never moving `last_used_at` backwards).
+    pub async fn touch(&self, uses: &[(i64, i64)]) -> Result<(), sqlx::Error> {
+        if uses.is_empty() {
+            return Ok(());
+        }
+        let sql = "UPDATE grants SET last_used_at = $1 \
+                   WHERE id = $2 AND (last_used_at IS NULL OR last_used_at < $1)";
+        on_db!(&self.db, pool => {
+            let mut tx = pool.begin().await?;
+            for (id, at) in uses {
+                sqlx::query(sql).bind(at).bind(id).execute(&mut *tx).await?;
+            }
+            tx.commit().await?;
+        });
+        Ok(())
+    }
+}

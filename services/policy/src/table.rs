@@ -1,0 +1,212 @@
+//! The autonomy x capability table (seed policy.md ch. 3), generated from the registry by
+//! three rules, one per level, never written by hand.
+
+use std::fmt;
+
+use crate::registry::{Capability, DefaultApproval};
+
+/// How much Metnos may do for a person without asking.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Level {
+    ReadOnly,
+    Supervised,
+    Full,
+}
+
+/// The three outcomes of the legality filter.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Outcome {
+    Allowed,
+    ApprovalRequired,
+    Denied,
+}
+
+/// A level name that is not one of the three.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("unknown autonomy level `{0}`; the levels are ReadOnly, Supervised and Full")]
+pub struct UnknownLevel(pub String);
+
+impl Level {
+    pub const ALL: [Level; 3] = [Level::ReadOnly, Level::Supervised, Level::Full];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Level::ReadOnly => "ReadOnly",
+            Level::Supervised => "Supervised",
+            Level::Full => "Full",
+        }
+    }
+
+    /// Parses `ReadOnly`, `read-only`, `read_only`, `readonly`, `Supervised`, `full`, …
+    pub fn parse(text: &str) -> Result<Level, UnknownLevel> {
+        let folded: String = text
+            .chars()
+            .filter(|c| !matches!(c, '-' | '_' | ' '))
+            .collect::<String>()
+            .to_ascii_lowercase();
+        match folded.as_str() {
+            "readonly" => Ok(Level::ReadOnly),
+            "supervised" => Ok(Level::Supervised),
+            "full" => Ok(Level::Full),
+            _ => Err(UnknownLevel(text.to_owned())),
+        }
+    }
+}
+
+impl fmt::Display for Level {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+impl Outcome {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Outcome::Allowed => "allowed",
+            Outcome::ApprovalRequired => "approval_required",
+            Outcome::Denied => "denied",
+        }
+    }
+}
+
+impl fmt::Display for Outcome {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// The table cell for `level` x `capability`, by the seed's three rules:
+/// - ReadOnly: zero-cost capabilities (default approval `none`) are allowed; read-only
+///   per-target capabilities stay approval_required; everything else is denied.
+/// - Supervised: what ReadOnly allows, and every other capability needs approval.
+/// - Full: everything allowed except the `always` capabilities, which need approval.
+pub fn table_outcome(level: Level, capability: Capability) -> Outcome {
+    let spec = capability.spec();
+    match (level, spec.default_approval) {
+        (_, DefaultApproval::None) => Outcome::Allowed,
+        (Level::ReadOnly, DefaultApproval::PerTarget) if spec.reads_only => {
+            Outcome::ApprovalRequired
+        }
+        (Level::ReadOnly, _) => Outcome::Denied,
+        (Level::Supervised, _) => Outcome::ApprovalRequired,
+        (Level::Full, DefaultApproval::Always) => Outcome::ApprovalRequired,
+        (Level::Full, DefaultApproval::PerTarget) => Outcome::Allowed,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use Outcome::{Allowed as A, ApprovalRequired as R, Denied as D};
+
+    /// The seed's table (ch. 3), cell by cell: capability, ReadOnly, Supervised, Full.
+    const SEED_TABLE: [(&str, Outcome, Outcome, Outcome); 13] = [
+        ("fs:read", R, R, A),
+        ("fs:write", D, R, A),
+        ("code:exec", D, R, R),
+        ("network:http", D, R, A),
+        ("llm:local", A, A, A),
+        ("llm:online", D, R, A),
+        ("mail:read", R, R, A),
+        ("mail:send", D, R, R),
+        ("channel:in", A, A, A),
+        ("channel:out", D, R, A),
+        ("time:read", A, A, A),
+        ("parse:local", A, A, A),
+        ("calendar:read", R, R, A),
+    ];
+
+    #[test]
+    fn the_generated_table_equals_the_seed_table_cell_by_cell() {
+        for (name, read_only, supervised, full) in SEED_TABLE {
+            let cap = Capability::parse(name).unwrap();
+            assert_eq!(
+                table_outcome(Level::ReadOnly, cap),
+                read_only,
+                "ReadOnly x {name}"
+            );
+            assert_eq!(
+                table_outcome(Level::Supervised, cap),
+                supervised,
+                "Supervised x {name}"
+            );
+            assert_eq!(table_outcome(Level::Full, cap), full, "Full x {name}");
+        }
+        assert_eq!(SEED_TABLE.len(), Capability::all().count());
+    }
+
+    /// Seed case 2 [security]: is_allowed_readonly_blocca_write_e_exec.
+    #[test]
+    fn read_only_denies_write_exec_and_send() {
+        for cap in [
+            Capability::FsWrite,
+            Capability::CodeExec,
+            Capability::MailSend,
+        ] {
+            assert_eq!(
+                table_outcome(Level::ReadOnly, cap),
+                Outcome::Denied,
+                "{cap}"
+            );
+        }
+    }
+
+    /// Seed case 3: is_allowed_supervised_richiede_approval_per_critical.
+    #[test]
+    fn supervised_asks_for_critical_actions_and_allows_local_llm() {
+        assert_eq!(
+            table_outcome(Level::Supervised, Capability::FsWrite),
+            Outcome::ApprovalRequired
+        );
+        assert_eq!(
+            table_outcome(Level::Supervised, Capability::LlmLocal),
+            Outcome::Allowed
+        );
+        assert_eq!(
+            table_outcome(Level::Supervised, Capability::MailSend),
+            Outcome::ApprovalRequired
+        );
+        assert_eq!(
+            table_outcome(Level::Supervised, Capability::CodeExec),
+            Outcome::ApprovalRequired
+        );
+    }
+
+    /// Seed case 4 [security]: is_allowed_full_mantiene_always_per_critical_irreversibili.
+    #[test]
+    fn full_still_asks_for_mail_send_and_code_exec() {
+        assert_eq!(
+            table_outcome(Level::Full, Capability::MailSend),
+            Outcome::ApprovalRequired
+        );
+        assert_eq!(
+            table_outcome(Level::Full, Capability::CodeExec),
+            Outcome::ApprovalRequired
+        );
+        assert_eq!(
+            table_outcome(Level::Full, Capability::FsWrite),
+            Outcome::Allowed
+        );
+    }
+
+    #[test]
+    fn levels_parse_in_the_spellings_people_use() {
+        for text in [
+            "ReadOnly",
+            "read-only",
+            "read_only",
+            "readonly",
+            "READONLY",
+            "Read Only",
+        ] {
+            assert_eq!(Level::parse(text), Ok(Level::ReadOnly), "{text}");
+        }
+        assert_eq!(Level::parse("supervised"), Ok(Level::Supervised));
+        assert_eq!(Level::parse("Full"), Ok(Level::Full));
+        let err = Level::parse("admin").unwrap_err().to_string();
+        assert!(
+            err.contains("`admin`") && err.contains("ReadOnly, Supervised and Full"),
+            "{err}"
+        );
+    }
+}

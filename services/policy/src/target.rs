@@ -1,0 +1,506 @@
+//! Targets: the concrete thing a call acts on, and the patterns grants hold, matched per
+//! the capability's target kind.
+//!
+//! - path_glob: `~` is the user's home (`runtime.user_home`, DESIGN.md §6); the concrete
+//!   path is normalised lexically (`.`, `..`, repeated slashes) before matching, so
+//!   `~/Documents/invoices-2026/../../.ssh/id_rsa` cannot match a grant on
+//!   `~/Documents/invoices-2026/*`. Globs use `globset` with `*` not crossing `/`
+//!   (`**` does).
+//! - host: the host of a URL (or a bare host), against an exact host or a `*.example.com`
+//!   wildcard (which matches subdomains, not `example.com` itself).
+//! - exact: equality.
+//!
+//! Each pattern also has a lookup key, so the store fetches only the grants that could
+//! match: the directory of a glob's literal prefix, the host or wildcard, the exact value.
+
+use std::path::Path;
+use std::sync::Arc;
+
+use globset::{GlobBuilder, GlobMatcher};
+
+use crate::registry::TargetKind;
+
+/// Longest target accepted, in bytes.
+pub const MAX_TARGET_LEN: usize = 4096;
+
+/// A target or pattern that cannot be used.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum TargetError {
+    #[error("target is empty")]
+    Empty,
+    #[error("target is longer than {MAX_TARGET_LEN} bytes")]
+    TooLong,
+    #[error("target contains a control character")]
+    ControlCharacter,
+    #[error("path `{0}` must be absolute or start with ~/")]
+    NotAbsolute(String),
+    #[error("path `{0}`: only ~ (the user's home) is supported, not ~user")]
+    OtherUsersHome(String),
+    #[error("glob `{glob}` is malformed: {message}")]
+    MalformedGlob { glob: String, message: String },
+    #[error("glob `{0}` must not contain `..` segments")]
+    DotDotInGlob(String),
+    #[error("`{0}` is not a URL or host name")]
+    BadHost(String),
+    #[error("this capability has no target")]
+    NoTargetKind,
+}
+
+fn check_text(raw: &str) -> Result<(), TargetError> {
+    if raw.is_empty() {
+        return Err(TargetError::Empty);
+    }
+    if raw.len() > MAX_TARGET_LEN {
+        return Err(TargetError::TooLong);
+    }
+    if raw.chars().any(char::is_control) {
+        return Err(TargetError::ControlCharacter);
+    }
+    Ok(())
+}
+
+/// `~` and `~/…` become the user's home; `~user` is refused.
+fn expand_home(raw: &str, home: &Path) -> Result<String, TargetError> {
+    let home = home.to_string_lossy();
+    let home = home.trim_end_matches('/');
+    if raw == "~" {
+        return Ok(home.to_owned());
+    }
+    if let Some(rest) = raw.strip_prefix("~/") {
+        return Ok(format!("{home}/{rest}"));
+    }
+    if raw.starts_with('~') {
+        return Err(TargetError::OtherUsersHome(raw.to_owned()));
+    }
+    Ok(raw.to_owned())
+}
+
+/// Lexical normalisation of an absolute path: repeated slashes and `.` go, `..` removes
+/// the previous segment (never above `/`), no trailing slash (except `/` itself).
+pub fn normalize_path(path: &str) -> String {
+    let mut segments: Vec<&str> = Vec::new();
+    for segment in path.split('/') {
+        match segment {
+            "" | "." => {}
+            ".." => {
+                segments.pop();
+            }
+            other => segments.push(other),
+        }
+    }
+    format!("/{}", segments.join("/"))
+}
+
+/// The concrete target of a call, normalised for matching.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Target {
+    /// An absolute, normalised path.
+    Path(String),
+    /// A lower-case host name (or bracketed IPv6 address).
+    Host(String),
+    Exact(String),
+}
+
+impl Target {
+    /// Parses the target of a call to a capability of `kind`.
+    pub fn parse(kind: TargetKind, raw: &str, home: &Path) -> Result<Target, TargetError> {
+        check_text(raw)?;
+        match kind {
+            TargetKind::PathGlob => {
+                let expanded = expand_home(raw, home)?;
+                if !expanded.starts_with('/') {
+                    return Err(TargetError::NotAbsolute(raw.to_owned()));
+                }
+                Ok(Target::Path(normalize_path(&expanded)))
+            }
+            TargetKind::Host => Ok(Target::Host(host_of(raw)?)),
+            TargetKind::Exact => Ok(Target::Exact(raw.to_owned())),
+            TargetKind::None => Err(TargetError::NoTargetKind),
+        }
+    }
+
+    /// The lookup keys of every pattern that could match this target.
+    pub fn candidate_keys(&self) -> Vec<String> {
+        match self {
+            Target::Path(path) => {
+                // Every ancestor directory, with its trailing slash: "/", "/a/", "/a/b/".
+                let mut keys = vec!["/".to_owned()];
+                let mut prefix = String::from("/");
+                let segments: Vec<&str> = path.split('/').filter(|s| !s.is_empty()).collect();
+                for segment in segments.iter().take(segments.len().saturating_sub(1)) {
+                    prefix.push_str(segment);
+                    prefix.push('/');
+                    keys.push(prefix.clone());
+                }
+                keys
+            }
+            Target::Host(host) => {
+                let mut keys = vec![host.clone()];
+                let mut rest = host.as_str();
+                while let Some((_, parent)) = rest.split_once('.') {
+                    keys.push(format!("*.{parent}"));
+                    rest = parent;
+                }
+                keys
+            }
+            Target::Exact(value) => vec![value.clone()],
+        }
+    }
+}
+
+/// The host of a URL (`https://Example.com:8443/x`) or of a bare host (`example.com`,
+/// `example.com:8080`), lower case, without a trailing dot.
+fn host_of(raw: &str) -> Result<String, TargetError> {
+    let with_scheme = if raw.contains("://") {
+        raw.to_owned()
+    } else {
+        format!("http://{raw}")
+    };
+    let url = url::Url::parse(&with_scheme).map_err(|_| TargetError::BadHost(raw.to_owned()))?;
+    let host = url
+        .host_str()
+        .filter(|h| !h.is_empty())
+        .ok_or_else(|| TargetError::BadHost(raw.to_owned()))?;
+    Ok(host.trim_end_matches('.').to_ascii_lowercase())
+}
+
+/// What a grant holds, parsed: its normalised pattern text and its lookup key.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Pattern {
+    pub kind: TargetKind,
+    /// Normalised: globs with `~` expanded, hosts lower case.
+    pub text: String,
+    pub key: String,
+}
+
+impl Pattern {
+    /// Parses a grant's target for a capability of `kind`.
+    pub fn parse(kind: TargetKind, raw: &str, home: &Path) -> Result<Pattern, TargetError> {
+        check_text(raw)?;
+        match kind {
+            TargetKind::PathGlob => {
+                let expanded = expand_home(raw, home)?;
+                if !expanded.starts_with('/') {
+                    return Err(TargetError::NotAbsolute(raw.to_owned()));
+                }
+                if expanded.split('/').any(|s| s == "..") {
+                    return Err(TargetError::DotDotInGlob(raw.to_owned()));
+                }
+                let text = collapse_slashes(&expanded);
+                compile_glob(&text).map_err(|message| TargetError::MalformedGlob {
+                    glob: raw.to_owned(),
+                    message,
+                })?;
+                let key = glob_key(&text);
+                Ok(Pattern { kind, text, key })
+            }
+            TargetKind::Host => {
+                let (wildcard, rest) = match raw.strip_prefix("*.") {
+                    Some(rest) => (true, rest),
+                    None => (false, raw),
+                };
+                if rest.contains('*') {
+                    return Err(TargetError::BadHost(raw.to_owned()));
+                }
+                let host = host_of(rest)?;
+                let text = if wildcard { format!("*.{host}") } else { host };
+                Ok(Pattern {
+                    kind,
+                    key: text.clone(),
+                    text,
+                })
+            }
+            TargetKind::Exact => Ok(Pattern {
+                kind,
+                text: raw.to_owned(),
+                key: raw.to_owned(),
+            }),
+            TargetKind::None => Err(TargetError::NoTargetKind),
+        }
+    }
+}
+
+/// `//` and `/./` collapse; the glob text is otherwise kept (a trailing `/` included).
+fn collapse_slashes(path: &str) -> String {
+    let mut out = String::with_capacity(path.len());
+    for segment in path.split('/') {
+        if segment.is_empty() || segment == "." {
+            continue;
+        }
+        out.push('/');
+        out.push_str(segment);
+    }
+    if out.is_empty() {
+        out.push('/');
+    }
+    out
+}
+
+/// The directory of a glob's literal prefix: `/home/u/Doc*/x` → `/home/u/`.
+fn glob_key(glob: &str) -> String {
+    let literal_end = glob.find(['*', '?', '[', '{', '\\']).unwrap_or(glob.len());
+    let literal = &glob[..literal_end];
+    match literal.rfind('/') {
+        Some(i) => literal[..=i].to_owned(),
+        None => "/".to_owned(),
+    }
+}
+
+fn compile_glob(glob: &str) -> Result<GlobMatcher, String> {
+    GlobBuilder::new(glob)
+        .literal_separator(true)
+        .backslash_escape(true)
+        .build()
+        .map(|g| g.compile_matcher())
+        .map_err(|e| e.kind().to_string())
+}
+
+/// Compiled globs, reused across checks: compiling one costs tens of microseconds.
+#[derive(Debug)]
+pub struct Matcher {
+    globs: quick_cache::sync::Cache<String, Arc<GlobMatcher>>,
+}
+
+impl Default for Matcher {
+    fn default() -> Self {
+        Matcher {
+            globs: quick_cache::sync::Cache::new(10_000),
+        }
+    }
+}
+
+impl Matcher {
+    /// Whether a stored pattern (`kind`, normalised `text`) matches `target`.
+    pub fn matches(&self, kind: TargetKind, text: &str, target: &Target) -> bool {
+        match (kind, target) {
+            (TargetKind::PathGlob, Target::Path(path)) => {
+                let glob = self
+                    .globs
+                    .get_or_insert_with(text, || compile_glob(text).map(Arc::new).map_err(|_| ()));
+                glob.is_ok_and(|g| g.is_match(path))
+            }
+            (TargetKind::Host, Target::Host(host)) => match text.strip_prefix("*.") {
+                Some(domain) => host
+                    .strip_suffix(domain)
+                    .is_some_and(|sub| sub.ends_with('.') && sub.len() > 1),
+                None => host == text,
+            },
+            (TargetKind::Exact, Target::Exact(value)) => value == text,
+            _ => false,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const HOME: &str = "/home/roberto";
+
+    fn home() -> &'static Path {
+        Path::new(HOME)
+    }
+
+    fn matches(kind: TargetKind, pattern: &str, target: &str) -> bool {
+        let pattern = Pattern::parse(kind, pattern, home()).unwrap();
+        let target = Target::parse(kind, target, home()).unwrap();
+        let m = Matcher::default();
+        let found = m.matches(kind, &pattern.text, &target);
+        // Whatever matches must be found by its key.
+        if found {
+            assert!(
+                target.candidate_keys().contains(&pattern.key),
+                "key {} not among {:?}",
+                pattern.key,
+                target.candidate_keys()
+            );
+        }
+        found
+    }
+
+    #[test]
+    fn the_seed_example_grant_covers_a_file_in_its_folder() {
+        assert!(matches(
+            TargetKind::PathGlob,
+            "~/Documents/invoices-2026/*",
+            "~/Documents/invoices-2026/04-Acme.pdf"
+        ));
+        assert!(matches(
+            TargetKind::PathGlob,
+            "~/Documents/invoices-2026/*",
+            "/home/roberto/Documents/invoices-2026/04-Acme.pdf"
+        ));
+    }
+
+    #[test]
+    fn dot_dot_cannot_escape_a_grant() {
+        assert!(!matches(
+            TargetKind::PathGlob,
+            "~/Documents/invoices-2026/*",
+            "~/Documents/invoices-2026/../../.ssh/id_rsa"
+        ));
+        assert!(!matches(
+            TargetKind::PathGlob,
+            "~/Documents/**",
+            "~/Documents/../.ssh/id_rsa"
+        ));
+        // …while a harmless `..` that stays inside still matches.
+        assert!(matches(
+            TargetKind::PathGlob,
+            "~/Documents/invoices-2026/*",
+            "~/Documents/x/../invoices-2026/./05.pdf"
+        ));
+        assert!(matches(
+            TargetKind::PathGlob,
+            "~/Documents/invoices-2026/*",
+            "//home//roberto/Documents///invoices-2026/06.pdf"
+        ));
+    }
+
+    #[test]
+    fn a_single_star_stays_in_its_folder_and_a_double_star_does_not() {
+        assert!(!matches(
+            TargetKind::PathGlob,
+            "~/Documents/*",
+            "~/Documents/a/b.pdf"
+        ));
+        assert!(matches(
+            TargetKind::PathGlob,
+            "~/Documents/**",
+            "~/Documents/a/b.pdf"
+        ));
+        assert!(matches(TargetKind::PathGlob, "~/notes.txt", "~/notes.txt"));
+        assert!(!matches(
+            TargetKind::PathGlob,
+            "~/notes.txt",
+            "~/notes.txt.bak"
+        ));
+        assert!(matches(TargetKind::PathGlob, "~/Doc*/x.md", "~/Docs/x.md"));
+        assert!(matches(
+            TargetKind::PathGlob,
+            "/srv/{a,b}/*.log",
+            "/srv/b/today.log"
+        ));
+    }
+
+    #[test]
+    fn bad_paths_and_globs_are_refused_with_the_reason() {
+        let err = |kind, raw: &str| Pattern::parse(kind, raw, home()).unwrap_err().to_string();
+        assert_eq!(err(TargetKind::PathGlob, ""), "target is empty");
+        assert!(err(TargetKind::PathGlob, "Documents/*").contains("must be absolute"));
+        assert!(err(TargetKind::PathGlob, "~alice/x").contains("not ~user"));
+        assert!(err(TargetKind::PathGlob, "~/a/[b").contains("malformed"));
+        assert!(err(TargetKind::PathGlob, "~/a/{b").contains("malformed"));
+        assert!(err(TargetKind::PathGlob, "~/a/../b/*").contains("`..`"));
+        assert!(err(TargetKind::PathGlob, "/a\n/b").contains("control character"));
+        assert!(err(TargetKind::PathGlob, &format!("/{}", "a".repeat(5000))).contains("longer"));
+        let target_err = Target::parse(TargetKind::PathGlob, "relative/file", home()).unwrap_err();
+        assert!(matches!(target_err, TargetError::NotAbsolute(_)));
+    }
+
+    #[test]
+    fn hosts_match_exactly_or_by_subdomain_wildcard_on_the_host_only() {
+        assert!(matches(
+            TargetKind::Host,
+            "example.com",
+            "https://example.com/path?q=1"
+        ));
+        assert!(matches(TargetKind::Host, "example.com", "EXAMPLE.com:8443"));
+        assert!(!matches(
+            TargetKind::Host,
+            "example.com",
+            "https://api.example.com/"
+        ));
+        assert!(matches(
+            TargetKind::Host,
+            "*.example.com",
+            "https://api.example.com/"
+        ));
+        assert!(matches(
+            TargetKind::Host,
+            "*.example.com",
+            "a.b.example.com"
+        ));
+        assert!(!matches(TargetKind::Host, "*.example.com", "example.com"));
+        assert!(!matches(
+            TargetKind::Host,
+            "*.example.com",
+            "badexample.com"
+        ));
+        // The host is what counts, not a look-alike in the path or user info.
+        assert!(!matches(
+            TargetKind::Host,
+            "example.com",
+            "https://evil.net/example.com"
+        ));
+        assert!(!matches(
+            TargetKind::Host,
+            "example.com",
+            "https://example.com@evil.net/"
+        ));
+        assert!(matches(
+            TargetKind::Host,
+            "https://Example.com/",
+            "example.com."
+        ));
+    }
+
+    #[test]
+    fn bad_hosts_are_refused() {
+        for raw in ["http://", "*.*.com", "exa mple.com", "*."] {
+            assert!(
+                Pattern::parse(TargetKind::Host, raw, home()).is_err(),
+                "{raw}"
+            );
+        }
+    }
+
+    #[test]
+    fn exact_targets_compare_for_equality() {
+        assert!(matches(
+            TargetKind::Exact,
+            "inbox@example.com",
+            "inbox@example.com"
+        ));
+        assert!(!matches(
+            TargetKind::Exact,
+            "inbox@example.com",
+            "Inbox@example.com"
+        ));
+    }
+
+    #[test]
+    fn normalisation_never_climbs_above_root() {
+        assert_eq!(normalize_path("/../../etc/./passwd"), "/etc/passwd");
+        assert_eq!(normalize_path("/a/b/../../.."), "/");
+        assert_eq!(normalize_path("//a//b/"), "/a/b");
+    }
+
+    #[test]
+    fn keys_are_ancestor_directories_and_parent_wildcards() {
+        let path = Target::parse(TargetKind::PathGlob, "/a/b/c.txt", home()).unwrap();
+        assert_eq!(path.candidate_keys(), ["/", "/a/", "/a/b/"]);
+        let host = Target::parse(TargetKind::Host, "https://x.y.example.com", home()).unwrap();
+        assert_eq!(
+            host.candidate_keys(),
+            [
+                "x.y.example.com",
+                "*.y.example.com",
+                "*.example.com",
+                "*.com"
+            ]
+        );
+        assert_eq!(
+            Pattern::parse(TargetKind::PathGlob, "~/Doc*/x", home())
+                .unwrap()
+                .key,
+            "/home/roberto/"
+        );
+        assert_eq!(
+            Pattern::parse(TargetKind::PathGlob, "/", home())
+                .unwrap()
+                .key,
+            "/"
+        );
+    }
+}

@@ -1,0 +1,391 @@
+//! The policy store suite: grants recorded, consulted, listed, revoked and pruned, the
+//! same cases on SQLite and on a real PostgreSQL server.
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use metnos_kit::testing::TestStore;
+use metnos_kit::time::now_ms;
+use metnos_policy::grant::{NewGrant, Principal};
+use metnos_policy::outcome::Decider;
+use metnos_policy::registry::Capability;
+use metnos_policy::service::{Error, Policy};
+use metnos_policy::store::{GrantStore, ListFilter, MIGRATIONS};
+use metnos_policy::table::{Level, Outcome};
+use metnos_policy::target::Pattern;
+
+const DAY_MS: i64 = 86_400_000;
+
+async fn open(store: &TestStore) -> (Policy, GrantStore) {
+    let db = metnos_kit::store::open(
+        &store.spec(),
+        "policy",
+        &MIGRATIONS,
+        Duration::from_secs(10),
+    )
+    .await
+    .unwrap();
+    (
+        Policy::new(db.clone(), PathBuf::from("/home/roberto")),
+        GrantStore::new(db),
+    )
+}
+
+fn who(channel: &str, sender: &str) -> Principal {
+    Principal::new(channel, sender).unwrap()
+}
+
+fn roberto() -> Principal {
+    who("telegram", "roberto")
+}
+
+/// A grant written straight to the store, with any times (bypassing validation, as a
+/// grant recorded long ago or one that has expired since would look).
+async fn raw_grant(
+    store: &GrantStore,
+    cap: Capability,
+    target: &str,
+    granted_at: i64,
+    expires_at: Option<i64>,
+) -> i64 {
+    let pattern = Pattern::parse(
+        cap.spec().target_kind,
+        target,
+        std::path::Path::new("/home/roberto"),
+    )
+    .unwrap();
+    let new = NewGrant {
+        principal: roberto(),
+        capability: cap,
+        target: target.to_owned(),
+        pattern,
+        expires_at,
+        granted_by: "test".to_owned(),
+    };
+    store.record(&new, granted_at).await.unwrap().id
+}
+
+/// Seed case 5: record_grant_e_has_grant_round_trip (and the seed's example 1).
+async fn a_recorded_grant_decides_a_matching_check(store: TestStore) {
+    let (policy, _) = open(&store).await;
+    let grant = policy
+        .record(
+            roberto(),
+            "fs:write",
+            "~/Documents/invoices-2026/*",
+            None,
+            "approval:abc",
+        )
+        .await
+        .unwrap();
+    assert!(grant.id > 0);
+    let decision = policy
+        .check(
+            Level::Supervised,
+            "fs:write",
+            Some(roberto()),
+            "~/Documents/invoices-2026/04-Acme.pdf",
+        )
+        .await
+        .unwrap();
+    assert_eq!(decision.outcome, Outcome::Allowed);
+    assert_eq!(decision.decided_by, Decider::Grant);
+    assert_eq!(decision.grant_id, Some(grant.id));
+    // Another person, another capability, another folder: still asked.
+    for (who, cap, target) in [
+        (
+            who("telegram", "anna"),
+            "fs:write",
+            "~/Documents/invoices-2026/04-Acme.pdf",
+        ),
+        (
+            roberto(),
+            "fs:read",
+            "~/Documents/invoices-2026/04-Acme.pdf",
+        ),
+        (
+            roberto(),
+            "fs:write",
+            "~/Documents/invoices-2025/04-Acme.pdf",
+        ),
+        (
+            roberto(),
+            "fs:write",
+            "~/Documents/invoices-2026/../../.ssh/id_rsa",
+        ),
+    ] {
+        let d = policy
+            .check(Level::Supervised, cap, Some(who.clone()), target)
+            .await
+            .unwrap();
+        assert_eq!(
+            d.outcome,
+            Outcome::ApprovalRequired,
+            "{who:?} {cap} {target}"
+        );
+    }
+}
+
+/// Seed case 6: record_grant_capability_sconosciuta_solleva.
+async fn an_unknown_capability_is_refused_and_nothing_is_stored(store: TestStore) {
+    let (policy, _) = open(&store).await;
+    let err = policy
+        .record(roberto(), "fs:delete", "~/x", None, "")
+        .await
+        .unwrap_err();
+    assert!(matches!(err, Error::UnknownCapability(_)), "{err}");
+    assert!(err.to_string().contains("fs:read, fs:write"), "{err}");
+    let all = ListFilter {
+        include_inactive: true,
+        ..ListFilter::default()
+    };
+    assert!(policy.list(&all).await.unwrap().is_empty());
+}
+
+/// Seed case 7: revoke_grant_disattiva_has_grant.
+async fn revoking_a_grant_stops_it_deciding(store: TestStore) {
+    let (policy, _) = open(&store).await;
+    let grant = policy
+        .record(roberto(), "network:http", "*.example.com", None, "")
+        .await
+        .unwrap();
+    let check = || {
+        policy.check(
+            Level::Supervised,
+            "network:http",
+            Some(roberto()),
+            "https://api.example.com/v1",
+        )
+    };
+    assert_eq!(check().await.unwrap().outcome, Outcome::Allowed);
+    assert!(policy.revoke(grant.id).await.unwrap());
+    assert_eq!(check().await.unwrap().outcome, Outcome::ApprovalRequired);
+    assert!(
+        !policy.revoke(grant.id).await.unwrap(),
+        "a second revoke is a no-op"
+    );
+    assert!(
+        !policy.revoke(987_654).await.unwrap(),
+        "an unknown id is a no-op"
+    );
+}
+
+/// Seed case 10: list_grants_filtra_per_canale_e_revoked.
+async fn listing_filters_by_channel_and_sender_and_hides_revoked(store: TestStore) {
+    let (policy, _) = open(&store).await;
+    let a = policy
+        .record(roberto(), "fs:read", "~/a/*", None, "")
+        .await
+        .unwrap();
+    let b = policy
+        .record(who("telegram", "anna"), "fs:read", "~/b/*", None, "")
+        .await
+        .unwrap();
+    let c = policy
+        .record(who("cli", "roberto"), "fs:read", "~/c/*", None, "")
+        .await
+        .unwrap();
+    let d = policy
+        .record(roberto(), "calendar:read", "family", None, "")
+        .await
+        .unwrap();
+    assert!(policy.revoke(d.id).await.unwrap());
+
+    let ids =
+        |grants: Vec<metnos_policy::grant::Grant>| grants.iter().map(|g| g.id).collect::<Vec<_>>();
+    let filter = |channel: Option<&str>, sender: Option<&str>, all: bool| ListFilter {
+        channel: channel.map(str::to_owned),
+        sender_id: sender.map(str::to_owned),
+        include_inactive: all,
+    };
+    // Newest first.
+    assert_eq!(
+        ids(policy.list(&filter(None, None, false)).await.unwrap()),
+        [c.id, b.id, a.id]
+    );
+    assert_eq!(
+        ids(policy
+            .list(&filter(Some("telegram"), None, false))
+            .await
+            .unwrap()),
+        [b.id, a.id]
+    );
+    assert_eq!(
+        ids(policy
+            .list(&filter(None, Some("roberto"), false))
+            .await
+            .unwrap()),
+        [c.id, a.id]
+    );
+    assert_eq!(
+        ids(policy
+            .list(&filter(Some("telegram"), Some("roberto"), false))
+            .await
+            .unwrap()),
+        [a.id]
+    );
+    let with_revoked = policy
+        .list(&filter(Some("telegram"), Some("roberto"), true))
+        .await
+        .unwrap();
+    assert_eq!(ids(with_revoked.clone()), [d.id, a.id]);
+    assert!(with_revoked[0].revoked_at.is_some());
+}
+
+async fn expired_grants_neither_decide_nor_list(store: TestStore) {
+    let (policy, grants) = open(&store).await;
+    let now = now_ms();
+    raw_grant(
+        &grants,
+        Capability::FsRead,
+        "~/old/*",
+        now - DAY_MS,
+        Some(now - 1),
+    )
+    .await;
+    let d = policy
+        .check(Level::Supervised, "fs:read", Some(roberto()), "~/old/x.txt")
+        .await
+        .unwrap();
+    assert_eq!(d.outcome, Outcome::ApprovalRequired);
+    assert!(
+        policy
+            .list(&ListFilter::default())
+            .await
+            .unwrap()
+            .is_empty()
+    );
+    let all = ListFilter {
+        include_inactive: true,
+        ..ListFilter::default()
+    };
+    assert_eq!(policy.list(&all).await.unwrap().len(), 1);
+}
+
+async fn a_deciding_grant_records_its_last_use(store: TestStore) {
+    let (policy, _) = open(&store).await;
+    let grant = policy
+        .record(roberto(), "mail:read", "inbox@example.com", None, "")
+        .await
+        .unwrap();
+    assert_eq!(grant.last_used_at, None);
+    let before = now_ms();
+    let d = policy
+        .check(
+            Level::ReadOnly,
+            "mail:read",
+            Some(roberto()),
+            "inbox@example.com",
+        )
+        .await
+        .unwrap();
+    assert_eq!(d.grant_id, Some(grant.id));
+    let listed = policy.list(&ListFilter::default()).await.unwrap();
+    let used = listed[0]
+        .last_used_at
+        .expect("last_used_at set by the check");
+    assert!(used >= before, "{used} < {before}");
+}
+
+async fn pruning_revokes_only_grants_unused_for_the_given_days(store: TestStore) {
+    let (policy, grants) = open(&store).await;
+    let now = now_ms();
+    let stale = raw_grant(
+        &grants,
+        Capability::FsRead,
+        "~/stale/*",
+        now - 40 * DAY_MS,
+        None,
+    )
+    .await;
+    let used = raw_grant(
+        &grants,
+        Capability::FsRead,
+        "~/used/*",
+        now - 40 * DAY_MS,
+        None,
+    )
+    .await;
+    let fresh = raw_grant(&grants, Capability::FsRead, "~/fresh/*", now - DAY_MS, None).await;
+    // Using the old grant today keeps it.
+    let d = policy
+        .check(
+            Level::Supervised,
+            "fs:read",
+            Some(roberto()),
+            "~/used/a.txt",
+        )
+        .await
+        .unwrap();
+    assert_eq!(d.grant_id, Some(used));
+
+    let revoked = policy.prune(30).await.unwrap();
+    assert_eq!(revoked.iter().map(|g| g.id).collect::<Vec<_>>(), [stale]);
+    assert!(revoked[0].revoked_at.is_some());
+    let active: Vec<i64> = policy
+        .list(&ListFilter::default())
+        .await
+        .unwrap()
+        .iter()
+        .map(|g| g.id)
+        .collect();
+    assert_eq!(active, [fresh, used]);
+    assert!(
+        policy.prune(30).await.unwrap().is_empty(),
+        "pruning twice revokes nothing more"
+    );
+    assert!(matches!(
+        policy.prune(0).await,
+        Err(Error::InvalidUnusedDays)
+    ));
+}
+
+async fn many_grants_of_one_person_still_find_the_one_that_matches(store: TestStore) {
+    let (policy, grants) = open(&store).await;
+    let now = now_ms();
+    let mut wanted = 0;
+    for i in 0..300 {
+        let id = raw_grant(
+            &grants,
+            Capability::FsWrite,
+            &format!("~/projects/p{i}/**"),
+            now,
+            None,
+        )
+        .await;
+        if i == 217 {
+            wanted = id;
+        }
+    }
+    let d = policy
+        .check(
+            Level::Supervised,
+            "fs:write",
+            Some(roberto()),
+            "~/projects/p217/src/main.rs",
+        )
+        .await
+        .unwrap();
+    assert_eq!(d.grant_id, Some(wanted));
+    let d = policy
+        .check(
+            Level::Supervised,
+            "fs:write",
+            Some(roberto()),
+            "~/projects/p300/src/main.rs",
+        )
+        .await
+        .unwrap();
+    assert_eq!(d.outcome, Outcome::ApprovalRequired);
+}
+
+metnos_kit::store_suite!(
+    a_recorded_grant_decides_a_matching_check,
+    an_unknown_capability_is_refused_and_nothing_is_stored,
+    revoking_a_grant_stops_it_deciding,
+    listing_filters_by_channel_and_sender_and_hides_revoked,
+    expired_grants_neither_decide_nor_list,
+    a_deciding_grant_records_its_last_use,
+    pruning_revokes_only_grants_unused_for_the_given_days,
+    many_grants_of_one_person_still_find_the_one_that_matches,
+);
