@@ -2,11 +2,15 @@
 //!
 //! - [`up`]: the whole stack in one process, each service on its own runtime and port.
 //! - [`status`]: every service's health as a table or JSON lines.
+//! - [`policy_cli`]: `metnos policy …` and `metnos grants …`.
+//! - [`admin`]: what the admin commands share.
 //! - [`runfile`]: how every command finds the running stack.
 //!
 //! Admin commands (`policy`, `approvals`, `grants`, `pair`, …) arrive with their services'
 //! issues; they all find the running services the same way.
 
+pub mod admin;
+pub mod policy_cli;
 pub mod runfile;
 pub mod status;
 pub mod up;

@@ -4,6 +4,7 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
+use metnos::policy_cli::{self, GrantsCommand, PolicyCommand};
 use metnos::{status, up};
 use metnos_kit::launch::EXIT_CONFIG;
 use metnos_kit::telemetry::Telemetry;
@@ -32,6 +33,16 @@ enum Command {
         /// One JSON object per line instead of a table.
         #[arg(long)]
         json: bool,
+    },
+    /// The legality filter: registry, table, checks.
+    Policy {
+        #[command(subcommand)]
+        command: PolicyCommand,
+    },
+    /// Persistent per-target grants: list, add, revoke, prune.
+    Grants {
+        #[command(subcommand)]
+        command: GrantsCommand,
     },
 }
 
@@ -73,6 +84,8 @@ fn main() -> ExitCode {
                 up::up(config).await
             }
             Command::Status { json } => status::status(&config, json).await,
+            Command::Policy { command } => policy_cli::policy(&config, command).await,
+            Command::Grants { command } => policy_cli::grants(&config, command).await,
         }
     })
 }

@@ -6,6 +6,7 @@ use std::time::Duration;
 use metnos_kit::Config;
 use metnos_kit::client::{self, Health};
 
+use crate::admin::say;
 use crate::runfile::service_urls;
 
 /// Prints one row per service with SERVING or NOT_SERVING; exit 0 only if all serve.
@@ -23,7 +24,7 @@ pub async fn status(config: &Config, json: bool) -> ExitCode {
     let results = futures::future::join_all(probes).await;
 
     if !json {
-        println!("{:<10} {:<28} STATUS", "SERVICE", "ADDRESS");
+        say(&format!("{:<10} {:<28} STATUS", "SERVICE", "ADDRESS"));
     }
     let mut all_serving = true;
     for (service, url, health) in &results {
@@ -40,11 +41,15 @@ pub async fn status(config: &Config, json: bool) -> ExitCode {
                 "status": word,
                 "detail": detail,
             });
-            println!("{line}");
+            say(&line.to_string());
         } else {
             match detail {
-                Some(detail) => println!("{:<10} {:<28} {word} ({detail})", service.as_str(), url),
-                None => println!("{:<10} {:<28} {word}", service.as_str(), url),
+                Some(detail) => say(&format!(
+                    "{:<10} {:<28} {word} ({detail})",
+                    service.as_str(),
+                    url
+                )),
+                None => say(&format!("{:<10} {:<28} {word}", service.as_str(), url)),
             }
         }
     }

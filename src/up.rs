@@ -117,8 +117,14 @@ pub async fn up(config: Config) -> ExitCode {
         )
         .await;
     }
-    for (service, (addr, _)) in &urls {
-        println!("{service} {addr}");
+    {
+        // A closed stdout must not stop the stack: the lines are for whoever listens.
+        use std::io::Write;
+        let mut out = std::io::stdout().lock();
+        for (service, (addr, _)) in &urls {
+            let _ = writeln!(out, "{service} {addr}");
+        }
+        let _ = out.flush();
     }
     tracing::info!(data_dir = %config.data_dir.display(), "metnos is up; Ctrl-C stops it");
 

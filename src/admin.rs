@@ -1,0 +1,64 @@
+//! What the admin commands share: finding a service, and saying what went wrong in one line.
+
+use std::process::ExitCode;
+
+use metnos_kit::client::{self, TracedChannel};
+use metnos_kit::{Config, ServiceName};
+
+use crate::runfile::service_urls;
+
+/// A traced channel to `service`, found as every command finds it (run file, else config).
+pub fn connect(config: &Config, service: ServiceName) -> Result<(TracedChannel, String), ExitCode> {
+    let url = service_urls(config)
+        .remove(&service)
+        .unwrap_or_else(|| config.service_url(service));
+    match client::channel(&url) {
+        Ok(channel) => Ok((channel, url)),
+        Err(e) => {
+            eprintln!("metnos: {e}");
+            Err(ExitCode::FAILURE)
+        }
+    }
+}
+
+/// Prints a failed call as one line and returns exit code 1.
+pub fn failed(service: ServiceName, url: &str, status: &tonic::Status) -> ExitCode {
+    if status.code() == tonic::Code::Unavailable {
+        let cause = root_cause(status);
+        eprintln!(
+            "metnos: the {service} service at {url} is unavailable ({cause}); is `metnos up` running?"
+        );
+    } else {
+        eprintln!("metnos: {service}: {}", status.message());
+    }
+    ExitCode::FAILURE
+}
+
+fn root_cause(status: &tonic::Status) -> String {
+    let mut cause = status.message().to_owned();
+    let mut source: Option<&(dyn std::error::Error + 'static)> = std::error::Error::source(status);
+    while let Some(err) = source {
+        cause = err.to_string();
+        source = err.source();
+    }
+    cause
+}
+
+/// Prints one JSON value on its own line.
+pub fn print_line(value: &serde_json::Value) {
+    say(&value.to_string());
+}
+
+/// Writes a line to stdout. A closed pipe (`metnos … | head -1`) ends the command
+/// quietly with success, as Unix tools do, instead of a panic.
+pub fn say(line: &str) {
+    use std::io::Write;
+    let mut out = std::io::stdout().lock();
+    if let Err(e) = writeln!(out, "{line}").and_then(|()| out.flush()) {
+        if e.kind() == std::io::ErrorKind::BrokenPipe {
+            std::process::exit(0);
+        }
+        eprintln!("metnos: cannot write to stdout: {e}");
+        std::process::exit(1);
+    }
+}
