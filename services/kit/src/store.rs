@@ -7,7 +7,9 @@
 //! Services keep one store trait with a SQLite and a Postgres implementation over [`Db`].
 
 use std::borrow::Cow;
+use std::fs::File;
 use std::str::FromStr;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use sqlx::migrate::{Migration, MigrationType, Migrator};
@@ -60,44 +62,67 @@ fn migrator(migrations: &[EmbeddedMigration]) -> Migrator {
     )
 }
 
-/// An open, migrated store.
+/// The connection pool of one backend.
 #[derive(Debug, Clone)]
-pub enum Db {
+pub enum Pool {
     Sqlite(SqlitePool),
     Postgres(PgPool),
 }
 
+/// An open, migrated store. A SQLite store also holds an exclusive lock on
+/// `<file>.lock`: one process at a time owns a SQLite store, so a service may trust that
+/// nobody else writes it (the policy service caches grants on that ground).
+#[derive(Debug, Clone)]
+pub struct Db {
+    pool: Pool,
+    lock: Option<Arc<Mutex<Option<File>>>>,
+}
+
 impl Db {
-    /// Closes every connection (waits for those in use to be returned).
+    /// The pool, for queries (see [`on_db!`](crate::on_db)).
+    pub fn pool(&self) -> &Pool {
+        &self.pool
+    }
+
+    /// Whether this process is the only writer of the store (a locked SQLite file).
+    pub fn single_writer(&self) -> bool {
+        self.lock.is_some()
+    }
+
+    /// Closes every connection (waits for those in use to be returned) and releases
+    /// the SQLite lock.
     pub async fn close(&self) {
-        match self {
-            Db::Sqlite(pool) => pool.close().await,
-            Db::Postgres(pool) => pool.close().await,
+        match &self.pool {
+            Pool::Sqlite(pool) => pool.close().await,
+            Pool::Postgres(pool) => pool.close().await,
+        }
+        if let Some(lock) = &self.lock {
+            drop(lock.lock().unwrap_or_else(|e| e.into_inner()).take());
         }
     }
 
     /// The service that owns this store.
     pub async fn owner(&self) -> Result<String, sqlx::Error> {
         let query = "SELECT value FROM metnos_store WHERE key = 'owner'";
-        match self {
-            Db::Sqlite(pool) => sqlx::query_scalar(query).fetch_one(pool).await,
-            Db::Postgres(pool) => sqlx::query_scalar(query).fetch_one(pool).await,
+        match &self.pool {
+            Pool::Sqlite(pool) => sqlx::query_scalar(query).fetch_one(pool).await,
+            Pool::Postgres(pool) => sqlx::query_scalar(query).fetch_one(pool).await,
         }
     }
 
     /// `sqlite` or `postgres`.
     pub fn backend(&self) -> &'static str {
-        match self {
-            Db::Sqlite(_) => "sqlite",
-            Db::Postgres(_) => "postgres",
+        match &self.pool {
+            Pool::Sqlite(_) => "sqlite",
+            Pool::Postgres(_) => "postgres",
         }
     }
 
     /// Whether the store answers a trivial query now.
     pub async fn ping(&self) -> Result<(), sqlx::Error> {
-        match self {
-            Db::Sqlite(pool) => sqlx::query("SELECT 1").execute(pool).await.map(|_| ()),
-            Db::Postgres(pool) => sqlx::query("SELECT 1").execute(pool).await.map(|_| ()),
+        match &self.pool {
+            Pool::Sqlite(pool) => sqlx::query("SELECT 1").execute(pool).await.map(|_| ()),
+            Pool::Postgres(pool) => sqlx::query("SELECT 1").execute(pool).await.map(|_| ()),
         }
     }
 }
@@ -108,9 +133,9 @@ impl Db {
 #[macro_export]
 macro_rules! on_db {
     ($db:expr, $pool:ident => $body:expr) => {
-        match $db {
-            $crate::store::Db::Sqlite($pool) => $body,
-            $crate::store::Db::Postgres($pool) => $body,
+        match $db.pool() {
+            $crate::store::Pool::Sqlite($pool) => $body,
+            $crate::store::Pool::Postgres($pool) => $body,
         }
     };
 }
@@ -152,6 +177,14 @@ pub enum StoreError {
     },
     #[error("cannot migrate {store}: {message}")]
     Migrate { store: String, message: String },
+    #[error("{store} is in use by another process (lock {lock}); one process owns a SQLite store")]
+    Locked { store: String, lock: String },
+    #[error("cannot lock {lock} for {store}: {source}")]
+    Lock {
+        store: String,
+        lock: String,
+        source: std::io::Error,
+    },
 }
 
 /// Opens the store, checks that `owner` owns it (claiming a new one), and applies the
@@ -172,20 +205,30 @@ pub async fn open(
                     source,
                 })?;
             }
+            let lock = lock_file(path, &store)?;
             let options = SqliteConnectOptions::new()
                 .filename(path)
                 .create_if_missing(true)
                 .journal_mode(SqliteJournalMode::Wal)
                 .synchronous(SqliteSynchronous::Normal)
                 .busy_timeout(Duration::from_secs(5))
-                .foreign_keys(true);
+                .foreign_keys(true)
+                // Reads of a large store come from memory, not a 2 MB page cache.
+                .pragma("mmap_size", "268435456")
+                .pragma("cache_size", "-32000");
             let pool = SqlitePoolOptions::new()
                 .max_connections(8)
+                // A local file does not drop connections; a ping before every query
+                // would double the cost of each one.
+                .test_before_acquire(false)
                 .acquire_timeout(connect_timeout)
                 .connect_with(options)
                 .await
                 .map_err(|e| open_error(&store, &e))?;
-            Db::Sqlite(pool)
+            Db {
+                pool: Pool::Sqlite(pool),
+                lock: Some(Arc::new(Mutex::new(Some(lock)))),
+            }
         }
         StoreSpec::Postgres { url } => {
             let options = PgConnectOptions::from_str(url).map_err(|e| open_error(&store, &e))?;
@@ -207,19 +250,22 @@ pub async fn open(
                 .connect_with(options)
                 .await
                 .map_err(|e| open_error(&store, &e))?;
-            Db::Postgres(pool)
+            Db {
+                pool: Pool::Postgres(pool),
+                lock: None,
+            }
         }
     };
 
     claim(&db, &store, owner).await?;
 
-    let (migrator, backend) = match &db {
-        Db::Sqlite(_) => (migrator(migrations.sqlite), "sqlite"),
-        Db::Postgres(_) => (migrator(migrations.postgres), "postgres"),
+    let (migrator, backend) = match db.pool() {
+        Pool::Sqlite(_) => (migrator(migrations.sqlite), "sqlite"),
+        Pool::Postgres(_) => (migrator(migrations.postgres), "postgres"),
     };
-    let migrated = match &db {
-        Db::Sqlite(pool) => migrator.run(pool).await,
-        Db::Postgres(pool) => migrator.run(pool).await,
+    let migrated = match db.pool() {
+        Pool::Sqlite(pool) => migrator.run(pool).await,
+        Pool::Postgres(pool) => migrator.run(pool).await,
     };
     migrated.map_err(|e| StoreError::Migrate {
         store: store.clone(),
@@ -229,13 +275,39 @@ pub async fn open(
     Ok(db)
 }
 
+/// Takes the exclusive lock of a SQLite store (`<file>.lock`), or says who holds it.
+fn lock_file(path: &std::path::Path, store: &str) -> Result<File, StoreError> {
+    let mut lock_path = path.as_os_str().to_owned();
+    lock_path.push(".lock");
+    let lock_path = std::path::PathBuf::from(lock_path);
+    let lock_error = |source| StoreError::Lock {
+        store: store.to_owned(),
+        lock: lock_path.display().to_string(),
+        source,
+    };
+    let file = std::fs::OpenOptions::new()
+        .create(true)
+        .truncate(false)
+        .write(true)
+        .open(&lock_path)
+        .map_err(lock_error)?;
+    match file.try_lock() {
+        Ok(()) => Ok(file),
+        Err(std::fs::TryLockError::WouldBlock) => Err(StoreError::Locked {
+            store: store.to_owned(),
+            lock: lock_path.display().to_string(),
+        }),
+        Err(std::fs::TryLockError::Error(e)) => Err(lock_error(e)),
+    }
+}
+
 async fn claim(db: &Db, store: &str, owner: &str) -> Result<(), StoreError> {
     let create =
         "CREATE TABLE IF NOT EXISTS metnos_store (key TEXT PRIMARY KEY, value TEXT NOT NULL)";
     let insert =
         "INSERT INTO metnos_store (key, value) VALUES ('owner', $1) ON CONFLICT (key) DO NOTHING";
-    let result = match db {
-        Db::Sqlite(pool) => match sqlx::query(create).execute(pool).await {
+    let result = match db.pool() {
+        Pool::Sqlite(pool) => match sqlx::query(create).execute(pool).await {
             Ok(_) => sqlx::query(insert)
                 .bind(owner)
                 .execute(pool)
@@ -243,7 +315,7 @@ async fn claim(db: &Db, store: &str, owner: &str) -> Result<(), StoreError> {
                 .map(|_| ()),
             Err(e) => Err(e),
         },
-        Db::Postgres(pool) => match sqlx::query(create).execute(pool).await {
+        Pool::Postgres(pool) => match sqlx::query(create).execute(pool).await {
             Ok(_) => sqlx::query(insert)
                 .bind(owner)
                 .execute(pool)

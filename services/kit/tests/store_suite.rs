@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use metnos_kit::ServiceName;
 use metnos_kit::config::StoreSpec;
-use metnos_kit::store::{self, Db, EmbeddedMigration, Migrations, StoreError};
+use metnos_kit::store::{self, Db, EmbeddedMigration, Migrations, Pool, StoreError};
 use metnos_kit::testing::TestStore;
 use sqlx::Row;
 
@@ -46,8 +46,8 @@ type Backend = TestStore;
 
 async fn insert_note(db: &Db, body: &str, tag: &str) -> i64 {
     let sql = "INSERT INTO notes (body, created_ms, tag) VALUES ($1, $2, $3) RETURNING id";
-    match db {
-        Db::Sqlite(pool) => {
+    match db.pool() {
+        Pool::Sqlite(pool) => {
             sqlx::query_scalar(sql)
                 .bind(body)
                 .bind(1_700_000_000_000_i64)
@@ -55,7 +55,7 @@ async fn insert_note(db: &Db, body: &str, tag: &str) -> i64 {
                 .fetch_one(pool)
                 .await
         }
-        Db::Postgres(pool) => {
+        Pool::Postgres(pool) => {
             sqlx::query_scalar(sql)
                 .bind(body)
                 .bind(1_700_000_000_000_i64)
@@ -69,15 +69,15 @@ async fn insert_note(db: &Db, body: &str, tag: &str) -> i64 {
 
 async fn notes(db: &Db) -> Vec<(i64, String, String)> {
     let sql = "SELECT id, body, tag FROM notes ORDER BY id";
-    let rows: Vec<(i64, String, String)> = match db {
-        Db::Sqlite(pool) => sqlx::query(sql)
+    let rows: Vec<(i64, String, String)> = match db.pool() {
+        Pool::Sqlite(pool) => sqlx::query(sql)
             .fetch_all(pool)
             .await
             .unwrap()
             .iter()
             .map(|r| (r.get(0), r.get(1), r.get(2)))
             .collect(),
-        Db::Postgres(pool) => sqlx::query(sql)
+        Pool::Postgres(pool) => sqlx::query(sql)
             .fetch_all(pool)
             .await
             .unwrap()
@@ -90,9 +90,9 @@ async fn notes(db: &Db) -> Vec<(i64, String, String)> {
 
 async fn applied_versions(db: &Db) -> Vec<i64> {
     let sql = "SELECT version FROM _sqlx_migrations ORDER BY version";
-    match db {
-        Db::Sqlite(pool) => sqlx::query_scalar(sql).fetch_all(pool).await,
-        Db::Postgres(pool) => sqlx::query_scalar(sql).fetch_all(pool).await,
+    match db.pool() {
+        Pool::Sqlite(pool) => sqlx::query_scalar(sql).fetch_all(pool).await,
+        Pool::Postgres(pool) => sqlx::query_scalar(sql).fetch_all(pool).await,
     }
     .unwrap()
 }
@@ -193,7 +193,7 @@ async fn sqlite_store_is_in_wal_mode() {
     let db = store::open(&backend.spec(), "policy", &MIGRATIONS, TIMEOUT)
         .await
         .unwrap();
-    let Db::Sqlite(pool) = &db else {
+    let Pool::Sqlite(pool) = db.pool() else {
         unreachable!()
     };
     let mode: String = sqlx::query_scalar("PRAGMA journal_mode")
@@ -254,4 +254,45 @@ fn every_service_has_its_own_default_sqlite_file() {
             assert_ne!(a, b);
         }
     }
+}
+
+#[tokio::test]
+async fn a_sqlite_store_is_owned_by_one_process_at_a_time() {
+    let backend = Backend::sqlite();
+    let spec = backend.spec();
+    let first = store::open(&spec, "policy", &MIGRATIONS, TIMEOUT)
+        .await
+        .unwrap();
+    assert!(first.single_writer());
+    let err = store::open(&spec, "policy", &MIGRATIONS, TIMEOUT)
+        .await
+        .unwrap_err();
+    assert!(matches!(err, StoreError::Locked { .. }), "{err}");
+    assert!(
+        err.to_string().contains("in use by another process"),
+        "{err}"
+    );
+    // Closing releases it, even while clones of the handle are still around.
+    let clone = first.clone();
+    first.close().await;
+    let second = store::open(&spec, "policy", &MIGRATIONS, TIMEOUT)
+        .await
+        .unwrap();
+    second.close().await;
+    drop(clone);
+}
+
+#[tokio::test]
+async fn a_postgres_store_is_shared_by_replicas() {
+    let backend = Backend::postgres().await;
+    let spec = backend.spec();
+    let a = store::open(&spec, "policy", &MIGRATIONS, TIMEOUT)
+        .await
+        .unwrap();
+    let b = store::open(&spec, "policy", &MIGRATIONS, TIMEOUT)
+        .await
+        .unwrap();
+    assert!(!a.single_writer() && !b.single_writer());
+    insert_note(&a, "from a", "").await;
+    assert_eq!(notes(&b).await.len(), 1);
 }

@@ -3,12 +3,13 @@
 
 use std::collections::HashMap;
 use std::path::PathBuf;
-use std::sync::Mutex;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
 
 use metnos_kit::store::Db;
 use metnos_kit::time::now_ms;
 
-use crate::grant::{Grant, GrantError, NewGrant, Principal, PrincipalError};
+use crate::grant::{Candidate, Grant, GrantError, NewGrant, Principal, PrincipalError};
 use crate::outcome::{Decision, Scope, decide, needs_grants};
 use crate::registry::{Capability, TargetKind, UnknownCapability};
 use crate::store::{GrantStore, ListFilter};
@@ -40,11 +41,75 @@ pub enum Error {
     Store(#[from] sqlx::Error),
 }
 
+/// A person's grants for one capability, by lookup key, as cached.
+#[derive(Debug)]
+enum Cached {
+    Grants {
+        by_key: HashMap<String, Vec<Candidate>>,
+        weight: u64,
+    },
+    /// More than [`CACHE_MAX_PER_ENTRY`]: asked of the store at every check.
+    TooMany,
+}
+
+/// A person with more grants than this for one capability is not cached.
+const CACHE_MAX_PER_ENTRY: i64 = 10_000;
+
+#[derive(Debug, Clone, Copy)]
+struct CachedWeight;
+
+impl quick_cache::Weighter<CacheKey, Arc<Cached>> for CachedWeight {
+    fn weight(&self, _key: &CacheKey, value: &Arc<Cached>) -> u64 {
+        match value.as_ref() {
+            Cached::Grants { weight, .. } => *weight,
+            Cached::TooMany => 1,
+        }
+    }
+}
+
+type CacheKey = (String, String, Capability);
+
+/// Active grants per (person, capability), kept only when this process is the store's
+/// single writer (a locked SQLite file): then every change goes through here and
+/// invalidates what it touches, so a revocation takes effect at once. A load that raced
+/// with a change is not kept (the generation moved). With PostgreSQL, where replicas
+/// share the store, every check asks the store.
+#[derive(Debug)]
+struct GrantCache {
+    entries: quick_cache::sync::Cache<CacheKey, Arc<Cached>, CachedWeight>,
+    generation: AtomicU64,
+}
+
+impl GrantCache {
+    fn new() -> GrantCache {
+        GrantCache {
+            // About a million grants' worth of entries.
+            entries: quick_cache::sync::Cache::with_weighter(10_000, 1_000_000, CachedWeight),
+            generation: AtomicU64::new(0),
+        }
+    }
+
+    fn invalidate(&self, principal: &Principal, capability: Capability) {
+        self.generation.fetch_add(1, Ordering::SeqCst);
+        self.entries.remove(&(
+            principal.channel.clone(),
+            principal.sender_id.clone(),
+            capability,
+        ));
+    }
+
+    fn clear(&self) {
+        self.generation.fetch_add(1, Ordering::SeqCst);
+        self.entries.clear();
+    }
+}
+
 /// The policy service's state.
 #[derive(Debug)]
 pub struct Policy {
     store: GrantStore,
     matcher: Matcher,
+    cache: Option<GrantCache>,
     /// The user's home: what `~` means in targets.
     home: PathBuf,
     /// Grant id → last use (ms), not yet written: a check must not wait for a write.
@@ -52,8 +117,17 @@ pub struct Policy {
 }
 
 impl Policy {
+    /// The policy service over `db`, with `~` meaning `home`. Grants are cached when the
+    /// store is single-writer (SQLite).
     pub fn new(db: Db, home: PathBuf) -> Policy {
+        Policy::with_cache(db, home, true)
+    }
+
+    /// As [`Policy::new`]; `cache: false` asks the store at every check (what replicas
+    /// sharing PostgreSQL always do), e.g. to measure the store path.
+    pub fn with_cache(db: Db, home: PathBuf, cache: bool) -> Policy {
         Policy {
+            cache: (cache && db.single_writer()).then(GrantCache::new),
             store: GrantStore::new(db),
             matcher: Matcher::default(),
             home,
@@ -92,14 +166,7 @@ impl Policy {
         let now = now_ms();
         let candidates = match &scope {
             Some(scope) if needs_grants(level, capability, Some(scope)) => {
-                self.store
-                    .candidates(
-                        scope.principal,
-                        capability.name(),
-                        &scope.target.candidate_keys(),
-                        now,
-                    )
-                    .await?
+                self.candidates(scope, capability, now).await?
             }
             _ => Vec::new(),
         };
@@ -117,6 +184,77 @@ impl Policy {
         Ok(decision)
     }
 
+    /// The grants that could match the scope's target: from the cache when there is one.
+    async fn candidates(
+        &self,
+        scope: &Scope<'_>,
+        capability: Capability,
+        now: i64,
+    ) -> Result<Vec<Candidate>, Error> {
+        let keys = scope.target.candidate_keys();
+        let Some(cache) = &self.cache else {
+            return Ok(self
+                .store
+                .candidates(scope.principal, capability.name(), &keys, now)
+                .await?);
+        };
+        let cache_key = (
+            scope.principal.channel.clone(),
+            scope.principal.sender_id.clone(),
+            capability,
+        );
+        let cached = match cache.entries.get(&cache_key) {
+            Some(cached) => cached,
+            None => {
+                let generation = cache.generation.load(Ordering::SeqCst);
+                let rows = self
+                    .store
+                    .load_active(
+                        scope.principal,
+                        capability.name(),
+                        now,
+                        CACHE_MAX_PER_ENTRY + 1,
+                    )
+                    .await?;
+                let cached = Arc::new(if rows.len() as i64 > CACHE_MAX_PER_ENTRY {
+                    Cached::TooMany
+                } else {
+                    let weight = rows.len() as u64 + 1;
+                    let mut by_key: HashMap<String, Vec<Candidate>> = HashMap::new();
+                    for (key, candidate) in rows {
+                        by_key.entry(key).or_default().push(candidate);
+                    }
+                    Cached::Grants { by_key, weight }
+                });
+                if cache.generation.load(Ordering::SeqCst) == generation {
+                    cache.entries.insert(cache_key.clone(), Arc::clone(&cached));
+                    // A change that landed while inserting: its own removal may have run
+                    // before this insert, so drop what may be stale.
+                    if cache.generation.load(Ordering::SeqCst) != generation {
+                        cache.entries.remove(&cache_key);
+                    }
+                }
+                cached
+            }
+        };
+        match cached.as_ref() {
+            Cached::Grants { by_key, .. } => {
+                let mut found: Vec<Candidate> = keys
+                    .iter()
+                    .filter_map(|key| by_key.get(key))
+                    .flatten()
+                    .cloned()
+                    .collect();
+                found.sort_by_key(|c| c.id);
+                Ok(found)
+            }
+            Cached::TooMany => Ok(self
+                .store
+                .candidates(scope.principal, capability.name(), &keys, now)
+                .await?),
+        }
+    }
+
     /// Records a grant.
     pub async fn record(
         &self,
@@ -132,6 +270,9 @@ impl Policy {
             principal, capability, target, expires_at, granted_by, &self.home, now,
         )?;
         let grant = self.store.record(&new, now).await?;
+        if let Some(cache) = &self.cache {
+            cache.invalidate(&new.principal, capability);
+        }
         tracing::info!(grant = grant.id, capability = %capability, "grant recorded");
         Ok(grant)
     }
@@ -147,11 +288,14 @@ impl Policy {
         if id <= 0 {
             return Err(Error::InvalidGrantId(id));
         }
-        let revoked = self.store.revoke(id, now_ms()).await?;
-        if revoked {
-            tracing::info!(grant = id, "grant revoked");
+        let Some((principal, capability)) = self.store.revoke(id, now_ms()).await? else {
+            return Ok(false);
+        };
+        if let (Some(cache), Ok(capability)) = (&self.cache, Capability::parse(&capability)) {
+            cache.invalidate(&principal, capability);
         }
-        Ok(revoked)
+        tracing::info!(grant = id, "grant revoked");
+        Ok(true)
     }
 
     /// Revokes the active grants not used for `unused_days` days; returns them.
@@ -163,6 +307,11 @@ impl Policy {
         let now = now_ms();
         let cutoff = now - i64::from(unused_days) * DAY_MS;
         let revoked = self.store.prune(cutoff, now).await?;
+        if let Some(cache) = &self.cache
+            && !revoked.is_empty()
+        {
+            cache.clear();
+        }
         tracing::info!(count = revoked.len(), unused_days, "grants pruned");
         Ok(revoked)
     }

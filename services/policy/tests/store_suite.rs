@@ -379,7 +379,129 @@ async fn many_grants_of_one_person_still_find_the_one_that_matches(store: TestSt
     assert_eq!(d.outcome, Outcome::ApprovalRequired);
 }
 
+/// The grant cache (SQLite) must never hide a change: a grant recorded after a check
+/// that found none, a prune, and a revocation all take effect at the next check.
+async fn changes_take_effect_at_the_next_check(store: TestStore) {
+    let (policy, grants) = open(&store).await;
+    let check =
+        |target: &'static str| policy.check(Level::Supervised, "fs:read", Some(roberto()), target);
+    assert_eq!(
+        check("~/a/1.txt").await.unwrap().outcome,
+        Outcome::ApprovalRequired
+    );
+    let a = policy
+        .record(roberto(), "fs:read", "~/a/*", None, "")
+        .await
+        .unwrap();
+    assert_eq!(check("~/a/1.txt").await.unwrap().grant_id, Some(a.id));
+
+    let now = now_ms();
+    raw_grant(
+        &grants,
+        Capability::FsRead,
+        "~/old/*",
+        now - 40 * DAY_MS,
+        None,
+    )
+    .await;
+    // Written behind the service's back; a new grant through the service refreshes, and
+    // a check that does not use the old grant loads it into the cache.
+    let b = policy
+        .record(roberto(), "fs:read", "~/b/*", None, "")
+        .await
+        .unwrap();
+    assert_eq!(check("~/b/1.txt").await.unwrap().grant_id, Some(b.id));
+    let pruned = policy.prune(30).await.unwrap();
+    assert_eq!(pruned.len(), 1);
+    assert_eq!(
+        check("~/old/1.txt").await.unwrap().outcome,
+        Outcome::ApprovalRequired
+    );
+
+    assert!(policy.revoke(a.id).await.unwrap());
+    assert_eq!(
+        check("~/a/1.txt").await.unwrap().outcome,
+        Outcome::ApprovalRequired
+    );
+}
+
+/// A person with more grants than the cache keeps per entry is still answered right.
+async fn a_person_with_very_many_grants_is_answered_from_the_store(store: TestStore) {
+    let (policy, grants) = open(&store).await;
+    let home = std::path::Path::new("/home/roberto");
+    let batch: Vec<NewGrant> = (0..10_050)
+        .map(|i| {
+            let target = format!("~/many/d{i}/*");
+            NewGrant {
+                principal: roberto(),
+                capability: Capability::FsRead,
+                pattern: Pattern::parse(
+                    metnos_policy::registry::TargetKind::PathGlob,
+                    &target,
+                    home,
+                )
+                .unwrap(),
+                target,
+                expires_at: None,
+                granted_by: String::new(),
+            }
+        })
+        .collect();
+    grants.record_many(&batch, now_ms()).await.unwrap();
+    for _ in 0..2 {
+        let d = policy
+            .check(
+                Level::Supervised,
+                "fs:read",
+                Some(roberto()),
+                "~/many/d10049/x",
+            )
+            .await
+            .unwrap();
+        assert_eq!(d.outcome, Outcome::Allowed);
+        let d = policy
+            .check(
+                Level::Supervised,
+                "fs:read",
+                Some(roberto()),
+                "~/many/d10050/x",
+            )
+            .await
+            .unwrap();
+        assert_eq!(d.outcome, Outcome::ApprovalRequired);
+    }
+}
+
+/// Replicas sharing PostgreSQL see each other's grants and revocations at once.
+#[tokio::test]
+async fn replicas_sharing_postgres_agree_at_once() {
+    async fn check(policy: &Policy) -> metnos_policy::outcome::Decision {
+        policy
+            .check(
+                Level::Supervised,
+                "fs:write",
+                Some(roberto()),
+                "~/shared/x.txt",
+            )
+            .await
+            .unwrap()
+    }
+    let store = TestStore::postgres().await;
+    let (a, _) = open(&store).await;
+    let (b, _) = open(&store).await;
+    assert_eq!(check(&b).await.outcome, Outcome::ApprovalRequired);
+    let grant = a
+        .record(roberto(), "fs:write", "~/shared/*", None, "")
+        .await
+        .unwrap();
+    assert_eq!(check(&b).await.grant_id, Some(grant.id));
+    assert!(a.revoke(grant.id).await.unwrap());
+    assert_eq!(check(&b).await.outcome, Outcome::ApprovalRequired);
+}
+
 metnos_kit::store_suite!(
+    changes_take_effect_at_the_next_check,
+    a_person_with_very_many_grants_is_answered_from_the_store,
     a_recorded_grant_decides_a_matching_check,
     an_unknown_capability_is_refused_and_nothing_is_stored,
     revoking_a_grant_stops_it_deciding,
