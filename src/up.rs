@@ -67,7 +67,7 @@ pub async fn up(config: Config) -> ExitCode {
     }
     let mut service_config = config.clone();
     for (service, (_, url)) in &urls {
-        service_config.service_mut(*service).url = url.clone();
+        service_config.set_service_url(*service, url.clone());
     }
 
     let mut running: Vec<(ServiceThread, Telemetry)> = Vec::new();

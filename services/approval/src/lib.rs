@@ -1,131 +1,101 @@
-//! The Metnos approval service: the approval flow: pending requests, 3-line cards, single-use decisions by the requester (seed approval_ux.md).
+//! The Metnos approval service (seed approval_ux.md ch. 2-6): requests for approval, the
+//! 3-line card, single-use decisions taken by the person who was asked, and the grants a
+//! territory concession records in the policy service.
 //!
-//! Layout: [`serve`] is the entry point (`metnos-approval` and `metnos up` both call it with an
-//! already bound listener); `ApprovalApi` answers the `metnos.approval.v1.ApprovalService` contract. The
-//! service owns its store: pending approvals.
-//!
-//! Status: the foundation only. Every RPC answers `UNIMPLEMENTED` naming itself until the
-//! approval issue lands; nothing here returns a made-up result.
+//! Layout: [`card`] renders (pure), [`token`] makes tokens and call hashes, [`store`]
+//! keeps requests in SQLite or PostgreSQL, [`service`] decides, [`grpc`] is the edge.
+//! [`serve`] runs it (`metnos-approval` and `metnos up` both call it).
 
-use std::pin::Pin;
+pub mod card;
+pub mod grpc;
+pub mod service;
+pub mod store;
+pub mod token;
 
-use metnos_kit::server::{StartError, not_implemented, serve_with_store};
-use metnos_kit::store::{Db, Migrations};
+use std::sync::Arc;
+use std::time::Duration;
+
+use metnos_kit::clock::{Clock, SystemClock};
+use metnos_kit::server::{ServeOptions, StartError, serve as serve_grpc};
 use metnos_kit::{Config, ServiceName, ShutdownFuture};
-use metnos_proto::approval::v1::approval_service_server::{ApprovalService, ApprovalServiceServer};
-use metnos_proto::approval::v1::{
-    CancelRequest, CancelResponse, CleanupExpiredRequest, CleanupExpiredResponse,
-    CreatePendingRequest, CreatePendingResponse, GetPendingRequest, GetPendingResponse,
-    ListPendingRequest, ListPendingResponse, RenderCardRequest, RenderCardResponse, ResolveRequest,
-    ResolveResponse, WaitDecisionRequest, WaitDecisionResponse,
-};
+use metnos_proto::approval::v1::approval_service_server::ApprovalServiceServer;
+use metnos_proto::policy::v1::policy_service_client::PolicyServiceClient;
 use tokio::net::TcpListener;
-use tokio_stream::Stream;
-use tonic::{Request, Response, Status};
+
+pub use store::MIGRATIONS;
 
 /// This service.
 pub const SERVICE: ServiceName = ServiceName::Approval;
 
-/// The schema of this service's store, per backend.
-pub const MIGRATIONS: Migrations = Migrations::NONE;
+/// How often a waiter re-reads a request, for decisions written by another replica
+/// sharing PostgreSQL (decisions written here arrive at once).
+pub const WAIT_POLL: Duration = Duration::from_millis(200);
 
-/// A server-streaming response.
-type ResponseStream<T> = Pin<Box<dyn Stream<Item = Result<T, Status>> + Send>>;
-
-/// Serves the approval service on `listener` until `shutdown` resolves: opens and migrates
-/// the store, reports SERVING, drains on shutdown.
+/// Serves the approval service on `listener` until `shutdown` resolves, with the system
+/// clock.
 pub async fn serve(
     config: Config,
     listener: TcpListener,
     shutdown: ShutdownFuture,
 ) -> Result<(), StartError> {
-    serve_with_store(
-        SERVICE,
-        &config,
+    serve_with_clock(config, listener, shutdown, Arc::new(SystemClock)).await
+}
+
+/// As [`serve`], reading "now" from `clock` (tests move it by hand).
+pub async fn serve_with_clock(
+    config: Config,
+    listener: TcpListener,
+    shutdown: ShutdownFuture,
+    clock: Arc<dyn Clock>,
+) -> Result<(), StartError> {
+    let db = metnos_kit::store::open(
+        &config.store(SERVICE),
+        SERVICE.as_str(),
         &MIGRATIONS,
-        listener,
-        shutdown,
-        |db, _readiness| ApprovalServiceServer::new(ApprovalApi { _db: db }),
+        config.server.store_connect_timeout(),
     )
     .await
-}
+    .map_err(|source| StartError::Store {
+        service: SERVICE,
+        source,
+    })?;
+    let policy = metnos_kit::client::channel(&config.service_url(ServiceName::Policy))
+        .map(PolicyServiceClient::new)
+        .map_err(|e| tracing::error!(error = %e, "policy URL is invalid; territory grants are off"))
+        .ok();
+    let settings = service::Settings {
+        ttl_ms: (config.approval.ttl_seconds * 1000) as i64,
+        session_ms: (config.approval.session_seconds * 1000) as i64,
+    };
+    let approvals = Arc::new(service::Approvals::new(
+        store::PendingStore::new(db.clone()),
+        clock,
+        settings,
+        config.runtime.user_home.clone(),
+        policy,
+    ));
+    let options = ServeOptions::new(SERVICE, &config);
+    let api = grpc::ApprovalApi::new(Arc::clone(&approvals), options.readiness.clone(), WAIT_POLL);
 
-/// The `ApprovalService` implementation.
-#[derive(Debug)]
-pub struct ApprovalApi {
-    _db: Db,
-}
-
-#[tonic::async_trait]
-impl ApprovalService for ApprovalApi {
-    type WaitDecisionStream = ResponseStream<WaitDecisionResponse>;
-    async fn create_pending(
-        &self,
-        _request: Request<CreatePendingRequest>,
-    ) -> Result<Response<CreatePendingResponse>, Status> {
-        Err(not_implemented(
-            "metnos.approval.v1.ApprovalService/CreatePending",
-        ))
-    }
-
-    async fn get_pending(
-        &self,
-        _request: Request<GetPendingRequest>,
-    ) -> Result<Response<GetPendingResponse>, Status> {
-        Err(not_implemented(
-            "metnos.approval.v1.ApprovalService/GetPending",
-        ))
-    }
-
-    async fn resolve(
-        &self,
-        _request: Request<ResolveRequest>,
-    ) -> Result<Response<ResolveResponse>, Status> {
-        Err(not_implemented(
-            "metnos.approval.v1.ApprovalService/Resolve",
-        ))
-    }
-
-    async fn cancel(
-        &self,
-        _request: Request<CancelRequest>,
-    ) -> Result<Response<CancelResponse>, Status> {
-        Err(not_implemented("metnos.approval.v1.ApprovalService/Cancel"))
-    }
-
-    async fn list_pending(
-        &self,
-        _request: Request<ListPendingRequest>,
-    ) -> Result<Response<ListPendingResponse>, Status> {
-        Err(not_implemented(
-            "metnos.approval.v1.ApprovalService/ListPending",
-        ))
-    }
-
-    async fn cleanup_expired(
-        &self,
-        _request: Request<CleanupExpiredRequest>,
-    ) -> Result<Response<CleanupExpiredResponse>, Status> {
-        Err(not_implemented(
-            "metnos.approval.v1.ApprovalService/CleanupExpired",
-        ))
-    }
-
-    async fn render_card(
-        &self,
-        _request: Request<RenderCardRequest>,
-    ) -> Result<Response<RenderCardResponse>, Status> {
-        Err(not_implemented(
-            "metnos.approval.v1.ApprovalService/RenderCard",
-        ))
-    }
-
-    async fn wait_decision(
-        &self,
-        _request: Request<WaitDecisionRequest>,
-    ) -> Result<Response<Self::WaitDecisionStream>, Status> {
-        Err(not_implemented(
-            "metnos.approval.v1.ApprovalService/WaitDecision",
-        ))
-    }
+    let sweeper = {
+        let approvals = Arc::clone(&approvals);
+        let every = Duration::from_secs(config.approval.sweep_interval_seconds);
+        tokio::spawn(async move {
+            let mut tick = tokio::time::interval(every);
+            tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+            loop {
+                tick.tick().await;
+                if let Err(e) = approvals.sweep().await {
+                    tracing::warn!(error = %e, "cannot sweep expired approvals");
+                }
+                if let Err(e) = approvals.retry_grants().await {
+                    tracing::warn!(error = %e, "cannot retry territory grants");
+                }
+            }
+        })
+    };
+    let result = serve_grpc(options, listener, ApprovalServiceServer::new(api), shutdown).await;
+    sweeper.abort();
+    db.close().await;
+    Ok(result?)
 }

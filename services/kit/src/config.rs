@@ -124,7 +124,7 @@ pub struct Config {
     pub server: ServerConfig,
     pub policy: ServiceConfig,
     pub vaglio: ServiceConfig,
-    pub approval: ServiceConfig,
+    pub approval: ApprovalConfig,
     pub planner: ServiceConfig,
     pub gateway: ServiceConfig,
     pub runtime: RuntimeConfig,
@@ -138,7 +138,7 @@ impl Default for Config {
             server: ServerConfig::default(),
             policy: ServiceConfig::for_service(ServiceName::Policy),
             vaglio: ServiceConfig::for_service(ServiceName::Vaglio),
-            approval: ServiceConfig::for_service(ServiceName::Approval),
+            approval: ApprovalConfig::default(),
             planner: ServiceConfig::for_service(ServiceName::Planner),
             gateway: ServiceConfig::for_service(ServiceName::Gateway),
             runtime: RuntimeConfig::default(),
@@ -233,6 +233,35 @@ impl ServiceConfig {
             listen: SocketAddr::from(([127, 0, 0, 1], service.default_port())),
             url: String::new(),
             store: default_store(),
+        }
+    }
+}
+
+/// The approval service: where it runs, and how long requests and concessions last.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields, default)]
+pub struct ApprovalConfig {
+    pub listen: SocketAddr,
+    pub url: String,
+    pub store: String,
+    /// How long a person has to answer a card before it expires.
+    pub ttl_seconds: u64,
+    /// How long a "session" territory concession lasts.
+    pub session_seconds: u64,
+    /// How often expired requests are swept (and unrecorded territory grants retried).
+    pub sweep_interval_seconds: u64,
+}
+
+impl Default for ApprovalConfig {
+    fn default() -> Self {
+        let base = ServiceConfig::for_service(ServiceName::Approval);
+        ApprovalConfig {
+            listen: base.listen,
+            url: base.url,
+            store: base.store,
+            ttl_seconds: 600,
+            session_seconds: 8 * 60 * 60,
+            sweep_interval_seconds: 5,
         }
     }
 }
@@ -467,6 +496,18 @@ impl Config {
                 format!("not a valid log filter: {e}"),
             ));
         }
+        for (key, value) in [
+            ("approval.ttl_seconds", self.approval.ttl_seconds),
+            ("approval.session_seconds", self.approval.session_seconds),
+            (
+                "approval.sweep_interval_seconds",
+                self.approval.sweep_interval_seconds,
+            ),
+        ] {
+            if value == 0 {
+                return Err(ConfigError::key(key, "must be at least 1"));
+            }
+        }
         if self.server.store_connect_timeout_seconds == 0 {
             return Err(ConfigError::key(
                 "server.store_connect_timeout_seconds",
@@ -528,25 +569,29 @@ impl Config {
         Ok(())
     }
 
-    /// The section of one service.
-    pub fn service(&self, service: ServiceName) -> &ServiceConfig {
+    /// Where one service listens, how it is reached, where its store is.
+    pub fn service(&self, service: ServiceName) -> ServiceConfig {
         match service {
-            ServiceName::Policy => &self.policy,
-            ServiceName::Vaglio => &self.vaglio,
-            ServiceName::Approval => &self.approval,
-            ServiceName::Planner => &self.planner,
-            ServiceName::Gateway => &self.gateway,
+            ServiceName::Policy => self.policy.clone(),
+            ServiceName::Vaglio => self.vaglio.clone(),
+            ServiceName::Approval => ServiceConfig {
+                listen: self.approval.listen,
+                url: self.approval.url.clone(),
+                store: self.approval.store.clone(),
+            },
+            ServiceName::Planner => self.planner.clone(),
+            ServiceName::Gateway => self.gateway.clone(),
         }
     }
 
-    /// Mutable section of one service.
-    pub fn service_mut(&mut self, service: ServiceName) -> &mut ServiceConfig {
+    /// Sets how clients reach a service (`metnos up` points peers at bound ports).
+    pub fn set_service_url(&mut self, service: ServiceName, url: String) {
         match service {
-            ServiceName::Policy => &mut self.policy,
-            ServiceName::Vaglio => &mut self.vaglio,
-            ServiceName::Approval => &mut self.approval,
-            ServiceName::Planner => &mut self.planner,
-            ServiceName::Gateway => &mut self.gateway,
+            ServiceName::Policy => self.policy.url = url,
+            ServiceName::Vaglio => self.vaglio.url = url,
+            ServiceName::Approval => self.approval.url = url,
+            ServiceName::Planner => self.planner.url = url,
+            ServiceName::Gateway => self.gateway.url = url,
         }
     }
 
@@ -555,7 +600,7 @@ impl Config {
     pub fn service_url(&self, service: ServiceName) -> String {
         let section = self.service(service);
         if !section.url.is_empty() {
-            return section.url.clone();
+            return section.url;
         }
         url_for_addr(section.listen)
     }

@@ -7,12 +7,14 @@
 //! - [`readiness`]: what health reports, including a store that stopped answering.
 //! - [`client`]: traced channels, health probes, the dependency watch.
 //! - [`store`]: SQLite / PostgreSQL stores with embedded migrations.
+//! - [`clock`]: the system clock, or a settable one for tests.
 //! - [`time`]: epoch milliseconds, protobuf timestamps, RFC 3339.
 //! - [`runtime`]: a service on a runtime of its own, for several services in one process.
 //! - [`testing`]: SQLite and PostgreSQL stores for tests.
 //! - [`launch`]: the `main` of every `metnos-<service>` binary.
 
 pub mod client;
+pub mod clock;
 pub mod config;
 pub mod launch;
 pub mod propagation;

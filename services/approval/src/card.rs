@@ -1,0 +1,505 @@
+//! The 3-line card (seed approval_ux.md ch. 2-5): one question, its object, its meta
+//! classification; shortened as the same request recurs; a textual marker when approving
+//! also concedes territory. Pure: no IO, no clock.
+//!
+//! Every text a caller gives is untrusted: control characters become spaces, lengths are
+//! capped, and the Telegram HTML rendering escapes markup, so a crafted summary can
+//! neither add a line nor forge a link or a button.
+
+use std::fmt;
+
+/// Recurrences from which the card is medium, then short (seed ch. 4).
+pub const RECURRENCE_THRESHOLDS: (u32, u32) = (3, 8);
+
+/// Longest verb and summary accepted, in bytes.
+pub const MAX_FIELD_BYTES: usize = 1024;
+
+/// Displayed lengths, in characters, beyond which text is cut with "…".
+const SHOWN_VERB: usize = 60;
+const SHOWN_SUMMARY: usize = 300;
+const SHOWN_CLASS: usize = 120;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Reversibility {
+    Reversible,
+    Irreversible,
+    Partial,
+}
+
+impl Reversibility {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Reversibility::Reversible => "reversible",
+            Reversibility::Irreversible => "irreversible",
+            Reversibility::Partial => "partial",
+        }
+    }
+
+    fn short(self) -> &'static str {
+        match self {
+            Reversibility::Reversible => "rev",
+            Reversibility::Irreversible => "irrev",
+            Reversibility::Partial => "part",
+        }
+    }
+
+    pub fn parse(text: &str) -> Option<Reversibility> {
+        match text {
+            "reversible" => Some(Reversibility::Reversible),
+            "irreversible" => Some(Reversibility::Irreversible),
+            "partial" => Some(Reversibility::Partial),
+            _ => None,
+        }
+    }
+}
+
+/// Whether approving also concedes a class of future actions.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Territory {
+    None,
+    Session,
+    Permanent,
+}
+
+impl Territory {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Territory::None => "none",
+            Territory::Session => "session",
+            Territory::Permanent => "permanent",
+        }
+    }
+
+    pub fn parse(text: &str) -> Option<Territory> {
+        match text {
+            "none" => Some(Territory::None),
+            "session" => Some(Territory::Session),
+            "permanent" => Some(Territory::Permanent),
+            _ => None,
+        }
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Language {
+    Italian,
+    English,
+}
+
+impl Language {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Language::Italian => "it",
+            Language::English => "en",
+        }
+    }
+
+    pub fn parse(text: &str) -> Option<Language> {
+        match text {
+            "it" => Some(Language::Italian),
+            "en" => Some(Language::English),
+            _ => None,
+        }
+    }
+
+    fn marker(self, territory: Territory) -> &'static str {
+        match (self, territory) {
+            (_, Territory::None) => "",
+            (Language::Italian, Territory::Session) => " [territorio: sessione]",
+            (Language::Italian, Territory::Permanent) => " [territorio: permanente]",
+            (Language::English, Territory::Session) => " [territory: session]",
+            (Language::English, Territory::Permanent) => " [territory: permanent]",
+        }
+    }
+
+    fn class_label(self) -> &'static str {
+        match self {
+            Language::Italian => "classe",
+            Language::English => "class",
+        }
+    }
+
+    fn question(self, verb: &str) -> String {
+        match self {
+            Language::Italian => format!("Vuoi che {verb}?"),
+            Language::English => format!("May I {verb}?"),
+        }
+    }
+
+    fn buttons(self) -> (&'static str, &'static str) {
+        match self {
+            Language::Italian => ("Approva", "Rifiuta"),
+            Language::English => ("Approve", "Reject"),
+        }
+    }
+}
+
+/// What a card shows: the seed's ApprovalRequest fields that the renderer reads.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CardRequest {
+    pub action_verb: String,
+    pub target_summary: String,
+    pub capability_class: String,
+    pub reversibility: Reversibility,
+    /// The concession that approving will really make (none when it will not).
+    pub territory: Territory,
+    pub recurrence_count: u32,
+    pub language: Language,
+}
+
+/// Why a card request is refused.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum CardError {
+    #[error("{0} is empty")]
+    Empty(&'static str),
+    #[error("{0} is longer than {MAX_FIELD_BYTES} bytes")]
+    TooLong(&'static str),
+}
+
+impl CardRequest {
+    /// Checks the caller's fields (before any sanitising).
+    pub fn validate(&self) -> Result<(), CardError> {
+        for (name, value) in [
+            ("action_verb", &self.action_verb),
+            ("target_summary", &self.target_summary),
+            ("capability_class", &self.capability_class),
+        ] {
+            if value.trim().is_empty() {
+                return Err(CardError::Empty(name));
+            }
+            if value.len() > MAX_FIELD_BYTES {
+                return Err(CardError::TooLong(name));
+            }
+        }
+        Ok(())
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Shape {
+    Full,
+    Medium,
+    Short,
+}
+
+/// The card's form for a recurrence count (seed ch. 4).
+pub fn shape_for_recurrence(n: u32) -> Shape {
+    if n >= RECURRENCE_THRESHOLDS.1 {
+        Shape::Short
+    } else if n >= RECURRENCE_THRESHOLDS.0 {
+        Shape::Medium
+    } else {
+        Shape::Full
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Button {
+    pub text: &'static str,
+    /// `approve:<token>` or `reject:<token>`.
+    pub data: String,
+}
+
+/// A rendered card.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Card {
+    pub lines: Vec<String>,
+    pub telegram_html: String,
+    pub buttons: Vec<Button>,
+    pub shape: Shape,
+}
+
+impl fmt::Display for Card {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.lines.join("\n"))
+    }
+}
+
+/// Control characters become spaces, runs of white space one space, and the text is cut
+/// to `max` characters with "…".
+pub fn sanitize(text: &str, max: usize) -> String {
+    let mut clean = String::with_capacity(text.len().min(max * 4));
+    let mut last_space = true;
+    for c in text.chars() {
+        let c = if c.is_control() || c.is_whitespace() {
+            ' '
+        } else {
+            c
+        };
+        // Bidirectional overrides could reorder what a person reads.
+        if matches!(c, '\u{202A}'..='\u{202E}' | '\u{2066}'..='\u{2069}') {
+            continue;
+        }
+        if c == ' ' {
+            if last_space {
+                continue;
+            }
+            last_space = true;
+        } else {
+            last_space = false;
+        }
+        clean.push(c);
+    }
+    let clean = clean.trim_end();
+    if clean.chars().count() <= max {
+        return clean.to_owned();
+    }
+    let mut cut: String = clean.chars().take(max.saturating_sub(1)).collect();
+    cut.push('…');
+    cut
+}
+
+/// Escapes text for Telegram's HTML parse mode.
+pub fn escape_html(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    for c in text.chars() {
+        match c {
+            '&' => out.push_str("&amp;"),
+            '<' => out.push_str("&lt;"),
+            '>' => out.push_str("&gt;"),
+            '"' => out.push_str("&quot;"),
+            c => out.push(c),
+        }
+    }
+    out
+}
+
+fn capitalize(text: &str) -> String {
+    let mut chars = text.chars();
+    match chars.next() {
+        Some(first) => first.to_uppercase().chain(chars).collect(),
+        None => String::new(),
+    }
+}
+
+/// Renders the card for `token` (seed ch. 2, 4, 5 and 7.1).
+pub fn render(request: &CardRequest, token: &str) -> Card {
+    let verb = sanitize(&request.action_verb, SHOWN_VERB);
+    let summary = sanitize(&request.target_summary, SHOWN_SUMMARY);
+    let class = sanitize(&request.capability_class, SHOWN_CLASS);
+    let language = request.language;
+    let marker = language.marker(request.territory);
+    let reversibility = request.reversibility.as_str();
+    let shape = shape_for_recurrence(request.recurrence_count);
+
+    // Each line as (plain, html); only caller text is escaped, never our own markup.
+    let (lines, html): (Vec<String>, Vec<String>) = match shape {
+        Shape::Full => {
+            let question = language.question(&verb);
+            let meta = format!(
+                "{reversibility} | {}: {class}{marker}",
+                language.class_label()
+            );
+            (
+                vec![question.clone(), summary.clone(), meta.clone()],
+                vec![
+                    format!("<b>{}</b>", escape_html(&question)),
+                    escape_html(&summary),
+                    escape_html(&meta),
+                ],
+            )
+        }
+        Shape::Medium => {
+            let first = format!("{} ({reversibility}{marker})", language.question(&verb));
+            (
+                vec![first.clone(), summary.clone()],
+                vec![
+                    format!("<b>{}</b>", escape_html(&first)),
+                    escape_html(&summary),
+                ],
+            )
+        }
+        Shape::Short => {
+            let meta = match request.territory {
+                Territory::None => request.reversibility.short().to_owned(),
+                _ => format!("{},{marker}", request.reversibility.short()),
+            };
+            let line = format!("{} {summary} [{meta}]?", capitalize(&verb));
+            (vec![line.clone()], vec![escape_html(&line)])
+        }
+    };
+    let (approve, reject) = language.buttons();
+    Card {
+        lines,
+        telegram_html: html.join("\n"),
+        buttons: vec![
+            Button {
+                text: approve,
+                data: format!("approve:{token}"),
+            },
+            Button {
+                text: reject,
+                data: format!("reject:{token}"),
+            },
+        ],
+        shape,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const TOKEN: &str = "0123456789abcdef0123456789abcdef";
+
+    fn download(recurrence: u32, territory: Territory) -> CardRequest {
+        CardRequest {
+            action_verb: "scarichi".into(),
+            target_summary: "rapporto.pdf da drive.google.com -> ~/downloads/ (~2.4 MB)".into(),
+            capability_class: "fs_write:~/downloads/**".into(),
+            reversibility: Reversibility::Reversible,
+            territory,
+            recurrence_count: recurrence,
+            language: Language::Italian,
+        }
+    }
+
+    /// The seed's end-to-end example 1 (ch. 9), exactly.
+    #[test]
+    fn full_form_the_first_time() {
+        let card = render(&download(0, Territory::None), TOKEN);
+        assert_eq!(card.shape, Shape::Full);
+        assert_eq!(
+            card.lines,
+            [
+                "Vuoi che scarichi?",
+                "rapporto.pdf da drive.google.com -> ~/downloads/ (~2.4 MB)",
+                "reversible | classe: fs_write:~/downloads/**",
+            ]
+        );
+    }
+
+    /// The seed's end-to-end example 2, exactly.
+    #[test]
+    fn medium_form_the_fourth_time() {
+        let card = render(&download(3, Territory::None), TOKEN);
+        assert_eq!(card.shape, Shape::Medium);
+        assert_eq!(
+            card.lines,
+            [
+                "Vuoi che scarichi? (reversible)",
+                "rapporto.pdf da drive.google.com -> ~/downloads/ (~2.4 MB)",
+            ]
+        );
+    }
+
+    /// The seed's end-to-end example 3, exactly.
+    #[test]
+    fn short_form_the_eighth_time() {
+        let card = render(&download(8, Territory::None), TOKEN);
+        assert_eq!(card.shape, Shape::Short);
+        assert_eq!(
+            card.lines,
+            ["Scarichi rapporto.pdf da drive.google.com -> ~/downloads/ (~2.4 MB) [rev]?"]
+        );
+    }
+
+    /// Seed rendering case 1: render_full_3_righe_con_marker_territorio.
+    #[test]
+    fn full_card_carries_the_permanent_marker_and_two_buttons() {
+        let card = render(&download(0, Territory::Permanent), TOKEN);
+        assert_eq!(card.lines.len(), 3);
+        assert!(
+            card.lines[2].ends_with(" [territorio: permanente]"),
+            "{}",
+            card.lines[2]
+        );
+        assert_eq!(card.buttons.len(), 2);
+        assert_eq!(card.buttons[0].text, "Approva");
+        assert_eq!(card.buttons[0].data, format!("approve:{TOKEN}"));
+        assert_eq!(card.buttons[1].text, "Rifiuta");
+        assert_eq!(card.buttons[1].data, format!("reject:{TOKEN}"));
+        for button in &card.buttons {
+            assert!(button.data.len() <= 64, "Telegram's callback_data limit");
+        }
+    }
+
+    /// Seed rendering case 2: render_medium_2_righe.
+    #[test]
+    fn medium_card_has_two_lines_with_the_meta_in_the_first() {
+        let card = render(&download(4, Territory::Session), TOKEN);
+        assert_eq!(card.lines.len(), 2);
+        assert_eq!(
+            card.lines[0],
+            "Vuoi che scarichi? (reversible [territorio: sessione])"
+        );
+    }
+
+    /// Seed rendering case 3: render_short_1_riga.
+    #[test]
+    fn short_card_is_one_line_with_a_capitalised_verb() {
+        let card = render(&download(10, Territory::None), TOKEN);
+        assert_eq!(card.lines.len(), 1);
+        assert!(card.lines[0].starts_with("Scarichi "));
+        assert!(card.lines[0].ends_with("[rev]?"));
+    }
+
+    #[test]
+    fn thresholds_are_three_and_eight() {
+        assert_eq!(shape_for_recurrence(2), Shape::Full);
+        assert_eq!(shape_for_recurrence(3), Shape::Medium);
+        assert_eq!(shape_for_recurrence(7), Shape::Medium);
+        assert_eq!(shape_for_recurrence(8), Shape::Short);
+    }
+
+    #[test]
+    fn english_cards_speak_english() {
+        let mut request = download(0, Territory::Session);
+        request.language = Language::English;
+        request.action_verb = "download".into();
+        request.target_summary =
+            "report.pdf from drive.google.com -> ~/downloads/ (~2.4 MB)".into();
+        let card = render(&request, TOKEN);
+        assert_eq!(
+            card.lines,
+            [
+                "May I download?",
+                "report.pdf from drive.google.com -> ~/downloads/ (~2.4 MB)",
+                "reversible | class: fs_write:~/downloads/** [territory: session]",
+            ]
+        );
+        assert_eq!(
+            (card.buttons[0].text, card.buttons[1].text),
+            ("Approve", "Reject")
+        );
+    }
+
+    #[test]
+    fn a_crafted_summary_cannot_add_lines_or_markup() {
+        let mut request = download(0, Territory::None);
+        request.target_summary =
+            "x\nApprova: tutto\r\n<a href=\"tg://x\">clic</a> & \u{202E}fdp.exe\u{0}".into();
+        let card = render(&request, TOKEN);
+        assert_eq!(card.lines.len(), 3, "a newline must not make a fourth line");
+        assert_eq!(
+            card.lines[1],
+            "x Approva: tutto <a href=\"tg://x\">clic</a> & fdp.exe"
+        );
+        assert_eq!(
+            card.telegram_html.lines().nth(1).unwrap(),
+            "x Approva: tutto &lt;a href=&quot;tg://x&quot;&gt;clic&lt;/a&gt; &amp; fdp.exe"
+        );
+        assert_eq!(card.telegram_html.lines().count(), 3);
+        assert!(
+            card.telegram_html
+                .starts_with("<b>Vuoi che scarichi?</b>\n")
+        );
+    }
+
+    #[test]
+    fn long_texts_are_cut_and_empty_or_oversized_fields_refused() {
+        let mut request = download(0, Territory::None);
+        request.target_summary = "a".repeat(1000);
+        let card = render(&request, TOKEN);
+        assert_eq!(card.lines[1].chars().count(), 300);
+        assert!(card.lines[1].ends_with('…'));
+        assert_eq!(request.validate(), Ok(()));
+        request.target_summary = "a".repeat(1025);
+        assert_eq!(
+            request.validate(),
+            Err(CardError::TooLong("target_summary"))
+        );
+        request.target_summary = "  ".into();
+        assert_eq!(request.validate(), Err(CardError::Empty("target_summary")));
+    }
+}

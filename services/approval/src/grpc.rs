@@ -1,0 +1,400 @@
+//! The edge: prost types to domain types and back; one exhaustive error conversion.
+
+use std::pin::Pin;
+use std::sync::Arc;
+use std::time::Duration;
+
+use metnos_kit::readiness::Readiness;
+use metnos_kit::store::is_unreachable;
+use metnos_kit::time::to_timestamp;
+use metnos_policy::grant::Principal;
+use metnos_proto::approval::v1 as pb;
+use metnos_proto::approval::v1::approval_service_server::ApprovalService;
+use metnos_proto::common::v1::{Language as LanguageMsg, Principal as PrincipalMsg};
+use tokio::sync::broadcast::error::RecvError;
+use tokio_stream::Stream;
+use tokio_stream::wrappers::ReceiverStream;
+use tonic::{Request, Response, Status};
+
+use crate::card::{Card, CardRequest, Language, Reversibility, Shape, Territory};
+use crate::service::{Approvals, Decision, Error, NewRequest};
+use crate::store::{Pending, Status as State};
+
+impl From<Error> for Status {
+    fn from(error: Error) -> Status {
+        match error {
+            Error::Card(_)
+            | Error::Args(_)
+            | Error::Principal(_)
+            | Error::Capability(_)
+            | Error::TerritoryTarget(_)
+            | Error::Unspecified(_)
+            | Error::MalformedToken(_)
+            | Error::EmptyExecutor
+            | Error::BadExtra
+            | Error::ReasonTooLong => Status::invalid_argument(error.to_string()),
+            Error::NotFound => Status::not_found(error.to_string()),
+            Error::NotPending(_) | Error::Expired => Status::failed_precondition(error.to_string()),
+            Error::NotRequester => Status::permission_denied(error.to_string()),
+            Error::Store(e) if is_unreachable(&e) => {
+                tracing::error!(error = %e, "approval store unreachable");
+                Status::unavailable("the approval store is unreachable; try again shortly")
+            }
+            Error::Store(e) => {
+                tracing::error!(error = %e, "approval store failed");
+                Status::internal("the approval store failed; see the approval service log")
+            }
+        }
+    }
+}
+
+fn principal(message: Option<&PrincipalMsg>, field: &'static str) -> Result<Principal, Error> {
+    let message = message.ok_or(Error::Unspecified(field))?;
+    Ok(Principal::new(&message.channel, &message.sender_id)?)
+}
+
+fn principal_msg(p: &Principal) -> PrincipalMsg {
+    PrincipalMsg {
+        channel: p.channel.clone(),
+        sender_id: p.sender_id.clone(),
+    }
+}
+
+fn card_request(message: &pb::ApprovalRequest) -> Result<CardRequest, Error> {
+    let reversibility = match pb::Reversibility::try_from(message.reversibility) {
+        Ok(pb::Reversibility::Reversible) => Reversibility::Reversible,
+        Ok(pb::Reversibility::Irreversible) => Reversibility::Irreversible,
+        Ok(pb::Reversibility::Partial) => Reversibility::Partial,
+        _ => return Err(Error::Unspecified("reversibility")),
+    };
+    let territory = match pb::TerritoryConcession::try_from(message.territory_concession) {
+        Ok(pb::TerritoryConcession::None) => Territory::None,
+        Ok(pb::TerritoryConcession::Session) => Territory::Session,
+        Ok(pb::TerritoryConcession::Permanent) => Territory::Permanent,
+        _ => return Err(Error::Unspecified("territory_concession")),
+    };
+    let language = match LanguageMsg::try_from(message.language) {
+        Ok(LanguageMsg::Italian) => Language::Italian,
+        // Unspecified: English.
+        _ => Language::English,
+    };
+    Ok(CardRequest {
+        action_verb: message.action_verb.clone(),
+        target_summary: message.target_summary.clone(),
+        capability_class: message.capability_class.clone(),
+        reversibility,
+        territory,
+        recurrence_count: message.recurrence_count,
+        language,
+    })
+}
+
+fn card_msg(card: &Card) -> pb::Card {
+    pb::Card {
+        lines: card.lines.clone(),
+        buttons: vec![pb::ButtonRow {
+            buttons: card
+                .buttons
+                .iter()
+                .map(|b| pb::Button {
+                    text: b.text.to_owned(),
+                    data: b.data.clone(),
+                })
+                .collect(),
+        }],
+        shape: match card.shape {
+            Shape::Full => pb::CardShape::Full,
+            Shape::Medium => pb::CardShape::Medium,
+            Shape::Short => pb::CardShape::Short,
+        } as i32,
+        telegram_html: card.telegram_html.clone(),
+    }
+}
+
+/// The contract's view of a stored request.
+pub fn pending_msg(p: &Pending) -> pb::PendingApproval {
+    pb::PendingApproval {
+        token: p.token.clone(),
+        requester: Some(principal_msg(&p.requester)),
+        request: Some(pb::ApprovalRequest {
+            action_verb: p.action_verb.clone(),
+            target_summary: p.target_summary.clone(),
+            capability_class: p.capability_class.clone(),
+            reversibility: match p.reversibility {
+                Reversibility::Reversible => pb::Reversibility::Reversible,
+                Reversibility::Irreversible => pb::Reversibility::Irreversible,
+                Reversibility::Partial => pb::Reversibility::Partial,
+            } as i32,
+            territory_concession: match p.territory {
+                Territory::None => pb::TerritoryConcession::None,
+                Territory::Session => pb::TerritoryConcession::Session,
+                Territory::Permanent => pb::TerritoryConcession::Permanent,
+            } as i32,
+            recurrence_count: p.recurrence_count,
+            token: p.token.clone(),
+            extra_json: p.extra_json.clone(),
+            language: match p.language {
+                Language::Italian => LanguageMsg::Italian,
+                Language::English => LanguageMsg::English,
+            } as i32,
+        }),
+        capability: p.capability.clone(),
+        target: p.target.clone(),
+        status: match p.status {
+            State::Pending => pb::ApprovalStatus::Pending,
+            State::Approved => pb::ApprovalStatus::Approved,
+            State::Rejected => pb::ApprovalStatus::Rejected,
+            State::Expired => pb::ApprovalStatus::Expired,
+            State::Cancelled => pb::ApprovalStatus::Cancelled,
+        } as i32,
+        created_at: Some(to_timestamp(p.created_at)),
+        expires_at: Some(to_timestamp(p.expires_at)),
+        decision_at: p.decision_at.map(to_timestamp),
+        decided_by: p.decided_by.as_ref().map(principal_msg),
+        call_sha256: p.call_sha256.clone(),
+        cancel_reason: p.cancel_reason.clone().unwrap_or_default(),
+        grant_id: p.grant_id,
+    }
+}
+
+type WaitStream = Pin<Box<dyn Stream<Item = Result<pb::WaitDecisionResponse, Status>> + Send>>;
+
+/// The `ApprovalService` implementation.
+#[derive(Debug, Clone)]
+pub struct ApprovalApi {
+    approvals: Arc<Approvals>,
+    readiness: Readiness,
+    /// How often a waiter re-reads the store, for decisions written by another replica.
+    poll_every: Duration,
+}
+
+impl ApprovalApi {
+    pub fn new(
+        approvals: Arc<Approvals>,
+        readiness: Readiness,
+        poll_every: Duration,
+    ) -> ApprovalApi {
+        ApprovalApi {
+            approvals,
+            readiness,
+            poll_every,
+        }
+    }
+
+    async fn status(&self, error: Error) -> Status {
+        if let Error::Store(e) = &error
+            && is_unreachable(e)
+        {
+            self.readiness
+                .store_failed(self.approvals.store().db())
+                .await;
+        }
+        error.into()
+    }
+}
+
+#[tonic::async_trait]
+impl ApprovalService for ApprovalApi {
+    type WaitDecisionStream = WaitStream;
+
+    async fn create_pending(
+        &self,
+        request: Request<pb::CreatePendingRequest>,
+    ) -> Result<Response<pb::CreatePendingResponse>, Status> {
+        let r = request.into_inner();
+        let result = async {
+            let message = r.request.as_ref().ok_or(Error::Unspecified("request"))?;
+            let new = NewRequest {
+                requester: principal(r.requester.as_ref(), "requester")?,
+                card: card_request(message)?,
+                capability: r.capability.clone(),
+                target: r.target.clone(),
+                territory_target: r.territory_target.clone(),
+                executor: r.executor.clone(),
+                args_json: r.args_json.clone(),
+                ttl_seconds: r.ttl_seconds,
+                extra_json: message.extra_json.clone(),
+            };
+            self.approvals.create(new).await
+        }
+        .await;
+        match result {
+            Ok((pending, card)) => Ok(Response::new(pb::CreatePendingResponse {
+                approval: Some(pending_msg(&pending)),
+                card: Some(card_msg(&card)),
+            })),
+            Err(e) => Err(self.status(e).await),
+        }
+    }
+
+    async fn get_pending(
+        &self,
+        request: Request<pb::GetPendingRequest>,
+    ) -> Result<Response<pb::GetPendingResponse>, Status> {
+        match self.approvals.get(&request.into_inner().token).await {
+            Ok(p) => Ok(Response::new(pb::GetPendingResponse {
+                approval: Some(pending_msg(&p)),
+            })),
+            Err(e) => Err(self.status(e).await),
+        }
+    }
+
+    async fn resolve(
+        &self,
+        request: Request<pb::ResolveRequest>,
+    ) -> Result<Response<pb::ResolveResponse>, Status> {
+        let r = request.into_inner();
+        let result = async {
+            let decision = match pb::Decision::try_from(r.decision) {
+                Ok(pb::Decision::Approve) => Decision::Approve,
+                Ok(pb::Decision::Reject) => Decision::Reject,
+                _ => return Err(Error::Unspecified("decision")),
+            };
+            let decider = principal(r.decider.as_ref(), "decider")?;
+            self.approvals.resolve(&r.token, decision, &decider).await
+        }
+        .await;
+        match result {
+            Ok(p) => Ok(Response::new(pb::ResolveResponse {
+                approval: Some(pending_msg(&p)),
+            })),
+            Err(e) => Err(self.status(e).await),
+        }
+    }
+
+    async fn cancel(
+        &self,
+        request: Request<pb::CancelRequest>,
+    ) -> Result<Response<pb::CancelResponse>, Status> {
+        let r = request.into_inner();
+        match self.approvals.cancel(&r.token, &r.reason).await {
+            Ok(p) => Ok(Response::new(pb::CancelResponse {
+                approval: Some(pending_msg(&p)),
+            })),
+            Err(e) => Err(self.status(e).await),
+        }
+    }
+
+    async fn list_pending(
+        &self,
+        request: Request<pb::ListPendingRequest>,
+    ) -> Result<Response<pb::ListPendingResponse>, Status> {
+        let r = request.into_inner();
+        match self.approvals.list(r.include_resolved, r.limit).await {
+            Ok(all) => Ok(Response::new(pb::ListPendingResponse {
+                approvals: all.iter().map(pending_msg).collect(),
+            })),
+            Err(e) => Err(self.status(e).await),
+        }
+    }
+
+    async fn cleanup_expired(
+        &self,
+        _request: Request<pb::CleanupExpiredRequest>,
+    ) -> Result<Response<pb::CleanupExpiredResponse>, Status> {
+        match self.approvals.sweep().await {
+            Ok(expired) => Ok(Response::new(pb::CleanupExpiredResponse { expired })),
+            Err(e) => Err(self.status(e).await),
+        }
+    }
+
+    async fn render_card(
+        &self,
+        request: Request<pb::RenderCardRequest>,
+    ) -> Result<Response<pb::RenderCardResponse>, Status> {
+        let r = request.into_inner();
+        let result = async {
+            let message = r.request.as_ref().ok_or(Error::Unspecified("request"))?;
+            let card = card_request(message)?;
+            // A preview has no token yet: the buttons show a placeholder one.
+            let token = if message.token.is_empty() {
+                "0".repeat(crate::token::TOKEN_LEN)
+            } else if crate::token::is_well_formed(&message.token) {
+                message.token.clone()
+            } else {
+                return Err(Error::MalformedToken(
+                    message.token.chars().take(40).collect(),
+                ));
+            };
+            self.approvals.render(&card, Some(&r.capability), &token)
+        }
+        .await;
+        match result {
+            Ok(card) => Ok(Response::new(pb::RenderCardResponse {
+                card: Some(card_msg(&card)),
+            })),
+            Err(e) => Err(self.status(e).await),
+        }
+    }
+
+    async fn wait_decision(
+        &self,
+        request: Request<pb::WaitDecisionRequest>,
+    ) -> Result<Response<Self::WaitDecisionStream>, Status> {
+        let token = request.into_inner().token;
+        // Subscribe before the first read, so no change slips between them.
+        let mut changes = self.approvals.subscribe();
+        let first = match self.approvals.get(&token).await {
+            Ok(p) => p,
+            Err(e) => return Err(self.status(e).await),
+        };
+        let (tx, rx) = tokio::sync::mpsc::channel(4);
+        let approvals = Arc::clone(&self.approvals);
+        let poll_every = self.poll_every;
+        tokio::spawn(async move {
+            let mut last = first;
+            if tx
+                .send(Ok(pb::WaitDecisionResponse {
+                    approval: Some(pending_msg(&last)),
+                }))
+                .await
+                .is_err()
+            {
+                return;
+            }
+            let mut poll = tokio::time::interval(poll_every);
+            poll.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+            while !last.status.is_terminal() {
+                let until_expiry = Duration::from_millis(
+                    u64::try_from(last.expires_at - approvals.now()).unwrap_or(0),
+                );
+                tokio::select! {
+                    change = changes.recv() => match change {
+                        Ok(changed) if changed != token => continue,
+                        Ok(_) | Err(RecvError::Lagged(_)) => {}
+                        Err(RecvError::Closed) => return,
+                    },
+                    _ = poll.tick() => {}
+                    () = tokio::time::sleep(until_expiry) => {
+                        if let Err(e) = approvals.store().expire(&token, approvals.now()).await {
+                            tracing::warn!(error = %e, "cannot mark an approval expired");
+                        }
+                    }
+                    () = tx.closed() => return,
+                }
+                let current = match approvals.get(&token).await {
+                    Ok(p) => p,
+                    Err(e) => {
+                        let _ = tx.send(Err(e.into())).await;
+                        return;
+                    }
+                };
+                if current.status != last.status {
+                    if tx
+                        .send(Ok(pb::WaitDecisionResponse {
+                            approval: Some(pending_msg(&current)),
+                        }))
+                        .await
+                        .is_err()
+                    {
+                        return;
+                    }
+                }
+                last = current;
+            }
+        });
+        Ok(Response::new(
+            Box::pin(ReceiverStream::new(rx)) as WaitStream
+        ))
+    }
+}

@@ -1,0 +1,407 @@
+//! The approval service's core: requests, decisions, cancellations, expiry, and the
+//! grants a territory concession records in the policy service.
+
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use metnos_kit::client::TracedChannel;
+use metnos_kit::clock::Clock;
+use metnos_policy::grant::{Principal, PrincipalError};
+use metnos_policy::registry::{Capability, UnknownCapability};
+use metnos_policy::target::{Pattern, TargetError};
+use metnos_proto::common::v1::Principal as PrincipalMsg;
+use metnos_proto::policy::v1::RecordGrantRequest;
+use metnos_proto::policy::v1::policy_service_client::PolicyServiceClient;
+use tokio::sync::broadcast;
+
+use crate::card::{self, Card, CardError, CardRequest, Territory};
+use crate::store::{Pending, PendingStore, Status};
+use crate::token::{self, ArgsError};
+
+/// Longest cancel reason kept, in bytes.
+const MAX_REASON_BYTES: usize = 1024;
+
+/// What can go wrong in the approval service.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    #[error("request: {0}")]
+    Card(#[from] CardError),
+    #[error(transparent)]
+    Args(#[from] ArgsError),
+    #[error(transparent)]
+    Principal(#[from] PrincipalError),
+    #[error(transparent)]
+    Capability(#[from] UnknownCapability),
+    #[error("territory target: {0}")]
+    TerritoryTarget(#[from] TargetError),
+    #[error("{0} is unspecified")]
+    Unspecified(&'static str),
+    #[error("token `{0}` is malformed: a token is 32 lower-case hex digits")]
+    MalformedToken(String),
+    #[error("executor is empty")]
+    EmptyExecutor,
+    #[error("extra_json is not a JSON object")]
+    BadExtra,
+    #[error("cancel reason is longer than {MAX_REASON_BYTES} bytes")]
+    ReasonTooLong,
+    #[error("unknown token")]
+    NotFound,
+    #[error("the request is already {0}")]
+    NotPending(&'static str),
+    #[error("the request expired")]
+    Expired,
+    #[error("only the person who was asked may decide")]
+    NotRequester,
+    #[error("approval store: {0}")]
+    Store(#[from] sqlx::Error),
+}
+
+/// How long things last, from the config.
+#[derive(Debug, Clone, Copy)]
+pub struct Settings {
+    pub ttl_ms: i64,
+    pub session_ms: i64,
+}
+
+/// A request to register, as the caller gives it.
+#[derive(Debug, Clone)]
+pub struct NewRequest {
+    pub requester: Principal,
+    /// The card fields; its territory is what the caller asks for and its recurrence
+    /// count is ignored (the service counts).
+    pub card: CardRequest,
+    pub capability: String,
+    pub target: String,
+    pub territory_target: String,
+    pub executor: String,
+    pub args_json: String,
+    /// 0: the configured default.
+    pub ttl_seconds: u32,
+    pub extra_json: String,
+}
+
+/// The decision a requester gives.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Decision {
+    Approve,
+    Reject,
+}
+
+/// The approval service's state.
+#[derive(Debug)]
+pub struct Approvals {
+    store: PendingStore,
+    clock: Arc<dyn Clock>,
+    settings: Settings,
+    /// The user's home, to check territory patterns as policy will read them.
+    home: PathBuf,
+    policy: Option<PolicyServiceClient<TracedChannel>>,
+    changes: broadcast::Sender<String>,
+}
+
+/// Only a requested concession that approving would really record (a grantable
+/// capability with a target) is kept: the card never promises what will not happen.
+fn effective_territory(
+    requested: Territory,
+    capability: &str,
+    grant_target: &str,
+    home: &std::path::Path,
+) -> Result<Territory, Error> {
+    if requested == Territory::None || capability.is_empty() {
+        return Ok(Territory::None);
+    }
+    let spec = Capability::parse(capability)?.spec();
+    if !spec.grantable() || grant_target.is_empty() {
+        return Ok(Territory::None);
+    }
+    Pattern::parse(spec.target_kind, grant_target, home)?;
+    Ok(requested)
+}
+
+impl Approvals {
+    pub fn new(
+        store: PendingStore,
+        clock: Arc<dyn Clock>,
+        settings: Settings,
+        home: PathBuf,
+        policy: Option<PolicyServiceClient<TracedChannel>>,
+    ) -> Approvals {
+        let (changes, _) = broadcast::channel(1024);
+        Approvals {
+            store,
+            clock,
+            settings,
+            home,
+            policy,
+            changes,
+        }
+    }
+
+    pub fn store(&self) -> &PendingStore {
+        &self.store
+    }
+
+    pub fn now(&self) -> i64 {
+        self.clock.now_ms()
+    }
+
+    /// Tokens whose state changed on this replica.
+    pub fn subscribe(&self) -> broadcast::Receiver<String> {
+        self.changes.subscribe()
+    }
+
+    fn changed(&self, token: &str) {
+        let _ = self.changes.send(token.to_owned());
+    }
+
+    /// Renders a card without storing anything. With a capability, the territory marker
+    /// is shown only when approving would record a grant.
+    pub fn render(
+        &self,
+        request: &CardRequest,
+        capability: Option<&str>,
+        token: &str,
+    ) -> Result<Card, Error> {
+        request.validate()?;
+        let mut request = request.clone();
+        if let Some(capability) = capability.filter(|c| !c.is_empty())
+            && !Capability::parse(capability)?.spec().grantable()
+        {
+            request.territory = Territory::None;
+        }
+        Ok(card::render(&request, token))
+    }
+
+    /// The card of a stored request.
+    pub fn card(&self, pending: &Pending) -> Card {
+        card::render(
+            &CardRequest {
+                action_verb: pending.action_verb.clone(),
+                target_summary: pending.target_summary.clone(),
+                capability_class: pending.capability_class.clone(),
+                reversibility: pending.reversibility,
+                territory: pending.territory,
+                recurrence_count: pending.recurrence_count,
+                language: pending.language,
+            },
+            &pending.token,
+        )
+    }
+
+    /// Registers a request and renders its card.
+    pub async fn create(&self, new: NewRequest) -> Result<(Pending, Card), Error> {
+        new.card.validate()?;
+        if new.executor.trim().is_empty() {
+            return Err(Error::EmptyExecutor);
+        }
+        let call_sha256 = token::call_sha256(&new.executor, &new.args_json)?;
+        let extra_json = if new.extra_json.is_empty() {
+            String::new()
+        } else {
+            match serde_json::from_str::<serde_json::Value>(&new.extra_json) {
+                Ok(v) if v.is_object() => new.extra_json.clone(),
+                _ => return Err(Error::BadExtra),
+            }
+        };
+        let grant_target = if new.territory_target.is_empty() {
+            &new.target
+        } else {
+            &new.territory_target
+        };
+        let territory = effective_territory(
+            new.card.territory,
+            &new.capability,
+            grant_target,
+            &self.home,
+        )?;
+        let recurrence_count = self
+            .store
+            .count_approved(&new.requester, &new.card.capability_class, &new.target)
+            .await?;
+        let now = self.now();
+        let ttl_ms = match new.ttl_seconds {
+            0 => self.settings.ttl_ms,
+            seconds => i64::from(seconds) * 1000,
+        };
+        let pending = Pending {
+            token: token::new_token(),
+            requester: new.requester,
+            action_verb: new.card.action_verb,
+            target_summary: new.card.target_summary,
+            capability_class: new.card.capability_class,
+            reversibility: new.card.reversibility,
+            territory,
+            language: new.card.language,
+            capability: new.capability,
+            target: new.target,
+            territory_target: new.territory_target,
+            executor: new.executor,
+            call_sha256,
+            recurrence_count,
+            created_at: now,
+            expires_at: now + ttl_ms,
+            status: Status::Pending,
+            decision_at: None,
+            decided_by: None,
+            cancel_reason: None,
+            grant_id: None,
+            extra_json,
+        };
+        self.store.insert(&pending).await?;
+        tracing::info!(token = %pending.token, class = %pending.capability_class, recurrence = recurrence_count, "approval requested");
+        let card = self.card(&pending);
+        Ok((pending, card))
+    }
+
+    pub async fn get(&self, token: &str) -> Result<Pending, Error> {
+        check_token(token)?;
+        self.store.get(token).await?.ok_or(Error::NotFound)
+    }
+
+    /// Applies the requester's decision: known token, still pending, not expired (the
+    /// expiry is written), decider = requester, then one conditional update.
+    pub async fn resolve(
+        &self,
+        token: &str,
+        decision: Decision,
+        decider: &Principal,
+    ) -> Result<Pending, Error> {
+        let pending = self.get(token).await?;
+        if pending.status.is_terminal() {
+            return Err(Error::NotPending(pending.status.as_str()));
+        }
+        let now = self.now();
+        if pending.expires_at <= now {
+            if self.store.expire(token, now).await? {
+                self.changed(token);
+            }
+            return Err(Error::Expired);
+        }
+        if &pending.requester != decider {
+            tracing::warn!(
+                token,
+                "approval decision by someone other than the requester refused"
+            );
+            return Err(Error::NotRequester);
+        }
+        let status = match decision {
+            Decision::Approve => Status::Approved,
+            Decision::Reject => Status::Rejected,
+        };
+        if !self.store.decide(token, status, decider, now).await? {
+            // Someone else decided first, or it expired in between: say which.
+            let current = self.get(token).await?;
+            return Err(match current.status {
+                Status::Pending => Error::Expired,
+                other => Error::NotPending(other.as_str()),
+            });
+        }
+        self.changed(token);
+        tracing::info!(token, decision = status.as_str(), "approval resolved");
+        let mut resolved = self.get(token).await?;
+        if status == Status::Approved && resolved.territory != Territory::None {
+            if let Some(id) = self.record_grant(&resolved).await {
+                resolved.grant_id = Some(id);
+            }
+        }
+        Ok(resolved)
+    }
+
+    /// Records the grant of an approved concession in the policy service. On failure the
+    /// sweeper tries again later; the decision stands either way.
+    async fn record_grant(&self, pending: &Pending) -> Option<i64> {
+        let mut policy = self.policy.clone()?;
+        let target = if pending.territory_target.is_empty() {
+            &pending.target
+        } else {
+            &pending.territory_target
+        };
+        let expires_at = match pending.territory {
+            Territory::Session => Some(metnos_kit::time::to_timestamp(
+                pending.decision_at.unwrap_or_else(|| self.now()) + self.settings.session_ms,
+            )),
+            Territory::Permanent | Territory::None => None,
+        };
+        let request = RecordGrantRequest {
+            principal: Some(PrincipalMsg {
+                channel: pending.requester.channel.clone(),
+                sender_id: pending.requester.sender_id.clone(),
+            }),
+            capability: pending.capability.clone(),
+            target: target.clone(),
+            expires_at,
+            granted_by: format!("approval:{}", pending.token),
+        };
+        match policy.record_grant(request).await {
+            Ok(response) => {
+                let id = response.into_inner().grant.map(|g| g.id)?;
+                if let Err(e) = self.store.set_grant(&pending.token, id).await {
+                    tracing::warn!(token = %pending.token, error = %e, "grant recorded but not noted; will record again");
+                    return None;
+                }
+                tracing::info!(token = %pending.token, grant = id, territory = pending.territory.as_str(), "territory granted");
+                Some(id)
+            }
+            Err(status) => {
+                tracing::warn!(token = %pending.token, code = ?status.code(), message = status.message(), "territory grant not recorded yet");
+                None
+            }
+        }
+    }
+
+    /// Withdraws a pending request, keeping the reason.
+    pub async fn cancel(&self, token: &str, reason: &str) -> Result<Pending, Error> {
+        if reason.len() > MAX_REASON_BYTES {
+            return Err(Error::ReasonTooLong);
+        }
+        let pending = self.get(token).await?;
+        if pending.status.is_terminal() {
+            return Err(Error::NotPending(pending.status.as_str()));
+        }
+        let reason = card::sanitize(reason, 300);
+        if !self.store.cancel(token, &reason, self.now()).await? {
+            let current = self.get(token).await?;
+            return Err(Error::NotPending(current.status.as_str()));
+        }
+        self.changed(token);
+        tracing::info!(token, "approval cancelled");
+        self.get(token).await
+    }
+
+    pub async fn list(&self, include_resolved: bool, limit: u32) -> Result<Vec<Pending>, Error> {
+        let limit = if limit == 0 { 50 } else { limit.min(1000) };
+        Ok(self.store.list(include_resolved, limit).await?)
+    }
+
+    /// Marks every request past its expiry as expired; returns how many.
+    pub async fn sweep(&self) -> Result<u32, Error> {
+        let expired = self.store.sweep(self.now()).await?;
+        for token in &expired {
+            self.changed(token);
+        }
+        if !expired.is_empty() {
+            tracing::info!(count = expired.len(), "approvals expired");
+        }
+        Ok(u32::try_from(expired.len()).unwrap_or(u32::MAX))
+    }
+
+    /// Records the territory grants that could not be recorded when approved.
+    pub async fn retry_grants(&self) -> Result<(), Error> {
+        if self.policy.is_none() {
+            return Ok(());
+        }
+        for pending in self.store.ungranted(50).await? {
+            self.record_grant(&pending).await;
+        }
+        Ok(())
+    }
+}
+
+fn check_token(token: &str) -> Result<(), Error> {
+    if token::is_well_formed(token) {
+        Ok(())
+    } else {
+        let shown: String = token.chars().take(40).collect();
+        Err(Error::MalformedToken(shown))
+    }
+}

@@ -1,0 +1,331 @@
+//! The pending-approval registry: one implementation over SQLite or PostgreSQL. Every
+//! state change is one conditional UPDATE (`… WHERE token = $1 AND status = 'pending'`),
+//! so concurrent decisions on one token change it exactly once on either backend.
+
+use metnos_kit::on_db;
+use metnos_kit::store::{Db, EmbeddedMigration, Migrations};
+use metnos_policy::grant::Principal;
+use sqlx::Row;
+
+use crate::card::{Language, Reversibility, Territory};
+
+const SQLITE: &[EmbeddedMigration] = &[EmbeddedMigration {
+    version: 1,
+    description: "pending",
+    sql: include_str!("../migrations/sqlite/0001_pending.sql"),
+}];
+const POSTGRES: &[EmbeddedMigration] = &[EmbeddedMigration {
+    version: 1,
+    description: "pending",
+    sql: include_str!("../migrations/postgres/0001_pending.sql"),
+}];
+
+/// The schema of the approval store, per backend.
+pub const MIGRATIONS: Migrations = Migrations {
+    sqlite: SQLITE,
+    postgres: POSTGRES,
+};
+
+/// The states of a request (seed ch. 6.1, plus cancelled).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Status {
+    Pending,
+    Approved,
+    Rejected,
+    Expired,
+    Cancelled,
+}
+
+impl Status {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Status::Pending => "pending",
+            Status::Approved => "approved",
+            Status::Rejected => "rejected",
+            Status::Expired => "expired",
+            Status::Cancelled => "cancelled",
+        }
+    }
+
+    fn parse(text: &str) -> Result<Status, sqlx::Error> {
+        Ok(match text {
+            "pending" => Status::Pending,
+            "approved" => Status::Approved,
+            "rejected" => Status::Rejected,
+            "expired" => Status::Expired,
+            "cancelled" => Status::Cancelled,
+            other => return Err(decode_error("status", other)),
+        })
+    }
+
+    pub fn is_terminal(self) -> bool {
+        self != Status::Pending
+    }
+}
+
+fn decode_error(column: &str, value: &str) -> sqlx::Error {
+    sqlx::Error::Decode(format!("unknown {column} `{value}` in the approval store").into())
+}
+
+/// A request for approval, as stored. Times are milliseconds since the Unix epoch.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Pending {
+    pub token: String,
+    pub requester: Principal,
+    pub action_verb: String,
+    pub target_summary: String,
+    pub capability_class: String,
+    pub reversibility: Reversibility,
+    /// The concession approving makes (none when the capability cannot be granted).
+    pub territory: Territory,
+    pub language: Language,
+    pub capability: String,
+    pub target: String,
+    pub territory_target: String,
+    pub executor: String,
+    pub call_sha256: String,
+    pub recurrence_count: u32,
+    pub created_at: i64,
+    pub expires_at: i64,
+    pub status: Status,
+    pub decision_at: Option<i64>,
+    pub decided_by: Option<Principal>,
+    pub cancel_reason: Option<String>,
+    pub grant_id: Option<i64>,
+    pub extra_json: String,
+}
+
+const COLUMNS: &str = "token, channel, sender_id, capability_class, action_verb, target_summary, \
+    reversibility, territory, language, capability, target, territory_target, executor, \
+    call_sha256, recurrence_count, created_at, expires_at, status, decision_at, \
+    decision_by_channel, decision_by_sender, cancel_reason, grant_id, request_extra";
+
+fn from_row<R>(row: &R) -> Result<Pending, sqlx::Error>
+where
+    R: Row,
+    for<'c> &'c str: sqlx::ColumnIndex<R>,
+    i64: for<'r> sqlx::Decode<'r, R::Database> + sqlx::Type<R::Database>,
+    Option<i64>: for<'r> sqlx::Decode<'r, R::Database> + sqlx::Type<R::Database>,
+    String: for<'r> sqlx::Decode<'r, R::Database> + sqlx::Type<R::Database>,
+    Option<String>: for<'r> sqlx::Decode<'r, R::Database> + sqlx::Type<R::Database>,
+{
+    let text = |column: &str| row.try_get::<String, _>(column);
+    let reversibility = text("reversibility")?;
+    let territory = text("territory")?;
+    let language = text("language")?;
+    let decided_by = match (
+        row.try_get::<Option<String>, _>("decision_by_channel")?,
+        row.try_get::<Option<String>, _>("decision_by_sender")?,
+    ) {
+        (Some(channel), Some(sender_id)) => Some(Principal { channel, sender_id }),
+        _ => None,
+    };
+    Ok(Pending {
+        token: text("token")?,
+        requester: Principal {
+            channel: text("channel")?,
+            sender_id: text("sender_id")?,
+        },
+        action_verb: text("action_verb")?,
+        target_summary: text("target_summary")?,
+        capability_class: text("capability_class")?,
+        reversibility: Reversibility::parse(&reversibility)
+            .ok_or_else(|| decode_error("reversibility", &reversibility))?,
+        territory: Territory::parse(&territory)
+            .ok_or_else(|| decode_error("territory", &territory))?,
+        language: Language::parse(&language).ok_or_else(|| decode_error("language", &language))?,
+        capability: text("capability")?,
+        target: text("target")?,
+        territory_target: text("territory_target")?,
+        executor: text("executor")?,
+        call_sha256: text("call_sha256")?,
+        recurrence_count: u32::try_from(row.try_get::<i64, _>("recurrence_count")?)
+            .unwrap_or(u32::MAX),
+        created_at: row.try_get("created_at")?,
+        expires_at: row.try_get("expires_at")?,
+        status: Status::parse(&text("status")?)?,
+        decision_at: row.try_get("decision_at")?,
+        decided_by,
+        cancel_reason: row.try_get("cancel_reason")?,
+        grant_id: row.try_get("grant_id")?,
+        extra_json: text("request_extra")?,
+    })
+}
+
+/// Pending approvals, persisted.
+#[derive(Debug, Clone)]
+pub struct PendingStore {
+    db: Db,
+}
+
+impl PendingStore {
+    pub fn new(db: Db) -> PendingStore {
+        PendingStore { db }
+    }
+
+    pub fn db(&self) -> &Db {
+        &self.db
+    }
+
+    pub async fn insert(&self, p: &Pending) -> Result<(), sqlx::Error> {
+        let sql = format!(
+            "INSERT INTO pending ({COLUMNS}) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, \
+             $11, $12, $13, $14, $15, $16, $17, $18, $19, $20, $21, $22, $23, $24)"
+        );
+        on_db!(&self.db, pool => {
+            sqlx::query(sqlx::AssertSqlSafe(sql))
+                .bind(&p.token)
+                .bind(&p.requester.channel)
+                .bind(&p.requester.sender_id)
+                .bind(&p.capability_class)
+                .bind(&p.action_verb)
+                .bind(&p.target_summary)
+                .bind(p.reversibility.as_str())
+                .bind(p.territory.as_str())
+                .bind(p.language.as_str())
+                .bind(&p.capability)
+                .bind(&p.target)
+                .bind(&p.territory_target)
+                .bind(&p.executor)
+                .bind(&p.call_sha256)
+                .bind(i64::from(p.recurrence_count))
+                .bind(p.created_at)
+                .bind(p.expires_at)
+                .bind(p.status.as_str())
+                .bind(p.decision_at)
+                .bind(p.decided_by.as_ref().map(|d| d.channel.clone()))
+                .bind(p.decided_by.as_ref().map(|d| d.sender_id.clone()))
+                .bind(&p.cancel_reason)
+                .bind(p.grant_id)
+                .bind(&p.extra_json)
+                .execute(pool)
+                .await?;
+        });
+        Ok(())
+    }
+
+    pub async fn get(&self, token: &str) -> Result<Option<Pending>, sqlx::Error> {
+        let sql = format!("SELECT {COLUMNS} FROM pending WHERE token = $1");
+        on_db!(&self.db, pool => {
+            let row = sqlx::query(sqlx::AssertSqlSafe(sql)).bind(token).fetch_optional(pool).await?;
+            row.as_ref().map(from_row).transpose()
+        })
+    }
+
+    /// How many of this person's requests for this class and target were approved.
+    pub async fn count_approved(
+        &self,
+        requester: &Principal,
+        capability_class: &str,
+        target: &str,
+    ) -> Result<u32, sqlx::Error> {
+        let sql = "SELECT COUNT(*) FROM pending WHERE channel = $1 AND sender_id = $2 \
+                   AND capability_class = $3 AND target = $4 AND status = 'approved'";
+        let count: i64 = on_db!(&self.db, pool => {
+            sqlx::query_scalar(sql)
+                .bind(&requester.channel)
+                .bind(&requester.sender_id)
+                .bind(capability_class)
+                .bind(target)
+                .fetch_one(pool)
+                .await?
+        });
+        Ok(u32::try_from(count).unwrap_or(u32::MAX))
+    }
+
+    /// Pending → approved/rejected by `decider`, if still pending and not expired at
+    /// `now`. True when this call made the change.
+    pub async fn decide(
+        &self,
+        token: &str,
+        status: Status,
+        decider: &Principal,
+        now: i64,
+    ) -> Result<bool, sqlx::Error> {
+        let sql = "UPDATE pending SET status = $1, decision_at = $2, decision_by_channel = $3, \
+                   decision_by_sender = $4 \
+                   WHERE token = $5 AND status = 'pending' AND expires_at > $2";
+        let changed = on_db!(&self.db, pool => {
+            sqlx::query(sql)
+                .bind(status.as_str())
+                .bind(now)
+                .bind(&decider.channel)
+                .bind(&decider.sender_id)
+                .bind(token)
+                .execute(pool)
+                .await?
+                .rows_affected()
+        });
+        Ok(changed == 1)
+    }
+
+    /// Pending → expired, if its time has come at `now`.
+    pub async fn expire(&self, token: &str, now: i64) -> Result<bool, sqlx::Error> {
+        let sql = "UPDATE pending SET status = 'expired', decision_at = $1 \
+                   WHERE token = $2 AND status = 'pending' AND expires_at <= $1";
+        let changed = on_db!(&self.db, pool => {
+            sqlx::query(sql).bind(now).bind(token).execute(pool).await?.rows_affected()
+        });
+        Ok(changed == 1)
+    }
+
+    /// Pending → cancelled, with the reason.
+    pub async fn cancel(&self, token: &str, reason: &str, now: i64) -> Result<bool, sqlx::Error> {
+        let sql = "UPDATE pending SET status = 'cancelled', decision_at = $1, cancel_reason = $2 \
+                   WHERE token = $3 AND status = 'pending'";
+        let changed = on_db!(&self.db, pool => {
+            sqlx::query(sql).bind(now).bind(reason).bind(token).execute(pool).await?.rows_affected()
+        });
+        Ok(changed == 1)
+    }
+
+    /// Marks every pending request past its expiry as expired; returns their tokens.
+    pub async fn sweep(&self, now: i64) -> Result<Vec<String>, sqlx::Error> {
+        let sql = "UPDATE pending SET status = 'expired', decision_at = $1 \
+                   WHERE status = 'pending' AND expires_at <= $1 RETURNING token";
+        on_db!(&self.db, pool => {
+            sqlx::query_scalar(sql).bind(now).fetch_all(pool).await
+        })
+    }
+
+    /// Requests, newest first.
+    pub async fn list(
+        &self,
+        include_resolved: bool,
+        limit: u32,
+    ) -> Result<Vec<Pending>, sqlx::Error> {
+        let filter = if include_resolved {
+            ""
+        } else {
+            "WHERE status = 'pending'"
+        };
+        let sql = format!(
+            "SELECT {COLUMNS} FROM pending {filter} ORDER BY created_at DESC, token LIMIT $1"
+        );
+        on_db!(&self.db, pool => {
+            let rows = sqlx::query(sqlx::AssertSqlSafe(sql)).bind(i64::from(limit)).fetch_all(pool).await?;
+            rows.iter().map(from_row).collect()
+        })
+    }
+
+    /// Records the grant a territory concession made.
+    pub async fn set_grant(&self, token: &str, grant_id: i64) -> Result<(), sqlx::Error> {
+        let sql = "UPDATE pending SET grant_id = $1 WHERE token = $2 AND grant_id IS NULL";
+        on_db!(&self.db, pool => {
+            sqlx::query(sql).bind(grant_id).bind(token).execute(pool).await?;
+        });
+        Ok(())
+    }
+
+    /// Approved concessions whose grant is not recorded yet.
+    pub async fn ungranted(&self, limit: u32) -> Result<Vec<Pending>, sqlx::Error> {
+        let sql = format!(
+            "SELECT {COLUMNS} FROM pending WHERE status = 'approved' AND territory <> 'none' \
+             AND grant_id IS NULL ORDER BY decision_at LIMIT $1"
+        );
+        on_db!(&self.db, pool => {
+            let rows = sqlx::query(sqlx::AssertSqlSafe(sql)).bind(i64::from(limit)).fetch_all(pool).await?;
+            rows.iter().map(from_row).collect()
+        })
+    }
+}

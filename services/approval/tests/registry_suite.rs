@@ -1,0 +1,375 @@
+//! The approval registry suite (seed approval_ux.md ch. 8.1 and the issue's additions),
+//! the same cases on SQLite and on a real PostgreSQL server.
+
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use metnos_approval::card::{CardRequest, Language, Reversibility, Territory};
+use metnos_approval::service::{Approvals, Decision, Error, NewRequest, Settings};
+use metnos_approval::store::{MIGRATIONS, PendingStore, Status};
+use metnos_approval::token;
+use metnos_kit::clock::ManualClock;
+use metnos_kit::testing::TestStore;
+use metnos_policy::grant::Principal;
+
+const TTL_MS: i64 = 600_000;
+
+async fn open(store: &TestStore) -> (Arc<Approvals>, ManualClock) {
+    let db = metnos_kit::store::open(
+        &store.spec(),
+        "approval",
+        &MIGRATIONS,
+        Duration::from_secs(10),
+    )
+    .await
+    .unwrap();
+    let clock = ManualClock::new();
+    let approvals = Approvals::new(
+        PendingStore::new(db),
+        Arc::new(clock.clone()),
+        Settings {
+            ttl_ms: TTL_MS,
+            session_ms: 8 * 3_600_000,
+        },
+        PathBuf::from("/home/roberto"),
+        None,
+    );
+    (Arc::new(approvals), clock)
+}
+
+fn roberto() -> Principal {
+    Principal::new("telegram", "roberto").unwrap()
+}
+
+fn request(territory: Territory) -> NewRequest {
+    NewRequest {
+        requester: roberto(),
+        card: CardRequest {
+            action_verb: "scarichi".into(),
+            target_summary: "rapporto.pdf da drive.google.com -> ~/downloads/ (~2.4 MB)".into(),
+            capability_class: "fs_write:~/downloads/**".into(),
+            reversibility: Reversibility::Reversible,
+            territory,
+            recurrence_count: 99, // ignored: the service counts
+            language: Language::Italian,
+        },
+        capability: "fs:write".into(),
+        target: "~/downloads/rapporto.pdf".into(),
+        territory_target: "~/downloads/**".into(),
+        executor: "fs_write".into(),
+        args_json: r#"{"path":"~/downloads/rapporto.pdf","content":"x"}"#.into(),
+        ttl_seconds: 0,
+        extra_json: String::new(),
+    }
+}
+
+/// Seed case 1: create_pending_genera_token_e_record.
+async fn create_issues_a_token_and_a_pending_record(store: TestStore) {
+    let (approvals, clock) = open(&store).await;
+    let now = clock_now(&clock);
+    let (pending, card) = approvals.create(request(Territory::None)).await.unwrap();
+    assert!(token::is_well_formed(&pending.token));
+    assert_eq!(pending.status, Status::Pending);
+    assert_eq!(pending.expires_at - pending.created_at, TTL_MS);
+    assert_eq!(pending.created_at, now);
+    assert_eq!(
+        pending.recurrence_count, 0,
+        "the caller's count is not trusted"
+    );
+    assert_eq!(card.lines[0], "Vuoi che scarichi?");
+    assert_eq!(card.buttons[0].data, format!("approve:{}", pending.token));
+    let stored = approvals.get(&pending.token).await.unwrap();
+    assert_eq!(stored, pending);
+    assert_eq!(
+        stored.call_sha256,
+        token::call_sha256(
+            "fs_write",
+            r#"{"content":"x","path":"~/downloads/rapporto.pdf"}"#
+        )
+        .unwrap()
+    );
+}
+
+fn clock_now(clock: &ManualClock) -> i64 {
+    use metnos_kit::clock::Clock;
+    clock.now_ms()
+}
+
+/// Seed cases 2 and 3: resolve approve / reject.
+async fn the_requester_approves_or_rejects_once(store: TestStore) {
+    let (approvals, _) = open(&store).await;
+    for (decision, status) in [
+        (Decision::Approve, Status::Approved),
+        (Decision::Reject, Status::Rejected),
+    ] {
+        let (pending, _) = approvals.create(request(Territory::None)).await.unwrap();
+        let resolved = approvals
+            .resolve(&pending.token, decision, &roberto())
+            .await
+            .unwrap();
+        assert_eq!(resolved.status, status);
+        assert!(resolved.decision_at.is_some());
+        assert_eq!(resolved.decided_by, Some(roberto()));
+    }
+}
+
+/// Seed case 4: resolve_token_sconosciuto_solleva.
+async fn an_unknown_or_malformed_token_is_refused(store: TestStore) {
+    let (approvals, _) = open(&store).await;
+    let unknown = token::new_token();
+    assert!(matches!(
+        approvals
+            .resolve(&unknown, Decision::Approve, &roberto())
+            .await,
+        Err(Error::NotFound)
+    ));
+    assert!(matches!(
+        approvals
+            .resolve("approve:../x", Decision::Approve, &roberto())
+            .await,
+        Err(Error::MalformedToken(_))
+    ));
+}
+
+/// Seed case 5: resolve_doppia_chiamata_e_idempotenza.
+async fn a_second_resolve_is_refused(store: TestStore) {
+    let (approvals, _) = open(&store).await;
+    let (pending, _) = approvals.create(request(Territory::None)).await.unwrap();
+    approvals
+        .resolve(&pending.token, Decision::Approve, &roberto())
+        .await
+        .unwrap();
+    let err = approvals
+        .resolve(&pending.token, Decision::Reject, &roberto())
+        .await
+        .unwrap_err();
+    assert!(matches!(err, Error::NotPending("approved")), "{err}");
+    assert_eq!(
+        approvals.get(&pending.token).await.unwrap().status,
+        Status::Approved
+    );
+}
+
+/// Seed case 6: resolve_decisore_diverso_solleva_e_persistenza_expired.
+async fn another_decider_is_refused_and_expiry_persists(store: TestStore) {
+    let (approvals, clock) = open(&store).await;
+    let (pending, _) = approvals.create(request(Territory::None)).await.unwrap();
+    let anna = Principal::new("telegram", "anna").unwrap();
+    let other_channel = Principal::new("cli", "roberto").unwrap();
+    for decider in [anna, other_channel] {
+        let err = approvals
+            .resolve(&pending.token, Decision::Approve, &decider)
+            .await
+            .unwrap_err();
+        assert!(matches!(err, Error::NotRequester), "{err}");
+    }
+    assert_eq!(
+        approvals.get(&pending.token).await.unwrap().status,
+        Status::Pending
+    );
+
+    clock.advance(TTL_MS + 1);
+    let err = approvals
+        .resolve(&pending.token, Decision::Approve, &roberto())
+        .await
+        .unwrap_err();
+    assert!(matches!(err, Error::Expired), "{err}");
+    // The failed resolve wrote the expiry; it stays written.
+    assert_eq!(
+        approvals.get(&pending.token).await.unwrap().status,
+        Status::Expired
+    );
+    let err = approvals
+        .resolve(&pending.token, Decision::Approve, &roberto())
+        .await
+        .unwrap_err();
+    assert!(matches!(err, Error::NotPending("expired")), "{err}");
+}
+
+/// 50 concurrent resolves of one token: exactly one succeeds.
+async fn concurrent_resolves_succeed_exactly_once(store: TestStore) {
+    let (approvals, _) = open(&store).await;
+    let (pending, _) = approvals.create(request(Territory::None)).await.unwrap();
+    let attempts = (0..50).map(|i| {
+        let approvals = Arc::clone(&approvals);
+        let token = pending.token.clone();
+        tokio::spawn(async move {
+            let decision = if i % 2 == 0 {
+                Decision::Approve
+            } else {
+                Decision::Reject
+            };
+            approvals.resolve(&token, decision, &roberto()).await
+        })
+    });
+    let results = futures::future::join_all(attempts).await;
+    let wins: Vec<_> = results
+        .into_iter()
+        .map(|r| r.unwrap())
+        .filter(Result::is_ok)
+        .collect();
+    assert_eq!(wins.len(), 1, "exactly one resolve may win");
+    let winner = wins.into_iter().next().unwrap().unwrap();
+    assert_eq!(
+        approvals.get(&pending.token).await.unwrap().status,
+        winner.status
+    );
+}
+
+async fn the_proposer_can_cancel_with_a_reason(store: TestStore) {
+    let (approvals, _) = open(&store).await;
+    let (pending, _) = approvals.create(request(Territory::None)).await.unwrap();
+    let cancelled = approvals
+        .cancel(&pending.token, "the plan changed")
+        .await
+        .unwrap();
+    assert_eq!(cancelled.status, Status::Cancelled);
+    assert_eq!(cancelled.cancel_reason.as_deref(), Some("the plan changed"));
+    let err = approvals
+        .resolve(&pending.token, Decision::Approve, &roberto())
+        .await
+        .unwrap_err();
+    assert!(matches!(err, Error::NotPending("cancelled")), "{err}");
+    assert!(matches!(
+        approvals.cancel(&pending.token, "again").await,
+        Err(Error::NotPending("cancelled"))
+    ));
+}
+
+async fn the_sweep_expires_what_is_due_and_nothing_else(store: TestStore) {
+    let (approvals, clock) = open(&store).await;
+    let (old, _) = approvals.create(request(Territory::None)).await.unwrap();
+    clock.advance(TTL_MS / 2);
+    let (young, _) = approvals.create(request(Territory::None)).await.unwrap();
+    clock.advance(TTL_MS / 2);
+    assert_eq!(approvals.sweep().await.unwrap(), 1);
+    assert_eq!(
+        approvals.get(&old.token).await.unwrap().status,
+        Status::Expired
+    );
+    assert_eq!(
+        approvals.get(&young.token).await.unwrap().status,
+        Status::Pending
+    );
+    assert_eq!(approvals.sweep().await.unwrap(), 0);
+    let listed: Vec<String> = approvals
+        .list(false, 0)
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|p| p.token)
+        .collect();
+    assert_eq!(listed, [young.token.clone()]);
+    assert_eq!(approvals.list(true, 0).await.unwrap().len(), 2);
+}
+
+async fn recurrence_counts_this_persons_past_approvals_of_the_same_class_and_target(
+    store: TestStore,
+) {
+    let (approvals, _) = open(&store).await;
+    for expected in 0..4 {
+        let (pending, card) = approvals.create(request(Territory::None)).await.unwrap();
+        assert_eq!(pending.recurrence_count, expected);
+        if expected == 3 {
+            assert_eq!(card.lines.len(), 2, "the fourth time the card is medium");
+        }
+        approvals
+            .resolve(&pending.token, Decision::Approve, &roberto())
+            .await
+            .unwrap();
+    }
+    // Rejections, other people and other targets do not count.
+    let (rejected, _) = approvals.create(request(Territory::None)).await.unwrap();
+    approvals
+        .resolve(&rejected.token, Decision::Reject, &roberto())
+        .await
+        .unwrap();
+    let mut anna = request(Territory::None);
+    anna.requester = Principal::new("telegram", "anna").unwrap();
+    assert_eq!(approvals.create(anna).await.unwrap().0.recurrence_count, 0);
+    let mut elsewhere = request(Territory::None);
+    elsewhere.target = "~/downloads/other.pdf".into();
+    assert_eq!(
+        approvals
+            .create(elsewhere)
+            .await
+            .unwrap()
+            .0
+            .recurrence_count,
+        0
+    );
+    assert_eq!(
+        approvals
+            .create(request(Territory::None))
+            .await
+            .unwrap()
+            .0
+            .recurrence_count,
+        4
+    );
+}
+
+async fn a_territory_is_kept_only_where_a_grant_can_follow(store: TestStore) {
+    let (approvals, _) = open(&store).await;
+    let (pending, card) = approvals
+        .create(request(Territory::Permanent))
+        .await
+        .unwrap();
+    assert_eq!(pending.territory, Territory::Permanent);
+    assert!(card.lines[2].ends_with("[territorio: permanente]"));
+    let mut exec = request(Territory::Permanent);
+    exec.capability = "code:exec".into();
+    exec.card.capability_class = "code_exec:apt".into();
+    let (pending, card) = approvals.create(exec).await.unwrap();
+    assert_eq!(
+        pending.territory,
+        Territory::None,
+        "code:exec is never granted"
+    );
+    assert!(!card.lines[2].contains("territorio"), "{}", card.lines[2]);
+    let mut bad = request(Territory::Session);
+    bad.territory_target = "~/a/[oops".into();
+    assert!(matches!(
+        approvals.create(bad).await,
+        Err(Error::TerritoryTarget(_))
+    ));
+}
+
+async fn bad_requests_are_refused_and_nothing_is_stored(store: TestStore) {
+    let (approvals, _) = open(&store).await;
+    let mut cases = Vec::new();
+    let mut r = request(Territory::None);
+    r.card.action_verb = String::new();
+    cases.push(r);
+    let mut r = request(Territory::None);
+    r.card.target_summary = "x".repeat(1025);
+    cases.push(r);
+    let mut r = request(Territory::None);
+    r.args_json = "[1,2]".into();
+    cases.push(r);
+    let mut r = request(Territory::None);
+    r.executor = " ".into();
+    cases.push(r);
+    let mut r = request(Territory::Session);
+    r.capability = "fs:delete".into();
+    cases.push(r);
+    for case in cases {
+        assert!(approvals.create(case).await.is_err());
+    }
+    assert!(approvals.list(true, 0).await.unwrap().is_empty());
+}
+
+metnos_kit::store_suite!(
+    create_issues_a_token_and_a_pending_record,
+    the_requester_approves_or_rejects_once,
+    an_unknown_or_malformed_token_is_refused,
+    a_second_resolve_is_refused,
+    another_decider_is_refused_and_expiry_persists,
+    concurrent_resolves_succeed_exactly_once,
+    the_proposer_can_cancel_with_a_reason,
+    the_sweep_expires_what_is_due_and_nothing_else,
+    recurrence_counts_this_persons_past_approvals_of_the_same_class_and_target,
+    a_territory_is_kept_only_where_a_grant_can_follow,
+    bad_requests_are_refused_and_nothing_is_stored,
+);
