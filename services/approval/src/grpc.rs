@@ -379,16 +379,15 @@ impl ApprovalService for ApprovalApi {
                         return;
                     }
                 };
-                if current.status != last.status {
-                    if tx
+                if current.status != last.status
+                    && tx
                         .send(Ok(pb::WaitDecisionResponse {
                             approval: Some(pending_msg(&current)),
                         }))
                         .await
                         .is_err()
-                    {
-                        return;
-                    }
+                {
+                    return;
                 }
                 last = current;
             }

@@ -299,10 +299,11 @@ impl Approvals {
         self.changed(token);
         tracing::info!(token, decision = status.as_str(), "approval resolved");
         let mut resolved = self.get(token).await?;
-        if status == Status::Approved && resolved.territory != Territory::None {
-            if let Some(id) = self.record_grant(&resolved).await {
-                resolved.grant_id = Some(id);
-            }
+        if status == Status::Approved
+            && resolved.territory != Territory::None
+            && let Some(id) = self.record_grant(&resolved).await
+        {
+            resolved.grant_id = Some(id);
         }
         Ok(resolved)
     }
