@@ -260,7 +260,7 @@ async fn the_sweep_expires_what_is_due_and_nothing_else(store: TestStore) {
         .into_iter()
         .map(|p| p.token)
         .collect();
-    assert_eq!(listed, [young.token.clone()]);
+    assert_eq!(listed, vec![young.token.clone()]);
     assert_eq!(approvals.list(true, 0).await.unwrap().len(), 2);
 }
 
