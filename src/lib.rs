@@ -3,6 +3,7 @@
 //! - [`up`]: the whole stack in one process, each service on its own runtime and port.
 //! - [`status`]: every service's health as a table or JSON lines.
 //! - [`policy_cli`]: `metnos policy …` and `metnos grants …`.
+//! - [`approvals_cli`]: `metnos approvals …`.
 //! - [`admin`]: what the admin commands share.
 //! - [`runfile`]: how every command finds the running stack.
 //!
@@ -10,6 +11,7 @@
 //! issues; they all find the running services the same way.
 
 pub mod admin;
+pub mod approvals_cli;
 pub mod policy_cli;
 pub mod runfile;
 pub mod status;

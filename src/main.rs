@@ -4,6 +4,7 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
+use metnos::approvals_cli::{self, ApprovalsCommand};
 use metnos::policy_cli::{self, GrantsCommand, PolicyCommand};
 use metnos::{status, up};
 use metnos_kit::launch::EXIT_CONFIG;
@@ -43,6 +44,11 @@ enum Command {
     Grants {
         #[command(subcommand)]
         command: GrantsCommand,
+    },
+    /// Requests for approval: list, show.
+    Approvals {
+        #[command(subcommand)]
+        command: ApprovalsCommand,
     },
 }
 
@@ -86,6 +92,7 @@ fn main() -> ExitCode {
             Command::Status { json } => status::status(&config, json).await,
             Command::Policy { command } => policy_cli::policy(&config, command).await,
             Command::Grants { command } => policy_cli::grants(&config, command).await,
+            Command::Approvals { command } => approvals_cli::approvals(&config, command).await,
         }
     })
 }

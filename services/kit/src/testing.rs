@@ -105,3 +105,106 @@ macro_rules! store_suite {
         }
     };
 }
+
+/// A service served in-process on a loopback port, stopped on drop.
+#[derive(Debug)]
+pub struct TestServer {
+    pub url: String,
+    stop: Option<tokio::sync::oneshot::Sender<()>>,
+    task: Option<tokio::task::JoinHandle<()>>,
+}
+
+impl TestServer {
+    /// Serves with `serve(listener, shutdown)` on `listener`, or on a new port-0 one, and
+    /// waits until health reports `grpc_name` SERVING.
+    pub async fn start<F, Fut, E>(
+        grpc_name: &str,
+        listener: Option<tokio::net::TcpListener>,
+        serve: F,
+    ) -> TestServer
+    where
+        F: FnOnce(tokio::net::TcpListener, crate::ShutdownFuture) -> Fut,
+        Fut: std::future::Future<Output = Result<(), E>> + Send + 'static,
+        E: std::fmt::Display,
+    {
+        let listener = match listener {
+            Some(listener) => listener,
+            None => tokio::net::TcpListener::bind("127.0.0.1:0")
+                .await
+                .expect("bind"),
+        };
+        let url = format!("http://{}", listener.local_addr().expect("local address"));
+        let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+        let shutdown: crate::ShutdownFuture = Box::pin(async move {
+            let _ = stopped.await;
+        });
+        let future = serve(listener, shutdown);
+        let task = tokio::spawn(async move {
+            if let Err(e) = future.await {
+                panic!("test server failed: {e}");
+            }
+        });
+        let server = TestServer {
+            url,
+            stop: Some(stop),
+            task: Some(task),
+        };
+        assert!(
+            server.wait_health(grpc_name, true).await,
+            "{grpc_name} never reported SERVING"
+        );
+        server
+    }
+
+    /// Waits (bounded, 10 s) for health to say SERVING (`true`) or not; false on timeout.
+    pub async fn wait_health(&self, grpc_name: &str, serving: bool) -> bool {
+        let channel = crate::client::channel(&self.url).expect("valid URL");
+        for _ in 0..400 {
+            let health = crate::client::probe(
+                channel.clone(),
+                grpc_name,
+                std::time::Duration::from_secs(1),
+            )
+            .await;
+            if health.is_serving() == serving {
+                return true;
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(25)).await;
+        }
+        false
+    }
+
+    /// A traced channel to the server.
+    pub fn channel(&self) -> crate::client::TracedChannel {
+        crate::client::channel(&self.url).expect("valid URL")
+    }
+
+    /// Stops the server and waits for it to finish.
+    pub async fn stop(mut self) {
+        if let Some(stop) = self.stop.take() {
+            let _ = stop.send(());
+        }
+        if let Some(task) = self.task.take() {
+            task.await.expect("test server task");
+        }
+    }
+}
+
+impl Drop for TestServer {
+    fn drop(&mut self) {
+        if let Some(stop) = self.stop.take() {
+            let _ = stop.send(());
+        }
+    }
+}
+
+/// A config for tests: data under `data_dir`, `~` = `/home/roberto`, short grace.
+pub fn config(data_dir: &std::path::Path) -> crate::Config {
+    let mut config = crate::Config {
+        data_dir: data_dir.to_path_buf(),
+        ..crate::Config::default()
+    };
+    config.runtime.user_home = std::path::PathBuf::from("/home/roberto");
+    config.server.shutdown_grace_seconds = 1;
+    config
+}

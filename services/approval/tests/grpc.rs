@@ -1,0 +1,582 @@
+//! The approval service over gRPC, with a real policy service beside it for territory
+//! grants: servers on 127.0.0.1:0, generated clients.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use metnos_kit::client::TracedChannel;
+use metnos_kit::clock::ManualClock;
+use metnos_kit::testing::{TestServer, TestStore, config};
+use metnos_proto::approval::v1 as pb;
+use metnos_proto::approval::v1::approval_service_client::ApprovalServiceClient;
+use metnos_proto::common::v1::{AutonomyLevel, Language, Principal};
+use metnos_proto::policy::v1::policy_service_client::PolicyServiceClient;
+use metnos_proto::policy::v1::{CheckRequest, Outcome};
+
+const APPROVAL: &str = "metnos.approval.v1.ApprovalService";
+const POLICY: &str = "metnos.policy.v1.PolicyService";
+
+type Client = ApprovalServiceClient<TracedChannel>;
+
+struct Stack {
+    approval: TestServer,
+    policy: Option<TestServer>,
+    _data: tempfile::TempDir,
+}
+
+async fn start_policy(
+    data: &std::path::Path,
+    listener: Option<tokio::net::TcpListener>,
+) -> TestServer {
+    let mut cfg = config(data);
+    cfg.policy.store = format!("sqlite:{}", data.join("policy.db").display());
+    TestServer::start(POLICY, listener, move |l, s| {
+        metnos_policy::serve(cfg, l, s)
+    })
+    .await
+}
+
+/// Approval (on `store`) with a policy service, or with none listening at its URL.
+async fn stack(store: &TestStore, with_policy: bool, clock: Option<ManualClock>) -> Stack {
+    let data = tempfile::tempdir().unwrap();
+    let (policy, policy_url) = if with_policy {
+        let server = start_policy(data.path(), None).await;
+        let url = server.url.clone();
+        (Some(server), url)
+    } else {
+        let probe = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        (None, format!("http://{}", probe.local_addr().unwrap()))
+    };
+    let mut cfg = config(data.path());
+    cfg.approval.store = store.config_value();
+    cfg.policy.url = policy_url;
+    cfg.approval.sweep_interval_seconds = 1;
+    let approval = TestServer::start(APPROVAL, None, move |l, s| async move {
+        match clock {
+            Some(clock) => metnos_approval::serve_with_clock(cfg, l, s, Arc::new(clock)).await,
+            None => metnos_approval::serve(cfg, l, s).await,
+        }
+    })
+    .await;
+    Stack {
+        approval,
+        policy,
+        _data: data,
+    }
+}
+
+fn roberto() -> Option<Principal> {
+    Some(Principal {
+        channel: "telegram".into(),
+        sender_id: "roberto".into(),
+    })
+}
+
+fn create(territory: pb::TerritoryConcession) -> pb::CreatePendingRequest {
+    pb::CreatePendingRequest {
+        requester: roberto(),
+        request: Some(pb::ApprovalRequest {
+            action_verb: "download".into(),
+            target_summary: "report.pdf from drive.google.com -> ~/downloads/ (~2.4 MB)".into(),
+            capability_class: "fs_write:~/downloads/**".into(),
+            reversibility: pb::Reversibility::Reversible as i32,
+            territory_concession: territory as i32,
+            recurrence_count: 0,
+            token: String::new(),
+            extra_json: String::new(),
+            language: Language::English as i32,
+        }),
+        capability: "fs:write".into(),
+        target: "~/downloads/report.pdf".into(),
+        executor: "fs_write".into(),
+        args_json: r#"{"path":"~/downloads/report.pdf","content":"x"}"#.into(),
+        ttl_seconds: 0,
+        territory_target: "~/downloads/**".into(),
+    }
+}
+
+async fn resolve(
+    client: &mut Client,
+    token: &str,
+    decision: pb::Decision,
+) -> Result<pb::PendingApproval, tonic::Status> {
+    client
+        .resolve(pb::ResolveRequest {
+            token: token.into(),
+            decision: decision as i32,
+            decider: roberto(),
+        })
+        .await
+        .map(|r| r.into_inner().approval.unwrap())
+}
+
+async fn policy_outcome(policy: &TestServer, target: &str) -> (i32, Option<i64>) {
+    let mut client = PolicyServiceClient::new(policy.channel());
+    let r = client
+        .check(CheckRequest {
+            level: AutonomyLevel::Supervised as i32,
+            capability: "fs:write".into(),
+            principal: roberto(),
+            target: target.into(),
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    (r.outcome, r.grant_id)
+}
+
+#[tokio::test]
+async fn approving_a_session_concession_records_an_expiring_grant_in_policy() {
+    let store = TestStore::sqlite();
+    let stack = stack(&store, true, None).await;
+    let policy = stack.policy.as_ref().unwrap();
+    let mut client = ApprovalServiceClient::new(stack.approval.channel());
+    let other_file = "~/downloads/later.pdf";
+    assert_eq!(
+        policy_outcome(policy, other_file).await.0,
+        Outcome::ApprovalRequired as i32
+    );
+
+    let created = client
+        .create_pending(create(pb::TerritoryConcession::Session))
+        .await
+        .unwrap()
+        .into_inner();
+    let card = created.card.unwrap();
+    assert!(
+        card.lines[2].ends_with("[territory: session]"),
+        "{:?}",
+        card.lines
+    );
+    let token = created.approval.unwrap().token;
+    let approved = resolve(&mut client, &token, pb::Decision::Approve)
+        .await
+        .unwrap();
+    assert_eq!(approved.status, pb::ApprovalStatus::Approved as i32);
+    let grant_id = approved.grant_id.expect("the concession recorded a grant");
+    assert_eq!(approved.call_sha256.len(), 64);
+
+    let (outcome, decided_by) = policy_outcome(policy, other_file).await;
+    assert_eq!(outcome, Outcome::Allowed as i32);
+    assert_eq!(decided_by, Some(grant_id));
+    let grants = PolicyServiceClient::new(policy.channel())
+        .list_grants(metnos_proto::policy::v1::ListGrantsRequest::default())
+        .await
+        .unwrap()
+        .into_inner()
+        .grants;
+    let grant = grants.iter().find(|g| g.id == grant_id).unwrap();
+    assert_eq!(grant.target, "~/downloads/**");
+    assert_eq!(grant.granted_by, format!("approval:{token}"));
+    let lasts = grant.expires_at.unwrap().seconds - grant.granted_at.unwrap().seconds;
+    assert!(
+        (8 * 3600 - 5..=8 * 3600 + 5).contains(&lasts),
+        "a session lasts 8 h, got {lasts} s"
+    );
+}
+
+#[tokio::test]
+async fn rejections_and_plain_approvals_grant_nothing() {
+    let store = TestStore::sqlite();
+    let stack = stack(&store, true, None).await;
+    let policy = stack.policy.as_ref().unwrap();
+    let mut client = ApprovalServiceClient::new(stack.approval.channel());
+    let token = |r: pb::CreatePendingResponse| r.approval.unwrap().token;
+    let rejected = token(
+        client
+            .create_pending(create(pb::TerritoryConcession::Permanent))
+            .await
+            .unwrap()
+            .into_inner(),
+    );
+    assert_eq!(
+        resolve(&mut client, &rejected, pb::Decision::Reject)
+            .await
+            .unwrap()
+            .grant_id,
+        None
+    );
+    let plain = token(
+        client
+            .create_pending(create(pb::TerritoryConcession::None))
+            .await
+            .unwrap()
+            .into_inner(),
+    );
+    assert_eq!(
+        resolve(&mut client, &plain, pb::Decision::Approve)
+            .await
+            .unwrap()
+            .grant_id,
+        None
+    );
+    assert_eq!(
+        policy_outcome(policy, "~/downloads/x.pdf").await.0,
+        Outcome::ApprovalRequired as i32
+    );
+}
+
+#[tokio::test]
+async fn a_grant_that_policy_could_not_take_is_recorded_once_policy_is_back() {
+    let store = TestStore::sqlite();
+    // Reserve the port policy will listen on, with nothing serving it yet.
+    let policy_listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let policy_addr = policy_listener.local_addr().unwrap();
+    drop(policy_listener);
+    let data = tempfile::tempdir().unwrap();
+    let mut cfg = config(data.path());
+    cfg.approval.store = store.config_value();
+    cfg.policy.url = format!("http://{policy_addr}");
+    cfg.approval.sweep_interval_seconds = 1;
+    let approval = TestServer::start(APPROVAL, None, move |l, s| {
+        metnos_approval::serve(cfg, l, s)
+    })
+    .await;
+    let mut client = ApprovalServiceClient::new(approval.channel());
+    let created = client
+        .create_pending(create(pb::TerritoryConcession::Permanent))
+        .await
+        .unwrap()
+        .into_inner();
+    let token = created.approval.unwrap().token;
+    let approved = resolve(&mut client, &token, pb::Decision::Approve)
+        .await
+        .unwrap();
+    assert_eq!(
+        approved.status,
+        pb::ApprovalStatus::Approved as i32,
+        "the decision stands"
+    );
+    assert_eq!(approved.grant_id, None, "policy is down: no grant yet");
+
+    let listener = tokio::net::TcpListener::bind(policy_addr).await.unwrap();
+    let policy = start_policy(data.path(), Some(listener)).await;
+    let mut granted = None;
+    for _ in 0..100 {
+        let p = client
+            .get_pending(pb::GetPendingRequest {
+                token: token.clone(),
+            })
+            .await
+            .unwrap()
+            .into_inner();
+        if let Some(id) = p.approval.unwrap().grant_id {
+            granted = Some(id);
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let grant_id = granted.expect("the sweeper recorded the grant once policy was back");
+    assert_eq!(
+        policy_outcome(&policy, "~/downloads/y.pdf").await.1,
+        Some(grant_id)
+    );
+}
+
+async fn next(stream: &mut tonic::Streaming<pb::WaitDecisionResponse>) -> pb::PendingApproval {
+    tokio::time::timeout(Duration::from_secs(10), stream.message())
+        .await
+        .expect("no event within 10 s")
+        .unwrap()
+        .expect("the stream ended early")
+        .approval
+        .unwrap()
+}
+
+#[tokio::test]
+async fn a_waiter_hears_the_decision_as_it_is_written_and_the_stream_ends() {
+    let store = TestStore::sqlite();
+    let stack = stack(&store, false, None).await;
+    let mut client = ApprovalServiceClient::new(stack.approval.channel());
+    let token = client
+        .create_pending(create(pb::TerritoryConcession::None))
+        .await
+        .unwrap()
+        .into_inner()
+        .approval
+        .unwrap()
+        .token;
+    let mut stream = client
+        .wait_decision(pb::WaitDecisionRequest {
+            token: token.clone(),
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(
+        next(&mut stream).await.status,
+        pb::ApprovalStatus::Pending as i32
+    );
+    resolve(&mut client, &token, pb::Decision::Reject)
+        .await
+        .unwrap();
+    assert_eq!(
+        next(&mut stream).await.status,
+        pb::ApprovalStatus::Rejected as i32
+    );
+    assert!(
+        stream.message().await.unwrap().is_none(),
+        "a terminal state ends the stream"
+    );
+
+    // Waiting on a decided request: its state, then the end.
+    let mut again = client
+        .wait_decision(pb::WaitDecisionRequest { token })
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(
+        next(&mut again).await.status,
+        pb::ApprovalStatus::Rejected as i32
+    );
+    assert!(again.message().await.unwrap().is_none());
+}
+
+#[tokio::test]
+async fn a_waiter_on_one_replica_hears_a_decision_taken_on_another() {
+    let store = TestStore::postgres().await;
+    let a = stack(&store, false, None).await;
+    let b = stack(&store, false, None).await;
+    let mut on_a = ApprovalServiceClient::new(a.approval.channel());
+    let mut on_b = ApprovalServiceClient::new(b.approval.channel());
+    let token = on_a
+        .create_pending(create(pb::TerritoryConcession::None))
+        .await
+        .unwrap()
+        .into_inner()
+        .approval
+        .unwrap()
+        .token;
+    let mut stream = on_a
+        .wait_decision(pb::WaitDecisionRequest {
+            token: token.clone(),
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(
+        next(&mut stream).await.status,
+        pb::ApprovalStatus::Pending as i32
+    );
+    resolve(&mut on_b, &token, pb::Decision::Approve)
+        .await
+        .unwrap();
+    assert_eq!(
+        next(&mut stream).await.status,
+        pb::ApprovalStatus::Approved as i32
+    );
+}
+
+#[tokio::test]
+async fn the_timer_sweeps_expired_requests_and_waiters_hear_it() {
+    let store = TestStore::sqlite();
+    let clock = ManualClock::new();
+    let stack = stack(&store, false, Some(clock.clone())).await;
+    let mut client = ApprovalServiceClient::new(stack.approval.channel());
+    let mut new_token = async || {
+        client
+            .create_pending(create(pb::TerritoryConcession::None))
+            .await
+            .unwrap()
+            .into_inner()
+            .approval
+            .unwrap()
+            .token
+    };
+    let unwatched = new_token().await;
+    let watched = new_token().await;
+    let mut client = ApprovalServiceClient::new(stack.approval.channel());
+    let mut stream = client
+        .wait_decision(pb::WaitDecisionRequest {
+            token: watched.clone(),
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(
+        next(&mut stream).await.status,
+        pb::ApprovalStatus::Pending as i32
+    );
+    clock.advance(601_000);
+
+    // Nobody asks about `unwatched`: only the service's own timer (1 s here) expires it.
+    let mut status = pb::ApprovalStatus::Pending as i32;
+    for _ in 0..100 {
+        let p = client
+            .get_pending(pb::GetPendingRequest {
+                token: unwatched.clone(),
+            })
+            .await
+            .unwrap()
+            .into_inner();
+        status = p.approval.unwrap().status;
+        if status != pb::ApprovalStatus::Pending as i32 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert_eq!(
+        status,
+        pb::ApprovalStatus::Expired as i32,
+        "the sweeper did not expire it"
+    );
+    assert_eq!(
+        next(&mut stream).await.status,
+        pb::ApprovalStatus::Expired as i32
+    );
+    let err = resolve(&mut client, &watched, pb::Decision::Approve)
+        .await
+        .unwrap_err();
+    assert_eq!(err.code(), tonic::Code::FailedPrecondition);
+    assert_eq!(
+        client
+            .cleanup_expired(pb::CleanupExpiredRequest {})
+            .await
+            .unwrap()
+            .into_inner()
+            .expired,
+        0,
+        "nothing left to expire"
+    );
+}
+
+#[tokio::test]
+async fn errors_map_to_the_contract_codes() {
+    let store = TestStore::sqlite();
+    let stack = stack(&store, false, None).await;
+    let mut client = ApprovalServiceClient::new(stack.approval.channel());
+    let token = client
+        .create_pending(create(pb::TerritoryConcession::None))
+        .await
+        .unwrap()
+        .into_inner()
+        .approval
+        .unwrap()
+        .token;
+
+    let anna = Some(Principal {
+        channel: "telegram".into(),
+        sender_id: "anna".into(),
+    });
+    let status = client
+        .resolve(pb::ResolveRequest {
+            token: token.clone(),
+            decision: pb::Decision::Approve as i32,
+            decider: anna,
+        })
+        .await
+        .unwrap_err();
+    assert_eq!(status.code(), tonic::Code::PermissionDenied);
+    let status = resolve(
+        &mut client,
+        "ffffffffffffffffffffffffffffffff",
+        pb::Decision::Approve,
+    )
+    .await
+    .unwrap_err();
+    assert_eq!(status.code(), tonic::Code::NotFound);
+    let status = resolve(&mut client, "<script>", pb::Decision::Approve)
+        .await
+        .unwrap_err();
+    assert_eq!(status.code(), tonic::Code::InvalidArgument);
+    assert!(status.message().contains("malformed"), "{status:?}");
+    let status = resolve(&mut client, &token, pb::Decision::Unspecified)
+        .await
+        .unwrap_err();
+    assert_eq!(status.code(), tonic::Code::InvalidArgument);
+    resolve(&mut client, &token, pb::Decision::Approve)
+        .await
+        .unwrap();
+    let status = resolve(&mut client, &token, pb::Decision::Approve)
+        .await
+        .unwrap_err();
+    assert_eq!(status.code(), tonic::Code::FailedPrecondition);
+    assert!(status.message().contains("already approved"), "{status:?}");
+
+    let mut bad = create(pb::TerritoryConcession::None);
+    bad.request.as_mut().unwrap().reversibility = pb::Reversibility::Unspecified as i32;
+    let status = client.create_pending(bad).await.unwrap_err();
+    assert_eq!(status.code(), tonic::Code::InvalidArgument);
+    assert!(status.message().contains("reversibility"), "{status:?}");
+    let mut bad = create(pb::TerritoryConcession::None);
+    bad.request.as_mut().unwrap().target_summary = "x".repeat(2000);
+    let status = client.create_pending(bad).await.unwrap_err();
+    assert_eq!(status.code(), tonic::Code::InvalidArgument);
+    assert!(status.message().contains("longer than 1024"), "{status:?}");
+
+    // A preview: code:exec is never granted, so no territory marker.
+    let mut preview = create(pb::TerritoryConcession::Permanent).request.unwrap();
+    preview.language = Language::Italian as i32;
+    let card = client
+        .render_card(pb::RenderCardRequest {
+            request: Some(preview.clone()),
+            capability: "code:exec".into(),
+        })
+        .await
+        .unwrap()
+        .into_inner()
+        .card
+        .unwrap();
+    assert!(!card.lines[2].contains("territorio"), "{:?}", card.lines);
+    let card = client
+        .render_card(pb::RenderCardRequest {
+            request: Some(preview),
+            capability: "fs:write".into(),
+        })
+        .await
+        .unwrap()
+        .into_inner()
+        .card
+        .unwrap();
+    assert!(
+        card.lines[2].ends_with("[territorio: permanente]"),
+        "{:?}",
+        card.lines
+    );
+}
+
+#[tokio::test]
+async fn the_proposer_cancels_and_the_approval_keeps_the_reason() {
+    let store = TestStore::postgres().await;
+    let stack = stack(&store, false, None).await;
+    let mut client = ApprovalServiceClient::new(stack.approval.channel());
+    let token = client
+        .create_pending(create(pb::TerritoryConcession::None))
+        .await
+        .unwrap()
+        .into_inner()
+        .approval
+        .unwrap()
+        .token;
+    let cancelled = client
+        .cancel(pb::CancelRequest {
+            token: token.clone(),
+            reason: "the turn was stopped".into(),
+        })
+        .await
+        .unwrap()
+        .into_inner()
+        .approval
+        .unwrap();
+    assert_eq!(cancelled.status, pb::ApprovalStatus::Cancelled as i32);
+    assert_eq!(cancelled.cancel_reason, "the turn was stopped");
+    let listed = client
+        .list_pending(pb::ListPendingRequest {
+            include_resolved: true,
+            limit: 0,
+        })
+        .await
+        .unwrap()
+        .into_inner()
+        .approvals;
+    assert_eq!(listed.len(), 1);
+    assert!(
+        client
+            .list_pending(pb::ListPendingRequest::default())
+            .await
+            .unwrap()
+            .into_inner()
+            .approvals
+            .is_empty()
+    );
+}
