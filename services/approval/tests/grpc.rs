@@ -154,7 +154,20 @@ async fn approving_a_session_concession_records_an_expiring_grant_in_policy() {
         .unwrap();
     assert_eq!(approved.status, pb::ApprovalStatus::Approved as i32);
     let grant_id = approved.grant_id.expect("the concession recorded a grant");
-    assert_eq!(approved.call_sha256.len(), 64);
+    // The decision names the exact call it approves: the same call, however its JSON is
+    // spelled, and no other.
+    let same = metnos_approval::token::call_sha256(
+        "fs_write",
+        r#"{ "content": "x", "path": "~/downloads/report.pdf" }"#,
+    )
+    .unwrap();
+    let swapped = metnos_approval::token::call_sha256(
+        "fs_write",
+        r#"{"path":"~/.ssh/authorized_keys","content":"x"}"#,
+    )
+    .unwrap();
+    assert_eq!(approved.call_sha256, same);
+    assert_ne!(approved.call_sha256, swapped);
 
     let (outcome, decided_by) = policy_outcome(policy, other_file).await;
     assert_eq!(outcome, Outcome::Allowed as i32);
