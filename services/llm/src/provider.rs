@@ -1,0 +1,308 @@
+//! One configured model behind one provider's API, over reqwest: timeouts, bounded retries
+//! with exponential backoff (honouring Retry-After) for connection failures, 429 and 5xx,
+//! typed errors, and a tracing span per call with names and counts, never text.
+
+use std::fmt;
+use std::time::{Duration, Instant};
+
+use metnos_kit::config::{LlmProvider, LlmTierConfig};
+use serde_json::Value;
+use tracing::Instrument;
+use tracing::field::Empty;
+
+use crate::error::LlmError;
+use crate::types::{ChatRequest, ChatResponse, Outcome};
+use crate::wire::{anthropic, ollama, openai};
+
+/// How failed calls are retried.
+#[derive(Debug, Clone, Copy)]
+pub struct RetryPolicy {
+    /// Retries after the first attempt.
+    pub max_retries: u32,
+    /// The first backoff; it doubles each time.
+    pub base: Duration,
+    /// No wait, backoff or Retry-After, is longer than this.
+    pub cap: Duration,
+}
+
+impl Default for RetryPolicy {
+    fn default() -> Self {
+        RetryPolicy {
+            max_retries: 3,
+            base: Duration::from_millis(250),
+            cap: Duration::from_secs(30),
+        }
+    }
+}
+
+/// An API key: never printed.
+#[derive(Clone)]
+struct Secret(String);
+
+impl fmt::Debug for Secret {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("Secret(***)")
+    }
+}
+
+/// A model behind a provider.
+#[derive(Debug, Clone)]
+pub struct Provider {
+    kind: LlmProvider,
+    base_url: String,
+    model: String,
+    think: bool,
+    timeout: Duration,
+    api_key: Option<Secret>,
+    retry: RetryPolicy,
+    http: reqwest::Client,
+}
+
+impl Provider {
+    /// A provider from a `[runtime.llm.<tier>]` section; the API key is read from the
+    /// environment variable it names.
+    pub fn from_config(tier: &str, config: &LlmTierConfig) -> Result<Provider, LlmError> {
+        let api_key = if config.api_key_env.is_empty() {
+            None
+        } else {
+            let value = std::env::var(&config.api_key_env).map_err(|_| {
+                LlmError::Config(format!(
+                    "runtime.llm.{tier}.api_key_env names {}, which is not set",
+                    config.api_key_env
+                ))
+            })?;
+            Some(Secret(value))
+        };
+        let base_url = if config.base_url.is_empty() {
+            match config.provider {
+                LlmProvider::Ollama => ollama::DEFAULT_BASE_URL,
+                LlmProvider::Openai => openai::DEFAULT_BASE_URL,
+                LlmProvider::Anthropic => anthropic::DEFAULT_BASE_URL,
+            }
+            .to_owned()
+        } else {
+            config.base_url.trim_end_matches('/').to_owned()
+        };
+        if config.provider == LlmProvider::Anthropic && api_key.is_none() {
+            return Err(LlmError::Config(format!(
+                "runtime.llm.{tier}: anthropic needs api_key_env (the variable holding the key)"
+            )));
+        }
+        let http = reqwest::Client::builder()
+            .connect_timeout(Duration::from_secs(5))
+            .tcp_nodelay(true)
+            .build()
+            .map_err(|e| LlmError::Config(format!("cannot build the HTTP client: {e}")))?;
+        Ok(Provider {
+            kind: config.provider,
+            base_url,
+            model: config.model.clone(),
+            think: config.think,
+            timeout: Duration::from_secs(config.timeout_seconds),
+            api_key,
+            retry: RetryPolicy::default(),
+            http,
+        })
+    }
+
+    /// The same provider with this API key (instead of one from the environment).
+    pub fn with_api_key(mut self, key: impl Into<String>) -> Provider {
+        self.api_key = Some(Secret(key.into()));
+        self
+    }
+
+    /// The same provider with another retry policy (tests shorten the waits).
+    pub fn with_retry(mut self, retry: RetryPolicy) -> Provider {
+        self.retry = retry;
+        self
+    }
+
+    pub fn model(&self) -> &str {
+        &self.model
+    }
+
+    pub fn provider_name(&self) -> &'static str {
+        match self.kind {
+            LlmProvider::Ollama => ollama::PROVIDER,
+            LlmProvider::Openai => openai::PROVIDER,
+            LlmProvider::Anthropic => anthropic::PROVIDER,
+        }
+    }
+
+    fn url(&self) -> String {
+        let path = match self.kind {
+            LlmProvider::Ollama => ollama::PATH,
+            LlmProvider::Openai => openai::PATH,
+            LlmProvider::Anthropic => anthropic::PATH,
+        };
+        format!("{}{path}", self.base_url)
+    }
+
+    /// One chat call, as tier `tier` (for the span).
+    pub async fn chat(&self, tier: &str, request: &ChatRequest) -> Result<ChatResponse, LlmError> {
+        let span = tracing::info_span!(
+            "llm.chat",
+            otel.kind = "client",
+            otel.status_code = Empty,
+            llm.provider = self.provider_name(),
+            llm.model = %self.model,
+            llm.tier = tier,
+            llm.tools = request.tools.len(),
+            llm.prompt_tokens = Empty,
+            llm.completion_tokens = Empty,
+            llm.latency_ms = Empty,
+            llm.attempts = Empty,
+        );
+        async {
+            let started = Instant::now();
+            let result = self.call_with_retries(request).await;
+            let span = tracing::Span::current();
+            span.record("llm.latency_ms", started.elapsed().as_millis() as u64);
+            match &result {
+                Ok(response) => {
+                    span.record("llm.prompt_tokens", response.usage.prompt_tokens);
+                    span.record("llm.completion_tokens", response.usage.completion_tokens);
+                }
+                Err(e) => {
+                    span.record("otel.status_code", "ERROR");
+                    tracing::warn!(error = %e, "llm call failed");
+                }
+            }
+            result
+        }
+        .instrument(span)
+        .await
+    }
+
+    async fn call_with_retries(&self, request: &ChatRequest) -> Result<ChatResponse, LlmError> {
+        let body = match self.kind {
+            LlmProvider::Ollama => ollama::body(request, &self.model, self.think),
+            LlmProvider::Openai => openai::body(request, &self.model),
+            LlmProvider::Anthropic => anthropic::body(request, &self.model, self.think),
+        };
+        let body = serde_json::to_vec(&body).map_err(|e| LlmError::Config(e.to_string()))?;
+        let json_output = request.json_output.as_ref().map(|o| o.name.as_str());
+        let started = Instant::now();
+        let mut attempt = 0;
+        loop {
+            attempt += 1;
+            let (result, retry_after) = self.attempt(&body, json_output).await;
+            match result {
+                Ok((outcome, usage, model)) => {
+                    tracing::Span::current().record("llm.attempts", attempt);
+                    return Ok(ChatResponse {
+                        outcome,
+                        usage,
+                        latency: started.elapsed(),
+                        model: if model.is_empty() {
+                            self.model.clone()
+                        } else {
+                            model
+                        },
+                    });
+                }
+                Err(e) if e.is_transient() && attempt <= self.retry.max_retries => {
+                    let backoff = self.retry.base.saturating_mul(1 << (attempt - 1).min(16));
+                    let wait = retry_after.unwrap_or(backoff).min(self.retry.cap);
+                    tracing::info!(attempt, wait_ms = wait.as_millis() as u64, error = %e, "llm call failed; retrying");
+                    tokio::time::sleep(wait).await;
+                }
+                Err(e) => {
+                    tracing::Span::current().record("llm.attempts", attempt);
+                    return Err(e);
+                }
+            }
+        }
+    }
+
+    /// One HTTP exchange: the parsed answer, or the error and any Retry-After.
+    async fn attempt(
+        &self,
+        body: &[u8],
+        json_output: Option<&str>,
+    ) -> (
+        Result<(Outcome, crate::types::Usage, String), LlmError>,
+        Option<Duration>,
+    ) {
+        let provider = self.provider_name();
+        let url = self.url();
+        let mut request = self
+            .http
+            .post(&url)
+            .timeout(self.timeout)
+            .header(http::header::CONTENT_TYPE, "application/json")
+            .body(body.to_vec());
+        if let Some(key) = &self.api_key {
+            request = match self.kind {
+                LlmProvider::Anthropic => request.header("x-api-key", &key.0),
+                _ => request.bearer_auth(&key.0),
+            };
+        }
+        if self.kind == LlmProvider::Anthropic {
+            request = request.header("anthropic-version", anthropic::VERSION);
+        }
+        let response = match request.send().await {
+            Ok(response) => response,
+            Err(e) => return (Err(self.transport_error(&url, &e)), None),
+        };
+        let status = response.status();
+        let retry_after = response
+            .headers()
+            .get(http::header::RETRY_AFTER)
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| v.trim().parse::<u64>().ok())
+            .map(Duration::from_secs);
+        let text = match response.text().await {
+            Ok(text) => text,
+            Err(e) => return (Err(self.transport_error(&url, &e)), None),
+        };
+        if !status.is_success() {
+            let error = match self.kind {
+                LlmProvider::Ollama => ollama::error(status.as_u16(), &text, &self.model),
+                LlmProvider::Openai => openai::error(status.as_u16(), &text, &self.model),
+                LlmProvider::Anthropic => anthropic::error(status.as_u16(), &text, &self.model),
+            };
+            return (Err(error), retry_after);
+        }
+        let value: Value = match serde_json::from_str(&text) {
+            Ok(value) => value,
+            Err(e) => {
+                return (
+                    Err(LlmError::Malformed {
+                        provider,
+                        message: format!("the answer is not JSON: {e}"),
+                    }),
+                    None,
+                );
+            }
+        };
+        let parsed = match self.kind {
+            LlmProvider::Ollama => ollama::parse(&value),
+            LlmProvider::Openai => openai::parse(&value),
+            LlmProvider::Anthropic => anthropic::parse(&value, json_output),
+        };
+        (parsed, None)
+    }
+
+    fn transport_error(&self, url: &str, error: &reqwest::Error) -> LlmError {
+        let provider = self.provider_name();
+        if error.is_timeout() {
+            return LlmError::Timeout {
+                provider,
+                after: self.timeout,
+            };
+        }
+        // The innermost cause reads best: "connection refused".
+        let mut cause = error.to_string();
+        let mut source = std::error::Error::source(error);
+        while let Some(inner) = source {
+            cause = inner.to_string();
+            source = inner.source();
+        }
+        LlmError::Unreachable {
+            provider,
+            url: url.to_owned(),
+            cause: cause.to_lowercase(),
+        }
+    }
+}
