@@ -4,6 +4,7 @@
 //! - [`status`]: every service's health as a table or JSON lines.
 //! - [`policy_cli`]: `metnos policy …` and `metnos grants …`.
 //! - [`approvals_cli`]: `metnos approvals …`.
+//! - [`vaglio_cli`]: `metnos vaglio …`.
 //! - [`admin`]: what the admin commands share.
 //! - [`runfile`]: how every command finds the running stack.
 //!
@@ -16,3 +17,4 @@ pub mod policy_cli;
 pub mod runfile;
 pub mod status;
 pub mod up;
+pub mod vaglio_cli;

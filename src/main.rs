@@ -6,6 +6,7 @@ use std::process::ExitCode;
 use clap::{Parser, Subcommand};
 use metnos::approvals_cli::{self, ApprovalsCommand};
 use metnos::policy_cli::{self, GrantsCommand, PolicyCommand};
+use metnos::vaglio_cli::{self, VaglioCommand};
 use metnos::{status, up};
 use metnos_kit::launch::EXIT_CONFIG;
 use metnos_kit::telemetry::Telemetry;
@@ -44,6 +45,11 @@ enum Command {
     Grants {
         #[command(subcommand)]
         command: GrantsCommand,
+    },
+    /// The constitutional evaluator: judge a call, read the verdict log.
+    Vaglio {
+        #[command(subcommand)]
+        command: VaglioCommand,
     },
     /// Requests for approval: list, show.
     Approvals {
@@ -92,6 +98,7 @@ fn main() -> ExitCode {
             Command::Status { json } => status::status(&config, json).await,
             Command::Policy { command } => policy_cli::policy(&config, command).await,
             Command::Grants { command } => policy_cli::grants(&config, command).await,
+            Command::Vaglio { command } => vaglio_cli::vaglio(&config, command).await,
             Command::Approvals { command } => approvals_cli::approvals(&config, command).await,
         }
     })

@@ -231,6 +231,11 @@ pub enum StartError {
     },
     #[error(transparent)]
     Serve(#[from] ServeError),
+    #[error("{service}: {message}")]
+    Settings {
+        service: ServiceName,
+        message: String,
+    },
 }
 
 /// The usual life of a service: open and migrate its store, build its gRPC service from

@@ -1,111 +1,128 @@
-//! The Metnos vaglio service: the constitutional evaluator: a binary guard, a graded judge, the private verdict log, and the telos engine (seeds vaglio.md, telos.md).
+//! The Metnos vaglio service (seed vaglio.md): the constitutional evaluator in two
+//! phases. A binary guard that nothing talks around ([`guard`]), then a graded judge
+//! ([`judge`], rule-based, or an LLM with the rules as fallback), and a private verdict log
+//! ([`log`], keys only). [`service`] puts them together, [`grpc`] is the edge. The telos
+//! engine (seed telos.md) will live here too; its RPCs answer UNIMPLEMENTED until then.
 //!
-//! Layout: [`serve`] is the entry point (`metnos-vaglio` and `metnos up` both call it with an
-//! already bound listener); `VaglioApi` answers the `metnos.vaglio.v1.VaglioService` contract. The
-//! service owns its store: telos state (the verdict log itself is monthly JSONL under the data directory).
-//!
-//! Status: the foundation only. Every RPC answers `UNIMPLEMENTED` naming itself until the
-//! vaglio issue lands; nothing here returns a made-up result.
+//! Settings from the environment, as the seed has them: `METNOS_JUDGE_THRESHOLD`
+//! (default 0.30), `METNOS_JUDGE_KIND` (`rule-based-v1`, default, or `llm-v1`, which uses
+//! the `middle` LLM tier) and `METNOS_JUDGE_TIMEOUT_SECONDS` (default 10).
 
-use metnos_kit::server::{StartError, not_implemented, serve_with_store};
-use metnos_kit::store::{Db, Migrations};
+pub mod grpc;
+pub mod guard;
+pub mod judge;
+pub mod log;
+pub mod service;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use metnos_kit::server::{ServeOptions, StartError, serve as serve_grpc};
+use metnos_kit::store::Migrations;
 use metnos_kit::{Config, ServiceName, ShutdownFuture};
-use metnos_proto::vaglio::v1::vaglio_service_server::{VaglioService, VaglioServiceServer};
-use metnos_proto::vaglio::v1::{
-    DetectStopRequest, DetectStopResponse, EvaluateProposalRequest, EvaluateProposalResponse,
-    GetTelosRequest, GetTelosResponse, JudgeRequest, JudgeResponse, ListRejectedProposalsRequest,
-    ListRejectedProposalsResponse, ListVerdictsRequest, ListVerdictsResponse,
-    RecordFeedbackRequest, RecordFeedbackResponse,
-};
+use metnos_proto::vaglio::v1::vaglio_service_server::VaglioServiceServer;
 use tokio::net::TcpListener;
-use tonic::{Request, Response, Status};
 
 /// This service.
 pub const SERVICE: ServiceName = ServiceName::Vaglio;
 
-/// The schema of this service's store, per backend.
+/// The vaglio's relational store holds nothing yet (the telos state will).
 pub const MIGRATIONS: Migrations = Migrations::NONE;
 
-/// Serves the vaglio service on `listener` until `shutdown` resolves: opens and migrates
-/// the store, reports SERVING, drains on shutdown.
+/// The judge settings could not be used.
+#[derive(Debug, thiserror::Error)]
+#[error("{0}")]
+pub struct SettingsError(pub String);
+
+/// The judge settings from `METNOS_JUDGE_*` and the LLM tiers of the config.
+pub fn judge_settings(config: &Config) -> Result<(f64, service::JudgeKind), SettingsError> {
+    let threshold = match std::env::var("METNOS_JUDGE_THRESHOLD") {
+        Err(_) => judge::DEFAULT_THRESHOLD,
+        Ok(text) => text
+            .trim()
+            .parse::<f64>()
+            .ok()
+            .filter(|t| (0.0..=1.0).contains(t))
+            .ok_or_else(|| {
+                SettingsError(format!(
+                    "METNOS_JUDGE_THRESHOLD must be a number from 0 to 1, got `{text}`"
+                ))
+            })?,
+    };
+    let timeout = match std::env::var("METNOS_JUDGE_TIMEOUT_SECONDS") {
+        Err(_) => 10,
+        Ok(text) => text
+            .trim()
+            .parse::<u64>()
+            .ok()
+            .filter(|t| *t > 0)
+            .ok_or_else(|| {
+                SettingsError(format!(
+                    "METNOS_JUDGE_TIMEOUT_SECONDS must be a whole number of seconds, got `{text}`"
+                ))
+            })?,
+    };
+    let kind = match std::env::var("METNOS_JUDGE_KIND").as_deref() {
+        Err(_) | Ok("rule-based-v1") => service::JudgeKind::RuleBased,
+        Ok("llm-v1") => {
+            let tiers = metnos_llm::Tiers::from_config(&config.runtime.llm)
+                .map_err(|e| SettingsError(format!("METNOS_JUDGE_KIND=llm-v1: {e}")))?;
+            service::JudgeKind::Llm {
+                tiers,
+                timeout: Duration::from_secs(timeout),
+            }
+        }
+        Ok(other) => {
+            return Err(SettingsError(format!(
+                "METNOS_JUDGE_KIND must be rule-based-v1 or llm-v1, got `{other}`"
+            )));
+        }
+    };
+    Ok((threshold, kind))
+}
+
+/// Serves the vaglio on `listener` until `shutdown` resolves.
 pub async fn serve(
     config: Config,
     listener: TcpListener,
     shutdown: ShutdownFuture,
 ) -> Result<(), StartError> {
-    serve_with_store(
-        SERVICE,
-        &config,
+    let (threshold, kind) = match judge_settings(&config) {
+        Ok(settings) => settings,
+        Err(e) => {
+            return Err(StartError::Settings {
+                service: SERVICE,
+                message: e.0,
+            });
+        }
+    };
+    let db = metnos_kit::store::open(
+        &config.store(SERVICE),
+        SERVICE.as_str(),
         &MIGRATIONS,
-        listener,
-        shutdown,
-        |db, _readiness| VaglioServiceServer::new(VaglioApi { _db: db }),
+        config.server.store_connect_timeout(),
     )
     .await
-}
-
-/// The `VaglioService` implementation.
-#[derive(Debug)]
-pub struct VaglioApi {
-    _db: Db,
-}
-
-#[tonic::async_trait]
-impl VaglioService for VaglioApi {
-    async fn judge(
-        &self,
-        _request: Request<JudgeRequest>,
-    ) -> Result<Response<JudgeResponse>, Status> {
-        Err(not_implemented("metnos.vaglio.v1.VaglioService/Judge"))
-    }
-
-    async fn list_verdicts(
-        &self,
-        _request: Request<ListVerdictsRequest>,
-    ) -> Result<Response<ListVerdictsResponse>, Status> {
-        Err(not_implemented(
-            "metnos.vaglio.v1.VaglioService/ListVerdicts",
-        ))
-    }
-
-    async fn evaluate_proposal(
-        &self,
-        _request: Request<EvaluateProposalRequest>,
-    ) -> Result<Response<EvaluateProposalResponse>, Status> {
-        Err(not_implemented(
-            "metnos.vaglio.v1.VaglioService/EvaluateProposal",
-        ))
-    }
-
-    async fn get_telos(
-        &self,
-        _request: Request<GetTelosRequest>,
-    ) -> Result<Response<GetTelosResponse>, Status> {
-        Err(not_implemented("metnos.vaglio.v1.VaglioService/GetTelos"))
-    }
-
-    async fn record_feedback(
-        &self,
-        _request: Request<RecordFeedbackRequest>,
-    ) -> Result<Response<RecordFeedbackResponse>, Status> {
-        Err(not_implemented(
-            "metnos.vaglio.v1.VaglioService/RecordFeedback",
-        ))
-    }
-
-    async fn detect_stop(
-        &self,
-        _request: Request<DetectStopRequest>,
-    ) -> Result<Response<DetectStopResponse>, Status> {
-        Err(not_implemented("metnos.vaglio.v1.VaglioService/DetectStop"))
-    }
-
-    async fn list_rejected_proposals(
-        &self,
-        _request: Request<ListRejectedProposalsRequest>,
-    ) -> Result<Response<ListRejectedProposalsResponse>, Status> {
-        Err(not_implemented(
-            "metnos.vaglio.v1.VaglioService/ListRejectedProposals",
-        ))
-    }
+    .map_err(|source| StartError::Store {
+        service: SERVICE,
+        source,
+    })?;
+    let log = log::VerdictLog::start(config.data_dir.join("vaglio"));
+    let vaglio = Arc::new(service::Vaglio::new(
+        config.runtime.user_home.clone(),
+        threshold,
+        kind,
+        log.clone(),
+    ));
+    let options = ServeOptions::new(SERVICE, &config);
+    let result = serve_grpc(
+        options,
+        listener,
+        VaglioServiceServer::new(grpc::VaglioApi::new(vaglio)),
+        shutdown,
+    )
+    .await;
+    log.flush().await;
+    db.close().await;
+    Ok(result?)
 }

@@ -1,0 +1,171 @@
+//! The edge: prost types to domain types and back.
+
+use std::sync::Arc;
+
+use metnos_kit::server::not_implemented;
+use metnos_kit::time::to_timestamp;
+use metnos_proto::vaglio::v1 as pb;
+use metnos_proto::vaglio::v1::vaglio_service_server::VaglioService;
+use tonic::{Request, Response, Status};
+
+use crate::service::{BlockedBy, Error, Proposal, Vaglio, Verdict};
+
+impl From<Error> for Status {
+    fn from(error: Error) -> Status {
+        match error {
+            Error::EmptyExecutor | Error::Args(_) | Error::Month(_) => {
+                Status::invalid_argument(error.to_string())
+            }
+            Error::LogRead(e) => {
+                tracing::error!(error = %e, "verdict log unreadable");
+                Status::internal("the verdict log cannot be read; see the vaglio service log")
+            }
+        }
+    }
+}
+
+fn blocked_by(b: Option<BlockedBy>) -> pb::BlockedBy {
+    match b {
+        None => pb::BlockedBy::None,
+        Some(BlockedBy::Guard) => pb::BlockedBy::Guard,
+        Some(BlockedBy::Judge) => pb::BlockedBy::Judge,
+    }
+}
+
+fn verdict_msg(v: &Verdict) -> pb::Verdict {
+    pb::Verdict {
+        approved: v.approved,
+        reason: v.reason.clone(),
+        score: v.score,
+        blocked_by: blocked_by(v.blocked_by) as i32,
+        judge_kind: v.judge_kind.to_owned(),
+        ts: Some(to_timestamp((v.ts * 1000.0) as i64)),
+        rule_id: v.rule_id.unwrap_or_default().to_owned(),
+        arg_key: v.arg_key.clone().unwrap_or_default(),
+    }
+}
+
+/// The `VaglioService` implementation; the telos RPCs arrive with the telos issue.
+#[derive(Debug, Clone)]
+pub struct VaglioApi {
+    vaglio: Arc<Vaglio>,
+}
+
+impl VaglioApi {
+    pub fn new(vaglio: Arc<Vaglio>) -> VaglioApi {
+        VaglioApi { vaglio }
+    }
+}
+
+#[tonic::async_trait]
+impl VaglioService for VaglioApi {
+    async fn judge(
+        &self,
+        request: Request<pb::JudgeRequest>,
+    ) -> Result<Response<pb::JudgeResponse>, Status> {
+        let r = request.into_inner();
+        let context = r.context.unwrap_or_default();
+        let proposal = Proposal {
+            intent: r.intent,
+            executor: r.executor,
+            args_json: r.args_json,
+            mode: context.mode,
+            step: context.step,
+            capability: context.capability,
+            critical: context.critical,
+        };
+        let verdict = self.vaglio.judge(&proposal).await?;
+        tracing::info!(
+            approved = verdict.approved,
+            score = verdict.score,
+            judge_kind = verdict.judge_kind,
+            rule = verdict.rule_id.unwrap_or(""),
+            "verdict"
+        );
+        Ok(Response::new(pb::JudgeResponse {
+            verdict: Some(verdict_msg(&verdict)),
+        }))
+    }
+
+    async fn list_verdicts(
+        &self,
+        request: Request<pb::ListVerdictsRequest>,
+    ) -> Result<Response<pb::ListVerdictsResponse>, Status> {
+        let r = request.into_inner();
+        let limit = if r.limit == 0 {
+            1000
+        } else {
+            r.limit.min(100_000)
+        } as usize;
+        self.vaglio.log().flush().await;
+        let records = self.vaglio.read_log(&r.month, r.blocked_only, limit)?;
+        let records = records
+            .into_iter()
+            .map(|rec| pb::VerdictRecord {
+                verdict: Some(pb::Verdict {
+                    approved: rec.approved,
+                    reason: rec.reason,
+                    score: rec.score,
+                    blocked_by: match rec.blocked_by.as_deref() {
+                        Some("guard") => pb::BlockedBy::Guard,
+                        Some("judge") => pb::BlockedBy::Judge,
+                        _ => pb::BlockedBy::None,
+                    } as i32,
+                    judge_kind: rec.judge_kind,
+                    ts: Some(to_timestamp((rec.ts * 1000.0) as i64)),
+                    rule_id: rec.rule_id.unwrap_or_default(),
+                    arg_key: rec.arg_key.unwrap_or_default(),
+                }),
+                intent: rec.intent,
+                executor: rec.executor,
+                args_keys: rec.args_keys,
+                context_keys: rec.context_keys,
+            })
+            .collect();
+        Ok(Response::new(pb::ListVerdictsResponse {
+            records,
+            log_write_failures: self.vaglio.log().failures(),
+        }))
+    }
+
+    async fn evaluate_proposal(
+        &self,
+        _r: Request<pb::EvaluateProposalRequest>,
+    ) -> Result<Response<pb::EvaluateProposalResponse>, Status> {
+        Err(not_implemented(
+            "metnos.vaglio.v1.VaglioService/EvaluateProposal",
+        ))
+    }
+
+    async fn get_telos(
+        &self,
+        _r: Request<pb::GetTelosRequest>,
+    ) -> Result<Response<pb::GetTelosResponse>, Status> {
+        Err(not_implemented("metnos.vaglio.v1.VaglioService/GetTelos"))
+    }
+
+    async fn record_feedback(
+        &self,
+        _r: Request<pb::RecordFeedbackRequest>,
+    ) -> Result<Response<pb::RecordFeedbackResponse>, Status> {
+        Err(not_implemented(
+            "metnos.vaglio.v1.VaglioService/RecordFeedback",
+        ))
+    }
+
+    async fn detect_stop(
+        &self,
+        _r: Request<pb::DetectStopRequest>,
+    ) -> Result<Response<pb::DetectStopResponse>, Status> {
+        Err(not_implemented("metnos.vaglio.v1.VaglioService/DetectStop"))
+    }
+
+    async fn list_rejected_proposals(
+        &self,
+        _r: Request<pb::ListRejectedProposalsRequest>,
+    ) -> Result<Response<pb::ListRejectedProposalsResponse>, Status> {
+        Err(not_implemented(
+            "metnos.vaglio.v1.VaglioService/ListRejectedProposals",
+        ))
+    }
+}

@@ -1,0 +1,646 @@
+//! Phase 1, the binary guard (seed vaglio.md ch. 3): a core of violations that is not up
+//! for debate and does not loosen with autonomy level or context.
+//!
+//! The seed's 11 forbidden-path and 6 dangerous-shell patterns are the floor, with a few
+//! more of the same kind, compiled once into `RegexSet`s. The seed admits that its textual
+//! match is easy to dodge; here every string value (at any depth of the arguments) is
+//! matched in several spellings: as given, unquoted, percent-decoded, `file://` URLs as
+//! paths, `~`, `~user`, `$HOME` and `${HOME}` expanded, and lexically normalised (`.`, `..`,
+//! repeated and trailing slashes). Shell commands are also split with a real shell-words
+//! parser across `;`, `&&`, `||`, `|`, `&`, newlines, `$(…)` and backticks, their prefixes
+//! (`sudo`, `env`, `nice`, `timeout`, `xargs`, …) and `sh -c` payloads unwrapped, and each
+//! command checked for what it does (`rm` recursive on `/` or the home, `mkfs`, `dd` onto a
+//! device, `chmod 777` on an absolute path), and each word as a path.
+//!
+//! Pure and synchronous. A verdict names the rule and the argument key, never the value.
+
+use std::path::Path;
+use std::sync::LazyLock;
+
+use regex::RegexSet;
+use serde_json::Value;
+
+/// A forbidden path rule: id and pattern (matched on normalised absolute paths and on
+/// each spelling of the value).
+const PATH_RULES: &[(&str, &str)] = &[
+    // The seed's eleven.
+    ("path.ssh", r"(^|/)\.ssh(/|$)"),
+    ("path.etc_auth", r"^/etc/(passwd|shadow|sudoers)"),
+    ("path.etc_ssh", r"^/etc/ssh(/|$)"),
+    ("path.root_home", r"^/root(/|$)"),
+    ("path.boot", r"^/boot(/|$)"),
+    ("path.sys", r"^/sys(/|$)"),
+    ("path.proc_pid", r"^/proc(/[0-9]|$)"),
+    ("path.block_device", r"^/dev/(sd|nvme|mmcblk|loop)"),
+    ("path.aws_credentials", r"\.aws/credentials"),
+    ("path.app_credentials", r"\.config/[^/]+/credentials\.env"),
+    ("path.gnupg", r"\.gnupg(/|$)"),
+    // Beyond the seed, same kind.
+    ("path.etc_gshadow", r"^/etc/gshadow"),
+    (
+        "path.proc_self_secrets",
+        r"^/proc/(self|thread-self)/(environ|mem|maps)",
+    ),
+    ("path.kube_config", r"(^|/)\.kube/config$"),
+    ("path.docker_socket", r"^/(var/)?run/docker\.sock$"),
+    ("path.netrc", r"(^|/)\.netrc$"),
+    ("path.git_credentials", r"(^|/)\.git-credentials$"),
+];
+
+/// The seed's six dangerous-shell patterns, matched on the command text as written.
+const SHELL_RULES: &[(&str, &str)] = &[
+    ("shell.rm_rf_root", r"\brm\s+-rf?\s+/(\s|$)"),
+    ("shell.rm_rf_home", r"\brm\s+-rf?\s+~(\s|$|/)"),
+    ("shell.mkfs", r"\bmkfs\b"),
+    ("shell.dd_device", r"\bdd\s+.*\bof=/dev/"),
+    ("shell.fork_bomb", r":\s*\(\s*\)\s*\{\s*:\|:&\s*\}"),
+    ("shell.chmod_777", r"\bchmod\s+-?R?\s*0?77[0-9]\s+/"),
+];
+
+static PATHS: LazyLock<RegexSet> =
+    LazyLock::new(|| RegexSet::new(PATH_RULES.iter().map(|(_, p)| *p)).expect("valid path rules"));
+static SHELL: LazyLock<RegexSet> = LazyLock::new(|| {
+    RegexSet::new(SHELL_RULES.iter().map(|(_, p)| *p)).expect("valid shell rules")
+});
+
+/// The guard stopped a call.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Violation {
+    /// The rule that fired, e.g. `path.ssh`, `shell.rm_rf_root`.
+    pub rule: &'static str,
+    /// The argument key (dotted, with indexes) whose value fired it.
+    pub key: String,
+}
+
+impl Violation {
+    pub fn is_shell(&self) -> bool {
+        self.rule.starts_with("shell.")
+    }
+}
+
+/// Checks one proposed call. `shell` says whether the call runs a shell command
+/// (executor `shell_exec` or capability `code:exec`); `home` is the user's home.
+pub fn check(args: &Value, shell: bool, home: &Path) -> Option<Violation> {
+    let home = home.to_string_lossy();
+    let home = home.trim_end_matches('/');
+    let mut strings = Vec::new();
+    collect(args, String::new(), &mut strings);
+    for (key, value) in &strings {
+        if let Some(rule) = check_paths(value, home) {
+            return Some(Violation {
+                rule,
+                key: key.clone(),
+            });
+        }
+    }
+    if shell {
+        for key in ["command", "cmd"] {
+            let Some(command) = args.get(key) else {
+                continue;
+            };
+            let text = match command {
+                Value::String(s) => s.clone(),
+                Value::Array(items) => items
+                    .iter()
+                    .map(|v| v.as_str().map_or_else(|| v.to_string(), str::to_owned))
+                    .collect::<Vec<_>>()
+                    .join(" "),
+                _ => continue,
+            };
+            if let Some(rule) = check_command(&text, home, 0) {
+                return Some(Violation {
+                    rule,
+                    key: key.to_owned(),
+                });
+            }
+        }
+    }
+    None
+}
+
+/// Every string value at any depth, with its key path (`a.b[2]`). Keys are checked too:
+/// a path can hide in a key as well as in a value.
+fn collect(value: &Value, key: String, out: &mut Vec<(String, String)>) {
+    match value {
+        Value::String(s) => out.push((key, s.clone())),
+        Value::Array(items) => {
+            for (i, item) in items.iter().enumerate() {
+                collect(item, format!("{key}[{i}]"), out);
+            }
+        }
+        Value::Object(map) => {
+            for (k, v) in map {
+                let path = if key.is_empty() {
+                    k.clone()
+                } else {
+                    format!("{key}.{k}")
+                };
+                out.push((path.clone(), k.clone()));
+                collect(v, path, out);
+            }
+        }
+        _ => {}
+    }
+}
+
+/// The first path rule any spelling of `value` (or of a word in it) breaks.
+fn check_paths(value: &str, home: &str) -> Option<&'static str> {
+    let mut candidates = spellings(value, home);
+    for word in value.split(|c: char| {
+        c.is_whitespace() || matches!(c, '=' | ',' | ';' | '|' | '&' | '(' | ')' | '`' | '<' | '>')
+    }) {
+        if !word.is_empty() && word != value {
+            candidates.extend(spellings(word, home));
+        }
+    }
+    candidates
+        .iter()
+        .find_map(|c| first_match(&PATHS, PATH_RULES, c))
+}
+
+fn first_match(set: &RegexSet, rules: &[(&'static str, &str)], text: &str) -> Option<&'static str> {
+    set.matches(text).iter().next().map(|i| rules[i].0)
+}
+
+/// A value in the spellings that could name the same file.
+fn spellings(value: &str, home: &str) -> Vec<String> {
+    let mut out = vec![value.to_owned()];
+    let mut current = value.trim().to_owned();
+    // Quotes around the whole value, possibly nested: "'/root/x'".
+    loop {
+        let unquoted = current
+            .strip_prefix('"')
+            .and_then(|s| s.strip_suffix('"'))
+            .or_else(|| {
+                current
+                    .strip_prefix('\'')
+                    .and_then(|s| s.strip_suffix('\''))
+            });
+        match unquoted {
+            Some(inner) => current = inner.to_owned(),
+            None => break,
+        }
+    }
+    // Quote characters anywhere go too: /et"c"/passwd reads /etc/passwd to a shell.
+    current.retain(|c| c != '"' && c != '\'');
+    // Percent-encoding, up to twice (double encoding).
+    for _ in 0..2 {
+        if !current.contains('%') {
+            break;
+        }
+        let decoded = percent_encoding::percent_decode_str(&current)
+            .decode_utf8_lossy()
+            .into_owned();
+        if decoded == current {
+            break;
+        }
+        current = decoded;
+    }
+    // file:// URLs name paths.
+    if let Some(rest) = current
+        .strip_prefix("file://localhost")
+        .or_else(|| current.strip_prefix("file://"))
+        .or_else(|| current.strip_prefix("file:"))
+    {
+        current = rest.to_owned();
+    }
+    let expanded = expand_home(&current, home);
+    out.push(current);
+    if expanded.starts_with('/') {
+        out.push(normalize(&expanded));
+    }
+    out.push(expanded);
+    out
+}
+
+/// `~`, `~/x`, `~user/x`, `$HOME/x`, `${HOME}/x` as absolute paths.
+fn expand_home(text: &str, home: &str) -> String {
+    for prefix in ["${HOME}", "$HOME"] {
+        if let Some(rest) = text.strip_prefix(prefix)
+            && (rest.is_empty() || rest.starts_with('/'))
+        {
+            return format!("{home}{rest}");
+        }
+    }
+    if let Some(rest) = text.strip_prefix('~') {
+        if rest.is_empty() || rest.starts_with('/') {
+            return format!("{home}{rest}");
+        }
+        // ~user: root's home is /root, everyone else's under /home.
+        let (user, tail) = rest.split_at(rest.find('/').unwrap_or(rest.len()));
+        if user == "root" {
+            return format!("/root{tail}");
+        }
+        return format!("/home/{user}{tail}");
+    }
+    text.to_owned()
+}
+
+/// Lexical normalisation of an absolute path: repeated slashes and `.` go, `..` climbs
+/// (never above `/`), no trailing slash.
+fn normalize(path: &str) -> String {
+    let mut segments: Vec<&str> = Vec::new();
+    for segment in path.split('/') {
+        match segment {
+            "" | "." => {}
+            ".." => {
+                segments.pop();
+            }
+            other => segments.push(other),
+        }
+    }
+    format!("/{}", segments.join("/"))
+}
+
+/// Commands whose first words are a wrapper around the real command.
+const PREFIXES: &[&str] = &[
+    "sudo", "doas", "env", "command", "nice", "ionice", "timeout", "xargs", "nohup", "time",
+    "exec", "stdbuf", "chroot", "setsid", "builtin",
+];
+const SHELLS: &[&str] = &["sh", "bash", "zsh", "dash", "ksh", "ash", "busybox"];
+
+/// Checks a shell command text: the seed's patterns on the text as written, then each
+/// simple command of it. `depth` bounds recursion into `sh -c` and `$(…)`.
+fn check_command(text: &str, home: &str, depth: usize) -> Option<&'static str> {
+    if depth > 4 {
+        return None;
+    }
+    if let Some(rule) = first_match(&SHELL, SHELL_RULES, text) {
+        return Some(rule);
+    }
+    // Substitutions run too: check what they hold as commands of their own.
+    for inner in substitutions(text) {
+        if let Some(rule) = check_command(&inner, home, depth + 1) {
+            return Some(rule);
+        }
+    }
+    for segment in split_operators(text) {
+        let words = match shell_words::split(&segment) {
+            Ok(words) => words,
+            // Unbalanced quotes: a shell would refuse it too, but check it as plain words.
+            Err(_) => segment.split_whitespace().map(str::to_owned).collect(),
+        };
+        if let Some(rule) = check_simple(&words, home, depth) {
+            return Some(rule);
+        }
+    }
+    None
+}
+
+/// The contents of `$(…)` and backtick substitutions.
+fn substitutions(text: &str) -> Vec<String> {
+    let mut out = Vec::new();
+    let bytes: Vec<char> = text.chars().collect();
+    let mut i = 0;
+    while i < bytes.len() {
+        if bytes[i] == '$' && bytes.get(i + 1) == Some(&'(') {
+            let mut level = 1;
+            let start = i + 2;
+            let mut j = start;
+            while j < bytes.len() && level > 0 {
+                match bytes[j] {
+                    '(' => level += 1,
+                    ')' => level -= 1,
+                    _ => {}
+                }
+                j += 1;
+            }
+            out.push(
+                bytes[start..j.saturating_sub(1).max(start)]
+                    .iter()
+                    .collect(),
+            );
+            i = j;
+        } else if bytes[i] == '`' {
+            let start = i + 1;
+            let end = bytes[start..]
+                .iter()
+                .position(|c| *c == '`')
+                .map_or(bytes.len(), |p| start + p);
+            out.push(bytes[start..end].iter().collect());
+            i = end + 1;
+        } else {
+            i += 1;
+        }
+    }
+    out
+}
+
+/// Splits a command line into simple commands on `;`, `&&`, `||`, `|`, `&` and newlines
+/// outside quotes.
+fn split_operators(text: &str) -> Vec<String> {
+    let mut segments = Vec::new();
+    let mut current = String::new();
+    let mut quote: Option<char> = None;
+    let mut escaped = false;
+    for c in text.chars() {
+        if escaped {
+            current.push(c);
+            escaped = false;
+            continue;
+        }
+        match (quote, c) {
+            (_, '\\') if quote != Some('\'') => {
+                escaped = true;
+                current.push(c);
+            }
+            (None, '\'' | '"') => {
+                quote = Some(c);
+                current.push(c);
+            }
+            (Some(q), c) if c == q => {
+                quote = None;
+                current.push(c);
+            }
+            (None, ';' | '&' | '|' | '\n' | '\r') => {
+                if !current.trim().is_empty() {
+                    segments.push(std::mem::take(&mut current));
+                }
+                current.clear();
+            }
+            _ => current.push(c),
+        }
+    }
+    if !current.trim().is_empty() {
+        segments.push(current);
+    }
+    segments
+}
+
+/// `>file`, `2>>file`, `&>file`, `<file` → `file`.
+fn strip_redirection(word: &str) -> &str {
+    let rest = word
+        .strip_prefix(|c: char| c.is_ascii_digit())
+        .filter(|r| r.starts_with(['>', '<']))
+        .unwrap_or(word);
+    rest.trim_start_matches(['>', '<', '&'])
+}
+
+fn program_name(word: &str) -> &str {
+    let word = word.trim_start_matches('\\');
+    word.rsplit('/').next().unwrap_or(word)
+}
+
+/// Checks one simple command (already split into words).
+fn check_simple(words: &[String], home: &str, depth: usize) -> Option<&'static str> {
+    // Every word as a path (redirections included: `>/dev/sda`).
+    for word in words {
+        if let Some(rule) = check_paths(strip_redirection(word), home) {
+            return Some(rule);
+        }
+    }
+    let mut rest = words;
+    // Variable assignments and wrappers before the real command.
+    loop {
+        let first = rest.first()?;
+        let name = program_name(first);
+        if first.contains('=') && !first.starts_with('-') && !first.starts_with('=') {
+            rest = &rest[1..];
+            continue;
+        }
+        if PREFIXES.contains(&name) {
+            rest = &rest[1..];
+            // Their own options and operands (`-u root`, `-n 10`, `30s`, `VAR=x`).
+            while let Some(next) = rest.first() {
+                let looks_like_option = next.starts_with('-')
+                    || next.contains('=')
+                    || next.chars().next().is_some_and(|c| c.is_ascii_digit());
+                if !looks_like_option {
+                    break;
+                }
+                let takes_value = matches!(
+                    next.as_str(),
+                    "-u" | "-g" | "-n" | "-s" | "-k" | "-c" | "-I" | "-L" | "-P" | "-C"
+                );
+                rest = &rest[1..];
+                if takes_value && !rest.is_empty() {
+                    rest = &rest[1..];
+                }
+            }
+            continue;
+        }
+        break;
+    }
+    let (program, args) = rest.split_first()?;
+    let name = program_name(program);
+    // sh -c 'payload', bash -lc "payload", busybox sh -c …
+    if SHELLS.contains(&name) {
+        let mut i = 0;
+        while i < args.len() {
+            let arg = &args[i];
+            if arg.starts_with('-')
+                && !arg.starts_with("--")
+                && arg.contains('c')
+                && let Some(payload) = args.get(i + 1)
+            {
+                return check_command(payload, home, depth + 1);
+            }
+            if SHELLS.contains(&arg.as_str()) {
+                return check_simple(&args[i..], home, depth + 1);
+            }
+            i += 1;
+        }
+        return None;
+    }
+    match name {
+        "rm" => check_rm(args, home),
+        "dd" => args
+            .iter()
+            .any(|a| {
+                a.strip_prefix("of=")
+                    .is_some_and(|target| normalize_word(target, home).starts_with("/dev/"))
+            })
+            .then_some("shell.dd_device"),
+        "chmod" => check_chmod(args, home),
+        _ if name.starts_with("mkfs")
+            || name == "mke2fs"
+            || name == "mkswap"
+            || name == "wipefs" =>
+        {
+            Some("shell.mkfs")
+        }
+        _ => None,
+    }
+}
+
+fn normalize_word(word: &str, home: &str) -> String {
+    let expanded = expand_home(word, home);
+    if expanded.starts_with('/') {
+        normalize(&expanded)
+    } else {
+        expanded
+    }
+}
+
+/// `rm` with a recursive flag on `/`, `/*`, a top-level system folder or the home.
+fn check_rm(args: &[String], home: &str) -> Option<&'static str> {
+    let mut recursive = false;
+    let mut targets = Vec::new();
+    let mut options_done = false;
+    for arg in args {
+        if !options_done && arg == "--" {
+            options_done = true;
+        } else if !options_done && arg.starts_with("--") {
+            recursive |= arg == "--recursive";
+        } else if !options_done && arg.starts_with('-') && arg.len() > 1 {
+            recursive |= arg.contains('r') || arg.contains('R');
+        } else {
+            targets.push(arg);
+        }
+    }
+    if !recursive {
+        return None;
+    }
+    const SYSTEM: &[&str] = &[
+        "/", "/bin", "/boot", "/dev", "/etc", "/home", "/lib", "/lib64", "/opt", "/root", "/sbin",
+        "/srv", "/usr", "/var",
+    ];
+    for target in targets {
+        let globless = target.trim_end_matches('*').trim_end_matches('/');
+        let path = normalize_word(if globless.is_empty() { "/" } else { globless }, home);
+        if path == home || path == normalize(home) {
+            return Some("shell.rm_rf_home");
+        }
+        if SYSTEM.contains(&path.as_str()) {
+            return Some("shell.rm_rf_root");
+        }
+    }
+    None
+}
+
+/// `chmod` giving everyone write access (mode 77x or a+w style) to an absolute path.
+fn check_chmod(args: &[String], home: &str) -> Option<&'static str> {
+    let mut mode_seen = false;
+    let mut dangerous = false;
+    for arg in args {
+        if arg.starts_with('-') && !mode_seen {
+            continue;
+        }
+        if !mode_seen {
+            mode_seen = true;
+            let digits = arg.trim_start_matches('0');
+            dangerous = (digits.len() == 3 && digits.starts_with("77"))
+                || arg == "a+rwx"
+                || arg == "ugo+rwx";
+            continue;
+        }
+        if dangerous && normalize_word(arg, home).starts_with('/') {
+            return Some("shell.chmod_777");
+        }
+    }
+    None
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    const HOME: &str = "/home/roberto";
+
+    fn path(value: &str) -> Option<&'static str> {
+        check(&json!({ "path": value }), false, Path::new(HOME)).map(|v| v.rule)
+    }
+
+    fn shell(command: &str) -> Option<&'static str> {
+        check(&json!({ "command": command }), true, Path::new(HOME)).map(|v| v.rule)
+    }
+
+    #[test]
+    fn the_seeds_cases_are_blocked() {
+        assert_eq!(path("~/.ssh/id_rsa"), Some("path.ssh"));
+        assert_eq!(path("/etc/passwd"), Some("path.etc_auth"));
+        assert_eq!(
+            path("~/.config/metnos/credentials.env"),
+            Some("path.app_credentials")
+        );
+        assert_eq!(shell("rm -rf /"), Some("shell.rm_rf_root"));
+        assert_eq!(shell(":(){ :|:& };:"), Some("shell.fork_bomb"));
+        assert_eq!(path("/tmp/x"), None);
+        assert_eq!(shell("ls -la /tmp"), None);
+    }
+
+    #[test]
+    fn the_violation_names_the_key_at_any_depth() {
+        let args = json!({"opts": {"exclude": ["*.o", "/etc/shadow"]}});
+        let v = check(&args, false, Path::new(HOME)).unwrap();
+        assert_eq!(v.rule, "path.etc_auth");
+        assert_eq!(v.key, "opts.exclude[1]");
+    }
+
+    #[test]
+    fn other_spellings_of_a_forbidden_path_are_caught() {
+        for spelling in [
+            "/tmp/../etc/shadow",
+            "//etc///passwd",
+            "$HOME/.ssh/id_rsa",
+            "${HOME}/.ssh/id_rsa",
+            "\"/root/x\"",
+            "'/root/x'",
+            "file:///etc/shadow",
+            "/etc/./sudoers",
+            "%2Fetc%2Fpasswd",
+            "%252Fetc%252Fshadow",
+            "~root/.bashrc",
+            "/root/",
+            "~alice/.ssh/authorized_keys",
+            "/et\"c\"/passwd",
+        ] {
+            assert!(path(spelling).is_some(), "{spelling} passed");
+        }
+    }
+
+    #[test]
+    fn irrecoverable_commands_in_disguise_are_caught() {
+        for command in [
+            "rm -r -f /",
+            "rm -fr /",
+            "rm --recursive --force /",
+            "rm -rf /*",
+            "sudo rm -rf ~",
+            "bash -c \"rm -rf /\"",
+            "echo x; mkfs.ext4 /dev/sda",
+            "dd if=x of=/dev/sda",
+            "sudo -u root env X=1 nice -n 5 rm -Rf --no-preserve-root /",
+            "true && /bin/rm -rf $HOME",
+            "echo $(rm -rf /)",
+            "ls `rm -rf ~/`",
+            "sh -lc 'timeout 5 rm -rf /usr'",
+            "cat /dev/zero > /dev/sda",
+            "chmod -R 0777 /",
+        ] {
+            assert!(shell(command).is_some(), "{command} passed");
+        }
+    }
+
+    #[test]
+    fn ordinary_work_passes() {
+        for command in [
+            "ls -la /tmp",
+            "rm -rf ./build",
+            "grep ssh notes.txt",
+            "cat ~/.bashrc",
+            "git -C ~/src/app status",
+            "rm -r ./tmp/cache",
+        ] {
+            assert_eq!(shell(command), None, "{command}");
+        }
+        for value in [
+            "/home/u/docs/ssh-notes.md",
+            "~/Documents/report.pdf",
+            "https://example.com/a/../b",
+            "/proc/cpuinfo",
+        ] {
+            assert_eq!(path(value), None, "{value}");
+        }
+    }
+
+    #[test]
+    fn shell_rules_apply_only_to_shell_calls() {
+        let args = json!({"command": "rm -rf /"});
+        assert!(check(&args, false, Path::new(HOME)).is_none());
+        assert!(check(&args, true, Path::new(HOME)).is_some());
+        let list = json!({"cmd": ["rm", "-rf", "/"]});
+        assert_eq!(check(&list, true, Path::new(HOME)).unwrap().key, "cmd");
+    }
+}

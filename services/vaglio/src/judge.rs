@@ -1,0 +1,206 @@
+//! Phase 2, the graded judge (seed vaglio.md ch. 4): a score in [0, 1] of how well a call
+//! fits the person's intent; below the threshold, the call is refused. Rule-based here:
+//! no model, microseconds, zero cost.
+
+use serde_json::Value;
+
+/// The default threshold (`METNOS_JUDGE_THRESHOLD`).
+pub const DEFAULT_THRESHOLD: f64 = 0.30;
+const BASE: f64 = 0.7;
+
+/// A score with the notes that explain it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Score {
+    pub score: f64,
+    pub notes: Vec<String>,
+}
+
+/// What the judge knows of the call's context.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct Context {
+    /// The executor is declared critical; `None` when unknown.
+    pub critical: Option<bool>,
+}
+
+fn words(text: &str) -> impl Iterator<Item = String> + '_ {
+    text.split(|c: char| !c.is_alphanumeric())
+        .filter(|w| !w.is_empty())
+        .map(str::to_lowercase)
+}
+
+fn is_identifier(key: &str) -> bool {
+    let mut chars = key.chars();
+    chars
+        .next()
+        .is_some_and(|c| c.is_ascii_alphabetic() || c == '_')
+        && chars.all(|c| c.is_ascii_alphanumeric() || c == '_')
+}
+
+/// The key of the first string (at any depth) holding both `..` and `/`.
+fn traversal_key(value: &Value, key: &str) -> Option<String> {
+    match value {
+        Value::String(s) if s.contains("..") && s.contains('/') => Some(key.to_owned()),
+        Value::Array(items) => items.iter().find_map(|v| traversal_key(v, key)),
+        Value::Object(map) => map.iter().find_map(|(k, v)| traversal_key(v, k)),
+        _ => None,
+    }
+}
+
+/// The seed's rule-based score: base 0.7; +0.10 when the intent mentions a token (3+
+/// characters) of the executor's name; −0.20 for a possible path traversal; −0.10 for an
+/// argument key that is not an identifier; +0.05 for a non-critical executor; clamped.
+pub fn score(intent: &str, executor: &str, args: &Value, context: Context) -> Score {
+    let mut score = BASE;
+    let mut notes = Vec::new();
+    let intent_words: Vec<String> = words(intent).collect();
+    let mentioned = executor
+        .split(|c: char| !c.is_alphanumeric())
+        .filter(|t| t.chars().count() >= 3)
+        .any(|t| intent_words.contains(&t.to_lowercase()));
+    if mentioned {
+        score += 0.10;
+        notes.push("intent matches executor".to_owned());
+    }
+    if let Some(key) = traversal_key(args, "args") {
+        score -= 0.20;
+        notes.push(format!("possible path traversal ('..' in {key})"));
+    }
+    let mut odd_keys = Vec::new();
+    odd_keys_of(args, &mut odd_keys);
+    if !odd_keys.is_empty() {
+        score -= 0.10;
+        notes.push("unusual argument key".to_owned());
+    }
+    if context.critical == Some(false) {
+        score += 0.05;
+        notes.push("non-critical executor".to_owned());
+    }
+    Score {
+        score: score.clamp(0.0, 1.0),
+        notes,
+    }
+}
+
+fn odd_keys_of(value: &Value, out: &mut Vec<String>) {
+    match value {
+        Value::Object(map) => {
+            for (k, v) in map {
+                if !is_identifier(k) {
+                    out.push(k.clone());
+                }
+                odd_keys_of(v, out);
+            }
+        }
+        Value::Array(items) => items.iter().for_each(|v| odd_keys_of(v, out)),
+        _ => {}
+    }
+}
+
+/// The reason of a judge verdict, as the seed writes it.
+pub fn reason(score: &Score, threshold: f64) -> (bool, String) {
+    let notes = if score.notes.is_empty() {
+        String::new()
+    } else {
+        format!(" ({})", score.notes.join("; "))
+    };
+    if score.score < threshold {
+        (
+            false,
+            format!(
+                "judge: score {:.2} < threshold {threshold:.2}{notes}",
+                score.score
+            ),
+        )
+    } else {
+        (true, format!("approved: score {:.2}{notes}", score.score))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    /// The seed's first example: harmless path, intent mentions the executor.
+    #[test]
+    fn the_seeds_harmless_example_scores_0_80() {
+        let s = score(
+            "read my notes in /tmp/n.txt",
+            "fs_read",
+            &json!({"path": "/tmp/n.txt"}),
+            Context::default(),
+        );
+        assert!((s.score - 0.80).abs() < 1e-9, "{s:?}");
+        assert_eq!(
+            reason(&s, DEFAULT_THRESHOLD),
+            (
+                true,
+                "approved: score 0.80 (intent matches executor)".to_owned()
+            )
+        );
+    }
+
+    /// The seed's second example: a traversal lowers the score but still passes.
+    #[test]
+    fn a_path_traversal_costs_0_20_and_is_noted_by_key() {
+        let s = score(
+            "open it",
+            "fs_read",
+            &json!({"path": "/tmp/../etc/foo"}),
+            Context::default(),
+        );
+        assert!((s.score - 0.50).abs() < 1e-9, "{s:?}");
+        let (approved, text) = reason(&s, DEFAULT_THRESHOLD);
+        assert!(approved);
+        assert_eq!(
+            text,
+            "approved: score 0.50 (possible path traversal ('..' in path))"
+        );
+    }
+
+    #[test]
+    fn intent_mentioning_the_executor_scores_higher_than_a_generic_one() {
+        let args = json!({"path": "/tmp/x"});
+        let specific = score("please read /tmp/x", "fs_read", &args, Context::default());
+        let generic = score("do the thing", "fs_read", &args, Context::default());
+        assert!(specific.score > generic.score);
+        // Tokens shorter than 3 characters do not count: "fs" is no signal.
+        assert!((score("fs stuff", "fs_read", &args, Context::default()).score - 0.7).abs() < 1e-9);
+    }
+
+    #[test]
+    fn odd_keys_and_non_critical_executors_move_the_score() {
+        let s = score(
+            "x",
+            "web_fetch",
+            &json!({"url; rm": "x"}),
+            Context::default(),
+        );
+        assert!((s.score - 0.60).abs() < 1e-9);
+        let s = score(
+            "x",
+            "web_fetch",
+            &json!({"url": "x"}),
+            Context {
+                critical: Some(false),
+            },
+        );
+        assert!((s.score - 0.75).abs() < 1e-9);
+    }
+
+    #[test]
+    fn below_the_threshold_the_judge_refuses() {
+        let s = score(
+            "read it",
+            "fs_read",
+            &json!({"path": "/tmp/x"}),
+            Context::default(),
+        );
+        let (approved, text) = reason(&s, 0.99);
+        assert!(!approved);
+        assert_eq!(
+            text,
+            "judge: score 0.80 < threshold 0.99 (intent matches executor)"
+        );
+    }
+}

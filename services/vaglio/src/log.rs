@@ -1,0 +1,177 @@
+//! The private verdict log (seed vaglio.md ch. 6): one JSON line per verdict in monthly
+//! files `vaglio/YYYY-MM.jsonl` under the data directory. Argument and context KEYS only,
+//! never values. Writing happens on a task of its own: a verdict never waits for the disk
+//! and never fails because of it; a line that cannot be written is counted and reported.
+
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use serde::{Deserialize, Serialize};
+use tokio::sync::{mpsc, oneshot};
+
+/// One line of the log, the seed's record plus the rule that fired, if any.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Record {
+    pub approved: bool,
+    pub reason: String,
+    /// Unix time of the verdict, in seconds.
+    pub ts: f64,
+    pub judge_kind: String,
+    pub score: f64,
+    /// "guard", "judge" or null.
+    pub blocked_by: Option<String>,
+    pub intent: String,
+    pub executor: String,
+    pub args_keys: Vec<String>,
+    pub context_keys: Vec<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rule_id: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub arg_key: Option<String>,
+}
+
+enum Message {
+    Record(Box<Record>),
+    Flush(oneshot::Sender<()>),
+}
+
+/// The log's writer handle.
+#[derive(Debug, Clone)]
+pub struct VerdictLog {
+    dir: PathBuf,
+    tx: mpsc::UnboundedSender<Message>,
+    failures: Arc<AtomicU64>,
+}
+
+impl std::fmt::Debug for Message {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Message")
+    }
+}
+
+/// `YYYY-MM` of a Unix time in seconds (UTC).
+pub fn month_of(ts: f64) -> String {
+    jiff::Timestamp::from_millisecond((ts * 1000.0) as i64)
+        .map(|t| t.strftime("%Y-%m").to_string())
+        .unwrap_or_else(|_| "1970-01".to_owned())
+}
+
+impl VerdictLog {
+    /// Starts the writer for `dir` (created when the first line is written).
+    pub fn start(dir: PathBuf) -> VerdictLog {
+        let (tx, mut rx) = mpsc::unbounded_channel::<Message>();
+        let failures = Arc::new(AtomicU64::new(0));
+        {
+            let dir = dir.clone();
+            let failures = Arc::clone(&failures);
+            tokio::spawn(async move {
+                while let Some(message) = rx.recv().await {
+                    // Take what else is waiting too, and write it in one go.
+                    let mut batch = vec![message];
+                    while let Ok(more) = rx.try_recv() {
+                        batch.push(more);
+                    }
+                    let dir = dir.clone();
+                    let failures = Arc::clone(&failures);
+                    let _ =
+                        tokio::task::spawn_blocking(move || write_batch(&dir, batch, &failures))
+                            .await;
+                }
+            });
+        }
+        VerdictLog { dir, tx, failures }
+    }
+
+    pub fn dir(&self) -> &Path {
+        &self.dir
+    }
+
+    /// Queues a record; never waits.
+    pub fn append(&self, record: Record) {
+        if self.tx.send(Message::Record(Box::new(record))).is_err() {
+            self.failures.fetch_add(1, Ordering::Relaxed);
+        }
+    }
+
+    /// Waits until everything queued so far is written (or failed).
+    pub async fn flush(&self) {
+        let (tx, rx) = oneshot::channel();
+        if self.tx.send(Message::Flush(tx)).is_ok() {
+            let _ = rx.await;
+        }
+    }
+
+    /// Lines that could not be written since start.
+    pub fn failures(&self) -> u64 {
+        self.failures.load(Ordering::Relaxed)
+    }
+
+    /// The records of `month` (oldest first), only refused ones if `blocked_only`, at most
+    /// `limit` (the newest kept). A missing file is an empty month.
+    pub fn read(
+        &self,
+        month: &str,
+        blocked_only: bool,
+        limit: usize,
+    ) -> std::io::Result<Vec<Record>> {
+        let path = self.dir.join(format!("{month}.jsonl"));
+        let text = match std::fs::read_to_string(&path) {
+            Ok(text) => text,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
+            Err(e) => return Err(e),
+        };
+        let mut records: Vec<Record> = text
+            .lines()
+            .filter_map(|line| serde_json::from_str(line).ok())
+            .filter(|r: &Record| !blocked_only || !r.approved)
+            .collect();
+        if records.len() > limit {
+            records.drain(..records.len() - limit);
+        }
+        Ok(records)
+    }
+}
+
+fn write_batch(dir: &Path, batch: Vec<Message>, failures: &AtomicU64) {
+    let mut flushes = Vec::new();
+    let mut by_month: Vec<(String, Vec<u8>)> = Vec::new();
+    for message in batch {
+        match message {
+            Message::Flush(done) => flushes.push(done),
+            Message::Record(record) => {
+                let month = month_of(record.ts);
+                let mut line = match serde_json::to_vec(&record) {
+                    Ok(line) => line,
+                    Err(_) => {
+                        failures.fetch_add(1, Ordering::Relaxed);
+                        continue;
+                    }
+                };
+                line.push(b'\n');
+                match by_month.iter_mut().find(|(m, _)| *m == month) {
+                    Some((_, bytes)) => bytes.extend_from_slice(&line),
+                    None => by_month.push((month, line)),
+                }
+            }
+        }
+    }
+    for (month, bytes) in by_month {
+        let lines = bytes.iter().filter(|b| **b == b'\n').count() as u64;
+        let written = std::fs::create_dir_all(dir).and_then(|()| {
+            let mut file = std::fs::OpenOptions::new()
+                .create(true)
+                .append(true)
+                .open(dir.join(format!("{month}.jsonl")))?;
+            file.write_all(&bytes)
+        });
+        if let Err(e) = written {
+            let total = failures.fetch_add(lines, Ordering::Relaxed) + lines;
+            tracing::error!(error = %e, lines, failures_total = total, "verdict log lines could not be written");
+        }
+    }
+    for done in flushes {
+        let _ = done.send(());
+    }
+}

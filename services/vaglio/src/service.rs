@@ -1,0 +1,288 @@
+//! The vaglio's core: guard, then judge (rule-based, or an LLM with the rules as the
+//! fallback), then the log.
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use metnos_llm::{ChatRequest, JsonOutput, Message, Tier, Tiers};
+use serde_json::{Value, json};
+
+use crate::guard;
+use crate::judge::{self, Context};
+use crate::log::{Record, VerdictLog};
+
+/// Which judge scores what the guard lets through.
+#[derive(Debug, Clone)]
+pub enum JudgeKind {
+    RuleBased,
+    /// The middle tier, with its own prompt and a timeout; rules if it fails.
+    Llm {
+        tiers: Tiers,
+        timeout: Duration,
+    },
+}
+
+pub const RULE_BASED: &str = "rule-based-v1";
+pub const LLM: &str = "llm-v1";
+pub const LLM_FALLBACK: &str = "llm-v1-fallback-rule";
+
+/// What blocked a call.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum BlockedBy {
+    Guard,
+    Judge,
+}
+
+/// A decision on one proposed call.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Verdict {
+    pub approved: bool,
+    pub reason: String,
+    pub score: f64,
+    pub blocked_by: Option<BlockedBy>,
+    pub judge_kind: &'static str,
+    /// Unix time, seconds.
+    pub ts: f64,
+    pub rule_id: Option<&'static str>,
+    pub arg_key: Option<String>,
+}
+
+/// A call to judge.
+#[derive(Debug, Clone, Default)]
+pub struct Proposal {
+    pub intent: String,
+    pub executor: String,
+    pub args_json: String,
+    pub mode: String,
+    pub step: u32,
+    pub capability: String,
+    pub critical: Option<bool>,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    #[error("executor is empty")]
+    EmptyExecutor,
+    #[error("args_json is not a JSON object: {0}")]
+    Args(String),
+    #[error("month `{0}` is not in YYYY-MM form")]
+    Month(String),
+    #[error("the verdict log cannot be read: {0}")]
+    LogRead(std::io::Error),
+}
+
+/// The vaglio.
+#[derive(Debug)]
+pub struct Vaglio {
+    home: PathBuf,
+    threshold: f64,
+    judge: JudgeKind,
+    log: VerdictLog,
+}
+
+const JUDGE_PROMPT: &str = "You are the judge of Metnos, a personal agent. You did not propose the call below \
+and you owe it nothing. Score from 0 to 1 how well the proposed tool call serves what the person asked: \
+1 when it is exactly what they asked for, 0 when it does something they did not ask for or that works \
+against them. Answer with JSON: {\"score\": number, \"rationale\": short string}.";
+
+fn now_seconds() -> f64 {
+    metnos_kit::time::now_ms() as f64 / 1000.0
+}
+
+impl Vaglio {
+    pub fn new(home: PathBuf, threshold: f64, judge: JudgeKind, log: VerdictLog) -> Vaglio {
+        Vaglio {
+            home,
+            threshold,
+            judge,
+            log,
+        }
+    }
+
+    pub fn log(&self) -> &VerdictLog {
+        &self.log
+    }
+
+    fn kind_name(&self) -> &'static str {
+        match self.judge {
+            JudgeKind::RuleBased => RULE_BASED,
+            JudgeKind::Llm { .. } => LLM,
+        }
+    }
+
+    /// Judges one proposed call and logs the verdict (keys only).
+    pub async fn judge(&self, p: &Proposal) -> Result<Verdict, Error> {
+        if p.executor.trim().is_empty() {
+            return Err(Error::EmptyExecutor);
+        }
+        let args: Value =
+            serde_json::from_str(&p.args_json).map_err(|e| Error::Args(e.to_string()))?;
+        if !args.is_object() {
+            return Err(Error::Args("it is not an object".to_owned()));
+        }
+        let verdict = self.decide(p, &args).await;
+        self.log.append(Record {
+            approved: verdict.approved,
+            reason: verdict.reason.clone(),
+            ts: verdict.ts,
+            judge_kind: verdict.judge_kind.to_owned(),
+            score: verdict.score,
+            blocked_by: verdict.blocked_by.map(|b| match b {
+                BlockedBy::Guard => "guard".to_owned(),
+                BlockedBy::Judge => "judge".to_owned(),
+            }),
+            intent: p.intent.clone(),
+            executor: p.executor.clone(),
+            args_keys: args
+                .as_object()
+                .map(|m| m.keys().cloned().collect())
+                .unwrap_or_default(),
+            context_keys: context_keys(p),
+            rule_id: verdict.rule_id.map(str::to_owned),
+            arg_key: verdict.arg_key.clone(),
+        });
+        Ok(verdict)
+    }
+
+    /// The verdict alone, without logging (pure but for the LLM judge).
+    pub async fn decide(&self, p: &Proposal, args: &Value) -> Verdict {
+        let shell = p.executor == "shell_exec" || p.capability == "code:exec";
+        if let Some(violation) = guard::check(args, shell, &self.home) {
+            let what = if violation.is_shell() {
+                "irrecoverable shell command"
+            } else {
+                "forbidden path"
+            };
+            return Verdict {
+                approved: false,
+                reason: format!(
+                    "guard: {what} (rule {}) in arg `{}`",
+                    violation.rule, violation.key
+                ),
+                score: 0.0,
+                blocked_by: Some(BlockedBy::Guard),
+                judge_kind: self.kind_name(),
+                ts: now_seconds(),
+                rule_id: Some(violation.rule),
+                arg_key: Some(violation.key),
+            };
+        }
+        let rules = judge::score(
+            &p.intent,
+            &p.executor,
+            args,
+            Context {
+                critical: p.critical,
+            },
+        );
+        let (score, kind) = match &self.judge {
+            JudgeKind::RuleBased => (rules, RULE_BASED),
+            JudgeKind::Llm { tiers, timeout } => match llm_score(tiers, *timeout, p, args).await {
+                Ok(score) => (score, LLM),
+                Err(why) => {
+                    tracing::warn!(reason = %why, "llm judge failed; rule-based score used");
+                    let mut fallback = rules;
+                    fallback
+                        .notes
+                        .push(format!("LLM judge failed ({why}); rule-based score"));
+                    (fallback, LLM_FALLBACK)
+                }
+            },
+        };
+        let (approved, reason) = judge::reason(&score, self.threshold);
+        Verdict {
+            approved,
+            reason,
+            score: score.score,
+            blocked_by: (!approved).then_some(BlockedBy::Judge),
+            judge_kind: kind,
+            ts: now_seconds(),
+            rule_id: None,
+            arg_key: None,
+        }
+    }
+
+    /// Reads the log of `month` (`YYYY-MM`; empty: this month).
+    pub fn read_log(
+        &self,
+        month: &str,
+        blocked_only: bool,
+        limit: usize,
+    ) -> Result<Vec<Record>, Error> {
+        let month = if month.is_empty() {
+            crate::log::month_of(now_seconds())
+        } else {
+            let well_formed = month.len() == 7
+                && month.as_bytes()[4] == b'-'
+                && month[..4].bytes().all(|b| b.is_ascii_digit())
+                && month[5..]
+                    .parse::<u8>()
+                    .is_ok_and(|m| (1..=12).contains(&m));
+            if !well_formed {
+                return Err(Error::Month(month.chars().take(20).collect()));
+            }
+            month.to_owned()
+        };
+        self.log
+            .read(&month, blocked_only, limit)
+            .map_err(Error::LogRead)
+    }
+}
+
+fn context_keys(p: &Proposal) -> Vec<String> {
+    let mut keys = Vec::new();
+    if !p.mode.is_empty() {
+        keys.push("mode".to_owned());
+    }
+    if p.step > 0 {
+        keys.push("step".to_owned());
+    }
+    if !p.capability.is_empty() {
+        keys.push("capability".to_owned());
+    }
+    if p.critical.is_some() {
+        keys.push("critical".to_owned());
+    }
+    keys
+}
+
+/// Asks the middle tier for {score, rationale}, in a context separate from the planner's.
+async fn llm_score(
+    tiers: &Tiers,
+    timeout: Duration,
+    p: &Proposal,
+    args: &Value,
+) -> Result<judge::Score, String> {
+    let request = ChatRequest {
+        system: Some(JUDGE_PROMPT.to_owned()),
+        messages: vec![Message::User(format!(
+            "The person asked: {}\nProposed call: {} with arguments {}",
+            p.intent, p.executor, args
+        ))],
+        json_output: Some(JsonOutput {
+            name: "verdict".to_owned(),
+            schema: json!({"type": "object", "properties": {"score": {"type": "number", "minimum": 0, "maximum": 1}, "rationale": {"type": "string"}}, "required": ["score", "rationale"]}),
+        }),
+        temperature: Some(0.0),
+        max_tokens: Some(256),
+        ..ChatRequest::default()
+    };
+    let response = tokio::time::timeout(timeout, tiers.chat(Tier::Middle, &request))
+        .await
+        .map_err(|_| format!("no answer within {} s", timeout.as_secs()))?
+        .map_err(|e| e.to_string())?;
+    let value = response.json().ok_or("the answer is not JSON")?;
+    let score = value
+        .get("score")
+        .and_then(Value::as_f64)
+        .filter(|s| (0.0..=1.0).contains(s))
+        .ok_or("no score between 0 and 1")?;
+    if !value.get("rationale").is_some_and(Value::is_string) {
+        return Err("no rationale".to_owned());
+    }
+    // The rationale may quote argument values: it stays out of the reason and the log.
+    Ok(judge::Score {
+        score,
+        notes: vec!["scored by the LLM judge".to_owned()],
+    })
+}

@@ -1,0 +1,394 @@
+//! The vaglio as the planner meets it: the seed's cases, the attack and benign corpora
+//! (data files in tests/corpus/), the log's privacy, property tests, and the LLM judge
+//! against the fake LLM server.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use metnos_kit::config::{LlmProvider, LlmTierConfig};
+use metnos_llm::Tiers;
+use metnos_llm::fake::{FakeLlm, Reply};
+use metnos_vaglio::log::VerdictLog;
+use metnos_vaglio::service::{BlockedBy, JudgeKind, Proposal, Vaglio};
+use proptest::prelude::*;
+use serde_json::{Value, json};
+
+const HOME: &str = "/home/roberto";
+
+fn vaglio(dir: &Path, threshold: f64, judge: JudgeKind) -> Vaglio {
+    Vaglio::new(
+        PathBuf::from(HOME),
+        threshold,
+        judge,
+        VerdictLog::start(dir.join("vaglio")),
+    )
+}
+
+fn proposal(intent: &str, executor: &str, args: Value) -> Proposal {
+    Proposal {
+        intent: intent.into(),
+        executor: executor.into(),
+        args_json: args.to_string(),
+        mode: "local".into(),
+        step: 1,
+        ..Proposal::default()
+    }
+}
+
+#[tokio::test]
+async fn the_seeds_cases() {
+    let dir = tempfile::tempdir().unwrap();
+    let v = vaglio(dir.path(), 0.30, JudgeKind::RuleBased);
+
+    // approva_path_innocuo
+    let ok = v
+        .judge(&proposal(
+            "read /tmp/x",
+            "fs_read",
+            json!({"path": "/tmp/x"}),
+        ))
+        .await
+        .unwrap();
+    assert!(ok.approved && ok.blocked_by.is_none());
+    assert_eq!(ok.judge_kind, "rule-based-v1");
+    assert!((0.0..=1.0).contains(&ok.score));
+
+    // guard_blocca_ssh, guard_blocca_etc_passwd, guard_blocca_credentials_user
+    for (path, rule) in [
+        ("~/.ssh/id_rsa", "path.ssh"),
+        ("/etc/passwd", "path.etc_auth"),
+        ("~/.config/metnos/credentials.env", "path.app_credentials"),
+    ] {
+        let verdict = v
+            .judge(&proposal("read the key", "fs_read", json!({"path": path})))
+            .await
+            .unwrap();
+        assert!(!verdict.approved, "{path}");
+        assert_eq!(verdict.blocked_by, Some(BlockedBy::Guard));
+        assert_eq!(verdict.score, 0.0);
+        assert_eq!(verdict.rule_id, Some(rule));
+        assert_eq!(
+            verdict.reason,
+            format!("guard: forbidden path (rule {rule}) in arg `path`")
+        );
+        assert!(
+            !verdict.reason.contains(path),
+            "the reason names the rule, never the value"
+        );
+    }
+
+    // guard_blocca_rm_rf_root, guard_blocca_fork_bomb, guard_lascia_passare_shell_innocua
+    for command in ["rm -rf /", ":(){ :|:& };:"] {
+        let verdict = v
+            .judge(&proposal(
+                "clean up",
+                "shell_exec",
+                json!({"command": command}),
+            ))
+            .await
+            .unwrap();
+        assert_eq!(verdict.blocked_by, Some(BlockedBy::Guard), "{command}");
+        assert!(
+            verdict
+                .reason
+                .starts_with("guard: irrecoverable shell command"),
+            "{}",
+            verdict.reason
+        );
+    }
+    let ls = v
+        .judge(&proposal(
+            "list tmp",
+            "shell_exec",
+            json!({"command": "ls -la /tmp"}),
+        ))
+        .await
+        .unwrap();
+    assert!(ls.approved);
+
+    // judge_intent_menziona_executor_alza_score, judge_path_traversal_abbassa_score
+    let args = json!({"path": "/tmp/n.txt"});
+    let specific = v
+        .judge(&proposal("read my notes", "fs_read", args.clone()))
+        .await
+        .unwrap();
+    let generic = v
+        .judge(&proposal("do something", "fs_read", args))
+        .await
+        .unwrap();
+    assert!(specific.score > generic.score);
+    let traversal = v
+        .judge(&proposal(
+            "do something",
+            "fs_read",
+            json!({"path": "/tmp/a/../n.txt"}),
+        ))
+        .await
+        .unwrap();
+    assert!(traversal.score < generic.score);
+
+    // judge_sotto_soglia_blocca
+    let strict_dir = tempfile::tempdir().unwrap();
+    let strict = vaglio(strict_dir.path(), 0.99, JudgeKind::RuleBased);
+    let refused = strict
+        .judge(&proposal(
+            "read my notes",
+            "fs_read",
+            json!({"path": "/tmp/n.txt"}),
+        ))
+        .await
+        .unwrap();
+    assert!(!refused.approved);
+    assert_eq!(refused.blocked_by, Some(BlockedBy::Judge));
+
+    // log_jsonl_viene_scritto, args_keys_loggate_non_values
+    let secret = v
+        .judge(&proposal(
+            "LOG_MARKER_intent",
+            "fs_write",
+            json!({"path": "/tmp/p", "content": "PASSWORD_segreto_123"}),
+        ))
+        .await
+        .unwrap();
+    assert!(secret.approved);
+    v.log().flush().await;
+    let month = metnos_vaglio::log::month_of(secret.ts);
+    let text = std::fs::read_to_string(dir.path().join(format!("vaglio/{month}.jsonl"))).unwrap();
+    assert!(text.contains("LOG_MARKER_intent"));
+    assert!(
+        !text.contains("PASSWORD_segreto"),
+        "an argument value reached the log"
+    );
+    assert!(
+        !text.contains("id_rsa") && !text.contains("rm -rf"),
+        "argument values reached the log"
+    );
+    let line = text
+        .lines()
+        .find(|l| l.contains("LOG_MARKER_intent"))
+        .unwrap();
+    let last: Value = serde_json::from_str(line).unwrap();
+    assert_eq!(last["args_keys"], json!(["path", "content"]));
+    assert_eq!(last["context_keys"], json!(["mode", "step"]));
+    assert_eq!(v.log().failures(), 0);
+}
+
+#[derive(serde::Deserialize)]
+struct Case {
+    executor: String,
+    capability: String,
+    args: Value,
+    note: String,
+}
+
+fn corpus(name: &str) -> Vec<Case> {
+    let text = std::fs::read_to_string(
+        Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("tests/corpus")
+            .join(name),
+    )
+    .unwrap();
+    text.lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect()
+}
+
+#[tokio::test]
+async fn every_attack_of_the_corpus_is_stopped_by_the_guard() {
+    let dir = tempfile::tempdir().unwrap();
+    let v = vaglio(dir.path(), 0.30, JudgeKind::RuleBased);
+    let cases = corpus("attacks.jsonl");
+    assert!(cases.len() >= 60, "the corpus has {} attacks", cases.len());
+    for case in cases {
+        let mut p = proposal("please help", &case.executor, case.args.clone());
+        p.capability = case.capability.clone();
+        let verdict = v.judge(&p).await.unwrap();
+        assert_eq!(
+            verdict.blocked_by,
+            Some(BlockedBy::Guard),
+            "not stopped: {} ({})",
+            case.args,
+            case.note
+        );
+    }
+}
+
+#[tokio::test]
+async fn every_everyday_call_of_the_corpus_is_approved() {
+    let dir = tempfile::tempdir().unwrap();
+    let v = vaglio(dir.path(), 0.30, JudgeKind::RuleBased);
+    let cases = corpus("benign.jsonl");
+    assert!(
+        cases.len() >= 60,
+        "the corpus has {} everyday calls",
+        cases.len()
+    );
+    for case in cases {
+        let mut p = proposal("please help", &case.executor, case.args.clone());
+        p.capability = case.capability.clone();
+        let verdict = v.judge(&p).await.unwrap();
+        assert!(
+            verdict.approved,
+            "refused: {} ({}): {}",
+            case.args, case.note, verdict.reason
+        );
+    }
+}
+
+#[tokio::test]
+async fn args_that_are_not_a_json_object_are_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let v = vaglio(dir.path(), 0.30, JudgeKind::RuleBased);
+    for bad in ["[1]", "nope", "\"/etc/passwd\""] {
+        let mut p = proposal("x", "fs_read", json!({}));
+        p.args_json = bad.into();
+        assert!(v.judge(&p).await.is_err(), "{bad}");
+    }
+    assert!(v.judge(&proposal("x", " ", json!({}))).await.is_err());
+}
+
+fn forbidden() -> impl Strategy<Value = (&'static str, Vec<&'static str>)> {
+    prop::sample::select(vec![
+        ("etc/shadow", vec!["etc", "shadow"]),
+        ("root/x", vec!["root", "x"]),
+        (
+            "home/roberto/.ssh/id_rsa",
+            vec!["home", "roberto", ".ssh", "id_rsa"],
+        ),
+        ("etc/sudoers", vec!["etc", "sudoers"]),
+    ])
+    .prop_map(|(_, segments)| ("", segments))
+}
+
+proptest! {
+    /// A forbidden path stays blocked under any mix of `./`, `//`, `x/..` insertions and
+    /// quoting.
+    #[test]
+    fn a_forbidden_path_stays_blocked_however_it_is_spelled(
+        (_, segments) in forbidden(),
+        noise in prop::collection::vec(0u8..4, 1..8),
+        quote in 0u8..3,
+    ) {
+        let mut path = String::new();
+        for (i, segment) in segments.iter().enumerate() {
+            match noise.get(i).copied().unwrap_or(0) {
+                1 => path.push_str("/."),
+                2 => path.push('/'),
+                3 => path.push_str("/junk/.."),
+                _ => {}
+            }
+            path.push('/');
+            path.push_str(segment);
+        }
+        let spelled = match quote {
+            1 => format!("\"{path}\""),
+            2 => format!("'{path}'"),
+            _ => path.clone(),
+        };
+        let violation = metnos_vaglio::guard::check(&json!({"path": spelled}), false, Path::new(HOME));
+        prop_assert!(violation.is_some(), "{spelled} passed");
+        let command = format!("cat {spelled}");
+        let violation = metnos_vaglio::guard::check(&json!({"command": command}), true, Path::new(HOME));
+        prop_assert!(violation.is_some(), "{command} passed");
+    }
+
+    /// The guard never panics, whatever the strings.
+    #[test]
+    fn the_guard_never_panics(value in ".*", key in ".*", command in any::<String>()) {
+        let args = json!({ key: value, "command": command });
+        let _ = metnos_vaglio::guard::check(&args, true, Path::new(HOME));
+    }
+}
+
+fn llm_judge(fake: &FakeLlm, timeout: Duration) -> JudgeKind {
+    let mut llm = BTreeMap::new();
+    llm.insert(
+        "fast".to_owned(),
+        LlmTierConfig {
+            provider: LlmProvider::Ollama,
+            model: "judge".into(),
+            base_url: fake.url().to_owned(),
+            think: false,
+            timeout_seconds: 30,
+            api_key_env: String::new(),
+        },
+    );
+    let tiers = Tiers::build(&llm, |p| {
+        p.with_retry(metnos_llm::RetryPolicy {
+            max_retries: 0,
+            ..Default::default()
+        })
+    })
+    .unwrap();
+    JudgeKind::Llm { tiers, timeout }
+}
+
+#[tokio::test]
+async fn the_llm_judge_scores_and_falls_back_to_the_rules_when_it_fails() {
+    let dir = tempfile::tempdir().unwrap();
+    let fake = FakeLlm::start().await;
+    let v = vaglio(
+        dir.path(),
+        0.30,
+        llm_judge(&fake, Duration::from_millis(500)),
+    );
+    let p = proposal("read my notes", "fs_read", json!({"path": "/tmp/n.txt"}));
+
+    fake.push(Reply::Json(
+        json!({"score": 0.12, "rationale": "reads something else"}),
+    ));
+    let verdict = v.judge(&p).await.unwrap();
+    assert_eq!(verdict.judge_kind, "llm-v1");
+    assert!((verdict.score - 0.12).abs() < 1e-9);
+    assert_eq!(
+        verdict.blocked_by,
+        Some(BlockedBy::Judge),
+        "0.12 is under the threshold"
+    );
+    let sent = &fake.received()[0].body;
+    assert_eq!(sent["format"]["required"], json!(["score", "rationale"]));
+    assert!(
+        sent["messages"][0]["content"]
+            .as_str()
+            .unwrap()
+            .contains("You are the judge of Metnos")
+    );
+
+    // Too slow: the rules decide, and the verdict says so.
+    fake.push(Reply::Delayed(
+        Duration::from_secs(3),
+        Box::new(Reply::Json(json!({"score": 0.0, "rationale": "x"}))),
+    ));
+    let verdict = v.judge(&p).await.unwrap();
+    assert_eq!(verdict.judge_kind, "llm-v1-fallback-rule");
+    assert!((verdict.score - 0.80).abs() < 1e-9);
+    assert!(verdict.approved);
+    assert!(
+        verdict
+            .reason
+            .contains("LLM judge failed (no answer within"),
+        "{}",
+        verdict.reason
+    );
+
+    // Nonsense: not JSON, or a score out of range.
+    for reply in [
+        Reply::Text("sure, looks fine".into()),
+        Reply::Json(json!({"score": 7, "rationale": "!"})),
+    ] {
+        fake.push(reply);
+        let verdict = v.judge(&p).await.unwrap();
+        assert_eq!(verdict.judge_kind, "llm-v1-fallback-rule");
+        assert!(verdict.approved);
+    }
+
+    // The guard never asks the model.
+    let before = fake.received().len();
+    let verdict = v
+        .judge(&proposal("x", "fs_read", json!({"path": "/etc/shadow"})))
+        .await
+        .unwrap();
+    assert_eq!(verdict.blocked_by, Some(BlockedBy::Guard));
+    assert_eq!(fake.received().len(), before);
+}
