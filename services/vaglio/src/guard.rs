@@ -57,6 +57,16 @@ const SHELL_RULES: &[(&str, &str)] = &[
     ("shell.chmod_777", r"\bchmod\s+-?R?\s*0?77[0-9]\s+/"),
 ];
 
+/// Words without which no shell rule can fire (the commands, wrappers and shells that
+/// the semantic checks look at, and the fork bomb's colon).
+static SHELL_SCAN: LazyLock<aho_corasick::AhoCorasick> = LazyLock::new(|| {
+    aho_corasick::AhoCorasick::new([
+        "rm", "mkfs", "mke2fs", "mkswap", "wipefs", "dd", "chmod", ":", "sh", "$(", "`", ">",
+        "/dev/",
+    ])
+    .expect("valid shell triggers")
+});
+
 static PATHS: LazyLock<RegexSet> =
     LazyLock::new(|| RegexSet::new(PATH_RULES.iter().map(|(_, p)| *p)).expect("valid path rules"));
 static SHELL: LazyLock<RegexSet> = LazyLock::new(|| {
@@ -78,20 +88,56 @@ impl Violation {
     }
 }
 
+/// Substrings without which no spelling of a value can break a path rule: the rules'
+/// own words, and what our transformations could turn into them (percent-encoding,
+/// quotes, `~user`, `$HOME`, `file:`). Most values hold none of them and are cleared by
+/// one scan; only the others are spelled out and matched.
+const TRIGGERS: &[&str] = &[
+    "ssh",
+    "etc",
+    "root",
+    "boot",
+    "sys",
+    "proc",
+    "dev",
+    "aws",
+    "credentials",
+    "gnupg",
+    "kube",
+    "docker",
+    "netrc",
+    "git-credentials",
+    "%",
+    "\"",
+    "'",
+    "$",
+    "file:",
+    "~",
+];
+
+static TRIGGER_SCAN: LazyLock<aho_corasick::AhoCorasick> =
+    LazyLock::new(|| aho_corasick::AhoCorasick::new(TRIGGERS).expect("valid triggers"));
+
+/// Whether `value` could break a path rule in some spelling. `~/` is harmless when the
+/// home itself holds no trigger (it only becomes the home).
+fn could_break_path_rule(value: &str, home_is_clean: bool) -> bool {
+    let rest = match value.strip_prefix("~/") {
+        Some(rest) if home_is_clean => rest,
+        _ if home_is_clean && value == "~" => return false,
+        _ => value,
+    };
+    TRIGGER_SCAN.is_match(rest)
+}
+
 /// Checks one proposed call. `shell` says whether the call runs a shell command
 /// (executor `shell_exec` or capability `code:exec`); `home` is the user's home.
 pub fn check(args: &Value, shell: bool, home: &Path) -> Option<Violation> {
     let home = home.to_string_lossy();
     let home = home.trim_end_matches('/');
-    let mut strings = Vec::new();
-    collect(args, String::new(), &mut strings);
-    for (key, value) in &strings {
-        if let Some(rule) = check_paths(value, home) {
-            return Some(Violation {
-                rule,
-                key: key.clone(),
-            });
-        }
+    let home_is_clean = !TRIGGER_SCAN.is_match(home);
+    let mut path = Vec::new();
+    if let Some(violation) = walk(args, &mut path, home, home_is_clean) {
+        return Some(violation);
     }
     if shell {
         for key in ["command", "cmd"] {
@@ -118,33 +164,79 @@ pub fn check(args: &Value, shell: bool, home: &Path) -> Option<Violation> {
     None
 }
 
-/// Every string value at any depth, with its key path (`a.b[2]`). Keys are checked too:
-/// a path can hide in a key as well as in a value.
-fn collect(value: &Value, key: String, out: &mut Vec<(String, String)>) {
+/// A step of the key path to a value.
+enum Step<'a> {
+    Key(&'a str),
+    Index(usize),
+}
+
+fn key_of(path: &[Step<'_>]) -> String {
+    let mut key = String::new();
+    for step in path {
+        match step {
+            Step::Key(k) => {
+                if !key.is_empty() {
+                    key.push('.');
+                }
+                key.push_str(k);
+            }
+            Step::Index(i) => key.push_str(&format!("[{i}]")),
+        }
+    }
+    key
+}
+
+/// Checks every string value at any depth, and every key (a path can hide in a key as
+/// well as in a value); the key path is built only when a rule fires.
+fn walk<'a>(
+    value: &'a Value,
+    path: &mut Vec<Step<'a>>,
+    home: &str,
+    home_is_clean: bool,
+) -> Option<Violation> {
+    let check_text = |text: &str, path: &[Step<'_>]| {
+        if !could_break_path_rule(text, home_is_clean) {
+            return None;
+        }
+        check_paths(text, home).map(|rule| Violation {
+            rule,
+            key: key_of(path),
+        })
+    };
     match value {
-        Value::String(s) => out.push((key, s.clone())),
+        Value::String(s) => check_text(s, path),
         Value::Array(items) => {
             for (i, item) in items.iter().enumerate() {
-                collect(item, format!("{key}[{i}]"), out);
+                path.push(Step::Index(i));
+                let found = walk(item, path, home, home_is_clean);
+                path.pop();
+                if found.is_some() {
+                    return found;
+                }
             }
+            None
         }
         Value::Object(map) => {
             for (k, v) in map {
-                let path = if key.is_empty() {
-                    k.clone()
-                } else {
-                    format!("{key}.{k}")
-                };
-                out.push((path.clone(), k.clone()));
-                collect(v, path, out);
+                path.push(Step::Key(k));
+                let found = check_text(k, path).or_else(|| walk(v, path, home, home_is_clean));
+                path.pop();
+                if found.is_some() {
+                    return found;
+                }
             }
+            None
         }
-        _ => {}
+        _ => None,
     }
 }
 
 /// The first path rule any spelling of `value` (or of a word in it) breaks.
 fn check_paths(value: &str, home: &str) -> Option<&'static str> {
+    // The value as written first: most hits need nothing more.
+    if let Some(rule) = first_match(&PATHS, PATH_RULES, value) {
+        return Some(rule);
+    }
     let mut candidates = spellings(value, home);
     for word in value.split(|c: char| {
         c.is_whitespace() || matches!(c, '=' | ',' | ';' | '|' | '&' | '(' | ')' | '`' | '<' | '>')
@@ -263,6 +355,10 @@ const SHELLS: &[&str] = &["sh", "bash", "zsh", "dash", "ksh", "ash", "busybox"];
 /// simple command of it. `depth` bounds recursion into `sh -c` and `$(…)`.
 fn check_command(text: &str, home: &str, depth: usize) -> Option<&'static str> {
     if depth > 4 {
+        return None;
+    }
+    // Nothing a rule looks for, and no path trigger: an ordinary command.
+    if !SHELL_SCAN.is_match(text) && !could_break_path_rule(text, !TRIGGER_SCAN.is_match(home)) {
         return None;
     }
     if let Some(rule) = first_match(&SHELL, SHELL_RULES, text) {

@@ -22,10 +22,17 @@ pub struct Context {
     pub critical: Option<bool>,
 }
 
-fn words(text: &str) -> impl Iterator<Item = String> + '_ {
+fn words(text: &str) -> impl Iterator<Item = &str> + '_ {
     text.split(|c: char| !c.is_alphanumeric())
         .filter(|w| !w.is_empty())
-        .map(str::to_lowercase)
+}
+
+/// Whether `word` is one of the words of `text`, ignoring case, without allocating.
+fn has_word(text: &str, word: &str) -> bool {
+    words(text).any(|w| {
+        w.len() == word.len()
+            && (w.eq_ignore_ascii_case(word) || w.to_lowercase() == word.to_lowercase())
+    })
 }
 
 fn is_identifier(key: &str) -> bool {
@@ -52,11 +59,10 @@ fn traversal_key(value: &Value, key: &str) -> Option<String> {
 pub fn score(intent: &str, executor: &str, args: &Value, context: Context) -> Score {
     let mut score = BASE;
     let mut notes = Vec::new();
-    let intent_words: Vec<String> = words(intent).collect();
     let mentioned = executor
         .split(|c: char| !c.is_alphanumeric())
         .filter(|t| t.chars().count() >= 3)
-        .any(|t| intent_words.contains(&t.to_lowercase()));
+        .any(|t| has_word(intent, t));
     if mentioned {
         score += 0.10;
         notes.push("intent matches executor".to_owned());
@@ -65,9 +71,7 @@ pub fn score(intent: &str, executor: &str, args: &Value, context: Context) -> Sc
         score -= 0.20;
         notes.push(format!("possible path traversal ('..' in {key})"));
     }
-    let mut odd_keys = Vec::new();
-    odd_keys_of(args, &mut odd_keys);
-    if !odd_keys.is_empty() {
+    if has_odd_key(args) {
         score -= 0.10;
         notes.push("unusual argument key".to_owned());
     }
@@ -81,18 +85,11 @@ pub fn score(intent: &str, executor: &str, args: &Value, context: Context) -> Sc
     }
 }
 
-fn odd_keys_of(value: &Value, out: &mut Vec<String>) {
+fn has_odd_key(value: &Value) -> bool {
     match value {
-        Value::Object(map) => {
-            for (k, v) in map {
-                if !is_identifier(k) {
-                    out.push(k.clone());
-                }
-                odd_keys_of(v, out);
-            }
-        }
-        Value::Array(items) => items.iter().for_each(|v| odd_keys_of(v, out)),
-        _ => {}
+        Value::Object(map) => map.iter().any(|(k, v)| !is_identifier(k) || has_odd_key(v)),
+        Value::Array(items) => items.iter().any(has_odd_key),
+        _ => false,
     }
 }
 

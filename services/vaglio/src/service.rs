@@ -146,26 +146,69 @@ impl Vaglio {
 
     /// The verdict alone, without logging (pure but for the LLM judge).
     pub async fn decide(&self, p: &Proposal, args: &Value) -> Verdict {
+        match &self.judge {
+            JudgeKind::RuleBased => self.rule_verdict(p, args),
+            JudgeKind::Llm { .. } => self.decide_with_llm(p, args).await,
+        }
+    }
+
+    /// The guard and the rule-based judge: synchronous, no IO.
+    pub fn rule_verdict(&self, p: &Proposal, args: &Value) -> Verdict {
+        if let Some(verdict) = self.guard(p, args) {
+            return verdict;
+        }
+        let score = judge::score(
+            &p.intent,
+            &p.executor,
+            args,
+            Context {
+                critical: p.critical,
+            },
+        );
+        self.judged(score, RULE_BASED)
+    }
+
+    fn judged(&self, score: judge::Score, kind: &'static str) -> Verdict {
+        let (approved, reason) = judge::reason(&score, self.threshold);
+        Verdict {
+            approved,
+            reason,
+            score: score.score,
+            blocked_by: (!approved).then_some(BlockedBy::Judge),
+            judge_kind: kind,
+            ts: now_seconds(),
+            rule_id: None,
+            arg_key: None,
+        }
+    }
+
+    fn guard(&self, p: &Proposal, args: &Value) -> Option<Verdict> {
         let shell = p.executor == "shell_exec" || p.capability == "code:exec";
-        if let Some(violation) = guard::check(args, shell, &self.home) {
-            let what = if violation.is_shell() {
-                "irrecoverable shell command"
-            } else {
-                "forbidden path"
-            };
-            return Verdict {
-                approved: false,
-                reason: format!(
-                    "guard: {what} (rule {}) in arg `{}`",
-                    violation.rule, violation.key
-                ),
-                score: 0.0,
-                blocked_by: Some(BlockedBy::Guard),
-                judge_kind: self.kind_name(),
-                ts: now_seconds(),
-                rule_id: Some(violation.rule),
-                arg_key: Some(violation.key),
-            };
+        let violation = guard::check(args, shell, &self.home)?;
+        let what = if violation.is_shell() {
+            "irrecoverable shell command"
+        } else {
+            "forbidden path"
+        };
+        Some(Verdict {
+            approved: false,
+            reason: format!(
+                "guard: {what} (rule {}) in arg `{}`",
+                violation.rule, violation.key
+            ),
+            score: 0.0,
+            blocked_by: Some(BlockedBy::Guard),
+            judge_kind: self.kind_name(),
+            ts: now_seconds(),
+            rule_id: Some(violation.rule),
+            arg_key: Some(violation.key),
+        })
+    }
+
+    /// Guard, then the LLM judge (the rules when it fails).
+    async fn decide_with_llm(&self, p: &Proposal, args: &Value) -> Verdict {
+        if let Some(verdict) = self.guard(p, args) {
+            return verdict;
         }
         let rules = judge::score(
             &p.intent,
@@ -189,17 +232,7 @@ impl Vaglio {
                 }
             },
         };
-        let (approved, reason) = judge::reason(&score, self.threshold);
-        Verdict {
-            approved,
-            reason,
-            score: score.score,
-            blocked_by: (!approved).then_some(BlockedBy::Judge),
-            judge_kind: kind,
-            ts: now_seconds(),
-            rule_id: None,
-            arg_key: None,
-        }
+        self.judged(score, kind)
     }
 
     /// Reads the log of `month` (`YYYY-MM`; empty: this month).
