@@ -29,13 +29,13 @@ fn cases() -> Vec<(String, String, Value)> {
 
 fn bench(c: &mut Criterion) {
     let cases = cases();
-    let home = Path::new("/home/roberto");
+    let home = guard::Home::new(Path::new("/home/roberto"));
     c.bench_function("guard/typical_case", |b| {
         let mut i = 0;
         b.iter(|| {
             let (_, executor, args) = &cases[i % cases.len()];
             i += 1;
-            std::hint::black_box(guard::check(args, executor == "shell_exec", home))
+            std::hint::black_box(guard::check_with(args, executor == "shell_exec", &home))
         })
     });
 

@@ -60,11 +60,13 @@ const SHELL_RULES: &[(&str, &str)] = &[
 /// Words without which no shell rule can fire (the commands, wrappers and shells that
 /// the semantic checks look at, and the fork bomb's colon).
 static SHELL_SCAN: LazyLock<aho_corasick::AhoCorasick> = LazyLock::new(|| {
-    aho_corasick::AhoCorasick::new([
-        "rm", "mkfs", "mke2fs", "mkswap", "wipefs", "dd", "chmod", ":", "sh", "$(", "`", ">",
-        "/dev/",
-    ])
-    .expect("valid shell triggers")
+    aho_corasick::AhoCorasick::builder()
+        .kind(Some(aho_corasick::AhoCorasickKind::DFA))
+        .build([
+            "rm", "mkfs", "mke2fs", "mkswap", "wipefs", "dd", "chmod", ":", "sh", "$(", "`", ">",
+            "/dev/",
+        ])
+        .expect("valid shell triggers")
 });
 
 static PATHS: LazyLock<RegexSet> =
@@ -115,8 +117,12 @@ const TRIGGERS: &[&str] = &[
     "~",
 ];
 
-static TRIGGER_SCAN: LazyLock<aho_corasick::AhoCorasick> =
-    LazyLock::new(|| aho_corasick::AhoCorasick::new(TRIGGERS).expect("valid triggers"));
+static TRIGGER_SCAN: LazyLock<aho_corasick::AhoCorasick> = LazyLock::new(|| {
+    aho_corasick::AhoCorasick::builder()
+        .kind(Some(aho_corasick::AhoCorasickKind::DFA))
+        .build(TRIGGERS)
+        .expect("valid triggers")
+});
 
 /// Whether `value` could break a path rule in some spelling. `~/` is harmless when the
 /// home itself holds no trigger (it only becomes the home).
@@ -129,12 +135,31 @@ fn could_break_path_rule(value: &str, home_is_clean: bool) -> bool {
     TRIGGER_SCAN.is_match(rest)
 }
 
+/// The user's home, prepared once: its text, and whether it holds a trigger.
+#[derive(Debug, Clone)]
+pub struct Home {
+    path: String,
+    clean: bool,
+}
+
+impl Home {
+    pub fn new(home: &Path) -> Home {
+        let path = home.to_string_lossy().trim_end_matches('/').to_owned();
+        let clean = !TRIGGER_SCAN.is_match(&path);
+        Home { path, clean }
+    }
+}
+
 /// Checks one proposed call. `shell` says whether the call runs a shell command
 /// (executor `shell_exec` or capability `code:exec`); `home` is the user's home.
 pub fn check(args: &Value, shell: bool, home: &Path) -> Option<Violation> {
-    let home = home.to_string_lossy();
-    let home = home.trim_end_matches('/');
-    let home_is_clean = !TRIGGER_SCAN.is_match(home);
+    check_with(args, shell, &Home::new(home))
+}
+
+/// As [`check`], with the home prepared once (the service does it at start).
+pub fn check_with(args: &Value, shell: bool, prepared: &Home) -> Option<Violation> {
+    let home = prepared.path.as_str();
+    let home_is_clean = prepared.clean;
     let mut path = Vec::new();
     if let Some(violation) = walk(args, &mut path, home, home_is_clean) {
         return Some(violation);
@@ -144,16 +169,17 @@ pub fn check(args: &Value, shell: bool, home: &Path) -> Option<Violation> {
             let Some(command) = args.get(key) else {
                 continue;
             };
-            let text = match command {
-                Value::String(s) => s.clone(),
+            let text: std::borrow::Cow<'_, str> = match command {
+                Value::String(s) => s.as_str().into(),
                 Value::Array(items) => items
                     .iter()
                     .map(|v| v.as_str().map_or_else(|| v.to_string(), str::to_owned))
                     .collect::<Vec<_>>()
-                    .join(" "),
+                    .join(" ")
+                    .into(),
                 _ => continue,
             };
-            if let Some(rule) = check_command(&text, home, 0) {
+            if let Some(rule) = check_command(&text, home, home_is_clean, 0) {
                 return Some(Violation {
                     rule,
                     key: key.to_owned(),
@@ -237,26 +263,31 @@ fn check_paths(value: &str, home: &str) -> Option<&'static str> {
     if let Some(rule) = first_match(&PATHS, PATH_RULES, value) {
         return Some(rule);
     }
-    let mut candidates = spellings(value, home);
-    for word in value.split(|c: char| {
-        c.is_whitespace() || matches!(c, '=' | ',' | ';' | '|' | '&' | '(' | ')' | '`' | '<' | '>')
-    }) {
-        if !word.is_empty() && word != value {
-            candidates.extend(spellings(word, home));
-        }
+    let check = |text: &str| {
+        spellings(text, home)
+            .iter()
+            .find_map(|c| first_match(&PATHS, PATH_RULES, c))
+    };
+    if let Some(rule) = check(value) {
+        return Some(rule);
     }
-    candidates
-        .iter()
-        .find_map(|c| first_match(&PATHS, PATH_RULES, c))
+    value
+        .split(|c: char| {
+            c.is_whitespace()
+                || matches!(c, '=' | ',' | ';' | '|' | '&' | '(' | ')' | '`' | '<' | '>')
+        })
+        .filter(|word| !word.is_empty() && *word != value)
+        .find_map(|word| first_match(&PATHS, PATH_RULES, word).or_else(|| check(word)))
 }
 
 fn first_match(set: &RegexSet, rules: &[(&'static str, &str)], text: &str) -> Option<&'static str> {
     set.matches(text).iter().next().map(|i| rules[i].0)
 }
 
-/// A value in the spellings that could name the same file.
+/// A value in the spellings that could name the same file (not the value as written,
+/// which is checked first), without repeats.
 fn spellings(value: &str, home: &str) -> Vec<String> {
-    let mut out = vec![value.to_owned()];
+    let mut out: Vec<String> = Vec::with_capacity(3);
     let mut current = value.trim().to_owned();
     // Quotes around the whole value, possibly nested: "'/root/x'".
     loop {
@@ -297,11 +328,15 @@ fn spellings(value: &str, home: &str) -> Vec<String> {
         current = rest.to_owned();
     }
     let expanded = expand_home(&current, home);
-    out.push(current);
-    if expanded.starts_with('/') {
-        out.push(normalize(&expanded));
+    let normalized = expanded.starts_with('/').then(|| normalize(&expanded));
+    for spelling in [Some(current), Some(expanded), normalized]
+        .into_iter()
+        .flatten()
+    {
+        if spelling != value && !out.contains(&spelling) {
+            out.push(spelling);
+        }
     }
-    out.push(expanded);
     out
 }
 
@@ -353,12 +388,17 @@ const SHELLS: &[&str] = &["sh", "bash", "zsh", "dash", "ksh", "ash", "busybox"];
 
 /// Checks a shell command text: the seed's patterns on the text as written, then each
 /// simple command of it. `depth` bounds recursion into `sh -c` and `$(…)`.
-fn check_command(text: &str, home: &str, depth: usize) -> Option<&'static str> {
+fn check_command(
+    text: &str,
+    home: &str,
+    home_is_clean: bool,
+    depth: usize,
+) -> Option<&'static str> {
     if depth > 4 {
         return None;
     }
     // Nothing a rule looks for, and no path trigger: an ordinary command.
-    if !SHELL_SCAN.is_match(text) && !could_break_path_rule(text, !TRIGGER_SCAN.is_match(home)) {
+    if !SHELL_SCAN.is_match(text) && !could_break_path_rule(text, home_is_clean) {
         return None;
     }
     if let Some(rule) = first_match(&SHELL, SHELL_RULES, text) {
@@ -366,7 +406,7 @@ fn check_command(text: &str, home: &str, depth: usize) -> Option<&'static str> {
     }
     // Substitutions run too: check what they hold as commands of their own.
     for inner in substitutions(text) {
-        if let Some(rule) = check_command(&inner, home, depth + 1) {
+        if let Some(rule) = check_command(&inner, home, home_is_clean, depth + 1) {
             return Some(rule);
         }
     }
@@ -376,7 +416,7 @@ fn check_command(text: &str, home: &str, depth: usize) -> Option<&'static str> {
             // Unbalanced quotes: a shell would refuse it too, but check it as plain words.
             Err(_) => segment.split_whitespace().map(str::to_owned).collect(),
         };
-        if let Some(rule) = check_simple(&words, home, depth) {
+        if let Some(rule) = check_simple(&words, home, home_is_clean, depth) {
             return Some(rule);
         }
     }
@@ -478,7 +518,12 @@ fn program_name(word: &str) -> &str {
 }
 
 /// Checks one simple command (already split into words).
-fn check_simple(words: &[String], home: &str, depth: usize) -> Option<&'static str> {
+fn check_simple(
+    words: &[String],
+    home: &str,
+    home_is_clean: bool,
+    depth: usize,
+) -> Option<&'static str> {
     // Every word as a path (redirections included: `>/dev/sda`).
     for word in words {
         if let Some(rule) = check_paths(strip_redirection(word), home) {
@@ -529,10 +574,10 @@ fn check_simple(words: &[String], home: &str, depth: usize) -> Option<&'static s
                 && arg.contains('c')
                 && let Some(payload) = args.get(i + 1)
             {
-                return check_command(payload, home, depth + 1);
+                return check_command(payload, home, home_is_clean, depth + 1);
             }
             if SHELLS.contains(&arg.as_str()) {
-                return check_simple(&args[i..], home, depth + 1);
+                return check_simple(&args[i..], home, home_is_clean, depth + 1);
             }
             i += 1;
         }

@@ -12,7 +12,7 @@ const BASE: f64 = 0.7;
 #[derive(Debug, Clone, PartialEq)]
 pub struct Score {
     pub score: f64,
-    pub notes: Vec<String>,
+    pub notes: Vec<std::borrow::Cow<'static, str>>,
 }
 
 /// What the judge knows of the call's context.
@@ -65,19 +65,19 @@ pub fn score(intent: &str, executor: &str, args: &Value, context: Context) -> Sc
         .any(|t| has_word(intent, t));
     if mentioned {
         score += 0.10;
-        notes.push("intent matches executor".to_owned());
+        notes.push("intent matches executor".into());
     }
     if let Some(key) = traversal_key(args, "args") {
         score -= 0.20;
-        notes.push(format!("possible path traversal ('..' in {key})"));
+        notes.push(format!("possible path traversal ('..' in {key})").into());
     }
     if has_odd_key(args) {
         score -= 0.10;
-        notes.push("unusual argument key".to_owned());
+        notes.push("unusual argument key".into());
     }
     if context.critical == Some(false) {
         score += 0.05;
-        notes.push("non-critical executor".to_owned());
+        notes.push("non-critical executor".into());
     }
     Score {
         score: score.clamp(0.0, 1.0),
@@ -93,24 +93,41 @@ fn has_odd_key(value: &Value) -> bool {
     }
 }
 
+/// `x` with two decimals (as `{:.2}`, for values in [0, 1]), without the float formatter,
+/// which costs more than the rest of a verdict.
+fn push_two_decimals(out: &mut String, x: f64) {
+    let hundredths = (x * 100.0).round() as u64;
+    let (units, rest) = (hundredths / 100, hundredths % 100);
+    out.push(char::from(b'0' + (units % 10) as u8));
+    out.push('.');
+    out.push(char::from(b'0' + (rest / 10) as u8));
+    out.push(char::from(b'0' + (rest % 10) as u8));
+}
+
 /// The reason of a judge verdict, as the seed writes it.
 pub fn reason(score: &Score, threshold: f64) -> (bool, String) {
-    let notes = if score.notes.is_empty() {
-        String::new()
+    let approved = score.score >= threshold;
+    let mut text = String::with_capacity(64);
+    if approved {
+        text.push_str("approved: score ");
+        push_two_decimals(&mut text, score.score);
     } else {
-        format!(" ({})", score.notes.join("; "))
-    };
-    if score.score < threshold {
-        (
-            false,
-            format!(
-                "judge: score {:.2} < threshold {threshold:.2}{notes}",
-                score.score
-            ),
-        )
-    } else {
-        (true, format!("approved: score {:.2}{notes}", score.score))
+        text.push_str("judge: score ");
+        push_two_decimals(&mut text, score.score);
+        text.push_str(" < threshold ");
+        push_two_decimals(&mut text, threshold);
     }
+    if !score.notes.is_empty() {
+        text.push_str(" (");
+        for (i, note) in score.notes.iter().enumerate() {
+            if i > 0 {
+                text.push_str("; ");
+            }
+            text.push_str(note);
+        }
+        text.push(')');
+    }
+    (approved, text)
 }
 
 #[cfg(test)]
@@ -183,6 +200,15 @@ mod tests {
             },
         );
         assert!((s.score - 0.75).abs() < 1e-9);
+    }
+
+    #[test]
+    fn two_decimals_are_written_as_the_float_formatter_would() {
+        for x in [0.0, 0.004, 0.005, 0.3, 0.456, 0.5, 0.8, 0.999, 1.0] {
+            let mut mine = String::new();
+            push_two_decimals(&mut mine, x);
+            assert_eq!(mine, format!("{x:.2}"), "{x}");
+        }
     }
 
     #[test]

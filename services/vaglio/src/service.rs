@@ -74,7 +74,7 @@ pub enum Error {
 /// The vaglio.
 #[derive(Debug)]
 pub struct Vaglio {
-    home: PathBuf,
+    home: guard::Home,
     threshold: f64,
     judge: JudgeKind,
     log: VerdictLog,
@@ -92,7 +92,7 @@ fn now_seconds() -> f64 {
 impl Vaglio {
     pub fn new(home: PathBuf, threshold: f64, judge: JudgeKind, log: VerdictLog) -> Vaglio {
         Vaglio {
-            home,
+            home: guard::Home::new(&home),
             threshold,
             judge,
             log,
@@ -184,7 +184,7 @@ impl Vaglio {
 
     fn guard(&self, p: &Proposal, args: &Value) -> Option<Verdict> {
         let shell = p.executor == "shell_exec" || p.capability == "code:exec";
-        let violation = guard::check(args, shell, &self.home)?;
+        let violation = guard::check_with(args, shell, &self.home)?;
         let what = if violation.is_shell() {
             "irrecoverable shell command"
         } else {
@@ -227,7 +227,7 @@ impl Vaglio {
                     let mut fallback = rules;
                     fallback
                         .notes
-                        .push(format!("LLM judge failed ({why}); rule-based score"));
+                        .push(format!("LLM judge failed ({why}); rule-based score").into());
                     (fallback, LLM_FALLBACK)
                 }
             },
@@ -316,6 +316,6 @@ async fn llm_score(
     // The rationale may quote argument values: it stays out of the reason and the log.
     Ok(judge::Score {
         score,
-        notes: vec!["scored by the LLM judge".to_owned()],
+        notes: vec!["scored by the LLM judge".into()],
     })
 }
