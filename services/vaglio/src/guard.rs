@@ -160,8 +160,7 @@ pub fn check(args: &Value, shell: bool, home: &Path) -> Option<Violation> {
 pub fn check_with(args: &Value, shell: bool, prepared: &Home) -> Option<Violation> {
     let home = prepared.path.as_str();
     let home_is_clean = prepared.clean;
-    let mut path = Vec::new();
-    if let Some(violation) = walk(args, &mut path, home, home_is_clean) {
+    if let Some(violation) = walk(args, &KeyPath::Root, home, home_is_clean) {
         return Some(violation);
     }
     if shell {
@@ -190,37 +189,34 @@ pub fn check_with(args: &Value, shell: bool, prepared: &Home) -> Option<Violatio
     None
 }
 
-/// A step of the key path to a value.
-enum Step<'a> {
-    Key(&'a str),
-    Index(usize),
+/// The key path to a value, kept on the stack while walking (a heap path per value
+/// would cost more than most checks).
+#[derive(Clone, Copy)]
+enum KeyPath<'a> {
+    Root,
+    Key(&'a str, &'a KeyPath<'a>),
+    Index(usize, &'a KeyPath<'a>),
 }
 
-fn key_of(path: &[Step<'_>]) -> String {
-    let mut key = String::new();
-    for step in path {
-        match step {
-            Step::Key(k) => {
-                if !key.is_empty() {
-                    key.push('.');
-                }
-                key.push_str(k);
+fn key_of(path: &KeyPath<'_>) -> String {
+    match path {
+        KeyPath::Root => String::new(),
+        KeyPath::Key(k, parent) => {
+            let mut key = key_of(parent);
+            if !key.is_empty() {
+                key.push('.');
             }
-            Step::Index(i) => key.push_str(&format!("[{i}]")),
+            key.push_str(k);
+            key
         }
+        KeyPath::Index(i, parent) => format!("{}[{i}]", key_of(parent)),
     }
-    key
 }
 
 /// Checks every string value at any depth, and every key (a path can hide in a key as
 /// well as in a value); the key path is built only when a rule fires.
-fn walk<'a>(
-    value: &'a Value,
-    path: &mut Vec<Step<'a>>,
-    home: &str,
-    home_is_clean: bool,
-) -> Option<Violation> {
-    let check_text = |text: &str, path: &[Step<'_>]| {
+fn walk(value: &Value, path: &KeyPath<'_>, home: &str, home_is_clean: bool) -> Option<Violation> {
+    let check_text = |text: &str, path: &KeyPath<'_>| {
         if !could_break_path_rule(text, home_is_clean) {
             return None;
         }
@@ -231,28 +227,14 @@ fn walk<'a>(
     };
     match value {
         Value::String(s) => check_text(s, path),
-        Value::Array(items) => {
-            for (i, item) in items.iter().enumerate() {
-                path.push(Step::Index(i));
-                let found = walk(item, path, home, home_is_clean);
-                path.pop();
-                if found.is_some() {
-                    return found;
-                }
-            }
-            None
-        }
-        Value::Object(map) => {
-            for (k, v) in map {
-                path.push(Step::Key(k));
-                let found = check_text(k, path).or_else(|| walk(v, path, home, home_is_clean));
-                path.pop();
-                if found.is_some() {
-                    return found;
-                }
-            }
-            None
-        }
+        Value::Array(items) => items
+            .iter()
+            .enumerate()
+            .find_map(|(i, item)| walk(item, &KeyPath::Index(i, path), home, home_is_clean)),
+        Value::Object(map) => map.iter().find_map(|(k, v)| {
+            let here = KeyPath::Key(k, path);
+            check_text(k, &here).or_else(|| walk(v, &here, home, home_is_clean))
+        }),
         _ => None,
     }
 }
@@ -281,12 +263,30 @@ fn check_paths(value: &str, home: &str) -> Option<&'static str> {
 }
 
 fn first_match(set: &RegexSet, rules: &[(&'static str, &str)], text: &str) -> Option<&'static str> {
+    // is_match allocates nothing; which rule fired is worth working out only on a hit.
+    if !set.is_match(text) {
+        return None;
+    }
     set.matches(text).iter().next().map(|i| rules[i].0)
 }
 
 /// A value in the spellings that could name the same file (not the value as written,
 /// which is checked first), without repeats.
 fn spellings(value: &str, home: &str) -> Vec<String> {
+    // The common case: nothing to unquote, decode or expand, only perhaps `..` or `//` to
+    // fold. One spelling at most, built without the general path's copies.
+    let plain = !value.contains(['"', '\'', '%', '~', '$'])
+        && !value.contains("file:")
+        && value.trim() == value;
+    if plain {
+        return match value.starts_with('/') {
+            true => Some(normalize(value))
+                .filter(|n| n != value)
+                .into_iter()
+                .collect(),
+            false => Vec::new(),
+        };
+    }
     let mut out: Vec<String> = Vec::with_capacity(3);
     let mut current = value.trim().to_owned();
     // Quotes around the whole value, possibly nested: "'/root/x'".
@@ -366,17 +366,24 @@ fn expand_home(text: &str, home: &str) -> String {
 /// Lexical normalisation of an absolute path: repeated slashes and `.` go, `..` climbs
 /// (never above `/`), no trailing slash.
 fn normalize(path: &str) -> String {
-    let mut segments: Vec<&str> = Vec::new();
+    let mut out = String::with_capacity(path.len() + 1);
     for segment in path.split('/') {
         match segment {
             "" | "." => {}
             ".." => {
-                segments.pop();
+                let cut = out.rfind('/').unwrap_or(0);
+                out.truncate(cut);
             }
-            other => segments.push(other),
+            other => {
+                out.push('/');
+                out.push_str(other);
+            }
         }
     }
-    format!("/{}", segments.join("/"))
+    if out.is_empty() {
+        out.push('/');
+    }
+    out
 }
 
 /// Commands whose first words are a wrapper around the real command.

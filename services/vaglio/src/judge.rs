@@ -12,7 +12,42 @@ const BASE: f64 = 0.7;
 #[derive(Debug, Clone, PartialEq)]
 pub struct Score {
     pub score: f64,
-    pub notes: Vec<std::borrow::Cow<'static, str>>,
+    pub notes: Notes,
+}
+
+/// Up to five short notes (the four rule signals and a judge's own), kept inline: a verdict should not pay for a heap list.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct Notes {
+    items: [std::borrow::Cow<'static, str>; 5],
+    len: usize,
+}
+
+impl Notes {
+    /// Adds a note (a sixth and later are dropped: a verdict has at most five kinds).
+    pub fn push(&mut self, note: impl Into<std::borrow::Cow<'static, str>>) {
+        if self.len < self.items.len() {
+            self.items[self.len] = note.into();
+            self.len += 1;
+        }
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    pub fn iter(&self) -> impl Iterator<Item = &str> {
+        self.items[..self.len].iter().map(|n| n.as_ref())
+    }
+}
+
+impl<const N: usize> From<[&'static str; N]> for Notes {
+    fn from(notes: [&'static str; N]) -> Notes {
+        let mut out = Notes::default();
+        for note in notes {
+            out.push(note);
+        }
+        out
+    }
 }
 
 /// What the judge knows of the call's context.
@@ -43,13 +78,41 @@ fn is_identifier(key: &str) -> bool {
         && chars.all(|c| c.is_ascii_alphanumeric() || c == '_')
 }
 
-/// The key of the first string (at any depth) holding both `..` and `/`.
-fn traversal_key(value: &Value, key: &str) -> Option<String> {
+/// Whether `intent` mentions `token` as a whole word, ignoring case; ASCII text (the
+/// usual case) is searched byte-wise without splitting it into words.
+fn mentions(intent: &str, token: &str) -> bool {
+    if !(intent.is_ascii() && token.is_ascii()) {
+        return has_word(intent, token);
+    }
+    let (text, word) = (intent.as_bytes(), token.as_bytes());
+    if word.is_empty() || word.len() > text.len() {
+        return false;
+    }
+    (0..=text.len() - word.len()).any(|start| {
+        let end = start + word.len();
+        text[start..end].eq_ignore_ascii_case(word)
+            && (start == 0 || !text[start - 1].is_ascii_alphanumeric())
+            && (end == text.len() || !text[end].is_ascii_alphanumeric())
+    })
+}
+
+/// One walk over the arguments for the two shape signals: the key of the first string
+/// holding `..` and `/`, and whether any key is not an identifier.
+fn shape<'a>(value: &'a Value, key: &'a str, traversal: &mut Option<&'a str>, odd_key: &mut bool) {
     match value {
-        Value::String(s) if s.contains("..") && s.contains('/') => Some(key.to_owned()),
-        Value::Array(items) => items.iter().find_map(|v| traversal_key(v, key)),
-        Value::Object(map) => map.iter().find_map(|(k, v)| traversal_key(v, k)),
-        _ => None,
+        Value::String(s) => {
+            if traversal.is_none() && s.contains("..") && s.contains('/') {
+                *traversal = Some(key);
+            }
+        }
+        Value::Array(items) => items.iter().for_each(|v| shape(v, key, traversal, odd_key)),
+        Value::Object(map) => {
+            for (k, v) in map {
+                *odd_key |= !is_identifier(k);
+                shape(v, k, traversal, odd_key);
+            }
+        }
+        _ => {}
     }
 }
 
@@ -58,38 +121,32 @@ fn traversal_key(value: &Value, key: &str) -> Option<String> {
 /// argument key that is not an identifier; +0.05 for a non-critical executor; clamped.
 pub fn score(intent: &str, executor: &str, args: &Value, context: Context) -> Score {
     let mut score = BASE;
-    let mut notes = Vec::new();
+    let mut notes = Notes::default();
     let mentioned = executor
         .split(|c: char| !c.is_alphanumeric())
         .filter(|t| t.chars().count() >= 3)
-        .any(|t| has_word(intent, t));
+        .any(|t| mentions(intent, t));
     if mentioned {
         score += 0.10;
-        notes.push("intent matches executor".into());
+        notes.push("intent matches executor");
     }
-    if let Some(key) = traversal_key(args, "args") {
+    let (mut traversal, mut odd_key) = (None, false);
+    shape(args, "args", &mut traversal, &mut odd_key);
+    if let Some(key) = traversal {
         score -= 0.20;
-        notes.push(format!("possible path traversal ('..' in {key})").into());
+        notes.push(format!("possible path traversal ('..' in {key})"));
     }
-    if has_odd_key(args) {
+    if odd_key {
         score -= 0.10;
-        notes.push("unusual argument key".into());
+        notes.push("unusual argument key");
     }
     if context.critical == Some(false) {
         score += 0.05;
-        notes.push("non-critical executor".into());
+        notes.push("non-critical executor");
     }
     Score {
         score: score.clamp(0.0, 1.0),
         notes,
-    }
-}
-
-fn has_odd_key(value: &Value) -> bool {
-    match value {
-        Value::Object(map) => map.iter().any(|(k, v)| !is_identifier(k) || has_odd_key(v)),
-        Value::Array(items) => items.iter().any(has_odd_key),
-        _ => false,
     }
 }
 

@@ -227,7 +227,7 @@ impl Vaglio {
                     let mut fallback = rules;
                     fallback
                         .notes
-                        .push(format!("LLM judge failed ({why}); rule-based score").into());
+                        .push(format!("LLM judge failed ({why}); rule-based score"));
                     (fallback, LLM_FALLBACK)
                 }
             },
@@ -316,6 +316,6 @@ async fn llm_score(
     // The rationale may quote argument values: it stays out of the reason and the log.
     Ok(judge::Score {
         score,
-        notes: vec!["scored by the LLM judge".into()],
+        notes: ["scored by the LLM judge"].into(),
     })
 }
