@@ -100,10 +100,8 @@ fn mentions(intent: &str, token: &str) -> bool {
 /// holding `..` and `/`, and whether any key is not an identifier.
 fn shape<'a>(value: &'a Value, key: &'a str, traversal: &mut Option<&'a str>, odd_key: &mut bool) {
     match value {
-        Value::String(s) => {
-            if traversal.is_none() && s.contains("..") && s.contains('/') {
-                *traversal = Some(key);
-            }
+        Value::String(s) if traversal.is_none() && s.contains("..") && s.contains('/') => {
+            *traversal = Some(key);
         }
         Value::Array(items) => items.iter().for_each(|v| shape(v, key, traversal, odd_key)),
         Value::Object(map) => {
