@@ -83,6 +83,11 @@ pub async fn up(config: Config) -> ExitCode {
                 .await;
             }
         };
+        if service == ServiceName::Vaglio {
+            // Only the vaglio exports metrics so far; the process-wide meter provider
+            // carries its name.
+            telemetry.install_global_meters();
+        }
         let thread = spawn(service, service_config.clone(), listener, &telemetry);
         match thread {
             Ok(thread) => running.push((thread, telemetry)),

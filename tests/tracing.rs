@@ -294,3 +294,127 @@ async fn dropping_telemetry_also_flushes() {
     assert_eq!(names(&collector), [Some("pending-at-drop".to_owned())]);
     server.abort();
 }
+
+mod metrics {
+    use std::sync::{Arc, Mutex};
+    use std::time::Duration;
+
+    use metnos_kit::telemetry::Telemetry;
+    use opentelemetry_proto::tonic::collector::metrics::v1::metrics_service_server::{
+        MetricsService, MetricsServiceServer,
+    };
+    use opentelemetry_proto::tonic::collector::metrics::v1::{
+        ExportMetricsServiceRequest, ExportMetricsServiceResponse,
+    };
+    use opentelemetry_proto::tonic::metrics::v1::metric::Data;
+    use opentelemetry_proto::tonic::metrics::v1::number_data_point::Value as Number;
+    use tokio::net::TcpListener;
+    use tokio_stream::wrappers::TcpListenerStream;
+
+    /// (service name, metric name, summed value) of everything received.
+    #[derive(Debug, Clone, Default)]
+    struct Collector(Arc<Mutex<Vec<(String, String, i64)>>>);
+
+    #[tonic::async_trait]
+    impl MetricsService for Collector {
+        async fn export(
+            &self,
+            request: tonic::Request<ExportMetricsServiceRequest>,
+        ) -> Result<tonic::Response<ExportMetricsServiceResponse>, tonic::Status> {
+            let mut seen = self.0.lock().unwrap();
+            for resource in request.into_inner().resource_metrics {
+                let service = resource
+                    .resource
+                    .as_ref()
+                    .and_then(|r| r.attributes.iter().find(|kv| kv.key == "service.name"))
+                    .and_then(|kv| kv.value.as_ref())
+                    .map(|v| format!("{:?}", v.value))
+                    .unwrap_or_default();
+                for scope in resource.scope_metrics {
+                    for metric in scope.metrics {
+                        let total = match &metric.data {
+                            Some(Data::Sum(sum)) => sum
+                                .data_points
+                                .iter()
+                                .map(|p| match p.value {
+                                    Some(Number::AsInt(v)) => v,
+                                    Some(Number::AsDouble(v)) => v as i64,
+                                    None => 0,
+                                })
+                                .sum(),
+                            _ => 0,
+                        };
+                        seen.push((service.clone(), metric.name.clone(), total));
+                    }
+                }
+            }
+            Ok(tonic::Response::new(ExportMetricsServiceResponse {
+                partial_success: None,
+            }))
+        }
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn verdict_log_lines_that_cannot_be_written_are_counted_and_exported() {
+        let collector = Collector::default();
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let url = format!("http://{}", listener.local_addr().unwrap());
+        let server = tokio::spawn(
+            tonic::transport::Server::builder()
+                .add_service(MetricsServiceServer::new(collector.clone()))
+                .serve_with_incoming(TcpListenerStream::new(listener)),
+        );
+        let config = metnos_kit::config::TelemetryConfig {
+            log: "error".to_owned(),
+            otlp_endpoint: Some(url),
+            ..Default::default()
+        };
+        let telemetry = Telemetry::new("metnos-vaglio", &config).unwrap();
+        telemetry.install_global_meters();
+
+        // The log's folder cannot exist: a plain file is in the way.
+        let scratch = tempfile::tempdir().unwrap();
+        std::fs::write(scratch.path().join("blocked"), "a file").unwrap();
+        let log = metnos_vaglio::log::VerdictLog::start(scratch.path().join("blocked/vaglio"));
+        for _ in 0..3 {
+            log.append(metnos_vaglio::log::Record {
+                approved: true,
+                reason: "approved: score 0.70".into(),
+                ts: 1.7e9,
+                judge_kind: "rule-based-v1".into(),
+                score: 0.7,
+                blocked_by: None,
+                intent: "x".into(),
+                executor: "fs_read".into(),
+                args_keys: vec!["path".into()],
+                context_keys: vec![],
+                rule_id: None,
+                arg_key: None,
+            });
+        }
+        log.flush().await;
+        assert_eq!(log.failures(), 3, "every lost line is counted");
+
+        let mut exported = None;
+        for _ in 0..100 {
+            telemetry.flush().await;
+            exported = collector
+                .0
+                .lock()
+                .unwrap()
+                .iter()
+                .rev()
+                .find(|(_, name, _)| name == "metnos.vaglio.log_write_failures")
+                .cloned();
+            if exported.is_some() {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        let (service, _, total) = exported.expect("the failures counter was not exported");
+        assert_eq!(total, 3);
+        assert!(service.contains("metnos-vaglio"), "{service}");
+        telemetry.shutdown().await;
+        server.abort();
+    }
+}

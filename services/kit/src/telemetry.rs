@@ -10,6 +10,7 @@ use std::time::Duration;
 use opentelemetry::trace::TracerProvider as _;
 use opentelemetry_otlp::WithExportConfig;
 use opentelemetry_sdk::Resource;
+use opentelemetry_sdk::metrics::SdkMeterProvider;
 use opentelemetry_sdk::propagation::TraceContextPropagator;
 use opentelemetry_sdk::trace::SdkTracerProvider;
 use tracing::Dispatch;
@@ -37,6 +38,7 @@ pub enum TelemetryError {
 pub struct Telemetry {
     dispatch: Dispatch,
     provider: Option<SdkTracerProvider>,
+    meters: Option<SdkMeterProvider>,
 }
 
 impl Telemetry {
@@ -92,10 +94,37 @@ impl Telemetry {
             }
         };
 
+        // Metrics go to the same collector, under the same service name.
+        let meters = match &config.otlp_endpoint {
+            None => None,
+            Some(endpoint) => {
+                let exporter = opentelemetry_otlp::MetricExporter::builder()
+                    .with_tonic()
+                    .with_endpoint(endpoint.clone())
+                    .with_timeout(Duration::from_secs(10))
+                    .build()
+                    .map_err(|e| TelemetryError::Otlp {
+                        endpoint: endpoint.clone(),
+                        message: e.to_string(),
+                    })?;
+                Some(
+                    SdkMeterProvider::builder()
+                        .with_resource(
+                            Resource::builder()
+                                .with_service_name(service_name.to_owned())
+                                .build(),
+                        )
+                        .with_periodic_exporter(exporter)
+                        .build(),
+                )
+            }
+        };
+
         let subscriber = Registry::default().with(fmt).with(otel);
         Ok(Telemetry {
             dispatch: Dispatch::new(subscriber),
             provider,
+            meters,
         })
     }
 
@@ -109,13 +138,27 @@ impl Telemetry {
         self.provider.is_some()
     }
 
-    /// Makes this the process-wide subscriber (standalone binaries). Fails if one is set.
+    /// Makes this the process-wide subscriber and meter provider (standalone binaries, or
+    /// the process of `metnos up`). Fails if a subscriber is set already.
     pub fn install_global(&self) -> Result<(), tracing::dispatcher::SetGlobalDefaultError> {
+        self.install_global_meters();
         tracing::dispatcher::set_global_default(self.dispatch.clone())
     }
 
-    /// Exports the spans finished so far, now (off the async threads, like shutdown).
+    /// Makes this telemetry's meter provider (if exporting) the process-wide one, where
+    /// `opentelemetry::global::meter` finds it.
+    pub fn install_global_meters(&self) {
+        if let Some(meters) = &self.meters {
+            opentelemetry::global::set_meter_provider(meters.clone());
+        }
+    }
+
+    /// Exports the spans finished so far and the metrics, now (off the async threads,
+    /// like shutdown).
     pub async fn flush(&self) {
+        if let Some(meters) = self.meters.clone() {
+            let _ = tokio::task::spawn_blocking(move || meters.force_flush()).await;
+        }
         let Some(provider) = self.provider.clone() else {
             return;
         };
@@ -129,6 +172,11 @@ impl Telemetry {
     /// Flushes pending spans and stops the exporter. Runs the blocking shutdown off the
     /// async threads: the exporter needs the runtime to keep running while it flushes.
     pub async fn shutdown(mut self) {
+        if let Some(meters) = self.meters.take() {
+            let _ =
+                tokio::task::spawn_blocking(move || meters.shutdown_with_timeout(FLUSH_TIMEOUT))
+                    .await;
+        }
         let Some(provider) = self.provider.take() else {
             return;
         };
@@ -145,6 +193,9 @@ impl Telemetry {
 
 impl Drop for Telemetry {
     fn drop(&mut self) {
+        if let Some(meters) = self.meters.take() {
+            let _ = std::thread::spawn(move || meters.shutdown_with_timeout(FLUSH_TIMEOUT)).join();
+        }
         let Some(provider) = self.provider.take() else {
             return;
         };

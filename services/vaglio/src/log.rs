@@ -63,6 +63,11 @@ impl VerdictLog {
     pub fn start(dir: PathBuf) -> VerdictLog {
         let (tx, mut rx) = mpsc::unbounded_channel::<Message>();
         let failures = Arc::new(AtomicU64::new(0));
+        // The same count as an OpenTelemetry counter, exported with the traces.
+        let counter = opentelemetry::global::meter("metnos-vaglio")
+            .u64_counter("metnos.vaglio.log_write_failures")
+            .with_description("Verdict log lines that could not be written (the verdicts stood)")
+            .build();
         {
             let dir = dir.clone();
             let failures = Arc::clone(&failures);
@@ -75,9 +80,13 @@ impl VerdictLog {
                     }
                     let dir = dir.clone();
                     let failures = Arc::clone(&failures);
-                    let _ =
+                    let lost =
                         tokio::task::spawn_blocking(move || write_batch(&dir, batch, &failures))
-                            .await;
+                            .await
+                            .unwrap_or(0);
+                    if lost > 0 {
+                        counter.add(lost, &[]);
+                    }
                 }
             });
         }
@@ -134,7 +143,9 @@ impl VerdictLog {
     }
 }
 
-fn write_batch(dir: &Path, batch: Vec<Message>, failures: &AtomicU64) {
+/// Writes a batch; returns how many lines were lost.
+fn write_batch(dir: &Path, batch: Vec<Message>, failures: &AtomicU64) -> u64 {
+    let mut lost = 0;
     let mut flushes = Vec::new();
     let mut by_month: Vec<(String, Vec<u8>)> = Vec::new();
     for message in batch {
@@ -146,6 +157,7 @@ fn write_batch(dir: &Path, batch: Vec<Message>, failures: &AtomicU64) {
                     Ok(line) => line,
                     Err(_) => {
                         failures.fetch_add(1, Ordering::Relaxed);
+                        lost += 1;
                         continue;
                     }
                 };
@@ -167,6 +179,7 @@ fn write_batch(dir: &Path, batch: Vec<Message>, failures: &AtomicU64) {
             file.write_all(&bytes)
         });
         if let Err(e) = written {
+            lost += lines;
             let total = failures.fetch_add(lines, Ordering::Relaxed) + lines;
             tracing::error!(error = %e, lines, failures_total = total, "verdict log lines could not be written");
         }
@@ -174,4 +187,5 @@ fn write_batch(dir: &Path, batch: Vec<Message>, failures: &AtomicU64) {
     for done in flushes {
         let _ = done.send(());
     }
+    lost
 }
