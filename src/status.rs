@@ -3,8 +3,8 @@
 use std::process::ExitCode;
 use std::time::Duration;
 
-use metnos_kit::Config;
 use metnos_kit::client::{self, Health};
+use metnos_kit::{Config, ServiceName};
 
 use crate::admin::say;
 use crate::runfile::service_urls;
@@ -13,13 +13,29 @@ use crate::runfile::service_urls;
 pub async fn status(config: &Config, json: bool) -> ExitCode {
     let urls = service_urls(config);
     let probes = urls.iter().map(|(service, url)| async move {
-        let health = match client::channel(url) {
-            Ok(channel) => {
-                client::probe(channel, service.grpc_name(), Duration::from_secs(2)).await
+        let channel = match client::channel(url) {
+            Ok(channel) => channel,
+            Err(e) => {
+                return (
+                    *service,
+                    url.clone(),
+                    Health::Unreachable(e.to_string()),
+                    None,
+                );
             }
-            Err(e) => Health::Unreachable(e.to_string()),
         };
-        (*service, url.clone(), health)
+        let health =
+            client::probe(channel.clone(), service.grpc_name(), Duration::from_secs(2)).await;
+        // Parts a service reports on beside itself: they do not stop it serving.
+        let note = match service {
+            ServiceName::Vaglio if health.is_serving() => {
+                let log =
+                    client::probe(channel, metnos_vaglio::LOG_HEALTH, Duration::from_secs(2)).await;
+                (!log.is_serving()).then(|| "verdict log lines are not being written".to_owned())
+            }
+            _ => None,
+        };
+        (*service, url.clone(), health, note)
     });
     let results = futures::future::join_all(probes).await;
 
@@ -27,9 +43,9 @@ pub async fn status(config: &Config, json: bool) -> ExitCode {
         say(&format!("{:<10} {:<28} STATUS", "SERVICE", "ADDRESS"));
     }
     let mut all_serving = true;
-    for (service, url, health) in &results {
+    for (service, url, health, note) in &results {
         let (word, detail) = match health {
-            Health::Serving => ("SERVING", None),
+            Health::Serving => ("SERVING", note.clone()),
             Health::NotServing(why) => ("NOT_SERVING", Some(why.clone())),
             Health::Unreachable(why) => ("NOT_SERVING", Some(format!("unreachable: {why}"))),
         };

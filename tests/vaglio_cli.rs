@@ -93,3 +93,46 @@ async fn verdicts_are_printed_and_the_log_keeps_keys_only() {
     );
     up.interrupt().await;
 }
+
+#[tokio::test]
+async fn a_verdict_log_that_cannot_be_written_shows_in_health_and_status_but_verdicts_go_on() {
+    let sandbox = Sandbox::new();
+    // A plain file where the log's folder should be.
+    std::fs::create_dir_all(sandbox.data_dir()).unwrap();
+    std::fs::write(sandbox.data_dir().join("vaglio"), "in the way").unwrap();
+    let up = sandbox.up().await;
+    let (code, stdout, stderr) = sandbox
+        .run(&[
+            "vaglio",
+            "judge",
+            "--intent",
+            "read",
+            "--executor",
+            "fs_read",
+            "--args",
+            r#"{"path":"/tmp/x"}"#,
+        ])
+        .await;
+    assert_eq!(code, 0, "the verdict does not depend on the log: {stderr}");
+    assert_eq!(lines(&stdout)[0]["approved"], true);
+
+    let mut row = String::new();
+    for _ in 0..100 {
+        let (code, stdout, _) = sandbox.run(&["status"]).await;
+        assert_eq!(code, 0, "the vaglio still serves: {stdout}");
+        row = stdout
+            .lines()
+            .find(|l| l.starts_with("vaglio "))
+            .unwrap()
+            .to_owned();
+        if row.contains("verdict log") {
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    }
+    assert!(
+        row.contains("SERVING (verdict log lines are not being written)"),
+        "{row}"
+    );
+    up.interrupt().await;
+}

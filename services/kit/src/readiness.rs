@@ -60,6 +60,18 @@ impl Readiness {
         self.update(|s| s.stopping = true).await;
     }
 
+    /// Reports the health of a part of the service under its own name (e.g.
+    /// `metnos.vaglio.v1.VaglioService.log`), beside the service's: a detail that stock
+    /// health checks can ask for, without taking the whole service out of rotation.
+    pub async fn set_component(&self, name: &str, healthy: bool) {
+        let status = if healthy {
+            ServingStatus::Serving
+        } else {
+            ServingStatus::NotServing
+        };
+        self.reporter.set_service_status(name, status).await;
+    }
+
     /// Whether health says SERVING now.
     pub async fn is_serving(&self) -> bool {
         let state = self.state.lock().await;

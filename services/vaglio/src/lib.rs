@@ -26,6 +26,10 @@ use tokio::net::TcpListener;
 /// This service.
 pub const SERVICE: ServiceName = ServiceName::Vaglio;
 
+/// The health name of the verdict log: SERVING while its lines are written, NOT_SERVING
+/// while they are not (the service itself keeps serving verdicts).
+pub const LOG_HEALTH: &str = "metnos.vaglio.v1.VaglioService.log";
+
 /// The vaglio's relational store holds nothing yet (the telos state will).
 pub const MIGRATIONS: Migrations = Migrations::NONE;
 
@@ -115,6 +119,23 @@ pub async fn serve(
         log.clone(),
     ));
     let options = ServeOptions::new(SERVICE, &config);
+    // The log's own health, beside the service's: verdicts go on when it cannot write.
+    let log_health = {
+        let log = log.clone();
+        let readiness = options.readiness.clone();
+        tokio::spawn(async move {
+            let mut last = None;
+            let mut tick = tokio::time::interval(Duration::from_millis(500));
+            loop {
+                tick.tick().await;
+                let healthy = !log.is_failing();
+                if last != Some(healthy) {
+                    readiness.set_component(LOG_HEALTH, healthy).await;
+                    last = Some(healthy);
+                }
+            }
+        })
+    };
     let result = serve_grpc(
         options,
         listener,
@@ -122,6 +143,7 @@ pub async fn serve(
         shutdown,
     )
     .await;
+    log_health.abort();
     log.flush().await;
     db.close().await;
     Ok(result?)

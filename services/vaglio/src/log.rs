@@ -43,6 +43,8 @@ pub struct VerdictLog {
     dir: PathBuf,
     tx: mpsc::UnboundedSender<Message>,
     failures: Arc<AtomicU64>,
+    /// Whether the last write failed.
+    failing: Arc<std::sync::atomic::AtomicBool>,
 }
 
 impl std::fmt::Debug for Message {
@@ -68,9 +70,11 @@ impl VerdictLog {
             .u64_counter("metnos.vaglio.log_write_failures")
             .with_description("Verdict log lines that could not be written (the verdicts stood)")
             .build();
+        let failing = Arc::new(std::sync::atomic::AtomicBool::new(false));
         {
             let dir = dir.clone();
             let failures = Arc::clone(&failures);
+            let failing = Arc::clone(&failing);
             tokio::spawn(async move {
                 while let Some(message) = rx.recv().await {
                     // Take what else is waiting too, and write it in one go.
@@ -87,10 +91,16 @@ impl VerdictLog {
                     if lost > 0 {
                         counter.add(lost, &[]);
                     }
+                    failing.store(lost > 0, Ordering::Relaxed);
                 }
             });
         }
-        VerdictLog { dir, tx, failures }
+        VerdictLog {
+            dir,
+            tx,
+            failures,
+            failing,
+        }
     }
 
     pub fn dir(&self) -> &Path {
@@ -110,6 +120,11 @@ impl VerdictLog {
         if self.tx.send(Message::Flush(tx)).is_ok() {
             let _ = rx.await;
         }
+    }
+
+    /// Whether the last batch could not be written (cleared by the next good one).
+    pub fn is_failing(&self) -> bool {
+        self.failing.load(Ordering::Relaxed)
     }
 
     /// Lines that could not be written since start.
