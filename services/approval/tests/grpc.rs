@@ -286,6 +286,32 @@ async fn a_grant_that_policy_could_not_take_is_recorded_once_policy_is_back() {
     );
 }
 
+/// A new request's token.
+async fn new_token(client: &mut Client, territory: pb::TerritoryConcession) -> String {
+    client
+        .create_pending(create(territory))
+        .await
+        .unwrap()
+        .into_inner()
+        .approval
+        .unwrap()
+        .token
+}
+
+/// A stream of the request's states.
+async fn wait(
+    client: &mut Client,
+    token: impl Into<String>,
+) -> tonic::Streaming<pb::WaitDecisionResponse> {
+    client
+        .wait_decision(pb::WaitDecisionRequest {
+            token: token.into(),
+        })
+        .await
+        .unwrap()
+        .into_inner()
+}
+
 async fn next(stream: &mut tonic::Streaming<pb::WaitDecisionResponse>) -> pb::PendingApproval {
     tokio::time::timeout(Duration::from_secs(10), stream.message())
         .await
@@ -301,21 +327,8 @@ async fn a_waiter_hears_the_decision_as_it_is_written_and_the_stream_ends() {
     let store = TestStore::sqlite();
     let stack = stack(&store, false, None).await;
     let mut client = ApprovalServiceClient::new(stack.approval.channel());
-    let token = client
-        .create_pending(create(pb::TerritoryConcession::None))
-        .await
-        .unwrap()
-        .into_inner()
-        .approval
-        .unwrap()
-        .token;
-    let mut stream = client
-        .wait_decision(pb::WaitDecisionRequest {
-            token: token.clone(),
-        })
-        .await
-        .unwrap()
-        .into_inner();
+    let token = new_token(&mut client, pb::TerritoryConcession::None).await;
+    let mut stream = wait(&mut client, token.clone()).await;
     assert_eq!(
         next(&mut stream).await.status,
         pb::ApprovalStatus::Pending as i32
@@ -333,11 +346,7 @@ async fn a_waiter_hears_the_decision_as_it_is_written_and_the_stream_ends() {
     );
 
     // Waiting on a decided request: its state, then the end.
-    let mut again = client
-        .wait_decision(pb::WaitDecisionRequest { token })
-        .await
-        .unwrap()
-        .into_inner();
+    let mut again = wait(&mut client, token).await;
     assert_eq!(
         next(&mut again).await.status,
         pb::ApprovalStatus::Rejected as i32
@@ -352,21 +361,8 @@ async fn a_waiter_on_one_replica_hears_a_decision_taken_on_another() {
     let b = stack(&store, false, None).await;
     let mut on_a = ApprovalServiceClient::new(a.approval.channel());
     let mut on_b = ApprovalServiceClient::new(b.approval.channel());
-    let token = on_a
-        .create_pending(create(pb::TerritoryConcession::None))
-        .await
-        .unwrap()
-        .into_inner()
-        .approval
-        .unwrap()
-        .token;
-    let mut stream = on_a
-        .wait_decision(pb::WaitDecisionRequest {
-            token: token.clone(),
-        })
-        .await
-        .unwrap()
-        .into_inner();
+    let token = new_token(&mut on_a, pb::TerritoryConcession::None).await;
+    let mut stream = wait(&mut on_a, token.clone()).await;
     assert_eq!(
         next(&mut stream).await.status,
         pb::ApprovalStatus::Pending as i32
@@ -386,26 +382,9 @@ async fn the_timer_sweeps_expired_requests_and_waiters_hear_it() {
     let clock = ManualClock::new();
     let stack = stack(&store, false, Some(clock.clone())).await;
     let mut client = ApprovalServiceClient::new(stack.approval.channel());
-    let mut new_token = async || {
-        client
-            .create_pending(create(pb::TerritoryConcession::None))
-            .await
-            .unwrap()
-            .into_inner()
-            .approval
-            .unwrap()
-            .token
-    };
-    let unwatched = new_token().await;
-    let watched = new_token().await;
-    let mut client = ApprovalServiceClient::new(stack.approval.channel());
-    let mut stream = client
-        .wait_decision(pb::WaitDecisionRequest {
-            token: watched.clone(),
-        })
-        .await
-        .unwrap()
-        .into_inner();
+    let unwatched = new_token(&mut client, pb::TerritoryConcession::None).await;
+    let watched = new_token(&mut client, pb::TerritoryConcession::None).await;
+    let mut stream = wait(&mut client, watched.clone()).await;
     assert_eq!(
         next(&mut stream).await.status,
         pb::ApprovalStatus::Pending as i32
@@ -458,14 +437,7 @@ async fn errors_map_to_the_contract_codes() {
     let store = TestStore::sqlite();
     let stack = stack(&store, false, None).await;
     let mut client = ApprovalServiceClient::new(stack.approval.channel());
-    let token = client
-        .create_pending(create(pb::TerritoryConcession::None))
-        .await
-        .unwrap()
-        .into_inner()
-        .approval
-        .unwrap()
-        .token;
+    let token = new_token(&mut client, pb::TerritoryConcession::None).await;
 
     let anna = Some(Principal {
         channel: "telegram".into(),
@@ -553,14 +525,7 @@ async fn the_proposer_cancels_and_the_approval_keeps_the_reason() {
     let store = TestStore::postgres().await;
     let stack = stack(&store, false, None).await;
     let mut client = ApprovalServiceClient::new(stack.approval.channel());
-    let token = client
-        .create_pending(create(pb::TerritoryConcession::None))
-        .await
-        .unwrap()
-        .into_inner()
-        .approval
-        .unwrap()
-        .token;
+    let token = new_token(&mut client, pb::TerritoryConcession::None).await;
     let cancelled = client
         .cancel(pb::CancelRequest {
             token: token.clone(),

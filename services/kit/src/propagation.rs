@@ -67,6 +67,55 @@ fn record_status(span: &tracing::Span, code: i64) {
     }
 }
 
+/// The span of one gRPC call, server or client side, named after the RPC.
+fn rpc_span(kind: &'static str, path: &str) -> tracing::Span {
+    let (service, method) = rpc_names(path);
+    let span = match kind {
+        "server" => tracing::info_span!(
+            "grpc.server",
+            otel.name = Empty,
+            otel.kind = "server",
+            otel.status_code = Empty,
+            rpc.system = "grpc",
+            rpc.service = service,
+            rpc.method = method,
+            rpc.grpc.status_code = Empty,
+        ),
+        _ => tracing::info_span!(
+            "grpc.client",
+            otel.name = Empty,
+            otel.kind = "client",
+            otel.status_code = Empty,
+            rpc.system = "grpc",
+            rpc.service = service,
+            rpc.method = method,
+            rpc.grpc.status_code = Empty,
+        ),
+    };
+    span.record("otel.name", format!("{service}/{method}"));
+    span
+}
+
+/// Runs the inner call's future inside `span`, recording the gRPC status it answers.
+fn traced<F, R, E>(
+    future: F,
+    span: tracing::Span,
+) -> Pin<Box<dyn Future<Output = Result<Response<R>, E>> + Send>>
+where
+    F: Future<Output = Result<Response<R>, E>> + Send + 'static,
+{
+    Box::pin(
+        async move {
+            let result = future.await;
+            if let Ok(response) = &result {
+                record_status(&tracing::Span::current(), header_status(response.headers()));
+            }
+            result
+        }
+        .instrument(span),
+    )
+}
+
 /// Server side: extract the caller's trace context, open a server span.
 #[derive(Debug, Clone, Copy, Default)]
 pub struct ServerTraceLayer;
@@ -102,33 +151,14 @@ where
         let parent = opentelemetry::global::get_text_map_propagator(|propagator| {
             propagator.extract(&HeaderExtractor(request.headers()))
         });
-        let (service, method) = rpc_names(request.uri().path());
-        let span = tracing::info_span!(
-            "grpc.server",
-            otel.name = format!("{service}/{method}"),
-            otel.kind = "server",
-            otel.status_code = Empty,
-            rpc.system = "grpc",
-            rpc.service = service,
-            rpc.method = method,
-            rpc.grpc.status_code = Empty,
-        );
+        let span = rpc_span("server", request.uri().path());
         // A context without a valid remote span (no traceparent) starts a new trace.
         let _ = span.set_parent(parent);
         let future = {
             let _entered = span.enter();
             self.inner.call(request)
         };
-        Box::pin(
-            async move {
-                let result = future.await;
-                if let Ok(response) = &result {
-                    record_status(&tracing::Span::current(), header_status(response.headers()));
-                }
-                result
-            }
-            .instrument(span),
-        )
+        traced(future, span)
     }
 }
 
@@ -164,32 +194,12 @@ where
     }
 
     fn call(&mut self, mut request: Request<B>) -> Self::Future {
-        let (service, method) = rpc_names(request.uri().path());
-        let span = tracing::info_span!(
-            "grpc.client",
-            otel.name = format!("{service}/{method}"),
-            otel.kind = "client",
-            otel.status_code = Empty,
-            rpc.system = "grpc",
-            rpc.service = service,
-            rpc.method = method,
-            rpc.grpc.status_code = Empty,
-        );
+        let span = rpc_span("client", request.uri().path());
         let context = span.context();
         opentelemetry::global::get_text_map_propagator(|propagator| {
             propagator.inject_context(&context, &mut HeaderInjector(request.headers_mut()));
         });
-        let future = self.inner.call(request);
-        Box::pin(
-            async move {
-                let result = future.await;
-                if let Ok(response) = &result {
-                    record_status(&tracing::Span::current(), header_status(response.headers()));
-                }
-                result
-            }
-            .instrument(span),
-        )
+        traced(self.inner.call(request), span)
     }
 }
 
