@@ -84,23 +84,35 @@ fn mentions(intent: &str, token: &str) -> bool {
     if !(intent.is_ascii() && token.is_ascii()) {
         return has_word(intent, token);
     }
+    // One pass over the words of the text: a word is compared only when its length fits.
     let (text, word) = (intent.as_bytes(), token.as_bytes());
-    if word.is_empty() || word.len() > text.len() {
-        return false;
+    let mut start = None;
+    for (i, byte) in text.iter().chain(std::iter::once(&b' ')).enumerate() {
+        match (byte.is_ascii_alphanumeric(), start) {
+            (true, None) => start = Some(i),
+            (false, Some(s)) => {
+                if i - s == word.len() && text[s..i].eq_ignore_ascii_case(word) {
+                    return true;
+                }
+                start = None;
+            }
+            _ => {}
+        }
     }
-    (0..=text.len() - word.len()).any(|start| {
-        let end = start + word.len();
-        text[start..end].eq_ignore_ascii_case(word)
-            && (start == 0 || !text[start - 1].is_ascii_alphanumeric())
-            && (end == text.len() || !text[end].is_ascii_alphanumeric())
-    })
+    false
+}
+
+/// Whether `s` holds `..` (a byte scan: the substring searcher costs more to set up
+/// than these short strings take to read).
+fn has_dot_dot(s: &str) -> bool {
+    s.as_bytes().windows(2).any(|pair| pair == b"..")
 }
 
 /// One walk over the arguments for the two shape signals: the key of the first string
 /// holding `..` and `/`, and whether any key is not an identifier.
 fn shape<'a>(value: &'a Value, key: &'a str, traversal: &mut Option<&'a str>, odd_key: &mut bool) {
     match value {
-        Value::String(s) if traversal.is_none() && s.contains("..") && s.contains('/') => {
+        Value::String(s) if traversal.is_none() && has_dot_dot(s) && s.contains('/') => {
             *traversal = Some(key);
         }
         Value::Array(items) => items.iter().for_each(|v| shape(v, key, traversal, odd_key)),
