@@ -315,14 +315,21 @@ async fn claim(db: &Db, store: &str, owner: &str) -> Result<(), StoreError> {
                 .map(|_| ()),
             Err(e) => Err(e),
         },
-        Pool::Postgres(pool) => match sqlx::query(create).execute(pool).await {
-            Ok(_) => sqlx::query(insert)
-                .bind(owner)
-                .execute(pool)
-                .await
-                .map(|_| ()),
-            Err(e) => Err(e),
-        },
+        // Replicas starting together would race on CREATE TABLE IF NOT EXISTS (it is not
+        // atomic in PostgreSQL's catalog): one at a time, under an advisory lock held for
+        // this transaction only.
+        Pool::Postgres(pool) => {
+            async {
+                let mut tx = pool.begin().await?;
+                sqlx::query("SELECT pg_advisory_xact_lock(7028355001)")
+                    .execute(&mut *tx)
+                    .await?;
+                sqlx::query(create).execute(&mut *tx).await?;
+                sqlx::query(insert).bind(owner).execute(&mut *tx).await?;
+                tx.commit().await
+            }
+            .await
+        }
     };
     result.map_err(|e| open_error(store, &e))?;
     let found = db.owner().await.map_err(|e| open_error(store, &e))?;

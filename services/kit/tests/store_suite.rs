@@ -296,3 +296,19 @@ async fn a_postgres_store_is_shared_by_replicas() {
     insert_note(&a, "from a", "").await;
     assert_eq!(notes(&b).await.len(), 1);
 }
+
+#[tokio::test]
+async fn replicas_opening_a_new_postgres_store_at_once_all_succeed() {
+    let backend = Backend::postgres().await;
+    let spec = backend.spec();
+    let opens = (0..6).map(|_| {
+        let spec = spec.clone();
+        tokio::spawn(async move { store::open(&spec, "policy", &MIGRATIONS, TIMEOUT).await })
+    });
+    for result in futures::future::join_all(opens).await {
+        let db = result
+            .unwrap()
+            .unwrap_or_else(|e| panic!("a replica failed to open: {e}"));
+        assert_eq!(db.owner().await.unwrap(), "policy");
+    }
+}
