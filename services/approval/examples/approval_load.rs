@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 
 use hdrhistogram::Histogram;
 use metnos_kit::ServiceName;
-use metnos_kit::runtime::spawn_service;
+use metnos_kit::runtime::spawn_on_loopback;
 use metnos_proto::approval::v1 as pb;
 use metnos_proto::approval::v1::approval_service_client::ApprovalServiceClient;
 use metnos_proto::common::v1::{Language, Principal};
@@ -57,21 +57,9 @@ fn main() {
         "sqlite"
     };
     // No policy service: these requests concede no territory.
-    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-    listener.set_nonblocking(true).unwrap();
-    let url = format!("http://{}", listener.local_addr().unwrap());
-    let server = spawn_service(
-        ServiceName::Approval,
-        tracing::Dispatch::none(),
-        1,
-        move |shutdown| async move {
-            let listener =
-                tokio::net::TcpListener::from_std(listener).map_err(|e| e.to_string())?;
-            metnos_approval::serve(config, listener, shutdown)
-                .await
-                .map_err(|e| e.to_string())
-        },
-    )
+    let (url, server) = spawn_on_loopback(ServiceName::Approval, move |listener, shutdown| {
+        metnos_approval::serve(config, listener, shutdown)
+    })
     .unwrap();
 
     let runtime = tokio::runtime::Builder::new_multi_thread()

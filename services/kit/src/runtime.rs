@@ -118,3 +118,25 @@ impl Drop for ServiceThread {
         self.request_stop();
     }
 }
+
+/// Starts `serve(listener, shutdown)` on a runtime of its own, one worker, no logs, on a
+/// fresh `127.0.0.1` port; returns the service's URL and its handle. For load drivers,
+/// which measure a real server beside their clients in one process.
+pub fn spawn_on_loopback<F, Fut, E>(
+    service: ServiceName,
+    serve: F,
+) -> std::io::Result<(String, ServiceThread)>
+where
+    F: FnOnce(tokio::net::TcpListener, ShutdownFuture) -> Fut + Send + 'static,
+    Fut: Future<Output = Result<(), E>>,
+    E: Display,
+{
+    let listener = std::net::TcpListener::bind("127.0.0.1:0")?;
+    listener.set_nonblocking(true)?;
+    let url = format!("http://{}", listener.local_addr()?);
+    let thread = spawn_service(service, Dispatch::none(), 1, move |shutdown| async move {
+        let listener = tokio::net::TcpListener::from_std(listener).map_err(|e| e.to_string())?;
+        serve(listener, shutdown).await.map_err(|e| e.to_string())
+    })?;
+    Ok((url, thread))
+}

@@ -14,7 +14,7 @@ use std::time::{Duration, Instant};
 use hdrhistogram::Histogram;
 use metnos_kit::ServiceName;
 use metnos_kit::client;
-use metnos_kit::runtime::spawn_service;
+use metnos_kit::runtime::spawn_on_loopback;
 use metnos_policy::service::Policy;
 use metnos_policy::table::Level;
 use metnos_proto::common::v1::{AutonomyLevel, Principal};
@@ -108,21 +108,9 @@ fn main() {
     };
     config.runtime.user_home = fixture::HOME.into();
     config.policy.store = format!("sqlite:{}", fixture::store_path(f.dir.path()).display());
-    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-    listener.set_nonblocking(true).unwrap();
-    let url = format!("http://{}", listener.local_addr().unwrap());
-    let server = spawn_service(
-        ServiceName::Policy,
-        tracing::Dispatch::none(),
-        1,
-        move |shutdown| async move {
-            let listener =
-                tokio::net::TcpListener::from_std(listener).map_err(|e| e.to_string())?;
-            metnos_policy::serve(config, listener, shutdown)
-                .await
-                .map_err(|e| e.to_string())
-        },
-    )
+    let (url, server) = spawn_on_loopback(ServiceName::Policy, move |listener, shutdown| {
+        metnos_policy::serve(config, listener, shutdown)
+    })
     .unwrap();
 
     let request = CheckRequest {

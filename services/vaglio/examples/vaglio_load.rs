@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 
 use hdrhistogram::Histogram;
 use metnos_kit::ServiceName;
-use metnos_kit::runtime::spawn_service;
+use metnos_kit::runtime::spawn_on_loopback;
 use metnos_proto::vaglio::v1::JudgeRequest;
 use metnos_proto::vaglio::v1::vaglio_service_client::VaglioServiceClient;
 use serde_json::Value;
@@ -21,21 +21,9 @@ fn main() {
         serde_json::from_str(include_str!("../benches/reference/cases.json")).unwrap();
     let data = tempfile::tempdir().unwrap();
     let config = metnos_kit::testing::config(data.path());
-    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-    listener.set_nonblocking(true).unwrap();
-    let url = format!("http://{}", listener.local_addr().unwrap());
-    let server = spawn_service(
-        ServiceName::Vaglio,
-        tracing::Dispatch::none(),
-        1,
-        move |shutdown| async move {
-            let listener =
-                tokio::net::TcpListener::from_std(listener).map_err(|e| e.to_string())?;
-            metnos_vaglio::serve(config, listener, shutdown)
-                .await
-                .map_err(|e| e.to_string())
-        },
-    )
+    let (url, server) = spawn_on_loopback(ServiceName::Vaglio, move |listener, shutdown| {
+        metnos_vaglio::serve(config, listener, shutdown)
+    })
     .unwrap();
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(1)
