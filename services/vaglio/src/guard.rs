@@ -2,7 +2,8 @@
 //! for debate and does not loosen with autonomy level or context.
 //!
 //! The seed's 11 forbidden-path and 6 dangerous-shell patterns are the floor, with a few
-//! more of the same kind, compiled once into `RegexSet`s. The seed admits that its textual
+//! more of the same kind, compiled once into multi-pattern DFAs (the engine of a
+//! `RegexSet`, built ahead). The seed admits that its textual
 //! match is easy to dodge; here every string value (at any depth of the arguments) is
 //! matched in several spellings: as given, unquoted, percent-decoded, `file://` URLs as
 //! paths, `~`, `~user`, `$HOME` and `${HOME}` expanded, and lexically normalised (`.`, `..`,
@@ -17,7 +18,8 @@
 use std::path::Path;
 use std::sync::LazyLock;
 
-use regex::RegexSet;
+use regex_automata::dfa::{Automaton, dense};
+use regex_automata::{Input, MatchKind, PatternSet};
 use serde_json::Value;
 
 /// A forbidden path rule: id and pattern (matched on normalised absolute paths and on
@@ -69,11 +71,70 @@ static SHELL_SCAN: LazyLock<aho_corasick::AhoCorasick> = LazyLock::new(|| {
         .expect("valid shell triggers")
 });
 
-static PATHS: LazyLock<RegexSet> =
-    LazyLock::new(|| RegexSet::new(PATH_RULES.iter().map(|(_, p)| *p)).expect("valid path rules"));
-static SHELL: LazyLock<RegexSet> = LazyLock::new(|| {
-    RegexSet::new(SHELL_RULES.iter().map(|(_, p)| *p)).expect("valid shell rules")
-});
+static PATHS: LazyLock<RuleSet> = LazyLock::new(|| RuleSet::new(PATH_RULES));
+static SHELL: LazyLock<RuleSet> = LazyLock::new(|| RuleSet::new(SHELL_RULES));
+
+/// A set of rules compiled together into one fully built DFA (the engine behind
+/// `regex::RegexSet`, built ahead instead of lazily): a search is one pass over the bytes,
+/// with no per-search cache to fetch and no literal prefilter to set up, which on the
+/// short values a guard sees cost more than the match itself. The rules are ASCII; they
+/// are matched on bytes.
+struct RuleSet {
+    rules: &'static [(&'static str, &'static str)],
+    dfa: dense::DFA<Vec<u32>>,
+}
+
+impl RuleSet {
+    fn new(rules: &'static [(&'static str, &'static str)]) -> RuleSet {
+        let patterns: Vec<&str> = rules.iter().map(|(_, p)| *p).collect();
+        let dfa = dense::Builder::new()
+            .configure(
+                dense::Config::new()
+                    .match_kind(MatchKind::All)
+                    .starts_for_each_pattern(false)
+                    // Acceleration pays on long texts; these are a few dozen bytes.
+                    .accelerate(false),
+            )
+            .syntax(
+                regex_automata::util::syntax::Config::new()
+                    .unicode(false)
+                    .utf8(false),
+            )
+            .build_many(&patterns)
+            .expect("valid guard rules");
+        RuleSet { rules, dfa }
+    }
+
+    /// The id of the first rule (in table order) that `text` breaks.
+    fn first_match(&self, text: &str) -> Option<&'static str> {
+        let input = Input::new(text).earliest(true);
+        // The DFA has no look-around it cannot handle on ASCII rules, so a search never
+        // gives up; were it to, the value is treated as a hit on the first rule
+        // (fail closed).
+        match self.dfa.try_search_fwd(&input) {
+            Ok(None) => return None,
+            Ok(Some(_)) => {}
+            Err(_) => return Some(self.rules[0].0),
+        }
+        // Which rule: worth working out only on a hit.
+        let mut which = PatternSet::new(self.dfa.pattern_len());
+        match self
+            .dfa
+            .try_which_overlapping_matches(&Input::new(text), &mut which)
+        {
+            Ok(()) => which.iter().next().map(|id| self.rules[id.as_usize()].0),
+            Err(_) => Some(self.rules[0].0),
+        }
+    }
+}
+
+/// Builds the rule automata now (about 5 ms, 200 KB) rather than on the first verdict.
+pub fn warm_up() {
+    LazyLock::force(&PATHS);
+    LazyLock::force(&SHELL);
+    LazyLock::force(&TRIGGER_SCAN);
+    LazyLock::force(&SHELL_SCAN);
+}
 
 /// The guard stopped a call.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -127,12 +188,24 @@ static TRIGGER_SCAN: LazyLock<aho_corasick::AhoCorasick> = LazyLock::new(|| {
 /// Whether `value` could break a path rule in some spelling. `~/` is harmless when the
 /// home itself holds no trigger (it only becomes the home).
 fn could_break_path_rule(value: &str, home_is_clean: bool) -> bool {
+    // Every path rule needs a `/` or a `.`, and every other spelling needs one of
+    // `%"'~$:`; a plain word (an argument key, a mode, a name) can break none of them.
+    if is_plain_word(value) {
+        return false;
+    }
     let rest = match value.strip_prefix("~/") {
         Some(rest) if home_is_clean => rest,
         _ if home_is_clean && value == "~" => return false,
         _ => value,
     };
     TRIGGER_SCAN.is_match(rest)
+}
+
+/// Only ASCII letters, digits, `_`, `-` and spaces.
+fn is_plain_word(value: &str) -> bool {
+    value
+        .bytes()
+        .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'_' | b'-' | b' '))
 }
 
 /// The user's home, prepared once: its text, and whether it holds a trigger.
@@ -242,13 +315,19 @@ fn walk(value: &Value, path: &KeyPath<'_>, home: &str, home_is_clean: bool) -> O
 /// The first path rule any spelling of `value` (or of a word in it) breaks.
 fn check_paths(value: &str, home: &str) -> Option<&'static str> {
     // The value as written first: most hits need nothing more.
-    if let Some(rule) = first_match(&PATHS, PATH_RULES, value) {
+    if let Some(rule) = PATHS.first_match(value) {
         return Some(rule);
     }
     let check = |text: &str| {
+        if is_plain_spelling(text) {
+            // Nothing to unquote, decode or expand: only `.`, `..` or `//` to fold, if any.
+            return (text.starts_with('/') && has_foldable_segment(text))
+                .then(|| normalize(text))
+                .and_then(|folded| PATHS.first_match(&folded));
+        }
         spellings(text, home)
             .iter()
-            .find_map(|c| first_match(&PATHS, PATH_RULES, c))
+            .find_map(|c| PATHS.first_match(c))
     };
     if let Some(rule) = check(value) {
         return Some(rule);
@@ -258,35 +337,33 @@ fn check_paths(value: &str, home: &str) -> Option<&'static str> {
             c.is_whitespace()
                 || matches!(c, '=' | ',' | ';' | '|' | '&' | '(' | ')' | '`' | '<' | '>')
         })
-        .filter(|word| !word.is_empty() && *word != value)
-        .find_map(|word| first_match(&PATHS, PATH_RULES, word).or_else(|| check(word)))
+        // A word as long as the value is the value (already checked).
+        .filter(|word| !word.is_empty() && word.len() != value.len())
+        .find_map(|word| PATHS.first_match(word).or_else(|| check(word)))
 }
 
-fn first_match(set: &RegexSet, rules: &[(&'static str, &str)], text: &str) -> Option<&'static str> {
-    // is_match allocates nothing; which rule fired is worth working out only on a hit.
-    if !set.is_match(text) {
-        return None;
-    }
-    set.matches(text).iter().next().map(|i| rules[i].0)
+/// Whether `value` has nothing to unquote, decode or expand, and no space to trim.
+fn is_plain_spelling(value: &str) -> bool {
+    let special = value
+        .bytes()
+        .any(|b| matches!(b, b'"' | b'\'' | b'%' | b'~' | b'$'));
+    let file_url = value.as_bytes().contains(&b':') && value.contains("file:");
+    !(special || file_url) && value.trim() == value
+}
+
+/// Whether lexical normalisation would change the absolute path `path`: a `//`, a `.` or
+/// `..` segment, or a trailing slash.
+fn has_foldable_segment(path: &str) -> bool {
+    path.len() > 1
+        && segments(path)
+            .skip(1)
+            .any(|segment| matches!(segment.as_bytes(), [] | [b'.'] | [b'.', b'.']))
 }
 
 /// A value in the spellings that could name the same file (not the value as written,
-/// which is checked first), without repeats.
+/// which is checked first), without repeats. Plain values ([`is_plain_spelling`]) take
+/// the short way in [`check_paths`].
 fn spellings(value: &str, home: &str) -> Vec<String> {
-    // The common case: nothing to unquote, decode or expand, only perhaps `..` or `//` to
-    // fold. One spelling at most, built without the general path's copies.
-    let plain = !value.contains(['"', '\'', '%', '~', '$'])
-        && !value.contains("file:")
-        && value.trim() == value;
-    if plain {
-        return match value.starts_with('/') {
-            true => Some(normalize(value))
-                .filter(|n| n != value)
-                .into_iter()
-                .collect(),
-            false => Vec::new(),
-        };
-    }
     let mut out: Vec<String> = Vec::with_capacity(3);
     let mut current = value.trim().to_owned();
     // Quotes around the whole value, possibly nested: "'/root/x'".
@@ -363,20 +440,30 @@ fn expand_home(text: &str, home: &str) -> String {
     text.to_owned()
 }
 
+/// The `/`-separated segments of a path (a byte loop: on paths this short, the
+/// memchr-based splitter and string comparisons cost more than the work).
+#[expect(
+    clippy::manual_pattern_char_comparison,
+    reason = "a closure keeps the splitter a plain loop; a char pattern calls memchr per segment"
+)]
+fn segments(path: &str) -> impl Iterator<Item = &str> {
+    path.split(|c: char| c == '/')
+}
+
 /// Lexical normalisation of an absolute path: repeated slashes and `.` go, `..` climbs
 /// (never above `/`), no trailing slash.
 fn normalize(path: &str) -> String {
     let mut out = String::with_capacity(path.len() + 1);
-    for segment in path.split('/') {
-        match segment {
-            "" | "." => {}
-            ".." => {
-                let cut = out.rfind('/').unwrap_or(0);
+    for segment in segments(path) {
+        match segment.as_bytes() {
+            [] | [b'.'] => {}
+            [b'.', b'.'] => {
+                let cut = out.bytes().rposition(|b| b == b'/').unwrap_or(0);
                 out.truncate(cut);
             }
-            other => {
+            _ => {
                 out.push('/');
-                out.push_str(other);
+                out.push_str(segment);
             }
         }
     }
@@ -408,7 +495,7 @@ fn check_command(
     if !SHELL_SCAN.is_match(text) && !could_break_path_rule(text, home_is_clean) {
         return None;
     }
-    if let Some(rule) = first_match(&SHELL, SHELL_RULES, text) {
+    if let Some(rule) = SHELL.first_match(text) {
         return Some(rule);
     }
     // Substitutions run too: check what they hold as commands of their own.
@@ -682,6 +769,7 @@ fn check_chmod(args: &[String], home: &str) -> Option<&'static str> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use proptest::strategy::Strategy;
     use serde_json::json;
 
     const HOME: &str = "/home/roberto";
@@ -780,6 +868,27 @@ mod tests {
             "/proc/cpuinfo",
         ] {
             assert_eq!(path(value), None, "{value}");
+        }
+    }
+
+    proptest::proptest! {
+        /// The plain-word shortcut is sound: a string of letters, digits, `_`, `-` and
+        /// spaces — trigger words included — breaks no path rule in any spelling.
+        #[test]
+        fn a_plain_word_breaks_no_path_rule(
+            words in proptest::collection::vec(
+                proptest::prop_oneof![
+                    proptest::sample::select(TRIGGERS.to_vec()).prop_map(str::to_owned),
+                    "[A-Za-z0-9_ -]{0,12}",
+                ],
+                0..6,
+            ),
+        ) {
+            let text = words.concat();
+            if is_plain_word(&text) {
+                proptest::prop_assert_eq!(check_paths(&text, HOME), None, "{}", text);
+                proptest::prop_assert_eq!(check_paths(&text, "/root"), None, "{}", text);
+            }
         }
     }
 

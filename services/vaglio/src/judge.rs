@@ -134,7 +134,7 @@ pub fn score(intent: &str, executor: &str, args: &Value, context: Context) -> Sc
     let mut notes = Notes::default();
     let mentioned = executor
         .split(|c: char| !c.is_alphanumeric())
-        .filter(|t| t.chars().count() >= 3)
+        .filter(|t| t.chars().nth(2).is_some())
         .any(|t| mentions(intent, t));
     if mentioned {
         score += 0.10;
@@ -144,7 +144,11 @@ pub fn score(intent: &str, executor: &str, args: &Value, context: Context) -> Sc
     shape(args, "args", &mut traversal, &mut odd_key);
     if let Some(key) = traversal {
         score -= 0.20;
-        notes.push(format!("possible path traversal ('..' in {key})"));
+        let mut note = String::with_capacity(key.len() + 32);
+        note.push_str("possible path traversal ('..' in ");
+        note.push_str(key);
+        note.push(')');
+        notes.push(note);
     }
     if odd_key {
         score -= 0.10;
@@ -163,7 +167,8 @@ pub fn score(intent: &str, executor: &str, args: &Value, context: Context) -> Sc
 /// `x` with two decimals (as `{:.2}`, for values in [0, 1]), without the float formatter,
 /// which costs more than the rest of a verdict.
 fn push_two_decimals(out: &mut String, x: f64) {
-    let hundredths = (x * 100.0).round() as u64;
+    // x is never negative here, so adding a half and truncating rounds as `round` does.
+    let hundredths = (x * 100.0 + 0.5) as u64;
     let (units, rest) = (hundredths / 100, hundredths % 100);
     out.push(char::from(b'0' + (units % 10) as u8));
     out.push('.');

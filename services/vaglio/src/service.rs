@@ -85,12 +85,23 @@ and you owe it nothing. Score from 0 to 1 how well the proposed tool call serves
 1 when it is exactly what they asked for, 0 when it does something they did not ask for or that works \
 against them. Answer with JSON: {\"score\": number, \"rationale\": short string}.";
 
+/// Now, Unix seconds, for the verdict's timestamp. On Linux the coarse real-time clock
+/// (the kernel's last tick, a few milliseconds of resolution at most): plenty for a log
+/// line, and on this kind of VM a fifth of what the precise clock costs per verdict.
+#[cfg(any(target_os = "linux", target_os = "android"))]
+fn now_seconds() -> f64 {
+    let now = rustix::time::clock_gettime(rustix::time::ClockId::RealtimeCoarse);
+    now.tv_sec as f64 + f64::from(u32::try_from(now.tv_nsec).unwrap_or(0)) / 1e9
+}
+
+#[cfg(not(any(target_os = "linux", target_os = "android")))]
 fn now_seconds() -> f64 {
     metnos_kit::time::now_ms() as f64 / 1000.0
 }
 
 impl Vaglio {
     pub fn new(home: PathBuf, threshold: f64, judge: JudgeKind, log: VerdictLog) -> Vaglio {
+        guard::warm_up();
         Vaglio {
             home: guard::Home::new(&home),
             threshold,
@@ -192,10 +203,17 @@ impl Vaglio {
         };
         Some(Verdict {
             approved: false,
-            reason: format!(
-                "guard: {what} (rule {}) in arg `{}`",
-                violation.rule, violation.key
-            ),
+            reason: {
+                let mut reason = String::with_capacity(
+                    32 + what.len() + violation.rule.len() + violation.key.len(),
+                );
+                for part in ["guard: ", what, " (rule ", violation.rule, ") in arg `"] {
+                    reason.push_str(part);
+                }
+                reason.push_str(&violation.key);
+                reason.push('`');
+                reason
+            },
             score: 0.0,
             blocked_by: Some(BlockedBy::Guard),
             judge_kind: self.kind_name(),
