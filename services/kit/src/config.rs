@@ -128,6 +128,7 @@ pub struct Config {
     pub planner: ServiceConfig,
     pub gateway: ServiceConfig,
     pub runtime: RuntimeConfig,
+    pub executors: ExecutorsConfig,
 }
 
 impl Default for Config {
@@ -142,6 +143,7 @@ impl Default for Config {
             planner: ServiceConfig::for_service(ServiceName::Planner),
             gateway: ServiceConfig::for_service(ServiceName::Gateway),
             runtime: RuntimeConfig::default(),
+            executors: ExecutorsConfig::default(),
         }
     }
 }
@@ -277,6 +279,46 @@ pub struct RuntimeConfig {
     pub mode: PlannerMode,
     /// LLM tiers; only `fast` is needed, a missing tier aliases down.
     pub llm: BTreeMap<String, LlmTierConfig>,
+}
+
+/// The executor catalog, who may sign it, and the sandbox of `shell_exec`.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields, default)]
+pub struct ExecutorsConfig {
+    /// A directory with one folder per executor (`manifest.toml` + `manifest.sig`).
+    /// Empty: `<data_dir>/executors`.
+    pub catalog_dir: PathBuf,
+    /// Signers whose signatures are trusted: name → ed25519 public key (base64, as
+    /// `metnos executors keygen` prints it).
+    pub trusted_keys: BTreeMap<String, String>,
+    /// Programs `shell_exec` may run (by name, looked up in /usr/local/bin, /usr/bin, /bin).
+    pub shell_allow: Vec<String>,
+    /// Where `shell_exec` runs and the only place it may write. Empty:
+    /// `<data_dir>/workspace`.
+    pub workspace: PathBuf,
+    /// Resource limits of a `shell_exec` command: CPU seconds, address space, file size.
+    pub shell_cpu_seconds: u64,
+    pub shell_memory_mb: u64,
+    pub shell_file_size_mb: u64,
+}
+
+impl Default for ExecutorsConfig {
+    fn default() -> Self {
+        ExecutorsConfig {
+            catalog_dir: PathBuf::new(),
+            trusted_keys: BTreeMap::new(),
+            shell_allow: [
+                "ls", "cat", "head", "tail", "wc", "grep", "find", "du", "df", "date", "echo",
+                "sort", "uniq", "git",
+            ]
+            .map(str::to_owned)
+            .to_vec(),
+            workspace: PathBuf::new(),
+            shell_cpu_seconds: 10,
+            shell_memory_mb: 1024,
+            shell_file_size_mb: 64,
+        }
+    }
 }
 
 /// How the planner loops.
@@ -465,6 +507,24 @@ impl Config {
         {
             self.runtime.user_home = h.clone();
         }
+        for (key, path, default) in [
+            (
+                "executors.catalog_dir",
+                &mut self.executors.catalog_dir,
+                "executors",
+            ),
+            (
+                "executors.workspace",
+                &mut self.executors.workspace,
+                "workspace",
+            ),
+        ] {
+            if path.as_os_str().is_empty() {
+                *path = self.data_dir.join(default);
+            }
+            *path = expand_tilde(path, home.as_deref())
+                .ok_or_else(|| ConfigError::key(key, "starts with ~ but HOME is not set"))?;
+        }
         Ok(())
     }
 
@@ -506,6 +566,41 @@ impl Config {
         ] {
             if value == 0 {
                 return Err(ConfigError::key(key, "must be at least 1"));
+            }
+        }
+        for (key, value) in [
+            (
+                "executors.shell_cpu_seconds",
+                self.executors.shell_cpu_seconds,
+            ),
+            ("executors.shell_memory_mb", self.executors.shell_memory_mb),
+            (
+                "executors.shell_file_size_mb",
+                self.executors.shell_file_size_mb,
+            ),
+        ] {
+            if value == 0 {
+                return Err(ConfigError::key(key, "must be at least 1"));
+            }
+        }
+        for (key, path) in [
+            ("executors.catalog_dir", &self.executors.catalog_dir),
+            ("executors.workspace", &self.executors.workspace),
+        ] {
+            if !path.is_absolute() {
+                return Err(ConfigError::key(
+                    key,
+                    format!("must be an absolute path, got {}", path.display()),
+                ));
+            }
+        }
+        for program in &self.executors.shell_allow {
+            if program.is_empty() || program.contains('/') || program.contains(char::is_whitespace)
+            {
+                return Err(ConfigError::key(
+                    "executors.shell_allow",
+                    format!("`{program}` is not a program name (no paths, no spaces)"),
+                ));
             }
         }
         if self.server.store_connect_timeout_seconds == 0 {

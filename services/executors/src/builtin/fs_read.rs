@@ -1,0 +1,83 @@
+//! `fs_read`: a text file, whole or its head or tail.
+
+use std::io::{Read, Seek, SeekFrom};
+
+use serde_json::{Value, json};
+
+use super::{count_arg, decode_text, meta, required, scoped_path};
+use crate::observation::{ExecContext, Observation};
+
+/// What is returned when the call names no limit.
+pub const DEFAULT_MAX_BYTES: u64 = 256 * 1024;
+
+pub fn run(args: &Value, context: &ExecContext) -> Observation {
+    match read(args, context) {
+        Ok(observation) => observation,
+        Err(error) => Observation::failure(error),
+    }
+}
+
+fn read(args: &Value, context: &ExecContext) -> Result<Observation, String> {
+    let text = required(args, "path")?;
+    let head = count_arg(args, "head_bytes")?;
+    let tail = count_arg(args, "tail_bytes")?;
+    if head.is_some() && tail.is_some() {
+        return Err("give head_bytes or tail_bytes, not both".into());
+    }
+    // Half the output cap leaves room for the JSON around the text.
+    let ceiling = (context.max_output_bytes / 2).max(1);
+    let max = count_arg(args, "max_bytes")?
+        .unwrap_or(DEFAULT_MAX_BYTES)
+        .min(ceiling);
+    let path = scoped_path(text, context)?;
+    let meta_data = std::fs::metadata(&path).map_err(|e| match e.kind() {
+        std::io::ErrorKind::NotFound => format!("no such file: {text}"),
+        _ => format!("cannot read {text}: {e}"),
+    })?;
+    if meta_data.is_dir() {
+        return Err(format!(
+            "{text} is a directory, not a file (fs_list lists it)"
+        ));
+    }
+    let size = meta_data.len();
+    let mut file = std::fs::File::open(&path).map_err(|e| format!("cannot open {text}: {e}"))?;
+    let (start, wanted, what) = match (head, tail) {
+        (Some(n), _) => (0, n.min(max), "head"),
+        (_, Some(n)) => {
+            let n = n.min(max);
+            (size.saturating_sub(n), n, "tail")
+        }
+        _ => (0, max, "whole"),
+    };
+    file.seek(SeekFrom::Start(start))
+        .map_err(|e| format!("cannot read {text}: {e}"))?;
+    let mut bytes = Vec::with_capacity(usize::try_from(wanted.min(size)).unwrap_or(0));
+    file.take(wanted)
+        .read_to_end(&mut bytes)
+        .map_err(|e| format!("cannot read {text}: {e}"))?;
+    let mut skipped = 0;
+    if what == "tail" {
+        // Do not start inside a UTF-8 character.
+        while skipped < 3 && bytes.get(skipped).is_some_and(|b| b & 0xC0 == 0x80) {
+            skipped += 1;
+        }
+    }
+    let Some((content, encoding)) = decode_text(&bytes[skipped..]) else {
+        return Err(format!(
+            "{text} is a binary file ({size} bytes); fs_read returns text only"
+        ));
+    };
+    let returned = bytes.len() - skipped;
+    let truncated = (returned as u64) < size && what == "whole";
+    Ok(Observation::success(
+        content,
+        meta([
+            ("path", json!(path.display().to_string())),
+            ("size", json!(size)),
+            ("bytes_returned", json!(returned)),
+            ("encoding", json!(encoding)),
+            ("part", json!(what)),
+            ("truncated", json!(truncated)),
+        ]),
+    ))
+}

@@ -1,0 +1,106 @@
+//! The built-in executors, all in the one `metnos-exec` program (its first argument names
+//! the executor), each with its manifest under `services/executors/manifests/`.
+//!
+//! Every built-in resolves symlinks before touching a path and refuses one that leads out
+//! of its scope hints.
+
+use serde_json::{Map, Value};
+
+use crate::observation::{ExecContext, Observation};
+use crate::scope::PathScope;
+
+pub mod fs_list;
+pub mod fs_read;
+pub mod fs_write;
+pub mod parse_local;
+pub mod shell_exec;
+pub mod time_now;
+pub mod web_fetch;
+
+/// The built-ins' names and manifests (their `program` is `metnos-exec`).
+pub const MANIFESTS: &[(&str, &str)] = &[
+    ("fs_read", include_str!("../../manifests/fs_read.toml")),
+    ("fs_write", include_str!("../../manifests/fs_write.toml")),
+    ("fs_list", include_str!("../../manifests/fs_list.toml")),
+    ("web_fetch", include_str!("../../manifests/web_fetch.toml")),
+    ("time_now", include_str!("../../manifests/time_now.toml")),
+    (
+        "parse_local",
+        include_str!("../../manifests/parse_local.toml"),
+    ),
+    (
+        "shell_exec",
+        include_str!("../../manifests/shell_exec.toml"),
+    ),
+];
+
+/// Runs the built-in `name`.
+pub fn run(name: &str, args: &Value, context: &ExecContext) -> Observation {
+    match name {
+        "fs_read" => fs_read::run(args, context),
+        "fs_write" => fs_write::run(args, context),
+        "fs_list" => fs_list::run(args, context),
+        "web_fetch" => web_fetch::run(args, context),
+        "time_now" => time_now::run(args, context),
+        "parse_local" => parse_local::run(args, context),
+        "shell_exec" => shell_exec::run(args, context),
+        other => Observation::failure(format!(
+            "metnos-exec has no executor `{}`",
+            other.chars().take(64).collect::<String>()
+        )),
+    }
+}
+
+/// A string argument.
+pub(crate) fn string_arg<'a>(args: &'a Value, key: &str) -> Result<Option<&'a str>, String> {
+    match args.get(key) {
+        None | Some(Value::Null) => Ok(None),
+        Some(Value::String(s)) => Ok(Some(s)),
+        Some(_) => Err(format!("`{key}` must be a string")),
+    }
+}
+
+/// A required string argument.
+pub(crate) fn required<'a>(args: &'a Value, key: &str) -> Result<&'a str, String> {
+    string_arg(args, key)?.ok_or_else(|| format!("`{key}` is required"))
+}
+
+/// A non-negative integer argument.
+pub(crate) fn count_arg(args: &Value, key: &str) -> Result<Option<u64>, String> {
+    match args.get(key) {
+        None | Some(Value::Null) => Ok(None),
+        Some(v) => v
+            .as_u64()
+            .map(Some)
+            .ok_or_else(|| format!("`{key}` must be a non-negative integer")),
+    }
+}
+
+/// The real path of a path argument, inside the executor's scope.
+pub(crate) fn scoped_path(text: &str, context: &ExecContext) -> Result<std::path::PathBuf, String> {
+    PathScope::new(&context.scope_paths, &context.user_home)
+        .check(text, &context.user_home)
+        .map_err(|e| e.to_string())
+}
+
+/// Metadata from pairs.
+pub(crate) fn meta<const N: usize>(pairs: [(&str, Value); N]) -> Map<String, Value> {
+    pairs.into_iter().map(|(k, v)| (k.to_owned(), v)).collect()
+}
+
+/// Text of bytes: UTF-8 when it is, else Latin-1 (every byte a character); `None` for
+/// binary data (NUL bytes in the first 8 KB).
+pub(crate) fn decode_text(bytes: &[u8]) -> Option<(String, &'static str)> {
+    if bytes[..bytes.len().min(8192)].contains(&0) {
+        return None;
+    }
+    match std::str::from_utf8(bytes) {
+        Ok(text) => Some((text.to_owned(), "utf-8")),
+        Err(e) if e.error_len().is_none() => {
+            // Cut inside a character at the end (a head read): keep the whole ones.
+            let valid = &bytes[..e.valid_up_to()];
+            Some((String::from_utf8_lossy(valid).into_owned(), "utf-8"))
+        }
+        Err(_) => Some((bytes.iter().map(|&b| char::from(b)).collect(), "latin-1")),
+    }
+}

@@ -1,0 +1,36 @@
+//! `time_now`: the current time in a time zone (IANA database, bundled).
+
+use serde_json::{Value, json};
+
+use super::{meta, string_arg};
+use crate::observation::{ExecContext, Observation};
+
+pub fn run(args: &Value, _context: &ExecContext) -> Observation {
+    match now(args) {
+        Ok(observation) => observation,
+        Err(error) => Observation::failure(error),
+    }
+}
+
+fn now(args: &Value) -> Result<Observation, String> {
+    let zone = match string_arg(args, "timezone")? {
+        Some(name) if !name.trim().is_empty() => jiff::tz::TimeZone::get(name.trim()).map_err(|_| {
+            format!(
+                "unknown time zone `{}` (IANA names such as Europe/Rome, America/New_York, UTC)",
+                name.chars().take(64).collect::<String>()
+            )
+        })?,
+        _ => jiff::tz::TimeZone::try_system().unwrap_or(jiff::tz::TimeZone::UTC),
+    };
+    let now = jiff::Timestamp::now().to_zoned(zone);
+    let name = now.time_zone().iana_name().unwrap_or("UTC").to_owned();
+    Ok(Observation::success(
+        now.strftime("%Y-%m-%dT%H:%M:%S%:z").to_string(),
+        meta([
+            ("timezone", json!(name)),
+            ("unix", json!(now.timestamp().as_second())),
+            ("weekday", json!(now.strftime("%A").to_string())),
+            ("offset", json!(now.offset().to_string())),
+        ]),
+    ))
+}

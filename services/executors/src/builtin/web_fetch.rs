@@ -1,0 +1,185 @@
+//! `web_fetch`: one HTTP(S) request, GET or POST, with a size cap and a capped number of
+//! redirects, each hop held to the scope's hosts; text bodies decoded by their charset.
+
+use std::time::Duration;
+
+use serde_json::{Value, json};
+
+use super::{count_arg, meta, required, string_arg};
+use crate::observation::{ExecContext, Observation};
+use crate::scope::{check_url, host_allowed};
+
+pub const DEFAULT_MAX_BYTES: u64 = 1024 * 1024;
+pub const MAX_REDIRECTS: usize = 5;
+
+pub fn run(args: &Value, context: &ExecContext) -> Observation {
+    let runtime = match tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(runtime) => runtime,
+        Err(e) => return Observation::failure(format!("cannot start the HTTP client: {e}")),
+    };
+    match runtime.block_on(fetch(args, context)) {
+        Ok(observation) => observation,
+        Err(error) => Observation::failure(error),
+    }
+}
+
+fn is_text(content_type: &str) -> bool {
+    let essence = content_type
+        .split(';')
+        .next()
+        .unwrap_or("")
+        .trim()
+        .to_ascii_lowercase();
+    essence.starts_with("text/")
+        || essence.ends_with("+json")
+        || essence.ends_with("+xml")
+        || matches!(
+            essence.as_str(),
+            "application/json"
+                | "application/xml"
+                | "application/javascript"
+                | "application/x-www-form-urlencoded"
+                | ""
+        )
+}
+
+async fn fetch(args: &Value, context: &ExecContext) -> Result<Observation, String> {
+    let url_text = required(args, "url")?;
+    let url = check_url(url_text, &context.scope_hosts).map_err(|e| e.to_string())?;
+    let method = string_arg(args, "method")?
+        .unwrap_or("GET")
+        .to_ascii_uppercase();
+    let method = match method.as_str() {
+        "GET" => reqwest::Method::GET,
+        "POST" => reqwest::Method::POST,
+        other => {
+            return Err(format!(
+                "method `{}` is not GET or POST",
+                other.chars().take(16).collect::<String>()
+            ));
+        }
+    };
+    let ceiling = (context.max_output_bytes / 2).max(1);
+    let max = count_arg(args, "max_bytes")?
+        .unwrap_or(DEFAULT_MAX_BYTES)
+        .min(ceiling);
+    let hosts = context.scope_hosts.clone();
+    let policy = reqwest::redirect::Policy::custom(move |attempt| {
+        if attempt.previous().len() >= MAX_REDIRECTS {
+            return attempt.error(format!("more than {MAX_REDIRECTS} redirects"));
+        }
+        let allowed = matches!(attempt.url().scheme(), "http" | "https")
+            && (hosts.is_empty()
+                || attempt.url().host_str().is_some_and(|h| {
+                    host_allowed(h.trim_start_matches('[').trim_end_matches(']'), &hosts)
+                }));
+        if allowed {
+            attempt.follow()
+        } else {
+            let to = attempt.url().host_str().unwrap_or("?").to_owned();
+            attempt.error(format!("redirected to `{to}`, outside the allowed hosts"))
+        }
+    });
+    let timeout = Duration::from_secs(context.timeout_seconds.saturating_sub(1).max(1));
+    let client = reqwest::Client::builder()
+        .redirect(policy)
+        .timeout(timeout)
+        .user_agent(concat!("metnos-web-fetch/", env!("CARGO_PKG_VERSION")))
+        .build()
+        .map_err(|e| format!("cannot build the HTTP client: {e}"))?;
+    let mut request = client.request(method.clone(), url.clone());
+    if let Some(headers) = args.get("headers").filter(|h| !h.is_null()) {
+        let headers = headers
+            .as_object()
+            .ok_or("`headers` must be an object of strings")?;
+        for (name, value) in headers {
+            let value = value
+                .as_str()
+                .ok_or_else(|| format!("header `{name}` must be a string"))?;
+            let name = reqwest::header::HeaderName::from_bytes(name.as_bytes())
+                .map_err(|_| format!("`{name}` is not a valid header name"))?;
+            let value = reqwest::header::HeaderValue::from_str(value)
+                .map_err(|_| format!("the value of header `{name}` is not valid"))?;
+            request = request.header(name, value);
+        }
+    }
+    if let Some(body) = string_arg(args, "body")? {
+        if method == reqwest::Method::GET {
+            return Err("a body goes with POST, not GET".into());
+        }
+        request = request.body(body.to_owned());
+    }
+    let mut response = request.send().await.map_err(|e| describe(&e, url_text))?;
+    let status = response.status();
+    let final_url = response.url().to_string();
+    let content_type = response
+        .headers()
+        .get(reqwest::header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or("")
+        .to_owned();
+    let mut body = Vec::new();
+    let mut truncated = false;
+    while let Some(chunk) = response.chunk().await.map_err(|e| describe(&e, url_text))? {
+        let room = usize::try_from(max).unwrap_or(usize::MAX) - body.len();
+        if chunk.len() > room {
+            body.extend_from_slice(&chunk[..room]);
+            truncated = true;
+            break;
+        }
+        body.extend_from_slice(&chunk);
+    }
+    let mut details = meta([
+        ("status", json!(status.as_u16())),
+        ("content_type", json!(content_type)),
+        ("bytes", json!(body.len())),
+        ("truncated", json!(truncated)),
+        ("final_url", json!(final_url)),
+    ]);
+    if !status.is_success() {
+        return Ok(Observation::failure_with(
+            format!("HTTP {status} from {final_url}"),
+            details,
+        ));
+    }
+    if !is_text(&content_type) {
+        details.insert("encoding".into(), json!("binary"));
+        return Ok(Observation::success(
+            format!("({} bytes of {content_type}, not text)", body.len()),
+            details,
+        ));
+    }
+    let charset = content_type
+        .split(';')
+        .filter_map(|p| p.trim().strip_prefix("charset="))
+        .next()
+        .map(|c| c.trim_matches('"'));
+    let encoding = charset
+        .and_then(|c| encoding_rs::Encoding::for_label(c.as_bytes()))
+        .unwrap_or(encoding_rs::UTF_8);
+    let (text, used, _) = encoding.decode(&body);
+    details.insert("encoding".into(), json!(used.name().to_ascii_lowercase()));
+    Ok(Observation::success(text.into_owned(), details))
+}
+
+/// A request error in one line, naming what failed (reqwest's own text can be vague).
+fn describe(error: &reqwest::Error, url: &str) -> String {
+    let what = if error.is_timeout() {
+        "timed out".to_owned()
+    } else if error.is_redirect() {
+        format!(
+            "redirect refused: {}",
+            std::error::Error::source(error)
+                .map(ToString::to_string)
+                .unwrap_or_else(|| error.to_string())
+        )
+    } else if error.is_connect() {
+        "could not connect".to_owned()
+    } else {
+        error.to_string()
+    };
+    format!("fetching {url} failed: {what}")
+}

@@ -1,0 +1,89 @@
+//! What an executor answers, and what it is told besides its arguments.
+
+use std::path::PathBuf;
+
+use serde::{Deserialize, Serialize};
+use serde_json::{Map, Value};
+
+/// The one JSON object an executor writes on stdout.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Default)]
+pub struct Observation {
+    pub ok: bool,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub content: Option<Value>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub metadata: Option<Map<String, Value>>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
+}
+
+impl Observation {
+    pub fn success(content: impl Into<Value>, metadata: Map<String, Value>) -> Observation {
+        Observation {
+            ok: true,
+            content: Some(content.into()),
+            metadata: Some(metadata),
+            error: None,
+        }
+    }
+
+    pub fn failure(error: impl Into<String>) -> Observation {
+        Observation {
+            ok: false,
+            error: Some(error.into()),
+            ..Observation::default()
+        }
+    }
+
+    /// A failure that still reports what is known (e.g. a sandbox's status).
+    pub fn failure_with(error: impl Into<String>, metadata: Map<String, Value>) -> Observation {
+        Observation {
+            metadata: Some(metadata),
+            ..Observation::failure(error)
+        }
+    }
+}
+
+/// The environment variable carrying [`ExecContext`] to the child.
+pub const CONTEXT_VAR: &str = "METNOS_EXECUTOR_CONTEXT";
+
+/// What a child executor is told besides its arguments: whom it acts for, its scope,
+/// and (for `shell_exec`) its sandbox. Never a secret.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[serde(default)]
+pub struct ExecContext {
+    pub executor: String,
+    pub user_home: PathBuf,
+    pub scope_paths: Vec<String>,
+    pub scope_hosts: Vec<String>,
+    pub max_output_bytes: u64,
+    pub timeout_seconds: u64,
+    pub shell: ShellSettings,
+}
+
+impl Default for ExecContext {
+    /// What a built-in assumes when run by hand, without a runner: the manifests'
+    /// default cap and timeout, no scope.
+    fn default() -> Self {
+        ExecContext {
+            executor: String::new(),
+            user_home: PathBuf::new(),
+            scope_paths: Vec::new(),
+            scope_hosts: Vec::new(),
+            max_output_bytes: 1024 * 1024,
+            timeout_seconds: 30,
+            shell: ShellSettings::default(),
+        }
+    }
+}
+
+/// The sandbox of `shell_exec` (config `[executors]`).
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Default)]
+#[serde(default)]
+pub struct ShellSettings {
+    pub allow: Vec<String>,
+    pub workspace: PathBuf,
+    pub cpu_seconds: u64,
+    pub memory_mb: u64,
+    pub file_size_mb: u64,
+}

@@ -1,0 +1,243 @@
+//! Scope hints enforced: a path must resolve (symlinks followed) inside one of its roots,
+//! a URL's host must match one of its patterns. Used by the runner before a spawn and by
+//! the built-ins again right before they touch a path.
+
+use std::path::{Component, Path, PathBuf};
+
+/// Why a target is out of scope.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ScopeError {
+    #[error("path `{0}` must be absolute or start with ~")]
+    Relative(String),
+    #[error("path `{path}` is outside the allowed roots ({roots})")]
+    Outside { path: String, roots: String },
+    #[error(
+        "path `{path}` leads through a symbolic link to {resolved}, outside the allowed roots ({roots})"
+    )]
+    SymlinkEscape {
+        path: String,
+        resolved: String,
+        roots: String,
+    },
+    #[error("`{0}` is not an http(s) URL")]
+    Url(String),
+    #[error("host `{host}` is not among the allowed hosts ({allowed})")]
+    Host { host: String, allowed: String },
+}
+
+/// `~` and `~/x` under `home`; other text as a path.
+pub fn expand_home(text: &str, home: &Path) -> PathBuf {
+    match text.strip_prefix('~') {
+        Some("") => home.to_owned(),
+        Some(rest) if rest.starts_with('/') => home.join(rest.trim_start_matches('/')),
+        _ => PathBuf::from(text),
+    }
+}
+
+/// Lexical normalisation: `.` and repeated separators go, `..` climbs (not above `/`).
+pub fn normalize(path: &Path) -> PathBuf {
+    let mut out = PathBuf::from("/");
+    for component in path.components() {
+        match component {
+            Component::ParentDir => {
+                out.pop();
+            }
+            Component::Normal(part) => out.push(part),
+            Component::RootDir | Component::CurDir | Component::Prefix(_) => {}
+        }
+    }
+    out
+}
+
+/// The real path of `path`, symlinks resolved, even when its last parts do not exist
+/// yet (a file about to be written): the longest existing ancestor is resolved and the
+/// rest appended.
+pub fn resolve(path: &Path) -> std::io::Result<PathBuf> {
+    let mut existing = path.to_owned();
+    let mut rest = Vec::new();
+    loop {
+        match existing.canonicalize() {
+            Ok(real) => {
+                let mut out = real;
+                for part in rest.iter().rev() {
+                    out.push(part);
+                }
+                return Ok(out);
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                // A dangling symlink is as good as a link: refuse to guess where it goes.
+                if existing.symlink_metadata().is_ok() {
+                    return Err(e);
+                }
+                let Some(name) = existing.file_name().map(ToOwned::to_owned) else {
+                    return Err(e);
+                };
+                rest.push(name);
+                if !existing.pop() {
+                    return Err(e);
+                }
+            }
+            Err(e) => return Err(e),
+        }
+    }
+}
+
+/// Path roots, `~` expanded and resolved (roots that do not exist are dropped).
+#[derive(Debug, Clone, Default)]
+pub struct PathScope {
+    /// Whether the manifest declared roots at all (declared roots that do not exist
+    /// leave nothing allowed, not everything).
+    declared: bool,
+    roots: Vec<PathBuf>,
+    shown: String,
+}
+
+impl PathScope {
+    pub fn new(declared: &[String], home: &Path) -> PathScope {
+        let roots: Vec<PathBuf> = declared
+            .iter()
+            .filter_map(|r| resolve(&normalize(&expand_home(r, home))).ok())
+            .collect();
+        let shown = roots
+            .iter()
+            .map(|r| r.display().to_string())
+            .collect::<Vec<_>>()
+            .join(", ");
+        let shown = if shown.is_empty() {
+            format!("{} (none exists)", declared.join(", "))
+        } else {
+            shown
+        };
+        PathScope {
+            declared: !declared.is_empty(),
+            roots,
+            shown,
+        }
+    }
+
+    /// Whether no root was declared (such a scope restricts nothing).
+    pub fn is_unrestricted(&self) -> bool {
+        !self.declared
+    }
+
+    fn inside(&self, path: &Path) -> bool {
+        self.roots.iter().any(|root| path.starts_with(root))
+    }
+
+    /// The real path `text` names, if it is inside the roots both as written and with
+    /// symlinks resolved.
+    pub fn check(&self, text: &str, home: &Path) -> Result<PathBuf, ScopeError> {
+        let expanded = expand_home(text, home);
+        if !expanded.is_absolute() {
+            return Err(ScopeError::Relative(text.to_owned()));
+        }
+        let lexical = normalize(&expanded);
+        let real = resolve(&lexical).unwrap_or_else(|_| lexical.clone());
+        if !self.declared {
+            return Ok(real);
+        }
+        if !self.inside(&real) {
+            let escaped = lexical != real && self.inside(&lexical);
+            return Err(if escaped {
+                ScopeError::SymlinkEscape {
+                    path: text.to_owned(),
+                    resolved: real.display().to_string(),
+                    roots: self.shown.clone(),
+                }
+            } else {
+                ScopeError::Outside {
+                    path: text.to_owned(),
+                    roots: self.shown.clone(),
+                }
+            });
+        }
+        Ok(real)
+    }
+}
+
+/// Whether `host` matches one of `patterns` (`*`, `*.domain`, exact; case-insensitive).
+pub fn host_allowed(host: &str, patterns: &[String]) -> bool {
+    let host = host.trim_end_matches('.').to_ascii_lowercase();
+    patterns.iter().any(|pattern| {
+        let pattern = pattern.to_ascii_lowercase();
+        if pattern == "*" {
+            return true;
+        }
+        match pattern.strip_prefix("*.") {
+            Some(domain) => host.ends_with(&format!(".{domain}")),
+            None => host == pattern,
+        }
+    })
+}
+
+/// Checks a URL's scheme and host against `patterns` (empty: any host).
+pub fn check_url(text: &str, patterns: &[String]) -> Result<url::Url, ScopeError> {
+    let url = url::Url::parse(text).map_err(|_| ScopeError::Url(text.to_owned()))?;
+    if !matches!(url.scheme(), "http" | "https") {
+        return Err(ScopeError::Url(text.to_owned()));
+    }
+    let host = url
+        .host_str()
+        .ok_or_else(|| ScopeError::Url(text.to_owned()))?
+        .trim_start_matches('[')
+        .trim_end_matches(']')
+        .to_owned();
+    if !patterns.is_empty() && !host_allowed(&host, patterns) {
+        return Err(ScopeError::Host {
+            host,
+            allowed: patterns.join(", "),
+        });
+    }
+    Ok(url)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn paths_inside_pass_and_symlinks_out_are_named_as_escapes() {
+        let dir = tempfile::tempdir().unwrap();
+        let root = dir.path().join("root");
+        let outside = dir.path().join("outside");
+        std::fs::create_dir_all(&root).unwrap();
+        std::fs::create_dir_all(&outside).unwrap();
+        std::fs::write(outside.join("secret"), "x").unwrap();
+        std::os::unix::fs::symlink(&outside, root.join("link")).unwrap();
+        let home = dir.path().to_owned();
+        let scope = PathScope::new(&["~/root".to_owned()], &home);
+
+        let real_root = root.canonicalize().unwrap();
+        assert_eq!(
+            scope.check("~/root/new/file.txt", &home).unwrap(),
+            real_root.join("new/file.txt")
+        );
+        assert!(matches!(
+            scope.check("~/root/link/secret", &home),
+            Err(ScopeError::SymlinkEscape { .. })
+        ));
+        assert!(matches!(
+            scope.check("~/root/../outside/secret", &home),
+            Err(ScopeError::Outside { .. })
+        ));
+        assert!(matches!(
+            scope.check("notes.txt", &home),
+            Err(ScopeError::Relative(_))
+        ));
+    }
+
+    #[test]
+    fn hosts_match_exactly_by_domain_or_any() {
+        let allowed = ["example.com".to_owned(), "*.wiki.org".to_owned()];
+        assert!(check_url("https://example.com/x", &allowed).is_ok());
+        assert!(check_url("https://EXAMPLE.com./x", &allowed).is_ok());
+        assert!(check_url("https://it.wiki.org/x", &allowed).is_ok());
+        assert!(check_url("https://wiki.org.evil.net/x", &allowed).is_err());
+        assert!(check_url("https://evil-example.com/", &allowed).is_err());
+        assert!(matches!(
+            check_url("file:///etc/passwd", &[]),
+            Err(ScopeError::Url(_))
+        ));
+        assert!(check_url("http://[::1]:8080/", &["::1".to_owned()]).is_ok());
+    }
+}

@@ -1,0 +1,261 @@
+//! Ed25519 signatures over canonical manifests: key files (PKCS#8 PEM, as OpenSSL writes
+//! them), the detached `manifest.sig`, and the trusted keys from config.
+//!
+//! Key material never appears in an error or a log line: errors name the file, not what
+//! is in it.
+
+use std::collections::BTreeMap;
+use std::io::Write;
+use std::path::{Path, PathBuf};
+
+use base64::Engine;
+use base64::engine::general_purpose::STANDARD as BASE64;
+use ed25519_dalek::pkcs8::{DecodePrivateKey, EncodePrivateKey};
+use ed25519_dalek::{Signature, Signer, SigningKey, VerifyingKey};
+use serde::{Deserialize, Serialize};
+
+use crate::manifest::Manifest;
+
+/// The detached signature file beside a manifest.
+pub const SIGNATURE_FILE: &str = "manifest.sig";
+
+#[derive(Debug, thiserror::Error)]
+pub enum KeyError {
+    #[error("cannot read the key file {path}: {message}")]
+    Read { path: PathBuf, message: String },
+    #[error("the key file {0} is not an ed25519 private key in PKCS#8 PEM form")]
+    Format(PathBuf),
+    #[error("cannot write the key file {path}: {message}")]
+    Write { path: PathBuf, message: String },
+    #[error("{0} already exists; refusing to overwrite a key")]
+    Exists(PathBuf),
+    #[error("no randomness from the operating system: {0}")]
+    Random(String),
+    #[error("trusted key `{0}` is not a base64 ed25519 public key (32 bytes)")]
+    Trusted(String),
+}
+
+/// A fresh signing key from the operating system's CSPRNG.
+pub fn generate() -> Result<SigningKey, KeyError> {
+    let mut seed = [0u8; 32];
+    getrandom::fill(&mut seed).map_err(|e| KeyError::Random(e.to_string()))?;
+    Ok(SigningKey::from_bytes(&seed))
+}
+
+/// Writes `key` to a new file readable by its owner only.
+pub fn write_key(path: &Path, key: &SigningKey) -> Result<(), KeyError> {
+    let write_error = |e: std::io::Error| KeyError::Write {
+        path: path.to_owned(),
+        message: e.to_string(),
+    };
+    if path.exists() {
+        return Err(KeyError::Exists(path.to_owned()));
+    }
+    if let Some(parent) = path.parent().filter(|p| !p.as_os_str().is_empty()) {
+        std::fs::create_dir_all(parent).map_err(write_error)?;
+    }
+    let pem = key
+        .to_pkcs8_pem(ed25519_dalek::pkcs8::spki::der::pem::LineEnding::LF)
+        .map_err(|_| KeyError::Format(path.to_owned()))?;
+    let mut options = std::fs::OpenOptions::new();
+    options.write(true).create_new(true);
+    #[cfg(unix)]
+    std::os::unix::fs::OpenOptionsExt::mode(&mut options, 0o600);
+    let mut file = options.open(path).map_err(write_error)?;
+    file.write_all(pem.as_bytes()).map_err(write_error)?;
+    file.sync_all().map_err(write_error)
+}
+
+/// Reads a key written by [`write_key`] (or `openssl genpkey -algorithm ed25519`).
+pub fn read_key(path: &Path) -> Result<SigningKey, KeyError> {
+    let text = std::fs::read_to_string(path).map_err(|e| KeyError::Read {
+        path: path.to_owned(),
+        message: e.to_string(),
+    })?;
+    SigningKey::from_pkcs8_pem(&text).map_err(|_| KeyError::Format(path.to_owned()))
+}
+
+/// A public key as config and signature files carry it.
+pub fn public_key_text(key: &VerifyingKey) -> String {
+    BASE64.encode(key.as_bytes())
+}
+
+fn parse_public_key(text: &str) -> Option<VerifyingKey> {
+    let bytes: [u8; 32] = BASE64.decode(text.trim()).ok()?.try_into().ok()?;
+    VerifyingKey::from_bytes(&bytes).ok()
+}
+
+/// The signers whose signatures are accepted (config `executors.trusted_keys`).
+#[derive(Debug, Clone, Default)]
+pub struct Trust {
+    keys: BTreeMap<String, VerifyingKey>,
+}
+
+impl Trust {
+    /// From config: signer name → base64 public key. A malformed key is an error naming
+    /// the signer.
+    pub fn from_config(keys: &BTreeMap<String, String>) -> Result<Trust, KeyError> {
+        let keys = keys
+            .iter()
+            .map(|(name, text)| {
+                parse_public_key(text)
+                    .map(|key| (name.clone(), key))
+                    .ok_or_else(|| KeyError::Trusted(name.clone()))
+            })
+            .collect::<Result<_, _>>()?;
+        Ok(Trust { keys })
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.keys.is_empty()
+    }
+
+    fn signer_of(&self, key: &VerifyingKey) -> Option<&str> {
+        self.keys
+            .iter()
+            .find(|(_, trusted)| *trusted == key)
+            .map(|(name, _)| name.as_str())
+    }
+}
+
+/// `manifest.sig`: who signed, with which key, and the signature.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
+#[serde(deny_unknown_fields)]
+pub struct SignatureFile {
+    pub signer: String,
+    pub public_key: String,
+    pub signature: String,
+}
+
+/// Why a signature is not accepted.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum SignatureError {
+    #[error("no signature ({SIGNATURE_FILE} is missing)")]
+    Missing,
+    #[error("{SIGNATURE_FILE} is malformed: {0}")]
+    Malformed(String),
+    #[error("signed by `{0}`, whose key is not among the trusted keys")]
+    Untrusted(String),
+    #[error("the signature does not match the manifest (changed after signing?)")]
+    Mismatch,
+}
+
+/// Signs `manifest` as `signer`.
+pub fn sign(manifest: &Manifest, key: &SigningKey, signer: &str) -> SignatureFile {
+    let signature = key.sign(&manifest.canonical_bytes());
+    SignatureFile {
+        signer: signer.to_owned(),
+        public_key: public_key_text(&key.verifying_key()),
+        signature: BASE64.encode(signature.to_bytes()),
+    }
+}
+
+/// Reads the signature file in `dir`.
+pub fn read_signature(dir: &Path) -> Result<SignatureFile, SignatureError> {
+    let text = match std::fs::read_to_string(dir.join(SIGNATURE_FILE)) {
+        Ok(text) => text,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Err(SignatureError::Missing),
+        Err(e) => return Err(SignatureError::Malformed(e.to_string())),
+    };
+    toml::from_str(&text).map_err(|e| SignatureError::Malformed(e.message().to_owned()))
+}
+
+/// Checks `signature` over `manifest` against the trusted keys; the trusted signer's
+/// name (as config names it) when it holds.
+pub fn verify(
+    manifest: &Manifest,
+    signature: &SignatureFile,
+    trust: &Trust,
+) -> Result<String, SignatureError> {
+    let key = parse_public_key(&signature.public_key)
+        .ok_or_else(|| SignatureError::Malformed("public_key is not an ed25519 key".into()))?;
+    let Some(signer) = trust.signer_of(&key) else {
+        return Err(SignatureError::Untrusted(
+            signature.signer.chars().take(64).collect(),
+        ));
+    };
+    let bytes: [u8; 64] = BASE64
+        .decode(signature.signature.trim())
+        .ok()
+        .and_then(|b| b.try_into().ok())
+        .ok_or_else(|| SignatureError::Malformed("signature is not 64 base64 bytes".into()))?;
+    key.verify_strict(&manifest.canonical_bytes(), &Signature::from_bytes(&bytes))
+        .map_err(|_| SignatureError::Mismatch)?;
+    Ok(signer.to_owned())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn manifest() -> Manifest {
+        Manifest::parse(
+            r#"
+name = "time_now"
+description = "The time"
+capabilities = ["time:read"]
+program = "metnos-exec"
+[args]
+type = "object"
+"#,
+        )
+        .unwrap()
+    }
+
+    #[test]
+    fn a_signature_holds_until_the_manifest_changes_and_only_for_trusted_keys() {
+        let key = generate().unwrap();
+        let m = manifest();
+        let sig = sign(&m, &key, "owner");
+        let mut keys = BTreeMap::new();
+        keys.insert("home".to_owned(), public_key_text(&key.verifying_key()));
+        let trust = Trust::from_config(&keys).unwrap();
+        assert_eq!(verify(&m, &sig, &trust).unwrap(), "home");
+
+        let mut changed = m.clone();
+        changed.timeout_seconds = 31;
+        assert_eq!(
+            verify(&changed, &sig, &trust),
+            Err(SignatureError::Mismatch)
+        );
+
+        let stranger = generate().unwrap();
+        let forged = sign(&m, &stranger, "home");
+        assert_eq!(
+            verify(&m, &forged, &trust),
+            Err(SignatureError::Untrusted("home".into()))
+        );
+    }
+
+    #[test]
+    fn keys_round_trip_through_a_private_file_and_errors_do_not_show_them() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("keys/owner.key");
+        let key = generate().unwrap();
+        write_key(&path, &key).unwrap();
+        #[cfg(unix)]
+        {
+            use std::os::unix::fs::PermissionsExt;
+            let mode = std::fs::metadata(&path).unwrap().permissions().mode();
+            assert_eq!(mode & 0o777, 0o600);
+        }
+        assert_eq!(read_key(&path).unwrap().to_bytes(), key.to_bytes());
+        assert!(matches!(write_key(&path, &key), Err(KeyError::Exists(_))));
+
+        let pem = std::fs::read_to_string(&path).unwrap();
+        std::fs::write(&path, pem.replace('A', "B")).unwrap();
+        let error = read_key(&path).unwrap_err().to_string();
+        assert!(error.contains("owner.key"), "{error}");
+        assert!(!error.contains("PRIVATE"), "{error}");
+    }
+
+    #[test]
+    fn a_malformed_trusted_key_names_its_signer() {
+        let mut keys = BTreeMap::new();
+        keys.insert("alice".to_owned(), "not-base64!".to_owned());
+        assert_eq!(
+            Trust::from_config(&keys).unwrap_err().to_string(),
+            "trusted key `alice` is not a base64 ed25519 public key (32 bytes)"
+        );
+    }
+}
