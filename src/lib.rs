@@ -5,6 +5,7 @@
 //! - [`policy_cli`]: `metnos policy …` and `metnos grants …`.
 //! - [`approvals_cli`]: `metnos approvals …`.
 //! - [`vaglio_cli`]: `metnos vaglio …`.
+//! - [`executors_cli`]: `metnos executors …`.
 //! - [`admin`]: what the admin commands share.
 //! - [`runfile`]: how every command finds the running stack.
 //!
@@ -13,6 +14,7 @@
 
 pub mod admin;
 pub mod approvals_cli;
+pub mod executors_cli;
 pub mod policy_cli;
 pub mod runfile;
 pub mod status;

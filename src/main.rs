@@ -5,6 +5,7 @@ use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
 use metnos::approvals_cli::{self, ApprovalsCommand};
+use metnos::executors_cli::{self, ExecutorsCommand};
 use metnos::policy_cli::{self, GrantsCommand, PolicyCommand};
 use metnos::vaglio_cli::{self, VaglioCommand};
 use metnos::{status, up};
@@ -56,6 +57,11 @@ enum Command {
         #[command(subcommand)]
         command: ApprovalsCommand,
     },
+    /// Executors: keys, signatures, the catalog, running one by hand.
+    Executors {
+        #[command(subcommand)]
+        command: ExecutorsCommand,
+    },
 }
 
 fn main() -> ExitCode {
@@ -100,6 +106,7 @@ fn main() -> ExitCode {
             Command::Grants { command } => policy_cli::grants(&config, command).await,
             Command::Vaglio { command } => vaglio_cli::vaglio(&config, command).await,
             Command::Approvals { command } => approvals_cli::approvals(&config, command).await,
+            Command::Executors { command } => executors_cli::executors(&config, command).await,
         }
     })
 }

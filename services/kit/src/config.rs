@@ -367,7 +367,7 @@ pub const LLM_TIERS: [&str; 3] = ["fast", "middle", "wise"];
 
 /// Top-level keys an environment variable may override; any other `METNOS_*` variable
 /// (`METNOS_CONFIG`, test settings) is not configuration.
-const TOP_LEVEL_KEYS: [&str; 9] = [
+const TOP_LEVEL_KEYS: [&str; 10] = [
     "data_dir",
     "telemetry",
     "server",
@@ -377,6 +377,7 @@ const TOP_LEVEL_KEYS: [&str; 9] = [
     "planner",
     "gateway",
     "runtime",
+    "executors",
 ];
 
 /// A configuration that cannot be used, with the key and the source at fault.

@@ -62,7 +62,8 @@ fn read(args: &Value, context: &ExecContext) -> Result<Observation, String> {
             skipped += 1;
         }
     }
-    let Some((content, encoding)) = decode_text(&bytes[skipped..]) else {
+    let cut = (start + bytes.len() as u64) < size;
+    let Some((content, encoding)) = decode_text(&bytes[skipped..], cut) else {
         return Err(format!(
             "{text} is a binary file ({size} bytes); fs_read returns text only"
         ));

@@ -89,14 +89,16 @@ pub(crate) fn meta<const N: usize>(pairs: [(&str, Value); N]) -> Map<String, Val
 }
 
 /// Text of bytes: UTF-8 when it is, else Latin-1 (every byte a character); `None` for
-/// binary data (NUL bytes in the first 8 KB).
-pub(crate) fn decode_text(bytes: &[u8]) -> Option<(String, &'static str)> {
+/// binary data (NUL bytes in the first 8 KB). `cut` says the bytes may end inside a
+/// character (a part of a longer file), which is then dropped rather than taken for
+/// Latin-1.
+pub(crate) fn decode_text(bytes: &[u8], cut: bool) -> Option<(String, &'static str)> {
     if bytes[..bytes.len().min(8192)].contains(&0) {
         return None;
     }
     match std::str::from_utf8(bytes) {
         Ok(text) => Some((text.to_owned(), "utf-8")),
-        Err(e) if e.error_len().is_none() => {
+        Err(e) if cut && e.error_len().is_none() => {
             // Cut inside a character at the end (a head read): keep the whole ones.
             let valid = &bytes[..e.valid_up_to()];
             Some((String::from_utf8_lossy(valid).into_owned(), "utf-8"))

@@ -82,7 +82,7 @@ fn parse(args: &Value, context: &ExecContext) -> Result<Observation, String> {
                 ));
             }
             let bytes = std::fs::read(&real).map_err(|e| format!("cannot read {p}: {e}"))?;
-            let (text, _) = super::decode_text(&bytes)
+            let (text, _) = super::decode_text(&bytes, false)
                 .ok_or_else(|| format!("{p} is a binary file, not JSON, CSV or HTML"))?;
             (text, real.display().to_string())
         }

@@ -1,0 +1,106 @@
+//! Spawn-to-observation latency of `time_now` and `fs_read` (a small file), through the
+//! runner with the digest check, as the planner runs them. Also the cost of hashing the
+//! program cold (what a changed or never-seen program costs once).
+//!
+//! cargo build --release -p metnos-executors --bin metnos-exec
+//! cargo run --release -p metnos-executors --example spawn_latency -- --runs 2000
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::time::Instant;
+
+use metnos_executors::install::{install_builtins, sign_dir};
+use metnos_executors::signing::{self, Trust};
+use metnos_executors::{Catalog, Runner};
+use serde_json::json;
+
+fn main() {
+    let mut runs = 2000u64;
+    let mut program: Option<PathBuf> = None;
+    let mut args = std::env::args().skip(1);
+    while let Some(arg) = args.next() {
+        match arg.as_str() {
+            "--runs" => runs = args.next().and_then(|v| v.parse().ok()).expect("--runs N"),
+            "--program" => program = args.next().map(PathBuf::from),
+            other => panic!("unknown argument {other}"),
+        }
+    }
+    let program = program.unwrap_or_else(|| {
+        let exe = std::env::current_exe().unwrap();
+        exe.parent().unwrap().parent().unwrap().join("metnos-exec")
+    });
+    assert!(
+        program.is_file(),
+        "{} is not built (cargo build --release -p metnos-executors --bin metnos-exec)",
+        program.display()
+    );
+    let size = std::fs::metadata(&program).unwrap().len();
+
+    let root = tempfile::tempdir().unwrap();
+    let catalog_dir = root.path().join("catalog");
+    let home = root.path().join("home");
+    std::fs::create_dir_all(&home).unwrap();
+    std::fs::write(home.join("note.txt"), "buy milk\n".repeat(20)).unwrap();
+    install_builtins(&catalog_dir, &program).unwrap();
+    let key = signing::generate().unwrap();
+    sign_dir(&catalog_dir, &key, "bench", false).unwrap();
+    let mut keys = BTreeMap::new();
+    keys.insert(
+        "bench".to_owned(),
+        signing::public_key_text(&key.verifying_key()),
+    );
+    let catalog = Catalog::load(&catalog_dir, &Trust::from_config(&keys).unwrap());
+    assert!(catalog.refused().is_empty(), "{:?}", catalog.refused());
+    let runner = Runner {
+        user_home: home.clone(),
+        ..Runner::default()
+    };
+
+    let cold = {
+        let started = Instant::now();
+        let n = 20;
+        for _ in 0..n {
+            metnos_executors::digest::sha256_file(&program).unwrap();
+        }
+        started.elapsed() / n
+    };
+    println!(
+        "program {} ({:.1} MB): cold sha256 {:.2} ms (paid once per program change)",
+        program.display(),
+        size as f64 / 1e6,
+        cold.as_secs_f64() * 1e3
+    );
+
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap();
+    for (name, args) in [
+        ("time_now", json!({"timezone": "Europe/Rome"})),
+        ("fs_read", json!({"path": "~/note.txt"})),
+    ] {
+        let mut histogram = hdrhistogram::Histogram::<u64>::new(3).unwrap();
+        runtime.block_on(async {
+            // Warm-up, and the digest cache past its racy window.
+            for _ in 0..20 {
+                assert!(runner.check_and_run(&catalog, name, &args).await.ok);
+            }
+            for _ in 0..runs {
+                let started = Instant::now();
+                let observation = runner.check_and_run(&catalog, name, &args).await;
+                histogram
+                    .record(started.elapsed().as_micros() as u64)
+                    .unwrap();
+                assert!(observation.ok, "{observation:?}");
+            }
+        });
+        println!(
+            "{name}: {runs} runs, p50 {:.2} ms, p90 {:.2} ms, p99 {:.2} ms, max {:.2} ms",
+            histogram.value_at_quantile(0.5) as f64 / 1e3,
+            histogram.value_at_quantile(0.9) as f64 / 1e3,
+            histogram.value_at_quantile(0.99) as f64 / 1e3,
+            histogram.max() as f64 / 1e3,
+        );
+    }
+}

@@ -1,0 +1,675 @@
+//! Each built-in executor through the real runner and the signed catalog: normal use and
+//! its bad inputs.
+
+mod common;
+
+use std::convert::Infallible;
+use std::net::SocketAddr;
+
+use bytes::Bytes;
+use common::*;
+use http_body_util::{BodyExt, Full};
+use hyper::{Request, Response};
+use metnos_executors::Catalog;
+use serde_json::{Value, json};
+
+fn setup() -> (Fixture, Catalog) {
+    let f = Fixture::with_builtins();
+    let catalog = f.load();
+    assert_eq!(catalog.refused(), &[]);
+    (f, catalog)
+}
+
+// ---- fs_read ------------------------------------------------------------------------
+
+#[tokio::test]
+async fn fs_read_reads_whole_head_and_tail_and_reports_size_and_encoding() {
+    let (f, catalog) = setup();
+    std::fs::write(f.home().join("diary.md"), "one\ntwo\nthree è\n").unwrap();
+    let o = f
+        .run(&catalog, "fs_read", json!({"path": "~/diary.md"}))
+        .await;
+    assert_eq!(content_text(&o), "one\ntwo\nthree è\n");
+    assert_eq!(meta(&o, "size"), &json!(17));
+    assert_eq!(meta(&o, "encoding"), &json!("utf-8"));
+    let o = f
+        .run(
+            &catalog,
+            "fs_read",
+            json!({"path": "~/diary.md", "head_bytes": 3}),
+        )
+        .await;
+    assert_eq!(content_text(&o), "one");
+    // The tail starts inside "è": the half character is skipped, not mangled.
+    let o = f
+        .run(
+            &catalog,
+            "fs_read",
+            json!({"path": "~/diary.md", "tail_bytes": 2}),
+        )
+        .await;
+    assert_eq!(content_text(&o), "\n");
+    let o = f
+        .run(
+            &catalog,
+            "fs_read",
+            json!({"path": "~/diary.md", "max_bytes": 5}),
+        )
+        .await;
+    assert_eq!(content_text(&o), "one\nt");
+    assert_eq!(meta(&o, "truncated"), &json!(true));
+    std::fs::write(f.home().join("latin.txt"), b"caf\xe9").unwrap();
+    let o = f
+        .run(&catalog, "fs_read", json!({"path": "~/latin.txt"}))
+        .await;
+    assert_eq!(content_text(&o), "café");
+    assert_eq!(meta(&o, "encoding"), &json!("latin-1"));
+}
+
+#[tokio::test]
+async fn fs_read_refuses_missing_files_folders_binaries_and_symlink_escapes() {
+    let (f, catalog) = setup();
+    let o = f
+        .run(&catalog, "fs_read", json!({"path": "~/nope.txt"}))
+        .await;
+    assert_eq!(error(&o), "no such file: ~/nope.txt");
+    std::fs::create_dir(f.home().join("docs")).unwrap();
+    let o = f.run(&catalog, "fs_read", json!({"path": "~/docs"})).await;
+    assert!(error(&o).contains("is a directory"), "{o:?}");
+    std::fs::write(f.home().join("image.png"), b"\x89PNG\r\n\x1a\n\0\0\0\rIHDR").unwrap();
+    let o = f
+        .run(&catalog, "fs_read", json!({"path": "~/image.png"}))
+        .await;
+    assert!(error(&o).contains("is a binary file (16 bytes)"), "{o:?}");
+    std::os::unix::fs::symlink("/etc/passwd", f.home().join("innocent.txt")).unwrap();
+    let o = f
+        .run(&catalog, "fs_read", json!({"path": "~/innocent.txt"}))
+        .await;
+    assert!(
+        error(&o).contains("leads through a symbolic link to /etc/passwd"),
+        "{o:?}"
+    );
+    let o = f
+        .run(
+            &catalog,
+            "fs_read",
+            json!({"path": "~/diary.md", "head_bytes": 1, "tail_bytes": 1}),
+        )
+        .await;
+    assert!(error(&o).contains("not both"), "{o:?}");
+}
+
+#[test]
+fn fs_read_checks_the_scope_itself_too() {
+    // Run in-process with a context, as if the runner's own check had been skipped.
+    let f = Fixture::new();
+    std::os::unix::fs::symlink("/etc/passwd", f.home().join("link")).unwrap();
+    let context = metnos_executors::ExecContext {
+        user_home: f.home(),
+        scope_paths: vec!["~".into()],
+        ..Default::default()
+    };
+    let o = metnos_executors::builtin::run("fs_read", &json!({"path": "~/link"}), &context);
+    assert!(error(&o).contains("symbolic link"), "{o:?}");
+}
+
+// ---- fs_write -----------------------------------------------------------------------
+
+#[tokio::test]
+async fn fs_write_creates_overwrites_and_appends_atomically() {
+    let (f, catalog) = setup();
+    let o = f
+        .run(
+            &catalog,
+            "fs_write",
+            json!({"path": "~/out/new.txt", "content": "hello"}),
+        )
+        .await;
+    assert!(o.ok, "{o:?}");
+    assert_eq!(meta(&o, "bytes_written"), &json!(5));
+    assert_eq!(meta(&o, "created"), &json!(true));
+    assert_eq!(
+        std::fs::read_to_string(f.home().join("out/new.txt")).unwrap(),
+        "hello"
+    );
+    let o = f
+        .run(
+            &catalog,
+            "fs_write",
+            json!({"path": "~/out/new.txt", "content": "again"}),
+        )
+        .await;
+    assert!(error(&o).contains("already exists"), "{o:?}");
+    let o = f
+        .run(
+            &catalog,
+            "fs_write",
+            json!({"path": "~/out/new.txt", "content": "bye", "mode": "overwrite"}),
+        )
+        .await;
+    assert!(o.ok, "{o:?}");
+    let o = f
+        .run(
+            &catalog,
+            "fs_write",
+            json!({"path": "~/out/new.txt", "content": "!", "mode": "append"}),
+        )
+        .await;
+    assert_eq!(meta(&o, "bytes_written"), &json!(1));
+    assert_eq!(
+        std::fs::read_to_string(f.home().join("out/new.txt")).unwrap(),
+        "bye!"
+    );
+    // No temporary files are left beside it.
+    let names: Vec<String> = std::fs::read_dir(f.home().join("out"))
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    assert_eq!(names, ["new.txt"]);
+}
+
+#[tokio::test]
+async fn fs_write_refuses_out_of_scope_targets_and_bad_modes() {
+    let (f, catalog) = setup();
+    let o = f
+        .run(
+            &catalog,
+            "fs_write",
+            json!({"path": "/etc/metnos-test", "content": "x"}),
+        )
+        .await;
+    assert!(error(&o).contains("outside the allowed roots"), "{o:?}");
+    std::os::unix::fs::symlink("/etc", f.home().join("etc-link")).unwrap();
+    let o = f
+        .run(
+            &catalog,
+            "fs_write",
+            json!({"path": "~/etc-link/evil", "content": "x"}),
+        )
+        .await;
+    assert!(error(&o).contains("symbolic link"), "{o:?}");
+    let o = f
+        .run(
+            &catalog,
+            "fs_write",
+            json!({"path": "~/x", "content": "x", "mode": "truncate"}),
+        )
+        .await;
+    assert!(error(&o).contains("do not match its schema"), "{o:?}");
+}
+
+// ---- fs_list ------------------------------------------------------------------------
+
+#[tokio::test]
+async fn fs_list_lists_filters_recurses_and_caps() {
+    let (f, catalog) = setup();
+    let home = f.home();
+    std::fs::create_dir_all(home.join("notes/deep")).unwrap();
+    for name in ["a.md", "b.txt", "notes/c.md", "notes/deep/d.md"] {
+        std::fs::write(home.join(name), "x").unwrap();
+    }
+    let o = f.run(&catalog, "fs_list", json!({"path": "~"})).await;
+    assert!(o.ok, "{o:?}");
+    let names: Vec<&str> = o
+        .content
+        .as_ref()
+        .unwrap()
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| e["name"].as_str().unwrap())
+        .collect();
+    assert_eq!(names, ["a.md", "b.txt", "notes"]);
+    let o = f
+        .run(
+            &catalog,
+            "fs_list",
+            json!({"path": "~", "glob": "*.md", "recursive": true}),
+        )
+        .await;
+    let names: Vec<&str> = o
+        .content
+        .as_ref()
+        .unwrap()
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| e["name"].as_str().unwrap())
+        .collect();
+    assert_eq!(names, ["a.md", "notes/c.md", "notes/deep/d.md"]);
+    let o = f
+        .run(
+            &catalog,
+            "fs_list",
+            json!({"path": "~", "recursive": true, "max_entries": 2}),
+        )
+        .await;
+    assert_eq!(meta(&o, "count"), &json!(2));
+    assert_eq!(meta(&o, "truncated"), &json!(true));
+    let o = f.run(&catalog, "fs_list", json!({"path": "~/a.md"})).await;
+    assert!(error(&o).contains("is a file, not a folder"), "{o:?}");
+    let o = f
+        .run(
+            &catalog,
+            "fs_list",
+            json!({"path": "~", "glob": "[unclosed"}),
+        )
+        .await;
+    assert!(error(&o).contains("is not valid"), "{o:?}");
+}
+
+// ---- time_now -----------------------------------------------------------------------
+
+#[tokio::test]
+async fn time_now_answers_in_the_named_zone_and_refuses_unknown_ones() {
+    let (f, catalog) = setup();
+    let o = f
+        .run(&catalog, "time_now", json!({"timezone": "Europe/Rome"}))
+        .await;
+    let text = content_text(&o);
+    assert!(
+        text.ends_with("+01:00") || text.ends_with("+02:00"),
+        "{text}"
+    );
+    assert_eq!(meta(&o, "timezone"), &json!("Europe/Rome"));
+    let unix = meta(&o, "unix").as_i64().unwrap();
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs() as i64;
+    assert!((now - unix).abs() < 60);
+    let o = f
+        .run(
+            &catalog,
+            "time_now",
+            json!({"timezone": "Mars/Olympus_Mons"}),
+        )
+        .await;
+    assert!(
+        error(&o).starts_with("unknown time zone `Mars/Olympus_Mons`"),
+        "{o:?}"
+    );
+}
+
+// ---- parse_local --------------------------------------------------------------------
+
+#[tokio::test]
+async fn parse_local_turns_json_csv_and_html_into_text() {
+    let (f, catalog) = setup();
+    let o = f
+        .run(&catalog, "parse_local", json!({"text": "{\"a\":[1,2]}"}))
+        .await;
+    assert_eq!(content_text(&o), "{\n  \"a\": [\n    1,\n    2\n  ]\n}");
+    std::fs::write(f.home().join("people.csv"), "name,age\nAda,36\nAlan,41\n").unwrap();
+    let o = f
+        .run(&catalog, "parse_local", json!({"path": "~/people.csv"}))
+        .await;
+    assert_eq!(content_text(&o), "name | age\nAda | 36\nAlan | 41\n");
+    assert_eq!(meta(&o, "rows"), &json!(2));
+    let html = "<html><head><title>t</title><script>evil()</script></head><body><h1>Title</h1><p>Hello <b>world</b></p></body></html>";
+    let o = f
+        .run(
+            &catalog,
+            "parse_local",
+            json!({"text": html, "format": "html"}),
+        )
+        .await;
+    let text = content_text(&o);
+    assert!(
+        text.contains("Title") && text.contains("Hello") && text.contains("world"),
+        "{text}"
+    );
+    assert!(!text.contains('<') && !text.contains("evil()"), "{text}");
+}
+
+#[tokio::test]
+async fn parse_local_names_what_is_malformed() {
+    let (f, catalog) = setup();
+    std::fs::write(f.home().join("bad.csv"), "a,b\n1,2\n3,4,5\n").unwrap();
+    let o = f
+        .run(&catalog, "parse_local", json!({"path": "~/bad.csv"}))
+        .await;
+    assert_eq!(
+        error(&o),
+        "malformed CSV: line 3 has 3 fields, the header has 2"
+    );
+    let o = f
+        .run(
+            &catalog,
+            "parse_local",
+            json!({"text": "{\"a\": }", "format": "json"}),
+        )
+        .await;
+    assert!(
+        error(&o).starts_with("not valid JSON: expected value at line 1 column 7"),
+        "{o:?}"
+    );
+    let o = f.run(&catalog, "parse_local", json!({})).await;
+    assert!(error(&o).contains("give path"), "{o:?}");
+    let o = f
+        .run(&catalog, "parse_local", json!({"path": "~/missing.json"}))
+        .await;
+    assert_eq!(error(&o), "no such file: ~/missing.json");
+}
+
+// ---- shell_exec ---------------------------------------------------------------------
+
+#[tokio::test]
+async fn shell_exec_runs_allowed_programs_in_the_workspace() {
+    let (f, catalog) = setup();
+    let o = f
+        .run(
+            &catalog,
+            "shell_exec",
+            json!({"command": "echo 'hello world'"}),
+        )
+        .await;
+    assert_eq!(content_text(&o), "hello world\n");
+    assert_eq!(meta(&o, "exit_code"), &json!(0));
+    assert_eq!(
+        meta(&o, "cwd"),
+        &json!(f.workspace().canonicalize().unwrap().display().to_string())
+    );
+    let o = f
+        .run(
+            &catalog,
+            "shell_exec",
+            json!({"command": "ls no-such-file"}),
+        )
+        .await;
+    assert!(error(&o).contains("exited with status 2"), "{o:?}");
+    assert!(
+        meta(&o, "stderr")
+            .as_str()
+            .unwrap()
+            .contains("no-such-file")
+    );
+}
+
+#[tokio::test]
+async fn shell_exec_refuses_what_is_not_allowed() {
+    let (f, catalog) = setup();
+    let o = f
+        .run(&catalog, "shell_exec", json!({"command": "rm -rf build"}))
+        .await;
+    assert!(
+        error(&o).starts_with("`rm` is not an allowed program"),
+        "{o:?}"
+    );
+    let o = f
+        .run(&catalog, "shell_exec", json!({"command": "/bin/echo hi"}))
+        .await;
+    assert!(error(&o).contains("is not an allowed program"), "{o:?}");
+    let o = f
+        .run(&catalog, "shell_exec", json!({"command": "echo hi | cat"}))
+        .await;
+    assert!(
+        error(&o).contains("pipes, lists and redirections are not supported"),
+        "{o:?}"
+    );
+    let o = f
+        .run(&catalog, "shell_exec", json!({"command": "echo $(id)"}))
+        .await;
+    assert!(error(&o).contains("command substitution"), "{o:?}");
+    let o = f
+        .run(
+            &catalog,
+            "shell_exec",
+            json!({"command": "ls", "cwd": "../.."}),
+        )
+        .await;
+    assert!(error(&o).contains("outside the workspace"), "{o:?}");
+    let o = f
+        .run(&catalog, "shell_exec", json!({"command": "echo 'unclosed"}))
+        .await;
+    assert_eq!(error(&o), "the command has an unclosed quote");
+}
+
+#[tokio::test]
+async fn shell_exec_holds_the_file_size_limit() {
+    let (f, catalog) = setup();
+    // 3 MB into a file with a 1 MB limit: the kernel stops it.
+    let o = f
+        .run(
+            &catalog,
+            "shell_exec",
+            json!({"command": "dd if=/dev/zero of=big bs=1M count=3"}),
+        )
+        .await;
+    assert!(!o.ok, "{o:?}");
+    let size = std::fs::metadata(f.workspace().join("big"))
+        .map(|m| m.len())
+        .unwrap_or(0);
+    assert!(size <= 1024 * 1024, "wrote {size} bytes");
+}
+
+#[tokio::test]
+async fn shell_exec_writes_only_in_the_workspace_where_landlock_exists() {
+    let (f, catalog) = setup();
+    let o = f
+        .run(
+            &catalog,
+            "shell_exec",
+            json!({"command": "touch inside.txt"}),
+        )
+        .await;
+    assert!(o.ok, "{o:?}");
+    assert!(f.workspace().join("inside.txt").exists());
+    let outside = f.home().join("outside.txt");
+    let o = f
+        .run(
+            &catalog,
+            "shell_exec",
+            json!({"command": format!("touch {}", outside.display())}),
+        )
+        .await;
+    let landlock = meta(&o, "landlock").as_str().unwrap().to_owned();
+    if landlock == "enforced" || landlock.starts_with("partially") {
+        assert!(!o.ok, "{o:?}");
+        assert!(
+            meta(&o, "stderr")
+                .as_str()
+                .unwrap()
+                .contains("Permission denied"),
+            "{o:?}"
+        );
+        assert!(
+            !outside.exists(),
+            "Landlock let a write outside the workspace through"
+        );
+    } else {
+        // The kernel has no Landlock: the executor must say so rather than pretend.
+        assert!(landlock.starts_with("not enforced"), "{landlock}");
+        eprintln!("Landlock is not available on this kernel: {landlock}");
+    }
+}
+
+// ---- web_fetch ----------------------------------------------------------------------
+
+async fn handle(
+    request: Request<hyper::body::Incoming>,
+) -> Result<Response<Full<Bytes>>, Infallible> {
+    let path = request.uri().path().to_owned();
+    let header = request
+        .headers()
+        .get("x-test")
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or("")
+        .to_owned();
+    let body = request
+        .into_body()
+        .collect()
+        .await
+        .map(|b| b.to_bytes())
+        .unwrap_or_default();
+    let response = |status: u16, content_type: &str, body: Vec<u8>| {
+        Response::builder()
+            .status(status)
+            .header("content-type", content_type)
+            .body(Full::new(Bytes::from(body)))
+            .unwrap()
+    };
+    Ok(match path.as_str() {
+        "/latin" => response(200, "text/plain; charset=iso-8859-1", b"caf\xe9".to_vec()),
+        "/echo" => response(
+            200,
+            "application/json",
+            format!(
+                "{{\"body\":\"{}\",\"header\":\"{header}\"}}",
+                String::from_utf8_lossy(&body)
+            )
+            .into_bytes(),
+        ),
+        "/binary" => response(200, "image/png", vec![0x89, b'P', b'N', b'G', 0, 0]),
+        "/big" => response(200, "text/plain", vec![b'x'; 3 * 1024 * 1024]),
+        "/away" => Response::builder()
+            .status(302)
+            .header("location", "http://localhost:9/elsewhere")
+            .body(Full::new(Bytes::new()))
+            .unwrap(),
+        p if p.starts_with("/loop/") => {
+            let n: u32 = p[6..].parse().unwrap_or(0);
+            Response::builder()
+                .status(302)
+                .header("location", format!("/loop/{}", n + 1))
+                .body(Full::new(Bytes::new()))
+                .unwrap()
+        }
+        _ => response(404, "text/plain", b"not here".to_vec()),
+    })
+}
+
+/// A real HTTP server on loopback, on its own thread.
+fn http_server() -> SocketAddr {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    listener.set_nonblocking(true).unwrap();
+    let addr = listener.local_addr().unwrap();
+    std::thread::spawn(move || {
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        runtime.block_on(async move {
+            let listener = tokio::net::TcpListener::from_std(listener).unwrap();
+            loop {
+                let Ok((stream, _)) = listener.accept().await else {
+                    continue;
+                };
+                tokio::spawn(async move {
+                    let io = hyper_util::rt::TokioIo::new(stream);
+                    let _ = hyper::server::conn::http1::Builder::new()
+                        .serve_connection(io, hyper::service::service_fn(handle))
+                        .await;
+                });
+            }
+        });
+    });
+    addr
+}
+
+#[tokio::test]
+async fn web_fetch_gets_posts_and_decodes_text() {
+    let (f, catalog) = setup();
+    let addr = http_server();
+    let o = f
+        .run(
+            &catalog,
+            "web_fetch",
+            json!({"url": format!("http://{addr}/latin")}),
+        )
+        .await;
+    assert_eq!(content_text(&o), "café");
+    assert_eq!(meta(&o, "status"), &json!(200));
+    assert_eq!(meta(&o, "bytes"), &json!(4));
+    assert_eq!(meta(&o, "encoding"), &json!("windows-1252"));
+    let o = f
+        .run(&catalog, "web_fetch", json!({"url": format!("http://{addr}/echo"), "method": "POST", "body": "hi", "headers": {"x-test": "yes"}}))
+        .await;
+    assert_eq!(content_text(&o), r#"{"body":"hi","header":"yes"}"#);
+    let o = f
+        .run(
+            &catalog,
+            "web_fetch",
+            json!({"url": format!("http://{addr}/binary")}),
+        )
+        .await;
+    assert_eq!(meta(&o, "encoding"), &json!("binary"));
+    assert_eq!(content_text(&o), "(6 bytes of image/png, not text)");
+    let o = f
+        .run(
+            &catalog,
+            "web_fetch",
+            json!({"url": format!("http://{addr}/big"), "max_bytes": 1000}),
+        )
+        .await;
+    assert_eq!(content_text(&o).len(), 1000);
+    assert_eq!(meta(&o, "truncated"), &json!(true));
+}
+
+#[tokio::test]
+async fn web_fetch_reports_404_bad_urls_and_redirect_loops() {
+    let (f, catalog) = setup();
+    let addr = http_server();
+    let o = f
+        .run(
+            &catalog,
+            "web_fetch",
+            json!({"url": format!("http://{addr}/missing")}),
+        )
+        .await;
+    assert_eq!(
+        error(&o),
+        format!("HTTP 404 Not Found from http://{addr}/missing")
+    );
+    assert_eq!(meta(&o, "status"), &json!(404));
+    let o = f
+        .run(&catalog, "web_fetch", json!({"url": "not a url"}))
+        .await;
+    assert!(
+        error(&o).contains("`not a url` is not an http(s) URL"),
+        "{o:?}"
+    );
+    let o = f
+        .run(&catalog, "web_fetch", json!({"url": "ftp://example.com/x"}))
+        .await;
+    assert!(error(&o).contains("is not an http(s) URL"), "{o:?}");
+    let o = f
+        .run(
+            &catalog,
+            "web_fetch",
+            json!({"url": format!("http://{addr}/loop/0")}),
+        )
+        .await;
+    assert!(error(&o).contains("more than 5 redirects"), "{o:?}");
+    let o = f
+        .run(
+            &catalog,
+            "web_fetch",
+            json!({"url": format!("http://{addr}/x"), "method": "DELETE"}),
+        )
+        .await;
+    assert!(error(&o).contains("do not match its schema"), "{o:?}");
+}
+
+#[test]
+fn web_fetch_holds_every_redirect_to_the_allowed_hosts() {
+    let addr = http_server();
+    let context = metnos_executors::ExecContext {
+        scope_hosts: vec!["127.0.0.1".into()],
+        timeout_seconds: 10,
+        ..Default::default()
+    };
+    let run =
+        |url: String| metnos_executors::builtin::run("web_fetch", &json!({"url": url}), &context);
+    let o = run(format!("http://{addr}/away"));
+    assert!(
+        error(&o).contains("redirected to `localhost`, outside the allowed hosts"),
+        "{o:?}"
+    );
+    let o = run("http://localhost:9/".into());
+    assert!(
+        error(&o).contains("host `localhost` is not among the allowed hosts"),
+        "{o:?}"
+    );
+    let _: Option<Value> = None;
+}

@@ -1,0 +1,261 @@
+//! `metnos executors …`: keys, signatures, the catalog, and running one executor by hand
+//! (through the same checks the planner uses) to debug it without an LLM.
+
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+
+use clap::Subcommand;
+use metnos_executors::install::{install_builtins, sign_dir};
+use metnos_executors::signing::{self, Trust};
+use metnos_executors::{BUILTIN_PROGRAM, Catalog, Runner, ShellSettings};
+use metnos_kit::Config;
+use metnos_kit::launch::EXIT_CONFIG;
+use serde_json::{Value, json};
+
+use crate::admin::print_line;
+
+#[derive(Debug, Subcommand)]
+pub enum ExecutorsCommand {
+    /// Creates a signing key (PKCS#8 PEM, readable by you only) and prints its public key
+    /// for [executors.trusted_keys].
+    Keygen {
+        /// The signer's name, as config will list it.
+        #[arg(long, default_value = "owner")]
+        name: String,
+        /// Where to write the key (default: <data_dir>/keys/<name>.key).
+        #[arg(long, value_name = "FILE")]
+        out: Option<PathBuf>,
+    },
+    /// Records each program's sha256 in its manifest and signs the manifest.
+    Sign {
+        /// A catalog folder, or one executor's folder.
+        dir: PathBuf,
+        /// The private key (from `metnos executors keygen`).
+        #[arg(long, value_name = "FILE")]
+        key: PathBuf,
+        /// The signer's name (default: the key file's name without extension).
+        #[arg(long)]
+        signer: Option<String>,
+        /// Do not record the digest: refuse unless the recorded one already matches.
+        #[arg(long)]
+        keep_digest: bool,
+    },
+    /// Checks every executor under DIR as the catalog loader does; exit 1 if any is refused.
+    Verify {
+        /// A catalog folder, or one executor's folder (default: the configured catalog).
+        dir: Option<PathBuf>,
+    },
+    /// The configured catalog, one JSON line per executor: name, capabilities, signer, status.
+    List,
+    /// Runs one executor through the planner's checks (digest, schema, scope hints) and
+    /// prints its observation; exit 1 when it is not ok.
+    Run {
+        /// The executor's name, e.g. fs_read.
+        name: String,
+        /// Its arguments, a JSON object.
+        #[arg(long, default_value = "{}")]
+        args: String,
+    },
+    /// Writes the built-in executors' manifests into DIR (default: the configured
+    /// catalog), pointing at the installed metnos-exec; sign them next.
+    Install {
+        dir: Option<PathBuf>,
+        /// The metnos-exec program (default: the one beside this `metnos`).
+        #[arg(long, value_name = "FILE")]
+        program: Option<PathBuf>,
+    },
+}
+
+fn trust(config: &Config) -> Result<Trust, ExitCode> {
+    Trust::from_config(&config.executors.trusted_keys).map_err(|e| {
+        eprintln!("metnos: executors.trusted_keys: {e}");
+        ExitCode::from(EXIT_CONFIG)
+    })
+}
+
+fn report(catalog: &Catalog) -> bool {
+    for executor in catalog.executors() {
+        print_line(&json!({
+            "name": executor.name(),
+            "capabilities": executor.manifest.capabilities,
+            "signer": executor.signer,
+            "status": "ok",
+        }));
+    }
+    for refusal in catalog.refused() {
+        print_line(&json!({
+            "name": refusal.name,
+            "capabilities": Value::Null,
+            "signer": Value::Null,
+            "status": "refused",
+            "reason": refusal.reason,
+            "dir": refusal.dir.display().to_string(),
+        }));
+    }
+    if catalog.is_empty() && catalog.refused().is_empty() {
+        eprintln!(
+            "metnos: no executors in {} (`metnos executors install` puts the built-ins there)",
+            catalog.dir().display()
+        );
+    }
+    catalog.refused().is_empty()
+}
+
+fn sibling_program() -> PathBuf {
+    std::env::current_exe()
+        .map(|exe| exe.with_file_name(BUILTIN_PROGRAM))
+        .unwrap_or_else(|_| PathBuf::from(BUILTIN_PROGRAM))
+}
+
+/// The runner as config describes it.
+pub fn runner(config: &Config) -> Runner {
+    let e = &config.executors;
+    Runner {
+        user_home: config.runtime.user_home.clone(),
+        shell: ShellSettings {
+            allow: e.shell_allow.clone(),
+            workspace: e.workspace.clone(),
+            cpu_seconds: e.shell_cpu_seconds,
+            memory_mb: e.shell_memory_mb,
+            file_size_mb: e.shell_file_size_mb,
+        },
+    }
+}
+
+pub async fn executors(config: &Config, command: ExecutorsCommand) -> ExitCode {
+    match command {
+        ExecutorsCommand::Keygen { name, out } => {
+            if !metnos_executors::manifest::valid_name(&name.replace('-', "_")) {
+                eprintln!(
+                    "metnos: signer name `{name}` should be a simple word (letters, digits, _ or -)"
+                );
+                return ExitCode::FAILURE;
+            }
+            let path =
+                out.unwrap_or_else(|| config.data_dir.join("keys").join(format!("{name}.key")));
+            let key = match signing::generate() {
+                Ok(key) => key,
+                Err(e) => {
+                    eprintln!("metnos: {e}");
+                    return ExitCode::FAILURE;
+                }
+            };
+            if let Err(e) = signing::write_key(&path, &key) {
+                eprintln!("metnos: {e}");
+                return ExitCode::FAILURE;
+            }
+            let public = signing::public_key_text(&key.verifying_key());
+            print_line(
+                &json!({"signer": name, "public_key": public, "key_file": path.display().to_string()}),
+            );
+            eprintln!(
+                "metnos: add to your config to trust it:\n[executors.trusted_keys]\n{name} = \"{public}\""
+            );
+        }
+        ExecutorsCommand::Sign {
+            dir,
+            key,
+            signer,
+            keep_digest,
+        } => {
+            let signing_key = match signing::read_key(&key) {
+                Ok(k) => k,
+                Err(e) => {
+                    eprintln!("metnos: {e}");
+                    return ExitCode::FAILURE;
+                }
+            };
+            let signer = signer.unwrap_or_else(|| {
+                key.file_stem()
+                    .map_or_else(|| "owner".to_owned(), |s| s.to_string_lossy().into_owned())
+            });
+            match sign_dir(&dir, &signing_key, &signer, keep_digest) {
+                Ok(signed) => {
+                    for s in signed {
+                        print_line(&json!({
+                            "name": s.name,
+                            "signer": signer,
+                            "program_sha256": s.program_sha256,
+                            "dir": s.dir.display().to_string(),
+                        }));
+                    }
+                }
+                Err(e) => {
+                    eprintln!("metnos: {e}");
+                    return ExitCode::FAILURE;
+                }
+            }
+        }
+        ExecutorsCommand::Verify { dir } => {
+            let trust = match trust(config) {
+                Ok(t) => t,
+                Err(code) => return code,
+            };
+            let dir = dir.unwrap_or_else(|| config.executors.catalog_dir.clone());
+            if !dir.is_dir() {
+                eprintln!("metnos: {} is not a folder", dir.display());
+                return ExitCode::FAILURE;
+            }
+            if !report(&Catalog::load(&dir, &trust)) {
+                return ExitCode::FAILURE;
+            }
+        }
+        ExecutorsCommand::List => {
+            let trust = match trust(config) {
+                Ok(t) => t,
+                Err(code) => return code,
+            };
+            report(&Catalog::load(&config.executors.catalog_dir, &trust));
+        }
+        ExecutorsCommand::Run { name, args } => {
+            let args: Value = match serde_json::from_str(&args) {
+                Ok(v @ Value::Object(_)) => v,
+                Ok(_) => {
+                    eprintln!("metnos: --args must be a JSON object");
+                    return ExitCode::FAILURE;
+                }
+                Err(e) => {
+                    eprintln!("metnos: --args is not JSON: {e}");
+                    return ExitCode::FAILURE;
+                }
+            };
+            let trust = match trust(config) {
+                Ok(t) => t,
+                Err(code) => return code,
+            };
+            let catalog = Catalog::load(&config.executors.catalog_dir, &trust);
+            let observation = runner(config).check_and_run(&catalog, &name, &args).await;
+            print_line(&serde_json::to_value(&observation).unwrap_or(Value::Null));
+            if !observation.ok {
+                return ExitCode::FAILURE;
+            }
+        }
+        ExecutorsCommand::Install { dir, program } => {
+            let dir = dir.unwrap_or_else(|| config.executors.catalog_dir.clone());
+            let program = program.unwrap_or_else(sibling_program);
+            if !Path::new(&program).is_file() {
+                eprintln!(
+                    "metnos: {} not found (build it, or pass --program)",
+                    program.display()
+                );
+                return ExitCode::FAILURE;
+            }
+            match install_builtins(&dir, &program) {
+                Ok(dirs) => {
+                    for d in dirs {
+                        print_line(&json!({"installed": d.display().to_string()}));
+                    }
+                    eprintln!(
+                        "metnos: now sign them: metnos executors sign {} --key <your key>",
+                        dir.display()
+                    );
+                }
+                Err(e) => {
+                    eprintln!("metnos: {e}");
+                    return ExitCode::FAILURE;
+                }
+            }
+        }
+    }
+    ExitCode::SUCCESS
+}

@@ -1,0 +1,161 @@
+//! `metnos executors keygen|install|sign|verify|list|run`: the owner's whole path from a
+//! fresh key to running a built-in by hand, and what tampering looks like from there.
+
+mod common;
+
+use common::{Sandbox, sibling_binary};
+use serde_json::Value;
+
+fn lines(stdout: &str) -> Vec<Value> {
+    stdout
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("{l}: {e}")))
+        .collect()
+}
+
+#[tokio::test]
+async fn keygen_install_sign_list_and_run() {
+    let mut sandbox = Sandbox::new();
+    let exec = sibling_binary("metnos-exec");
+    let catalog = sandbox.data_dir().join("executors");
+
+    let (code, stdout, stderr) = sandbox
+        .run(&["executors", "keygen", "--name", "owner"])
+        .await;
+    assert_eq!(code, 0, "{stderr}");
+    let key = &lines(&stdout)[0];
+    let public = key["public_key"].as_str().unwrap().to_owned();
+    let key_file = key["key_file"].as_str().unwrap().to_owned();
+    assert!(
+        stderr.contains(&format!("owner = \"{public}\"")),
+        "{stderr}"
+    );
+    let private = std::fs::read_to_string(&key_file).unwrap();
+    assert!(
+        !stdout.contains(private.lines().nth(1).unwrap()),
+        "the private key was printed"
+    );
+    let (code, _, stderr) = sandbox
+        .run(&["executors", "keygen", "--name", "owner"])
+        .await;
+    assert_eq!(code, 1);
+    assert!(stderr.contains("already exists"), "{stderr}");
+
+    let exec_text = exec.display().to_string();
+    let (code, stdout, stderr) = sandbox
+        .run(&["executors", "install", "--program", &exec_text])
+        .await;
+    assert_eq!(code, 0, "{stderr}");
+    assert_eq!(lines(&stdout).len(), 7);
+
+    // Not yet signed and not yet trusted: listed as refused, with reasons.
+    let (code, stdout, _) = sandbox.run(&["executors", "list"]).await;
+    assert_eq!(code, 0);
+    assert!(lines(&stdout).iter().all(|l| l["status"] == "refused"));
+
+    let catalog_text = catalog.display().to_string();
+    let (code, stdout, stderr) = sandbox
+        .run(&["executors", "sign", &catalog_text, "--key", &key_file])
+        .await;
+    assert_eq!(code, 0, "{stderr}");
+    let signed = lines(&stdout);
+    assert_eq!(signed.len(), 7);
+    assert!(
+        signed
+            .iter()
+            .all(|l| l["signer"] == "owner" && l["program_sha256"].as_str().unwrap().len() == 64)
+    );
+
+    // Signed but the key is not trusted yet.
+    let (code, stdout, _) = sandbox.run(&["executors", "verify"]).await;
+    assert_eq!(code, 1);
+    assert!(lines(&stdout).iter().all(|l| {
+        l["reason"]
+            .as_str()
+            .unwrap()
+            .contains("not among the trusted keys")
+    }));
+
+    sandbox.set("METNOS_EXECUTORS__TRUSTED_KEYS__OWNER", &public);
+    let (code, stdout, stderr) = sandbox.run(&["executors", "list"]).await;
+    assert_eq!(code, 0, "{stderr}");
+    let listed = lines(&stdout);
+    assert_eq!(listed.len(), 7);
+    let fs_read = listed.iter().find(|l| l["name"] == "fs_read").unwrap();
+    assert_eq!(fs_read["capabilities"], serde_json::json!(["fs:read"]));
+    assert_eq!(fs_read["signer"], "owner");
+    assert_eq!(fs_read["status"], "ok");
+
+    std::fs::write(sandbox.dir.path().join("notes.txt"), "buy milk\n").unwrap();
+    let (code, stdout, stderr) = sandbox
+        .run(&[
+            "executors",
+            "run",
+            "fs_read",
+            "--args",
+            r#"{"path": "~/notes.txt"}"#,
+        ])
+        .await;
+    assert_eq!(code, 0, "{stderr}");
+    let observation = &lines(&stdout)[0];
+    assert_eq!(observation["ok"], true);
+    assert_eq!(observation["content"], "buy milk\n");
+
+    let (code, stdout, _) = sandbox
+        .run(&[
+            "executors",
+            "run",
+            "fs_read",
+            "--args",
+            r#"{"path": "~/missing.txt"}"#,
+        ])
+        .await;
+    assert_eq!(code, 1);
+    assert_eq!(lines(&stdout)[0]["error"], "no such file: ~/missing.txt");
+    let (code, _, stderr) = sandbox
+        .run(&["executors", "run", "fs_read", "--args", "{oops"])
+        .await;
+    assert_eq!(code, 1);
+    assert!(stderr.contains("--args is not JSON"), "{stderr}");
+
+    // A manifest edited after signing is refused, by name and reason.
+    let manifest = catalog.join("time_now/manifest.toml");
+    let text = std::fs::read_to_string(&manifest).unwrap();
+    std::fs::write(
+        &manifest,
+        text.replace("timeout_seconds = 5", "timeout_seconds = 600"),
+    )
+    .unwrap();
+    let (code, stdout, _) = sandbox.run(&["executors", "verify"]).await;
+    assert_eq!(code, 1);
+    let refused: Vec<Value> = lines(&stdout)
+        .into_iter()
+        .filter(|l| l["status"] == "refused")
+        .collect();
+    assert_eq!(refused.len(), 1);
+    assert_eq!(refused[0]["name"], "time_now");
+    assert!(
+        refused[0]["reason"]
+            .as_str()
+            .unwrap()
+            .contains("signature does not match")
+    );
+    let (code, stdout, _) = sandbox.run(&["executors", "run", "time_now"]).await;
+    assert_eq!(code, 1);
+    assert_eq!(
+        lines(&stdout)[0]["error"],
+        "no executor named `time_now` in the catalog"
+    );
+}
+
+#[tokio::test]
+async fn a_malformed_trusted_key_is_a_config_error() {
+    let mut sandbox = Sandbox::new();
+    sandbox.set("METNOS_EXECUTORS__TRUSTED_KEYS__BOB", "not a key");
+    let (code, _, stderr) = sandbox.run(&["executors", "list"]).await;
+    assert_eq!(code, 2);
+    assert!(
+        stderr.contains("trusted key `bob` is not a base64 ed25519 public key"),
+        "{stderr}"
+    );
+}
