@@ -6,6 +6,7 @@
 //! - [`approvals_cli`]: `metnos approvals …`.
 //! - [`vaglio_cli`]: `metnos vaglio …`.
 //! - [`executors_cli`]: `metnos executors …`.
+//! - [`ask_cli`]: `metnos ask …` and `metnos turns …`.
 //! - [`admin`]: what the admin commands share.
 //! - [`runfile`]: how every command finds the running stack.
 //!
@@ -14,6 +15,7 @@
 
 pub mod admin;
 pub mod approvals_cli;
+pub mod ask_cli;
 pub mod executors_cli;
 pub mod policy_cli;
 pub mod runfile;

@@ -5,6 +5,7 @@ use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
 use metnos::approvals_cli::{self, ApprovalsCommand};
+use metnos::ask_cli::{self, AskArgs, TurnsCommand};
 use metnos::executors_cli::{self, ExecutorsCommand};
 use metnos::policy_cli::{self, GrantsCommand, PolicyCommand};
 use metnos::vaglio_cli::{self, VaglioCommand};
@@ -57,6 +58,13 @@ enum Command {
         #[command(subcommand)]
         command: ApprovalsCommand,
     },
+    /// One turn: ask Metnos to do something, see its steps, answer its approval cards.
+    Ask(AskArgs),
+    /// The turn log: one turn, or a day's turns.
+    Turns {
+        #[command(subcommand)]
+        command: TurnsCommand,
+    },
     /// Executors: keys, signatures, the catalog, running one by hand.
     Executors {
         #[command(subcommand)]
@@ -107,6 +115,8 @@ fn main() -> ExitCode {
             Command::Vaglio { command } => vaglio_cli::vaglio(&config, command).await,
             Command::Approvals { command } => approvals_cli::approvals(&config, command).await,
             Command::Executors { command } => executors_cli::executors(&config, command).await,
+            Command::Ask(args) => ask_cli::ask(&config, args).await,
+            Command::Turns { command } => ask_cli::turns(&config, command).await,
         }
     })
 }

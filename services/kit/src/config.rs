@@ -129,6 +129,7 @@ pub struct Config {
     pub gateway: ServiceConfig,
     pub runtime: RuntimeConfig,
     pub executors: ExecutorsConfig,
+    pub turns: TurnsConfig,
 }
 
 impl Default for Config {
@@ -144,6 +145,7 @@ impl Default for Config {
             gateway: ServiceConfig::for_service(ServiceName::Gateway),
             runtime: RuntimeConfig::default(),
             executors: ExecutorsConfig::default(),
+            turns: TurnsConfig::default(),
         }
     }
 }
@@ -321,6 +323,57 @@ impl Default for ExecutorsConfig {
     }
 }
 
+/// The planner's turns: caps, budget, pre-filter, scratchpad, hybrid escalation.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields, default)]
+pub struct TurnsConfig {
+    /// Most tool calls in one turn.
+    pub cap_steps: u32,
+    /// Most calls of one executor in one turn.
+    pub cap_same_executor: u32,
+    /// Wall-clock budget of a turn's own work (LLM calls and executors; time spent waiting
+    /// for a person's approval does not count).
+    pub budget_seconds: u64,
+    /// Most executors the pre-filter offers the LLM.
+    pub prefilter_max: u32,
+    /// Observations larger than this (bytes of JSON) go to the scratchpad.
+    pub scratchpad_threshold_bytes: u64,
+    /// How long scratchpad entries and finished turns' checkpoints are kept.
+    pub retention_hours: u64,
+    /// Hybrid mode: escalate to the wise tier after this many failed steps (0: never).
+    pub hybrid_escalate_after_failures: u32,
+    /// Hybrid mode: escalate to the wise tier when a candidate executor needs one of these
+    /// capabilities.
+    pub hybrid_wise_capabilities: Vec<String>,
+    /// The autonomy level of the local user in `metnos ask` / `metnos chat`.
+    pub cli_level: AutonomyLevelName,
+}
+
+impl Default for TurnsConfig {
+    fn default() -> Self {
+        TurnsConfig {
+            cap_steps: 5,
+            cap_same_executor: 2,
+            budget_seconds: 300,
+            prefilter_max: 30,
+            scratchpad_threshold_bytes: 4096,
+            retention_hours: 24,
+            hybrid_escalate_after_failures: 2,
+            hybrid_wise_capabilities: Vec::new(),
+            cli_level: AutonomyLevelName::Supervised,
+        }
+    }
+}
+
+/// An autonomy level by name, as config writes it.
+#[derive(Debug, Clone, Copy, Serialize, Deserialize, PartialEq, Eq, Default)]
+pub enum AutonomyLevelName {
+    ReadOnly,
+    #[default]
+    Supervised,
+    Full,
+}
+
 /// How the planner loops.
 #[derive(Debug, Clone, Copy, Serialize, Deserialize, PartialEq, Eq, Default)]
 #[serde(rename_all = "lowercase")]
@@ -367,7 +420,7 @@ pub const LLM_TIERS: [&str; 3] = ["fast", "middle", "wise"];
 
 /// Top-level keys an environment variable may override; any other `METNOS_*` variable
 /// (`METNOS_CONFIG`, test settings) is not configuration.
-const TOP_LEVEL_KEYS: [&str; 10] = [
+const TOP_LEVEL_KEYS: [&str; 11] = [
     "data_dir",
     "telemetry",
     "server",
@@ -378,6 +431,7 @@ const TOP_LEVEL_KEYS: [&str; 10] = [
     "gateway",
     "runtime",
     "executors",
+    "turns",
 ];
 
 /// A configuration that cannot be used, with the key and the source at fault.
@@ -579,6 +633,24 @@ impl Config {
                 "executors.shell_file_size_mb",
                 self.executors.shell_file_size_mb,
             ),
+        ] {
+            if value == 0 {
+                return Err(ConfigError::key(key, "must be at least 1"));
+            }
+        }
+        for (key, value) in [
+            ("turns.cap_steps", u64::from(self.turns.cap_steps)),
+            (
+                "turns.cap_same_executor",
+                u64::from(self.turns.cap_same_executor),
+            ),
+            ("turns.budget_seconds", self.turns.budget_seconds),
+            ("turns.prefilter_max", u64::from(self.turns.prefilter_max)),
+            (
+                "turns.scratchpad_threshold_bytes",
+                self.turns.scratchpad_threshold_bytes,
+            ),
+            ("turns.retention_hours", self.turns.retention_hours),
         ] {
             if value == 0 {
                 return Err(ConfigError::key(key, "must be at least 1"));

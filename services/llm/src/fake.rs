@@ -39,6 +39,26 @@ pub enum Reply {
     Malformed(String),
     /// The reply, after a delay.
     Delayed(Duration, Box<Reply>),
+    /// A reply worked out from the request's JSON body (e.g. to call a tool with an id
+    /// an earlier tool result holds).
+    FromRequest(Responder),
+}
+
+/// A function from a request body to a reply.
+#[derive(Clone)]
+pub struct Responder(pub Arc<dyn Fn(&Value) -> Reply + Send + Sync>);
+
+impl std::fmt::Debug for Responder {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Responder(..)")
+    }
+}
+
+impl Reply {
+    /// A reply computed from the request body.
+    pub fn from_request(f: impl Fn(&Value) -> Reply + Send + Sync + 'static) -> Reply {
+        Reply::FromRequest(Responder(Arc::new(f)))
+    }
 }
 
 /// A request the server received.
@@ -206,9 +226,18 @@ async fn handle(
             None,
         ));
     };
-    while let Reply::Delayed(delay, inner) = reply {
-        tokio::time::sleep(delay).await;
-        reply = *inner;
+    loop {
+        match reply {
+            Reply::Delayed(delay, inner) => {
+                tokio::time::sleep(delay).await;
+                reply = *inner;
+            }
+            Reply::FromRequest(responder) => {
+                let body: Value = serde_json::from_slice(&bytes).unwrap_or(Value::Null);
+                reply = (responder.0)(&body);
+            }
+            _ => break,
+        }
     }
     let model = peek.model.unwrap_or_else(|| "fake".to_owned());
     let output_tool = peek.tool_choice.and_then(|c| c.name);

@@ -1,0 +1,275 @@
+//! The pre-filter (seed agent_runtime.md ch. 5): which executors the LLM is offered for a
+//! query. Bag of words over an inverted index: the query's words against each manifest's
+//! name, description and affinity words, affinity matches counting double. K adapts: few
+//! candidates when the best clearly dominates, more when scores are close, never more
+//! than the configured cap.
+
+use std::collections::{BTreeSet, HashMap};
+
+/// A word as the pre-filter sees it: lower case, accents stripped, letters and digits.
+pub fn tokens(text: &str) -> Vec<String> {
+    let mut out = Vec::new();
+    let mut word = String::new();
+    for c in text.chars() {
+        if !push_folded(c, &mut word) && !word.is_empty() {
+            out.push(std::mem::take(&mut word));
+        }
+    }
+    if !word.is_empty() {
+        out.push(word);
+    }
+    out
+}
+
+/// Appends `c` lower-cased with its accent stripped; `false` for a separator.
+fn push_folded(c: char, word: &mut String) -> bool {
+    const LATIN: &[(char, &str)] = &[
+        ('à', "a"),
+        ('á', "a"),
+        ('â', "a"),
+        ('ä', "a"),
+        ('ã', "a"),
+        ('å', "a"),
+        ('è', "e"),
+        ('é', "e"),
+        ('ê', "e"),
+        ('ë', "e"),
+        ('ì', "i"),
+        ('í', "i"),
+        ('î', "i"),
+        ('ï', "i"),
+        ('ò', "o"),
+        ('ó', "o"),
+        ('ô', "o"),
+        ('ö', "o"),
+        ('õ', "o"),
+        ('ù', "u"),
+        ('ú', "u"),
+        ('û', "u"),
+        ('ü', "u"),
+        ('ç', "c"),
+        ('ñ', "n"),
+        ('ß', "ss"),
+    ];
+    if c.is_ascii() {
+        if c.is_ascii_alphanumeric() {
+            word.push(c.to_ascii_lowercase());
+            return true;
+        }
+        return false;
+    }
+    if !c.is_alphanumeric() {
+        return false;
+    }
+    for lower in c.to_lowercase() {
+        match LATIN.iter().find(|(accented, _)| *accented == lower) {
+            Some((_, plain)) => word.push_str(plain),
+            None => word.push(lower),
+        }
+    }
+    true
+}
+
+/// What the pre-filter knows of one executor.
+#[derive(Debug, Clone)]
+pub struct Entry {
+    pub name: String,
+    pub description: String,
+    pub affinity: Vec<String>,
+}
+
+/// The inverted index: word → (executor index, weight).
+#[derive(Debug, Default)]
+pub struct Index {
+    names: Vec<String>,
+    postings: HashMap<String, Vec<(u32, u32)>>,
+}
+
+/// A candidate and its score.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Candidate {
+    pub name: String,
+    pub score: u32,
+}
+
+impl Index {
+    pub fn new(entries: &[Entry]) -> Index {
+        let mut postings: HashMap<String, Vec<(u32, u32)>> = HashMap::new();
+        for (i, entry) in entries.iter().enumerate() {
+            let mut weights: HashMap<String, u32> = HashMap::new();
+            let plain = tokens(&entry.name)
+                .into_iter()
+                .chain(tokens(&entry.description));
+            for word in plain {
+                let w = weights.entry(word).or_insert(0);
+                *w = (*w).max(1);
+            }
+            for word in entry.affinity.iter().flat_map(|a| tokens(a)) {
+                weights.insert(word, 2);
+            }
+            for (word, weight) in weights {
+                postings.entry(word).or_default().push((i as u32, weight));
+            }
+        }
+        Index {
+            names: entries.iter().map(|e| e.name.clone()).collect(),
+            postings,
+        }
+    }
+
+    pub fn len(&self) -> usize {
+        self.names.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.names.is_empty()
+    }
+
+    /// Every executor with a positive score for `query`, best first (ties by name).
+    pub fn rank(&self, query: &str) -> Vec<Candidate> {
+        let words: BTreeSet<String> = tokens(query).into_iter().collect();
+        let mut scores: HashMap<u32, u32> = HashMap::new();
+        for word in &words {
+            if let Some(list) = self.postings.get(word) {
+                for (i, weight) in list {
+                    *scores.entry(*i).or_insert(0) += weight;
+                }
+            }
+        }
+        let mut ranked: Vec<Candidate> = scores
+            .into_iter()
+            .map(|(i, score)| Candidate {
+                name: self.names[i as usize].clone(),
+                score,
+            })
+            .collect();
+        ranked.sort_by(|a, b| b.score.cmp(&a.score).then_with(|| a.name.cmp(&b.name)));
+        ranked
+    }
+
+    /// The sub-catalog for `query`: the adaptive top K, at most `max`.
+    ///
+    /// - nothing matches: the first `max` executors by name (the LLM chooses among them);
+    /// - the best scores at least twice the second: it and up to two runners-up;
+    /// - otherwise every candidate scoring at least half the best, at least five.
+    pub fn select(&self, query: &str, max: usize) -> Vec<Candidate> {
+        let max = max.max(1);
+        let ranked = self.rank(query);
+        let Some(top) = ranked.first().map(|c| c.score) else {
+            let mut all: Vec<Candidate> = self
+                .names
+                .iter()
+                .map(|n| Candidate {
+                    name: n.clone(),
+                    score: 0,
+                })
+                .collect();
+            all.sort_by(|a, b| a.name.cmp(&b.name));
+            all.truncate(max);
+            return all;
+        };
+        let second = ranked.get(1).map_or(0, |c| c.score);
+        let k = if top >= 2 * second.max(1) && second < top {
+            3
+        } else {
+            let close = ranked.iter().filter(|c| 2 * c.score >= top).count();
+            close.max(5)
+        };
+        let mut selected = ranked;
+        selected.truncate(k.min(max));
+        selected
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn entry(name: &str, description: &str, affinity: &[&str]) -> Entry {
+        Entry {
+            name: name.into(),
+            description: description.into(),
+            affinity: affinity.iter().map(|s| (*s).to_owned()).collect(),
+        }
+    }
+
+    fn catalog() -> Vec<Entry> {
+        vec![
+            entry(
+                "web_fetch",
+                "Fetch a web page",
+                &["web", "http", "url", "fetch", "scarica", "pagina"],
+            ),
+            entry(
+                "fs_read",
+                "Read a text file",
+                &["read", "file", "leggi", "lettura"],
+            ),
+            entry(
+                "fs_write",
+                "Write a file",
+                &["write", "save", "scrivi", "salva", "file"],
+            ),
+            entry(
+                "time_now",
+                "The current time",
+                &["time", "ora", "data", "oggi"],
+            ),
+        ]
+    }
+
+    #[test]
+    fn tokens_are_lower_case_words_without_accents() {
+        assert_eq!(
+            tokens("Leggi il FILE ~/notes/diario.md, perché è già tardi!"),
+            [
+                "leggi", "il", "file", "notes", "diario", "md", "perche", "e", "gia", "tardi"
+            ]
+        );
+    }
+
+    #[test]
+    fn the_seeds_example_web_fetch_wins_with_affinity_counting_double() {
+        let index = Index::new(&catalog());
+        let ranked = index.rank("fetch https://httpbin.org/get");
+        // "fetch" is an affinity word (2); its description's "fetch" does not add.
+        assert_eq!(
+            ranked[0],
+            Candidate {
+                name: "web_fetch".into(),
+                score: 2
+            }
+        );
+        assert_eq!(ranked.len(), 1);
+        let selected = index.select("fetch https://httpbin.org/get", 30);
+        assert_eq!(selected[0].name, "web_fetch");
+        assert!(selected.len() <= 3);
+    }
+
+    #[test]
+    fn k_grows_when_scores_are_close_and_never_passes_the_cap() {
+        let index = Index::new(&catalog());
+        // "file" matches fs_read and fs_write equally: both offered.
+        let selected = index.select("leggi o scrivi il file", 30);
+        let names: Vec<&str> = selected.iter().map(|c| c.name.as_str()).collect();
+        assert!(
+            names.contains(&"fs_read") && names.contains(&"fs_write"),
+            "{names:?}"
+        );
+        assert_eq!(index.select("leggi o scrivi il file", 1).len(), 1);
+        // Nothing matches: the LLM gets the catalog (up to the cap) to choose from.
+        assert_eq!(index.select("zzz", 30).len(), 4);
+        assert_eq!(index.select("zzz", 2).len(), 2);
+        assert!(Index::new(&[]).select("anything", 30).is_empty());
+    }
+
+    #[test]
+    fn italian_queries_find_their_executors() {
+        let index = Index::new(&catalog());
+        assert_eq!(
+            index.select("che ora è adesso? e la data di oggi", 30)[0].name,
+            "time_now"
+        );
+        assert_eq!(index.select("scarica la pagina", 30)[0].name, "web_fetch");
+    }
+}

@@ -1,0 +1,724 @@
+//! The planner with the whole stack (`metnos up`), the fake LLM and the real signed
+//! built-in executors: the seed's examples, the three filters, approval suspend and
+//! resume, the scratchpad, the caps and the failure modes.
+
+mod common;
+
+use std::convert::Infallible;
+use std::net::SocketAddr;
+use std::time::Duration;
+
+use bytes::Bytes;
+use common::{Sandbox, Up, sibling_binary};
+use http_body_util::Full as FullBody;
+use hyper::{Request, Response};
+use metnos_llm::fake::{FakeLlm, Reply};
+use metnos_proto::approval::v1 as approval;
+use metnos_proto::approval::v1::approval_service_client::ApprovalServiceClient;
+use metnos_proto::common::v1 as common_pb;
+use metnos_proto::planner::v1 as pb;
+use metnos_proto::planner::v1::planner_service_client::PlannerServiceClient;
+use metnos_proto::planner::v1::turn_event::Event;
+use metnos_proto::policy::v1 as policy;
+use serde_json::{Value, json};
+use tonic::Streaming;
+use tonic::transport::Channel;
+
+/// A bound on waiting for one event: a hang guard, not a performance assertion.
+const EVENT_LIMIT: Duration = Duration::from_secs(60);
+
+struct Stack {
+    sandbox: Sandbox,
+    up: Up,
+    fake: FakeLlm,
+}
+
+fn install_catalog(sandbox: &mut Sandbox) {
+    let catalog = sandbox.data_dir().join("executors");
+    metnos_executors::install::install_builtins(&catalog, &sibling_binary("metnos-exec")).unwrap();
+    let key = metnos_executors::signing::generate().unwrap();
+    metnos_executors::install::sign_dir(&catalog, &key, "owner", false).unwrap();
+    let public = metnos_executors::signing::public_key_text(&key.verifying_key());
+    sandbox.set("METNOS_EXECUTORS__TRUSTED_KEYS__OWNER", &public);
+}
+
+async fn stack_with(env: &[(&str, &str)], catalog: bool) -> Stack {
+    let fake = FakeLlm::start().await;
+    fake.keep_requests(true);
+    let mut sandbox = Sandbox::new();
+    sandbox
+        .set("METNOS_RUNTIME__LLM__FAST__PROVIDER", "ollama")
+        .set("METNOS_RUNTIME__LLM__FAST__MODEL", "qwen-test")
+        .set("METNOS_RUNTIME__LLM__FAST__BASE_URL", fake.url());
+    for (k, v) in env {
+        sandbox.set(k, v);
+    }
+    if catalog {
+        install_catalog(&mut sandbox);
+    }
+    let up = sandbox.up().await;
+    Stack { sandbox, up, fake }
+}
+
+async fn stack() -> Stack {
+    stack_with(&[], true).await
+}
+
+fn principal() -> common_pb::Principal {
+    common_pb::Principal {
+        channel: "cli".into(),
+        sender_id: "alice".into(),
+    }
+}
+
+impl Stack {
+    async fn planner(&self) -> PlannerServiceClient<Channel> {
+        PlannerServiceClient::connect(self.up.url("planner"))
+            .await
+            .unwrap()
+    }
+
+    async fn approval(&self) -> ApprovalServiceClient<Channel> {
+        ApprovalServiceClient::connect(self.up.url("approval"))
+            .await
+            .unwrap()
+    }
+
+    async fn start(
+        &self,
+        query: &str,
+        level: common_pb::AutonomyLevel,
+    ) -> Streaming<pb::RunTurnResponse> {
+        let request = pb::RunTurnRequest {
+            principal: Some(principal()),
+            level: level as i32,
+            query: query.into(),
+            language: common_pb::Language::English as i32,
+            mode: pb::Mode::Unspecified as i32,
+        };
+        self.planner()
+            .await
+            .run_turn(request)
+            .await
+            .unwrap()
+            .into_inner()
+    }
+
+    /// Every event of a turn to its end (or its first approval card).
+    async fn run(&self, query: &str, level: common_pb::AutonomyLevel) -> Vec<Event> {
+        let mut stream = self.start(query, level).await;
+        until_end(&mut stream).await
+    }
+
+    fn home(&self) -> std::path::PathBuf {
+        self.sandbox.dir.path().to_owned()
+    }
+
+    /// The body of the n-th request the LLM received.
+    fn llm_request(&self, n: usize) -> Value {
+        self.fake.received()[n].body.clone()
+    }
+
+    async fn resolve(&self, token: &str, decision: approval::Decision) {
+        self.approval()
+            .await
+            .resolve(approval::ResolveRequest {
+                token: token.into(),
+                decision: decision as i32,
+                decider: Some(principal()),
+            })
+            .await
+            .unwrap();
+    }
+}
+
+trait EventStream {
+    async fn next_event(&mut self) -> Option<Event>;
+}
+
+impl EventStream for Streaming<pb::RunTurnResponse> {
+    async fn next_event(&mut self) -> Option<Event> {
+        let message = tokio::time::timeout(EVENT_LIMIT, self.message())
+            .await
+            .expect("no event within the limit")
+            .unwrap()?;
+        message.event.and_then(|e| e.event)
+    }
+}
+
+impl EventStream for Streaming<pb::ResumeTurnResponse> {
+    async fn next_event(&mut self) -> Option<Event> {
+        let message = tokio::time::timeout(EVENT_LIMIT, self.message())
+            .await
+            .expect("no event within the limit")
+            .unwrap()?;
+        message.event.and_then(|e| e.event)
+    }
+}
+
+/// Events until TurnFinished, TurnSuspended or an approval card (included).
+async fn until_end(stream: &mut impl EventStream) -> Vec<Event> {
+    let mut events = Vec::new();
+    while let Some(event) = stream.next_event().await {
+        let stop = matches!(
+            event,
+            Event::Finished(_) | Event::Suspended(_) | Event::AwaitingApproval(_)
+        );
+        events.push(event);
+        if stop {
+            break;
+        }
+    }
+    events
+}
+
+fn finished(events: &[Event]) -> &pb::TurnFinished {
+    match events.last() {
+        Some(Event::Finished(f)) => f,
+        other => panic!("the turn did not finish: {other:?}\n{events:#?}"),
+    }
+}
+
+fn kind(events: &[Event]) -> pb::FinalKind {
+    pb::FinalKind::try_from(finished(events).kind).unwrap()
+}
+
+fn observations(events: &[Event]) -> Vec<&pb::ObservationSummary> {
+    events
+        .iter()
+        .filter_map(|e| match e {
+            Event::Observation(o) => Some(o),
+            _ => None,
+        })
+        .collect()
+}
+
+fn tool_calls(calls: &[(&str, Value)]) -> Reply {
+    Reply::ToolCalls(
+        calls
+            .iter()
+            .map(|(n, a)| ((*n).to_owned(), a.clone()))
+            .collect(),
+    )
+}
+
+/// The tool messages of an Ollama request.
+fn tool_messages(request: &Value) -> Vec<String> {
+    request["messages"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|m| m["role"] == "tool")
+        .map(|m| m["content"].as_str().unwrap_or_default().to_owned())
+        .collect()
+}
+
+fn tool_names(request: &Value) -> Vec<String> {
+    request["tools"]
+        .as_array()
+        .map(|tools| {
+            tools
+                .iter()
+                .map(|t| t["function"]["name"].as_str().unwrap().to_owned())
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+use common_pb::AutonomyLevel::{Full, ReadOnly, Supervised};
+
+#[tokio::test]
+async fn the_seeds_diary_example_reads_the_tail_and_answers() {
+    let s = stack().await;
+    std::fs::create_dir_all(s.home().join("notes")).unwrap();
+    std::fs::write(
+        s.home().join("notes/diary.md"),
+        "monday: rain\ntuesday: sun\nwednesday: wind\n",
+    )
+    .unwrap();
+    s.fake.push(tool_calls(&[(
+        "fs_read",
+        json!({"path": "~/notes/diary.md", "tail_bytes": 200}),
+    )]));
+    s.fake.push(Reply::Text(
+        "monday: rain\ntuesday: sun\nwednesday: wind".into(),
+    ));
+    let events = s
+        .run(
+            "read the file ~/notes/diary.md and tell me the last three lines",
+            Full,
+        )
+        .await;
+
+    assert!(
+        matches!(&events[0], Event::Started(st) if st.tier == "fast" && st.model == "qwen-test")
+    );
+    assert!(
+        events
+            .iter()
+            .any(|e| matches!(e, Event::StepProposed(p) if p.executor == "fs_read"))
+    );
+    assert!(events.iter().any(
+        |e| matches!(e, Event::PolicyOutcome(p) if p.outcome == policy::Outcome::Allowed as i32)
+    ));
+    assert!(
+        events
+            .iter()
+            .any(|e| matches!(e, Event::Verdict(v) if v.verdict.as_ref().unwrap().approved))
+    );
+    assert!(observations(&events)[0].ok);
+    assert_eq!(kind(&events), pb::FinalKind::Answer);
+    assert_eq!(
+        finished(&events).text,
+        "monday: rain\ntuesday: sun\nwednesday: wind"
+    );
+    // The pre-filter offered fs_read; the LLM saw the file's lines as the observation.
+    assert!(tool_names(&s.llm_request(0)).contains(&"fs_read".to_owned()));
+    let results = tool_messages(&s.llm_request(1));
+    assert!(
+        results[0].contains("wednesday: wind") && results[0].contains("\"step\":1"),
+        "{results:?}"
+    );
+
+    // The turn log keeps keys and decisions, not values.
+    let turn_id = finished(&events).turn_id.clone();
+    let (code, stdout, stderr) = s.sandbox.run(&["turns", "show", &turn_id]).await;
+    assert_eq!(code, 0, "{stderr}");
+    let record: Value = serde_json::from_str(stdout.trim()).unwrap();
+    assert_eq!(record["final_kind"], "answer");
+    assert_eq!(record["steps"][0]["executor"], "fs_read");
+    assert_eq!(
+        record["steps"][0]["arg_keys"],
+        json!(["path", "tail_bytes"])
+    );
+    assert_eq!(record["steps"][0]["policy"], "allowed");
+    assert!(
+        !stdout.contains("diary") && !stdout.contains("wednesday"),
+        "{stdout}"
+    );
+    let day = std::fs::read_dir(s.sandbox.data_dir().join("turns"))
+        .unwrap()
+        .count();
+    assert_eq!(day, 1);
+}
+
+async fn page(_: Request<hyper::body::Incoming>) -> Result<Response<FullBody<Bytes>>, Infallible> {
+    Ok(Response::builder()
+        .header("content-type", "application/json")
+        .body(FullBody::new(Bytes::from_static(
+            b"{\"uuid\": \"7c089d54-1234\"}",
+        )))
+        .unwrap())
+}
+
+fn http_server() -> SocketAddr {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    listener.set_nonblocking(true).unwrap();
+    let addr = listener.local_addr().unwrap();
+    std::thread::spawn(move || {
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        runtime.block_on(async move {
+            let listener = tokio::net::TcpListener::from_std(listener).unwrap();
+            loop {
+                let Ok((stream, _)) = listener.accept().await else {
+                    continue;
+                };
+                tokio::spawn(async move {
+                    let io = hyper_util::rt::TokioIo::new(stream);
+                    let _ = hyper::server::conn::http1::Builder::new()
+                        .serve_connection(io, hyper::service::service_fn(page))
+                        .await;
+                });
+            }
+        });
+    });
+    addr
+}
+
+#[tokio::test]
+async fn fetch_and_save_pipes_step_one_into_step_two() {
+    let s = stack().await;
+    let addr = http_server();
+    s.fake.push(tool_calls(&[(
+        "web_fetch",
+        json!({"url": format!("http://{addr}/uuid")}),
+    )]));
+    s.fake.push(tool_calls(&[(
+        "fs_write",
+        json!({"path": "~/out/uuid.json", "content": "{{step1.content}}"}),
+    )]));
+    s.fake.push(Reply::Text("I wrote 25 bytes".into()));
+    let events = s
+        .run("fetch the uuid page and save it in ~/out/uuid.json", Full)
+        .await;
+    assert_eq!(kind(&events), pb::FinalKind::Answer, "{events:#?}");
+    assert_eq!(
+        std::fs::read_to_string(s.home().join("out/uuid.json")).unwrap(),
+        "{\"uuid\": \"7c089d54-1234\"}"
+    );
+    // A reference to a step that does not exist is told to the LLM, not run.
+    s.fake.push(tool_calls(&[(
+        "fs_write",
+        json!({"path": "~/out/x.txt", "content": "{{step7.content}}"}),
+    )]));
+    s.fake.push(Reply::Text("sorry".into()));
+    let events = s.run("save step 7 in ~/out/x.txt", Full).await;
+    let obs = observations(&events);
+    assert!(
+        !obs[0].ok && obs[0].summary.contains("there is no step 7"),
+        "{obs:?}"
+    );
+    assert!(!s.home().join("out/x.txt").exists());
+}
+
+#[tokio::test]
+async fn a_write_that_needs_approval_runs_only_when_approved() {
+    let s = stack().await;
+    // Approved.
+    s.fake.push(tool_calls(&[(
+        "fs_write",
+        json!({"path": "~/a.txt", "content": "hello"}),
+    )]));
+    s.fake.push(Reply::Text("done".into()));
+    let mut stream = s.start("write hello to ~/a.txt", Supervised).await;
+    let events = until_end(&mut stream).await;
+    let Some(Event::AwaitingApproval(card)) = events.last() else {
+        panic!("no approval card: {events:#?}");
+    };
+    assert_eq!(card.card.as_ref().unwrap().lines.len(), 3, "{card:?}");
+    assert!(!s.home().join("a.txt").exists(), "written before approval");
+    s.resolve(&card.token, approval::Decision::Approve).await;
+    let rest = until_end(&mut stream).await;
+    assert!(rest.iter().any(|e| matches!(e, Event::ApprovalDecided(d) if d.status == approval::ApprovalStatus::Approved as i32)));
+    assert_eq!(kind(&rest), pb::FinalKind::Answer);
+    assert_eq!(
+        std::fs::read_to_string(s.home().join("a.txt")).unwrap(),
+        "hello"
+    );
+
+    // Rejected: not written, and the LLM is told.
+    s.fake.push(tool_calls(&[(
+        "fs_write",
+        json!({"path": "~/b.txt", "content": "no"}),
+    )]));
+    s.fake.push(Reply::Text("ok, I did not write it".into()));
+    let mut stream = s.start("write no to ~/b.txt", Supervised).await;
+    let events = until_end(&mut stream).await;
+    let Some(Event::AwaitingApproval(card)) = events.last() else {
+        panic!("{events:#?}")
+    };
+    s.resolve(&card.token, approval::Decision::Reject).await;
+    let rest = until_end(&mut stream).await;
+    assert_eq!(kind(&rest), pb::FinalKind::Answer);
+    assert!(!s.home().join("b.txt").exists());
+    let last = s.fake.received().len() - 1;
+    assert!(tool_messages(&s.llm_request(last))[0].contains("the person rejected this call"));
+}
+
+#[tokio::test]
+async fn an_unanswered_approval_expires_and_nothing_is_written() {
+    let s = stack_with(&[("METNOS_APPROVAL__TTL_SECONDS", "1")], true).await;
+    s.fake.push(tool_calls(&[(
+        "fs_write",
+        json!({"path": "~/late.txt", "content": "x"}),
+    )]));
+    s.fake.push(Reply::Text("it expired".into()));
+    let mut stream = s.start("write x to ~/late.txt", Supervised).await;
+    let events = until_end(&mut stream).await;
+    assert!(matches!(events.last(), Some(Event::AwaitingApproval(_))));
+    let rest = until_end(&mut stream).await;
+    assert!(rest.iter().any(|e| matches!(e, Event::ApprovalDecided(d) if d.status == approval::ApprovalStatus::Expired as i32)), "{rest:#?}");
+    assert_eq!(kind(&rest), pb::FinalKind::Answer);
+    assert!(!s.home().join("late.txt").exists());
+}
+
+#[tokio::test]
+async fn read_only_is_denied_a_write_and_the_guard_stops_rm_rf_before_any_approval() {
+    let s = stack().await;
+    s.fake.push(tool_calls(&[(
+        "fs_write",
+        json!({"path": "~/c.txt", "content": "x"}),
+    )]));
+    s.fake.push(Reply::Text("I may not".into()));
+    let events = s.run("write x to ~/c.txt", ReadOnly).await;
+    assert!(events.iter().any(
+        |e| matches!(e, Event::PolicyOutcome(p) if p.outcome == policy::Outcome::Denied as i32)
+    ));
+    assert!(
+        !events
+            .iter()
+            .any(|e| matches!(e, Event::AwaitingApproval(_)))
+    );
+    assert!(
+        observations(&events)[0]
+            .summary
+            .starts_with("policy: denied")
+    );
+    assert!(!s.home().join("c.txt").exists());
+
+    s.fake.push(tool_calls(&[(
+        "shell_exec",
+        json!({"command": "rm -rf /"}),
+    )]));
+    s.fake.push(Reply::Text("refused".into()));
+    let events = s.run("clean everything, run rm -rf /", Supervised).await;
+    assert!(
+        events
+            .iter()
+            .any(|e| matches!(e, Event::Verdict(v) if !v.verdict.as_ref().unwrap().approved))
+    );
+    assert!(
+        !events
+            .iter()
+            .any(|e| matches!(e, Event::AwaitingApproval(_))),
+        "{events:#?}"
+    );
+    assert!(
+        observations(&events)[0].summary.contains("guard"),
+        "{events:#?}"
+    );
+    assert_eq!(kind(&events), pb::FinalKind::Answer);
+}
+
+#[tokio::test]
+async fn a_large_observation_goes_to_the_scratchpad_and_is_read_back() {
+    let s = stack().await;
+    let mut log = String::from("hello this is a test note\n");
+    while log.len() < 14_000 {
+        log.push_str("INFO 2026-04-26 12:00:00 all quiet on the server\n");
+    }
+    log.push_str("INFO 2026-04-26 23:59:59 LAST_CRITICAL_EVENT\n");
+    std::fs::write(s.home().join("big.log"), &log).unwrap();
+    s.fake
+        .push(tool_calls(&[("fs_read", json!({"path": "~/big.log"}))]));
+    s.fake.push(Reply::from_request(|request| {
+        // Read the id the synthetic observation gave, as a model would.
+        let content = tool_messages(request)[0].clone();
+        let synthetic: Value = serde_json::from_str(&content).unwrap();
+        let id = synthetic["scratchpad_id"].as_str().unwrap().to_owned();
+        Reply::ToolCalls(vec![(
+            "scratchpad_read".into(),
+            json!({"id": id, "search": "CRITICAL"}),
+        )])
+    }));
+    s.fake
+        .push(Reply::Text("the last event is LAST_CRITICAL_EVENT".into()));
+    let events = s
+        .run("read ~/big.log and tell me the last critical event", Full)
+        .await;
+    assert_eq!(kind(&events), pb::FinalKind::Answer, "{events:#?}");
+    let obs = observations(&events);
+    assert!(!obs[0].scratchpad_id.is_empty());
+    let second = s.llm_request(1);
+    assert!(tool_names(&second).contains(&"scratchpad_read".to_owned()));
+    assert!(!tool_names(&s.llm_request(0)).contains(&"scratchpad_read".to_owned()));
+    let synthetic: Value = serde_json::from_str(&tool_messages(&second)[0]).unwrap();
+    assert!(
+        synthetic["summary"]
+            .as_str()
+            .unwrap()
+            .contains("characters omitted")
+    );
+    assert!(synthetic["size_bytes"].as_u64().unwrap() > 14_000);
+    assert!(tool_messages(&second)[0].len() < 3000);
+    let third = s.llm_request(2);
+    assert!(
+        tool_messages(&third)[1].contains("LAST_CRITICAL_EVENT"),
+        "{third}"
+    );
+}
+
+#[tokio::test]
+async fn the_caps_and_the_duplicate_read_guard_end_loops() {
+    let s = stack().await;
+    std::fs::write(s.home().join("n.txt"), "note").unwrap();
+    // The same file twice: the second read is intercepted with the seed's message.
+    s.fake
+        .push(tool_calls(&[("fs_read", json!({"path": "~/n.txt"}))]));
+    s.fake
+        .push(tool_calls(&[("fs_read", json!({"path": "~/n.txt"}))]));
+    s.fake.push(Reply::Text("note".into()));
+    let events = s.run("read ~/n.txt", Full).await;
+    let obs = observations(&events);
+    assert_eq!(
+        obs[1].summary,
+        "you already have this data at step 1: formulate the final_answer"
+    );
+    assert_eq!(kind(&events), pb::FinalKind::Answer);
+
+    // A model that keeps asking the clock: cap_same_executor (2).
+    s.fake
+        .always(tool_calls(&[("time_now", json!({"timezone": "UTC"}))]));
+    let events = s.run("what time is it", Full).await;
+    assert_eq!(kind(&events), pb::FinalKind::CapSameExecutor, "{events:#?}");
+    assert_eq!(observations(&events).len(), 2);
+}
+
+#[tokio::test]
+async fn cap_steps_ends_a_turn_that_never_answers() {
+    let s = stack_with(&[("METNOS_TURNS__CAP_SAME_EXECUTOR", "50")], true).await;
+    s.fake
+        .always(tool_calls(&[("time_now", json!({"timezone": "UTC"}))]));
+    let events = s.run("what time is it", Full).await;
+    assert_eq!(kind(&events), pb::FinalKind::CapSteps, "{events:#?}");
+    assert_eq!(observations(&events).len(), 5);
+}
+
+#[tokio::test]
+async fn a_suspended_turn_survives_a_restart_and_is_resumed() {
+    let s = stack().await;
+    s.fake.push(tool_calls(&[(
+        "fs_write",
+        json!({"path": "~/later.txt", "content": "kept"}),
+    )]));
+    let mut stream = s.start("write kept to ~/later.txt", Supervised).await;
+    let events = until_end(&mut stream).await;
+    let Some(Event::AwaitingApproval(card)) = events.last() else {
+        panic!("{events:#?}")
+    };
+    let token = card.token.clone();
+    drop(stream);
+    let Stack { sandbox, up, fake } = s;
+    let (code, _) = up.interrupt().await;
+    assert_eq!(code, 0);
+
+    let up = sandbox.up().await;
+    let s = Stack { sandbox, up, fake };
+    s.resolve(&token, approval::Decision::Approve).await;
+    s.fake.push(Reply::Text("written after the restart".into()));
+    let mut resumed = s
+        .planner()
+        .await
+        .resume_turn(pb::ResumeTurnRequest {
+            target: Some(pb::resume_turn_request::Target::ApprovalToken(
+                token.clone(),
+            )),
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    let rest = until_end(&mut resumed).await;
+    assert_eq!(kind(&rest), pb::FinalKind::Answer, "{rest:#?}");
+    assert_eq!(
+        std::fs::read_to_string(s.home().join("later.txt")).unwrap(),
+        "kept"
+    );
+    // It cannot be resumed twice.
+    let again = s
+        .planner()
+        .await
+        .resume_turn(pb::ResumeTurnRequest {
+            target: Some(pb::resume_turn_request::Target::ApprovalToken(token)),
+        })
+        .await;
+    assert!(again.is_err());
+}
+
+#[tokio::test]
+async fn failures_end_the_turn_cleanly_with_a_clear_message() {
+    // The LLM cannot be reached.
+    let s = stack_with(
+        &[("METNOS_RUNTIME__LLM__FAST__BASE_URL", "http://127.0.0.1:9")],
+        true,
+    )
+    .await;
+    let events = s.run("what time is it", Full).await;
+    assert_eq!(kind(&events), pb::FinalKind::Error);
+    assert!(
+        finished(&events)
+            .text
+            .contains("the LLM (fast tier) failed"),
+        "{events:#?}"
+    );
+
+    // An empty catalog.
+    let s = stack_with(&[], false).await;
+    let events = s.run("what time is it", Full).await;
+    assert_eq!(kind(&events), pb::FinalKind::Error);
+    assert_eq!(
+        finished(&events).text,
+        "no executors are available (empty catalog)"
+    );
+
+    // Policy unreachable: the step fails closed, nothing runs. A planner of its own,
+    // in this process, whose policy address answers nothing; vaglio and approval are the
+    // stack's.
+    let s = stack().await;
+    let mut config = metnos_kit::testing::config(&s.sandbox.dir.path().join("lonely"));
+    config.runtime.user_home = s.home();
+    config.runtime.llm.insert(
+        "fast".into(),
+        metnos_kit::config::LlmTierConfig {
+            provider: metnos_kit::config::LlmProvider::Ollama,
+            model: "qwen-test".into(),
+            base_url: s.fake.url().to_owned(),
+            think: false,
+            timeout_seconds: 30,
+            api_key_env: String::new(),
+        },
+    );
+    config.executors.catalog_dir = s.sandbox.data_dir().join("executors");
+    config.executors.trusted_keys.insert(
+        "owner".into(),
+        s.sandbox.env["METNOS_EXECUTORS__TRUSTED_KEYS__OWNER"].clone(),
+    );
+    config.set_service_url(metnos_kit::ServiceName::Policy, "http://127.0.0.1:9".into());
+    config.set_service_url(metnos_kit::ServiceName::Vaglio, s.up.url("vaglio"));
+    config.set_service_url(metnos_kit::ServiceName::Approval, s.up.url("approval"));
+    let (url, _planner) = metnos_kit::runtime::spawn_on_loopback(
+        metnos_kit::ServiceName::Planner,
+        move |listener, shutdown| metnos_planner::serve(config, listener, shutdown),
+    )
+    .unwrap();
+    s.fake.push(tool_calls(&[(
+        "fs_write",
+        json!({"path": "~/d.txt", "content": "x"}),
+    )]));
+    let mut planner = PlannerServiceClient::connect(url).await.unwrap();
+    let mut stream = planner
+        .run_turn(pb::RunTurnRequest {
+            principal: Some(principal()),
+            level: Full as i32,
+            query: "write x to ~/d.txt".into(),
+            ..Default::default()
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    let events = until_end(&mut stream).await;
+    assert_eq!(kind(&events), pb::FinalKind::Error);
+    assert!(
+        finished(&events).text.contains("Unavailable"),
+        "{events:#?}"
+    );
+    assert!(!s.home().join("d.txt").exists());
+}
+
+#[tokio::test]
+async fn bad_requests_are_refused_with_invalid_argument() {
+    let s = stack().await;
+    let mut planner = s.planner().await;
+    let status = planner
+        .run_turn(pb::RunTurnRequest {
+            principal: Some(principal()),
+            level: Full as i32,
+            query: "  ".into(),
+            ..Default::default()
+        })
+        .await
+        .unwrap_err();
+    assert_eq!(status.code(), tonic::Code::InvalidArgument);
+    assert_eq!(status.message(), "query is empty");
+    let status = planner
+        .run_turn(pb::RunTurnRequest {
+            principal: Some(principal()),
+            query: "hi".into(),
+            ..Default::default()
+        })
+        .await
+        .unwrap_err();
+    assert_eq!(status.message(), "level is unspecified");
+}
