@@ -722,3 +722,322 @@ async fn bad_requests_are_refused_with_invalid_argument() {
         .unwrap_err();
     assert_eq!(status.message(), "level is unspecified");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn one_turn_is_one_trace_across_planner_policy_vaglio_approval_and_the_executor() {
+    let (collector, url, server) = common::otlp::start_collector().await;
+    let s = stack_with(&[("OTEL_EXPORTER_OTLP_ENDPOINT", url.as_str())], true).await;
+    s.fake.push(tool_calls(&[(
+        "fs_write",
+        json!({"path": "~/traced.txt", "content": "x"}),
+    )]));
+    s.fake.push(Reply::Text("done".into()));
+    let mut stream = s.start("write x to ~/traced.txt", Supervised).await;
+    let events = until_end(&mut stream).await;
+    let Some(Event::AwaitingApproval(card)) = events.last() else {
+        panic!("{events:#?}")
+    };
+    s.resolve(&card.token, approval::Decision::Approve).await;
+    let rest = until_end(&mut stream).await;
+    assert_eq!(kind(&rest), pb::FinalKind::Answer);
+    // Stopping the stack flushes every service's spans.
+    let (code, _) = s.up.interrupt().await;
+    assert_eq!(code, 0);
+
+    let spans = collector.spans.lock().unwrap().clone();
+    let turn = spans
+        .iter()
+        .find(|r| r.span.name == "turn")
+        .unwrap_or_else(|| {
+            panic!(
+                "no turn span among {:?}",
+                spans.iter().map(|r| &r.span.name).collect::<Vec<_>>()
+            )
+        });
+    let trace: Vec<&common::otlp::Received> = spans
+        .iter()
+        .filter(|r| r.span.trace_id == turn.span.trace_id)
+        .collect();
+    let services: std::collections::BTreeSet<&str> =
+        trace.iter().map(|r| r.service.as_str()).collect();
+    for service in [
+        "metnos-planner",
+        "metnos-policy",
+        "metnos-vaglio",
+        "metnos-approval",
+    ] {
+        assert!(
+            services.contains(service),
+            "{service} missing from the turn's trace: {services:?}"
+        );
+    }
+    let executor = trace
+        .iter()
+        .find(|r| r.span.name == "executor")
+        .expect("no executor span in the turn's trace");
+    assert_eq!(executor.attr("executor").as_deref(), Some("fs_write"));
+    server.abort();
+}
+
+fn steps_proposed(events: &[Event]) -> Vec<&pb::StepProposed> {
+    events
+        .iter()
+        .filter_map(|e| match e {
+            Event::StepProposed(p) => Some(p),
+            _ => None,
+        })
+        .collect()
+}
+
+#[tokio::test]
+async fn online_mode_plans_in_one_call_and_filters_each_parallel_call() {
+    let s = stack().await;
+    s.fake.push(tool_calls(&[
+        ("time_now", json!({"timezone": "UTC"})),
+        ("time_now", json!({"timezone": "Europe/Rome"})),
+    ]));
+    s.fake.push(Reply::Text("12:00 UTC, 13:00 in Rome".into()));
+    let request = pb::RunTurnRequest {
+        principal: Some(principal()),
+        level: Full as i32,
+        query: "what time is it in UTC and in Rome".into(),
+        language: common_pb::Language::English as i32,
+        mode: pb::Mode::Online as i32,
+    };
+    let mut stream = s
+        .planner()
+        .await
+        .run_turn(request)
+        .await
+        .unwrap()
+        .into_inner();
+    let events = until_end(&mut stream).await;
+    assert!(
+        matches!(&events[0], Event::Started(st) if st.mode == pb::Mode::Online as i32 && st.tier == "wise")
+    );
+    assert_eq!(kind(&events), pb::FinalKind::Answer);
+    let steps = steps_proposed(&events);
+    assert_eq!(steps.len(), 2);
+    assert_eq!(
+        events
+            .iter()
+            .filter(|e| matches!(e, Event::Verdict(_)))
+            .count(),
+        2,
+        "each call is judged"
+    );
+    // One call for the plan, one for the answer, which offers no tools.
+    assert_eq!(s.fake.received().len(), 2);
+    assert!(tool_names(&s.llm_request(1)).is_empty());
+    assert_eq!(tool_messages(&s.llm_request(1)).len(), 2);
+}
+
+#[tokio::test]
+async fn hybrid_mode_escalates_to_the_wise_tier_after_failures() {
+    // The wise tier is the same fake server under another model name.
+    let fake = FakeLlm::start().await;
+    fake.keep_requests(true);
+    let mut sandbox = Sandbox::new();
+    for (k, v) in [
+        ("METNOS_RUNTIME__LLM__FAST__PROVIDER", "ollama"),
+        ("METNOS_RUNTIME__LLM__FAST__MODEL", "qwen-test"),
+        ("METNOS_RUNTIME__LLM__WISE__PROVIDER", "ollama"),
+        ("METNOS_RUNTIME__LLM__WISE__MODEL", "big-test"),
+        ("METNOS_RUNTIME__MODE", "hybrid"),
+        ("METNOS_TURNS__HYBRID_ESCALATE_AFTER_FAILURES", "1"),
+    ] {
+        sandbox.set(k, v);
+    }
+    sandbox.set("METNOS_RUNTIME__LLM__FAST__BASE_URL", fake.url());
+    sandbox.set("METNOS_RUNTIME__LLM__WISE__BASE_URL", fake.url());
+    install_catalog(&mut sandbox);
+    let up = sandbox.up().await;
+    let s = Stack { sandbox, up, fake };
+
+    s.fake
+        .push(tool_calls(&[("fs_read", json!({"path": "~/missing.txt"}))]));
+    s.fake
+        .push(tool_calls(&[("time_now", json!({"timezone": "UTC"}))]));
+    s.fake.push(Reply::Text("no file, but it is noon".into()));
+    let events = s.run("read ~/missing.txt", Full).await;
+    assert_eq!(kind(&events), pb::FinalKind::Answer, "{events:#?}");
+    let steps = steps_proposed(&events);
+    assert_eq!(steps[0].tier, "fast");
+    assert_eq!(steps[1].tier, "wise");
+    assert_eq!(s.llm_request(0)["model"], "qwen-test");
+    assert_eq!(s.llm_request(1)["model"], "big-test");
+    let record: Value = serde_json::from_str(
+        s.sandbox
+            .run(&["turns", "show", &finished(&events).turn_id])
+            .await
+            .1
+            .trim(),
+    )
+    .unwrap();
+    assert_eq!(record["tiers"], json!(["fast", "wise"]));
+    assert_eq!(record["models"], json!(["big-test", "qwen-test"]));
+}
+
+#[tokio::test]
+async fn a_turn_can_be_cancelled_while_thinking_or_while_waiting_for_approval() {
+    let s = stack().await;
+    s.fake.push(Reply::Delayed(
+        Duration::from_secs(30),
+        Box::new(Reply::Text("late".into())),
+    ));
+    let mut stream = s.start("think hard", Full).await;
+    let Some(Event::Started(started)) = stream.next_event().await else {
+        panic!()
+    };
+    // Cancel while the LLM is thinking (its request has arrived).
+    while s.fake.received().is_empty() {
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    let cancelled = s
+        .planner()
+        .await
+        .cancel_turn(pb::CancelTurnRequest {
+            target: Some(pb::cancel_turn_request::Target::Principal(principal())),
+            reason: "/stop".into(),
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(cancelled.turn_id, started.turn_id);
+    assert!(cancelled.cancelled);
+    let events = until_end(&mut stream).await;
+    assert_eq!(kind(&events), pb::FinalKind::Cancelled);
+
+    // Suspended on an approval with nobody listening: cancelled, and so is its approval.
+    s.fake.push(tool_calls(&[(
+        "fs_write",
+        json!({"path": "~/f.txt", "content": "x"}),
+    )]));
+    let mut stream = s.start("write x to ~/f.txt", Supervised).await;
+    let events = until_end(&mut stream).await;
+    let Some(Event::AwaitingApproval(card)) = events.last() else {
+        panic!("{events:#?}")
+    };
+    let turn_id = match &events[0] {
+        Event::Started(st) => st.turn_id.clone(),
+        other => panic!("{other:?}"),
+    };
+    drop(stream);
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let cancelled = s
+        .planner()
+        .await
+        .cancel_turn(pb::CancelTurnRequest {
+            target: Some(pb::cancel_turn_request::Target::TurnId(turn_id.clone())),
+            reason: String::new(),
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    assert!(cancelled.cancelled);
+    let pending = s
+        .approval()
+        .await
+        .get_pending(approval::GetPendingRequest {
+            token: card.token.clone(),
+        })
+        .await
+        .unwrap()
+        .into_inner()
+        .approval
+        .unwrap();
+    assert_eq!(pending.status, approval::ApprovalStatus::Cancelled as i32);
+    let record: Value = serde_json::from_str(
+        &s.planner()
+            .await
+            .get_turn(pb::GetTurnRequest { turn_id })
+            .await
+            .unwrap()
+            .into_inner()
+            .record_json,
+    )
+    .unwrap();
+    assert_eq!(record["final_kind"], "cancelled");
+    assert!(!s.home().join("f.txt").exists());
+}
+
+#[tokio::test]
+async fn a_turn_never_outlives_its_budget() {
+    let s = stack_with(&[("METNOS_TURNS__BUDGET_SECONDS", "1")], true).await;
+    s.fake.push(Reply::Delayed(
+        Duration::from_secs(20),
+        Box::new(Reply::Text("late".into())),
+    ));
+    let events = s.run("think for a long time", Full).await;
+    assert_eq!(kind(&events), pb::FinalKind::Timeout, "{events:#?}");
+    assert!(finished(&events).text.contains("1 s budget"));
+}
+
+#[tokio::test]
+async fn metnos_ask_shows_the_steps_takes_y_from_a_pipe_and_prints_the_answer() {
+    let s = stack().await;
+    s.fake.push(tool_calls(&[(
+        "fs_write",
+        json!({"path": "~/asked.txt", "content": "hi"}),
+    )]));
+    s.fake.push(Reply::Text("I wrote hi to ~/asked.txt".into()));
+    let mut child = s
+        .sandbox
+        .metnos()
+        .args(["ask", "write hi to ~/asked.txt", "--language", "en"])
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    {
+        use tokio::io::AsyncWriteExt;
+        let mut stdin = child.stdin.take().unwrap();
+        stdin.write_all(b"y\n").await.unwrap();
+    }
+    let output = tokio::time::timeout(EVENT_LIMIT, child.wait_with_output())
+        .await
+        .unwrap()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(output.status.success(), "{stderr}");
+    assert_eq!(stdout.trim(), "I wrote hi to ~/asked.txt");
+    assert!(stderr.contains("step 1: fs_write"), "{stderr}");
+    assert!(stderr.contains("May I write?"), "{stderr}");
+    assert!(stderr.contains("approval: approved"), "{stderr}");
+    assert_eq!(
+        std::fs::read_to_string(s.home().join("asked.txt")).unwrap(),
+        "hi"
+    );
+
+    // n: rejected, nothing written, the LLM's answer printed.
+    s.fake.push(tool_calls(&[(
+        "fs_write",
+        json!({"path": "~/refused.txt", "content": "no"}),
+    )]));
+    s.fake.push(Reply::Text("ok, not written".into()));
+    let mut child = s
+        .sandbox
+        .metnos()
+        .args(["ask", "write no to ~/refused.txt"])
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    {
+        use tokio::io::AsyncWriteExt;
+        let mut stdin = child.stdin.take().unwrap();
+        stdin.write_all(b"n\n").await.unwrap();
+    }
+    let output = tokio::time::timeout(EVENT_LIMIT, child.wait_with_output())
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(
+        String::from_utf8_lossy(&output.stdout).trim(),
+        "ok, not written"
+    );
+    assert!(!s.home().join("refused.txt").exists());
+}

@@ -5,82 +5,17 @@
 //! The crossing call is real: at start-up the planner checks the health of its
 //! dependencies (`dependency.check`), calling the policy service through a traced channel.
 
+mod common;
+
 use std::collections::BTreeMap;
-use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use common::otlp::{Collector, Received, start_collector};
 use metnos_kit::client::{self, Health};
 use metnos_kit::server::bind_std;
 use metnos_kit::telemetry::Telemetry;
 use metnos_kit::{Config, ServiceName};
-use opentelemetry_proto::tonic::collector::trace::v1::trace_service_server::{
-    TraceService, TraceServiceServer,
-};
-use opentelemetry_proto::tonic::collector::trace::v1::{
-    ExportTraceServiceRequest, ExportTraceServiceResponse,
-};
-use opentelemetry_proto::tonic::common::v1::KeyValue;
-use opentelemetry_proto::tonic::common::v1::any_value::Value;
-use opentelemetry_proto::tonic::trace::v1::Span;
 use opentelemetry_proto::tonic::trace::v1::span::SpanKind;
-use tokio::net::TcpListener;
-use tokio_stream::wrappers::TcpListenerStream;
-
-/// A received span with the `service.name` of the resource that sent it.
-#[derive(Debug, Clone)]
-struct Received {
-    service: String,
-    span: Span,
-}
-
-impl Received {
-    fn attr(&self, key: &str) -> Option<String> {
-        string_attr(&self.span.attributes, key)
-    }
-}
-
-fn string_attr(attributes: &[KeyValue], key: &str) -> Option<String> {
-    attributes.iter().find(|kv| kv.key == key).and_then(|kv| {
-        match kv.value.as_ref()?.value.as_ref()? {
-            Value::StringValue(s) => Some(s.clone()),
-            other => Some(format!("{other:?}")),
-        }
-    })
-}
-
-/// The in-process collector.
-#[derive(Debug, Clone, Default)]
-struct Collector {
-    spans: Arc<Mutex<Vec<Received>>>,
-}
-
-#[tonic::async_trait]
-impl TraceService for Collector {
-    async fn export(
-        &self,
-        request: tonic::Request<ExportTraceServiceRequest>,
-    ) -> Result<tonic::Response<ExportTraceServiceResponse>, tonic::Status> {
-        let mut spans = self.spans.lock().unwrap();
-        for resource_spans in request.into_inner().resource_spans {
-            let service = resource_spans
-                .resource
-                .as_ref()
-                .and_then(|r| string_attr(&r.attributes, "service.name"))
-                .unwrap_or_default();
-            for scope in resource_spans.scope_spans {
-                for span in scope.spans {
-                    spans.push(Received {
-                        service: service.clone(),
-                        span,
-                    });
-                }
-            }
-        }
-        Ok(tonic::Response::new(ExportTraceServiceResponse {
-            partial_success: None,
-        }))
-    }
-}
 
 /// The three spans of one dependency check of policy by the planner, if all arrived.
 fn crossing_trace(spans: &[Received]) -> Option<(Received, Received, Received)> {
@@ -111,14 +46,7 @@ fn free_loopback_url() -> String {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_call_from_planner_to_policy_is_one_trace_across_both_services() {
     // The collector.
-    let collector = Collector::default();
-    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let collector_url = format!("http://{}", listener.local_addr().unwrap());
-    let server = tokio::spawn(
-        tonic::transport::Server::builder()
-            .add_service(TraceServiceServer::new(collector.clone()))
-            .serve_with_incoming(TcpListenerStream::new(listener)),
-    );
+    let (collector, collector_url, server) = start_collector().await;
 
     // Two services exporting to it, each on its own runtime and under its own name.
     let data = tempfile::tempdir().unwrap();
@@ -232,19 +160,6 @@ async fn a_call_from_planner_to_policy_is_one_trace_across_both_services() {
     planner_telemetry.shutdown().await;
     policy_telemetry.shutdown().await;
     server.abort();
-}
-
-async fn start_collector() -> (Collector, String, tokio::task::JoinHandle<()>) {
-    let collector = Collector::default();
-    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let url = format!("http://{}", listener.local_addr().unwrap());
-    let server = tonic::transport::Server::builder()
-        .add_service(TraceServiceServer::new(collector.clone()))
-        .serve_with_incoming(TcpListenerStream::new(listener));
-    let handle = tokio::spawn(async move {
-        let _ = server.await;
-    });
-    (collector, url, handle)
 }
 
 fn exporting_config(collector_url: String) -> metnos_kit::config::TelemetryConfig {

@@ -2,6 +2,8 @@
 
 #![allow(dead_code)] // each test file uses a part
 
+pub mod otlp;
+
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};

@@ -325,6 +325,26 @@ impl Planner {
         }
     }
 
+    /// Resolves when the turn is cancelled: here (the watch) or on any replica (the
+    /// store's flag, looked at twice a second).
+    async fn cancelled(&self, turn_id: &str, cancel: &mut watch::Receiver<bool>) {
+        let mut every = tokio::time::interval(Duration::from_millis(500));
+        loop {
+            tokio::select! {
+                changed = cancel.changed() => {
+                    if changed.is_err() || *cancel.borrow() {
+                        return;
+                    }
+                }
+                _ = every.tick() => {
+                    if self.store.cancel_requested(turn_id).await.unwrap_or(false) {
+                        return;
+                    }
+                }
+            }
+        }
+    }
+
     /// A new turn's checkpoint (after the request was checked).
     pub fn start(&self, request: &pb::RunTurnRequest) -> Checkpoint {
         let principal = request.principal.clone().unwrap_or_default();
@@ -422,6 +442,7 @@ impl Planner {
                     .await;
                 return;
             }
+            let cancel = self.register(&cp.turn_id);
             let _ = sink
                 .send(event(pb::turn_event::Event::Started(pb::TurnStarted {
                     turn_id: cp.turn_id.clone(),
@@ -430,7 +451,6 @@ impl Planner {
                     model: self.model_of(&cp.tier),
                 })))
                 .await;
-            let cancel = self.register(&cp.turn_id);
             self.drive(&mut cp, &sink, cancel, false).await;
             self.unregister(&cp.turn_id);
         }
@@ -590,7 +610,7 @@ impl Planner {
                     ));
                 }
             },
-            _ = cancel.changed() => return Err(finish(pb::FinalKind::Cancelled, "cancelled")),
+            () = self.cancelled(&cp.turn_id, cancel) => return Err(finish(pb::FinalKind::Cancelled, "cancelled")),
         };
         cp.tiers_used
             .insert(tiers.resolve(tier).as_str().to_owned());
@@ -1188,6 +1208,7 @@ impl Planner {
             )
             .await;
         }
+        let turn_id = cp.turn_id.clone();
         let decided = tokio::select! {
             decided = self.filters.wait_decision(&pending.token) => decided,
             () = sink.closed() => {
@@ -1196,7 +1217,7 @@ impl Planner {
                 let _ = self.store.save(&cp.turn_id, State::Suspended, Some(&pending.token), &checkpoint, now_ms()).await;
                 return None;
             }
-            _ = cancel.changed() => {
+            () = self.cancelled(&turn_id, cancel) => {
                 let _ = self.filters.cancel(&pending.token, "the turn was cancelled").await;
                 cp.pending = None;
                 return Some(StepOutcome::Finished(finish(pb::FinalKind::Cancelled, "cancelled")));

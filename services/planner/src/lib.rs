@@ -25,6 +25,7 @@ use tokio::net::TcpListener;
 use tokio::sync::mpsc;
 use tokio_stream::{Stream, StreamExt, wrappers::ReceiverStream};
 use tonic::{Request, Response, Status};
+use tracing::Instrument;
 
 pub mod cards;
 pub mod engine;
@@ -203,7 +204,13 @@ impl PlannerService for PlannerApi {
         }
         let checkpoint = self.planner.start(&request);
         let (tx, rx) = mpsc::channel(64);
-        tokio::spawn(Arc::clone(&self.planner).run(checkpoint, tx));
+        // The turn outlives this call; its spans stay children of the RunTurn span.
+        let parent = tracing::Span::current();
+        tokio::spawn(
+            Arc::clone(&self.planner)
+                .run(checkpoint, tx)
+                .instrument(parent),
+        );
         Ok(Response::new(stream_of(rx, |e| pb::RunTurnResponse {
             event: Some(e),
         })))
@@ -219,7 +226,12 @@ impl PlannerService for PlannerApi {
             .ok_or_else(|| Status::invalid_argument("give a turn_id or an approval_token"))?;
         let checkpoint = self.claim(&target).await?;
         let (tx, rx) = mpsc::channel(64);
-        tokio::spawn(Arc::clone(&self.planner).resume(checkpoint, tx));
+        let parent = tracing::Span::current();
+        tokio::spawn(
+            Arc::clone(&self.planner)
+                .resume(checkpoint, tx)
+                .instrument(parent),
+        );
         Ok(Response::new(stream_of(rx, |e| pb::ResumeTurnResponse {
             event: Some(e),
         })))
