@@ -102,6 +102,11 @@ pub struct StepLog {
     pub approval_token: Option<String>,
     pub approval_decision: Option<String>,
     pub duration_ms: u64,
+    /// Microseconds spent on the checks before the call could run: references, schema
+    /// and scope, policy and vaglio (the control plane's overhead).
+    pub checks_us: u64,
+    pub policy_us: u64,
+    pub vaglio_us: u64,
     pub ok: bool,
     pub scratchpad_id: Option<String>,
 }
@@ -850,58 +855,107 @@ impl Planner {
             return StepOutcome::Continue;
         }
 
-        // Policy: every capability the executor declares; the strictest answer wins.
+        // Policy (every capability the executor declares; the strictest answer wins) and
+        // the vaglio are asked at once: neither depends on the other, and policy's answer
+        // is applied first.
         let principal = common::Principal {
             channel: cp.channel.clone(),
             sender_id: cp.sender_id.clone(),
         };
         let level =
             common::AutonomyLevel::try_from(cp.level).unwrap_or(common::AutonomyLevel::Unspecified);
-        let mut outcome = policy::Outcome::Allowed;
-        let mut reason = String::new();
-        let mut grant_id = None;
-        let mut approval_capability = String::new();
-        for capability in &executor.manifest.capabilities {
-            let cap_target = if metnos_policy::registry::Capability::parse(capability)
-                .is_ok_and(|c| c.spec().target_kind == metnos_policy::registry::TargetKind::None)
-            {
-                String::new()
-            } else {
-                target.clone()
-            };
-            let answer = match self
-                .filters
-                .check(level, &principal, capability, &cap_target)
-                .await
-            {
-                Ok(answer) => answer,
-                Err(status) => {
-                    let message = format!(
-                        "policy check failed ({:?}): {}",
-                        status.code(),
-                        status.message()
-                    );
-                    log.policy = Some("unavailable".to_owned());
-                    self.observe(cp, sink, &call, log, refusal(message.clone()), started)
-                        .await;
-                    return StepOutcome::Finished(finish(
-                        pb::FinalKind::Error,
-                        format!(
-                            "the policy service could not be asked, so nothing was done: {message}"
-                        ),
-                    ));
+        let several = executor.manifest.capabilities.len() > 1;
+        let ask_policy = async {
+            let started = Instant::now();
+            let mut outcome = policy::Outcome::Allowed;
+            let mut reason = String::new();
+            let mut grant_id = None;
+            let mut approval_capability = String::new();
+            for capability in &executor.manifest.capabilities {
+                let kind = metnos_policy::registry::Capability::parse(capability)
+                    .map(|c| c.spec().target_kind)
+                    .unwrap_or(metnos_policy::registry::TargetKind::Exact);
+                let cap_target = if kind == metnos_policy::registry::TargetKind::None {
+                    String::new()
+                } else {
+                    target.clone()
+                };
+                // A secondary capability that needs a target the call does not give is not
+                // exercised (parse_local on text reads no file).
+                if several
+                    && cap_target.is_empty()
+                    && kind != metnos_policy::registry::TargetKind::None
+                {
+                    continue;
                 }
-            };
-            let this = policy::Outcome::try_from(answer.outcome).unwrap_or(policy::Outcome::Denied);
-            if this == policy::Outcome::ApprovalRequired && approval_capability.is_empty() {
-                approval_capability = capability.clone();
+                let answer = self
+                    .filters
+                    .check(level, &principal, capability, &cap_target)
+                    .await?;
+                let this =
+                    policy::Outcome::try_from(answer.outcome).unwrap_or(policy::Outcome::Denied);
+                if this == policy::Outcome::ApprovalRequired && approval_capability.is_empty() {
+                    approval_capability = capability.clone();
+                }
+                if reason.is_empty() || strictness(this) > strictness(outcome) {
+                    outcome = this;
+                    reason = answer.reason;
+                    grant_id = answer.grant_id;
+                }
             }
-            if reason.is_empty() || strictness(this) > strictness(outcome) {
-                outcome = this;
-                reason = answer.reason;
-                grant_id = answer.grant_id;
+            Ok::<_, tonic::Status>((
+                outcome,
+                reason,
+                grant_id,
+                approval_capability,
+                started.elapsed(),
+            ))
+        };
+        let request = vaglio::JudgeRequest {
+            intent: cp.query.clone(),
+            executor: call.name.clone(),
+            args_json: args.to_string(),
+            context: Some(vaglio::JudgeContext {
+                mode: cp.mode.clone(),
+                step: n,
+                capability: executor
+                    .manifest
+                    .capabilities
+                    .first()
+                    .cloned()
+                    .unwrap_or_default(),
+                critical: Some(executor.manifest.critical),
+            }),
+        };
+        let ask_vaglio = async {
+            let started = Instant::now();
+            self.filters
+                .judge(request)
+                .await
+                .map(|v| (v, started.elapsed()))
+        };
+        let (policy_answer, vaglio_answer) = tokio::join!(ask_policy, ask_vaglio);
+
+        let (outcome, reason, grant_id, approval_capability, policy_time) = match policy_answer {
+            Ok(answer) => answer,
+            Err(status) => {
+                let message = format!(
+                    "policy check failed ({:?}): {}",
+                    status.code(),
+                    status.message()
+                );
+                log.policy = Some("unavailable".to_owned());
+                self.observe(cp, sink, &call, log, refusal(message.clone()), started)
+                    .await;
+                return StepOutcome::Finished(finish(
+                    pb::FinalKind::Error,
+                    format!(
+                        "the policy service could not be asked, so nothing was done: {message}"
+                    ),
+                ));
             }
-        }
+        };
+        log.policy_us = policy_time.as_micros() as u64;
         log.policy = Some(
             match outcome {
                 policy::Outcome::Allowed => "allowed",
@@ -922,6 +976,7 @@ impl Planner {
         )
         .await;
         if outcome != policy::Outcome::Allowed && outcome != policy::Outcome::ApprovalRequired {
+            log.checks_us = started.elapsed().as_micros() as u64;
             self.observe(
                 cp,
                 sink,
@@ -934,25 +989,11 @@ impl Planner {
             return StepOutcome::Continue;
         }
 
-        // The vaglio.
-        let request = vaglio::JudgeRequest {
-            intent: cp.query.clone(),
-            executor: call.name.clone(),
-            args_json: args.to_string(),
-            context: Some(vaglio::JudgeContext {
-                mode: cp.mode.clone(),
-                step: n,
-                capability: executor
-                    .manifest
-                    .capabilities
-                    .first()
-                    .cloned()
-                    .unwrap_or_default(),
-                critical: Some(executor.manifest.critical),
-            }),
-        };
-        let verdict = match self.filters.judge(request).await {
-            Ok(v) => v,
+        let verdict = match vaglio_answer {
+            Ok((verdict, took)) => {
+                log.vaglio_us = took.as_micros() as u64;
+                verdict
+            }
             Err(status) => {
                 let message = format!("vaglio failed ({:?}): {}", status.code(), status.message());
                 log.verdict = Some("unavailable".to_owned());
@@ -964,6 +1005,7 @@ impl Planner {
                 ));
             }
         };
+        log.checks_us = started.elapsed().as_micros() as u64;
         log.verdict = Some(if verdict.approved {
             "approved".to_owned()
         } else {

@@ -82,6 +82,8 @@ pub struct Entry {
 #[derive(Debug, Default)]
 pub struct Index {
     names: Vec<String>,
+    /// Indexes of `names` in name order (what a query matching nothing is offered).
+    by_name: Vec<u32>,
     postings: HashMap<String, Vec<(u32, u32)>>,
 }
 
@@ -111,8 +113,12 @@ impl Index {
                 postings.entry(word).or_default().push((i as u32, weight));
             }
         }
+        let names: Vec<String> = entries.iter().map(|e| e.name.clone()).collect();
+        let mut by_name: Vec<u32> = (0..names.len() as u32).collect();
+        by_name.sort_by(|a, b| names[*a as usize].cmp(&names[*b as usize]));
         Index {
-            names: entries.iter().map(|e| e.name.clone()).collect(),
+            names,
+            by_name,
             postings,
         }
     }
@@ -125,26 +131,44 @@ impl Index {
         self.names.is_empty()
     }
 
-    /// Every executor with a positive score for `query`, best first (ties by name).
-    pub fn rank(&self, query: &str) -> Vec<Candidate> {
+    /// Each executor's score for `query` (dense, by index).
+    fn scores(&self, query: &str) -> Vec<u32> {
         let words: BTreeSet<String> = tokens(query).into_iter().collect();
-        let mut scores: HashMap<u32, u32> = HashMap::new();
+        let mut scores = vec![0u32; self.names.len()];
         for word in &words {
             if let Some(list) = self.postings.get(word) {
                 for (i, weight) in list {
-                    *scores.entry(*i).or_insert(0) += weight;
+                    scores[*i as usize] += weight;
                 }
             }
         }
-        let mut ranked: Vec<Candidate> = scores
+        scores
+    }
+
+    fn candidate(&self, (i, score): (u32, u32)) -> Candidate {
+        Candidate {
+            name: self.names[i as usize].clone(),
+            score,
+        }
+    }
+
+    /// Every executor with a positive score for `query`, best first (ties by name).
+    pub fn rank(&self, query: &str) -> Vec<Candidate> {
+        let mut ranked: Vec<(u32, u32)> = self
+            .scores(query)
             .into_iter()
-            .map(|(i, score)| Candidate {
-                name: self.names[i as usize].clone(),
-                score,
-            })
+            .enumerate()
+            .filter(|(_, s)| *s > 0)
+            .map(|(i, s)| (i as u32, s))
             .collect();
-        ranked.sort_by(|a, b| b.score.cmp(&a.score).then_with(|| a.name.cmp(&b.name)));
-        ranked
+        ranked.sort_by(|a, b| self.order(a, b));
+        ranked.into_iter().map(|c| self.candidate(c)).collect()
+    }
+
+    /// Best score first, then by name.
+    fn order(&self, a: &(u32, u32), b: &(u32, u32)) -> std::cmp::Ordering {
+        b.1.cmp(&a.1)
+            .then_with(|| self.names[a.0 as usize].cmp(&self.names[b.0 as usize]))
     }
 
     /// The sub-catalog for `query`: the adaptive top K, at most `max`.
@@ -154,30 +178,44 @@ impl Index {
     /// - otherwise every candidate scoring at least half the best, at least five.
     pub fn select(&self, query: &str, max: usize) -> Vec<Candidate> {
         let max = max.max(1);
-        let ranked = self.rank(query);
-        let Some(top) = ranked.first().map(|c| c.score) else {
-            let mut all: Vec<Candidate> = self
-                .names
+        let scores = self.scores(query);
+        let (mut top, mut second) = (0u32, 0u32);
+        for &s in &scores {
+            if s > top {
+                second = top;
+                top = s;
+            } else if s > second {
+                second = s;
+            }
+        }
+        if top == 0 {
+            return self
+                .by_name
                 .iter()
-                .map(|n| Candidate {
-                    name: n.clone(),
-                    score: 0,
-                })
+                .take(max)
+                .map(|i| self.candidate((*i, 0)))
                 .collect();
-            all.sort_by(|a, b| a.name.cmp(&b.name));
-            all.truncate(max);
-            return all;
-        };
-        let second = ranked.get(1).map_or(0, |c| c.score);
+        }
         let k = if top >= 2 * second.max(1) && second < top {
             3
         } else {
-            let close = ranked.iter().filter(|c| 2 * c.score >= top).count();
+            let close = scores.iter().filter(|s| 2 * **s >= top).count();
             close.max(5)
         };
-        let mut selected = ranked;
-        selected.truncate(k.min(max));
-        selected
+        let mut positive: Vec<(u32, u32)> = scores
+            .into_iter()
+            .enumerate()
+            .filter(|(_, s)| *s > 0)
+            .map(|(i, s)| (i as u32, s))
+            .collect();
+        let k = k.min(max).min(positive.len());
+        // Only the best k need ordering.
+        if k < positive.len() {
+            positive.select_nth_unstable_by(k, |a, b| self.order(a, b));
+            positive.truncate(k);
+        }
+        positive.sort_by(|a, b| self.order(a, b));
+        positive.into_iter().map(|c| self.candidate(c)).collect()
     }
 }
 

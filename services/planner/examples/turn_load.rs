@@ -1,0 +1,211 @@
+//! Load driver for the planner: one-step turns (`time_now`, then an answer) against a
+//! zero-latency fake LLM, with policy, vaglio, approval and the planner each served on
+//! loopback in this process and the real `metnos-exec` spawned for every step.
+//!
+//! Reports the control-plane overhead of a tool call — from StepProposed to the vaglio's
+//! verdict as the client sees them: references, schema and scope, policy and vaglio over
+//! gRPC, no LLM and no executor time — and whole turns per second.
+//!
+//! cargo build --release -p metnos-executors --bin metnos-exec
+//! cargo run --release -p metnos-planner --example turn_load -- [--turns N] [--concurrency C]
+
+use std::time::{Duration, Instant};
+
+use hdrhistogram::Histogram;
+use metnos_kit::ServiceName;
+use metnos_kit::config::{LlmProvider, LlmTierConfig};
+use metnos_kit::runtime::spawn_on_loopback;
+use metnos_llm::fake::{FakeLlm, Reply};
+use metnos_proto::common::v1 as common;
+use metnos_proto::planner::v1 as pb;
+use metnos_proto::planner::v1::planner_service_client::PlannerServiceClient;
+use metnos_proto::planner::v1::turn_event::Event;
+use serde_json::json;
+
+fn number(name: &str, default: usize) -> usize {
+    let args: Vec<String> = std::env::args().collect();
+    args.iter()
+        .position(|a| a == name)
+        .and_then(|i| args.get(i + 1))
+        .map_or(default, |v| {
+            v.parse()
+                .unwrap_or_else(|_| panic!("{name} takes a number"))
+        })
+}
+
+fn report(label: &str, h: &Histogram<u64>) {
+    let us = |q: f64| h.value_at_quantile(q) as f64 / 1000.0;
+    println!(
+        "{label:<28} n={:<6} p50={:>8.1}µs p90={:>8.1}µs p99={:>8.1}µs max={:>9.1}µs",
+        h.len(),
+        us(0.5),
+        us(0.9),
+        us(0.99),
+        h.max() as f64 / 1000.0
+    );
+}
+
+fn main() {
+    let turns = number("--turns", 500);
+    let concurrency = number("--concurrency", 1).max(1);
+    let exe = std::env::current_exe().unwrap();
+    let program = exe.parent().unwrap().parent().unwrap().join("metnos-exec");
+    assert!(
+        program.is_file(),
+        "{} is not built (cargo build --release -p metnos-executors --bin metnos-exec)",
+        program.display()
+    );
+
+    let data = tempfile::tempdir().unwrap();
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap();
+    let fake = runtime.block_on(FakeLlm::start());
+    // A tool call first, the answer once the tool's result is there.
+    fake.always(Reply::from_request(|request| {
+        let last_is_tool = request["messages"]
+            .as_array()
+            .and_then(|m| m.last())
+            .is_some_and(|m| m["role"] == "tool");
+        if last_is_tool {
+            Reply::Text("it is noon".into())
+        } else {
+            Reply::ToolCalls(vec![("time_now".into(), json!({"timezone": "UTC"}))])
+        }
+    }));
+
+    let mut config = metnos_kit::testing::config(data.path());
+    config.runtime.user_home = data.path().to_owned();
+    config.telemetry.log = "error".into();
+    config.runtime.llm.insert(
+        "fast".into(),
+        LlmTierConfig {
+            provider: LlmProvider::Ollama,
+            model: "fake".into(),
+            base_url: fake.url().to_owned(),
+            think: false,
+            timeout_seconds: 30,
+            api_key_env: String::new(),
+        },
+    );
+    let catalog = data.path().join("executors");
+    metnos_executors::install::install_builtins(&catalog, &program).unwrap();
+    let key = metnos_executors::signing::generate().unwrap();
+    metnos_executors::install::sign_dir(&catalog, &key, "bench", false).unwrap();
+    config.executors.catalog_dir = catalog;
+    config.executors.workspace = data.path().join("workspace");
+    config.executors.trusted_keys.insert(
+        "bench".into(),
+        metnos_executors::signing::public_key_text(&key.verifying_key()),
+    );
+    config.turns.cap_same_executor = 1_000_000;
+
+    let mut threads = Vec::new();
+    for service in [
+        ServiceName::Policy,
+        ServiceName::Vaglio,
+        ServiceName::Approval,
+    ] {
+        let c = config.clone();
+        let (url, thread) = spawn_on_loopback(service, move |listener, shutdown| async move {
+            match service {
+                ServiceName::Policy => metnos_policy::serve(c, listener, shutdown).await,
+                ServiceName::Vaglio => metnos_vaglio::serve(c, listener, shutdown).await,
+                _ => metnos_approval::serve(c, listener, shutdown).await,
+            }
+        })
+        .unwrap();
+        config.set_service_url(service, url);
+        threads.push(thread);
+    }
+    let c = config.clone();
+    let (planner_url, planner) = spawn_on_loopback(ServiceName::Planner, move |l, s| {
+        metnos_planner::serve(c, l, s)
+    })
+    .unwrap();
+    threads.push(planner);
+
+    runtime.block_on(async move {
+        // Let the services come up.
+        let mut client = loop {
+            if let Ok(c) = PlannerServiceClient::connect(planner_url.clone()).await {
+                break c;
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        };
+        let one_turn = |mut client: PlannerServiceClient<tonic::transport::Channel>, n: usize| async move {
+            let request = pb::RunTurnRequest {
+                principal: Some(common::Principal { channel: "cli".into(), sender_id: format!("bench{}", n % 8) }),
+                level: common::AutonomyLevel::Full as i32,
+                query: "what time is it".into(),
+                language: common::Language::English as i32,
+                mode: pb::Mode::Local as i32,
+            };
+            let started = Instant::now();
+            let mut stream = client.run_turn(request).await.unwrap().into_inner();
+            let (mut proposed, mut judged) = (None, None);
+            while let Some(message) = stream.message().await.unwrap() {
+                match message.event.and_then(|e| e.event) {
+                    Some(Event::StepProposed(_)) => proposed = Some(Instant::now()),
+                    Some(Event::Verdict(_)) => judged = Some(Instant::now()),
+                    Some(Event::Finished(f)) => {
+                        assert_eq!(f.kind, pb::FinalKind::Answer as i32, "{f:?}");
+                        break;
+                    }
+                    _ => {}
+                }
+            }
+            let overhead = judged.unwrap() - proposed.unwrap();
+            (overhead, started.elapsed())
+        };
+        // Warm-up.
+        for n in 0..20 {
+            one_turn(client.clone(), n).await;
+        }
+        let mut overhead = Histogram::<u64>::new(3).unwrap();
+        let mut turn = Histogram::<u64>::new(3).unwrap();
+        let started = Instant::now();
+        let mut n = 0;
+        while n < turns {
+            let batch: Vec<_> = (0..concurrency.min(turns - n)).map(|i| tokio::spawn(one_turn(client.clone(), n + i))).collect();
+            for task in batch {
+                let (o, t) = task.await.unwrap();
+                overhead.record(o.as_nanos() as u64).unwrap();
+                turn.record(t.as_nanos() as u64).unwrap();
+                n += 1;
+            }
+        }
+        let elapsed = started.elapsed();
+        report("client: proposed→verdict", &overhead);
+        report("whole turn (2 LLM calls)", &turn);
+        println!("{:.1} turns/s with {concurrency} client(s), {turns} turns", turns as f64 / elapsed.as_secs_f64());
+        let _ = &mut client;
+    });
+    drop(threads);
+    // The planner's own measure of each step's checks, from its turn log.
+    let mut checks = Histogram::<u64>::new(3).unwrap();
+    let mut policy = Histogram::<u64>::new(3).unwrap();
+    let mut vaglio = Histogram::<u64>::new(3).unwrap();
+    for entry in std::fs::read_dir(data.path().join("turns")).unwrap() {
+        let text = std::fs::read_to_string(entry.unwrap().path()).unwrap();
+        for line in text.lines() {
+            let record: serde_json::Value = serde_json::from_str(line).unwrap();
+            for step in record["steps"].as_array().unwrap() {
+                checks
+                    .record(step["checks_us"].as_u64().unwrap() * 1000)
+                    .unwrap();
+                policy
+                    .record(step["policy_us"].as_u64().unwrap() * 1000)
+                    .unwrap();
+                vaglio
+                    .record(step["vaglio_us"].as_u64().unwrap() * 1000)
+                    .unwrap();
+            }
+        }
+    }
+    report("control plane per tool call", &checks);
+    report("  of which policy", &policy);
+    report("  of which vaglio", &vaglio);
+}
