@@ -643,11 +643,47 @@ async fn failures_end_the_turn_cleanly_with_a_clear_message() {
         "no executors are available (empty catalog)"
     );
 
-    // Policy unreachable: the step fails closed, nothing runs. A planner of its own,
-    // in this process, whose policy address answers nothing; vaglio and approval are the
-    // stack's.
+    // Policy or vaglio unreachable: the step fails closed, nothing runs.
     let s = stack().await;
-    let mut config = metnos_kit::testing::config(&s.sandbox.dir.path().join("lonely"));
+    for dead in [
+        metnos_kit::ServiceName::Policy,
+        metnos_kit::ServiceName::Vaglio,
+    ] {
+        let (url, _planner) = lonely_planner(&s, dead);
+        s.fake.push(tool_calls(&[(
+            "fs_write",
+            json!({"path": "~/d.txt", "content": "x"}),
+        )]));
+        let mut planner = PlannerServiceClient::connect(url).await.unwrap();
+        let mut stream = planner
+            .run_turn(pb::RunTurnRequest {
+                principal: Some(principal()),
+                level: Full as i32,
+                query: "write x to ~/d.txt".into(),
+                ..Default::default()
+            })
+            .await
+            .unwrap()
+            .into_inner();
+        let events = until_end(&mut stream).await;
+        assert_eq!(kind(&events), pb::FinalKind::Error, "{dead}");
+        let text = &finished(&events).text;
+        assert!(
+            text.contains("Unavailable") && text.contains("nothing was done"),
+            "{dead}: {text}"
+        );
+        assert!(!s.home().join("d.txt").exists());
+    }
+}
+
+/// A planner of its own, in this process, using the stack's services except `dead`,
+/// whose address answers nothing.
+fn lonely_planner(
+    s: &Stack,
+    dead: metnos_kit::ServiceName,
+) -> (String, metnos_kit::runtime::ServiceThread) {
+    let mut config =
+        metnos_kit::testing::config(&s.sandbox.dir.path().join(format!("lonely-{dead}")));
     config.runtime.user_home = s.home();
     config.runtime.llm.insert(
         "fast".into(),
@@ -665,36 +701,91 @@ async fn failures_end_the_turn_cleanly_with_a_clear_message() {
         "owner".into(),
         s.sandbox.env["METNOS_EXECUTORS__TRUSTED_KEYS__OWNER"].clone(),
     );
-    config.set_service_url(metnos_kit::ServiceName::Policy, "http://127.0.0.1:9".into());
-    config.set_service_url(metnos_kit::ServiceName::Vaglio, s.up.url("vaglio"));
-    config.set_service_url(metnos_kit::ServiceName::Approval, s.up.url("approval"));
-    let (url, _planner) = metnos_kit::runtime::spawn_on_loopback(
+    for service in [
+        metnos_kit::ServiceName::Policy,
+        metnos_kit::ServiceName::Vaglio,
+        metnos_kit::ServiceName::Approval,
+    ] {
+        let url = if service == dead {
+            "http://127.0.0.1:9".to_owned()
+        } else {
+            s.up.url(service.as_str())
+        };
+        config.set_service_url(service, url);
+    }
+    metnos_kit::runtime::spawn_on_loopback(
         metnos_kit::ServiceName::Planner,
         move |listener, shutdown| metnos_planner::serve(config, listener, shutdown),
     )
-    .unwrap();
-    s.fake.push(tool_calls(&[(
-        "fs_write",
-        json!({"path": "~/d.txt", "content": "x"}),
-    )]));
-    let mut planner = PlannerServiceClient::connect(url).await.unwrap();
-    let mut stream = planner
-        .run_turn(pb::RunTurnRequest {
-            principal: Some(principal()),
-            level: Full as i32,
-            query: "write x to ~/d.txt".into(),
-            ..Default::default()
-        })
-        .await
-        .unwrap()
-        .into_inner();
-    let events = until_end(&mut stream).await;
-    assert_eq!(kind(&events), pb::FinalKind::Error);
-    assert!(
-        finished(&events).text.contains("Unavailable"),
-        "{events:#?}"
+    .unwrap()
+}
+
+#[tokio::test]
+async fn executors_that_crash_babble_or_were_changed_after_signing_are_observations() {
+    let fake = FakeLlm::start().await;
+    fake.keep_requests(true);
+    let mut sandbox = Sandbox::new();
+    sandbox
+        .set("METNOS_RUNTIME__LLM__FAST__PROVIDER", "ollama")
+        .set("METNOS_RUNTIME__LLM__FAST__MODEL", "qwen-test")
+        .set("METNOS_RUNTIME__LLM__FAST__BASE_URL", fake.url());
+    let catalog = sandbox.data_dir().join("executors");
+    for (name, body) in [
+        ("crasher", "echo 'Traceback: boom' >&2; exit 1"),
+        ("babbler", "echo 'Sure! here you go'"),
+        ("changed", "printf '{\"ok\":true,\"content\":\"v1\"}'"),
+    ] {
+        let dir = catalog.join(name);
+        std::fs::create_dir_all(&dir).unwrap();
+        std::fs::write(
+            dir.join("run.sh"),
+            format!("#!/bin/sh\ncat >/dev/null\n{body}\n"),
+        )
+        .unwrap();
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::set_permissions(dir.join("run.sh"), std::fs::Permissions::from_mode(0o755))
+            .unwrap();
+        std::fs::write(
+            dir.join("manifest.toml"),
+            format!("name = \"{name}\"\ndescription = \"test {name}\"\ncapabilities = [\"time:read\"]\nprogram = \"run.sh\"\n[args]\ntype = \"object\"\n"),
+        )
+        .unwrap();
+    }
+    let key = metnos_executors::signing::generate().unwrap();
+    metnos_executors::install::sign_dir(&catalog, &key, "owner", false).unwrap();
+    sandbox.set(
+        "METNOS_EXECUTORS__TRUSTED_KEYS__OWNER",
+        &metnos_executors::signing::public_key_text(&key.verifying_key()),
     );
-    assert!(!s.home().join("d.txt").exists());
+    let up = sandbox.up().await;
+    let s = Stack { sandbox, up, fake };
+    // Changed after the planner loaded (and so after signing).
+    std::fs::write(
+        catalog.join("changed/run.sh"),
+        "#!/bin/sh\nprintf '{\"ok\":true,\"content\":\"evil\"}'\n",
+    )
+    .unwrap();
+
+    s.fake.push(tool_calls(&[
+        ("crasher", json!({})),
+        ("babbler", json!({})),
+        ("changed", json!({})),
+    ]));
+    s.fake.push(Reply::Text("all three failed".into()));
+    let events = s.run("run the three", Full).await;
+    assert_eq!(kind(&events), pb::FinalKind::Answer, "{events:#?}");
+    let obs = observations(&events);
+    assert!(obs.iter().all(|o| !o.ok));
+    assert!(
+        obs[0].summary.contains("crashed") && obs[0].summary.contains("Traceback: boom"),
+        "{obs:?}"
+    );
+    assert!(obs[1].summary.contains("non-JSON output"), "{obs:?}");
+    assert!(
+        obs[2].summary.contains("does not match its signed digest"),
+        "{obs:?}"
+    );
+    assert!(!obs.iter().any(|o| o.summary.contains("evil")));
 }
 
 #[tokio::test]
@@ -876,6 +967,43 @@ async fn hybrid_mode_escalates_to_the_wise_tier_after_failures() {
     .unwrap();
     assert_eq!(record["tiers"], json!(["fast", "wise"]));
     assert_eq!(record["models"], json!(["big-test", "qwen-test"]));
+    assert_eq!(record["steps"][0]["validation"], "ok");
+    assert_eq!(record["steps"][0]["scope"], "ok");
+}
+
+#[tokio::test]
+async fn hybrid_mode_starts_wise_when_a_candidate_needs_a_listed_capability() {
+    let fake = FakeLlm::start().await;
+    fake.keep_requests(true);
+    let mut sandbox = Sandbox::new();
+    for (k, v) in [
+        ("METNOS_RUNTIME__LLM__FAST__PROVIDER", "ollama"),
+        ("METNOS_RUNTIME__LLM__FAST__MODEL", "qwen-test"),
+        ("METNOS_RUNTIME__LLM__WISE__PROVIDER", "ollama"),
+        ("METNOS_RUNTIME__LLM__WISE__MODEL", "big-test"),
+        ("METNOS_RUNTIME__MODE", "hybrid"),
+        ("METNOS_TURNS__HYBRID_WISE_CAPABILITIES", "[\"code:exec\"]"),
+    ] {
+        sandbox.set(k, v);
+    }
+    sandbox.set("METNOS_RUNTIME__LLM__FAST__BASE_URL", fake.url());
+    sandbox.set("METNOS_RUNTIME__LLM__WISE__BASE_URL", fake.url());
+    install_catalog(&mut sandbox);
+    let up = sandbox.up().await;
+    let s = Stack { sandbox, up, fake };
+    s.fake.push(Reply::Text("fine".into()));
+    let events = s.run("run the command ls in the terminal", Full).await;
+    assert!(
+        matches!(&events[0], Event::Started(st) if st.tier == "wise" && st.model == "big-test"),
+        "{events:#?}"
+    );
+    assert_eq!(s.llm_request(0)["model"], "big-test");
+    s.fake.push(Reply::Text("it is noon".into()));
+    let events = s.run("what time is it", Full).await;
+    assert!(
+        matches!(&events[0], Event::Started(st) if st.tier == "fast"),
+        "{events:#?}"
+    );
 }
 
 #[tokio::test]

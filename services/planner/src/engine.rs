@@ -95,6 +95,9 @@ pub struct StepLog {
     /// "ok", or what failed: "references", "schema", "scope", "unknown executor",
     /// "duplicate".
     pub validation: String,
+    /// "ok" (inside the scope hints), "refused", or "none" (no hints); unset when the
+    /// call did not get that far.
+    pub scope: Option<String>,
     pub policy: Option<String>,
     pub grant_id: Option<i64>,
     pub verdict: Option<String>,
@@ -845,10 +848,15 @@ impl Planner {
         }
 
         // Schema and scope.
+        let hinted =
+            !executor.manifest.scope.paths.is_empty() || !executor.manifest.scope.hosts.is_empty();
+        log.scope = Some(if hinted { "ok" } else { "none" }.to_owned());
         if let Err(e) = executor.check_args(&args, &self.runner.user_home) {
-            log.validation = match e {
-                metnos_executors::CallError::Scope(_) => "scope".to_owned(),
-                _ => "schema".to_owned(),
+            (log.validation, log.scope) = match e {
+                metnos_executors::CallError::Scope(_) => {
+                    ("scope".to_owned(), Some("refused".to_owned()))
+                }
+                _ => ("schema".to_owned(), None),
             };
             self.observe(cp, sink, &call, log, refusal(e.to_string()), started)
                 .await;
