@@ -643,11 +643,12 @@ async fn failures_end_the_turn_cleanly_with_a_clear_message() {
         "no executors are available (empty catalog)"
     );
 
-    // Policy or vaglio unreachable: the step fails closed, nothing runs.
+    // Policy, vaglio or approval unreachable: the step fails closed, nothing runs.
     let s = stack().await;
-    for dead in [
-        metnos_kit::ServiceName::Policy,
-        metnos_kit::ServiceName::Vaglio,
+    for (dead, level) in [
+        (metnos_kit::ServiceName::Policy, Full),
+        (metnos_kit::ServiceName::Vaglio, Full),
+        (metnos_kit::ServiceName::Approval, Supervised),
     ] {
         let (url, _planner) = lonely_planner(&s, dead);
         s.fake.push(tool_calls(&[(
@@ -658,7 +659,7 @@ async fn failures_end_the_turn_cleanly_with_a_clear_message() {
         let mut stream = planner
             .run_turn(pb::RunTurnRequest {
                 principal: Some(principal()),
-                level: Full as i32,
+                level: level as i32,
                 query: "write x to ~/d.txt".into(),
                 ..Default::default()
             })
