@@ -7,6 +7,7 @@ use clap::{Parser, Subcommand};
 use metnos::approvals_cli::{self, ApprovalsCommand};
 use metnos::ask_cli::{self, AskArgs, TurnsCommand};
 use metnos::executors_cli::{self, ExecutorsCommand};
+use metnos::pair_cli::{self, PairCommand};
 use metnos::policy_cli::{self, GrantsCommand, PolicyCommand};
 use metnos::vaglio_cli::{self, VaglioCommand};
 use metnos::{status, up};
@@ -65,6 +66,11 @@ enum Command {
         #[command(subcommand)]
         command: TurnsCommand,
     },
+    /// Who may talk to Metnos: approve pairing codes, list, change levels, revoke.
+    Pair {
+        #[command(subcommand)]
+        command: PairCommand,
+    },
     /// Executors: keys, signatures, the catalog, running one by hand.
     Executors {
         #[command(subcommand)]
@@ -116,6 +122,7 @@ fn main() -> ExitCode {
             Command::Approvals { command } => approvals_cli::approvals(&config, command).await,
             Command::Executors { command } => executors_cli::executors(&config, command).await,
             Command::Ask(args) => ask_cli::ask(&config, args).await,
+            Command::Pair { command } => pair_cli::pair(&config, command).await,
             Command::Turns { command } => ask_cli::turns(&config, command).await,
         }
     })

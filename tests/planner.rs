@@ -9,7 +9,7 @@ use std::net::SocketAddr;
 use std::time::Duration;
 
 use bytes::Bytes;
-use common::{Sandbox, Up, sibling_binary};
+use common::{Sandbox, Up};
 use http_body_util::Full as FullBody;
 use hyper::{Request, Response};
 use metnos_llm::fake::{FakeLlm, Reply};
@@ -34,22 +34,14 @@ struct Stack {
 }
 
 fn install_catalog(sandbox: &mut Sandbox) {
-    let catalog = sandbox.data_dir().join("executors");
-    metnos_executors::install::install_builtins(&catalog, &sibling_binary("metnos-exec")).unwrap();
-    let key = metnos_executors::signing::generate().unwrap();
-    metnos_executors::install::sign_dir(&catalog, &key, "owner", false).unwrap();
-    let public = metnos_executors::signing::public_key_text(&key.verifying_key());
-    sandbox.set("METNOS_EXECUTORS__TRUSTED_KEYS__OWNER", &public);
+    sandbox.with_builtins();
 }
 
 async fn stack_with(env: &[(&str, &str)], catalog: bool) -> Stack {
     let fake = FakeLlm::start().await;
     fake.keep_requests(true);
     let mut sandbox = Sandbox::new();
-    sandbox
-        .set("METNOS_RUNTIME__LLM__FAST__PROVIDER", "ollama")
-        .set("METNOS_RUNTIME__LLM__FAST__MODEL", "qwen-test")
-        .set("METNOS_RUNTIME__LLM__FAST__BASE_URL", fake.url());
+    sandbox.with_fake_llm(fake.url());
     for (k, v) in env {
         sandbox.set(k, v);
     }

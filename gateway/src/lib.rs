@@ -1,120 +1,136 @@
-//! The Metnos gateway service: the channel gateway: Telegram and CLI channels, pairing, approval callbacks (seed approval_ux.md ch. 7).
+//! The Metnos gateway service: how people reach Metnos and how approval cards go out and
+//! decisions come back (seed approval_ux.md ch. 7, DESIGN §1-2).
 //!
-//! Layout: [`serve`] is the entry point (`metnos-gateway` and `metnos up` both call it with an
-//! already bound listener); `GatewayApi` answers the `metnos.gateway.v1.GatewayService` contract. The
-//! service owns its store: pairings and channel state.
+//! - [`telegram`]: the Telegram channel (teloxide): long polling, callbacks, pairing
+//!   codes, turns with their cards and answers, the stop clause;
+//! - [`store`]: pairings, codes, cards sent, the update offset (SQLite or PostgreSQL);
+//! - [`grpc`]: `metnos.gateway.v1.GatewayService` (messages, cards, pairings);
+//! - [`text`]: escaping, splitting, stop phrases, callback data, sentences.
 //!
-//! Status: the foundation only. Every RPC answers `UNIMPLEMENTED` naming itself until the
-//! gateway issue lands; nothing here returns a made-up result.
+//! The bot token comes from `METNOS_TELEGRAM_TOKEN` or `telegram.token_file`, never from
+//! the config file, and never reaches a log line, a trace or an error.
 
-use metnos_kit::server::{StartError, not_implemented, serve_with_store};
-use metnos_kit::store::{Db, Migrations};
+use std::sync::Arc;
+
+use metnos_kit::client::channel;
+use metnos_kit::server::{StartError, serve_with_store};
 use metnos_kit::{Config, ServiceName, ShutdownFuture};
-use metnos_proto::gateway::v1::gateway_service_server::{GatewayService, GatewayServiceServer};
-use metnos_proto::gateway::v1::{
-    ApprovePairingRequest, ApprovePairingResponse, EditCardRequest, EditCardResponse,
-    GetPairingRequest, GetPairingResponse, ListPairingsRequest, ListPairingsResponse,
-    RevokePairingRequest, RevokePairingResponse, SendCardRequest, SendCardResponse,
-    SendMessageRequest, SendMessageResponse, SetLevelRequest, SetLevelResponse,
-};
+use metnos_proto::approval::v1::approval_service_client::ApprovalServiceClient;
+use metnos_proto::gateway::v1::gateway_service_server::GatewayServiceServer;
+use metnos_proto::planner::v1::planner_service_client::PlannerServiceClient;
 use tokio::net::TcpListener;
-use tonic::{Request, Response, Status};
+
+pub mod grpc;
+pub mod pairing;
+pub mod store;
+pub mod telegram;
+pub mod text;
+
+pub use store::MIGRATIONS;
 
 /// This service.
 pub const SERVICE: ServiceName = ServiceName::Gateway;
 
-/// The schema of this service's store, per backend.
-pub const MIGRATIONS: Migrations = Migrations::NONE;
+/// The environment variable holding the bot token.
+pub const TOKEN_VAR: &str = "METNOS_TELEGRAM_TOKEN";
 
-/// Serves the gateway service on `listener` until `shutdown` resolves: opens and migrates
-/// the store, reports SERVING, drains on shutdown.
+/// The bot token, if any: the environment first, then the token file. Errors name the
+/// file, never its content.
+pub fn bot_token(config: &Config) -> Result<Option<String>, String> {
+    if let Ok(token) = std::env::var(TOKEN_VAR)
+        && !token.trim().is_empty()
+    {
+        return Ok(Some(token.trim().to_owned()));
+    }
+    let file = &config.telegram.token_file;
+    if file.as_os_str().is_empty() {
+        return Ok(None);
+    }
+    let token = std::fs::read_to_string(file)
+        .map_err(|e| format!("telegram.token_file {}: {e}", file.display()))?;
+    let token = token.trim();
+    if token.is_empty() {
+        return Err(format!("telegram.token_file {} is empty", file.display()));
+    }
+    Ok(Some(token.to_owned()))
+}
+
+/// Serves the gateway on `listener` until `shutdown`, with the Telegram channel when a bot
+/// token is set.
 pub async fn serve(
     config: Config,
     listener: TcpListener,
     shutdown: ShutdownFuture,
 ) -> Result<(), StartError> {
+    let settings_error = |message: String| StartError::Settings {
+        service: SERVICE,
+        message,
+    };
+    let token = bot_token(&config).map_err(settings_error)?;
+    if config.telegram.mode == metnos_kit::config::TelegramMode::Webhook {
+        return Err(settings_error(
+            "telegram.mode = \"webhook\" is not available yet; use \"polling\"".to_owned(),
+        ));
+    }
+    let planner = PlannerServiceClient::new(
+        channel(&config.service_url(ServiceName::Planner))
+            .map_err(|e| settings_error(e.to_string()))?,
+    );
+    let approval = ApprovalServiceClient::new(
+        channel(&config.service_url(ServiceName::Approval))
+            .map_err(|e| settings_error(e.to_string()))?,
+    );
+    let settings = telegram::Settings {
+        api_url: config.telegram.api_url.clone(),
+        poll_timeout_seconds: config.telegram.poll_timeout_seconds,
+        per_chat_per_second: config.telegram.per_chat_per_second,
+        global_per_second: config.telegram.global_per_second,
+    };
+    let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
+    let stopped = |mut rx: tokio::sync::watch::Receiver<bool>| async move {
+        let _ = rx.wait_for(|stop| *stop).await;
+    };
+    tokio::spawn(async move {
+        shutdown.await;
+        let _ = stop_tx.send(true);
+    });
+    let poll_stop = stopped(stop_rx.clone());
     serve_with_store(
         SERVICE,
         &config,
         &MIGRATIONS,
         listener,
-        shutdown,
-        |db, _readiness| GatewayServiceServer::new(GatewayApi { _db: db }),
+        stopped(stop_rx),
+        move |db, _readiness| {
+            let store = store::Store::new(db);
+            let telegram = match token {
+                Some(token) => match telegram::Telegram::new(
+                    token,
+                    &settings,
+                    store.clone(),
+                    planner,
+                    approval,
+                ) {
+                    Ok(t) => {
+                        let t = Arc::new(t);
+                        tokio::spawn(Arc::clone(&t).poll(poll_stop));
+                        tracing::info!("Telegram channel on (long polling)");
+                        Some(t)
+                    }
+                    Err(e) => {
+                        tracing::error!(error = %e, "Telegram channel off");
+                        None
+                    }
+                },
+                None => {
+                    tracing::info!(
+                        "Telegram channel off: no bot token ({TOKEN_VAR} or telegram.token_file)"
+                    );
+                    None
+                }
+            };
+            GatewayServiceServer::new(grpc::GatewayApi { store, telegram })
+        },
     )
     .await
-}
-
-/// The `GatewayService` implementation.
-#[derive(Debug)]
-pub struct GatewayApi {
-    _db: Db,
-}
-
-#[tonic::async_trait]
-impl GatewayService for GatewayApi {
-    async fn send_message(
-        &self,
-        _request: Request<SendMessageRequest>,
-    ) -> Result<Response<SendMessageResponse>, Status> {
-        Err(not_implemented(
-            "metnos.gateway.v1.GatewayService/SendMessage",
-        ))
-    }
-
-    async fn send_card(
-        &self,
-        _request: Request<SendCardRequest>,
-    ) -> Result<Response<SendCardResponse>, Status> {
-        Err(not_implemented("metnos.gateway.v1.GatewayService/SendCard"))
-    }
-
-    async fn edit_card(
-        &self,
-        _request: Request<EditCardRequest>,
-    ) -> Result<Response<EditCardResponse>, Status> {
-        Err(not_implemented("metnos.gateway.v1.GatewayService/EditCard"))
-    }
-
-    async fn list_pairings(
-        &self,
-        _request: Request<ListPairingsRequest>,
-    ) -> Result<Response<ListPairingsResponse>, Status> {
-        Err(not_implemented(
-            "metnos.gateway.v1.GatewayService/ListPairings",
-        ))
-    }
-
-    async fn get_pairing(
-        &self,
-        _request: Request<GetPairingRequest>,
-    ) -> Result<Response<GetPairingResponse>, Status> {
-        Err(not_implemented(
-            "metnos.gateway.v1.GatewayService/GetPairing",
-        ))
-    }
-
-    async fn approve_pairing(
-        &self,
-        _request: Request<ApprovePairingRequest>,
-    ) -> Result<Response<ApprovePairingResponse>, Status> {
-        Err(not_implemented(
-            "metnos.gateway.v1.GatewayService/ApprovePairing",
-        ))
-    }
-
-    async fn set_level(
-        &self,
-        _request: Request<SetLevelRequest>,
-    ) -> Result<Response<SetLevelResponse>, Status> {
-        Err(not_implemented("metnos.gateway.v1.GatewayService/SetLevel"))
-    }
-
-    async fn revoke_pairing(
-        &self,
-        _request: Request<RevokePairingRequest>,
-    ) -> Result<Response<RevokePairingResponse>, Status> {
-        Err(not_implemented(
-            "metnos.gateway.v1.GatewayService/RevokePairing",
-        ))
-    }
 }

@@ -3,6 +3,7 @@
 #![allow(dead_code)] // each test file uses a part
 
 pub mod otlp;
+pub mod telegram;
 
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
@@ -189,4 +190,25 @@ pub fn postgres_url() -> String {
     std::env::var("METNOS_TEST_POSTGRES_URL").expect(
         "METNOS_TEST_POSTGRES_URL is not set: run the tests with `make test`, which starts a throwaway PostgreSQL",
     )
+}
+
+impl Sandbox {
+    /// The fast LLM tier on the fake LLM server at `url` (Ollama wire format).
+    pub fn with_fake_llm(&mut self, url: &str) -> &mut Self {
+        self.set("METNOS_RUNTIME__LLM__FAST__PROVIDER", "ollama")
+            .set("METNOS_RUNTIME__LLM__FAST__MODEL", "qwen-test")
+            .set("METNOS_RUNTIME__LLM__FAST__BASE_URL", url)
+    }
+
+    /// The built-in executors installed in the data directory's catalog, signed with a
+    /// fresh key that the config trusts.
+    pub fn with_builtins(&mut self) -> &mut Self {
+        let catalog = self.data_dir().join("executors");
+        metnos_executors::install::install_builtins(&catalog, &sibling_binary("metnos-exec"))
+            .unwrap();
+        let key = metnos_executors::signing::generate().unwrap();
+        metnos_executors::install::sign_dir(&catalog, &key, "owner", false).unwrap();
+        let public = metnos_executors::signing::public_key_text(&key.verifying_key());
+        self.set("METNOS_EXECUTORS__TRUSTED_KEYS__OWNER", &public)
+    }
 }

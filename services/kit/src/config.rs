@@ -130,6 +130,7 @@ pub struct Config {
     pub runtime: RuntimeConfig,
     pub executors: ExecutorsConfig,
     pub turns: TurnsConfig,
+    pub telegram: TelegramConfig,
 }
 
 impl Default for Config {
@@ -146,6 +147,7 @@ impl Default for Config {
             runtime: RuntimeConfig::default(),
             executors: ExecutorsConfig::default(),
             turns: TurnsConfig::default(),
+            telegram: TelegramConfig::default(),
         }
     }
 }
@@ -323,6 +325,53 @@ impl Default for ExecutorsConfig {
     }
 }
 
+/// The Telegram channel of the gateway. The bot token is never a config key: it comes
+/// from the `METNOS_TELEGRAM_TOKEN` environment variable or from `token_file`.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields, default)]
+pub struct TelegramConfig {
+    /// A file holding the bot token (e.g. a Docker or Kubernetes secret). Empty: only
+    /// the environment variable.
+    pub token_file: PathBuf,
+    /// The Bot API server.
+    pub api_url: String,
+    /// `polling` (long polling, the default) or `webhook`.
+    pub mode: TelegramMode,
+    /// Long-polling timeout.
+    pub poll_timeout_seconds: u32,
+    /// Webhook mode: where the gateway listens for Telegram's POSTs.
+    pub webhook_listen: SocketAddr,
+    /// Webhook mode: the public HTTPS URL Telegram posts to (registered at start).
+    pub webhook_url: String,
+    /// Messages per second sent to one chat, and to all chats (Telegram's limits are 1 and 30).
+    pub per_chat_per_second: u32,
+    pub global_per_second: u32,
+}
+
+impl Default for TelegramConfig {
+    fn default() -> Self {
+        TelegramConfig {
+            token_file: PathBuf::new(),
+            api_url: "https://api.telegram.org".to_owned(),
+            mode: TelegramMode::Polling,
+            poll_timeout_seconds: 25,
+            webhook_listen: SocketAddr::from(([127, 0, 0, 1], 8443)),
+            webhook_url: String::new(),
+            per_chat_per_second: 1,
+            global_per_second: 30,
+        }
+    }
+}
+
+/// How updates arrive from Telegram.
+#[derive(Debug, Clone, Copy, Serialize, Deserialize, PartialEq, Eq, Default)]
+#[serde(rename_all = "lowercase")]
+pub enum TelegramMode {
+    #[default]
+    Polling,
+    Webhook,
+}
+
 /// The planner's turns: caps, budget, pre-filter, scratchpad, hybrid escalation.
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
 #[serde(deny_unknown_fields, default)]
@@ -420,7 +469,7 @@ pub const LLM_TIERS: [&str; 3] = ["fast", "middle", "wise"];
 
 /// Top-level keys an environment variable may override; any other `METNOS_*` variable
 /// (`METNOS_CONFIG`, test settings) is not configuration.
-const TOP_LEVEL_KEYS: [&str; 11] = [
+const TOP_LEVEL_KEYS: [&str; 12] = [
     "data_dir",
     "telemetry",
     "server",
@@ -432,6 +481,7 @@ const TOP_LEVEL_KEYS: [&str; 11] = [
     "runtime",
     "executors",
     "turns",
+    "telegram",
 ];
 
 /// A configuration that cannot be used, with the key and the source at fault.
@@ -632,6 +682,33 @@ impl Config {
             (
                 "executors.shell_file_size_mb",
                 self.executors.shell_file_size_mb,
+            ),
+        ] {
+            if value == 0 {
+                return Err(ConfigError::key(key, "must be at least 1"));
+            }
+        }
+        check_url(&self.telegram.api_url).map_err(|m| ConfigError::key("telegram.api_url", m))?;
+        if self.telegram.mode == TelegramMode::Webhook
+            && !self.telegram.webhook_url.starts_with("https://")
+        {
+            return Err(ConfigError::key(
+                "telegram.webhook_url",
+                "webhook mode needs the public https:// URL Telegram posts to",
+            ));
+        }
+        for (key, value) in [
+            (
+                "telegram.poll_timeout_seconds",
+                u64::from(self.telegram.poll_timeout_seconds),
+            ),
+            (
+                "telegram.per_chat_per_second",
+                u64::from(self.telegram.per_chat_per_second),
+            ),
+            (
+                "telegram.global_per_second",
+                u64::from(self.telegram.global_per_second),
             ),
         ] {
             if value == 0 {

@@ -1,0 +1,308 @@
+//! The gateway's store: pairings, pairing codes, sent cards, the Telegram offset and the
+//! updates already handled. SQLite or PostgreSQL, the same SQL.
+
+use metnos_kit::on_db;
+use metnos_kit::store::{Db, EmbeddedMigration, Migrations};
+use sqlx::Row;
+
+const SQLITE: &[EmbeddedMigration] = &[EmbeddedMigration {
+    version: 1,
+    description: "gateway",
+    sql: include_str!("../migrations/sqlite/0001_gateway.sql"),
+}];
+const POSTGRES: &[EmbeddedMigration] = &[EmbeddedMigration {
+    version: 1,
+    description: "gateway",
+    sql: include_str!("../migrations/postgres/0001_gateway.sql"),
+}];
+
+/// The schema of the gateway store, per backend.
+pub const MIGRATIONS: Migrations = Migrations {
+    sqlite: SQLITE,
+    postgres: POSTGRES,
+};
+
+/// How long a pairing code works.
+pub const CODE_TTL_MS: i64 = 10 * 60 * 1000;
+
+/// A person who may talk to Metnos.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Pairing {
+    pub channel: String,
+    pub sender_id: String,
+    /// Where to write to them (the private chat on Telegram).
+    pub chat_id: String,
+    pub display_name: String,
+    /// `ReadOnly`, `Supervised` or `Full`.
+    pub level: String,
+    /// `it` or `en`.
+    pub language: String,
+    pub paired_at: i64,
+}
+
+/// A card sent to a chat.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SentCard {
+    pub token: String,
+    pub channel: String,
+    pub chat_id: String,
+    pub message_id: String,
+    /// The card's lines, newline-joined (to show them in the final state).
+    pub lines: String,
+}
+
+#[derive(Debug, Clone)]
+pub struct Store {
+    db: Db,
+}
+
+fn pairing_from_row<R>(row: &R) -> Result<Pairing, sqlx::Error>
+where
+    R: Row,
+    for<'c> &'c str: sqlx::ColumnIndex<R>,
+    i64: for<'r> sqlx::Decode<'r, R::Database> + sqlx::Type<R::Database>,
+    String: for<'r> sqlx::Decode<'r, R::Database> + sqlx::Type<R::Database>,
+{
+    Ok(Pairing {
+        channel: row.try_get("channel")?,
+        sender_id: row.try_get("sender_id")?,
+        chat_id: row.try_get("chat_id")?,
+        display_name: row.try_get("display_name")?,
+        level: row.try_get("level")?,
+        language: row.try_get("language")?,
+        paired_at: row.try_get("paired_at")?,
+    })
+}
+
+const PAIRING_COLUMNS: &str =
+    "channel, sender_id, chat_id, display_name, level, language, paired_at";
+
+/// An unpaired sender asking to talk.
+#[derive(Debug, Clone, Copy)]
+pub struct Stranger<'a> {
+    pub channel: &'a str,
+    pub sender_id: &'a str,
+    pub chat_id: &'a str,
+    pub display_name: &'a str,
+    pub language: &'a str,
+}
+
+/// What asking for a code gave.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum CodeRequest {
+    /// A new code, to be sent.
+    New(String),
+    /// A code was issued to this sender less than ten minutes ago: say nothing more.
+    AlreadyIssued,
+}
+
+impl Store {
+    pub fn new(db: Db) -> Store {
+        Store { db }
+    }
+
+    pub async fn pairing(
+        &self,
+        channel: &str,
+        sender_id: &str,
+    ) -> Result<Option<Pairing>, sqlx::Error> {
+        let sql =
+            format!("SELECT {PAIRING_COLUMNS} FROM pairings WHERE channel = $1 AND sender_id = $2");
+        on_db!(&self.db, pool => {
+            let row = sqlx::query(sqlx::AssertSqlSafe(sql)).bind(channel).bind(sender_id).fetch_optional(pool).await?;
+            row.as_ref().map(pairing_from_row).transpose()
+        })
+    }
+
+    pub async fn pairings(&self) -> Result<Vec<Pairing>, sqlx::Error> {
+        let sql = format!(
+            "SELECT {PAIRING_COLUMNS} FROM pairings ORDER BY paired_at, channel, sender_id"
+        );
+        on_db!(&self.db, pool => {
+            let rows = sqlx::query(sqlx::AssertSqlSafe(sql)).fetch_all(pool).await?;
+            rows.iter().map(pairing_from_row).collect()
+        })
+    }
+
+    /// A code for an unpaired sender, unless one was issued to them within its lifetime.
+    pub async fn request_code(
+        &self,
+        who: &Stranger<'_>,
+        code: &str,
+        now_ms: i64,
+    ) -> Result<CodeRequest, sqlx::Error> {
+        let Stranger {
+            channel,
+            sender_id,
+            chat_id,
+            display_name,
+            language,
+        } = *who;
+        let live = "SELECT COUNT(*) FROM pairing_codes WHERE channel = $1 AND sender_id = $2 AND expires_at > $3 AND used_at IS NULL";
+        let count: i64 = on_db!(&self.db, pool => {
+            sqlx::query_scalar(live).bind(channel).bind(sender_id).bind(now_ms).fetch_one(pool).await?
+        });
+        if count > 0 {
+            return Ok(CodeRequest::AlreadyIssued);
+        }
+        let insert = "INSERT INTO pairing_codes (code, channel, sender_id, chat_id, display_name, language, created_at, expires_at) \
+                      VALUES ($1, $2, $3, $4, $5, $6, $7, $8)";
+        on_db!(&self.db, pool => {
+            sqlx::query(insert)
+                .bind(code).bind(channel).bind(sender_id).bind(chat_id).bind(display_name).bind(language)
+                .bind(now_ms).bind(now_ms + CODE_TTL_MS)
+                .execute(pool).await?;
+        });
+        Ok(CodeRequest::New(code.to_owned()))
+    }
+
+    /// Uses a code (once, within ten minutes) and pairs its sender at `level`.
+    pub async fn approve_code(
+        &self,
+        code: &str,
+        level: &str,
+        now_ms: i64,
+    ) -> Result<Option<Pairing>, sqlx::Error> {
+        let claim = "UPDATE pairing_codes SET used_at = $2 WHERE code = $1 AND used_at IS NULL AND expires_at > $2";
+        let claimed = on_db!(&self.db, pool => {
+            sqlx::query(claim).bind(code).bind(now_ms).execute(pool).await?.rows_affected()
+        });
+        if claimed != 1 {
+            return Ok(None);
+        }
+        let select = "SELECT channel, sender_id, chat_id, display_name, language FROM pairing_codes WHERE code = $1";
+        let (channel, sender_id, chat_id, display_name, language): (
+            String,
+            String,
+            String,
+            String,
+            String,
+        ) = on_db!(&self.db, pool => {
+            let row = sqlx::query(select).bind(code).fetch_one(pool).await?;
+            (row.try_get("channel")?, row.try_get("sender_id")?, row.try_get("chat_id")?, row.try_get("display_name")?, row.try_get("language")?)
+        });
+        let pairing = Pairing {
+            channel,
+            sender_id,
+            chat_id,
+            display_name,
+            level: level.to_owned(),
+            language,
+            paired_at: now_ms,
+        };
+        let upsert = "INSERT INTO pairings (channel, sender_id, chat_id, display_name, level, language, paired_at) \
+                      VALUES ($1, $2, $3, $4, $5, $6, $7) \
+                      ON CONFLICT (channel, sender_id) DO UPDATE SET chat_id = excluded.chat_id, \
+                      display_name = excluded.display_name, level = excluded.level, \
+                      language = excluded.language, paired_at = excluded.paired_at";
+        on_db!(&self.db, pool => {
+            sqlx::query(upsert)
+                .bind(&pairing.channel).bind(&pairing.sender_id).bind(&pairing.chat_id)
+                .bind(&pairing.display_name).bind(&pairing.level).bind(&pairing.language).bind(pairing.paired_at)
+                .execute(pool).await?;
+        });
+        Ok(Some(pairing))
+    }
+
+    /// Pairs directly (the local CLI user, or tests).
+    pub async fn pair(&self, pairing: &Pairing) -> Result<(), sqlx::Error> {
+        let upsert = "INSERT INTO pairings (channel, sender_id, chat_id, display_name, level, language, paired_at) \
+                      VALUES ($1, $2, $3, $4, $5, $6, $7) \
+                      ON CONFLICT (channel, sender_id) DO UPDATE SET level = excluded.level";
+        on_db!(&self.db, pool => {
+            sqlx::query(upsert)
+                .bind(&pairing.channel).bind(&pairing.sender_id).bind(&pairing.chat_id)
+                .bind(&pairing.display_name).bind(&pairing.level).bind(&pairing.language).bind(pairing.paired_at)
+                .execute(pool).await?;
+        });
+        Ok(())
+    }
+
+    pub async fn set_level(
+        &self,
+        channel: &str,
+        sender_id: &str,
+        level: &str,
+    ) -> Result<bool, sqlx::Error> {
+        let sql = "UPDATE pairings SET level = $3 WHERE channel = $1 AND sender_id = $2";
+        let n = on_db!(&self.db, pool => {
+            sqlx::query(sql).bind(channel).bind(sender_id).bind(level).execute(pool).await?.rows_affected()
+        });
+        Ok(n == 1)
+    }
+
+    pub async fn revoke(&self, channel: &str, sender_id: &str) -> Result<bool, sqlx::Error> {
+        let sql = "DELETE FROM pairings WHERE channel = $1 AND sender_id = $2";
+        let n = on_db!(&self.db, pool => {
+            sqlx::query(sql).bind(channel).bind(sender_id).execute(pool).await?.rows_affected()
+        });
+        Ok(n == 1)
+    }
+
+    pub async fn put_card(&self, card: &SentCard, now_ms: i64) -> Result<(), sqlx::Error> {
+        let sql = "INSERT INTO cards (token, channel, chat_id, message_id, lines, created_at) VALUES ($1, $2, $3, $4, $5, $6) \
+                   ON CONFLICT (token) DO UPDATE SET chat_id = excluded.chat_id, message_id = excluded.message_id, lines = excluded.lines";
+        on_db!(&self.db, pool => {
+            sqlx::query(sql).bind(&card.token).bind(&card.channel).bind(&card.chat_id).bind(&card.message_id).bind(&card.lines).bind(now_ms)
+                .execute(pool).await?;
+        });
+        Ok(())
+    }
+
+    pub async fn card(&self, token: &str) -> Result<Option<SentCard>, sqlx::Error> {
+        let sql = "SELECT token, channel, chat_id, message_id, lines FROM cards WHERE token = $1";
+        on_db!(&self.db, pool => {
+            let row = sqlx::query(sql).bind(token).fetch_optional(pool).await?;
+            match row {
+                None => Ok(None),
+                Some(row) => Ok(Some(SentCard {
+                    token: row.try_get("token")?,
+                    channel: row.try_get("channel")?,
+                    chat_id: row.try_get("chat_id")?,
+                    message_id: row.try_get("message_id")?,
+                    lines: row.try_get("lines")?,
+                })),
+            }
+        })
+    }
+
+    pub async fn setting(&self, key: &str) -> Result<Option<String>, sqlx::Error> {
+        let sql = "SELECT value FROM settings WHERE key = $1";
+        on_db!(&self.db, pool => {
+            Ok(sqlx::query_scalar(sql).bind(key).fetch_optional(pool).await?)
+        })
+    }
+
+    pub async fn set_setting(&self, key: &str, value: &str) -> Result<(), sqlx::Error> {
+        let sql = "INSERT INTO settings (key, value) VALUES ($1, $2) ON CONFLICT (key) DO UPDATE SET value = excluded.value";
+        on_db!(&self.db, pool => {
+            sqlx::query(sql).bind(key).bind(value).execute(pool).await?;
+        });
+        Ok(())
+    }
+
+    /// Whether an update was already handled.
+    pub async fn handled(&self, update_id: i64) -> Result<bool, sqlx::Error> {
+        let sql = "SELECT COUNT(*) FROM handled_updates WHERE update_id = $1";
+        let n: i64 = on_db!(&self.db, pool => {
+            sqlx::query_scalar(sql).bind(update_id).fetch_one(pool).await?
+        });
+        Ok(n > 0)
+    }
+
+    /// Records an update as handled and moves the offset past it, together.
+    pub async fn mark_handled(&self, update_id: i64, now_ms: i64) -> Result<(), sqlx::Error> {
+        let insert = "INSERT INTO handled_updates (update_id, handled_at) VALUES ($1, $2) ON CONFLICT (update_id) DO NOTHING";
+        let offset = "INSERT INTO settings (key, value) VALUES ('telegram.offset', $1) ON CONFLICT (key) DO UPDATE SET value = excluded.value";
+        let prune = "DELETE FROM handled_updates WHERE handled_at < $1";
+        on_db!(&self.db, pool => {
+            let mut tx = pool.begin().await?;
+            sqlx::query(insert).bind(update_id).bind(now_ms).execute(&mut *tx).await?;
+            sqlx::query(offset).bind((update_id + 1).to_string()).execute(&mut *tx).await?;
+            // Telegram keeps unconfirmed updates for 24 hours; older ids cannot come back.
+            sqlx::query(prune).bind(now_ms - 48 * 3_600_000).execute(&mut *tx).await?;
+            tx.commit().await?;
+        });
+        Ok(())
+    }
+}

@@ -1,0 +1,315 @@
+//! What the gateway writes: escaped, split at Telegram's limit on line boundaries, in the
+//! person's language; and what it reads: stop phrases, approval callback data.
+
+/// Telegram's limit on one message's text.
+pub const TELEGRAM_LIMIT: usize = 4096;
+
+/// Escapes text for Telegram's HTML parse mode.
+pub fn escape_html(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    for c in text.chars() {
+        match c {
+            '&' => out.push_str("&amp;"),
+            '<' => out.push_str("&lt;"),
+            '>' => out.push_str("&gt;"),
+            _ => out.push(c),
+        }
+    }
+    out
+}
+
+/// `text` escaped and split into messages of at most `limit` characters (UTF-16 units
+/// are what Telegram counts; characters are never more), on line boundaries when a line
+/// fits, else inside the line on a character boundary. Never an empty message.
+pub fn split_escaped(text: &str, limit: usize) -> Vec<String> {
+    let mut out = Vec::new();
+    let mut current = String::new();
+    let mut current_len = 0usize;
+    let units = |s: &str| s.encode_utf16().count();
+    for line in text.split_inclusive('\n') {
+        let escaped = escape_html(line);
+        let len = units(&escaped);
+        if current_len + len <= limit {
+            current.push_str(&escaped);
+            current_len += len;
+            continue;
+        }
+        if !current.trim().is_empty() {
+            out.push(
+                std::mem::take(&mut current)
+                    .trim_end_matches('\n')
+                    .to_owned(),
+            );
+        }
+        current.clear();
+        if len <= limit {
+            current.push_str(&escaped);
+            current_len = len;
+            continue;
+        }
+        // A line longer than a message: cut it, never inside an entity like &amp;.
+        let mut piece = String::new();
+        let mut piece_len = 0;
+        for c in line.chars() {
+            let escaped = escape_html(c.encode_utf8(&mut [0u8; 4]));
+            let n = units(&escaped);
+            if piece_len + n > limit {
+                out.push(std::mem::take(&mut piece));
+                piece_len = 0;
+            }
+            piece.push_str(&escaped);
+            piece_len += n;
+        }
+        current = piece;
+        current_len = piece_len;
+    }
+    if !current.trim().is_empty() {
+        out.push(current.trim_end_matches('\n').to_owned());
+    }
+    if out.is_empty() {
+        out.push(String::from("…"));
+    }
+    out
+}
+
+/// What a message says about stopping.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Stop {
+    /// Stop now.
+    Clear,
+    /// Perhaps: ask first.
+    Ambiguous,
+    No,
+}
+
+fn normalized(text: &str) -> String {
+    text.trim()
+        .trim_end_matches(['.', '!', '?', '…'])
+        .to_lowercase()
+        .split_whitespace()
+        .collect::<Vec<_>>()
+        .join(" ")
+}
+
+/// The telos stop clause: `/stop` and the phrases that mean it, in Italian and English.
+pub fn stop_of(text: &str) -> Stop {
+    const CLEAR: &[&str] = &[
+        "/stop",
+        "stop",
+        "basta",
+        "lascia stare",
+        "lascia perdere",
+        "lascia",
+        "fermati",
+        "ferma",
+        "annulla",
+        "smettila",
+        "non importa",
+        "stop it",
+        "never mind",
+        "nevermind",
+        "forget it",
+        "cancel",
+        "leave it",
+        "drop it",
+        "abort",
+    ];
+    const AMBIGUOUS: &[&str] = &[
+        "hmm",
+        "mah",
+        "vediamo dopo",
+        "vediamo",
+        "forse dopo",
+        "ci penso",
+        "magari dopo",
+        "let's see later",
+        "lets see later",
+        "maybe later",
+        "hmm let's see",
+        "we'll see",
+        "not now",
+        "non ora",
+        "hmm vediamo",
+    ];
+    let text = normalized(text);
+    let text = text.trim_start_matches("ok ").trim_start_matches("ok, ");
+    if CLEAR.contains(&text) {
+        Stop::Clear
+    } else if AMBIGUOUS.contains(&text) || text.starts_with("hmm") {
+        Stop::Ambiguous
+    } else {
+        Stop::No
+    }
+}
+
+/// Whether a reply confirms a question (sì/yes).
+pub fn is_yes(text: &str) -> bool {
+    matches!(
+        normalized(text).as_str(),
+        "si" | "sì" | "s" | "yes" | "y" | "ok" | "certo" | "sure" | "va bene"
+    )
+}
+
+/// An approval button's data.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum CallbackData {
+    Approve(String),
+    Reject(String),
+}
+
+/// Parses `approve:<token>` / `reject:<token>`; `Err` names what is wrong.
+pub fn parse_callback(data: &str) -> Result<CallbackData, &'static str> {
+    let data = data.trim();
+    let (kind, token) = data.split_once(':').ok_or("unknown callback")?;
+    if token.is_empty() {
+        return Err("callback without a token");
+    }
+    match kind {
+        "approve" => Ok(CallbackData::Approve(token.to_owned())),
+        "reject" => Ok(CallbackData::Reject(token.to_owned())),
+        _ => Err("unknown callback"),
+    }
+}
+
+/// Sentences in the person's language.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Lang {
+    It,
+    En,
+}
+
+impl Lang {
+    pub fn parse(code: &str) -> Lang {
+        if code.eq_ignore_ascii_case("en") || code.to_lowercase().starts_with("en") {
+            Lang::En
+        } else {
+            Lang::It
+        }
+    }
+
+    pub fn code(self) -> &'static str {
+        match self {
+            Lang::It => "it",
+            Lang::En => "en",
+        }
+    }
+}
+
+/// What the gateway says, by language.
+pub fn say(lang: Lang, what: Says<'_>) -> String {
+    match (lang, what) {
+        (Lang::It, Says::PairingCode(code)) => format!(
+            "Ciao! Non ci conosciamo ancora. Chiedi a chi gestisce Metnos di eseguire: metnos pair approve {code}  (il codice vale 10 minuti)"
+        ),
+        (Lang::En, Says::PairingCode(code)) => format!(
+            "Hello! We have not met yet. Ask whoever runs Metnos to run: metnos pair approve {code}  (the code works for 10 minutes)"
+        ),
+        (Lang::It, Says::Unavailable(what)) => {
+            format!("Non riesco a raggiungere {what} in questo momento: riprova tra poco.")
+        }
+        (Lang::En, Says::Unavailable(what)) => {
+            format!("I cannot reach {what} right now: please try again shortly.")
+        }
+        (Lang::It, Says::Stopped) => "Va bene, mi fermo.".to_owned(),
+        (Lang::En, Says::Stopped) => "All right, I stop.".to_owned(),
+        (Lang::It, Says::NothingToStop) => "Non sto facendo niente in questo momento.".to_owned(),
+        (Lang::En, Says::NothingToStop) => "I am not doing anything right now.".to_owned(),
+        (Lang::It, Says::ConfirmStop) => "Vuoi che mi fermi? (sì/no)".to_owned(),
+        (Lang::En, Says::ConfirmStop) => "Do you want me to stop? (yes/no)".to_owned(),
+        (Lang::It, Says::GoingOn) => "Ok, continuo.".to_owned(),
+        (Lang::En, Says::GoingOn) => "OK, I carry on.".to_owned(),
+        (Lang::It, Says::Approved) => "approvato".to_owned(),
+        (Lang::En, Says::Approved) => "approved".to_owned(),
+        (Lang::It, Says::Rejected) => "rifiutato".to_owned(),
+        (Lang::En, Says::Rejected) => "rejected".to_owned(),
+        (Lang::It, Says::Expired) => "scaduto".to_owned(),
+        (Lang::En, Says::Expired) => "expired".to_owned(),
+        (Lang::It, Says::Cancelled) => "annullato".to_owned(),
+        (Lang::En, Says::Cancelled) => "cancelled".to_owned(),
+        (Lang::It, Says::CannotResolve(why)) => format!("Approvazione non risolvibile: {why}"),
+        (Lang::En, Says::CannotResolve(why)) => format!("Approval cannot be resolved: {why}"),
+        (Lang::It, Says::TurnEnded(kind)) => format!("Mi sono fermato ({kind})."),
+        (Lang::En, Says::TurnEnded(kind)) => format!("I stopped ({kind})."),
+    }
+}
+
+/// The sentences.
+#[derive(Debug, Clone, Copy)]
+pub enum Says<'a> {
+    PairingCode(&'a str),
+    Unavailable(&'a str),
+    Stopped,
+    NothingToStop,
+    ConfirmStop,
+    GoingOn,
+    Approved,
+    Rejected,
+    Expired,
+    Cancelled,
+    CannotResolve(&'a str),
+    TurnEnded(&'a str),
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn long_answers_are_split_on_lines_and_escaped() {
+        let line = "x".repeat(100);
+        let text = vec![line.as_str(); 100].join("\n");
+        let parts = split_escaped(&text, TELEGRAM_LIMIT);
+        assert_eq!(parts.len(), 3);
+        assert!(parts.iter().all(|p| p.chars().count() <= TELEGRAM_LIMIT));
+        assert!(parts.iter().all(|p| p.split('\n').all(|l| l.len() == 100)));
+        assert_eq!(parts.join("\n"), text);
+        assert_eq!(split_escaped("a < b & c", 4096), ["a &lt; b &amp; c"]);
+        // One enormous line of entities is cut between entities, not inside one.
+        let parts = split_escaped(&"<".repeat(5000), TELEGRAM_LIMIT);
+        assert!(
+            parts
+                .iter()
+                .all(|p| p.len() <= TELEGRAM_LIMIT && p.ends_with(';'))
+        );
+        assert_eq!(parts.concat(), "&lt;".repeat(5000));
+    }
+
+    #[test]
+    fn stop_phrases_in_both_languages_and_ambiguity() {
+        for clear in [
+            "/stop",
+            "Basta!",
+            "lascia stare",
+            "never mind",
+            "Stop.",
+            "ok basta",
+        ] {
+            assert_eq!(stop_of(clear), Stop::Clear, "{clear}");
+        }
+        for maybe in ["hmm, let's see later", "vediamo dopo", "Maybe later", "hmm"] {
+            assert_eq!(stop_of(maybe), Stop::Ambiguous, "{maybe}");
+        }
+        for no in [
+            "stop the music in the kitchen at 8",
+            "basta con il sale nella ricetta?",
+            "read my notes",
+        ] {
+            assert_eq!(stop_of(no), Stop::No, "{no}");
+        }
+    }
+
+    #[test]
+    fn callback_data_is_parsed_or_refused_by_name() {
+        assert_eq!(
+            parse_callback("approve:abc"),
+            Ok(CallbackData::Approve("abc".into()))
+        );
+        assert_eq!(
+            parse_callback("reject:abc"),
+            Ok(CallbackData::Reject("abc".into()))
+        );
+        assert_eq!(parse_callback("approve:"), Err("callback without a token"));
+        assert_eq!(parse_callback("launch:abc"), Err("unknown callback"));
+        assert_eq!(parse_callback("garbage"), Err("unknown callback"));
+    }
+}

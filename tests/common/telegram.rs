@@ -1,0 +1,262 @@
+//! A fake Telegram Bot API server on loopback: real HTTP and the real JSON shapes of
+//! getUpdates, sendMessage, answerCallbackQuery, editMessageText, sendChatAction (method
+//! names matched case-insensitively, as teloxide calls them in PascalCase). Tests queue
+//! updates and read back what the bot sent.
+
+use std::collections::VecDeque;
+use std::convert::Infallible;
+use std::net::SocketAddr;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use bytes::Bytes;
+use http_body_util::{BodyExt, Full};
+use hyper::{Request, Response};
+use serde_json::{Value, json};
+
+pub const TOKEN: &str = "123456:TEST-token-never-logged";
+
+/// One call the bot made.
+#[derive(Debug, Clone)]
+pub struct Call {
+    pub method: String,
+    pub body: Value,
+}
+
+#[derive(Debug, Default)]
+struct State {
+    updates: VecDeque<Value>,
+    next_update: u64,
+    next_message: i64,
+    calls: Vec<Call>,
+    /// Answers to give to the next getUpdates calls instead of updates: (status, body).
+    faults: VecDeque<(u16, Value)>,
+}
+
+#[derive(Debug, Clone)]
+pub struct FakeTelegram {
+    pub addr: SocketAddr,
+    state: Arc<Mutex<State>>,
+}
+
+pub fn user(id: i64, name: &str, language: &str) -> Value {
+    json!({"id": id, "is_bot": false, "first_name": name, "language_code": language})
+}
+
+fn message_json(id: i64, chat: i64, from: Value, text: &str) -> Value {
+    json!({
+        "message_id": id,
+        "date": 1_795_000_000,
+        "chat": {"id": chat, "type": "private", "first_name": "Chat"},
+        "from": from,
+        "text": text,
+    })
+}
+
+impl FakeTelegram {
+    pub fn start() -> FakeTelegram {
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        listener.set_nonblocking(true).unwrap();
+        let addr = listener.local_addr().unwrap();
+        let state = Arc::new(Mutex::new(State {
+            next_update: 1000,
+            next_message: 1,
+            ..State::default()
+        }));
+        let shared = Arc::clone(&state);
+        std::thread::spawn(move || {
+            let runtime = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .unwrap();
+            runtime.block_on(async move {
+                let listener = tokio::net::TcpListener::from_std(listener).unwrap();
+                loop {
+                    let Ok((stream, _)) = listener.accept().await else {
+                        continue;
+                    };
+                    let state = Arc::clone(&shared);
+                    tokio::spawn(async move {
+                        let io = hyper_util::rt::TokioIo::new(stream);
+                        let service =
+                            hyper::service::service_fn(move |r| handle(Arc::clone(&state), r));
+                        let _ = hyper::server::conn::http1::Builder::new()
+                            .serve_connection(io, service)
+                            .await;
+                    });
+                }
+            });
+        });
+        FakeTelegram { addr, state }
+    }
+
+    pub fn url(&self) -> String {
+        format!("http://{}", self.addr)
+    }
+
+    fn push(&self, kind: &str, payload: Value) -> u64 {
+        let mut s = self.state.lock().unwrap();
+        s.next_update += 1;
+        let id = s.next_update;
+        s.updates.push_back(json!({"update_id": id, kind: payload}));
+        id
+    }
+
+    /// A text message from `from` in the private chat `chat`.
+    pub fn message(&self, chat: i64, from: Value, text: &str) -> u64 {
+        let id = {
+            let mut s = self.state.lock().unwrap();
+            s.next_message += 1;
+            s.next_message
+        };
+        self.push("message", message_json(id, chat, from, text))
+    }
+
+    /// A click on a button of the message `message_id` in `chat`, with `data`.
+    pub fn click(&self, chat: i64, message_id: i64, from: Value, data: &str) -> u64 {
+        let n = self.state.lock().unwrap().next_update;
+        self.push(
+            "callback_query",
+            json!({
+                "id": format!("cb{n}"),
+                "from": from,
+                "chat_instance": "ci",
+                "data": data,
+                "message": message_json(message_id, chat, json!({"id": 777, "is_bot": true, "first_name": "Metnos"}), "card"),
+            }),
+        )
+    }
+
+    /// The next getUpdates calls answer these instead.
+    pub fn fail_next(&self, status: u16, body: Value) {
+        self.state.lock().unwrap().faults.push_back((status, body));
+    }
+
+    pub fn calls(&self, method: &str) -> Vec<Call> {
+        self.state
+            .lock()
+            .unwrap()
+            .calls
+            .iter()
+            .filter(|c| c.method.eq_ignore_ascii_case(method))
+            .cloned()
+            .collect()
+    }
+
+    /// Texts sent to `chat`, in order.
+    pub fn texts_to(&self, chat: i64) -> Vec<String> {
+        self.calls("sendMessage")
+            .into_iter()
+            .filter(|c| c.body["chat_id"] == json!(chat))
+            .map(|c| c.body["text"].as_str().unwrap_or_default().to_owned())
+            .collect()
+    }
+
+    /// Waits until `f` holds (a hang guard of 30 s, not a timing assertion).
+    pub async fn until(&self, what: &str, f: impl Fn(&FakeTelegram) -> bool) {
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+        while !f(self) {
+            assert!(
+                tokio::time::Instant::now() < deadline,
+                "timed out waiting for {what}: {:#?}",
+                self.state.lock().unwrap().calls
+            );
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+
+    /// Whether every queued update has been confirmed (asked past by offset).
+    pub fn all_confirmed(&self) -> bool {
+        self.state.lock().unwrap().updates.is_empty()
+    }
+}
+
+fn ok(result: Value) -> Response<Full<Bytes>> {
+    reply(200, json!({"ok": true, "result": result}))
+}
+
+fn reply(status: u16, body: Value) -> Response<Full<Bytes>> {
+    Response::builder()
+        .status(status)
+        .header("content-type", "application/json")
+        .body(Full::new(Bytes::from(body.to_string())))
+        .unwrap()
+}
+
+async fn handle(
+    state: Arc<Mutex<State>>,
+    request: Request<hyper::body::Incoming>,
+) -> Result<Response<Full<Bytes>>, Infallible> {
+    let path = request.uri().path().to_owned();
+    let bytes = request
+        .into_body()
+        .collect()
+        .await
+        .map(|b| b.to_bytes())
+        .unwrap_or_default();
+    let body: Value = serde_json::from_slice(&bytes).unwrap_or(Value::Null);
+    let Some(rest) = path.strip_prefix(&format!("/bot{TOKEN}/")) else {
+        return Ok(reply(
+            401,
+            json!({"ok": false, "error_code": 401, "description": "Unauthorized"}),
+        ));
+    };
+    let method = rest.to_ascii_lowercase();
+    if method != "getupdates" {
+        state.lock().unwrap().calls.push(Call {
+            method: rest.to_owned(),
+            body: body.clone(),
+        });
+    }
+    Ok(match method.as_str() {
+        "getupdates" => {
+            if let Some((status, body)) = state.lock().unwrap().faults.pop_front() {
+                return Ok(reply(status, body));
+            }
+            let offset = body["offset"].as_i64().unwrap_or(0);
+            // Long polling, shortened: up to a second for something to arrive.
+            for _ in 0..50 {
+                {
+                    let mut s = state.lock().unwrap();
+                    s.updates
+                        .retain(|u| u["update_id"].as_i64().unwrap_or(0) >= offset);
+                    if !s.updates.is_empty() {
+                        return Ok(ok(Value::Array(s.updates.iter().cloned().collect())));
+                    }
+                }
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+            ok(json!([]))
+        }
+        "sendmessage" => {
+            let mut s = state.lock().unwrap();
+            s.next_message += 1;
+            let id = s.next_message;
+            let chat = body["chat_id"].as_i64().unwrap_or(0);
+            ok(message_json(
+                id,
+                chat,
+                json!({"id": 777, "is_bot": true, "first_name": "Metnos"}),
+                body["text"].as_str().unwrap_or_default(),
+            ))
+        }
+        "editmessagetext" => {
+            let chat = body["chat_id"].as_i64().unwrap_or(0);
+            let id = body["message_id"].as_i64().unwrap_or(0);
+            ok(message_json(
+                id,
+                chat,
+                json!({"id": 777, "is_bot": true, "first_name": "Metnos"}),
+                body["text"].as_str().unwrap_or_default(),
+            ))
+        }
+        "answercallbackquery" | "sendchataction" | "deletewebhook" => ok(json!(true)),
+        "getme" => {
+            ok(json!({"id": 777, "is_bot": true, "first_name": "Metnos", "username": "metnos_bot"}))
+        }
+        _ => reply(
+            404,
+            json!({"ok": false, "error_code": 404, "description": "Not Found: method not found"}),
+        ),
+    })
+}

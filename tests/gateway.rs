@@ -1,0 +1,472 @@
+//! The gateway with the whole stack, a fake Telegram Bot API server and the fake LLM:
+//! pairing, the seed's callback cases, approval end to end with the card edited, the stop
+//! clause, long answers, polling through errors, a restart in the middle, and the token
+//! kept out of every log line.
+
+mod common;
+
+use common::telegram::{FakeTelegram, TOKEN, user};
+use common::{Sandbox, Up};
+use metnos_llm::fake::{FakeLlm, Reply};
+use serde_json::{Value, json};
+
+const ADA: i64 = 4242;
+const BOB: i64 = 5151;
+const MALLORY: i64 = 6666;
+
+struct Stack {
+    sandbox: Sandbox,
+    up: Up,
+    llm: FakeLlm,
+    tg: FakeTelegram,
+}
+
+async fn stack() -> Stack {
+    let llm = FakeLlm::start().await;
+    llm.keep_requests(true);
+    let tg = FakeTelegram::start();
+    let mut sandbox = Sandbox::new();
+    sandbox
+        .with_fake_llm(llm.url())
+        .with_builtins()
+        .set("METNOS_TELEGRAM_TOKEN", TOKEN)
+        .set("METNOS_TELEGRAM__API_URL", &tg.url())
+        .set("METNOS_TELEGRAM__POLL_TIMEOUT_SECONDS", "1")
+        .set("METNOS_TELEGRAM__PER_CHAT_PER_SECOND", "50")
+        .set("METNOS_TELEGRAM__GLOBAL_PER_SECOND", "100");
+    let up = sandbox.up().await;
+    Stack {
+        sandbox,
+        up,
+        llm,
+        tg,
+    }
+}
+
+impl Stack {
+    /// Pairs `id` through the real flow: a message, the code, `metnos pair approve`.
+    async fn pair(&self, id: i64, name: &str, level: &str) {
+        self.tg.message(id, user(id, name, "en"), "hello");
+        self.tg
+            .until("a pairing code", |tg| {
+                tg.texts_to(id)
+                    .iter()
+                    .any(|t| t.contains("metnos pair approve"))
+            })
+            .await;
+        let text = self
+            .tg
+            .texts_to(id)
+            .into_iter()
+            .find(|t| t.contains("metnos pair approve"))
+            .unwrap();
+        let code = text
+            .split("approve ")
+            .nth(1)
+            .unwrap()
+            .split_whitespace()
+            .next()
+            .unwrap()
+            .to_owned();
+        let (status, stdout, stderr) = self
+            .sandbox
+            .run(&["pair", "approve", &code, "--level", level])
+            .await;
+        assert_eq!(status, 0, "{stderr}");
+        let line: Value = serde_json::from_str(stdout.trim()).unwrap();
+        assert_eq!(line["sender_id"], id.to_string());
+        self.tg
+            .until("the welcome", |tg| {
+                tg.texts_to(id).iter().any(|t| t.starts_with("Paired"))
+            })
+            .await;
+    }
+
+    fn home(&self) -> std::path::PathBuf {
+        self.sandbox.dir.path().to_owned()
+    }
+}
+
+fn tool_calls(name: &str, args: Value) -> Reply {
+    Reply::ToolCalls(vec![(name.to_owned(), args)])
+}
+
+#[tokio::test]
+async fn strangers_get_one_code_and_nothing_reaches_the_planner_until_paired() {
+    let s = stack().await;
+    s.tg.message(ADA, user(ADA, "Ada", "en"), "read my notes");
+    s.tg.until("a code", |tg| !tg.texts_to(ADA).is_empty())
+        .await;
+    s.tg.message(ADA, user(ADA, "Ada", "en"), "hello?");
+    s.tg.message(ADA, user(ADA, "Ada", "en"), "please");
+    s.tg.until("both confirmed", FakeTelegram::all_confirmed)
+        .await;
+    tokio::time::sleep(std::time::Duration::from_millis(300)).await;
+    let texts = s.tg.texts_to(ADA);
+    assert_eq!(texts.len(), 1, "{texts:?}");
+    assert!(texts[0].contains("metnos pair approve"));
+    assert!(
+        s.llm.received().is_empty(),
+        "an unpaired sender reached the planner"
+    );
+
+    // A wrong code pairs nobody.
+    let (status, _, stderr) = s
+        .sandbox
+        .run(&["pair", "approve", "ZZZZZZZZ", "--level", "supervised"])
+        .await;
+    assert_eq!(status, 1);
+    assert!(stderr.contains("no such pairing code"), "{stderr}");
+    let code = texts[0]
+        .split("approve ")
+        .nth(1)
+        .unwrap()
+        .split_whitespace()
+        .next()
+        .unwrap()
+        .to_owned();
+    let (status, _, stderr) = s
+        .sandbox
+        .run(&["pair", "approve", &code, "--level", "supervised"])
+        .await;
+    assert_eq!(status, 0, "{stderr}");
+    // A code works once.
+    let (status, _, _) = s
+        .sandbox
+        .run(&["pair", "approve", &code, "--level", "full"])
+        .await;
+    assert_eq!(status, 1);
+    let (_, stdout, _) = s.sandbox.run(&["pair", "list"]).await;
+    let listed: Value = serde_json::from_str(stdout.trim()).unwrap();
+    assert_eq!(listed["sender_id"], ADA.to_string());
+    assert_eq!(listed["level"], "supervised");
+    assert_eq!(listed["display_name"], "Ada");
+
+    // Paired: a message starts a turn.
+    s.llm.push(Reply::Text("hello Ada".into()));
+    s.tg.message(ADA, user(ADA, "Ada", "en"), "hi there");
+    s.tg.until("the answer", |tg| {
+        tg.texts_to(ADA).iter().any(|t| t == "hello Ada")
+    })
+    .await;
+
+    // Revoked: back to silence (and a new code).
+    let (status, stdout, _) = s
+        .sandbox
+        .run(&["pair", "revoke", &format!("telegram:{ADA}")])
+        .await;
+    assert_eq!(status, 0);
+    assert!(stdout.contains("\"revoked\":true"));
+    let requests = s.llm.received().len();
+    s.tg.message(ADA, user(ADA, "Ada", "en"), "still there?");
+    s.tg.until("a new code", |tg| {
+        tg.texts_to(ADA)
+            .iter()
+            .filter(|t| t.contains("metnos pair approve"))
+            .count()
+            == 2
+    })
+    .await;
+    assert_eq!(s.llm.received().len(), requests);
+}
+
+#[tokio::test]
+async fn a_write_is_approved_by_button_and_the_card_is_closed() {
+    let s = stack().await;
+    s.pair(ADA, "Ada", "supervised").await;
+    s.llm.push(tool_calls(
+        "fs_write",
+        json!({"path": "~/tg.txt", "content": "from telegram"}),
+    ));
+    s.llm.push(Reply::Text("Written.".into()));
+    s.tg.message(
+        ADA,
+        user(ADA, "Ada", "en"),
+        "write 'from telegram' to ~/tg.txt",
+    );
+    s.tg.until("a card", |tg| {
+        tg.calls("sendMessage")
+            .iter()
+            .any(|c| !c.body["reply_markup"].is_null())
+    })
+    .await;
+    let card_call =
+        s.tg.calls("sendMessage")
+            .into_iter()
+            .find(|c| !c.body["reply_markup"].is_null())
+            .unwrap();
+    assert_eq!(card_call.body["parse_mode"], "HTML");
+    let buttons = &card_call.body["reply_markup"]["inline_keyboard"][0];
+    let approve = buttons[0]["callback_data"].as_str().unwrap().to_owned();
+    assert!(approve.starts_with("approve:"));
+    assert!(
+        buttons[1]["callback_data"]
+            .as_str()
+            .unwrap()
+            .starts_with("reject:")
+    );
+    assert!(!s.home().join("tg.txt").exists());
+
+    // Bob, paired too, cannot approve Ada's card.
+    s.pair(BOB, "Bob", "full").await;
+    s.tg.click(BOB, 2, user(BOB, "Bob", "en"), &approve);
+    s.tg.until("Bob told", |tg| {
+        tg.texts_to(BOB)
+            .iter()
+            .any(|t| t.contains("cannot be resolved"))
+    })
+    .await;
+    assert!(!s.home().join("tg.txt").exists());
+    assert_eq!(
+        s.tg.calls("answerCallbackQuery").len(),
+        1,
+        "every click is answered"
+    );
+
+    // Ada can.
+    s.tg.click(ADA, 2, user(ADA, "Ada", "en"), &approve);
+    s.tg.until("the answer", |tg| {
+        tg.texts_to(ADA).iter().any(|t| t == "Written.")
+    })
+    .await;
+    assert_eq!(
+        std::fs::read_to_string(s.home().join("tg.txt")).unwrap(),
+        "from telegram"
+    );
+    assert_eq!(s.tg.calls("answerCallbackQuery").len(), 2);
+    let edits = s.tg.calls("editMessageText");
+    assert!(!edits.is_empty());
+    let edit = &edits[0].body;
+    assert!(
+        edit["text"].as_str().unwrap().contains("approved"),
+        "{edit}"
+    );
+    assert!(
+        edit["reply_markup"].is_null(),
+        "the buttons must go: {edit}"
+    );
+    assert!(
+        !s.tg.calls("sendChatAction").is_empty(),
+        "typing is shown while the turn runs"
+    );
+}
+
+#[tokio::test]
+async fn a_rejected_card_writes_nothing_and_malformed_or_stale_clicks_are_answered() {
+    let s = stack().await;
+    s.pair(ADA, "Ada", "supervised").await;
+    s.llm.push(tool_calls(
+        "fs_write",
+        json!({"path": "~/no.txt", "content": "x"}),
+    ));
+    s.llm
+        .push(Reply::Text("Not written, as you wished.".into()));
+    s.tg.message(ADA, user(ADA, "Ada", "en"), "write x to ~/no.txt");
+    s.tg.until("a card", |tg| {
+        tg.calls("sendMessage")
+            .iter()
+            .any(|c| !c.body["reply_markup"].is_null())
+    })
+    .await;
+    let card_call =
+        s.tg.calls("sendMessage")
+            .into_iter()
+            .find(|c| !c.body["reply_markup"].is_null())
+            .unwrap();
+    let reject = card_call.body["reply_markup"]["inline_keyboard"][0][1]["callback_data"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    s.tg.click(ADA, 2, user(ADA, "Ada", "en"), &reject);
+    s.tg.until("the answer", |tg| {
+        tg.texts_to(ADA)
+            .iter()
+            .any(|t| t == "Not written, as you wished.")
+    })
+    .await;
+    assert!(!s.home().join("no.txt").exists());
+    assert!(
+        s.tg.calls("editMessageText")[0].body["text"]
+            .as_str()
+            .unwrap()
+            .contains("rejected")
+    );
+
+    // The same card again: already resolved, the sender is told.
+    s.tg.click(ADA, 2, user(ADA, "Ada", "en"), &reject);
+    s.tg.until("told", |tg| {
+        tg.texts_to(ADA)
+            .iter()
+            .any(|t| t.contains("cannot be resolved"))
+    })
+    .await;
+    // Garbage data: answered, logged, nothing crashes.
+    s.tg.click(ADA, 2, user(ADA, "Ada", "en"), "launch:missiles");
+    s.tg.until("answered", |tg| tg.calls("answerCallbackQuery").len() == 3)
+        .await;
+    // A stranger's click is dispatched before any pairing check: resolve refuses it,
+    // and no pairing code is sent in its place.
+    s.tg.click(MALLORY, 2, user(MALLORY, "Mallory", "en"), &reject);
+    s.tg.until("answered", |tg| tg.calls("answerCallbackQuery").len() == 4)
+        .await;
+    s.tg.until("told", |tg| {
+        tg.texts_to(MALLORY)
+            .iter()
+            .any(|t| t.contains("cannot be resolved"))
+    })
+    .await;
+    assert!(
+        !s.tg
+            .texts_to(MALLORY)
+            .iter()
+            .any(|t| t.contains("metnos pair approve"))
+    );
+    // Still polling.
+    s.llm.push(Reply::Text("still here".into()));
+    s.tg.message(ADA, user(ADA, "Ada", "en"), "are you there");
+    s.tg.until("the answer", |tg| {
+        tg.texts_to(ADA).iter().any(|t| t == "still here")
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn stop_cancels_the_running_turn_and_long_answers_are_split() {
+    let s = stack().await;
+    s.pair(ADA, "Ada", "full").await;
+    s.llm.push(Reply::Delayed(
+        std::time::Duration::from_secs(30),
+        Box::new(Reply::Text("late".into())),
+    ));
+    s.tg.message(ADA, user(ADA, "Ada", "en"), "think about everything");
+    s.tg.until("the LLM asked", |_| !s.llm.received().is_empty())
+        .await;
+    s.tg.message(ADA, user(ADA, "Ada", "en"), "never mind");
+    s.tg.until("stopped", |tg| {
+        tg.texts_to(ADA).iter().any(|t| t == "All right, I stop.")
+    })
+    .await;
+    s.tg.until("the turn's end", |tg| {
+        tg.texts_to(ADA).iter().any(|t| t.contains("cancelled"))
+    })
+    .await;
+
+    let long: String = (0..300)
+        .map(|i| format!("line {i:03} {}\n", "é<&>".repeat(8)))
+        .collect();
+    s.llm.push(Reply::Text(long.clone()));
+    s.tg.message(ADA, user(ADA, "Ada", "en"), "tell me a long story");
+    s.tg.until("the story", |tg| {
+        tg.texts_to(ADA).iter().any(|t| t.starts_with("line 000"))
+    })
+    .await;
+    s.tg.until("all of it", |tg| {
+        tg.texts_to(ADA).iter().any(|t| t.contains("line 299"))
+    })
+    .await;
+    let parts: Vec<String> =
+        s.tg.texts_to(ADA)
+            .into_iter()
+            .filter(|t| t.starts_with("line "))
+            .collect();
+    assert!(parts.len() >= 3, "{}", parts.len());
+    assert!(parts.iter().all(|p| p.encode_utf16().count() <= 4096));
+    assert!(
+        parts
+            .iter()
+            .all(|p| p.lines().all(|l| l.starts_with("line "))),
+        "split inside a line"
+    );
+    let joined = parts
+        .join("\n")
+        .replace("&lt;", "<")
+        .replace("&gt;", ">")
+        .replace("&amp;", "&");
+    assert_eq!(joined, long.trim_end());
+}
+
+#[tokio::test]
+async fn polling_rides_out_errors_and_rate_limits_and_never_logs_the_token() {
+    let s = stack().await;
+    s.pair(ADA, "Ada", "full").await;
+    s.tg.fail_next(
+        502,
+        json!({"ok": false, "error_code": 502, "description": "Bad Gateway"}),
+    );
+    s.tg.fail_next(429, json!({"ok": false, "error_code": 429, "description": "Too Many Requests: retry after 1", "parameters": {"retry_after": 1}}));
+    s.llm.push(Reply::Text("through the storm".into()));
+    s.tg.message(ADA, user(ADA, "Ada", "en"), "hello after errors");
+    s.tg.until("the answer", |tg| {
+        tg.texts_to(ADA).iter().any(|t| t == "through the storm")
+    })
+    .await;
+    let Stack { up, .. } = s;
+    let (code, stderr) = up.interrupt().await;
+    assert_eq!(code, 0);
+    assert!(
+        !stderr.contains(TOKEN) && !stderr.contains("TEST-token"),
+        "the token leaked: {stderr}"
+    );
+}
+
+#[tokio::test]
+async fn a_restart_in_the_middle_keeps_the_offset_and_the_suspended_turn() {
+    let s = stack().await;
+    s.pair(ADA, "Ada", "supervised").await;
+    s.llm.push(tool_calls(
+        "fs_write",
+        json!({"path": "~/later.txt", "content": "after restart"}),
+    ));
+    s.tg.message(
+        ADA,
+        user(ADA, "Ada", "en"),
+        "write after restart to ~/later.txt",
+    );
+    s.tg.until("a card", |tg| {
+        tg.calls("sendMessage")
+            .iter()
+            .any(|c| !c.body["reply_markup"].is_null())
+    })
+    .await;
+    let card_call =
+        s.tg.calls("sendMessage")
+            .into_iter()
+            .find(|c| !c.body["reply_markup"].is_null())
+            .unwrap();
+    let approve = card_call.body["reply_markup"]["inline_keyboard"][0][0]["callback_data"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    s.tg.until("confirmed", FakeTelegram::all_confirmed).await;
+    let llm_calls = s.llm.received().len();
+    let Stack {
+        sandbox,
+        up,
+        llm,
+        tg,
+    } = s;
+    let (code, _) = up.interrupt().await;
+    assert_eq!(code, 0);
+
+    let up = sandbox.up().await;
+    let s = Stack {
+        sandbox,
+        up,
+        llm,
+        tg,
+    };
+    s.llm.push(Reply::Text("Written after the restart.".into()));
+    s.tg.click(ADA, 2, user(ADA, "Ada", "en"), &approve);
+    s.tg.until("the answer", |tg| {
+        tg.texts_to(ADA)
+            .iter()
+            .any(|t| t == "Written after the restart.")
+    })
+    .await;
+    assert_eq!(
+        std::fs::read_to_string(s.home().join("later.txt")).unwrap(),
+        "after restart"
+    );
+    // The first message was not handled again: one more LLM call (the answer), no new turn.
+    assert_eq!(s.llm.received().len(), llm_calls + 1);
+}
