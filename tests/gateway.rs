@@ -470,3 +470,78 @@ async fn a_restart_in_the_middle_keeps_the_offset_and_the_suspended_turn() {
     // The first message was not handled again: one more LLM call (the answer), no new turn.
     assert_eq!(s.llm.received().len(), llm_calls + 1);
 }
+
+#[tokio::test]
+async fn webhook_mode_takes_only_posts_with_the_secret_token() {
+    let llm = FakeLlm::start().await;
+    let tg = FakeTelegram::start();
+    let listen = {
+        let probe = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        probe.local_addr().unwrap()
+    };
+    let mut sandbox = Sandbox::new();
+    sandbox
+        .with_fake_llm(llm.url())
+        .with_builtins()
+        .set("METNOS_TELEGRAM_TOKEN", TOKEN)
+        .set("METNOS_TELEGRAM__API_URL", &tg.url())
+        .set("METNOS_TELEGRAM__MODE", "webhook")
+        .set("METNOS_TELEGRAM__WEBHOOK_LISTEN", &listen.to_string())
+        .set(
+            "METNOS_TELEGRAM__WEBHOOK_URL",
+            "https://metnos.example/telegram",
+        );
+    let _up = sandbox.up().await;
+    tg.until("setWebhook", |tg| !tg.calls("setWebhook").is_empty())
+        .await;
+    let registered = tg.calls("setWebhook")[0].body.clone();
+    assert_eq!(registered["url"], "https://metnos.example/telegram");
+    let secret = registered["secret_token"].as_str().unwrap().to_owned();
+    assert!(secret.len() >= 32);
+
+    let update = json!({"update_id": 1, "message": {
+        "message_id": 1, "date": 1_795_000_000,
+        "chat": {"id": ADA, "type": "private", "first_name": "Ada"},
+        "from": user(ADA, "Ada", "en"), "text": "hello"}});
+    let client = reqwest::Client::new();
+    let url = format!("http://{listen}/telegram");
+    let refused = client
+        .post(&url)
+        .header("X-Telegram-Bot-Api-Secret-Token", "guess")
+        .json(&update)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(refused.status().as_u16(), 401);
+    let refused = client.post(&url).json(&update).send().await.unwrap();
+    assert_eq!(refused.status().as_u16(), 401);
+    let taken = client
+        .post(&url)
+        .header("X-Telegram-Bot-Api-Secret-Token", &secret)
+        .json(&update)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(taken.status().as_u16(), 200);
+    tg.until("a pairing code", |tg| {
+        tg.texts_to(ADA)
+            .iter()
+            .any(|t| t.contains("metnos pair approve"))
+    })
+    .await;
+    // Telegram retrying the same update does not handle it twice.
+    let again = client
+        .post(&url)
+        .header("X-Telegram-Bot-Api-Secret-Token", &secret)
+        .json(&update)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(again.status().as_u16(), 200);
+    tokio::time::sleep(std::time::Duration::from_millis(300)).await;
+    assert_eq!(tg.texts_to(ADA).len(), 1);
+    assert!(
+        tg.calls("getUpdates").is_empty(),
+        "webhook mode does not poll"
+    );
+}

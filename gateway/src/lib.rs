@@ -67,11 +67,20 @@ pub async fn serve(
         message,
     };
     let token = bot_token(&config).map_err(settings_error)?;
-    if config.telegram.mode == metnos_kit::config::TelegramMode::Webhook {
-        return Err(settings_error(
-            "telegram.mode = \"webhook\" is not available yet; use \"polling\"".to_owned(),
-        ));
-    }
+    let webhook = match (config.telegram.mode, &token) {
+        (metnos_kit::config::TelegramMode::Webhook, Some(_)) => Some((
+            TcpListener::bind(config.telegram.webhook_listen)
+                .await
+                .map_err(|e| {
+                    settings_error(format!(
+                        "telegram.webhook_listen {}: {e}",
+                        config.telegram.webhook_listen
+                    ))
+                })?,
+            config.telegram.webhook_url.clone(),
+        )),
+        _ => None,
+    };
     let planner = PlannerServiceClient::new(
         channel(&config.service_url(ServiceName::Planner))
             .map_err(|e| settings_error(e.to_string()))?,
@@ -113,8 +122,22 @@ pub async fn serve(
                 ) {
                     Ok(t) => {
                         let t = Arc::new(t);
-                        tokio::spawn(Arc::clone(&t).poll(poll_stop));
-                        tracing::info!("Telegram channel on (long polling)");
+                        match webhook {
+                            Some((listener, url)) => {
+                                let channel = Arc::clone(&t);
+                                tokio::spawn(async move {
+                                    if let Err(e) = channel.webhook(listener, url, poll_stop).await
+                                    {
+                                        tracing::error!(error = %e, "Telegram webhook stopped");
+                                    }
+                                });
+                                tracing::info!("Telegram channel on (webhook)");
+                            }
+                            None => {
+                                tokio::spawn(Arc::clone(&t).poll(poll_stop));
+                                tracing::info!("Telegram channel on (long polling)");
+                            }
+                        }
                         Some(t)
                     }
                     Err(e) => {

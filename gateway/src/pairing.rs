@@ -15,6 +15,19 @@ pub fn new_code() -> String {
         .collect()
 }
 
+/// A webhook secret token: 32 characters of `[A-Za-z0-9]` (what Telegram accepts).
+pub fn new_secret() -> String {
+    const CHARS: &[u8] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789";
+    let mut bytes = [0u8; 32];
+    if getrandom::fill(&mut bytes).is_err() {
+        panic!("the operating system gave no randomness for a webhook secret");
+    }
+    bytes
+        .iter()
+        .map(|b| char::from(CHARS[usize::from(*b) % CHARS.len()]))
+        .collect()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

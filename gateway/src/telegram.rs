@@ -18,6 +18,7 @@ use metnos_proto::planner::v1::planner_service_client::PlannerServiceClient;
 use metnos_proto::planner::v1::turn_event::Event;
 use teloxide::payloads::{
     AnswerCallbackQuerySetters, EditMessageTextSetters, GetUpdatesSetters, SendMessageSetters,
+    SetWebhookSetters,
 };
 use teloxide::prelude::Requester;
 use teloxide::types::{
@@ -169,6 +170,10 @@ impl Telegram {
                 0
             }
         };
+        // getUpdates is refused while a webhook is set (e.g. by an earlier webhook run).
+        if let Err(e) = self.bot.delete_webhook().await {
+            tracing::warn!(error = %self.redacted(&e), "deleteWebhook failed");
+        }
         let mut backoff = Duration::from_secs(1);
         loop {
             let request = self
@@ -187,13 +192,7 @@ impl Telegram {
                     for update in updates {
                         let id = i64::from(update.id.0);
                         offset = offset.max(i32::try_from(id + 1).unwrap_or(i32::MAX));
-                        if self.store.handled(id).await.unwrap_or(false) {
-                            continue;
-                        }
-                        Arc::clone(&self).handle(update).await;
-                        if let Err(e) = self.store.mark_handled(id, now_ms()).await {
-                            tracing::error!(error = %e, update_id = id, "cannot record a handled update");
-                        }
+                        self.handle_once(update).await;
                     }
                 }
                 Err(RequestError::RetryAfter(seconds)) => {
@@ -206,6 +205,125 @@ impl Telegram {
                     tokio::select! { () = &mut shutdown => return, () = tokio::time::sleep(backoff) => {} }
                     backoff = (backoff * 2).min(Duration::from_secs(30));
                 }
+            }
+        }
+    }
+
+    /// Handles an update unless it was handled already, then records it.
+    async fn handle_once(self: &Arc<Self>, update: Update) {
+        let id = i64::from(update.id.0);
+        if self.store.handled(id).await.unwrap_or(false) {
+            return;
+        }
+        Arc::clone(self).handle(update).await;
+        if let Err(e) = self.store.mark_handled(id, now_ms()).await {
+            tracing::error!(error = %e, update_id = id, "cannot record a handled update");
+        }
+    }
+
+    /// Webhook mode: registers `url` with a fresh secret, then serves Telegram's POSTs on
+    /// `listener` until `shutdown`; a POST without the secret-token header is refused.
+    pub async fn webhook(
+        self: Arc<Self>,
+        listener: tokio::net::TcpListener,
+        url: String,
+        shutdown: impl std::future::Future<Output = ()>,
+    ) -> Result<(), String> {
+        let url = reqwest::Url::parse(&url).map_err(|e| format!("telegram.webhook_url: {e}"))?;
+        let secret = crate::pairing::new_secret();
+        let mut backoff = Duration::from_secs(1);
+        loop {
+            match self
+                .bot
+                .set_webhook(url.clone())
+                .secret_token(secret.clone())
+                .allowed_updates(vec![AllowedUpdate::Message, AllowedUpdate::CallbackQuery])
+                .await
+            {
+                Ok(_) => break,
+                Err(e) => {
+                    tracing::warn!(error = %self.redacted(&e), retry_in_s = backoff.as_secs(), "setWebhook failed");
+                    tokio::time::sleep(backoff).await;
+                    backoff = (backoff * 2).min(Duration::from_secs(30));
+                }
+            }
+        }
+        tracing::info!(addr = ?listener.local_addr().ok(), "Telegram webhook registered");
+        tokio::pin!(shutdown);
+        loop {
+            let (stream, _) = tokio::select! {
+                () = &mut shutdown => return Ok(()),
+                accepted = listener.accept() => match accepted {
+                    Ok(a) => a,
+                    Err(e) => {
+                        tracing::warn!(error = %e, "webhook accept failed");
+                        continue;
+                    }
+                },
+            };
+            let this = Arc::clone(&self);
+            let secret = secret.clone();
+            tokio::spawn(async move {
+                let service = hyper::service::service_fn(move |request| {
+                    let this = Arc::clone(&this);
+                    let secret = secret.clone();
+                    async move {
+                        Ok::<_, std::convert::Infallible>(this.on_post(request, &secret).await)
+                    }
+                });
+                let io = hyper_util::rt::TokioIo::new(stream);
+                let _ = hyper::server::conn::http1::Builder::new()
+                    .serve_connection(io, service)
+                    .await;
+            });
+        }
+    }
+
+    async fn on_post(
+        self: Arc<Self>,
+        request: hyper::Request<hyper::body::Incoming>,
+        secret: &str,
+    ) -> hyper::Response<http_body_util::Full<bytes::Bytes>> {
+        use http_body_util::BodyExt;
+        let status = |code: u16| {
+            hyper::Response::builder()
+                .status(code)
+                .body(http_body_util::Full::new(bytes::Bytes::new()))
+                .unwrap_or_default()
+        };
+        if request.method() != hyper::Method::POST {
+            return status(405);
+        }
+        let given = request
+            .headers()
+            .get("x-telegram-bot-api-secret-token")
+            .and_then(|v| v.to_str().ok())
+            .unwrap_or("");
+        if given.len() != secret.len()
+            || !given
+                .bytes()
+                .zip(secret.bytes())
+                .fold(true, |ok, (a, b)| ok & (a == b))
+        {
+            tracing::warn!("webhook POST without the right secret token refused");
+            return status(401);
+        }
+        let body = match http_body_util::Limited::new(request.into_body(), 4 * 1024 * 1024)
+            .collect()
+            .await
+        {
+            Ok(body) => body.to_bytes(),
+            Err(_) => return status(413),
+        };
+        match serde_json::from_slice::<Update>(&body) {
+            Ok(update) => {
+                // Answer Telegram at once; the update is handled (once) in the background.
+                tokio::spawn(async move { self.handle_once(update).await });
+                status(200)
+            }
+            Err(e) => {
+                tracing::warn!(error = %e, "webhook body is not an update");
+                status(400)
             }
         }
     }

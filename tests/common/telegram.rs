@@ -171,6 +171,28 @@ impl FakeTelegram {
     }
 }
 
+/// The text fields of a multipart/form-data body (what teloxide sends for some methods).
+fn multipart_fields(body: &str, boundary: &str) -> Value {
+    let mut fields = serde_json::Map::new();
+    for part in body.split(&format!("--{boundary}")) {
+        let Some((head, value)) = part.split_once("\r\n\r\n") else {
+            continue;
+        };
+        let Some(name) = head
+            .split("name=\"")
+            .nth(1)
+            .and_then(|n| n.split('"').next())
+        else {
+            continue;
+        };
+        let value = value.trim_end_matches("\r\n");
+        let parsed =
+            serde_json::from_str(value).unwrap_or_else(|_| Value::String(value.to_owned()));
+        fields.insert(name.to_owned(), parsed);
+    }
+    Value::Object(fields)
+}
+
 fn ok(result: Value) -> Response<Full<Bytes>> {
     reply(200, json!({"ok": true, "result": result}))
 }
@@ -188,13 +210,24 @@ async fn handle(
     request: Request<hyper::body::Incoming>,
 ) -> Result<Response<Full<Bytes>>, Infallible> {
     let path = request.uri().path().to_owned();
+    let content_type = request
+        .headers()
+        .get("content-type")
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or("")
+        .to_owned();
     let bytes = request
         .into_body()
         .collect()
         .await
         .map(|b| b.to_bytes())
         .unwrap_or_default();
-    let body: Value = serde_json::from_slice(&bytes).unwrap_or(Value::Null);
+    let body: Value = match content_type.split_once("boundary=") {
+        Some((_, boundary)) => {
+            multipart_fields(&String::from_utf8_lossy(&bytes), boundary.trim_matches('"'))
+        }
+        None => serde_json::from_slice(&bytes).unwrap_or(Value::Null),
+    };
     let Some(rest) = path.strip_prefix(&format!("/bot{TOKEN}/")) else {
         return Ok(reply(
             401,
@@ -250,7 +283,9 @@ async fn handle(
                 body["text"].as_str().unwrap_or_default(),
             ))
         }
-        "answercallbackquery" | "sendchataction" | "deletewebhook" => ok(json!(true)),
+        "answercallbackquery" | "sendchataction" | "deletewebhook" | "setwebhook" => {
+            ok(json!(true))
+        }
         "getme" => {
             ok(json!({"id": 777, "is_bot": true, "first_name": "Metnos", "username": "metnos_bot"}))
         }
