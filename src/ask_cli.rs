@@ -19,8 +19,11 @@ use metnos_proto::policy::v1 as policy;
 
 use crate::admin::{connect, failed, say};
 
+/// An autonomy level on the command line: `ReadOnly`, `Supervised`, `Full` (any case;
+/// `read-only` too).
 #[derive(Debug, Clone, Copy, ValueEnum)]
 pub enum LevelArg {
+    #[value(alias = "readonly")]
     ReadOnly,
     Supervised,
     Full,
@@ -44,7 +47,7 @@ pub struct AskArgs {
     /// What to do, in your words.
     pub query: String,
     /// Autonomy level for this turn (default: turns.cli_level).
-    #[arg(long, value_enum)]
+    #[arg(long, value_enum, ignore_case = true)]
     pub level: Option<LevelArg>,
     /// Planner mode (default: runtime.mode).
     #[arg(long, value_enum)]
@@ -79,7 +82,7 @@ pub fn cli_principal() -> common::Principal {
     }
 }
 
-fn level_of(arg: Option<LevelArg>, config: &Config) -> common::AutonomyLevel {
+pub fn level_of(arg: Option<LevelArg>, config: &Config) -> common::AutonomyLevel {
     match arg {
         Some(LevelArg::ReadOnly) => common::AutonomyLevel::ReadOnly,
         Some(LevelArg::Supervised) => common::AutonomyLevel::Supervised,
@@ -167,20 +170,186 @@ async fn ask_yes_no() -> Option<bool> {
     .flatten()
 }
 
+/// The clients a turn from the terminal needs.
+pub struct Session {
+    planner: PlannerServiceClient<metnos_kit::client::TracedChannel>,
+    approvals: ApprovalServiceClient<metnos_kit::client::TracedChannel>,
+    url: String,
+    approval_url: String,
+    pub principal: common::Principal,
+}
+
+impl std::fmt::Debug for Session {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Session")
+            .field("principal", &self.principal)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Session {
+    pub fn connect(config: &Config) -> Result<Session, ExitCode> {
+        let (channel, url) = connect(config, ServiceName::Planner)?;
+        let (approval_channel, approval_url) = connect(config, ServiceName::Approval)?;
+        Ok(Session {
+            planner: PlannerServiceClient::new(channel),
+            approvals: ApprovalServiceClient::new(approval_channel),
+            url,
+            approval_url,
+            principal: cli_principal(),
+        })
+    }
+
+    /// A client that can cancel this session's turns while one runs.
+    pub fn canceller(
+        &self,
+    ) -> (
+        PlannerServiceClient<metnos_kit::client::TracedChannel>,
+        common::Principal,
+    ) {
+        (self.planner.clone(), self.principal.clone())
+    }
+
+    /// Cancels the local user's running turn; whether there was one.
+    pub async fn cancel(&mut self) -> bool {
+        let request = pb::CancelTurnRequest {
+            target: Some(pb::cancel_turn_request::Target::Principal(
+                self.principal.clone(),
+            )),
+            reason: "stop from the terminal".to_owned(),
+        };
+        self.planner
+            .cancel_turn(request)
+            .await
+            .is_ok_and(|r| r.into_inner().cancelled)
+    }
+
+    /// Runs one turn, showing its events on stderr and its answer on stdout.
+    pub async fn turn(&mut self, request: pb::RunTurnRequest) -> ExitCode {
+        let (planner, approvals, url, approval_url, principal) = (
+            &mut self.planner,
+            &mut self.approvals,
+            &self.url,
+            &self.approval_url,
+            &self.principal,
+        );
+        let mut stream = match planner.run_turn(request).await {
+            Ok(r) => r.into_inner(),
+            Err(status) => return failed(ServiceName::Planner, url, &status),
+        };
+        let spinner = Spinner::start();
+        loop {
+            let message = match stream.message().await {
+                Ok(Some(m)) => m,
+                Ok(None) => {
+                    spinner.pause();
+                    eprintln!("metnos: the planner ended the turn without an answer");
+                    return ExitCode::FAILURE;
+                }
+                Err(status) => {
+                    spinner.pause();
+                    return failed(ServiceName::Planner, url, &status);
+                }
+            };
+            let Some(event) = message.event.and_then(|e| e.event) else {
+                continue;
+            };
+            spinner.pause();
+            use pb::turn_event::Event;
+            match event {
+                Event::Started(s) => eprintln!("turn {} ({} tier, {})", s.turn_id, s.tier, s.model),
+                Event::StepProposed(s) => {
+                    eprintln!("step {}: {} {}", s.step, s.executor, s.args_json)
+                }
+                Event::PolicyOutcome(p) => {
+                    let outcome = policy::Outcome::try_from(p.outcome)
+                        .map(|o| {
+                            o.as_str_name()
+                                .trim_start_matches("OUTCOME_")
+                                .to_lowercase()
+                        })
+                        .unwrap_or_default();
+                    eprintln!("  policy: {outcome} ({})", p.reason);
+                }
+                Event::Verdict(v) => {
+                    if let Some(v) = v.verdict {
+                        eprintln!("  vaglio: {}", v.reason);
+                    }
+                }
+                Event::AwaitingApproval(a) => {
+                    eprintln!();
+                    for line in a.card.map(|c| c.lines).unwrap_or_default() {
+                        eprintln!("  {line}");
+                    }
+                    let decision = match ask_yes_no().await {
+                        Some(true) => approval::Decision::Approve,
+                        Some(false) => approval::Decision::Reject,
+                        None => {
+                            eprintln!("metnos: no answer (end of input): rejected");
+                            approval::Decision::Reject
+                        }
+                    };
+                    let resolve = approval::ResolveRequest {
+                        token: a.token,
+                        decision: decision as i32,
+                        decider: Some(principal.clone()),
+                    };
+                    if let Err(status) = approvals.resolve(resolve).await {
+                        return failed(ServiceName::Approval, approval_url, &status);
+                    }
+                }
+                Event::ApprovalDecided(d) => {
+                    let status = approval::ApprovalStatus::try_from(d.status)
+                        .map(|s| {
+                            s.as_str_name()
+                                .trim_start_matches("APPROVAL_STATUS_")
+                                .to_lowercase()
+                        })
+                        .unwrap_or_default();
+                    eprintln!("  approval: {status}");
+                }
+                Event::Observation(o) => {
+                    let mark = if o.ok { "ok" } else { "failed" };
+                    let summary: String = o.summary.chars().take(120).collect();
+                    eprintln!(
+                        "  {mark} ({} ms): {}",
+                        o.duration_ms,
+                        summary.replace('\n', " ")
+                    );
+                }
+                Event::Suspended(s) => {
+                    eprintln!("metnos: turn {} waits for approval {}", s.turn_id, s.token);
+                    return ExitCode::FAILURE;
+                }
+                Event::Finished(f) => {
+                    drop(spinner);
+                    let kind = pb::FinalKind::try_from(f.kind).unwrap_or(pb::FinalKind::Error);
+                    if kind == pb::FinalKind::Answer {
+                        say(&f.text);
+                        return ExitCode::SUCCESS;
+                    }
+                    eprintln!(
+                        "metnos: {} — {}",
+                        kind.as_str_name()
+                            .trim_start_matches("FINAL_KIND_")
+                            .to_lowercase(),
+                        f.text
+                    );
+                    return ExitCode::FAILURE;
+                }
+            }
+            spinner.resume();
+        }
+    }
+}
+
 pub async fn ask(config: &Config, args: AskArgs) -> ExitCode {
-    let (channel, url) = match connect(config, ServiceName::Planner) {
-        Ok(found) => found,
+    let mut session = match Session::connect(config) {
+        Ok(s) => s,
         Err(code) => return code,
     };
-    let (approval_channel, approval_url) = match connect(config, ServiceName::Approval) {
-        Ok(found) => found,
-        Err(code) => return code,
-    };
-    let mut planner = PlannerServiceClient::new(channel);
-    let mut approvals = ApprovalServiceClient::new(approval_channel);
-    let principal = cli_principal();
     let request = pb::RunTurnRequest {
-        principal: Some(principal.clone()),
+        principal: Some(session.principal.clone()),
         level: level_of(args.level, config) as i32,
         query: args.query,
         language: match args.language {
@@ -194,111 +363,7 @@ pub async fn ask(config: &Config, args: AskArgs) -> ExitCode {
             Some(ModeArg::Hybrid) => pb::Mode::Hybrid,
         } as i32,
     };
-    let mut stream = match planner.run_turn(request).await {
-        Ok(r) => r.into_inner(),
-        Err(status) => return failed(ServiceName::Planner, &url, &status),
-    };
-    let spinner = Spinner::start();
-    loop {
-        let message = match stream.message().await {
-            Ok(Some(m)) => m,
-            Ok(None) => {
-                spinner.pause();
-                eprintln!("metnos: the planner ended the turn without an answer");
-                return ExitCode::FAILURE;
-            }
-            Err(status) => {
-                spinner.pause();
-                return failed(ServiceName::Planner, &url, &status);
-            }
-        };
-        let Some(event) = message.event.and_then(|e| e.event) else {
-            continue;
-        };
-        spinner.pause();
-        use pb::turn_event::Event;
-        match event {
-            Event::Started(s) => eprintln!("turn {} ({} tier, {})", s.turn_id, s.tier, s.model),
-            Event::StepProposed(s) => eprintln!("step {}: {} {}", s.step, s.executor, s.args_json),
-            Event::PolicyOutcome(p) => {
-                let outcome = policy::Outcome::try_from(p.outcome)
-                    .map(|o| {
-                        o.as_str_name()
-                            .trim_start_matches("OUTCOME_")
-                            .to_lowercase()
-                    })
-                    .unwrap_or_default();
-                eprintln!("  policy: {outcome} ({})", p.reason);
-            }
-            Event::Verdict(v) => {
-                if let Some(v) = v.verdict {
-                    eprintln!("  vaglio: {}", v.reason);
-                }
-            }
-            Event::AwaitingApproval(a) => {
-                eprintln!();
-                for line in a.card.map(|c| c.lines).unwrap_or_default() {
-                    eprintln!("  {line}");
-                }
-                let decision = match ask_yes_no().await {
-                    Some(true) => approval::Decision::Approve,
-                    Some(false) => approval::Decision::Reject,
-                    None => {
-                        eprintln!("metnos: no answer (end of input): rejected");
-                        approval::Decision::Reject
-                    }
-                };
-                let resolve = approval::ResolveRequest {
-                    token: a.token,
-                    decision: decision as i32,
-                    decider: Some(principal.clone()),
-                };
-                if let Err(status) = approvals.resolve(resolve).await {
-                    return failed(ServiceName::Approval, &approval_url, &status);
-                }
-            }
-            Event::ApprovalDecided(d) => {
-                let status = approval::ApprovalStatus::try_from(d.status)
-                    .map(|s| {
-                        s.as_str_name()
-                            .trim_start_matches("APPROVAL_STATUS_")
-                            .to_lowercase()
-                    })
-                    .unwrap_or_default();
-                eprintln!("  approval: {status}");
-            }
-            Event::Observation(o) => {
-                let mark = if o.ok { "ok" } else { "failed" };
-                let summary: String = o.summary.chars().take(120).collect();
-                eprintln!(
-                    "  {mark} ({} ms): {}",
-                    o.duration_ms,
-                    summary.replace('\n', " ")
-                );
-            }
-            Event::Suspended(s) => {
-                eprintln!("metnos: turn {} waits for approval {}", s.turn_id, s.token);
-                return ExitCode::FAILURE;
-            }
-            Event::Finished(f) => {
-                drop(spinner);
-                let kind = pb::FinalKind::try_from(f.kind).unwrap_or(pb::FinalKind::Error);
-                if kind == pb::FinalKind::Answer {
-                    say(&f.text);
-                    return ExitCode::SUCCESS;
-                }
-                eprintln!(
-                    "metnos: {} — {}",
-                    kind.as_str_name()
-                        .trim_start_matches("FINAL_KIND_")
-                        .to_lowercase(),
-                    f.text
-                );
-                return ExitCode::FAILURE;
-            }
-        }
-        spinner.resume();
-    }
+    session.turn(request).await
 }
 
 pub async fn turns(config: &Config, command: TurnsCommand) -> ExitCode {

@@ -8,6 +8,7 @@
 //! - [`executors_cli`]: `metnos executors …`.
 //! - [`ask_cli`]: `metnos ask …` and `metnos turns …`.
 //! - [`pair_cli`]: `metnos pair …`.
+//! - [`chat_cli`]: `metnos chat`.
 //! - [`admin`]: what the admin commands share.
 //! - [`runfile`]: how every command finds the running stack.
 //!
@@ -17,6 +18,7 @@
 pub mod admin;
 pub mod approvals_cli;
 pub mod ask_cli;
+pub mod chat_cli;
 pub mod executors_cli;
 pub mod pair_cli;
 pub mod policy_cli;

@@ -6,6 +6,7 @@ use std::process::ExitCode;
 use clap::{Parser, Subcommand};
 use metnos::approvals_cli::{self, ApprovalsCommand};
 use metnos::ask_cli::{self, AskArgs, TurnsCommand};
+use metnos::chat_cli::{self, ChatArgs};
 use metnos::executors_cli::{self, ExecutorsCommand};
 use metnos::pair_cli::{self, PairCommand};
 use metnos::policy_cli::{self, GrantsCommand, PolicyCommand};
@@ -61,6 +62,8 @@ enum Command {
     },
     /// One turn: ask Metnos to do something, see its steps, answer its approval cards.
     Ask(AskArgs),
+    /// An interactive session: one request per line, history, cards answered inline.
+    Chat(ChatArgs),
     /// The turn log: one turn, or a day's turns.
     Turns {
         #[command(subcommand)]
@@ -122,6 +125,7 @@ fn main() -> ExitCode {
             Command::Approvals { command } => approvals_cli::approvals(&config, command).await,
             Command::Executors { command } => executors_cli::executors(&config, command).await,
             Command::Ask(args) => ask_cli::ask(&config, args).await,
+            Command::Chat(args) => chat_cli::chat(&config, args).await,
             Command::Pair { command } => pair_cli::pair(&config, command).await,
             Command::Turns { command } => ask_cli::turns(&config, command).await,
         }

@@ -20,7 +20,7 @@ pub enum PairCommand {
     /// Pairs the person who received CODE, at a level.
     Approve {
         code: String,
-        #[arg(long, value_enum)]
+        #[arg(long, value_enum, ignore_case = true)]
         level: LevelArg,
     },
     /// Everyone paired, one JSON object per line.
@@ -28,7 +28,7 @@ pub enum PairCommand {
     /// Changes a paired person's level. PERSON is channel:sender_id, e.g. telegram:12345.
     SetLevel {
         person: String,
-        #[arg(long, value_enum)]
+        #[arg(long, value_enum, ignore_case = true)]
         level: LevelArg,
     },
     /// Unpairs a person (channel:sender_id); nothing they send reaches Metnos afterwards.

@@ -127,7 +127,7 @@ async fn strangers_get_one_code_and_nothing_reaches_the_planner_until_paired() {
         .to_owned();
     let (status, _, stderr) = s
         .sandbox
-        .run(&["pair", "approve", &code, "--level", "supervised"])
+        .run(&["pair", "approve", &code, "--level", "Supervised"])
         .await;
     assert_eq!(status, 0, "{stderr}");
     // A code works once.
@@ -351,6 +351,32 @@ async fn stop_cancels_the_running_turn_and_long_answers_are_split() {
     })
     .await;
 
+    // An ambiguous phrase asks first; "yes" stops.
+    s.llm.push(Reply::Delayed(
+        std::time::Duration::from_secs(30),
+        Box::new(Reply::Text("late".into())),
+    ));
+    let asked = s.llm.received().len();
+    s.tg.message(ADA, user(ADA, "Ada", "en"), "think again");
+    s.tg.until("the LLM asked", |_| s.llm.received().len() > asked)
+        .await;
+    s.tg.message(ADA, user(ADA, "Ada", "en"), "hmm, let's see later");
+    s.tg.until("the question", |tg| {
+        tg.texts_to(ADA)
+            .iter()
+            .any(|t| t == "Do you want me to stop? (yes/no)")
+    })
+    .await;
+    s.tg.message(ADA, user(ADA, "Ada", "en"), "yes");
+    s.tg.until("stopped again", |tg| {
+        tg.texts_to(ADA)
+            .iter()
+            .filter(|t| *t == "All right, I stop.")
+            .count()
+            == 2
+    })
+    .await;
+
     let long: String = (0..300)
         .map(|i| format!("line {i:03} {}\n", "é<&>".repeat(8)))
         .collect();
@@ -544,4 +570,59 @@ async fn webhook_mode_takes_only_posts_with_the_secret_token() {
         tg.calls("getUpdates").is_empty(),
         "webhook mode does not poll"
     );
+}
+
+#[tokio::test]
+async fn a_planner_outage_is_told_in_one_sentence() {
+    // A gateway of its own, in this process, whose planner address answers nothing; the
+    // token comes from a file.
+    let tg = FakeTelegram::start();
+    let dir = tempfile::tempdir().unwrap();
+    let token_file = dir.path().join("token");
+    std::fs::write(&token_file, format!("{TOKEN}\n")).unwrap();
+    let mut config = metnos_kit::testing::config(dir.path());
+    config.telegram.token_file = token_file;
+    config.telegram.api_url = tg.url();
+    config.telegram.poll_timeout_seconds = 1;
+    config.set_service_url(
+        metnos_kit::ServiceName::Planner,
+        "http://127.0.0.1:9".into(),
+    );
+    config.set_service_url(
+        metnos_kit::ServiceName::Approval,
+        "http://127.0.0.1:9".into(),
+    );
+    let (url, _gateway) = metnos_kit::runtime::spawn_on_loopback(
+        metnos_kit::ServiceName::Gateway,
+        move |listener, shutdown| metnos_gateway::serve(config, listener, shutdown),
+    )
+    .unwrap();
+    tg.message(ADA, user(ADA, "Ada", "en"), "hello");
+    tg.until("a code", |tg| !tg.texts_to(ADA).is_empty()).await;
+    let code = tg.texts_to(ADA)[0]
+        .split("approve ")
+        .nth(1)
+        .unwrap()
+        .split_whitespace()
+        .next()
+        .unwrap()
+        .to_owned();
+    let mut gateway =
+        metnos_proto::gateway::v1::gateway_service_client::GatewayServiceClient::connect(url)
+            .await
+            .unwrap();
+    gateway
+        .approve_pairing(metnos_proto::gateway::v1::ApprovePairingRequest {
+            code,
+            level: metnos_proto::common::v1::AutonomyLevel::Full as i32,
+        })
+        .await
+        .unwrap();
+    tg.message(ADA, user(ADA, "Ada", "en"), "what time is it");
+    tg.until("the apology", |tg| {
+        tg.texts_to(ADA)
+            .iter()
+            .any(|t| t == "I cannot reach the planner right now: please try again shortly.")
+    })
+    .await;
 }

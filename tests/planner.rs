@@ -1162,3 +1162,52 @@ async fn metnos_ask_shows_the_steps_takes_y_from_a_pipe_and_prints_the_answer() 
     );
     assert!(!s.home().join("refused.txt").exists());
 }
+
+#[tokio::test]
+async fn metnos_chat_runs_a_turn_per_line_with_cards_answered_inline() {
+    let s = stack().await;
+    s.fake.push(Reply::Text("it is noon".into()));
+    s.fake.push(tool_calls(&[(
+        "fs_write",
+        json!({"path": "~/chat.txt", "content": "hi"}),
+    )]));
+    s.fake.push(Reply::Text("written".into()));
+    let mut child = s
+        .sandbox
+        .metnos()
+        .args(["chat", "--language", "en"])
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    {
+        use tokio::io::AsyncWriteExt;
+        let mut stdin = child.stdin.take().unwrap();
+        stdin
+            .write_all(b"what time is it\nwrite hi to ~/chat.txt\ny\n/stop\n/quit\n")
+            .await
+            .unwrap();
+    }
+    let output = tokio::time::timeout(EVENT_LIMIT, child.wait_with_output())
+        .await
+        .unwrap()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(output.status.success(), "{stderr}");
+    assert_eq!(
+        stdout.lines().collect::<Vec<_>>(),
+        ["it is noon", "written"],
+        "{stderr}"
+    );
+    assert!(stderr.contains("approval: approved"), "{stderr}");
+    assert!(stderr.contains("nothing to stop"), "{stderr}");
+    assert_eq!(
+        std::fs::read_to_string(s.home().join("chat.txt")).unwrap(),
+        "hi"
+    );
+    // The history is kept for the next session.
+    let history = std::fs::read_to_string(s.sandbox.data_dir().join("chat_history")).unwrap();
+    assert!(history.contains("write hi to ~/chat.txt"), "{history}");
+}

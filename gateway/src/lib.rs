@@ -37,7 +37,15 @@ pub const TOKEN_VAR: &str = "METNOS_TELEGRAM_TOKEN";
 /// The bot token, if any: the environment first, then the token file. Errors name the
 /// file, never its content.
 pub fn bot_token(config: &Config) -> Result<Option<String>, String> {
-    if let Ok(token) = std::env::var(TOKEN_VAR)
+    bot_token_from(config, |name| std::env::var(name).ok())
+}
+
+/// As [`bot_token`], with the environment given.
+pub fn bot_token_from(
+    config: &Config,
+    env: impl Fn(&str) -> Option<String>,
+) -> Result<Option<String>, String> {
+    if let Some(token) = env(TOKEN_VAR)
         && !token.trim().is_empty()
     {
         return Ok(Some(token.trim().to_owned()));
@@ -156,4 +164,44 @@ pub async fn serve(
         },
     )
     .await
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_token_comes_from_the_environment_or_a_file_and_errors_do_not_show_it() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut config = metnos_kit::testing::config(dir.path());
+        let none = |_: &str| None;
+        assert_eq!(bot_token_from(&config, none).unwrap(), None);
+        let env = |name: &str| (name == TOKEN_VAR).then(|| " 1:from-env \n".to_owned());
+        assert_eq!(
+            bot_token_from(&config, env).unwrap().as_deref(),
+            Some("1:from-env")
+        );
+
+        let file = dir.path().join("token");
+        std::fs::write(&file, "1:from-file\n").unwrap();
+        config.telegram.token_file = file.clone();
+        assert_eq!(
+            bot_token_from(&config, none).unwrap().as_deref(),
+            Some("1:from-file")
+        );
+        // The environment wins over the file.
+        assert_eq!(
+            bot_token_from(&config, env).unwrap().as_deref(),
+            Some("1:from-env")
+        );
+        std::fs::write(&file, "   \n").unwrap();
+        let error = bot_token_from(&config, none).unwrap_err();
+        assert!(
+            error.contains("is empty") && error.contains("token"),
+            "{error}"
+        );
+        config.telegram.token_file = dir.path().join("missing");
+        let error = bot_token_from(&config, none).unwrap_err();
+        assert!(error.contains("missing"), "{error}");
+    }
 }

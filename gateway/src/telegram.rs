@@ -41,12 +41,15 @@ pub fn redact(text: &str, token: &str) -> String {
     }
 }
 
-/// Outgoing rate limits: per chat and overall.
+/// Outgoing rate limits: per chat and overall (on tokio's clock).
 #[derive(Debug)]
 struct Limiter {
     per_chat: Duration,
     global: Duration,
-    state: tokio::sync::Mutex<(HashMap<i64, Instant>, Instant)>,
+    state: tokio::sync::Mutex<(
+        HashMap<i64, tokio::time::Instant>,
+        Option<tokio::time::Instant>,
+    )>,
 }
 
 impl Limiter {
@@ -54,24 +57,55 @@ impl Limiter {
         Limiter {
             per_chat: Duration::from_secs(1) / per_chat_per_second.max(1),
             global: Duration::from_secs(1) / global_per_second.max(1),
-            state: tokio::sync::Mutex::new((
-                HashMap::new(),
-                Instant::now() - Duration::from_secs(1),
-            )),
+            state: tokio::sync::Mutex::new((HashMap::new(), None)),
         }
     }
 
     /// Waits until a message to `chat` may go.
     async fn wait(&self, chat: i64) {
         let mut state = self.state.lock().await;
-        let now = Instant::now();
+        let now = tokio::time::Instant::now();
         let chat_ready = state.0.get(&chat).map_or(now, |last| *last + self.per_chat);
-        let global_ready = state.1 + self.global;
+        let global_ready = state.1.map_or(now, |last| last + self.global);
         let at = chat_ready.max(global_ready).max(now);
         state.0.insert(chat, at);
-        state.1 = at;
+        state.1 = Some(at);
         drop(state);
-        tokio::time::sleep_until(at.into()).await;
+        tokio::time::sleep_until(at).await;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test(start_paused = true)]
+    async fn messages_to_one_chat_are_spaced_and_others_only_by_the_global_limit() {
+        let limiter = Limiter::new(1, 10);
+        let start = tokio::time::Instant::now();
+        for _ in 0..3 {
+            limiter.wait(1).await;
+        }
+        // Three to one chat at one per second: the third goes two seconds after the first.
+        assert_eq!(tokio::time::Instant::now() - start, Duration::from_secs(2));
+        let start = tokio::time::Instant::now();
+        for chat in 10..15 {
+            limiter.wait(chat).await;
+        }
+        // Five different chats: only the global 10/s spacing.
+        assert_eq!(
+            tokio::time::Instant::now() - start,
+            Duration::from_millis(500)
+        );
+    }
+
+    #[test]
+    fn the_token_is_redacted_wherever_it_appears() {
+        assert_eq!(
+            redact("GET /bot1:abc/getMe failed for 1:abc", "1:abc"),
+            "GET /bot***/getMe failed for ***"
+        );
+        assert_eq!(redact("nothing here", ""), "nothing here");
     }
 }
 

@@ -1,0 +1,137 @@
+//! The gateway store on SQLite and on a real PostgreSQL server: pairing codes work once
+//! and only for ten minutes, one code per stranger at a time, levels change, revocation is
+//! idempotent, and the Telegram offset moves with the handled updates.
+
+use std::time::Duration;
+
+use metnos_gateway::store::{CODE_TTL_MS, CodeRequest, MIGRATIONS, Store, Stranger};
+use metnos_kit::testing::TestStore;
+
+async fn open(store: &TestStore) -> Store {
+    let db = metnos_kit::store::open(
+        &store.spec(),
+        "gateway",
+        &MIGRATIONS,
+        Duration::from_secs(10),
+    )
+    .await
+    .unwrap();
+    Store::new(db)
+}
+
+fn ada() -> Stranger<'static> {
+    Stranger {
+        channel: "telegram",
+        sender_id: "4242",
+        chat_id: "4242",
+        display_name: "Ada",
+        language: "en",
+    }
+}
+
+async fn a_code_pairs_once_and_only_in_time(test: TestStore) {
+    let store = open(&test).await;
+    assert_eq!(
+        store.request_code(&ada(), "AAAA2222", 1_000).await.unwrap(),
+        CodeRequest::New("AAAA2222".into())
+    );
+    // One code at a time: asking again says nothing new.
+    assert_eq!(
+        store.request_code(&ada(), "BBBB3333", 2_000).await.unwrap(),
+        CodeRequest::AlreadyIssued
+    );
+    assert!(store.pairing("telegram", "4242").await.unwrap().is_none());
+    let paired = store
+        .approve_code("AAAA2222", "Supervised", 3_000)
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(paired.display_name, "Ada");
+    assert_eq!(paired.level, "Supervised");
+    assert_eq!(paired.language, "en");
+    assert!(
+        store
+            .approve_code("AAAA2222", "Full", 4_000)
+            .await
+            .unwrap()
+            .is_none(),
+        "used twice"
+    );
+    assert_eq!(
+        store
+            .pairing("telegram", "4242")
+            .await
+            .unwrap()
+            .unwrap()
+            .level,
+        "Supervised"
+    );
+
+    // Expiry: a code older than ten minutes pairs nobody, and a new one can be issued.
+    let bob = Stranger {
+        sender_id: "5151",
+        chat_id: "5151",
+        display_name: "Bob",
+        ..ada()
+    };
+    assert!(matches!(
+        store.request_code(&bob, "CCCC4444", 10_000).await.unwrap(),
+        CodeRequest::New(_)
+    ));
+    assert!(
+        store
+            .approve_code("CCCC4444", "Full", 10_000 + CODE_TTL_MS + 1)
+            .await
+            .unwrap()
+            .is_none()
+    );
+    assert!(matches!(
+        store
+            .request_code(&bob, "DDDD5555", 10_000 + CODE_TTL_MS + 1)
+            .await
+            .unwrap(),
+        CodeRequest::New(_)
+    ));
+    assert!(
+        store
+            .approve_code("NOSUCH00", "Full", 5_000)
+            .await
+            .unwrap()
+            .is_none()
+    );
+}
+
+async fn levels_change_and_revocation_is_idempotent(test: TestStore) {
+    let store = open(&test).await;
+    store.request_code(&ada(), "EEEE6666", 1).await.unwrap();
+    store
+        .approve_code("EEEE6666", "ReadOnly", 2)
+        .await
+        .unwrap()
+        .unwrap();
+    assert!(store.set_level("telegram", "4242", "Full").await.unwrap());
+    assert_eq!(store.pairings().await.unwrap()[0].level, "Full");
+    assert!(!store.set_level("telegram", "nobody", "Full").await.unwrap());
+    assert!(store.revoke("telegram", "4242").await.unwrap());
+    assert!(!store.revoke("telegram", "4242").await.unwrap());
+    assert!(store.pairings().await.unwrap().is_empty());
+}
+
+async fn the_offset_moves_with_handled_updates(test: TestStore) {
+    let store = open(&test).await;
+    assert_eq!(store.setting("telegram.offset").await.unwrap(), None);
+    assert!(!store.handled(1001).await.unwrap());
+    store.mark_handled(1001, 10).await.unwrap();
+    store.mark_handled(1001, 11).await.unwrap();
+    assert!(store.handled(1001).await.unwrap());
+    assert_eq!(
+        store.setting("telegram.offset").await.unwrap().as_deref(),
+        Some("1002")
+    );
+}
+
+metnos_kit::store_suite!(
+    a_code_pairs_once_and_only_in_time,
+    levels_change_and_revocation_is_idempotent,
+    the_offset_moves_with_handled_updates,
+);

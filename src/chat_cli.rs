@@ -1,0 +1,120 @@
+//! `metnos chat`: an interactive session with the running stack. Line editing and history
+//! (arrow keys; kept in `<data_dir>/chat_history`), each line a turn with its steps shown
+//! live and its approval cards answered with y/n; Ctrl-C or `/stop` stops the running
+//! turn, `/quit` or Ctrl-D leaves.
+
+use std::process::ExitCode;
+
+use metnos_kit::Config;
+use metnos_proto::common::v1 as common;
+use metnos_proto::planner::v1 as pb;
+
+use crate::ask_cli::{LanguageArg, LevelArg, ModeArg, Session, level_of};
+
+#[derive(Debug, clap::Args)]
+pub struct ChatArgs {
+    /// Autonomy level (default: turns.cli_level).
+    #[arg(long, value_enum, ignore_case = true)]
+    pub level: Option<LevelArg>,
+    /// Planner mode (default: runtime.mode).
+    #[arg(long, value_enum)]
+    pub mode: Option<ModeArg>,
+    /// Language of cards and answers (default: Italian).
+    #[arg(long, value_enum)]
+    pub language: Option<LanguageArg>,
+}
+
+enum Line {
+    Text(String),
+    Interrupted,
+    End,
+}
+
+pub async fn chat(config: &Config, args: ChatArgs) -> ExitCode {
+    let mut session = match Session::connect(config) {
+        Ok(s) => s,
+        Err(code) => return code,
+    };
+    let history = config.data_dir.join("chat_history");
+    let mut editor = match rustyline::DefaultEditor::new() {
+        Ok(editor) => editor,
+        Err(e) => {
+            eprintln!("metnos: cannot start the line editor: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    let _ = editor.load_history(&history);
+    eprintln!("Metnos — one request per line; Ctrl-C or /stop stops a running turn, /quit leaves.");
+    let language = match args.language {
+        Some(LanguageArg::En) => common::Language::English,
+        _ => common::Language::Italian,
+    };
+    loop {
+        let (back, line) = match tokio::task::spawn_blocking(move || {
+            let line = match editor.readline("you> ") {
+                Ok(text) => Line::Text(text),
+                Err(rustyline::error::ReadlineError::Interrupted) => Line::Interrupted,
+                Err(_) => Line::End,
+            };
+            (editor, line)
+        })
+        .await
+        {
+            Ok(result) => result,
+            Err(_) => return ExitCode::FAILURE,
+        };
+        editor = back;
+        let text = match line {
+            Line::End => break,
+            Line::Interrupted => continue,
+            Line::Text(text) => text,
+        };
+        let text = text.trim().to_owned();
+        if text.is_empty() {
+            continue;
+        }
+        let _ = editor.add_history_entry(text.as_str());
+        if matches!(text.as_str(), "/quit" | "/exit") {
+            break;
+        }
+        if metnos_gateway::text::stop_of(&text) == metnos_gateway::text::Stop::Clear {
+            let stopped = session.cancel().await;
+            eprintln!(
+                "{}",
+                if stopped {
+                    "stopped"
+                } else {
+                    "nothing to stop"
+                }
+            );
+            continue;
+        }
+        let request = pb::RunTurnRequest {
+            principal: Some(session.principal.clone()),
+            level: level_of(args.level, config) as i32,
+            query: text,
+            language: language as i32,
+            mode: match args.mode {
+                None => pb::Mode::Unspecified,
+                Some(ModeArg::Local) => pb::Mode::Local,
+                Some(ModeArg::Online) => pb::Mode::Online,
+                Some(ModeArg::Hybrid) => pb::Mode::Hybrid,
+            } as i32,
+        };
+        let (mut canceller, principal) = session.canceller();
+        tokio::select! {
+            _ = session.turn(request) => {}
+            _ = tokio::signal::ctrl_c() => {
+                let request = pb::CancelTurnRequest {
+                    target: Some(pb::cancel_turn_request::Target::Principal(principal)),
+                    reason: "Ctrl-C in metnos chat".to_owned(),
+                };
+                let _ = canceller.cancel_turn(request).await;
+                eprintln!("\nstopped");
+            }
+        }
+    }
+    let _ = std::fs::create_dir_all(&config.data_dir);
+    let _ = editor.save_history(&history);
+    ExitCode::SUCCESS
+}
