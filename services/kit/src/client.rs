@@ -26,18 +26,107 @@ pub struct EndpointError {
     pub message: String,
 }
 
-/// A lazily connecting, traced channel to `url` (`http://host:port`). Connection errors
-/// surface on the first call as `UNAVAILABLE`.
+/// How often a `dns:///` target is resolved again.
+pub const DNS_REFRESH: Duration = Duration::from_secs(10);
+
+/// `dns:///host:port` split into host and port.
+pub fn dns_target(url: &str) -> Option<Result<(String, u16), String>> {
+    let target = url.strip_prefix("dns:///")?;
+    let parsed = target
+        .rsplit_once(':')
+        .filter(|(host, _)| !host.is_empty())
+        .and_then(|(host, port)| {
+            Some((host.trim_matches(['[', ']']).to_owned(), port.parse().ok()?))
+        });
+    Some(parsed.ok_or_else(|| format!("`{url}` is not dns:///host:port")))
+}
+
+/// A lazily connecting, traced channel to `url`. `http://host:port` (or https) is one
+/// connection; `dns:///host:port` is every address the name resolves to — the pods behind
+/// a Kubernetes headless Service — with each call balanced across them and the name
+/// resolved again every [`DNS_REFRESH`]. (A ClusterIP Service would pin an HTTP/2
+/// connection, and so all its calls, to one pod.) Connection errors surface on the first
+/// call as `UNAVAILABLE`.
 pub fn channel(url: &str) -> Result<TracedChannel, EndpointError> {
-    let endpoint = Endpoint::from_shared(url.to_owned()).map_err(|e| EndpointError {
+    let error = |message: String| EndpointError {
         url: url.to_owned(),
-        message: e.to_string(),
-    })?;
+        message,
+    };
+    if let Some(target) = dns_target(url) {
+        let (host, port) = target.map_err(error)?;
+        if tokio::runtime::Handle::try_current().is_err() {
+            return Err(error(
+                "a dns:/// target needs a running async runtime".to_owned(),
+            ));
+        }
+        let resolve = move || {
+            let (host, port) = (host.clone(), port);
+            async move {
+                Ok(tokio::net::lookup_host((host.as_str(), port))
+                    .await?
+                    .collect())
+            }
+        };
+        return Ok(ClientTraceLayer.layer(balanced(resolve, DNS_REFRESH)));
+    }
+    let endpoint = Endpoint::from_shared(url.to_owned()).map_err(|e| error(e.to_string()))?;
     let channel = endpoint
         .connect_timeout(CONNECT_TIMEOUT)
         .tcp_nodelay(true)
         .connect_lazy();
     Ok(ClientTraceLayer.layer(channel))
+}
+
+/// A channel balancing each call over the addresses `resolve` gives, asked again every
+/// `refresh` (endpoints that appear are added, those that go are removed). Needs a running
+/// tokio runtime; the resolving task ends when the channel is dropped.
+pub fn balanced<F, Fut>(resolve: F, refresh: Duration) -> Channel
+where
+    F: Fn() -> Fut + Send + 'static,
+    Fut: std::future::Future<Output = std::io::Result<Vec<std::net::SocketAddr>>> + Send,
+{
+    use std::collections::BTreeSet;
+    use tonic::transport::channel::Change;
+    let (channel, changes) = Channel::balance_channel::<std::net::SocketAddr>(64);
+    tokio::spawn(async move {
+        let mut known: BTreeSet<std::net::SocketAddr> = BTreeSet::new();
+        loop {
+            match resolve().await {
+                Ok(addresses) => {
+                    let now: BTreeSet<_> = addresses.into_iter().collect();
+                    for gone in known.difference(&now) {
+                        if changes.send(Change::Remove(*gone)).await.is_err() {
+                            return;
+                        }
+                    }
+                    for new in now.difference(&known) {
+                        let Ok(endpoint) = Endpoint::from_shared(format!("http://{new}")) else {
+                            continue;
+                        };
+                        let endpoint = endpoint.connect_timeout(CONNECT_TIMEOUT).tcp_nodelay(true);
+                        if changes.send(Change::Insert(*new, endpoint)).await.is_err() {
+                            return;
+                        }
+                    }
+                    if now != known {
+                        tracing::debug!(
+                            endpoints = now.len(),
+                            "balanced channel endpoints changed"
+                        );
+                    }
+                    known = now;
+                }
+                Err(e) => {
+                    tracing::warn!(error = %e, "cannot resolve a balanced channel's name; keeping its endpoints")
+                }
+            }
+            tokio::time::sleep(refresh).await;
+            if changes.is_closed() {
+                return;
+            }
+        }
+    });
+    channel
 }
 
 /// What a health probe found.

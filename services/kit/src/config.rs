@@ -763,7 +763,7 @@ impl Config {
             let section = self.service(service);
             let key = |k: &str| format!("{service}.{k}");
             if !section.url.is_empty() {
-                check_url(&section.url).map_err(|m| ConfigError::key(key("url"), m))?;
+                check_service_url(&section.url).map_err(|m| ConfigError::key(key("url"), m))?;
             }
             StoreSpec::parse(&section.store, &self.data_dir, service)
                 .map_err(|m| ConfigError::key(key("store"), m))?;
@@ -865,6 +865,15 @@ pub fn url_for_addr(addr: SocketAddr) -> String {
         ip => ip,
     };
     format!("http://{}", SocketAddr::new(ip, addr.port()))
+}
+
+/// A service URL: http(s), or `dns:///host:port` for every address of a name.
+fn check_service_url(url: &str) -> Result<(), String> {
+    match crate::client::dns_target(url) {
+        Some(target) => target.map(|_| ()),
+        None => check_url(url)
+            .map_err(|e| e.replace("http:// or https://", "http://, https:// or dns:///")),
+    }
 }
 
 fn check_url(url: &str) -> Result<(), String> {
@@ -1038,6 +1047,44 @@ mod tests {
             Ok(c) => panic!("expected an error, got {c:?}"),
             Err(e) => e,
         }
+    }
+
+    #[test]
+    fn service_urls_may_be_dns_targets_for_client_side_balancing() {
+        with_env(
+            &[("METNOS_VAGLIO__URL", "dns:///metnos-vaglio-pods:50052")],
+            |_| {
+                let config = load()?;
+                assert_eq!(
+                    config.service_url(ServiceName::Vaglio),
+                    "dns:///metnos-vaglio-pods:50052"
+                );
+                Ok(())
+            },
+        );
+        with_env(
+            &[("METNOS_VAGLIO__URL", "dns:///metnos-vaglio-pods")],
+            |_| {
+                let error = load_err();
+                assert!(
+                    error.contains("vaglio.url") && error.contains("dns:///host:port"),
+                    "{error}"
+                );
+                Ok(())
+            },
+        );
+        with_env(
+            &[
+                ("METNOS_RUNTIME__LLM__FAST__PROVIDER", "ollama"),
+                ("METNOS_RUNTIME__LLM__FAST__MODEL", "m"),
+                ("METNOS_RUNTIME__LLM__FAST__BASE_URL", "dns:///ollama:11434"),
+            ],
+            |_| {
+                // Only service URLs: an LLM is reached over plain HTTP.
+                assert!(load_err().contains("runtime.llm.fast.base_url"));
+                Ok(())
+            },
+        );
     }
 
     #[test]
