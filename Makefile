@@ -1,5 +1,5 @@
 # The one task runner. `make ci` is exactly what CI runs (.ci/run calls these targets).
-.PHONY: ci fmt-check clippy deps-check deploy-check test up
+.PHONY: ci fmt-check clippy deps-check deploy-check compose-smoke test up
 
 # cargo-nextest when installed, else cargo's own runner.
 TEST_RUNNER := $(if $(shell command -v cargo-nextest 2>/dev/null),cargo nextest run --workspace --locked --profile ci,cargo test --workspace --locked)
@@ -20,6 +20,10 @@ deps-check:
 # (hadolint, Compose v2, kubectl kustomize + kubernetes-validate --strict).
 deploy-check:
 	scripts/deploy-check.sh
+
+# The README's compose steps for real (Docker engine, debootstrap base image, host network).
+compose-smoke:
+	scripts/compose-smoke.sh
 
 # All tests; starts a throwaway PostgreSQL and installs grpcurl first. The service
 # binaries are built first: system tests run them as real processes.

@@ -1,0 +1,86 @@
+#!/usr/bin/env bash
+# The compose smoke test: the README's home-server steps, for real, on this machine.
+# Debian's Docker engine (started with --bridge=none --iptables=false when not running), a
+# debootstrap-made base image, the host-built release binaries on the image's runtime stage,
+# every container on the host network (deploy/compose.host-network.yml); then the first-run
+# executor steps, `docker compose up`, `metnos status` until all five serve, and one turn
+# against the fake LLM. Needs root (dockerd, debootstrap) and the Debian mirrors.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+repo=$PWD
+work=$repo/target/smoke
+mkdir -p "$work"
+log() { printf '[compose-smoke] %s\n' "$*" >&2; }
+
+command -v dockerd >/dev/null || { log "installing docker.io and debootstrap"; DEBIAN_FRONTEND=noninteractive apt-get install -y -qq docker.io debootstrap >&2; }
+if ! docker info >/dev/null 2>&1; then
+  log "starting dockerd (no bridge, no iptables)"
+  nohup dockerd --bridge=none --iptables=false --ip-masq=false >"$work/dockerd.log" 2>&1 &
+  for _ in $(seq 60); do docker info >/dev/null 2>&1 && break; sleep 1; done
+fi
+if ! docker image inspect debian:bookworm-slim >/dev/null 2>&1; then
+  if [ ! -x "$work/rootfs/bin/sh" ]; then
+    log "debootstrap bookworm (minbase)"
+    debootstrap --variant=minbase --include=ca-certificates,tzdata bookworm "$work/rootfs" http://deb.debian.org/debian >&2
+  fi
+  log "importing the base image"
+  tar -C "$work/rootfs" -c . | docker import - debian:bookworm-slim >/dev/null
+fi
+
+log "release binaries"
+cargo build --release --locked --bins >&2
+cargo build --locked -p metnos-llm --features fake --example fake_llm_server >&2
+
+log "image: the Dockerfile's runtime stage with the release binaries"
+docker build --network host --target runtime-base -t metnos-runtime-base . >&2
+rm -rf "$work/image" && mkdir -p "$work/image"
+for b in metnos metnos-policy metnos-vaglio metnos-approval metnos-planner metnos-gateway metnos-exec; do
+  cp "target/release/$b" "$work/image/"
+done
+printf 'FROM metnos-runtime-base\nCOPY metnos* /usr/local/bin/\nUSER 10001:10001\n' > "$work/image/Dockerfile"
+docker build -t metnos:smoke "$work/image" >&2
+
+log "fake LLM"
+"$repo/target/debug/examples/fake_llm_server" > "$work/llm.url" &
+llm=$!
+project=$work/project
+compose() { (cd "$project" && METNOS_IMAGE=metnos:smoke "$repo/target/test-tools/venv/bin/docker-compose" -f docker-compose.yml -f deploy/compose.host-network.yml "$@"); }
+cleanup() {
+  compose down -v --remove-orphans >/dev/null 2>&1 || true
+  kill "$llm" 2>/dev/null || true
+}
+trap cleanup EXIT
+for _ in $(seq 50); do [ -s "$work/llm.url" ] && break; sleep 0.1; done
+
+log "the README's steps, in a copy of the deployment files"
+rm -rf "$project" && mkdir -p "$project/home"
+cp docker-compose.yml .env.example "$project/" && cp -r deploy "$project/"
+chmod 0777 "$project/home"
+sed -e "s|^METNOS_USER_HOME=.*|METNOS_USER_HOME=$project/home|" \
+    -e "s|^METNOS_RUNTIME__LLM__FAST__BASE_URL=.*|METNOS_RUNTIME__LLM__FAST__BASE_URL=$(cat "$work/llm.url")|" \
+    -e "s|^OTEL_EXPORTER_OTLP_ENDPOINT=.*|OTEL_EXPORTER_OTLP_ENDPOINT=http://127.0.0.1:4317|" \
+    "$project/.env.example" > "$project/.env"
+key=$(compose run --rm --no-deps planner metnos executors keygen --name owner | sed -n 's/.*"public_key":"\([^"]*\)".*/\1/p')
+[ -n "$key" ] || { log "keygen printed no public key"; exit 1; }
+echo "METNOS_EXECUTORS__TRUSTED_KEYS__OWNER=$key" >> "$project/.env"
+compose run --rm --no-deps planner metnos executors install >/dev/null
+compose run --rm --no-deps planner metnos executors sign /var/lib/metnos/executors --key /var/lib/metnos/keys/owner.key >/dev/null
+compose up -d --no-build policy vaglio approval planner gateway >&2
+
+log "metnos status until all five serve"
+export METNOS_DATA_DIR=$work/client
+ok=
+for _ in $(seq 90); do
+  if target/release/metnos status >"$work/status.txt" 2>&1; then ok=1; break; fi
+  sleep 1
+done
+cat "$work/status.txt" >&2
+[ -n "$ok" ] || { compose logs >&2; log "the stack did not come up"; exit 1; }
+
+log "one turn against the fake LLM"
+answer=$(target/release/metnos ask "what time is it" --level full --language en)
+echo "$answer" >&2
+case "$answer" in
+  "It is 20"*) log "smoke test passed" ;;
+  *) compose logs planner >&2; log "unexpected answer: $answer"; exit 1 ;;
+esac
