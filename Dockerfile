@@ -35,7 +35,7 @@ FROM chef AS builder
 COPY --from=recipe /src/recipe.json recipe.json
 RUN cargo chef cook --release --locked --recipe-path recipe.json
 COPY . .
-RUN cargo build --release --locked --bins \
+RUN cargo build --release --locked --workspace --bins \
     && mkdir /out \
     && find target/release -maxdepth 1 -type f -executable -name 'metnos*' -exec cp {} /out/ \;
 

