@@ -31,7 +31,9 @@ fi
 if ! docker image inspect debian:bookworm-slim >/dev/null 2>&1; then
   if [ ! -x "$work/rootfs/bin/sh" ]; then
     log "debootstrap bookworm (minbase)"
-    debootstrap --variant=minbase --include=ca-certificates,tzdata bookworm "$work/rootfs" http://deb.debian.org/debian >&2
+    # The mirror this machine's apt already uses.
+    mirror=$(sed -n 's/^URIs: *\(http[^ ]*\/debian\)$/\1/p' /etc/apt/sources.list.d/debian.sources 2>/dev/null | head -1)
+    debootstrap --variant=minbase --include=ca-certificates,tzdata bookworm "$work/rootfs" "${mirror:-http://deb.debian.org/debian}" >&2
   fi
   log "importing the base image"
   tar -C "$work/rootfs" -c . | docker import - debian:bookworm-slim >/dev/null
