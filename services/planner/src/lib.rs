@@ -98,6 +98,10 @@ pub async fn serve(
         move |db, _readiness| {
             let store = store::Store::new(db);
             let retention = turns.retention_hours;
+            // A turn that saved no progress for twice its budget was left by a planner that
+            // stopped (the engine saves at each approval and at the end).
+            let orphan_after_ms =
+                i64::try_from(turns.budget_seconds.saturating_mul(2000)).unwrap_or(i64::MAX);
             let planner = Arc::new(Planner::new(engine::Parts {
                 config: turns,
                 default_mode: mode,
@@ -116,6 +120,17 @@ pub async fn serve(
                         now_ms() - i64::try_from(retention * 3_600_000).unwrap_or(i64::MAX);
                     if let Err(e) = store.prune_scratch(before).await {
                         tracing::warn!(error = %e, "scratchpad prune failed");
+                    }
+                    match store
+                        .close_orphans(now_ms().saturating_sub(orphan_after_ms), now_ms())
+                        .await
+                    {
+                        Ok(0) => {}
+                        Ok(n) => tracing::warn!(
+                            turns = n,
+                            "closed turns left running by a stopped planner"
+                        ),
+                        Err(e) => tracing::warn!(error = %e, "orphaned turns not closed"),
                     }
                 }
             });

@@ -266,6 +266,19 @@ impl Store {
         })
     }
 
+    /// Closes turns left running (or being resumed) by a planner that stopped: no
+    /// progress saved since `before_ms`. Their record says so; they are not replayed
+    /// (an executor may not be safe to run twice). Returns how many.
+    pub async fn close_orphans(&self, before_ms: i64, now_ms: i64) -> Result<u64, sqlx::Error> {
+        let sql = "UPDATE turns SET state = 'finished', approval_token = NULL, checkpoint = '', \
+                   record = '{\"final_kind\":\"error\",\"reason\":\"orphaned: the planner stopped while the turn ran\"}', \
+                   updated_at = $2 WHERE state IN ('running', 'resuming') AND updated_at < $1";
+        let closed = on_db!(&self.db, pool => {
+            sqlx::query(sql).bind(before_ms).bind(now_ms).execute(pool).await?.rows_affected()
+        });
+        Ok(closed)
+    }
+
     /// Drops the scratchpad entries of turns that finished before `before_ms` (and any
     /// entry older than that whose turn is gone).
     pub async fn prune_scratch(&self, before_ms: i64) -> Result<u64, sqlx::Error> {

@@ -124,7 +124,41 @@ async fn the_scratchpad_is_per_turn_and_pruned_after_its_turn_ends(test: TestSto
     );
 }
 
+async fn turns_left_running_by_a_stopped_planner_are_closed_not_replayed(test: TestStore) {
+    let store = open(&test).await;
+    store
+        .insert_turn("old", "cli", "a", "{}", 1_000)
+        .await
+        .unwrap();
+    store
+        .insert_turn("fresh", "cli", "a", "{}", 9_000)
+        .await
+        .unwrap();
+    store
+        .insert_turn("waiting", "cli", "a", "{}", 1_000)
+        .await
+        .unwrap();
+    store
+        .save("waiting", State::Suspended, Some("t"), "{}", 1_000)
+        .await
+        .unwrap();
+    assert_eq!(store.close_orphans(5_000, 10_000).await.unwrap(), 1);
+    let old = store.get("old").await.unwrap().unwrap();
+    assert_eq!(old.state, State::Finished);
+    assert!(old.record.unwrap().contains("orphaned"));
+    assert_eq!(
+        store.get("fresh").await.unwrap().unwrap().state,
+        State::Running
+    );
+    // A turn waiting for a person is not an orphan: any replica may resume it.
+    assert_eq!(
+        store.get("waiting").await.unwrap().unwrap().state,
+        State::Suspended
+    );
+}
+
 metnos_kit::store_suite!(
+    turns_left_running_by_a_stopped_planner_are_closed_not_replayed,
     a_suspended_turn_is_claimed_exactly_once,
     cancel_is_a_flag_any_replica_sees,
     the_scratchpad_is_per_turn_and_pruned_after_its_turn_ends,
