@@ -42,19 +42,52 @@ pub enum LanguageArg {
     En,
 }
 
+/// How a turn from the terminal runs (`metnos ask` and `metnos chat`).
 #[derive(Debug, clap::Args)]
-pub struct AskArgs {
-    /// What to do, in your words.
-    pub query: String,
-    /// Autonomy level for this turn (default: turns.cli_level).
+pub struct TurnOptions {
+    /// Autonomy level (default: turns.cli_level).
     #[arg(long, value_enum, ignore_case = true)]
     pub level: Option<LevelArg>,
     /// Planner mode (default: runtime.mode).
     #[arg(long, value_enum)]
     pub mode: Option<ModeArg>,
-    /// Language of the approval card and the answer (default: Italian).
+    /// Language of the approval cards and the answers (default: Italian).
     #[arg(long, value_enum)]
     pub language: Option<LanguageArg>,
+}
+
+impl TurnOptions {
+    /// The request for one turn of `principal` asking `query`.
+    pub fn request(
+        &self,
+        config: &Config,
+        principal: &common::Principal,
+        query: String,
+    ) -> pb::RunTurnRequest {
+        pb::RunTurnRequest {
+            principal: Some(principal.clone()),
+            level: level_of(self.level, config) as i32,
+            query,
+            language: match self.language {
+                Some(LanguageArg::En) => common::Language::English,
+                _ => common::Language::Italian,
+            } as i32,
+            mode: match self.mode {
+                None => pb::Mode::Unspecified,
+                Some(ModeArg::Local) => pb::Mode::Local,
+                Some(ModeArg::Online) => pb::Mode::Online,
+                Some(ModeArg::Hybrid) => pb::Mode::Hybrid,
+            } as i32,
+        }
+    }
+}
+
+#[derive(Debug, clap::Args)]
+pub struct AskArgs {
+    /// What to do, in your words.
+    pub query: String,
+    #[command(flatten)]
+    pub options: TurnOptions,
 }
 
 #[derive(Debug, Subcommand)]
@@ -82,7 +115,7 @@ pub fn cli_principal() -> common::Principal {
     }
 }
 
-pub fn level_of(arg: Option<LevelArg>, config: &Config) -> common::AutonomyLevel {
+fn level_of(arg: Option<LevelArg>, config: &Config) -> common::AutonomyLevel {
     match arg {
         Some(LevelArg::ReadOnly) => common::AutonomyLevel::ReadOnly,
         Some(LevelArg::Supervised) => common::AutonomyLevel::Supervised,
@@ -348,21 +381,7 @@ pub async fn ask(config: &Config, args: AskArgs) -> ExitCode {
         Ok(s) => s,
         Err(code) => return code,
     };
-    let request = pb::RunTurnRequest {
-        principal: Some(session.principal.clone()),
-        level: level_of(args.level, config) as i32,
-        query: args.query,
-        language: match args.language {
-            Some(LanguageArg::En) => common::Language::English,
-            _ => common::Language::Italian,
-        } as i32,
-        mode: match args.mode {
-            None => pb::Mode::Unspecified,
-            Some(ModeArg::Local) => pb::Mode::Local,
-            Some(ModeArg::Online) => pb::Mode::Online,
-            Some(ModeArg::Hybrid) => pb::Mode::Hybrid,
-        } as i32,
-    };
+    let request = args.options.request(config, &session.principal, args.query);
     session.turn(request).await
 }
 

@@ -6,22 +6,14 @@
 use std::process::ExitCode;
 
 use metnos_kit::Config;
-use metnos_proto::common::v1 as common;
 use metnos_proto::planner::v1 as pb;
 
-use crate::ask_cli::{LanguageArg, LevelArg, ModeArg, Session, level_of};
+use crate::ask_cli::{Session, TurnOptions};
 
 #[derive(Debug, clap::Args)]
 pub struct ChatArgs {
-    /// Autonomy level (default: turns.cli_level).
-    #[arg(long, value_enum, ignore_case = true)]
-    pub level: Option<LevelArg>,
-    /// Planner mode (default: runtime.mode).
-    #[arg(long, value_enum)]
-    pub mode: Option<ModeArg>,
-    /// Language of cards and answers (default: Italian).
-    #[arg(long, value_enum)]
-    pub language: Option<LanguageArg>,
+    #[command(flatten)]
+    pub options: TurnOptions,
 }
 
 enum Line {
@@ -45,10 +37,6 @@ pub async fn chat(config: &Config, args: ChatArgs) -> ExitCode {
     };
     let _ = editor.load_history(&history);
     eprintln!("Metnos — one request per line; Ctrl-C or /stop stops a running turn, /quit leaves.");
-    let language = match args.language {
-        Some(LanguageArg::En) => common::Language::English,
-        _ => common::Language::Italian,
-    };
     loop {
         let (back, line) = match tokio::task::spawn_blocking(move || {
             let line = match editor.readline("you> ") {
@@ -89,18 +77,7 @@ pub async fn chat(config: &Config, args: ChatArgs) -> ExitCode {
             );
             continue;
         }
-        let request = pb::RunTurnRequest {
-            principal: Some(session.principal.clone()),
-            level: level_of(args.level, config) as i32,
-            query: text,
-            language: language as i32,
-            mode: match args.mode {
-                None => pb::Mode::Unspecified,
-                Some(ModeArg::Local) => pb::Mode::Local,
-                Some(ModeArg::Online) => pb::Mode::Online,
-                Some(ModeArg::Hybrid) => pb::Mode::Hybrid,
-            } as i32,
-        };
+        let request = args.options.request(config, &session.principal, text);
         let (mut canceller, principal) = session.canceller();
         tokio::select! {
             _ = session.turn(request) => {}

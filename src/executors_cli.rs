@@ -7,7 +7,7 @@ use std::process::ExitCode;
 use clap::Subcommand;
 use metnos_executors::install::{install_builtins, sign_dir};
 use metnos_executors::signing::{self, Trust};
-use metnos_executors::{BUILTIN_PROGRAM, Catalog, Runner, ShellSettings};
+use metnos_executors::{BUILTIN_PROGRAM, Catalog};
 use metnos_kit::Config;
 use metnos_kit::launch::EXIT_CONFIG;
 use serde_json::{Value, json};
@@ -105,21 +105,6 @@ fn sibling_program() -> PathBuf {
     std::env::current_exe()
         .map(|exe| exe.with_file_name(BUILTIN_PROGRAM))
         .unwrap_or_else(|_| PathBuf::from(BUILTIN_PROGRAM))
-}
-
-/// The runner as config describes it.
-pub fn runner(config: &Config) -> Runner {
-    let e = &config.executors;
-    Runner {
-        user_home: config.runtime.user_home.clone(),
-        shell: ShellSettings {
-            allow: e.shell_allow.clone(),
-            workspace: e.workspace.clone(),
-            cpu_seconds: e.shell_cpu_seconds,
-            memory_mb: e.shell_memory_mb,
-            file_size_mb: e.shell_file_size_mb,
-        },
-    }
 }
 
 pub async fn executors(config: &Config, command: ExecutorsCommand) -> ExitCode {
@@ -224,7 +209,9 @@ pub async fn executors(config: &Config, command: ExecutorsCommand) -> ExitCode {
                 Err(code) => return code,
             };
             let catalog = Catalog::load(&config.executors.catalog_dir, &trust);
-            let observation = runner(config).check_and_run(&catalog, &name, &args).await;
+            let observation = metnos_planner::runner_from_config(config)
+                .check_and_run(&catalog, &name, &args)
+                .await;
             print_line(&serde_json::to_value(&observation).unwrap_or(Value::Null));
             if !observation.ok {
                 return ExitCode::FAILURE;

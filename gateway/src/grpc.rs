@@ -84,13 +84,17 @@ impl GatewayApi {
             .ok_or_else(|| Status::unavailable("the Telegram channel is off (no bot token)"))
     }
 
-    async fn chat_of(&self, principal: &common::Principal) -> Result<i64, Status> {
-        let pairing = self
-            .store
+    /// The principal's pairing, or NOT_FOUND.
+    async fn paired(&self, principal: &common::Principal) -> Result<Pairing, Status> {
+        self.store
             .pairing(&principal.channel, &principal.sender_id)
             .await
             .map_err(store_error)?
-            .ok_or_else(|| Status::not_found("the principal is not paired"))?;
+            .ok_or_else(|| Status::not_found("the principal is not paired"))
+    }
+
+    async fn chat_of(&self, principal: &common::Principal) -> Result<i64, Status> {
+        let pairing = self.paired(principal).await?;
         pairing
             .chat_id
             .parse()
@@ -208,12 +212,7 @@ impl GatewayService for GatewayApi {
         request: Request<pb::GetPairingRequest>,
     ) -> Result<Response<pb::GetPairingResponse>, Status> {
         let principal = principal_of(request.into_inner().principal)?;
-        let pairing = self
-            .store
-            .pairing(&principal.channel, &principal.sender_id)
-            .await
-            .map_err(store_error)?
-            .ok_or_else(|| Status::not_found("the principal is not paired"))?;
+        let pairing = self.paired(&principal).await?;
         Ok(Response::new(pb::GetPairingResponse {
             pairing: Some(pairing_msg(&pairing)),
         }))
@@ -264,12 +263,7 @@ impl GatewayService for GatewayApi {
         {
             return Err(Status::not_found("the principal is not paired"));
         }
-        let pairing = self
-            .store
-            .pairing(&principal.channel, &principal.sender_id)
-            .await
-            .map_err(store_error)?
-            .ok_or_else(|| Status::not_found("the principal is not paired"))?;
+        let pairing = self.paired(&principal).await?;
         Ok(Response::new(pb::SetLevelResponse {
             pairing: Some(pairing_msg(&pairing)),
         }))

@@ -4,19 +4,8 @@
 /// Telegram's limit on one message's text.
 pub const TELEGRAM_LIMIT: usize = 4096;
 
-/// Escapes text for Telegram's HTML parse mode.
-pub fn escape_html(text: &str) -> String {
-    let mut out = String::with_capacity(text.len());
-    for c in text.chars() {
-        match c {
-            '&' => out.push_str("&amp;"),
-            '<' => out.push_str("&lt;"),
-            '>' => out.push_str("&gt;"),
-            _ => out.push(c),
-        }
-    }
-    out
-}
+/// Escapes text for Telegram's HTML parse mode (the approval cards' own escaping).
+pub use metnos_approval::card::escape_html;
 
 /// `text` escaped and split into messages of at most `limit` characters (UTF-16 units
 /// are what Telegram counts; characters are never more), on line boundaries when a line
