@@ -122,6 +122,9 @@ pub struct Telegram {
     asked_to_stop: Mutex<HashSet<String>>,
     /// Turns followed here, per sender.
     busy: Mutex<HashMap<String, usize>>,
+    /// Cards already edited to their outcome (the click and the turn's event both report
+    /// it; Telegram is asked once).
+    closed: Mutex<HashSet<String>>,
     limiter: Limiter,
     poll_timeout: u32,
 }
@@ -185,6 +188,7 @@ impl Telegram {
             live: Mutex::new(HashSet::new()),
             asked_to_stop: Mutex::new(HashSet::new()),
             busy: Mutex::new(HashMap::new()),
+            closed: Mutex::new(HashSet::new()),
             limiter: Limiter::new(settings.per_chat_per_second, settings.global_per_second),
             poll_timeout: settings.poll_timeout_seconds,
         })
@@ -607,6 +611,15 @@ impl Telegram {
             }
             _ => return,
         };
+        // Claimed before the edit, so a click and the turn's event cannot both edit.
+        if !self
+            .closed
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .insert(token.to_owned())
+        {
+            return;
+        }
         let when = jiff::Timestamp::now()
             .strftime("%Y-%m-%d %H:%M UTC")
             .to_string();
@@ -628,7 +641,13 @@ impl Telegram {
             .await
         {
             Ok(_) | Err(RequestError::Api(ApiError::MessageNotModified)) => {}
-            Err(e) => tracing::warn!(error = %self.redacted(&e), "cannot edit the card"),
+            Err(e) => {
+                tracing::warn!(error = %self.redacted(&e), "cannot edit the card");
+                self.closed
+                    .lock()
+                    .unwrap_or_else(|e| e.into_inner())
+                    .remove(token);
+            }
         }
     }
 
