@@ -9,7 +9,7 @@ use std::sync::Arc;
 use metnos_policy::registry::Capability;
 use serde_json::Value;
 
-use crate::digest::{DigestCache, DigestError, sha256_file};
+use crate::digest::{DigestCache, DigestError};
 use crate::manifest::Manifest;
 use crate::scope::{PathScope, ScopeError, check_url};
 use crate::signing::{self, Trust};
@@ -108,7 +108,11 @@ fn compile_schema(schema: &Value) -> Result<jsonschema::Validator, String> {
 }
 
 /// Loads one executor folder.
-fn load_one(dir: &Path, trust: &Trust) -> Result<Executor, (Option<String>, String)> {
+fn load_one(
+    dir: &Path,
+    trust: &Trust,
+    digests: &DigestCache,
+) -> Result<Executor, (Option<String>, String)> {
     let text = std::fs::read_to_string(dir.join(MANIFEST_FILE))
         .map_err(|e| (None, format!("cannot read {MANIFEST_FILE}: {e}")))?;
     let manifest =
@@ -131,18 +135,22 @@ fn load_one(dir: &Path, trust: &Trust) -> Result<Executor, (Option<String>, Stri
         ));
     }
     let program = resolve_program(&manifest.program, dir);
-    let digest = sha256_file(&program).map_err(|e| {
-        fail(format!(
-            "cannot read the program {}: {e}",
-            program.display()
-        ))
-    })?;
-    if digest != manifest.program_sha256 {
-        return Err(fail(format!(
-            "the program {} does not match its signed digest (changed after signing)",
-            program.display()
-        )));
-    }
+    // Through the catalog's digest cache: the built-ins share one program, hashed once
+    // here and not again before its first spawn.
+    digests
+        .open_verified(&program, &manifest.program_sha256)
+        .map_err(|e| {
+            fail(match e {
+                DigestError::Open { message, .. } => {
+                    format!("cannot read the program {}: {message}", program.display())
+                }
+                DigestError::Mismatch { .. } => format!(
+                    "the program {} does not match its signed digest (changed after signing)",
+                    program.display()
+                ),
+                other => other.to_string(),
+            })
+        })?;
     Ok(Executor {
         manifest,
         dir: dir.to_owned(),
@@ -182,7 +190,7 @@ impl Catalog {
             }
         };
         for folder in dirs {
-            match load_one(&folder, trust) {
+            match load_one(&folder, trust, &catalog.digests) {
                 Ok(executor) => {
                     let name = executor.manifest.name.clone();
                     if catalog.executors.contains_key(&name) {

@@ -75,6 +75,7 @@ pub fn sign_dir(
         return Err(InstallError::Empty(dir.to_owned()));
     }
     let mut signed = Vec::new();
+    let mut hashed: std::collections::HashMap<PathBuf, String> = std::collections::HashMap::new();
     for folder in dirs {
         let path = folder.join(MANIFEST_FILE);
         let bad = |message: String| InstallError::Manifest {
@@ -84,12 +85,20 @@ pub fn sign_dir(
         let text = std::fs::read_to_string(&path).map_err(|e| io(&path, e))?;
         let manifest = Manifest::parse(&text).map_err(|e| bad(e.to_string()))?;
         let program = crate::catalog::resolve_program(&manifest.program, &folder);
-        let digest = sha256_file(&program).map_err(|e| {
-            bad(format!(
-                "cannot read the program {}: {e}",
-                program.display()
-            ))
-        })?;
+        // The built-ins share one program: hash it once.
+        let digest = match hashed.get(&program) {
+            Some(digest) => digest.clone(),
+            None => {
+                let digest = sha256_file(&program).map_err(|e| {
+                    bad(format!(
+                        "cannot read the program {}: {e}",
+                        program.display()
+                    ))
+                })?;
+                hashed.insert(program.clone(), digest.clone());
+                digest
+            }
+        };
         if keep_digest && digest != manifest.program_sha256 {
             return Err(bad(format!(
                 "the program {} does not match the recorded program_sha256",
