@@ -82,6 +82,29 @@ impl Stack {
             .await;
     }
 
+    /// The first approval card sent, once it is: (the sendMessage call, approve data,
+    /// reject data).
+    async fn card(&self) -> (common::telegram::Call, String, String) {
+        let is_card = |c: &common::telegram::Call| !c.body["reply_markup"].is_null();
+        self.tg
+            .until("a card", |tg| tg.calls("sendMessage").iter().any(is_card))
+            .await;
+        let call = self
+            .tg
+            .calls("sendMessage")
+            .into_iter()
+            .find(is_card)
+            .unwrap();
+        let data = |i: usize| {
+            call.body["reply_markup"]["inline_keyboard"][0][i]["callback_data"]
+                .as_str()
+                .unwrap()
+                .to_owned()
+        };
+        let (approve, reject) = (data(0), data(1));
+        (call, approve, reject)
+    }
+
     fn home(&self) -> std::path::PathBuf {
         self.sandbox.dir.path().to_owned()
     }
@@ -184,27 +207,10 @@ async fn a_write_is_approved_by_button_and_the_card_is_closed() {
         user(ADA, "Ada", "en"),
         "write 'from telegram' to ~/tg.txt",
     );
-    s.tg.until("a card", |tg| {
-        tg.calls("sendMessage")
-            .iter()
-            .any(|c| !c.body["reply_markup"].is_null())
-    })
-    .await;
-    let card_call =
-        s.tg.calls("sendMessage")
-            .into_iter()
-            .find(|c| !c.body["reply_markup"].is_null())
-            .unwrap();
+    let (card_call, approve, reject) = s.card().await;
     assert_eq!(card_call.body["parse_mode"], "HTML");
-    let buttons = &card_call.body["reply_markup"]["inline_keyboard"][0];
-    let approve = buttons[0]["callback_data"].as_str().unwrap().to_owned();
     assert!(approve.starts_with("approve:"));
-    assert!(
-        buttons[1]["callback_data"]
-            .as_str()
-            .unwrap()
-            .starts_with("reject:")
-    );
+    assert!(reject.starts_with("reject:"));
     assert!(!s.home().join("tg.txt").exists());
 
     // Bob, paired too, cannot approve Ada's card.
@@ -263,21 +269,7 @@ async fn a_rejected_card_writes_nothing_and_malformed_or_stale_clicks_are_answer
     s.llm
         .push(Reply::Text("Not written, as you wished.".into()));
     s.tg.message(ADA, user(ADA, "Ada", "en"), "write x to ~/no.txt");
-    s.tg.until("a card", |tg| {
-        tg.calls("sendMessage")
-            .iter()
-            .any(|c| !c.body["reply_markup"].is_null())
-    })
-    .await;
-    let card_call =
-        s.tg.calls("sendMessage")
-            .into_iter()
-            .find(|c| !c.body["reply_markup"].is_null())
-            .unwrap();
-    let reject = card_call.body["reply_markup"]["inline_keyboard"][0][1]["callback_data"]
-        .as_str()
-        .unwrap()
-        .to_owned();
+    let (_, _, reject) = s.card().await;
     s.tg.click(ADA, 2, user(ADA, "Ada", "en"), &reject);
     s.tg.until("the answer", |tg| {
         tg.texts_to(ADA)
@@ -449,21 +441,7 @@ async fn a_restart_in_the_middle_keeps_the_offset_and_the_suspended_turn() {
         user(ADA, "Ada", "en"),
         "write after restart to ~/later.txt",
     );
-    s.tg.until("a card", |tg| {
-        tg.calls("sendMessage")
-            .iter()
-            .any(|c| !c.body["reply_markup"].is_null())
-    })
-    .await;
-    let card_call =
-        s.tg.calls("sendMessage")
-            .into_iter()
-            .find(|c| !c.body["reply_markup"].is_null())
-            .unwrap();
-    let approve = card_call.body["reply_markup"]["inline_keyboard"][0][0]["callback_data"]
-        .as_str()
-        .unwrap()
-        .to_owned();
+    let (_, approve, _) = s.card().await;
     s.tg.until("confirmed", FakeTelegram::all_confirmed).await;
     let llm_calls = s.llm.received().len();
     let Stack {

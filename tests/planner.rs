@@ -33,23 +33,36 @@ struct Stack {
     fake: FakeLlm,
 }
 
-fn install_catalog(sandbox: &mut Sandbox) {
-    sandbox.with_builtins();
-}
-
 async fn stack_with(env: &[(&str, &str)], catalog: bool) -> Stack {
     let fake = FakeLlm::start().await;
     fake.keep_requests(true);
     let mut sandbox = Sandbox::new();
     sandbox.with_fake_llm(fake.url());
+    // `{llm}` in a value is the fake LLM's URL (e.g. for a second tier).
     for (k, v) in env {
-        sandbox.set(k, v);
+        sandbox.set(k, &v.replace("{llm}", fake.url()));
     }
     if catalog {
-        install_catalog(&mut sandbox);
+        sandbox.with_builtins();
     }
     let up = sandbox.up().await;
     Stack { sandbox, up, fake }
+}
+
+/// Hybrid mode with a wise tier: the same fake server under another model name, and one
+/// escalation rule.
+async fn hybrid_stack(rule: (&str, &str)) -> Stack {
+    stack_with(
+        &[
+            ("METNOS_RUNTIME__MODE", "hybrid"),
+            ("METNOS_RUNTIME__LLM__WISE__PROVIDER", "ollama"),
+            ("METNOS_RUNTIME__LLM__WISE__MODEL", "big-test"),
+            ("METNOS_RUNTIME__LLM__WISE__BASE_URL", "{llm}"),
+            rule,
+        ],
+        true,
+    )
+    .await
 }
 
 async fn stack() -> Stack {
@@ -304,30 +317,7 @@ async fn page(_: Request<hyper::body::Incoming>) -> Result<Response<FullBody<Byt
 }
 
 fn http_server() -> SocketAddr {
-    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-    listener.set_nonblocking(true).unwrap();
-    let addr = listener.local_addr().unwrap();
-    std::thread::spawn(move || {
-        let runtime = tokio::runtime::Builder::new_current_thread()
-            .enable_all()
-            .build()
-            .unwrap();
-        runtime.block_on(async move {
-            let listener = tokio::net::TcpListener::from_std(listener).unwrap();
-            loop {
-                let Ok((stream, _)) = listener.accept().await else {
-                    continue;
-                };
-                tokio::spawn(async move {
-                    let io = hyper_util::rt::TokioIo::new(stream);
-                    let _ = hyper::server::conn::http1::Builder::new()
-                        .serve_connection(io, hyper::service::service_fn(page))
-                        .await;
-                });
-            }
-        });
-    });
-    addr
+    common::serve_http(page)
 }
 
 #[tokio::test]
@@ -918,25 +908,7 @@ async fn online_mode_plans_in_one_call_and_filters_each_parallel_call() {
 
 #[tokio::test]
 async fn hybrid_mode_escalates_to_the_wise_tier_after_failures() {
-    // The wise tier is the same fake server under another model name.
-    let fake = FakeLlm::start().await;
-    fake.keep_requests(true);
-    let mut sandbox = Sandbox::new();
-    for (k, v) in [
-        ("METNOS_RUNTIME__LLM__FAST__PROVIDER", "ollama"),
-        ("METNOS_RUNTIME__LLM__FAST__MODEL", "qwen-test"),
-        ("METNOS_RUNTIME__LLM__WISE__PROVIDER", "ollama"),
-        ("METNOS_RUNTIME__LLM__WISE__MODEL", "big-test"),
-        ("METNOS_RUNTIME__MODE", "hybrid"),
-        ("METNOS_TURNS__HYBRID_ESCALATE_AFTER_FAILURES", "1"),
-    ] {
-        sandbox.set(k, v);
-    }
-    sandbox.set("METNOS_RUNTIME__LLM__FAST__BASE_URL", fake.url());
-    sandbox.set("METNOS_RUNTIME__LLM__WISE__BASE_URL", fake.url());
-    install_catalog(&mut sandbox);
-    let up = sandbox.up().await;
-    let s = Stack { sandbox, up, fake };
+    let s = hybrid_stack(("METNOS_TURNS__HYBRID_ESCALATE_AFTER_FAILURES", "1")).await;
 
     s.fake
         .push(tool_calls(&[("fs_read", json!({"path": "~/missing.txt"}))]));
@@ -966,24 +938,7 @@ async fn hybrid_mode_escalates_to_the_wise_tier_after_failures() {
 
 #[tokio::test]
 async fn hybrid_mode_starts_wise_when_a_candidate_needs_a_listed_capability() {
-    let fake = FakeLlm::start().await;
-    fake.keep_requests(true);
-    let mut sandbox = Sandbox::new();
-    for (k, v) in [
-        ("METNOS_RUNTIME__LLM__FAST__PROVIDER", "ollama"),
-        ("METNOS_RUNTIME__LLM__FAST__MODEL", "qwen-test"),
-        ("METNOS_RUNTIME__LLM__WISE__PROVIDER", "ollama"),
-        ("METNOS_RUNTIME__LLM__WISE__MODEL", "big-test"),
-        ("METNOS_RUNTIME__MODE", "hybrid"),
-        ("METNOS_TURNS__HYBRID_WISE_CAPABILITIES", "[\"code:exec\"]"),
-    ] {
-        sandbox.set(k, v);
-    }
-    sandbox.set("METNOS_RUNTIME__LLM__FAST__BASE_URL", fake.url());
-    sandbox.set("METNOS_RUNTIME__LLM__WISE__BASE_URL", fake.url());
-    install_catalog(&mut sandbox);
-    let up = sandbox.up().await;
-    let s = Stack { sandbox, up, fake };
+    let s = hybrid_stack(("METNOS_TURNS__HYBRID_WISE_CAPABILITIES", "[\"code:exec\"]")).await;
     s.fake.push(Reply::Text("fine".into()));
     let events = s.run("run the command ls in the terminal", Full).await;
     assert!(

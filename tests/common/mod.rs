@@ -212,3 +212,43 @@ impl Sandbox {
         self.set("METNOS_EXECUTORS__TRUSTED_KEYS__OWNER", &public)
     }
 }
+
+/// An HTTP/1 server on a fresh loopback port, on its own thread and runtime, answering
+/// every request with `handler` (fake upstreams: a web page, the Telegram Bot API).
+pub fn serve_http<F, Fut>(handler: F) -> SocketAddr
+where
+    F: Fn(hyper::Request<hyper::body::Incoming>) -> Fut + Clone + Send + 'static,
+    Fut: std::future::Future<
+            Output = Result<
+                hyper::Response<http_body_util::Full<bytes::Bytes>>,
+                std::convert::Infallible,
+            >,
+        > + Send
+        + 'static,
+{
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    listener.set_nonblocking(true).unwrap();
+    let addr = listener.local_addr().unwrap();
+    std::thread::spawn(move || {
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        runtime.block_on(async move {
+            let listener = tokio::net::TcpListener::from_std(listener).unwrap();
+            loop {
+                let Ok((stream, _)) = listener.accept().await else {
+                    continue;
+                };
+                let handler = handler.clone();
+                tokio::spawn(async move {
+                    let io = hyper_util::rt::TokioIo::new(stream);
+                    let _ = hyper::server::conn::http1::Builder::new()
+                        .serve_connection(io, hyper::service::service_fn(handler))
+                        .await;
+                });
+            }
+        });
+    });
+    addr
+}

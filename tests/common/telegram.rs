@@ -55,38 +55,13 @@ fn message_json(id: i64, chat: i64, from: Value, text: &str) -> Value {
 
 impl FakeTelegram {
     pub fn start() -> FakeTelegram {
-        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-        listener.set_nonblocking(true).unwrap();
-        let addr = listener.local_addr().unwrap();
         let state = Arc::new(Mutex::new(State {
             next_update: 1000,
             next_message: 1,
             ..State::default()
         }));
         let shared = Arc::clone(&state);
-        std::thread::spawn(move || {
-            let runtime = tokio::runtime::Builder::new_current_thread()
-                .enable_all()
-                .build()
-                .unwrap();
-            runtime.block_on(async move {
-                let listener = tokio::net::TcpListener::from_std(listener).unwrap();
-                loop {
-                    let Ok((stream, _)) = listener.accept().await else {
-                        continue;
-                    };
-                    let state = Arc::clone(&shared);
-                    tokio::spawn(async move {
-                        let io = hyper_util::rt::TokioIo::new(stream);
-                        let service =
-                            hyper::service::service_fn(move |r| handle(Arc::clone(&state), r));
-                        let _ = hyper::server::conn::http1::Builder::new()
-                            .serve_connection(io, service)
-                            .await;
-                    });
-                }
-            });
-        });
+        let addr = super::serve_http(move |request| handle(Arc::clone(&shared), request));
         FakeTelegram { addr, state }
     }
 

@@ -11,7 +11,7 @@ use common::*;
 use http_body_util::{BodyExt, Full};
 use hyper::{Request, Response};
 use metnos_executors::Catalog;
-use serde_json::{Value, json};
+use serde_json::json;
 
 fn setup() -> (Fixture, Catalog) {
     let f = Fixture::with_builtins();
@@ -671,5 +671,4 @@ fn web_fetch_holds_every_redirect_to_the_allowed_hosts() {
         error(&o).contains("host `localhost` is not among the allowed hosts"),
         "{o:?}"
     );
-    let _: Option<Value> = None;
 }

@@ -4,7 +4,7 @@ mod common;
 
 use common::*;
 use metnos_executors::signing;
-use metnos_executors::{CallError, Catalog, Trust};
+use metnos_executors::{Catalog, Trust};
 use serde_json::json;
 
 #[test]
@@ -198,5 +198,4 @@ fn trust_comes_only_from_config() {
             .iter()
             .all(|r| r.reason.contains("not among the trusted keys"))
     );
-    let _ = CallError::EmptyCatalog;
 }

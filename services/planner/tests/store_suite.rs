@@ -157,7 +157,51 @@ async fn turns_left_running_by_a_stopped_planner_are_closed_not_replayed(test: T
     );
 }
 
+/// `scratchpad_read` by byte range, by line range and by substring, within the turn.
+async fn scratchpad_read_reads_bytes_lines_and_matches(test: TestStore) {
+    use metnos_executors::Observation;
+    use metnos_planner::scratch;
+    use serde_json::json;
+    let store = open(&test).await;
+    store.insert_turn("t", "cli", "a", "{}", 1).await.unwrap();
+    let text: String = (1..=1000)
+        .map(|i| format!("line {i} {}\n", if i == 250 { "NEEDLE" } else { "hay" }))
+        .collect();
+    let observation = Observation::success(text.clone(), Default::default());
+    let synthetic = scratch::store(&store, "t", 1, &observation, text.len() as u64)
+        .await
+        .unwrap();
+    let id = synthetic["scratchpad_id"].as_str().unwrap().to_owned();
+    assert!(
+        synthetic["summary"]
+            .as_str()
+            .unwrap()
+            .contains("characters omitted")
+    );
+
+    let bytes = scratch::read(&store, "t", &json!({"id": id, "offset": 7, "length": 5})).await;
+    assert_eq!(bytes.content, Some(json!(text[7..12])));
+    let lines = scratch::read(
+        &store,
+        "t",
+        &json!({"id": id, "line_start": 2, "line_end": 3}),
+    )
+    .await;
+    assert_eq!(lines.content, Some(json!("line 2 hay\nline 3 hay")));
+    let found = scratch::read(&store, "t", &json!({"id": id, "search": "needle"})).await;
+    assert_eq!(found.content, Some(json!("250: line 250 NEEDLE")));
+    let whole = scratch::read(&store, "t", &json!({"id": id})).await;
+    assert_eq!(
+        whole.content.unwrap().as_str().unwrap().len(),
+        scratch::MAX_READ
+    );
+    // Another turn cannot read it.
+    let other = scratch::read(&store, "other", &json!({"id": id})).await;
+    assert!(!other.ok && other.error.unwrap().contains("no scratchpad entry"));
+}
+
 metnos_kit::store_suite!(
+    scratchpad_read_reads_bytes_lines_and_matches,
     turns_left_running_by_a_stopped_planner_are_closed_not_replayed,
     a_suspended_turn_is_claimed_exactly_once,
     cancel_is_a_flag_any_replica_sees,
