@@ -1,5 +1,5 @@
 # The one task runner. `make ci` is exactly what CI runs (.ci/run calls these targets).
-.PHONY: ci fmt-check clippy deps-check deploy-check compose-smoke test up
+.PHONY: ci fmt-check clippy deps-check deploy-check compose-smoke build-all test up
 
 # cargo-nextest when installed, else cargo's own runner.
 TEST_RUNNER := $(if $(shell command -v cargo-nextest 2>/dev/null),cargo nextest run --workspace --locked --profile ci,cargo test --workspace --locked)
@@ -25,10 +25,16 @@ deploy-check:
 compose-smoke:
 	scripts/compose-smoke.sh
 
+# Every binary, test and example in one cargo invocation, so the dependencies are resolved
+# and compiled once: `cargo build --bins` alone resolves features without the
+# dev-dependencies (tokio's test-util, figment's test, metnos-llm's fake, ...) and would
+# compile most of the tree a second time (twice the disk, ~90 s more on two cores).
+build-all:
+	cargo build --workspace --bins --tests --examples --locked
+
 # All tests; starts a throwaway PostgreSQL and installs grpcurl first. The service
 # binaries are built first: system tests run them as real processes.
-test:
-	cargo build --workspace --bins --locked
+test: build-all
 	scripts/with-test-services.sh $(TEST_RUNNER)
 
 # Build and run the whole stack on this machine (SQLite under the data directory).

@@ -44,10 +44,11 @@ profile=${METNOS_SMOKE_PROFILE:-release}
 log "$profile binaries"
 if [ "$profile" = release ]; then
   cargo build --release --locked --workspace --bins >&2
+  cargo build --locked -p metnos-llm --features fake --example fake_llm_server >&2
 else
-  cargo build --locked --workspace --bins >&2
+  # The Makefile's build-all (a no-op after `make test`; see there why not `--bins` alone).
+  cargo build --workspace --bins --tests --examples --locked >&2
 fi
-cargo build --locked -p metnos-llm --features fake --example fake_llm_server >&2
 
 log "image: the Dockerfile's runtime stage with the $profile binaries"
 docker build --network host --target runtime-base -t metnos-runtime-base . >&2

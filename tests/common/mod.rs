@@ -166,12 +166,12 @@ pub async fn signal(child: &Child, name: &str) {
     assert!(status.success(), "kill -{name} {pid} failed");
 }
 
-/// A binary of another workspace member, built beside `metnos` by `cargo build --workspace`.
+/// A binary of another workspace member, built beside `metnos` by `make build-all`.
 pub fn sibling_binary(name: &str) -> PathBuf {
     let path = Path::new(env!("CARGO_BIN_EXE_metnos")).with_file_name(name);
     assert!(
         path.is_file(),
-        "{} is not built; build the whole workspace (cargo build --workspace)",
+        "{} is not built; build the whole workspace (make build-all)",
         path.display()
     );
     path
