@@ -322,8 +322,25 @@ fn http_server() -> SocketAddr {
 
 #[tokio::test]
 async fn fetch_and_save_pipes_step_one_into_step_two() {
-    let s = stack().await;
+    // The fake page is on loopback: the operator names it among the local hosts.
+    let s = stack_with(
+        &[("METNOS_EXECUTORS__LOCAL_HOSTS", "[\"127.0.0.1\"]")],
+        true,
+    )
+    .await;
     let addr = http_server();
+    s.fake.push(tool_calls(&[(
+        "web_fetch",
+        json!({"url": format!("http://localhost:{}/uuid", addr.port())}),
+    )]));
+    s.fake
+        .push(Reply::Text("that page is not reachable".into()));
+    let events = s.run("fetch the uuid page from localhost", Full).await;
+    let obs = observations(&events);
+    assert!(
+        !obs[0].ok && obs[0].summary.contains("refused: `localhost` is "),
+        "only the named host is reachable: {obs:?}"
+    );
     s.fake.push(tool_calls(&[(
         "web_fetch",
         json!({"url": format!("http://{addr}/uuid")}),

@@ -7,6 +7,7 @@ pub mod catalog;
 pub mod digest;
 pub mod install;
 pub mod manifest;
+pub mod netguard;
 pub mod observation;
 pub mod runner;
 pub mod scope;

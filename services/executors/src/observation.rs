@@ -56,6 +56,9 @@ pub struct ExecContext {
     pub user_home: PathBuf,
     pub scope_paths: Vec<String>,
     pub scope_hosts: Vec<String>,
+    /// Hosts on this machine or the home network that network executors may reach
+    /// (config `executors.local_hosts`); other non-public addresses are refused.
+    pub local_hosts: Vec<String>,
     pub max_output_bytes: u64,
     pub timeout_seconds: u64,
     pub shell: ShellSettings,
@@ -70,6 +73,7 @@ impl Default for ExecContext {
             user_home: PathBuf::new(),
             scope_paths: Vec::new(),
             scope_hosts: Vec::new(),
+            local_hosts: Vec::new(),
             max_output_bytes: 1024 * 1024,
             timeout_seconds: 30,
             shell: ShellSettings::default(),

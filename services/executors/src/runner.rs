@@ -20,11 +20,12 @@ pub const STDERR_TAIL_BYTES: usize = 2048;
 /// The only variables a child inherits, whatever the parent holds.
 const SAFE_PATH: &str = "/usr/local/bin:/usr/bin:/bin";
 
-/// What every run is told besides the manifest: whom Metnos acts for, and the sandbox
-/// of `shell_exec`.
+/// What every run is told besides the manifest: whom Metnos acts for, the local hosts
+/// network executors may reach, and the sandbox of `shell_exec`.
 #[derive(Debug, Clone, Default)]
 pub struct Runner {
     pub user_home: PathBuf,
+    pub local_hosts: Vec<String>,
     pub shell: ShellSettings,
 }
 
@@ -124,6 +125,7 @@ impl Runner {
             user_home: self.user_home.clone(),
             scope_paths: m.scope.paths.clone(),
             scope_hosts: m.scope.hosts.clone(),
+            local_hosts: self.local_hosts.clone(),
             max_output_bytes: m.max_output_bytes,
             timeout_seconds: m.timeout_seconds,
             shell: self.shell.clone(),

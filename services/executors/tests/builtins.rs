@@ -527,6 +527,11 @@ async fn handle(
             .header("location", "http://localhost:9/elsewhere")
             .body(Full::new(Bytes::new()))
             .unwrap(),
+        "/metadata" => Response::builder()
+            .status(302)
+            .header("location", "http://169.254.169.254/latest/meta-data/")
+            .body(Full::new(Bytes::new()))
+            .unwrap(),
         p if p.starts_with("/loop/") => {
             let n: u32 = p[6..].parse().unwrap_or(0);
             Response::builder()
@@ -651,11 +656,104 @@ async fn web_fetch_reports_404_bad_urls_and_redirect_loops() {
     assert!(error(&o).contains("do not match its schema"), "{o:?}");
 }
 
+#[tokio::test]
+async fn web_fetch_reaches_this_machine_and_the_home_network_only_through_local_hosts() {
+    let (f, catalog) = setup();
+    let addr = http_server();
+    let port = addr.port();
+    // The shipped manifest's scope is `*`; the operator named no local host.
+    let runner = metnos_executors::Runner {
+        local_hosts: Vec::new(),
+        ..f.runner()
+    };
+    let fetch = |url: String| {
+        let runner = runner.clone();
+        let catalog = &catalog;
+        async move {
+            runner
+                .check_and_run(catalog, "web_fetch", &json!({ "url": url }))
+                .await
+        }
+    };
+    let loopback = "a loopback address (this machine); network executors reach such \
+                    addresses only for hosts named in executors.local_hosts";
+    let o = fetch(format!("http://127.0.0.1:{port}/latin")).await;
+    assert_eq!(
+        error(&o),
+        format!(
+            "fetching http://127.0.0.1:{port}/latin refused: `127.0.0.1` is 127.0.0.1, {loopback}"
+        )
+    );
+    // The same address spelled otherwise: IPv4-mapped IPv6, a bare number.
+    let o = fetch(format!("http://[::ffff:127.0.0.1]:{port}/latin")).await;
+    assert!(
+        error(&o).contains(&format!("is ::ffff:127.0.0.1, {loopback}")),
+        "{o:?}"
+    );
+    let o = fetch(format!("http://2130706433:{port}/latin")).await;
+    assert!(
+        error(&o).contains(&format!("is 127.0.0.1, {loopback}")),
+        "{o:?}"
+    );
+    // A name is judged by what it resolves to.
+    let o = fetch(format!("http://localhost:{port}/latin")).await;
+    assert!(
+        error(&o).starts_with(&format!(
+            "fetching http://localhost:{port}/latin refused: `localhost` is "
+        )) && error(&o).ends_with(loopback),
+        "{o:?}"
+    );
+    let o = fetch("http://169.254.169.254/latest/meta-data/".into()).await;
+    assert!(
+        error(&o).contains("`169.254.169.254` is 169.254.169.254, a link-local address"),
+        "{o:?}"
+    );
+    let o = fetch("http://10.1.2.3/admin".into()).await;
+    assert!(
+        error(&o).contains("`10.1.2.3` is 10.1.2.3, a private-network address"),
+        "{o:?}"
+    );
+
+    // Named, 127.0.0.1 is reached; a redirect from there to another local address is not.
+    let runner = f.runner();
+    let o = runner
+        .check_and_run(
+            &catalog,
+            "web_fetch",
+            &json!({"url": format!("http://127.0.0.1:{port}/latin")}),
+        )
+        .await;
+    assert_eq!(content_text(&o), "café");
+    let o = runner
+        .check_and_run(
+            &catalog,
+            "web_fetch",
+            &json!({"url": format!("http://127.0.0.1:{port}/metadata")}),
+        )
+        .await;
+    assert!(
+        error(&o).contains("refused: `169.254.169.254` is 169.254.169.254, a link-local address"),
+        "{o:?}"
+    );
+    let o = runner
+        .check_and_run(
+            &catalog,
+            "web_fetch",
+            &json!({"url": format!("http://127.0.0.1:{port}/away")}),
+        )
+        .await;
+    assert!(
+        error(&o).contains("refused: `localhost` is ") && error(&o).ends_with(loopback),
+        "{o:?}"
+    );
+}
+
 #[test]
 fn web_fetch_holds_every_redirect_to_the_allowed_hosts() {
     let addr = http_server();
     let context = metnos_executors::ExecContext {
         scope_hosts: vec!["127.0.0.1".into()],
+        local_hosts: vec!["127.0.0.1".into()],
         timeout_seconds: 10,
         ..Default::default()
     };

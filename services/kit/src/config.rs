@@ -304,6 +304,10 @@ pub struct ExecutorsConfig {
     pub shell_cpu_seconds: u64,
     pub shell_memory_mb: u64,
     pub shell_file_size_mb: u64,
+    /// Hosts on this machine or the home network (`nas.lan`, `*.lan`, `192.168.1.10`)
+    /// that network executors may reach. Every other loopback, private, link-local or
+    /// special-purpose address is refused, whatever an executor's scope says.
+    pub local_hosts: Vec<String>,
 }
 
 impl Default for ExecutorsConfig {
@@ -321,6 +325,7 @@ impl Default for ExecutorsConfig {
             shell_cpu_seconds: 10,
             shell_memory_mb: 1024,
             shell_file_size_mb: 64,
+            local_hosts: Vec::new(),
         }
     }
 }
@@ -753,6 +758,21 @@ impl Config {
                 ));
             }
         }
+        for host in &self.executors.local_hosts {
+            let pattern = host.strip_prefix("*.").unwrap_or(host);
+            if pattern.is_empty()
+                || pattern.contains(['/', '*', '@'])
+                || pattern.contains(char::is_whitespace)
+            {
+                return Err(ConfigError::key(
+                    "executors.local_hosts",
+                    format!(
+                        "`{host}` is not a host, an address or `*.domain` (list the hosts one by one: \
+                         `*` would open this machine and the whole home network)"
+                    ),
+                ));
+            }
+        }
         if self.server.store_connect_timeout_seconds == 0 {
             return Err(ConfigError::key(
                 "server.store_connect_timeout_seconds",
@@ -1085,6 +1105,40 @@ mod tests {
                 Ok(())
             },
         );
+    }
+
+    #[test]
+    fn local_hosts_are_named_one_by_one() {
+        with_env(
+            &[(
+                "METNOS_EXECUTORS__LOCAL_HOSTS",
+                r#"["nas.lan", "*.home", "192.168.1.10", "::1"]"#,
+            )],
+            |_| {
+                assert_eq!(
+                    load()?.executors.local_hosts,
+                    ["nas.lan", "*.home", "192.168.1.10", "::1"]
+                );
+                Ok(())
+            },
+        );
+        for bad in [
+            r#"["*"]"#,
+            r#"["*.*"]"#,
+            r#"["a b"]"#,
+            r#"["http://nas/"]"#,
+            r#"[""]"#,
+        ] {
+            with_env(&[("METNOS_EXECUTORS__LOCAL_HOSTS", bad)], |_| {
+                let error = load_err();
+                assert!(
+                    error.contains("executors.local_hosts")
+                        && error.contains("is not a host, an address or `*.domain`"),
+                    "{bad}: {error}"
+                );
+                Ok(())
+            });
+        }
     }
 
     #[test]

@@ -52,6 +52,7 @@ pub fn runner_from_config(config: &Config) -> Runner {
     let e = &config.executors;
     Runner {
         user_home: config.runtime.user_home.clone(),
+        local_hosts: e.local_hosts.clone(),
         shell: ShellSettings {
             allow: e.shell_allow.clone(),
             workspace: e.workspace.clone(),

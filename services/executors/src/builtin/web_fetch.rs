@@ -1,11 +1,14 @@
 //! `web_fetch`: one HTTP(S) request, GET or POST, with a size cap and a capped number of
-//! redirects, each hop held to the scope's hosts; text bodies decoded by their charset.
+//! redirects, each hop held to the scope's hosts and to public addresses (or the
+//! operator's `local_hosts`, see [`crate::netguard`]); text bodies decoded by their charset.
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use serde_json::{Value, json};
 
 use super::{count_arg, meta, required, string_arg};
+use crate::netguard::NetGuard;
 use crate::observation::{ExecContext, Observation};
 use crate::scope::{check_url, host_allowed};
 
@@ -49,6 +52,10 @@ fn is_text(content_type: &str) -> bool {
 async fn fetch(args: &Value, context: &ExecContext) -> Result<Observation, String> {
     let url_text = required(args, "url")?;
     let url = check_url(url_text, &context.scope_hosts).map_err(|e| e.to_string())?;
+    let guard = NetGuard::new(&context.local_hosts);
+    guard
+        .check_url(&url)
+        .map_err(|e| format!("fetching {url_text} refused: {e}"))?;
     let method = string_arg(args, "method")?
         .unwrap_or("GET")
         .to_ascii_uppercase();
@@ -67,9 +74,13 @@ async fn fetch(args: &Value, context: &ExecContext) -> Result<Observation, Strin
         .unwrap_or(DEFAULT_MAX_BYTES)
         .min(ceiling);
     let hosts = context.scope_hosts.clone();
+    let hop_guard = guard.clone();
     let policy = reqwest::redirect::Policy::custom(move |attempt| {
         if attempt.previous().len() >= MAX_REDIRECTS {
             return attempt.error(format!("more than {MAX_REDIRECTS} redirects"));
+        }
+        if let Err(refused) = hop_guard.check_url(attempt.url()) {
+            return attempt.error(refused);
         }
         let allowed = matches!(attempt.url().scheme(), "http" | "https")
             && (hosts.is_empty()
@@ -84,8 +95,11 @@ async fn fetch(args: &Value, context: &ExecContext) -> Result<Observation, Strin
         }
     });
     let timeout = Duration::from_secs(context.timeout_seconds.saturating_sub(1).max(1));
+    // No proxy: through one, the guard would judge the proxy's address, not the target's.
     let client = reqwest::Client::builder()
         .redirect(policy)
+        .dns_resolver(Arc::new(guard))
+        .no_proxy()
         .timeout(timeout)
         .user_agent(concat!("metnos-web-fetch/", env!("CARGO_PKG_VERSION")))
         .build()
@@ -167,6 +181,9 @@ async fn fetch(args: &Value, context: &ExecContext) -> Result<Observation, Strin
 
 /// A request error in one line, naming what failed (reqwest's own text can be vague).
 fn describe(error: &reqwest::Error, url: &str) -> String {
+    if let Some(refused) = NetGuard::refusal_in(error) {
+        return format!("fetching {url} refused: {refused}");
+    }
     let what = if error.is_timeout() {
         "timed out".to_owned()
     } else if error.is_redirect() {

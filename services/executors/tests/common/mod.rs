@@ -66,6 +66,8 @@ impl Fixture {
     pub fn runner(&self) -> Runner {
         Runner {
             user_home: self.home(),
+            // The tests' HTTP servers listen on loopback.
+            local_hosts: vec!["127.0.0.1".into()],
             shell: ShellSettings {
                 allow: ["echo", "ls", "touch", "cat", "dd", "sleep"]
                     .map(str::to_owned)
