@@ -84,6 +84,14 @@ key=$(compose run --rm --no-deps planner metnos executors keygen --name owner | 
 echo "METNOS_EXECUTORS__TRUSTED_KEYS__OWNER=$key" >> "$project/.env"
 compose run --rm --no-deps planner metnos executors install >/dev/null
 compose run --rm --no-deps planner metnos executors sign /var/lib/metnos/executors --key /var/lib/metnos/keys/owner.key >/dev/null
+# The README's host-network step: reserve the services' ports, which lie in Linux's range of
+# source ports for outgoing connections (one such connection once held 50054 and the planner
+# could not start).
+reserved=$(sysctl -n net.ipv4.ip_local_reserved_ports)
+case ",$reserved," in
+  *,50051-50055,*) ;;
+  *) sysctl -qw net.ipv4.ip_local_reserved_ports="${reserved:+$reserved,}50051-50055" ;;
+esac
 # Jaeger is not pulled here (no registry): the services start without it, all at once.
 compose up -d --no-build --no-deps policy vaglio approval planner gateway >&2
 
@@ -95,7 +103,11 @@ for _ in $(seq 90); do
   sleep 1
 done
 cat "$work/status.txt" >&2
-[ -n "$ok" ] || { compose logs >&2; log "the stack did not come up"; exit 1; }
+[ -n "$ok" ] || {
+  compose logs >&2
+  log "who holds the services' ports:"; ss -tanp | grep -E ':5005[1-5]\b' >&2 || true
+  log "the stack did not come up"; exit 1
+}
 
 log "one turn against the fake LLM"
 answer=$("target/$profile/metnos" ask "what time is it" --level full --language en)

@@ -903,9 +903,13 @@ async fn online_mode_plans_in_one_call_and_filters_each_parallel_call() {
         .unwrap()
         .into_inner();
     let events = until_end(&mut stream).await;
+    // No wise tier is configured: online mode says which tier really answers.
     assert!(
-        matches!(&events[0], Event::Started(st) if st.mode == pb::Mode::Online as i32 && st.tier == "wise")
+        matches!(&events[0], Event::Started(st) if st.mode == pb::Mode::Online as i32
+            && st.tier == "fast" && st.model == "qwen-test"),
+        "{events:#?}"
     );
+    assert!(steps_proposed(&events).iter().all(|p| p.tier == "fast"));
     assert_eq!(kind(&events), pb::FinalKind::Answer);
     let steps = steps_proposed(&events);
     assert_eq!(steps.len(), 2);

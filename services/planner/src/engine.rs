@@ -424,6 +424,15 @@ impl Planner {
         }
     }
 
+    /// The tier that really answers for `tier` (an unconfigured tier uses a lower one):
+    /// what events and the turn log show, so they never name a tier that did not run.
+    fn tier_used(&self, tier: &str) -> String {
+        match &self.tiers {
+            Ok(tiers) => tiers.resolve(tier_of(tier)).as_str().to_owned(),
+            Err(_) => tier.to_owned(),
+        }
+    }
+
     /// Runs a new turn to its end or its suspension, sending events to `sink`.
     pub async fn run(self: Arc<Self>, mut cp: Checkpoint, sink: Sink) {
         let span = tracing::info_span!("turn", turn_id = %cp.turn_id, mode = %cp.mode);
@@ -455,7 +464,7 @@ impl Planner {
                 .send(event(pb::turn_event::Event::Started(pb::TurnStarted {
                     turn_id: cp.turn_id.clone(),
                     mode: mode_of(&cp.mode) as i32,
-                    tier: cp.tier.clone(),
+                    tier: self.tier_used(&cp.tier),
                     model: self.model_of(&cp.tier),
                 })))
                 .await;
@@ -707,10 +716,17 @@ impl Planner {
                 && self.config.hybrid_escalate_after_failures > 0
                 && cp.failures >= self.config.hybrid_escalate_after_failures
             {
-                tracing::info!(
-                    failures = cp.failures,
-                    "hybrid turn escalates to the wise tier"
-                );
+                if self.tier_used("wise") == self.tier_used(&cp.tier) {
+                    tracing::info!(
+                        failures = cp.failures,
+                        "hybrid turn would escalate, but no wise tier is configured"
+                    );
+                } else {
+                    tracing::info!(
+                        failures = cp.failures,
+                        "hybrid turn escalates to the wise tier"
+                    );
+                }
                 cp.tier = "wise".to_owned();
             }
         }
@@ -763,14 +779,14 @@ impl Planner {
                 step: n,
                 executor: call.name.clone(),
                 args_json: call.arguments.to_string(),
-                tier: cp.tier.clone(),
+                tier: self.tier_used(&cp.tier),
             }),
         )
         .await;
         let mut log = StepLog {
             step: n,
             executor: call.name.clone(),
-            tier: cp.tier.clone(),
+            tier: self.tier_used(&cp.tier),
             arg_keys: call
                 .arguments
                 .as_object()
