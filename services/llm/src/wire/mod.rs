@@ -75,3 +75,73 @@ pub(crate) fn tool_call(id: String, name: String, arguments: Value) -> ToolCall 
         arguments,
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use proptest::prelude::*;
+    use serde_json::{Map, Value, json};
+
+    /// JSON shaped like a provider's answer: the keys the decoders look for, holding
+    /// anything at all (wrong types, missing parts, nesting).
+    fn answer_like() -> impl Strategy<Value = Value> {
+        let leaf = prop_oneof![
+            Just(Value::Null),
+            any::<bool>().prop_map(Value::from),
+            any::<i64>().prop_map(Value::from),
+            any::<f64>().prop_map(|f| json!(f)),
+            "[a-z{}\\[\\]\":, ]{0,12}".prop_map(Value::from),
+            Just(json!("tool_use")),
+            Just(json!("text")),
+            Just(json!("{\"a\":1}")),
+        ];
+        let keys = prop::sample::select(vec![
+            "message",
+            "content",
+            "tool_calls",
+            "function",
+            "name",
+            "arguments",
+            "choices",
+            "type",
+            "text",
+            "input",
+            "id",
+            "usage",
+            "model",
+            "done",
+            "stop_reason",
+            "finish_reason",
+            "prompt_eval_count",
+            "eval_count",
+            "input_tokens",
+            "output_tokens",
+            "prompt_tokens",
+            "completion_tokens",
+            "thinking",
+        ]);
+        leaf.prop_recursive(5, 64, 6, move |inner| {
+            prop_oneof![
+                prop::collection::vec(inner.clone(), 0..4).prop_map(Value::Array),
+                prop::collection::vec((keys.clone(), inner), 0..6).prop_map(|pairs| Value::Object(
+                    pairs
+                        .into_iter()
+                        .map(|(k, v)| (k.to_owned(), v))
+                        .collect::<Map<_, _>>()
+                )),
+            ]
+        })
+    }
+
+    proptest! {
+        /// Whatever a provider (or something pretending to be one) answers, decoding gives
+        /// an outcome or a clear error; it never panics.
+        #[test]
+        fn any_answer_decodes_or_is_refused_never_panics(body in answer_like()) {
+            let _ = super::ollama::parse(&body);
+            let _ = super::openai::parse(&body);
+            let _ = super::anthropic::parse(&body, None);
+            let _ = super::anthropic::parse(&body, Some("verdict"));
+            let _ = super::error_message(&body.to_string());
+        }
+    }
+}
