@@ -104,6 +104,20 @@ fn lookup<'a>(observation: &'a Value, path: &[String]) -> Option<&'a Value> {
         .or_else(|| observation.get("content").and_then(|c| walk(c, path)))
 }
 
+/// The first `{{stepN…}}` reference inside a longer text. Other braces (a template's
+/// `{{steps}}`, `{{ name }}`) are content, not references.
+fn embedded_reference(text: &str) -> Option<&str> {
+    let mut from = 0;
+    while let Some(open) = text[from..].find("{{").map(|i| from + i) {
+        let close = text[open..].find("}}").map(|i| open + i + 2)?;
+        if parse_reference(&text[open..close]).is_some() {
+            return Some(&text[open..close]);
+        }
+        from = open + 2;
+    }
+    None
+}
+
 /// `args` with every reference replaced; `observation(n)` gives step n's observation.
 pub fn resolve(
     args: &Value,
@@ -134,14 +148,9 @@ pub fn resolve(
                         fields: field_names(&obs),
                     });
             }
-            if let Some(start) = text.find("{{step")
-                && text[start..].contains("}}")
-            {
-                let end = text[start..]
-                    .find("}}")
-                    .map_or(text.len(), |e| start + e + 2);
+            if let Some(reference) = embedded_reference(text) {
                 return Err(PipeError::Embedded {
-                    reference: text[start..end].to_owned(),
+                    reference: reference.to_owned(),
                 });
             }
             Ok(args.clone())
@@ -207,6 +216,38 @@ mod tests {
         let err = resolve(&json!({"x": "{{step1.body}}"}), &history, 2).unwrap_err();
         assert!(err.to_string().starts_with("{{step1.body}}: step 1 has no field `body` (it has: ok, content, metadata, metadata.status"), "{err}");
         let err = resolve(&json!({"x": "saved {{step1.content}} here"}), &history, 2).unwrap_err();
-        assert!(matches!(err, PipeError::Embedded { .. }));
+        assert!(
+            matches!(err, PipeError::Embedded { reference } if reference == "{{step1.content}}")
+        );
+        let err =
+            resolve(&json!({"x": "{{ a }} then {{step1.content}}"}), &history, 2).unwrap_err();
+        assert!(
+            matches!(err, PipeError::Embedded { reference } if reference == "{{step1.content}}")
+        );
+    }
+
+    #[test]
+    fn template_braces_that_are_not_references_are_content() {
+        for text in [
+            "<li>{{steps}}</li>",
+            "{{ stepper.name }} and {{step}}",
+            "{{stepx}} is not a reference",
+            "{{ unclosed",
+            "}} {{",
+        ] {
+            assert_eq!(
+                resolve(&json!({"content": text}), &history, 2).unwrap(),
+                json!({"content": text}),
+                "{text}"
+            );
+        }
+    }
+
+    proptest::proptest! {
+        /// Any text the LLM writes resolves or is refused with a reason; never a panic.
+        #[test]
+        fn any_text_resolves_or_is_refused(text in "[a-z0-9 {}.]{0,40}") {
+            let _ = resolve(&json!({"x": text.clone(), "y": [text]}), &history, 2);
+        }
     }
 }
