@@ -6,6 +6,8 @@
 
 use std::collections::{BTreeSet, HashMap};
 
+use unicode_normalization::char::{decompose_canonical, is_combining_mark};
+
 /// A word as the pre-filter sees it: lower case, accents stripped, letters and digits.
 pub fn tokens(text: &str) -> Vec<String> {
     let mut out = Vec::new();
@@ -21,36 +23,9 @@ pub fn tokens(text: &str) -> Vec<String> {
     out
 }
 
-/// Appends `c` lower-cased with its accent stripped; `false` for a separator.
+/// Appends `c` lower-cased with its accents stripped (canonical decomposition, combining
+/// marks dropped: `é` → `e`, `ř` → `r`, `Å` → `a`); `false` for a separator.
 fn push_folded(c: char, word: &mut String) -> bool {
-    const LATIN: &[(char, &str)] = &[
-        ('à', "a"),
-        ('á', "a"),
-        ('â', "a"),
-        ('ä', "a"),
-        ('ã', "a"),
-        ('å', "a"),
-        ('è', "e"),
-        ('é', "e"),
-        ('ê', "e"),
-        ('ë', "e"),
-        ('ì', "i"),
-        ('í', "i"),
-        ('î', "i"),
-        ('ï', "i"),
-        ('ò', "o"),
-        ('ó', "o"),
-        ('ô', "o"),
-        ('ö', "o"),
-        ('õ', "o"),
-        ('ù', "u"),
-        ('ú', "u"),
-        ('û', "u"),
-        ('ü', "u"),
-        ('ç', "c"),
-        ('ñ', "n"),
-        ('ß', "ss"),
-    ];
     if c.is_ascii() {
         if c.is_ascii_alphanumeric() {
             word.push(c.to_ascii_lowercase());
@@ -62,10 +37,15 @@ fn push_folded(c: char, word: &mut String) -> bool {
         return false;
     }
     for lower in c.to_lowercase() {
-        match LATIN.iter().find(|(accented, _)| *accented == lower) {
-            Some((_, plain)) => word.push_str(plain),
-            None => word.push(lower),
+        if lower == 'ß' {
+            word.push_str("ss");
+            continue;
         }
+        decompose_canonical(lower, |part| {
+            if !is_combining_mark(part) {
+                word.push(part);
+            }
+        });
     }
     true
 }
@@ -264,6 +244,12 @@ mod tests {
                 "leggi", "il", "file", "notes", "diario", "md", "perche", "e", "gia", "tardi"
             ]
         );
+        assert_eq!(
+            tokens("Ångström, řeka, Straße, naïve café, ÇA"),
+            ["angstrom", "reka", "strasse", "naive", "cafe", "ca"]
+        );
+        // Letters without a decomposition stay as they are; other scripts are words too.
+        assert_eq!(tokens("łódź 東京 Москва"), ["łodz", "東京", "москва"]);
     }
 
     #[test]
