@@ -4,28 +4,13 @@ const ALPHABET: &[u8] = b"ABCDEFGHJKMNPQRSTUVWXYZ23456789";
 
 /// A fresh code from the operating system's CSPRNG.
 pub fn new_code() -> String {
-    let mut bytes = [0u8; 8];
-    if getrandom::fill(&mut bytes).is_err() {
-        // Never expected; refuse to hand out a guessable code.
-        panic!("the operating system gave no randomness for a pairing code");
-    }
-    bytes
-        .iter()
-        .map(|b| char::from(ALPHABET[usize::from(*b) % ALPHABET.len()]))
-        .collect()
+    metnos_kit::random::from_alphabet(ALPHABET, 8)
 }
 
 /// A webhook secret token: 32 characters of `[A-Za-z0-9]` (what Telegram accepts).
 pub fn new_secret() -> String {
     const CHARS: &[u8] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789";
-    let mut bytes = [0u8; 32];
-    if getrandom::fill(&mut bytes).is_err() {
-        panic!("the operating system gave no randomness for a webhook secret");
-    }
-    bytes
-        .iter()
-        .map(|b| char::from(CHARS[usize::from(*b) % CHARS.len()]))
-        .collect()
+    metnos_kit::random::from_alphabet(CHARS, 32)
 }
 
 #[cfg(test)]

@@ -11,9 +11,7 @@ pub const TOKEN_LEN: usize = 32;
 
 /// A fresh token.
 pub fn new_token() -> String {
-    let mut bytes = [0u8; TOKEN_LEN / 2];
-    getrandom::fill(&mut bytes).expect("the operating system's random source is available");
-    hex(&bytes)
+    metnos_kit::random::hex(TOKEN_LEN / 2)
 }
 
 /// Whether `token` has the shape of a token (it may still be unknown).
@@ -22,10 +20,6 @@ pub fn is_well_formed(token: &str) -> bool {
         && token
             .bytes()
             .all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f'))
-}
-
-fn hex(bytes: &[u8]) -> String {
-    bytes.iter().map(|b| format!("{b:02x}")).collect()
 }
 
 /// `args_json` is not a JSON object.
@@ -46,7 +40,7 @@ pub fn call_sha256(executor: &str, args_json: &str) -> Result<String, ArgsError>
     hasher.update(executor.as_bytes());
     hasher.update(b"\n");
     hasher.update(canonical(&value).as_bytes());
-    Ok(hex(&hasher.finalize()))
+    Ok(hex::encode(hasher.finalize()))
 }
 
 fn canonical(value: &serde_json::Value) -> String {

@@ -32,22 +32,12 @@ pub fn sha256_reader(mut reader: impl Read) -> std::io::Result<String> {
         }
         hasher.update(&buffer[..n]);
     }
-    Ok(hex(&hasher.finalize()))
+    Ok(hex::encode(hasher.finalize()))
 }
 
 /// sha256 of a file, lower-case hex.
 pub fn sha256_file(path: &Path) -> std::io::Result<String> {
     sha256_reader(File::open(path)?)
-}
-
-fn hex(bytes: &[u8]) -> String {
-    const DIGITS: &[u8; 16] = b"0123456789abcdef";
-    let mut out = String::with_capacity(bytes.len() * 2);
-    for b in bytes {
-        out.push(char::from(DIGITS[usize::from(b >> 4)]));
-        out.push(char::from(DIGITS[usize::from(b & 15)]));
-    }
-    out
 }
 
 /// Why a program may not run.

@@ -18,6 +18,7 @@ pub mod clock;
 pub mod config;
 pub mod launch;
 pub mod propagation;
+pub mod random;
 pub mod readiness;
 pub mod runtime;
 pub mod server;

@@ -205,15 +205,6 @@ fn tier_of(name: &str) -> Tier {
     }
 }
 
-fn random_hex(bytes: usize) -> String {
-    let mut buffer = vec![0u8; bytes];
-    if getrandom::fill(&mut buffer).is_err() {
-        // Never expected; a time-based id is still unique enough for a turn.
-        return format!("{:0width$x}", now_ms(), width = bytes * 2);
-    }
-    buffer.iter().map(|b| format!("{b:02x}")).collect()
-}
-
 const SYSTEM_PROMPT: &str = "You are Metnos, a personal agent acting for one person. \
 Use the tools to do what they ask, one step at a time; when you have what you need, answer in plain \
 text without calling any tool. To pass a previous step's result to a tool, set an argument's whole \
@@ -387,7 +378,7 @@ impl Planner {
             "fast"
         };
         Checkpoint {
-            turn_id: random_hex(16),
+            turn_id: metnos_kit::random::hex(16),
             channel: principal.channel,
             sender_id: principal.sender_id,
             level: request.level,

@@ -71,9 +71,7 @@ pub async fn store(
     observation: &Observation,
     size: u64,
 ) -> Result<Value, sqlx::Error> {
-    let mut bytes = [0u8; 8];
-    let _ = getrandom::fill(&mut bytes);
-    let id: String = bytes.iter().map(|b| format!("{b:02x}")).collect();
+    let id = metnos_kit::random::hex(8);
     let (content, kind) = text_of(observation);
     let entry = ScratchEntry {
         id: id.clone(),
