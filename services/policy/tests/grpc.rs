@@ -22,6 +22,11 @@ use tokio::task::JoinHandle;
 type Client = PolicyServiceClient<TracedChannel>;
 
 /// A policy server on port 0, stopped on drop.
+/// The default store: SQLite in the server's own data directory, which lives as long as
+/// the server (a `TestStore::sqlite()` dropped at once took its directory with it, and a
+/// connection the pool opened later failed with "unable to open database file").
+const SQLITE_IN_DATA_DIR: &str = "";
+
 struct Server {
     url: String,
     stop: Option<oneshot::Sender<()>>,
@@ -144,7 +149,7 @@ async fn record(client: &mut Client, cap: &str, target: &str) -> Result<i64, ton
 
 #[tokio::test]
 async fn the_registry_and_the_table_are_served() {
-    let server = Server::start(TestStore::sqlite().config_value(), 5).await;
+    let server = Server::start(SQLITE_IN_DATA_DIR.into(), 5).await;
     let mut client = server.client();
     let capabilities = client
         .list_capabilities(ListCapabilitiesRequest {})
@@ -195,7 +200,7 @@ async fn the_registry_and_the_table_are_served() {
 
 #[tokio::test]
 async fn a_grant_lifts_approval_and_the_response_names_it() {
-    let server = Server::start(TestStore::sqlite().config_value(), 5).await;
+    let server = Server::start(SQLITE_IN_DATA_DIR.into(), 5).await;
     let mut client = server.client();
     let target = "~/Documents/invoices-2026/04-Acme.pdf";
     let before = check(&mut client, AutonomyLevel::Supervised, "fs:write", target).await;
@@ -249,7 +254,7 @@ async fn a_grant_lifts_approval_and_the_response_names_it() {
 
 #[tokio::test]
 async fn bad_input_is_invalid_argument_with_a_message_that_says_what() {
-    let server = Server::start(TestStore::sqlite().config_value(), 5).await;
+    let server = Server::start(SQLITE_IN_DATA_DIR.into(), 5).await;
     let mut client = server.client();
     let check_err = |level: AutonomyLevel, cap: &str, target: &str| {
         let mut client = client.clone();
