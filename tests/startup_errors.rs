@@ -74,6 +74,15 @@ async fn a_port_in_use_exits_1_naming_the_service_and_the_address() {
         line.to_lowercase().contains("address already in use"),
         "{line}"
     );
+    // Port 0 gave a port from the kernel's range for outgoing connections: the error says
+    // what may hold it and how to reserve it.
+    assert!(
+        line.contains(&format!(
+            "(port {} is in this machine's range for outgoing connections",
+            addr.port()
+        )) && line.contains("net.ipv4.ip_local_reserved_ports"),
+        "{line}"
+    );
 }
 
 #[tokio::test]

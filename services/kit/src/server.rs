@@ -28,11 +28,13 @@ const HEALTH: &str = "grpc.health.v1.Health";
 /// Serving failed.
 #[derive(Debug, thiserror::Error)]
 pub enum ServeError {
-    #[error("{service}: cannot listen on {addr}: {source}")]
+    #[error("{service}: cannot listen on {addr}: {source}{hint}")]
     Bind {
         service: ServiceName,
         addr: SocketAddr,
         source: io::Error,
+        /// Empty, or why the port may be taken and what to do.
+        hint: String,
     },
     #[error("{service}: reflection descriptors are invalid: {source}")]
     Reflection {
@@ -50,11 +52,49 @@ pub enum ServeError {
 pub async fn bind(service: ServiceName, addr: SocketAddr) -> Result<TcpListener, ServeError> {
     TcpListener::bind(addr)
         .await
-        .map_err(|source| ServeError::Bind {
-            service,
-            addr,
-            source,
-        })
+        .map_err(|source| bind_error(service, addr, source))
+}
+
+fn bind_error(service: ServiceName, addr: SocketAddr, source: io::Error) -> ServeError {
+    let hint = if source.kind() == io::ErrorKind::AddrInUse {
+        let read = |name: &str| std::fs::read_to_string(format!("/proc/sys/net/ipv4/{name}"));
+        match (read("ip_local_port_range"), read("ip_local_reserved_ports")) {
+            (Ok(range), Ok(reserved)) => ephemeral_hint(addr.port(), &range, &reserved),
+            _ => String::new(),
+        }
+    } else {
+        String::new()
+    };
+    ServeError::Bind {
+        service,
+        addr,
+        source,
+        hint,
+    }
+}
+
+/// When `port` lies in the kernel's range of source ports for outgoing connections and is
+/// not reserved, an outgoing connection may be what holds it: say so, and how to reserve it.
+fn ephemeral_hint(port: u16, range: &str, reserved: &str) -> String {
+    let mut bounds = range
+        .split_whitespace()
+        .filter_map(|n| n.parse::<u16>().ok());
+    let (Some(low), Some(high)) = (bounds.next(), bounds.next()) else {
+        return String::new();
+    };
+    let is_reserved = reserved.trim().split(',').any(|item| {
+        let (from, to) = item.split_once('-').unwrap_or((item, item));
+        matches!((from.trim().parse::<u16>(), to.trim().parse::<u16>()),
+            (Ok(from), Ok(to)) if (from..=to).contains(&port))
+    });
+    if !(low..=high).contains(&port) || is_reserved {
+        return String::new();
+    }
+    format!(
+        " (port {port} is in this machine's range for outgoing connections, {low}-{high}, so \
+         a connection may hold it: reserve it by adding it to the sysctl \
+         net.ipv4.ip_local_reserved_ports, see the README's Deploy section)"
+    )
 }
 
 /// Binds a listen address outside any runtime, for a service that will run on a runtime
@@ -63,11 +103,7 @@ pub fn bind_std(
     service: ServiceName,
     addr: SocketAddr,
 ) -> Result<std::net::TcpListener, ServeError> {
-    let bind_error = |source| ServeError::Bind {
-        service,
-        addr,
-        source,
-    };
+    let bind_error = |source| bind_error(service, addr, source);
     let listener = std::net::TcpListener::bind(addr).map_err(bind_error)?;
     listener.set_nonblocking(true).map_err(bind_error)?;
     Ok(listener)
@@ -271,4 +307,27 @@ where
     let result = serve(options, listener, svc, shutdown).await;
     db.close().await;
     Ok(result?)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::ephemeral_hint;
+
+    #[test]
+    fn a_busy_port_in_the_outgoing_range_is_explained_unless_reserved() {
+        let hint = ephemeral_hint(50054, "32768\t60999\n", "\n");
+        assert_eq!(
+            hint,
+            " (port 50054 is in this machine's range for outgoing connections, 32768-60999, so a \
+             connection may hold it: reserve it by adding it to the sysctl \
+             net.ipv4.ip_local_reserved_ports, see the README's Deploy section)"
+        );
+        assert_eq!(
+            ephemeral_hint(50054, "32768 60999", "8080,50051-50055\n"),
+            ""
+        );
+        assert_eq!(ephemeral_hint(50054, "32768 60999", "50054"), "");
+        assert_eq!(ephemeral_hint(8443, "32768 60999", ""), "");
+        assert_eq!(ephemeral_hint(50054, "garbage", ""), "");
+    }
 }
