@@ -231,9 +231,12 @@ async fn fail(
     code
 }
 
-/// Stops services in reverse start order (callers before callees), then flushes traces.
+/// Stops services in reverse start order (callers before callees), then flushes every
+/// service's traces at once: a collector that does not answer costs one flush timeout, not
+/// one per service.
 async fn stop_all(running: Vec<(ServiceThread, Telemetry)>, code: ExitCode) -> ExitCode {
     let mut code = code;
+    let mut telemetries = Vec::with_capacity(running.len());
     for (thread, telemetry) in running.into_iter().rev() {
         let service = thread.service();
         if let Err(e) = thread.stop().await {
@@ -241,7 +244,8 @@ async fn stop_all(running: Vec<(ServiceThread, Telemetry)>, code: ExitCode) -> E
             tracing::warn!(%service, error = %e, "service stopped with an error");
             code = ExitCode::FAILURE;
         }
-        telemetry.shutdown().await;
+        telemetries.push(telemetry);
     }
+    futures::future::join_all(telemetries.into_iter().map(Telemetry::shutdown)).await;
     code
 }

@@ -137,21 +137,28 @@ impl Up {
         format!("http://{}", self.addr(service))
     }
 
-    /// Sends SIGINT (what Ctrl-C sends) and waits: (exit code, stderr).
+    /// Sends SIGINT (what Ctrl-C sends) and waits: (exit code, stderr). A stack that does
+    /// not stop in time is killed and its log shown, to tell which service held on.
     pub async fn interrupt(mut self) -> (i32, String) {
         signal(&self.child, "INT").await;
         let stderr = self.child.stderr.take().unwrap();
-        let status = tokio::time::timeout(START_LIMIT, self.child.wait())
-            .await
-            .expect("metnos up did not stop after SIGINT")
-            .unwrap();
+        let status = tokio::time::timeout(START_LIMIT, self.child.wait()).await;
+        if status.is_err() {
+            let _ = self.child.start_kill();
+            let _ = self.child.wait().await;
+        }
         let mut text = String::new();
         let mut lines = BufReader::new(stderr).lines();
         while let Ok(Some(line)) = lines.next_line().await {
             text.push_str(&line);
             text.push('\n');
         }
-        (status.code().unwrap_or(-1), text)
+        match status {
+            Ok(status) => (status.unwrap().code().unwrap_or(-1), text),
+            Err(_) => {
+                panic!("metnos up did not stop within {START_LIMIT:?} of SIGINT; its log:\n{text}")
+            }
+        }
     }
 }
 
