@@ -62,6 +62,9 @@ fn migrator(migrations: &[EmbeddedMigration]) -> Migrator {
     )
 }
 
+/// How long closing a store waits for connections still in use.
+pub const CLOSE_WAIT: Duration = Duration::from_secs(5);
+
 /// The connection pool of one backend.
 #[derive(Debug, Clone)]
 pub enum Pool {
@@ -89,16 +92,34 @@ impl Db {
         self.lock.is_some()
     }
 
-    /// Closes every connection (waits for those in use to be returned) and releases
-    /// the SQLite lock.
+    /// Closes every connection and releases the SQLite lock. Connections in use are
+    /// waited for up to [`CLOSE_WAIT`]: a call still running after a service's grace
+    /// period must not keep the process from stopping.
     pub async fn close(&self) {
-        match &self.pool {
-            Pool::Sqlite(pool) => pool.close().await,
-            Pool::Postgres(pool) => pool.close().await,
+        self.close_within(CLOSE_WAIT).await;
+    }
+
+    /// [`Db::close`], waiting at most `wait` for connections in use; `false` if some were
+    /// still out (they close when their holders let go, or with the process).
+    pub async fn close_within(&self, wait: Duration) -> bool {
+        let closing = async {
+            match &self.pool {
+                Pool::Sqlite(pool) => pool.close().await,
+                Pool::Postgres(pool) => pool.close().await,
+            }
+        };
+        let closed = tokio::time::timeout(wait, closing).await.is_ok();
+        if !closed {
+            tracing::warn!(
+                backend = self.backend(),
+                wait_seconds = wait.as_secs_f64(),
+                "store closed with connections still in use (a call still running)"
+            );
         }
         if let Some(lock) = &self.lock {
             drop(lock.lock().unwrap_or_else(|e| e.into_inner()).take());
         }
+        closed
     }
 
     /// The service that owns this store.

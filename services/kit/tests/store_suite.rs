@@ -282,6 +282,40 @@ async fn a_sqlite_store_is_owned_by_one_process_at_a_time() {
     drop(clone);
 }
 
+async fn closing_does_not_wait_forever_for_a_connection_in_use(backend: Backend) {
+    let db = store::open(&backend.spec(), "policy", &MIGRATIONS, TIMEOUT)
+        .await
+        .unwrap();
+    // A call still holding a connection after the grace period.
+    let held = match db.pool() {
+        store::Pool::Sqlite(pool) => Held::Sqlite(pool.acquire().await.unwrap()),
+        store::Pool::Postgres(pool) => Held::Postgres(pool.acquire().await.unwrap()),
+    };
+    assert!(!db.close_within(Duration::from_millis(200)).await);
+    drop(held);
+    // With nothing held, closing is complete.
+    let db = store::open(&backend.spec(), "policy", &MIGRATIONS, TIMEOUT)
+        .await
+        .unwrap();
+    assert!(db.close_within(Duration::from_secs(5)).await);
+}
+
+#[allow(dead_code)] // held only to keep the connection out of the pool
+enum Held {
+    Sqlite(sqlx::pool::PoolConnection<sqlx::Sqlite>),
+    Postgres(sqlx::pool::PoolConnection<sqlx::Postgres>),
+}
+
+#[tokio::test]
+async fn sqlite_closing_does_not_wait_forever_for_a_connection_in_use() {
+    closing_does_not_wait_forever_for_a_connection_in_use(Backend::sqlite()).await;
+}
+
+#[tokio::test]
+async fn postgres_closing_does_not_wait_forever_for_a_connection_in_use() {
+    closing_does_not_wait_forever_for_a_connection_in_use(Backend::postgres().await).await;
+}
+
 #[tokio::test]
 async fn a_postgres_store_is_shared_by_replicas() {
     let backend = Backend::postgres().await;
