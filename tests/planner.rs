@@ -831,6 +831,7 @@ async fn one_turn_is_one_trace_across_planner_policy_vaglio_approval_and_the_exe
     s.resolve(&card.token, approval::Decision::Approve).await;
     let rest = until_end(&mut stream).await;
     assert_eq!(kind(&rest), pb::FinalKind::Answer);
+    drop(stream);
     // Stopping the stack flushes every service's spans.
     let (code, _) = s.up.interrupt().await;
     assert_eq!(code, 0);

@@ -32,13 +32,16 @@ async fn a_bad_config_value_exits_2_naming_the_key_before_anything_binds() {
 async fn a_bad_value_in_the_config_file_names_the_key_and_the_file() {
     let sandbox = Sandbox::new();
     let file = sandbox.dir.path().join("metnos.toml");
-    std::fs::write(&file, "[server]\nshutdown_grace_seconds = -3\n").unwrap();
+    std::fs::write(&file, "[server]\nstore_connect_timeout_seconds = -3\n").unwrap();
     let (code, _, stderr) = sandbox
         .run(&["--config", file.to_str().unwrap(), "status"])
         .await;
     assert_eq!(code, 2, "{stderr}");
     let line = error_line(&stderr);
-    assert!(line.contains("`server.shutdown_grace_seconds`"), "{line}");
+    assert!(
+        line.contains("`server.store_connect_timeout_seconds`"),
+        "{line}"
+    );
     assert!(line.contains("metnos.toml"), "{line}");
 }
 

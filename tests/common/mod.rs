@@ -41,6 +41,11 @@ impl Sandbox {
             );
         }
         env.insert("METNOS_TELEMETRY__LOG".to_owned(), "warn".to_owned());
+        // A stack stopped by a test waits less for calls still running than a user's would.
+        env.insert(
+            "METNOS_SERVER__SHUTDOWN_GRACE_SECONDS".to_owned(),
+            "3".to_owned(),
+        );
         Sandbox { dir, env }
     }
 
