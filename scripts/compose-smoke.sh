@@ -65,25 +65,26 @@ else
   cargo build --workspace --bins --tests --examples --locked >&2
 fi
 
-# docker build with the tag's previous image removed, so runs leave no dangling images.
+# `build_image TAG ARGS…`: docker build -t TAG ARGS…, with the tag's previous image removed,
+# so runs leave no dangling images.
 build_image() {
-  local tag previous
-  tag=$(printf '%s\n' "$@" | sed -n '/^-t$/{n;p;}')
+  local tag=$1 previous
+  shift
   previous=$(docker image inspect -f '{{.Id}}' "$tag" 2>/dev/null || true)
-  docker build "$@" >&2
+  docker build -t "$tag" "$@" >&2
   if [ -n "$previous" ] && [ "$previous" != "$(docker image inspect -f '{{.Id}}' "$tag")" ]; then
     docker rmi "$previous" >/dev/null 2>&1 || true
   fi
 }
 
 log "image: the Dockerfile's runtime stage with the $profile binaries"
-build_image --network host --target runtime-base -t metnos-runtime-base .
+build_image metnos-runtime-base --network host --target runtime-base .
 rm -rf "$work/image" && mkdir -p "$work/image"
 for b in metnos metnos-policy metnos-vaglio metnos-approval metnos-planner metnos-gateway metnos-exec; do
   cp "target/$profile/$b" "$work/image/"
 done
 printf 'FROM metnos-runtime-base\nCOPY metnos* /usr/local/bin/\nUSER 10001:10001\n' > "$work/image/Dockerfile"
-build_image -t metnos:smoke "$work/image"
+build_image metnos:smoke "$work/image"
 
 log "fake LLM"
 "$repo/target/debug/examples/fake_llm_server" > "$work/llm.url" &

@@ -77,6 +77,28 @@ fn principal() -> common_pb::Principal {
 }
 
 impl Stack {
+    /// Runs `metnos <args>` against the stack with `input` on its stdin (a pipe, as a
+    /// script would give it), within the event limit.
+    async fn run_with_input(&self, args: &[&str], input: &[u8]) -> std::process::Output {
+        use tokio::io::AsyncWriteExt;
+        let mut child = self
+            .sandbox
+            .metnos()
+            .args(args)
+            .stdin(std::process::Stdio::piped())
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        let mut stdin = child.stdin.take().unwrap();
+        stdin.write_all(input).await.unwrap();
+        drop(stdin);
+        tokio::time::timeout(EVENT_LIMIT, child.wait_with_output())
+            .await
+            .unwrap()
+            .unwrap()
+    }
+
     async fn planner(&self) -> PlannerServiceClient<Channel> {
         PlannerServiceClient::connect(self.up.url("planner"))
             .await
@@ -1079,24 +1101,12 @@ async fn metnos_ask_shows_the_steps_takes_y_from_a_pipe_and_prints_the_answer() 
         json!({"path": "~/asked.txt", "content": "hi"}),
     )]));
     s.fake.push(Reply::Text("I wrote hi to ~/asked.txt".into()));
-    let mut child = s
-        .sandbox
-        .metnos()
-        .args(["ask", "write hi to ~/asked.txt", "--language", "en"])
-        .stdin(std::process::Stdio::piped())
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .unwrap();
-    {
-        use tokio::io::AsyncWriteExt;
-        let mut stdin = child.stdin.take().unwrap();
-        stdin.write_all(b"y\n").await.unwrap();
-    }
-    let output = tokio::time::timeout(EVENT_LIMIT, child.wait_with_output())
-        .await
-        .unwrap()
-        .unwrap();
+    let output = s
+        .run_with_input(
+            &["ask", "write hi to ~/asked.txt", "--language", "en"],
+            b"y\n",
+        )
+        .await;
     let stdout = String::from_utf8_lossy(&output.stdout);
     let stderr = String::from_utf8_lossy(&output.stderr);
     assert!(output.status.success(), "{stderr}");
@@ -1115,24 +1125,9 @@ async fn metnos_ask_shows_the_steps_takes_y_from_a_pipe_and_prints_the_answer() 
         json!({"path": "~/refused.txt", "content": "no"}),
     )]));
     s.fake.push(Reply::Text("ok, not written".into()));
-    let mut child = s
-        .sandbox
-        .metnos()
-        .args(["ask", "write no to ~/refused.txt"])
-        .stdin(std::process::Stdio::piped())
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .unwrap();
-    {
-        use tokio::io::AsyncWriteExt;
-        let mut stdin = child.stdin.take().unwrap();
-        stdin.write_all(b"n\n").await.unwrap();
-    }
-    let output = tokio::time::timeout(EVENT_LIMIT, child.wait_with_output())
-        .await
-        .unwrap()
-        .unwrap();
+    let output = s
+        .run_with_input(&["ask", "write no to ~/refused.txt"], b"n\n")
+        .await;
     assert_eq!(
         String::from_utf8_lossy(&output.stdout).trim(),
         "ok, not written"
@@ -1149,27 +1144,12 @@ async fn metnos_chat_runs_a_turn_per_line_with_cards_answered_inline() {
         json!({"path": "~/chat.txt", "content": "hi"}),
     )]));
     s.fake.push(Reply::Text("written".into()));
-    let mut child = s
-        .sandbox
-        .metnos()
-        .args(["chat", "--language", "en"])
-        .stdin(std::process::Stdio::piped())
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .unwrap();
-    {
-        use tokio::io::AsyncWriteExt;
-        let mut stdin = child.stdin.take().unwrap();
-        stdin
-            .write_all(b"what time is it\nwrite hi to ~/chat.txt\ny\n/stop\n/quit\n")
-            .await
-            .unwrap();
-    }
-    let output = tokio::time::timeout(EVENT_LIMIT, child.wait_with_output())
-        .await
-        .unwrap()
-        .unwrap();
+    let output = s
+        .run_with_input(
+            &["chat", "--language", "en"],
+            b"what time is it\nwrite hi to ~/chat.txt\ny\n/stop\n/quit\n",
+        )
+        .await;
     let stdout = String::from_utf8_lossy(&output.stdout);
     let stderr = String::from_utf8_lossy(&output.stderr);
     assert!(output.status.success(), "{stderr}");
