@@ -8,7 +8,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 
 use clap::{Subcommand, ValueEnum};
-use metnos_kit::config::AutonomyLevelName;
+use metnos_core::level::AutonomyLevel;
 use metnos_kit::{Config, ServiceName};
 use metnos_proto::approval::v1 as approval;
 use metnos_proto::approval::v1::approval_service_client::ApprovalServiceClient;
@@ -27,6 +27,16 @@ pub enum LevelArg {
     ReadOnly,
     Supervised,
     Full,
+}
+
+impl From<LevelArg> for AutonomyLevel {
+    fn from(arg: LevelArg) -> AutonomyLevel {
+        match arg {
+            LevelArg::ReadOnly => AutonomyLevel::ReadOnly,
+            LevelArg::Supervised => AutonomyLevel::Supervised,
+            LevelArg::Full => AutonomyLevel::Full,
+        }
+    }
 }
 
 #[derive(Debug, Clone, Copy, ValueEnum)]
@@ -66,7 +76,7 @@ impl TurnOptions {
     ) -> pb::RunTurnRequest {
         pb::RunTurnRequest {
             principal: Some(principal.clone()),
-            level: level_of(self.level, config) as i32,
+            level: level_of(self.level, config).to_wire(),
             query,
             language: match self.language {
                 Some(LanguageArg::En) => common::Language::English,
@@ -115,17 +125,8 @@ pub fn cli_principal() -> common::Principal {
     }
 }
 
-fn level_of(arg: Option<LevelArg>, config: &Config) -> common::AutonomyLevel {
-    match arg {
-        Some(LevelArg::ReadOnly) => common::AutonomyLevel::ReadOnly,
-        Some(LevelArg::Supervised) => common::AutonomyLevel::Supervised,
-        Some(LevelArg::Full) => common::AutonomyLevel::Full,
-        None => match config.turns.cli_level {
-            AutonomyLevelName::ReadOnly => common::AutonomyLevel::ReadOnly,
-            AutonomyLevelName::Supervised => common::AutonomyLevel::Supervised,
-            AutonomyLevelName::Full => common::AutonomyLevel::Full,
-        },
-    }
+fn level_of(arg: Option<LevelArg>, config: &Config) -> AutonomyLevel {
+    arg.map_or(config.turns.cli_level, AutonomyLevel::from)
 }
 
 /// A spinner on stderr while the turn is quiet (terminals only).

@@ -12,6 +12,7 @@ use serde_json::json;
 
 use crate::admin::{connect, failed, print_line};
 use crate::ask_cli::LevelArg;
+use metnos_core::level::AutonomyLevel;
 
 const SERVICE: ServiceName = ServiceName::Gateway;
 
@@ -33,14 +34,6 @@ pub enum PairCommand {
     },
     /// Unpairs a person (channel:sender_id); nothing they send reaches Metnos afterwards.
     Revoke { person: String },
-}
-
-fn level(arg: LevelArg) -> common::AutonomyLevel {
-    match arg {
-        LevelArg::ReadOnly => common::AutonomyLevel::ReadOnly,
-        LevelArg::Supervised => common::AutonomyLevel::Supervised,
-        LevelArg::Full => common::AutonomyLevel::Full,
-    }
 }
 
 fn person(text: &str) -> Result<common::Principal, ExitCode> {
@@ -80,7 +73,7 @@ pub async fn pair(config: &Config, command: PairCommand) -> ExitCode {
         PairCommand::Approve { code, level: l } => client
             .approve_pairing(pb::ApprovePairingRequest {
                 code,
-                level: level(l) as i32,
+                level: AutonomyLevel::from(l).to_wire(),
             })
             .await
             .map(|r| vec![r.into_inner().pairing.unwrap_or_default()]),
@@ -99,7 +92,7 @@ pub async fn pair(config: &Config, command: PairCommand) -> ExitCode {
             client
                 .set_level(pb::SetLevelRequest {
                     principal: Some(principal),
-                    level: level(l) as i32,
+                    level: AutonomyLevel::from(l).to_wire(),
                 })
                 .await
                 .map(|r| vec![r.into_inner().pairing.unwrap_or_default()])

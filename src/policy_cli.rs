@@ -4,10 +4,10 @@
 use std::process::ExitCode;
 
 use clap::Subcommand;
+use metnos_core::level::AutonomyLevel;
 use metnos_kit::time::{from_timestamp, parse_rfc3339, rfc3339, to_timestamp};
 use metnos_kit::{Config, ServiceName};
-use metnos_policy::table::Level;
-use metnos_proto::common::v1::{AutonomyLevel, Principal};
+use metnos_proto::common::v1::Principal;
 use metnos_proto::policy::v1 as pb;
 use metnos_proto::policy::v1::policy_service_client::PolicyServiceClient;
 use serde_json::{Value, json};
@@ -86,12 +86,7 @@ fn outcome_name(value: i32) -> &'static str {
 }
 
 fn level_name(value: i32) -> &'static str {
-    match AutonomyLevel::try_from(value) {
-        Ok(AutonomyLevel::ReadOnly) => "ReadOnly",
-        Ok(AutonomyLevel::Supervised) => "Supervised",
-        Ok(AutonomyLevel::Full) => "Full",
-        _ => "unspecified",
-    }
+    AutonomyLevel::from_wire(value).map_or("unspecified", AutonomyLevel::as_str)
 }
 
 fn time_json(ts: Option<&prost_types::Timestamp>) -> Value {
@@ -176,7 +171,7 @@ pub async fn policy(config: &Config, command: PolicyCommand) -> ExitCode {
             sender,
             target,
         } => {
-            let level = match Level::parse(&level) {
+            let level = match AutonomyLevel::parse(&level) {
                 Ok(level) => level,
                 Err(e) => {
                     eprintln!("metnos: {e}");
@@ -188,11 +183,7 @@ pub async fn policy(config: &Config, command: PolicyCommand) -> ExitCode {
                 Err(code) => return code,
             };
             let request = pb::CheckRequest {
-                level: match level {
-                    Level::ReadOnly => AutonomyLevel::ReadOnly,
-                    Level::Supervised => AutonomyLevel::Supervised,
-                    Level::Full => AutonomyLevel::Full,
-                } as i32,
+                level: level.to_wire(),
                 capability: capability.clone(),
                 principal,
                 target: target.unwrap_or_default(),

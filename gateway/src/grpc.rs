@@ -2,6 +2,7 @@
 
 use std::sync::Arc;
 
+use metnos_core::level::AutonomyLevel;
 use metnos_kit::time::{now_ms, to_timestamp};
 use metnos_proto::common::v1 as common;
 use metnos_proto::gateway::v1 as pb;
@@ -29,20 +30,9 @@ fn store_error(e: sqlx::Error) -> Status {
 }
 
 fn level_name(level: i32) -> Result<&'static str, Status> {
-    match common::AutonomyLevel::try_from(level) {
-        Ok(common::AutonomyLevel::ReadOnly) => Ok("ReadOnly"),
-        Ok(common::AutonomyLevel::Supervised) => Ok("Supervised"),
-        Ok(common::AutonomyLevel::Full) => Ok("Full"),
-        _ => Err(Status::invalid_argument("level is unspecified")),
-    }
-}
-
-fn level_value(name: &str) -> common::AutonomyLevel {
-    match name {
-        "ReadOnly" => common::AutonomyLevel::ReadOnly,
-        "Full" => common::AutonomyLevel::Full,
-        _ => common::AutonomyLevel::Supervised,
-    }
+    AutonomyLevel::from_wire(level)
+        .map(AutonomyLevel::as_str)
+        .map_err(|e| Status::invalid_argument(e.to_string()))
 }
 
 pub fn pairing_msg(p: &Pairing) -> pb::Pairing {
@@ -52,12 +42,8 @@ pub fn pairing_msg(p: &Pairing) -> pb::Pairing {
             sender_id: p.sender_id.clone(),
         }),
         display_name: p.display_name.clone(),
-        level: level_value(&p.level) as i32,
-        language: if p.language == "en" {
-            common::Language::English
-        } else {
-            common::Language::Italian
-        } as i32,
+        level: p.autonomy().to_wire(),
+        language: p.language().to_wire(),
         paired_at: Some(to_timestamp(p.paired_at)),
     }
 }

@@ -1,6 +1,8 @@
 //! The gateway's store: pairings, pairing codes, sent cards, the Telegram offset and the
 //! updates already handled. SQLite or PostgreSQL, the same SQL.
 
+use metnos_core::language::Language;
+use metnos_core::level::AutonomyLevel;
 use metnos_kit::on_db;
 use metnos_kit::store::{Db, EmbeddedMigration, Migrations};
 use sqlx::Row;
@@ -38,6 +40,19 @@ pub struct Pairing {
     /// `it` or `en`.
     pub language: String,
     pub paired_at: i64,
+}
+
+impl Pairing {
+    /// The pairing's autonomy level (a name the store does not know reads as the default,
+    /// Supervised).
+    pub fn autonomy(&self) -> AutonomyLevel {
+        AutonomyLevel::parse(&self.level).unwrap_or_default()
+    }
+
+    /// The language to speak to them in.
+    pub fn language(&self) -> Language {
+        Language::from_tag(&self.language)
+    }
 }
 
 /// A card sent to a chat.

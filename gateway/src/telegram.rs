@@ -28,7 +28,8 @@ use teloxide::types::{
 use teloxide::{ApiError, Bot, RequestError};
 
 use crate::store::{CodeRequest, SentCard, Store};
-use crate::text::{self, Lang, Says, Stop};
+use crate::text::{self, Says, Stop};
+use metnos_core::language::Language;
 
 pub const CHANNEL: &str = "telegram";
 
@@ -141,14 +142,6 @@ fn principal(sender_id: &str) -> common::Principal {
     common::Principal {
         channel: CHANNEL.to_owned(),
         sender_id: sender_id.to_owned(),
-    }
-}
-
-fn level_of(name: &str) -> common::AutonomyLevel {
-    match name {
-        "ReadOnly" => common::AutonomyLevel::ReadOnly,
-        "Full" => common::AutonomyLevel::Full,
-        _ => common::AutonomyLevel::Supervised,
     }
 }
 
@@ -377,7 +370,7 @@ impl Telegram {
                     return;
                 };
                 let sender = from.id.0.to_string();
-                let lang = Lang::parse(from.language_code.as_deref().unwrap_or("it"));
+                let lang = Language::from_tag(from.language_code.as_deref().unwrap_or("it"));
                 let name = match &from.username {
                     Some(username) => format!("{} (@{username})", from.first_name),
                     None => from.first_name.clone(),
@@ -394,7 +387,7 @@ impl Telegram {
         chat: i64,
         sender: &str,
         name: &str,
-        lang: Lang,
+        lang: Language,
         text: &str,
     ) {
         let pairing = match self.store.pairing(CHANNEL, sender).await {
@@ -427,7 +420,7 @@ impl Telegram {
             }
             return;
         };
-        let lang = Lang::parse(&pairing.language);
+        let lang = pairing.language();
         let who = principal(sender);
         let asked = self
             .asked_to_stop
@@ -460,12 +453,9 @@ impl Telegram {
         }
         let request = pb::RunTurnRequest {
             principal: Some(who),
-            level: level_of(&pairing.level) as i32,
+            level: pairing.autonomy().to_wire(),
             query: text.to_owned(),
-            language: match lang {
-                Lang::It => common::Language::Italian,
-                Lang::En => common::Language::English,
-            } as i32,
+            language: lang.to_wire(),
             mode: pb::Mode::Unspecified as i32,
         };
         match self.planner.clone().run_turn(request).await {
@@ -495,7 +485,7 @@ impl Telegram {
             .is_some_and(|n| *n > 0)
     }
 
-    async fn stop(&self, chat: i64, who: &common::Principal, lang: Lang) {
+    async fn stop(&self, chat: i64, who: &common::Principal, lang: Language) {
         let request = pb::CancelTurnRequest {
             target: Some(pb::cancel_turn_request::Target::Principal(who.clone())),
             reason: "stop from Telegram".to_owned(),
@@ -511,7 +501,7 @@ impl Telegram {
 
     async fn on_callback(self: Arc<Self>, query: teloxide::types::CallbackQuery) {
         let clicker = query.from.id.0.to_string();
-        let lang = Lang::parse(query.from.language_code.as_deref().unwrap_or("it"));
+        let lang = Language::from_tag(query.from.language_code.as_deref().unwrap_or("it"));
         let data = query.data.clone().unwrap_or_default();
         let parsed = text::parse_callback(&data);
         let (token, decision) = match parsed {
@@ -560,7 +550,7 @@ impl Telegram {
         }
     }
 
-    async fn resume(self: &Arc<Self>, token: String, sender: String, lang: Lang) {
+    async fn resume(self: &Arc<Self>, token: String, sender: String, lang: Language) {
         let Ok(Some(card)) = self.store.card(&token).await else {
             return;
         };
@@ -596,7 +586,7 @@ impl Telegram {
     }
 
     /// Edits a card to its final state: its lines, the outcome and when, no buttons.
-    async fn finish_card(&self, token: &str, status: i32, lang: Lang) {
+    async fn finish_card(&self, token: &str, status: i32, lang: Language) {
         let Ok(Some(card)) = self.store.card(token).await else {
             return;
         };
@@ -657,7 +647,7 @@ impl Telegram {
         mut stream: tonic::Streaming<T>,
         chat: i64,
         sender: &str,
-        lang: Lang,
+        lang: Language,
     ) where
         T: TurnMessage,
     {
@@ -839,10 +829,10 @@ impl Telegram {
     }
 }
 
-fn planner_name(lang: Lang) -> &'static str {
+fn planner_name(lang: Language) -> &'static str {
     match lang {
-        Lang::It => "il pianificatore",
-        Lang::En => "the planner",
+        Language::Italian => "il pianificatore",
+        Language::English => "the planner",
     }
 }
 

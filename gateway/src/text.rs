@@ -5,7 +5,8 @@
 pub const TELEGRAM_LIMIT: usize = 4096;
 
 /// Escapes text for Telegram's HTML parse mode (the approval cards' own escaping).
-pub use metnos_approval::card::escape_html;
+pub use metnos_core::html::escape_html;
+use metnos_core::language::Language;
 
 /// `text` escaped and split into messages of at most `limit` characters (UTF-16 units
 /// are what Telegram counts; characters are never more), on line boundaries when a line
@@ -193,65 +194,47 @@ pub fn parse_callback(data: &str) -> Result<CallbackData, &'static str> {
     }
 }
 
-/// Sentences in the person's language.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Lang {
-    It,
-    En,
-}
-
-impl Lang {
-    pub fn parse(code: &str) -> Lang {
-        if code.eq_ignore_ascii_case("en") || code.to_lowercase().starts_with("en") {
-            Lang::En
-        } else {
-            Lang::It
-        }
-    }
-
-    pub fn code(self) -> &'static str {
-        match self {
-            Lang::It => "it",
-            Lang::En => "en",
-        }
-    }
-}
-
 /// What the gateway says, by language.
-pub fn say(lang: Lang, what: Says<'_>) -> String {
+pub fn say(lang: Language, what: Says<'_>) -> String {
     match (lang, what) {
-        (Lang::It, Says::PairingCode(code)) => format!(
+        (Language::Italian, Says::PairingCode(code)) => format!(
             "Ciao! Non ci conosciamo ancora. Chiedi a chi gestisce Metnos di eseguire: metnos pair approve {code}  (il codice vale 10 minuti)"
         ),
-        (Lang::En, Says::PairingCode(code)) => format!(
+        (Language::English, Says::PairingCode(code)) => format!(
             "Hello! We have not met yet. Ask whoever runs Metnos to run: metnos pair approve {code}  (the code works for 10 minutes)"
         ),
-        (Lang::It, Says::Unavailable(what)) => {
+        (Language::Italian, Says::Unavailable(what)) => {
             format!("Non riesco a raggiungere {what} in questo momento: riprova tra poco.")
         }
-        (Lang::En, Says::Unavailable(what)) => {
+        (Language::English, Says::Unavailable(what)) => {
             format!("I cannot reach {what} right now: please try again shortly.")
         }
-        (Lang::It, Says::Stopped) => "Va bene, mi fermo.".to_owned(),
-        (Lang::En, Says::Stopped) => "All right, I stop.".to_owned(),
-        (Lang::It, Says::NothingToStop) => "Non sto facendo niente in questo momento.".to_owned(),
-        (Lang::En, Says::NothingToStop) => "I am not doing anything right now.".to_owned(),
-        (Lang::It, Says::ConfirmStop) => "Vuoi che mi fermi? (sì/no)".to_owned(),
-        (Lang::En, Says::ConfirmStop) => "Do you want me to stop? (yes/no)".to_owned(),
-        (Lang::It, Says::GoingOn) => "Ok, continuo.".to_owned(),
-        (Lang::En, Says::GoingOn) => "OK, I carry on.".to_owned(),
-        (Lang::It, Says::Approved) => "approvato".to_owned(),
-        (Lang::En, Says::Approved) => "approved".to_owned(),
-        (Lang::It, Says::Rejected) => "rifiutato".to_owned(),
-        (Lang::En, Says::Rejected) => "rejected".to_owned(),
-        (Lang::It, Says::Expired) => "scaduto".to_owned(),
-        (Lang::En, Says::Expired) => "expired".to_owned(),
-        (Lang::It, Says::Cancelled) => "annullato".to_owned(),
-        (Lang::En, Says::Cancelled) => "cancelled".to_owned(),
-        (Lang::It, Says::CannotResolve(why)) => format!("Approvazione non risolvibile: {why}"),
-        (Lang::En, Says::CannotResolve(why)) => format!("Approval cannot be resolved: {why}"),
-        (Lang::It, Says::TurnEnded(kind)) => format!("Mi sono fermato ({kind})."),
-        (Lang::En, Says::TurnEnded(kind)) => format!("I stopped ({kind})."),
+        (Language::Italian, Says::Stopped) => "Va bene, mi fermo.".to_owned(),
+        (Language::English, Says::Stopped) => "All right, I stop.".to_owned(),
+        (Language::Italian, Says::NothingToStop) => {
+            "Non sto facendo niente in questo momento.".to_owned()
+        }
+        (Language::English, Says::NothingToStop) => "I am not doing anything right now.".to_owned(),
+        (Language::Italian, Says::ConfirmStop) => "Vuoi che mi fermi? (sì/no)".to_owned(),
+        (Language::English, Says::ConfirmStop) => "Do you want me to stop? (yes/no)".to_owned(),
+        (Language::Italian, Says::GoingOn) => "Ok, continuo.".to_owned(),
+        (Language::English, Says::GoingOn) => "OK, I carry on.".to_owned(),
+        (Language::Italian, Says::Approved) => "approvato".to_owned(),
+        (Language::English, Says::Approved) => "approved".to_owned(),
+        (Language::Italian, Says::Rejected) => "rifiutato".to_owned(),
+        (Language::English, Says::Rejected) => "rejected".to_owned(),
+        (Language::Italian, Says::Expired) => "scaduto".to_owned(),
+        (Language::English, Says::Expired) => "expired".to_owned(),
+        (Language::Italian, Says::Cancelled) => "annullato".to_owned(),
+        (Language::English, Says::Cancelled) => "cancelled".to_owned(),
+        (Language::Italian, Says::CannotResolve(why)) => {
+            format!("Approvazione non risolvibile: {why}")
+        }
+        (Language::English, Says::CannotResolve(why)) => {
+            format!("Approval cannot be resolved: {why}")
+        }
+        (Language::Italian, Says::TurnEnded(kind)) => format!("Mi sono fermato ({kind})."),
+        (Language::English, Says::TurnEnded(kind)) => format!("I stopped ({kind})."),
     }
 }
 

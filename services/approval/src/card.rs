@@ -80,57 +80,36 @@ impl Territory {
     }
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum Language {
-    Italian,
-    English,
+pub use metnos_core::language::Language;
+
+fn marker(language: Language, territory: Territory) -> &'static str {
+    match (language, territory) {
+        (_, Territory::None) => "",
+        (Language::Italian, Territory::Session) => " [territorio: sessione]",
+        (Language::Italian, Territory::Permanent) => " [territorio: permanente]",
+        (Language::English, Territory::Session) => " [territory: session]",
+        (Language::English, Territory::Permanent) => " [territory: permanent]",
+    }
 }
 
-impl Language {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Language::Italian => "it",
-            Language::English => "en",
-        }
+fn class_label(language: Language) -> &'static str {
+    match language {
+        Language::Italian => "classe",
+        Language::English => "class",
     }
+}
 
-    pub fn parse(text: &str) -> Option<Language> {
-        match text {
-            "it" => Some(Language::Italian),
-            "en" => Some(Language::English),
-            _ => None,
-        }
+fn question(language: Language, verb: &str) -> String {
+    match language {
+        Language::Italian => format!("Vuoi che {verb}?"),
+        Language::English => format!("May I {verb}?"),
     }
+}
 
-    fn marker(self, territory: Territory) -> &'static str {
-        match (self, territory) {
-            (_, Territory::None) => "",
-            (Language::Italian, Territory::Session) => " [territorio: sessione]",
-            (Language::Italian, Territory::Permanent) => " [territorio: permanente]",
-            (Language::English, Territory::Session) => " [territory: session]",
-            (Language::English, Territory::Permanent) => " [territory: permanent]",
-        }
-    }
-
-    fn class_label(self) -> &'static str {
-        match self {
-            Language::Italian => "classe",
-            Language::English => "class",
-        }
-    }
-
-    fn question(self, verb: &str) -> String {
-        match self {
-            Language::Italian => format!("Vuoi che {verb}?"),
-            Language::English => format!("May I {verb}?"),
-        }
-    }
-
-    fn buttons(self) -> (&'static str, &'static str) {
-        match self {
-            Language::Italian => ("Approva", "Rifiuta"),
-            Language::English => ("Approve", "Reject"),
-        }
+fn buttons(language: Language) -> (&'static str, &'static str) {
+    match language {
+        Language::Italian => ("Approva", "Rifiuta"),
+        Language::English => ("Approve", "Reject"),
     }
 }
 
@@ -249,20 +228,7 @@ pub fn sanitize(text: &str, max: usize) -> String {
     cut
 }
 
-/// Escapes text for Telegram's HTML parse mode.
-pub fn escape_html(text: &str) -> String {
-    let mut out = String::with_capacity(text.len());
-    for c in text.chars() {
-        match c {
-            '&' => out.push_str("&amp;"),
-            '<' => out.push_str("&lt;"),
-            '>' => out.push_str("&gt;"),
-            '"' => out.push_str("&quot;"),
-            c => out.push(c),
-        }
-    }
-    out
-}
+pub use metnos_core::html::escape_html;
 
 fn capitalize(text: &str) -> String {
     let mut chars = text.chars();
@@ -278,17 +244,17 @@ pub fn render(request: &CardRequest, token: &str) -> Card {
     let summary = sanitize(&request.target_summary, SHOWN_SUMMARY);
     let class = sanitize(&request.capability_class, SHOWN_CLASS);
     let language = request.language;
-    let marker = language.marker(request.territory);
+    let marker = marker(language, request.territory);
     let reversibility = request.reversibility.as_str();
     let shape = shape_for_recurrence(request.recurrence_count);
 
     // Each line as (plain, html); only caller text is escaped, never our own markup.
     let (lines, html): (Vec<String>, Vec<String>) = match shape {
         Shape::Full => {
-            let question = language.question(&verb);
+            let question = question(language, &verb);
             let meta = format!(
                 "{reversibility} | {}: {class}{marker}",
-                language.class_label()
+                class_label(language)
             );
             (
                 vec![question.clone(), summary.clone(), meta.clone()],
@@ -300,7 +266,7 @@ pub fn render(request: &CardRequest, token: &str) -> Card {
             )
         }
         Shape::Medium => {
-            let first = format!("{} ({reversibility}{marker})", language.question(&verb));
+            let first = format!("{} ({reversibility}{marker})", question(language, &verb));
             (
                 vec![first.clone(), summary.clone()],
                 vec![
@@ -318,7 +284,7 @@ pub fn render(request: &CardRequest, token: &str) -> Card {
             (vec![line.clone()], vec![escape_html(&line)])
         }
     };
-    let (approve, reject) = language.buttons();
+    let (approve, reject) = buttons(language);
     Card {
         lines,
         telegram_html: html.join("\n"),

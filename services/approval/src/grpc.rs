@@ -4,13 +4,13 @@ use std::pin::Pin;
 use std::sync::Arc;
 use std::time::Duration;
 
+use metnos_core::principal::Principal;
 use metnos_kit::readiness::Readiness;
 use metnos_kit::store::is_unreachable;
 use metnos_kit::time::to_timestamp;
-use metnos_policy::grant::Principal;
 use metnos_proto::approval::v1 as pb;
 use metnos_proto::approval::v1::approval_service_server::ApprovalService;
-use metnos_proto::common::v1::{Language as LanguageMsg, Principal as PrincipalMsg};
+use metnos_proto::common::v1::Principal as PrincipalMsg;
 use tokio::sync::broadcast::error::RecvError;
 use tokio_stream::Stream;
 use tokio_stream::wrappers::ReceiverStream;
@@ -73,11 +73,8 @@ fn card_request(message: &pb::ApprovalRequest) -> Result<CardRequest, Error> {
         Ok(pb::TerritoryConcession::Permanent) => Territory::Permanent,
         _ => return Err(Error::Unspecified("territory_concession")),
     };
-    let language = match LanguageMsg::try_from(message.language) {
-        Ok(LanguageMsg::Italian) => Language::Italian,
-        // Unspecified: English.
-        _ => Language::English,
-    };
+    // Unspecified: English.
+    let language = Language::from_wire(message.language).unwrap_or(Language::English);
     Ok(CardRequest {
         action_verb: message.action_verb.clone(),
         target_summary: message.target_summary.clone(),
@@ -133,10 +130,7 @@ pub fn pending_msg(p: &Pending) -> pb::PendingApproval {
             recurrence_count: p.recurrence_count,
             token: p.token.clone(),
             extra_json: p.extra_json.clone(),
-            language: match p.language {
-                Language::Italian => LanguageMsg::Italian,
-                Language::English => LanguageMsg::English,
-            } as i32,
+            language: p.language.to_wire(),
         }),
         capability: p.capability.clone(),
         target: p.target.clone(),

@@ -4,11 +4,11 @@
 use std::path::PathBuf;
 use std::sync::Arc;
 
+use metnos_core::capability::{Capability, UnknownCapability};
+use metnos_core::principal::{Principal, PrincipalError};
+use metnos_core::target::{Pattern, TargetError};
 use metnos_kit::client::TracedChannel;
 use metnos_kit::clock::Clock;
-use metnos_policy::grant::{Principal, PrincipalError};
-use metnos_policy::registry::{Capability, UnknownCapability};
-use metnos_policy::target::{Pattern, TargetError};
 use metnos_proto::common::v1::Principal as PrincipalMsg;
 use metnos_proto::policy::v1::RecordGrantRequest;
 use metnos_proto::policy::v1::policy_service_client::PolicyServiceClient;
@@ -16,7 +16,8 @@ use tokio::sync::broadcast;
 
 use crate::card::{self, Card, CardError, CardRequest, Territory};
 use crate::store::{Pending, PendingStore, Status};
-use crate::token::{self, ArgsError};
+use crate::token;
+use metnos_core::call::{ArgsError, call_sha256};
 
 /// Longest cancel reason kept, in bytes.
 const MAX_REASON_BYTES: usize = 1024;
@@ -194,7 +195,7 @@ impl Approvals {
         if new.executor.trim().is_empty() {
             return Err(Error::EmptyExecutor);
         }
-        let call_sha256 = token::call_sha256(&new.executor, &new.args_json)?;
+        let call_sha256 = call_sha256(&new.executor, &new.args_json)?;
         let extra_json = if new.extra_json.is_empty() {
             String::new()
         } else {

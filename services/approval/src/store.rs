@@ -2,9 +2,9 @@
 //! state change is one conditional UPDATE (`… WHERE token = $1 AND status = 'pending'`),
 //! so concurrent decisions on one token change it exactly once on either backend.
 
+use metnos_core::principal::Principal;
 use metnos_kit::on_db;
 use metnos_kit::store::{Db, EmbeddedMigration, Migrations};
-use metnos_policy::grant::Principal;
 use sqlx::Row;
 
 use crate::card::{Language, Reversibility, Territory};
@@ -133,7 +133,8 @@ where
             .ok_or_else(|| decode_error("reversibility", &reversibility))?,
         territory: Territory::parse(&territory)
             .ok_or_else(|| decode_error("territory", &territory))?,
-        language: Language::parse(&language).ok_or_else(|| decode_error("language", &language))?,
+        language: Language::from_code(&language)
+            .ok_or_else(|| decode_error("language", &language))?,
         capability: text("capability")?,
         target: text("target")?,
         territory_target: text("territory_target")?,
@@ -182,7 +183,7 @@ impl PendingStore {
                 .bind(&p.target_summary)
                 .bind(p.reversibility.as_str())
                 .bind(p.territory.as_str())
-                .bind(p.language.as_str())
+                .bind(p.language.code())
                 .bind(&p.capability)
                 .bind(&p.target)
                 .bind(&p.territory_target)

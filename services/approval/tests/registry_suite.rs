@@ -9,9 +9,9 @@ use metnos_approval::card::{CardRequest, Language, Reversibility, Territory};
 use metnos_approval::service::{Approvals, Decision, Error, NewRequest, Settings};
 use metnos_approval::store::{MIGRATIONS, PendingStore, Status};
 use metnos_approval::token;
+use metnos_core::principal::Principal;
 use metnos_kit::clock::ManualClock;
 use metnos_kit::testing::TestStore;
-use metnos_policy::grant::Principal;
 
 const TTL_MS: i64 = 600_000;
 
@@ -83,7 +83,7 @@ async fn create_issues_a_token_and_a_pending_record(store: TestStore) {
     assert_eq!(stored, pending);
     assert_eq!(
         stored.call_sha256,
-        token::call_sha256(
+        metnos_core::call::call_sha256(
             "fs_write",
             r#"{"content":"x","path":"~/downloads/rapporto.pdf"}"#
         )

@@ -6,7 +6,7 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use metnos_policy::registry::Capability;
+use metnos_core::capability::Capability;
 use serde_json::Value;
 
 use crate::digest::{DigestCache, DigestError};

@@ -2,7 +2,9 @@
 //! a URL's host must match one of its patterns. Used by the runner before a spawn and by
 //! the built-ins again right before they touch a path.
 
-use std::path::{Component, Path, PathBuf};
+use std::path::{Path, PathBuf};
+
+use metnos_core::path::{self, Tilde};
 
 /// Why a target is out of scope.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -25,28 +27,17 @@ pub enum ScopeError {
     Host { host: String, allowed: String },
 }
 
-/// `~` and `~/x` under `home`; other text as a path.
+/// `~` and `~/x` under `home`; other text (`~user` too) as a path.
 pub fn expand_home(text: &str, home: &Path) -> PathBuf {
-    match text.strip_prefix('~') {
-        Some("") => home.to_owned(),
-        Some(rest) if rest.starts_with('/') => home.join(rest.trim_start_matches('/')),
-        _ => PathBuf::from(text),
+    match path::expand_tilde(text, &path::home_text(home)) {
+        Tilde::Home(expanded) => PathBuf::from(expanded),
+        Tilde::OtherUser { .. } | Tilde::None => PathBuf::from(text),
     }
 }
 
 /// Lexical normalisation: `.` and repeated separators go, `..` climbs (not above `/`).
 pub fn normalize(path: &Path) -> PathBuf {
-    let mut out = PathBuf::from("/");
-    for component in path.components() {
-        match component {
-            Component::ParentDir => {
-                out.pop();
-            }
-            Component::Normal(part) => out.push(part),
-            Component::RootDir | Component::CurDir | Component::Prefix(_) => {}
-        }
-    }
-    out
+    PathBuf::from(path::normalize(&path.to_string_lossy()))
 }
 
 /// The real path of `path`, symlinks resolved, even when its last parts do not exist

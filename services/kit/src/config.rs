@@ -14,6 +14,7 @@ use std::time::Duration;
 
 use figment::Figment;
 use figment::providers::{Env, Format, Serialized, Toml};
+use metnos_core::level::AutonomyLevel;
 use serde::{Deserialize, Serialize};
 
 /// Environment variable naming the config file (the `--config` flag wins over it).
@@ -400,7 +401,7 @@ pub struct TurnsConfig {
     /// capabilities.
     pub hybrid_wise_capabilities: Vec<String>,
     /// The autonomy level of the local user in `metnos ask` / `metnos chat`.
-    pub cli_level: AutonomyLevelName,
+    pub cli_level: AutonomyLevel,
 }
 
 impl Default for TurnsConfig {
@@ -414,18 +415,9 @@ impl Default for TurnsConfig {
             retention_hours: 24,
             hybrid_escalate_after_failures: 2,
             hybrid_wise_capabilities: Vec::new(),
-            cli_level: AutonomyLevelName::Supervised,
+            cli_level: AutonomyLevel::Supervised,
         }
     }
-}
-
-/// An autonomy level by name, as config writes it.
-#[derive(Debug, Clone, Copy, Serialize, Deserialize, PartialEq, Eq, Default)]
-pub enum AutonomyLevelName {
-    ReadOnly,
-    #[default]
-    Supervised,
-    Full,
 }
 
 /// How the planner loops.

@@ -887,10 +887,10 @@ impl Planner {
             let mut grant_id = None;
             let mut approval_capability = String::new();
             for capability in &executor.manifest.capabilities {
-                let kind = metnos_policy::registry::Capability::parse(capability)
+                let kind = metnos_core::capability::Capability::parse(capability)
                     .map(|c| c.spec().target_kind)
-                    .unwrap_or(metnos_policy::registry::TargetKind::Exact);
-                let cap_target = if kind == metnos_policy::registry::TargetKind::None {
+                    .unwrap_or(metnos_core::capability::TargetKind::Exact);
+                let cap_target = if kind == metnos_core::capability::TargetKind::None {
                     String::new()
                 } else {
                     target.clone()
@@ -899,7 +899,7 @@ impl Planner {
                 // exercised (parse_local on text reads no file).
                 if several
                     && cap_target.is_empty()
-                    && kind != metnos_policy::registry::TargetKind::None
+                    && kind != metnos_core::capability::TargetKind::None
                 {
                     continue;
                 }
@@ -1135,7 +1135,7 @@ impl Planner {
         target: &str,
     ) -> StepOutcome {
         let args_json = args.to_string();
-        let call_sha256 = match metnos_approval::token::call_sha256(&call.name, &args_json) {
+        let call_sha256 = match metnos_core::call::call_sha256(&call.name, &args_json) {
             Ok(hash) => hash,
             Err(e) => {
                 self.observe(
@@ -1351,11 +1351,9 @@ impl Planner {
         let observation = match status {
             approval::ApprovalStatus::Approved => {
                 // Exactly the call the person approved, or nothing.
-                let hash = metnos_approval::token::call_sha256(
-                    &pending.call.name,
-                    &pending.args.to_string(),
-                )
-                .unwrap_or_default();
+                let hash =
+                    metnos_core::call::call_sha256(&pending.call.name, &pending.args.to_string())
+                        .unwrap_or_default();
                 if hash != pending.call_sha256 || hash != decision.call_sha256 {
                     refusal("the approved call does not match the call to run; nothing was done")
                 } else {

@@ -6,7 +6,7 @@
 mod fixture;
 
 use criterion::{BenchmarkId, Criterion, criterion_group, criterion_main};
-use metnos_policy::table::Level;
+use metnos_core::level::AutonomyLevel;
 
 fn bench(c: &mut Criterion) {
     let runtime = tokio::runtime::Builder::new_current_thread()
@@ -19,7 +19,7 @@ fn bench(c: &mut Criterion) {
         let check = |target: &str| {
             let decision = runtime
                 .block_on(f.policy.check(
-                    Level::Supervised,
+                    AutonomyLevel::Supervised,
                     "fs:write",
                     Some(f.principal.clone()),
                     target,
@@ -42,7 +42,7 @@ fn bench(c: &mut Criterion) {
             b.iter(|| {
                 runtime
                     .block_on(f.policy.check(
-                        Level::Full,
+                        AutonomyLevel::Full,
                         "fs:write",
                         Some(f.principal.clone()),
                         &f.hit,

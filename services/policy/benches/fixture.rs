@@ -10,11 +10,12 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
-use metnos_policy::grant::{NewGrant, Principal};
-use metnos_policy::registry::Capability;
+use metnos_core::capability::Capability;
+use metnos_core::principal::Principal;
+use metnos_core::target::Pattern;
+use metnos_policy::grant::NewGrant;
 use metnos_policy::service::Policy;
 use metnos_policy::store::{GrantStore, MIGRATIONS};
-use metnos_policy::target::Pattern;
 
 pub const HOME: &str = "/home/u7";
 

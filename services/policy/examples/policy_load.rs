@@ -12,12 +12,12 @@ mod fixture;
 use std::time::{Duration, Instant};
 
 use hdrhistogram::Histogram;
+use metnos_core::level::AutonomyLevel;
 use metnos_kit::ServiceName;
 use metnos_kit::client;
 use metnos_kit::runtime::spawn_on_loopback;
 use metnos_policy::service::Policy;
-use metnos_policy::table::Level;
-use metnos_proto::common::v1::{AutonomyLevel, Principal};
+use metnos_proto::common::v1::Principal;
 use metnos_proto::policy::v1::CheckRequest;
 use metnos_proto::policy::v1::policy_service_client::PolicyServiceClient;
 
@@ -75,7 +75,7 @@ fn main() {
     for (label, policy, target) in cases {
         let check = || {
             policy.check(
-                Level::Supervised,
+                AutonomyLevel::Supervised,
                 "fs:write",
                 Some(f.principal.clone()),
                 target,
@@ -114,7 +114,7 @@ fn main() {
     .unwrap();
 
     let request = CheckRequest {
-        level: AutonomyLevel::Supervised as i32,
+        level: AutonomyLevel::Supervised.to_wire(),
         capability: "fs:write".to_owned(),
         principal: Some(Principal {
             channel: f.principal.channel.clone(),

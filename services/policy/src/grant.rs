@@ -1,48 +1,8 @@
 //! Grants: persistent concessions "this person may do this capability on this target".
 
-use crate::registry::{Capability, DefaultApproval, TargetKind};
-use crate::target::{Pattern, TargetError};
-
-/// Longest channel or sender id accepted, in bytes.
-const MAX_ID_LEN: usize = 256;
-
-/// A person as seen by one channel.
-#[derive(Debug, Clone, PartialEq, Eq, Hash)]
-pub struct Principal {
-    pub channel: String,
-    pub sender_id: String,
-}
-
-/// Why a principal cannot be used.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-pub enum PrincipalError {
-    #[error("principal has an empty {0}")]
-    Empty(&'static str),
-    #[error("principal {0} is longer than {MAX_ID_LEN} bytes")]
-    TooLong(&'static str),
-    #[error("principal {0} contains a control character")]
-    ControlCharacter(&'static str),
-}
-
-impl Principal {
-    pub fn new(channel: &str, sender_id: &str) -> Result<Principal, PrincipalError> {
-        for (field, value) in [("channel", channel), ("sender_id", sender_id)] {
-            if value.is_empty() {
-                return Err(PrincipalError::Empty(field));
-            }
-            if value.len() > MAX_ID_LEN {
-                return Err(PrincipalError::TooLong(field));
-            }
-            if value.chars().any(char::is_control) {
-                return Err(PrincipalError::ControlCharacter(field));
-            }
-        }
-        Ok(Principal {
-            channel: channel.to_owned(),
-            sender_id: sender_id.to_owned(),
-        })
-    }
-}
+use metnos_core::capability::{Capability, DefaultApproval, TargetKind};
+use metnos_core::principal::Principal;
+use metnos_core::target::{Pattern, TargetError};
 
 /// A stored grant. Times are milliseconds since the Unix epoch.
 #[derive(Debug, Clone, PartialEq, Eq)]

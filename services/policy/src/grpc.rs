@@ -3,20 +3,22 @@
 
 use std::sync::Arc;
 
+use metnos_core::level::AutonomyLevel;
+use metnos_core::principal::{Principal, PrincipalError};
 use metnos_kit::readiness::Readiness;
 use metnos_kit::store::is_unreachable;
 use metnos_kit::time::{from_timestamp, to_timestamp};
-use metnos_proto::common::v1::{AutonomyLevel, Principal as PrincipalMsg};
+use metnos_proto::common::v1::Principal as PrincipalMsg;
 use metnos_proto::policy::v1 as pb;
 use metnos_proto::policy::v1::policy_service_server::PolicyService;
 use tonic::{Request, Response, Status};
 
-use crate::grant::{Grant, Principal};
+use crate::grant::Grant;
 use crate::outcome::Decider;
-use crate::registry::{DefaultApproval, REGISTRY, TargetKind};
 use crate::service::{Error, Policy};
 use crate::store::ListFilter;
-use crate::table::{Level, Outcome, table_outcome};
+use crate::table::{Outcome, table_outcome};
+use metnos_core::capability::{DefaultApproval, REGISTRY, TargetKind};
 
 impl From<Error> for Status {
     fn from(error: Error) -> Status {
@@ -41,21 +43,8 @@ impl From<Error> for Status {
     }
 }
 
-fn level_from(value: i32) -> Result<Level, Error> {
-    match AutonomyLevel::try_from(value) {
-        Ok(AutonomyLevel::ReadOnly) => Ok(Level::ReadOnly),
-        Ok(AutonomyLevel::Supervised) => Ok(Level::Supervised),
-        Ok(AutonomyLevel::Full) => Ok(Level::Full),
-        Ok(AutonomyLevel::Unspecified) | Err(_) => Err(Error::UnspecifiedLevel),
-    }
-}
-
-fn level_to(level: Level) -> AutonomyLevel {
-    match level {
-        Level::ReadOnly => AutonomyLevel::ReadOnly,
-        Level::Supervised => AutonomyLevel::Supervised,
-        Level::Full => AutonomyLevel::Full,
-    }
+fn level_from(value: i32) -> Result<AutonomyLevel, Error> {
+    AutonomyLevel::from_wire(value).map_err(|_| Error::UnspecifiedLevel)
 }
 
 fn outcome_to(outcome: Outcome) -> pb::Outcome {
@@ -146,10 +135,10 @@ impl PolicyService for PolicyApi {
         &self,
         _request: Request<pb::GetTableRequest>,
     ) -> Result<Response<pb::GetTableResponse>, Status> {
-        let rows = Level::ALL
+        let rows = AutonomyLevel::ALL
             .iter()
             .map(|level| pb::TableRow {
-                level: level_to(*level) as i32,
+                level: level.to_wire(),
                 cells: REGISTRY
                     .iter()
                     .map(|spec| pb::TableCell {
@@ -199,7 +188,7 @@ impl PolicyService for PolicyApi {
         let request = request.into_inner();
         let result = async {
             let principal = principal_from(request.principal.as_ref())?
-                .ok_or(crate::grant::PrincipalError::Empty("channel"))?;
+                .ok_or(PrincipalError::Empty("channel"))?;
             let expires_at = match &request.expires_at {
                 None => None,
                 Some(ts) => Some(from_timestamp(ts).ok_or(Error::InvalidExpiry)?),

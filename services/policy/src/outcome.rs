@@ -2,10 +2,13 @@
 //! approval_required to allowed by an active grant whose pattern matches the target.
 //! A grant can never lift `denied`.
 
-use crate::grant::{Candidate, Principal};
-use crate::registry::{Capability, DefaultApproval, TargetKind};
-use crate::table::{Level, Outcome, table_outcome};
-use crate::target::{Matcher, Target};
+use crate::grant::Candidate;
+use crate::matcher::Matcher;
+use crate::table::{Outcome, table_outcome};
+use metnos_core::capability::{Capability, DefaultApproval, TargetKind};
+use metnos_core::level::AutonomyLevel;
+use metnos_core::principal::Principal;
+use metnos_core::target::Target;
 
 /// What decided an outcome.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -36,7 +39,11 @@ pub struct Scope<'a> {
 
 /// Whether grants are worth looking up for this check: only when the table says
 /// approval_required, the capability is grantable, and principal and target are given.
-pub fn needs_grants(level: Level, capability: Capability, scope: Option<&Scope<'_>>) -> bool {
+pub fn needs_grants(
+    level: AutonomyLevel,
+    capability: Capability,
+    scope: Option<&Scope<'_>>,
+) -> bool {
     table_outcome(level, capability) == Outcome::ApprovalRequired
         && capability.spec().grantable()
         && scope.is_some()
@@ -46,7 +53,7 @@ pub fn needs_grants(level: Level, capability: Capability, scope: Option<&Scope<'
 /// candidates are filtered again here (revoked, expired, not matching), so the invariant
 /// "a grant never lifts denied" does not depend on what the store returned.
 pub fn decide(
-    level: Level,
+    level: AutonomyLevel,
     capability: Capability,
     scope: Option<&Scope<'_>>,
     candidates: &[Candidate],
@@ -125,7 +132,12 @@ mod tests {
         }
     }
 
-    fn check(level: Level, cap: Capability, target: &str, candidates: &[Candidate]) -> Decision {
+    fn check(
+        level: AutonomyLevel,
+        cap: Capability,
+        target: &str,
+        candidates: &[Candidate],
+    ) -> Decision {
         let kind = cap.spec().target_kind;
         let principal = roberto();
         let parsed = Target::parse(kind, target, Path::new(HOME)).unwrap();
@@ -149,7 +161,7 @@ mod tests {
     fn an_active_matching_grant_lifts_approval_required_to_allowed() {
         let grants = [candidate(7, "/home/roberto/Documents/invoices-2026/*")];
         let d = check(
-            Level::Supervised,
+            AutonomyLevel::Supervised,
             Capability::FsWrite,
             "~/Documents/invoices-2026/04-Acme.pdf",
             &grants,
@@ -171,7 +183,7 @@ mod tests {
     fn a_grant_never_lifts_denied() {
         let grants = [candidate(7, "/home/roberto/Documents/invoices-2026/*")];
         let d = check(
-            Level::ReadOnly,
+            AutonomyLevel::ReadOnly,
             Capability::FsWrite,
             "~/Documents/invoices-2026/04-Acme.pdf",
             &grants,
@@ -190,7 +202,7 @@ mod tests {
     #[test]
     fn mail_send_at_full_is_asked_every_time() {
         let d = check(
-            Level::Full,
+            AutonomyLevel::Full,
             Capability::MailSend,
             "x@example.com",
             &[candidate(1, "x@example.com")],
@@ -213,7 +225,7 @@ mod tests {
         };
         let elsewhere = candidate(3, "/home/roberto/Pictures/*");
         let d = check(
-            Level::Supervised,
+            AutonomyLevel::Supervised,
             Capability::FsWrite,
             target,
             &[expired, revoked, elsewhere],
@@ -230,7 +242,7 @@ mod tests {
     #[test]
     fn without_a_scope_only_the_table_decides() {
         let d = decide(
-            Level::Supervised,
+            AutonomyLevel::Supervised,
             Capability::FsWrite,
             None,
             &[],
@@ -244,7 +256,7 @@ mod tests {
             d.reason
         );
         let d = decide(
-            Level::Full,
+            AutonomyLevel::Full,
             Capability::FsRead,
             None,
             &[],
@@ -258,8 +270,8 @@ mod tests {
         assert_eq!(d.reason, "table: Full x fs:read = allowed");
     }
 
-    fn any_level() -> impl Strategy<Value = Level> {
-        prop::sample::select(Level::ALL.to_vec())
+    fn any_level() -> impl Strategy<Value = AutonomyLevel> {
+        prop::sample::select(AutonomyLevel::ALL.to_vec())
     }
 
     fn any_capability() -> impl Strategy<Value = Capability> {

@@ -9,12 +9,14 @@ use std::sync::{Arc, Mutex};
 use metnos_kit::store::Db;
 use metnos_kit::time::now_ms;
 
-use crate::grant::{Candidate, Grant, GrantError, NewGrant, Principal, PrincipalError};
+use crate::grant::{Candidate, Grant, GrantError, NewGrant};
+use crate::matcher::Matcher;
 use crate::outcome::{Decision, Scope, decide, needs_grants};
-use crate::registry::{Capability, TargetKind, UnknownCapability};
 use crate::store::{GrantStore, ListFilter};
-use crate::table::Level;
-use crate::target::{Matcher, Target, TargetError};
+use metnos_core::capability::{Capability, TargetKind, UnknownCapability};
+use metnos_core::level::AutonomyLevel;
+use metnos_core::principal::{Principal, PrincipalError};
+use metnos_core::target::{Target, TargetError};
 
 const DAY_MS: i64 = 24 * 60 * 60 * 1000;
 
@@ -144,7 +146,7 @@ impl Policy {
     /// validated whatever the table says.
     pub async fn check(
         &self,
-        level: Level,
+        level: AutonomyLevel,
         capability: &str,
         principal: Option<Principal>,
         target: &str,

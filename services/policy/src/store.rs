@@ -5,7 +5,8 @@ use metnos_kit::on_db;
 use metnos_kit::store::{Db, EmbeddedMigration, Migrations};
 use sqlx::Row;
 
-use crate::grant::{Candidate, Grant, NewGrant, Principal};
+use crate::grant::{Candidate, Grant, NewGrant};
+use metnos_core::principal::Principal;
 
 const SQLITE: &[EmbeddedMigration] = &[EmbeddedMigration {
     version: 1,

@@ -3,15 +3,8 @@
 
 use std::fmt;
 
-use crate::registry::{Capability, DefaultApproval};
-
-/// How much Metnos may do for a person without asking.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub enum Level {
-    ReadOnly,
-    Supervised,
-    Full,
-}
+use metnos_core::capability::{Capability, DefaultApproval};
+use metnos_core::level::AutonomyLevel;
 
 /// The three outcomes of the legality filter.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -19,44 +12,6 @@ pub enum Outcome {
     Allowed,
     ApprovalRequired,
     Denied,
-}
-
-/// A level name that is not one of the three.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("unknown autonomy level `{0}`; the levels are ReadOnly, Supervised and Full")]
-pub struct UnknownLevel(pub String);
-
-impl Level {
-    pub const ALL: [Level; 3] = [Level::ReadOnly, Level::Supervised, Level::Full];
-
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Level::ReadOnly => "ReadOnly",
-            Level::Supervised => "Supervised",
-            Level::Full => "Full",
-        }
-    }
-
-    /// Parses `ReadOnly`, `read-only`, `read_only`, `readonly`, `Supervised`, `full`, …
-    pub fn parse(text: &str) -> Result<Level, UnknownLevel> {
-        let folded: String = text
-            .chars()
-            .filter(|c| !matches!(c, '-' | '_' | ' '))
-            .collect::<String>()
-            .to_ascii_lowercase();
-        match folded.as_str() {
-            "readonly" => Ok(Level::ReadOnly),
-            "supervised" => Ok(Level::Supervised),
-            "full" => Ok(Level::Full),
-            _ => Err(UnknownLevel(text.to_owned())),
-        }
-    }
-}
-
-impl fmt::Display for Level {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.as_str())
-    }
 }
 
 impl Outcome {
@@ -80,17 +35,17 @@ impl fmt::Display for Outcome {
 ///   per-target capabilities stay approval_required; everything else is denied.
 /// - Supervised: what ReadOnly allows, and every other capability needs approval.
 /// - Full: everything allowed except the `always` capabilities, which need approval.
-pub fn table_outcome(level: Level, capability: Capability) -> Outcome {
+pub fn table_outcome(level: AutonomyLevel, capability: Capability) -> Outcome {
     let spec = capability.spec();
     match (level, spec.default_approval) {
         (_, DefaultApproval::None) => Outcome::Allowed,
-        (Level::ReadOnly, DefaultApproval::PerTarget) if spec.reads_only => {
+        (AutonomyLevel::ReadOnly, DefaultApproval::PerTarget) if spec.reads_only => {
             Outcome::ApprovalRequired
         }
-        (Level::ReadOnly, _) => Outcome::Denied,
-        (Level::Supervised, _) => Outcome::ApprovalRequired,
-        (Level::Full, DefaultApproval::Always) => Outcome::ApprovalRequired,
-        (Level::Full, DefaultApproval::PerTarget) => Outcome::Allowed,
+        (AutonomyLevel::ReadOnly, _) => Outcome::Denied,
+        (AutonomyLevel::Supervised, _) => Outcome::ApprovalRequired,
+        (AutonomyLevel::Full, DefaultApproval::Always) => Outcome::ApprovalRequired,
+        (AutonomyLevel::Full, DefaultApproval::PerTarget) => Outcome::Allowed,
     }
 }
 
@@ -121,16 +76,20 @@ mod tests {
         for (name, read_only, supervised, full) in SEED_TABLE {
             let cap = Capability::parse(name).unwrap();
             assert_eq!(
-                table_outcome(Level::ReadOnly, cap),
+                table_outcome(AutonomyLevel::ReadOnly, cap),
                 read_only,
                 "ReadOnly x {name}"
             );
             assert_eq!(
-                table_outcome(Level::Supervised, cap),
+                table_outcome(AutonomyLevel::Supervised, cap),
                 supervised,
                 "Supervised x {name}"
             );
-            assert_eq!(table_outcome(Level::Full, cap), full, "Full x {name}");
+            assert_eq!(
+                table_outcome(AutonomyLevel::Full, cap),
+                full,
+                "Full x {name}"
+            );
         }
         assert_eq!(SEED_TABLE.len(), Capability::all().count());
     }
@@ -144,7 +103,7 @@ mod tests {
             Capability::MailSend,
         ] {
             assert_eq!(
-                table_outcome(Level::ReadOnly, cap),
+                table_outcome(AutonomyLevel::ReadOnly, cap),
                 Outcome::Denied,
                 "{cap}"
             );
@@ -155,19 +114,19 @@ mod tests {
     #[test]
     fn supervised_asks_for_critical_actions_and_allows_local_llm() {
         assert_eq!(
-            table_outcome(Level::Supervised, Capability::FsWrite),
+            table_outcome(AutonomyLevel::Supervised, Capability::FsWrite),
             Outcome::ApprovalRequired
         );
         assert_eq!(
-            table_outcome(Level::Supervised, Capability::LlmLocal),
+            table_outcome(AutonomyLevel::Supervised, Capability::LlmLocal),
             Outcome::Allowed
         );
         assert_eq!(
-            table_outcome(Level::Supervised, Capability::MailSend),
+            table_outcome(AutonomyLevel::Supervised, Capability::MailSend),
             Outcome::ApprovalRequired
         );
         assert_eq!(
-            table_outcome(Level::Supervised, Capability::CodeExec),
+            table_outcome(AutonomyLevel::Supervised, Capability::CodeExec),
             Outcome::ApprovalRequired
         );
     }
@@ -176,15 +135,15 @@ mod tests {
     #[test]
     fn full_still_asks_for_mail_send_and_code_exec() {
         assert_eq!(
-            table_outcome(Level::Full, Capability::MailSend),
+            table_outcome(AutonomyLevel::Full, Capability::MailSend),
             Outcome::ApprovalRequired
         );
         assert_eq!(
-            table_outcome(Level::Full, Capability::CodeExec),
+            table_outcome(AutonomyLevel::Full, Capability::CodeExec),
             Outcome::ApprovalRequired
         );
         assert_eq!(
-            table_outcome(Level::Full, Capability::FsWrite),
+            table_outcome(AutonomyLevel::Full, Capability::FsWrite),
             Outcome::Allowed
         );
     }
@@ -199,11 +158,18 @@ mod tests {
             "READONLY",
             "Read Only",
         ] {
-            assert_eq!(Level::parse(text), Ok(Level::ReadOnly), "{text}");
+            assert_eq!(
+                AutonomyLevel::parse(text),
+                Ok(AutonomyLevel::ReadOnly),
+                "{text}"
+            );
         }
-        assert_eq!(Level::parse("supervised"), Ok(Level::Supervised));
-        assert_eq!(Level::parse("Full"), Ok(Level::Full));
-        let err = Level::parse("admin").unwrap_err().to_string();
+        assert_eq!(
+            AutonomyLevel::parse("supervised"),
+            Ok(AutonomyLevel::Supervised)
+        );
+        assert_eq!(AutonomyLevel::parse("Full"), Ok(AutonomyLevel::Full));
+        let err = AutonomyLevel::parse("admin").unwrap_err().to_string();
         assert!(
             err.contains("`admin`") && err.contains("ReadOnly, Supervised and Full"),
             "{err}"

@@ -4,15 +4,17 @@
 use std::path::PathBuf;
 use std::time::Duration;
 
+use metnos_core::capability::Capability;
+use metnos_core::level::AutonomyLevel;
+use metnos_core::principal::Principal;
+use metnos_core::target::Pattern;
 use metnos_kit::testing::TestStore;
 use metnos_kit::time::now_ms;
-use metnos_policy::grant::{NewGrant, Principal};
+use metnos_policy::grant::NewGrant;
 use metnos_policy::outcome::Decider;
-use metnos_policy::registry::Capability;
 use metnos_policy::service::{Error, Policy};
 use metnos_policy::store::{GrantStore, ListFilter, MIGRATIONS};
-use metnos_policy::table::{Level, Outcome};
-use metnos_policy::target::Pattern;
+use metnos_policy::table::Outcome;
 
 const DAY_MS: i64 = 86_400_000;
 
@@ -81,7 +83,7 @@ async fn a_recorded_grant_decides_a_matching_check(store: TestStore) {
     assert!(grant.id > 0);
     let decision = policy
         .check(
-            Level::Supervised,
+            AutonomyLevel::Supervised,
             "fs:write",
             Some(roberto()),
             "~/Documents/invoices-2026/04-Acme.pdf",
@@ -115,7 +117,7 @@ async fn a_recorded_grant_decides_a_matching_check(store: TestStore) {
         ),
     ] {
         let d = policy
-            .check(Level::Supervised, cap, Some(who.clone()), target)
+            .check(AutonomyLevel::Supervised, cap, Some(who.clone()), target)
             .await
             .unwrap();
         assert_eq!(
@@ -151,7 +153,7 @@ async fn revoking_a_grant_stops_it_deciding(store: TestStore) {
         .unwrap();
     let check = || {
         policy.check(
-            Level::Supervised,
+            AutonomyLevel::Supervised,
             "network:http",
             Some(roberto()),
             "https://api.example.com/v1",
@@ -244,7 +246,12 @@ async fn expired_grants_neither_decide_nor_list(store: TestStore) {
     )
     .await;
     let d = policy
-        .check(Level::Supervised, "fs:read", Some(roberto()), "~/old/x.txt")
+        .check(
+            AutonomyLevel::Supervised,
+            "fs:read",
+            Some(roberto()),
+            "~/old/x.txt",
+        )
         .await
         .unwrap();
     assert_eq!(d.outcome, Outcome::ApprovalRequired);
@@ -272,7 +279,7 @@ async fn a_deciding_grant_records_its_last_use(store: TestStore) {
     let before = now_ms();
     let d = policy
         .check(
-            Level::ReadOnly,
+            AutonomyLevel::ReadOnly,
             "mail:read",
             Some(roberto()),
             "inbox@example.com",
@@ -310,7 +317,7 @@ async fn pruning_revokes_only_grants_unused_for_the_given_days(store: TestStore)
     // Using the old grant today keeps it.
     let d = policy
         .check(
-            Level::Supervised,
+            AutonomyLevel::Supervised,
             "fs:read",
             Some(roberto()),
             "~/used/a.txt",
@@ -359,7 +366,7 @@ async fn many_grants_of_one_person_still_find_the_one_that_matches(store: TestSt
     }
     let d = policy
         .check(
-            Level::Supervised,
+            AutonomyLevel::Supervised,
             "fs:write",
             Some(roberto()),
             "~/projects/p217/src/main.rs",
@@ -369,7 +376,7 @@ async fn many_grants_of_one_person_still_find_the_one_that_matches(store: TestSt
     assert_eq!(d.grant_id, Some(wanted));
     let d = policy
         .check(
-            Level::Supervised,
+            AutonomyLevel::Supervised,
             "fs:write",
             Some(roberto()),
             "~/projects/p300/src/main.rs",
@@ -383,8 +390,14 @@ async fn many_grants_of_one_person_still_find_the_one_that_matches(store: TestSt
 /// that found none, a prune, and a revocation all take effect at the next check.
 async fn changes_take_effect_at_the_next_check(store: TestStore) {
     let (policy, grants) = open(&store).await;
-    let check =
-        |target: &'static str| policy.check(Level::Supervised, "fs:read", Some(roberto()), target);
+    let check = |target: &'static str| {
+        policy.check(
+            AutonomyLevel::Supervised,
+            "fs:read",
+            Some(roberto()),
+            target,
+        )
+    };
     assert_eq!(
         check("~/a/1.txt").await.unwrap().outcome,
         Outcome::ApprovalRequired
@@ -436,7 +449,7 @@ async fn a_person_with_very_many_grants_is_answered_from_the_store(store: TestSt
                 principal: roberto(),
                 capability: Capability::FsRead,
                 pattern: Pattern::parse(
-                    metnos_policy::registry::TargetKind::PathGlob,
+                    metnos_core::capability::TargetKind::PathGlob,
                     &target,
                     home,
                 )
@@ -451,7 +464,7 @@ async fn a_person_with_very_many_grants_is_answered_from_the_store(store: TestSt
     for _ in 0..2 {
         let d = policy
             .check(
-                Level::Supervised,
+                AutonomyLevel::Supervised,
                 "fs:read",
                 Some(roberto()),
                 "~/many/d10049/x",
@@ -461,7 +474,7 @@ async fn a_person_with_very_many_grants_is_answered_from_the_store(store: TestSt
         assert_eq!(d.outcome, Outcome::Allowed);
         let d = policy
             .check(
-                Level::Supervised,
+                AutonomyLevel::Supervised,
                 "fs:read",
                 Some(roberto()),
                 "~/many/d10050/x",
@@ -478,7 +491,7 @@ async fn replicas_sharing_postgres_agree_at_once() {
     async fn check(policy: &Policy) -> metnos_policy::outcome::Decision {
         policy
             .check(
-                Level::Supervised,
+                AutonomyLevel::Supervised,
                 "fs:write",
                 Some(roberto()),
                 "~/shared/x.txt",

@@ -15,6 +15,7 @@
 //!
 //! Pure and synchronous. A verdict names the rule and the argument key, never the value.
 
+use metnos_core::path::{Tilde, expand_tilde, has_foldable_segment, normalize};
 use std::path::Path;
 use std::sync::LazyLock;
 
@@ -217,7 +218,7 @@ pub struct Home {
 
 impl Home {
     pub fn new(home: &Path) -> Home {
-        let path = home.to_string_lossy().trim_end_matches('/').to_owned();
+        let path = metnos_core::path::home_text(home);
         let clean = !TRIGGER_SCAN.is_match(&path);
         Home { path, clean }
     }
@@ -351,15 +352,6 @@ fn is_plain_spelling(value: &str) -> bool {
     !(special || file_url) && value.trim() == value
 }
 
-/// Whether lexical normalisation would change the absolute path `path`: a `//`, a `.` or
-/// `..` segment, or a trailing slash.
-fn has_foldable_segment(path: &str) -> bool {
-    path.len() > 1
-        && segments(path)
-            .skip(1)
-            .any(|segment| matches!(segment.as_bytes(), [] | [b'.'] | [b'.', b'.']))
-}
-
 /// A value in the spellings that could name the same file (not the value as written,
 /// which is checked first), without repeats. Plain values ([`is_plain_spelling`]) take
 /// the short way in [`check_paths`].
@@ -426,51 +418,13 @@ fn expand_home(text: &str, home: &str) -> String {
             return format!("{home}{rest}");
         }
     }
-    if let Some(rest) = text.strip_prefix('~') {
-        if rest.is_empty() || rest.starts_with('/') {
-            return format!("{home}{rest}");
-        }
+    match expand_tilde(text, home) {
+        Tilde::Home(path) => path,
         // ~user: root's home is /root, everyone else's under /home.
-        let (user, tail) = rest.split_at(rest.find('/').unwrap_or(rest.len()));
-        if user == "root" {
-            return format!("/root{tail}");
-        }
-        return format!("/home/{user}{tail}");
+        Tilde::OtherUser { user: "root", rest } => format!("/root{rest}"),
+        Tilde::OtherUser { user, rest } => format!("/home/{user}{rest}"),
+        Tilde::None => text.to_owned(),
     }
-    text.to_owned()
-}
-
-/// The `/`-separated segments of a path (a byte loop: on paths this short, the
-/// memchr-based splitter and string comparisons cost more than the work).
-#[expect(
-    clippy::manual_pattern_char_comparison,
-    reason = "a closure keeps the splitter a plain loop; a char pattern calls memchr per segment"
-)]
-fn segments(path: &str) -> impl Iterator<Item = &str> {
-    path.split(|c: char| c == '/')
-}
-
-/// Lexical normalisation of an absolute path: repeated slashes and `.` go, `..` climbs
-/// (never above `/`), no trailing slash.
-fn normalize(path: &str) -> String {
-    let mut out = String::with_capacity(path.len() + 1);
-    for segment in segments(path) {
-        match segment.as_bytes() {
-            [] | [b'.'] => {}
-            [b'.', b'.'] => {
-                let cut = out.bytes().rposition(|b| b == b'/').unwrap_or(0);
-                out.truncate(cut);
-            }
-            _ => {
-                out.push('/');
-                out.push_str(segment);
-            }
-        }
-    }
-    if out.is_empty() {
-        out.push('/');
-    }
-    out
 }
 
 /// Commands whose first words are a wrapper around the real command.

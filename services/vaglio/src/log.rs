@@ -84,14 +84,19 @@ impl VerdictLog {
                     }
                     let dir = dir.clone();
                     let failures = Arc::clone(&failures);
-                    let lost =
+                    let (lost, flushes) =
                         tokio::task::spawn_blocking(move || write_batch(&dir, batch, &failures))
                             .await
-                            .unwrap_or(0);
+                            .unwrap_or_default();
                     if lost > 0 {
                         counter.add(lost, &[]);
                     }
                     failing.store(lost > 0, Ordering::Relaxed);
+                    // Answered once the batch is counted everywhere: a flush that returned
+                    // before the counter moved would let an export miss lost lines.
+                    for done in flushes {
+                        let _ = done.send(());
+                    }
                 }
             });
         }
@@ -158,8 +163,12 @@ impl VerdictLog {
     }
 }
 
-/// Writes a batch; returns how many lines were lost.
-fn write_batch(dir: &Path, batch: Vec<Message>, failures: &AtomicU64) -> u64 {
+/// Writes a batch; returns how many lines were lost and the flushes it held.
+fn write_batch(
+    dir: &Path,
+    batch: Vec<Message>,
+    failures: &AtomicU64,
+) -> (u64, Vec<oneshot::Sender<()>>) {
     let mut lost = 0;
     let mut flushes = Vec::new();
     let mut by_month: Vec<(String, Vec<u8>)> = Vec::new();
@@ -199,8 +208,5 @@ fn write_batch(dir: &Path, batch: Vec<Message>, failures: &AtomicU64) -> u64 {
             tracing::error!(error = %e, lines, failures_total = total, "verdict log lines could not be written");
         }
     }
-    for done in flushes {
-        let _ = done.send(());
-    }
-    lost
+    (lost, flushes)
 }

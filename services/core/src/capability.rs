@@ -1,6 +1,6 @@
 //! The closed capability registry (seed policy.md ch. 2): the dictionary of actions
-//! Metnos recognises. Adding a capability is a code change with tests, never runtime
-//! registration: the action vocabulary is a security asset.
+//! Metnos recognises, each with its target kind. Adding a capability is a code change with
+//! tests, never runtime registration: the action vocabulary is a security asset.
 
 use std::fmt;
 

@@ -156,12 +156,12 @@ async fn approving_a_session_concession_records_an_expiring_grant_in_policy() {
     let grant_id = approved.grant_id.expect("the concession recorded a grant");
     // The decision names the exact call it approves: the same call, however its JSON is
     // spelled, and no other.
-    let same = metnos_approval::token::call_sha256(
+    let same = metnos_core::call::call_sha256(
         "fs_write",
         r#"{ "content": "x", "path": "~/downloads/report.pdf" }"#,
     )
     .unwrap();
-    let swapped = metnos_approval::token::call_sha256(
+    let swapped = metnos_core::call::call_sha256(
         "fs_write",
         r#"{"path":"~/.ssh/authorized_keys","content":"x"}"#,
     )

@@ -7,7 +7,7 @@
 //! gRPC, no LLM and no executor time — and whole turns per second.
 //!
 //! cargo build --release -p metnos-executors --bin metnos-exec
-//! cargo run --release -p metnos-planner --example turn_load -- [--turns N] [--concurrency C]
+//! cargo run --release --example turn_load -- [--turns N] [--concurrency C]
 
 use std::time::{Duration, Instant};
 

@@ -1,0 +1,26 @@
+//! The shared vocabulary of the Metnos services, pure and IO-free. Services talk to each
+//! other only through the contracts in `metnos-proto`; what they must agree on beyond the
+//! wire lives here, once, so no service crate depends on another.
+//!
+//! - [`capability`]: the closed registry of thirteen capabilities, each with its target kind;
+//! - [`level`]: the autonomy level, with its contract and config spellings;
+//! - [`principal`]: a person as one channel sees them;
+//! - [`language`]: the language Metnos speaks to a person in;
+//! - [`call`]: the hash of an executor call that an approval binds to;
+//! - [`path`]: `~` as the person's home and lexical normalisation of paths;
+//! - [`target`]: a call's target and a grant's pattern, per target kind;
+//! - [`html`]: escaping for channels that render HTML.
+
+pub mod call;
+pub mod capability;
+pub mod html;
+pub mod language;
+pub mod level;
+pub mod path;
+pub mod principal;
+pub mod target;
+
+pub use capability::{Capability, TargetKind};
+pub use language::Language;
+pub use level::AutonomyLevel;
+pub use principal::Principal;

@@ -1,0 +1,108 @@
+//! A person as one channel sees them: the identity grants, approvals and pairings key on.
+
+use std::fmt;
+
+use metnos_proto::common::v1 as pb;
+
+/// Longest channel or sender id accepted, in bytes.
+pub const MAX_ID_LEN: usize = 256;
+
+/// A person as seen by one channel.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct Principal {
+    pub channel: String,
+    pub sender_id: String,
+}
+
+/// Why a principal cannot be used.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum PrincipalError {
+    #[error("principal has an empty {0}")]
+    Empty(&'static str),
+    #[error("principal {0} is longer than {MAX_ID_LEN} bytes")]
+    TooLong(&'static str),
+    #[error("principal {0} contains a control character")]
+    ControlCharacter(&'static str),
+}
+
+impl Principal {
+    /// A checked principal: both parts non-empty, short, without control characters.
+    pub fn new(channel: &str, sender_id: &str) -> Result<Principal, PrincipalError> {
+        for (field, value) in [("channel", channel), ("sender_id", sender_id)] {
+            if value.is_empty() {
+                return Err(PrincipalError::Empty(field));
+            }
+            if value.len() > MAX_ID_LEN {
+                return Err(PrincipalError::TooLong(field));
+            }
+            if value.chars().any(char::is_control) {
+                return Err(PrincipalError::ControlCharacter(field));
+            }
+        }
+        Ok(Principal {
+            channel: channel.to_owned(),
+            sender_id: sender_id.to_owned(),
+        })
+    }
+
+    /// The contract's message.
+    pub fn to_proto(&self) -> pb::Principal {
+        pb::Principal {
+            channel: self.channel.clone(),
+            sender_id: self.sender_id.clone(),
+        }
+    }
+}
+
+impl TryFrom<&pb::Principal> for Principal {
+    type Error = PrincipalError;
+
+    fn try_from(message: &pb::Principal) -> Result<Principal, PrincipalError> {
+        Principal::new(&message.channel, &message.sender_id)
+    }
+}
+
+impl From<&Principal> for pb::Principal {
+    fn from(principal: &Principal) -> pb::Principal {
+        principal.to_proto()
+    }
+}
+
+impl fmt::Display for Principal {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}:{}", self.channel, self.sender_id)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_principal_needs_both_parts_short_and_printable() {
+        assert!(Principal::new("telegram", "42").is_ok());
+        assert_eq!(
+            Principal::new("", "42"),
+            Err(PrincipalError::Empty("channel"))
+        );
+        assert_eq!(
+            Principal::new("telegram", ""),
+            Err(PrincipalError::Empty("sender_id"))
+        );
+        assert_eq!(
+            Principal::new("telegram", &"9".repeat(MAX_ID_LEN + 1)),
+            Err(PrincipalError::TooLong("sender_id"))
+        );
+        assert_eq!(
+            Principal::new("tele\ngram", "42"),
+            Err(PrincipalError::ControlCharacter("channel"))
+        );
+        let message = pb::Principal {
+            channel: "cli".into(),
+            sender_id: "roberto".into(),
+        };
+        let principal = Principal::try_from(&message).unwrap();
+        assert_eq!(principal.to_proto(), message);
+        assert_eq!(principal.to_string(), "cli:roberto");
+    }
+}

@@ -1,0 +1,98 @@
+//! The crate graph DESIGN.md §2 asks for, read from cargo itself: services talk to each
+//! other only through the contracts, so no service crate depends on another (not even to
+//! test), and the shared vocabulary (`metnos-core`) depends on no service and does no IO.
+
+use std::collections::BTreeMap;
+use std::process::Command;
+
+use serde_json::Value;
+
+const SERVICES: [&str; 5] = [
+    "metnos-policy",
+    "metnos-vaglio",
+    "metnos-approval",
+    "metnos-planner",
+    "metnos-gateway",
+];
+
+/// Each workspace package and its dependencies (name, kind) as cargo resolves them.
+fn workspace_dependencies() -> BTreeMap<String, Vec<(String, String)>> {
+    let output = Command::new(env!("CARGO"))
+        .args([
+            "metadata",
+            "--format-version",
+            "1",
+            "--no-deps",
+            "--offline",
+        ])
+        .current_dir(env!("CARGO_MANIFEST_DIR"))
+        .output()
+        .expect("cargo metadata runs");
+    assert!(
+        output.status.success(),
+        "cargo metadata failed: {}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    let metadata: Value = serde_json::from_slice(&output.stdout).expect("cargo metadata is JSON");
+    let mut packages = BTreeMap::new();
+    for package in metadata["packages"].as_array().expect("packages") {
+        let deps = package["dependencies"]
+            .as_array()
+            .expect("dependencies")
+            .iter()
+            .map(|d| {
+                let kind = d["kind"].as_str().unwrap_or("normal").to_owned();
+                (d["name"].as_str().unwrap_or_default().to_owned(), kind)
+            })
+            .collect();
+        packages.insert(package["name"].as_str().unwrap().to_owned(), deps);
+    }
+    packages
+}
+
+#[test]
+fn no_service_crate_depends_on_another_service_crate() {
+    let packages = workspace_dependencies();
+    let mut found = Vec::new();
+    for service in SERVICES {
+        let deps = packages
+            .get(service)
+            .unwrap_or_else(|| panic!("{service} is not in the workspace"));
+        for (name, kind) in deps {
+            if SERVICES.contains(&name.as_str()) && name != service {
+                found.push(format!("{service} -> {name} ({kind})"));
+            }
+        }
+        for shared in ["metnos-core", "metnos-kit", "metnos-proto"] {
+            assert!(
+                deps.iter()
+                    .any(|(name, kind)| name == shared && kind == "normal"),
+                "{service} should build on {shared}"
+            );
+        }
+    }
+    assert!(
+        found.is_empty(),
+        "service crates depend on each other: {found:?}"
+    );
+}
+
+#[test]
+fn the_shared_vocabulary_depends_on_no_service_and_no_io() {
+    let packages = workspace_dependencies();
+    let core = packages.get("metnos-core").expect("metnos-core exists");
+    let io = [
+        "tokio",
+        "sqlx",
+        "tonic",
+        "reqwest",
+        "metnos-kit",
+        "teloxide",
+    ];
+    let bad: Vec<&String> = core
+        .iter()
+        .map(|(name, _)| name)
+        .filter(|name| SERVICES.contains(&name.as_str()) || io.contains(&name.as_str()))
+        .collect();
+    assert!(bad.is_empty(), "metnos-core must stay pure: {bad:?}");
+}
