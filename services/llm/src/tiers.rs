@@ -12,7 +12,11 @@ use crate::error::LlmError;
 use crate::provider::Provider;
 use crate::types::{ChatRequest, ChatResponse};
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+/// One of the three tiers; written `fast`, `middle`, `wise`.
+#[derive(
+    Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, serde::Serialize, serde::Deserialize,
+)]
+#[serde(rename_all = "lowercase")]
 pub enum Tier {
     Fast,
     Middle,

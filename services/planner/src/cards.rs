@@ -3,9 +3,10 @@
 
 use metnos_executors::Executor;
 use metnos_proto::approval::v1 as approval;
-use metnos_proto::common::v1 as common;
 
-use crate::engine::Checkpoint;
+use metnos_core::language::Language;
+
+use crate::turn::Checkpoint;
 
 fn verb(capability: &str, italian: bool) -> &'static str {
     match (capability, italian) {
@@ -33,7 +34,7 @@ pub fn pending_request(
     name: &str,
     args_json: &str,
 ) -> approval::CreatePendingRequest {
-    let italian = cp.language != common::Language::English as i32;
+    let italian = cp.language != Some(Language::English);
     let shown_target = if target.is_empty() {
         name.to_owned()
     } else {
@@ -49,10 +50,7 @@ pub fn pending_request(
         shown_target.clone()
     };
     approval::CreatePendingRequest {
-        requester: Some(common::Principal {
-            channel: cp.channel.clone(),
-            sender_id: cp.sender_id.clone(),
-        }),
+        requester: Some(cp.principal().to_proto()),
         request: Some(approval::ApprovalRequest {
             action_verb: verb(capability, italian).to_owned(),
             target_summary,
@@ -64,9 +62,9 @@ pub fn pending_request(
             },
             territory_concession: approval::TerritoryConcession::None as i32,
             language: if italian {
-                common::Language::Italian as i32
+                Language::Italian.to_wire()
             } else {
-                common::Language::English as i32
+                Language::English.to_wire()
             },
             ..Default::default()
         }),

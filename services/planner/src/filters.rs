@@ -1,63 +1,133 @@
 //! The three filters every call passes, as the planner reaches them: policy, vaglio and
-//! approval, over gRPC (traced, so one turn is one trace).
+//! approval. [`Filters`] is what the turn loop needs of them; [`GrpcFilters`] asks the
+//! real services over gRPC (traced, so one turn is one trace); tests drive the loop with
+//! a fake.
 
+use metnos_core::level::AutonomyLevel;
+use metnos_core::principal::Principal;
 use metnos_kit::client::{TracedChannel, channel};
 use metnos_proto::approval::v1 as approval;
 use metnos_proto::approval::v1::approval_service_client::ApprovalServiceClient;
-use metnos_proto::common::v1 as common;
 use metnos_proto::policy::v1 as policy;
 use metnos_proto::policy::v1::policy_service_client::PolicyServiceClient;
 use metnos_proto::vaglio::v1 as vaglio;
 use metnos_proto::vaglio::v1::vaglio_service_client::VaglioServiceClient;
 use tonic::Status;
 
+use crate::rules::Outcome;
+
+/// Policy's answer for one capability and target.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PolicyAnswer {
+    pub outcome: Outcome,
+    pub reason: String,
+    pub grant_id: Option<i64>,
+}
+
+impl From<policy::CheckResponse> for PolicyAnswer {
+    fn from(answer: policy::CheckResponse) -> PolicyAnswer {
+        // An outcome this planner does not know is a denial.
+        let outcome = match policy::Outcome::try_from(answer.outcome) {
+            Ok(policy::Outcome::Allowed) => Outcome::Allowed,
+            Ok(policy::Outcome::ApprovalRequired) => Outcome::ApprovalRequired,
+            Ok(policy::Outcome::Denied | policy::Outcome::Unspecified) | Err(_) => Outcome::Denied,
+        };
+        PolicyAnswer {
+            outcome,
+            reason: answer.reason,
+            grant_id: answer.grant_id,
+        }
+    }
+}
+
+/// What the turn loop asks of policy, the vaglio and approval. A `Status` is a filter that
+/// could not be asked: the call is not run.
+#[tonic::async_trait]
+pub trait Filters: Send + Sync + std::fmt::Debug {
+    /// Policy: may `principal` at `level` use `capability` on `target`?
+    async fn check(
+        &self,
+        level: AutonomyLevel,
+        principal: &Principal,
+        capability: &str,
+        target: &str,
+    ) -> Result<PolicyAnswer, Status>;
+
+    /// The vaglio's verdict on a proposed call.
+    async fn judge(&self, request: vaglio::JudgeRequest) -> Result<vaglio::Verdict, Status>;
+
+    /// Registers an approval request and renders its card.
+    async fn create_pending(
+        &self,
+        request: approval::CreatePendingRequest,
+    ) -> Result<approval::CreatePendingResponse, Status>;
+
+    /// An approval request as it stands.
+    async fn get_pending(&self, token: &str) -> Result<approval::PendingApproval, Status>;
+
+    /// Waits until `token` is decided (approved, rejected, expired or cancelled).
+    async fn wait_decision(&self, token: &str) -> Result<approval::PendingApproval, Status>;
+
+    /// Withdraws a request nobody needs to answer any more.
+    async fn cancel(&self, token: &str, reason: &str) -> Result<(), Status>;
+}
+
 /// Clients of the three filter services.
 #[derive(Debug, Clone)]
-pub struct Filters {
+pub struct GrpcFilters {
     policy: PolicyServiceClient<TracedChannel>,
     vaglio: VaglioServiceClient<TracedChannel>,
     approval: ApprovalServiceClient<TracedChannel>,
 }
 
-impl Filters {
+impl GrpcFilters {
     /// Clients for the services at these URLs (connections are made lazily).
     pub fn connect(
         policy_url: &str,
         vaglio_url: &str,
         approval_url: &str,
-    ) -> Result<Filters, String> {
+    ) -> Result<GrpcFilters, String> {
         let make = |what: &str, url: &str| channel(url).map_err(|e| format!("{what}: {e}"));
-        Ok(Filters {
+        Ok(GrpcFilters {
             policy: PolicyServiceClient::new(make("policy", policy_url)?),
             vaglio: VaglioServiceClient::new(make("vaglio", vaglio_url)?),
             approval: ApprovalServiceClient::new(make("approval", approval_url)?),
         })
     }
+}
 
-    pub async fn check(
+#[tonic::async_trait]
+impl Filters for GrpcFilters {
+    async fn check(
         &self,
-        level: common::AutonomyLevel,
-        principal: &common::Principal,
+        level: AutonomyLevel,
+        principal: &Principal,
         capability: &str,
         target: &str,
-    ) -> Result<policy::CheckResponse, Status> {
+    ) -> Result<PolicyAnswer, Status> {
         let request = policy::CheckRequest {
-            level: level as i32,
+            level: level.to_wire(),
             capability: capability.to_owned(),
-            principal: Some(principal.clone()),
+            principal: Some(principal.to_proto()),
             target: target.to_owned(),
         };
-        Ok(self.policy.clone().check(request).await?.into_inner())
+        Ok(self
+            .policy
+            .clone()
+            .check(request)
+            .await?
+            .into_inner()
+            .into())
     }
 
-    pub async fn judge(&self, request: vaglio::JudgeRequest) -> Result<vaglio::Verdict, Status> {
+    async fn judge(&self, request: vaglio::JudgeRequest) -> Result<vaglio::Verdict, Status> {
         let response = self.vaglio.clone().judge(request).await?.into_inner();
         response
             .verdict
             .ok_or_else(|| Status::internal("the vaglio answered without a verdict"))
     }
 
-    pub async fn create_pending(
+    async fn create_pending(
         &self,
         request: approval::CreatePendingRequest,
     ) -> Result<approval::CreatePendingResponse, Status> {
@@ -69,7 +139,7 @@ impl Filters {
             .into_inner())
     }
 
-    pub async fn get_pending(&self, token: &str) -> Result<approval::PendingApproval, Status> {
+    async fn get_pending(&self, token: &str) -> Result<approval::PendingApproval, Status> {
         let request = approval::GetPendingRequest {
             token: token.to_owned(),
         };
@@ -82,8 +152,7 @@ impl Filters {
             .ok_or_else(|| Status::internal("the approval service answered without the request"))
     }
 
-    /// Waits until `token` is decided (approved, rejected, expired or cancelled).
-    pub async fn wait_decision(&self, token: &str) -> Result<approval::PendingApproval, Status> {
+    async fn wait_decision(&self, token: &str) -> Result<approval::PendingApproval, Status> {
         let request = approval::WaitDecisionRequest {
             token: token.to_owned(),
         };
@@ -107,7 +176,7 @@ impl Filters {
         }
     }
 
-    pub async fn cancel(&self, token: &str, reason: &str) -> Result<(), Status> {
+    async fn cancel(&self, token: &str, reason: &str) -> Result<(), Status> {
         let request = approval::CancelRequest {
             token: token.to_owned(),
             reason: reason.to_owned(),

@@ -1,0 +1,130 @@
+//! What can go wrong at the planner's edge, and the one conversion to a gRPC status:
+//! a caller's mistake is named; an internal cause (the store's or the file system's text)
+//! is logged here and never sent.
+
+use metnos_core::principal::PrincipalError;
+use tonic::Status;
+
+/// An RPC of the planner that cannot be answered.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    #[error("query is empty")]
+    EmptyQuery,
+    #[error("principal is missing (channel and sender_id are required)")]
+    MissingPrincipal,
+    #[error("{0}")]
+    BadPrincipal(PrincipalError),
+    #[error("level is unspecified")]
+    UnspecifiedLevel,
+    #[error("give a turn_id or an approval_token")]
+    NoResumeTarget,
+    #[error("give a turn_id or a principal")]
+    NoCancelTarget,
+    #[error("date `{0}` is not in YYYY-MM-DD form")]
+    BadDate(String),
+    #[error("no such turn")]
+    NoSuchTurn,
+    /// No turn with this id (shown cut to 64 characters).
+    #[error("no turn `{0}`")]
+    NoTurn(String),
+    #[error("turn {turn_id} is {state}, not suspended")]
+    NotSuspended {
+        turn_id: String,
+        state: &'static str,
+    },
+    #[error("turn {0} is already being resumed")]
+    AlreadyResuming(String),
+    #[error("the turn's checkpoint is unreadable")]
+    UnreadableCheckpoint(#[source] serde_json::Error),
+    #[error("the planner store failed")]
+    Store(#[from] sqlx::Error),
+    #[error("the turn log cannot be read")]
+    TurnLog(#[source] std::io::Error),
+}
+
+impl From<PrincipalError> for Error {
+    fn from(e: PrincipalError) -> Error {
+        match e {
+            PrincipalError::Empty(_) => Error::MissingPrincipal,
+            other => Error::BadPrincipal(other),
+        }
+    }
+}
+
+impl From<Error> for Status {
+    fn from(error: Error) -> Status {
+        match error {
+            Error::EmptyQuery
+            | Error::MissingPrincipal
+            | Error::BadPrincipal(_)
+            | Error::UnspecifiedLevel
+            | Error::NoResumeTarget
+            | Error::NoCancelTarget
+            | Error::BadDate(_) => Status::invalid_argument(error.to_string()),
+            Error::NoSuchTurn | Error::NoTurn(_) => Status::not_found(error.to_string()),
+            Error::NotSuspended { .. } | Error::AlreadyResuming(_) => {
+                Status::failed_precondition(error.to_string())
+            }
+            Error::UnreadableCheckpoint(e) => {
+                tracing::error!(error = %e, "a stored checkpoint cannot be read");
+                Status::internal("the turn's checkpoint is unreadable; see the planner's log")
+            }
+            Error::Store(e) if metnos_kit::store::is_unreachable(&e) => {
+                tracing::error!(error = %e, "planner store unreachable");
+                Status::unavailable("the planner store is unavailable; try again shortly")
+            }
+            Error::Store(e) => {
+                tracing::error!(error = %e, "planner store failed");
+                Status::internal("the planner store failed; see the planner's log")
+            }
+            Error::TurnLog(e) => {
+                tracing::error!(error = %e, "the turn log cannot be read");
+                Status::internal("the turn log cannot be read; see the planner's log")
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn internal_causes_are_not_sent_to_the_caller() {
+        let secret = "no such table: turns_secret_detail";
+        let status = Status::from(Error::Store(sqlx::Error::ColumnNotFound(secret.into())));
+        assert_eq!(status.code(), tonic::Code::Internal);
+        assert!(
+            !status.message().contains("turns_secret_detail"),
+            "{status:?}"
+        );
+        let status = Status::from(Error::Store(sqlx::Error::Protocol(secret.into())));
+        assert_eq!(status.code(), tonic::Code::Unavailable);
+        assert!(
+            !status.message().contains("turns_secret_detail"),
+            "{status:?}"
+        );
+        let io = std::io::Error::other("/var/lib/metnos/turns/2026-11-23.jsonl: EIO");
+        let status = Status::from(Error::TurnLog(io));
+        assert!(!status.message().contains("/var/lib"), "{status:?}");
+        let unreadable = serde_json::from_str::<u32>("{").unwrap_err();
+        let status = Status::from(Error::UnreadableCheckpoint(unreadable));
+        assert!(!status.message().contains("EOF"), "{status:?}");
+    }
+
+    #[test]
+    fn a_callers_mistake_is_named_with_its_code() {
+        let status = Status::from(Error::from(PrincipalError::Empty("channel")));
+        assert_eq!(status.code(), tonic::Code::InvalidArgument);
+        assert_eq!(
+            status.message(),
+            "principal is missing (channel and sender_id are required)"
+        );
+        let status = Status::from(Error::NotSuspended {
+            turn_id: "t1".into(),
+            state: "finished",
+        });
+        assert_eq!(status.code(), tonic::Code::FailedPrecondition);
+        assert_eq!(status.message(), "turn t1 is finished, not suspended");
+    }
+}

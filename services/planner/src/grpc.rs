@@ -1,0 +1,217 @@
+//! The edge: `metnos.planner.v1.PlannerService`. Requests become domain types here
+//! (`TryFrom`, INVALID_ARGUMENT saying what is wrong), errors become statuses in one place
+//! ([`crate::error`]), and a turn's events stream back as the engine sends them.
+
+use std::pin::Pin;
+use std::sync::Arc;
+
+use metnos_core::level::AutonomyLevel;
+use metnos_core::principal::Principal;
+use metnos_kit::time::now_ms;
+use metnos_proto::planner::v1 as pb;
+use metnos_proto::planner::v1::planner_service_server::PlannerService;
+use tokio::sync::mpsc;
+use tokio_stream::{Stream, StreamExt, wrappers::ReceiverStream};
+use tonic::{Request, Response, Status};
+use tracing::Instrument;
+
+use crate::engine::Planner;
+use crate::error::Error;
+use crate::store::{State, StoredTurn};
+use crate::turn::{Checkpoint, TurnRequest, mode_from_wire};
+use crate::turnlog;
+
+/// A server-streaming response.
+type ResponseStream<T> = Pin<Box<dyn Stream<Item = Result<T, Status>> + Send>>;
+
+impl TryFrom<pb::RunTurnRequest> for TurnRequest {
+    type Error = Error;
+
+    fn try_from(request: pb::RunTurnRequest) -> Result<TurnRequest, Error> {
+        if request.query.trim().is_empty() {
+            return Err(Error::EmptyQuery);
+        }
+        let principal = request.principal.unwrap_or_default();
+        let principal = Principal::try_from(&principal)?;
+        let level = AutonomyLevel::from_wire(request.level).map_err(|_| Error::UnspecifiedLevel)?;
+        Ok(TurnRequest {
+            principal,
+            level,
+            query: request.query,
+            language: metnos_core::Language::from_wire(request.language),
+            mode: mode_from_wire(request.mode),
+        })
+    }
+}
+
+/// The `PlannerService` implementation.
+#[derive(Debug, Clone)]
+pub struct PlannerApi {
+    pub planner: Arc<Planner>,
+}
+
+fn stream_of<T: Send + 'static>(
+    rx: mpsc::Receiver<pb::TurnEvent>,
+    wrap: fn(pb::TurnEvent) -> T,
+) -> ResponseStream<T> {
+    Box::pin(ReceiverStream::new(rx).map(move |e| Ok(wrap(e))))
+}
+
+fn checkpoint_of(found: &StoredTurn) -> Result<Checkpoint, Error> {
+    serde_json::from_str(&found.checkpoint).map_err(Error::UnreadableCheckpoint)
+}
+
+impl PlannerApi {
+    /// Loads and claims a suspended turn by id or token.
+    async fn claim(&self, target: &pb::resume_turn_request::Target) -> Result<Checkpoint, Error> {
+        let store = &self.planner.store;
+        let found = match target {
+            pb::resume_turn_request::Target::TurnId(id) => store.get(id).await,
+            pb::resume_turn_request::Target::ApprovalToken(token) => store.by_token(token).await,
+        }?
+        .ok_or(Error::NoSuchTurn)?;
+        if found.state != State::Suspended {
+            return Err(Error::NotSuspended {
+                turn_id: found.turn_id,
+                state: found.state.as_str(),
+            });
+        }
+        if !store.claim_suspended(&found.turn_id, now_ms()).await? {
+            return Err(Error::AlreadyResuming(found.turn_id));
+        }
+        checkpoint_of(&found)
+    }
+
+    /// Cancels the turn `found`: signalled here, ended here if it is suspended, else
+    /// flagged for the replica that runs it. `false`: it had already finished.
+    async fn cancel(&self, found: &StoredTurn) -> Result<bool, Error> {
+        let store = &self.planner.store;
+        let turn_id = &found.turn_id;
+        if found.state == State::Finished {
+            return Ok(false);
+        }
+        if self.planner.signal_cancel(turn_id) {
+            return Ok(true);
+        }
+        if found.state == State::Suspended && store.claim_suspended(turn_id, now_ms()).await? {
+            let mut checkpoint = checkpoint_of(found)?;
+            self.planner.cancel_claimed(&mut checkpoint).await;
+            return Ok(true);
+        }
+        store.request_cancel(turn_id).await?;
+        Ok(true)
+    }
+}
+
+#[tonic::async_trait]
+impl PlannerService for PlannerApi {
+    type RunTurnStream = ResponseStream<pb::RunTurnResponse>;
+    type ResumeTurnStream = ResponseStream<pb::ResumeTurnResponse>;
+
+    async fn run_turn(
+        &self,
+        request: Request<pb::RunTurnRequest>,
+    ) -> Result<Response<Self::RunTurnStream>, Status> {
+        let request = TurnRequest::try_from(request.into_inner())?;
+        let checkpoint = self.planner.start(&request);
+        let (tx, rx) = mpsc::channel(64);
+        // The turn outlives this call; its spans stay children of the RunTurn span.
+        let parent = tracing::Span::current();
+        tokio::spawn(
+            Arc::clone(&self.planner)
+                .run(checkpoint, tx)
+                .instrument(parent),
+        );
+        Ok(Response::new(stream_of(rx, |e| pb::RunTurnResponse {
+            event: Some(e),
+        })))
+    }
+
+    async fn resume_turn(
+        &self,
+        request: Request<pb::ResumeTurnRequest>,
+    ) -> Result<Response<Self::ResumeTurnStream>, Status> {
+        let target = request.into_inner().target.ok_or(Error::NoResumeTarget)?;
+        let checkpoint = self.claim(&target).await?;
+        let (tx, rx) = mpsc::channel(64);
+        let parent = tracing::Span::current();
+        tokio::spawn(
+            Arc::clone(&self.planner)
+                .resume(checkpoint, tx)
+                .instrument(parent),
+        );
+        Ok(Response::new(stream_of(rx, |e| pb::ResumeTurnResponse {
+            event: Some(e),
+        })))
+    }
+
+    async fn cancel_turn(
+        &self,
+        request: Request<pb::CancelTurnRequest>,
+    ) -> Result<Response<pb::CancelTurnResponse>, Status> {
+        let request = request.into_inner();
+        let store = &self.planner.store;
+        let found = match request.target {
+            Some(pb::cancel_turn_request::Target::TurnId(id)) => store.get(&id).await,
+            Some(pb::cancel_turn_request::Target::Principal(p)) => {
+                store.current_of(&p.channel, &p.sender_id).await
+            }
+            None => return Err(Error::NoCancelTarget.into()),
+        }
+        .map_err(Error::Store)?
+        .ok_or(Error::NoSuchTurn)?;
+        let cancelled = self.cancel(&found).await?;
+        let turn_id = found.turn_id;
+        if !request.reason.is_empty() {
+            tracing::info!(turn_id, reason = %request.reason, cancelled, "turn cancel requested");
+        }
+        Ok(Response::new(pb::CancelTurnResponse { turn_id, cancelled }))
+    }
+
+    async fn get_turn(
+        &self,
+        request: Request<pb::GetTurnRequest>,
+    ) -> Result<Response<pb::GetTurnResponse>, Status> {
+        let id = request.into_inner().turn_id;
+        let found = self
+            .planner
+            .store
+            .get(&id)
+            .await
+            .map_err(Error::Store)?
+            .ok_or_else(|| Error::NoTurn(id.chars().take(64).collect()))?;
+        let record_json = match found.record {
+            Some(record) if found.state == State::Finished => record,
+            _ => serde_json::json!({"turn_id": found.turn_id, "state": found.state.as_str()})
+                .to_string(),
+        };
+        Ok(Response::new(pb::GetTurnResponse { record_json }))
+    }
+
+    async fn list_turns(
+        &self,
+        request: Request<pb::ListTurnsRequest>,
+    ) -> Result<Response<pb::ListTurnsResponse>, Status> {
+        let request = request.into_inner();
+        let date = if request.date.is_empty() {
+            turnlog::date_of(now_ms())
+        } else if turnlog::valid_date(&request.date) {
+            request.date
+        } else {
+            return Err(Error::BadDate(request.date.chars().take(20).collect()).into());
+        };
+        let limit = if request.limit == 0 {
+            50
+        } else {
+            request.limit as usize
+        };
+        let records = self
+            .planner
+            .log
+            .read(&date, limit)
+            .map_err(Error::TurnLog)?;
+        Ok(Response::new(pb::ListTurnsResponse {
+            records_json: records.iter().map(ToString::to_string).collect(),
+        }))
+    }
+}

@@ -1,0 +1,282 @@
+//! The turn's pure rules (seed agent_runtime.md ch. 2, 5, 10): caps, the duplicate-read
+//! guard, the strictest policy answer over an executor's capabilities, which mode and tier a
+//! turn starts in and when a hybrid turn escalates. No IO: the engine and the pipeline ask
+//! these, tests pin them down.
+
+use metnos_core::capability::{Capability, TargetKind};
+use metnos_llm::Tier;
+
+use crate::turn::{FinalKind, Finish, Mode, finish};
+
+/// Executors whose repeated use on the same target is intercepted (seed ch. 10).
+pub const DUPLICATE_GUARDED: &[&str] = &["fs_read", "fs_write", "web_fetch"];
+
+/// Whether `executor` on `target` is watched for repeats.
+pub fn is_duplicate_guarded(executor: &str, target: &str) -> bool {
+    !target.is_empty() && DUPLICATE_GUARDED.contains(&executor)
+}
+
+/// The step that already did `executor` on `target`, if it is a guarded repeat.
+pub fn earlier_step(seen: &[(String, String, u32)], executor: &str, target: &str) -> Option<u32> {
+    if !is_duplicate_guarded(executor, target) {
+        return None;
+    }
+    seen.iter()
+        .find(|(e, t, _)| e == executor && t == target)
+        .map(|(_, _, step)| *step)
+}
+
+/// Step `step` would go over `cap_steps`: the turn stops.
+pub fn over_cap_steps(step: u32, cap_steps: u32) -> Option<Finish> {
+    (step > cap_steps).then(|| {
+        finish(
+            FinalKind::CapSteps,
+            format!("stopped after {cap_steps} steps (cap_steps) without an answer"),
+        )
+    })
+}
+
+/// `executor` was already called `calls_so_far` times, the cap: the turn stops.
+pub fn over_cap_same_executor(executor: &str, calls_so_far: u32, cap: u32) -> Option<Finish> {
+    (calls_so_far >= cap).then(|| {
+        finish(
+            FinalKind::CapSameExecutor,
+            format!(
+                "stopped: {executor} was called {cap} times (cap_same_executor) without an answer"
+            ),
+        )
+    })
+}
+
+/// Policy's three answers.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Outcome {
+    Allowed,
+    ApprovalRequired,
+    Denied,
+}
+
+impl Outcome {
+    /// How strict an answer is: denied over approval over allowed.
+    pub fn strictness(self) -> u8 {
+        match self {
+            Outcome::Allowed => 0,
+            Outcome::ApprovalRequired => 1,
+            Outcome::Denied => 2,
+        }
+    }
+}
+
+/// The target policy is asked about for `capability` of an executor whose call targets
+/// `target`; `None` when that capability is not exercised by this call: a secondary
+/// capability that needs a target the call does not give (parse_local on text reads no
+/// file). `several`: the executor declares more than one capability.
+pub fn policy_target(capability: &str, target: &str, several: bool) -> Option<String> {
+    let kind = Capability::parse(capability)
+        .map(|c| c.spec().target_kind)
+        .unwrap_or(TargetKind::Exact);
+    if kind == TargetKind::None {
+        return Some(String::new());
+    }
+    if several && target.is_empty() {
+        return None;
+    }
+    Some(target.to_owned())
+}
+
+/// Policy's answers over an executor's capabilities, folded: the strictest wins, and the
+/// first capability that needs approval is the one the card asks about.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Strictest {
+    pub outcome: Outcome,
+    pub reason: String,
+    pub grant_id: Option<i64>,
+    /// The first capability that needed approval (empty: none).
+    pub approval_capability: String,
+}
+
+impl Default for Strictest {
+    /// No capability asked: allowed.
+    fn default() -> Strictest {
+        Strictest {
+            outcome: Outcome::Allowed,
+            reason: String::new(),
+            grant_id: None,
+            approval_capability: String::new(),
+        }
+    }
+}
+
+impl Strictest {
+    /// Takes one capability's answer into account.
+    pub fn add(
+        &mut self,
+        capability: &str,
+        outcome: Outcome,
+        reason: String,
+        grant_id: Option<i64>,
+    ) {
+        if outcome == Outcome::ApprovalRequired && self.approval_capability.is_empty() {
+            self.approval_capability = capability.to_owned();
+        }
+        if self.reason.is_empty() || outcome.strictness() > self.outcome.strictness() {
+            self.outcome = outcome;
+            self.reason = reason;
+            self.grant_id = grant_id;
+        }
+    }
+}
+
+/// The mode a turn runs in: the one asked for, else the configured one.
+pub fn mode_of(requested: Option<Mode>, default: Mode) -> Mode {
+    requested.unwrap_or(default)
+}
+
+/// The tier a turn starts on: online plans on the wise tier; a hybrid turn does when one
+/// of its candidate executors needs a capability configured to start there.
+pub fn starting_tier(mode: Mode, wise_capability_offered: bool) -> Tier {
+    match mode {
+        Mode::Online => Tier::Wise,
+        Mode::Hybrid if wise_capability_offered => Tier::Wise,
+        Mode::Local | Mode::Hybrid => Tier::Fast,
+    }
+}
+
+/// Whether the LLM is offered tools: always, except for the answer after an online plan.
+pub fn offers_tools(mode: Mode, planned: bool) -> bool {
+    !(mode == Mode::Online && planned)
+}
+
+/// Whether a hybrid turn moves to the wise tier after `failures` failed steps
+/// (`after` = 0: never).
+pub fn escalates(mode: Mode, tier: Tier, failures: u32, after: u32) -> bool {
+    mode == Mode::Hybrid && tier != Tier::Wise && after > 0 && failures >= after
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    #[test]
+    fn a_guarded_read_of_the_same_target_is_a_repeat_and_other_calls_are_not() {
+        let seen = vec![("fs_read".to_owned(), "/tmp/a".to_owned(), 2)];
+        assert_eq!(earlier_step(&seen, "fs_read", "/tmp/a"), Some(2));
+        assert_eq!(earlier_step(&seen, "fs_read", "/tmp/b"), None);
+        assert_eq!(earlier_step(&seen, "fs_write", "/tmp/a"), None);
+        // Unguarded executors and calls without a target are never repeats.
+        let shell = vec![("shell_exec".to_owned(), "ls".to_owned(), 1)];
+        assert_eq!(earlier_step(&shell, "shell_exec", "ls"), None);
+        assert_eq!(earlier_step(&seen, "fs_read", ""), None);
+        assert!(is_duplicate_guarded("web_fetch", "https://x"));
+        assert!(!is_duplicate_guarded("web_fetch", ""));
+    }
+
+    #[test]
+    fn the_caps_stop_the_turn_with_their_kind_and_a_reason() {
+        assert_eq!(over_cap_steps(5, 5), None);
+        let stop = over_cap_steps(6, 5).unwrap();
+        assert_eq!(stop.kind, FinalKind::CapSteps);
+        assert_eq!(
+            stop.text,
+            "stopped after 5 steps (cap_steps) without an answer"
+        );
+        assert_eq!(over_cap_same_executor("fs_read", 1, 2), None);
+        let stop = over_cap_same_executor("fs_read", 2, 2).unwrap();
+        assert_eq!(stop.kind, FinalKind::CapSameExecutor);
+        assert!(
+            stop.text.contains("fs_read was called 2 times"),
+            "{}",
+            stop.text
+        );
+    }
+
+    #[test]
+    fn policy_is_asked_about_the_target_only_where_the_capability_has_one() {
+        // fs:read is a path capability: the call's target.
+        assert_eq!(
+            policy_target("fs:read", "/tmp/x", false).as_deref(),
+            Some("/tmp/x")
+        );
+        // parse:local has no target kind: asked without one.
+        assert_eq!(
+            policy_target("parse:local", "/tmp/x", true).as_deref(),
+            Some("")
+        );
+        // A secondary capability that needs a target the call does not give is skipped…
+        assert_eq!(policy_target("fs:read", "", true), None);
+        // …but a single capability is always asked.
+        assert_eq!(policy_target("fs:read", "", false).as_deref(), Some(""));
+        // An unknown name is asked as an exact target (policy refuses it).
+        assert_eq!(
+            policy_target("teleport:now", "x", false).as_deref(),
+            Some("x")
+        );
+    }
+
+    #[test]
+    fn the_strictest_answer_wins_and_the_first_approval_capability_is_kept() {
+        let mut s = Strictest::default();
+        s.add("parse:local", Outcome::Allowed, "table".into(), None);
+        s.add("fs:read", Outcome::ApprovalRequired, "asks".into(), None);
+        s.add(
+            "network:http",
+            Outcome::ApprovalRequired,
+            "asks too".into(),
+            Some(7),
+        );
+        assert_eq!(s.outcome, Outcome::ApprovalRequired);
+        assert_eq!(s.reason, "asks");
+        assert_eq!(s.approval_capability, "fs:read");
+        s.add("fs:write", Outcome::Denied, "no".into(), None);
+        assert_eq!(s.outcome, Outcome::Denied);
+        assert_eq!(s.reason, "no");
+        assert_eq!(Strictest::default().outcome, Outcome::Allowed);
+    }
+
+    #[test]
+    fn modes_and_tiers_start_where_the_seed_says() {
+        assert_eq!(mode_of(None, Mode::Hybrid), Mode::Hybrid);
+        assert_eq!(mode_of(Some(Mode::Online), Mode::Local), Mode::Online);
+        assert_eq!(starting_tier(Mode::Online, false), Tier::Wise);
+        assert_eq!(starting_tier(Mode::Hybrid, true), Tier::Wise);
+        assert_eq!(starting_tier(Mode::Hybrid, false), Tier::Fast);
+        assert_eq!(starting_tier(Mode::Local, true), Tier::Fast);
+        assert!(offers_tools(Mode::Online, false));
+        assert!(!offers_tools(Mode::Online, true));
+        assert!(offers_tools(Mode::Local, true));
+    }
+
+    #[test]
+    fn a_hybrid_turn_escalates_after_its_failures_and_only_once() {
+        assert!(escalates(Mode::Hybrid, Tier::Fast, 2, 2));
+        assert!(!escalates(Mode::Hybrid, Tier::Fast, 1, 2));
+        assert!(!escalates(Mode::Hybrid, Tier::Wise, 5, 2), "already wise");
+        assert!(!escalates(Mode::Hybrid, Tier::Fast, 9, 0), "0: never");
+        assert!(!escalates(Mode::Local, Tier::Fast, 9, 1));
+    }
+
+    fn outcome() -> impl Strategy<Value = Outcome> {
+        prop::sample::select(vec![
+            Outcome::Allowed,
+            Outcome::ApprovalRequired,
+            Outcome::Denied,
+        ])
+    }
+
+    proptest! {
+        /// Whatever the order of the answers, a denial among them is the result, and the
+        /// result is never laxer than any answer with a reason.
+        #[test]
+        fn no_answer_is_laxer_than_the_strictest(answers in prop::collection::vec(outcome(), 1..6)) {
+            let mut s = Strictest::default();
+            for (i, outcome) in answers.iter().enumerate() {
+                s.add(&format!("cap{i}"), *outcome, format!("reason {i}"), None);
+            }
+            let strictest = answers.iter().map(|o| o.strictness()).max().unwrap();
+            prop_assert_eq!(s.outcome.strictness(), strictest);
+            let needs_approval = answers.contains(&Outcome::ApprovalRequired);
+            prop_assert_eq!(!s.approval_capability.is_empty(), needs_approval);
+        }
+    }
+}

@@ -1,0 +1,319 @@
+//! Suspending a turn for a person's approval and going on once they decided (seed
+//! agent_runtime.md ch. 7; approval_ux.md): the request is registered, the checkpoint
+//! stored, the card sent; the decision is awaited while the client listens, or applied by
+//! whichever replica resumes the turn. Only the exact call the person approved runs: its
+//! hash is checked against the one the approval recorded.
+
+use std::time::{Duration, Instant};
+
+use metnos_core::call::value_sha256;
+use metnos_kit::time::now_ms;
+use metnos_proto::approval::v1 as approval;
+use metnos_proto::planner::v1 as pb;
+use tokio::sync::{mpsc, watch};
+
+use crate::engine::{Planner, Sink, StepOutcome, refusal};
+use crate::store::State;
+use crate::turn::{ApprovalDecision, Call, Checkpoint, FinalKind, PendingCall, StepLog, finish};
+use crate::vet::Cleared;
+
+fn decision_of(status: approval::ApprovalStatus) -> ApprovalDecision {
+    match status {
+        approval::ApprovalStatus::Approved => ApprovalDecision::Approved,
+        approval::ApprovalStatus::Rejected => ApprovalDecision::Rejected,
+        approval::ApprovalStatus::Expired => ApprovalDecision::Expired,
+        approval::ApprovalStatus::Cancelled => ApprovalDecision::Cancelled,
+        approval::ApprovalStatus::Pending | approval::ApprovalStatus::Unspecified => {
+            ApprovalDecision::Unknown
+        }
+    }
+}
+
+impl Planner {
+    /// Ends a claimed, suspended turn as cancelled (its approval is cancelled too).
+    pub async fn cancel_claimed(&self, cp: &mut Checkpoint) {
+        if let Some(p) = cp.pending.take() {
+            let _ = self
+                .filters
+                .cancel(&p.token, "the turn was cancelled")
+                .await;
+        }
+        let (sink, _rx) = mpsc::channel(16);
+        self.close(cp, &sink, finish(FinalKind::Cancelled, "cancelled"))
+            .await;
+    }
+
+    /// Registers the approval request for a cleared call, stores the suspended turn and
+    /// sends the card. A checkpoint that cannot be stored cancels the request: a decision
+    /// nobody could act on is never asked for.
+    pub(crate) async fn ask_approval(
+        &self,
+        cp: &mut Checkpoint,
+        sink: &Sink,
+        call: Call,
+        mut log: StepLog,
+        cleared: &Cleared,
+        capability: &str,
+    ) -> StepOutcome {
+        let call_sha256 = match value_sha256(&call.name, &cleared.args) {
+            Ok(hash) => hash,
+            Err(e) => {
+                let why = refusal(format!("cannot hash the call: {e}"));
+                self.observe(cp, sink, &call, log, why, Instant::now())
+                    .await;
+                return StepOutcome::Continue;
+            }
+        };
+        let args_json = cleared.args.to_string();
+        let request = crate::cards::pending_request(
+            cp,
+            &cleared.executor,
+            capability,
+            &cleared.target,
+            &call.name,
+            &args_json,
+        );
+        let created = match self.filters.create_pending(request).await {
+            Ok(created) => created,
+            Err(status) => {
+                let message = format!(
+                    "approval request failed ({:?}): {}",
+                    status.code(),
+                    status.message()
+                );
+                log.approval_decision = Some(ApprovalDecision::Unavailable);
+                self.observe(
+                    cp,
+                    sink,
+                    &call,
+                    log,
+                    refusal(message.clone()),
+                    Instant::now(),
+                )
+                .await;
+                return StepOutcome::Finished(finish(
+                    FinalKind::Error,
+                    format!(
+                        "the approval service could not be asked, so nothing was done: {message}"
+                    ),
+                ));
+            }
+        };
+        let pending = created.approval.unwrap_or_default();
+        log.approval_token = Some(pending.token.clone());
+        // The log of this step is completed when the decision comes.
+        cp.steps.push(log);
+        cp.pending = Some(PendingCall {
+            step: cp.steps.len() as u32,
+            call,
+            args: cleared.args.clone(),
+            token: pending.token.clone(),
+            call_sha256,
+            started_ms: now_ms(),
+            card: created
+                .card
+                .as_ref()
+                .map(prost::Message::encode_to_vec)
+                .unwrap_or_default(),
+            expires_at: pending.expires_at.as_ref().map(|t| (t.seconds, t.nanos)),
+        });
+        if let Err(e) = self.save(cp, State::Suspended, Some(&pending.token)).await {
+            tracing::error!(error = %e, "cannot store the checkpoint; the approval is cancelled");
+            let _ = self
+                .filters
+                .cancel(&pending.token, "the planner could not store the turn")
+                .await;
+            cp.pending = None;
+            return StepOutcome::Finished(finish(
+                FinalKind::Error,
+                "the planner's store is unavailable, so the approval was withdrawn and nothing was done",
+            ));
+        }
+        let awaiting = pb::AwaitingApproval {
+            step: cp.steps.len() as u32,
+            token: pending.token.clone(),
+            card: created.card,
+            expires_at: pending.expires_at,
+        };
+        self.emit(sink, pb::turn_event::Event::AwaitingApproval(awaiting))
+            .await;
+        StepOutcome::Suspended
+    }
+
+    /// A resumed turn that still waits shows its card again.
+    async fn show_card_again(&self, sink: &Sink, pending: &PendingCall) {
+        let still_pending = self
+            .filters
+            .get_pending(&pending.token)
+            .await
+            .is_ok_and(|p| p.status == approval::ApprovalStatus::Pending as i32);
+        if !still_pending {
+            return;
+        }
+        let card = <approval::Card as prost::Message>::decode(pending.card.as_slice()).ok();
+        let awaiting = pb::AwaitingApproval {
+            step: pending.step,
+            token: pending.token.clone(),
+            card,
+            expires_at: pending
+                .expires_at
+                .map(|(seconds, nanos)| prost_types::Timestamp { seconds, nanos }),
+        };
+        self.emit(sink, pb::turn_event::Event::AwaitingApproval(awaiting))
+            .await;
+    }
+
+    /// Waits for the pending call's decision while the client listens; applies it.
+    /// `None`: the client went away (the turn stays suspended, any replica may resume it).
+    pub(crate) async fn await_decision(
+        &self,
+        cp: &mut Checkpoint,
+        sink: &Sink,
+        cancel: &mut watch::Receiver<bool>,
+        claimed: bool,
+    ) -> Option<StepOutcome> {
+        let pending = cp.pending.clone()?;
+        if claimed {
+            self.show_card_again(sink, &pending).await;
+        }
+        let turn_id = cp.turn_id.clone();
+        let decided = tokio::select! {
+            decided = self.filters.wait_decision(&pending.token) => decided,
+            () = sink.closed() => return self.wait_elsewhere(cp, &pending).await,
+            () = self.cancelled(&turn_id, cancel) => {
+                let _ = self.filters.cancel(&pending.token, "the turn was cancelled").await;
+                cp.pending = None;
+                return Some(StepOutcome::Finished(finish(FinalKind::Cancelled, "cancelled")));
+            }
+        };
+        // Only one caller continues a turn: the one that claims it.
+        if !claimed
+            && !self
+                .store
+                .claim_suspended(&cp.turn_id, now_ms())
+                .await
+                .unwrap_or(false)
+        {
+            let suspended = pb::TurnSuspended {
+                turn_id: cp.turn_id.clone(),
+                token: pending.token.clone(),
+            };
+            self.emit(sink, pb::turn_event::Event::Suspended(suspended))
+                .await;
+            return None;
+        }
+        match decided {
+            Ok(decision) => Some(self.apply_decision(cp, sink, decision, cancel).await),
+            Err(status) => {
+                cp.pending = None;
+                Some(StepOutcome::Finished(finish(
+                    FinalKind::Error,
+                    format!(
+                        "the approval service could not be asked ({:?}): {}",
+                        status.code(),
+                        status.message()
+                    ),
+                )))
+            }
+        }
+    }
+
+    /// Nobody listens any more: the turn waits, suspended, for any replica to resume it.
+    /// If that cannot be stored, the approval is withdrawn and the turn ends: a turn that
+    /// cannot be resumed must not leave a card that seems to work.
+    async fn wait_elsewhere(
+        &self,
+        cp: &mut Checkpoint,
+        pending: &PendingCall,
+    ) -> Option<StepOutcome> {
+        let Err(e) = self.save(cp, State::Suspended, Some(&pending.token)).await else {
+            return None;
+        };
+        tracing::error!(error = %e, "cannot store the suspended turn; the approval is cancelled");
+        let _ = self
+            .filters
+            .cancel(&pending.token, "the planner could not store the turn")
+            .await;
+        cp.pending = None;
+        Some(StepOutcome::Finished(finish(
+            FinalKind::Error,
+            "the planner's store is unavailable, so the approval was withdrawn and nothing was done",
+        )))
+    }
+
+    /// What a decision leads to: the approved call run (exactly that one), or why not.
+    async fn decided_observation(
+        &self,
+        pending: &PendingCall,
+        status: approval::ApprovalStatus,
+        decided_sha256: &str,
+        cancel: &mut watch::Receiver<bool>,
+    ) -> metnos_executors::Observation {
+        match status {
+            approval::ApprovalStatus::Approved => {
+                let hash = value_sha256(&pending.call.name, &pending.args).unwrap_or_default();
+                if hash != pending.call_sha256 || hash != decided_sha256 {
+                    return refusal(
+                        "the approved call does not match the call to run; nothing was done",
+                    );
+                }
+                match self.catalog.get(&pending.call.name).cloned() {
+                    Some(executor) => self.execute(&executor, &pending.args, cancel).await,
+                    None => refusal(format!("nonexistent executor: {}", pending.call.name)),
+                }
+            }
+            approval::ApprovalStatus::Rejected => {
+                refusal("the person rejected this call; it was not run")
+            }
+            approval::ApprovalStatus::Expired => {
+                refusal("the approval request expired without an answer; the call was not run")
+            }
+            _ => refusal("the approval request was cancelled; the call was not run"),
+        }
+    }
+
+    /// Applies a decided approval to the pending call. The progress is stored; if it
+    /// cannot be, the turn ends here (fail closed) instead of going on with state no
+    /// replica could recover.
+    async fn apply_decision(
+        &self,
+        cp: &mut Checkpoint,
+        sink: &Sink,
+        decision: approval::PendingApproval,
+        cancel: &mut watch::Receiver<bool>,
+    ) -> StepOutcome {
+        let Some(pending) = cp.pending.take() else {
+            return StepOutcome::Continue;
+        };
+        let status = approval::ApprovalStatus::try_from(decision.status)
+            .unwrap_or(approval::ApprovalStatus::Unspecified);
+        let decided = pb::ApprovalDecided {
+            step: pending.step,
+            token: pending.token.clone(),
+            status: status as i32,
+        };
+        self.emit(sink, pb::turn_event::Event::ApprovalDecided(decided))
+            .await;
+        let index = pending.step as usize - 1;
+        let mut log = cp.steps.get(index).cloned().unwrap_or_default();
+        cp.steps.truncate(index);
+        let started = Instant::now();
+        log.approval_decision = Some(decision_of(status));
+        let observation = self
+            .decided_observation(&pending, status, &decision.call_sha256, cancel)
+            .await;
+        let waited =
+            Duration::from_millis(u64::try_from(now_ms() - pending.started_ms).unwrap_or(0));
+        let started_at = started.checked_sub(waited).unwrap_or(started);
+        self.observe(cp, sink, &pending.call, log, observation, started_at)
+            .await;
+        if let Err(e) = self.save(cp, State::Running, None).await {
+            tracing::error!(error = %e, "cannot store the turn's progress; it stops here");
+            return StepOutcome::Finished(finish(
+                FinalKind::Error,
+                "the planner's store is unavailable, so the turn stopped after this step",
+            ));
+        }
+        StepOutcome::Continue
+    }
+}

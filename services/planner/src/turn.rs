@@ -1,0 +1,411 @@
+//! A turn's state, typed: what the person asked, the conversation with the LLM, each step's
+//! log and a call waiting for a decision. Everything here is serialised into the stored
+//! checkpoint and the turn log with the same strings and numbers as before it was typed,
+//! so checkpoints written by an older planner still resume.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use metnos_core::language::Language;
+use metnos_core::level::AutonomyLevel;
+use metnos_core::principal::Principal;
+use metnos_llm::{Tier, ToolCall};
+use metnos_proto::planner::v1 as pb;
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+/// How a turn plans: `local` (step by step), `online` (one plan, then the answer) or
+/// `hybrid` (local, escalating to the wise tier by rule).
+pub use metnos_kit::config::PlannerMode as Mode;
+
+/// The mode's name, as logs, the vaglio's context and checkpoints write it.
+pub fn mode_name(mode: Mode) -> &'static str {
+    match mode {
+        Mode::Local => "local",
+        Mode::Online => "online",
+        Mode::Hybrid => "hybrid",
+    }
+}
+
+/// The contract's mode.
+pub fn mode_to_wire(mode: Mode) -> pb::Mode {
+    match mode {
+        Mode::Local => pb::Mode::Local,
+        Mode::Online => pb::Mode::Online,
+        Mode::Hybrid => pb::Mode::Hybrid,
+    }
+}
+
+/// A contract's mode; `None` when unspecified (the configured default applies).
+pub fn mode_from_wire(value: i32) -> Option<Mode> {
+    match pb::Mode::try_from(value) {
+        Ok(pb::Mode::Local) => Some(Mode::Local),
+        Ok(pb::Mode::Online) => Some(Mode::Online),
+        Ok(pb::Mode::Hybrid) => Some(Mode::Hybrid),
+        Ok(pb::Mode::Unspecified) | Err(_) => None,
+    }
+}
+
+/// A new turn, as the edge hands it over once the request is checked.
+#[derive(Debug, Clone, PartialEq)]
+pub struct TurnRequest {
+    pub principal: Principal,
+    pub level: AutonomyLevel,
+    pub query: String,
+    /// `None`: the language of the person's request.
+    pub language: Option<Language>,
+    /// `None`: the configured mode.
+    pub mode: Option<Mode>,
+}
+
+/// How a turn ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum FinalKind {
+    Answer,
+    CapSteps,
+    CapSameExecutor,
+    Cancelled,
+    Timeout,
+    Error,
+}
+
+impl FinalKind {
+    /// The name the turn log uses.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            FinalKind::Answer => "answer",
+            FinalKind::CapSteps => "cap_steps",
+            FinalKind::CapSameExecutor => "cap_same_executor",
+            FinalKind::Cancelled => "cancelled",
+            FinalKind::Timeout => "timeout",
+            FinalKind::Error => "error",
+        }
+    }
+
+    pub fn to_wire(self) -> pb::FinalKind {
+        match self {
+            FinalKind::Answer => pb::FinalKind::Answer,
+            FinalKind::CapSteps => pb::FinalKind::CapSteps,
+            FinalKind::CapSameExecutor => pb::FinalKind::CapSameExecutor,
+            FinalKind::Cancelled => pb::FinalKind::Cancelled,
+            FinalKind::Timeout => pb::FinalKind::Timeout,
+            FinalKind::Error => pb::FinalKind::Error,
+        }
+    }
+}
+
+/// How a turn ended, with the text the person gets.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Finish {
+    pub kind: FinalKind,
+    pub text: String,
+}
+
+/// A turn's end.
+pub fn finish(kind: FinalKind, text: impl Into<String>) -> Finish {
+    Finish {
+        kind,
+        text: text.into(),
+    }
+}
+
+/// A tool call as the checkpoint keeps it.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct Call {
+    pub id: String,
+    pub name: String,
+    pub arguments: Value,
+}
+
+impl From<&ToolCall> for Call {
+    fn from(c: &ToolCall) -> Call {
+        Call {
+            id: c.id.clone(),
+            name: c.name.clone(),
+            arguments: c.arguments.clone(),
+        }
+    }
+}
+
+/// One message of the turn's conversation.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[serde(tag = "role", rename_all = "snake_case")]
+pub enum Hist {
+    User {
+        text: String,
+    },
+    Assistant {
+        text: String,
+        calls: Vec<Call>,
+    },
+    Tool {
+        call_id: String,
+        name: String,
+        content: String,
+    },
+}
+
+/// A call waiting for a person's decision.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct PendingCall {
+    pub step: u32,
+    pub call: Call,
+    /// The arguments as validated and approved (references resolved).
+    pub args: Value,
+    pub token: String,
+    pub call_sha256: String,
+    pub started_ms: i64,
+    /// The card, protobuf-encoded, to show it again on resume.
+    pub card: Vec<u8>,
+    pub expires_at: Option<(i64, i32)>,
+}
+
+/// How a call's arguments fared before the filters.
+#[derive(Debug, Clone, Copy, Serialize, Deserialize, PartialEq, Eq, Default)]
+#[serde(rename_all = "snake_case")]
+pub enum Validation {
+    #[default]
+    Ok,
+    /// A `{{stepN…}}` reference could not be resolved.
+    References,
+    Schema,
+    Scope,
+    #[serde(rename = "unknown executor")]
+    UnknownExecutor,
+    /// The same read or write again (seed ch. 10).
+    Duplicate,
+}
+
+/// The scope hints' answer.
+#[derive(Debug, Clone, Copy, Serialize, Deserialize, PartialEq, Eq)]
+#[serde(rename_all = "snake_case")]
+pub enum ScopeCheck {
+    /// Inside the manifest's hints.
+    Ok,
+    Refused,
+    /// The manifest has no hints.
+    None,
+}
+
+/// Policy's answer as a step's log keeps it.
+#[derive(Debug, Clone, Copy, Serialize, Deserialize, PartialEq, Eq)]
+#[serde(rename_all = "snake_case")]
+pub enum PolicyCheck {
+    Allowed,
+    ApprovalRequired,
+    Denied,
+    /// Policy could not be asked.
+    Unavailable,
+}
+
+/// The vaglio's verdict as a step's log keeps it.
+#[derive(Debug, Clone, Copy, Serialize, Deserialize, PartialEq, Eq)]
+#[serde(rename_all = "snake_case")]
+pub enum VerdictCheck {
+    Approved,
+    Blocked,
+    /// The vaglio could not be asked.
+    Unavailable,
+}
+
+/// What became of an approval request.
+#[derive(Debug, Clone, Copy, Serialize, Deserialize, PartialEq, Eq)]
+#[serde(rename_all = "snake_case")]
+pub enum ApprovalDecision {
+    Approved,
+    Rejected,
+    Expired,
+    Cancelled,
+    Unknown,
+    /// The approval service could not be asked.
+    Unavailable,
+}
+
+/// What the turn log keeps of one step: no argument values.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Default)]
+pub struct StepLog {
+    pub step: u32,
+    pub executor: String,
+    pub tier: Option<Tier>,
+    pub arg_keys: Vec<String>,
+    pub validation: Validation,
+    /// Unset when the call did not get that far.
+    pub scope: Option<ScopeCheck>,
+    pub policy: Option<PolicyCheck>,
+    pub grant_id: Option<i64>,
+    pub verdict: Option<VerdictCheck>,
+    pub verdict_score: Option<f64>,
+    pub approval_token: Option<String>,
+    pub approval_decision: Option<ApprovalDecision>,
+    pub duration_ms: u64,
+    /// Microseconds spent on the checks before the call could run: references, schema
+    /// and scope, policy and vaglio (the control plane's overhead).
+    pub checks_us: u64,
+    pub policy_us: u64,
+    pub vaglio_us: u64,
+    pub ok: bool,
+    pub scratchpad_id: Option<String>,
+}
+
+impl StepLog {
+    /// A step about to be checked: the call's argument keys, never their values.
+    pub fn new(step: u32, call: &Call, tier: Tier) -> StepLog {
+        StepLog {
+            step,
+            executor: call.name.clone(),
+            tier: Some(tier),
+            arg_keys: call
+                .arguments
+                .as_object()
+                .map(|m| m.keys().cloned().collect())
+                .unwrap_or_default(),
+            ..StepLog::default()
+        }
+    }
+}
+
+/// Everything a turn needs to go on, on any replica.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct Checkpoint {
+    pub turn_id: String,
+    pub channel: String,
+    pub sender_id: String,
+    #[serde(with = "wire_level")]
+    pub level: AutonomyLevel,
+    #[serde(with = "wire_language")]
+    pub language: Option<Language>,
+    pub query: String,
+    pub mode: Mode,
+    /// The tier now in use.
+    pub tier: Tier,
+    pub tiers_used: BTreeSet<Tier>,
+    pub models: BTreeSet<String>,
+    pub candidates: Vec<String>,
+    pub history: Vec<Hist>,
+    pub steps: Vec<StepLog>,
+    /// Each step's observation as the LLM may pipe it (large ones by scratchpad id).
+    pub observations: Vec<Value>,
+    /// Calls of the last LLM answer not handled yet.
+    pub queued: Vec<Call>,
+    pub pending: Option<PendingCall>,
+    pub scratch_ids: Vec<String>,
+    pub failures: u32,
+    /// (executor, target) of guarded reads and writes → the step that did it.
+    pub seen_targets: Vec<(String, String, u32)>,
+    /// Calls per executor.
+    pub executor_calls: BTreeMap<String, u32>,
+    pub prompt_tokens: u64,
+    pub completion_tokens: u64,
+    pub started_ms: i64,
+    /// Milliseconds of work so far (LLM and executors; waiting for people excluded).
+    pub active_ms: u64,
+    /// Online mode: the plan was made, the next LLM call is for the answer.
+    pub planned: bool,
+}
+
+impl Checkpoint {
+    /// The person the turn acts for.
+    pub fn principal(&self) -> Principal {
+        Principal {
+            channel: self.channel.clone(),
+            sender_id: self.sender_id.clone(),
+        }
+    }
+
+    /// The step number the next call gets.
+    pub fn next_step(&self) -> u32 {
+        self.steps.len() as u32 + 1
+    }
+}
+
+/// The level as the contract's number, as checkpoints have always stored it.
+mod wire_level {
+    use metnos_core::level::AutonomyLevel;
+    use serde::{Deserialize, Deserializer, Serializer, de::Error};
+
+    pub fn serialize<S: Serializer>(level: &AutonomyLevel, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_i32(level.to_wire())
+    }
+
+    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<AutonomyLevel, D::Error> {
+        let value = i32::deserialize(d)?;
+        AutonomyLevel::from_wire(value).map_err(D::Error::custom)
+    }
+}
+
+/// The language as the contract's number (0: unspecified).
+mod wire_language {
+    use metnos_core::language::Language;
+    use serde::{Deserialize, Deserializer, Serializer};
+
+    pub fn serialize<S: Serializer>(language: &Option<Language>, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_i32(language.map_or(0, Language::to_wire))
+    }
+
+    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Option<Language>, D::Error> {
+        Ok(Language::from_wire(i32::deserialize(d)?))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    /// A checkpoint as the string-typed planner stored it (session 3): it still reads, and
+    /// writes back with the same strings and numbers.
+    #[test]
+    fn a_checkpoint_stored_before_the_types_still_reads_and_writes_the_same() {
+        let stored = json!({
+            "turn_id": "t1", "channel": "telegram", "sender_id": "42", "level": 2,
+            "language": 0, "query": "read my notes", "mode": "hybrid", "tier": "wise",
+            "tiers_used": ["fast", "wise"], "models": ["m"], "candidates": ["fs_read"],
+            "history": [{"role": "user", "text": "read my notes"}],
+            "steps": [{
+                "step": 1, "executor": "fs_read", "tier": "fast", "arg_keys": ["path"],
+                "validation": "unknown executor", "scope": "none", "policy": "approval_required",
+                "grant_id": null, "verdict": "blocked", "verdict_score": 0.1,
+                "approval_token": null, "approval_decision": "expired", "duration_ms": 3,
+                "checks_us": 10, "policy_us": 4, "vaglio_us": 5, "ok": false,
+                "scratchpad_id": null
+            }],
+            "observations": [null], "queued": [], "pending": null, "scratch_ids": [],
+            "failures": 1, "seen_targets": [["fs_read", "/tmp/x", 1]],
+            "executor_calls": {"fs_read": 1}, "prompt_tokens": 1, "completion_tokens": 2,
+            "started_ms": 5, "active_ms": 6, "planned": false
+        });
+        let cp: Checkpoint = serde_json::from_value(stored.clone()).unwrap();
+        assert_eq!(cp.level, AutonomyLevel::Supervised);
+        assert_eq!(cp.language, None);
+        assert_eq!(cp.mode, Mode::Hybrid);
+        assert_eq!(cp.tier, Tier::Wise);
+        assert_eq!(cp.steps[0].validation, Validation::UnknownExecutor);
+        assert_eq!(cp.steps[0].policy, Some(PolicyCheck::ApprovalRequired));
+        assert_eq!(
+            cp.steps[0].approval_decision,
+            Some(ApprovalDecision::Expired)
+        );
+        assert_eq!(serde_json::to_value(&cp).unwrap(), stored);
+    }
+
+    #[test]
+    fn a_checkpoint_with_an_unspecified_level_is_refused_not_run_at_some_level() {
+        let bad = json!({"level": 0});
+        let error = wire_level::deserialize(&bad["level"]).unwrap_err();
+        assert!(error.to_string().contains("unspecified"), "{error}");
+    }
+
+    #[test]
+    fn modes_and_final_kinds_have_their_wire_names() {
+        for mode in [Mode::Local, Mode::Online, Mode::Hybrid] {
+            assert_eq!(mode_from_wire(mode_to_wire(mode) as i32), Some(mode));
+            let written = serde_json::to_value(mode).unwrap();
+            assert_eq!(written, mode_name(mode));
+        }
+        assert_eq!(mode_from_wire(0), None);
+        assert_eq!(FinalKind::CapSameExecutor.as_str(), "cap_same_executor");
+        assert_eq!(
+            FinalKind::Timeout.to_wire().as_str_name(),
+            "FINAL_KIND_TIMEOUT"
+        );
+    }
+}

@@ -1,0 +1,295 @@
+//! The filter pipeline one proposed call goes through before anything runs (DESIGN §1):
+//! the executor exists, its `{{stepN…}}` references resolve, it is not a repeat, the
+//! same-executor cap, the arguments' schema and scope, policy (every capability the
+//! executor declares; the strictest answer wins) and the vaglio — asked at once — and
+//! whether a person must approve. The answer is [`Cleared`] or a [`Refusal`]; the turn loop
+//! records either in one place. The step's log is filled in as the checks go, and the
+//! events the person's stream should see are collected for the loop to send.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::Instant;
+
+use metnos_executors::{CallError, Executor};
+use metnos_proto::planner::v1 as pb;
+use metnos_proto::vaglio::v1 as vaglio;
+use serde_json::Value;
+
+use crate::engine::Planner;
+use crate::piping;
+use crate::rules::{self, Outcome, Strictest};
+use crate::turn::{
+    Call, Checkpoint, FinalKind, Finish, PolicyCheck, ScopeCheck, StepLog, Validation,
+    VerdictCheck, finish, mode_name,
+};
+
+/// A call every filter let through.
+#[derive(Debug, Clone)]
+pub struct Cleared {
+    pub executor: Arc<Executor>,
+    /// The arguments with their references resolved: what runs, and what is approved.
+    pub args: Value,
+    /// The manifest's target argument's value (empty: none).
+    pub target: String,
+    /// `Some(capability)`: policy wants a person's approval, for this capability.
+    pub approval: Option<String>,
+}
+
+/// Why a call does not run.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Refusal {
+    /// Refused: the LLM is told why and the turn goes on.
+    Refused(String),
+    /// A filter could not be asked: the LLM is told, and the turn ends as an error (nothing
+    /// runs unchecked).
+    Unavailable { observation: String, finish: Finish },
+    /// A cap: the turn ends here.
+    Stop(Finish),
+}
+
+/// `what` failed, so `who` could not be asked: nothing runs, the turn ends.
+fn unavailable(what: &str, who: &str, status: &tonic::Status) -> Refusal {
+    let observation = format!("{what} failed ({:?}): {}", status.code(), status.message());
+    Refusal::Unavailable {
+        finish: finish(
+            FinalKind::Error,
+            format!("{who} could not be asked, so nothing was done: {observation}"),
+        ),
+        observation,
+    }
+}
+
+impl Planner {
+    /// Puts `call` (step `log.step`) through every filter. `started` is when the step began
+    /// (the log's `checks_us` count from it); `events` gets the policy and vaglio answers.
+    pub(crate) async fn vet(
+        &self,
+        cp: &Checkpoint,
+        call: &Call,
+        log: &mut StepLog,
+        events: &mut Vec<pb::turn_event::Event>,
+        started: Instant,
+    ) -> Result<Cleared, Refusal> {
+        let Some(executor) = self.catalog.get(&call.name).cloned() else {
+            log.validation = Validation::UnknownExecutor;
+            return Err(Refusal::Refused(format!(
+                "nonexistent executor: {} (available: {})",
+                call.name.chars().take(64).collect::<String>(),
+                cp.candidates.join(", ")
+            )));
+        };
+        let args = self.resolve_refs(cp, &call.arguments).await.map_err(|e| {
+            log.validation = Validation::References;
+            Refusal::Refused(e)
+        })?;
+        let target = executor
+            .manifest
+            .target_arg
+            .as_deref()
+            .and_then(|k| args.get(k))
+            .and_then(Value::as_str)
+            .unwrap_or_default()
+            .to_owned();
+        if let Some(earlier) = rules::earlier_step(&cp.seen_targets, &call.name, &target) {
+            log.validation = Validation::Duplicate;
+            return Err(Refusal::Refused(format!(
+                "you already have this data at step {earlier}: formulate the final_answer"
+            )));
+        }
+        let calls_so_far = cp.executor_calls.get(&call.name).copied().unwrap_or(0);
+        if let Some(stop) =
+            rules::over_cap_same_executor(&call.name, calls_so_far, self.config.cap_same_executor)
+        {
+            return Err(Refusal::Stop(stop));
+        }
+        self.check_schema_and_scope(&executor, &args, log)?;
+        let approval = self
+            .ask_policy_and_vaglio(cp, call, &executor, &args, &target, log, events, started)
+            .await?;
+        Ok(Cleared {
+            executor,
+            args,
+            target,
+            approval,
+        })
+    }
+
+    fn check_schema_and_scope(
+        &self,
+        executor: &Executor,
+        args: &Value,
+        log: &mut StepLog,
+    ) -> Result<(), Refusal> {
+        let scope = &executor.manifest.scope;
+        let hinted = !scope.paths.is_empty() || !scope.hosts.is_empty();
+        log.scope = Some(if hinted {
+            ScopeCheck::Ok
+        } else {
+            ScopeCheck::None
+        });
+        executor
+            .check_args(args, &self.runner.user_home)
+            .map_err(|e| {
+                (log.validation, log.scope) = match e {
+                    CallError::Scope(_) => (Validation::Scope, Some(ScopeCheck::Refused)),
+                    _ => (Validation::Schema, None),
+                };
+                Refusal::Refused(e.to_string())
+            })
+    }
+
+    /// Policy and the vaglio, asked at once (neither depends on the other); policy's
+    /// answer is applied first. `Ok(Some(capability))`: approval is needed.
+    #[allow(clippy::too_many_arguments)]
+    async fn ask_policy_and_vaglio(
+        &self,
+        cp: &Checkpoint,
+        call: &Call,
+        executor: &Executor,
+        args: &Value,
+        target: &str,
+        log: &mut StepLog,
+        events: &mut Vec<pb::turn_event::Event>,
+        started: Instant,
+    ) -> Result<Option<String>, Refusal> {
+        let request = vaglio::JudgeRequest {
+            intent: cp.query.clone(),
+            executor: call.name.clone(),
+            args_json: args.to_string(),
+            context: Some(vaglio::JudgeContext {
+                mode: mode_name(cp.mode).to_owned(),
+                step: log.step,
+                capability: executor
+                    .manifest
+                    .capabilities
+                    .first()
+                    .cloned()
+                    .unwrap_or_default(),
+                critical: Some(executor.manifest.critical),
+            }),
+        };
+        let ask_vaglio = async {
+            let started = Instant::now();
+            self.filters
+                .judge(request)
+                .await
+                .map(|v| (v, started.elapsed()))
+        };
+        let (policy, verdict) = tokio::join!(self.ask_policy(cp, executor, target), ask_vaglio);
+
+        let (policy, took) = policy.map_err(|status| {
+            log.policy = Some(PolicyCheck::Unavailable);
+            unavailable("policy check", "the policy service", &status)
+        })?;
+        log.policy_us = took.as_micros() as u64;
+        log.policy = Some(match policy.outcome {
+            Outcome::Allowed => PolicyCheck::Allowed,
+            Outcome::ApprovalRequired => PolicyCheck::ApprovalRequired,
+            Outcome::Denied => PolicyCheck::Denied,
+        });
+        log.grant_id = policy.grant_id;
+        events.push(pb::turn_event::Event::PolicyOutcome(pb::PolicyOutcome {
+            step: log.step,
+            outcome: policy_to_wire(policy.outcome) as i32,
+            reason: policy.reason.clone(),
+            grant_id: policy.grant_id,
+        }));
+        if policy.outcome == Outcome::Denied {
+            log.checks_us = started.elapsed().as_micros() as u64;
+            return Err(Refusal::Refused(format!(
+                "policy: denied ({})",
+                policy.reason
+            )));
+        }
+
+        let (verdict, took) = verdict.map_err(|status| {
+            log.verdict = Some(VerdictCheck::Unavailable);
+            unavailable("vaglio", "the vaglio", &status)
+        })?;
+        log.vaglio_us = took.as_micros() as u64;
+        log.checks_us = started.elapsed().as_micros() as u64;
+        log.verdict = Some(if verdict.approved {
+            VerdictCheck::Approved
+        } else {
+            VerdictCheck::Blocked
+        });
+        log.verdict_score = Some(verdict.score);
+        let approved = verdict.approved;
+        let reason = verdict.reason.clone();
+        events.push(pb::turn_event::Event::Verdict(pb::VerdictGiven {
+            step: log.step,
+            verdict: Some(verdict),
+        }));
+        if !approved {
+            return Err(Refusal::Refused(format!("vaglio: {reason}")));
+        }
+        Ok((policy.outcome == Outcome::ApprovalRequired).then_some(policy.approval_capability))
+    }
+
+    /// Every capability the executor declares, the strictest answer winning.
+    async fn ask_policy(
+        &self,
+        cp: &Checkpoint,
+        executor: &Executor,
+        target: &str,
+    ) -> Result<(Strictest, std::time::Duration), tonic::Status> {
+        let started = Instant::now();
+        let principal = cp.principal();
+        let capabilities = &executor.manifest.capabilities;
+        let several = capabilities.len() > 1;
+        let mut strictest = Strictest::default();
+        for capability in capabilities {
+            let Some(asked) = rules::policy_target(capability, target, several) else {
+                continue;
+            };
+            let answer = self
+                .filters
+                .check(cp.level, &principal, capability, &asked)
+                .await?;
+            strictest.add(capability, answer.outcome, answer.reason, answer.grant_id);
+        }
+        Ok((strictest, started.elapsed()))
+    }
+
+    /// `{{stepN.field}}` references replaced by what those steps observed (large
+    /// observations read back from the scratchpad).
+    async fn resolve_refs(&self, cp: &Checkpoint, args: &Value) -> Result<Value, String> {
+        let mut found: HashMap<u32, Value> = HashMap::new();
+        for step in piping::referenced_steps(args) {
+            let Some(value) = step
+                .checked_sub(1)
+                .and_then(|i| cp.observations.get(i as usize))
+                .filter(|v| !v.is_null())
+            else {
+                continue;
+            };
+            let full = match value.get("scratchpad_id").and_then(Value::as_str) {
+                Some(id) if value.as_object().is_some_and(|m| m.len() == 1) => {
+                    match self.store.get_scratch(&cp.turn_id, id).await {
+                        Ok(Some(entry)) => {
+                            serde_json::from_str(&entry.observation).unwrap_or(Value::Null)
+                        }
+                        _ => {
+                            return Err(format!(
+                                "step {step}'s observation is no longer in the scratchpad"
+                            ));
+                        }
+                    }
+                }
+                _ => value.clone(),
+            };
+            found.insert(step, full);
+        }
+        piping::resolve(args, &|n| found.get(&n).cloned(), cp.steps.len() as u32)
+            .map_err(|e| e.to_string())
+    }
+}
+
+fn policy_to_wire(outcome: Outcome) -> metnos_proto::policy::v1::Outcome {
+    use metnos_proto::policy::v1::Outcome as Wire;
+    match outcome {
+        Outcome::Allowed => Wire::Allowed,
+        Outcome::ApprovalRequired => Wire::ApprovalRequired,
+        Outcome::Denied => Wire::Denied,
+    }
+}
