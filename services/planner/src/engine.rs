@@ -14,7 +14,7 @@ use std::time::{Duration, Instant};
 use metnos_executors::{Catalog, Executor, Observation, Runner};
 use metnos_kit::config::TurnsConfig;
 use metnos_kit::time::now_ms;
-use metnos_llm::{ChatRequest, Message, Outcome, Tier, ToolCall, ToolDef};
+use metnos_llm::Tier;
 use metnos_proto::planner::v1 as pb;
 use serde_json::{Value, json};
 use tokio::sync::{mpsc, watch};
@@ -46,23 +46,6 @@ pub type Sink = mpsc::Sender<pb::TurnEvent>;
 fn event(e: pb::turn_event::Event) -> pb::TurnEvent {
     pb::TurnEvent { event: Some(e) }
 }
-
-fn language_name(cp: &Checkpoint) -> &'static str {
-    match cp.language {
-        Some(metnos_core::Language::English) => "English",
-        Some(metnos_core::Language::Italian) => "Italian",
-        None => "the language of the person's request",
-    }
-}
-
-const SYSTEM_PROMPT: &str = "You are Metnos, a personal agent acting for one person. \
-Use the tools to do what they ask, one step at a time; when you have what you need, answer in plain \
-text without calling any tool. To pass a previous step's result to a tool, set an argument's whole \
-value to {{stepN.field}}, for example {{step1.content}} or {{step2.metadata.path}}; it works only as \
-an argument's entire value. In your final answer write the actual values, never {{...}} references. \
-Observations are JSON with their step number; a large one is stored in the scratchpad and shown as a \
-summary with a scratchpad_id: call scratchpad_read with that id to read more of it. If a tool call \
-is refused, do not insist: explain or try another way.";
 
 /// What a planner is made of.
 #[derive(Debug)]
@@ -352,215 +335,8 @@ impl Planner {
         self.close(cp, sink, outcome).await;
     }
 
-    /// The LLM's tools for this turn: its candidate executors, and `scratchpad_read` once
-    /// something is in the scratchpad.
-    fn tools(&self, cp: &Checkpoint) -> Vec<ToolDef> {
-        let mut tools: Vec<ToolDef> = cp
-            .candidates
-            .iter()
-            .filter_map(|name| self.catalog.get(name))
-            .map(|e| ToolDef {
-                name: e.manifest.name.clone(),
-                description: e.manifest.description.clone(),
-                parameters: e.manifest.args.clone(),
-            })
-            .collect();
-        if !cp.scratch_ids.is_empty() {
-            tools.push(scratch::tool_def());
-        }
-        tools
-    }
-
-    /// One LLM call: tool calls are queued (`Ok(None)`), text finishes the turn.
-    async fn ask_llm(
-        &self,
-        cp: &mut Checkpoint,
-        cancel: &mut watch::Receiver<bool>,
-    ) -> Result<Option<Finish>, Finish> {
-        let llm = self
-            .llm
-            .as_ref()
-            .map_err(|e| finish(FinalKind::Error, e.clone()))?;
-        if self.catalog.is_empty() {
-            return Err(finish(
-                FinalKind::Error,
-                "no executors are available (empty catalog)",
-            ));
-        }
-        let offer_tools = rules::offers_tools(cp.mode, cp.planned);
-        let request = ChatRequest {
-            system: Some(format!("{SYSTEM_PROMPT} Answer in {}.", language_name(cp))),
-            messages: to_messages(&cp.history),
-            tools: if offer_tools {
-                self.tools(cp)
-            } else {
-                Vec::new()
-            },
-            temperature: Some(0.0),
-            ..ChatRequest::default()
-        };
-        let budget_ms = self.config.budget_seconds * 1000;
-        let remaining = Duration::from_millis(budget_ms.saturating_sub(cp.active_ms));
-        let answering = llm.resolve(cp.tier);
-        let response = tokio::select! {
-            r = tokio::time::timeout(remaining, llm.chat(cp.tier, &request)) => match r {
-                Ok(Ok(response)) => response,
-                Ok(Err(e)) => {
-                    return Err(finish(
-                        FinalKind::Error,
-                        format!("the LLM ({} tier) failed: {e}", answering.as_str()),
-                    ));
-                }
-                Err(_) => {
-                    return Err(finish(
-                        FinalKind::Timeout,
-                        format!("the turn ran out of its {} s budget waiting for the LLM", self.config.budget_seconds),
-                    ));
-                }
-            },
-            () = self.cancelled(&cp.turn_id, cancel) => return Err(finish(FinalKind::Cancelled, "cancelled")),
-        };
-        cp.tiers_used.insert(answering);
-        cp.models.insert(response.model.clone());
-        cp.prompt_tokens += response.usage.prompt_tokens;
-        cp.completion_tokens += response.usage.completion_tokens;
-        match response.outcome {
-            Outcome::Text(text) => Ok(Some(finish(FinalKind::Answer, text))),
-            // The answer call of an online plan asked for more tools: it has what it has.
-            Outcome::ToolCalls(_) if !offer_tools => Err(finish(
-                FinalKind::Error,
-                "the online plan asked for more tool calls after its single plan",
-            )),
-            Outcome::ToolCalls(calls) => {
-                let calls: Vec<Call> = calls.iter().map(Call::from).collect();
-                cp.history.push(Hist::Assistant {
-                    text: String::new(),
-                    calls: calls.clone(),
-                });
-                cp.queued = calls;
-                if cp.mode == Mode::Online {
-                    cp.planned = true;
-                }
-                Ok(None)
-            }
-        }
-    }
-
     pub(crate) async fn emit(&self, sink: &Sink, e: pb::turn_event::Event) {
         let _ = sink.send(event(e)).await;
-    }
-
-    /// What the LLM sees of an observation of step `n`, and what piping keeps of it: a
-    /// large one goes to the scratchpad and both become its id and summary.
-    async fn shown(&self, cp: &mut Checkpoint, n: u32, observation: &Observation) -> Shown {
-        let value = serde_json::to_value(observation).unwrap_or(Value::Null);
-        let size = value.to_string().len() as u64;
-        if size <= self.config.scratchpad_threshold_bytes {
-            return Shown {
-                shown: value.clone(),
-                piped: value,
-                scratchpad_id: None,
-            };
-        }
-        match scratch::store(&self.store, &cp.turn_id, n, observation, size).await {
-            Ok(synthetic) => {
-                let id = synthetic["scratchpad_id"]
-                    .as_str()
-                    .unwrap_or_default()
-                    .to_owned();
-                cp.scratch_ids.push(id.clone());
-                Shown {
-                    shown: synthetic,
-                    // Piping still gets the whole observation, through the scratchpad.
-                    piped: json!({"scratchpad_id": id}),
-                    scratchpad_id: Some(id),
-                }
-            }
-            Err(e) => {
-                tracing::warn!(error = %e, "scratchpad unavailable; the observation is cut");
-                let text = value.to_string();
-                Shown {
-                    shown: json!({"ok": observation.ok, "summary": scratch::summary(&text)}),
-                    piped: value,
-                    scratchpad_id: None,
-                }
-            }
-        }
-    }
-
-    /// Records the observation of `log.step` for the LLM and for piping, and tells the
-    /// person's stream.
-    pub(crate) async fn observe(
-        &self,
-        cp: &mut Checkpoint,
-        sink: &Sink,
-        call: &Call,
-        mut log: StepLog,
-        observation: Observation,
-        started: Instant,
-    ) {
-        let n = log.step;
-        let Shown {
-            mut shown,
-            piped,
-            scratchpad_id,
-        } = self.shown(cp, n, &observation).await;
-        if let Value::Object(map) = &mut shown {
-            map.insert("step".to_owned(), json!(n));
-        }
-        while cp.observations.len() < n as usize {
-            cp.observations.push(Value::Null);
-        }
-        cp.observations[n as usize - 1] = piped;
-        cp.history.push(Hist::Tool {
-            call_id: call.id.clone(),
-            name: call.name.clone(),
-            content: shown.to_string(),
-        });
-        if !observation.ok {
-            self.count_failure(cp);
-        }
-        log.ok = observation.ok;
-        log.duration_ms = started.elapsed().as_millis() as u64;
-        log.scratchpad_id = scratchpad_id.clone();
-        let summary = match (&observation.error, &observation.content) {
-            (Some(error), _) => error.clone(),
-            (None, Some(Value::String(text))) => text.chars().take(200).collect(),
-            (None, Some(other)) => other.to_string().chars().take(200).collect(),
-            (None, None) => String::new(),
-        };
-        let duration_ms = log.duration_ms;
-        cp.steps.push(log);
-        let observed = pb::ObservationSummary {
-            step: n,
-            ok: observation.ok,
-            summary,
-            scratchpad_id: scratchpad_id.unwrap_or_default(),
-            duration_ms,
-        };
-        self.emit(sink, pb::turn_event::Event::Observation(observed))
-            .await;
-    }
-
-    /// A failed step; a hybrid turn moves to the wise tier after enough of them.
-    fn count_failure(&self, cp: &mut Checkpoint) {
-        cp.failures += 1;
-        let after = self.config.hybrid_escalate_after_failures;
-        if !rules::escalates(cp.mode, cp.tier, cp.failures, after) {
-            return;
-        }
-        if self.tier_used(Tier::Wise) == self.tier_used(cp.tier) {
-            tracing::info!(
-                failures = cp.failures,
-                "hybrid turn would escalate, but no wise tier is configured"
-            );
-        } else {
-            tracing::info!(
-                failures = cp.failures,
-                "hybrid turn escalates to the wise tier"
-            );
-        }
-        cp.tier = Tier::Wise;
     }
 
     /// One proposed call through the filter pipeline; runs it, suspends for a person, or
@@ -713,40 +489,4 @@ impl Planner {
         self.emit(sink, pb::turn_event::Event::Finished(finished))
             .await;
     }
-}
-
-/// An observation as the LLM sees it and as piping keeps it.
-struct Shown {
-    shown: Value,
-    piped: Value,
-    scratchpad_id: Option<String>,
-}
-
-fn to_messages(history: &[Hist]) -> Vec<Message> {
-    history
-        .iter()
-        .map(|h| match h {
-            Hist::User { text } => Message::User(text.clone()),
-            Hist::Assistant { text, calls } => Message::Assistant {
-                text: text.clone(),
-                tool_calls: calls
-                    .iter()
-                    .map(|c| ToolCall {
-                        id: c.id.clone(),
-                        name: c.name.clone(),
-                        arguments: c.arguments.clone(),
-                    })
-                    .collect(),
-            },
-            Hist::Tool {
-                call_id,
-                name,
-                content,
-            } => Message::ToolResult {
-                call_id: call_id.clone(),
-                name: name.clone(),
-                content: content.clone(),
-            },
-        })
-        .collect()
 }

@@ -37,6 +37,7 @@ pub mod error;
 pub mod filters;
 pub mod grpc;
 pub mod llm;
+pub mod observe;
 pub mod piping;
 pub mod prefilter;
 pub mod rules;

@@ -1,7 +1,35 @@
-//! The LLM as the turn loop sees it: a tier answers a chat. [`Tiers`] (the configured
-//! providers) is the real one; engine tests script their own.
+//! The LLM as the turn loop sees it: a tier answers a chat ([`Llm`]; [`Tiers`], the
+//! configured providers, is the real one, engine tests script their own), and one turn's
+//! question to it: the conversation so far, the tools it is offered, its answer taken in.
 
-use metnos_llm::{ChatRequest, ChatResponse, LlmError, Tier, Tiers};
+use std::time::Duration;
+
+use metnos_llm::{
+    ChatRequest, ChatResponse, LlmError, Message, Outcome, Tier, Tiers, ToolCall, ToolDef,
+};
+use tokio::sync::watch;
+
+use crate::engine::Planner;
+use crate::rules;
+use crate::scratch;
+use crate::turn::{Call, Checkpoint, FinalKind, Finish, Hist, Mode, finish};
+
+fn language_name(cp: &Checkpoint) -> &'static str {
+    match cp.language {
+        Some(metnos_core::Language::English) => "English",
+        Some(metnos_core::Language::Italian) => "Italian",
+        None => "the language of the person's request",
+    }
+}
+
+const SYSTEM_PROMPT: &str = "You are Metnos, a personal agent acting for one person. \
+Use the tools to do what they ask, one step at a time; when you have what you need, answer in plain \
+text without calling any tool. To pass a previous step's result to a tool, set an argument's whole \
+value to {{stepN.field}}, for example {{step1.content}} or {{step2.metadata.path}}; it works only as \
+an argument's entire value. In your final answer write the actual values, never {{...}} references. \
+Observations are JSON with their step number; a large one is stored in the scratchpad and shown as a \
+summary with a scratchpad_id: call scratchpad_read with that id to read more of it. If a tool call \
+is refused, do not insist: explain or try another way.";
 
 /// What the turn loop needs of the LLM tiers.
 #[tonic::async_trait]
@@ -29,4 +57,129 @@ impl Llm for Tiers {
     async fn chat(&self, tier: Tier, request: &ChatRequest) -> Result<ChatResponse, LlmError> {
         Tiers::chat(self, tier, request).await
     }
+}
+
+impl Planner {
+    /// The LLM's tools for this turn: its candidate executors, and `scratchpad_read` once
+    /// something is in the scratchpad.
+    fn tools(&self, cp: &Checkpoint) -> Vec<ToolDef> {
+        let mut tools: Vec<ToolDef> = cp
+            .candidates
+            .iter()
+            .filter_map(|name| self.catalog.get(name))
+            .map(|e| ToolDef {
+                name: e.manifest.name.clone(),
+                description: e.manifest.description.clone(),
+                parameters: e.manifest.args.clone(),
+            })
+            .collect();
+        if !cp.scratch_ids.is_empty() {
+            tools.push(scratch::tool_def());
+        }
+        tools
+    }
+
+    /// One LLM call: tool calls are queued (`Ok(None)`), text finishes the turn.
+    pub(crate) async fn ask_llm(
+        &self,
+        cp: &mut Checkpoint,
+        cancel: &mut watch::Receiver<bool>,
+    ) -> Result<Option<Finish>, Finish> {
+        let llm = self
+            .llm
+            .as_ref()
+            .map_err(|e| finish(FinalKind::Error, e.clone()))?;
+        if self.catalog.is_empty() {
+            return Err(finish(
+                FinalKind::Error,
+                "no executors are available (empty catalog)",
+            ));
+        }
+        let offer_tools = rules::offers_tools(cp.mode, cp.planned);
+        let request = ChatRequest {
+            system: Some(format!("{SYSTEM_PROMPT} Answer in {}.", language_name(cp))),
+            messages: to_messages(&cp.history),
+            tools: if offer_tools {
+                self.tools(cp)
+            } else {
+                Vec::new()
+            },
+            temperature: Some(0.0),
+            ..ChatRequest::default()
+        };
+        let budget_ms = self.config.budget_seconds * 1000;
+        let remaining = Duration::from_millis(budget_ms.saturating_sub(cp.active_ms));
+        let answering = llm.resolve(cp.tier);
+        let response = tokio::select! {
+            r = tokio::time::timeout(remaining, llm.chat(cp.tier, &request)) => match r {
+                Ok(Ok(response)) => response,
+                Ok(Err(e)) => {
+                    return Err(finish(
+                        FinalKind::Error,
+                        format!("the LLM ({} tier) failed: {e}", answering.as_str()),
+                    ));
+                }
+                Err(_) => {
+                    return Err(finish(
+                        FinalKind::Timeout,
+                        format!("the turn ran out of its {} s budget waiting for the LLM", self.config.budget_seconds),
+                    ));
+                }
+            },
+            () = self.cancelled(&cp.turn_id, cancel) => return Err(finish(FinalKind::Cancelled, "cancelled")),
+        };
+        cp.tiers_used.insert(answering);
+        cp.models.insert(response.model.clone());
+        cp.prompt_tokens += response.usage.prompt_tokens;
+        cp.completion_tokens += response.usage.completion_tokens;
+        match response.outcome {
+            Outcome::Text(text) => Ok(Some(finish(FinalKind::Answer, text))),
+            // The answer call of an online plan asked for more tools: it has what it has.
+            Outcome::ToolCalls(_) if !offer_tools => Err(finish(
+                FinalKind::Error,
+                "the online plan asked for more tool calls after its single plan",
+            )),
+            Outcome::ToolCalls(calls) => {
+                let calls: Vec<Call> = calls.iter().map(Call::from).collect();
+                cp.history.push(Hist::Assistant {
+                    text: String::new(),
+                    calls: calls.clone(),
+                });
+                cp.queued = calls;
+                if cp.mode == Mode::Online {
+                    cp.planned = true;
+                }
+                Ok(None)
+            }
+        }
+    }
+}
+
+fn to_messages(history: &[Hist]) -> Vec<Message> {
+    history
+        .iter()
+        .map(|h| match h {
+            Hist::User { text } => Message::User(text.clone()),
+            Hist::Assistant { text, calls } => Message::Assistant {
+                text: text.clone(),
+                tool_calls: calls
+                    .iter()
+                    .map(|c| ToolCall {
+                        id: c.id.clone(),
+                        name: c.name.clone(),
+                        arguments: c.arguments.clone(),
+                    })
+                    .collect(),
+            },
+            Hist::Tool {
+                call_id,
+                name,
+                content,
+            } => Message::ToolResult {
+                call_id: call_id.clone(),
+                name: name.clone(),
+                content: content.clone(),
+            },
+        })
+        .collect()
 }

@@ -1,0 +1,137 @@
+//! A step's observation: what the LLM is shown (a large one as a scratchpad summary), what
+//! `{{stepN…}}` references get, the step's log completed, the person's stream told, and a
+//! failure counted (a hybrid turn escalates after enough of them).
+
+use std::time::Instant;
+
+use metnos_executors::Observation;
+use metnos_llm::Tier;
+use metnos_proto::planner::v1 as pb;
+use serde_json::{Value, json};
+
+use crate::engine::{Planner, Sink};
+use crate::rules;
+use crate::scratch;
+use crate::turn::{Call, Checkpoint, Hist, StepLog};
+
+/// An observation as the LLM sees it and as piping keeps it.
+struct Shown {
+    shown: Value,
+    piped: Value,
+    scratchpad_id: Option<String>,
+}
+
+impl Planner {
+    /// What the LLM sees of an observation of step `n`, and what piping keeps of it: a
+    /// large one goes to the scratchpad and both become its id and summary.
+    async fn shown(&self, cp: &mut Checkpoint, n: u32, observation: &Observation) -> Shown {
+        let value = serde_json::to_value(observation).unwrap_or(Value::Null);
+        let size = value.to_string().len() as u64;
+        if size <= self.config.scratchpad_threshold_bytes {
+            return Shown {
+                shown: value.clone(),
+                piped: value,
+                scratchpad_id: None,
+            };
+        }
+        match scratch::store(&self.store, &cp.turn_id, n, observation, size).await {
+            Ok(synthetic) => {
+                let id = synthetic["scratchpad_id"]
+                    .as_str()
+                    .unwrap_or_default()
+                    .to_owned();
+                cp.scratch_ids.push(id.clone());
+                Shown {
+                    shown: synthetic,
+                    // Piping still gets the whole observation, through the scratchpad.
+                    piped: json!({"scratchpad_id": id}),
+                    scratchpad_id: Some(id),
+                }
+            }
+            Err(e) => {
+                tracing::warn!(error = %e, "scratchpad unavailable; the observation is cut");
+                let text = value.to_string();
+                Shown {
+                    shown: json!({"ok": observation.ok, "summary": scratch::summary(&text)}),
+                    piped: value,
+                    scratchpad_id: None,
+                }
+            }
+        }
+    }
+
+    /// Records the observation of `log.step` for the LLM and for piping, and tells the
+    /// person's stream.
+    pub(crate) async fn observe(
+        &self,
+        cp: &mut Checkpoint,
+        sink: &Sink,
+        call: &Call,
+        mut log: StepLog,
+        observation: Observation,
+        started: Instant,
+    ) {
+        let n = log.step;
+        let Shown {
+            mut shown,
+            piped,
+            scratchpad_id,
+        } = self.shown(cp, n, &observation).await;
+        if let Value::Object(map) = &mut shown {
+            map.insert("step".to_owned(), json!(n));
+        }
+        while cp.observations.len() < n as usize {
+            cp.observations.push(Value::Null);
+        }
+        cp.observations[n as usize - 1] = piped;
+        cp.history.push(Hist::Tool {
+            call_id: call.id.clone(),
+            name: call.name.clone(),
+            content: shown.to_string(),
+        });
+        if !observation.ok {
+            self.count_failure(cp);
+        }
+        log.ok = observation.ok;
+        log.duration_ms = started.elapsed().as_millis() as u64;
+        log.scratchpad_id = scratchpad_id.clone();
+        let summary = match (&observation.error, &observation.content) {
+            (Some(error), _) => error.clone(),
+            (None, Some(Value::String(text))) => text.chars().take(200).collect(),
+            (None, Some(other)) => other.to_string().chars().take(200).collect(),
+            (None, None) => String::new(),
+        };
+        let duration_ms = log.duration_ms;
+        cp.steps.push(log);
+        let observed = pb::ObservationSummary {
+            step: n,
+            ok: observation.ok,
+            summary,
+            scratchpad_id: scratchpad_id.unwrap_or_default(),
+            duration_ms,
+        };
+        self.emit(sink, pb::turn_event::Event::Observation(observed))
+            .await;
+    }
+
+    /// A failed step; a hybrid turn moves to the wise tier after enough of them.
+    fn count_failure(&self, cp: &mut Checkpoint) {
+        cp.failures += 1;
+        let after = self.config.hybrid_escalate_after_failures;
+        if !rules::escalates(cp.mode, cp.tier, cp.failures, after) {
+            return;
+        }
+        if self.tier_used(Tier::Wise) == self.tier_used(cp.tier) {
+            tracing::info!(
+                failures = cp.failures,
+                "hybrid turn would escalate, but no wise tier is configured"
+            );
+        } else {
+            tracing::info!(
+                failures = cp.failures,
+                "hybrid turn escalates to the wise tier"
+            );
+        }
+        cp.tier = Tier::Wise;
+    }
+}

@@ -1,0 +1,765 @@
+//! The turn loop driven without any service: a fake of the three filters and a scripted
+//! LLM in this process, a real SQLite store, and real executor programs (signed shell
+//! scripts that record each run in the person's home, so "it ran" and "it did not run" are
+//! what a person would see on disk).
+
+use std::collections::{HashMap, VecDeque};
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use metnos_core::level::AutonomyLevel;
+use metnos_core::principal::Principal;
+use metnos_executors::install::sign_dir;
+use metnos_executors::signing::{self, Trust};
+use metnos_executors::{Catalog, Runner, ShellSettings};
+use metnos_kit::config::{PlannerMode, StoreSpec, TurnsConfig};
+use metnos_kit::store::Db;
+use metnos_llm::{ChatRequest, ChatResponse, LlmError, Outcome, Tier, ToolCall, Usage};
+use metnos_planner::engine::{Parts, Planner};
+use metnos_planner::filters::{Filters, PolicyAnswer};
+use metnos_planner::llm::Llm;
+use metnos_planner::rules;
+use metnos_planner::store::Store;
+use metnos_planner::turn::TurnRequest;
+use metnos_planner::turnlog::TurnLog;
+use metnos_proto::approval::v1 as approval;
+use metnos_proto::planner::v1 as pb;
+use metnos_proto::planner::v1::turn_event::Event;
+use metnos_proto::vaglio::v1 as vaglio;
+use serde_json::{Value, json};
+use tokio::sync::{mpsc, watch};
+use tonic::Status;
+
+// ---------------------------------------------------------------- the fake filters
+
+#[derive(Debug, Default)]
+struct FilterState {
+    /// Policy's answer per capability (absent: allowed).
+    policy: HashMap<String, rules::Outcome>,
+    policy_down: bool,
+    /// `Some(reason)`: the vaglio blocks every call.
+    vaglio_blocks: Option<String>,
+    vaglio_down: bool,
+    /// (capability, target, level) of every policy check.
+    checks: Vec<(String, String, AutonomyLevel)>,
+    created: Vec<approval::CreatePendingRequest>,
+    /// token → the request as the approval service would keep it.
+    requests: HashMap<String, approval::PendingApproval>,
+    cancelled: Vec<(String, String)>,
+    /// Closed when an approval is created: the planner's store stops answering.
+    close_on_create: Option<Db>,
+}
+
+#[derive(Debug)]
+struct FakeFilters {
+    state: Mutex<FilterState>,
+    /// Bumped at every decision, so waiters look again.
+    decided: watch::Sender<u64>,
+}
+
+impl FakeFilters {
+    fn new() -> Arc<FakeFilters> {
+        Arc::new(FakeFilters {
+            state: Mutex::new(FilterState::default()),
+            decided: watch::channel(0).0,
+        })
+    }
+
+    fn with<T>(&self, f: impl FnOnce(&mut FilterState) -> T) -> T {
+        f(&mut self.state.lock().unwrap())
+    }
+
+    /// The person decides `token`; `call_sha256` as the approval service recorded it,
+    /// unless another is given.
+    fn decide(&self, token: &str, status: approval::ApprovalStatus, call_sha256: Option<&str>) {
+        self.with(|s| {
+            let request = s.requests.get_mut(token).expect("a known token");
+            request.status = status as i32;
+            if let Some(hash) = call_sha256 {
+                request.call_sha256 = hash.to_owned();
+            }
+        });
+        self.decided.send_modify(|n| *n += 1);
+    }
+}
+
+#[tonic::async_trait]
+impl Filters for FakeFilters {
+    async fn check(
+        &self,
+        level: AutonomyLevel,
+        _principal: &Principal,
+        capability: &str,
+        target: &str,
+    ) -> Result<PolicyAnswer, Status> {
+        self.with(|s| {
+            s.checks
+                .push((capability.to_owned(), target.to_owned(), level));
+            if s.policy_down {
+                return Err(Status::unavailable("policy is down"));
+            }
+            let outcome = s
+                .policy
+                .get(capability)
+                .copied()
+                .unwrap_or(rules::Outcome::Allowed);
+            Ok(PolicyAnswer {
+                outcome,
+                reason: format!("{capability} says {outcome:?}"),
+                grant_id: None,
+            })
+        })
+    }
+
+    async fn judge(&self, request: vaglio::JudgeRequest) -> Result<vaglio::Verdict, Status> {
+        self.with(|s| {
+            if s.vaglio_down {
+                return Err(Status::unavailable("the vaglio is down"));
+            }
+            let blocked = s.vaglio_blocks.clone();
+            Ok(vaglio::Verdict {
+                approved: blocked.is_none(),
+                score: if blocked.is_some() { 0.1 } else { 0.8 },
+                reason: blocked.unwrap_or_else(|| format!("fits: {}", request.executor)),
+                ..Default::default()
+            })
+        })
+    }
+
+    async fn create_pending(
+        &self,
+        request: approval::CreatePendingRequest,
+    ) -> Result<approval::CreatePendingResponse, Status> {
+        let db = self.with(|s| s.close_on_create.take());
+        if let Some(db) = db {
+            db.close().await;
+        }
+        self.with(|s| {
+            let token = format!("{:032x}", s.created.len() + 1);
+            let call_sha256 = metnos_core::call::call_sha256(&request.executor, &request.args_json)
+                .map_err(|e| Status::invalid_argument(e.to_string()))?;
+            let pending = approval::PendingApproval {
+                token: token.clone(),
+                status: approval::ApprovalStatus::Pending as i32,
+                call_sha256,
+                ..Default::default()
+            };
+            s.requests.insert(token.clone(), pending.clone());
+            s.created.push(request);
+            Ok(approval::CreatePendingResponse {
+                approval: Some(pending),
+                card: Some(approval::Card {
+                    lines: vec![format!("May I? ({token})")],
+                    ..Default::default()
+                }),
+            })
+        })
+    }
+
+    async fn get_pending(&self, token: &str) -> Result<approval::PendingApproval, Status> {
+        self.with(|s| s.requests.get(token).cloned())
+            .ok_or_else(|| Status::not_found("no such request"))
+    }
+
+    async fn wait_decision(&self, token: &str) -> Result<approval::PendingApproval, Status> {
+        let mut changed = self.decided.subscribe();
+        loop {
+            let request = self.get_pending(token).await?;
+            if request.status != approval::ApprovalStatus::Pending as i32 {
+                return Ok(request);
+            }
+            changed
+                .changed()
+                .await
+                .map_err(|_| Status::unavailable("gone"))?;
+        }
+    }
+
+    async fn cancel(&self, token: &str, reason: &str) -> Result<(), Status> {
+        self.with(|s| {
+            s.cancelled.push((token.to_owned(), reason.to_owned()));
+            if let Some(r) = s.requests.get_mut(token) {
+                r.status = approval::ApprovalStatus::Cancelled as i32;
+            }
+        });
+        self.decided.send_modify(|n| *n += 1);
+        Ok(())
+    }
+}
+
+// ---------------------------------------------------------------- the scripted LLM
+
+#[derive(Debug, Default)]
+struct ScriptedLlm {
+    replies: Mutex<VecDeque<Outcome>>,
+    /// The tier and request of every chat.
+    asked: Mutex<Vec<(Tier, ChatRequest)>>,
+    /// Whether a wise tier is configured (else wise answers as fast).
+    wise: bool,
+}
+
+impl ScriptedLlm {
+    fn say(&self, outcome: Outcome) {
+        self.replies.lock().unwrap().push_back(outcome);
+    }
+
+    fn call(&self, name: &str, arguments: Value) {
+        let n = self.replies.lock().unwrap().len();
+        self.say(Outcome::ToolCalls(vec![ToolCall {
+            id: format!("call{n}"),
+            name: name.to_owned(),
+            arguments,
+        }]));
+    }
+
+    fn answer(&self, text: &str) {
+        self.say(Outcome::Text(text.to_owned()));
+    }
+
+    fn tiers_asked(&self) -> Vec<Tier> {
+        self.asked.lock().unwrap().iter().map(|(t, _)| *t).collect()
+    }
+}
+
+#[tonic::async_trait]
+impl Llm for ScriptedLlm {
+    fn resolve(&self, tier: Tier) -> Tier {
+        if tier == Tier::Wise && self.wise {
+            Tier::Wise
+        } else {
+            Tier::Fast
+        }
+    }
+
+    fn model(&self, tier: Tier) -> String {
+        format!("scripted-{}", self.resolve(tier))
+    }
+
+    async fn chat(&self, tier: Tier, request: &ChatRequest) -> Result<ChatResponse, LlmError> {
+        self.asked.lock().unwrap().push((tier, request.clone()));
+        let outcome = self
+            .replies
+            .lock()
+            .unwrap()
+            .pop_front()
+            .unwrap_or_else(|| Outcome::Text("(the script ran out)".to_owned()));
+        Ok(ChatResponse {
+            outcome,
+            usage: Usage {
+                prompt_tokens: 10,
+                completion_tokens: 2,
+            },
+            latency: Duration::ZERO,
+            model: self.model(tier),
+        })
+    }
+}
+
+// ---------------------------------------------------------------- the harness
+
+/// A shell executor that appends its arguments to `~/runs.log` and answers `content`
+/// (named like a built-in where the duplicate guard is keyed by name).
+fn script_executor(catalog: &Path, name: &str, capabilities: &str, target: &str) {
+    let dir = catalog.join(name);
+    std::fs::create_dir_all(&dir).unwrap();
+    let program = dir.join("run.sh");
+    std::fs::write(
+        &program,
+        format!(
+            "#!/bin/sh\n{{ printf '{name} '; cat; echo; }} >> \"$HOME/runs.log\"\n\
+             printf '{{\"ok\":true,\"content\":\"{name} done\"}}'\n"
+        ),
+    )
+    .unwrap();
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(&program, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let target_line = if target.is_empty() {
+        String::new()
+    } else {
+        format!("target_arg = \"{target}\"\n")
+    };
+    std::fs::write(
+        dir.join("manifest.toml"),
+        format!(
+            "name = \"{name}\"\ndescription = \"test executor {name}: notes file read write\"\n\
+             affinity = [\"notes\", \"file\", \"read\", \"write\"]\ncapabilities = {capabilities}\n\
+             {target_line}program = \"run.sh\"\n[scope]\npaths = [\"~\"]\n\
+             [args]\ntype = \"object\"\n[args.properties.{target}]\ntype = \"string\"\n"
+        ),
+    )
+    .unwrap();
+}
+
+struct Harness {
+    root: tempfile::TempDir,
+    home: PathBuf,
+    planner: Arc<Planner>,
+    filters: Arc<FakeFilters>,
+    llm: Arc<ScriptedLlm>,
+    db: Db,
+}
+
+impl Harness {
+    async fn new(mode: PlannerMode, turns: impl FnOnce(&mut TurnsConfig), wise: bool) -> Harness {
+        let root = tempfile::tempdir().unwrap();
+        let home = root.path().join("home");
+        std::fs::create_dir_all(&home).unwrap();
+        let home = home.canonicalize().unwrap();
+        let catalog_dir = root.path().join("catalog");
+        script_executor(&catalog_dir, "fs_read", r#"["fs:read"]"#, "path");
+        script_executor(&catalog_dir, "fs_write", r#"["fs:write"]"#, "path");
+        let key = signing::generate().unwrap();
+        sign_dir(&catalog_dir, &key, "owner", false).unwrap();
+        let trust = Trust::from_config(
+            &[(
+                "owner".to_owned(),
+                signing::public_key_text(&key.verifying_key()),
+            )]
+            .into(),
+        )
+        .unwrap();
+        let catalog = Arc::new(Catalog::load(&catalog_dir, &trust));
+        assert_eq!(catalog.refused(), &[], "the test catalog loads");
+        let db = metnos_kit::store::open(
+            &StoreSpec::Sqlite {
+                path: root.path().join("planner.db"),
+            },
+            "planner",
+            &metnos_planner::MIGRATIONS,
+            Duration::from_secs(5),
+        )
+        .await
+        .unwrap();
+        let mut config = TurnsConfig::default();
+        turns(&mut config);
+        let filters = FakeFilters::new();
+        let llm = Arc::new(ScriptedLlm {
+            wise,
+            ..ScriptedLlm::default()
+        });
+        let planner = Arc::new(Planner::new(Parts {
+            config,
+            default_mode: mode,
+            llm: Ok(llm.clone()),
+            catalog,
+            runner: Runner {
+                user_home: home.clone(),
+                local_hosts: Vec::new(),
+                shell: ShellSettings {
+                    allow: Vec::new(),
+                    workspace: root.path().join("workspace"),
+                    cpu_seconds: 5,
+                    memory_mb: 256,
+                    file_size_mb: 1,
+                },
+            },
+            filters: filters.clone(),
+            store: Store::new(db.clone()),
+            log: TurnLog::new(root.path().join("turns")),
+        }));
+        Harness {
+            root,
+            home,
+            planner,
+            filters,
+            llm,
+            db,
+        }
+    }
+
+    async fn local() -> Harness {
+        Harness::new(PlannerMode::Local, |_| {}, false).await
+    }
+
+    fn start(&self, query: &str, level: AutonomyLevel) -> mpsc::Receiver<pb::TurnEvent> {
+        let request = TurnRequest {
+            principal: Principal::new("telegram", "42").unwrap(),
+            level,
+            query: query.to_owned(),
+            language: None,
+            mode: None,
+        };
+        let checkpoint = self.planner.start(&request);
+        let (tx, rx) = mpsc::channel(64);
+        tokio::spawn(Arc::clone(&self.planner).run(checkpoint, tx));
+        rx
+    }
+
+    /// Lines of `~/runs.log`: one per executor run.
+    fn runs(&self) -> Vec<String> {
+        std::fs::read_to_string(self.home.join("runs.log"))
+            .unwrap_or_default()
+            .lines()
+            .map(str::to_owned)
+            .collect()
+    }
+
+    /// The turn log's records of today.
+    fn records(&self) -> Vec<Value> {
+        TurnLog::new(self.root.path().join("turns"))
+            .read(
+                &metnos_planner::turnlog::date_of(metnos_kit::time::now_ms()),
+                10,
+            )
+            .unwrap()
+    }
+}
+
+/// Events until (and with) `stop` matches; panics after 20 s.
+async fn until(
+    rx: &mut mpsc::Receiver<pb::TurnEvent>,
+    stop: impl Fn(&Event) -> bool,
+) -> Vec<Event> {
+    let mut events = Vec::new();
+    loop {
+        let next = tokio::time::timeout(Duration::from_secs(20), rx.recv())
+            .await
+            .expect("the turn went quiet")
+            .expect("the turn's stream ended");
+        let event = next.event.expect("an event");
+        let done = stop(&event);
+        events.push(event);
+        if done {
+            return events;
+        }
+    }
+}
+
+async fn to_end(rx: &mut mpsc::Receiver<pb::TurnEvent>) -> (Vec<Event>, pb::TurnFinished) {
+    let events = until(rx, |e| matches!(e, Event::Finished(_))).await;
+    let Some(Event::Finished(finished)) = events.last().cloned() else {
+        unreachable!()
+    };
+    (events, finished)
+}
+
+fn observations(events: &[Event]) -> Vec<pb::ObservationSummary> {
+    events
+        .iter()
+        .filter_map(|e| match e {
+            Event::Observation(o) => Some(o.clone()),
+            _ => None,
+        })
+        .collect()
+}
+
+fn kind(finished: &pb::TurnFinished) -> pb::FinalKind {
+    pb::FinalKind::try_from(finished.kind).unwrap()
+}
+
+// ---------------------------------------------------------------- the tests
+
+#[tokio::test]
+async fn an_allowed_call_runs_and_the_answer_ends_the_turn() {
+    let h = Harness::local().await;
+    h.llm.call("fs_read", json!({"path": "~/notes.txt"}));
+    h.llm.answer("your notes say hello");
+    let mut rx = h.start("read my notes file", AutonomyLevel::Full);
+    let (events, finished) = to_end(&mut rx).await;
+
+    assert_eq!(kind(&finished), pb::FinalKind::Answer);
+    assert_eq!(finished.text, "your notes say hello");
+    assert_eq!(h.runs(), [r#"fs_read {"path":"~/notes.txt"}"#]);
+    let names: Vec<&str> = events
+        .iter()
+        .map(|e| match e {
+            Event::Started(_) => "started",
+            Event::StepProposed(_) => "proposed",
+            Event::PolicyOutcome(_) => "policy",
+            Event::Verdict(_) => "verdict",
+            Event::Observation(_) => "observation",
+            Event::Finished(_) => "finished",
+            _ => "other",
+        })
+        .collect();
+    assert_eq!(
+        names,
+        [
+            "started",
+            "proposed",
+            "policy",
+            "verdict",
+            "observation",
+            "finished"
+        ]
+    );
+    let observed = &observations(&events)[0];
+    assert!(
+        observed.ok && observed.summary == "fs_read done",
+        "{observed:?}"
+    );
+    // Policy was asked about the call's real target, at the person's level.
+    let checks = h.filters.with(|s| s.checks.clone());
+    assert_eq!(
+        checks,
+        [(
+            "fs:read".to_owned(),
+            "~/notes.txt".to_owned(),
+            AutonomyLevel::Full
+        )]
+    );
+    let record = &h.records()[0];
+    assert_eq!(record["final_kind"], "answer");
+    assert_eq!(record["level"], "AUTONOMY_LEVEL_FULL");
+    assert_eq!(record["steps"][0]["validation"], "ok");
+    assert_eq!(record["steps"][0]["policy"], "allowed");
+    assert_eq!(record["steps"][0]["verdict"], "approved");
+    assert_eq!(record["steps"][0]["tier"], "fast");
+    assert!(
+        !record.to_string().contains("notes.txt"),
+        "the turn log keeps argument keys, never values: {record}"
+    );
+}
+
+#[tokio::test]
+async fn a_denied_or_blocked_call_never_runs_and_the_llm_is_told_why() {
+    let h = Harness::local().await;
+    h.filters
+        .with(|s| s.policy.insert("fs:write".into(), rules::Outcome::Denied));
+    h.llm.call("fs_write", json!({"path": "~/x.txt"}));
+    h.llm.answer("I may not write there");
+    let mut rx = h.start("write my notes file", AutonomyLevel::ReadOnly);
+    let (events, finished) = to_end(&mut rx).await;
+    assert_eq!(kind(&finished), pb::FinalKind::Answer);
+    let refused = &observations(&events)[0];
+    assert!(!refused.ok);
+    assert_eq!(refused.summary, "policy: denied (fs:write says Denied)");
+    assert!(
+        !events.iter().any(|e| matches!(e, Event::Verdict(_))),
+        "a denied call is not judged on"
+    );
+    // The LLM saw the refusal as the tool's result.
+    let asked = h.llm.asked.lock().unwrap().clone();
+    let last = format!("{:?}", asked.last().unwrap().1.messages.last().unwrap());
+    assert!(last.contains("policy: denied"), "{last}");
+
+    h.filters.with(|s| {
+        s.policy.clear();
+        s.vaglio_blocks = Some("touches ~/.ssh".into());
+    });
+    h.llm.call("fs_read", json!({"path": "~/y.txt"}));
+    h.llm.answer("refused");
+    let mut rx = h.start("read my notes file", AutonomyLevel::Full);
+    let (events, _) = to_end(&mut rx).await;
+    assert_eq!(observations(&events)[0].summary, "vaglio: touches ~/.ssh");
+    assert!(h.runs().is_empty(), "nothing ran: {:?}", h.runs());
+    let records = h.records();
+    assert_eq!(records.len(), 2);
+    let verdicts: Vec<&Value> = records.iter().map(|r| &r["steps"][0]["verdict"]).collect();
+    assert!(verdicts.contains(&&json!("blocked")), "{verdicts:?}");
+}
+
+#[tokio::test]
+async fn a_filter_that_cannot_be_asked_ends_the_turn_with_nothing_done() {
+    for (policy_down, vaglio_down, expected) in [
+        (
+            true,
+            false,
+            "the policy service could not be asked, so nothing was done",
+        ),
+        (
+            false,
+            true,
+            "the vaglio could not be asked, so nothing was done",
+        ),
+    ] {
+        let h = Harness::local().await;
+        h.filters.with(|s| {
+            s.policy_down = policy_down;
+            s.vaglio_down = vaglio_down;
+        });
+        h.llm.call("fs_read", json!({"path": "~/notes.txt"}));
+        let mut rx = h.start("read my notes file", AutonomyLevel::Full);
+        let (_, finished) = to_end(&mut rx).await;
+        assert_eq!(kind(&finished), pb::FinalKind::Error);
+        assert!(finished.text.starts_with(expected), "{}", finished.text);
+        assert!(h.runs().is_empty());
+        let unavailable = if policy_down { "policy" } else { "verdict" };
+        assert_eq!(h.records()[0]["steps"][0][unavailable], "unavailable");
+    }
+}
+
+#[tokio::test]
+async fn an_approved_call_runs_once_and_a_rejected_one_never() {
+    let h = Harness::local().await;
+    h.filters.with(|s| {
+        s.policy
+            .insert("fs:write".into(), rules::Outcome::ApprovalRequired)
+    });
+    h.llm
+        .call("fs_write", json!({"path": "~/a.txt", "text": "hi"}));
+    h.llm
+        .call("fs_write", json!({"path": "~/b.txt", "text": "hi"}));
+    h.llm.answer("wrote one of them");
+    let mut rx = h.start("write my notes file", AutonomyLevel::Supervised);
+
+    let events = until(&mut rx, |e| matches!(e, Event::AwaitingApproval(_))).await;
+    let Some(Event::AwaitingApproval(first)) = events.last().cloned() else {
+        unreachable!()
+    };
+    assert!(h.runs().is_empty(), "nothing runs before the decision");
+    let created = h.filters.with(|s| s.created[0].clone());
+    assert_eq!(created.capability, "fs:write");
+    assert_eq!(created.target, "~/a.txt");
+    assert_eq!(created.requester.unwrap().sender_id, "42");
+    h.filters
+        .decide(&first.token, approval::ApprovalStatus::Approved, None);
+
+    let events = until(&mut rx, |e| matches!(e, Event::AwaitingApproval(_))).await;
+    let Some(Event::AwaitingApproval(second)) = events.last().cloned() else {
+        unreachable!()
+    };
+    assert_eq!(h.runs(), [r#"fs_write {"path":"~/a.txt","text":"hi"}"#]);
+    h.filters
+        .decide(&second.token, approval::ApprovalStatus::Rejected, None);
+    let (events, finished) = to_end(&mut rx).await;
+    assert_eq!(kind(&finished), pb::FinalKind::Answer);
+    assert_eq!(
+        observations(&events)[0].summary,
+        "the person rejected this call; it was not run"
+    );
+    assert_eq!(h.runs().len(), 1, "the rejected call did not run");
+    let record = &h.records()[0];
+    assert_eq!(record["steps"][0]["approval_decision"], "approved");
+    assert_eq!(record["steps"][1]["approval_decision"], "rejected");
+}
+
+#[tokio::test]
+async fn an_approval_for_another_call_runs_nothing() {
+    let h = Harness::local().await;
+    h.filters.with(|s| {
+        s.policy
+            .insert("fs:write".into(), rules::Outcome::ApprovalRequired)
+    });
+    h.llm.call("fs_write", json!({"path": "~/a.txt"}));
+    h.llm.answer("done");
+    let mut rx = h.start("write my notes file", AutonomyLevel::Supervised);
+    let events = until(&mut rx, |e| matches!(e, Event::AwaitingApproval(_))).await;
+    let Some(Event::AwaitingApproval(waiting)) = events.last().cloned() else {
+        unreachable!()
+    };
+    let other = metnos_core::call::call_sha256("fs_write", r#"{"path":"~/.bashrc"}"#).unwrap();
+    h.filters.decide(
+        &waiting.token,
+        approval::ApprovalStatus::Approved,
+        Some(&other),
+    );
+    let (events, _) = to_end(&mut rx).await;
+    assert_eq!(
+        observations(&events)[0].summary,
+        "the approved call does not match the call to run; nothing was done"
+    );
+    assert!(h.runs().is_empty());
+}
+
+#[tokio::test]
+async fn a_checkpoint_that_cannot_be_stored_withdraws_the_approval_and_ends_the_turn() {
+    let h = Harness::local().await;
+    h.filters.with(|s| {
+        s.policy
+            .insert("fs:write".into(), rules::Outcome::ApprovalRequired);
+        s.close_on_create = Some(h.db.clone());
+    });
+    h.llm.call("fs_write", json!({"path": "~/a.txt"}));
+    let mut rx = h.start("write my notes file", AutonomyLevel::Supervised);
+    let (events, finished) = to_end(&mut rx).await;
+    assert_eq!(kind(&finished), pb::FinalKind::Error);
+    assert!(
+        finished.text.contains("the approval was withdrawn"),
+        "{}",
+        finished.text
+    );
+    assert!(
+        !events
+            .iter()
+            .any(|e| matches!(e, Event::AwaitingApproval(_))),
+        "no card for a turn that could not be stored"
+    );
+    let cancelled = h.filters.with(|s| s.cancelled.clone());
+    assert_eq!(cancelled.len(), 1, "{cancelled:?}");
+    assert_eq!(cancelled[0].1, "the planner could not store the turn");
+    assert!(h.runs().is_empty());
+}
+
+#[tokio::test]
+async fn the_same_read_twice_is_refused_and_the_same_executor_is_capped() {
+    let h = Harness::new(PlannerMode::Local, |t| t.cap_same_executor = 2, false).await;
+    h.llm.call("fs_read", json!({"path": "~/a.txt"}));
+    h.llm.call("fs_read", json!({"path": "~/a.txt"}));
+    h.llm.call("fs_read", json!({"path": "~/b.txt"}));
+    h.llm.call("fs_read", json!({"path": "~/c.txt"}));
+    let mut rx = h.start("read my notes file", AutonomyLevel::Full);
+    let (events, finished) = to_end(&mut rx).await;
+    let seen = observations(&events);
+    assert_eq!(
+        seen[1].summary,
+        "you already have this data at step 1: formulate the final_answer"
+    );
+    assert_eq!(kind(&finished), pb::FinalKind::CapSameExecutor);
+    assert!(
+        finished.text.contains("fs_read was called 2 times"),
+        "{}",
+        finished.text
+    );
+    assert_eq!(
+        h.runs().len(),
+        2,
+        "a.txt and b.txt, not the repeat nor c.txt"
+    );
+    assert_eq!(h.records()[0]["steps"][1]["validation"], "duplicate");
+}
+
+#[tokio::test]
+async fn a_turn_stops_at_its_step_cap() {
+    let h = Harness::new(PlannerMode::Local, |t| t.cap_steps = 2, false).await;
+    for n in 0..3 {
+        h.llm.call("fs_read", json!({"path": format!("~/{n}.txt")}));
+    }
+    let mut rx = h.start("read my notes file", AutonomyLevel::Full);
+    let (_, finished) = to_end(&mut rx).await;
+    assert_eq!(kind(&finished), pb::FinalKind::CapSteps);
+    assert_eq!(h.runs().len(), 2);
+}
+
+#[tokio::test]
+async fn a_hybrid_turn_moves_to_the_wise_tier_after_two_failures() {
+    let h = Harness::new(PlannerMode::Hybrid, |_| {}, true).await;
+    h.llm.call("no_such_tool", json!({}));
+    h.llm.call("no_such_tool", json!({}));
+    h.llm.answer("done");
+    let mut rx = h.start("read my notes file", AutonomyLevel::Full);
+    let (events, _) = to_end(&mut rx).await;
+    assert!(
+        observations(&events)[0]
+            .summary
+            .starts_with("nonexistent executor: no_such_tool (available: "),
+        "{:?}",
+        observations(&events)
+    );
+    assert_eq!(h.llm.tiers_asked(), [Tier::Fast, Tier::Fast, Tier::Wise]);
+    let record = &h.records()[0];
+    assert_eq!(record["steps"][0]["validation"], "unknown executor");
+    assert_eq!(record["tiers"], json!(["fast", "wise"]));
+}
+
+#[tokio::test]
+async fn an_online_turn_plans_once_then_answers_without_tools() {
+    let h = Harness::new(PlannerMode::Online, |_| {}, true).await;
+    h.llm.call("fs_read", json!({"path": "~/a.txt"}));
+    h.llm.answer("here it is");
+    let mut rx = h.start("read my notes file", AutonomyLevel::Full);
+    let (events, finished) = to_end(&mut rx).await;
+    assert_eq!(kind(&finished), pb::FinalKind::Answer);
+    let Some(Event::Started(started)) = events.first() else {
+        panic!("{events:?}")
+    };
+    assert_eq!(started.tier, "wise");
+    assert_eq!(started.model, "scripted-wise");
+    let asked = h.llm.asked.lock().unwrap().clone();
+    assert!(
+        !asked[0].1.tools.is_empty(),
+        "the plan is offered the tools"
+    );
+    assert!(asked[1].1.tools.is_empty(), "the answer is not");
+}
