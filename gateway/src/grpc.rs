@@ -7,12 +7,13 @@ use metnos_kit::time::{now_ms, to_timestamp};
 use metnos_proto::common::v1 as common;
 use metnos_proto::gateway::v1 as pb;
 use metnos_proto::gateway::v1::gateway_service_server::GatewayService;
-use teloxide::types::{InlineKeyboardButton, InlineKeyboardMarkup};
 use tonic::{Request, Response, Status};
 
+use crate::CHANNEL;
+use crate::outbox::{self, Outbox};
 use crate::store::{Pairing, Store};
-use crate::telegram::{CHANNEL, Telegram};
 use crate::text;
+use crate::transport::Telegram;
 
 /// The service.
 #[derive(Debug, Clone)]
@@ -58,7 +59,7 @@ fn principal_of(p: Option<common::Principal>) -> Result<common::Principal, Statu
 }
 
 impl GatewayApi {
-    fn telegram_for(&self, channel: &str) -> Result<&Arc<Telegram>, Status> {
+    fn outbox_for(&self, channel: &str) -> Result<&Outbox, Status> {
         if channel != CHANNEL {
             return Err(Status::invalid_argument(format!(
                 "unknown channel `{}`",
@@ -66,7 +67,8 @@ impl GatewayApi {
             )));
         }
         self.telegram
-            .as_ref()
+            .as_deref()
+            .map(Telegram::outbox)
             .ok_or_else(|| Status::unavailable("the Telegram channel is off (no bot token)"))
     }
 
@@ -99,9 +101,9 @@ impl GatewayService for GatewayApi {
         if request.text.trim().is_empty() {
             return Err(Status::invalid_argument("text is empty"));
         }
-        let telegram = self.telegram_for(&principal.channel)?;
+        let outbox = self.outbox_for(&principal.channel)?;
         let chat = self.chat_of(&principal).await?;
-        let sent = telegram.send_text(chat, &request.text).await;
+        let sent = outbox.send_text(chat, &request.text).await;
         if sent.is_empty() {
             return Err(Status::unavailable("Telegram did not take the message"));
         }
@@ -127,9 +129,9 @@ impl GatewayService for GatewayApi {
         if card.lines.is_empty() {
             return Err(Status::invalid_argument("the card has no lines"));
         }
-        let telegram = self.telegram_for(&principal.channel)?;
+        let outbox = self.outbox_for(&principal.channel)?;
         let chat = self.chat_of(&principal).await?;
-        let id = telegram
+        let id = outbox
             .send_card(chat, &request.token, &card)
             .await
             .ok_or_else(|| Status::unavailable("Telegram did not take the card"))?;
@@ -150,22 +152,15 @@ impl GatewayService for GatewayApi {
         let message = request
             .message
             .ok_or_else(|| Status::invalid_argument("message is missing"))?;
-        let telegram = self.telegram_for(&message.channel)?;
+        let outbox = self.outbox_for(&message.channel)?;
         let (Ok(chat), Ok(id)) = (
             message.chat_id.parse::<i64>(),
             message.message_id.parse::<i32>(),
         ) else {
             return Err(Status::not_found("no such message"));
         };
-        let buttons = (!request.buttons.is_empty()).then(|| {
-            InlineKeyboardMarkup::new(request.buttons.iter().map(|row| {
-                row.buttons
-                    .iter()
-                    .map(|b| InlineKeyboardButton::callback(b.text.clone(), b.data.clone()))
-                    .collect::<Vec<_>>()
-            }))
-        });
-        telegram
+        let buttons = (!request.buttons.is_empty()).then(|| outbox::keyboard(&request.buttons));
+        outbox
             .edit(
                 chat,
                 id,
@@ -227,7 +222,7 @@ impl GatewayService for GatewayApi {
                 "en" => format!("Paired: you can talk to me now (level {level})."),
                 _ => format!("Fatto: ora puoi parlarmi (livello {level})."),
             };
-            telegram.send_text(chat, &hello).await;
+            telegram.outbox().send_text(chat, &hello).await;
         }
         Ok(Response::new(pb::ApprovePairingResponse {
             pairing: Some(pairing_msg(&pairing)),
