@@ -11,6 +11,7 @@
 //!
 //! And around it:
 //! - [`grpc`]: `metnos.gateway.v1.GatewayService` (messages, cards, pairings);
+//! - [`error`]: the one error enum and its one conversion to a gRPC status;
 //! - [`store`]: pairings, codes, cards sent, the update offset (SQLite or PostgreSQL);
 //! - [`text`]: escaping, splitting, stop phrases, callback data, sentences;
 //! - [`pairing`]: pairing codes and webhook secrets.
@@ -29,6 +30,7 @@ use metnos_proto::planner::v1::planner_service_client::PlannerServiceClient;
 use tokio::net::TcpListener;
 
 pub mod conversation;
+pub mod error;
 pub mod grpc;
 pub mod outbox;
 pub mod pairing;

@@ -18,6 +18,7 @@ use teloxide::types::{
 use teloxide::{ApiError, RequestError};
 
 use crate::CHANNEL;
+use crate::error::Error;
 use crate::store::{SentCard, Store};
 use crate::text::{self, Says};
 use crate::transport::TelegramBot;
@@ -88,6 +89,16 @@ fn closed_card(lines: &str, outcome: &str, when: &str) -> String {
         text::escape_html(lines),
         text::escape_html(outcome)
     )
+}
+
+/// Telegram's error for an edit, as the gateway reports it: NOT_FOUND when Telegram says
+/// the chat or message is not found, else unavailable (either way in Telegram's words).
+fn edit_error(redacted: String) -> Error {
+    if redacted.contains("not found") {
+        Error::TelegramNotFound(redacted)
+    } else {
+        Error::Telegram(redacted)
+    }
 }
 
 /// Sends to Telegram, within the rate limits.
@@ -188,7 +199,7 @@ impl Outbox {
         message: i32,
         html: String,
         buttons: Option<InlineKeyboardMarkup>,
-    ) -> Result<(), String> {
+    ) -> Result<(), Error> {
         self.limiter.wait(chat).await;
         let mut request = self
             .bot
@@ -199,7 +210,7 @@ impl Outbox {
         }
         match request.await {
             Ok(_) | Err(RequestError::Api(ApiError::MessageNotModified)) => Ok(()),
-            Err(e) => Err(self.bot.redact(&e)),
+            Err(e) => Err(edit_error(self.bot.redact(&e))),
         }
     }
 
@@ -319,5 +330,17 @@ mod tests {
             ),
             "write &lt;x&gt;\nto ~/a &amp; b\n\n<b>✅ approved</b> · 2030-01-02 03:04 UTC"
         );
+    }
+
+    #[test]
+    fn an_edit_telegram_cannot_find_is_not_found_and_other_failures_are_not() {
+        assert!(matches!(
+            edit_error("A Telegram's error: Bad Request: message to edit not found".into()),
+            Error::TelegramNotFound(_)
+        ));
+        assert!(matches!(
+            edit_error("A network error: connection refused".into()),
+            Error::Telegram(_)
+        ));
     }
 }
