@@ -1,18 +1,22 @@
-//! `metnos.gateway.v1.GatewayService`: messages and cards out, pairings kept.
+//! `metnos.gateway.v1.GatewayService`: messages and cards out, pairings kept. Every
+//! failure is an [`Error`], turned into a status in one place (`error.rs`).
 
 use std::sync::Arc;
 
 use metnos_core::level::AutonomyLevel;
+use metnos_core::principal::Principal;
 use metnos_kit::time::{now_ms, to_timestamp};
 use metnos_proto::common::v1 as common;
 use metnos_proto::gateway::v1 as pb;
 use metnos_proto::gateway::v1::gateway_service_server::GatewayService;
-use teloxide::types::{InlineKeyboardButton, InlineKeyboardMarkup};
 use tonic::{Request, Response, Status};
 
+use crate::CHANNEL;
+use crate::error::Error;
+use crate::outbox::{self, Outbox};
 use crate::store::{Pairing, Store};
-use crate::telegram::{CHANNEL, Telegram};
-use crate::text;
+use crate::text::{self, Says};
+use crate::transport::Telegram;
 
 /// The service.
 #[derive(Debug, Clone)]
@@ -21,18 +25,8 @@ pub struct GatewayApi {
     pub telegram: Option<Arc<Telegram>>,
 }
 
-fn store_error(e: sqlx::Error) -> Status {
-    if metnos_kit::store::is_unreachable(&e) {
-        Status::unavailable(format!("the gateway store is unavailable: {e}"))
-    } else {
-        Status::internal(format!("gateway store: {e}"))
-    }
-}
-
-fn level_name(level: i32) -> Result<&'static str, Status> {
-    AutonomyLevel::from_wire(level)
-        .map(AutonomyLevel::as_str)
-        .map_err(|e| Status::invalid_argument(e.to_string()))
+fn level_name(level: i32) -> Result<&'static str, Error> {
+    Ok(AutonomyLevel::from_wire(level)?.as_str())
 }
 
 pub fn pairing_msg(p: &Pairing) -> pb::Pairing {
@@ -48,43 +42,47 @@ pub fn pairing_msg(p: &Pairing) -> pb::Pairing {
     }
 }
 
-fn principal_of(p: Option<common::Principal>) -> Result<common::Principal, Status> {
+/// The principal a request names: both parts present (the store finds the rest).
+fn principal_of(p: Option<common::Principal>) -> Result<Principal, Error> {
     match p {
-        Some(p) if !p.channel.is_empty() && !p.sender_id.is_empty() => Ok(p),
-        _ => Err(Status::invalid_argument(
-            "principal is missing (channel and sender_id are required)",
-        )),
+        Some(p) if !p.channel.is_empty() && !p.sender_id.is_empty() => Ok(Principal {
+            channel: p.channel,
+            sender_id: p.sender_id,
+        }),
+        _ => Err(Error::MissingPrincipal),
+    }
+}
+
+fn message_ref(chat: i64, id: i32) -> pb::MessageRef {
+    pb::MessageRef {
+        channel: CHANNEL.to_owned(),
+        chat_id: chat.to_string(),
+        message_id: id.to_string(),
     }
 }
 
 impl GatewayApi {
-    fn telegram_for(&self, channel: &str) -> Result<&Arc<Telegram>, Status> {
+    fn outbox_for(&self, channel: &str) -> Result<&Outbox, Error> {
         if channel != CHANNEL {
-            return Err(Status::invalid_argument(format!(
-                "unknown channel `{}`",
-                channel.chars().take(32).collect::<String>()
-            )));
+            return Err(Error::UnknownChannel(channel.chars().take(32).collect()));
         }
         self.telegram
-            .as_ref()
-            .ok_or_else(|| Status::unavailable("the Telegram channel is off (no bot token)"))
+            .as_deref()
+            .map(Telegram::outbox)
+            .ok_or(Error::ChannelOff)
     }
 
     /// The principal's pairing, or NOT_FOUND.
-    async fn paired(&self, principal: &common::Principal) -> Result<Pairing, Status> {
+    async fn paired(&self, principal: &Principal) -> Result<Pairing, Error> {
         self.store
             .pairing(&principal.channel, &principal.sender_id)
-            .await
-            .map_err(store_error)?
-            .ok_or_else(|| Status::not_found("the principal is not paired"))
+            .await?
+            .ok_or(Error::NotPaired)
     }
 
-    async fn chat_of(&self, principal: &common::Principal) -> Result<i64, Status> {
+    async fn chat_of(&self, principal: &Principal) -> Result<i64, Error> {
         let pairing = self.paired(principal).await?;
-        pairing
-            .chat_id
-            .parse()
-            .map_err(|_| Status::internal("the pairing's chat id is not a number"))
+        pairing.chat_id.parse().map_err(|_| Error::BadChatId)
     }
 }
 
@@ -97,23 +95,16 @@ impl GatewayService for GatewayApi {
         let request = request.into_inner();
         let principal = principal_of(request.principal)?;
         if request.text.trim().is_empty() {
-            return Err(Status::invalid_argument("text is empty"));
+            return Err(Error::EmptyText.into());
         }
-        let telegram = self.telegram_for(&principal.channel)?;
+        let outbox = self.outbox_for(&principal.channel)?;
         let chat = self.chat_of(&principal).await?;
-        let sent = telegram.send_text(chat, &request.text).await;
+        let sent = outbox.send_text(chat, &request.text).await;
         if sent.is_empty() {
-            return Err(Status::unavailable("Telegram did not take the message"));
+            return Err(Error::NotTaken("message").into());
         }
         Ok(Response::new(pb::SendMessageResponse {
-            sent: sent
-                .into_iter()
-                .map(|id| pb::MessageRef {
-                    channel: CHANNEL.to_owned(),
-                    chat_id: chat.to_string(),
-                    message_id: id.to_string(),
-                })
-                .collect(),
+            sent: sent.into_iter().map(|id| message_ref(chat, id)).collect(),
         }))
     }
 
@@ -125,20 +116,16 @@ impl GatewayService for GatewayApi {
         let principal = principal_of(request.principal)?;
         let card = request.card.unwrap_or_default();
         if card.lines.is_empty() {
-            return Err(Status::invalid_argument("the card has no lines"));
+            return Err(Error::EmptyCard.into());
         }
-        let telegram = self.telegram_for(&principal.channel)?;
+        let outbox = self.outbox_for(&principal.channel)?;
         let chat = self.chat_of(&principal).await?;
-        let id = telegram
+        let id = outbox
             .send_card(chat, &request.token, &card)
             .await
-            .ok_or_else(|| Status::unavailable("Telegram did not take the card"))?;
+            .ok_or(Error::NotTaken("card"))?;
         Ok(Response::new(pb::SendCardResponse {
-            sent: Some(pb::MessageRef {
-                channel: CHANNEL.to_owned(),
-                chat_id: chat.to_string(),
-                message_id: id.to_string(),
-            }),
+            sent: Some(message_ref(chat, id)),
         }))
     }
 
@@ -147,39 +134,17 @@ impl GatewayService for GatewayApi {
         request: Request<pb::EditCardRequest>,
     ) -> Result<Response<pb::EditCardResponse>, Status> {
         let request = request.into_inner();
-        let message = request
-            .message
-            .ok_or_else(|| Status::invalid_argument("message is missing"))?;
-        let telegram = self.telegram_for(&message.channel)?;
+        let message = request.message.ok_or(Error::MissingMessage)?;
+        let outbox = self.outbox_for(&message.channel)?;
         let (Ok(chat), Ok(id)) = (
             message.chat_id.parse::<i64>(),
             message.message_id.parse::<i32>(),
         ) else {
-            return Err(Status::not_found("no such message"));
+            return Err(Error::NoSuchMessage.into());
         };
-        let buttons = (!request.buttons.is_empty()).then(|| {
-            InlineKeyboardMarkup::new(request.buttons.iter().map(|row| {
-                row.buttons
-                    .iter()
-                    .map(|b| InlineKeyboardButton::callback(b.text.clone(), b.data.clone()))
-                    .collect::<Vec<_>>()
-            }))
-        });
-        telegram
-            .edit(
-                chat,
-                id,
-                text::escape_html(&request.lines.join("\n")),
-                buttons,
-            )
-            .await
-            .map_err(|e| {
-                if e.contains("not found") {
-                    Status::not_found(e)
-                } else {
-                    Status::unavailable(e)
-                }
-            })?;
+        let buttons = (!request.buttons.is_empty()).then(|| outbox::keyboard(&request.buttons));
+        let html = text::escape_html(&request.lines.join("\n"));
+        outbox.edit(chat, id, html, buttons).await?;
         Ok(Response::new(pb::EditCardResponse {}))
     }
 
@@ -187,7 +152,7 @@ impl GatewayService for GatewayApi {
         &self,
         _: Request<pb::ListPairingsRequest>,
     ) -> Result<Response<pb::ListPairingsResponse>, Status> {
-        let pairings = self.store.pairings().await.map_err(store_error)?;
+        let pairings = self.store.pairings().await.map_err(Error::from)?;
         Ok(Response::new(pb::ListPairingsResponse {
             pairings: pairings.iter().map(pairing_msg).collect(),
         }))
@@ -215,19 +180,12 @@ impl GatewayService for GatewayApi {
             .store
             .approve_code(&code, level, now_ms())
             .await
-            .map_err(store_error)?
-            .ok_or_else(|| {
-                Status::not_found(
-                    "no such pairing code (unknown, already used, or older than 10 minutes)",
-                )
-            })?;
+            .map_err(Error::from)?
+            .ok_or(Error::NoSuchCode)?;
         tracing::info!(channel = %pairing.channel, sender_id = %pairing.sender_id, level, "paired");
         if let (Some(telegram), Ok(chat)) = (&self.telegram, pairing.chat_id.parse::<i64>()) {
-            let hello = match pairing.language.as_str() {
-                "en" => format!("Paired: you can talk to me now (level {level})."),
-                _ => format!("Fatto: ora puoi parlarmi (livello {level})."),
-            };
-            telegram.send_text(chat, &hello).await;
+            let hello = text::say(pairing.language(), Says::Paired(level));
+            telegram.outbox().send_text(chat, &hello).await;
         }
         Ok(Response::new(pb::ApprovePairingResponse {
             pairing: Some(pairing_msg(&pairing)),
@@ -241,13 +199,13 @@ impl GatewayService for GatewayApi {
         let request = request.into_inner();
         let principal = principal_of(request.principal)?;
         let level = level_name(request.level)?;
-        if !self
+        let changed = self
             .store
             .set_level(&principal.channel, &principal.sender_id, level)
             .await
-            .map_err(store_error)?
-        {
-            return Err(Status::not_found("the principal is not paired"));
+            .map_err(Error::from)?;
+        if !changed {
+            return Err(Error::NotPaired.into());
         }
         let pairing = self.paired(&principal).await?;
         Ok(Response::new(pb::SetLevelResponse {
@@ -264,7 +222,7 @@ impl GatewayService for GatewayApi {
             .store
             .revoke(&principal.channel, &principal.sender_id)
             .await
-            .map_err(store_error)?;
+            .map_err(Error::from)?;
         Ok(Response::new(pb::RevokePairingResponse { revoked }))
     }
 }

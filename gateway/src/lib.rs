@@ -1,11 +1,20 @@
 //! The Metnos gateway service: how people reach Metnos and how approval cards go out and
 //! decisions come back (seed approval_ux.md ch. 7, DESIGN §1-2).
 //!
-//! - [`telegram`]: the Telegram channel (teloxide): long polling, callbacks, pairing
-//!   codes, turns with their cards and answers, the stop clause;
-//! - [`store`]: pairings, codes, cards sent, the update offset (SQLite or PostgreSQL);
+//! The Telegram channel is three modules, one concern each:
+//! - [`transport`]: teloxide: the bot, long polling with the persisted offset, the webhook
+//!   and its secret token, every update handled once, the token redacted;
+//! - [`conversation`]: pairing codes for strangers, the stop clause, clicks resolved
+//!   through approval, turns followed and resumed; pure decisions over one
+//!   [`conversation::Conversations`] state;
+//! - [`outbox`]: rate limits, text split and sent, cards sent, remembered and closed.
+//!
+//! And around it:
 //! - [`grpc`]: `metnos.gateway.v1.GatewayService` (messages, cards, pairings);
-//! - [`text`]: escaping, splitting, stop phrases, callback data, sentences.
+//! - [`error`]: the one error enum and its one conversion to a gRPC status;
+//! - [`store`]: pairings, codes, cards sent, the update offset (SQLite or PostgreSQL);
+//! - [`text`]: escaping, splitting, stop phrases, callback data, sentences;
+//! - [`pairing`]: pairing codes and webhook secrets.
 //!
 //! The bot token comes from `METNOS_TELEGRAM_TOKEN` or `telegram.token_file`, never from
 //! the config file, and never reaches a log line, a trace or an error.
@@ -20,16 +29,22 @@ use metnos_proto::gateway::v1::gateway_service_server::GatewayServiceServer;
 use metnos_proto::planner::v1::planner_service_client::PlannerServiceClient;
 use tokio::net::TcpListener;
 
+pub mod conversation;
+pub mod error;
 pub mod grpc;
+pub mod outbox;
 pub mod pairing;
 pub mod store;
-pub mod telegram;
 pub mod text;
+pub mod transport;
 
 pub use store::MIGRATIONS;
 
 /// This service.
 pub const SERVICE: ServiceName = ServiceName::Gateway;
+
+/// The channel's name in principals and message references.
+pub const CHANNEL: &str = "telegram";
 
 /// The environment variable holding the bot token.
 pub const TOKEN_VAR: &str = "METNOS_TELEGRAM_TOKEN";
@@ -97,7 +112,7 @@ pub async fn serve(
         channel(&config.service_url(ServiceName::Approval))
             .map_err(|e| settings_error(e.to_string()))?,
     );
-    let settings = telegram::Settings {
+    let settings = transport::Settings {
         api_url: config.telegram.api_url.clone(),
         poll_timeout_seconds: config.telegram.poll_timeout_seconds,
         per_chat_per_second: config.telegram.per_chat_per_second,
@@ -121,7 +136,7 @@ pub async fn serve(
         move |db, _readiness| {
             let store = store::Store::new(db);
             let telegram = match token {
-                Some(token) => match telegram::Telegram::new(
+                Some(token) => match transport::Telegram::new(
                     token,
                     &settings,
                     store.clone(),

@@ -235,6 +235,12 @@ pub fn say(lang: Language, what: Says<'_>) -> String {
         }
         (Language::Italian, Says::TurnEnded(kind)) => format!("Mi sono fermato ({kind})."),
         (Language::English, Says::TurnEnded(kind)) => format!("I stopped ({kind})."),
+        (Language::Italian, Says::Paired(level)) => {
+            format!("Fatto: ora puoi parlarmi (livello {level}).")
+        }
+        (Language::English, Says::Paired(level)) => {
+            format!("Paired: you can talk to me now (level {level}).")
+        }
     }
 }
 
@@ -253,6 +259,8 @@ pub enum Says<'a> {
     Cancelled,
     CannotResolve(&'a str),
     TurnEnded(&'a str),
+    /// Welcome, at the level (its store name).
+    Paired(&'a str),
 }
 
 #[cfg(test)]

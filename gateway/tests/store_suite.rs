@@ -2,21 +2,13 @@
 //! and only for ten minutes, one code per stranger at a time, levels change, revocation is
 //! idempotent, and the Telegram offset moves with the handled updates.
 
-use std::time::Duration;
+mod common;
 
-use metnos_gateway::store::{CODE_TTL_MS, CodeRequest, MIGRATIONS, Store, Stranger};
+use metnos_gateway::store::{CODE_TTL_MS, CodeRequest, Store, Stranger};
 use metnos_kit::testing::TestStore;
 
 async fn open(store: &TestStore) -> Store {
-    let db = metnos_kit::store::open(
-        &store.spec(),
-        "gateway",
-        &MIGRATIONS,
-        Duration::from_secs(10),
-    )
-    .await
-    .unwrap();
-    Store::new(db)
+    Store::new(common::open_db(store).await)
 }
 
 fn ada() -> Stranger<'static> {

@@ -1,0 +1,651 @@
+//! The conversation with the people who write to the bot: strangers get a pairing code,
+//! paired people start turns whose events (typing, cards, the answer) are followed here,
+//! the stop clause stops a running turn (asking first when the phrase is ambiguous), and a
+//! click on a card resolves the approval and, when no turn here follows it, resumes the
+//! turn. The decisions are pure functions and [`Conversations`] methods, unit-tested at the
+//! bottom; [`Conversation`] carries them out.
+
+use std::collections::{HashMap, HashSet};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::time::{Duration, Instant};
+
+use metnos_core::language::Language;
+use metnos_core::principal::Principal;
+use metnos_kit::client::TracedChannel;
+use metnos_kit::time::now_ms;
+use metnos_proto::approval::v1 as approval;
+use metnos_proto::approval::v1::approval_service_client::ApprovalServiceClient;
+use metnos_proto::planner::v1 as pb;
+use metnos_proto::planner::v1::planner_service_client::PlannerServiceClient;
+use metnos_proto::planner::v1::turn_event::Event;
+use teloxide::types::CallbackQueryId;
+
+use crate::CHANNEL;
+use crate::outbox::{self, Outbox};
+use crate::store::{CodeRequest, Pairing, Store, Stranger};
+use crate::text::{self, Says, Stop};
+
+/// A text message from a person, as the transport read it off an update.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct MessageIn {
+    pub chat: i64,
+    pub sender: String,
+    /// First name, and `(@username)` when they have one.
+    pub name: String,
+    /// From their Telegram client (the pairing's language wins once paired).
+    pub lang: Language,
+    pub text: String,
+}
+
+/// A click on a card's button.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Click {
+    pub id: CallbackQueryId,
+    pub clicker: String,
+    pub lang: Language,
+    /// The button's callback data (empty when it had none).
+    pub data: String,
+    /// The chat of the card clicked, when Telegram says.
+    pub chat: Option<i64>,
+}
+
+/// What the conversation is given.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Incoming {
+    Message(MessageIn),
+    Click(Click),
+}
+
+/// What to do with a paired person's message.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Next {
+    /// Cancel their running turn.
+    Stop,
+    /// They were asked whether to stop and did not say yes: say so and go on.
+    CarryOn,
+    /// An ambiguous phrase while a turn runs: ask whether to stop.
+    AskWhetherToStop,
+    /// Anything else starts a turn.
+    RunTurn,
+}
+
+/// The stop clause: what `text` means, given whether they were just asked whether to stop
+/// and whether a turn of theirs runs here.
+pub fn next(text: &str, asked_to_stop: bool, has_turn: bool) -> Next {
+    if asked_to_stop {
+        return if text::is_yes(text) {
+            Next::Stop
+        } else {
+            Next::CarryOn
+        };
+    }
+    match text::stop_of(text) {
+        Stop::Clear => Next::Stop,
+        Stop::Ambiguous if has_turn => Next::AskWhetherToStop,
+        Stop::Ambiguous | Stop::No => Next::RunTurn,
+    }
+}
+
+/// What the gateway remembers between updates. Held under one lock, never across an
+/// `.await`.
+#[derive(Debug, Default)]
+pub struct Conversations {
+    /// Approval tokens whose turn stream is being followed here.
+    live: HashSet<String>,
+    /// People asked whether to stop.
+    asked_to_stop: HashSet<String>,
+    /// Turns followed here, per sender.
+    busy: HashMap<String, usize>,
+    /// Cards being or already edited to their outcome (the click and the turn's event
+    /// both report it; Telegram is asked once).
+    closed: HashSet<String>,
+}
+
+impl Conversations {
+    /// What to do with `sender`'s message (see [`next`]); a question asked is remembered
+    /// until their next message, which answers it.
+    pub fn next_for(&mut self, sender: &str, text: &str) -> Next {
+        let asked = self.asked_to_stop.remove(sender);
+        let next = next(text, asked, self.has_turn(sender));
+        if next == Next::AskWhetherToStop {
+            self.asked_to_stop.insert(sender.to_owned());
+        }
+        next
+    }
+
+    /// Whether a turn of `sender`'s is followed here.
+    pub fn has_turn(&self, sender: &str) -> bool {
+        self.busy.get(sender).is_some_and(|n| *n > 0)
+    }
+
+    /// A turn of `sender`'s is followed from now on.
+    pub fn turn_started(&mut self, sender: &str) {
+        *self.busy.entry(sender.to_owned()).or_insert(0) += 1;
+    }
+
+    /// A turn of `sender`'s ended; the approvals it waited for are followed no more.
+    pub fn turn_ended(&mut self, sender: &str, tokens: &[String]) {
+        for token in tokens {
+            self.live.remove(token);
+        }
+        if let Some(n) = self.busy.get_mut(sender) {
+            *n = n.saturating_sub(1);
+            if *n == 0 {
+                self.busy.remove(sender);
+            }
+        }
+    }
+
+    /// A turn followed here waits for the approval `token`.
+    pub fn awaiting(&mut self, token: &str) {
+        self.live.insert(token.to_owned());
+    }
+
+    /// Whether the turn waiting for `token` is followed here (else a click resumes it).
+    pub fn is_followed(&self, token: &str) -> bool {
+        self.live.contains(token)
+    }
+
+    /// Claims the editing of `token`'s card to its outcome: true once.
+    pub fn claim_close(&mut self, token: &str) -> bool {
+        self.closed.insert(token.to_owned())
+    }
+
+    /// The edit failed: the next report of the outcome may try again.
+    pub fn release_close(&mut self, token: &str) {
+        self.closed.remove(token);
+    }
+}
+
+/// A card's button, understood: the approval token and the decision, or what is wrong.
+pub fn decision_of(data: &str) -> Result<(String, approval::Decision), &'static str> {
+    match text::parse_callback(data)? {
+        text::CallbackData::Approve(token) => Ok((token, approval::Decision::Approve)),
+        text::CallbackData::Reject(token) => Ok((token, approval::Decision::Reject)),
+    }
+}
+
+/// What a turn's event asks of the chat.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Step {
+    /// The turn is working: show typing (at most every few seconds).
+    Typing,
+    /// The turn waits for an approval: follow it, and send its card if there is one.
+    Card {
+        token: String,
+        card: Option<approval::Card>,
+    },
+    /// An approval was decided: close its card.
+    Decided { token: String, status: i32 },
+    /// The turn ended: say this, and stop following.
+    Finished(String),
+    /// Nothing to show.
+    Nothing,
+}
+
+/// What `event` asks of the chat, in `lang`.
+pub fn step_of(event: Event, lang: Language) -> Step {
+    match event {
+        Event::Started(_) | Event::StepProposed(_) => Step::Typing,
+        Event::AwaitingApproval(waiting) => Step::Card {
+            token: waiting.token,
+            card: waiting.card,
+        },
+        Event::ApprovalDecided(decided) => Step::Decided {
+            token: decided.token,
+            status: decided.status,
+        },
+        Event::Finished(finished) => Step::Finished(final_text(finished.kind, finished.text, lang)),
+        _ => Step::Nothing,
+    }
+}
+
+/// A turn's last message: the answer as it is, any other end said as such.
+fn final_text(kind: i32, text: String, lang: Language) -> String {
+    let kind = pb::FinalKind::try_from(kind).unwrap_or(pb::FinalKind::Error);
+    if kind == pb::FinalKind::Answer {
+        return text;
+    }
+    let name = kind
+        .as_str_name()
+        .trim_start_matches("FINAL_KIND_")
+        .to_lowercase();
+    format!("{} {text}", text::say(lang, Says::TurnEnded(&name)))
+}
+
+/// What to say after asking the planner to cancel: whether it cancelled, or its error.
+fn after_cancel(result: Result<bool, tonic::Code>, lang: Language) -> Says<'static> {
+    match result {
+        Ok(true) => Says::Stopped,
+        Ok(false) | Err(tonic::Code::NotFound) => Says::NothingToStop,
+        Err(_) => Says::Unavailable(planner_name(lang)),
+    }
+}
+
+fn planner_name(lang: Language) -> &'static str {
+    match lang {
+        Language::Italian => "il pianificatore",
+        Language::English => "the planner",
+    }
+}
+
+fn person(sender_id: &str) -> Principal {
+    Principal {
+        channel: CHANNEL.to_owned(),
+        sender_id: sender_id.to_owned(),
+    }
+}
+
+/// RunTurn and ResumeTurn responses alike.
+pub trait TurnMessage: Send + 'static {
+    fn event(self) -> Option<Event>;
+}
+
+impl TurnMessage for pb::RunTurnResponse {
+    fn event(self) -> Option<Event> {
+        self.event.and_then(|e| e.event)
+    }
+}
+
+impl TurnMessage for pb::ResumeTurnResponse {
+    fn event(self) -> Option<Event> {
+        self.event.and_then(|e| e.event)
+    }
+}
+
+/// Carries out the conversation's decisions: the planner, approval and the outbox.
+#[derive(Debug)]
+pub struct Conversation {
+    store: Store,
+    planner: PlannerServiceClient<TracedChannel>,
+    approval: ApprovalServiceClient<TracedChannel>,
+    outbox: Arc<Outbox>,
+    state: Mutex<Conversations>,
+}
+
+impl Conversation {
+    pub fn new(
+        store: Store,
+        planner: PlannerServiceClient<TracedChannel>,
+        approval: ApprovalServiceClient<TracedChannel>,
+        outbox: Arc<Outbox>,
+    ) -> Conversation {
+        Conversation {
+            store,
+            planner,
+            approval,
+            outbox,
+            state: Mutex::new(Conversations::default()),
+        }
+    }
+
+    /// The state, for one synchronous step (never held across an `.await`).
+    fn state(&self) -> MutexGuard<'_, Conversations> {
+        self.state.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// One message or click.
+    pub async fn handle(self: &Arc<Self>, incoming: Incoming) {
+        match incoming {
+            // Callbacks are not checked against pairings: resolving an approval checks the
+            // clicker's identity more strictly than pairing would.
+            Incoming::Click(click) => self.on_click(click).await,
+            Incoming::Message(message) => self.on_message(message).await,
+        }
+    }
+
+    async fn on_message(self: &Arc<Self>, message: MessageIn) {
+        let chat = message.chat;
+        let pairing = match self.store.pairing(CHANNEL, &message.sender).await {
+            Ok(pairing) => pairing,
+            Err(e) => {
+                tracing::error!(error = %e, "pairing store unavailable");
+                let sorry = text::say(message.lang, Says::Unavailable("il mio archivio"));
+                self.outbox.send_text(chat, &sorry).await;
+                return;
+            }
+        };
+        let Some(pairing) = pairing else {
+            self.greet_stranger(&message).await;
+            return;
+        };
+        let lang = pairing.language();
+        let who = person(&message.sender);
+        let next = self.state().next_for(&message.sender, &message.text);
+        match next {
+            Next::Stop => self.stop(chat, &who, lang).await,
+            Next::CarryOn => {
+                self.outbox
+                    .send_text(chat, &text::say(lang, Says::GoingOn))
+                    .await;
+            }
+            Next::AskWhetherToStop => {
+                self.outbox
+                    .send_text(chat, &text::say(lang, Says::ConfirmStop))
+                    .await;
+            }
+            Next::RunTurn => self.run_turn(chat, who, &pairing, message.text).await,
+        }
+    }
+
+    /// An unpaired sender: a pairing code, unless one is already out for them.
+    async fn greet_stranger(&self, message: &MessageIn) {
+        let code = crate::pairing::new_code();
+        let chat_id = message.chat.to_string();
+        let stranger = Stranger {
+            channel: CHANNEL,
+            sender_id: &message.sender,
+            chat_id: &chat_id,
+            display_name: &message.name,
+            language: message.lang.code(),
+        };
+        match self.store.request_code(&stranger, &code, now_ms()).await {
+            Ok(CodeRequest::New(code)) => {
+                tracing::info!(sender = %message.sender, "pairing code issued to an unpaired sender");
+                let said = text::say(message.lang, Says::PairingCode(&code));
+                self.outbox.send_text(message.chat, &said).await;
+            }
+            Ok(CodeRequest::AlreadyIssued) => {}
+            Err(e) => tracing::error!(error = %e, "cannot issue a pairing code"),
+        }
+    }
+
+    async fn run_turn(
+        self: &Arc<Self>,
+        chat: i64,
+        who: Principal,
+        pairing: &Pairing,
+        text: String,
+    ) {
+        let lang = pairing.language();
+        let request = pb::RunTurnRequest {
+            principal: Some(who.to_proto()),
+            level: pairing.autonomy().to_wire(),
+            query: text,
+            language: lang.to_wire(),
+            mode: pb::Mode::Unspecified as i32,
+        };
+        match self.planner.clone().run_turn(request).await {
+            Ok(stream) => {
+                let this = Arc::clone(self);
+                tokio::spawn(this.follow(stream.into_inner(), chat, who.sender_id, lang));
+            }
+            Err(status) => {
+                tracing::warn!(code = ?status.code(), message = %status.message(), "planner unavailable");
+                let sorry = text::say(lang, Says::Unavailable(planner_name(lang)));
+                self.outbox.send_text(chat, &sorry).await;
+            }
+        }
+    }
+
+    async fn stop(&self, chat: i64, who: &Principal, lang: Language) {
+        let request = pb::CancelTurnRequest {
+            target: Some(pb::cancel_turn_request::Target::Principal(who.to_proto())),
+            reason: "stop from Telegram".to_owned(),
+        };
+        let result = self.planner.clone().cancel_turn(request).await;
+        let said = after_cancel(
+            result
+                .map(|r| r.get_ref().cancelled)
+                .map_err(|status| status.code()),
+            lang,
+        );
+        self.outbox.send_text(chat, &text::say(lang, said)).await;
+    }
+
+    async fn on_click(self: &Arc<Self>, click: Click) {
+        let (token, decision) = match decision_of(&click.data) {
+            Ok(understood) => understood,
+            Err(why) => {
+                tracing::warn!(data = %click.data.chars().take(80).collect::<String>(), why, "callback not understood");
+                self.outbox.answer_callback(&click.id, Some(why)).await;
+                return;
+            }
+        };
+        let request = approval::ResolveRequest {
+            token: token.clone(),
+            decision: decision as i32,
+            decider: Some(person(&click.clicker).to_proto()),
+        };
+        let lang = click.lang;
+        match self.approval.clone().resolve(request).await {
+            Ok(response) => {
+                self.outbox.answer_callback(&click.id, None).await;
+                let status = response.into_inner().approval.map_or(0, |a| a.status);
+                self.close_card(&token, status, lang).await;
+                let followed = self.state().is_followed(&token);
+                if !followed {
+                    // The turn's stream is not followed here (a restart, another replica):
+                    // continue it.
+                    self.resume(token, click.clicker, lang).await;
+                }
+            }
+            Err(status) => {
+                let why = status.message().to_owned();
+                tracing::info!(clicker = %click.clicker, reason = %why, "approval not resolved");
+                let said = text::say(lang, Says::CannotResolve(&why));
+                self.outbox.answer_callback(&click.id, Some(&said)).await;
+                if let Some(chat) = click.chat {
+                    self.outbox.send_text(chat, &said).await;
+                }
+            }
+        }
+    }
+
+    async fn resume(self: &Arc<Self>, token: String, sender: String, lang: Language) {
+        let Ok(Some(card)) = self.store.card(&token).await else {
+            return;
+        };
+        let Ok(chat) = card.chat_id.parse::<i64>() else {
+            return;
+        };
+        let request = pb::ResumeTurnRequest {
+            target: Some(pb::resume_turn_request::Target::ApprovalToken(token)),
+        };
+        match self.planner.clone().resume_turn(request).await {
+            Ok(stream) => {
+                let this = Arc::clone(self);
+                tokio::spawn(this.follow(stream.into_inner(), chat, sender, lang));
+            }
+            // Someone else continues it (or it already ended): nothing to do here.
+            Err(status) if status.code() == tonic::Code::FailedPrecondition => {}
+            Err(status) => {
+                tracing::warn!(code = ?status.code(), message = %status.message(), "cannot resume the turn")
+            }
+        }
+    }
+
+    /// Edits the card of `token` to its final state, once: a click and the turn's event
+    /// both report the outcome.
+    async fn close_card(&self, token: &str, status: i32, lang: Language) {
+        let Ok(Some(card)) = self.store.card(token).await else {
+            return;
+        };
+        let Some(outcome) = outbox::outcome(status, lang) else {
+            return;
+        };
+        // Claimed before the edit, so a click and the turn's event cannot both edit.
+        let claimed = self.state().claim_close(token);
+        if !claimed {
+            return;
+        }
+        if !self.outbox.close_card(&card, &outcome).await {
+            self.state().release_close(token);
+        }
+    }
+
+    /// Follows a turn's events: typing, cards, the answer.
+    async fn follow<T>(
+        self: Arc<Self>,
+        mut stream: tonic::Streaming<T>,
+        chat: i64,
+        sender: String,
+        lang: Language,
+    ) where
+        T: TurnMessage,
+    {
+        self.state().turn_started(&sender);
+        let mut last_typing: Option<Instant> = None;
+        let mut tokens = Vec::new();
+        loop {
+            let message = match stream.message().await {
+                Ok(Some(message)) => message,
+                Ok(None) => break,
+                Err(status) => {
+                    tracing::warn!(code = ?status.code(), message = %status.message(), "turn stream broke");
+                    let sorry = text::say(lang, Says::Unavailable(planner_name(lang)));
+                    self.outbox.send_text(chat, &sorry).await;
+                    break;
+                }
+            };
+            let Some(event) = message.event() else {
+                continue;
+            };
+            match step_of(event, lang) {
+                Step::Typing => {
+                    if last_typing.is_none_or(|at| at.elapsed() > Duration::from_secs(4)) {
+                        last_typing = Some(Instant::now());
+                        self.outbox.typing(chat).await;
+                    }
+                }
+                Step::Card { token, card } => {
+                    self.state().awaiting(&token);
+                    if let Some(card) = card {
+                        self.outbox.send_card(chat, &token, &card).await;
+                    }
+                    tokens.push(token);
+                }
+                Step::Decided { token, status } => self.close_card(&token, status, lang).await,
+                Step::Finished(text) => {
+                    self.outbox.send_text(chat, &text).await;
+                    break;
+                }
+                Step::Nothing => {}
+            }
+        }
+        self.state().turn_ended(&sender, &tokens);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_clear_stop_stops_and_an_ambiguous_one_asks_only_while_a_turn_runs() {
+        assert_eq!(next("never mind", false, false), Next::Stop);
+        assert_eq!(next("/stop", false, true), Next::Stop);
+        assert_eq!(
+            next("hmm, let's see later", false, true),
+            Next::AskWhetherToStop
+        );
+        assert_eq!(next("hmm, let's see later", false, false), Next::RunTurn);
+        assert_eq!(next("read my notes", false, true), Next::RunTurn);
+    }
+
+    #[test]
+    fn the_answer_to_the_stop_question_is_yes_or_carry_on() {
+        assert_eq!(next("yes", true, true), Next::Stop);
+        assert_eq!(next("Sì!", true, false), Next::Stop);
+        assert_eq!(next("no", true, true), Next::CarryOn);
+        // Asked, any other message is an answer, not a new request (nor a new stop).
+        assert_eq!(next("read my notes", true, true), Next::CarryOn);
+        assert_eq!(next("stop", true, true), Next::CarryOn);
+    }
+
+    #[test]
+    fn a_question_asked_is_answered_by_the_next_message_only() {
+        let mut state = Conversations::default();
+        assert_eq!(state.next_for("ada", "hmm"), Next::RunTurn, "no turn runs");
+        state.turn_started("ada");
+        assert_eq!(state.next_for("ada", "hmm"), Next::AskWhetherToStop);
+        // Another person's question is theirs.
+        assert_eq!(state.next_for("bob", "yes"), Next::RunTurn);
+        assert_eq!(state.next_for("ada", "no"), Next::CarryOn);
+        assert_eq!(state.next_for("ada", "yes"), Next::RunTurn, "asked once");
+        assert_eq!(state.next_for("ada", "hmm"), Next::AskWhetherToStop);
+        assert_eq!(state.next_for("ada", "yes"), Next::Stop);
+    }
+
+    #[test]
+    fn turns_are_counted_per_sender_and_their_approvals_followed_while_they_run() {
+        let mut state = Conversations::default();
+        state.turn_started("ada");
+        state.turn_started("ada");
+        state.awaiting("t1");
+        assert!(state.has_turn("ada") && !state.has_turn("bob"));
+        assert!(state.is_followed("t1"));
+        state.turn_ended("ada", &["t1".to_owned()]);
+        assert!(state.has_turn("ada"), "one turn still runs");
+        assert!(!state.is_followed("t1"));
+        state.turn_ended("ada", &[]);
+        assert!(!state.has_turn("ada"));
+        // An end without a start (never expected) does not underflow.
+        state.turn_ended("ada", &[]);
+        assert!(!state.has_turn("ada"));
+    }
+
+    #[test]
+    fn a_card_is_closed_once_unless_the_edit_failed() {
+        let mut state = Conversations::default();
+        assert!(state.claim_close("t1"));
+        assert!(!state.claim_close("t1"), "the second report edits nothing");
+        state.release_close("t1");
+        assert!(state.claim_close("t1"), "a failed edit may be tried again");
+    }
+
+    #[test]
+    fn buttons_say_approve_or_reject_and_anything_else_is_named() {
+        assert_eq!(
+            decision_of("approve:abc"),
+            Ok(("abc".to_owned(), approval::Decision::Approve))
+        );
+        assert_eq!(
+            decision_of("reject:abc"),
+            Ok(("abc".to_owned(), approval::Decision::Reject))
+        );
+        assert_eq!(decision_of("launch:missiles"), Err("unknown callback"));
+        assert_eq!(decision_of(""), Err("unknown callback"));
+    }
+
+    #[test]
+    fn a_turn_s_end_is_the_answer_or_says_why_it_stopped() {
+        let finished = |kind: pb::FinalKind, text: &str| {
+            step_of(
+                Event::Finished(pb::TurnFinished {
+                    kind: kind as i32,
+                    text: text.to_owned(),
+                    ..Default::default()
+                }),
+                Language::English,
+            )
+        };
+        assert_eq!(
+            finished(pb::FinalKind::Answer, "hello Ada"),
+            Step::Finished("hello Ada".to_owned())
+        );
+        assert_eq!(
+            finished(pb::FinalKind::Cancelled, "stopped by Ada"),
+            Step::Finished("I stopped (cancelled). stopped by Ada".to_owned())
+        );
+        assert_eq!(
+            final_text(99, "?".to_owned(), Language::Italian),
+            "Mi sono fermato (error). ?"
+        );
+    }
+
+    #[test]
+    fn a_stop_says_whether_anything_was_stopped_or_the_planner_is_away() {
+        let said = |r| text::say(Language::English, after_cancel(r, Language::English));
+        assert_eq!(said(Ok(true)), "All right, I stop.");
+        assert_eq!(said(Ok(false)), "I am not doing anything right now.");
+        assert_eq!(
+            said(Err(tonic::Code::NotFound)),
+            "I am not doing anything right now."
+        );
+        assert_eq!(
+            said(Err(tonic::Code::Unavailable)),
+            "I cannot reach the planner right now: please try again shortly."
+        );
+    }
+}

@@ -1,0 +1,114 @@
+//! The gateway's errors, and the one place they become gRPC statuses: what a client did
+//! wrong is said to it, what went wrong inside is logged and said only in general terms.
+
+use metnos_core::level::UnspecifiedLevel;
+use metnos_kit::store::is_unreachable;
+use tonic::Status;
+
+/// Why a gateway call failed.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    #[error("principal is missing (channel and sender_id are required)")]
+    MissingPrincipal,
+    #[error("text is empty")]
+    EmptyText,
+    #[error("the card has no lines")]
+    EmptyCard,
+    #[error("message is missing")]
+    MissingMessage,
+    #[error(transparent)]
+    Level(#[from] UnspecifiedLevel),
+    /// The channel's name as the caller gave it, cut to 32 characters.
+    #[error("unknown channel `{0}`")]
+    UnknownChannel(String),
+    #[error("the principal is not paired")]
+    NotPaired,
+    #[error("no such pairing code (unknown, already used, or older than 10 minutes)")]
+    NoSuchCode,
+    #[error("no such message")]
+    NoSuchMessage,
+    /// Telegram does not know the chat or message to edit (its words, token redacted).
+    #[error("{0}")]
+    TelegramNotFound(String),
+    #[error("the Telegram channel is off (no bot token)")]
+    ChannelOff,
+    /// Telegram refused or could not be reached; names what did not go.
+    #[error("Telegram did not take the {0}")]
+    NotTaken(&'static str),
+    /// Telegram failed an edit (its words, token redacted).
+    #[error("{0}")]
+    Telegram(String),
+    /// A pairing in the store whose chat id is not a number.
+    #[error("the pairing's chat id is not a number")]
+    BadChatId,
+    #[error("gateway store: {0}")]
+    Store(#[from] sqlx::Error),
+}
+
+impl From<Error> for Status {
+    fn from(error: Error) -> Status {
+        match error {
+            Error::MissingPrincipal
+            | Error::EmptyText
+            | Error::EmptyCard
+            | Error::MissingMessage
+            | Error::Level(_)
+            | Error::UnknownChannel(_) => Status::invalid_argument(error.to_string()),
+            Error::NotPaired
+            | Error::NoSuchCode
+            | Error::NoSuchMessage
+            | Error::TelegramNotFound(_) => Status::not_found(error.to_string()),
+            Error::ChannelOff | Error::NotTaken(_) | Error::Telegram(_) => {
+                Status::unavailable(error.to_string())
+            }
+            Error::BadChatId => Status::internal(error.to_string()),
+            Error::Store(e) if is_unreachable(&e) => {
+                tracing::error!(error = %e, "gateway store unreachable");
+                Status::unavailable("the gateway store is unreachable; try again shortly")
+            }
+            Error::Store(e) => {
+                tracing::error!(error = %e, "gateway store failed");
+                Status::internal("the gateway store failed; see the gateway service log")
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn store_failures_reach_the_client_without_the_database_s_words() {
+        let unreachable = Status::from(Error::Store(sqlx::Error::Protocol(
+            "server at db.internal:5432 sent garbage".to_owned(),
+        )));
+        assert_eq!(unreachable.code(), tonic::Code::Unavailable);
+        assert!(
+            !unreachable.message().contains("db.internal"),
+            "{unreachable:?}"
+        );
+        let failed = Status::from(Error::Store(sqlx::Error::ColumnNotFound(
+            "secret_column".to_owned(),
+        )));
+        assert_eq!(failed.code(), tonic::Code::Internal);
+        assert!(!failed.message().contains("secret_column"), "{failed:?}");
+    }
+
+    #[test]
+    fn a_caller_s_mistake_is_named_and_a_missing_thing_is_not_found() {
+        let wrong = Status::from(Error::UnknownChannel("smoke-signals".to_owned()));
+        assert_eq!(wrong.code(), tonic::Code::InvalidArgument);
+        assert_eq!(wrong.message(), "unknown channel `smoke-signals`");
+        let level = Status::from(Error::Level(UnspecifiedLevel));
+        assert_eq!(level.code(), tonic::Code::InvalidArgument);
+        assert_eq!(level.message(), "level is unspecified");
+        assert_eq!(Status::from(Error::NotPaired).code(), tonic::Code::NotFound);
+        let off = Status::from(Error::ChannelOff);
+        assert_eq!(off.code(), tonic::Code::Unavailable);
+        assert_eq!(
+            Status::from(Error::NotTaken("card")).message(),
+            "Telegram did not take the card"
+        );
+    }
+}

@@ -1,0 +1,346 @@
+//! What goes out to Telegram: text escaped and split at the limit, approval cards with
+//! their buttons (remembered, so a click or a restart can find them again), cards edited
+//! to their final state, typing and callback answers; all behind per-chat and global rate
+//! limits, with Telegram's retry_after honoured. Errors carry no bot token.
+
+use std::collections::HashMap;
+use std::time::Duration;
+
+use metnos_core::language::Language;
+use metnos_kit::time::now_ms;
+use metnos_proto::approval::v1 as approval;
+use teloxide::payloads::{AnswerCallbackQuerySetters, EditMessageTextSetters, SendMessageSetters};
+use teloxide::prelude::Requester;
+use teloxide::types::{
+    CallbackQueryId, ChatAction, ChatId, InlineKeyboardButton, InlineKeyboardMarkup, MessageId,
+    ParseMode,
+};
+use teloxide::{ApiError, RequestError};
+
+use crate::CHANNEL;
+use crate::error::Error;
+use crate::store::{SentCard, Store};
+use crate::text::{self, Says};
+use crate::transport::TelegramBot;
+
+/// Outgoing rate limits: per chat and overall (on tokio's clock).
+#[derive(Debug)]
+struct Limiter {
+    per_chat: Duration,
+    global: Duration,
+    state: tokio::sync::Mutex<(
+        HashMap<i64, tokio::time::Instant>,
+        Option<tokio::time::Instant>,
+    )>,
+}
+
+impl Limiter {
+    fn new(per_chat_per_second: u32, global_per_second: u32) -> Limiter {
+        Limiter {
+            per_chat: Duration::from_secs(1) / per_chat_per_second.max(1),
+            global: Duration::from_secs(1) / global_per_second.max(1),
+            state: tokio::sync::Mutex::new((HashMap::new(), None)),
+        }
+    }
+
+    /// Waits until a message to `chat` may go.
+    async fn wait(&self, chat: i64) {
+        let mut state = self.state.lock().await;
+        let now = tokio::time::Instant::now();
+        let chat_ready = state.0.get(&chat).map_or(now, |last| *last + self.per_chat);
+        let global_ready = state.1.map_or(now, |last| last + self.global);
+        let at = chat_ready.max(global_ready).max(now);
+        state.0.insert(chat, at);
+        state.1 = Some(at);
+        drop(state);
+        tokio::time::sleep_until(at).await;
+    }
+}
+
+/// Inline buttons from a card's rows.
+pub fn keyboard(rows: &[approval::ButtonRow]) -> InlineKeyboardMarkup {
+    InlineKeyboardMarkup::new(rows.iter().map(|row| {
+        row.buttons
+            .iter()
+            .map(|b| InlineKeyboardButton::callback(b.text.clone(), b.data.clone()))
+            .collect::<Vec<_>>()
+    }))
+}
+
+/// The line that closes a card, for an approval's final status; `None` while it is
+/// still pending (or the status is unknown).
+pub fn outcome(status: i32, lang: Language) -> Option<String> {
+    let status =
+        approval::ApprovalStatus::try_from(status).unwrap_or(approval::ApprovalStatus::Unspecified);
+    let (mark, said) = match status {
+        approval::ApprovalStatus::Approved => ("✅", Says::Approved),
+        approval::ApprovalStatus::Rejected => ("❌", Says::Rejected),
+        approval::ApprovalStatus::Expired => ("⌛", Says::Expired),
+        approval::ApprovalStatus::Cancelled => ("—", Says::Cancelled),
+        approval::ApprovalStatus::Unspecified | approval::ApprovalStatus::Pending => return None,
+    };
+    Some(format!("{mark} {}", text::say(lang, said)))
+}
+
+/// A card's final text (HTML): its lines, then the outcome and when, in bold.
+fn closed_card(lines: &str, outcome: &str, when: &str) -> String {
+    format!(
+        "{}\n\n<b>{}</b> · {when}",
+        text::escape_html(lines),
+        text::escape_html(outcome)
+    )
+}
+
+/// Telegram's error for an edit, as the gateway reports it: NOT_FOUND when Telegram says
+/// the chat or message is not found, else unavailable (either way in Telegram's words).
+fn edit_error(redacted: String) -> Error {
+    if redacted.contains("not found") {
+        Error::TelegramNotFound(redacted)
+    } else {
+        Error::Telegram(redacted)
+    }
+}
+
+/// Sends to Telegram, within the rate limits.
+#[derive(Debug)]
+pub struct Outbox {
+    bot: TelegramBot,
+    store: Store,
+    limiter: Limiter,
+}
+
+impl Outbox {
+    pub fn new(
+        bot: TelegramBot,
+        store: Store,
+        per_chat_per_second: u32,
+        global_per_second: u32,
+    ) -> Outbox {
+        Outbox {
+            bot,
+            store,
+            limiter: Limiter::new(per_chat_per_second, global_per_second),
+        }
+    }
+
+    /// Sends text (escaped, split at the limit), honouring rate limits and retry_after;
+    /// the ids of the messages that went.
+    pub async fn send_text(&self, chat: i64, text: &str) -> Vec<i32> {
+        let mut sent = Vec::new();
+        for piece in text::split_escaped(text, text::TELEGRAM_LIMIT) {
+            if let Some(id) = self.send_piece(chat, piece).await {
+                sent.push(id);
+            }
+        }
+        sent
+    }
+
+    /// One message, tried up to three times while Telegram asks to wait.
+    async fn send_piece(&self, chat: i64, piece: String) -> Option<i32> {
+        for attempt in 0..3 {
+            self.limiter.wait(chat).await;
+            match self
+                .bot
+                .send_message(ChatId(chat), piece.clone())
+                .parse_mode(ParseMode::Html)
+                .await
+            {
+                Ok(message) => return Some(message.id.0),
+                Err(RequestError::RetryAfter(seconds)) if attempt < 2 => {
+                    tokio::time::sleep(seconds.duration()).await;
+                }
+                Err(e) => {
+                    tracing::warn!(error = %self.bot.redact(&e), "sendMessage failed");
+                    return None;
+                }
+            }
+        }
+        None
+    }
+
+    /// Sends an approval card with its buttons and remembers where it went.
+    pub async fn send_card(&self, chat: i64, token: &str, card: &approval::Card) -> Option<i32> {
+        let html = if card.telegram_html.is_empty() {
+            text::escape_html(&card.lines.join("\n"))
+        } else {
+            card.telegram_html.clone()
+        };
+        self.limiter.wait(chat).await;
+        let sent = self
+            .bot
+            .send_message(ChatId(chat), html)
+            .parse_mode(ParseMode::Html)
+            .reply_markup(keyboard(&card.buttons))
+            .await;
+        let message = match sent {
+            Ok(message) => message,
+            Err(e) => {
+                tracing::warn!(error = %self.bot.redact(&e), "cannot send the approval card");
+                return None;
+            }
+        };
+        let sent = SentCard {
+            token: token.to_owned(),
+            channel: CHANNEL.to_owned(),
+            chat_id: chat.to_string(),
+            message_id: message.id.0.to_string(),
+            lines: card.lines.join("\n"),
+        };
+        if let Err(e) = self.store.put_card(&sent, now_ms()).await {
+            tracing::error!(error = %e, "cannot remember a sent card");
+        }
+        Some(message.id.0)
+    }
+
+    /// Edits a sent message's text and buttons (GatewayService.EditCard).
+    pub async fn edit(
+        &self,
+        chat: i64,
+        message: i32,
+        html: String,
+        buttons: Option<InlineKeyboardMarkup>,
+    ) -> Result<(), Error> {
+        self.limiter.wait(chat).await;
+        let mut request = self
+            .bot
+            .edit_message_text(ChatId(chat), MessageId(message), html)
+            .parse_mode(ParseMode::Html);
+        if let Some(buttons) = buttons {
+            request = request.reply_markup(buttons);
+        }
+        match request.await {
+            Ok(_) | Err(RequestError::Api(ApiError::MessageNotModified)) => Ok(()),
+            Err(e) => Err(edit_error(self.bot.redact(&e))),
+        }
+    }
+
+    /// Edits a card to its final state: its lines, the `outcome` and when, no buttons.
+    /// False when Telegram refused the edit (it may be tried again); a card whose ids
+    /// are not numbers is left as it is.
+    pub async fn close_card(&self, card: &SentCard, outcome: &str) -> bool {
+        let when = jiff::Timestamp::now()
+            .strftime("%Y-%m-%d %H:%M UTC")
+            .to_string();
+        let body = closed_card(&card.lines, outcome, &when);
+        let (Ok(chat), Ok(message)) = (card.chat_id.parse::<i64>(), card.message_id.parse::<i32>())
+        else {
+            return true;
+        };
+        self.limiter.wait(chat).await;
+        // Without reply_markup the buttons go: an old card cannot be clicked again.
+        match self
+            .bot
+            .edit_message_text(ChatId(chat), MessageId(message), body)
+            .parse_mode(ParseMode::Html)
+            .await
+        {
+            Ok(_) | Err(RequestError::Api(ApiError::MessageNotModified)) => true,
+            Err(e) => {
+                tracing::warn!(error = %self.bot.redact(&e), "cannot edit the card");
+                false
+            }
+        }
+    }
+
+    /// Shows "typing…" in `chat`.
+    pub async fn typing(&self, chat: i64) {
+        let _ = self
+            .bot
+            .send_chat_action(ChatId(chat), ChatAction::Typing)
+            .await;
+    }
+
+    /// Answers a click (Telegram shows the text briefly, cut to 190 characters).
+    pub async fn answer_callback(&self, id: &CallbackQueryId, text: Option<&str>) {
+        let mut request = self.bot.answer_callback_query(id.clone());
+        if let Some(text) = text {
+            request = request.text(text.chars().take(190).collect::<String>());
+        }
+        if let Err(e) = request.await {
+            tracing::warn!(error = %self.bot.redact(&e), "answerCallbackQuery failed");
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test(start_paused = true)]
+    async fn messages_to_one_chat_are_spaced_and_others_only_by_the_global_limit() {
+        let limiter = Limiter::new(1, 10);
+        let start = tokio::time::Instant::now();
+        for _ in 0..3 {
+            limiter.wait(1).await;
+        }
+        // Three to one chat at one per second: the third goes two seconds after the first.
+        assert_eq!(tokio::time::Instant::now() - start, Duration::from_secs(2));
+        let start = tokio::time::Instant::now();
+        for chat in 10..15 {
+            limiter.wait(chat).await;
+        }
+        // Five different chats: only the global 10/s spacing.
+        assert_eq!(
+            tokio::time::Instant::now() - start,
+            Duration::from_millis(500)
+        );
+    }
+
+    #[test]
+    fn a_card_closes_only_on_a_final_status_in_the_person_s_language() {
+        let status = |s: approval::ApprovalStatus| s as i32;
+        assert_eq!(
+            outcome(
+                status(approval::ApprovalStatus::Approved),
+                Language::English
+            )
+            .as_deref(),
+            Some("✅ approved")
+        );
+        assert_eq!(
+            outcome(
+                status(approval::ApprovalStatus::Rejected),
+                Language::Italian
+            )
+            .as_deref(),
+            Some("❌ rifiutato")
+        );
+        assert_eq!(
+            outcome(
+                status(approval::ApprovalStatus::Cancelled),
+                Language::English
+            )
+            .as_deref(),
+            Some("— cancelled")
+        );
+        assert_eq!(
+            outcome(status(approval::ApprovalStatus::Pending), Language::English),
+            None
+        );
+        assert_eq!(outcome(99, Language::English), None);
+    }
+
+    #[test]
+    fn a_closed_card_keeps_its_lines_escaped_and_says_the_outcome_in_bold() {
+        assert_eq!(
+            closed_card(
+                "write <x>\nto ~/a & b",
+                "✅ approved",
+                "2030-01-02 03:04 UTC"
+            ),
+            "write &lt;x&gt;\nto ~/a &amp; b\n\n<b>✅ approved</b> · 2030-01-02 03:04 UTC"
+        );
+    }
+
+    #[test]
+    fn an_edit_telegram_cannot_find_is_not_found_and_other_failures_are_not() {
+        assert!(matches!(
+            edit_error("A Telegram's error: Bad Request: message to edit not found".into()),
+            Error::TelegramNotFound(_)
+        ));
+        assert!(matches!(
+            edit_error("A network error: connection refused".into()),
+            Error::Telegram(_)
+        ));
+    }
+}
