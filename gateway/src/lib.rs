@@ -21,6 +21,7 @@
 
 use std::sync::Arc;
 
+use metnos_kit::background::Background;
 use metnos_kit::client::channel;
 use metnos_kit::server::{StartError, serve_with_store};
 use metnos_kit::{Config, ServiceName, ShutdownFuture};
@@ -118,56 +119,25 @@ pub async fn serve(
         per_chat_per_second: config.telegram.per_chat_per_second,
         global_per_second: config.telegram.global_per_second,
     };
-    let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
-    let stopped = |mut rx: tokio::sync::watch::Receiver<bool>| async move {
-        let _ = rx.wait_for(|stop| *stop).await;
-    };
-    tokio::spawn(async move {
-        shutdown.await;
-        let _ = stop_tx.send(true);
-    });
-    let poll_stop = stopped(stop_rx.clone());
     serve_with_store(
         SERVICE,
         &config,
         &MIGRATIONS,
         listener,
-        stopped(stop_rx),
-        move |db, _readiness| {
+        shutdown,
+        move |db, _readiness, background| {
             let store = store::Store::new(db);
             let telegram = match token {
-                Some(token) => match transport::Telegram::new(
-                    token,
-                    &settings,
-                    store.clone(),
-                    planner,
-                    approval,
-                ) {
-                    Ok(t) => {
-                        let t = Arc::new(t);
-                        match webhook {
-                            Some((listener, url)) => {
-                                let channel = Arc::clone(&t);
-                                tokio::spawn(async move {
-                                    if let Err(e) = channel.webhook(listener, url, poll_stop).await
-                                    {
-                                        tracing::error!(error = %e, "Telegram webhook stopped");
-                                    }
-                                });
-                                tracing::info!("Telegram channel on (webhook)");
-                            }
-                            None => {
-                                tokio::spawn(Arc::clone(&t).poll(poll_stop));
-                                tracing::info!("Telegram channel on (long polling)");
-                            }
-                        }
-                        Some(t)
-                    }
-                    Err(e) => {
-                        tracing::error!(error = %e, "Telegram channel off");
-                        None
-                    }
-                },
+                Some(token) => {
+                    let channel = transport::Telegram::new(
+                        token,
+                        &settings,
+                        store.clone(),
+                        planner,
+                        approval,
+                    );
+                    start_telegram(channel, webhook, background)
+                }
                 None => {
                     tracing::info!(
                         "Telegram channel off: no bot token ({TOKEN_VAR} or telegram.token_file)"
@@ -175,10 +145,45 @@ pub async fn serve(
                     None
                 }
             };
-            GatewayServiceServer::new(grpc::GatewayApi { store, telegram })
+            Ok(GatewayServiceServer::new(grpc::GatewayApi {
+                store,
+                telegram,
+            }))
         },
     )
     .await
+}
+
+/// Starts the Telegram channel (long polling, or the webhook when it has a listener) as a
+/// background task that ends with the service; `None` when it could not be set up.
+fn start_telegram(
+    channel: Result<transport::Telegram, String>,
+    webhook: Option<(TcpListener, String)>,
+    background: &mut Background,
+) -> Option<Arc<transport::Telegram>> {
+    let telegram = match channel {
+        Ok(t) => Arc::new(t),
+        Err(e) => {
+            tracing::error!(error = %e, "Telegram channel off");
+            return None;
+        }
+    };
+    let t = Arc::clone(&telegram);
+    match webhook {
+        Some((listener, url)) => {
+            background.spawn_graceful("telegram webhook", move |stopped| async move {
+                if let Err(e) = t.webhook(listener, url, stopped).await {
+                    tracing::error!(error = %e, "Telegram webhook stopped");
+                }
+            });
+            tracing::info!("Telegram channel on (webhook)");
+        }
+        None => {
+            background.spawn_graceful("telegram polling", move |stopped| t.poll(stopped));
+            tracing::info!("Telegram channel on (long polling)");
+        }
+    }
+    Some(telegram)
 }
 
 #[cfg(test)]

@@ -16,7 +16,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use metnos_kit::clock::{Clock, SystemClock};
-use metnos_kit::server::{ServeOptions, StartError, serve as serve_grpc};
+use metnos_kit::server::{StartError, serve_with_store};
 use metnos_kit::{Config, ServiceName, ShutdownFuture};
 use metnos_proto::approval::v1::approval_service_server::ApprovalServiceServer;
 use metnos_proto::policy::v1::policy_service_client::PolicyServiceClient;
@@ -48,17 +48,6 @@ pub async fn serve_with_clock(
     shutdown: ShutdownFuture,
     clock: Arc<dyn Clock>,
 ) -> Result<(), StartError> {
-    let db = metnos_kit::store::open(
-        &config.store(SERVICE),
-        SERVICE.as_str(),
-        &MIGRATIONS,
-        config.server.store_connect_timeout(),
-    )
-    .await
-    .map_err(|source| StartError::Store {
-        service: SERVICE,
-        source,
-    })?;
     let policy = metnos_kit::client::channel(&config.service_url(ServiceName::Policy))
         .map(PolicyServiceClient::new)
         .map_err(|e| tracing::error!(error = %e, "policy URL is invalid; territory grants are off"))
@@ -67,35 +56,37 @@ pub async fn serve_with_clock(
         ttl_ms: (config.approval.ttl_seconds * 1000) as i64,
         session_ms: (config.approval.session_seconds * 1000) as i64,
     };
-    let approvals = Arc::new(service::Approvals::new(
-        store::PendingStore::new(db.clone()),
-        clock,
-        settings,
-        config.runtime.user_home.clone(),
-        policy,
-    ));
-    let options = ServeOptions::new(SERVICE, &config);
-    let api = grpc::ApprovalApi::new(Arc::clone(&approvals), options.readiness.clone(), WAIT_POLL);
-
-    let sweeper = {
-        let approvals = Arc::clone(&approvals);
-        let every = Duration::from_secs(config.approval.sweep_interval_seconds);
-        tokio::spawn(async move {
-            let mut tick = tokio::time::interval(every);
-            tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-            loop {
-                tick.tick().await;
-                if let Err(e) = approvals.sweep().await {
-                    tracing::warn!(error = %e, "cannot sweep expired approvals");
+    let home = config.runtime.user_home.clone();
+    let sweep_every = Duration::from_secs(config.approval.sweep_interval_seconds);
+    serve_with_store(
+        SERVICE,
+        &config,
+        &MIGRATIONS,
+        listener,
+        shutdown,
+        move |db, readiness, background| {
+            let approvals = Arc::new(service::Approvals::new(
+                store::PendingStore::new(db),
+                clock,
+                settings,
+                home,
+                policy,
+            ));
+            let sweeper = Arc::clone(&approvals);
+            background.every("sweeper", sweep_every, move || {
+                let approvals = Arc::clone(&sweeper);
+                async move {
+                    if let Err(e) = approvals.sweep().await {
+                        tracing::warn!(error = %e, "cannot sweep expired approvals");
+                    }
+                    if let Err(e) = approvals.retry_grants().await {
+                        tracing::warn!(error = %e, "cannot retry territory grants");
+                    }
                 }
-                if let Err(e) = approvals.retry_grants().await {
-                    tracing::warn!(error = %e, "cannot retry territory grants");
-                }
-            }
-        })
-    };
-    let result = serve_grpc(options, listener, ApprovalServiceServer::new(api), shutdown).await;
-    sweeper.abort();
-    db.close().await;
-    Ok(result?)
+            });
+            let api = grpc::ApprovalApi::new(approvals, readiness, WAIT_POLL);
+            Ok(ApprovalServiceServer::new(api))
+        },
+    )
+    .await
 }

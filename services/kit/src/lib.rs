@@ -3,7 +3,9 @@
 //! - [`config`]: the one `metnos.toml` with `METNOS_*` environment overrides.
 //! - [`telemetry`]: fmt logs and OTLP trace export under the service's name.
 //! - [`propagation`]: W3C trace context across gRPC hops (server and client layers).
-//! - [`server`]: binding, serving with health and reflection, graceful shutdown.
+//! - [`server`]: binding, serving with health and reflection, graceful shutdown; the one
+//!   start-up path of every service ([`server::serve_with_store`]).
+//! - [`background`]: a service's background tasks, stopped with it.
 //! - [`readiness`]: what health reports, including a store that stopped answering.
 //! - [`client`]: traced channels, health probes, the dependency watch.
 //! - [`store`]: SQLite / PostgreSQL stores with embedded migrations.
@@ -13,6 +15,7 @@
 //! - [`testing`]: SQLite and PostgreSQL stores for tests.
 //! - [`launch`]: the `main` of every `metnos-<service>` binary.
 
+pub mod background;
 pub mod client;
 pub mod clock;
 pub mod config;

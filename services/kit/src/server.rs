@@ -16,6 +16,7 @@ use tonic::body::Body;
 use tonic::server::NamedService;
 use tower_service::Service;
 
+use crate::background::Background;
 use crate::config::{Config, ServiceName};
 use crate::propagation::ServerTraceLayer;
 use crate::readiness::Readiness;
@@ -274,8 +275,10 @@ pub enum StartError {
     },
 }
 
-/// The usual life of a service: open and migrate its store, build its gRPC service from
-/// it and its readiness, serve until `shutdown`, then close the store.
+/// The life of every service: open and migrate its store, build its gRPC service from the
+/// store, its readiness and its [`Background`] tasks, serve until `shutdown` (the tasks are
+/// told to stop when it resolves), then wait for the tasks, run their last steps (final
+/// flushes) and close the store.
 pub async fn serve_with_store<S, F>(
     service: ServiceName,
     config: &Config,
@@ -285,7 +288,7 @@ pub async fn serve_with_store<S, F>(
     make: F,
 ) -> Result<(), StartError>
 where
-    F: FnOnce(crate::store::Db, Readiness) -> S,
+    F: FnOnce(crate::store::Db, Readiness, &mut Background) -> Result<S, StartError>,
     S: Service<http::Request<Body>, Response = http::Response<Body>, Error = Infallible>
         + NamedService
         + Clone
@@ -303,8 +306,23 @@ where
     .await
     .map_err(|source| StartError::Store { service, source })?;
     let options = ServeOptions::new(service, config);
-    let svc = make(db.clone(), options.readiness.clone());
+    let grace = options.grace;
+    let mut background = Background::new();
+    let svc = match make(db.clone(), options.readiness.clone(), &mut background) {
+        Ok(svc) => svc,
+        Err(e) => {
+            background.finish(grace).await;
+            db.close().await;
+            return Err(e);
+        }
+    };
+    let stop = background.signal();
+    let shutdown = async move {
+        shutdown.await;
+        stop();
+    };
     let result = serve(options, listener, svc, shutdown).await;
+    background.finish(grace).await;
     db.close().await;
     Ok(result?)
 }

@@ -72,6 +72,29 @@ pub fn runner_from_config(config: &Config) -> Runner {
     }
 }
 
+/// How often old scratchpad entries and orphaned turns are cleared.
+const CLEANUP_INTERVAL: Duration = Duration::from_secs(600);
+
+/// Drops scratchpad entries older than `retention_hours` and closes turns a stopped
+/// planner left running.
+async fn clean_up(store: &store::Store, retention_hours: u64, orphan_after_ms: i64) {
+    let retention_ms = i64::try_from(retention_hours.saturating_mul(3_600_000)).unwrap_or(i64::MAX);
+    if let Err(e) = store
+        .prune_scratch(now_ms().saturating_sub(retention_ms))
+        .await
+    {
+        tracing::warn!(error = %e, "scratchpad prune failed");
+    }
+    match store
+        .close_orphans(now_ms().saturating_sub(orphan_after_ms), now_ms())
+        .await
+    {
+        Ok(0) => {}
+        Ok(n) => tracing::warn!(turns = n, "closed turns left running by a stopped planner"),
+        Err(e) => tracing::warn!(error = %e, "orphaned turns not closed"),
+    }
+}
+
 /// Serves the planner service on `listener` until `shutdown` resolves.
 pub async fn serve(
     config: Config,
@@ -107,7 +130,7 @@ pub async fn serve(
         &MIGRATIONS,
         listener,
         shutdown,
-        move |db, _readiness| {
+        move |db, _readiness, background| {
             let store = store::Store::new(db);
             let retention = turns.retention_hours;
             // A turn that saved no progress for twice its budget was left by a planner that
@@ -124,29 +147,11 @@ pub async fn serve(
                 store: store.clone(),
                 log,
             }));
-            tokio::spawn(async move {
-                let mut every = tokio::time::interval(Duration::from_secs(600));
-                loop {
-                    every.tick().await;
-                    let before =
-                        now_ms() - i64::try_from(retention * 3_600_000).unwrap_or(i64::MAX);
-                    if let Err(e) = store.prune_scratch(before).await {
-                        tracing::warn!(error = %e, "scratchpad prune failed");
-                    }
-                    match store
-                        .close_orphans(now_ms().saturating_sub(orphan_after_ms), now_ms())
-                        .await
-                    {
-                        Ok(0) => {}
-                        Ok(n) => tracing::warn!(
-                            turns = n,
-                            "closed turns left running by a stopped planner"
-                        ),
-                        Err(e) => tracing::warn!(error = %e, "orphaned turns not closed"),
-                    }
-                }
+            background.every("turn cleanup", CLEANUP_INTERVAL, move || {
+                let store = store.clone();
+                async move { clean_up(&store, retention, orphan_after_ms).await }
             });
-            PlannerServiceServer::new(PlannerApi { planner })
+            Ok(PlannerServiceServer::new(PlannerApi { planner }))
         },
     )
     .await

@@ -24,7 +24,7 @@ pub mod table;
 use std::sync::Arc;
 use std::time::Duration;
 
-use metnos_kit::server::{ServeOptions, StartError, serve as serve_grpc};
+use metnos_kit::server::{StartError, serve_with_store};
 use metnos_kit::{Config, ServiceName, ShutdownFuture};
 use metnos_proto::policy::v1::policy_service_server::PolicyServiceServer;
 use tokio::net::TcpListener;
@@ -45,42 +45,34 @@ pub async fn serve(
     listener: TcpListener,
     shutdown: ShutdownFuture,
 ) -> Result<(), StartError> {
-    let db = metnos_kit::store::open(
-        &config.store(SERVICE),
-        SERVICE.as_str(),
+    let home = config.runtime.user_home.clone();
+    serve_with_store(
+        SERVICE,
+        &config,
         &MIGRATIONS,
-        config.server.store_connect_timeout(),
+        listener,
+        shutdown,
+        |db, readiness, background| {
+            let policy = Arc::new(service::Policy::new(db, home));
+            let flusher = Arc::clone(&policy);
+            background.every("grant uses", USE_FLUSH_INTERVAL, move || {
+                let policy = Arc::clone(&flusher);
+                async move {
+                    if let Err(e) = policy.flush_uses().await {
+                        tracing::warn!(error = %e, "cannot write grant uses yet");
+                    }
+                }
+            });
+            let last = Arc::clone(&policy);
+            background.on_stop("grant uses", async move {
+                if let Err(e) = last.flush_uses().await {
+                    tracing::warn!(error = %e, "grant uses of the last seconds were not written");
+                }
+            });
+            Ok(PolicyServiceServer::new(grpc::PolicyApi::new(
+                policy, readiness,
+            )))
+        },
     )
     .await
-    .map_err(|source| StartError::Store {
-        service: SERVICE,
-        source,
-    })?;
-    let policy = Arc::new(service::Policy::new(
-        db.clone(),
-        config.runtime.user_home.clone(),
-    ));
-    let options = ServeOptions::new(SERVICE, &config);
-    let api = grpc::PolicyApi::new(Arc::clone(&policy), options.readiness.clone());
-
-    let flusher = {
-        let policy = Arc::clone(&policy);
-        tokio::spawn(async move {
-            let mut tick = tokio::time::interval(USE_FLUSH_INTERVAL);
-            tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-            loop {
-                tick.tick().await;
-                if let Err(e) = policy.flush_uses().await {
-                    tracing::warn!(error = %e, "cannot write grant uses yet");
-                }
-            }
-        })
-    };
-    let result = serve_grpc(options, listener, PolicyServiceServer::new(api), shutdown).await;
-    flusher.abort();
-    if let Err(e) = policy.flush_uses().await {
-        tracing::warn!(error = %e, "grant uses of the last seconds were not written");
-    }
-    db.close().await;
-    Ok(result?)
 }

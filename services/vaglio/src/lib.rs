@@ -17,7 +17,7 @@ pub mod service;
 use std::sync::Arc;
 use std::time::Duration;
 
-use metnos_kit::server::{ServeOptions, StartError, serve as serve_grpc};
+use metnos_kit::server::{StartError, serve_with_store};
 use metnos_kit::store::Migrations;
 use metnos_kit::{Config, ServiceName, ShutdownFuture};
 use metnos_proto::vaglio::v1::vaglio_service_server::VaglioServiceServer;
@@ -100,51 +100,35 @@ pub async fn serve(
             });
         }
     };
-    let db = metnos_kit::store::open(
-        &config.store(SERVICE),
-        SERVICE.as_str(),
+    let home = config.runtime.user_home.clone();
+    let log_dir = config.data_dir.join("vaglio");
+    serve_with_store(
+        SERVICE,
+        &config,
         &MIGRATIONS,
-        config.server.store_connect_timeout(),
+        listener,
+        shutdown,
+        move |_db, readiness, background| {
+            let log = log::VerdictLog::start(log_dir);
+            let vaglio = Arc::new(service::Vaglio::new(home, threshold, kind, log.clone()));
+            // The log's own health, beside the service's: verdicts go on when it cannot
+            // write.
+            let watched = log.clone();
+            let mut last = None;
+            background.every("log health", Duration::from_millis(500), move || {
+                let healthy = !watched.is_failing();
+                let changed = last != Some(healthy);
+                last = Some(healthy);
+                let readiness = readiness.clone();
+                async move {
+                    if changed {
+                        readiness.set_component(LOG_HEALTH, healthy).await;
+                    }
+                }
+            });
+            background.on_stop("verdict log", async move { log.flush().await });
+            Ok(VaglioServiceServer::new(grpc::VaglioApi::new(vaglio)))
+        },
     )
     .await
-    .map_err(|source| StartError::Store {
-        service: SERVICE,
-        source,
-    })?;
-    let log = log::VerdictLog::start(config.data_dir.join("vaglio"));
-    let vaglio = Arc::new(service::Vaglio::new(
-        config.runtime.user_home.clone(),
-        threshold,
-        kind,
-        log.clone(),
-    ));
-    let options = ServeOptions::new(SERVICE, &config);
-    // The log's own health, beside the service's: verdicts go on when it cannot write.
-    let log_health = {
-        let log = log.clone();
-        let readiness = options.readiness.clone();
-        tokio::spawn(async move {
-            let mut last = None;
-            let mut tick = tokio::time::interval(Duration::from_millis(500));
-            loop {
-                tick.tick().await;
-                let healthy = !log.is_failing();
-                if last != Some(healthy) {
-                    readiness.set_component(LOG_HEALTH, healthy).await;
-                    last = Some(healthy);
-                }
-            }
-        })
-    };
-    let result = serve_grpc(
-        options,
-        listener,
-        VaglioServiceServer::new(grpc::VaglioApi::new(vaglio)),
-        shutdown,
-    )
-    .await;
-    log_health.abort();
-    log.flush().await;
-    db.close().await;
-    Ok(result?)
 }
