@@ -2,7 +2,7 @@
 //! wrong is said to it, what went wrong inside is logged and said only in general terms.
 
 use metnos_core::level::UnspecifiedLevel;
-use metnos_kit::store::is_unreachable;
+use metnos_kit::store::failure_status;
 use tonic::Status;
 
 /// Why a gateway call failed.
@@ -62,14 +62,7 @@ impl From<Error> for Status {
                 Status::unavailable(error.to_string())
             }
             Error::BadChatId => Status::internal(error.to_string()),
-            Error::Store(e) if is_unreachable(&e) => {
-                tracing::error!(error = %e, "gateway store unreachable");
-                Status::unavailable("the gateway store is unreachable; try again shortly")
-            }
-            Error::Store(e) => {
-                tracing::error!(error = %e, "gateway store failed");
-                Status::internal("the gateway store failed; see the gateway service log")
-            }
+            Error::Store(e) => failure_status(crate::SERVICE, "the gateway store", &e),
         }
     }
 }

@@ -23,7 +23,7 @@ use std::sync::Arc;
 
 use metnos_kit::background::Background;
 use metnos_kit::client::channel;
-use metnos_kit::server::{StartError, serve_with_store};
+use metnos_kit::server::{StartError, Startup};
 use metnos_kit::{Config, ServiceName, ShutdownFuture};
 use metnos_proto::approval::v1::approval_service_client::ApprovalServiceClient;
 use metnos_proto::gateway::v1::gateway_service_server::GatewayServiceServer;
@@ -119,13 +119,8 @@ pub async fn serve(
         per_chat_per_second: config.telegram.per_chat_per_second,
         global_per_second: config.telegram.global_per_second,
     };
-    serve_with_store(
-        SERVICE,
-        &config,
-        &MIGRATIONS,
-        listener,
-        shutdown,
-        move |db, _readiness, background| {
+    Startup::new(SERVICE, &MIGRATIONS, &config)
+        .serve_with_store(listener, shutdown, move |db, _readiness, background| {
             let store = store::Store::new(db);
             let telegram = match token {
                 Some(token) => {
@@ -149,9 +144,8 @@ pub async fn serve(
                 store,
                 telegram,
             }))
-        },
-    )
-    .await
+        })
+        .await
 }
 
 /// Starts the Telegram channel (long polling, or the webhook when it has a listener) as a

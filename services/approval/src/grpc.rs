@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use metnos_core::principal::Principal;
 use metnos_kit::readiness::Readiness;
-use metnos_kit::store::is_unreachable;
+use metnos_kit::store::{failure_status, is_unreachable};
 use metnos_kit::time::to_timestamp;
 use metnos_proto::approval::v1 as pb;
 use metnos_proto::approval::v1::approval_service_server::ApprovalService;
@@ -36,14 +36,7 @@ impl From<Error> for Status {
             Error::NotFound => Status::not_found(error.to_string()),
             Error::NotPending(_) | Error::Expired => Status::failed_precondition(error.to_string()),
             Error::NotRequester => Status::permission_denied(error.to_string()),
-            Error::Store(e) if is_unreachable(&e) => {
-                tracing::error!(error = %e, "approval store unreachable");
-                Status::unavailable("the approval store is unreachable; try again shortly")
-            }
-            Error::Store(e) => {
-                tracing::error!(error = %e, "approval store failed");
-                Status::internal("the approval store failed; see the approval service log")
-            }
+            Error::Store(e) => failure_status(crate::SERVICE, "the approval store", &e),
         }
     }
 }

@@ -16,7 +16,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use metnos_kit::clock::{Clock, SystemClock};
-use metnos_kit::server::{StartError, serve_with_store};
+use metnos_kit::server::{StartError, Startup};
 use metnos_kit::{Config, ServiceName, ShutdownFuture};
 use metnos_proto::approval::v1::approval_service_server::ApprovalServiceServer;
 use metnos_proto::policy::v1::policy_service_client::PolicyServiceClient;
@@ -58,13 +58,8 @@ pub async fn serve_with_clock(
     };
     let home = config.runtime.user_home.clone();
     let sweep_every = Duration::from_secs(config.approval.sweep_interval_seconds);
-    serve_with_store(
-        SERVICE,
-        &config,
-        &MIGRATIONS,
-        listener,
-        shutdown,
-        move |db, readiness, background| {
+    Startup::new(SERVICE, &MIGRATIONS, &config)
+        .serve_with_store(listener, shutdown, move |db, readiness, background| {
             let approvals = Arc::new(service::Approvals::new(
                 store::PendingStore::new(db),
                 clock,
@@ -86,7 +81,6 @@ pub async fn serve_with_clock(
             });
             let api = grpc::ApprovalApi::new(approvals, readiness, WAIT_POLL);
             Ok(ApprovalServiceServer::new(api))
-        },
-    )
-    .await
+        })
+        .await
 }

@@ -68,6 +68,15 @@ fn expand_home(raw: &str, home: &Path) -> Result<String, TargetError> {
     }
 }
 
+/// `raw` with `~` expanded; it must then be absolute.
+fn absolute(raw: &str, home: &Path) -> Result<String, TargetError> {
+    let expanded = expand_home(raw, home)?;
+    if !expanded.starts_with('/') {
+        return Err(TargetError::NotAbsolute(raw.to_owned()));
+    }
+    Ok(expanded)
+}
+
 /// The concrete target of a call, normalised for matching.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Target {
@@ -83,13 +92,7 @@ impl Target {
     pub fn parse(kind: TargetKind, raw: &str, home: &Path) -> Result<Target, TargetError> {
         check_text(raw)?;
         match kind {
-            TargetKind::PathGlob => {
-                let expanded = expand_home(raw, home)?;
-                if !expanded.starts_with('/') {
-                    return Err(TargetError::NotAbsolute(raw.to_owned()));
-                }
-                Ok(Target::Path(normalize(&expanded)))
-            }
+            TargetKind::PathGlob => Ok(Target::Path(normalize(&absolute(raw, home)?))),
             TargetKind::Host => Ok(Target::Host(host_of(raw)?)),
             TargetKind::Exact => Ok(Target::Exact(raw.to_owned())),
             TargetKind::None => Err(TargetError::NoTargetKind),
@@ -156,10 +159,7 @@ impl Pattern {
         check_text(raw)?;
         match kind {
             TargetKind::PathGlob => {
-                let expanded = expand_home(raw, home)?;
-                if !expanded.starts_with('/') {
-                    return Err(TargetError::NotAbsolute(raw.to_owned()));
-                }
+                let expanded = absolute(raw, home)?;
                 if expanded.split('/').any(|s| s == "..") {
                     return Err(TargetError::DotDotInGlob(raw.to_owned()));
                 }

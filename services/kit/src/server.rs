@@ -275,56 +275,81 @@ pub enum StartError {
     },
 }
 
-/// The life of every service: open and migrate its store, build its gRPC service from the
-/// store, its readiness and its [`Background`] tasks, serve until `shutdown` (the tasks are
-/// told to stop when it resolves), then wait for the tasks, run their last steps (final
-/// flushes) and close the store.
-pub async fn serve_with_store<S, F>(
-    service: ServiceName,
-    config: &Config,
-    migrations: &crate::store::Migrations,
-    listener: TcpListener,
-    shutdown: impl Future<Output = ()> + Send,
-    make: F,
-) -> Result<(), StartError>
-where
-    F: FnOnce(crate::store::Db, Readiness, &mut Background) -> Result<S, StartError>,
-    S: Service<http::Request<Body>, Response = http::Response<Body>, Error = Infallible>
-        + NamedService
-        + Clone
-        + Send
-        + Sync
-        + 'static,
-    S::Future: Send + 'static,
-{
-    let db = crate::store::open(
-        &config.store(service),
-        service.as_str(),
-        migrations,
-        config.server.store_connect_timeout(),
-    )
-    .await
-    .map_err(|source| StartError::Store { service, source })?;
-    let options = ServeOptions::new(service, config);
-    let grace = options.grace;
-    let mut background = Background::new();
-    let svc = match make(db.clone(), options.readiness.clone(), &mut background) {
-        Ok(svc) => svc,
-        Err(e) => {
-            background.finish(grace).await;
-            db.close().await;
-            return Err(e);
+/// How a service with a store starts: who it is, its store's schema, the loaded config.
+#[derive(Debug, Clone, Copy)]
+pub struct Startup<'a> {
+    pub service: ServiceName,
+    pub migrations: &'a crate::store::Migrations,
+    pub config: &'a Config,
+}
+
+impl<'a> Startup<'a> {
+    pub fn new(
+        service: ServiceName,
+        migrations: &'a crate::store::Migrations,
+        config: &'a Config,
+    ) -> Startup<'a> {
+        Startup {
+            service,
+            migrations,
+            config,
         }
-    };
-    let stop = background.signal();
-    let shutdown = async move {
-        shutdown.await;
-        stop();
-    };
-    let result = serve(options, listener, svc, shutdown).await;
-    background.finish(grace).await;
-    db.close().await;
-    Ok(result?)
+    }
+
+    /// The life of every service: open and migrate its store, build its gRPC service from
+    /// the store, its readiness and its [`Background`] tasks, serve until `shutdown` (the
+    /// tasks are told to stop when it resolves), then wait for the tasks, run their last
+    /// steps (final flushes) and close the store.
+    pub async fn serve_with_store<S, F>(
+        self,
+        listener: TcpListener,
+        shutdown: impl Future<Output = ()> + Send,
+        make: F,
+    ) -> Result<(), StartError>
+    where
+        F: FnOnce(crate::store::Db, Readiness, &mut Background) -> Result<S, StartError>,
+        S: Service<http::Request<Body>, Response = http::Response<Body>, Error = Infallible>
+            + NamedService
+            + Clone
+            + Send
+            + Sync
+            + 'static,
+        S::Future: Send + 'static,
+    {
+        let Startup {
+            service,
+            migrations,
+            config,
+        } = self;
+        let db = crate::store::open(
+            &config.store(service),
+            service.as_str(),
+            migrations,
+            config.server.store_connect_timeout(),
+        )
+        .await
+        .map_err(|source| StartError::Store { service, source })?;
+        let options = ServeOptions::new(service, config);
+        let grace = options.grace;
+        let mut background = Background::new();
+        let svc = match make(db.clone(), options.readiness.clone(), &mut background) {
+            Ok(svc) => svc,
+            Err(e) => {
+                background.finish(grace).await;
+                db.close().await;
+                return Err(e);
+            }
+        };
+        let stop = background.signal();
+        let shutdown = async move {
+            shutdown.await;
+            stop();
+        };
+        let result = serve(options, listener, svc, shutdown).await;
+        background.finish(grace).await;
+        db.close().await;
+        Ok(result?)
+    }
 }
 
 #[cfg(test)]

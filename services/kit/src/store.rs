@@ -19,7 +19,7 @@ use sqlx::sqlite::{
 };
 use sqlx::{AssertSqlSafe, Connection, SqlSafeStr};
 
-use crate::config::{StoreSpec, redact_url};
+use crate::config::{ServiceName, StoreSpec, redact_url};
 
 /// One migration, embedded in the binary with `include_str!`.
 #[derive(Debug, Clone, Copy)]
@@ -173,6 +173,20 @@ pub fn is_unreachable(error: &sqlx::Error) -> bool {
             | sqlx::Error::WorkerCrashed
             | sqlx::Error::Protocol(_)
     )
+}
+
+/// What a caller is answered when `service`'s store failed: UNAVAILABLE ("try again
+/// shortly") when the store cannot be reached, INTERNAL otherwise. `store` names it for
+/// people ("the grant store"). The cause is logged here and never sent: a database's error
+/// text can name tables, paths and hosts.
+pub fn failure_status(service: ServiceName, store: &str, error: &sqlx::Error) -> tonic::Status {
+    if is_unreachable(error) {
+        tracing::error!(%service, error = %error, "store unreachable");
+        tonic::Status::unavailable(format!("{store} is unreachable; try again shortly"))
+    } else {
+        tracing::error!(%service, error = %error, "store failed");
+        tonic::Status::internal(format!("{store} failed; see the {service} service log"))
+    }
 }
 
 /// A store could not be opened. Messages never contain a password.

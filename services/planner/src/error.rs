@@ -3,6 +3,7 @@
 //! is logged here and never sent.
 
 use metnos_core::principal::PrincipalError;
+use metnos_kit::store::failure_status;
 use tonic::Status;
 
 /// An RPC of the planner that cannot be answered.
@@ -69,14 +70,7 @@ impl From<Error> for Status {
                 tracing::error!(error = %e, "a stored checkpoint cannot be read");
                 Status::internal("the turn's checkpoint is unreadable; see the planner's log")
             }
-            Error::Store(e) if metnos_kit::store::is_unreachable(&e) => {
-                tracing::error!(error = %e, "planner store unreachable");
-                Status::unavailable("the planner store is unavailable; try again shortly")
-            }
-            Error::Store(e) => {
-                tracing::error!(error = %e, "planner store failed");
-                Status::internal("the planner store failed; see the planner's log")
-            }
+            Error::Store(e) => failure_status(crate::SERVICE, "the planner store", &e),
             Error::TurnLog(e) => {
                 tracing::error!(error = %e, "the turn log cannot be read");
                 Status::internal("the turn log cannot be read; see the planner's log")

@@ -25,7 +25,7 @@ use std::time::Duration;
 
 use metnos_executors::signing::Trust;
 use metnos_executors::{Catalog, Runner, ShellSettings};
-use metnos_kit::server::{StartError, serve_with_store};
+use metnos_kit::server::{StartError, Startup};
 use metnos_kit::time::now_ms;
 use metnos_kit::{Config, ServiceName, ShutdownFuture};
 use metnos_proto::planner::v1::planner_service_server::PlannerServiceServer;
@@ -124,13 +124,8 @@ pub async fn serve(
     let turns = config.turns.clone();
     let mode = config.runtime.mode;
     let log = turnlog::TurnLog::new(config.data_dir.join("turns"));
-    serve_with_store(
-        SERVICE,
-        &config,
-        &MIGRATIONS,
-        listener,
-        shutdown,
-        move |db, _readiness, background| {
+    Startup::new(SERVICE, &MIGRATIONS, &config)
+        .serve_with_store(listener, shutdown, move |db, _readiness, background| {
             let store = store::Store::new(db);
             let retention = turns.retention_hours;
             // A turn that saved no progress for twice its budget was left by a planner that
@@ -152,7 +147,6 @@ pub async fn serve(
                 async move { clean_up(&store, retention, orphan_after_ms).await }
             });
             Ok(PlannerServiceServer::new(PlannerApi { planner }))
-        },
-    )
-    .await
+        })
+        .await
 }

@@ -14,7 +14,9 @@ use tokio::sync::{mpsc, watch};
 
 use crate::engine::{Planner, Sink, StepOutcome, refusal};
 use crate::store::State;
-use crate::turn::{ApprovalDecision, Call, Checkpoint, FinalKind, PendingCall, StepLog, finish};
+use crate::turn::{
+    ApprovalDecision, Call, Checkpoint, FinalKind, Finish, PendingCall, StepLog, finish,
+};
 use crate::vet::Cleared;
 
 fn decision_of(status: approval::ApprovalStatus) -> ApprovalDecision {
@@ -118,16 +120,7 @@ impl Planner {
             expires_at: pending.expires_at.as_ref().map(|t| (t.seconds, t.nanos)),
         });
         if let Err(e) = self.save(cp, State::Suspended, Some(&pending.token)).await {
-            tracing::error!(error = %e, "cannot store the checkpoint; the approval is cancelled");
-            let _ = self
-                .filters
-                .cancel(&pending.token, "the planner could not store the turn")
-                .await;
-            cp.pending = None;
-            return StepOutcome::Finished(finish(
-                FinalKind::Error,
-                "the planner's store is unavailable, so the approval was withdrawn and nothing was done",
-            ));
+            return StepOutcome::Finished(self.withdraw(cp, &pending.token, &e).await);
         }
         let awaiting = pb::AwaitingApproval {
             step: cp.steps.len() as u32,
@@ -219,8 +212,6 @@ impl Planner {
     }
 
     /// Nobody listens any more: the turn waits, suspended, for any replica to resume it.
-    /// If that cannot be stored, the approval is withdrawn and the turn ends: a turn that
-    /// cannot be resumed must not leave a card that seems to work.
     async fn wait_elsewhere(
         &self,
         cp: &mut Checkpoint,
@@ -229,16 +220,27 @@ impl Planner {
         let Err(e) = self.save(cp, State::Suspended, Some(&pending.token)).await else {
             return None;
         };
-        tracing::error!(error = %e, "cannot store the suspended turn; the approval is cancelled");
+        Some(StepOutcome::Finished(
+            self.withdraw(cp, &pending.token, &e).await,
+        ))
+    }
+
+    /// The suspended turn could not be stored: a turn that cannot be resumed must not
+    /// leave a card that seems to work, so the approval is withdrawn and the turn ends.
+    async fn withdraw(&self, cp: &mut Checkpoint, token: &str, error: &str) -> Finish {
+        tracing::error!(
+            error,
+            "cannot store the suspended turn; the approval is cancelled"
+        );
         let _ = self
             .filters
-            .cancel(&pending.token, "the planner could not store the turn")
+            .cancel(token, "the planner could not store the turn")
             .await;
         cp.pending = None;
-        Some(StepOutcome::Finished(finish(
+        finish(
             FinalKind::Error,
             "the planner's store is unavailable, so the approval was withdrawn and nothing was done",
-        )))
+        )
     }
 
     /// What a decision leads to: the approved call run (exactly that one), or why not.

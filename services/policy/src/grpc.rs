@@ -6,7 +6,7 @@ use std::sync::Arc;
 use metnos_core::level::AutonomyLevel;
 use metnos_core::principal::{Principal, PrincipalError};
 use metnos_kit::readiness::Readiness;
-use metnos_kit::store::is_unreachable;
+use metnos_kit::store::{failure_status, is_unreachable};
 use metnos_kit::time::{from_timestamp, to_timestamp};
 use metnos_proto::common::v1::Principal as PrincipalMsg;
 use metnos_proto::policy::v1 as pb;
@@ -31,14 +31,7 @@ impl From<Error> for Status {
             | Error::InvalidGrantId(_)
             | Error::InvalidUnusedDays
             | Error::InvalidExpiry => Status::invalid_argument(error.to_string()),
-            Error::Store(e) if is_unreachable(&e) => {
-                tracing::error!(error = %e, "grant store unreachable");
-                Status::unavailable("the grant store is unreachable; try again shortly")
-            }
-            Error::Store(e) => {
-                tracing::error!(error = %e, "grant store failed");
-                Status::internal("the grant store failed; see the policy service log")
-            }
+            Error::Store(e) => failure_status(crate::SERVICE, "the grant store", &e),
         }
     }
 }

@@ -24,7 +24,7 @@ pub mod table;
 use std::sync::Arc;
 use std::time::Duration;
 
-use metnos_kit::server::{StartError, serve_with_store};
+use metnos_kit::server::{StartError, Startup};
 use metnos_kit::{Config, ServiceName, ShutdownFuture};
 use metnos_proto::policy::v1::policy_service_server::PolicyServiceServer;
 use tokio::net::TcpListener;
@@ -46,13 +46,8 @@ pub async fn serve(
     shutdown: ShutdownFuture,
 ) -> Result<(), StartError> {
     let home = config.runtime.user_home.clone();
-    serve_with_store(
-        SERVICE,
-        &config,
-        &MIGRATIONS,
-        listener,
-        shutdown,
-        |db, readiness, background| {
+    Startup::new(SERVICE, &MIGRATIONS, &config)
+        .serve_with_store(listener, shutdown, |db, readiness, background| {
             let policy = Arc::new(service::Policy::new(db, home));
             let flusher = Arc::clone(&policy);
             background.every("grant uses", USE_FLUSH_INTERVAL, move || {
@@ -72,7 +67,6 @@ pub async fn serve(
             Ok(PolicyServiceServer::new(grpc::PolicyApi::new(
                 policy, readiness,
             )))
-        },
-    )
-    .await
+        })
+        .await
 }

@@ -17,7 +17,7 @@ pub mod service;
 use std::sync::Arc;
 use std::time::Duration;
 
-use metnos_kit::server::{StartError, serve_with_store};
+use metnos_kit::server::{StartError, Startup};
 use metnos_kit::store::Migrations;
 use metnos_kit::{Config, ServiceName, ShutdownFuture};
 use metnos_proto::vaglio::v1::vaglio_service_server::VaglioServiceServer;
@@ -102,13 +102,8 @@ pub async fn serve(
     };
     let home = config.runtime.user_home.clone();
     let log_dir = config.data_dir.join("vaglio");
-    serve_with_store(
-        SERVICE,
-        &config,
-        &MIGRATIONS,
-        listener,
-        shutdown,
-        move |_db, readiness, background| {
+    Startup::new(SERVICE, &MIGRATIONS, &config)
+        .serve_with_store(listener, shutdown, move |_db, readiness, background| {
             let log = log::VerdictLog::start(log_dir);
             let vaglio = Arc::new(service::Vaglio::new(home, threshold, kind, log.clone()));
             // The log's own health, beside the service's: verdicts go on when it cannot
@@ -128,7 +123,6 @@ pub async fn serve(
             });
             background.on_stop("verdict log", async move { log.flush().await });
             Ok(VaglioServiceServer::new(grpc::VaglioApi::new(vaglio)))
-        },
-    )
-    .await
+        })
+        .await
 }
