@@ -99,9 +99,9 @@ pub async fn serve(
     );
     let settings = telegram::Settings {
         api_url: config.telegram.api_url.clone(),
-        poll_timeout_seconds: config.telegram.poll_timeout_seconds,
-        per_chat_per_second: config.telegram.per_chat_per_second,
-        global_per_second: config.telegram.global_per_second,
+        poll_timeout_seconds: config.telegram.poll_timeout_seconds.get(),
+        per_chat_per_second: config.telegram.per_chat_per_second.get(),
+        global_per_second: config.telegram.global_per_second.get(),
     };
     let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
     let stopped = |mut rx: tokio::sync::watch::Receiver<bool>| async move {

@@ -64,8 +64,8 @@ pub async fn serve_with_clock(
         .map_err(|e| tracing::error!(error = %e, "policy URL is invalid; territory grants are off"))
         .ok();
     let settings = service::Settings {
-        ttl_ms: (config.approval.ttl_seconds * 1000) as i64,
-        session_ms: (config.approval.session_seconds * 1000) as i64,
+        ttl_ms: (config.approval.ttl_seconds.get() * 1000) as i64,
+        session_ms: (config.approval.session_seconds.get() * 1000) as i64,
     };
     let approvals = Arc::new(service::Approvals::new(
         store::PendingStore::new(db.clone()),
@@ -79,7 +79,7 @@ pub async fn serve_with_clock(
 
     let sweeper = {
         let approvals = Arc::clone(&approvals);
-        let every = Duration::from_secs(config.approval.sweep_interval_seconds);
+        let every = Duration::from_secs(config.approval.sweep_interval_seconds.get());
         tokio::spawn(async move {
             let mut tick = tokio::time::interval(every);
             tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);

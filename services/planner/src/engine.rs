@@ -359,7 +359,7 @@ impl Planner {
         };
         let candidates: Vec<String> = self
             .index
-            .select(&request.query, self.config.prefilter_max as usize)
+            .select(&request.query, self.config.prefilter_max.get() as usize)
             .into_iter()
             .map(|c| c.name)
             .collect();
@@ -516,7 +516,7 @@ impl Planner {
                 }
                 break finish(pb::FinalKind::Cancelled, "cancelled");
             }
-            if cp.active_ms >= self.config.budget_seconds * 1000 {
+            if cp.active_ms >= self.config.budget_seconds.get() * 1000 {
                 break finish(
                     pb::FinalKind::Timeout,
                     format!(
@@ -599,8 +599,9 @@ impl Planner {
             ..ChatRequest::default()
         };
         let tier = tier_of(&cp.tier);
-        let remaining =
-            Duration::from_millis((self.config.budget_seconds * 1000).saturating_sub(cp.active_ms));
+        let remaining = Duration::from_millis(
+            (self.config.budget_seconds.get() * 1000).saturating_sub(cp.active_ms),
+        );
         let call = tiers.chat(tier, &request);
         let response = tokio::select! {
             r = tokio::time::timeout(remaining, call) => match r {
@@ -669,7 +670,7 @@ impl Planner {
         let size = value.to_string().len() as u64;
         let mut scratchpad_id = String::new();
         let mut shown = value.clone();
-        if size > self.config.scratchpad_threshold_bytes {
+        if size > self.config.scratchpad_threshold_bytes.get() {
             match scratch::store(&self.store, &cp.turn_id, n, &observation, size).await {
                 Ok(synthetic) => {
                     scratchpad_id = synthetic["scratchpad_id"]
@@ -754,7 +755,7 @@ impl Planner {
         cancel: &mut watch::Receiver<bool>,
     ) -> StepOutcome {
         let n = cp.steps.len() as u32 + 1;
-        if n > self.config.cap_steps {
+        if n > self.config.cap_steps.get() {
             return StepOutcome::Finished(finish(
                 pb::FinalKind::CapSteps,
                 format!(
@@ -844,7 +845,7 @@ impl Planner {
             return StepOutcome::Continue;
         }
         let calls_so_far = cp.executor_calls.get(&call.name).copied().unwrap_or(0);
-        if calls_so_far >= self.config.cap_same_executor {
+        if calls_so_far >= self.config.cap_same_executor.get() {
             return StepOutcome::Finished(finish(
                 pb::FinalKind::CapSameExecutor,
                 format!(
