@@ -9,6 +9,7 @@
 //! cargo build --release -p metnos-executors --bin metnos-exec
 //! cargo run --release --example turn_load -- [--turns N] [--concurrency C]
 
+use std::num::NonZero;
 use std::time::{Duration, Instant};
 
 use hdrhistogram::Histogram;
@@ -86,7 +87,7 @@ fn main() {
             model: "fake".into(),
             base_url: fake.url().to_owned(),
             think: false,
-            timeout_seconds: 30,
+            timeout_seconds: NonZero::new(30).unwrap(),
             api_key_env: String::new(),
         },
     );
@@ -100,7 +101,7 @@ fn main() {
         "bench".into(),
         metnos_executors::signing::public_key_text(&key.verifying_key()),
     );
-    config.turns.cap_same_executor = 1_000_000;
+    config.turns.cap_same_executor = NonZero::new(1_000_000).unwrap();
 
     let mut threads = Vec::new();
     for service in [

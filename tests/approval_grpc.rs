@@ -1,6 +1,7 @@
 //! The approval service over gRPC, with a real policy service beside it for territory
 //! grants: servers on 127.0.0.1:0, generated clients.
 
+use std::num::NonZero;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -50,7 +51,7 @@ async fn stack(store: &TestStore, with_policy: bool, clock: Option<ManualClock>)
     let mut cfg = config(data.path());
     cfg.approval.store = store.config_value();
     cfg.policy.url = policy_url;
-    cfg.approval.sweep_interval_seconds = 1;
+    cfg.approval.sweep_interval_seconds = NonZero::new(1).unwrap();
     let approval = TestServer::start(APPROVAL, None, move |l, s| async move {
         match clock {
             Some(clock) => metnos_approval::serve_with_clock(cfg, l, s, Arc::new(clock)).await,
@@ -240,7 +241,7 @@ async fn a_grant_that_policy_could_not_take_is_recorded_once_policy_is_back() {
     let mut cfg = config(data.path());
     cfg.approval.store = store.config_value();
     cfg.policy.url = format!("http://{policy_addr}");
-    cfg.approval.sweep_interval_seconds = 1;
+    cfg.approval.sweep_interval_seconds = NonZero::new(1).unwrap();
     let approval = TestServer::start(APPROVAL, None, move |l, s| {
         metnos_approval::serve(cfg, l, s)
     })

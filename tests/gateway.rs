@@ -5,6 +5,8 @@
 
 mod common;
 
+use std::num::NonZero;
+
 use common::telegram::{FakeTelegram, TOKEN, user};
 use common::{Sandbox, Up};
 use metnos_llm::fake::{FakeLlm, Reply};
@@ -562,7 +564,7 @@ async fn a_planner_outage_is_told_in_one_sentence() {
     let mut config = metnos_kit::testing::config(dir.path());
     config.telegram.token_file = token_file;
     config.telegram.api_url = tg.url();
-    config.telegram.poll_timeout_seconds = 1;
+    config.telegram.poll_timeout_seconds = NonZero::new(1).unwrap();
     config.set_service_url(
         metnos_kit::ServiceName::Planner,
         "http://127.0.0.1:9".into(),

@@ -6,6 +6,7 @@ mod common;
 
 use std::convert::Infallible;
 use std::net::SocketAddr;
+use std::num::NonZero;
 use std::time::Duration;
 
 use bytes::Bytes;
@@ -714,7 +715,7 @@ fn lonely_planner(
             model: "qwen-test".into(),
             base_url: s.fake.url().to_owned(),
             think: false,
-            timeout_seconds: 30,
+            timeout_seconds: NonZero::new(30).unwrap(),
             api_key_env: String::new(),
         },
     );

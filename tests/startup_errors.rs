@@ -3,7 +3,9 @@
 
 mod common;
 
-use common::{Sandbox, sibling_binary, signal};
+use common::{Sandbox, free_port, sibling_binary, signal};
+use metnos_proto::vaglio::v1 as pb;
+use metnos_proto::vaglio::v1::vaglio_service_client::VaglioServiceClient;
 
 /// The last line of stderr (logs may come before it) and that it is the only error line.
 fn error_line(stderr: &str) -> &str {
@@ -140,10 +142,7 @@ async fn a_postgres_that_never_answers_times_out_instead_of_hanging() {
 #[tokio::test]
 async fn a_service_binary_serves_answers_its_health_check_and_stops_on_sigterm() {
     let mut sandbox = Sandbox::new();
-    let port = {
-        let probe = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-        probe.local_addr().unwrap().port()
-    };
+    let port = free_port();
     sandbox.set("METNOS_VAGLIO__LISTEN", &format!("127.0.0.1:{port}"));
     let binary = sibling_binary("metnos-vaglio");
 
@@ -163,19 +162,9 @@ async fn a_service_binary_serves_answers_its_health_check_and_stops_on_sigterm()
         .spawn()
         .unwrap();
     let mut serving = false;
-    for _ in 0..300 {
-        let output = sandbox
-            .command(&binary)
-            .arg("--health-check")
-            .output()
-            .await
-            .unwrap();
-        if output.status.success() {
-            assert!(String::from_utf8_lossy(&output.stdout).contains("vaglio"));
-            serving = true;
-            break;
-        }
-        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    if let Some(stdout) = sandbox.wait_serving(&binary).await {
+        assert!(stdout.contains("vaglio"));
+        serving = true;
     }
     assert!(serving, "metnos-vaglio never reported SERVING");
     assert!(sandbox.data_dir().join("vaglio.db").is_file());
@@ -211,4 +200,86 @@ async fn a_service_binary_refuses_a_bad_config_with_exit_2() {
         stderr.starts_with("metnos-planner: config key `planner.store`"),
         "{stderr}"
     );
+}
+
+#[tokio::test]
+async fn the_seeds_judge_variables_reach_a_real_vaglio_process() {
+    let mut sandbox = Sandbox::new();
+    let port = free_port();
+    sandbox.set("METNOS_VAGLIO__LISTEN", &format!("127.0.0.1:{port}"));
+    // The rules score this call 0.80: approved at the default 0.30, refused at 0.99.
+    sandbox.set("METNOS_JUDGE_THRESHOLD", "0.99");
+    let binary = sibling_binary("metnos-vaglio");
+    let child = sandbox.command(&binary).spawn().unwrap();
+    assert!(
+        sandbox.wait_serving(&binary).await.is_some(),
+        "metnos-vaglio never reported SERVING"
+    );
+
+    let mut client = VaglioServiceClient::connect(format!("http://127.0.0.1:{port}"))
+        .await
+        .unwrap();
+    let verdict = client
+        .judge(pb::JudgeRequest {
+            intent: "read my notes".to_owned(),
+            executor: "fs_read".to_owned(),
+            args_json: r#"{"path":"/tmp/n.txt"}"#.to_owned(),
+            context: None,
+        })
+        .await
+        .unwrap()
+        .into_inner()
+        .verdict
+        .unwrap();
+    assert!(!verdict.approved, "{verdict:?}");
+    assert_eq!(verdict.blocked_by(), pb::BlockedBy::Judge);
+    assert_eq!(
+        verdict.reason,
+        "judge: score 0.80 < threshold 0.99 (intent matches executor)"
+    );
+    drop(child); // killed
+}
+
+#[tokio::test]
+async fn a_bad_seed_judge_variable_exits_2_naming_it_before_anything_binds() {
+    // Held, so that a vaglio that bound before reading its config would exit 1, not 2.
+    let taken = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    for (variable, value, message) in [
+        ("METNOS_JUDGE_KIND", "bogus", "`bogus`"),
+        (
+            "METNOS_JUDGE_THRESHOLD",
+            "1.5",
+            "must be from 0 to 1, got 1.5",
+        ),
+    ] {
+        let mut sandbox = Sandbox::new();
+        sandbox.set(
+            "METNOS_VAGLIO__LISTEN",
+            &taken.local_addr().unwrap().to_string(),
+        );
+        sandbox.set(variable, value);
+        let output = sandbox
+            .command(&sibling_binary("metnos-vaglio"))
+            .output()
+            .await
+            .unwrap();
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        assert_eq!(output.status.code(), Some(2), "{stderr}");
+        assert_eq!(stderr.lines().count(), 1, "{stderr}");
+        let line = error_line(&stderr);
+        let key = variable
+            .strip_prefix("METNOS_JUDGE_")
+            .unwrap()
+            .to_lowercase();
+        assert!(
+            line.starts_with(&format!(
+                "metnos-vaglio: config key `vaglio.judge.{key}` (from {variable}): "
+            )) && line.contains(message),
+            "{line}"
+        );
+        assert!(
+            !sandbox.data_dir().exists(),
+            "nothing may be created on a bad config"
+        );
+    }
 }

@@ -115,9 +115,9 @@ pub async fn serve(
     );
     let settings = transport::Settings {
         api_url: config.telegram.api_url.clone(),
-        poll_timeout_seconds: config.telegram.poll_timeout_seconds,
-        per_chat_per_second: config.telegram.per_chat_per_second,
-        global_per_second: config.telegram.global_per_second,
+        poll_timeout_seconds: config.telegram.poll_timeout_seconds.get(),
+        per_chat_per_second: config.telegram.per_chat_per_second.get(),
+        global_per_second: config.telegram.global_per_second.get(),
     };
     Startup::new(SERVICE, &MIGRATIONS, &config)
         .serve_with_store(listener, shutdown, move |db, _readiness, background| {

@@ -189,6 +189,32 @@ pub fn sibling_binary(name: &str) -> PathBuf {
     path
 }
 
+/// A loopback port that was free a moment ago, for a service binary to bind.
+pub fn free_port() -> u16 {
+    let probe = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    probe.local_addr().unwrap().port()
+}
+
+impl Sandbox {
+    /// Runs `<binary> --health-check` in this sandbox until it passes (for 15 s at most): its
+    /// stdout then, `None` if it never did.
+    pub async fn wait_serving(&self, binary: &Path) -> Option<String> {
+        for _ in 0..300 {
+            let output = self
+                .command(binary)
+                .arg("--health-check")
+                .output()
+                .await
+                .unwrap();
+            if output.status.success() {
+                return Some(String::from_utf8_lossy(&output.stdout).into_owned());
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        None
+    }
+}
+
 /// grpcurl, as installed by the README's test command.
 pub fn grpcurl() -> PathBuf {
     let path = std::env::var("METNOS_TEST_GRPCURL").expect(

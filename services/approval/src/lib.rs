@@ -53,11 +53,11 @@ pub async fn serve_with_clock(
         .map_err(|e| tracing::error!(error = %e, "policy URL is invalid; territory grants are off"))
         .ok();
     let settings = service::Settings {
-        ttl_ms: (config.approval.ttl_seconds * 1000) as i64,
-        session_ms: (config.approval.session_seconds * 1000) as i64,
+        ttl_ms: (config.approval.ttl_seconds.get() * 1000) as i64,
+        session_ms: (config.approval.session_seconds.get() * 1000) as i64,
     };
     let home = config.runtime.user_home.clone();
-    let sweep_every = Duration::from_secs(config.approval.sweep_interval_seconds);
+    let sweep_every = Duration::from_secs(config.approval.sweep_interval_seconds.get());
     Startup::new(SERVICE, &MIGRATIONS, &config)
         .serve_with_store(listener, shutdown, move |db, readiness, background| {
             let approvals = Arc::new(service::Approvals::new(

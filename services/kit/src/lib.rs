@@ -12,7 +12,8 @@
 //! - [`clock`]: the system clock, or a settable one for tests.
 //! - [`time`]: epoch milliseconds, protobuf timestamps, RFC 3339.
 //! - [`runtime`]: a service on a runtime of its own, for several services in one process.
-//! - [`testing`]: SQLite and PostgreSQL stores for tests.
+//! - `testing` (feature `testing`, for tests, benches and examples): SQLite and PostgreSQL
+//!   stores and in-process servers for tests.
 //! - [`launch`]: the `main` of every `metnos-<service>` binary.
 
 pub mod background;
@@ -27,6 +28,7 @@ pub mod runtime;
 pub mod server;
 pub mod store;
 pub mod telemetry;
+#[cfg(any(test, feature = "testing"))]
 pub mod testing;
 pub mod time;
 

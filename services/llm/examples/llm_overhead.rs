@@ -5,6 +5,7 @@
 //! cargo run --release -p metnos-llm --features fake --example llm_overhead -- [--calls N]
 
 use std::alloc::System;
+use std::num::NonZero;
 use std::time::Instant;
 
 use hdrhistogram::Histogram;
@@ -52,7 +53,7 @@ fn main() {
                     model: "m".into(),
                     base_url: fake.url().to_owned(),
                     think: false,
-                    timeout_seconds: 30,
+                    timeout_seconds: NonZero::new(30).unwrap(),
                     api_key_env: if provider == LlmProvider::Anthropic { "HOME".into() } else { String::new() },
                 },
             )

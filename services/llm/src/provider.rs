@@ -98,7 +98,7 @@ impl Provider {
             base_url,
             model: config.model.clone(),
             think: config.think,
-            timeout: Duration::from_secs(config.timeout_seconds),
+            timeout: Duration::from_secs(config.timeout_seconds.get()),
             api_key,
             retry: RetryPolicy::default(),
             http,

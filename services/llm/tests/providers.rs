@@ -2,6 +2,7 @@
 //! provider's own format, text, JSON-Schema output, and every error path.
 
 use std::collections::BTreeMap;
+use std::num::NonZero;
 use std::time::{Duration, Instant};
 
 use metnos_kit::config::{LlmProvider, LlmTierConfig};
@@ -24,7 +25,7 @@ fn config(provider: LlmProvider, base_url: &str, model: &str) -> LlmTierConfig {
         model: model.to_owned(),
         base_url: base_url.to_owned(),
         think: false,
-        timeout_seconds: 5,
+        timeout_seconds: NonZero::new(5).unwrap(),
         // Anthropic needs a key variable; HOME is always set where tests run.
         api_key_env: if provider == LlmProvider::Anthropic {
             "HOME".to_owned()
@@ -335,7 +336,7 @@ async fn a_slow_answer_times_out_without_retrying() {
         Box::new(Reply::Text("late".into())),
     ));
     let mut cfg = config(LlmProvider::Ollama, fake.url(), "m");
-    cfg.timeout_seconds = 1;
+    cfg.timeout_seconds = NonZero::new(1).unwrap();
     let llm = Provider::from_config("fast", &cfg)
         .unwrap()
         .with_retry(quick());

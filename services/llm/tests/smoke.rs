@@ -9,6 +9,7 @@
 //! (`METNOS_LLM_SMOKE_PROVIDER=ollama` and a pulled model name for Ollama.) The README says
 //! how to start llama.cpp's server or Ollama for it.
 
+use std::num::NonZero;
 use std::time::Duration;
 
 use metnos_kit::config::{LlmProvider, LlmTierConfig};
@@ -31,7 +32,7 @@ fn provider() -> Provider {
             model,
             base_url: url,
             think: false,
-            timeout_seconds: 300,
+            timeout_seconds: NonZero::new(300).unwrap(),
             api_key_env: String::new(),
         },
     )

@@ -1,6 +1,7 @@
 //! Every LLM call is a span with provider, model, tier, token counts and latency — and
 //! never the prompt or the answer.
 
+use std::num::NonZero;
 use std::sync::{Arc, Mutex};
 
 use metnos_kit::config::{LlmProvider, LlmTierConfig};
@@ -64,7 +65,7 @@ async fn a_call_is_a_span_with_names_and_counts_and_no_text() {
             model: "qwen3:8b".into(),
             base_url: fake.url().to_owned(),
             think: false,
-            timeout_seconds: 5,
+            timeout_seconds: NonZero::new(5).unwrap(),
             api_key_env: String::new(),
         },
     )

@@ -157,7 +157,7 @@ impl Planner {
         let mode = rules::mode_of(request.mode, self.default_mode);
         let candidates: Vec<String> = self
             .index
-            .select(&request.query, self.config.prefilter_max as usize)
+            .select(&request.query, self.config.prefilter_max.get() as usize)
             .into_iter()
             .map(|c| c.name)
             .collect();
@@ -296,7 +296,7 @@ impl Planner {
                 }
                 break finish(FinalKind::Cancelled, "cancelled");
             }
-            if cp.active_ms >= self.config.budget_seconds * 1000 {
+            if cp.active_ms >= self.config.budget_seconds.get() * 1000 {
                 break finish(
                     FinalKind::Timeout,
                     format!(
@@ -349,7 +349,7 @@ impl Planner {
         cancel: &mut watch::Receiver<bool>,
     ) -> StepOutcome {
         let n = cp.next_step();
-        if let Some(stop) = rules::over_cap_steps(n, self.config.cap_steps) {
+        if let Some(stop) = rules::over_cap_steps(n, self.config.cap_steps.get()) {
             return StepOutcome::Finished(stop);
         }
         let started = Instant::now();

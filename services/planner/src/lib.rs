@@ -65,9 +65,9 @@ pub fn runner_from_config(config: &Config) -> Runner {
         shell: ShellSettings {
             allow: e.shell_allow.clone(),
             workspace: e.workspace.clone(),
-            cpu_seconds: e.shell_cpu_seconds,
-            memory_mb: e.shell_memory_mb,
-            file_size_mb: e.shell_file_size_mb,
+            cpu_seconds: e.shell_cpu_seconds.get(),
+            memory_mb: e.shell_memory_mb.get(),
+            file_size_mb: e.shell_file_size_mb.get(),
         },
     }
 }
@@ -127,11 +127,11 @@ pub async fn serve(
     Startup::new(SERVICE, &MIGRATIONS, &config)
         .serve_with_store(listener, shutdown, move |db, _readiness, background| {
             let store = store::Store::new(db);
-            let retention = turns.retention_hours;
+            let retention = turns.retention_hours.get();
             // A turn that saved no progress for twice its budget was left by a planner that
             // stopped (the engine saves at each approval and at the end).
             let orphan_after_ms =
-                i64::try_from(turns.budget_seconds.saturating_mul(2000)).unwrap_or(i64::MAX);
+                i64::try_from(turns.budget_seconds.get().saturating_mul(2000)).unwrap_or(i64::MAX);
             let planner = Arc::new(Planner::new(engine::Parts {
                 config: turns,
                 default_mode: mode,

@@ -107,7 +107,7 @@ impl Planner {
             temperature: Some(0.0),
             ..ChatRequest::default()
         };
-        let budget_ms = self.config.budget_seconds * 1000;
+        let budget_ms = self.config.budget_seconds.get() * 1000;
         let remaining = Duration::from_millis(budget_ms.saturating_sub(cp.active_ms));
         let answering = llm.resolve(cp.tier);
         let response = tokio::select! {

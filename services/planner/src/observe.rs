@@ -27,7 +27,7 @@ impl Planner {
     async fn shown(&self, cp: &mut Checkpoint, n: u32, observation: &Observation) -> Shown {
         let value = serde_json::to_value(observation).unwrap_or(Value::Null);
         let size = value.to_string().len() as u64;
-        if size <= self.config.scratchpad_threshold_bytes {
+        if size <= self.config.scratchpad_threshold_bytes.get() {
             return Shown {
                 shown: value.clone(),
                 piped: value,

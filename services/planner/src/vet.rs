@@ -97,9 +97,11 @@ impl Planner {
             )));
         }
         let calls_so_far = cp.executor_calls.get(&call.name).copied().unwrap_or(0);
-        if let Some(stop) =
-            rules::over_cap_same_executor(&call.name, calls_so_far, self.config.cap_same_executor)
-        {
+        if let Some(stop) = rules::over_cap_same_executor(
+            &call.name,
+            calls_so_far,
+            self.config.cap_same_executor.get(),
+        ) {
             return Err(Refusal::Stop(stop));
         }
         self.check_schema_and_scope(&executor, &args, log)?;

@@ -4,6 +4,7 @@
 //! what a person would see on disk).
 
 use std::collections::{HashMap, VecDeque};
+use std::num::NonZeroU32;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -684,7 +685,12 @@ async fn a_checkpoint_that_cannot_be_stored_withdraws_the_approval_and_ends_the_
 
 #[tokio::test]
 async fn the_same_read_twice_is_refused_and_the_same_executor_is_capped() {
-    let h = Harness::new(PlannerMode::Local, |t| t.cap_same_executor = 2, false).await;
+    let h = Harness::new(
+        PlannerMode::Local,
+        |t| t.cap_same_executor = NonZeroU32::MIN.saturating_add(1),
+        false,
+    )
+    .await;
     h.llm.call("fs_read", json!({"path": "~/a.txt"}));
     h.llm.call("fs_read", json!({"path": "~/a.txt"}));
     h.llm.call("fs_read", json!({"path": "~/b.txt"}));
@@ -712,7 +718,12 @@ async fn the_same_read_twice_is_refused_and_the_same_executor_is_capped() {
 
 #[tokio::test]
 async fn a_turn_stops_at_its_step_cap() {
-    let h = Harness::new(PlannerMode::Local, |t| t.cap_steps = 2, false).await;
+    let h = Harness::new(
+        PlannerMode::Local,
+        |t| t.cap_steps = NonZeroU32::MIN.saturating_add(1),
+        false,
+    )
+    .await;
     for n in 0..3 {
         h.llm.call("fs_read", json!({"path": format!("~/{n}.txt")}));
     }

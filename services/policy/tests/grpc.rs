@@ -1,5 +1,6 @@
 //! The policy service over gRPC: the real server on 127.0.0.1:0, the generated client.
 
+use std::num::NonZero;
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -43,7 +44,7 @@ impl Server {
         };
         config.runtime.user_home = PathBuf::from("/home/roberto");
         config.policy.store = store_value;
-        config.server.store_connect_timeout_seconds = connect_timeout;
+        config.server.store_connect_timeout_seconds = NonZero::new(connect_timeout).unwrap();
         config.server.shutdown_grace_seconds = 1;
         let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
         let url = format!("http://{}", listener.local_addr().unwrap());

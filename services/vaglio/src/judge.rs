@@ -4,8 +4,8 @@
 
 use serde_json::Value;
 
-/// The default threshold (`METNOS_JUDGE_THRESHOLD`).
-pub const DEFAULT_THRESHOLD: f64 = 0.30;
+/// The default threshold (`vaglio.judge.threshold`).
+pub const DEFAULT_THRESHOLD: f64 = metnos_kit::config::JudgeThreshold::DEFAULT.get();
 const BASE: f64 = 0.7;
 
 /// A score with the notes that explain it.

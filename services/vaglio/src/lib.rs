@@ -4,9 +4,10 @@
 //! ([`log`], keys only). [`service`] puts them together, [`grpc`] is the edge. The telos
 //! engine (seed telos.md) will live here too; its RPCs answer UNIMPLEMENTED until then.
 //!
-//! Settings from the environment, as the seed has them: `METNOS_JUDGE_THRESHOLD`
-//! (default 0.30), `METNOS_JUDGE_KIND` (`rule-based-v1`, default, or `llm-v1`, which uses
-//! the `middle` LLM tier) and `METNOS_JUDGE_TIMEOUT_SECONDS` (default 10).
+//! The judge's settings are the config's `[vaglio.judge]`: `kind` (`rule-based-v1`, default,
+//! or `llm-v1`, which uses the `middle` LLM tier), `threshold` (default 0.30) and
+//! `timeout_seconds` (default 10). The seed's `METNOS_JUDGE_*` variables set them too; the
+//! config maps them, this crate never reads the environment.
 
 pub mod grpc;
 pub mod guard;
@@ -38,51 +39,22 @@ pub const MIGRATIONS: Migrations = Migrations::NONE;
 #[error("{0}")]
 pub struct SettingsError(pub String);
 
-/// The judge settings from `METNOS_JUDGE_*` and the LLM tiers of the config.
+/// The judge of `[vaglio.judge]`, with the LLM tiers of the config for `llm-v1`.
 pub fn judge_settings(config: &Config) -> Result<(f64, service::JudgeKind), SettingsError> {
-    let threshold = match std::env::var("METNOS_JUDGE_THRESHOLD") {
-        Err(_) => judge::DEFAULT_THRESHOLD,
-        Ok(text) => text
-            .trim()
-            .parse::<f64>()
-            .ok()
-            .filter(|t| (0.0..=1.0).contains(t))
-            .ok_or_else(|| {
-                SettingsError(format!(
-                    "METNOS_JUDGE_THRESHOLD must be a number from 0 to 1, got `{text}`"
-                ))
-            })?,
-    };
-    let timeout = match std::env::var("METNOS_JUDGE_TIMEOUT_SECONDS") {
-        Err(_) => 10,
-        Ok(text) => text
-            .trim()
-            .parse::<u64>()
-            .ok()
-            .filter(|t| *t > 0)
-            .ok_or_else(|| {
-                SettingsError(format!(
-                    "METNOS_JUDGE_TIMEOUT_SECONDS must be a whole number of seconds, got `{text}`"
-                ))
-            })?,
-    };
-    let kind = match std::env::var("METNOS_JUDGE_KIND").as_deref() {
-        Err(_) | Ok("rule-based-v1") => service::JudgeKind::RuleBased,
-        Ok("llm-v1") => {
+    use metnos_kit::config::JudgeKind;
+    let judge = &config.vaglio.judge;
+    let kind = match judge.kind {
+        JudgeKind::RuleBased => service::JudgeKind::RuleBased,
+        JudgeKind::Llm => {
             let tiers = metnos_llm::Tiers::from_config(&config.runtime.llm)
-                .map_err(|e| SettingsError(format!("METNOS_JUDGE_KIND=llm-v1: {e}")))?;
+                .map_err(|e| SettingsError(format!("vaglio.judge.kind is llm-v1: {e}")))?;
             service::JudgeKind::Llm {
                 tiers,
-                timeout: Duration::from_secs(timeout),
+                timeout: judge.timeout(),
             }
         }
-        Ok(other) => {
-            return Err(SettingsError(format!(
-                "METNOS_JUDGE_KIND must be rule-based-v1 or llm-v1, got `{other}`"
-            )));
-        }
     };
-    Ok((threshold, kind))
+    Ok((judge.threshold.get(), kind))
 }
 
 /// Serves the vaglio on `listener` until `shutdown` resolves.

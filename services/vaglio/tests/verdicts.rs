@@ -3,6 +3,7 @@
 //! against the fake LLM server.
 
 use std::collections::BTreeMap;
+use std::num::NonZero;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
@@ -310,7 +311,7 @@ fn llm_judge(fake: &FakeLlm, timeout: Duration) -> JudgeKind {
             model: "judge".into(),
             base_url: fake.url().to_owned(),
             think: false,
-            timeout_seconds: 30,
+            timeout_seconds: NonZero::new(30).unwrap(),
             api_key_env: String::new(),
         },
     );

@@ -1,0 +1,53 @@
+//! `[executors]`: the executor catalog, who may sign it, the sandbox of `shell_exec`, and
+//! the local hosts network executors may reach.
+
+use std::collections::BTreeMap;
+use std::num::NonZero;
+use std::path::PathBuf;
+
+use serde::{Deserialize, Serialize};
+
+/// The executor catalog, who may sign it, and the sandbox of `shell_exec`.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields, default)]
+pub struct ExecutorsConfig {
+    /// A directory with one folder per executor (`manifest.toml` + `manifest.sig`).
+    /// Empty: `<data_dir>/executors`.
+    pub catalog_dir: PathBuf,
+    /// Signers whose signatures are trusted: name → ed25519 public key (base64, as
+    /// `metnos executors keygen` prints it).
+    pub trusted_keys: BTreeMap<String, String>,
+    /// Programs `shell_exec` may run (by name, looked up in /usr/local/bin, /usr/bin, /bin).
+    pub shell_allow: Vec<String>,
+    /// Where `shell_exec` runs and the only place it may write. Empty:
+    /// `<data_dir>/workspace`.
+    pub workspace: PathBuf,
+    /// Resource limits of a `shell_exec` command: CPU seconds, address space, file size.
+    pub shell_cpu_seconds: NonZero<u64>,
+    pub shell_memory_mb: NonZero<u64>,
+    pub shell_file_size_mb: NonZero<u64>,
+    /// Hosts on this machine or the home network (`nas.lan`, `*.lan`, `192.168.1.10`)
+    /// that network executors may reach. Every other loopback, private, link-local or
+    /// special-purpose address is refused, whatever an executor's scope says.
+    pub local_hosts: Vec<String>,
+}
+
+impl Default for ExecutorsConfig {
+    fn default() -> Self {
+        ExecutorsConfig {
+            catalog_dir: PathBuf::new(),
+            trusted_keys: BTreeMap::new(),
+            shell_allow: [
+                "ls", "cat", "head", "tail", "wc", "grep", "find", "du", "df", "date", "echo",
+                "sort", "uniq", "git",
+            ]
+            .map(str::to_owned)
+            .to_vec(),
+            workspace: PathBuf::new(),
+            shell_cpu_seconds: const { NonZero::new(10).unwrap() },
+            shell_memory_mb: const { NonZero::new(1024).unwrap() },
+            shell_file_size_mb: const { NonZero::new(64).unwrap() },
+            local_hosts: Vec::new(),
+        }
+    }
+}

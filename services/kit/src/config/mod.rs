@@ -1,0 +1,85 @@
+//! The one Metnos configuration: `metnos.toml`, then `METNOS_*` environment overrides.
+//!
+//! Every key can be overridden by `METNOS_` + its path in upper case with `__` between
+//! levels: `[runtime.llm.fast] base_url` is `METNOS_RUNTIME__LLM__FAST__BASE_URL`,
+//! `data_dir` is `METNOS_DATA_DIR`. Unknown keys and bad values are errors that name the
+//! key and where it came from, so a typo never silently falls back to a default.
+//! The standard `OTEL_EXPORTER_OTLP_ENDPOINT` turns trace export on.
+//!
+//! Layout: this file is the [`Config`] root and its defaults; `load.rs` finds the file,
+//! merges it with the environment through figment and maps its errors ([`ConfigError`]);
+//! `validate.rs` checks what the types cannot; `topology.rs` is the five services, their
+//! names, ports, dependencies and URLs; `store_spec.rs` parses a `store` key. Each section
+//! has a file of its own: `telemetry.rs`, `server.rs`, `services.rs` (a service's address
+//! and store, and `[approval]`), `vaglio.rs` (with `[vaglio.judge]`), `runtime.rs` (with
+//! the LLM tiers), `turns.rs`, `executors.rs`, `telegram.rs`.
+
+mod executors;
+mod load;
+mod runtime;
+mod server;
+mod services;
+mod store_spec;
+mod telegram;
+mod telemetry;
+#[cfg(test)]
+mod test_env;
+mod topology;
+mod turns;
+mod vaglio;
+mod validate;
+
+use std::path::PathBuf;
+
+use serde::{Deserialize, Serialize};
+
+pub use executors::ExecutorsConfig;
+pub use load::{CONFIG_ENV, ConfigError, ConfigSource, ENV_ALIASES, ENV_PREFIX};
+pub use runtime::{LLM_TIERS, LlmProvider, LlmTierConfig, PlannerMode, RuntimeConfig};
+pub use server::ServerConfig;
+pub use services::{ApprovalConfig, ServiceConfig};
+pub use store_spec::{StoreSpec, redact_url};
+pub use telegram::{TelegramConfig, TelegramMode};
+pub use telemetry::{LogFormat, TelemetryConfig};
+pub use topology::{SERVICES, ServiceName, url_for_addr};
+pub use turns::TurnsConfig;
+pub use vaglio::{JudgeConfig, JudgeKind, JudgeThreshold, VaglioConfig};
+
+/// The whole configuration, as loaded and validated.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields, default)]
+pub struct Config {
+    /// Where every service keeps its files. Empty: `$XDG_DATA_HOME/metnos`, else
+    /// `~/.local/share/metnos`. Resolved by [`Config::load`].
+    pub data_dir: PathBuf,
+    pub telemetry: TelemetryConfig,
+    pub server: ServerConfig,
+    pub policy: ServiceConfig,
+    pub vaglio: VaglioConfig,
+    pub approval: ApprovalConfig,
+    pub planner: ServiceConfig,
+    pub gateway: ServiceConfig,
+    pub runtime: RuntimeConfig,
+    pub executors: ExecutorsConfig,
+    pub turns: TurnsConfig,
+    pub telegram: TelegramConfig,
+}
+
+impl Default for Config {
+    fn default() -> Self {
+        Config {
+            data_dir: PathBuf::new(),
+            telemetry: TelemetryConfig::default(),
+            server: ServerConfig::default(),
+            policy: ServiceConfig::for_service(ServiceName::Policy),
+            vaglio: VaglioConfig::default(),
+            approval: ApprovalConfig::default(),
+            planner: ServiceConfig::for_service(ServiceName::Planner),
+            gateway: ServiceConfig::for_service(ServiceName::Gateway),
+            runtime: RuntimeConfig::default(),
+            executors: ExecutorsConfig::default(),
+            turns: TurnsConfig::default(),
+            telegram: TelegramConfig::default(),
+        }
+    }
+}

@@ -1,0 +1,65 @@
+//! `[runtime]` and `[runtime.llm.<tier>]`: whose home `~` means, how the planner loops,
+//! and which LLMs plan.
+
+use std::collections::BTreeMap;
+use std::num::NonZero;
+use std::path::PathBuf;
+
+use serde::{Deserialize, Serialize};
+
+/// The agent runtime: whose home `~` means and which LLMs plan.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Default)]
+#[serde(deny_unknown_fields, default)]
+pub struct RuntimeConfig {
+    /// The home of the person Metnos acts for; `~` in tool arguments expands to it.
+    /// Empty: the HOME of the process that loads the config.
+    pub user_home: PathBuf,
+    /// `local`, `online` or `hybrid`.
+    pub mode: PlannerMode,
+    /// LLM tiers; only `fast` is needed, a missing tier aliases down.
+    pub llm: BTreeMap<String, LlmTierConfig>,
+}
+
+/// How the planner loops.
+#[derive(Debug, Clone, Copy, Serialize, Deserialize, PartialEq, Eq, Default)]
+#[serde(rename_all = "lowercase")]
+pub enum PlannerMode {
+    #[default]
+    Local,
+    Online,
+    Hybrid,
+}
+
+/// One LLM tier, `[runtime.llm.<fast|middle|wise>]`.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct LlmTierConfig {
+    pub provider: LlmProvider,
+    pub model: String,
+    /// Empty: the provider's usual local address.
+    #[serde(default)]
+    pub base_url: String,
+    #[serde(default)]
+    pub think: bool,
+    #[serde(default = "default_llm_timeout")]
+    pub timeout_seconds: NonZero<u64>,
+    /// Name of the environment variable holding the API key (never the key itself).
+    #[serde(default)]
+    pub api_key_env: String,
+}
+
+fn default_llm_timeout() -> NonZero<u64> {
+    const { NonZero::new(120).unwrap() }
+}
+
+/// LLM wire formats.
+#[derive(Debug, Clone, Copy, Serialize, Deserialize, PartialEq, Eq)]
+#[serde(rename_all = "lowercase")]
+pub enum LlmProvider {
+    Ollama,
+    Openai,
+    Anthropic,
+}
+
+/// The LLM tiers that may be configured.
+pub const LLM_TIERS: [&str; 3] = ["fast", "middle", "wise"];

@@ -1,0 +1,238 @@
+//! What a config must satisfy beyond its types: absolute paths, URLs, stores, program and
+//! host names, known LLM tiers, distinct listen addresses. Numbers that must be at least 1
+//! are `NonZero` in the sections, so the deserializer refuses a 0 with the key and its source.
+
+use std::collections::BTreeMap;
+use std::net::SocketAddr;
+use std::path::Path;
+
+use super::{Config, ConfigError, LLM_TIERS, SERVICES, ServiceName, StoreSpec, TelegramMode};
+
+impl Config {
+    /// Checks what the types alone cannot; the first problem found is the error.
+    pub(super) fn validate(&self) -> Result<(), ConfigError> {
+        self.validate_paths()?;
+        if let Err(e) = tracing_subscriber::EnvFilter::builder().parse(&self.telemetry.log) {
+            return Err(ConfigError::key(
+                "telemetry.log",
+                format!("not a valid log filter: {e}"),
+            ));
+        }
+        self.validate_telegram()?;
+        self.validate_executors()?;
+        self.validate_services()?;
+        self.validate_llm()
+    }
+
+    fn validate_paths(&self) -> Result<(), ConfigError> {
+        let absolute = |key: &str, path: &Path| {
+            if path.is_absolute() {
+                return Ok(());
+            }
+            Err(ConfigError::key(
+                key,
+                format!("must be an absolute path, got {}", path.display()),
+            ))
+        };
+        absolute("data_dir", &self.data_dir)?;
+        if self.runtime.user_home.as_os_str().is_empty() {
+            return Err(ConfigError::key(
+                "runtime.user_home",
+                "not set and HOME is not set",
+            ));
+        }
+        absolute("runtime.user_home", &self.runtime.user_home)?;
+        absolute("executors.catalog_dir", &self.executors.catalog_dir)?;
+        absolute("executors.workspace", &self.executors.workspace)
+    }
+
+    fn validate_telegram(&self) -> Result<(), ConfigError> {
+        check_url(&self.telegram.api_url).map_err(|m| ConfigError::key("telegram.api_url", m))?;
+        if self.telegram.mode == TelegramMode::Webhook
+            && !self.telegram.webhook_url.starts_with("https://")
+        {
+            return Err(ConfigError::key(
+                "telegram.webhook_url",
+                "webhook mode needs the public https:// URL Telegram posts to",
+            ));
+        }
+        Ok(())
+    }
+
+    fn validate_executors(&self) -> Result<(), ConfigError> {
+        for program in &self.executors.shell_allow {
+            if program.is_empty() || program.contains('/') || program.contains(char::is_whitespace)
+            {
+                return Err(ConfigError::key(
+                    "executors.shell_allow",
+                    format!("`{program}` is not a program name (no paths, no spaces)"),
+                ));
+            }
+        }
+        for host in &self.executors.local_hosts {
+            let pattern = host.strip_prefix("*.").unwrap_or(host);
+            if pattern.is_empty()
+                || pattern.contains(['/', '*', '@'])
+                || pattern.contains(char::is_whitespace)
+            {
+                return Err(ConfigError::key(
+                    "executors.local_hosts",
+                    format!(
+                        "`{host}` is not a host, an address or `*.domain` (list the hosts one by one: \
+                         `*` would open this machine and the whole home network)"
+                    ),
+                ));
+            }
+        }
+        Ok(())
+    }
+
+    fn validate_services(&self) -> Result<(), ConfigError> {
+        for service in SERVICES {
+            let section = self.service(service);
+            let key = |k: &str| format!("{service}.{k}");
+            if !section.url.is_empty() {
+                check_service_url(&section.url).map_err(|m| ConfigError::key(key("url"), m))?;
+            }
+            StoreSpec::parse(&section.store, &self.data_dir, service)
+                .map_err(|m| ConfigError::key(key("store"), m))?;
+        }
+        Ok(())
+    }
+
+    fn validate_llm(&self) -> Result<(), ConfigError> {
+        for (tier, llm) in &self.runtime.llm {
+            if !LLM_TIERS.contains(&tier.as_str()) {
+                return Err(ConfigError::key(
+                    format!("runtime.llm.{tier}"),
+                    "unknown tier; the tiers are fast, middle and wise",
+                ));
+            }
+            if llm.model.trim().is_empty() {
+                return Err(ConfigError::key(
+                    format!("runtime.llm.{tier}.model"),
+                    "must not be empty",
+                ));
+            }
+            if !llm.base_url.is_empty() {
+                check_url(&llm.base_url)
+                    .map_err(|m| ConfigError::key(format!("runtime.llm.{tier}.base_url"), m))?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Fails when two services would bind the same address (port 0 excepted), as
+    /// `metnos up` would otherwise fail half-started.
+    pub fn check_distinct_listen(&self) -> Result<(), ConfigError> {
+        let mut seen: BTreeMap<SocketAddr, ServiceName> = BTreeMap::new();
+        for service in SERVICES {
+            let addr = self.service(service).listen;
+            if addr.port() == 0 {
+                continue;
+            }
+            if let Some(other) = seen.insert(addr, service) {
+                return Err(ConfigError::key(
+                    format!("{service}.listen"),
+                    format!("{addr} is also {other}.listen"),
+                ));
+            }
+        }
+        Ok(())
+    }
+}
+
+/// A service URL: http(s), or `dns:///host:port` for every address of a name.
+fn check_service_url(url: &str) -> Result<(), String> {
+    match crate::client::dns_target(url) {
+        Some(target) => target.map(|_| ()),
+        None => check_url(url)
+            .map_err(|e| e.replace("http:// or https://", "http://, https:// or dns:///")),
+    }
+}
+
+fn check_url(url: &str) -> Result<(), String> {
+    let parsed: http::Uri = url
+        .parse()
+        .map_err(|e| format!("not a valid URL ({e}): {url}"))?;
+    match parsed.scheme_str() {
+        Some("http") | Some("https") => {}
+        _ => return Err(format!("must start with http:// or https://, got {url}")),
+    }
+    if parsed.host().is_none_or(str::is_empty) {
+        return Err(format!("has no host: {url}"));
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::test_env::{load, load_err, with_env, write_file};
+
+    #[test]
+    fn local_hosts_are_named_one_by_one() {
+        with_env(
+            &[(
+                "METNOS_EXECUTORS__LOCAL_HOSTS",
+                r#"["nas.lan", "*.home", "192.168.1.10", "::1"]"#,
+            )],
+            |_| {
+                assert_eq!(
+                    load()?.executors.local_hosts,
+                    ["nas.lan", "*.home", "192.168.1.10", "::1"]
+                );
+                Ok(())
+            },
+        );
+        for bad in [
+            r#"["*"]"#,
+            r#"["*.*"]"#,
+            r#"["a b"]"#,
+            r#"["http://nas/"]"#,
+            r#"[""]"#,
+        ] {
+            with_env(&[("METNOS_EXECUTORS__LOCAL_HOSTS", bad)], |_| {
+                let error = load_err();
+                assert!(
+                    error.contains("executors.local_hosts")
+                        && error.contains("is not a host, an address or `*.domain`"),
+                    "{bad}: {error}"
+                );
+                Ok(())
+            });
+        }
+    }
+
+    #[test]
+    fn unknown_llm_tier_bad_provider_and_bad_log_filter_are_refused() {
+        with_env(&[], |jail| {
+            write_file(
+                jail,
+                "[runtime.llm.huge]\nprovider = \"ollama\"\nmodel = \"m\"\n",
+            )?;
+            let err = load_err();
+            assert!(err.contains("`runtime.llm.huge`"), "{err}");
+            write_file(
+                jail,
+                "[runtime.llm.fast]\nprovider = \"gpt\"\nmodel = \"m\"\n",
+            )?;
+            let err = load_err();
+            assert!(err.contains("`runtime.llm.fast.provider`"), "{err}");
+            write_file(jail, "")?;
+            jail.set_env("METNOS_TELEMETRY__LOG", "info,[[[");
+            let err = load_err();
+            assert!(err.contains("`telemetry.log`"), "{err}");
+            Ok(())
+        });
+    }
+
+    #[test]
+    fn two_services_on_one_address_are_refused() {
+        with_env(&[("METNOS_VAGLIO__LISTEN", "127.0.0.1:50051")], |_| {
+            let err = load()?.check_distinct_listen().unwrap_err().to_string();
+            assert!(err.contains("`vaglio.listen`"), "{err}");
+            assert!(err.contains("policy.listen"), "{err}");
+            Ok(())
+        });
+    }
+}
