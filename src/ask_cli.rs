@@ -19,26 +19,6 @@ use metnos_proto::policy::v1 as policy;
 
 use crate::admin::{connect, failed, say};
 
-/// An autonomy level on the command line: `ReadOnly`, `Supervised`, `Full` (any case;
-/// `read-only` too).
-#[derive(Debug, Clone, Copy, ValueEnum)]
-pub enum LevelArg {
-    #[value(alias = "readonly")]
-    ReadOnly,
-    Supervised,
-    Full,
-}
-
-impl From<LevelArg> for AutonomyLevel {
-    fn from(arg: LevelArg) -> AutonomyLevel {
-        match arg {
-            LevelArg::ReadOnly => AutonomyLevel::ReadOnly,
-            LevelArg::Supervised => AutonomyLevel::Supervised,
-            LevelArg::Full => AutonomyLevel::Full,
-        }
-    }
-}
-
 #[derive(Debug, Clone, Copy, ValueEnum)]
 pub enum ModeArg {
     Local,
@@ -55,9 +35,9 @@ pub enum LanguageArg {
 /// How a turn from the terminal runs (`metnos ask` and `metnos chat`).
 #[derive(Debug, clap::Args)]
 pub struct TurnOptions {
-    /// Autonomy level (default: turns.cli_level).
-    #[arg(long, value_enum, ignore_case = true)]
-    pub level: Option<LevelArg>,
+    /// Autonomy level: ReadOnly, Supervised or Full, any case (default: turns.cli_level).
+    #[arg(long, value_name = "LEVEL")]
+    pub level: Option<AutonomyLevel>,
     /// Planner mode (default: runtime.mode).
     #[arg(long, value_enum)]
     pub mode: Option<ModeArg>,
@@ -125,8 +105,8 @@ pub fn cli_principal() -> common::Principal {
     }
 }
 
-fn level_of(arg: Option<LevelArg>, config: &Config) -> AutonomyLevel {
-    arg.map_or(config.turns.cli_level, AutonomyLevel::from)
+fn level_of(arg: Option<AutonomyLevel>, config: &Config) -> AutonomyLevel {
+    arg.unwrap_or(config.turns.cli_level)
 }
 
 /// A spinner on stderr while the turn is quiet (terminals only).

@@ -11,7 +11,6 @@ use metnos_proto::gateway::v1::gateway_service_client::GatewayServiceClient;
 use serde_json::json;
 
 use crate::admin::{connect, failed, print_line};
-use crate::ask_cli::LevelArg;
 use metnos_core::level::AutonomyLevel;
 
 const SERVICE: ServiceName = ServiceName::Gateway;
@@ -21,16 +20,18 @@ pub enum PairCommand {
     /// Pairs the person who received CODE, at a level.
     Approve {
         code: String,
-        #[arg(long, value_enum, ignore_case = true)]
-        level: LevelArg,
+        /// ReadOnly, Supervised or Full (any case).
+        #[arg(long, value_name = "LEVEL")]
+        level: AutonomyLevel,
     },
     /// Everyone paired, one JSON object per line.
     List,
     /// Changes a paired person's level. PERSON is channel:sender_id, e.g. telegram:12345.
     SetLevel {
         person: String,
-        #[arg(long, value_enum, ignore_case = true)]
-        level: LevelArg,
+        /// ReadOnly, Supervised or Full (any case).
+        #[arg(long, value_name = "LEVEL")]
+        level: AutonomyLevel,
     },
     /// Unpairs a person (channel:sender_id); nothing they send reaches Metnos afterwards.
     Revoke { person: String },
@@ -73,7 +74,7 @@ pub async fn pair(config: &Config, command: PairCommand) -> ExitCode {
         PairCommand::Approve { code, level: l } => client
             .approve_pairing(pb::ApprovePairingRequest {
                 code,
-                level: AutonomyLevel::from(l).to_wire(),
+                level: l.to_wire(),
             })
             .await
             .map(|r| vec![r.into_inner().pairing.unwrap_or_default()]),
@@ -92,7 +93,7 @@ pub async fn pair(config: &Config, command: PairCommand) -> ExitCode {
             client
                 .set_level(pb::SetLevelRequest {
                     principal: Some(principal),
-                    level: AutonomyLevel::from(l).to_wire(),
+                    level: l.to_wire(),
                 })
                 .await
                 .map(|r| vec![r.into_inner().pairing.unwrap_or_default()])

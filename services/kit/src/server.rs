@@ -166,26 +166,46 @@ pub fn not_implemented(rpc: &str) -> tonic::Status {
     tonic::Status::unimplemented(format!("{rpc} is not implemented yet"))
 }
 
+/// A generated gRPC service, as the server takes it.
+pub trait GrpcService:
+    Service<
+        http::Request<Body>,
+        Response = http::Response<Body>,
+        Error = Infallible,
+        Future: Send + 'static,
+    > + NamedService
+    + Clone
+    + Send
+    + Sync
+    + 'static
+{
+}
+
+impl<S> GrpcService for S where
+    S: Service<
+            http::Request<Body>,
+            Response = http::Response<Body>,
+            Error = Infallible,
+            Future: Send + 'static,
+        > + NamedService
+        + Clone
+        + Send
+        + Sync
+        + 'static
+{
+}
+
 /// Serves `svc` on `listener` with health and reflection until `shutdown` resolves, then
 /// reports NOT_SERVING, stops accepting, and lets in-flight calls finish for at most
 /// `options.grace`. Health reports SERVING for the service (and the server, `""`) from
 /// the start, as long as `options.readiness` agrees: call this once the service's store
 /// is open and migrated.
-pub async fn serve<S>(
+pub async fn serve<S: GrpcService>(
     options: ServeOptions,
     listener: TcpListener,
     svc: S,
     shutdown: impl Future<Output = ()> + Send,
-) -> Result<(), ServeError>
-where
-    S: Service<http::Request<Body>, Response = http::Response<Body>, Error = Infallible>
-        + NamedService
-        + Clone
-        + Send
-        + Sync
-        + 'static,
-    S::Future: Send + 'static,
-{
+) -> Result<(), ServeError> {
     let ServeOptions {
         service,
         grace,
@@ -308,13 +328,7 @@ impl<'a> Startup<'a> {
     ) -> Result<(), StartError>
     where
         F: FnOnce(crate::store::Db, Readiness, &mut Background) -> Result<S, StartError>,
-        S: Service<http::Request<Body>, Response = http::Response<Body>, Error = Infallible>
-            + NamedService
-            + Clone
-            + Send
-            + Sync
-            + 'static,
-        S::Future: Send + 'static,
+        S: GrpcService,
     {
         let Startup {
             service,

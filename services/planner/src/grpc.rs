@@ -15,7 +15,7 @@ use tokio_stream::{Stream, StreamExt, wrappers::ReceiverStream};
 use tonic::{Request, Response, Status};
 use tracing::Instrument;
 
-use crate::engine::Planner;
+use crate::engine::{Planner, Sink};
 use crate::error::Error;
 use crate::store::{State, StoredTurn};
 use crate::turn::{Checkpoint, TurnRequest, mode_from_wire};
@@ -62,6 +62,19 @@ fn checkpoint_of(found: &StoredTurn) -> Result<Checkpoint, Error> {
 }
 
 impl PlannerApi {
+    /// Runs `turn` on its own task and gives its events. The turn outlives this call; its
+    /// spans stay children of the RPC's span.
+    fn spawn<F, Fut>(&self, turn: F) -> mpsc::Receiver<pb::TurnEvent>
+    where
+        F: FnOnce(Arc<Planner>, Sink) -> Fut,
+        Fut: std::future::Future<Output = ()> + Send + 'static,
+    {
+        let (tx, rx) = mpsc::channel(64);
+        let parent = tracing::Span::current();
+        tokio::spawn(turn(Arc::clone(&self.planner), tx).instrument(parent));
+        rx
+    }
+
     /// Loads and claims a suspended turn by id or token.
     async fn claim(&self, target: &pb::resume_turn_request::Target) -> Result<Checkpoint, Error> {
         let store = &self.planner.store;
@@ -114,14 +127,7 @@ impl PlannerService for PlannerApi {
     ) -> Result<Response<Self::RunTurnStream>, Status> {
         let request = TurnRequest::try_from(request.into_inner())?;
         let checkpoint = self.planner.start(&request);
-        let (tx, rx) = mpsc::channel(64);
-        // The turn outlives this call; its spans stay children of the RunTurn span.
-        let parent = tracing::Span::current();
-        tokio::spawn(
-            Arc::clone(&self.planner)
-                .run(checkpoint, tx)
-                .instrument(parent),
-        );
+        let rx = self.spawn(|planner, sink| planner.run(checkpoint, sink));
         Ok(Response::new(stream_of(rx, |e| pb::RunTurnResponse {
             event: Some(e),
         })))
@@ -133,13 +139,7 @@ impl PlannerService for PlannerApi {
     ) -> Result<Response<Self::ResumeTurnStream>, Status> {
         let target = request.into_inner().target.ok_or(Error::NoResumeTarget)?;
         let checkpoint = self.claim(&target).await?;
-        let (tx, rx) = mpsc::channel(64);
-        let parent = tracing::Span::current();
-        tokio::spawn(
-            Arc::clone(&self.planner)
-                .resume(checkpoint, tx)
-                .instrument(parent),
-        );
+        let rx = self.spawn(|planner, sink| planner.resume(checkpoint, sink));
         Ok(Response::new(stream_of(rx, |e| pb::ResumeTurnResponse {
             event: Some(e),
         })))
