@@ -254,13 +254,19 @@ impl TurnMessage for pb::ResumeTurnResponse {
 }
 
 /// Carries out the conversation's decisions: the planner, approval and the outbox.
-#[derive(Debug)]
 pub struct Conversation {
     store: Store,
     planner: PlannerServiceClient<TracedChannel>,
     approval: ApprovalServiceClient<TracedChannel>,
     outbox: Arc<Outbox>,
     state: Mutex<Conversations>,
+}
+
+/// Never prints the state: it holds live approval tokens and who is talking.
+impl std::fmt::Debug for Conversation {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Conversation").finish_non_exhaustive()
+    }
 }
 
 impl Conversation {

@@ -269,9 +269,13 @@ impl Telegram {
     ) -> Result<(), String> {
         let url = reqwest::Url::parse(&url).map_err(|e| format!("telegram.webhook_url: {e}"))?;
         let secret: Arc<str> = crate::pairing::new_secret().into();
-        self.register_webhook(url, &secret).await;
-        tracing::info!(addr = ?listener.local_addr().ok(), "Telegram webhook registered");
         tokio::pin!(shutdown);
+        // A shutdown while Telegram is unreachable ends the retries.
+        tokio::select! {
+            () = &mut shutdown => return Ok(()),
+            () = self.register_webhook(url, &secret) => {}
+        }
+        tracing::info!(addr = ?listener.local_addr().ok(), "Telegram webhook registered");
         loop {
             let (stream, _) = tokio::select! {
                 () = &mut shutdown => return Ok(()),

@@ -86,17 +86,21 @@ impl Background {
     }
 
     /// Runs `tick` every `period` (the first at once; a late tick delays the next rather
-    /// than bunching) until the service starts to shut down.
+    /// than bunching) until the service starts to shut down. A tick under way when the
+    /// shutdown begins is finished, never cut (a flush half done loses what it took).
     pub fn every<F, Fut>(&mut self, name: &'static str, period: Duration, mut tick: F)
     where
         F: FnMut() -> Fut + Send + 'static,
         Fut: Future<Output = ()> + Send,
     {
-        self.spawn(name, async move {
+        self.spawn_graceful(name, move |mut stopped| async move {
             let mut every = tokio::time::interval(period);
             every.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
             loop {
-                every.tick().await;
+                tokio::select! {
+                    _ = every.tick() => {}
+                    () = &mut stopped => return,
+                }
                 tick().await;
             }
         });
@@ -115,11 +119,15 @@ impl Background {
         }
     }
 
-    /// Stops the tasks, waits for each at most `wait`, then runs the last steps.
-    pub async fn finish(self, wait: Duration) {
+    /// Stops the tasks, waits for them until `deadline` (together, not each), aborts those
+    /// still running, then runs the last steps.
+    pub async fn finish(self, deadline: tokio::time::Instant) {
         let _ = self.stop.send(true);
         for (name, mut handle) in self.tasks {
-            if tokio::time::timeout(wait, &mut handle).await.is_err() {
+            if tokio::time::timeout_at(deadline, &mut handle)
+                .await
+                .is_err()
+            {
                 tracing::warn!(task = name, "background task did not stop in time; aborted");
                 handle.abort();
             }
@@ -169,7 +177,9 @@ mod tests {
         assert_eq!(ticks.load(Ordering::SeqCst), 3, "at 0, 5 and 10 s");
         let stop = background.signal();
         stop();
-        background.finish(Duration::from_secs(1)).await;
+        background
+            .finish(tokio::time::Instant::now() + Duration::from_secs(1))
+            .await;
         let after = ticks.load(Ordering::SeqCst);
         tokio::time::sleep(Duration::from_secs(60)).await;
         assert_eq!(
@@ -180,6 +190,33 @@ mod tests {
         // The watcher was dropped at the stop (it raced the same signal) or saw it; the
         // last step ran after the tasks, always.
         assert_eq!(order.lock().unwrap().last(), Some(&"flushed"));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_tick_under_way_at_the_shutdown_is_finished_not_cut() {
+        let mut background = Background::new();
+        let flushed = Arc::new(AtomicU32::new(0));
+        {
+            let flushed = Arc::clone(&flushed);
+            background.every("flusher", Duration::from_secs(5), move || {
+                let flushed = Arc::clone(&flushed);
+                async move {
+                    // A flush that takes a while: half done, it would lose what it took.
+                    tokio::time::sleep(Duration::from_millis(400)).await;
+                    flushed.fetch_add(1, Ordering::SeqCst);
+                }
+            });
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        background.signal()();
+        background
+            .finish(tokio::time::Instant::now() + Duration::from_secs(1))
+            .await;
+        assert_eq!(
+            flushed.load(Ordering::SeqCst),
+            1,
+            "the first tick completed"
+        );
     }
 
     #[tokio::test(start_paused = true)]
@@ -195,7 +232,9 @@ mod tests {
                 finished.fetch_add(1, Ordering::SeqCst);
             });
         }
-        background.finish(Duration::from_secs(1)).await;
+        background
+            .finish(tokio::time::Instant::now() + Duration::from_secs(1))
+            .await;
         assert_eq!(
             finished.load(Ordering::SeqCst),
             1,
@@ -205,7 +244,9 @@ mod tests {
         let mut background = Background::new();
         background.spawn_graceful("stubborn", |_| std::future::pending());
         let started = tokio::time::Instant::now();
-        background.finish(Duration::from_secs(2)).await;
+        background
+            .finish(tokio::time::Instant::now() + Duration::from_secs(2))
+            .await;
         assert_eq!(
             tokio::time::Instant::now() - started,
             Duration::from_secs(2),
@@ -225,7 +266,9 @@ mod tests {
         }
         background.spawn("stuck", std::future::pending());
         let started = tokio::time::Instant::now();
-        background.finish(Duration::from_secs(2)).await;
+        background
+            .finish(tokio::time::Instant::now() + Duration::from_secs(2))
+            .await;
         assert!(tokio::time::Instant::now() - started <= Duration::from_secs(2));
         assert_eq!(done.load(Ordering::SeqCst), 1);
     }

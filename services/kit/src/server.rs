@@ -349,18 +349,29 @@ impl<'a> Startup<'a> {
         let svc = match make(db.clone(), options.readiness.clone(), &mut background) {
             Ok(svc) => svc,
             Err(e) => {
-                background.finish(grace).await;
+                background.finish(tokio::time::Instant::now() + grace).await;
                 db.close().await;
                 return Err(e);
             }
         };
+        // The tasks stop with the drain and share its grace period: the whole shutdown
+        // takes at most the grace (plus the last steps), not twice it.
         let stop = background.signal();
-        let shutdown = async move {
-            shutdown.await;
-            stop();
+        let stopping_at = Arc::new(std::sync::OnceLock::new());
+        let shutdown = {
+            let stopping_at = Arc::clone(&stopping_at);
+            async move {
+                shutdown.await;
+                let _ = stopping_at.set(tokio::time::Instant::now());
+                stop();
+            }
         };
         let result = serve(options, listener, svc, shutdown).await;
-        background.finish(grace).await;
+        let stopped = stopping_at
+            .get()
+            .copied()
+            .unwrap_or_else(tokio::time::Instant::now);
+        background.finish(stopped + grace).await;
         db.close().await;
         Ok(result?)
     }

@@ -89,10 +89,13 @@ impl PlannerApi {
                 state: found.state.as_str(),
             });
         }
+        // Read before it is claimed: an unreadable checkpoint must not leave the turn
+        // claimed by nobody until the orphan sweep.
+        let checkpoint = checkpoint_of(&found)?;
         if !store.claim_suspended(&found.turn_id, now_ms()).await? {
             return Err(Error::AlreadyResuming(found.turn_id));
         }
-        checkpoint_of(&found)
+        Ok(checkpoint)
     }
 
     /// Cancels the turn `found`: signalled here, ended here if it is suspended, else
@@ -106,10 +109,12 @@ impl PlannerApi {
         if self.planner.signal_cancel(turn_id) {
             return Ok(true);
         }
-        if found.state == State::Suspended && store.claim_suspended(turn_id, now_ms()).await? {
+        if found.state == State::Suspended {
             let mut checkpoint = checkpoint_of(found)?;
-            self.planner.cancel_claimed(&mut checkpoint).await;
-            return Ok(true);
+            if store.claim_suspended(turn_id, now_ms()).await? {
+                self.planner.cancel_claimed(&mut checkpoint).await;
+                return Ok(true);
+            }
         }
         store.request_cancel(turn_id).await?;
         Ok(true)

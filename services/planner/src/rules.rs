@@ -84,8 +84,9 @@ pub fn policy_target(capability: &str, target: &str, several: bool) -> Option<St
     Some(target.to_owned())
 }
 
-/// Policy's answers over an executor's capabilities, folded: the strictest wins, and the
-/// first capability that needs approval is the one the card asks about.
+/// Policy's answers over an executor's capabilities, folded: the strictest wins (the first
+/// of equally strict ones), and the first capability that needs approval is the one the
+/// card asks about.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Strictest {
     pub outcome: Outcome,
@@ -93,6 +94,8 @@ pub struct Strictest {
     pub grant_id: Option<i64>,
     /// The first capability that needed approval (empty: none).
     pub approval_capability: String,
+    /// Whether any capability was asked.
+    asked: bool,
 }
 
 impl Default for Strictest {
@@ -103,6 +106,7 @@ impl Default for Strictest {
             reason: String::new(),
             grant_id: None,
             approval_capability: String::new(),
+            asked: false,
         }
     }
 }
@@ -119,7 +123,10 @@ impl Strictest {
         if outcome == Outcome::ApprovalRequired && self.approval_capability.is_empty() {
             self.approval_capability = capability.to_owned();
         }
-        if self.reason.is_empty() || outcome.strictness() > self.outcome.strictness() {
+        // Decided by what was answered, never by the reason's text: an earlier denial
+        // with an empty reason must not give way to a later, laxer answer.
+        if !self.asked || outcome.strictness() > self.outcome.strictness() {
+            self.asked = true;
             self.outcome = outcome;
             self.reason = reason;
             self.grant_id = grant_id;
@@ -264,15 +271,27 @@ mod tests {
         ])
     }
 
+    #[test]
+    fn a_denial_without_a_reason_still_wins() {
+        let mut s = Strictest::default();
+        s.add("fs:write", Outcome::Denied, String::new(), None);
+        s.add("parse:local", Outcome::Allowed, "table".into(), None);
+        assert_eq!(s.outcome, Outcome::Denied);
+    }
+
     proptest! {
-        /// Whatever the order of the answers, a denial among them is the result, and the
-        /// result is never laxer than any answer with a reason.
+        /// Whatever the order of the answers and whatever their reasons (empty ones
+        /// too), the result is as strict as the strictest answer.
         #[test]
-        fn no_answer_is_laxer_than_the_strictest(answers in prop::collection::vec(outcome(), 1..6)) {
+        fn no_answer_is_laxer_than_the_strictest(
+            answers in prop::collection::vec((outcome(), prop::bool::ANY), 1..6),
+        ) {
             let mut s = Strictest::default();
-            for (i, outcome) in answers.iter().enumerate() {
-                s.add(&format!("cap{i}"), *outcome, format!("reason {i}"), None);
+            for (i, (outcome, has_reason)) in answers.iter().enumerate() {
+                let reason = if *has_reason { format!("reason {i}") } else { String::new() };
+                s.add(&format!("cap{i}"), *outcome, reason, None);
             }
+            let answers: Vec<Outcome> = answers.iter().map(|(o, _)| *o).collect();
             let strictest = answers.iter().map(|o| o.strictness()).max().unwrap();
             prop_assert_eq!(s.outcome.strictness(), strictest);
             let needs_approval = answers.contains(&Outcome::ApprovalRequired);
