@@ -16,6 +16,7 @@ use hdrhistogram::Histogram;
 use metnos_kit::ServiceName;
 use metnos_kit::config::{LlmProvider, LlmTierConfig};
 use metnos_kit::runtime::spawn_on_loopback;
+use metnos_kit::tls::{Identity, Tls};
 use metnos_llm::fake::{FakeLlm, Reply};
 use metnos_proto::common::v1 as common;
 use metnos_proto::planner::v1 as pb;
@@ -78,6 +79,9 @@ fn main() {
     }));
 
     let mut config = metnos_kit::testing::config(data.path());
+    // The driver is the owner's CLI; its turns may run at Full.
+    config.turns.cli_level = metnos_core::AutonomyLevel::Full;
+    let owner = Tls::load(&config, Identity::Owner).unwrap();
     config.runtime.user_home = data.path().to_owned();
     config.telemetry.log = "error".into();
     config.runtime.llm.insert(
@@ -130,15 +134,23 @@ fn main() {
 
     runtime.block_on(async move {
         // Let the services come up.
-        let mut client = loop {
-            if let Ok(c) = PlannerServiceClient::connect(planner_url.clone()).await {
-                break c;
-            }
+        let channel = metnos_kit::client::channel(&owner, Identity::Planner, &planner_url)
+            .expect("a valid URL");
+        let planner_name = ServiceName::Planner.grpc_name();
+        while !metnos_kit::client::probe(channel.clone(), planner_name, Duration::from_secs(1))
+            .await
+            .is_serving()
+        {
             tokio::time::sleep(Duration::from_millis(50)).await;
-        };
-        let one_turn = |mut client: PlannerServiceClient<tonic::transport::Channel>, n: usize| async move {
+        }
+        let mut client = PlannerServiceClient::new(channel);
+        let one_turn = |mut client: PlannerServiceClient<metnos_kit::client::TracedChannel>,
+                        n: usize| async move {
             let request = pb::RunTurnRequest {
-                principal: Some(common::Principal { channel: "cli".into(), sender_id: format!("bench{}", n % 8) }),
+                principal: Some(common::Principal {
+                    channel: "cli".into(),
+                    sender_id: format!("bench{}", n % 8),
+                }),
                 level: common::AutonomyLevel::Full as i32,
                 query: "what time is it".into(),
                 language: common::Language::English as i32,
@@ -170,7 +182,9 @@ fn main() {
         let started = Instant::now();
         let mut n = 0;
         while n < turns {
-            let batch: Vec<_> = (0..concurrency.min(turns - n)).map(|i| tokio::spawn(one_turn(client.clone(), n + i))).collect();
+            let batch: Vec<_> = (0..concurrency.min(turns - n))
+                .map(|i| tokio::spawn(one_turn(client.clone(), n + i)))
+                .collect();
             for task in batch {
                 let (o, t) = task.await.unwrap();
                 overhead.record(o.as_nanos() as u64).unwrap();
@@ -181,7 +195,10 @@ fn main() {
         let elapsed = started.elapsed();
         report("client: proposed→verdict", &overhead);
         report("whole turn (2 LLM calls)", &turn);
-        println!("{:.1} turns/s with {concurrency} client(s), {turns} turns", turns as f64 / elapsed.as_secs_f64());
+        println!(
+            "{:.1} turns/s with {concurrency} client(s), {turns} turns",
+            turns as f64 / elapsed.as_secs_f64()
+        );
         let _ = &mut client;
     });
     drop(threads);

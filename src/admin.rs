@@ -3,16 +3,27 @@
 use std::process::ExitCode;
 
 use metnos_kit::client::{self, TracedChannel};
+use metnos_kit::tls::{Identity, Tls};
 use metnos_kit::{Config, ServiceName};
 
 use crate::runfile::service_urls;
 
-/// A traced channel to `service`, found as every command finds it (run file, else config).
+/// The owner's certificate: what every command presents to the services.
+pub fn owner_tls(config: &Config) -> Result<Tls, ExitCode> {
+    Tls::load(config, Identity::Owner).map_err(|e| {
+        eprintln!("metnos: the owner's certificate: {e}");
+        ExitCode::FAILURE
+    })
+}
+
+/// A traced channel to `service`, found as every command finds it (run file, else config),
+/// presenting the owner's certificate.
 pub fn connect(config: &Config, service: ServiceName) -> Result<(TracedChannel, String), ExitCode> {
     let url = service_urls(config)
         .remove(&service)
         .unwrap_or_else(|| config.service_url(service));
-    match client::channel(&url) {
+    let tls = owner_tls(config)?;
+    match client::channel(&tls, Identity::of(service), &url) {
         Ok(channel) => Ok((channel, url)),
         Err(e) => {
             eprintln!("metnos: {e}");

@@ -21,6 +21,7 @@ pub mod ask_cli;
 pub mod chat_cli;
 pub mod executors_cli;
 pub mod pair_cli;
+pub mod pki_cli;
 pub mod policy_cli;
 pub mod runfile;
 pub mod status;

@@ -9,6 +9,7 @@ use metnos::ask_cli::{self, AskArgs, TurnsCommand};
 use metnos::chat_cli::{self, ChatArgs};
 use metnos::executors_cli::{self, ExecutorsCommand};
 use metnos::pair_cli::{self, PairCommand};
+use metnos::pki_cli::{self, PkiCommand};
 use metnos::policy_cli::{self, GrantsCommand, PolicyCommand};
 use metnos::vaglio_cli::{self, VaglioCommand};
 use metnos::{status, up};
@@ -79,6 +80,11 @@ enum Command {
         #[command(subcommand)]
         command: ExecutorsCommand,
     },
+    /// The installation's CA and certificates (mutual TLS between every part).
+    Pki {
+        #[command(subcommand)]
+        command: PkiCommand,
+    },
 }
 
 fn main() -> ExitCode {
@@ -128,6 +134,7 @@ fn main() -> ExitCode {
             Command::Chat(args) => chat_cli::chat(&config, args).await,
             Command::Pair { command } => pair_cli::pair(&config, command).await,
             Command::Turns { command } => ask_cli::turns(&config, command).await,
+            Command::Pki { command } => pki_cli::pki(&config, command),
         }
     })
 }

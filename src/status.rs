@@ -4,6 +4,7 @@ use std::process::ExitCode;
 use std::time::Duration;
 
 use metnos_kit::client::{self, Health};
+use metnos_kit::tls::Identity;
 use metnos_kit::{Config, ServiceName};
 
 use crate::admin::say;
@@ -12,30 +13,39 @@ use crate::runfile::service_urls;
 /// Prints one row per service with SERVING or NOT_SERVING; exit 0 only if all serve.
 pub async fn status(config: &Config, json: bool) -> ExitCode {
     let urls = service_urls(config);
-    let probes = urls.iter().map(|(service, url)| async move {
-        let channel = match client::channel(url) {
-            Ok(channel) => channel,
-            Err(e) => {
-                return (
-                    *service,
-                    url.clone(),
-                    Health::Unreachable(e.to_string()),
-                    None,
-                );
-            }
-        };
-        let health =
-            client::probe(channel.clone(), service.grpc_name(), Duration::from_secs(2)).await;
-        // Parts a service reports on beside itself: they do not stop it serving.
-        let note = match service {
-            ServiceName::Vaglio if health.is_serving() => {
-                let log =
-                    client::probe(channel, metnos_vaglio::LOG_HEALTH, Duration::from_secs(2)).await;
-                (!log.is_serving()).then(|| "verdict log lines are not being written".to_owned())
-            }
-            _ => None,
-        };
-        (*service, url.clone(), health, note)
+    let tls = match crate::admin::owner_tls(config) {
+        Ok(tls) => tls,
+        Err(code) => return code,
+    };
+    let probes = urls.iter().map(|(service, url)| {
+        let tls = tls.clone();
+        async move {
+            let channel = match client::channel(&tls, Identity::of(*service), url) {
+                Ok(channel) => channel,
+                Err(e) => {
+                    return (
+                        *service,
+                        url.clone(),
+                        Health::Unreachable(e.to_string()),
+                        None,
+                    );
+                }
+            };
+            let health =
+                client::probe(channel.clone(), service.grpc_name(), Duration::from_secs(2)).await;
+            // Parts a service reports on beside itself: they do not stop it serving.
+            let note = match service {
+                ServiceName::Vaglio if health.is_serving() => {
+                    let log =
+                        client::probe(channel, metnos_vaglio::LOG_HEALTH, Duration::from_secs(2))
+                            .await;
+                    (!log.is_serving())
+                        .then(|| "verdict log lines are not being written".to_owned())
+                }
+                _ => None,
+            };
+            (*service, url.clone(), health, note)
+        }
     });
     let results = futures::future::join_all(probes).await;
 

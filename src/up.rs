@@ -11,6 +11,7 @@ use metnos_kit::launch::EXIT_CONFIG;
 use metnos_kit::runtime::{ServiceThread, ShutdownFuture, spawn_service};
 use metnos_kit::server::{bind_std, shutdown_signal};
 use metnos_kit::telemetry::Telemetry;
+use metnos_kit::tls::{self, Identity, Tls};
 use metnos_kit::{Config, ServiceName};
 use tokio::net::TcpListener;
 
@@ -41,6 +42,29 @@ pub async fn up(config: Config) -> ExitCode {
         );
         return ExitCode::FAILURE;
     }
+
+    // The installation's CA and certificates, made on the first run (unless a mesh's are
+    // configured); then the owner's, which is what waiting for the services presents.
+    if config.tls.ca_file.as_os_str().is_empty() {
+        match tls::init(&config.tls.dir, false) {
+            Ok(created) if created.ca => eprintln!(
+                "metnos up: created the installation's CA and certificates in {}",
+                config.tls.dir.display()
+            ),
+            Ok(_) => {}
+            Err(e) => {
+                eprintln!("metnos up: {e}");
+                return ExitCode::FAILURE;
+            }
+        }
+    }
+    let owner = match Tls::load(&config, Identity::Owner) {
+        Ok(tls) => tls,
+        Err(e) => {
+            eprintln!("metnos up: the owner's certificate: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
 
     // Bind everything first: a port in use fails before any service starts.
     let mut listeners = Vec::new();
@@ -103,7 +127,7 @@ pub async fn up(config: Config) -> ExitCode {
     }
 
     let ready_timeout = config.server.store_connect_timeout() + Duration::from_secs(10);
-    if let Err(e) = wait_ready(&mut running, &urls, ready_timeout).await {
+    if let Err(e) = wait_ready(&owner, &mut running, &urls, ready_timeout).await {
         return fail(running, ExitCode::FAILURE, format!("metnos up: {e}")).await;
     }
 
@@ -180,13 +204,15 @@ async fn run_one(
 /// Waits until every service reports SERVING, or one of them stops (its error is the
 /// answer), or `timeout` passes.
 async fn wait_ready(
+    owner: &Tls,
     running: &mut [(ServiceThread, Telemetry)],
     urls: &BTreeMap<ServiceName, (std::net::SocketAddr, String)>,
     timeout: Duration,
 ) -> Result<(), String> {
     let all_serving = async {
         for (service, (_, url)) in urls {
-            let channel = client::channel(url).map_err(|e| e.to_string())?;
+            let channel =
+                client::channel(owner, Identity::of(*service), url).map_err(|e| e.to_string())?;
             loop {
                 let health =
                     client::probe(channel.clone(), service.grpc_name(), Duration::from_secs(1))

@@ -5,19 +5,81 @@ use std::num::NonZero;
 use std::sync::Arc;
 use std::time::Duration;
 
+use metnos_kit::ServiceName;
 use metnos_kit::client::TracedChannel;
 use metnos_kit::clock::ManualClock;
 use metnos_kit::testing::{TestServer, TestStore, config};
+use metnos_kit::tls::Identity;
 use metnos_proto::approval::v1 as pb;
 use metnos_proto::approval::v1::approval_service_client::ApprovalServiceClient;
 use metnos_proto::common::v1::{AutonomyLevel, Language, Principal};
 use metnos_proto::policy::v1::policy_service_client::PolicyServiceClient;
 use metnos_proto::policy::v1::{CheckRequest, Outcome};
 
-const APPROVAL: &str = "metnos.approval.v1.ApprovalService";
-const POLICY: &str = "metnos.policy.v1.PolicyService";
+type Raw = ApprovalServiceClient<TracedChannel>;
 
-type Client = ApprovalServiceClient<TracedChannel>;
+/// The approval service as its real callers reach it: the planner asks, waits and
+/// withdraws; the gateway decides for the Telegram people these tests use; the owner lists
+/// and previews. Each call goes out with that caller's certificate.
+#[derive(Clone)]
+struct Client {
+    planner: Raw,
+    gateway: Raw,
+    owner: Raw,
+}
+
+type Reply<T> = Result<tonic::Response<T>, tonic::Status>;
+
+impl Client {
+    fn new(server: &TestServer) -> Client {
+        Client {
+            planner: Raw::new(server.channel_as(Identity::Planner)),
+            gateway: Raw::new(server.channel_as(Identity::Gateway)),
+            owner: Raw::new(server.channel_as(Identity::Owner)),
+        }
+    }
+
+    async fn create_pending(
+        &mut self,
+        r: pb::CreatePendingRequest,
+    ) -> Reply<pb::CreatePendingResponse> {
+        self.planner.create_pending(r).await
+    }
+
+    async fn get_pending(&mut self, r: pb::GetPendingRequest) -> Reply<pb::GetPendingResponse> {
+        self.planner.get_pending(r).await
+    }
+
+    async fn resolve(&mut self, r: pb::ResolveRequest) -> Reply<pb::ResolveResponse> {
+        self.gateway.resolve(r).await
+    }
+
+    async fn cancel(&mut self, r: pb::CancelRequest) -> Reply<pb::CancelResponse> {
+        self.planner.cancel(r).await
+    }
+
+    async fn list_pending(&mut self, r: pb::ListPendingRequest) -> Reply<pb::ListPendingResponse> {
+        self.owner.list_pending(r).await
+    }
+
+    async fn cleanup_expired(
+        &mut self,
+        r: pb::CleanupExpiredRequest,
+    ) -> Reply<pb::CleanupExpiredResponse> {
+        self.owner.cleanup_expired(r).await
+    }
+
+    async fn render_card(&mut self, r: pb::RenderCardRequest) -> Reply<pb::RenderCardResponse> {
+        self.owner.render_card(r).await
+    }
+
+    async fn wait_decision(
+        &mut self,
+        r: pb::WaitDecisionRequest,
+    ) -> Reply<tonic::Streaming<pb::WaitDecisionResponse>> {
+        self.planner.wait_decision(r).await
+    }
+}
 
 struct Stack {
     approval: TestServer,
@@ -31,7 +93,7 @@ async fn start_policy(
 ) -> TestServer {
     let mut cfg = config(data);
     cfg.policy.store = format!("sqlite:{}", data.join("policy.db").display());
-    TestServer::start(POLICY, listener, move |l, s| {
+    TestServer::start(&cfg.clone(), ServiceName::Policy, listener, move |l, s| {
         metnos_policy::serve(cfg, l, s)
     })
     .await
@@ -52,12 +114,17 @@ async fn stack(store: &TestStore, with_policy: bool, clock: Option<ManualClock>)
     cfg.approval.store = store.config_value();
     cfg.policy.url = policy_url;
     cfg.approval.sweep_interval_seconds = NonZero::new(1).unwrap();
-    let approval = TestServer::start(APPROVAL, None, move |l, s| async move {
-        match clock {
-            Some(clock) => metnos_approval::serve_with_clock(cfg, l, s, Arc::new(clock)).await,
-            None => metnos_approval::serve(cfg, l, s).await,
-        }
-    })
+    let approval = TestServer::start(
+        &cfg.clone(),
+        ServiceName::Approval,
+        None,
+        move |l, s| async move {
+            match clock {
+                Some(clock) => metnos_approval::serve_with_clock(cfg, l, s, Arc::new(clock)).await,
+                None => metnos_approval::serve(cfg, l, s).await,
+            }
+        },
+    )
     .await;
     Stack {
         approval,
@@ -112,7 +179,7 @@ async fn resolve(
 }
 
 async fn policy_outcome(policy: &TestServer, target: &str) -> (i32, Option<i64>) {
-    let mut client = PolicyServiceClient::new(policy.channel());
+    let mut client = PolicyServiceClient::new(policy.channel_as(Identity::Planner));
     let r = client
         .check(CheckRequest {
             level: AutonomyLevel::Supervised as i32,
@@ -131,7 +198,7 @@ async fn approving_a_session_concession_records_an_expiring_grant_in_policy() {
     let store = TestStore::sqlite();
     let stack = stack(&store, true, None).await;
     let policy = stack.policy.as_ref().unwrap();
-    let mut client = ApprovalServiceClient::new(stack.approval.channel());
+    let mut client = Client::new(&stack.approval);
     let other_file = "~/downloads/later.pdf";
     assert_eq!(
         policy_outcome(policy, other_file).await.0,
@@ -194,7 +261,7 @@ async fn rejections_and_plain_approvals_grant_nothing() {
     let store = TestStore::sqlite();
     let stack = stack(&store, true, None).await;
     let policy = stack.policy.as_ref().unwrap();
-    let mut client = ApprovalServiceClient::new(stack.approval.channel());
+    let mut client = Client::new(&stack.approval);
     let token = |r: pb::CreatePendingResponse| r.approval.unwrap().token;
     let rejected = token(
         client
@@ -242,11 +309,11 @@ async fn a_grant_that_policy_could_not_take_is_recorded_once_policy_is_back() {
     cfg.approval.store = store.config_value();
     cfg.policy.url = format!("http://{policy_addr}");
     cfg.approval.sweep_interval_seconds = NonZero::new(1).unwrap();
-    let approval = TestServer::start(APPROVAL, None, move |l, s| {
+    let approval = TestServer::start(&cfg.clone(), ServiceName::Approval, None, move |l, s| {
         metnos_approval::serve(cfg, l, s)
     })
     .await;
-    let mut client = ApprovalServiceClient::new(approval.channel());
+    let mut client = Client::new(&approval);
     let created = client
         .create_pending(create(pb::TerritoryConcession::Permanent))
         .await
@@ -327,7 +394,7 @@ async fn next(stream: &mut tonic::Streaming<pb::WaitDecisionResponse>) -> pb::Pe
 async fn a_waiter_hears_the_decision_as_it_is_written_and_the_stream_ends() {
     let store = TestStore::sqlite();
     let stack = stack(&store, false, None).await;
-    let mut client = ApprovalServiceClient::new(stack.approval.channel());
+    let mut client = Client::new(&stack.approval);
     let token = new_token(&mut client, pb::TerritoryConcession::None).await;
     let mut stream = wait(&mut client, token.clone()).await;
     assert_eq!(
@@ -360,8 +427,8 @@ async fn a_waiter_on_one_replica_hears_a_decision_taken_on_another() {
     let store = TestStore::postgres().await;
     let a = stack(&store, false, None).await;
     let b = stack(&store, false, None).await;
-    let mut on_a = ApprovalServiceClient::new(a.approval.channel());
-    let mut on_b = ApprovalServiceClient::new(b.approval.channel());
+    let mut on_a = Client::new(&a.approval);
+    let mut on_b = Client::new(&b.approval);
     let token = new_token(&mut on_a, pb::TerritoryConcession::None).await;
     let mut stream = wait(&mut on_a, token.clone()).await;
     assert_eq!(
@@ -382,7 +449,7 @@ async fn the_timer_sweeps_expired_requests_and_waiters_hear_it() {
     let store = TestStore::sqlite();
     let clock = ManualClock::new();
     let stack = stack(&store, false, Some(clock.clone())).await;
-    let mut client = ApprovalServiceClient::new(stack.approval.channel());
+    let mut client = Client::new(&stack.approval);
     let unwatched = new_token(&mut client, pb::TerritoryConcession::None).await;
     let watched = new_token(&mut client, pb::TerritoryConcession::None).await;
     let mut stream = wait(&mut client, watched.clone()).await;
@@ -437,7 +504,7 @@ async fn the_timer_sweeps_expired_requests_and_waiters_hear_it() {
 async fn errors_map_to_the_contract_codes() {
     let store = TestStore::sqlite();
     let stack = stack(&store, false, None).await;
-    let mut client = ApprovalServiceClient::new(stack.approval.channel());
+    let mut client = Client::new(&stack.approval);
     let token = new_token(&mut client, pb::TerritoryConcession::None).await;
 
     let anna = Some(Principal {
@@ -525,7 +592,7 @@ async fn errors_map_to_the_contract_codes() {
 async fn the_proposer_cancels_and_the_approval_keeps_the_reason() {
     let store = TestStore::postgres().await;
     let stack = stack(&store, false, None).await;
-    let mut client = ApprovalServiceClient::new(stack.approval.channel());
+    let mut client = Client::new(&stack.approval);
     let token = new_token(&mut client, pb::TerritoryConcession::None).await;
     let cancelled = client
         .cancel(pb::CancelRequest {

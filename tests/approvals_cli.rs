@@ -3,6 +3,7 @@
 mod common;
 
 use common::Sandbox;
+use metnos_kit::tls::Identity;
 use metnos_proto::approval::v1 as pb;
 use metnos_proto::approval::v1::approval_service_client::ApprovalServiceClient;
 use metnos_proto::common::v1::{Language, Principal};
@@ -19,8 +20,9 @@ fn lines(stdout: &str) -> Vec<Value> {
 async fn pending_requests_are_listed_and_shown_with_their_card() {
     let sandbox = Sandbox::new();
     let up = sandbox.up().await;
-    let mut client =
-        ApprovalServiceClient::new(metnos_kit::client::channel(&up.url("approval")).unwrap());
+    // The test asks as the planner would, and decides as the gateway would for roberto.
+    let mut client = ApprovalServiceClient::new(up.channel_as("approval", Identity::Planner));
+    let mut gateway = ApprovalServiceClient::new(up.channel_as("approval", Identity::Gateway));
     let roberto = Some(Principal {
         channel: "telegram".into(),
         sender_id: "roberto".into(),
@@ -66,7 +68,7 @@ async fn pending_requests_are_listed_and_shown_with_their_card() {
     );
     assert_eq!(shown["call_sha256"].as_str().unwrap().len(), 64);
 
-    client
+    gateway
         .resolve(pb::ResolveRequest {
             token: token.clone(),
             decision: pb::Decision::Reject as i32,

@@ -562,6 +562,7 @@ async fn a_planner_outage_is_told_in_one_sentence() {
     let token_file = dir.path().join("token");
     std::fs::write(&token_file, format!("{TOKEN}\n")).unwrap();
     let mut config = metnos_kit::testing::config(dir.path());
+    let owner = common::tls_in(&config.tls.dir, metnos_kit::tls::Identity::Owner);
     config.telegram.token_file = token_file;
     config.telegram.api_url = tg.url();
     config.telegram.poll_timeout_seconds = NonZero::new(1).unwrap();
@@ -588,10 +589,10 @@ async fn a_planner_outage_is_told_in_one_sentence() {
         .next()
         .unwrap()
         .to_owned();
+    let channel =
+        metnos_kit::client::channel(&owner, metnos_kit::tls::Identity::Gateway, &url).unwrap();
     let mut gateway =
-        metnos_proto::gateway::v1::gateway_service_client::GatewayServiceClient::connect(url)
-            .await
-            .unwrap();
+        metnos_proto::gateway::v1::gateway_service_client::GatewayServiceClient::new(channel);
     gateway
         .approve_pairing(metnos_proto::gateway::v1::ApprovePairingRequest {
             code,

@@ -13,6 +13,8 @@ use bytes::Bytes;
 use common::{Sandbox, Up};
 use http_body_util::Full as FullBody;
 use hyper::{Request, Response};
+use metnos_kit::client::TracedChannel;
+use metnos_kit::tls::Identity;
 use metnos_llm::fake::{FakeLlm, Reply};
 use metnos_proto::approval::v1 as approval;
 use metnos_proto::approval::v1::approval_service_client::ApprovalServiceClient;
@@ -23,7 +25,6 @@ use metnos_proto::planner::v1::turn_event::Event;
 use metnos_proto::policy::v1 as policy;
 use serde_json::{Value, json};
 use tonic::Streaming;
-use tonic::transport::Channel;
 
 /// A bound on waiting for one event: a hang guard, not a performance assertion.
 const EVENT_LIMIT: Duration = Duration::from_secs(60);
@@ -39,6 +40,8 @@ async fn stack_with(env: &[(&str, &str)], catalog: bool) -> Stack {
     fake.keep_requests(true);
     let mut sandbox = Sandbox::new();
     sandbox.with_fake_llm(fake.url());
+    // The owner's turns may run at any level these tests ask for.
+    sandbox.set("METNOS_TURNS__CLI_LEVEL", "Full");
     // `{llm}` in a value is the fake LLM's URL (e.g. for a second tier).
     for (k, v) in env {
         sandbox.set(k, &v.replace("{llm}", fake.url()));
@@ -100,16 +103,13 @@ impl Stack {
             .unwrap()
     }
 
-    async fn planner(&self) -> PlannerServiceClient<Channel> {
-        PlannerServiceClient::connect(self.up.url("planner"))
-            .await
-            .unwrap()
+    /// The planner as the owner's CLI reaches it (these turns are `cli:alice`'s).
+    async fn planner(&self) -> PlannerServiceClient<TracedChannel> {
+        PlannerServiceClient::new(self.up.channel("planner"))
     }
 
-    async fn approval(&self) -> ApprovalServiceClient<Channel> {
-        ApprovalServiceClient::connect(self.up.url("approval"))
-            .await
-            .unwrap()
+    async fn approval(&self) -> ApprovalServiceClient<TracedChannel> {
+        ApprovalServiceClient::new(self.up.channel("approval"))
     }
 
     async fn start(
@@ -677,7 +677,9 @@ async fn failures_end_the_turn_cleanly_with_a_clear_message() {
             "fs_write",
             json!({"path": "~/d.txt", "content": "x"}),
         )]));
-        let mut planner = PlannerServiceClient::connect(url).await.unwrap();
+        let owner = common::tls_in(&s.up.pki, Identity::Owner);
+        let channel = metnos_kit::client::channel(&owner, Identity::Planner, &url).unwrap();
+        let mut planner = PlannerServiceClient::new(channel);
         let mut stream = planner
             .run_turn(pb::RunTurnRequest {
                 principal: Some(principal()),
@@ -708,6 +710,9 @@ fn lonely_planner(
     let mut config =
         metnos_kit::testing::config(&s.sandbox.dir.path().join(format!("lonely-{dead}")));
     config.runtime.user_home = s.home();
+    // The stack's installation: its CA and the planner's certificate.
+    config.tls.dir = s.up.pki.clone();
+    config.turns.cli_level = metnos_core::AutonomyLevel::Full;
     config.runtime.llm.insert(
         "fast".into(),
         metnos_kit::config::LlmTierConfig {
@@ -749,6 +754,7 @@ async fn executors_that_crash_babble_or_were_changed_after_signing_are_observati
     fake.keep_requests(true);
     let mut sandbox = Sandbox::new();
     sandbox
+        .set("METNOS_TURNS__CLI_LEVEL", "Full")
         .set("METNOS_RUNTIME__LLM__FAST__PROVIDER", "ollama")
         .set("METNOS_RUNTIME__LLM__FAST__MODEL", "qwen-test")
         .set("METNOS_RUNTIME__LLM__FAST__BASE_URL", fake.url());
@@ -1096,7 +1102,8 @@ async fn a_turn_never_outlives_its_budget() {
 
 #[tokio::test]
 async fn metnos_ask_shows_the_steps_takes_y_from_a_pipe_and_prints_the_answer() {
-    let s = stack().await;
+    // The CLI's own level (turns.cli_level), Supervised as by default: cards are asked.
+    let s = stack_with(&[("METNOS_TURNS__CLI_LEVEL", "Supervised")], true).await;
     s.fake.push(tool_calls(&[(
         "fs_write",
         json!({"path": "~/asked.txt", "content": "hi"}),
@@ -1138,7 +1145,8 @@ async fn metnos_ask_shows_the_steps_takes_y_from_a_pipe_and_prints_the_answer() 
 
 #[tokio::test]
 async fn metnos_chat_runs_a_turn_per_line_with_cards_answered_inline() {
-    let s = stack().await;
+    // The CLI's own level (turns.cli_level), Supervised as by default: cards are asked.
+    let s = stack_with(&[("METNOS_TURNS__CLI_LEVEL", "Supervised")], true).await;
     s.fake.push(Reply::Text("it is noon".into()));
     s.fake.push(tool_calls(&[(
         "fs_write",

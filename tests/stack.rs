@@ -5,7 +5,8 @@ mod common;
 
 use std::collections::BTreeSet;
 
-use common::{Sandbox, grpcurl};
+use common::{Sandbox, Up, grpcurl};
+use metnos_kit::tls::Identity;
 use metnos_proto::planner::v1::RunTurnRequest;
 use metnos_proto::planner::v1::planner_service_client::PlannerServiceClient;
 use metnos_proto::vaglio::v1::GetTelosRequest;
@@ -101,7 +102,7 @@ async fn every_service_answers_health_for_itself_and_not_for_others() {
     let sandbox = Sandbox::new();
     let up = sandbox.up().await;
     for (name, grpc_name) in SERVICES {
-        let mut client = HealthClient::new(metnos_kit::client::channel(&up.url(name)).unwrap());
+        let mut client = HealthClient::new(up.channel(name));
         for service in ["", grpc_name] {
             let response = client
                 .check(HealthCheckRequest {
@@ -127,13 +128,13 @@ async fn every_service_answers_health_for_itself_and_not_for_others() {
     up.interrupt().await;
 }
 
-async fn list_v1(url: &str) -> BTreeSet<String> {
+async fn list_v1(channel: metnos_kit::client::TracedChannel) -> BTreeSet<String> {
     use tonic_reflection::pb::v1::ServerReflectionRequest;
     use tonic_reflection::pb::v1::server_reflection_client::ServerReflectionClient;
     use tonic_reflection::pb::v1::server_reflection_request::MessageRequest;
     use tonic_reflection::pb::v1::server_reflection_response::MessageResponse;
 
-    let mut client = ServerReflectionClient::new(metnos_kit::client::channel(url).unwrap());
+    let mut client = ServerReflectionClient::new(channel);
     let request = ServerReflectionRequest {
         host: String::new(),
         message_request: Some(MessageRequest::ListServices(String::new())),
@@ -152,13 +153,13 @@ async fn list_v1(url: &str) -> BTreeSet<String> {
     }
 }
 
-async fn list_v1alpha(url: &str) -> BTreeSet<String> {
+async fn list_v1alpha(channel: metnos_kit::client::TracedChannel) -> BTreeSet<String> {
     use tonic_reflection::pb::v1alpha::ServerReflectionRequest;
     use tonic_reflection::pb::v1alpha::server_reflection_client::ServerReflectionClient;
     use tonic_reflection::pb::v1alpha::server_reflection_request::MessageRequest;
     use tonic_reflection::pb::v1alpha::server_reflection_response::MessageResponse;
 
-    let mut client = ServerReflectionClient::new(metnos_kit::client::channel(url).unwrap());
+    let mut client = ServerReflectionClient::new(channel);
     let request = ServerReflectionRequest {
         host: String::new(),
         message_request: Some(MessageRequest::ListServices(String::new())),
@@ -191,9 +192,9 @@ async fn reflection_v1_and_v1alpha_list_exactly_each_services_own_api() {
         .into_iter()
         .map(str::to_owned)
         .collect();
-        assert_eq!(list_v1(&up.url(name)).await, expected, "{name} v1");
+        assert_eq!(list_v1(up.channel(name)).await, expected, "{name} v1");
         assert_eq!(
-            list_v1alpha(&up.url(name)).await,
+            list_v1alpha(up.channel(name)).await,
             expected,
             "{name} v1alpha"
         );
@@ -201,8 +202,19 @@ async fn reflection_v1_and_v1alpha_list_exactly_each_services_own_api() {
     up.interrupt().await;
 }
 
-async fn grpcurl_run(args: &[&str]) -> (bool, String, String) {
+/// Stock grpcurl with `identity`'s certificate (and the CA that signed the services').
+async fn grpcurl_as(up: &Up, identity: Identity, args: &[&str]) -> (bool, String, String) {
+    let path = |name: String| up.pki.join(name).display().to_string();
+    let tls = [
+        "-cacert".to_owned(),
+        path("ca.crt".to_owned()),
+        "-cert".to_owned(),
+        path(format!("{identity}.crt")),
+        "-key".to_owned(),
+        path(format!("{identity}.key")),
+    ];
     let output = tokio::process::Command::new(grpcurl())
+        .args(tls)
         .args(args)
         .output()
         .await
@@ -229,13 +241,14 @@ async fn stock_grpcurl_lists_each_api_and_unbuilt_rpcs_answer_unimplemented_nami
     let mut rpcs_seen = 0;
     for (name, grpc_name) in SERVICES {
         let addr = up.addr(name).to_string();
-        let (ok, stdout, stderr) = grpcurl_run(&["-plaintext", &addr, "list"]).await;
+        let (ok, stdout, stderr) = grpcurl_as(&up, Identity::Owner, &[&addr, "list"]).await;
         assert!(ok, "grpcurl list {name}: {stderr}");
         let listed: BTreeSet<&str> = stdout.lines().collect();
         assert!(listed.contains(grpc_name), "{name}: {stdout}");
         assert!(listed.contains("grpc.health.v1.Health"), "{name}: {stdout}");
 
-        let (ok, stdout, stderr) = grpcurl_run(&["-plaintext", &addr, "list", grpc_name]).await;
+        let (ok, stdout, stderr) =
+            grpcurl_as(&up, Identity::Owner, &[&addr, "list", grpc_name]).await;
         assert!(ok, "grpcurl list {grpc_name}: {stderr}");
         let methods: Vec<&str> = stdout.lines().filter(|l| !l.is_empty()).collect();
         assert!(methods.len() >= 3, "{grpc_name} has too few RPCs: {stdout}");
@@ -246,7 +259,14 @@ async fn stock_grpcurl_lists_each_api_and_unbuilt_rpcs_answer_unimplemented_nami
             if IMPLEMENTED_RPCS.contains(&method) {
                 continue;
             }
-            let (ok, _, stderr) = grpcurl_run(&["-plaintext", "-d", "{}", &addr, method]).await;
+            // As an identity the vaglio lets call it.
+            let rpc = method.rsplit('.').next().unwrap_or_default();
+            let caller = metnos_vaglio::grpc::AUTHORIZATION
+                .rules
+                .iter()
+                .find(|r| r.method == rpc)
+                .map_or(Identity::Owner, |r| r.callers[0]);
+            let (ok, _, stderr) = grpcurl_as(&up, caller, &["-d", "{}", &addr, method]).await;
             assert!(!ok, "{method} answered as if implemented");
             assert!(stderr.contains("Code: Unimplemented"), "{method}: {stderr}");
             let path = match method.rsplit_once('.') {
@@ -268,13 +288,11 @@ async fn stock_grpcurl_lists_each_api_and_unbuilt_rpcs_answer_unimplemented_nami
     // A built one answers for real through stock grpcurl too.
     let addr = up.addr("policy").to_string();
     let request = r#"{"level":"AUTONOMY_LEVEL_SUPERVISED","capability":"fs:write"}"#;
-    let (ok, stdout, stderr) = grpcurl_run(&[
-        "-plaintext",
-        "-d",
-        request,
-        &addr,
-        "metnos.policy.v1.PolicyService/Check",
-    ])
+    let (ok, stdout, stderr) = grpcurl_as(
+        &up,
+        Identity::Owner,
+        &["-d", request, &addr, "metnos.policy.v1.PolicyService/Check"],
+    )
     .await;
     assert!(ok, "{stderr}");
     assert!(stdout.contains("OUTCOME_APPROVAL_REQUIRED"), "{stdout}");
@@ -286,9 +304,7 @@ async fn generated_clients_reach_unary_and_streaming_rpcs() {
     let sandbox = Sandbox::new();
     let up = sandbox.up().await;
 
-    let mut vaglio = VaglioServiceClient::connect(up.url("vaglio"))
-        .await
-        .unwrap();
+    let mut vaglio = VaglioServiceClient::new(up.channel("vaglio"));
     let status = vaglio.get_telos(GetTelosRequest {}).await.unwrap_err();
     assert_eq!(status.code(), tonic::Code::Unimplemented);
     assert_eq!(
@@ -296,9 +312,7 @@ async fn generated_clients_reach_unary_and_streaming_rpcs() {
         "metnos.vaglio.v1.VaglioService/GetTelos is not implemented yet"
     );
 
-    let mut planner = PlannerServiceClient::connect(up.url("planner"))
-        .await
-        .unwrap();
+    let mut planner = PlannerServiceClient::new(up.channel("planner"));
     let status = planner
         .run_turn(RunTurnRequest {
             query: "what time is it".to_owned(),

@@ -4,6 +4,7 @@
 mod common;
 
 use common::{Sandbox, free_port, sibling_binary, signal};
+use metnos_kit::tls::Identity;
 use metnos_proto::vaglio::v1 as pb;
 use metnos_proto::vaglio::v1::vaglio_service_client::VaglioServiceClient;
 
@@ -145,6 +146,7 @@ async fn a_service_binary_serves_answers_its_health_check_and_stops_on_sigterm()
     let port = free_port();
     sandbox.set("METNOS_VAGLIO__LISTEN", &format!("127.0.0.1:{port}"));
     let binary = sibling_binary("metnos-vaglio");
+    sandbox.pki_init().await;
 
     // Not running yet: the health check says so and fails.
     let output = sandbox
@@ -210,15 +212,19 @@ async fn the_seeds_judge_variables_reach_a_real_vaglio_process() {
     // The rules score this call 0.80: approved at the default 0.30, refused at 0.99.
     sandbox.set("METNOS_JUDGE_THRESHOLD", "0.99");
     let binary = sibling_binary("metnos-vaglio");
+    sandbox.pki_init().await;
     let child = sandbox.command(&binary).spawn().unwrap();
     assert!(
         sandbox.wait_serving(&binary).await.is_some(),
         "metnos-vaglio never reported SERVING"
     );
 
-    let mut client = VaglioServiceClient::connect(format!("http://127.0.0.1:{port}"))
-        .await
-        .unwrap();
+    // As the planner, which has calls judged.
+    let planner = common::tls_in(&sandbox.data_dir().join("pki"), Identity::Planner);
+    let url = format!("http://127.0.0.1:{port}");
+    let mut client = VaglioServiceClient::new(
+        metnos_kit::client::channel(&planner, Identity::Vaglio, &url).unwrap(),
+    );
     let verdict = client
         .judge(pb::JudgeRequest {
             intent: "read my notes".to_owned(),

@@ -55,6 +55,8 @@ async fn a_call_from_planner_to_policy_is_one_trace_across_both_services() {
         ..Config::default()
     };
     config.runtime.user_home = data.path().to_path_buf();
+    config.tls.dir = data.path().join("pki");
+    metnos_kit::tls::init(&config.tls.dir, false).unwrap();
     config.telemetry.log = "warn".to_owned();
     config.telemetry.otlp_endpoint = Some(collector_url);
     let policy_listener = bind_std(ServiceName::Policy, "127.0.0.1:0".parse().unwrap()).unwrap();
@@ -76,7 +78,13 @@ async fn a_call_from_planner_to_policy_is_one_trace_across_both_services() {
         &policy_telemetry,
     )
     .unwrap();
-    let channel = client::channel(&config.policy.url).unwrap();
+    let owner = metnos_kit::tls::Tls::load(&config, metnos_kit::tls::Identity::Owner).unwrap();
+    let channel = client::channel(
+        &owner,
+        metnos_kit::tls::Identity::Policy,
+        &config.policy.url,
+    )
+    .unwrap();
     let mut ready = false;
     for _ in 0..500 {
         let health = client::probe(

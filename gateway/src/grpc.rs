@@ -1,6 +1,8 @@
 //! `metnos.gateway.v1.GatewayService`: messages and cards out, pairings kept. Every
 //! failure is an [`Error`], turned into a status in one place (`error.rs`).
 
+use metnos_kit::authz::{Rule, Table};
+use metnos_kit::tls::Identity;
 use std::sync::Arc;
 
 use metnos_core::level::AutonomyLevel;
@@ -17,6 +19,46 @@ use crate::outbox::{self, Outbox};
 use crate::store::{Pairing, Store};
 use crate::text::{self, Says};
 use crate::transport::Telegram;
+
+/// Who may call which RPC (README, "Security model"): the planner and approval reach
+/// people, only the owner administers pairings.
+pub const AUTHORIZATION: Table = Table {
+    service: "metnos.gateway.v1.GatewayService",
+    rules: &[
+        Rule {
+            method: "SendMessage",
+            callers: &[Identity::Planner, Identity::Approval],
+        },
+        Rule {
+            method: "SendCard",
+            callers: &[Identity::Planner, Identity::Approval],
+        },
+        Rule {
+            method: "EditCard",
+            callers: &[Identity::Planner, Identity::Approval],
+        },
+        Rule {
+            method: "ListPairings",
+            callers: &[Identity::Owner],
+        },
+        Rule {
+            method: "GetPairing",
+            callers: &[Identity::Owner],
+        },
+        Rule {
+            method: "ApprovePairing",
+            callers: &[Identity::Owner],
+        },
+        Rule {
+            method: "SetLevel",
+            callers: &[Identity::Owner],
+        },
+        Rule {
+            method: "RevokePairing",
+            callers: &[Identity::Owner],
+        },
+    ],
+};
 
 /// The service.
 #[derive(Debug, Clone)]

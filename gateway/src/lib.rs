@@ -24,6 +24,7 @@ use std::sync::Arc;
 use metnos_kit::background::Background;
 use metnos_kit::client::channel;
 use metnos_kit::server::{StartError, Startup};
+use metnos_kit::tls::Identity;
 use metnos_kit::{Config, ServiceName, ShutdownFuture};
 use metnos_proto::approval::v1::approval_service_client::ApprovalServiceClient;
 use metnos_proto::gateway::v1::gateway_service_server::GatewayServiceServer;
@@ -105,23 +106,22 @@ pub async fn serve(
         )),
         _ => None,
     };
-    let planner = PlannerServiceClient::new(
-        channel(&config.service_url(ServiceName::Planner))
-            .map_err(|e| settings_error(e.to_string()))?,
-    );
-    let approval = ApprovalServiceClient::new(
-        channel(&config.service_url(ServiceName::Approval))
-            .map_err(|e| settings_error(e.to_string()))?,
-    );
+    let planner_url = config.service_url(ServiceName::Planner);
+    let approval_url = config.service_url(ServiceName::Approval);
     let settings = transport::Settings {
         api_url: config.telegram.api_url.clone(),
         poll_timeout_seconds: config.telegram.poll_timeout_seconds.get(),
         per_chat_per_second: config.telegram.per_chat_per_second.get(),
         global_per_second: config.telegram.global_per_second.get(),
     };
-    Startup::new(SERVICE, &MIGRATIONS, &config)
-        .serve_with_store(listener, shutdown, move |db, _readiness, background| {
-            let store = store::Store::new(db);
+    Startup::new(SERVICE, &MIGRATIONS, &grpc::AUTHORIZATION, &config)
+        .serve_with_store(listener, shutdown, move |running| {
+            let client = |who: Identity, url: &str| {
+                channel(running.tls, who, url).map_err(|e| settings_error(e.to_string()))
+            };
+            let planner = PlannerServiceClient::new(client(Identity::Planner, &planner_url)?);
+            let approval = ApprovalServiceClient::new(client(Identity::Approval, &approval_url)?);
+            let store = store::Store::new(running.db);
             let telegram = match token {
                 Some(token) => {
                     let channel = transport::Telegram::new(
@@ -131,7 +131,7 @@ pub async fn serve(
                         planner,
                         approval,
                     );
-                    start_telegram(channel, webhook, background)
+                    start_telegram(channel, webhook, running.background)
                 }
                 None => {
                     tracing::info!(

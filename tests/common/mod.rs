@@ -11,6 +11,8 @@ use std::path::{Path, PathBuf};
 use std::process::Stdio;
 use std::time::Duration;
 
+use metnos_kit::client::TracedChannel;
+use metnos_kit::tls::{Identity, Tls};
 use tokio::io::{AsyncBufReadExt, BufReader};
 use tokio::process::{Child, Command};
 
@@ -84,6 +86,12 @@ impl Sandbox {
         )
     }
 
+    /// `metnos pki init`: the certificates a service binary started on its own needs.
+    pub async fn pki_init(&self) {
+        let (code, _, stderr) = self.run(&["pki", "init"]).await;
+        assert_eq!(code, 0, "metnos pki init: {stderr}");
+    }
+
     /// Starts `metnos up` and waits for its five address lines.
     pub async fn up(&self) -> Up {
         let mut child = self
@@ -118,8 +126,24 @@ impl Sandbox {
                 String::from_utf8_lossy(&output.stderr)
             );
         }
-        Up { child, addrs }
+        Up {
+            child,
+            addrs,
+            pki: self.data_dir().join("pki"),
+        }
     }
+
+    /// `identity`'s certificate, as the stack's first run made it.
+    pub fn tls(&self, identity: Identity) -> Tls {
+        tls_in(&self.data_dir().join("pki"), identity)
+    }
+}
+
+/// `identity`'s certificate from the built-in PKI in `dir`.
+pub fn tls_in(dir: &Path, identity: Identity) -> Tls {
+    let mut config = metnos_kit::Config::default();
+    config.tls.dir = dir.to_path_buf();
+    Tls::load(&config, identity).expect("the stack's certificates")
 }
 
 /// A running `metnos up`.
@@ -127,6 +151,8 @@ pub struct Up {
     pub child: Child,
     /// (service, address) in the order printed.
     pub addrs: Vec<(String, SocketAddr)>,
+    /// Where the stack's certificates are.
+    pub pki: PathBuf,
 }
 
 impl Up {
@@ -140,6 +166,35 @@ impl Up {
 
     pub fn url(&self, service: &str) -> String {
         format!("http://{}", self.addr(service))
+    }
+
+    /// A channel to `service` presenting `identity`'s certificate.
+    pub fn channel_as(&self, service: &str, identity: Identity) -> TracedChannel {
+        let server = Identity::ALL
+            .into_iter()
+            .find(|i| i.name() == service)
+            .unwrap_or_else(|| panic!("no service {service}"));
+        metnos_kit::client::channel(&tls_in(&self.pki, identity), server, &self.url(service))
+            .expect("a valid URL")
+    }
+
+    /// A channel to `service` as the owner (what the CLI presents).
+    pub fn channel(&self, service: &str) -> TracedChannel {
+        self.channel_as(service, Identity::Owner)
+    }
+
+    /// grpcurl's arguments for the owner's certificate (and the CA that signed the
+    /// services').
+    pub fn grpcurl_tls(&self) -> Vec<String> {
+        let path = |name: &str| self.pki.join(name).display().to_string();
+        vec![
+            "-cacert".to_owned(),
+            path("ca.crt"),
+            "-cert".to_owned(),
+            path("owner.crt"),
+            "-key".to_owned(),
+            path("owner.key"),
+        ]
     }
 
     /// Sends SIGINT (what Ctrl-C sends) and waits: (exit code, stderr). A stack that does

@@ -10,6 +10,7 @@ use std::time::{Duration, Instant};
 use hdrhistogram::Histogram;
 use metnos_kit::ServiceName;
 use metnos_kit::runtime::spawn_on_loopback;
+use metnos_kit::tls::{Identity, Tls};
 use metnos_proto::approval::v1 as pb;
 use metnos_proto::approval::v1::approval_service_client::ApprovalServiceClient;
 use metnos_proto::common::v1::{Language, Principal};
@@ -47,6 +48,8 @@ fn main() {
     let concurrency = number("--concurrency", 1).max(1);
     let data = tempfile::tempdir().unwrap();
     let mut config = metnos_kit::testing::config(data.path());
+    let planner = Tls::load(&config, Identity::Planner).unwrap();
+    let gateway = Tls::load(&config, Identity::Gateway).unwrap();
     config.approval.store = match flag("--postgres") {
         Some(url) => url,
         None => format!("sqlite:{}", data.path().join("approval.db").display()),
@@ -68,7 +71,9 @@ fn main() {
         .build()
         .unwrap();
     runtime.block_on(async {
-        let channel = metnos_kit::client::channel(&url).unwrap();
+        // Requests come from the planner, decisions from the gateway (Telegram people).
+        let channel = metnos_kit::client::channel(&planner, Identity::Approval, &url).unwrap();
+        let decider = metnos_kit::client::channel(&gateway, Identity::Approval, &url).unwrap();
         let principal = Principal {
             channel: "telegram".into(),
             sender_id: "roberto".into(),
@@ -109,6 +114,7 @@ fn main() {
         let tasks: Vec<_> = (0..concurrency)
             .map(|_| {
                 let mut client = ApprovalServiceClient::new(channel.clone());
+                let mut deciding = ApprovalServiceClient::new(decider.clone());
                 let create = create.clone();
                 let principal = principal.clone();
                 tokio::spawn(async move {
@@ -126,7 +132,7 @@ fn main() {
                             .token;
                         creates.record(t.elapsed().as_nanos() as u64).unwrap();
                         let t = Instant::now();
-                        client
+                        deciding
                             .resolve(pb::ResolveRequest {
                                 token,
                                 decision: pb::Decision::Approve as i32,

@@ -1,5 +1,7 @@
 //! The edge: prost types to domain types and back; one exhaustive error conversion.
 
+use metnos_kit::authz::{Rule, Table};
+use metnos_kit::tls::Identity;
 use std::pin::Pin;
 use std::sync::Arc;
 use std::time::Duration;
@@ -19,6 +21,47 @@ use tonic::{Request, Response, Status};
 use crate::card::{Card, CardRequest, Language, Reversibility, Shape, Territory};
 use crate::service::{Approvals, Decision, Error, NewRequest};
 use crate::store::{Pending, Status as State};
+
+/// Who may call which RPC (README, "Security model"): the planner asks and withdraws, the
+/// gateway (for the people it authenticated) and the owner (for `cli`) decide, and the
+/// handlers below keep each to its own people.
+pub const AUTHORIZATION: Table = Table {
+    service: "metnos.approval.v1.ApprovalService",
+    rules: &[
+        Rule {
+            method: "CreatePending",
+            callers: &[Identity::Planner],
+        },
+        Rule {
+            method: "GetPending",
+            callers: &[Identity::Planner, Identity::Gateway, Identity::Owner],
+        },
+        Rule {
+            method: "Resolve",
+            callers: &[Identity::Gateway, Identity::Owner],
+        },
+        Rule {
+            method: "Cancel",
+            callers: &[Identity::Planner, Identity::Gateway],
+        },
+        Rule {
+            method: "ListPending",
+            callers: &[Identity::Gateway, Identity::Owner],
+        },
+        Rule {
+            method: "CleanupExpired",
+            callers: &[Identity::Owner],
+        },
+        Rule {
+            method: "RenderCard",
+            callers: &[Identity::Planner, Identity::Owner],
+        },
+        Rule {
+            method: "WaitDecision",
+            callers: &[Identity::Planner, Identity::Gateway],
+        },
+    ],
+};
 
 impl From<Error> for Status {
     fn from(error: Error) -> Status {

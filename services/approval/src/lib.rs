@@ -17,6 +17,7 @@ use std::time::Duration;
 
 use metnos_kit::clock::{Clock, SystemClock};
 use metnos_kit::server::{StartError, Startup};
+use metnos_kit::tls::Identity;
 use metnos_kit::{Config, ServiceName, ShutdownFuture};
 use metnos_proto::approval::v1::approval_service_server::ApprovalServiceServer;
 use metnos_proto::policy::v1::policy_service_client::PolicyServiceClient;
@@ -48,27 +49,28 @@ pub async fn serve_with_clock(
     shutdown: ShutdownFuture,
     clock: Arc<dyn Clock>,
 ) -> Result<(), StartError> {
-    let policy = metnos_kit::client::channel(&config.service_url(ServiceName::Policy))
-        .map(PolicyServiceClient::new)
-        .map_err(|e| tracing::error!(error = %e, "policy URL is invalid; territory grants are off"))
-        .ok();
+    let policy_url = config.service_url(ServiceName::Policy);
     let settings = service::Settings {
         ttl_ms: (config.approval.ttl_seconds.get() * 1000) as i64,
         session_ms: (config.approval.session_seconds.get() * 1000) as i64,
     };
     let home = config.runtime.user_home.clone();
     let sweep_every = Duration::from_secs(config.approval.sweep_interval_seconds.get());
-    Startup::new(SERVICE, &MIGRATIONS, &config)
-        .serve_with_store(listener, shutdown, move |db, readiness, background| {
+    Startup::new(SERVICE, &MIGRATIONS, &grpc::AUTHORIZATION, &config)
+        .serve_with_store(listener, shutdown, move |running| {
+            let policy = metnos_kit::client::channel(running.tls, Identity::Policy, &policy_url)
+                .map(PolicyServiceClient::new)
+                .map_err(|e| tracing::error!(error = %e, "policy URL is invalid; territory grants are off"))
+                .ok();
             let approvals = Arc::new(service::Approvals::new(
-                store::PendingStore::new(db),
+                store::PendingStore::new(running.db),
                 clock,
                 settings,
                 home,
                 policy,
             ));
             let sweeper = Arc::clone(&approvals);
-            background.every("sweeper", sweep_every, move || {
+            running.background.every("sweeper", sweep_every, move || {
                 let approvals = Arc::clone(&sweeper);
                 async move {
                     if let Err(e) = approvals.sweep().await {
@@ -79,7 +81,7 @@ pub async fn serve_with_clock(
                     }
                 }
             });
-            let api = grpc::ApprovalApi::new(approvals, readiness, WAIT_POLL);
+            let api = grpc::ApprovalApi::new(approvals, running.readiness, WAIT_POLL);
             Ok(ApprovalServiceServer::new(api))
         })
         .await

@@ -3,7 +3,7 @@
 
 use std::time::Duration;
 
-use tonic::transport::{Channel, Endpoint};
+use tonic::transport::{Channel, ClientTlsConfig, Endpoint};
 use tonic_health::pb::HealthCheckRequest;
 use tonic_health::pb::health_check_response::ServingStatus;
 use tonic_health::pb::health_client::HealthClient;
@@ -11,6 +11,7 @@ use tower_layer::Layer;
 
 use crate::config::ServiceName;
 use crate::propagation::{ClientTrace, ClientTraceLayer};
+use crate::tls::{Identity, Tls};
 
 /// A channel whose calls open client spans and carry W3C trace context.
 pub type TracedChannel = ClientTrace<Channel>;
@@ -41,17 +42,20 @@ pub fn dns_target(url: &str) -> Option<Result<(String, u16), String>> {
     Some(parsed.ok_or_else(|| format!("`{url}` is not dns:///host:port")))
 }
 
-/// A lazily connecting, traced channel to `url`. `http://host:port` (or https) is one
-/// connection; `dns:///host:port` is every address the name resolves to — the pods behind
-/// a Kubernetes headless Service — with each call balanced across them and the name
-/// resolved again every [`DNS_REFRESH`]. (A ClusterIP Service would pin an HTTP/2
-/// connection, and so all its calls, to one pod.) Connection errors surface on the first
-/// call as `UNAVAILABLE`.
-pub fn channel(url: &str) -> Result<TracedChannel, EndpointError> {
+/// A lazily connecting, traced, mutually authenticated channel from `tls`'s identity to
+/// the service `server` at `url`. `http://host:port` (or https) is one connection — TLS
+/// whatever the scheme says; `dns:///host:port` is every address the name resolves to —
+/// the pods behind a Kubernetes headless Service — with each call balanced across them
+/// and the name resolved again every [`DNS_REFRESH`]. (A ClusterIP Service would pin an
+/// HTTP/2 connection, and so all its calls, to one pod.) The server's certificate must be
+/// signed by the installation's CA and name `server`. Connection errors surface on the
+/// first call as `UNAVAILABLE`.
+pub fn channel(tls: &Tls, server: Identity, url: &str) -> Result<TracedChannel, EndpointError> {
     let error = |message: String| EndpointError {
         url: url.to_owned(),
         message,
     };
+    let client_tls = tls.client(server);
     if let Some(target) = dns_target(url) {
         let (host, port) = target.map_err(error)?;
         if tokio::runtime::Handle::try_current().is_err() {
@@ -67,9 +71,12 @@ pub fn channel(url: &str) -> Result<TracedChannel, EndpointError> {
                     .collect())
             }
         };
-        return Ok(ClientTraceLayer.layer(balanced(resolve, DNS_REFRESH)));
+        return Ok(ClientTraceLayer.layer(balanced(resolve, DNS_REFRESH, client_tls)));
     }
-    let endpoint = Endpoint::from_shared(url.to_owned()).map_err(|e| error(e.to_string()))?;
+    let endpoint = Endpoint::from_shared(tls_url(url).map_err(error)?)
+        .map_err(|e| error(e.to_string()))?
+        .tls_config(client_tls)
+        .map_err(|e| error(e.to_string()))?;
     let channel = endpoint
         .connect_timeout(CONNECT_TIMEOUT)
         .tcp_nodelay(true)
@@ -77,10 +84,19 @@ pub fn channel(url: &str) -> Result<TracedChannel, EndpointError> {
     Ok(ClientTraceLayer.layer(channel))
 }
 
+/// `url` with the `https` scheme every hop uses (`http://` in a config means the same).
+fn tls_url(url: &str) -> Result<String, String> {
+    match url.split_once("://") {
+        Some(("http" | "https", rest)) => Ok(format!("https://{rest}")),
+        Some((scheme, _)) => Err(format!("the scheme `{scheme}` is not http, https or dns")),
+        None => Err("the URL has no scheme (http://host:port)".to_owned()),
+    }
+}
+
 /// A channel balancing each call over the addresses `resolve` gives, asked again every
 /// `refresh` (endpoints that appear are added, those that go are removed). Needs a running
 /// tokio runtime; the resolving task ends when the channel is dropped.
-pub fn balanced<F, Fut>(resolve: F, refresh: Duration) -> Channel
+pub fn balanced<F, Fut>(resolve: F, refresh: Duration, tls: ClientTlsConfig) -> Channel
 where
     F: Fn() -> Fut + Send + 'static,
     Fut: std::future::Future<Output = std::io::Result<Vec<std::net::SocketAddr>>> + Send,
@@ -100,7 +116,9 @@ where
                         }
                     }
                     for new in now.difference(&known) {
-                        let Ok(endpoint) = Endpoint::from_shared(format!("http://{new}")) else {
+                        let Ok(endpoint) = Endpoint::from_shared(format!("https://{new}"))
+                            .and_then(|e| e.tls_config(tls.clone()))
+                        else {
                             continue;
                         };
                         let endpoint = endpoint.connect_timeout(CONNECT_TIMEOUT).tcp_nodelay(true);
@@ -179,9 +197,11 @@ fn describe_unavailable(status: &tonic::Status) -> String {
 /// check: logs once when it becomes SERVING, and warns (once per state) while it is not,
 /// retrying with backoff up to 30 s. Ends when all are serving or the task is dropped.
 /// A misconfigured URL is thus visible in the logs at start-up, not at the first turn.
-pub async fn watch_dependencies(service: ServiceName, urls: Vec<(ServiceName, String)>) {
-    let watches = urls.into_iter().map(|(dependency, url)| async move {
-        let channel = match channel(&url) {
+pub async fn watch_dependencies(tls: Tls, service: ServiceName, urls: Vec<(ServiceName, String)>) {
+    let watches = urls.into_iter().map(|(dependency, url)| {
+        let tls = tls.clone();
+        async move {
+        let channel = match channel(&tls, Identity::of(dependency), &url) {
             Ok(channel) => channel,
             Err(e) => {
                 tracing::error!(%service, %dependency, error = %e, "dependency URL is invalid");
@@ -212,6 +232,7 @@ pub async fn watch_dependencies(service: ServiceName, urls: Vec<(ServiceName, St
             drop(_entered);
             tokio::time::sleep(delay).await;
             delay = (delay * 2).min(Duration::from_secs(30));
+        }
         }
     });
     futures::future::join_all(watches).await;

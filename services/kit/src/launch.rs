@@ -94,7 +94,16 @@ where
 
 async fn health_check(service: ServiceName, config: &Config) -> ExitCode {
     let url = config.service_url(service);
-    let channel = match client::channel(&url) {
+    // The service asks itself, with its own certificate.
+    let identity = crate::tls::Identity::of(service);
+    let tls = match crate::tls::Tls::load(config, identity) {
+        Ok(tls) => tls,
+        Err(e) => {
+            eprintln!("{}: {e}", service.binary());
+            return ExitCode::FAILURE;
+        }
+    };
+    let channel = match client::channel(&tls, identity, &url) {
         Ok(channel) => channel,
         Err(e) => {
             eprintln!("{}: {e}", service.binary());

@@ -11,11 +11,13 @@
 //! - [`store`]: SQLite / PostgreSQL stores with embedded migrations.
 //! - [`clock`]: the system clock, or a settable one for tests.
 //! - [`time`]: epoch milliseconds, protobuf timestamps, RFC 3339.
+//! - [`tls`]: identities, the built-in PKI and mutual TLS; [`authz`]: who may call what.
 //! - [`runtime`]: a service on a runtime of its own, for several services in one process.
 //! - `testing` (feature `testing`, for tests, benches and examples): SQLite and PostgreSQL
 //!   stores and in-process servers for tests.
 //! - [`launch`]: the `main` of every `metnos-<service>` binary.
 
+pub mod authz;
 pub mod background;
 pub mod client;
 pub mod clock;
@@ -31,6 +33,7 @@ pub mod telemetry;
 #[cfg(any(test, feature = "testing"))]
 pub mod testing;
 pub mod time;
+pub mod tls;
 
 pub use config::{Config, ConfigSource, ServiceName};
 pub use launch::run_service;

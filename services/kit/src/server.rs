@@ -16,10 +16,12 @@ use tonic::body::Body;
 use tonic::server::NamedService;
 use tower_service::Service;
 
+use crate::authz::{AuthorizeLayer, Table};
 use crate::background::Background;
 use crate::config::{Config, ServiceName};
 use crate::propagation::ServerTraceLayer;
 use crate::readiness::Readiness;
+use crate::tls::{Identity, Tls, TlsError};
 
 /// Reflection's own service names, listed so `grpcurl list` shows what stock servers show.
 const REFLECTION_V1: &str = "grpc.reflection.v1.ServerReflection";
@@ -143,12 +145,20 @@ pub struct ServeOptions {
     pub dependencies: Vec<(ServiceName, String)>,
     /// What health reports; handlers that see the store fail tell it.
     pub readiness: Readiness,
+    /// The service's own certificate: it serves with it and calls others with it.
+    pub tls: Tls,
+    /// Who may call which of its RPCs.
+    pub table: &'static Table,
 }
 
 impl ServeOptions {
-    /// Options for `service` from the loaded config.
-    pub fn new(service: ServiceName, config: &Config) -> ServeOptions {
-        ServeOptions {
+    /// Options for `service` from the loaded config; its certificate is loaded and checked.
+    pub fn new(
+        service: ServiceName,
+        config: &Config,
+        table: &'static Table,
+    ) -> Result<ServeOptions, TlsError> {
+        Ok(ServeOptions {
             service,
             grace: config.server.shutdown_grace(),
             dependencies: service
@@ -157,7 +167,9 @@ impl ServeOptions {
                 .map(|dep| (*dep, config.service_url(*dep)))
                 .collect(),
             readiness: Readiness::new(service),
-        }
+            tls: Tls::load(config, Identity::of(service))?,
+            table,
+        })
     }
 }
 
@@ -211,6 +223,8 @@ pub async fn serve<S: GrpcService>(
         grace,
         dependencies,
         readiness,
+        tls,
+        table,
     } = options;
     let health = tonic_health::pb::health_server::HealthServer::new(
         tonic_health::server::HealthService::from_health_reporter(readiness.reporter()),
@@ -251,10 +265,18 @@ pub async fn serve<S: GrpcService>(
     };
 
     tracing::info!(%service, addr = ?local, "serving");
-    let watch = (!dependencies.is_empty())
-        .then(|| tokio::spawn(crate::client::watch_dependencies(service, dependencies)));
+    let watch = (!dependencies.is_empty()).then(|| {
+        tokio::spawn(crate::client::watch_dependencies(
+            tls.clone(),
+            service,
+            dependencies,
+        ))
+    });
     let server = tonic::transport::Server::builder()
+        .tls_config(tls.server())
+        .map_err(|source| ServeError::Transport { service, source })?
         .layer(ServerTraceLayer)
+        .layer(AuthorizeLayer::new(table))
         .add_service(health)
         .add_service(reflection_v1)
         .add_service(reflection_v1alpha)
@@ -293,6 +315,21 @@ pub enum StartError {
         service: ServiceName,
         message: String,
     },
+    #[error("{service}: {source}")]
+    Tls {
+        service: ServiceName,
+        source: TlsError,
+    },
+}
+
+/// What a service is built from once its store is open: the store, what health reports,
+/// its background tasks, and its certificate (to call other services with).
+#[derive(Debug)]
+pub struct Running<'a> {
+    pub db: crate::store::Db,
+    pub readiness: Readiness,
+    pub background: &'a mut Background,
+    pub tls: &'a Tls,
 }
 
 /// How a service with a store starts: who it is, its store's schema, the loaded config.
@@ -300,6 +337,8 @@ pub enum StartError {
 pub struct Startup<'a> {
     pub service: ServiceName,
     pub migrations: &'a crate::store::Migrations,
+    /// Who may call which RPC.
+    pub table: &'static Table,
     pub config: &'a Config,
 }
 
@@ -307,11 +346,13 @@ impl<'a> Startup<'a> {
     pub fn new(
         service: ServiceName,
         migrations: &'a crate::store::Migrations,
+        table: &'static Table,
         config: &'a Config,
     ) -> Startup<'a> {
         Startup {
             service,
             migrations,
+            table,
             config,
         }
     }
@@ -327,14 +368,17 @@ impl<'a> Startup<'a> {
         make: F,
     ) -> Result<(), StartError>
     where
-        F: FnOnce(crate::store::Db, Readiness, &mut Background) -> Result<S, StartError>,
+        F: FnOnce(Running<'_>) -> Result<S, StartError>,
         S: GrpcService,
     {
         let Startup {
             service,
             migrations,
+            table,
             config,
         } = self;
+        let options = ServeOptions::new(service, config, table)
+            .map_err(|source| StartError::Tls { service, source })?;
         let db = crate::store::open(
             &config.store(service),
             service.as_str(),
@@ -343,10 +387,15 @@ impl<'a> Startup<'a> {
         )
         .await
         .map_err(|source| StartError::Store { service, source })?;
-        let options = ServeOptions::new(service, config);
         let grace = options.grace;
         let mut background = Background::new();
-        let svc = match make(db.clone(), options.readiness.clone(), &mut background) {
+        let running = Running {
+            db: db.clone(),
+            readiness: options.readiness.clone(),
+            background: &mut background,
+            tls: &options.tls,
+        };
+        let svc = match make(running) {
             Ok(svc) => svc,
             Err(e) => {
                 background.finish(tokio::time::Instant::now() + grace).await;

@@ -110,15 +110,21 @@ macro_rules! store_suite {
 #[derive(Debug)]
 pub struct TestServer {
     pub url: String,
+    /// The service it is.
+    pub service: crate::ServiceName,
+    /// Where the installation's certificates are.
+    config: crate::Config,
     stop: Option<tokio::sync::oneshot::Sender<()>>,
     task: Option<tokio::task::JoinHandle<()>>,
 }
 
 impl TestServer {
-    /// Serves with `serve(listener, shutdown)` on `listener`, or on a new port-0 one, and
-    /// waits until health reports `grpc_name` SERVING.
+    /// Serves `service` with `serve(listener, shutdown)` on `listener`, or on a new port-0
+    /// one, and waits until its health reports SERVING. `config` gives the certificates
+    /// ([`config`] makes them).
     pub async fn start<F, Fut, E>(
-        grpc_name: &str,
+        config: &crate::Config,
+        service: crate::ServiceName,
         listener: Option<tokio::net::TcpListener>,
         serve: F,
     ) -> TestServer
@@ -146,19 +152,21 @@ impl TestServer {
         });
         let server = TestServer {
             url,
+            service,
+            config: config.clone(),
             stop: Some(stop),
             task: Some(task),
         };
         assert!(
-            server.wait_health(grpc_name, true).await,
-            "{grpc_name} never reported SERVING"
+            server.wait_health(service.grpc_name(), true).await,
+            "{service} never reported SERVING"
         );
         server
     }
 
     /// Waits (bounded, 10 s) for health to say SERVING (`true`) or not; false on timeout.
     pub async fn wait_health(&self, grpc_name: &str, serving: bool) -> bool {
-        let channel = crate::client::channel(&self.url).expect("valid URL");
+        let channel = self.channel();
         for _ in 0..400 {
             let health = crate::client::probe(
                 channel.clone(),
@@ -174,9 +182,16 @@ impl TestServer {
         false
     }
 
-    /// A traced channel to the server.
+    /// A traced channel to the server, as the owner.
     pub fn channel(&self) -> crate::client::TracedChannel {
-        crate::client::channel(&self.url).expect("valid URL")
+        self.channel_as(crate::tls::Identity::Owner)
+    }
+
+    /// A traced channel to the server, presenting `identity`'s certificate.
+    pub fn channel_as(&self, identity: crate::tls::Identity) -> crate::client::TracedChannel {
+        let tls = crate::tls::Tls::load(&self.config, identity).expect("test certificates");
+        crate::client::channel(&tls, crate::tls::Identity::of(self.service), &self.url)
+            .expect("valid URL")
     }
 
     /// Stops the server and waits for it to finish.
@@ -198,7 +213,8 @@ impl Drop for TestServer {
     }
 }
 
-/// A config for tests: data under `data_dir`, `~` = `/home/roberto`, short grace.
+/// A config for tests: data under `data_dir`, `~` = `/home/roberto`, short grace, and the
+/// installation's certificates under `data_dir/pki` (made if missing).
 pub fn config(data_dir: &std::path::Path) -> crate::Config {
     let mut config = crate::Config {
         data_dir: data_dir.to_path_buf(),
@@ -206,5 +222,7 @@ pub fn config(data_dir: &std::path::Path) -> crate::Config {
     };
     config.runtime.user_home = std::path::PathBuf::from("/home/roberto");
     config.server.shutdown_grace_seconds = 1;
+    config.tls.dir = data_dir.join("pki");
+    crate::tls::init(&config.tls.dir, false).expect("test certificates");
     config
 }

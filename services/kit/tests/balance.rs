@@ -7,11 +7,21 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
 use metnos_kit::client;
+use metnos_kit::tls::{Identity, Tls};
 use tonic_health::pb::HealthCheckRequest;
 use tonic_health::pb::health_client::HealthClient;
 
-/// A health server on a fresh loopback port that counts the calls it answers.
-async fn replica() -> (std::net::SocketAddr, Arc<AtomicUsize>) {
+/// The installation's certificates, in a folder that lives as long as the test.
+fn pki() -> (tempfile::TempDir, metnos_kit::Config) {
+    let dir = tempfile::tempdir().unwrap();
+    let config = metnos_kit::testing::config(dir.path());
+    (dir, config)
+}
+
+/// A health server, as the policy service, on a fresh loopback port that counts the calls
+/// it answers.
+async fn replica(config: &metnos_kit::Config) -> (std::net::SocketAddr, Arc<AtomicUsize>) {
+    let tls = Tls::load(config, Identity::Policy).unwrap();
     let (reporter, service) = tonic_health::server::health_reporter();
     reporter
         .set_service_status("", tonic_health::ServingStatus::Serving)
@@ -23,6 +33,8 @@ async fn replica() -> (std::net::SocketAddr, Arc<AtomicUsize>) {
     tokio::spawn(async move {
         let _keep = reporter;
         tonic::transport::Server::builder()
+            .tls_config(tls.server())
+            .unwrap()
             .layer(
                 tower::ServiceBuilder::new().map_request(move |request: http::Request<_>| {
                     counter.fetch_add(1, Ordering::SeqCst);
@@ -48,8 +60,10 @@ async fn check(channel: tonic::transport::Channel) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn calls_spread_over_every_replica_and_follow_changes() {
-    let (a, calls_a) = replica().await;
-    let (b, calls_b) = replica().await;
+    let (_dir, config) = pki();
+    let (a, calls_a) = replica(&config).await;
+    let (b, calls_b) = replica(&config).await;
+    let owner = Tls::load(&config, Identity::Owner).unwrap();
     let addresses = Arc::new(std::sync::Mutex::new(vec![a, b]));
     let source = Arc::clone(&addresses);
     let channel = client::balanced(
@@ -58,6 +72,7 @@ async fn calls_spread_over_every_replica_and_follow_changes() {
             async move { Ok(now) }
         },
         Duration::from_millis(50),
+        owner.client(Identity::Policy),
     );
     for _ in 0..60 {
         check(channel.clone()).await;
@@ -85,9 +100,11 @@ async fn calls_spread_over_every_replica_and_follow_changes() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_dns_url_resolves_a_real_name() {
-    let (a, calls) = replica().await;
+    let (_dir, config) = pki();
+    let (a, calls) = replica(&config).await;
+    let owner = Tls::load(&config, Identity::Owner).unwrap();
     let url = format!("dns:///localhost:{}", a.port());
-    let channel = client::channel(&url).unwrap();
+    let channel = client::channel(&owner, Identity::Policy, &url).unwrap();
     let mut health = HealthClient::new(channel);
     // localhost may also resolve to ::1, where nothing listens: the balancer uses what
     // answers.
@@ -107,6 +124,6 @@ async fn a_dns_url_resolves_a_real_name() {
     }
     assert!(answered);
     assert!(calls.load(Ordering::SeqCst) >= 1);
-    assert!(client::channel("dns:///no-port").is_err());
+    assert!(client::channel(&owner, Identity::Policy, "dns:///no-port").is_err());
     assert!(client::dns_target("dns:///host:notaport").unwrap().is_err());
 }

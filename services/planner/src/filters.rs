@@ -6,6 +6,7 @@
 use metnos_core::level::AutonomyLevel;
 use metnos_core::principal::Principal;
 use metnos_kit::client::{TracedChannel, channel};
+use metnos_kit::tls::{Identity, Tls};
 use metnos_proto::approval::v1 as approval;
 use metnos_proto::approval::v1::approval_service_client::ApprovalServiceClient;
 use metnos_proto::policy::v1 as policy;
@@ -81,17 +82,18 @@ pub struct GrpcFilters {
 }
 
 impl GrpcFilters {
-    /// Clients for the services at these URLs (connections are made lazily).
+    /// Clients, as the planner (`tls`), for policy, the vaglio and approval at these URLs
+    /// (connections are made lazily).
     pub fn connect(
-        policy_url: &str,
-        vaglio_url: &str,
-        approval_url: &str,
+        tls: &Tls,
+        [policy, vaglio, approval]: &[String; 3],
     ) -> Result<GrpcFilters, String> {
-        let make = |what: &str, url: &str| channel(url).map_err(|e| format!("{what}: {e}"));
+        let make =
+            |who: Identity, url: &str| channel(tls, who, url).map_err(|e| format!("{who}: {e}"));
         Ok(GrpcFilters {
-            policy: PolicyServiceClient::new(make("policy", policy_url)?),
-            vaglio: VaglioServiceClient::new(make("vaglio", vaglio_url)?),
-            approval: ApprovalServiceClient::new(make("approval", approval_url)?),
+            policy: PolicyServiceClient::new(make(Identity::Policy, policy)?),
+            vaglio: VaglioServiceClient::new(make(Identity::Vaglio, vaglio)?),
+            approval: ApprovalServiceClient::new(make(Identity::Approval, approval)?),
         })
     }
 }

@@ -2,6 +2,8 @@
 //! (`TryFrom`, INVALID_ARGUMENT saying what is wrong), errors become statuses in one place
 //! ([`crate::error`]), and a turn's events stream back as the engine sends them.
 
+use metnos_kit::authz::{Rule, Table};
+use metnos_kit::tls::Identity;
 use std::pin::Pin;
 use std::sync::Arc;
 
@@ -20,6 +22,35 @@ use crate::error::Error;
 use crate::store::{State, StoredTurn};
 use crate::turn::{Checkpoint, TurnRequest, mode_from_wire};
 use crate::turnlog;
+
+/// Who may call which RPC (README, "Security model"): the gateway (for the people it
+/// authenticated) and the owner (for `cli`) run, resume and cancel turns — each only for
+/// its own people, checked below — and only the owner reads them.
+pub const AUTHORIZATION: Table = Table {
+    service: "metnos.planner.v1.PlannerService",
+    rules: &[
+        Rule {
+            method: "RunTurn",
+            callers: &[Identity::Gateway, Identity::Owner],
+        },
+        Rule {
+            method: "ResumeTurn",
+            callers: &[Identity::Gateway, Identity::Owner],
+        },
+        Rule {
+            method: "CancelTurn",
+            callers: &[Identity::Gateway, Identity::Owner],
+        },
+        Rule {
+            method: "GetTurn",
+            callers: &[Identity::Owner],
+        },
+        Rule {
+            method: "ListTurns",
+            callers: &[Identity::Owner],
+        },
+    ],
+};
 
 /// A server-streaming response.
 type ResponseStream<T> = Pin<Box<dyn Stream<Item = Result<T, Status>> + Send>>;

@@ -114,19 +114,20 @@ pub async fn serve(
     if let Err(e) = &llm {
         tracing::warn!(error = %e, "no usable LLM: every turn will end with this error");
     }
-    let filters = filters::GrpcFilters::connect(
-        &config.service_url(ServiceName::Policy),
-        &config.service_url(ServiceName::Vaglio),
-        &config.service_url(ServiceName::Approval),
-    )
-    .map_err(settings)?;
+    let filter_urls = [
+        config.service_url(ServiceName::Policy),
+        config.service_url(ServiceName::Vaglio),
+        config.service_url(ServiceName::Approval),
+    ];
     let runner = runner_from_config(&config);
     let turns = config.turns.clone();
     let mode = config.runtime.mode;
     let log = turnlog::TurnLog::new(config.data_dir.join("turns"));
-    Startup::new(SERVICE, &MIGRATIONS, &config)
-        .serve_with_store(listener, shutdown, move |db, _readiness, background| {
-            let store = store::Store::new(db);
+    Startup::new(SERVICE, &MIGRATIONS, &grpc::AUTHORIZATION, &config)
+        .serve_with_store(listener, shutdown, move |running| {
+            let filters =
+                filters::GrpcFilters::connect(running.tls, &filter_urls).map_err(settings)?;
+            let store = store::Store::new(running.db);
             let retention = turns.retention_hours.get();
             // A turn that saved no progress for twice its budget was left by a planner that
             // stopped (the engine saves at each approval and at the end).
@@ -142,10 +143,12 @@ pub async fn serve(
                 store: store.clone(),
                 log,
             }));
-            background.every("turn cleanup", CLEANUP_INTERVAL, move || {
-                let store = store.clone();
-                async move { clean_up(&store, retention, orphan_after_ms).await }
-            });
+            running
+                .background
+                .every("turn cleanup", CLEANUP_INTERVAL, move || {
+                    let store = store.clone();
+                    async move { clean_up(&store, retention, orphan_after_ms).await }
+                });
             Ok(PlannerServiceServer::new(PlannerApi { planner }))
         })
         .await

@@ -16,6 +16,7 @@ use metnos_core::level::AutonomyLevel;
 use metnos_kit::ServiceName;
 use metnos_kit::client;
 use metnos_kit::runtime::spawn_on_loopback;
+use metnos_kit::tls::{Identity, Tls};
 use metnos_policy::service::Policy;
 use metnos_proto::common::v1::Principal;
 use metnos_proto::policy::v1::CheckRequest;
@@ -108,6 +109,10 @@ fn main() {
     };
     config.runtime.user_home = fixture::HOME.into();
     config.policy.store = format!("sqlite:{}", fixture::store_path(f.dir.path()).display());
+    config.tls.dir = data.path().join("pki");
+    metnos_kit::tls::init(&config.tls.dir, false).unwrap();
+    // The driver asks as the planner does.
+    let planner = Tls::load(&config, Identity::Planner).unwrap();
     let (url, server) = spawn_on_loopback(ServiceName::Policy, move |listener, shutdown| {
         metnos_policy::serve(config, listener, shutdown)
     })
@@ -123,7 +128,7 @@ fn main() {
         target: f.hit.clone(),
     };
     let (histogram, elapsed) = runtime.block_on(async {
-        let channel = client::channel(&url).unwrap();
+        let channel = client::channel(&planner, Identity::Policy, &url).unwrap();
         let mut warm = PolicyServiceClient::new(channel.clone());
         for _ in 0..200 {
             loop {

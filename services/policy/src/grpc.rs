@@ -1,6 +1,8 @@
 //! The edge: prost types in, domain types out, and back. Errors become gRPC statuses in
 //! one exhaustive conversion; store causes are logged, never sent to the client.
 
+use metnos_kit::authz::{Rule, Table};
+use metnos_kit::tls::Identity;
 use std::sync::Arc;
 
 use metnos_core::level::AutonomyLevel;
@@ -19,6 +21,42 @@ use crate::service::{Error, Policy};
 use crate::store::ListFilter;
 use crate::table::{Outcome, table_outcome};
 use metnos_core::capability::{DefaultApproval, REGISTRY, TargetKind};
+
+/// Who may call which RPC (README, "Security model"): the planner asks, approval (a
+/// territory) and the owner record grants, only the owner administers them.
+pub const AUTHORIZATION: Table = Table {
+    service: "metnos.policy.v1.PolicyService",
+    rules: &[
+        Rule {
+            method: "ListCapabilities",
+            callers: &Identity::ALL,
+        },
+        Rule {
+            method: "GetTable",
+            callers: &Identity::ALL,
+        },
+        Rule {
+            method: "Check",
+            callers: &[Identity::Planner, Identity::Owner],
+        },
+        Rule {
+            method: "RecordGrant",
+            callers: &[Identity::Approval, Identity::Owner],
+        },
+        Rule {
+            method: "ListGrants",
+            callers: &[Identity::Owner],
+        },
+        Rule {
+            method: "RevokeGrant",
+            callers: &[Identity::Owner],
+        },
+        Rule {
+            method: "PruneGrants",
+            callers: &[Identity::Owner],
+        },
+    ],
+};
 
 impl From<Error> for Status {
     fn from(error: Error) -> Status {

@@ -46,27 +46,28 @@ pub async fn serve(
     shutdown: ShutdownFuture,
 ) -> Result<(), StartError> {
     let home = config.runtime.user_home.clone();
-    Startup::new(SERVICE, &MIGRATIONS, &config)
-        .serve_with_store(listener, shutdown, |db, readiness, background| {
-            let policy = Arc::new(service::Policy::new(db, home));
+    Startup::new(SERVICE, &MIGRATIONS, &grpc::AUTHORIZATION, &config)
+        .serve_with_store(listener, shutdown, |running| {
+            let policy = Arc::new(service::Policy::new(running.db, home));
             let flusher = Arc::clone(&policy);
-            background.every("grant uses", USE_FLUSH_INTERVAL, move || {
-                let policy = Arc::clone(&flusher);
-                async move {
-                    if let Err(e) = policy.flush_uses().await {
-                        tracing::warn!(error = %e, "cannot write grant uses yet");
+            running
+                .background
+                .every("grant uses", USE_FLUSH_INTERVAL, move || {
+                    let policy = Arc::clone(&flusher);
+                    async move {
+                        if let Err(e) = policy.flush_uses().await {
+                            tracing::warn!(error = %e, "cannot write grant uses yet");
+                        }
                     }
-                }
-            });
+                });
             let last = Arc::clone(&policy);
-            background.on_stop("grant uses", async move {
+            running.background.on_stop("grant uses", async move {
                 if let Err(e) = last.flush_uses().await {
                     tracing::warn!(error = %e, "grant uses of the last seconds were not written");
                 }
             });
-            Ok(PolicyServiceServer::new(grpc::PolicyApi::new(
-                policy, readiness,
-            )))
+            let api = grpc::PolicyApi::new(policy, running.readiness);
+            Ok(PolicyServiceServer::new(api))
         })
         .await
 }

@@ -10,6 +10,7 @@ use metnos_kit::Config;
 use metnos_kit::client::{self, Health, TracedChannel};
 use metnos_kit::testing::TestStore;
 use metnos_kit::time::{now_ms, to_timestamp};
+use metnos_kit::tls::{Identity, Tls};
 use metnos_proto::common::v1::{AutonomyLevel, Principal};
 use metnos_proto::policy::v1::policy_service_client::PolicyServiceClient;
 use metnos_proto::policy::v1::{
@@ -30,6 +31,8 @@ const SQLITE_IN_DATA_DIR: &str = "";
 
 struct Server {
     url: String,
+    /// The owner's certificate: what the CLI presents.
+    owner: Tls,
     stop: Option<oneshot::Sender<()>>,
     task: Option<JoinHandle<()>>,
     _data: tempfile::TempDir,
@@ -46,6 +49,9 @@ impl Server {
         config.policy.store = store_value;
         config.server.store_connect_timeout_seconds = NonZero::new(connect_timeout).unwrap();
         config.server.shutdown_grace_seconds = 1;
+        config.tls.dir = data.path().join("pki");
+        metnos_kit::tls::init(&config.tls.dir, false).unwrap();
+        let owner = Tls::load(&config, Identity::Owner).unwrap();
         let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
         let url = format!("http://{}", listener.local_addr().unwrap());
         let (stop, stopped) = oneshot::channel::<()>();
@@ -59,6 +65,7 @@ impl Server {
         });
         let server = Server {
             url,
+            owner,
             stop: Some(stop),
             task: Some(task),
             _data: data,
@@ -67,12 +74,16 @@ impl Server {
         server
     }
 
+    fn channel(&self) -> TracedChannel {
+        client::channel(&self.owner, Identity::Policy, &self.url).unwrap()
+    }
+
     fn client(&self) -> Client {
-        PolicyServiceClient::new(client::channel(&self.url).unwrap())
+        PolicyServiceClient::new(self.channel())
     }
 
     async fn health(&self) -> Health {
-        let channel = client::channel(&self.url).unwrap();
+        let channel = self.channel();
         client::probe(
             channel,
             "metnos.policy.v1.PolicyService",

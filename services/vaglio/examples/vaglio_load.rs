@@ -21,6 +21,7 @@ fn main() {
         serde_json::from_str(include_str!("../benches/reference/cases.json")).unwrap();
     let data = tempfile::tempdir().unwrap();
     let config = metnos_kit::testing::config(data.path());
+    let planner = metnos_kit::tls::Tls::load(&config, metnos_kit::tls::Identity::Planner).unwrap();
     let (url, server) = spawn_on_loopback(ServiceName::Vaglio, move |listener, shutdown| {
         metnos_vaglio::serve(config, listener, shutdown)
     })
@@ -31,7 +32,9 @@ fn main() {
         .build()
         .unwrap();
     runtime.block_on(async {
-        let mut client = VaglioServiceClient::new(metnos_kit::client::channel(&url).unwrap());
+        let mut client = VaglioServiceClient::new(
+            metnos_kit::client::channel(&planner, metnos_kit::tls::Identity::Vaglio, &url).unwrap(),
+        );
         let request = |i: usize| {
             let case = &cases[i % cases.len()];
             JudgeRequest {

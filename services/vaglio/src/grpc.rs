@@ -1,5 +1,7 @@
 //! The edge: prost types to domain types and back.
 
+use metnos_kit::authz::{Rule, Table};
+use metnos_kit::tls::Identity;
 use std::sync::Arc;
 
 use metnos_kit::server::not_implemented;
@@ -9,6 +11,42 @@ use metnos_proto::vaglio::v1::vaglio_service_server::VaglioService;
 use tonic::{Request, Response, Status};
 
 use crate::service::{BlockedBy, Error, Proposal, Vaglio, Verdict};
+
+/// Who may call which RPC (README, "Security model"): the planner has calls judged, the
+/// owner reads the verdicts; the telos RPCs go to who will need them.
+pub const AUTHORIZATION: Table = Table {
+    service: "metnos.vaglio.v1.VaglioService",
+    rules: &[
+        Rule {
+            method: "Judge",
+            callers: &[Identity::Planner, Identity::Owner],
+        },
+        Rule {
+            method: "ListVerdicts",
+            callers: &[Identity::Owner],
+        },
+        Rule {
+            method: "EvaluateProposal",
+            callers: &[Identity::Planner],
+        },
+        Rule {
+            method: "GetTelos",
+            callers: &[Identity::Owner],
+        },
+        Rule {
+            method: "RecordFeedback",
+            callers: &[Identity::Gateway],
+        },
+        Rule {
+            method: "DetectStop",
+            callers: &[Identity::Gateway],
+        },
+        Rule {
+            method: "ListRejectedProposals",
+            callers: &[Identity::Owner],
+        },
+    ],
+};
 
 impl From<Error> for Status {
     fn from(error: Error) -> Status {

@@ -74,26 +74,30 @@ pub async fn serve(
     };
     let home = config.runtime.user_home.clone();
     let log_dir = config.data_dir.join("vaglio");
-    Startup::new(SERVICE, &MIGRATIONS, &config)
-        .serve_with_store(listener, shutdown, move |_db, readiness, background| {
+    Startup::new(SERVICE, &MIGRATIONS, &grpc::AUTHORIZATION, &config)
+        .serve_with_store(listener, shutdown, move |running| {
             let log = log::VerdictLog::start(log_dir);
             let vaglio = Arc::new(service::Vaglio::new(home, threshold, kind, log.clone()));
             // The log's own health, beside the service's: verdicts go on when it cannot
             // write.
             let watched = log.clone();
             let mut last = None;
-            background.every("log health", Duration::from_millis(500), move || {
-                let healthy = !watched.is_failing();
-                let changed = last != Some(healthy);
-                last = Some(healthy);
-                let readiness = readiness.clone();
-                async move {
-                    if changed {
-                        readiness.set_component(LOG_HEALTH, healthy).await;
+            running
+                .background
+                .every("log health", Duration::from_millis(500), move || {
+                    let healthy = !watched.is_failing();
+                    let changed = last != Some(healthy);
+                    last = Some(healthy);
+                    let readiness = running.readiness.clone();
+                    async move {
+                        if changed {
+                            readiness.set_component(LOG_HEALTH, healthy).await;
+                        }
                     }
-                }
-            });
-            background.on_stop("verdict log", async move { log.flush().await });
+                });
+            running
+                .background
+                .on_stop("verdict log", async move { log.flush().await });
             Ok(VaglioServiceServer::new(grpc::VaglioApi::new(vaglio)))
         })
         .await

@@ -30,7 +30,7 @@ pub const ENV_ALIASES: [(&str, &str); 3] = [
 
 /// Top-level keys an environment variable may override; any other `METNOS_*` variable
 /// (`METNOS_CONFIG`, test settings) is not configuration.
-const TOP_LEVEL_KEYS: [&str; 12] = [
+const TOP_LEVEL_KEYS: [&str; 13] = [
     "data_dir",
     "telemetry",
     "server",
@@ -43,6 +43,7 @@ const TOP_LEVEL_KEYS: [&str; 12] = [
     "executors",
     "turns",
     "telegram",
+    "tls",
 ];
 
 /// The name figment gives the values of [`ENV_ALIASES`], so an error can name the alias.
@@ -188,6 +189,7 @@ impl Config {
                 &mut self.executors.workspace,
                 "workspace",
             ),
+            ("tls.dir", &mut self.tls.dir, "pki"),
         ] {
             if path.as_os_str().is_empty() {
                 *path = self.data_dir.join(default);

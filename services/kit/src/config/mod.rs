@@ -12,7 +12,7 @@
 //! names, ports, dependencies and URLs; `store_spec.rs` parses a `store` key. Each section
 //! has a file of its own: `telemetry.rs`, `server.rs`, `services.rs` (a service's address
 //! and store, and `[approval]`), `vaglio.rs` (with `[vaglio.judge]`), `runtime.rs` (with
-//! the LLM tiers), `turns.rs`, `executors.rs`, `telegram.rs`.
+//! the LLM tiers), `turns.rs`, `executors.rs`, `telegram.rs`, `tls.rs`.
 
 mod executors;
 mod load;
@@ -24,6 +24,7 @@ mod telegram;
 mod telemetry;
 #[cfg(test)]
 mod test_env;
+mod tls;
 mod topology;
 mod turns;
 mod vaglio;
@@ -41,6 +42,7 @@ pub use services::{ApprovalConfig, ServiceConfig};
 pub use store_spec::{StoreSpec, redact_url};
 pub use telegram::{TelegramConfig, TelegramMode};
 pub use telemetry::{LogFormat, TelemetryConfig};
+pub use tls::TlsConfig;
 pub use topology::{SERVICES, ServiceName, url_for_addr};
 pub use turns::TurnsConfig;
 pub use vaglio::{JudgeConfig, JudgeKind, JudgeThreshold, VaglioConfig};
@@ -63,6 +65,7 @@ pub struct Config {
     pub executors: ExecutorsConfig,
     pub turns: TurnsConfig,
     pub telegram: TelegramConfig,
+    pub tls: TlsConfig,
 }
 
 impl Default for Config {
@@ -80,6 +83,7 @@ impl Default for Config {
             executors: ExecutorsConfig::default(),
             turns: TurnsConfig::default(),
             telegram: TelegramConfig::default(),
+            tls: TlsConfig::default(),
         }
     }
 }

@@ -1,0 +1,130 @@
+//! `metnos pki`: the installation's CA and one certificate per identity (the five services
+//! and the owner). `init` makes what is missing (`metnos up` does it too on its first run),
+//! `--rotate` replaces them all; `export` writes one folder, or one Kubernetes Secret, per
+//! identity, each holding only the CA certificate and that identity's certificate and key.
+
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+
+use base64::Engine;
+use clap::Subcommand;
+use metnos_kit::Config;
+use metnos_kit::tls::{self, Identity};
+use serde_json::json;
+
+use crate::admin::print_line;
+
+#[derive(Debug, Subcommand)]
+pub enum PkiCommand {
+    /// Creates the CA and the certificates that are missing, in tls.dir (default
+    /// <data_dir>/pki); prints one JSON line per file made.
+    Init {
+        /// A new CA and new certificates for every identity (restart every service after).
+        #[arg(long)]
+        rotate: bool,
+    },
+    /// One identity per folder (`--dir`) or per Kubernetes Secret (`--k8s`, YAML on stdout).
+    Export {
+        /// Writes <DIR>/<identity>/{ca.crt,<identity>.crt,<identity>.key} (0700/0600): the
+        /// tls.dir of a container that is that identity.
+        #[arg(long, conflicts_with = "k8s")]
+        dir: Option<PathBuf>,
+        /// Prints a Secret `metnos-pki-<identity>` per identity.
+        #[arg(long)]
+        k8s: bool,
+        /// The Secrets' namespace.
+        #[arg(long, default_value = "metnos")]
+        namespace: String,
+    },
+}
+
+pub fn pki(config: &Config, command: PkiCommand) -> ExitCode {
+    let dir = &config.tls.dir;
+    let result = match command {
+        PkiCommand::Init { rotate } => init(dir, rotate),
+        PkiCommand::Export { dir: Some(out), .. } => export_dirs(dir, &out),
+        PkiCommand::Export {
+            k8s: true,
+            namespace,
+            ..
+        } => export_k8s(dir, &namespace),
+        PkiCommand::Export { .. } => Err("give --dir DIR or --k8s".to_owned()),
+    };
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("metnos pki: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn init(dir: &Path, rotate: bool) -> Result<(), String> {
+    let created = tls::init(dir, rotate).map_err(|e| e.to_string())?;
+    if created.ca {
+        print_line(&json!({"created": "ca", "path": tls::ca_path(dir).0}));
+    }
+    for identity in created.identities {
+        print_line(&json!({
+            "created": identity.name(),
+            "spiffe_id": identity.spiffe_id(),
+            "path": tls::cert_path(dir, identity).0,
+        }));
+    }
+    Ok(())
+}
+
+/// The three files of one identity: (file name, content).
+fn files_of(dir: &Path, identity: Identity) -> Result<Vec<(String, Vec<u8>)>, String> {
+    let (crt, key) = tls::cert_path(dir, identity);
+    let read = |path: &Path| {
+        std::fs::read(path).map_err(|e| format!("{}: {e} (run `metnos pki init`)", path.display()))
+    };
+    Ok(vec![
+        ("ca.crt".to_owned(), read(&tls::ca_path(dir).0)?),
+        (format!("{}.crt", identity.name()), read(&crt)?),
+        (format!("{}.key", identity.name()), read(&key)?),
+    ])
+}
+
+fn export_dirs(dir: &Path, out: &Path) -> Result<(), String> {
+    use std::os::unix::fs::OpenOptionsExt;
+    for identity in Identity::ALL {
+        let folder = out.join(identity.name());
+        tls::private_dir(&folder).map_err(|e| e.to_string())?;
+        for (name, bytes) in files_of(dir, identity)? {
+            let path = folder.join(name);
+            let _ = std::fs::remove_file(&path);
+            let mut file = std::fs::OpenOptions::new()
+                .write(true)
+                .create_new(true)
+                .mode(0o600)
+                .open(&path)
+                .map_err(|e| format!("{}: {e}", path.display()))?;
+            std::io::Write::write_all(&mut file, &bytes)
+                .map_err(|e| format!("{}: {e}", path.display()))?;
+        }
+        print_line(&json!({"exported": identity.name(), "dir": folder}));
+    }
+    Ok(())
+}
+
+fn export_k8s(dir: &Path, namespace: &str) -> Result<(), String> {
+    let base64 = base64::engine::general_purpose::STANDARD;
+    for identity in Identity::ALL {
+        println!("---");
+        println!("apiVersion: v1");
+        println!("kind: Secret");
+        println!("metadata:");
+        println!("  name: metnos-pki-{}", identity.name());
+        println!("  namespace: {namespace}");
+        println!("  labels:");
+        println!("    app.kubernetes.io/part-of: metnos");
+        println!("type: Opaque");
+        println!("data:");
+        for (name, bytes) in files_of(dir, identity)? {
+            println!("  {name}: {}", base64.encode(bytes));
+        }
+    }
+    Ok(())
+}
