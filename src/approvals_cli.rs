@@ -74,6 +74,7 @@ pub async fn approvals(config: &Config, command: ApprovalsCommand) -> ExitCode {
             let request = pb::ListPendingRequest {
                 include_resolved: all,
                 limit,
+                requester: None,
             };
             match client.list_pending(request).await {
                 Ok(r) => r

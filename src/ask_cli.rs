@@ -231,6 +231,7 @@ impl Session {
                 self.principal.clone(),
             )),
             reason: "stop from the terminal".to_owned(),
+            ..Default::default()
         };
         self.planner
             .cancel_turn(request)

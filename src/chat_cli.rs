@@ -85,6 +85,7 @@ pub async fn chat(config: &Config, args: ChatArgs) -> ExitCode {
                 let request = pb::CancelTurnRequest {
                     target: Some(pb::cancel_turn_request::Target::Principal(principal)),
                     reason: "Ctrl-C in metnos chat".to_owned(),
+                    ..Default::default()
                 };
                 let _ = canceller.cancel_turn(request).await;
                 eprintln!("\nstopped");

@@ -610,6 +610,7 @@ async fn the_proposer_cancels_and_the_approval_keeps_the_reason() {
         .list_pending(pb::ListPendingRequest {
             include_resolved: true,
             limit: 0,
+            requester: None,
         })
         .await
         .unwrap()

@@ -618,6 +618,7 @@ async fn a_suspended_turn_survives_a_restart_and_is_resumed() {
             target: Some(pb::resume_turn_request::Target::ApprovalToken(
                 token.clone(),
             )),
+            principal: Some(principal()),
         })
         .await
         .unwrap()
@@ -634,6 +635,7 @@ async fn a_suspended_turn_survives_a_restart_and_is_resumed() {
         .await
         .resume_turn(pb::ResumeTurnRequest {
             target: Some(pb::resume_turn_request::Target::ApprovalToken(token)),
+            principal: Some(principal()),
         })
         .await;
     assert!(again.is_err());
@@ -1026,6 +1028,7 @@ async fn a_turn_can_be_cancelled_while_thinking_or_while_waiting_for_approval() 
         .cancel_turn(pb::CancelTurnRequest {
             target: Some(pb::cancel_turn_request::Target::Principal(principal())),
             reason: "/stop".into(),
+            ..Default::default()
         })
         .await
         .unwrap()
@@ -1057,6 +1060,8 @@ async fn a_turn_can_be_cancelled_while_thinking_or_while_waiting_for_approval() 
         .cancel_turn(pb::CancelTurnRequest {
             target: Some(pb::cancel_turn_request::Target::TurnId(turn_id.clone())),
             reason: String::new(),
+            on_behalf_of: Some(principal()),
+            all: false,
         })
         .await
         .unwrap()

@@ -388,6 +388,7 @@ impl Conversation {
         let request = pb::CancelTurnRequest {
             target: Some(pb::cancel_turn_request::Target::Principal(who.to_proto())),
             reason: "stop from Telegram".to_owned(),
+            ..Default::default()
         };
         let result = self.planner.clone().cancel_turn(request).await;
         let said = after_cancel(
@@ -445,8 +446,10 @@ impl Conversation {
         let Ok(chat) = card.chat_id.parse::<i64>() else {
             return;
         };
+        // The one who clicked resumes their own turn (the planner checks it is theirs).
         let request = pb::ResumeTurnRequest {
             target: Some(pb::resume_turn_request::Target::ApprovalToken(token)),
+            principal: Some(person(&sender).to_proto()),
         };
         match self.planner.clone().resume_turn(request).await {
             Ok(stream) => {

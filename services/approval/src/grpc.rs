@@ -1,6 +1,6 @@
 //! The edge: prost types to domain types and back; one exhaustive error conversion.
 
-use metnos_kit::authz::{Rule, Table};
+use metnos_kit::authz::{Caller, Rule, Table};
 use metnos_kit::tls::Identity;
 use std::pin::Pin;
 use std::sync::Arc;
@@ -78,7 +78,10 @@ impl From<Error> for Status {
             | Error::ReasonTooLong => Status::invalid_argument(error.to_string()),
             Error::NotFound => Status::not_found(error.to_string()),
             Error::NotPending(_) | Error::Expired => Status::failed_precondition(error.to_string()),
-            Error::NotRequester => Status::permission_denied(error.to_string()),
+            Error::NotRequester | Error::NotItsPeople { .. } | Error::RequesterNeeded => {
+                Status::permission_denied(error.to_string())
+            }
+            Error::Unauthenticated => Status::unauthenticated(error.to_string()),
             Error::Store(e) => failure_status(crate::SERVICE, "the approval store", &e),
         }
     }
@@ -87,6 +90,29 @@ impl From<Error> for Status {
 fn principal(message: Option<&PrincipalMsg>, field: &'static str) -> Result<Principal, Error> {
     let message = message.ok_or(Error::Unspecified(field))?;
     Ok(Principal::new(&message.channel, &message.sender_id)?)
+}
+
+/// `caller` speaks for `principal` (the gateway for its channel's people, the owner for
+/// `cli`'s); services that speak for nobody (the planner) are refused here — call this
+/// only where a person must be spoken for.
+fn speaks_for(caller: Identity, principal: &Principal) -> Result<(), Error> {
+    if Caller::speaks_for(caller, &principal.channel) {
+        return Ok(());
+    }
+    Err(Error::NotItsPeople {
+        caller: caller.spiffe_id(),
+        principal: principal.to_string(),
+        channels: caller.channels().join(", "),
+    })
+}
+
+/// The gateway reaches only its own people's requests; the planner (which made them) and
+/// the owner reach every one.
+fn may_see(caller: Identity, pending: &Pending) -> Result<(), Error> {
+    match caller {
+        Identity::Gateway => speaks_for(caller, &pending.requester),
+        _ => Ok(()),
+    }
 }
 
 fn principal_msg(p: &Principal) -> PrincipalMsg {
@@ -261,7 +287,13 @@ impl ApprovalService for ApprovalApi {
         &self,
         request: Request<pb::GetPendingRequest>,
     ) -> Result<Response<pb::GetPendingResponse>, Status> {
-        match self.approvals.get(&request.into_inner().token).await {
+        let caller = Caller::of(&request).ok_or(Error::Unauthenticated)?;
+        let found = async {
+            let pending = self.approvals.get(&request.get_ref().token).await?;
+            may_see(caller, &pending)?;
+            Ok(pending)
+        };
+        match found.await {
             Ok(p) => Ok(Response::new(pb::GetPendingResponse {
                 approval: Some(pending_msg(&p)),
             })),
@@ -273,6 +305,7 @@ impl ApprovalService for ApprovalApi {
         &self,
         request: Request<pb::ResolveRequest>,
     ) -> Result<Response<pb::ResolveResponse>, Status> {
+        let caller = Caller::of(&request).ok_or(Error::Unauthenticated)?;
         let r = request.into_inner();
         let result = async {
             let decision = match pb::Decision::try_from(r.decision) {
@@ -281,6 +314,9 @@ impl ApprovalService for ApprovalApi {
                 _ => return Err(Error::Unspecified("decision")),
             };
             let decider = principal(r.decider.as_ref(), "decider")?;
+            // Who decides is who the caller authenticated: the gateway for its channel's
+            // people, the owner for the local user. Nobody else is believed.
+            speaks_for(caller, &decider)?;
             self.approvals.resolve(&r.token, decision, &decider).await
         }
         .await;
@@ -296,8 +332,13 @@ impl ApprovalService for ApprovalApi {
         &self,
         request: Request<pb::CancelRequest>,
     ) -> Result<Response<pb::CancelResponse>, Status> {
+        let caller = Caller::of(&request).ok_or(Error::Unauthenticated)?;
         let r = request.into_inner();
-        match self.approvals.cancel(&r.token, &r.reason).await {
+        let cancelled = async {
+            may_see(caller, &self.approvals.get(&r.token).await?)?;
+            self.approvals.cancel(&r.token, &r.reason).await
+        };
+        match cancelled.await {
             Ok(p) => Ok(Response::new(pb::CancelResponse {
                 approval: Some(pending_msg(&p)),
             })),
@@ -309,8 +350,24 @@ impl ApprovalService for ApprovalApi {
         &self,
         request: Request<pb::ListPendingRequest>,
     ) -> Result<Response<pb::ListPendingResponse>, Status> {
+        let caller = Caller::of(&request).ok_or(Error::Unauthenticated)?;
         let r = request.into_inner();
-        match self.approvals.list(r.include_resolved, r.limit).await {
+        let listed = async {
+            let requester = match &r.requester {
+                Some(p) => Some(principal(Some(p), "requester")?),
+                None if caller == Identity::Gateway => return Err(Error::RequesterNeeded),
+                None => None,
+            };
+            if let Some(requester) = &requester
+                && caller == Identity::Gateway
+            {
+                speaks_for(caller, requester)?;
+            }
+            self.approvals
+                .list(r.include_resolved, r.limit, requester.as_ref())
+                .await
+        };
+        match listed.await {
             Ok(all) => Ok(Response::new(pb::ListPendingResponse {
                 approvals: all.iter().map(pending_msg).collect(),
             })),
@@ -361,6 +418,7 @@ impl ApprovalService for ApprovalApi {
         &self,
         request: Request<pb::WaitDecisionRequest>,
     ) -> Result<Response<Self::WaitDecisionStream>, Status> {
+        let caller = Caller::of(&request).ok_or(Error::Unauthenticated)?;
         let token = request.into_inner().token;
         // Subscribe before the first read, so no change slips between them.
         let mut changes = self.approvals.subscribe();
@@ -368,6 +426,7 @@ impl ApprovalService for ApprovalApi {
             Ok(p) => p,
             Err(e) => return Err(self.status(e).await),
         };
+        may_see(caller, &first)?;
         let (tx, rx) = tokio::sync::mpsc::channel(4);
         let approvals = Arc::clone(&self.approvals);
         let poll_every = self.poll_every;

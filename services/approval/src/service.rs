@@ -53,6 +53,17 @@ pub enum Error {
     Expired,
     #[error("only the person who was asked may decide")]
     NotRequester,
+    #[error("a client certificate of this installation is required")]
+    Unauthenticated,
+    /// The caller's identity does not speak for this person.
+    #[error("{caller} may not act for {principal} (it speaks for: {channels})")]
+    NotItsPeople {
+        caller: String,
+        principal: String,
+        channels: String,
+    },
+    #[error("the gateway lists only one person's requests: give the requester")]
+    RequesterNeeded,
     #[error("approval store: {0}")]
     Store(#[from] sqlx::Error),
 }
@@ -370,9 +381,15 @@ impl Approvals {
         self.get(token).await
     }
 
-    pub async fn list(&self, include_resolved: bool, limit: u32) -> Result<Vec<Pending>, Error> {
+    /// Requests, newest first; only `requester`'s when given.
+    pub async fn list(
+        &self,
+        include_resolved: bool,
+        limit: u32,
+        requester: Option<&Principal>,
+    ) -> Result<Vec<Pending>, Error> {
         let limit = if limit == 0 { 50 } else { limit.min(1000) };
-        Ok(self.store.list(include_resolved, limit).await?)
+        Ok(self.store.list(include_resolved, limit, requester).await?)
     }
 
     /// Marks every request past its expiry as expired; returns how many.

@@ -294,17 +294,28 @@ impl PendingStore {
         &self,
         include_resolved: bool,
         limit: u32,
+        requester: Option<&Principal>,
     ) -> Result<Vec<Pending>, sqlx::Error> {
-        let filter = if include_resolved {
-            ""
+        let status = if include_resolved {
+            "TRUE"
         } else {
-            "WHERE status = 'pending'"
+            "status = 'pending'"
+        };
+        let person = if requester.is_some() {
+            "channel = $2 AND sender_id = $3"
+        } else {
+            "TRUE"
         };
         let sql = format!(
-            "SELECT {COLUMNS} FROM pending {filter} ORDER BY created_at DESC, token LIMIT $1"
+            "SELECT {COLUMNS} FROM pending WHERE {status} AND {person} \
+             ORDER BY created_at DESC, token LIMIT $1"
         );
+        let (channel, sender) =
+            requester.map_or(("", ""), |p| (p.channel.as_str(), p.sender_id.as_str()));
         on_db!(&self.db, pool => {
-            let rows = sqlx::query(sqlx::AssertSqlSafe(sql)).bind(i64::from(limit)).fetch_all(pool).await?;
+            let query = sqlx::query(sqlx::AssertSqlSafe(sql)).bind(i64::from(limit));
+            let query = if requester.is_some() { query.bind(channel).bind(sender) } else { query };
+            let rows = query.fetch_all(pool).await?;
             rows.iter().map(from_row).collect()
         })
     }

@@ -254,14 +254,14 @@ async fn the_sweep_expires_what_is_due_and_nothing_else(store: TestStore) {
     );
     assert_eq!(approvals.sweep().await.unwrap(), 0);
     let listed: Vec<String> = approvals
-        .list(false, 0)
+        .list(false, 0, None)
         .await
         .unwrap()
         .into_iter()
         .map(|p| p.token)
         .collect();
     assert_eq!(listed, vec![young.token.clone()]);
-    assert_eq!(approvals.list(true, 0).await.unwrap().len(), 2);
+    assert_eq!(approvals.list(true, 0, None).await.unwrap().len(), 2);
 }
 
 async fn recurrence_counts_this_persons_past_approvals_of_the_same_class_and_target(
@@ -357,7 +357,7 @@ async fn bad_requests_are_refused_and_nothing_is_stored(store: TestStore) {
     for case in cases {
         assert!(approvals.create(case).await.is_err());
     }
-    assert!(approvals.list(true, 0).await.unwrap().is_empty());
+    assert!(approvals.list(true, 0, None).await.unwrap().is_empty());
 }
 
 metnos_kit::store_suite!(

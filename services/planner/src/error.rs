@@ -41,6 +41,19 @@ pub enum Error {
     Store(#[from] sqlx::Error),
     #[error("the turn log cannot be read")]
     TurnLog(#[source] std::io::Error),
+    #[error("a client certificate of this installation is required")]
+    Unauthenticated,
+    /// The caller's identity does not speak for people of this channel.
+    #[error("{caller} may not act for {principal} (it speaks for: {channels})")]
+    NotItsPeople {
+        caller: String,
+        principal: String,
+        channels: String,
+    },
+    #[error("the owner's turns run at most at turns.cli_level ({allowed}), not {asked}")]
+    AboveCliLevel { asked: String, allowed: String },
+    #[error("turn {turn_id} is not {principal}'s")]
+    NotTheirTurn { turn_id: String, principal: String },
 }
 
 impl From<PrincipalError> for Error {
@@ -63,6 +76,10 @@ impl From<Error> for Status {
             | Error::NoCancelTarget
             | Error::BadDate(_) => Status::invalid_argument(error.to_string()),
             Error::NoSuchTurn | Error::NoTurn(_) => Status::not_found(error.to_string()),
+            Error::Unauthenticated => Status::unauthenticated(error.to_string()),
+            Error::NotItsPeople { .. }
+            | Error::AboveCliLevel { .. }
+            | Error::NotTheirTurn { .. } => Status::permission_denied(error.to_string()),
             Error::NotSuspended { .. } | Error::AlreadyResuming(_) => {
                 Status::failed_precondition(error.to_string())
             }

@@ -2,7 +2,7 @@
 //! (`TryFrom`, INVALID_ARGUMENT saying what is wrong), errors become statuses in one place
 //! ([`crate::error`]), and a turn's events stream back as the engine sends them.
 
-use metnos_kit::authz::{Rule, Table};
+use metnos_kit::authz::{Caller, Rule, Table};
 use metnos_kit::tls::Identity;
 use std::pin::Pin;
 use std::sync::Arc;
@@ -75,6 +75,39 @@ impl TryFrom<pb::RunTurnRequest> for TurnRequest {
     }
 }
 
+/// The person a caller acts for: given, and one of the people its identity speaks for.
+fn acting(
+    caller: Identity,
+    principal: Option<&metnos_proto::common::v1::Principal>,
+) -> Result<Principal, Error> {
+    let principal = Principal::try_from(&principal.cloned().unwrap_or_default())?;
+    may_act_for(caller, &principal)?;
+    Ok(principal)
+}
+
+/// Whether `caller` speaks for people of `principal`'s channel.
+fn may_act_for(caller: Identity, principal: &Principal) -> Result<(), Error> {
+    if Caller::speaks_for(caller, &principal.channel) {
+        return Ok(());
+    }
+    Err(Error::NotItsPeople {
+        caller: caller.spiffe_id(),
+        principal: principal.to_string(),
+        channels: caller.channels().join(", "),
+    })
+}
+
+/// A turn is acted on only for its own person.
+fn theirs(turn: &StoredTurn, who: &Principal) -> Result<(), Error> {
+    if turn.channel == who.channel && turn.sender_id == who.sender_id {
+        return Ok(());
+    }
+    Err(Error::NotTheirTurn {
+        turn_id: turn.turn_id.clone(),
+        principal: who.to_string(),
+    })
+}
+
 /// The `PlannerService` implementation.
 #[derive(Debug, Clone)]
 pub struct PlannerApi {
@@ -93,6 +126,20 @@ fn checkpoint_of(found: &StoredTurn) -> Result<Checkpoint, Error> {
 }
 
 impl PlannerApi {
+    /// Whether `caller` may start this turn: for one of its own people, and for the owner
+    /// not above `turns.cli_level`.
+    fn may_run(&self, caller: Identity, request: &TurnRequest) -> Result<(), Error> {
+        may_act_for(caller, &request.principal)?;
+        let allowed = self.planner.config.cli_level;
+        if caller == Identity::Owner && request.level > allowed {
+            return Err(Error::AboveCliLevel {
+                asked: request.level.to_string(),
+                allowed: allowed.to_string(),
+            });
+        }
+        Ok(())
+    }
+
     /// Runs `turn` on its own task and gives its events. The turn outlives this call; its
     /// spans stay children of the RPC's span.
     fn spawn<F, Fut>(&self, turn: F) -> mpsc::Receiver<pb::TurnEvent>
@@ -107,13 +154,18 @@ impl PlannerApi {
     }
 
     /// Loads and claims a suspended turn by id or token.
-    async fn claim(&self, target: &pb::resume_turn_request::Target) -> Result<Checkpoint, Error> {
+    async fn claim(
+        &self,
+        target: &pb::resume_turn_request::Target,
+        who: &Principal,
+    ) -> Result<Checkpoint, Error> {
         let store = &self.planner.store;
         let found = match target {
             pb::resume_turn_request::Target::TurnId(id) => store.get(id).await,
             pb::resume_turn_request::Target::ApprovalToken(token) => store.by_token(token).await,
         }?
         .ok_or(Error::NoSuchTurn)?;
+        theirs(&found, who)?;
         if found.state != State::Suspended {
             return Err(Error::NotSuspended {
                 turn_id: found.turn_id,
@@ -161,7 +213,9 @@ impl PlannerService for PlannerApi {
         &self,
         request: Request<pb::RunTurnRequest>,
     ) -> Result<Response<Self::RunTurnStream>, Status> {
+        let caller = Caller::of(&request).ok_or(Error::Unauthenticated)?;
         let request = TurnRequest::try_from(request.into_inner())?;
+        self.may_run(caller, &request)?;
         let checkpoint = self.planner.start(&request);
         let rx = self.spawn(|planner, sink| planner.run(checkpoint, sink));
         Ok(Response::new(stream_of(rx, |e| pb::RunTurnResponse {
@@ -173,8 +227,11 @@ impl PlannerService for PlannerApi {
         &self,
         request: Request<pb::ResumeTurnRequest>,
     ) -> Result<Response<Self::ResumeTurnStream>, Status> {
-        let target = request.into_inner().target.ok_or(Error::NoResumeTarget)?;
-        let checkpoint = self.claim(&target).await?;
+        let caller = Caller::of(&request).ok_or(Error::Unauthenticated)?;
+        let request = request.into_inner();
+        let target = request.target.ok_or(Error::NoResumeTarget)?;
+        let who = acting(caller, request.principal.as_ref())?;
+        let checkpoint = self.claim(&target, &who).await?;
         let rx = self.spawn(|planner, sink| planner.resume(checkpoint, sink));
         Ok(Response::new(stream_of(rx, |e| pb::ResumeTurnResponse {
             event: Some(e),
@@ -185,21 +242,48 @@ impl PlannerService for PlannerApi {
         &self,
         request: Request<pb::CancelTurnRequest>,
     ) -> Result<Response<pb::CancelTurnResponse>, Status> {
+        let caller = Caller::of(&request).ok_or(Error::Unauthenticated)?;
         let request = request.into_inner();
         let store = &self.planner.store;
-        let found = match request.target {
-            Some(pb::cancel_turn_request::Target::TurnId(id)) => store.get(&id).await,
+        let (found, who) = match &request.target {
+            Some(pb::cancel_turn_request::Target::TurnId(id)) => {
+                let who = acting(caller, request.on_behalf_of.as_ref())?;
+                (
+                    store
+                        .get(id)
+                        .await
+                        .map_err(Error::Store)?
+                        .into_iter()
+                        .collect(),
+                    who,
+                )
+            }
             Some(pb::cancel_turn_request::Target::Principal(p)) => {
-                store.current_of(&p.channel, &p.sender_id).await
+                let who = acting(caller, Some(p))?;
+                let turns = if request.all {
+                    store.unfinished_of(&who.channel, &who.sender_id).await
+                } else {
+                    store
+                        .current_of(&who.channel, &who.sender_id)
+                        .await
+                        .map(|t| t.into_iter().collect())
+                };
+                (turns.map_err(Error::Store)?, who)
             }
             None => return Err(Error::NoCancelTarget.into()),
+        };
+        let found: Vec<StoredTurn> = found;
+        let Some(newest) = found.first() else {
+            return Err(Error::NoSuchTurn.into());
+        };
+        let turn_id = newest.turn_id.clone();
+        let mut cancelled = false;
+        for turn in &found {
+            theirs(turn, &who)?;
+            cancelled |= self.cancel(turn).await?;
         }
-        .map_err(Error::Store)?
-        .ok_or(Error::NoSuchTurn)?;
-        let cancelled = self.cancel(&found).await?;
-        let turn_id = found.turn_id;
         if !request.reason.is_empty() {
-            tracing::info!(turn_id, reason = %request.reason, cancelled, "turn cancel requested");
+            tracing::info!(turn_id, turns = found.len(), reason = %request.reason, cancelled, "turn cancel requested");
         }
         Ok(Response::new(pb::CancelTurnResponse { turn_id, cancelled }))
     }

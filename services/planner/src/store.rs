@@ -57,6 +57,9 @@ impl State {
 #[derive(Debug, Clone)]
 pub struct StoredTurn {
     pub turn_id: String,
+    /// The person the turn acts for.
+    pub channel: String,
+    pub sender_id: String,
     pub state: State,
     pub approval_token: Option<String>,
     pub checkpoint: String,
@@ -94,6 +97,8 @@ where
     let cancel: i64 = row.try_get("cancel_requested")?;
     Ok(StoredTurn {
         turn_id: row.try_get("turn_id")?,
+        channel: row.try_get("channel")?,
+        sender_id: row.try_get("sender_id")?,
         state: State::parse(&state),
         approval_token: row.try_get("approval_token")?,
         checkpoint: row.try_get("checkpoint")?,
@@ -102,7 +107,8 @@ where
     })
 }
 
-const TURN_COLUMNS: &str = "turn_id, state, approval_token, checkpoint, record, cancel_requested";
+const TURN_COLUMNS: &str =
+    "turn_id, channel, sender_id, state, approval_token, checkpoint, record, cancel_requested";
 
 impl Store {
     pub fn new(db: Db) -> Store {
@@ -200,6 +206,22 @@ impl Store {
         on_db!(&self.db, pool => {
             let row = sqlx::query(sqlx::AssertSqlSafe(sql)).bind(channel).bind(sender_id).fetch_optional(pool).await?;
             row.as_ref().map(turn_from_row).transpose()
+        })
+    }
+
+    /// Every unfinished turn of the principal, newest first.
+    pub async fn unfinished_of(
+        &self,
+        channel: &str,
+        sender_id: &str,
+    ) -> Result<Vec<StoredTurn>, sqlx::Error> {
+        let sql = format!(
+            "SELECT {TURN_COLUMNS} FROM turns WHERE channel = $1 AND sender_id = $2 AND state <> 'finished' \
+             ORDER BY created_at DESC"
+        );
+        on_db!(&self.db, pool => {
+            let rows = sqlx::query(sqlx::AssertSqlSafe(sql)).bind(channel).bind(sender_id).fetch_all(pool).await?;
+            rows.iter().map(turn_from_row).collect()
         })
     }
 
