@@ -299,15 +299,15 @@ async fn a_rejected_card_writes_nothing_and_malformed_or_stale_clicks_are_answer
     s.tg.click(ADA, 2, user(ADA, "Ada", "en"), "launch:missiles");
     s.tg.until("answered", |tg| tg.calls("answerCallbackQuery").len() == 3)
         .await;
-    // A stranger's click is dispatched before any pairing check: resolve refuses it,
-    // and no pairing code is sent in its place.
+    // A stranger's click is refused before anything is resolved (only paired people
+    // decide), and no pairing code is sent in its place.
     s.tg.click(MALLORY, 2, user(MALLORY, "Mallory", "en"), &reject);
     s.tg.until("answered", |tg| tg.calls("answerCallbackQuery").len() == 4)
         .await;
     s.tg.until("told", |tg| {
         tg.texts_to(MALLORY)
             .iter()
-            .any(|t| t.contains("cannot be resolved"))
+            .any(|t| t.contains("You are not paired"))
     })
     .await;
     assert!(
@@ -323,6 +323,94 @@ async fn a_rejected_card_writes_nothing_and_malformed_or_stale_clicks_are_answer
         tg.texts_to(ADA).iter().any(|t| t == "still here")
     })
     .await;
+}
+
+/// The attack from issue 15: a person whose pairing is revoked while their card waits
+/// pressed Approve, the card said "approved", the read ran and the file's content was sent
+/// to them. Now the revocation withdraws the card at once, and their click is refused.
+#[tokio::test]
+async fn revoking_a_pairing_withdraws_their_cards_and_refuses_their_clicks() {
+    let s = stack().await;
+    std::fs::write(s.home().join("secret.txt"), "the secret recipe").unwrap();
+    s.pair(ADA, "Ada", "readonly").await;
+    s.llm
+        .push(tool_calls("fs_read", json!({"path": "~/secret.txt"})));
+    s.llm.push(Reply::Text("here it is".into()));
+    s.tg.message(ADA, user(ADA, "Ada", "en"), "read my file ~/secret.txt");
+    let (_, approve, _) = s.card().await;
+
+    let (status, _, stderr) = s
+        .sandbox
+        .run(&["pair", "revoke", &format!("telegram:{ADA}")])
+        .await;
+    assert_eq!(status, 0, "{stderr}");
+    s.tg.until("the card withdrawn", |tg| {
+        tg.calls("editMessageText").iter().any(|c| {
+            c.body["text"].as_str().unwrap_or("").contains("withdrawn")
+                && c.body["reply_markup"].is_null()
+        })
+    })
+    .await;
+    let (_, listed, _) = s.sandbox.run(&["approvals", "list", "--all"]).await;
+    assert!(listed.contains("\"cancelled\""), "{listed}");
+
+    // A click on the old card (its message is still in their chat) is refused.
+    s.tg.click(ADA, 2, user(ADA, "Ada", "en"), &approve);
+    s.tg.until("refused", |tg| {
+        tg.texts_to(ADA)
+            .iter()
+            .any(|t| t.contains("You are not paired"))
+    })
+    .await;
+    let (_, listed, _) = s.sandbox.run(&["approvals", "list", "--all"]).await;
+    assert!(!listed.contains("\"approved\""), "{listed}");
+    assert!(
+        !s.tg
+            .texts_to(ADA)
+            .iter()
+            .any(|t| t.contains("secret recipe") || t == "here it is"),
+        "{:?}",
+        s.tg.texts_to(ADA)
+    );
+}
+
+/// Lowering a person's level withdraws what they were asked at the higher one.
+#[tokio::test]
+async fn lowering_a_level_withdraws_the_pending_cards() {
+    let s = stack().await;
+    s.pair(ADA, "Ada", "supervised").await;
+    s.llm.push(tool_calls(
+        "fs_write",
+        json!({"path": "~/low.txt", "content": "x"}),
+    ));
+    s.tg.message(ADA, user(ADA, "Ada", "en"), "write x to ~/low.txt");
+    let (_, approve, _) = s.card().await;
+    let (status, _, stderr) = s
+        .sandbox
+        .run(&[
+            "pair",
+            "set-level",
+            &format!("telegram:{ADA}"),
+            "--level",
+            "readonly",
+        ])
+        .await;
+    assert_eq!(status, 0, "{stderr}");
+    s.tg.until("the card withdrawn", |tg| {
+        tg.calls("editMessageText")
+            .iter()
+            .any(|c| c.body["text"].as_str().unwrap_or("").contains("withdrawn"))
+    })
+    .await;
+    // Still paired, so the click reaches approval, which no longer has it pending.
+    s.tg.click(ADA, 2, user(ADA, "Ada", "en"), &approve);
+    s.tg.until("told", |tg| {
+        tg.texts_to(ADA)
+            .iter()
+            .any(|t| t.contains("cannot be resolved"))
+    })
+    .await;
+    assert!(!s.home().join("low.txt").exists());
 }
 
 #[tokio::test]

@@ -253,6 +253,63 @@ impl TurnMessage for pb::ResumeTurnResponse {
     }
 }
 
+/// The planner and approval, as the gateway reaches them.
+#[derive(Debug, Clone)]
+pub struct Clients {
+    pub planner: PlannerServiceClient<TracedChannel>,
+    pub approval: ApprovalServiceClient<TracedChannel>,
+}
+
+impl Clients {
+    /// Stops everything `who` has under way, at once: their pending approvals are
+    /// withdrawn and every unfinished turn of theirs cancelled. The withdrawn tokens are
+    /// returned, so their cards can say so.
+    pub async fn withdraw(
+        &self,
+        who: &Principal,
+        reason: &str,
+    ) -> Result<Vec<String>, tonic::Status> {
+        let listed = approval::ListPendingRequest {
+            include_resolved: false,
+            limit: 1000,
+            requester: Some(who.to_proto()),
+        };
+        let pending = self
+            .approval
+            .clone()
+            .list_pending(listed)
+            .await?
+            .into_inner()
+            .approvals;
+        let cancel = pb::CancelTurnRequest {
+            target: Some(pb::cancel_turn_request::Target::Principal(who.to_proto())),
+            reason: reason.to_owned(),
+            all: true,
+            ..Default::default()
+        };
+        match self.planner.clone().cancel_turn(cancel).await {
+            Ok(_) => {}
+            Err(status) if status.code() == tonic::Code::NotFound => {}
+            Err(status) => return Err(status),
+        }
+        let mut tokens = Vec::new();
+        for request in pending {
+            let cancel = approval::CancelRequest {
+                token: request.token.clone(),
+                reason: reason.to_owned(),
+            };
+            match self.approval.clone().cancel(cancel).await {
+                // Already cancelled with its turn: the same outcome.
+                Ok(_) => {}
+                Err(status) if status.code() == tonic::Code::FailedPrecondition => {}
+                Err(status) => return Err(status),
+            }
+            tokens.push(request.token);
+        }
+        Ok(tokens)
+    }
+}
+
 /// Carries out the conversation's decisions: the planner, approval and the outbox.
 pub struct Conversation {
     store: Store,
@@ -293,8 +350,6 @@ impl Conversation {
     /// One message or click.
     pub async fn handle(self: &Arc<Self>, incoming: Incoming) {
         match incoming {
-            // Callbacks are not checked against pairings: resolving an approval checks the
-            // clicker's identity more strictly than pairing would.
             Incoming::Click(click) => self.on_click(click).await,
             Incoming::Message(message) => self.on_message(message).await,
         }
@@ -400,7 +455,40 @@ impl Conversation {
         self.outbox.send_text(chat, &text::say(lang, said)).await;
     }
 
+    /// Closes the cards of withdrawn requests: "withdrawn", no buttons.
+    pub async fn close_withdrawn(&self, tokens: &[String], lang: Language) {
+        let outcome = format!("— {}", text::say(lang, Says::Withdrawn));
+        for token in tokens {
+            let Ok(Some(card)) = self.store.card(token).await else {
+                continue;
+            };
+            if self.state().claim_close(token) && !self.outbox.close_card(&card, &outcome).await {
+                self.state().release_close(token);
+            }
+        }
+    }
+
     async fn on_click(self: &Arc<Self>, click: Click) {
+        // Only a paired person decides: after `pair revoke`, nothing they send (a click
+        // included) reaches Metnos.
+        match self.store.pairing(CHANNEL, &click.clicker).await {
+            Ok(Some(_)) => {}
+            Ok(None) => {
+                tracing::info!(clicker = %click.clicker, "a click from someone not paired refused");
+                let said = text::say(click.lang, Says::NotPaired);
+                self.outbox.answer_callback(&click.id, Some(&said)).await;
+                if let Some(chat) = click.chat {
+                    self.outbox.send_text(chat, &said).await;
+                }
+                return;
+            }
+            Err(e) => {
+                tracing::error!(error = %e, "pairing store unavailable");
+                let said = text::say(click.lang, Says::Unavailable("il mio archivio"));
+                self.outbox.answer_callback(&click.id, Some(&said)).await;
+                return;
+            }
+        }
         let (token, decision) = match decision_of(&click.data) {
             Ok(understood) => understood,
             Err(why) => {

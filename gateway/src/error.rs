@@ -43,6 +43,10 @@ pub enum Error {
     BadChatId,
     #[error("gateway store: {0}")]
     Store(#[from] sqlx::Error),
+    /// The pairing changed, but what the person had under way could not be stopped (the
+    /// planner or approval did not answer); the change stands.
+    #[error("the pairing changed, but their turns and approvals could not all be stopped: {0}")]
+    Withdraw(String),
 }
 
 impl From<Error> for Status {
@@ -58,7 +62,7 @@ impl From<Error> for Status {
             | Error::NoSuchCode
             | Error::NoSuchMessage
             | Error::TelegramNotFound(_) => Status::not_found(error.to_string()),
-            Error::ChannelOff | Error::NotTaken(_) | Error::Telegram(_) => {
+            Error::ChannelOff | Error::NotTaken(_) | Error::Telegram(_) | Error::Withdraw(_) => {
                 Status::unavailable(error.to_string())
             }
             Error::BadChatId => Status::internal(error.to_string()),

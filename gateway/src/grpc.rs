@@ -14,11 +14,13 @@ use metnos_proto::gateway::v1::gateway_service_server::GatewayService;
 use tonic::{Request, Response, Status};
 
 use crate::CHANNEL;
+use crate::conversation::Clients;
 use crate::error::Error;
 use crate::outbox::{self, Outbox};
 use crate::store::{Pairing, Store};
 use crate::text::{self, Says};
 use crate::transport::Telegram;
+use metnos_core::language::Language;
 
 /// Who may call which RPC (README, "Security model"): the planner and approval reach
 /// people, only the owner administers pairings.
@@ -65,6 +67,9 @@ pub const AUTHORIZATION: Table = Table {
 pub struct GatewayApi {
     pub store: Store,
     pub telegram: Option<Arc<Telegram>>,
+    /// The planner and approval: what a revoked or lowered person had under way is
+    /// stopped through them. `None` only in tests of the edge alone.
+    pub clients: Option<Clients>,
 }
 
 fn level_name(level: i32) -> Result<&'static str, Error> {
@@ -104,6 +109,22 @@ fn message_ref(chat: i64, id: i32) -> pb::MessageRef {
 }
 
 impl GatewayApi {
+    /// Stops what `who` has under way (turns, pending approvals) and closes their cards.
+    async fn withdraw(&self, who: &Principal, lang: Language, reason: &str) -> Result<(), Error> {
+        let Some(clients) = &self.clients else {
+            return Ok(());
+        };
+        let tokens = clients
+            .withdraw(who, reason)
+            .await
+            .map_err(|status| Error::Withdraw(status.message().to_owned()))?;
+        tracing::info!(principal = %who, withdrawn = tokens.len(), reason, "turns and approvals withdrawn");
+        if let Some(telegram) = &self.telegram {
+            telegram.conversation().close_withdrawn(&tokens, lang).await;
+        }
+        Ok(())
+    }
+
     fn outbox_for(&self, channel: &str) -> Result<&Outbox, Error> {
         if channel != CHANNEL {
             return Err(Error::UnknownChannel(channel.chars().take(32).collect()));
@@ -241,6 +262,7 @@ impl GatewayService for GatewayApi {
         let request = request.into_inner();
         let principal = principal_of(request.principal)?;
         let level = level_name(request.level)?;
+        let before = self.paired(&principal).await?;
         let changed = self
             .store
             .set_level(&principal.channel, &principal.sender_id, level)
@@ -250,6 +272,15 @@ impl GatewayService for GatewayApi {
             return Err(Error::NotPaired.into());
         }
         let pairing = self.paired(&principal).await?;
+        if pairing.autonomy() < before.autonomy() {
+            // What was asked at the old level is not decided at it.
+            self.withdraw(
+                &principal,
+                pairing.language(),
+                "the person's level was lowered",
+            )
+            .await?;
+        }
         Ok(Response::new(pb::SetLevelResponse {
             pairing: Some(pairing_msg(&pairing)),
         }))
@@ -260,11 +291,22 @@ impl GatewayService for GatewayApi {
         request: Request<pb::RevokePairingRequest>,
     ) -> Result<Response<pb::RevokePairingResponse>, Status> {
         let principal = principal_of(request.into_inner().principal)?;
+        let language = self
+            .store
+            .pairing(&principal.channel, &principal.sender_id)
+            .await
+            .map_err(Error::from)?
+            .map(|p| p.language());
         let revoked = self
             .store
             .revoke(&principal.channel, &principal.sender_id)
             .await
             .map_err(Error::from)?;
+        // Revoked first, so nothing new starts for them; then what they had under way stops.
+        if let Some(language) = language {
+            self.withdraw(&principal, language, "the person's pairing was revoked")
+                .await?;
+        }
         Ok(Response::new(pb::RevokePairingResponse { revoked }))
     }
 }

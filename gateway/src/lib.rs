@@ -128,8 +128,8 @@ pub async fn serve(
                         token,
                         &settings,
                         store.clone(),
-                        planner,
-                        approval,
+                        planner.clone(),
+                        approval.clone(),
                     );
                     start_telegram(channel, webhook, running.background)
                 }
@@ -143,6 +143,7 @@ pub async fn serve(
             Ok(GatewayServiceServer::new(grpc::GatewayApi {
                 store,
                 telegram,
+                clients: Some(conversation::Clients { planner, approval }),
             }))
         })
         .await

@@ -241,6 +241,14 @@ pub fn say(lang: Language, what: Says<'_>) -> String {
         (Language::English, Says::Paired(level)) => {
             format!("Paired: you can talk to me now (level {level}).")
         }
+        (Language::Italian, Says::Withdrawn) => "ritirata: accesso revocato o ridotto".to_owned(),
+        (Language::English, Says::Withdrawn) => "withdrawn: access revoked or lowered".to_owned(),
+        (Language::Italian, Says::NotPaired) => {
+            "Non sei (più) abbinato: questa richiesta non è tua da decidere.".to_owned()
+        }
+        (Language::English, Says::NotPaired) => {
+            "You are not paired (any more): this request is not yours to decide.".to_owned()
+        }
     }
 }
 
@@ -261,6 +269,10 @@ pub enum Says<'a> {
     TurnEnded(&'a str),
     /// Welcome, at the level (its store name).
     Paired(&'a str),
+    /// A card whose person's pairing was revoked or whose level was lowered.
+    Withdrawn,
+    /// A click from someone who is not (or no longer) paired.
+    NotPaired,
 }
 
 #[cfg(test)]

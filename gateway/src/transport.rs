@@ -183,6 +183,11 @@ impl Telegram {
         })
     }
 
+    /// The conversations this channel carries.
+    pub fn conversation(&self) -> &Conversation {
+        &self.conversation
+    }
+
     /// Where messages and cards go out.
     pub fn outbox(&self) -> &Outbox {
         &self.outbox
