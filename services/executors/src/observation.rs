@@ -62,6 +62,9 @@ pub struct ExecContext {
     pub max_output_bytes: u64,
     pub timeout_seconds: u64,
     pub shell: ShellSettings,
+    /// Metnos's own files (its data directory, its certificates), which no executor may
+    /// read or write, whatever a scope says — except the shell's workspace inside them.
+    pub forbidden: Vec<PathBuf>,
 }
 
 impl Default for ExecContext {
@@ -77,6 +80,7 @@ impl Default for ExecContext {
             max_output_bytes: 1024 * 1024,
             timeout_seconds: 30,
             shell: ShellSettings::default(),
+            forbidden: Vec::new(),
         }
     }
 }

@@ -27,6 +27,8 @@ pub struct Runner {
     pub user_home: PathBuf,
     pub local_hosts: Vec<String>,
     pub shell: ShellSettings,
+    /// Metnos's own files, off limits to every executor (see [`ExecContext::forbidden`]).
+    pub forbidden: Vec<PathBuf>,
 }
 
 /// Reads at most `cap` bytes; `true` when there was more.
@@ -129,6 +131,7 @@ impl Runner {
             max_output_bytes: m.max_output_bytes,
             timeout_seconds: m.timeout_seconds,
             shell: self.shell.clone(),
+            forbidden: self.forbidden.clone(),
         }
     }
 

@@ -25,6 +25,27 @@ pub enum ScopeError {
     Url(String),
     #[error("host `{host}` is not among the allowed hosts ({allowed})")]
     Host { host: String, allowed: String },
+    #[error(
+        "path `{0}` is Metnos's own data (its stores, logs or certificates): no executor may touch it"
+    )]
+    Forbidden(String),
+}
+
+/// Whether `path` lies in one of Metnos's own folders (`forbidden`), outside the shell's
+/// `workspace` (which is Metnos's too, but the shell's to use).
+pub fn is_forbidden(path: &Path, forbidden: &[PathBuf], workspace: &Path) -> bool {
+    let inside = |root: &PathBuf| path.starts_with(root);
+    forbidden.iter().any(inside)
+        && !(workspace.as_os_str().len() > 1 && path.starts_with(workspace))
+}
+
+/// `forbidden` as real paths (symlinks resolved), so a check on a resolved path meets
+/// them; those that do not exist are kept as written.
+pub fn real_roots(forbidden: &[PathBuf]) -> Vec<PathBuf> {
+    forbidden
+        .iter()
+        .map(|p| resolve(&normalize(p)).unwrap_or_else(|_| normalize(p)))
+        .collect()
 }
 
 /// `~` and `~/x` under `home`; other text (`~user` too) as a path.

@@ -484,6 +484,113 @@ async fn shell_exec_writes_only_in_the_workspace_where_landlock_exists() {
     }
 }
 
+/// Metnos's own folder inside the person's home, as the default data directory is
+/// (`~/.local/share/metnos`), with a key in it and the shell's workspace beside it.
+fn with_metnos_data(f: &Fixture) -> (metnos_executors::Runner, std::path::PathBuf) {
+    let data = f.home().join(".local/share/metnos");
+    std::fs::create_dir_all(data.join("pki")).unwrap();
+    let key = data.join("pki/owner.key");
+    std::fs::write(&key, "-----BEGIN PRIVATE KEY----- the owner's").unwrap();
+    let runner = metnos_executors::Runner {
+        forbidden: vec![data.clone()],
+        ..f.runner()
+    };
+    (runner, key)
+}
+
+#[tokio::test]
+async fn no_executor_reads_or_writes_metnos_s_own_data_however_the_path_is_spelled() {
+    let (f, catalog) = setup();
+    let (runner, key) = with_metnos_data(&f);
+    std::fs::write(f.home().join("notes.txt"), "mine").unwrap();
+    let home = f.home();
+    std::os::unix::fs::symlink(home.join(".local/share/metnos"), home.join("innocent")).unwrap();
+    for spelled in [
+        "~/.local/share/metnos/pki/owner.key".to_owned(),
+        key.display().to_string(),
+        format!(
+            "{}/.local/share/../share/metnos//pki/owner.key",
+            home.display()
+        ),
+        "~/innocent/pki/owner.key".to_owned(),
+    ] {
+        let o = runner
+            .check_and_run(&catalog, "fs_read", &json!({"path": spelled}))
+            .await;
+        assert!(!o.ok, "{spelled}: {o:?}");
+        let error = o.error.as_deref().unwrap_or("");
+        assert!(error.contains("Metnos's own data"), "{spelled}: {error}");
+        assert!(
+            !format!("{o:?}").contains("the owner's"),
+            "{spelled}: {o:?}"
+        );
+    }
+    let o = runner
+        .check_and_run(
+            &catalog,
+            "fs_write",
+            &json!({"path": "~/.local/share/metnos/pki/owner.key", "content": "x"}),
+        )
+        .await;
+    assert!(
+        !o.ok
+            && o.error
+                .as_deref()
+                .unwrap_or("")
+                .contains("Metnos's own data")
+    );
+    assert_eq!(
+        std::fs::read_to_string(&key).unwrap(),
+        "-----BEGIN PRIVATE KEY----- the owner's"
+    );
+    // The person's own files are read as before.
+    let o = runner
+        .check_and_run(&catalog, "fs_read", &json!({"path": "~/notes.txt"}))
+        .await;
+    assert!(o.ok, "{o:?}");
+}
+
+#[tokio::test]
+async fn shell_exec_cannot_read_metnos_s_own_data_where_landlock_exists() {
+    let (f, catalog) = setup();
+    let (runner, key) = with_metnos_data(&f);
+    std::fs::write(f.home().join("notes.txt"), "mine").unwrap();
+    let run = |command: String| {
+        let runner = runner.clone();
+        let catalog = &catalog;
+        async move {
+            runner
+                .check_and_run(catalog, "shell_exec", &json!({ "command": command }))
+                .await
+        }
+    };
+    let o = run(format!("cat {}", key.display())).await;
+    let landlock = meta(&o, "landlock").as_str().unwrap().to_owned();
+    if !(landlock == "enforced" || landlock.starts_with("partially")) {
+        assert!(landlock.starts_with("not enforced"), "{landlock}");
+        eprintln!("Landlock is not available on this kernel: {landlock}");
+        return;
+    }
+    assert!(!o.ok, "{o:?}");
+    assert!(!format!("{o:?}").contains("the owner's"), "{o:?}");
+    // Nor by searching the folders around it.
+    let o = run(format!(
+        "grep -r PRIVATE {}",
+        f.home().join(".local").display()
+    ))
+    .await;
+    assert!(!format!("{o:?}").contains("the owner's"), "{o:?}");
+    // The person's files are still readable, and the workspace writable.
+    let o = run(format!("cat {}", f.home().join("notes.txt").display())).await;
+    assert!(o.ok, "{o:?}");
+    assert_eq!(
+        o.content.as_ref().and_then(|c| c.as_str()).map(str::trim),
+        Some("mine")
+    );
+    let o = run("touch inside.txt".to_owned()).await;
+    assert!(o.ok, "{o:?}");
+}
+
 // ---- web_fetch ----------------------------------------------------------------------
 
 async fn handle(

@@ -32,6 +32,9 @@ pub struct Table {
     pub rules: &'static [Rule],
 }
 
+/// Answered without a client certificate (Kubernetes' probes cannot present one).
+const HEALTH: &str = "grpc.health.v1.Health";
+
 /// Services every authenticated caller may use.
 const OPEN: [&str; 3] = [
     "grpc.health.v1.Health",
@@ -90,12 +93,15 @@ impl Table {
         &self,
         path: &str,
         caller: Result<Identity, Refusal>,
-    ) -> Result<Identity, Refusal> {
-        let caller = caller?;
+    ) -> Result<Option<Identity>, Refusal> {
         let rpc = path.trim_start_matches('/');
         let (service, method) = rpc.split_once('/').unwrap_or((rpc, ""));
+        if service == HEALTH && caller == Err(Refusal::NoCertificate) {
+            return Ok(None);
+        }
+        let caller = caller?;
         if OPEN.contains(&service) {
-            return Ok(caller);
+            return Ok(Some(caller));
         }
         let callers: &[Identity] = if service == self.service {
             self.rules
@@ -106,7 +112,7 @@ impl Table {
             &[]
         };
         if callers.contains(&caller) {
-            return Ok(caller);
+            return Ok(Some(caller));
         }
         let needs = if callers.is_empty() {
             "of no caller: it is not open".to_owned()
@@ -186,7 +192,9 @@ where
         let path = request.uri().path().to_owned();
         match self.table.decide(&path, caller_of(&request)) {
             Ok(identity) => {
-                request.extensions_mut().insert(Caller(identity));
+                if let Some(identity) = identity {
+                    request.extensions_mut().insert(Caller(identity));
+                }
                 futures::future::Either::Left(self.inner.call(request))
             }
             Err(refusal) => {
@@ -220,7 +228,7 @@ mod tests {
         let path = "/metnos.policy.v1.PolicyService/RecordGrant";
         assert_eq!(
             TABLE.decide(path, Ok(Identity::Approval)),
-            Ok(Identity::Approval)
+            Ok(Some(Identity::Approval))
         );
         let refused = TABLE.decide(path, Ok(Identity::Gateway)).unwrap_err();
         let status = refused.status();
@@ -258,10 +266,20 @@ mod tests {
                 .decide("/grpc.health.v1.Health/Check", Ok(Identity::Gateway))
                 .is_ok()
         );
-        let status = TABLE
-            .decide("/grpc.health.v1.Health/Check", Err(Refusal::NoCertificate))
-            .unwrap_err()
-            .status();
-        assert_eq!(status.code(), tonic::Code::Unauthenticated);
+        // Health answers without a certificate; reflection and the service do not.
+        assert_eq!(
+            TABLE.decide("/grpc.health.v1.Health/Check", Err(Refusal::NoCertificate)),
+            Ok(None)
+        );
+        for path in [
+            "/grpc.reflection.v1.ServerReflection/ServerReflectionInfo",
+            "/metnos.policy.v1.PolicyService/Check",
+        ] {
+            let status = TABLE
+                .decide(path, Err(Refusal::NoCertificate))
+                .unwrap_err()
+                .status();
+            assert_eq!(status.code(), tonic::Code::Unauthenticated, "{path}");
+        }
     }
 }

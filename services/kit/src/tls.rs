@@ -420,12 +420,15 @@ impl Tls {
         })
     }
 
-    /// The server side: this identity's certificate, and a client certificate signed by
-    /// the CA required of every caller.
+    /// The server side: this identity's certificate, and client certificates checked
+    /// against the CA. A client may connect without one — so health answers probes — but
+    /// every other RPC then answers UNAUTHENTICATED ([`crate::authz`]); a certificate the
+    /// CA did not sign fails the handshake.
     pub fn server(&self) -> ServerTlsConfig {
         ServerTlsConfig::new()
             .identity(TlsIdentity::from_pem(&self.cert, &self.key))
             .client_ca_root(Certificate::from_pem(&self.ca))
+            .client_auth_optional(true)
             .timeout(std::time::Duration::from_secs(10))
     }
 

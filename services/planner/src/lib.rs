@@ -60,6 +60,9 @@ pub use store::MIGRATIONS;
 pub fn runner_from_config(config: &Config) -> Runner {
     let e = &config.executors;
     Runner {
+        // Metnos's own files: its data directory (but the shell's workspace in it) and its
+        // certificates, wherever they are.
+        forbidden: vec![config.data_dir.clone(), config.tls.dir.clone()],
         user_home: config.runtime.user_home.clone(),
         local_hosts: e.local_hosts.clone(),
         shell: ShellSettings {

@@ -345,6 +345,7 @@ impl Harness {
             llm: Ok(llm.clone()),
             catalog,
             runner: Runner {
+                forbidden: Vec::new(),
                 user_home: home.clone(),
                 local_hosts: Vec::new(),
                 shell: ShellSettings {

@@ -209,18 +209,69 @@ fn is_plain_word(value: &str) -> bool {
         .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'_' | b'-' | b' '))
 }
 
-/// The user's home, prepared once: its text, and whether it holds a trigger.
+/// The user's home, prepared once: its text, and whether it holds a trigger; and
+/// Metnos's own folders (data directory, certificates), with the shell's workspace that may
+/// lie inside them.
 #[derive(Debug, Clone)]
 pub struct Home {
     path: String,
     clean: bool,
+    own: OwnData,
+}
+
+/// Metnos's own folders, as normalised absolute paths.
+#[derive(Debug, Clone, Default)]
+struct OwnData {
+    roots: Vec<String>,
+    workspace: String,
+}
+
+/// The rule an argument naming Metnos's own data breaks.
+pub const OWN_DATA_RULE: &str = "path.metnos_own_data";
+
+impl OwnData {
+    /// Whether the absolute, normalised `path` lies in one of Metnos's own folders (but
+    /// not in the workspace).
+    fn holds(&self, path: &str) -> bool {
+        let beneath = |root: &str| {
+            path.strip_prefix(root)
+                .is_some_and(|rest| rest.is_empty() || rest.starts_with('/'))
+        };
+        self.roots.iter().any(|r| beneath(r))
+            && !(self.workspace.len() > 1 && beneath(&self.workspace))
+    }
+
+    /// Whether `value` needs a look for Metnos's own folders: any value but a plain word,
+    /// once there are any (their names are the installation's, not triggers of the rules).
+    fn might_be_named_in(&self, value: &str) -> bool {
+        !self.roots.is_empty() && !is_plain_word(value)
+    }
+
+    fn rule(&self, path: &str) -> Option<&'static str> {
+        (path.starts_with('/') && self.holds(&normalize(path))).then_some(OWN_DATA_RULE)
+    }
 }
 
 impl Home {
     pub fn new(home: &Path) -> Home {
         let path = metnos_core::path::home_text(home);
         let clean = !TRIGGER_SCAN.is_match(&path);
-        Home { path, clean }
+        Home {
+            path,
+            clean,
+            own: OwnData::default(),
+        }
+    }
+
+    /// Also refuses arguments that name Metnos's own folders (`own`: the data directory,
+    /// the certificates), except the shell's `workspace`.
+    pub fn with_own_data(mut self, own: &[std::path::PathBuf], workspace: &Path) -> Home {
+        let text = |p: &Path| normalize(&p.to_string_lossy());
+        self.own = OwnData {
+            roots: own.iter().map(|p| text(p)).filter(|r| r != "/").collect(),
+            workspace: text(workspace),
+        };
+        self
     }
 }
 
@@ -232,9 +283,7 @@ pub fn check(args: &Value, shell: bool, home: &Path) -> Option<Violation> {
 
 /// As [`check`], with the home prepared once (the service does it at start).
 pub fn check_with(args: &Value, shell: bool, prepared: &Home) -> Option<Violation> {
-    let home = prepared.path.as_str();
-    let home_is_clean = prepared.clean;
-    if let Some(violation) = walk(args, &KeyPath::Root, home, home_is_clean) {
+    if let Some(violation) = walk(args, &KeyPath::Root, prepared) {
         return Some(violation);
     }
     if shell {
@@ -252,7 +301,7 @@ pub fn check_with(args: &Value, shell: bool, prepared: &Home) -> Option<Violatio
                     .into(),
                 _ => continue,
             };
-            if let Some(rule) = check_command(&text, home, home_is_clean, 0) {
+            if let Some(rule) = check_command(&text, prepared, 0) {
                 return Some(Violation {
                     rule,
                     key: key.to_owned(),
@@ -289,12 +338,12 @@ fn key_of(path: &KeyPath<'_>) -> String {
 
 /// Checks every string value at any depth, and every key (a path can hide in a key as
 /// well as in a value); the key path is built only when a rule fires.
-fn walk(value: &Value, path: &KeyPath<'_>, home: &str, home_is_clean: bool) -> Option<Violation> {
+fn walk(value: &Value, path: &KeyPath<'_>, prepared: &Home) -> Option<Violation> {
     let check_text = |text: &str, path: &KeyPath<'_>| {
-        if !could_break_path_rule(text, home_is_clean) {
+        if !could_break_path_rule(text, prepared.clean) && !prepared.own.might_be_named_in(text) {
             return None;
         }
-        check_paths(text, home).map(|rule| Violation {
+        check_paths(text, prepared).map(|rule| Violation {
             rule,
             key: key_of(path),
         })
@@ -304,19 +353,26 @@ fn walk(value: &Value, path: &KeyPath<'_>, home: &str, home_is_clean: bool) -> O
         Value::Array(items) => items
             .iter()
             .enumerate()
-            .find_map(|(i, item)| walk(item, &KeyPath::Index(i, path), home, home_is_clean)),
+            .find_map(|(i, item)| walk(item, &KeyPath::Index(i, path), prepared)),
         Value::Object(map) => map.iter().find_map(|(k, v)| {
             let here = KeyPath::Key(k, path);
-            check_text(k, &here).or_else(|| walk(v, &here, home, home_is_clean))
+            check_text(k, &here).or_else(|| walk(v, &here, prepared))
         }),
         _ => None,
     }
 }
 
 /// The first path rule any spelling of `value` (or of a word in it) breaks.
-fn check_paths(value: &str, home: &str) -> Option<&'static str> {
+fn check_paths(value: &str, prepared: &Home) -> Option<&'static str> {
+    let home = prepared.path.as_str();
+    let own = &prepared.own;
+    let first = |text: &str| {
+        PATHS
+            .first_match(text)
+            .or_else(|| (!own.roots.is_empty()).then(|| own.rule(text)).flatten())
+    };
     // The value as written first: most hits need nothing more.
-    if let Some(rule) = PATHS.first_match(value) {
+    if let Some(rule) = first(value) {
         return Some(rule);
     }
     let check = |text: &str| {
@@ -324,11 +380,9 @@ fn check_paths(value: &str, home: &str) -> Option<&'static str> {
             // Nothing to unquote, decode or expand: only `.`, `..` or `//` to fold, if any.
             return (text.starts_with('/') && has_foldable_segment(text))
                 .then(|| normalize(text))
-                .and_then(|folded| PATHS.first_match(&folded));
+                .and_then(|folded| first(&folded));
         }
-        spellings(text, home)
-            .iter()
-            .find_map(|c| PATHS.first_match(c))
+        spellings(text, home).iter().find_map(|c| first(c))
     };
     if let Some(rule) = check(value) {
         return Some(rule);
@@ -340,7 +394,7 @@ fn check_paths(value: &str, home: &str) -> Option<&'static str> {
         })
         // A word as long as the value is the value (already checked).
         .filter(|word| !word.is_empty() && word.len() != value.len())
-        .find_map(|word| PATHS.first_match(word).or_else(|| check(word)))
+        .find_map(|word| first(word).or_else(|| check(word)))
 }
 
 /// Whether `value` has nothing to unquote, decode or expand, and no space to trim.
@@ -436,17 +490,15 @@ const SHELLS: &[&str] = &["sh", "bash", "zsh", "dash", "ksh", "ash", "busybox"];
 
 /// Checks a shell command text: the seed's patterns on the text as written, then each
 /// simple command of it. `depth` bounds recursion into `sh -c` and `$(…)`.
-fn check_command(
-    text: &str,
-    home: &str,
-    home_is_clean: bool,
-    depth: usize,
-) -> Option<&'static str> {
+fn check_command(text: &str, prepared: &Home, depth: usize) -> Option<&'static str> {
     if depth > 4 {
         return None;
     }
     // Nothing a rule looks for, and no path trigger: an ordinary command.
-    if !SHELL_SCAN.is_match(text) && !could_break_path_rule(text, home_is_clean) {
+    if !SHELL_SCAN.is_match(text)
+        && !could_break_path_rule(text, prepared.clean)
+        && !prepared.own.might_be_named_in(text)
+    {
         return None;
     }
     if let Some(rule) = SHELL.first_match(text) {
@@ -454,7 +506,7 @@ fn check_command(
     }
     // Substitutions run too: check what they hold as commands of their own.
     for inner in substitutions(text) {
-        if let Some(rule) = check_command(&inner, home, home_is_clean, depth + 1) {
+        if let Some(rule) = check_command(&inner, prepared, depth + 1) {
             return Some(rule);
         }
     }
@@ -464,7 +516,7 @@ fn check_command(
             // Unbalanced quotes: a shell would refuse it too, but check it as plain words.
             Err(_) => segment.split_whitespace().map(str::to_owned).collect(),
         };
-        if let Some(rule) = check_simple(&words, home, home_is_clean, depth) {
+        if let Some(rule) = check_simple(&words, prepared, depth) {
             return Some(rule);
         }
     }
@@ -566,15 +618,11 @@ fn program_name(word: &str) -> &str {
 }
 
 /// Checks one simple command (already split into words).
-fn check_simple(
-    words: &[String],
-    home: &str,
-    home_is_clean: bool,
-    depth: usize,
-) -> Option<&'static str> {
+fn check_simple(words: &[String], prepared: &Home, depth: usize) -> Option<&'static str> {
+    let home = prepared.path.as_str();
     // Every word as a path (redirections included: `>/dev/sda`).
     for word in words {
-        if let Some(rule) = check_paths(strip_redirection(word), home) {
+        if let Some(rule) = check_paths(strip_redirection(word), prepared) {
             return Some(rule);
         }
     }
@@ -622,10 +670,10 @@ fn check_simple(
                 && arg.contains('c')
                 && let Some(payload) = args.get(i + 1)
             {
-                return check_command(payload, home, home_is_clean, depth + 1);
+                return check_command(payload, prepared, depth + 1);
             }
             if SHELLS.contains(&arg.as_str()) {
-                return check_simple(&args[i..], home, home_is_clean, depth + 1);
+                return check_simple(&args[i..], prepared, depth + 1);
             }
             i += 1;
         }
@@ -840,9 +888,46 @@ mod tests {
         ) {
             let text = words.concat();
             if is_plain_word(&text) {
-                proptest::prop_assert_eq!(check_paths(&text, HOME), None, "{}", text);
-                proptest::prop_assert_eq!(check_paths(&text, "/root"), None, "{}", text);
+                let home = Home::new(Path::new(HOME));
+                let root = Home::new(Path::new("/root"));
+                proptest::prop_assert_eq!(check_paths(&text, &home), None, "{}", text);
+                proptest::prop_assert_eq!(check_paths(&text, &root), None, "{}", text);
             }
+        }
+    }
+
+    #[test]
+    fn metnos_s_own_data_is_refused_however_spelled_but_the_workspace_is_not() {
+        let data = Path::new("/home/roberto/.local/share/metnos");
+        let home = Home::new(Path::new(HOME)).with_own_data(
+            &[
+                data.to_path_buf(),
+                Path::new("/etc/metnos/pki").to_path_buf(),
+            ],
+            &data.join("workspace"),
+        );
+        for spelled in [
+            "~/.local/share/metnos/pki/owner.key",
+            "/home/roberto/.local/share/metnos/planner.db",
+            "/home/roberto/.local/share/x/../metnos//turns/2026-11-23.jsonl",
+            "$HOME/.local/share/metnos",
+            "file:///etc/metnos/pki/ca.key",
+            "\"/etc/metnos/pki/planner.key\"",
+        ] {
+            let violation = check_with(&json!({"path": spelled}), false, &home);
+            assert_eq!(violation.map(|v| v.rule), Some(OWN_DATA_RULE), "{spelled}");
+        }
+        let command = json!({"command": "cat /home/roberto/.local/share/metnos/pki/owner.key"});
+        assert!(check_with(&command, true, &home).is_some());
+        for allowed in [
+            "~/.local/share/metnos/workspace/out.txt",
+            "~/.local/share/metnos-notes.txt",
+            "/etc/metnos/config.toml",
+        ] {
+            assert!(
+                check_with(&json!({"path": allowed}), false, &home).is_none(),
+                "{allowed}"
+            );
         }
     }
 

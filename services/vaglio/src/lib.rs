@@ -74,10 +74,15 @@ pub async fn serve(
     };
     let home = config.runtime.user_home.clone();
     let log_dir = config.data_dir.join("vaglio");
+    let own_data = [config.data_dir.clone(), config.tls.dir.clone()];
+    let workspace = config.executors.workspace.clone();
     Startup::new(SERVICE, &MIGRATIONS, &grpc::AUTHORIZATION, &config)
         .serve_with_store(listener, shutdown, move |running| {
             let log = log::VerdictLog::start(log_dir);
-            let vaglio = Arc::new(service::Vaglio::new(home, threshold, kind, log.clone()));
+            let vaglio = Arc::new(
+                service::Vaglio::new(home, threshold, kind, log.clone())
+                    .guarding_own_data(&own_data, &workspace),
+            );
             // The log's own health, beside the service's: verdicts go on when it cannot
             // write.
             let watched = log.clone();

@@ -110,6 +110,13 @@ impl Vaglio {
         }
     }
 
+    /// Also refuses any argument that names Metnos's own folders (its data directory and
+    /// certificates), except the shell's `workspace` in them.
+    pub fn guarding_own_data(mut self, own: &[PathBuf], workspace: &std::path::Path) -> Vaglio {
+        self.home = self.home.with_own_data(own, workspace);
+        self
+    }
+
     pub fn log(&self) -> &VerdictLog {
         &self.log
     }

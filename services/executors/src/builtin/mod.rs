@@ -76,11 +76,22 @@ pub(crate) fn count_arg(args: &Value, key: &str) -> Result<Option<u64>, String> 
     }
 }
 
-/// The real path of a path argument, inside the executor's scope.
+/// The real path of a path argument, inside the executor's scope and outside Metnos's
+/// own files (checked on the path as written and as resolved).
 pub(crate) fn scoped_path(text: &str, context: &ExecContext) -> Result<std::path::PathBuf, String> {
-    PathScope::new(&context.scope_paths, &context.user_home)
+    let real = PathScope::new(&context.scope_paths, &context.user_home)
         .check(text, &context.user_home)
-        .map_err(|e| e.to_string())
+        .map_err(|e| e.to_string())?;
+    let forbidden = crate::scope::real_roots(&context.forbidden);
+    let workspace = crate::scope::resolve(&context.shell.workspace)
+        .unwrap_or_else(|_| context.shell.workspace.clone());
+    let lexical = crate::scope::normalize(&crate::scope::expand_home(text, &context.user_home));
+    if crate::scope::is_forbidden(&real, &forbidden, &workspace)
+        || crate::scope::is_forbidden(&lexical, &context.forbidden, &context.shell.workspace)
+    {
+        return Err(crate::scope::ScopeError::Forbidden(text.to_owned()).to_string());
+    }
+    Ok(real)
 }
 
 /// Metadata from pairs.

@@ -1,6 +1,7 @@
 //! `shell_exec`: one program from the configured allow-list, run without a shell, in the
 //! workspace, under CPU, memory and file-size limits, and on Linux inside a Landlock
-//! ruleset that lets it write only in the workspace (reported when the kernel has none).
+//! ruleset that lets it write only in the workspace and read nothing of Metnos's own data
+//! and certificates (reported when the kernel has none).
 
 use std::io::Read;
 use std::path::{Path, PathBuf};
@@ -105,7 +106,8 @@ fn execute(args: &Value, context: &ExecContext) -> Result<Observation, Failure> 
     ]);
     limit_resources(context)
         .map_err(|e| (format!("cannot set resource limits: {e}"), details.clone()))?;
-    let sandbox = confine_writes(&workspace);
+    let hidden = crate::scope::real_roots(&context.forbidden);
+    let sandbox = confine(&workspace, &hidden);
     details.insert("landlock".into(), json!(sandbox));
 
     let mut child = Command::new(&path)
@@ -227,10 +229,37 @@ fn limit_resources(context: &ExecContext) -> std::io::Result<()> {
     Ok(())
 }
 
-/// Confines writes of this process and its children to `workspace` (and `/dev/null`);
-/// reading and executing stay allowed everywhere. Returns what the kernel enforced.
+/// Everything to grant reading so that all is readable except what lies beneath `hidden`:
+/// `/` when nothing is hidden, else, along the path from `/` to each hidden folder, every
+/// other entry of each folder on the way. (Landlock only grants, so what is not granted is
+/// refused; the folders on the way cannot be listed themselves.)
+pub fn readable_roots(hidden: &[PathBuf]) -> Vec<PathBuf> {
+    use std::collections::BTreeSet;
+    if hidden.is_empty() {
+        return vec![PathBuf::from("/")];
+    }
+    let on_the_way: BTreeSet<&Path> = hidden.iter().flat_map(|h| h.ancestors().skip(1)).collect();
+    let mut roots = Vec::new();
+    for dir in &on_the_way {
+        let Ok(entries) = std::fs::read_dir(dir) else {
+            continue;
+        };
+        for entry in entries.flatten() {
+            let path = entry.path();
+            if !on_the_way.contains(path.as_path()) && !hidden.contains(&path) {
+                roots.push(path);
+            }
+        }
+    }
+    roots
+}
+
+/// Confines this process and its children: writes only in `workspace` (and `/dev/null`),
+/// reading and executing everywhere but beneath `hidden` (Metnos's own data and
+/// certificates; the workspace stays the shell's even when it lies inside them). Returns
+/// what the kernel enforced.
 #[cfg(target_os = "linux")]
-fn confine_writes(workspace: &Path) -> String {
+fn confine(workspace: &Path, hidden: &[PathBuf]) -> String {
     use landlock::{
         ABI, Access, AccessFs, Ruleset, RulesetAttr, RulesetCreatedAttr, RulesetStatus,
         path_beneath_rules,
@@ -241,7 +270,7 @@ fn confine_writes(workspace: &Path) -> String {
     let result = Ruleset::default()
         .handle_access(all)
         .and_then(|r| r.create())
-        .and_then(|r| r.add_rules(path_beneath_rules(["/"], read)))
+        .and_then(|r| r.add_rules(path_beneath_rules(readable_roots(hidden), read)))
         .and_then(|r| r.add_rules(path_beneath_rules([workspace], all)))
         .and_then(|r| r.add_rules(path_beneath_rules(["/dev/null"], all)))
         .and_then(|r| r.restrict_self());
@@ -258,6 +287,6 @@ fn confine_writes(workspace: &Path) -> String {
 }
 
 #[cfg(not(target_os = "linux"))]
-fn confine_writes(_workspace: &Path) -> String {
+fn confine(_workspace: &Path, _hidden: &[PathBuf]) -> String {
     "not available on this operating system".to_owned()
 }

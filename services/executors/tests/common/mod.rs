@@ -65,6 +65,7 @@ impl Fixture {
 
     pub fn runner(&self) -> Runner {
         Runner {
+            forbidden: Vec::new(),
             user_home: self.home(),
             // The tests' HTTP servers listen on loopback.
             local_hosts: vec!["127.0.0.1".into()],
