@@ -27,7 +27,7 @@ pub async fn chat(config: &Config, args: ChatArgs) -> ExitCode {
         Ok(s) => s,
         Err(code) => return code,
     };
-    let history = config.data_dir.join("chat_history");
+    let history = config.data_dir.join(metnos_kit::datadir::CHAT_HISTORY);
     let mut editor = match rustyline::DefaultEditor::new() {
         Ok(editor) => editor,
         Err(e) => {
@@ -92,7 +92,7 @@ pub async fn chat(config: &Config, args: ChatArgs) -> ExitCode {
             }
         }
     }
-    let _ = std::fs::create_dir_all(&config.data_dir);
+    let _ = metnos_kit::datadir::create_dir_all(&config.data_dir);
     let _ = editor.save_history(&history);
     ExitCode::SUCCESS
 }

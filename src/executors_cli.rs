@@ -116,8 +116,12 @@ pub async fn executors(config: &Config, command: ExecutorsCommand) -> ExitCode {
                 );
                 return ExitCode::FAILURE;
             }
-            let path =
-                out.unwrap_or_else(|| config.data_dir.join("keys").join(format!("{name}.key")));
+            let path = out.unwrap_or_else(|| {
+                config
+                    .data_dir
+                    .join(metnos_kit::datadir::KEYS_DIR)
+                    .join(format!("{name}.key"))
+            });
             let key = match signing::generate() {
                 Ok(key) => key,
                 Err(e) => {

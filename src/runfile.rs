@@ -9,8 +9,6 @@ use metnos_kit::config::SERVICES;
 use metnos_kit::{Config, ServiceName};
 use serde::{Deserialize, Serialize};
 
-const FILE_NAME: &str = "metnos-up.json";
-
 /// What `metnos up` wrote.
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
 pub struct RunFile {
@@ -21,16 +19,14 @@ pub struct RunFile {
 
 impl RunFile {
     pub fn path(data_dir: &Path) -> PathBuf {
-        data_dir.join(FILE_NAME)
+        data_dir.join(metnos_kit::datadir::RUN_FILE)
     }
 
-    /// Writes atomically (temp file + rename), so a reader never sees half a file.
+    /// Writes atomically (temp file + rename), so a reader never sees half a file, and
+    /// 0600: where the stack listens is the owner's business.
     pub fn write(&self, data_dir: &Path) -> std::io::Result<()> {
-        let path = Self::path(data_dir);
-        let tmp = path.with_extension("json.tmp");
         let text = serde_json::to_string_pretty(self).map_err(std::io::Error::other)?;
-        std::fs::write(&tmp, text)?;
-        std::fs::rename(&tmp, &path)
+        metnos_kit::datadir::write_file(&Self::path(data_dir), text.as_bytes())
     }
 
     /// The run file of a live `metnos up`, if any (a stale one, whose process is gone, is

@@ -35,7 +35,7 @@ pub async fn up(config: Config) -> ExitCode {
         );
         return ExitCode::FAILURE;
     }
-    if let Err(e) = std::fs::create_dir_all(&config.data_dir) {
+    if let Err(e) = metnos_kit::datadir::create_dir_all(&config.data_dir) {
         eprintln!(
             "metnos up: cannot create the data directory {}: {e}",
             config.data_dir.display()

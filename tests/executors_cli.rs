@@ -159,3 +159,37 @@ async fn a_malformed_trusted_key_is_a_config_error() {
         "{stderr}"
     );
 }
+
+#[tokio::test]
+async fn keygen_writes_a_key_only_its_owner_can_read() {
+    use std::os::unix::fs::PermissionsExt;
+    let mode = |p: &std::path::Path| std::fs::metadata(p).unwrap().permissions().mode() & 0o777;
+    // The umask most machines have: the modes must not come from a stricter one.
+    rustix::process::umask(rustix::fs::Mode::from_raw_mode(0o022));
+    let sandbox = Sandbox::new();
+    let (code, stdout, stderr) = sandbox
+        .run(&["executors", "keygen", "--name", "owner"])
+        .await;
+    assert_eq!(code, 0, "{stderr}");
+    let key_file = lines(&stdout)[0]["key_file"].as_str().unwrap().to_owned();
+    let key_file = std::path::Path::new(&key_file);
+    assert_eq!(mode(key_file), 0o600, "the key");
+    assert_eq!(mode(key_file.parent().unwrap()), 0o700, "keys/");
+    assert_eq!(
+        mode(&sandbox.data_dir()),
+        0o700,
+        "the data directory it created"
+    );
+
+    // Into a folder of the person's own: the key is private, their folder keeps its mode.
+    let own = sandbox.dir.path().join("mine");
+    std::fs::create_dir(&own).unwrap();
+    std::fs::set_permissions(&own, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let out = own.join("signer.key").display().to_string();
+    let (code, _, stderr) = sandbox
+        .run(&["executors", "keygen", "--name", "signer", "--out", &out])
+        .await;
+    assert_eq!(code, 0, "{stderr}");
+    assert_eq!(mode(&own.join("signer.key")), 0o600);
+    assert_eq!(mode(&own), 0o755);
+}

@@ -1,6 +1,8 @@
 //! Putting executors in a catalog and signing them: what `metnos executors install` and
 //! `metnos executors sign` do.
 
+use std::io::Write;
+use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 
 use ed25519_dalek::SigningKey;
@@ -35,18 +37,35 @@ pub fn install_builtins(catalog: &Path, program: &Path) -> Result<Vec<PathBuf>, 
     let mut written = Vec::new();
     for (name, text) in crate::builtin::MANIFESTS {
         let dir = catalog.join(name);
-        std::fs::create_dir_all(&dir).map_err(|e| io(&dir, e))?;
+        // A first install may create the data directory itself: private, like the rest.
+        std::fs::DirBuilder::new()
+            .recursive(true)
+            .mode(0o700)
+            .create(&dir)
+            .map_err(|e| io(&dir, e))?;
         let mut doc: toml_edit::DocumentMut = text.parse().map_err(|e| InstallError::Manifest {
             path: dir.join(MANIFEST_FILE),
             message: format!("built-in manifest does not parse: {e}"),
         })?;
         doc["program"] = toml_edit::value(program.display().to_string());
         let path = dir.join(MANIFEST_FILE);
-        std::fs::write(&path, doc.to_string()).map_err(|e| io(&path, e))?;
+        write_with_mode(&path, doc.to_string().as_bytes(), 0o600).map_err(|e| io(&path, e))?;
         let _ = std::fs::remove_file(dir.join(SIGNATURE_FILE));
         written.push(dir);
     }
     Ok(written)
+}
+
+/// Writes `bytes` to `path`, which ends up with `mode` whatever mode it had.
+fn write_with_mode(path: &Path, bytes: &[u8], mode: u32) -> std::io::Result<()> {
+    let mut file = std::fs::OpenOptions::new()
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .mode(mode)
+        .open(path)?;
+    file.set_permissions(std::fs::Permissions::from_mode(mode))?;
+    file.write_all(bytes)
 }
 
 /// One signed executor.
@@ -115,7 +134,15 @@ pub fn sign_dir(
         let signature = signing::sign(&manifest, key, signer);
         let sig_path = folder.join(SIGNATURE_FILE);
         let sig_text = toml::to_string(&signature).map_err(|e| io(&sig_path, e))?;
-        std::fs::write(&sig_path, sig_text).map_err(|e| io(&sig_path, e))?;
+        // A new signature is as private as its manifest (0600 in a catalog Metnos installed,
+        // whatever the person chose in a folder of their own); an existing one keeps its mode.
+        let mode = std::fs::metadata(&path).map_or(0o600, |m| m.permissions().mode() & 0o777);
+        let mut options = std::fs::OpenOptions::new();
+        options.write(true).create(true).truncate(true).mode(mode);
+        options
+            .open(&sig_path)
+            .and_then(|mut file| file.write_all(sig_text.as_bytes()))
+            .map_err(|e| io(&sig_path, e))?;
         signed.push(Signed {
             dir: folder,
             name: manifest.name,

@@ -6,6 +6,7 @@
 
 use std::collections::BTreeMap;
 use std::io::Write;
+use std::os::unix::fs::DirBuilderExt;
 use std::path::{Path, PathBuf};
 
 use base64::Engine;
@@ -52,7 +53,12 @@ pub fn write_key(path: &Path, key: &SigningKey) -> Result<(), KeyError> {
         return Err(KeyError::Exists(path.to_owned()));
     }
     if let Some(parent) = path.parent().filter(|p| !p.as_os_str().is_empty()) {
-        std::fs::create_dir_all(parent).map_err(write_error)?;
+        // Folders it has to make (`keys/`, perhaps the data directory) are private too.
+        std::fs::DirBuilder::new()
+            .recursive(true)
+            .mode(0o700)
+            .create(parent)
+            .map_err(write_error)?;
     }
     let pem = key
         .to_pkcs8_pem(ed25519_dalek::pkcs8::spki::der::pem::LineEnding::LF)

@@ -9,6 +9,7 @@
 //! - [`readiness`]: what health reports, including a store that stopped answering.
 //! - [`client`]: traced channels, health probes, the dependency watch.
 //! - [`store`]: SQLite / PostgreSQL stores with embedded migrations.
+//! - [`datadir`]: the data directory's layout and modes (0700 folders, 0600 files).
 //! - [`clock`]: the system clock, or a settable one for tests.
 //! - [`time`]: epoch milliseconds, protobuf timestamps, RFC 3339.
 //! - [`tls`]: identities, the built-in PKI and mutual TLS; [`authz`]: who may call what.
@@ -22,6 +23,7 @@ pub mod background;
 pub mod client;
 pub mod clock;
 pub mod config;
+pub mod datadir;
 pub mod launch;
 pub mod propagation;
 pub mod random;

@@ -379,6 +379,7 @@ impl<'a> Startup<'a> {
         } = self;
         let options = ServeOptions::new(service, config, table)
             .map_err(|source| StartError::Tls { service, source })?;
+        crate::datadir::secure(config);
         let db = crate::store::open(
             &config.store(service),
             service.as_str(),

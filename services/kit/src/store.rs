@@ -198,6 +198,12 @@ pub enum StoreError {
         store: String,
         source: std::io::Error,
     },
+    #[error("cannot create {file} for {store}: {source}")]
+    CreateFile {
+        file: String,
+        store: String,
+        source: std::io::Error,
+    },
     #[error("cannot open {store}: {message}")]
     Open { store: String, message: String },
     #[error("cannot connect to {store}: timed out after {seconds} s")]
@@ -234,13 +240,14 @@ pub async fn open(
     let db = match spec {
         StoreSpec::Sqlite { path } => {
             if let Some(dir) = path.parent() {
-                std::fs::create_dir_all(dir).map_err(|source| StoreError::CreateDir {
+                crate::datadir::create_dir_all(dir).map_err(|source| StoreError::CreateDir {
                     dir: dir.display().to_string(),
                     store: store.clone(),
                     source,
                 })?;
             }
             let lock = lock_file(path, &store)?;
+            create_private(path, &store)?;
             let options = SqliteConnectOptions::new()
                 .filename(path)
                 .create_if_missing(true)
@@ -320,7 +327,7 @@ fn lock_file(path: &std::path::Path, store: &str) -> Result<File, StoreError> {
         lock: lock_path.display().to_string(),
         source,
     };
-    let file = std::fs::OpenOptions::new()
+    let file = crate::datadir::file_options()
         .create(true)
         .truncate(false)
         .write(true)
@@ -333,6 +340,24 @@ fn lock_file(path: &std::path::Path, store: &str) -> Result<File, StoreError> {
             lock: lock_path.display().to_string(),
         }),
         Err(std::fs::TryLockError::Error(e)) => Err(lock_error(e)),
+    }
+}
+
+/// Creates a new SQLite file 0600 before SQLite opens it: SQLite would create it with the
+/// umask's mode (0644), and gives its `-wal` and `-shm` the mode of the database file.
+fn create_private(path: &std::path::Path, store: &str) -> Result<(), StoreError> {
+    match crate::datadir::file_options()
+        .write(true)
+        .create_new(true)
+        .open(path)
+    {
+        Ok(_) => Ok(()),
+        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => Ok(()),
+        Err(source) => Err(StoreError::CreateFile {
+            file: path.display().to_string(),
+            store: store.to_owned(),
+            source,
+        }),
     }
 }
 

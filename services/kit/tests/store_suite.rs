@@ -204,6 +204,38 @@ async fn sqlite_store_is_in_wal_mode() {
 }
 
 #[tokio::test]
+async fn a_sqlite_store_its_wal_shm_lock_and_new_folder_are_private_to_the_owner() {
+    use std::os::unix::fs::PermissionsExt;
+    // The umask most machines have: without care, SQLite would make 0644 files.
+    rustix::process::umask(rustix::fs::Mode::from_raw_mode(0o022));
+    let root = tempfile::tempdir().unwrap();
+    let path = root.path().join("new-folder").join("planner.db");
+    let spec = StoreSpec::Sqlite { path: path.clone() };
+    let db = store::open(&spec, "planner", &MIGRATIONS, TIMEOUT)
+        .await
+        .unwrap();
+    let Pool::Sqlite(pool) = db.pool() else {
+        unreachable!("a SQLite spec opens a SQLite pool")
+    };
+    sqlx::query("INSERT INTO notes (body, created_ms) VALUES ('a conversation', 1)")
+        .execute(pool)
+        .await
+        .unwrap();
+    let mode = |suffix: &str| {
+        let file = format!("{}{suffix}", path.display());
+        let meta = std::fs::metadata(&file).unwrap_or_else(|e| panic!("{file}: {e}"));
+        meta.permissions().mode() & 0o777
+    };
+    assert_eq!(mode(""), 0o600, "the database file");
+    assert_eq!(mode("-wal"), 0o600, "the write-ahead log");
+    assert_eq!(mode("-shm"), 0o600, "the shared-memory index");
+    assert_eq!(mode(".lock"), 0o600, "the lock file");
+    let folder = std::fs::metadata(path.parent().unwrap()).unwrap();
+    assert_eq!(folder.permissions().mode() & 0o777, 0o700, "the new folder");
+    db.close().await;
+}
+
+#[tokio::test]
 async fn unreachable_postgres_fails_fast_with_a_clear_message_and_no_password() {
     // Port 1 on loopback: nothing listens, the connection is refused at once.
     let spec = StoreSpec::Postgres {

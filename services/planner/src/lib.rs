@@ -125,7 +125,7 @@ pub async fn serve(
     let runner = runner_from_config(&config);
     let turns = config.turns.clone();
     let mode = config.runtime.mode;
-    let log = turnlog::TurnLog::new(config.data_dir.join("turns"));
+    let log = turnlog::TurnLog::new(config.data_dir.join(metnos_kit::datadir::TURNS_DIR));
     Startup::new(SERVICE, &MIGRATIONS, &grpc::AUTHORIZATION, &config)
         .serve_with_store(listener, shutdown, move |running| {
             let filters =

@@ -37,8 +37,9 @@ impl TurnLog {
     pub fn append(&self, record: &Value, now_ms: i64) {
         let _guard = self.lock.lock().unwrap_or_else(|e| e.into_inner());
         let path = self.dir.join(format!("{}.jsonl", date_of(now_ms)));
-        let result = std::fs::create_dir_all(&self.dir).and_then(|()| {
-            let mut file = std::fs::OpenOptions::new()
+        // Turns hold what was asked and what files said: the owner's alone.
+        let result = metnos_kit::datadir::create_dir_all(&self.dir).and_then(|()| {
+            let mut file = metnos_kit::datadir::file_options()
                 .create(true)
                 .append(true)
                 .open(&path)?;

@@ -73,7 +73,7 @@ pub async fn serve(
         }
     };
     let home = config.runtime.user_home.clone();
-    let log_dir = config.data_dir.join("vaglio");
+    let log_dir = config.data_dir.join(metnos_kit::datadir::VERDICTS_DIR);
     let own_data = [config.data_dir.clone(), config.tls.dir.clone()];
     let workspace = config.executors.workspace.clone();
     Startup::new(SERVICE, &MIGRATIONS, &grpc::AUTHORIZATION, &config)

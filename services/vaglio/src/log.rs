@@ -195,8 +195,9 @@ fn write_batch(
     }
     for (month, bytes) in by_month {
         let lines = bytes.iter().filter(|b| **b == b'\n').count() as u64;
-        let written = std::fs::create_dir_all(dir).and_then(|()| {
-            let mut file = std::fs::OpenOptions::new()
+        // Verdicts quote the calls they judged: the owner's alone.
+        let written = metnos_kit::datadir::create_dir_all(dir).and_then(|()| {
+            let mut file = metnos_kit::datadir::file_options()
                 .create(true)
                 .append(true)
                 .open(dir.join(format!("{month}.jsonl")))?;

@@ -4,6 +4,7 @@
 //! and certificates (reported when the kernel has none).
 
 use std::io::Read;
+use std::os::unix::fs::DirBuilderExt;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
@@ -70,7 +71,11 @@ fn execute(args: &Value, context: &ExecContext) -> Result<Observation, Failure> 
     if shell.workspace.as_os_str().is_empty() || !shell.workspace.is_absolute() {
         return Err(fail("no workspace is configured (executors.workspace)"));
     }
-    std::fs::create_dir_all(&shell.workspace)
+    // The workspace lives in the data directory, which this may create: 0700.
+    std::fs::DirBuilder::new()
+        .recursive(true)
+        .mode(0o700)
+        .create(&shell.workspace)
         .map_err(|e| fail(format!("cannot create the workspace: {e}")))?;
     let workspace = resolve(&shell.workspace)
         .map_err(|e| fail(format!("cannot resolve the workspace: {e}")))?;
