@@ -145,10 +145,17 @@ case ",$reserved," in
   *,50051-50055,*) ;;
   *) sysctl -qw net.ipv4.ip_local_reserved_ports="${reserved:+$reserved,}50051-50055" ;;
 esac
+# `stack_failed WHAT`: the services' logs and who holds their ports, then fail.
+stack_failed() {
+  compose logs >&2
+  log "who holds the services' ports:"; ss -tanp | grep -E ':5005[1-5]\b' >&2 || true
+  log "$1"; exit 1
+}
 # Jaeger is not pulled here (no registry): --no-deps leaves it out. pki is listed, so it runs
 # again, and every service waits for it as in a plain `docker compose up`.
 log "docker compose up (pki runs a second time)"
-compose up -d --no-build --no-deps pki policy vaglio approval planner gateway >&2
+compose up -d --no-build --no-deps pki policy vaglio approval planner gateway >&2 \
+  || stack_failed "the stack did not start"
 
 log "the second pki run made nothing new"
 compose logs --no-log-prefix pki > "$work/pki-second.txt"
@@ -170,11 +177,7 @@ for _ in $(seq 90); do
   sleep 1
 done
 cat "$work/status.txt" >&2
-[ -n "$ok" ] || {
-  compose logs >&2
-  log "who holds the services' ports:"; ss -tanp | grep -E ':5005[1-5]\b' >&2 || true
-  log "the stack did not come up"; exit 1
-}
+[ -n "$ok" ] || stack_failed "the stack did not come up"
 
 log "each container: its own certificates, read-only, and no other"
 # `listing NAME…`: the names, sorted, on one line.
