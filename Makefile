@@ -18,7 +18,8 @@ deps-check:
 	scripts/check-single-versions.sh
 
 # The Dockerfile, docker-compose.yml and the Kubernetes overlays, checked by the real tools
-# (hadolint, Compose v2, kubectl kustomize + kubernetes-validate --strict).
+# (hadolint, Compose v2, kubectl kustomize + kubernetes-validate --strict), then what they
+# render against the isolation they promise (scripts/check-deploy-isolation.py).
 deploy-check:
 	scripts/deploy-check.sh
 

