@@ -131,6 +131,8 @@ pub async fn up(config: Config) -> ExitCode {
         return fail(running, ExitCode::FAILURE, format!("metnos up: {e}")).await;
     }
 
+    // Before anyone is told the stack is up: a Ctrl-C right after must stop it cleanly.
+    let stop = shutdown_signal();
     let run = RunFile {
         pid: std::process::id(),
         services: urls
@@ -158,7 +160,7 @@ pub async fn up(config: Config) -> ExitCode {
     tracing::info!(data_dir = %config.data_dir.display(), "metnos is up; Ctrl-C stops it");
 
     let failed = tokio::select! {
-        () = shutdown_signal() => None,
+        () = stop => None,
         failed = first_exit(&mut running) => Some(failed),
     };
     RunFile::remove(&config.data_dir);

@@ -85,6 +85,51 @@ async fn up_then_status_shows_five_serving_services_and_ctrl_c_stops_cleanly() {
 }
 
 #[tokio::test]
+async fn a_ctrl_c_the_moment_the_stack_says_it_is_up_stops_it_cleanly() {
+    // A signal sent as soon as the first address line arrives (the others still being
+    // written) must find the handler in place: before, the default action killed the
+    // process, leaving its run file behind.
+    use tokio::io::AsyncBufReadExt;
+    let sandbox = Sandbox::new();
+    for attempt in 0..10 {
+        let mut child = sandbox
+            .metnos()
+            .arg("up")
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        let stdout = child.stdout.take().unwrap();
+        let mut lines = tokio::io::BufReader::new(stdout).lines();
+        let first = tokio::time::timeout(common::START_LIMIT, lines.next_line())
+            .await
+            .expect("an address line in time")
+            .unwrap();
+        assert!(
+            first.is_some(),
+            "attempt {attempt}: metnos up printed nothing"
+        );
+        let pid = rustix::process::Pid::from_raw(child.id().unwrap() as i32).unwrap();
+        rustix::process::kill_process(pid, rustix::process::Signal::INT).unwrap();
+        let output = tokio::time::timeout(common::START_LIMIT, child.wait_with_output())
+            .await
+            .expect("metnos up stopped in time")
+            .unwrap();
+        assert_eq!(
+            output.status.code(),
+            Some(0),
+            "attempt {attempt}: {:?} {}",
+            output.status,
+            String::from_utf8_lossy(&output.stderr)
+        );
+        assert!(
+            !sandbox.data_dir().join("metnos-up.json").exists(),
+            "attempt {attempt}: the run file was left behind"
+        );
+    }
+}
+
+#[tokio::test]
 async fn a_second_up_on_the_same_data_directory_is_refused() {
     let sandbox = Sandbox::new();
     let up = sandbox.up().await;

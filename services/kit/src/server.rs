@@ -112,25 +112,37 @@ pub fn bind_std(
     Ok(listener)
 }
 
-/// Resolves on SIGTERM or SIGINT (Ctrl-C).
-pub async fn shutdown_signal() {
+/// Resolves on SIGTERM or SIGINT (Ctrl-C). The handlers are installed when this is called,
+/// not when the future is first polled: a stack that says it is up must already stop
+/// cleanly on a Ctrl-C that follows at once (else the default action kills it, leaving its
+/// run file behind). Call it inside a Tokio runtime.
+pub fn shutdown_signal() -> impl Future<Output = ()> + Send + 'static {
     #[cfg(unix)]
-    {
+    let streams = {
         use tokio::signal::unix::{SignalKind, signal};
-        match signal(SignalKind::terminate()) {
-            Ok(mut term) => {
+        (
+            signal(SignalKind::terminate()),
+            signal(SignalKind::interrupt()),
+        )
+    };
+    async move {
+        #[cfg(unix)]
+        match streams {
+            (Ok(mut term), Ok(mut int)) => {
                 tokio::select! {
                     _ = term.recv() => tracing::info!("SIGTERM received, shutting down"),
-                    _ = tokio::signal::ctrl_c() => tracing::info!("SIGINT received, shutting down"),
+                    _ = int.recv() => tracing::info!("SIGINT received, shutting down"),
                 }
                 return;
             }
-            Err(e) => tracing::warn!(error = %e, "cannot watch SIGTERM; only Ctrl-C stops this"),
+            (Err(e), _) | (_, Err(e)) => {
+                tracing::warn!(error = %e, "cannot watch SIGTERM or SIGINT; trying Ctrl-C alone");
+            }
         }
-    }
-    if let Err(e) = tokio::signal::ctrl_c().await {
-        tracing::error!(error = %e, "cannot watch Ctrl-C");
-        futures::future::pending::<()>().await;
+        if let Err(e) = tokio::signal::ctrl_c().await {
+            tracing::error!(error = %e, "cannot watch Ctrl-C");
+            futures::future::pending::<()>().await;
+        }
     }
 }
 
