@@ -32,11 +32,19 @@ pub enum ScopeError {
 }
 
 /// Whether `path` lies in one of Metnos's own folders (`forbidden`), outside the shell's
-/// `workspace` (which is Metnos's too, but the shell's to use).
+/// `workspace` (which is Metnos's too, but the shell's to use). The workspace is carved out
+/// of a forbidden folder only when it lies strictly inside it: a workspace that holds
+/// Metnos's folders (the home, say) opens none of them.
 pub fn is_forbidden(path: &Path, forbidden: &[PathBuf], workspace: &Path) -> bool {
-    let inside = |root: &PathBuf| path.starts_with(root);
-    forbidden.iter().any(inside)
-        && !(workspace.as_os_str().len() > 1 && path.starts_with(workspace))
+    let carved_out = |root: &PathBuf| {
+        workspace.as_os_str().len() > 1
+            && workspace != root.as_path()
+            && workspace.starts_with(root)
+            && path.starts_with(workspace)
+    };
+    forbidden
+        .iter()
+        .any(|root| path.starts_with(root) && !carved_out(root))
 }
 
 /// `forbidden` as real paths (symlinks resolved), so a check on a resolved path meets
@@ -251,5 +259,33 @@ mod tests {
             Err(ScopeError::Url(_))
         ));
         assert!(check_url("http://[::1]:8080/", &["::1".to_owned()]).is_ok());
+    }
+
+    #[test]
+    fn the_workspace_is_carved_out_of_metnos_s_data_only_when_it_lies_inside() {
+        let data = PathBuf::from("/home/ada/.local/share/metnos");
+        let pki = data.join("pki");
+        let forbidden = [data.clone(), pki.clone()];
+        let key = pki.join("owner.key");
+        // The default: <data_dir>/workspace is the shell's, the rest of the data is not.
+        let workspace = data.join("workspace");
+        assert!(!is_forbidden(
+            &workspace.join("notes.txt"),
+            &forbidden,
+            &workspace
+        ));
+        assert!(is_forbidden(&key, &forbidden, &workspace));
+        assert!(is_forbidden(
+            &data.join("keys/owner.key"),
+            &forbidden,
+            &workspace
+        ));
+        // A workspace that holds the data directory (the home) opens none of it.
+        let home = PathBuf::from("/home/ada");
+        assert!(is_forbidden(&key, &forbidden, &home));
+        assert!(is_forbidden(&data.join("planner.db"), &forbidden, &home));
+        assert!(!is_forbidden(&home.join("notes.txt"), &forbidden, &home));
+        // Nor does a workspace that is the data directory itself.
+        assert!(is_forbidden(&key, &forbidden, &data));
     }
 }

@@ -591,6 +591,121 @@ async fn shell_exec_cannot_read_metnos_s_own_data_where_landlock_exists() {
     assert!(o.ok, "{o:?}");
 }
 
+/// The layout a default installation has: the data directory in the home, the
+/// certificates and the signing key in it, the shell's workspace in it too, and the runner's
+/// forbidden folders as the planner lists them (`runner_from_config`: data_dir, tls.dir).
+fn production_layout(f: &Fixture) -> (metnos_executors::Runner, std::path::PathBuf) {
+    let data = f.home().join(".local/share/metnos");
+    for dir in ["pki", "keys", "workspace", "turns"] {
+        std::fs::create_dir_all(data.join(dir)).unwrap();
+    }
+    for (file, text) in [
+        ("pki/owner.key", "-----BEGIN PRIVATE KEY----- the owner's"),
+        ("keys/owner.key", "-----BEGIN PRIVATE KEY----- the signer's"),
+        ("planner.db", "SQLite format 3 the conversations"),
+        ("turns/2026-11-24.jsonl", "{\"query\": \"the diary\"}"),
+        ("workspace/scratch.txt", "the shell's own"),
+    ] {
+        std::fs::write(data.join(file), text).unwrap();
+    }
+    let base = f.runner();
+    let runner = metnos_executors::Runner {
+        forbidden: vec![data.clone(), data.join("pki")],
+        shell: metnos_executors::ShellSettings {
+            workspace: data.join("workspace"),
+            ..base.shell.clone()
+        },
+        ..base
+    };
+    (runner, data)
+}
+
+#[tokio::test]
+async fn with_the_default_layout_the_shell_reaches_its_workspace_and_nothing_else_of_metnos() {
+    let (f, catalog) = setup();
+    let (runner, data) = production_layout(&f);
+    let run = |command: &str| {
+        let runner = runner.clone();
+        let catalog = &catalog;
+        let args = json!({ "command": command });
+        async move { runner.check_and_run(catalog, "shell_exec", &args).await }
+    };
+    let o = run("cat scratch.txt").await;
+    assert!(o.ok, "{o:?}");
+    let landlock = meta(&o, "landlock").as_str().unwrap().to_owned();
+    if !(landlock == "enforced" || landlock.starts_with("partially")) {
+        assert!(landlock.starts_with("not enforced"), "{landlock}");
+        eprintln!("Landlock is not available on this kernel: {landlock}");
+        return;
+    }
+    // Relative spellings from the workspace, which lies inside the data directory.
+    for command in [
+        "cat ../keys/owner.key",
+        "cat ../pki/owner.key",
+        "cat ../planner.db",
+        "cat ../turns/2026-11-24.jsonl",
+        "ls ..",
+        "ls ../pki",
+    ] {
+        let o = run(command).await;
+        let seen = format!("{o:?}");
+        assert!(!o.ok, "{command}: {o:?}");
+        for secret in [
+            "the owner's",
+            "the signer's",
+            "the conversations",
+            "the diary",
+        ] {
+            assert!(!seen.contains(secret), "{command} showed {secret}: {seen}");
+        }
+        // Not even the names of what lies there.
+        let listed = o
+            .content
+            .as_ref()
+            .map(|c| c.to_string())
+            .unwrap_or_default();
+        for name in ["owner.key", "planner.db", "keys", "pki"] {
+            assert!(!listed.contains(name), "{command} listed {name}: {listed}");
+        }
+    }
+    let o = run(&format!("cat {}", data.join("keys/owner.key").display())).await;
+    assert!(!o.ok && !format!("{o:?}").contains("the signer's"), "{o:?}");
+    let o = run("touch made.txt").await;
+    assert!(o.ok && data.join("workspace/made.txt").exists(), "{o:?}");
+}
+
+#[tokio::test]
+async fn with_the_default_layout_no_file_executor_reaches_metnos_s_data_but_the_workspace() {
+    let (f, catalog) = setup();
+    let (runner, data) = production_layout(&f);
+    for path in [
+        "~/.local/share/metnos/keys/owner.key",
+        "~/.local/share/metnos/planner.db",
+        "~/.local/share/metnos/workspace/../keys/owner.key",
+    ] {
+        let o = runner
+            .check_and_run(&catalog, "fs_read", &json!({ "path": path }))
+            .await;
+        assert!(!o.ok, "{path}: {o:?}");
+        assert!(
+            o.error
+                .as_deref()
+                .unwrap_or("")
+                .contains("Metnos's own data"),
+            "{path}: {o:?}"
+        );
+    }
+    let o = runner
+        .check_and_run(
+            &catalog,
+            "fs_read",
+            &json!({ "path": "~/.local/share/metnos/workspace/scratch.txt" }),
+        )
+        .await;
+    assert!(o.ok, "{o:?}");
+    assert!(data.join("workspace/scratch.txt").exists());
+}
+
 // ---- web_fetch ----------------------------------------------------------------------
 
 async fn handle(

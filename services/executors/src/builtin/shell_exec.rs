@@ -237,9 +237,20 @@ fn limit_resources(context: &ExecContext) -> std::io::Result<()> {
 /// Everything to grant reading so that all is readable except what lies beneath `hidden`:
 /// `/` when nothing is hidden, else, along the path from `/` to each hidden folder, every
 /// other entry of each folder on the way. (Landlock only grants, so what is not granted is
-/// refused; the folders on the way cannot be listed themselves.)
+/// refused; the folders on the way cannot be listed themselves.) A hidden folder inside
+/// another (the certificates in the data directory) is hidden with it: the outer one is
+/// never on the way, so none of its entries is granted.
 pub fn readable_roots(hidden: &[PathBuf]) -> Vec<PathBuf> {
     use std::collections::BTreeSet;
+    let hidden: Vec<&Path> = hidden
+        .iter()
+        .map(PathBuf::as_path)
+        .filter(|h| {
+            !hidden
+                .iter()
+                .any(|other| h.starts_with(other) && h != other)
+        })
+        .collect();
     if hidden.is_empty() {
         return vec![PathBuf::from("/")];
     }
@@ -251,7 +262,7 @@ pub fn readable_roots(hidden: &[PathBuf]) -> Vec<PathBuf> {
         };
         for entry in entries.flatten() {
             let path = entry.path();
-            if !on_the_way.contains(path.as_path()) && !hidden.contains(&path) {
+            if !on_the_way.contains(path.as_path()) && !hidden.contains(&path.as_path()) {
                 roots.push(path);
             }
         }
@@ -294,4 +305,38 @@ fn confine(workspace: &Path, hidden: &[PathBuf]) -> String {
 #[cfg(not(target_os = "linux"))]
 fn confine(_workspace: &Path, _hidden: &[PathBuf]) -> String {
     "not available on this operating system".to_owned()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_hidden_folder_inside_another_hides_nothing_less() {
+        // Production hides the data directory and the certificates' folder inside it.
+        let root = tempfile::tempdir().unwrap();
+        let data = root.path().join("metnos");
+        let pki = data.join("pki");
+        for dir in [data.join("keys"), data.join("workspace"), pki.clone()] {
+            std::fs::create_dir_all(dir).unwrap();
+        }
+        std::fs::write(data.join("planner.db"), "").unwrap();
+        std::fs::write(root.path().join("notes.txt"), "").unwrap();
+        for hidden in [
+            vec![data.clone(), pki.clone()],
+            vec![pki.clone(), data.clone()],
+        ] {
+            let roots = readable_roots(&hidden);
+            let granted_inside: Vec<_> = roots.iter().filter(|r| r.starts_with(&data)).collect();
+            assert!(
+                granted_inside.is_empty(),
+                "{hidden:?} grants {granted_inside:?}"
+            );
+            assert!(roots.contains(&root.path().join("notes.txt")), "{roots:?}");
+        }
+        // The certificates alone: the rest of the data directory stays readable.
+        let roots = readable_roots(std::slice::from_ref(&pki));
+        assert!(roots.contains(&data.join("keys")), "{roots:?}");
+        assert!(!roots.iter().any(|r| r.starts_with(&pki)), "{roots:?}");
+    }
 }

@@ -43,7 +43,33 @@ impl Config {
         }
         absolute("runtime.user_home", &self.runtime.user_home)?;
         absolute("executors.catalog_dir", &self.executors.catalog_dir)?;
-        absolute("executors.workspace", &self.executors.workspace)
+        absolute("executors.workspace", &self.executors.workspace)?;
+        self.validate_workspace()
+    }
+
+    /// The shell's workspace is the one place in Metnos's own folders an executor may use.
+    /// One that holds them would open them all: the sandbox grants the workspace whole, and
+    /// Landlock cannot hide a folder beneath one it grants.
+    fn validate_workspace(&self) -> Result<(), ConfigError> {
+        let real = |path: &Path| {
+            let text = metnos_core::path::normalize(&path.to_string_lossy());
+            let lexical = std::path::PathBuf::from(text);
+            lexical.canonicalize().unwrap_or(lexical)
+        };
+        let workspace = real(&self.executors.workspace);
+        for (key, own) in [("data_dir", &self.data_dir), ("tls.dir", &self.tls.dir)] {
+            if !own.as_os_str().is_empty() && real(own).starts_with(&workspace) {
+                return Err(ConfigError::key(
+                    "executors.workspace",
+                    format!(
+                        "{} holds {key} ({}), which no executor may reach; give the shell a folder of its own (the default is <data_dir>/workspace)",
+                        self.executors.workspace.display(),
+                        own.display()
+                    ),
+                ));
+            }
+        }
+        Ok(())
     }
 
     fn validate_telegram(&self) -> Result<(), ConfigError> {
@@ -201,6 +227,46 @@ mod tests {
                 Ok(())
             });
         }
+    }
+
+    #[test]
+    fn a_workspace_that_holds_metnos_s_own_folders_is_refused() {
+        // The default data directory is /home/u/.local/share/metnos here.
+        for (workspace, holds) in [
+            ("/home/u", "data_dir"),
+            ("/home/u/.local/share/metnos", "data_dir"),
+            ("/home/u/./.local/../.local", "data_dir"),
+        ] {
+            with_env(&[("METNOS_EXECUTORS__WORKSPACE", workspace)], |_| {
+                let err = load_err();
+                assert!(
+                    err.contains("`executors.workspace`") && err.contains(holds),
+                    "{workspace}: {err}"
+                );
+                Ok(())
+            });
+        }
+        // Certificates kept elsewhere count as much as the data directory.
+        with_env(
+            &[
+                ("METNOS_EXECUTORS__WORKSPACE", "/srv/shell"),
+                ("METNOS_TLS__DIR", "/srv/shell/pki"),
+            ],
+            |_| {
+                let err = load_err();
+                assert!(err.contains("tls.dir"), "{err}");
+                Ok(())
+            },
+        );
+        // The default, and a folder of its own, are fine.
+        with_env(&[], |_| {
+            load()?;
+            Ok(())
+        });
+        with_env(&[("METNOS_EXECUTORS__WORKSPACE", "/home/u/shell")], |_| {
+            load()?;
+            Ok(())
+        });
     }
 
     #[test]
