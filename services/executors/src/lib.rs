@@ -9,6 +9,7 @@ pub mod install;
 pub mod manifest;
 pub mod netguard;
 pub mod observation;
+pub mod open;
 pub mod runner;
 pub mod scope;
 pub mod signing;

@@ -29,6 +29,10 @@ pub enum ScopeError {
         "path `{0}` is Metnos's own data (its stores, logs or certificates): no executor may touch it"
     )]
     Forbidden(String),
+    #[error(
+        "path `{path}` cannot be resolved ({reason}); a path whose target cannot be known (a dangling symbolic link, say) is refused"
+    )]
+    Unresolvable { path: String, reason: String },
 }
 
 /// Whether `path` lies in one of Metnos's own folders (`forbidden`), outside the shell's
@@ -152,7 +156,12 @@ impl PathScope {
             return Err(ScopeError::Relative(text.to_owned()));
         }
         let lexical = normalize(&expanded);
-        let real = resolve(&lexical).unwrap_or_else(|_| lexical.clone());
+        // Never the lexical path in its place: a dangling link would be judged by its own
+        // name and then followed by whoever opens it.
+        let real = resolve(&lexical).map_err(|e| ScopeError::Unresolvable {
+            path: text.to_owned(),
+            reason: e.to_string(),
+        })?;
         if !self.declared {
             return Ok(real);
         }

@@ -44,11 +44,17 @@ fn list(args: &Value, context: &ExecContext) -> Result<Observation, String> {
     if !meta_data.is_dir() {
         return Err(format!("{text} is a file, not a folder (fs_read reads it)"));
     }
+    // Metnos's own folders are not listed (their names and sizes are its business), nor
+    // walked into.
+    let forbidden = crate::scope::real_roots(&context.forbidden);
+    let workspace = super::workspace(context);
     let walker = walkdir::WalkDir::new(&root)
         .min_depth(1)
         .max_depth(if recursive { 64 } else { 1 })
         .follow_links(false)
-        .sort_by_file_name();
+        .sort_by_file_name()
+        .into_iter()
+        .filter_entry(|e| !crate::scope::is_forbidden(e.path(), &forbidden, &workspace));
     let mut entries = Vec::new();
     let mut truncated = false;
     let mut unreadable = 0u64;

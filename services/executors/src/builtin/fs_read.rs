@@ -30,17 +30,16 @@ fn read(args: &Value, context: &ExecContext) -> Result<Observation, String> {
         .unwrap_or(DEFAULT_MAX_BYTES)
         .min(ceiling);
     let path = scoped_path(text, context)?;
-    let meta_data = std::fs::metadata(&path).map_err(|e| match e.kind() {
-        std::io::ErrorKind::NotFound => format!("no such file: {text}"),
-        _ => format!("cannot read {text}: {e}"),
-    })?;
-    if meta_data.is_dir() {
-        return Err(format!(
-            "{text} is a directory, not a file (fs_list lists it)"
-        ));
-    }
-    let size = meta_data.len();
-    let mut file = std::fs::File::open(&path).map_err(|e| format!("cannot open {text}: {e}"))?;
+    // The checked path, opened with no link on the way: what is read is what was judged.
+    let (mut file, opened) =
+        crate::open::open_file_to_read(&path, text, &super::workspace(context)).map_err(|e| {
+            if e.ends_with("is a directory, not a file") {
+                format!("{e} (fs_list lists it)")
+            } else {
+                e
+            }
+        })?;
+    let size = opened.size;
     let (start, wanted, what) = match (head, tail) {
         (Some(n), _) => (0, n.min(max), "head"),
         (_, Some(n)) => {

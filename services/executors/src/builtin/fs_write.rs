@@ -1,8 +1,12 @@
 //! `fs_write`: create, overwrite or append to a text file; creation and overwriting are
-//! atomic (a temporary file in the same folder, then a link or a rename).
+//! atomic (a temporary file in the same folder, then a link or a rename), and every step
+//! works in the checked folder opened with no symbolic link on the way.
 
 use std::io::Write;
-use std::path::Path;
+use std::os::fd::OwnedFd;
+
+use rustix::fs::{self as rfs, AtFlags, FileType, Mode, OFlags};
+use rustix::io::Errno;
 
 use serde_json::{Value, json};
 
@@ -16,13 +20,30 @@ pub fn run(args: &Value, context: &ExecContext) -> Observation {
     }
 }
 
-fn temp_in(dir: &Path, content: &[u8]) -> std::io::Result<tempfile::NamedTempFile> {
-    let mut temp = tempfile::Builder::new()
-        .prefix(".metnos-write-")
-        .tempfile_in(dir)?;
-    temp.write_all(content)?;
-    temp.as_file().sync_all()?;
-    Ok(temp)
+/// A new file in `dir` holding `content` (0600 until renamed into place): its name.
+fn temp_in(dir: &OwnedFd, content: &[u8]) -> std::io::Result<String> {
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.subsec_nanos());
+    for attempt in 0..16 {
+        let name = format!(".metnos-write-{}-{nanos}-{attempt}", std::process::id());
+        let flags =
+            OFlags::WRONLY | OFlags::CREATE | OFlags::EXCL | OFlags::NOFOLLOW | OFlags::CLOEXEC;
+        match rfs::openat(dir, name.as_str(), flags, Mode::from_raw_mode(0o600)) {
+            Ok(fd) => {
+                let mut file = std::fs::File::from(fd);
+                let written = file.write_all(content).and_then(|()| file.sync_all());
+                if let Err(e) = written {
+                    let _ = rfs::unlinkat(dir, name.as_str(), AtFlags::empty());
+                    return Err(e);
+                }
+                return Ok(name);
+            }
+            Err(Errno::EXIST) => continue,
+            Err(e) => return Err(e.into()),
+        }
+    }
+    Err(std::io::Error::other("no free temporary name"))
 }
 
 fn write(args: &Value, context: &ExecContext) -> Result<Observation, String> {
@@ -36,15 +57,31 @@ fn write(args: &Value, context: &ExecContext) -> Result<Observation, String> {
         ));
     }
     let path = scoped_path(text, context)?;
-    if path.is_dir() {
-        return Err(format!("{text} is a directory"));
-    }
     let parent = path
         .parent()
         .ok_or_else(|| format!("{text} has no parent folder"))?;
+    let name = path
+        .file_name()
+        .ok_or_else(|| format!("{text} names no file"))?;
     std::fs::create_dir_all(parent)
         .map_err(|e| format!("cannot create the folder of {text}: {e}"))?;
-    let existed = path.exists();
+    // Every step from here works in the checked folder, opened with no link on the way:
+    // a folder swapped for a link since the check makes this fail, not write elsewhere.
+    let dir = crate::open::open_dir(parent)
+        .map_err(|e| format!("cannot open the folder of {text}: {e}"))?;
+    let existing =
+        crate::open::entry_kind(&dir, name).map_err(|e| format!("cannot write {text}: {e}"))?;
+    match existing {
+        Some(FileType::Directory) => return Err(format!("{text} is a directory")),
+        Some(FileType::Symlink) => {
+            return Err(format!(
+                "{text} is a symbolic link; fs_write does not write through links"
+            ));
+        }
+        Some(FileType::RegularFile) | None => {}
+        Some(_) => return Err(format!("{text} is not a regular file")),
+    }
+    let existed = existing.is_some();
     match mode {
         "create" => {
             if existed {
@@ -52,29 +89,61 @@ fn write(args: &Value, context: &ExecContext) -> Result<Observation, String> {
                     "{text} already exists (mode overwrite or append changes it)"
                 ));
             }
-            let temp = temp_in(parent, content.as_bytes())
+            let temp = temp_in(&dir, content.as_bytes())
                 .map_err(|e| format!("cannot write {text}: {e}"))?;
-            // A hard link does not replace: if someone created the file meanwhile, this fails.
-            std::fs::hard_link(temp.path(), &path).map_err(|e| match e.kind() {
-                std::io::ErrorKind::AlreadyExists => format!("{text} already exists"),
+            // A hard link does not replace: if anything took the name meanwhile (a link
+            // too), this fails.
+            let linked = rfs::linkat(&dir, temp.as_str(), &dir, name, AtFlags::empty());
+            let _ = rfs::unlinkat(&dir, temp.as_str(), AtFlags::empty());
+            linked.map_err(|e| match e {
+                Errno::EXIST => format!("{text} already exists"),
                 _ => format!("cannot write {text}: {e}"),
             })?;
         }
         "overwrite" => {
-            let temp = temp_in(parent, content.as_bytes())
+            let temp = temp_in(&dir, content.as_bytes())
                 .map_err(|e| format!("cannot write {text}: {e}"))?;
-            if let Ok(old) = std::fs::metadata(&path) {
-                let _ = std::fs::set_permissions(temp.path(), old.permissions());
+            // The file keeps its mode; the rename replaces the name (a link put there
+            // meanwhile is replaced, never followed).
+            if let Ok(old) = rfs::statat(&dir, name, AtFlags::SYMLINK_NOFOLLOW)
+                && FileType::from_raw_mode(old.st_mode) == FileType::RegularFile
+                && let Ok(fd) = rfs::openat(
+                    &dir,
+                    temp.as_str(),
+                    OFlags::RDONLY | OFlags::NOFOLLOW | OFlags::CLOEXEC,
+                    Mode::empty(),
+                )
+            {
+                let _ = rfs::fchmod(&fd, Mode::from_raw_mode(old.st_mode & 0o7777));
             }
-            temp.persist(&path)
-                .map_err(|e| format!("cannot write {text}: {}", e.error))?;
+            rfs::renameat(&dir, temp.as_str(), &dir, name).map_err(|e| {
+                let _ = rfs::unlinkat(&dir, temp.as_str(), AtFlags::empty());
+                format!("cannot write {text}: {e}")
+            })?;
         }
         _ => {
-            let mut file = std::fs::OpenOptions::new()
-                .append(true)
-                .create(true)
-                .open(&path)
-                .map_err(|e| format!("cannot append to {text}: {e}"))?;
+            let flags = OFlags::WRONLY
+                | OFlags::APPEND
+                | OFlags::CREATE
+                | OFlags::NOFOLLOW
+                | OFlags::NOCTTY
+                | OFlags::CLOEXEC;
+            let fd = rfs::openat(&dir, name, flags, Mode::from_raw_mode(0o644)).map_err(|e| {
+                if e == Errno::LOOP {
+                    format!("{text} is a symbolic link; fs_write does not write through links")
+                } else {
+                    format!("cannot append to {text}: {e}")
+                }
+            })?;
+            let opened =
+                crate::open::describe(&fd).map_err(|e| format!("cannot append to {text}: {e}"))?;
+            if opened.kind != FileType::RegularFile {
+                return Err(format!("{text} is not a regular file"));
+            }
+            if opened.links > 1 && !crate::open::in_workspace(&path, &super::workspace(context)) {
+                return Err(crate::open::hard_link_refusal(text, opened.links));
+            }
+            let mut file = std::fs::File::from(fd);
             file.write_all(content.as_bytes())
                 .and_then(|()| file.sync_all())
                 .map_err(|e| format!("cannot append to {text}: {e}"))?;

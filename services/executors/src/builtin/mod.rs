@@ -83,8 +83,7 @@ pub(crate) fn scoped_path(text: &str, context: &ExecContext) -> Result<std::path
         .check(text, &context.user_home)
         .map_err(|e| e.to_string())?;
     let forbidden = crate::scope::real_roots(&context.forbidden);
-    let workspace = crate::scope::resolve(&context.shell.workspace)
-        .unwrap_or_else(|_| context.shell.workspace.clone());
+    let workspace = workspace(context);
     let lexical = crate::scope::normalize(&crate::scope::expand_home(text, &context.user_home));
     if crate::scope::is_forbidden(&real, &forbidden, &workspace)
         || crate::scope::is_forbidden(&lexical, &context.forbidden, &context.shell.workspace)
@@ -92,6 +91,12 @@ pub(crate) fn scoped_path(text: &str, context: &ExecContext) -> Result<std::path
         return Err(crate::scope::ScopeError::Forbidden(text.to_owned()).to_string());
     }
     Ok(real)
+}
+
+/// The shell's workspace, resolved (where files with several names may be read).
+pub(crate) fn workspace(context: &ExecContext) -> std::path::PathBuf {
+    crate::scope::resolve(&context.shell.workspace)
+        .unwrap_or_else(|_| context.shell.workspace.clone())
 }
 
 /// Metadata from pairs.

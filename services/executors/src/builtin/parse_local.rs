@@ -68,20 +68,17 @@ fn parse(args: &Value, context: &ExecContext) -> Result<Observation, String> {
         (None, Some(text)) => (text.to_owned(), "text".to_owned()),
         (Some(p), None) => {
             let real = scoped_path(p, context)?;
-            let meta_data = std::fs::metadata(&real).map_err(|e| match e.kind() {
-                std::io::ErrorKind::NotFound => format!("no such file: {p}"),
-                _ => format!("cannot read {p}: {e}"),
-            })?;
-            if meta_data.is_dir() {
-                return Err(format!("{p} is a directory, not a file"));
-            }
-            if meta_data.len() > MAX_INPUT_BYTES {
+            let (file, opened) =
+                crate::open::open_file_to_read(&real, p, &super::workspace(context))?;
+            if opened.size > MAX_INPUT_BYTES {
                 return Err(format!(
                     "{p} is {} bytes; parse_local reads at most {MAX_INPUT_BYTES}",
-                    meta_data.len()
+                    opened.size
                 ));
             }
-            let bytes = std::fs::read(&real).map_err(|e| format!("cannot read {p}: {e}"))?;
+            let mut bytes = Vec::new();
+            std::io::Read::read_to_end(&mut std::io::Read::take(file, MAX_INPUT_BYTES), &mut bytes)
+                .map_err(|e| format!("cannot read {p}: {e}"))?;
             let (text, _) = super::decode_text(&bytes, false)
                 .ok_or_else(|| format!("{p} is a binary file, not JSON, CSV or HTML"))?;
             (text, real.display().to_string())
