@@ -136,7 +136,7 @@ key=$(compose run --rm -T --no-deps planner metnos executors keygen --name owner
 [ -n "$key" ] || { log "keygen printed no public key"; exit 1; }
 echo "METNOS_EXECUTORS__TRUSTED_KEYS__OWNER=$key" >> "$project/.env"
 compose run --rm -T --no-deps planner metnos executors install >/dev/null
-compose run --rm -T --no-deps planner metnos executors sign /var/lib/metnos/executors --key /var/lib/metnos/keys/owner.key >/dev/null
+compose run --rm -T --no-deps planner metnos executors sign /var/lib/metnos/executors --key /var/lib/metnos/.config/metnos/keys/owner.key >/dev/null
 # The README's host-network step: reserve the services' ports, which lie in Linux's range of
 # source ports for outgoing connections (one such connection once held 50054 and the planner
 # could not start).

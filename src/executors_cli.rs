@@ -117,10 +117,17 @@ pub async fn executors(config: &Config, command: ExecutorsCommand) -> ExitCode {
                 return ExitCode::FAILURE;
             }
             let path = out.unwrap_or_else(|| {
-                config
-                    .data_dir
-                    .join(metnos_kit::datadir::KEYS_DIR)
-                    .join(format!("{name}.key"))
+                {
+                    // In the configuration folder, not the data directory: no running service
+                    // needs a signing key (they hold public keys only).
+                    let base = if config.config_dir.as_os_str().is_empty() {
+                        &config.data_dir
+                    } else {
+                        &config.config_dir
+                    };
+                    base.join(metnos_kit::datadir::KEYS_DIR)
+                        .join(format!("{name}.key"))
+                }
             });
             let key = match signing::generate() {
                 Ok(key) => key,

@@ -65,12 +65,7 @@ fn assert_stores_open(data: &Path) {
 
 /// The logs, keys and history a turn and the owner's first steps leave behind.
 fn assert_written(data: &Path) {
-    for file in [
-        "chat_history",
-        "pki/ca.key",
-        "pki/owner.key",
-        "keys/owner.key",
-    ] {
+    for file in ["chat_history", "pki/ca.key", "pki/owner.key"] {
         assert!(data.join(file).is_file(), "{file} was not written");
     }
     for dir in ["turns", "vaglio", "executors/time_now"] {

@@ -175,11 +175,15 @@ async fn keygen_writes_a_key_only_its_owner_can_read() {
     let key_file = std::path::Path::new(&key_file);
     assert_eq!(mode(key_file), 0o600, "the key");
     assert_eq!(mode(key_file.parent().unwrap()), 0o700, "keys/");
+    // In the configuration folder, never the data directory (no service needs it).
+    let config_dir = sandbox.dir.path().join(".config/metnos");
+    assert!(key_file.starts_with(&config_dir), "{}", key_file.display());
     assert_eq!(
-        mode(&sandbox.data_dir()),
+        mode(&config_dir),
         0o700,
-        "the data directory it created"
+        "the configuration folder it created"
     );
+    assert!(!sandbox.data_dir().join("keys").exists());
 
     // Into a folder of the person's own: the key is private, their folder keeps its mode.
     let own = sandbox.dir.path().join("mine");
@@ -192,4 +196,54 @@ async fn keygen_writes_a_key_only_its_owner_can_read() {
     assert_eq!(code, 0, "{stderr}");
     assert_eq!(mode(&own.join("signer.key")), 0o600);
     assert_eq!(mode(&own), 0o755);
+}
+
+#[tokio::test]
+async fn a_stolen_signing_key_is_out_of_every_executor_s_reach() {
+    // Key theft, then a forged "clock" that runs /bin/sh: the key lives in the
+    // configuration folder, which no executor reads, nor the config file, nor the catalog.
+    let mut sandbox = Sandbox::new();
+    let (code, stdout, stderr) = sandbox
+        .run(&["executors", "keygen", "--name", "owner"])
+        .await;
+    assert_eq!(code, 0, "{stderr}");
+    let key = &lines(&stdout)[0];
+    let exec = sibling_binary("metnos-exec").display().to_string();
+    let (code, _, stderr) = sandbox
+        .run(&["executors", "install", "--program", &exec])
+        .await;
+    assert_eq!(code, 0, "{stderr}");
+    let catalog = sandbox.data_dir().join("executors").display().to_string();
+    let key_file = key["key_file"].as_str().unwrap().to_owned();
+    let (code, _, stderr) = sandbox
+        .run(&["executors", "sign", &catalog, "--key", &key_file])
+        .await;
+    assert_eq!(code, 0, "{stderr}");
+    sandbox.set(
+        "METNOS_EXECUTORS__TRUSTED_KEYS__OWNER",
+        key["public_key"].as_str().unwrap(),
+    );
+    let config = sandbox.dir.path().join(".config/metnos/metnos.toml");
+    std::fs::write(&config, "[turns]\ncap_steps = 5\n").unwrap();
+    for path in [
+        key_file.clone(),
+        "~/.config/metnos/keys/owner.key".to_owned(),
+        "~/.config/metnos/metnos.toml".to_owned(),
+        format!("{catalog}/time_now/manifest.toml"),
+    ] {
+        let args = serde_json::json!({ "path": path }).to_string();
+        let (_, stdout, stderr) = sandbox
+            .run(&["executors", "run", "fs_read", "--args", &args])
+            .await;
+        let observation = &lines(&stdout)[0];
+        assert_eq!(observation["ok"], false, "{path}: {stdout} {stderr}");
+        assert!(
+            observation["error"]
+                .as_str()
+                .unwrap()
+                .contains("Metnos's own data"),
+            "{path}: {stdout}"
+        );
+        assert!(!stdout.contains("PRIVATE KEY"), "{path}: {stdout}");
+    }
 }

@@ -8,11 +8,13 @@
 //! - [`language`]: the language Metnos speaks to a person in;
 //! - [`call`]: the hash of an executor call that an approval binds to;
 //! - [`path`]: `~` as the person's home and lexical normalisation of paths;
+//! - [`forbidden`]: the paths no call may read, and those no call may write;
 //! - [`target`]: a call's target and a grant's pattern, per target kind;
 //! - [`html`]: escaping for channels that render HTML.
 
 pub mod call;
 pub mod capability;
+pub mod forbidden;
 pub mod html;
 pub mod language;
 pub mod level;

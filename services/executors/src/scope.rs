@@ -30,6 +30,16 @@ pub enum ScopeError {
     )]
     Forbidden(String),
     #[error(
+        "path `{path}` is protected (rule {rule}{resolved}): no tool call may {access} it, whatever the level or grants"
+    )]
+    Protected {
+        path: String,
+        rule: &'static str,
+        /// ", as <real path>" when a link led there.
+        resolved: String,
+        access: &'static str,
+    },
+    #[error(
         "path `{path}` cannot be resolved ({reason}); a path whose target cannot be known (a dangling symbolic link, say) is refused"
     )]
     Unresolvable { path: String, reason: String },

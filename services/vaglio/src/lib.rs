@@ -74,7 +74,7 @@ pub async fn serve(
     };
     let home = config.runtime.user_home.clone();
     let log_dir = config.data_dir.join(metnos_kit::datadir::VERDICTS_DIR);
-    let own_data = [config.data_dir.clone(), config.tls.dir.clone()];
+    let own_data = config.own_paths();
     let workspace = config.executors.workspace.clone();
     Startup::new(SERVICE, &MIGRATIONS, &grpc::AUTHORIZATION, &config)
         .serve_with_store(listener, shutdown, move |running| {

@@ -202,7 +202,8 @@ impl Vaglio {
 
     fn guard(&self, p: &Proposal, args: &Value) -> Option<Verdict> {
         let shell = p.executor == "shell_exec" || p.capability == "code:exec";
-        let violation = guard::check_with(args, shell, &self.home)?;
+        let writes = p.capability == "fs:write";
+        let violation = guard::check_call(args, shell, writes, &self.home)?;
         let what = if violation.is_shell() {
             "irrecoverable shell command"
         } else {

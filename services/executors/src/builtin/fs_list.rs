@@ -36,7 +36,7 @@ fn list(args: &Value, context: &ExecContext) -> Result<Observation, String> {
         ),
         None => None,
     };
-    let root = scoped_path(text, context)?;
+    let root = scoped_path(text, context, metnos_core::forbidden::Access::Read)?;
     let meta_data = std::fs::metadata(&root).map_err(|e| match e.kind() {
         std::io::ErrorKind::NotFound => format!("no such folder: {text}"),
         _ => format!("cannot list {text}: {e}"),
@@ -54,7 +54,14 @@ fn list(args: &Value, context: &ExecContext) -> Result<Observation, String> {
         .follow_links(false)
         .sort_by_file_name()
         .into_iter()
-        .filter_entry(|e| !crate::scope::is_forbidden(e.path(), &forbidden, &workspace));
+        .filter_entry(|e| {
+            !crate::scope::is_forbidden(e.path(), &forbidden, &workspace)
+                && metnos_core::forbidden::first_match(
+                    &e.path().to_string_lossy(),
+                    metnos_core::forbidden::Access::Read,
+                )
+                .is_none()
+        });
     let mut entries = Vec::new();
     let mut truncated = false;
     let mut unreadable = 0u64;

@@ -29,7 +29,7 @@ fn read(args: &Value, context: &ExecContext) -> Result<Observation, String> {
     let max = count_arg(args, "max_bytes")?
         .unwrap_or(DEFAULT_MAX_BYTES)
         .min(ceiling);
-    let path = scoped_path(text, context)?;
+    let path = scoped_path(text, context, metnos_core::forbidden::Access::Read)?;
     // The checked path, opened with no link on the way: what is read is what was judged.
     let (mut file, opened) =
         crate::open::open_file_to_read(&path, text, &super::workspace(context)).map_err(|e| {

@@ -56,7 +56,7 @@ fn write(args: &Value, context: &ExecContext) -> Result<Observation, String> {
             mode.chars().take(32).collect::<String>()
         ));
     }
-    let path = scoped_path(text, context)?;
+    let path = scoped_path(text, context, metnos_core::forbidden::Access::Write)?;
     let parent = path
         .parent()
         .ok_or_else(|| format!("{text} has no parent folder"))?;

@@ -6,6 +6,8 @@
 
 use serde_json::{Map, Value};
 
+use metnos_core::forbidden::{self, Access};
+
 use crate::observation::{ExecContext, Observation};
 use crate::scope::PathScope;
 
@@ -76,12 +78,38 @@ pub(crate) fn count_arg(args: &Value, key: &str) -> Result<Option<u64>, String> 
     }
 }
 
-/// The real path of a path argument, inside the executor's scope and outside Metnos's
-/// own files (checked on the path as written and as resolved).
-pub(crate) fn scoped_path(text: &str, context: &ExecContext) -> Result<std::path::PathBuf, String> {
+/// The real path of a path argument, inside the executor's scope, outside Metnos's own
+/// files and outside the forbidden core for `access` (each checked on the path as written
+/// and as resolved: a link does not lead around them).
+pub(crate) fn scoped_path(
+    text: &str,
+    context: &ExecContext,
+    access: Access,
+) -> Result<std::path::PathBuf, String> {
     let real = PathScope::new(&context.scope_paths, &context.user_home)
         .check(text, &context.user_home)
         .map_err(|e| e.to_string())?;
+    let lexical_text =
+        crate::scope::normalize(&crate::scope::expand_home(text, &context.user_home));
+    for (path, via_link) in [(&lexical_text, false), (&real, true)] {
+        if let Some(rule) = forbidden::first_match(&path.to_string_lossy(), access) {
+            let resolved = if via_link && *path != lexical_text {
+                format!(", as {}", path.display())
+            } else {
+                String::new()
+            };
+            return Err(crate::scope::ScopeError::Protected {
+                path: text.to_owned(),
+                rule,
+                resolved,
+                access: match access {
+                    Access::Read => "read",
+                    Access::Write => "write",
+                },
+            }
+            .to_string());
+        }
+    }
     let forbidden = crate::scope::real_roots(&context.forbidden);
     let workspace = workspace(context);
     let lexical = crate::scope::normalize(&crate::scope::expand_home(text, &context.user_home));

@@ -67,7 +67,7 @@ fn parse(args: &Value, context: &ExecContext) -> Result<Observation, String> {
         (None, None) => return Err("give path (a file) or text (the data itself)".into()),
         (None, Some(text)) => (text.to_owned(), "text".to_owned()),
         (Some(p), None) => {
-            let real = scoped_path(p, context)?;
+            let real = scoped_path(p, context, metnos_core::forbidden::Access::Read)?;
             let (file, opened) =
                 crate::open::open_file_to_read(&real, p, &super::workspace(context))?;
             if opened.size > MAX_INPUT_BYTES {

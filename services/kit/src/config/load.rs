@@ -150,6 +150,7 @@ impl Config {
         config.telemetry.otlp_endpoint = source
             .var("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT")
             .or_else(|| source.var("OTEL_EXPORTER_OTLP_ENDPOINT"));
+        config.config_file = file.map(|f| std::path::absolute(&f).unwrap_or(f));
         config.resolve_paths(source)?;
         config.validate()?;
         Ok(config)
@@ -173,6 +174,12 @@ impl Config {
         }
         self.data_dir = expand_tilde(&self.data_dir, home.as_deref())
             .ok_or_else(|| ConfigError::key("data_dir", "starts with ~ but HOME is not set"))?;
+        self.config_dir = source
+            .var("XDG_CONFIG_HOME")
+            .map(PathBuf::from)
+            .or_else(|| home.as_ref().map(|h| h.join(".config")))
+            .map(|dir| dir.join("metnos"))
+            .unwrap_or_default();
         if self.runtime.user_home.as_os_str().is_empty()
             && let Some(h) = &home
         {
@@ -453,7 +460,10 @@ mod tests {
         with_env(&[], |jail| {
             let defaults = load()?;
             write_file(jail, example)?;
-            assert_eq!(load()?, defaults);
+            let mut from_file = load()?;
+            assert!(from_file.config_file.is_some(), "the file was read");
+            from_file.config_file = None;
+            assert_eq!(from_file, defaults);
             Ok(())
         });
     }

@@ -66,6 +66,14 @@ pub struct Config {
     pub turns: TurnsConfig,
     pub telegram: TelegramConfig,
     pub tls: TlsConfig,
+    /// Metnos's own configuration folder (`$XDG_CONFIG_HOME/metnos`, else
+    /// `~/.config/metnos`; the signing keys live there). Resolved by [`Config::load`], never
+    /// read from a file.
+    #[serde(skip)]
+    pub config_dir: PathBuf,
+    /// The config file read, if any (absolute). Set by [`Config::load`].
+    #[serde(skip)]
+    pub config_file: Option<PathBuf>,
 }
 
 impl Default for Config {
@@ -84,6 +92,27 @@ impl Default for Config {
             turns: TurnsConfig::default(),
             telegram: TelegramConfig::default(),
             tls: TlsConfig::default(),
+            config_dir: PathBuf::new(),
+            config_file: None,
         }
+    }
+}
+
+impl Config {
+    /// Metnos's own files, which no executor may touch and the guard refuses to see named:
+    /// the data directory, the certificates (and a mesh's key file), the executor catalog,
+    /// the configuration folder (keys included) and the config file in use.
+    pub fn own_paths(&self) -> Vec<PathBuf> {
+        let mut own = vec![
+            self.data_dir.clone(),
+            self.tls.dir.clone(),
+            self.tls.key_file.clone(),
+            self.executors.catalog_dir.clone(),
+            self.config_dir.clone(),
+        ];
+        own.extend(self.config_file.clone());
+        own.retain(|p| !p.as_os_str().is_empty());
+        own.dedup();
+        own
     }
 }

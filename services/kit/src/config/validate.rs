@@ -57,7 +57,13 @@ impl Config {
             lexical.canonicalize().unwrap_or(lexical)
         };
         let workspace = real(&self.executors.workspace);
-        for (key, own) in [("data_dir", &self.data_dir), ("tls.dir", &self.tls.dir)] {
+        let named = [
+            ("data_dir", &self.data_dir),
+            ("tls.dir", &self.tls.dir),
+            ("executors.catalog_dir", &self.executors.catalog_dir),
+            ("the configuration folder", &self.config_dir),
+        ];
+        for (key, own) in named {
             if !own.as_os_str().is_empty() && real(own).starts_with(&workspace) {
                 return Err(ConfigError::key(
                     "executors.workspace",

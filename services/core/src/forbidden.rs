@@ -1,0 +1,288 @@
+//! The forbidden core: paths no tool call may read, and paths no tool call may write,
+//! whatever the autonomy level, the grants or the judge say. One table, used twice: by the
+//! vaglio's guard on every spelling of an argument's text, and by every path executor on
+//! the real path it is about to open (symbolic links resolved), so a link or another
+//! spelling that fools the first still meets the second.
+//!
+//! The rules are ASCII regular expressions matched on bytes of an absolute, normalised path
+//! (or of a value the guard spells as one). Every rule needs a `/` or a `.` to match: a
+//! plain word (letters, digits, `_`, `-`, spaces) breaks none, which lets the guard skip
+//! most values at once ([`RULE_WORDS`] lists the words a match needs).
+//!
+//! Metnos's own files (data directory, certificates, keys, catalog, config) are not here:
+//! they depend on the installation, and each side gets them from the effective config.
+
+use std::sync::LazyLock;
+
+use regex_automata::dfa::{Automaton, dense};
+use regex_automata::{Input, MatchKind, PatternSet};
+
+/// What a call does to a path.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Access {
+    Read,
+    /// Writes, and anything that may write (a shell command).
+    Write,
+}
+
+/// Paths neither read nor written: the seed's eleven, then credential stores of the same
+/// kind. Id and pattern.
+pub const PATH_RULES: &[(&str, &str)] = &[
+    // The seed's eleven.
+    ("path.ssh", r"(^|/)\.ssh(/|$)"),
+    ("path.etc_auth", r"^/etc/(passwd|shadow|sudoers)"),
+    ("path.etc_ssh", r"^/etc/ssh(/|$)"),
+    ("path.root_home", r"^/root(/|$)"),
+    ("path.boot", r"^/boot(/|$)"),
+    ("path.sys", r"^/sys(/|$)"),
+    ("path.proc_pid", r"^/proc(/[0-9]|$)"),
+    ("path.block_device", r"^/dev/(sd|nvme|mmcblk|loop)"),
+    ("path.aws_credentials", r"\.aws/credentials"),
+    ("path.app_credentials", r"\.config/[^/]+/credentials\.env"),
+    ("path.gnupg", r"\.gnupg(/|$)"),
+    // Beyond the seed, same kind.
+    ("path.etc_gshadow", r"^/etc/gshadow"),
+    (
+        "path.proc_self_secrets",
+        r"^/proc/(self|thread-self)/(environ|mem|maps)",
+    ),
+    (
+        "path.proc_root",
+        r"^/proc/(self|thread-self)/(root|cwd|fd)(/|$)",
+    ),
+    ("path.kube_config", r"(^|/)\.kube/config$"),
+    ("path.docker_socket", r"^/(var/)?run/docker\.sock$"),
+    ("path.docker_config", r"(^|/)\.docker/config\.json$"),
+    ("path.netrc", r"(^|/)\.netrc$"),
+    ("path.git_credentials", r"(^|/)\.git-credentials$"),
+    ("path.pgpass", r"(^|/)\.pgpass$"),
+    ("path.gh_hosts", r"(^|/)\.config/gh/hosts\.ya?ml$"),
+    ("path.npmrc", r"(^|/)\.npmrc$"),
+    ("path.pypirc", r"(^|/)\.pypirc$"),
+    ("path.password_store", r"(^|/)\.password-store(/|$)"),
+    ("path.keyrings", r"(^|/)\.local/share/keyrings(/|$)"),
+    (
+        "path.browser_profile",
+        r"(^|/)(\.mozilla/firefox|\.config/(google-chrome|chromium|BraveSoftware|microsoft-edge)|snap/(firefox|chromium))(/|$)",
+    ),
+];
+
+/// Paths not written (nor deleted): what runs code at login, at start-up or on a
+/// schedule. Reading them is ordinary.
+pub const WRITE_RULES: &[(&str, &str)] = &[
+    (
+        "write.shell_startup",
+        r"(^|/)\.(bashrc|bash_profile|bash_login|bash_logout|profile|zshrc|zprofile|zshenv|zlogin|kshrc|inputrc|xprofile|xsession|xinitrc)$",
+    ),
+    ("write.fish_config", r"(^|/)\.config/fish(/|$)"),
+    ("write.autostart", r"(^|/)\.config/autostart(/|$)"),
+    ("write.systemd_user", r"(^|/)\.config/systemd(/|$)"),
+    ("write.crontab", r"^/(var/spool/cron|etc/cron[^/]*)(/|$)"),
+    (
+        "write.etc_profile",
+        r"^/etc/(profile|bash\.bashrc|environment)(\.d)?(/|$)",
+    ),
+];
+
+/// The words a rule needs to match, and nothing shorter: a value holding none of them in
+/// any spelling breaks no rule.
+pub const RULE_WORDS: &[&str] = &[
+    "ssh",
+    "etc",
+    "root",
+    "boot",
+    "sys",
+    "proc",
+    "dev",
+    "aws",
+    "credentials",
+    "gnupg",
+    "kube",
+    "docker",
+    "netrc",
+    "git-credentials",
+    "pgpass",
+    "hosts.y",
+    "npmrc",
+    "pypirc",
+    "password-store",
+    "keyrings",
+    "mozilla",
+    "chrom",
+    "Brave",
+    "edge",
+    "snap",
+    "bash",
+    "profile",
+    "zsh",
+    "zlogin",
+    "kshrc",
+    "inputrc",
+    "xsession",
+    "xinitrc",
+    "fish",
+    "autostart",
+    "systemd",
+    "cron",
+    "environment",
+];
+
+static PATHS: LazyLock<RuleSet> = LazyLock::new(|| RuleSet::new(PATH_RULES));
+static WRITES: LazyLock<RuleSet> = LazyLock::new(|| RuleSet::new(WRITE_RULES));
+
+/// The first rule `text` breaks for `access`: for a write, the path rules and then the
+/// write rules.
+pub fn first_match(text: &str, access: Access) -> Option<&'static str> {
+    PATHS.first_match(text).or_else(|| match access {
+        Access::Write => WRITES.first_match(text),
+        Access::Read => None,
+    })
+}
+
+/// Builds the automata now (a few milliseconds) rather than on the first check.
+pub fn warm_up() {
+    LazyLock::force(&PATHS);
+    LazyLock::force(&WRITES);
+}
+
+/// A set of rules compiled together into one fully built DFA (the engine behind
+/// `regex::RegexSet`, built ahead instead of lazily): a search is one pass over the bytes,
+/// with no per-search cache to fetch and no literal prefilter to set up, which on the
+/// short values a guard sees cost more than the match itself.
+pub struct RuleSet {
+    rules: &'static [(&'static str, &'static str)],
+    dfa: dense::DFA<Vec<u32>>,
+}
+
+impl RuleSet {
+    pub fn new(rules: &'static [(&'static str, &'static str)]) -> RuleSet {
+        let patterns: Vec<&str> = rules.iter().map(|(_, p)| *p).collect();
+        let dfa = dense::Builder::new()
+            .configure(
+                dense::Config::new()
+                    .match_kind(MatchKind::All)
+                    .starts_for_each_pattern(false)
+                    // Acceleration pays on long texts; these are a few dozen bytes.
+                    .accelerate(false),
+            )
+            .syntax(
+                regex_automata::util::syntax::Config::new()
+                    .unicode(false)
+                    .utf8(false),
+            )
+            .build_many(&patterns)
+            .expect("valid forbidden-path rules");
+        RuleSet { rules, dfa }
+    }
+
+    /// The id of the first rule (in table order) that `text` breaks.
+    pub fn first_match(&self, text: &str) -> Option<&'static str> {
+        let input = Input::new(text).earliest(true);
+        // The DFA has no look-around it cannot handle on ASCII rules, so a search never
+        // gives up; were it to, the value is treated as a hit on the first rule
+        // (fail closed).
+        match self.dfa.try_search_fwd(&input) {
+            Ok(None) => return None,
+            Ok(Some(_)) => {}
+            Err(_) => return Some(self.rules[0].0),
+        }
+        // Which rule: worth working out only on a hit.
+        let mut which = PatternSet::new(self.dfa.pattern_len());
+        match self
+            .dfa
+            .try_which_overlapping_matches(&Input::new(text), &mut which)
+        {
+            Ok(()) => which.iter().next().map(|id| self.rules[id.as_usize()].0),
+            Err(_) => Some(self.rules[0].0),
+        }
+    }
+}
+
+impl std::fmt::Debug for RuleSet {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RuleSet")
+            .field("rules", &self.rules.len())
+            .finish()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn credential_stores_are_neither_read_nor_written() {
+        for path in [
+            "/home/ada/.ssh/id_rsa",
+            "/home/ada/.docker/config.json",
+            "/home/ada/.kube/config",
+            "/home/ada/.netrc",
+            "/home/ada/.git-credentials",
+            "/home/ada/.pgpass",
+            "/home/ada/.config/gh/hosts.yml",
+            "/home/ada/.npmrc",
+            "/home/ada/.pypirc",
+            "/home/ada/.password-store/bank.gpg",
+            "/home/ada/.local/share/keyrings/login.keyring",
+            "/home/ada/.mozilla/firefox/abc.default/logins.json",
+            "/home/ada/.config/google-chrome/Default/Cookies",
+            "/home/ada/.config/chromium/Default/Login Data",
+            "/proc/self/root/etc/shadow",
+            "/proc/thread-self/cwd",
+        ] {
+            assert!(first_match(path, Access::Read).is_some(), "{path}");
+            assert!(first_match(path, Access::Write).is_some(), "{path}");
+            assert!(holds_a_rule_word(path), "{path}");
+        }
+    }
+
+    #[test]
+    fn what_runs_at_login_or_on_a_schedule_is_read_but_not_written() {
+        for path in [
+            "/home/ada/.bashrc",
+            "/home/ada/.profile",
+            "/home/ada/.bash_login",
+            "/home/ada/.zshrc",
+            "/home/ada/.config/autostart/evil.desktop",
+            "/home/ada/.config/systemd/user/evil.service",
+            "/var/spool/cron/crontabs/ada",
+            "/etc/cron.d/evil",
+            "/etc/crontab",
+        ] {
+            assert_eq!(first_match(path, Access::Read), None, "{path}");
+            assert!(first_match(path, Access::Write).is_some(), "{path}");
+            assert!(holds_a_rule_word(path), "{path}");
+        }
+    }
+
+    #[test]
+    fn ordinary_files_pass_both_ways() {
+        for path in [
+            "/home/ada/notes.txt",
+            "/home/ada/Documents/profile-photo.png",
+            "/home/ada/projects/bashrc-tips.md",
+            "/home/ada/.config/nvim/init.lua",
+            "/home/ada/cron-notes.txt",
+            "/tmp/report.csv",
+        ] {
+            assert_eq!(first_match(path, Access::Read), None, "{path}");
+            assert_eq!(first_match(path, Access::Write), None, "{path}");
+        }
+    }
+
+    /// What the guard relies on to skip a value: a path that breaks a rule holds a rule
+    /// word (checked on a matching example of every rule and alternative above).
+    fn holds_a_rule_word(path: &str) -> bool {
+        RULE_WORDS.iter().any(|w| path.contains(w))
+    }
+
+    #[test]
+    fn every_rule_needs_a_slash_or_a_dot() {
+        for (id, pattern) in PATH_RULES.iter().chain(WRITE_RULES) {
+            assert!(
+                pattern.contains('/') || pattern.contains(r"\."),
+                "{id} could match a plain word"
+            );
+        }
+    }
+}
