@@ -627,7 +627,7 @@ async fn a_shell_command_cannot_reach_the_certificates() {
         .run_turn(planner::RunTurnRequest {
             principal: person("cli", "alice"),
             level: common_pb::AutonomyLevel::Supervised as i32,
-            query: "look for private keys".into(),
+            query: "run a shell command to look for private keys".into(),
             ..Default::default()
         })
         .await

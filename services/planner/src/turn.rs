@@ -171,6 +171,9 @@ pub enum Validation {
     Scope,
     #[serde(rename = "unknown executor")]
     UnknownExecutor,
+    /// An executor in the catalog that the pre-filter did not offer in this turn.
+    #[serde(rename = "not offered")]
+    NotOffered,
     /// The same read or write again (seed ch. 10).
     Duplicate,
 }

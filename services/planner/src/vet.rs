@@ -78,6 +78,16 @@ impl Planner {
                 cp.candidates.join(", ")
             )));
         };
+        // Only what was offered runs: the LLM (or text injected into it) naming another
+        // executor of the catalog gets an observation, never a run.
+        if !cp.candidates.contains(&call.name) {
+            log.validation = Validation::NotOffered;
+            return Err(Refusal::Refused(format!(
+                "executor {} was not offered in this turn (offered: {}); use one of those",
+                call.name,
+                cp.candidates.join(", ")
+            )));
+        }
         let args = self.resolve_refs(cp, &call.arguments).await.map_err(|e| {
             log.validation = Validation::References;
             Refusal::Refused(e)

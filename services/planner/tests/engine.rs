@@ -735,6 +735,53 @@ async fn a_turn_stops_at_its_step_cap() {
 }
 
 #[tokio::test]
+async fn an_executor_that_was_not_offered_is_refused_not_run() {
+    // One tool offered; the LLM names both (the other is in the signed catalog).
+    let h = Harness::new(
+        PlannerMode::Local,
+        |t| t.prefilter_max = NonZeroU32::new(1).unwrap(),
+        false,
+    )
+    .await;
+    h.llm.call("fs_write", json!({"path": "~/w.txt"}));
+    h.llm.call("fs_read", json!({"path": "~/r.txt"}));
+    h.llm.answer("done");
+    let mut rx = h.start("read my notes file", AutonomyLevel::Full);
+    let (events, _) = to_end(&mut rx).await;
+    let summaries: Vec<String> = observations(&events)
+        .iter()
+        .map(|o| o.summary.clone())
+        .collect();
+    let refused: Vec<&String> = summaries
+        .iter()
+        .filter(|s| s.contains("was not offered in this turn"))
+        .collect();
+    assert_eq!(refused.len(), 1, "{summaries:?}");
+    let runs = h.runs();
+    assert_eq!(runs.len(), 1, "only the offered executor ran: {runs:?}");
+    let offered = if runs[0].starts_with("fs_read") {
+        "fs_read"
+    } else {
+        "fs_write"
+    };
+    assert!(
+        refused[0].contains(&format!("(offered: {offered})")),
+        "{refused:?}"
+    );
+    let record = &h.records()[0];
+    let validations: Vec<&Value> = record["steps"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|s| &s["validation"])
+        .collect();
+    assert!(
+        validations.contains(&&json!("not offered")),
+        "{validations:?}"
+    );
+}
+
+#[tokio::test]
 async fn a_hybrid_turn_moves_to_the_wise_tier_after_two_failures() {
     let h = Harness::new(PlannerMode::Hybrid, |_| {}, true).await;
     h.llm.call("no_such_tool", json!({}));
