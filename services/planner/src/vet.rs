@@ -178,6 +178,7 @@ impl Planner {
                     .cloned()
                     .unwrap_or_default(),
                 critical: Some(executor.manifest.critical),
+                capabilities: executor.manifest.capabilities.clone(),
             }),
         };
         let ask_vaglio = async {

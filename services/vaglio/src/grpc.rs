@@ -110,6 +110,7 @@ impl VaglioService for VaglioApi {
             mode: context.mode,
             step: context.step,
             capability: context.capability,
+            capabilities: context.capabilities,
             critical: context.critical,
         };
         let verdict = self.vaglio.judge(&proposal).await?;

@@ -18,6 +18,8 @@
 use metnos_core::forbidden::{self, Access, RuleSet};
 use metnos_core::path::{Tilde, expand_tilde, has_foldable_segment, normalize};
 use std::path::Path;
+#[cfg(test)]
+use std::path::PathBuf;
 use std::sync::LazyLock;
 
 use serde_json::Value;
@@ -28,7 +30,10 @@ const SHELL_RULES: &[(&str, &str)] = &[
     ("shell.rm_rf_home", r"\brm\s+-rf?\s+~(\s|$|/)"),
     ("shell.mkfs", r"\bmkfs\b"),
     ("shell.dd_device", r"\bdd\s+.*\bof=/dev/"),
-    ("shell.fork_bomb", r":\s*\(\s*\)\s*\{\s*:\|:&\s*\}"),
+    (
+        "shell.fork_bomb",
+        r":\s*\(\s*\)\s*\{\s*:\s*\|\s*:\s*&\s*;?\s*\}",
+    ),
     ("shell.chmod_777", r"\bchmod\s+-?R?\s*0?77[0-9]\s+/"),
 ];
 
@@ -39,7 +44,7 @@ static SHELL_SCAN: LazyLock<aho_corasick::AhoCorasick> = LazyLock::new(|| {
         .kind(Some(aho_corasick::AhoCorasickKind::DFA))
         .build([
             "rm", "mkfs", "mke2fs", "mkswap", "wipefs", "dd", "chmod", ":", "sh", "$(", "`", ">",
-            "/dev/",
+            "/dev/", "find", "git", "..",
         ])
         .expect("valid shell triggers")
 });
@@ -199,6 +204,13 @@ pub fn check_call(args: &Value, shell: bool, writes: bool, prepared: &Home) -> O
         return Some(violation);
     }
     if shell {
+        // Relative words name paths from where the command runs: its `cwd` in the
+        // workspace, else the workspace.
+        let base = match args.get("cwd").and_then(Value::as_str) {
+            Some(cwd) if cwd.starts_with('/') => normalize(cwd),
+            Some(cwd) if !cwd.is_empty() => normalize(&format!("{}/{cwd}", prepared.own.workspace)),
+            _ => prepared.own.workspace.clone(),
+        };
         for key in ["command", "cmd"] {
             let Some(command) = args.get(key) else {
                 continue;
@@ -213,7 +225,7 @@ pub fn check_call(args: &Value, shell: bool, writes: bool, prepared: &Home) -> O
                     .into(),
                 _ => continue,
             };
-            if let Some(rule) = check_command(&text, prepared, 0) {
+            if let Some(rule) = check_command(&text, prepared, &base, 0) {
                 return Some(Violation {
                     rule,
                     key: key.to_owned(),
@@ -406,9 +418,11 @@ const SHELLS: &[&str] = &["sh", "bash", "zsh", "dash", "ksh", "ash", "busybox"];
 
 /// Checks a shell command text: the seed's patterns on the text as written, then each
 /// simple command of it. `depth` bounds recursion into `sh -c` and `$(…)`.
-fn check_command(text: &str, prepared: &Home, depth: usize) -> Option<&'static str> {
+fn check_command(text: &str, prepared: &Home, base: &str, depth: usize) -> Option<&'static str> {
+    // Deeper than anyone writes by hand: a command built to outlast the checker is refused,
+    // not waved through.
     if depth > 4 {
-        return None;
+        return Some("shell.too_deep");
     }
     // Nothing a rule looks for, and no path trigger: an ordinary command.
     if !SHELL_SCAN.is_match(text)
@@ -422,7 +436,7 @@ fn check_command(text: &str, prepared: &Home, depth: usize) -> Option<&'static s
     }
     // Substitutions run too: check what they hold as commands of their own.
     for inner in substitutions(text) {
-        if let Some(rule) = check_command(&inner, prepared, depth + 1) {
+        if let Some(rule) = check_command(&inner, prepared, base, depth + 1) {
             return Some(rule);
         }
     }
@@ -432,7 +446,7 @@ fn check_command(text: &str, prepared: &Home, depth: usize) -> Option<&'static s
             // Unbalanced quotes: a shell would refuse it too, but check it as plain words.
             Err(_) => segment.split_whitespace().map(str::to_owned).collect(),
         };
-        if let Some(rule) = check_simple(&words, prepared, depth) {
+        if let Some(rule) = check_simple(&words, prepared, base, depth) {
             return Some(rule);
         }
     }
@@ -534,7 +548,12 @@ fn program_name(word: &str) -> &str {
 }
 
 /// Checks one simple command (already split into words).
-fn check_simple(words: &[String], prepared: &Home, depth: usize) -> Option<&'static str> {
+fn check_simple(
+    words: &[String],
+    prepared: &Home,
+    base: &str,
+    depth: usize,
+) -> Option<&'static str> {
     let home = prepared.path.as_str();
     // Every word as a path (redirections included: `>/dev/sda`). A redirection's target,
     // and every word of a command that writes what it names, is judged as a write (the
@@ -555,6 +574,15 @@ fn check_simple(words: &[String], prepared: &Home, depth: usize) -> Option<&'sta
                 Access::Read
             };
         if let Some(rule) = check_paths(target, prepared, access) {
+            return Some(rule);
+        }
+        // `../../etc/shadow` from the workspace is /etc/shadow.
+        if !base.is_empty()
+            && target.contains("..")
+            && !target.starts_with(['/', '~', '$', '-'])
+            && let Some(rule) =
+                check_paths(&normalize(&format!("{base}/{target}")), prepared, access)
+        {
             return Some(rule);
         }
     }
@@ -602,10 +630,10 @@ fn check_simple(words: &[String], prepared: &Home, depth: usize) -> Option<&'sta
                 && arg.contains('c')
                 && let Some(payload) = args.get(i + 1)
             {
-                return check_command(payload, prepared, depth + 1);
+                return check_command(payload, prepared, base, depth + 1);
             }
             if SHELLS.contains(&arg.as_str()) {
-                return check_simple(&args[i..], prepared, depth + 1);
+                return check_simple(&args[i..], prepared, base, depth + 1);
             }
             i += 1;
         }
@@ -621,6 +649,8 @@ fn check_simple(words: &[String], prepared: &Home, depth: usize) -> Option<&'sta
             })
             .then_some("shell.dd_device"),
         "chmod" => check_chmod(args, home),
+        "find" => check_find(args),
+        "git" => check_git(args),
         _ if name.starts_with("mkfs")
             || name == "mke2fs"
             || name == "mkswap"
@@ -642,6 +672,38 @@ fn normalize_word(word: &str, home: &str) -> String {
 }
 
 /// `rm` with a recursive flag on `/`, `/*`, a top-level system folder or the home.
+/// `find`'s forms that run or remove: `-exec`, `-execdir`, `-ok`, `-okdir`, `-delete`, and
+/// those that write files (`-fprint…`, `-fls`).
+fn check_find(args: &[String]) -> Option<&'static str> {
+    args.iter()
+        .any(|a| {
+            matches!(
+                a.as_str(),
+                "-exec" | "-execdir" | "-ok" | "-okdir" | "-delete" | "-fls"
+            ) || a.starts_with("-fprint")
+        })
+        .then_some("shell.find_exec")
+}
+
+/// `git`'s forms that run a program of the caller's choosing: `-c` (aliases, `core.*`
+/// hooks), `--config-env`, `--exec-path`, `--upload-pack`/`--receive-pack`, and the `ext::`
+/// and `fd::` transports.
+fn check_git(args: &[String]) -> Option<&'static str> {
+    args.iter()
+        .any(|a| {
+            a == "-c"
+                || (a.starts_with("-c") && a.len() > 2 && !a.starts_with("--"))
+                || a.starts_with("--config-env")
+                || a.starts_with("--exec-path")
+                || a.starts_with("--upload-pack")
+                || a.starts_with("--receive-pack")
+                || a == "-u"
+                || a.contains("ext::")
+                || a.contains("fd::")
+        })
+        .then_some("shell.git_code")
+}
+
 fn check_rm(args: &[String], home: &str) -> Option<&'static str> {
     let mut recursive = false;
     let mut targets = Vec::new();
@@ -860,6 +922,79 @@ mod tests {
                 check_with(&json!({"path": allowed}), false, &home).is_none(),
                 "{allowed}"
             );
+        }
+    }
+
+    #[test]
+    fn what_issue_16_found_the_shell_guard_missing_is_caught() {
+        let home = Home::new(Path::new(HOME)).with_own_data(
+            &[PathBuf::from("/home/roberto/.local/share/metnos")],
+            Path::new("/home/roberto/.local/share/metnos/workspace"),
+        );
+        let shell = |args: serde_json::Value| check_with(&args, true, &home).map(|v| v.rule);
+        // The fork bomb in any spacing.
+        for bomb in [":(){ :|:& };:", ": () { : | : & } ; :", ":(){ :|: & };:"] {
+            assert_eq!(
+                shell(json!({ "command": bomb })),
+                Some("shell.fork_bomb"),
+                "{bomb}"
+            );
+        }
+        // Relative paths, from the workspace or the call's cwd.
+        assert_eq!(
+            shell(json!({"command": "cat ../../../../../../etc/shadow"})),
+            Some("path.etc_auth")
+        );
+        assert_eq!(
+            shell(json!({"command": "cat ../keys/owner.key"})),
+            Some(OWN_DATA_RULE)
+        );
+        assert_eq!(
+            shell(json!({"command": "cat ../../keys/owner.key", "cwd": "notes"})),
+            Some(OWN_DATA_RULE)
+        );
+        // find and git forms that run programs.
+        assert_eq!(
+            shell(json!({"command": "find / -delete"})),
+            Some("shell.find_exec")
+        );
+        assert_eq!(
+            shell(json!({"command": "find . -exec sh -c 'id' ;"})),
+            Some("shell.find_exec")
+        );
+        for git in [
+            "git -c alias.x=!sh x",
+            "git -calias.x=!sh x",
+            "git clone ext::sh -c id",
+            "git --exec-path=/tmp status",
+            "git fetch --upload-pack=evil origin",
+        ] {
+            assert_eq!(
+                shell(json!({ "command": git })),
+                Some("shell.git_code"),
+                "{git}"
+            );
+        }
+        // Nested five deep: refused, not "no violation".
+        let mut nested = "ls".to_owned();
+        for _ in 0..6 {
+            nested = format!("sh -c {}", shell_words::quote(&nested));
+        }
+        assert_eq!(
+            shell(json!({ "command": nested })),
+            Some("shell.too_deep"),
+            "{nested}"
+        );
+        // Everyday work still passes.
+        for ok in [
+            "git status",
+            "git log --oneline -5",
+            "find . -name '*.md'",
+            "grep -r TODO .",
+            "ls notes/..",
+            "cat notes/../todo.txt",
+        ] {
+            assert_eq!(shell(json!({ "command": ok })), None, "{ok}");
         }
     }
 

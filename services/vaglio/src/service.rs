@@ -56,6 +56,8 @@ pub struct Proposal {
     pub mode: String,
     pub step: u32,
     pub capability: String,
+    /// Every capability the executor declares (`capability` is its first).
+    pub capabilities: Vec<String>,
     pub critical: Option<bool>,
 }
 
@@ -201,8 +203,11 @@ impl Vaglio {
     }
 
     fn guard(&self, p: &Proposal, args: &Value) -> Option<Verdict> {
-        let shell = p.executor == "shell_exec" || p.capability == "code:exec";
-        let writes = p.capability == "fs:write";
+        let holds =
+            |wanted: &str| p.capability == wanted || p.capabilities.iter().any(|c| c == wanted);
+        // Any executor that runs code is judged as a shell, wherever code:exec sits in its list.
+        let shell = p.executor == "shell_exec" || holds("code:exec");
+        let writes = holds("fs:write");
         let violation = guard::check_call(args, shell, writes, &self.home)?;
         let what = if violation.is_shell() {
             "irrecoverable shell command"

@@ -393,3 +393,23 @@ async fn the_llm_judge_scores_and_falls_back_to_the_rules_when_it_fails() {
     assert_eq!(verdict.blocked_by, Some(BlockedBy::Guard));
     assert_eq!(fake.received().len(), before);
 }
+
+#[tokio::test]
+async fn an_executor_holding_code_exec_anywhere_is_judged_as_a_shell() {
+    // Before, shell rules applied only to shell_exec or an executor whose *first*
+    // capability was code:exec.
+    let dir = tempfile::tempdir().unwrap();
+    let v = vaglio(dir.path(), 0.30, JudgeKind::RuleBased);
+    let mut p = proposal("tidy up", "tidy", json!({"command": "rm -rf ~"}));
+    p.capability = "fs:read".into();
+    p.capabilities = vec!["fs:read".into(), "code:exec".into()];
+    let verdict = v.judge(&p).await.unwrap();
+    assert!(!verdict.approved, "{verdict:?}");
+    assert_eq!(verdict.rule_id, Some("shell.rm_rf_home"));
+    // And one holding fs:write anywhere is judged as a writer.
+    let mut p = proposal("note", "notes", json!({"path": "~/.bashrc", "text": "x"}));
+    p.capability = "fs:read".into();
+    p.capabilities = vec!["fs:read".into(), "fs:write".into()];
+    let verdict = v.judge(&p).await.unwrap();
+    assert_eq!(verdict.rule_id, Some("write.shell_startup"), "{verdict:?}");
+}
