@@ -255,13 +255,38 @@ impl Planner {
             let Some(asked) = rules::policy_target(capability, target, several) else {
                 continue;
             };
-            let answer = self
-                .filters
-                .check(cp.level, &principal, capability, &asked)
-                .await?;
-            strictest.add(capability, answer.outcome, answer.reason, answer.grant_id);
+            // A grant covers what the call really touches: a path is asked about as written
+            // and, when a link leads elsewhere, as resolved; the stricter answer holds.
+            let mut targets = vec![asked];
+            if let Some(real) = self.resolved_path(capability, &targets[0]) {
+                targets.push(real);
+            }
+            for asked in targets {
+                let answer = self
+                    .filters
+                    .check(cp.level, &principal, capability, &asked)
+                    .await?;
+                strictest.add(capability, answer.outcome, answer.reason, answer.grant_id);
+            }
         }
         Ok((strictest, started.elapsed()))
+    }
+
+    /// Where a path target really leads, when a symbolic link makes that differ from what
+    /// is written (`None` for other targets, or when it cannot be resolved: the executor
+    /// refuses those).
+    fn resolved_path(&self, capability: &str, target: &str) -> Option<String> {
+        use metnos_executors::scope::{expand_home, normalize, resolve};
+        let kind = metnos_core::Capability::parse(capability)
+            .ok()?
+            .spec()
+            .target_kind;
+        if kind != metnos_core::TargetKind::PathGlob || target.is_empty() {
+            return None;
+        }
+        let lexical = normalize(&expand_home(target, &self.runner.user_home));
+        let real = resolve(&lexical).ok()?;
+        (real != lexical).then(|| real.to_string_lossy().into_owned())
     }
 
     /// `{{stepN.field}}` references replaced by what those steps observed (large

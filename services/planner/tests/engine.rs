@@ -38,6 +38,8 @@ use tonic::Status;
 struct FilterState {
     /// Policy's answer per capability (absent: allowed).
     policy: HashMap<String, rules::Outcome>,
+    /// Targets under these folders are denied, whatever the capability.
+    denied_under: Vec<String>,
     policy_down: bool,
     /// `Some(reason)`: the vaglio blocks every call.
     vaglio_blocks: Option<String>,
@@ -100,11 +102,18 @@ impl Filters for FakeFilters {
             if s.policy_down {
                 return Err(Status::unavailable("policy is down"));
             }
-            let outcome = s
-                .policy
-                .get(capability)
-                .copied()
-                .unwrap_or(rules::Outcome::Allowed);
+            let denied = s
+                .denied_under
+                .iter()
+                .any(|folder| target.starts_with(folder.as_str()));
+            let outcome = if denied {
+                rules::Outcome::Denied
+            } else {
+                s.policy
+                    .get(capability)
+                    .copied()
+                    .unwrap_or(rules::Outcome::Allowed)
+            };
             Ok(PolicyAnswer {
                 outcome,
                 reason: format!("{capability} says {outcome:?}"),
@@ -511,6 +520,40 @@ async fn an_allowed_call_runs_and_the_answer_ends_the_turn() {
     assert!(
         !record.to_string().contains("notes.txt"),
         "the turn log keeps argument keys, never values: {record}"
+    );
+}
+
+#[tokio::test]
+async fn policy_judges_where_a_link_really_leads() {
+    // ~/Documents/diary.txt is a link into ~/Private, where policy says no: a grant or
+    // level that allows Documents must not carry the write through the link.
+    let h = Harness::local().await;
+    std::fs::create_dir_all(h.home.join("Private")).unwrap();
+    std::fs::create_dir_all(h.home.join("Documents")).unwrap();
+    std::fs::write(h.home.join("Private/diary.txt"), "mine").unwrap();
+    std::os::unix::fs::symlink(
+        h.home.join("Private/diary.txt"),
+        h.home.join("Documents/diary.txt"),
+    )
+    .unwrap();
+    let private = h.home.join("Private").display().to_string();
+    h.filters.with(|s| s.denied_under.push(private.clone()));
+    h.llm
+        .call("fs_write", json!({"path": "~/Documents/diary.txt"}));
+    h.llm.answer("I may not write there");
+    let mut rx = h.start("write my notes file", AutonomyLevel::Full);
+    let (events, _) = to_end(&mut rx).await;
+    let refused = &observations(&events)[0];
+    assert!(!refused.ok, "{refused:?}");
+    assert!(refused.summary.starts_with("policy: denied"), "{refused:?}");
+    assert!(h.runs().is_empty(), "the write ran: {:?}", h.runs());
+    let asked: Vec<String> = h
+        .filters
+        .with(|s| s.checks.iter().map(|c| c.1.clone()).collect());
+    assert!(
+        asked.contains(&"~/Documents/diary.txt".to_owned())
+            && asked.iter().any(|t| t.starts_with(&private)),
+        "{asked:?}"
     );
 }
 
