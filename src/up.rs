@@ -23,6 +23,10 @@ const WORKERS: usize = 2;
 /// Runs the stack until SIGINT/SIGTERM. Exit 0 on a clean stop, 1 when a service failed
 /// to start or stopped on its own, 2 for an unusable configuration.
 pub async fn up(config: Config) -> ExitCode {
+    if let Err(e) = metnos_kit::launch::keep_memory_private() {
+        eprintln!("metnos up: cannot make this process non-dumpable: {e}");
+        return ExitCode::FAILURE;
+    }
     if let Err(e) = config.check_distinct_listen() {
         eprintln!("metnos up: {e}");
         return ExitCode::from(EXIT_CONFIG);

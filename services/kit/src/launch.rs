@@ -41,6 +41,10 @@ where
 {
     let args = ServiceArgs::parse();
     let name = service.binary();
+    if let Err(e) = keep_memory_private() {
+        eprintln!("{name}: cannot make this process non-dumpable: {e}");
+        return ExitCode::FAILURE;
+    }
     let config = match Config::load(&ConfigSource::from_env(args.config)) {
         Ok(config) => config,
         Err(e) => {
@@ -92,6 +96,17 @@ where
     })
 }
 
+/// Makes this process non-dumpable (`PR_SET_DUMPABLE` 0): no other process of the same
+/// user — a command an executor runs, say — may read its memory or its
+/// `/proc/<pid>/environ` (where secrets such as API tokens are), or attach to it; only
+/// a process with `CAP_SYS_PTRACE` in the machine's first user namespace may, and the
+/// shell's sandbox has none. Every long-running Metnos process calls it first.
+pub fn keep_memory_private() -> std::io::Result<()> {
+    #[cfg(target_os = "linux")]
+    rustix::process::set_dumpable_behavior(rustix::process::DumpableBehavior::NotDumpable)?;
+    Ok(())
+}
+
 async fn health_check(service: ServiceName, config: &Config) -> ExitCode {
     let url = config.service_url(service);
     // The service asks itself, with its own certificate.
@@ -119,5 +134,16 @@ async fn health_check(service: ServiceName, config: &Config) -> ExitCode {
             println!("{service} {url} NOT_SERVING ({why})");
             ExitCode::FAILURE
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #[cfg(target_os = "linux")]
+    #[test]
+    fn a_metnos_process_is_not_dumpable() {
+        use rustix::process::{DumpableBehavior, dumpable_behavior};
+        super::keep_memory_private().unwrap();
+        assert_eq!(dumpable_behavior().unwrap(), DumpableBehavior::NotDumpable);
     }
 }
