@@ -56,6 +56,9 @@ pub enum ExecutorsCommand {
         #[arg(long, default_value = "{}")]
         args: String,
     },
+    /// Whether `shell_exec`'s sandbox can be built on this host and what it holds
+    /// (namespaces, Landlock and its ABI, limits), as one JSON line; exit 1 when it cannot.
+    Sandbox,
     /// Writes the built-in executors' manifests into DIR (default: the configured
     /// catalog), pointing at the installed metnos-exec; sign them next.
     Install {
@@ -225,6 +228,27 @@ pub async fn executors(config: &Config, command: ExecutorsCommand) -> ExitCode {
                 .await;
             print_line(&serde_json::to_value(&observation).unwrap_or(Value::Null));
             if !observation.ok {
+                return ExitCode::FAILURE;
+            }
+        }
+        ExecutorsCommand::Sandbox => {
+            let trust = match trust(config) {
+                Ok(t) => t,
+                Err(code) => return code,
+            };
+            let catalog = Catalog::load(&config.executors.catalog_dir, &trust);
+            let observation = metnos_planner::runner_from_config(config)
+                .check_shell_sandbox(&catalog)
+                .await;
+            let meta = observation.metadata.clone().unwrap_or_default();
+            let available = meta.get("available").and_then(Value::as_bool) == Some(true);
+            print_line(&json!({
+                "available": available,
+                "allow_unsandboxed": config.executors.allow_unsandboxed,
+                "sandbox": meta.get("sandbox").cloned().unwrap_or(Value::Null),
+                "error": observation.error,
+            }));
+            if !available {
                 return ExitCode::FAILURE;
             }
         }

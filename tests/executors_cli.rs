@@ -1,5 +1,5 @@
-//! `metnos executors keygen|install|sign|verify|list|run`: the owner's whole path from a
-//! fresh key to running a built-in by hand, and what tampering looks like from there.
+//! `metnos executors keygen|install|sign|verify|list|run|sandbox`: the owner's whole path
+//! from a fresh key to running a built-in by hand, and what tampering looks like from there.
 
 mod common;
 
@@ -117,6 +117,24 @@ async fn keygen_install_sign_list_and_run() {
         .await;
     assert_eq!(code, 1);
     assert!(stderr.contains("--args is not JSON"), "{stderr}");
+
+    // What shell_exec's box holds on this host, through the signed shell_exec: one line,
+    // exit 1 when it cannot be built.
+    let (code, stdout, stderr) = sandbox.run(&["executors", "sandbox"]).await;
+    let report = &lines(&stdout)[0];
+    if report["available"] == true {
+        assert_eq!(code, 0, "{stderr}");
+        assert_eq!(
+            report["sandbox"]["namespaces"],
+            serde_json::json!(["user", "pid", "net", "ipc"])
+        );
+        assert_eq!(report["allow_unsandboxed"], false);
+    } else {
+        assert_eq!(code, 1, "{report}");
+        let error = report["error"].as_str().unwrap();
+        assert!(error.contains("executors.allow_unsandboxed"), "{report}");
+        eprintln!("no sandbox on this host: {report}");
+    }
 
     // A manifest edited after signing is refused, by name and reason.
     let manifest = catalog.join("time_now/manifest.toml");

@@ -85,7 +85,7 @@ impl Default for ExecContext {
     }
 }
 
-/// The sandbox of `shell_exec` (config `[executors]`).
+/// The sandbox of `shell_exec` (config `[executors]`). A limit of 0 is no limit.
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Default)]
 #[serde(default)]
 pub struct ShellSettings {
@@ -94,4 +94,8 @@ pub struct ShellSettings {
     pub cpu_seconds: u64,
     pub memory_mb: u64,
     pub file_size_mb: u64,
+    /// Processes a command may have at once (itself included).
+    pub processes: u64,
+    /// Run commands even where the sandbox cannot be built (no namespaces, no Landlock).
+    pub allow_unsandboxed: bool,
 }

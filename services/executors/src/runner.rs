@@ -14,6 +14,9 @@ use tokio::io::{AsyncRead, AsyncReadExt, AsyncWriteExt};
 use crate::catalog::{Catalog, Executor};
 use crate::observation::{CONTEXT_VAR, ExecContext, Observation, ShellSettings};
 
+/// The executor whose sandbox [`Runner::check_shell_sandbox`] checks.
+pub const SHELL_EXEC: &str = "shell_exec";
+
 /// How much of the child's stderr an error quotes (its end).
 pub const STDERR_TAIL_BYTES: usize = 2048;
 
@@ -142,6 +145,22 @@ impl Runner {
             Ok(executor) => self.run(catalog, executor, args).await,
             Err(e) => Observation::failure(e.to_string()),
         }
+    }
+
+    /// Builds `shell_exec`'s sandbox on this host without running a command (through the
+    /// catalog's verified program, as a call would) and reports what holds: `ok` when the
+    /// sandbox is available or running without it is allowed, `metadata.sandbox` the
+    /// protections, `metadata.available` whether it is a sandbox at all.
+    pub async fn check_shell_sandbox(&self, catalog: &Catalog) -> Observation {
+        let Some(executor) = catalog.get(SHELL_EXEC) else {
+            return Observation::failure(format!(
+                "no `{SHELL_EXEC}` in the catalog {}",
+                catalog.dir().display()
+            ));
+        };
+        // Outside the manifest's schema on purpose: no LLM call can ask for it.
+        self.run(catalog, executor, &serde_json::json!({"probe": true}))
+            .await
     }
 
     /// Runs an executor whose args were checked.

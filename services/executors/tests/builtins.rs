@@ -354,9 +354,24 @@ async fn parse_local_names_what_is_malformed() {
 
 // ---- shell_exec ---------------------------------------------------------------------
 
+/// The shell's sandbox on this host, or `None` (said on stderr) where it cannot be built:
+/// every command is then refused, which
+/// `without_landlock_or_namespaces_the_shell_refuses_unless_told_to_run_unsandboxed` checks.
+async fn sandbox(f: &Fixture, catalog: &Catalog) -> Option<serde_json::Value> {
+    let o = f.runner().check_shell_sandbox(catalog).await;
+    if meta(&o, "available") == &json!(true) {
+        return Some(meta(&o, "sandbox").clone());
+    }
+    eprintln!("the shell's sandbox cannot be built on this host: {o:?}");
+    None
+}
+
 #[tokio::test]
 async fn shell_exec_runs_allowed_programs_in_the_workspace() {
     let (f, catalog) = setup();
+    let Some(_) = sandbox(&f, &catalog).await else {
+        return;
+    };
     let o = f
         .run(
             &catalog,
@@ -428,6 +443,9 @@ async fn shell_exec_refuses_what_is_not_allowed() {
 #[tokio::test]
 async fn shell_exec_holds_the_file_size_limit() {
     let (f, catalog) = setup();
+    let Some(_) = sandbox(&f, &catalog).await else {
+        return;
+    };
     // 3 MB into a file with a 1 MB limit: the kernel stops it.
     let o = f
         .run(
@@ -444,8 +462,11 @@ async fn shell_exec_holds_the_file_size_limit() {
 }
 
 #[tokio::test]
-async fn shell_exec_writes_only_in_the_workspace_where_landlock_exists() {
+async fn shell_exec_writes_only_in_the_workspace() {
     let (f, catalog) = setup();
+    let Some(_) = sandbox(&f, &catalog).await else {
+        return;
+    };
     let o = f
         .run(
             &catalog,
@@ -463,25 +484,18 @@ async fn shell_exec_writes_only_in_the_workspace_where_landlock_exists() {
             json!({"command": format!("touch {}", outside.display())}),
         )
         .await;
-    let landlock = meta(&o, "landlock").as_str().unwrap().to_owned();
-    if landlock == "enforced" || landlock.starts_with("partially") {
-        assert!(!o.ok, "{o:?}");
-        assert!(
-            meta(&o, "stderr")
-                .as_str()
-                .unwrap()
-                .contains("Permission denied"),
-            "{o:?}"
-        );
-        assert!(
-            !outside.exists(),
-            "Landlock let a write outside the workspace through"
-        );
-    } else {
-        // The kernel has no Landlock: the executor must say so rather than pretend.
-        assert!(landlock.starts_with("not enforced"), "{landlock}");
-        eprintln!("Landlock is not available on this kernel: {landlock}");
-    }
+    assert!(!o.ok, "{o:?}");
+    assert!(
+        meta(&o, "stderr")
+            .as_str()
+            .unwrap()
+            .contains("Permission denied"),
+        "{o:?}"
+    );
+    assert!(
+        !outside.exists(),
+        "Landlock let a write outside the workspace through"
+    );
 }
 
 /// Metnos's own folder inside the person's home, as the default data directory is
@@ -551,8 +565,11 @@ async fn no_executor_reads_or_writes_metnos_s_own_data_however_the_path_is_spell
 }
 
 #[tokio::test]
-async fn shell_exec_cannot_read_metnos_s_own_data_where_landlock_exists() {
+async fn shell_exec_cannot_read_metnos_s_own_data() {
     let (f, catalog) = setup();
+    let Some(_) = sandbox(&f, &catalog).await else {
+        return;
+    };
     let (runner, key) = with_metnos_data(&f);
     std::fs::write(f.home().join("notes.txt"), "mine").unwrap();
     let run = |command: String| {
@@ -565,12 +582,6 @@ async fn shell_exec_cannot_read_metnos_s_own_data_where_landlock_exists() {
         }
     };
     let o = run(format!("cat {}", key.display())).await;
-    let landlock = meta(&o, "landlock").as_str().unwrap().to_owned();
-    if !(landlock == "enforced" || landlock.starts_with("partially")) {
-        assert!(landlock.starts_with("not enforced"), "{landlock}");
-        eprintln!("Landlock is not available on this kernel: {landlock}");
-        return;
-    }
     assert!(!o.ok, "{o:?}");
     assert!(!format!("{o:?}").contains("the owner's"), "{o:?}");
     // Nor by searching the folders around it.
@@ -623,6 +634,9 @@ fn production_layout(f: &Fixture) -> (metnos_executors::Runner, std::path::PathB
 #[tokio::test]
 async fn with_the_default_layout_the_shell_reaches_its_workspace_and_nothing_else_of_metnos() {
     let (f, catalog) = setup();
+    let Some(_) = sandbox(&f, &catalog).await else {
+        return;
+    };
     let (runner, data) = production_layout(&f);
     let run = |command: &str| {
         let runner = runner.clone();
@@ -632,12 +646,6 @@ async fn with_the_default_layout_the_shell_reaches_its_workspace_and_nothing_els
     };
     let o = run("cat scratch.txt").await;
     assert!(o.ok, "{o:?}");
-    let landlock = meta(&o, "landlock").as_str().unwrap().to_owned();
-    if !(landlock == "enforced" || landlock.starts_with("partially")) {
-        assert!(landlock.starts_with("not enforced"), "{landlock}");
-        eprintln!("Landlock is not available on this kernel: {landlock}");
-        return;
-    }
     // Relative spellings from the workspace, which lies inside the data directory.
     for command in [
         "cat ../keys/owner.key",
@@ -852,6 +860,476 @@ async fn login_files_are_read_but_never_written_and_credential_stores_neither() 
         )
         .await;
     assert!(!o.ok && !format!("{o:?}").contains("token"), "{o:?}");
+}
+
+// ---- shell_exec's box: what a command can no longer do ------------------------------
+
+/// A runner whose shell allows `allow` (tests only: shells and launchers are refused by
+/// the config, but here they stand for code that got past the argument rules).
+fn shell_runner(f: &Fixture, allow: &[&str]) -> metnos_executors::Runner {
+    let base = f.runner();
+    metnos_executors::Runner {
+        shell: metnos_executors::ShellSettings {
+            allow: allow.iter().map(|p| (*p).to_owned()).collect(),
+            ..base.shell.clone()
+        },
+        ..base
+    }
+}
+
+async fn shell(
+    runner: &metnos_executors::Runner,
+    catalog: &Catalog,
+    command: &str,
+) -> metnos_executors::Observation {
+    runner
+        .check_and_run(catalog, "shell_exec", &json!({ "command": command }))
+        .await
+}
+
+/// A repository in the workspace with one commit, made through shell_exec itself.
+async fn repository(runner: &metnos_executors::Runner, catalog: &Catalog, f: &Fixture) {
+    std::fs::create_dir_all(f.workspace()).unwrap();
+    for command in [
+        "git init -q repo",
+        "git -C repo config user.name Tester",
+        "git -C repo config user.email tester@example.invalid",
+    ] {
+        let o = shell(runner, catalog, command).await;
+        assert!(o.ok, "{command}: {o:?}");
+    }
+    std::fs::write(f.workspace().join("repo/README.md"), "# TODO: write it\n").unwrap();
+    for command in ["git -C repo add README.md", "git -C repo commit -qm first"] {
+        let o = shell(runner, catalog, command).await;
+        assert!(o.ok, "{command}: {o:?}");
+    }
+}
+
+#[tokio::test]
+async fn everyday_git_find_and_grep_work_in_the_workspace() {
+    let (f, catalog) = setup();
+    let Some(_) = sandbox(&f, &catalog).await else {
+        return;
+    };
+    let runner = shell_runner(&f, &["git", "find", "grep"]);
+    repository(&runner, &catalog, &f).await;
+    std::fs::write(
+        f.workspace().join("repo/README.md"),
+        "# TODO: write it\nmore\n",
+    )
+    .unwrap();
+    let o = shell(&runner, &catalog, "git -C repo status --short").await;
+    assert_eq!(content_text(&o), " M README.md\n");
+    let o = shell(&runner, &catalog, "git -C repo log --format=%s").await;
+    assert_eq!(content_text(&o), "first\n");
+    let o = shell(&runner, &catalog, "git -C repo diff --stat").await;
+    assert!(content_text(&o).contains("README.md"), "{o:?}");
+    let o = shell(&runner, &catalog, "find . -name '*.md'").await;
+    assert_eq!(content_text(&o), "./repo/README.md\n");
+    let o = shell(&runner, &catalog, "grep -r TODO .").await;
+    assert!(
+        content_text(&o).contains("./repo/README.md:# TODO"),
+        "{o:?}"
+    );
+}
+
+#[tokio::test]
+async fn git_aliases_and_configuration_on_the_command_line_are_refused() {
+    let (f, catalog) = setup();
+    let runner = shell_runner(&f, &["git"]);
+    std::fs::create_dir_all(f.workspace()).unwrap();
+    let pwned = f.workspace().join("pwned");
+    let command = format!("git -c alias.x='!touch {}' x", pwned.display());
+    let o = shell(&runner, &catalog, &command).await;
+    assert!(error(&o).contains("git: `-c`"), "{o:?}");
+    assert!(!pwned.exists(), "the alias ran");
+    // An alias the repository defines is no git command either.
+    let o = shell(&runner, &catalog, "git x").await;
+    assert!(
+        error(&o).contains("`x` is not one of the git commands"),
+        "{o:?}"
+    );
+}
+
+#[tokio::test]
+async fn git_transports_that_run_commands_are_refused() {
+    let (f, catalog) = setup();
+    let Some(_) = sandbox(&f, &catalog).await else {
+        return;
+    };
+    let runner = shell_runner(&f, &["git"]);
+    repository(&runner, &catalog, &f).await;
+    let pwned = f.workspace().join("pwned-ext");
+    // git refuses `ext::` by default; a repository's configuration may allow it.
+    let config = f.workspace().join("repo/.git/config");
+    let mut text = std::fs::read_to_string(&config).unwrap();
+    text.push_str(&format!(
+        "[protocol \"ext\"]\n\tallow = always\n[remote \"origin\"]\n\turl = ext::touch {}\n",
+        pwned.display()
+    ));
+    std::fs::write(&config, text).unwrap();
+    let command = format!("git -C repo ls-remote 'ext::touch {}'", pwned.display());
+    let o = shell(&runner, &catalog, &command).await;
+    assert!(!pwned.exists(), "the ext:: transport ran");
+    assert!(error(&o).contains("the `ext::` transport"), "{o:?}");
+    let o = shell(&runner, &catalog, "git -C repo fetch origin").await;
+    assert!(!pwned.exists(), "the ext:: transport ran");
+    assert!(error(&o).contains("git is refused here"), "{o:?}");
+}
+
+#[tokio::test]
+async fn a_gitconfig_planted_in_the_workspace_is_not_read() {
+    let (f, catalog) = setup();
+    let Some(_) = sandbox(&f, &catalog).await else {
+        return;
+    };
+    let runner = shell_runner(&f, &["git"]);
+    repository(&runner, &catalog, &f).await;
+    let fsmonitor = f.workspace().join("pwned-fsmonitor");
+    let rewrite = f.workspace().join("pwned-insteadof");
+    // The workspace was the command's home: fs_write could plant a global configuration.
+    std::fs::write(
+        f.workspace().join(".gitconfig"),
+        format!(
+            "[core]\n\tfsmonitor = \"touch {}; false\"\n[protocol \"ext\"]\n\tallow = always\n[url \"ext::touch {}\"]\n\tinsteadOf = https://example.invalid/\n",
+            fsmonitor.display(),
+            rewrite.display()
+        ),
+    )
+    .unwrap();
+    let o = shell(&runner, &catalog, "git -C repo status --short").await;
+    assert!(o.ok, "{o:?}");
+    assert!(!fsmonitor.exists(), "core.fsmonitor ran");
+    let o = shell(
+        &runner,
+        &catalog,
+        "git -C repo ls-remote https://example.invalid/r.git",
+    )
+    .await;
+    assert!(!o.ok, "{o:?}");
+    assert!(
+        !rewrite.exists(),
+        "url.insteadOf rewrote to ext:: and it ran"
+    );
+}
+
+#[tokio::test]
+async fn the_repository_s_configuration_runs_nothing() {
+    let (f, catalog) = setup();
+    let Some(_) = sandbox(&f, &catalog).await else {
+        return;
+    };
+    let runner = shell_runner(&f, &["git"]);
+    repository(&runner, &catalog, &f).await;
+    let config = f.workspace().join("repo/.git/config");
+    let clean = std::fs::read_to_string(&config).unwrap();
+    let pwned = f.workspace().join("pwned");
+    // Keys git lets us override: neutralised, and git still works.
+    for key in [
+        "fsmonitor = \"touch {p}; false\"",
+        "hooksPath = hooks",
+        "pager = touch {p}",
+    ] {
+        let key = key.replace("{p}", &pwned.display().to_string());
+        std::fs::write(&config, format!("{clean}[core]\n\t{key}\n")).unwrap();
+        std::fs::create_dir_all(f.workspace().join("repo/hooks")).unwrap();
+        let hook = f.workspace().join("repo/hooks/pre-commit");
+        std::fs::write(&hook, format!("#!/bin/sh\ntouch {}\n", pwned.display())).unwrap();
+        make_executable(&hook);
+        std::fs::write(f.workspace().join("repo/README.md"), key.as_bytes()).unwrap();
+        for command in [
+            "git -C repo status",
+            "git -C repo commit -qam again",
+            "git -C repo log",
+        ] {
+            let o = shell(&runner, &catalog, command).await;
+            assert!(o.ok, "{key}: {command}: {o:?}");
+        }
+        assert!(!pwned.exists(), "{key} ran");
+    }
+    // Keys named by the repository (filters, aliases, rewrites): git is refused there.
+    std::fs::write(f.workspace().join("repo/.gitattributes"), "* filter=x\n").unwrap();
+    for section in [
+        format!("[filter \"x\"]\n\tclean = touch {}\n", pwned.display()),
+        format!("[alias]\n\tst = !touch {}\n", pwned.display()),
+        format!("[diff \"x\"]\n\ttextconv = touch {}\n", pwned.display()),
+    ] {
+        std::fs::write(&config, format!("{clean}{section}")).unwrap();
+        std::fs::write(f.workspace().join("repo/README.md"), section.as_bytes()).unwrap();
+        let o = shell(&runner, &catalog, "git -C repo add README.md").await;
+        assert!(
+            error(&o).contains("git is refused here"),
+            "{section}: {o:?}"
+        );
+        assert!(!pwned.exists(), "{section} ran");
+    }
+}
+
+#[tokio::test]
+async fn find_cannot_run_programs() {
+    let (f, catalog) = setup();
+    let runner = shell_runner(&f, &["find"]);
+    std::fs::create_dir_all(f.workspace()).unwrap();
+    let pwned = f.workspace().join("pwned");
+    for action in ["-exec", "-execdir", "-ok"] {
+        let command = format!("find . -maxdepth 0 {action} touch {} +", pwned.display());
+        let o = shell(&runner, &catalog, &command).await;
+        assert!(error(&o).contains(&format!("find: `{action}`")), "{o:?}");
+    }
+    assert!(!pwned.exists(), "find ran a program");
+}
+
+/// Processes whose command line is exactly `words`.
+fn processes_running(words: &[&str]) -> Vec<u32> {
+    let wanted = words.join("\0") + "\0";
+    std::fs::read_dir("/proc")
+        .unwrap()
+        .flatten()
+        .filter_map(|e| e.file_name().to_str()?.parse::<u32>().ok())
+        .filter(|pid| {
+            std::fs::read(format!("/proc/{pid}/cmdline")).is_ok_and(|c| c == wanted.as_bytes())
+        })
+        .collect()
+}
+
+#[tokio::test]
+async fn a_daemon_does_not_outlive_its_command() {
+    let (f, catalog) = setup();
+    let Some(_) = sandbox(&f, &catalog).await else {
+        return;
+    };
+    let runner = shell_runner(&f, &["setsid", "sleep"]);
+    // `setsid -f` forks a new session and returns at once: the daemon would live on.
+    let o = shell(&runner, &catalog, "setsid -f sleep 31.4159").await;
+    let survivors = processes_running(&["sleep", "31.4159"]);
+    for pid in &survivors {
+        let _ = std::process::Command::new("kill")
+            .arg(pid.to_string())
+            .status();
+    }
+    assert_eq!(survivors, Vec::<u32>::new(), "a daemon outlived shell_exec");
+    assert!(o.ok, "{o:?}");
+    assert_eq!(meta(&o, "sandbox")["tree_killed"], json!(true));
+}
+
+#[tokio::test]
+async fn the_command_has_no_network() {
+    let (f, catalog) = setup();
+    let Some(_) = sandbox(&f, &catalog).await else {
+        return;
+    };
+    let runner = shell_runner(&f, &["bash"]);
+    // What Metnos's own services do: listen on loopback.
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    listener.set_nonblocking(true).unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let command = format!("bash -c 'echo hello > /dev/tcp/127.0.0.1/{port}'");
+    let o = shell(&runner, &catalog, &command).await;
+    assert!(!o.ok, "{o:?}");
+    // A connection to loopback is queued before connect() returns: none came.
+    let accepted = listener.accept();
+    assert!(
+        accepted
+            .as_ref()
+            .is_err_and(|e| e.kind() == std::io::ErrorKind::WouldBlock),
+        "the command connected: {accepted:?}"
+    );
+    assert_eq!(meta(&o, "sandbox")["network"], json!(true));
+}
+
+#[tokio::test]
+async fn metnos_s_memory_and_environment_are_not_readable_and_it_cannot_be_signalled() {
+    let (f, catalog) = setup();
+    let Some(_) = sandbox(&f, &catalog).await else {
+        return;
+    };
+    // This test process stands for Metnos: non-dumpable, as every Metnos process makes
+    // itself at start-up; its environment is what a service's holds (tokens, keys).
+    rustix::process::set_dumpable_behavior(rustix::process::DumpableBehavior::NotDumpable).unwrap();
+    let me = std::process::id();
+    let runner = shell_runner(&f, &["cat", "kill"]);
+    let o = shell(&runner, &catalog, &format!("cat /proc/{me}/environ")).await;
+    assert!(!o.ok, "{o:?}");
+    assert!(!format!("{o:?}").contains("PATH="), "{o:?}");
+    let o = shell(&runner, &catalog, &format!("cat /proc/{me}/mem")).await;
+    assert!(!o.ok, "{o:?}");
+    // Its own PID namespace: Metnos's processes are not there to be signalled.
+    let o = shell(&runner, &catalog, &format!("kill -s CONT {me}")).await;
+    assert!(!o.ok, "{o:?}");
+}
+
+#[tokio::test]
+async fn the_command_may_not_start_processes_without_end() {
+    let (f, catalog) = setup();
+    let Some(_) = sandbox(&f, &catalog).await else {
+        return;
+    };
+    let runner = shell_runner(&f, &["sh", "sleep"]);
+    // 400 processes at once, more than the limit (64, or 300 for root).
+    let o = shell(
+        &runner,
+        &catalog,
+        "sh -c 'set --; while [ $# -lt 400 ]; do sleep 30.27 >/dev/null 2>&1 & set -- \"$@\" x; done; echo started $#'",
+    )
+    .await;
+    assert!(!o.ok, "{o:?}");
+    assert!(
+        meta(&o, "stderr").as_str().unwrap_or("").contains("fork"),
+        "{o:?}"
+    );
+    assert_eq!(processes_running(&["sleep", "30.27"]), Vec::<u32>::new());
+    let limit = meta(&o, "sandbox")["process_limit"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    assert!(!limit.starts_with("none"), "{limit}");
+}
+
+#[tokio::test]
+async fn the_command_gets_an_empty_home_of_its_own_removed_afterwards() {
+    let (f, catalog) = setup();
+    let Some(_) = sandbox(&f, &catalog).await else {
+        return;
+    };
+    let runner = shell_runner(&f, &["printenv", "ls"]);
+    let o = shell(&runner, &catalog, "printenv HOME").await;
+    let home = std::path::PathBuf::from(content_text(&o).trim());
+    assert!(
+        home.is_absolute() && !home.starts_with(f.workspace()),
+        "{home:?}"
+    );
+    assert!(!home.exists(), "{home:?} was left behind");
+}
+
+#[tokio::test]
+async fn every_observation_says_what_held() {
+    let (f, catalog) = setup();
+    let Some(probed) = sandbox(&f, &catalog).await else {
+        return;
+    };
+    let o = f
+        .run(&catalog, "shell_exec", json!({"command": "echo hi"}))
+        .await;
+    let held = meta(&o, "sandbox");
+    assert_eq!(held, &probed);
+    assert_eq!(held["namespaces"], json!(["user", "pid", "net", "ipc"]));
+    assert!(
+        held["landlock"] == json!("enforced") || held["landlock"] == json!("partially enforced"),
+        "{held}"
+    );
+    assert!(held["landlock_abi"].as_u64().unwrap() >= 1, "{held}");
+    for flag in ["no_new_privs", "no_capabilities", "tree_killed", "network"] {
+        assert_eq!(held[flag], json!(true), "{flag}: {held}");
+    }
+    // A refused call says it too.
+    let o = f
+        .run(&catalog, "shell_exec", json!({"command": "ls no-such"}))
+        .await;
+    assert_eq!(meta(&o, "sandbox"), &probed);
+}
+
+/// Runs `metnos-exec shell_exec` by hand under `strace` with a system call failing as
+/// `inject` says (e.g. `landlock_create_ruleset:error=ENOSYS`): a kernel without it.
+/// `None` where strace is not installed.
+fn exec_with_failing_syscall(
+    f: &Fixture,
+    inject: &str,
+    allow_unsandboxed: bool,
+    command: &str,
+) -> Option<metnos_executors::Observation> {
+    let strace = ["/usr/bin/strace", "/bin/strace"]
+        .into_iter()
+        .find(|p| std::path::Path::new(p).is_file())?;
+    let mut context = f.runner().context(
+        f.load()
+            .get("shell_exec")
+            .expect("shell_exec in the catalog"),
+    );
+    context.shell.allow_unsandboxed = allow_unsandboxed;
+    std::fs::create_dir_all(f.workspace()).unwrap();
+    let mut child = std::process::Command::new(strace)
+        .args(["-f", "-qq", "-o", "/dev/null", "-e"])
+        .arg(format!("inject={inject}"))
+        .args([EXEC, "shell_exec"])
+        .env_clear()
+        .env(
+            metnos_executors::observation::CONTEXT_VAR,
+            serde_json::to_string(&context).unwrap(),
+        )
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    use std::io::Write;
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(json!({ "command": command }).to_string().as_bytes())
+        .unwrap();
+    let out = child.wait_with_output().unwrap();
+    Some(serde_json::from_slice(&out.stdout).unwrap())
+}
+
+#[tokio::test]
+async fn without_landlock_or_namespaces_the_shell_refuses_unless_told_to_run_unsandboxed() {
+    let (f, _catalog) = setup();
+    let touched = f.workspace().join("ran");
+    let command = format!("touch {}", touched.display());
+    for (inject, missing) in [
+        (
+            "landlock_create_ruleset:error=ENOSYS",
+            "Landlock is not enforced",
+        ),
+        ("unshare:error=EPERM", "namespaces cannot be created"),
+    ] {
+        let Some(o) = exec_with_failing_syscall(&f, inject, false, &command) else {
+            eprintln!("strace is not installed: a kernel without {inject} cannot be simulated");
+            return;
+        };
+        let e = error(&o);
+        assert!(
+            e.starts_with("shell_exec refused: no working sandbox"),
+            "{o:?}"
+        );
+        assert!(e.contains(missing), "{o:?}");
+        assert!(!touched.exists(), "{inject}: the command ran unsandboxed");
+
+        let o = exec_with_failing_syscall(&f, inject, true, &command).unwrap();
+        assert!(o.ok, "{inject}: {o:?}");
+        assert!(
+            touched.exists(),
+            "{inject}: allow_unsandboxed did not run it"
+        );
+        std::fs::remove_file(&touched).unwrap();
+        let held = meta(&o, "sandbox");
+        assert!(
+            held["landlock"]
+                .as_str()
+                .unwrap()
+                .starts_with("not enforced")
+                || held["namespaces"] == json!([]),
+            "{held}"
+        );
+    }
+}
+
+#[tokio::test]
+async fn the_sandbox_check_reports_this_host() {
+    let (f, catalog) = setup();
+    let o = f.runner().check_shell_sandbox(&catalog).await;
+    let held = meta(&o, "sandbox");
+    match meta(&o, "available").as_bool() {
+        Some(true) => {
+            assert!(o.ok, "{o:?}");
+            assert_eq!(held["namespaces"], json!(["user", "pid", "net", "ipc"]));
+        }
+        _ => {
+            // Refused: the error says what is missing and how to run without it.
+            assert!(error(&o).contains("executors.allow_unsandboxed"), "{o:?}");
+            eprintln!("no sandbox on this host: {o:?}");
+        }
+    }
 }
 
 // ---- links and races ----------------------------------------------------------------

@@ -71,7 +71,38 @@ pub fn runner_from_config(config: &Config) -> Runner {
             cpu_seconds: e.shell_cpu_seconds.get(),
             memory_mb: e.shell_memory_mb.get(),
             file_size_mb: e.shell_file_size_mb.get(),
+            processes: e.shell_processes.get(),
+            allow_unsandboxed: e.allow_unsandboxed,
         },
+    }
+}
+
+/// Says at start-up whether `shell_exec`'s sandbox can be built on this host.
+async fn log_shell_sandbox(runner: Runner, catalog: Arc<Catalog>) {
+    if catalog.get(metnos_executors::runner::SHELL_EXEC).is_none() {
+        return;
+    }
+    let observation = runner.check_shell_sandbox(&catalog).await;
+    let meta = |key: &str| {
+        observation
+            .metadata
+            .as_ref()
+            .and_then(|m| m.get(key))
+            .cloned()
+            .unwrap_or_default()
+    };
+    let sandbox = meta("sandbox");
+    match (observation.ok, meta("available").as_bool()) {
+        (true, Some(true)) => tracing::info!(%sandbox, "the shell's sandbox is available"),
+        (true, _) => tracing::warn!(
+            %sandbox,
+            "the shell's sandbox is not available: shell_exec runs commands without it (executors.allow_unsandboxed)"
+        ),
+        (false, _) => tracing::warn!(
+            %sandbox,
+            error = observation.error.as_deref().unwrap_or(""),
+            "the shell's sandbox is not available: shell_exec refuses every command"
+        ),
     }
 }
 
@@ -123,6 +154,11 @@ pub async fn serve(
         config.service_url(ServiceName::Approval),
     ];
     let runner = runner_from_config(&config);
+    if config.executors.allow_unsandboxed {
+        tracing::warn!(
+            "executors.allow_unsandboxed is set: where the shell's sandbox cannot be built, shell_exec runs commands without it"
+        );
+    }
     let turns = config.turns.clone();
     let mode = config.runtime.mode;
     let log = turnlog::TurnLog::new(config.data_dir.join(metnos_kit::datadir::TURNS_DIR));
@@ -136,6 +172,10 @@ pub async fn serve(
             // stopped (the engine saves at each approval and at the end).
             let orphan_after_ms =
                 i64::try_from(turns.budget_seconds.get().saturating_mul(2000)).unwrap_or(i64::MAX);
+            running.background.spawn(
+                "shell sandbox check",
+                log_shell_sandbox(runner.clone(), catalog.clone()),
+            );
             let planner = Arc::new(Planner::new(engine::Parts {
                 config: turns,
                 default_mode: mode,

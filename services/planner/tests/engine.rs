@@ -363,6 +363,8 @@ impl Harness {
                     cpu_seconds: 5,
                     memory_mb: 256,
                     file_size_mb: 1,
+                    processes: 64,
+                    allow_unsandboxed: false,
                 },
             },
             filters: filters.clone(),

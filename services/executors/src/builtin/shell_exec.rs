@@ -1,13 +1,19 @@
 //! `shell_exec`: one program from the configured allow-list, run without a shell, in the
-//! workspace, under CPU, memory and file-size limits, and on Linux inside a Landlock
-//! ruleset that lets it write only in the workspace and read nothing of Metnos's own data
-//! and certificates (reported when the kernel has none).
+//! workspace, inside a box ([`sandbox`]): its own user, PID, network and IPC namespaces,
+//! CPU, memory, file-size and process limits, no capabilities, no-new-privileges, a fresh
+//! empty home, and a Landlock ruleset that lets it write only in the workspace and read
+//! nothing of Metnos's own data and certificates. Without namespaces or Landlock the call is
+//! refused unless `executors.allow_unsandboxed` is set. git, find and sort keep their
+//! everyday use; their forms that run other programs are refused first ([`rules`],
+//! [`gitconfig`]). Every observation's metadata says what held (`sandbox`).
+//!
+//! Layout: [`rules`] and [`gitconfig`] decide on the exact argv and the repository git would
+//! read (pure, but for reading that repository's files); [`sandbox`] builds the box and
+//! runs the command; this file turns a call into a plan and an outcome into an observation.
 
-use std::io::Read;
 use std::os::unix::fs::DirBuilderExt;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use serde_json::{Map, Value, json};
 
@@ -15,12 +21,23 @@ use super::{meta, required, string_arg};
 use crate::observation::{ExecContext, Observation};
 use crate::scope::{normalize, resolve};
 
+pub mod gitconfig;
+pub mod rules;
+pub mod sandbox;
+
+pub use sandbox::{BOX_ARG, init_main, readable_roots};
+
 const PROGRAM_DIRS: &[&str] = &["/usr/local/bin", "/usr/bin", "/bin"];
 const OPERATORS: &[&str] = &[
     ";", "&&", "||", "|", "&", ">", ">>", "<", "<<", "2>", "2>&1", "&>",
 ];
 
+/// `{"probe": true}` (outside the manifest's schema, so only the runner's own check can send
+/// it) builds the box without running anything and reports what holds on this host.
 pub fn run(args: &Value, context: &ExecContext) -> Observation {
+    if args.get("probe") == Some(&Value::Bool(true)) {
+        return probe(context);
+    }
     match execute(args, context) {
         Ok(observation) => observation,
         Err((error, details)) => Observation::failure_with(error, details),
@@ -40,11 +57,11 @@ fn find_program(name: &str) -> Option<PathBuf> {
         .find(|p| p.is_file())
 }
 
-fn execute(args: &Value, context: &ExecContext) -> Result<Observation, Failure> {
-    let command = required(args, "command").map_err(fail)?;
+/// The program (resolved) and its arguments, when the command is one allowed program.
+fn parse_command(command: &str, context: &ExecContext) -> Result<(PathBuf, Vec<String>), Failure> {
     let words =
         shell_words::split(command).map_err(|_| fail("the command has an unclosed quote"))?;
-    let Some(program) = words.first() else {
+    let Some((program, args)) = words.split_first() else {
         return Err(fail("the command is empty"));
     };
     if let Some(op) = words.iter().find(|w| OPERATORS.contains(&w.as_str())) {
@@ -67,41 +84,112 @@ fn execute(args: &Value, context: &ExecContext) -> Result<Observation, Failure> 
     }
     let path = find_program(program)
         .ok_or_else(|| fail(format!("`{program}` is allowed but not installed")))?;
+    Ok((path, args.to_vec()))
+}
 
-    if shell.workspace.as_os_str().is_empty() || !shell.workspace.is_absolute() {
+/// The workspace, made (0700: it may live in the data directory) and resolved.
+fn workspace(context: &ExecContext) -> Result<PathBuf, Failure> {
+    let workspace = &context.shell.workspace;
+    if workspace.as_os_str().is_empty() || !workspace.is_absolute() {
         return Err(fail("no workspace is configured (executors.workspace)"));
     }
-    // The workspace lives in the data directory, which this may create: 0700.
     std::fs::DirBuilder::new()
         .recursive(true)
         .mode(0o700)
-        .create(&shell.workspace)
+        .create(workspace)
         .map_err(|e| fail(format!("cannot create the workspace: {e}")))?;
-    let workspace = resolve(&shell.workspace)
-        .map_err(|e| fail(format!("cannot resolve the workspace: {e}")))?;
-    let cwd = match string_arg(args, "cwd").map_err(fail)? {
-        None | Some("") => workspace.clone(),
-        Some(dir) => {
-            let joined = if Path::new(dir).is_absolute() {
-                PathBuf::from(dir)
-            } else {
-                workspace.join(dir)
-            };
-            let real =
-                resolve(&normalize(&joined)).map_err(|e| fail(format!("cwd `{dir}`: {e}")))?;
-            if !real.starts_with(&workspace) {
-                return Err(fail(format!(
-                    "cwd `{dir}` is outside the workspace {}",
-                    workspace.display()
-                )));
-            }
-            if !real.is_dir() {
-                return Err(fail(format!("cwd `{dir}` is not a folder")));
-            }
-            real
-        }
-    };
+    resolve(workspace).map_err(|e| fail(format!("cannot resolve the workspace: {e}")))
+}
 
+/// The folder the command runs in: `cwd` inside the workspace, or the workspace.
+fn working_dir(args: &Value, workspace: &Path) -> Result<PathBuf, Failure> {
+    let Some(dir) = string_arg(args, "cwd")
+        .map_err(fail)?
+        .filter(|d| !d.is_empty())
+    else {
+        return Ok(workspace.to_path_buf());
+    };
+    let joined = if Path::new(dir).is_absolute() {
+        PathBuf::from(dir)
+    } else {
+        workspace.join(dir)
+    };
+    let real = resolve(&normalize(&joined)).map_err(|e| fail(format!("cwd `{dir}`: {e}")))?;
+    if !real.starts_with(workspace) {
+        return Err(fail(format!(
+            "cwd `{dir}` is outside the workspace {}",
+            workspace.display()
+        )));
+    }
+    if !real.is_dir() {
+        return Err(fail(format!("cwd `{dir}` is not a folder")));
+    }
+    Ok(real)
+}
+
+/// The per-run home: a fresh empty folder (0700), removed with the value.
+fn fresh_home() -> Result<tempfile::TempDir, Failure> {
+    use std::os::unix::fs::PermissionsExt;
+    tempfile::Builder::new()
+        .prefix("metnos-shell-home-")
+        .permissions(std::fs::Permissions::from_mode(0o700))
+        .tempdir()
+        .map_err(|e| fail(format!("cannot create the command's home: {e}")))
+}
+
+/// The plan of a run: the box's every setting but the command.
+fn plan_for(context: &ExecContext, workspace: &Path, home: &Path) -> sandbox::Plan {
+    let shell = &context.shell;
+    let mut env = vec![
+        ("PATH".to_owned(), PROGRAM_DIRS.join(":")),
+        ("LANG".to_owned(), "C.UTF-8".to_owned()),
+        ("HOME".to_owned(), home.display().to_string()),
+        ("TMPDIR".to_owned(), home.display().to_string()),
+    ];
+    env.extend(gitconfig::environment(workspace));
+    sandbox::Plan {
+        program: None,
+        args: Vec::new(),
+        cwd: workspace.to_path_buf(),
+        env,
+        workspace: workspace.to_path_buf(),
+        home: home.to_path_buf(),
+        hidden: crate::scope::real_roots(&context.forbidden),
+        limits: sandbox::Limits {
+            cpu_seconds: shell.cpu_seconds,
+            memory_mb: shell.memory_mb,
+            file_size_mb: shell.file_size_mb,
+            processes: shell.processes,
+        },
+        allow_unsandboxed: shell.allow_unsandboxed,
+        namespaces: false,
+        outer_uid: outer_uid(),
+    }
+}
+
+fn outer_uid() -> u32 {
+    rustix::process::geteuid().as_raw()
+}
+
+fn execute(args: &Value, context: &ExecContext) -> Result<Observation, Failure> {
+    let command = required(args, "command").map_err(fail)?;
+    let (path, mut argv) = parse_command(command, context)?;
+    let program = path
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_default();
+    let workspace = workspace(context)?;
+    let cwd = working_dir(args, &workspace)?;
+    let cleared = rules::check(&program, &argv, &workspace, &cwd).map_err(fail)?;
+    if let Some(dir) = &cleared.git_dir {
+        if let Some(why) = gitconfig::refused_repository(dir, &workspace) {
+            return Err(fail(gitconfig::refusal_message(&why)));
+        }
+        // No pager, whatever the repository says (there is no terminal anyway).
+        argv.insert(0, "--no-pager".to_owned());
+    }
+
+    let shell = &context.shell;
     let mut details = meta([
         ("program", json!(path.display().to_string())),
         ("cwd", json!(cwd.display().to_string())),
@@ -109,69 +197,54 @@ fn execute(args: &Value, context: &ExecContext) -> Result<Observation, Failure> 
         ("memory_mb", json!(shell.memory_mb)),
         ("file_size_mb", json!(shell.file_size_mb)),
     ]);
-    limit_resources(context)
-        .map_err(|e| (format!("cannot set resource limits: {e}"), details.clone()))?;
-    let hidden = crate::scope::real_roots(&context.forbidden);
-    let sandbox = confine(&workspace, &hidden);
-    details.insert("landlock".into(), json!(sandbox));
-
-    let mut child = Command::new(&path)
-        .args(&words[1..])
-        .current_dir(&cwd)
-        .env_clear()
-        .env("PATH", PROGRAM_DIRS.join(":"))
-        .env("LANG", "C.UTF-8")
-        .env("HOME", &workspace)
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .map_err(|e| (format!("`{program}` could not start: {e}"), details.clone()))?;
+    let home = fresh_home()?;
+    let plan = sandbox::Plan {
+        program: Some(path),
+        args: argv,
+        cwd,
+        ..plan_for(context, &workspace, home.path())
+    };
     let cap = usize::try_from(context.max_output_bytes / 2)
         .unwrap_or(usize::MAX)
         .max(1);
-    let stdout = child.stdout.take();
-    let stderr = child.stderr.take();
-    let out_reader = std::thread::spawn(move || read_capped(stdout, cap));
-    let err_reader = std::thread::spawn(move || read_capped(stderr, 4096));
     // Leave the runner a second to report: its own timeout kills everything anyway.
     let budget = Duration::from_secs(context.timeout_seconds.saturating_sub(1).max(1));
-    let started = Instant::now();
-    let status = loop {
-        match child.try_wait() {
-            Ok(Some(status)) => break Some(status),
-            Ok(None) if started.elapsed() >= budget => {
-                let _ = child.kill();
-                let _ = child.wait();
-                break None;
-            }
-            Ok(None) => std::thread::sleep(Duration::from_millis(5)),
-            Err(e) => return Err((format!("waiting for `{program}` failed: {e}"), details)),
+    let outcome = sandbox::run(plan, budget, cap);
+    drop(home);
+
+    details.insert("sandbox".into(), json!(outcome.protections));
+    details.insert(
+        "stderr".into(),
+        json!(String::from_utf8_lossy(&outcome.stderr)),
+    );
+    details.insert("truncated".into(), json!(outcome.stdout_truncated));
+    let stdout = String::from_utf8_lossy(&outcome.stdout).into_owned();
+    let why = match outcome.end {
+        sandbox::End::Exited(0) => {
+            details.insert("exit_code".into(), json!(0));
+            return Ok(Observation::success(stdout, details));
         }
-    };
-    let (stdout, out_truncated) = out_reader.join().unwrap_or_default();
-    let (stderr, _) = err_reader.join().unwrap_or_default();
-    details.insert("stderr".into(), json!(String::from_utf8_lossy(&stderr)));
-    details.insert("truncated".into(), json!(out_truncated));
-    let Some(status) = status else {
-        return Err((
-            format!(
-                "`{program}` did not finish within {} s and was killed",
-                budget.as_secs()
-            ),
-            details,
-        ));
-    };
-    details.insert("exit_code".into(), json!(status.code()));
-    let stdout = String::from_utf8_lossy(&stdout).into_owned();
-    if status.success() {
-        return Ok(Observation::success(stdout, details));
-    }
-    let why = match status.code() {
-        Some(code) => format!("`{program}` exited with status {code}"),
-        None => format!(
-            "`{program}` was killed by a signal ({status}); a resource limit may have been hit"
-        ),
+        sandbox::End::Exited(code) => {
+            details.insert("exit_code".into(), json!(code));
+            format!("`{program}` exited with status {code}")
+        }
+        sandbox::End::Signalled(signal) => {
+            details.insert("exit_code".into(), Value::Null);
+            format!("`{program}` was killed by signal {signal}; a resource limit may have been hit")
+        }
+        sandbox::End::TimedOut => {
+            return Err((
+                format!(
+                    "`{program}` did not finish within {} s and was killed with every process it started",
+                    budget.as_secs()
+                ),
+                details,
+            ));
+        }
+        sandbox::End::Refused(why) | sandbox::End::Failed(why) => return Err((why, details)),
+        sandbox::End::Checked => {
+            return Err(("the sandbox ran no command".to_owned(), details));
+        }
     };
     Ok(Observation {
         content: Some(Value::String(stdout)),
@@ -179,164 +252,37 @@ fn execute(args: &Value, context: &ExecContext) -> Result<Observation, Failure> 
     })
 }
 
-fn read_capped(reader: Option<impl Read>, cap: usize) -> (Vec<u8>, bool) {
-    let Some(mut reader) = reader else {
-        return (Vec::new(), false);
+/// Builds the box without a command: what `metnos executors sandbox` and the planner's
+/// start-up report. `ok` when the box is a sandbox (or running without one is allowed).
+fn probe(context: &ExecContext) -> Observation {
+    let checked = workspace(context).and_then(|ws| fresh_home().map(|home| (ws, home)));
+    let (workspace, home) = match checked {
+        Ok(found) => found,
+        Err((error, details)) => return Observation::failure_with(error, details),
     };
-    let mut out = Vec::new();
-    let mut buffer = [0u8; 8192];
-    let mut over = false;
-    while let Ok(n) = reader.read(&mut buffer) {
-        if n == 0 {
-            break;
+    let plan = plan_for(context, &workspace, home.path());
+    let outcome = sandbox::run(plan, Duration::from_secs(10), 1);
+    drop(home);
+    let missing = outcome.protections.missing();
+    let mut details = meta([
+        ("sandbox", json!(outcome.protections)),
+        ("available", json!(missing.is_none())),
+        ("allow_unsandboxed", json!(context.shell.allow_unsandboxed)),
+    ]);
+    match outcome.end {
+        sandbox::End::Checked => {
+            let content = match &missing {
+                None => "the shell's sandbox is available".to_owned(),
+                Some(why) => format!("no sandbox ({why}); commands run without one"),
+            };
+            Observation::success(content, details)
         }
-        let room = cap.saturating_sub(out.len());
-        out.extend_from_slice(&buffer[..n.min(room)]);
-        over |= n > room;
-    }
-    (out, over)
-}
-
-/// CPU, address space and file size limits on this process, inherited by the command.
-fn limit_resources(context: &ExecContext) -> std::io::Result<()> {
-    #[cfg(unix)]
-    {
-        use rustix::process::{Resource, Rlimit, setrlimit};
-        let shell = &context.shell;
-        let mb = |n: u64| n.saturating_mul(1024 * 1024);
-        for (resource, soft, hard) in [
-            (
-                Resource::Cpu,
-                shell.cpu_seconds,
-                shell.cpu_seconds.saturating_add(1),
-            ),
-            (Resource::As, mb(shell.memory_mb), mb(shell.memory_mb)),
-            (
-                Resource::Fsize,
-                mb(shell.file_size_mb),
-                mb(shell.file_size_mb),
-            ),
-        ] {
-            if soft == 0 {
-                continue;
+        sandbox::End::Refused(why) | sandbox::End::Failed(why) => {
+            if let Some(missing) = missing {
+                details.insert("missing".into(), json!(missing));
             }
-            setrlimit(
-                resource,
-                Rlimit {
-                    current: Some(soft),
-                    maximum: Some(hard),
-                },
-            )?;
+            Observation::failure_with(why, details)
         }
-    }
-    #[cfg(not(unix))]
-    let _ = context;
-    Ok(())
-}
-
-/// Everything to grant reading so that all is readable except what lies beneath `hidden`:
-/// `/` when nothing is hidden, else, along the path from `/` to each hidden folder, every
-/// other entry of each folder on the way. (Landlock only grants, so what is not granted is
-/// refused; the folders on the way cannot be listed themselves.) A hidden folder inside
-/// another (the certificates in the data directory) is hidden with it: the outer one is
-/// never on the way, so none of its entries is granted.
-pub fn readable_roots(hidden: &[PathBuf]) -> Vec<PathBuf> {
-    use std::collections::BTreeSet;
-    let hidden: Vec<&Path> = hidden
-        .iter()
-        .map(PathBuf::as_path)
-        .filter(|h| {
-            !hidden
-                .iter()
-                .any(|other| h.starts_with(other) && h != other)
-        })
-        .collect();
-    if hidden.is_empty() {
-        return vec![PathBuf::from("/")];
-    }
-    let on_the_way: BTreeSet<&Path> = hidden.iter().flat_map(|h| h.ancestors().skip(1)).collect();
-    let mut roots = Vec::new();
-    for dir in &on_the_way {
-        let Ok(entries) = std::fs::read_dir(dir) else {
-            continue;
-        };
-        for entry in entries.flatten() {
-            let path = entry.path();
-            if !on_the_way.contains(path.as_path()) && !hidden.contains(&path.as_path()) {
-                roots.push(path);
-            }
-        }
-    }
-    roots
-}
-
-/// Confines this process and its children: writes only in `workspace` (and `/dev/null`),
-/// reading and executing everywhere but beneath `hidden` (Metnos's own data and
-/// certificates; the workspace stays the shell's even when it lies inside them). Returns
-/// what the kernel enforced.
-#[cfg(target_os = "linux")]
-fn confine(workspace: &Path, hidden: &[PathBuf]) -> String {
-    use landlock::{
-        ABI, Access, AccessFs, Ruleset, RulesetAttr, RulesetCreatedAttr, RulesetStatus,
-        path_beneath_rules,
-    };
-    let abi = ABI::V5;
-    let all = AccessFs::from_all(abi);
-    let read = AccessFs::from_read(abi);
-    let result = Ruleset::default()
-        .handle_access(all)
-        .and_then(|r| r.create())
-        .and_then(|r| r.add_rules(path_beneath_rules(readable_roots(hidden), read)))
-        .and_then(|r| r.add_rules(path_beneath_rules([workspace], all)))
-        .and_then(|r| r.add_rules(path_beneath_rules(["/dev/null"], all)))
-        .and_then(|r| r.restrict_self());
-    match result {
-        Ok(status) => match status.ruleset {
-            RulesetStatus::FullyEnforced => "enforced".to_owned(),
-            RulesetStatus::PartiallyEnforced => {
-                "partially enforced (older Landlock ABI)".to_owned()
-            }
-            RulesetStatus::NotEnforced => "not enforced: this kernel has no Landlock".to_owned(),
-        },
-        Err(e) => format!("not enforced: {e}"),
-    }
-}
-
-#[cfg(not(target_os = "linux"))]
-fn confine(_workspace: &Path, _hidden: &[PathBuf]) -> String {
-    "not available on this operating system".to_owned()
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn a_hidden_folder_inside_another_hides_nothing_less() {
-        // Production hides the data directory and the certificates' folder inside it.
-        let root = tempfile::tempdir().unwrap();
-        let data = root.path().join("metnos");
-        let pki = data.join("pki");
-        for dir in [data.join("keys"), data.join("workspace"), pki.clone()] {
-            std::fs::create_dir_all(dir).unwrap();
-        }
-        std::fs::write(data.join("planner.db"), "").unwrap();
-        std::fs::write(root.path().join("notes.txt"), "").unwrap();
-        for hidden in [
-            vec![data.clone(), pki.clone()],
-            vec![pki.clone(), data.clone()],
-        ] {
-            let roots = readable_roots(&hidden);
-            let granted_inside: Vec<_> = roots.iter().filter(|r| r.starts_with(&data)).collect();
-            assert!(
-                granted_inside.is_empty(),
-                "{hidden:?} grants {granted_inside:?}"
-            );
-            assert!(roots.contains(&root.path().join("notes.txt")), "{roots:?}");
-        }
-        // The certificates alone: the rest of the data directory stays readable.
-        let roots = readable_roots(std::slice::from_ref(&pki));
-        assert!(roots.contains(&data.join("keys")), "{roots:?}");
-        assert!(!roots.iter().any(|r| r.starts_with(&pki)), "{roots:?}");
+        other => Observation::failure_with(format!("unexpected end: {other:?}"), details),
     }
 }

@@ -77,6 +77,8 @@ impl Fixture {
                 cpu_seconds: 5,
                 memory_mb: 512,
                 file_size_mb: 1,
+                processes: 64,
+                allow_unsandboxed: false,
             },
         }
     }

@@ -22,10 +22,15 @@ pub struct ExecutorsConfig {
     /// Where `shell_exec` runs and the only place it may write. Empty:
     /// `<data_dir>/workspace`.
     pub workspace: PathBuf,
-    /// Resource limits of a `shell_exec` command: CPU seconds, address space, file size.
+    /// Resource limits of a `shell_exec` command: CPU seconds, address space, file size,
+    /// processes at once.
     pub shell_cpu_seconds: NonZero<u64>,
     pub shell_memory_mb: NonZero<u64>,
     pub shell_file_size_mb: NonZero<u64>,
+    pub shell_processes: NonZero<u64>,
+    /// Run `shell_exec` commands even where its sandbox cannot be built (no user, PID,
+    /// network and IPC namespaces, or no Landlock). Off: such a host refuses every command.
+    pub allow_unsandboxed: bool,
     /// Hosts on this machine or the home network (`nas.lan`, `*.lan`, `192.168.1.10`)
     /// that network executors may reach. Every other loopback, private, link-local or
     /// special-purpose address is refused, whatever an executor's scope says.
@@ -47,6 +52,8 @@ impl Default for ExecutorsConfig {
             shell_cpu_seconds: const { NonZero::new(10).unwrap() },
             shell_memory_mb: const { NonZero::new(1024).unwrap() },
             shell_file_size_mb: const { NonZero::new(64).unwrap() },
+            shell_processes: const { NonZero::new(64).unwrap() },
+            allow_unsandboxed: false,
             local_hosts: Vec::new(),
         }
     }

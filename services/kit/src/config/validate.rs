@@ -8,6 +8,49 @@ use std::path::Path;
 
 use super::{Config, ConfigError, LLM_TIERS, SERVICES, ServiceName, StoreSpec, TelegramMode};
 
+/// Programs whose work is running another program named in their arguments: in
+/// `executors.shell_allow` each would make the list meaningless.
+const SHELL_LAUNCHERS: &[&str] = &[
+    "sh",
+    "bash",
+    "dash",
+    "zsh",
+    "ksh",
+    "mksh",
+    "fish",
+    "csh",
+    "tcsh",
+    "busybox",
+    "env",
+    "xargs",
+    "nice",
+    "nohup",
+    "timeout",
+    "setsid",
+    "stdbuf",
+    "flock",
+    "chroot",
+    "unshare",
+    "nsenter",
+    "sudo",
+    "su",
+    "doas",
+    "runuser",
+    "setpriv",
+    "capsh",
+    "strace",
+    "ltrace",
+    "gdb",
+    "script",
+    "watch",
+    "ionice",
+    "taskset",
+    "chrt",
+    "systemd-run",
+    "parallel",
+    "time",
+];
+
 impl Config {
     /// Checks what the types alone cannot; the first problem found is the error.
     pub(super) fn validate(&self) -> Result<(), ConfigError> {
@@ -98,6 +141,14 @@ impl Config {
                 return Err(ConfigError::key(
                     "executors.shell_allow",
                     format!("`{program}` is not a program name (no paths, no spaces)"),
+                ));
+            }
+            if SHELL_LAUNCHERS.contains(&program.as_str()) {
+                return Err(ConfigError::key(
+                    "executors.shell_allow",
+                    format!(
+                        "`{program}` runs whatever program it is given, so listing it would allow them all; leave it out"
+                    ),
                 ));
             }
         }
@@ -200,6 +251,40 @@ fn check_url(url: &str) -> Result<(), String> {
 #[cfg(test)]
 mod tests {
     use super::super::test_env::{load, load_err, with_env, write_file};
+
+    #[test]
+    fn the_shell_runs_unsandboxed_only_when_told_and_never_a_launcher() {
+        with_env(&[], |_| {
+            let executors = load()?.executors;
+            assert!(!executors.allow_unsandboxed);
+            assert_eq!(executors.shell_processes.get(), 64);
+            Ok(())
+        });
+        with_env(
+            &[
+                ("METNOS_EXECUTORS__ALLOW_UNSANDBOXED", "true"),
+                ("METNOS_EXECUTORS__SHELL_PROCESSES", "16"),
+            ],
+            |_| {
+                let executors = load()?.executors;
+                assert!(executors.allow_unsandboxed);
+                assert_eq!(executors.shell_processes.get(), 16);
+                Ok(())
+            },
+        );
+        for launcher in ["sh", "bash", "env", "xargs", "sudo", "timeout"] {
+            let list = format!(r#"["ls", "{launcher}"]"#);
+            with_env(&[("METNOS_EXECUTORS__SHELL_ALLOW", list.as_str())], |_| {
+                let error = load_err();
+                assert!(
+                    error.contains("executors.shell_allow")
+                        && error.contains(&format!("`{launcher}` runs whatever program")),
+                    "{error}"
+                );
+                Ok(())
+            });
+        }
+    }
 
     #[test]
     fn local_hosts_are_named_one_by_one() {

@@ -1,0 +1,380 @@
+//! Git inside the shell: the configuration a repository in the workspace may not hold, and
+//! the environment every command runs with.
+//!
+//! The environment shuts out the system and global configuration (the per-run home is
+//! empty anyway) and overrides, with the precedence of `git -c`, every fixed key that runs a
+//! program (`core.fsmonitor`, `core.hooksPath`, `core.pager`, `core.sshCommand`, the editors,
+//! the signing programs) and every transport that runs one (`ext::`, `fd::`, local and ssh
+//! transports; only https is allowed, and the sandbox has no network anyway). What the
+//! environment cannot override is a key with a name of the repository's choosing — an
+//! alias, a filter or diff driver, a URL rewrite, an include — so a repository whose
+//! configuration holds one (files anyone with `fs_write` may have planted) is refused.
+
+use std::path::Path;
+
+/// `GIT_CONFIG_COUNT` overrides: above the repository's own configuration.
+const OVERRIDES: &[(&str, &str)] = &[
+    ("core.fsmonitor", "false"),
+    ("core.hooksPath", "/dev/null"),
+    ("core.pager", "cat"),
+    ("core.sshCommand", "false"),
+    ("core.editor", ":"),
+    ("core.askPass", ""),
+    ("credential.helper", ""),
+    ("gpg.program", "false"),
+    ("gpg.openpgp.program", "false"),
+    ("gpg.x509.program", "false"),
+    ("gpg.ssh.program", "false"),
+    ("sequence.editor", ":"),
+    ("safe.bareRepository", "explicit"),
+    ("protocol.allow", "never"),
+    ("protocol.https.allow", "always"),
+    ("protocol.http.allow", "never"),
+    ("protocol.ssh.allow", "never"),
+    ("protocol.git.allow", "never"),
+    ("protocol.file.allow", "never"),
+    ("protocol.ext.allow", "never"),
+    ("protocol.fd.allow", "never"),
+];
+
+/// The environment git runs with (set for every command: a program may run git itself).
+/// `workspace`'s parent is a ceiling: git never takes a repository above the workspace.
+pub fn environment(workspace: &Path) -> Vec<(String, String)> {
+    let mut env: Vec<(String, String)> = [
+        ("GIT_CONFIG_NOSYSTEM", "1"),
+        ("GIT_CONFIG_GLOBAL", "/dev/null"),
+        ("GIT_ATTR_NOSYSTEM", "1"),
+        ("GIT_PROTOCOL_FROM_USER", "0"),
+        ("GIT_TERMINAL_PROMPT", "0"),
+        ("GIT_PAGER", "cat"),
+        ("GIT_EDITOR", ":"),
+        ("GIT_SEQUENCE_EDITOR", ":"),
+        ("GIT_ASKPASS", ""),
+        ("GIT_SSH_COMMAND", "false"),
+    ]
+    .into_iter()
+    .map(|(k, v)| (k.to_owned(), v.to_owned()))
+    .collect();
+    if let Some(parent) = workspace.parent() {
+        env.push((
+            "GIT_CEILING_DIRECTORIES".to_owned(),
+            parent.display().to_string(),
+        ));
+    }
+    env.push(("GIT_CONFIG_COUNT".to_owned(), OVERRIDES.len().to_string()));
+    for (i, (key, value)) in OVERRIDES.iter().enumerate() {
+        env.push((format!("GIT_CONFIG_KEY_{i}"), (*key).to_owned()));
+        env.push((format!("GIT_CONFIG_VALUE_{i}"), (*value).to_owned()));
+    }
+    env
+}
+
+/// Sections whose every key names a program, a rewrite or another file to read.
+const REFUSED_SECTIONS: &[&str] = &[
+    "alias",
+    "include",
+    "includeif",
+    "url",
+    "filter",
+    "credential",
+    "protocol",
+    "browser",
+    "man",
+    "web",
+];
+
+/// Keys (their last part, wherever they appear) that name a program to run.
+const REFUSED_KEYS: &[&str] = &[
+    "textconv",
+    "command",
+    "cmd",
+    "driver",
+    "clean",
+    "smudge",
+    "process",
+    "helper",
+    "insteadof",
+    "pushinsteadof",
+    "uploadpack",
+    "receivepack",
+    "external",
+    "program",
+    "defaultkeycommand",
+    "alternaterefscommand",
+    "gitproxy",
+    "difffilter",
+    "vcs",
+    "tunnel",
+    "packobjectshook",
+];
+
+/// Why a configuration file's text is refused, if it is: a pure, deliberately coarse
+/// reading. Every line that could open a section is taken as one and every key is judged by
+/// its own name too, so a continued value (`\` at the end of a line) cannot hide a section
+/// or a key from this reading that git would see.
+pub fn refused_config(text: &str) -> Option<String> {
+    let text = text.strip_prefix('\u{feff}').unwrap_or(text);
+    if text.contains('\0') {
+        return Some("it holds a NUL byte".to_owned());
+    }
+    for line in text.lines() {
+        let mut line = line.trim();
+        if line.starts_with('#') || line.starts_with(';') || line.is_empty() {
+            continue;
+        }
+        if let Some(header) = line.strip_prefix('[') {
+            let (inside, after) = header.split_once(']').unwrap_or((header, ""));
+            let section: String = inside
+                .trim_start()
+                .chars()
+                .take_while(|c| c.is_ascii_alphanumeric() || *c == '-')
+                .collect::<String>()
+                .to_ascii_lowercase();
+            if REFUSED_SECTIONS.contains(&section.as_str()) {
+                return Some(format!("it has a `[{section}]` section"));
+            }
+            line = after.trim();
+            if line.is_empty() {
+                continue;
+            }
+        }
+        let key: String = line
+            .chars()
+            .take_while(|c| c.is_ascii_alphanumeric() || *c == '-')
+            .collect::<String>()
+            .to_ascii_lowercase();
+        if REFUSED_KEYS.contains(&key.as_str()) {
+            return Some(format!("it sets `{key}`, which names a program to run"));
+        }
+        let value = line.split_once('=').map_or("", |(_, v)| v);
+        let value = value.trim().trim_start_matches('"').trim_start();
+        if value.starts_with('!') {
+            return Some(format!("`{key}` runs a shell command (`!…`)"));
+        }
+        let lower = value.to_ascii_lowercase();
+        if lower.contains("ext::") || lower.contains("fd::") {
+            return Some(format!("`{key}` names a transport that runs a command"));
+        }
+    }
+    None
+}
+
+/// Sequencer to-do lists (`git rebase --continue` and friends run their `exec` lines).
+fn refused_todo(text: &str) -> bool {
+    text.lines().any(|line| {
+        let first = line.split_whitespace().next().unwrap_or("");
+        first.eq_ignore_ascii_case("exec") || first.eq_ignore_ascii_case("x")
+    })
+}
+
+/// The most configuration files read below one git folder (submodules, worktrees).
+const MAX_FILES: usize = 256;
+
+/// Checks the repositories git would use working in `start`: every `.git` from `start` up
+/// to the workspace (a `gitdir:` file and a `commondir` followed), each one's configuration
+/// (its submodules' and worktrees' too) and its pending to-do lists. `None` when nothing
+/// is refused.
+pub fn refused_repository(start: &Path, workspace: &Path) -> Option<String> {
+    let mut git_dirs = Vec::new();
+    for dir in start.ancestors() {
+        let dot_git = dir.join(".git");
+        if dot_git.is_dir() {
+            git_dirs.push(dot_git);
+        } else if let Ok(text) = std::fs::read_to_string(&dot_git)
+            && let Some(target) = text.trim().strip_prefix("gitdir:")
+        {
+            git_dirs.push(dir.join(target.trim()));
+        }
+        if dir == workspace || !dir.starts_with(workspace) {
+            break;
+        }
+    }
+    let mut seen = Vec::new();
+    while let Some(git_dir) = git_dirs.pop() {
+        if seen.contains(&git_dir) || seen.len() > 16 {
+            continue;
+        }
+        if let Ok(common) = std::fs::read_to_string(git_dir.join("commondir")) {
+            git_dirs.push(git_dir.join(common.trim()));
+        }
+        if let Some(why) = refused_git_dir(&git_dir) {
+            return Some(why);
+        }
+        seen.push(git_dir);
+    }
+    None
+}
+
+fn refused_git_dir(git_dir: &Path) -> Option<String> {
+    for todo in ["rebase-merge/git-rebase-todo", "sequencer/todo"] {
+        let path = git_dir.join(todo);
+        if std::fs::read_to_string(&path).is_ok_and(|text| refused_todo(&text)) {
+            return Some(format!(
+                "{} holds `exec` lines, which run commands",
+                path.display()
+            ));
+        }
+    }
+    let files = walkdir::WalkDir::new(git_dir)
+        .max_depth(8)
+        .into_iter()
+        .filter_entry(|e| e.file_name() != "objects")
+        .filter_map(Result::ok)
+        .filter(|e| e.file_type().is_file())
+        .filter(|e| matches!(e.file_name().to_str(), Some("config" | "config.worktree")))
+        .take(MAX_FILES)
+        .map(|e| e.into_path());
+    for file in files {
+        let Ok(bytes) = std::fs::read(&file) else {
+            continue;
+        };
+        let why = match std::str::from_utf8(&bytes) {
+            Ok(text) => refused_config(text),
+            Err(_) => Some("it is not UTF-8".to_owned()),
+        };
+        if let Some(why) = why {
+            return Some(format!("{}: {why}", file.display()));
+        }
+    }
+    None
+}
+
+/// The repository refusal as the observation's error.
+pub fn refusal_message(why: &str) -> String {
+    format!(
+        "git is refused here: the repository's configuration could run a program ({why}); remove that setting and try again"
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_ordinary_repository_configuration_passes() {
+        let text = "[core]\n\trepositoryformatversion = 0\n\tfilemode = true\n\tbare = false\n\tlogallrefupdates = true\n\tpager = less\n\teditor = vim\n[remote \"origin\"]\n\turl = https://example.com/r.git\n\tfetch = +refs/heads/*:refs/remotes/origin/*\n[branch \"main\"]\n\tremote = origin\n\tmerge = refs/heads/main\n[user]\n\tname = A Person\n\temail = a@example.com\n[submodule \"lib\"]\n\tactive = true\n\turl = https://example.com/lib.git\n";
+        assert_eq!(refused_config(text), None);
+    }
+
+    #[test]
+    fn code_running_configuration_is_refused_however_spelled() {
+        for (text, named) in [
+            ("[alias]\n\tx = !sh e.sh\n", "[alias]"),
+            ("[Alias]\nx = log\n", "[alias]"),
+            ("[ alias ]\n", "[alias]"),
+            ("[alias \"x\"]\n", "[alias]"),
+            ("[alias.x]\n", "[alias]"),
+            (
+                "[core] x = 1\n[includeIf \"gitdir:/\"]\npath = /w/x\n",
+                "[includeif]",
+            ),
+            ("[include]\n\tpath = ../evil.cfg\n", "[include]"),
+            (
+                "[url \"ext::sh -c x\"]\n\tinsteadOf = https://x/\n",
+                "[url]",
+            ),
+            ("[filter \"x\"]\n\tsmudge = sh e.sh\n", "[filter]"),
+            ("[diff \"x\"]\n\ttextconv = sh e.sh\n", "`textconv`"),
+            ("[diff]\n\texternal = sh\n", "`external`"),
+            ("[merge \"x\"]\n\tdriver = sh %A\n", "`driver`"),
+            ("[remote \"o\"]\n\tuploadpack = sh e.sh\n", "`uploadpack`"),
+            ("[remote \"o\"]\n\tvcs = evil\n", "`vcs`"),
+            ("[remote \"o\"]\n\turl = ext::sh -c x\n", "transport"),
+            ("[hook \"x\"]\n\tcommand = sh e.sh\n", "`command`"),
+            ("[submodule \"x\"]\n\tupdate = !sh e.sh\n", "`update`"),
+            ("[submodule \"x\"]\n\tupdate = \"!sh e.sh\"\n", "`update`"),
+            ("[protocol \"ext\"]\n\tallow = always\n", "[protocol]"),
+            ("[credential]\n\thelper = !sh\n", "[credential]"),
+            (
+                "[gpg \"ssh\"]\n\tdefaultKeyCommand = sh\n",
+                "`defaultkeycommand`",
+            ),
+            ("[core]\n\tgitProxy = sh\n", "`gitproxy`"),
+            // A continued value does not hide a key from this reading.
+            (
+                "[diff \"x\"]\n\ty = a\\\n[core]\n\ttextconv = sh\n",
+                "`textconv`",
+            ),
+            ("[core]\n\ty = a\\\n[alias]\n", "[alias]"),
+            ("\u{feff}[alias]\n", "[alias]"),
+            ("[core]\0\n", "NUL"),
+        ] {
+            let why = refused_config(text).unwrap_or_else(|| panic!("passed: {text:?}"));
+            assert!(why.contains(named), "{text:?}: {why}");
+        }
+    }
+
+    #[test]
+    fn todo_lists_with_exec_lines_are_refused() {
+        assert!(refused_todo("pick abc one\nexec sh e.sh\n"));
+        assert!(refused_todo("pick abc one\n  x sh e.sh\n"));
+        assert!(!refused_todo(
+            "pick abc one\n# exec in a comment\nsquash def two\n"
+        ));
+    }
+
+    #[test]
+    fn repositories_are_found_through_gitdir_files_and_commondir() {
+        let root = tempfile::tempdir().unwrap();
+        let ws = root.path().join("ws");
+        let elsewhere = root.path().join("elsewhere.git");
+        let repo = ws.join("repo");
+        std::fs::create_dir_all(repo.join("src")).unwrap();
+        std::fs::create_dir_all(&elsewhere).unwrap();
+        std::fs::create_dir_all(ws.join(".git")).unwrap();
+        std::fs::write(ws.join(".git/config"), "[core]\n\tbare = false\n").unwrap();
+        assert_eq!(refused_repository(&repo.join("src"), &ws), None);
+
+        std::fs::write(
+            repo.join(".git"),
+            format!("gitdir: {}\n", elsewhere.display()),
+        )
+        .unwrap();
+        std::fs::write(elsewhere.join("config"), "[alias]\n\tx = !sh\n").unwrap();
+        let why = refused_repository(&repo.join("src"), &ws).unwrap();
+        assert!(why.contains("[alias]"), "{why}");
+
+        // A worktree's git folder sends git to the main one's configuration.
+        std::fs::write(elsewhere.join("config"), "").unwrap();
+        let main = root.path().join("main.git");
+        std::fs::create_dir_all(main.join("modules/lib")).unwrap();
+        std::fs::write(elsewhere.join("commondir"), main.display().to_string()).unwrap();
+        std::fs::write(
+            main.join("modules/lib/config"),
+            "[filter \"x\"]\nclean = sh\n",
+        )
+        .unwrap();
+        let why = refused_repository(&repo, &ws).unwrap();
+        assert!(why.contains("[filter]"), "{why}");
+
+        // Nothing above the workspace is looked at.
+        std::fs::write(main.join("modules/lib/config"), "").unwrap();
+        std::fs::create_dir_all(root.path().join(".git")).unwrap();
+        std::fs::write(root.path().join(".git/config"), "[alias]\n").unwrap();
+        assert_eq!(refused_repository(&repo, &ws), None);
+    }
+
+    #[test]
+    fn the_environment_overrides_what_runs_programs() {
+        let env = environment(Path::new("/data/workspace"));
+        let get = |k: &str| {
+            env.iter()
+                .find(|(key, _)| key == k)
+                .map(|(_, v)| v.as_str())
+        };
+        assert_eq!(get("GIT_CONFIG_GLOBAL"), Some("/dev/null"));
+        assert_eq!(get("GIT_CEILING_DIRECTORIES"), Some("/data"));
+        let count: usize = get("GIT_CONFIG_COUNT").unwrap().parse().unwrap();
+        let keys: Vec<&str> = (0..count)
+            .map(|i| get(&format!("GIT_CONFIG_KEY_{i}")).unwrap())
+            .collect();
+        for key in [
+            "core.fsmonitor",
+            "core.hooksPath",
+            "protocol.ext.allow",
+            "protocol.allow",
+        ] {
+            assert!(keys.contains(&key), "{key}");
+        }
+    }
+}

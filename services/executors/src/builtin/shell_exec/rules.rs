@@ -1,0 +1,476 @@
+//! The argument rules of the programs that can run other programs by their arguments: git,
+//! find and sort stay usable for ordinary work, their code-running forms are refused before
+//! anything is spawned (pure: arguments and paths in, a refusal naming the form out).
+//!
+//! GNU getopt and git's parse-options accept any unambiguous prefix of a long option
+//! (`--upload-p` is `--upload-pack`), so a long option is refused when it is a prefix of a
+//! refused one; short options may be bundled (`-rxo`), so every letter of a bundle counts.
+
+use std::path::{Path, PathBuf};
+
+use crate::scope::{normalize, resolve};
+
+/// What an accepted command needs later: for git, the folder it will work in (its `-C`
+/// options applied), whose repository's configuration is checked before the spawn.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct Cleared {
+    pub git_dir: Option<PathBuf>,
+}
+
+/// Checks `args` of `program` (its name, as allowed); `cwd` is where it runs, inside the
+/// resolved `workspace`.
+pub fn check(
+    program: &str,
+    args: &[String],
+    workspace: &Path,
+    cwd: &Path,
+) -> Result<Cleared, String> {
+    match program {
+        "git" => git(args, workspace, cwd).map(|dir| Cleared { git_dir: Some(dir) }),
+        "find" => find(args).map(|()| Cleared::default()),
+        "sort" => sort(args).map(|()| Cleared::default()),
+        _ => Ok(Cleared::default()),
+    }
+}
+
+/// Whether `arg` is `--name` or `--name=…` for an unambiguous prefix of `refused` (at
+/// least one letter after the dashes).
+fn abbreviates(arg: &str, refused: &str) -> bool {
+    let name = arg.split_once('=').map_or(arg, |(name, _)| name);
+    name.len() > 2 && name.starts_with("--") && refused.starts_with(name)
+}
+
+/// The short options bundled in `arg` (`-rxo` → `rxo`); none for `-`, `--…` and words.
+fn short_bundle(arg: &str) -> &str {
+    match arg.strip_prefix('-') {
+        Some(rest) if !rest.starts_with('-') => rest,
+        _ => "",
+    }
+}
+
+/// Transports that run a command given in the URL (`ext::sh -c …`) or speak over a file
+/// descriptor of ours (`fd::`).
+fn names_a_command_transport(arg: &str) -> Option<&'static str> {
+    let lower = arg.to_ascii_lowercase();
+    ["ext::", "fd::"]
+        .into_iter()
+        .find(|transport| lower.contains(transport))
+}
+
+/// The git commands shell_exec runs: everyday work on a repository. Aliases, and commands
+/// whose purpose is running other programs (`difftool`, `mergetool`, `filter-branch`,
+/// `send-email`, `instaweb`, …), are not among them.
+const GIT_COMMANDS: &[&str] = &[
+    "add",
+    "am",
+    "annotate",
+    "apply",
+    "archive",
+    "bisect",
+    "blame",
+    "branch",
+    "bundle",
+    "cat-file",
+    "check-attr",
+    "check-ignore",
+    "check-mailmap",
+    "check-ref-format",
+    "checkout",
+    "cherry",
+    "cherry-pick",
+    "clean",
+    "clone",
+    "column",
+    "commit",
+    "commit-tree",
+    "config",
+    "count-objects",
+    "describe",
+    "diff",
+    "diff-files",
+    "diff-index",
+    "diff-tree",
+    "fetch",
+    "for-each-ref",
+    "format-patch",
+    "fsck",
+    "gc",
+    "grep",
+    "hash-object",
+    "init",
+    "log",
+    "ls-files",
+    "ls-remote",
+    "ls-tree",
+    "merge",
+    "merge-base",
+    "merge-file",
+    "merge-tree",
+    "mktag",
+    "mktree",
+    "mv",
+    "name-rev",
+    "notes",
+    "prune",
+    "pull",
+    "push",
+    "range-diff",
+    "read-tree",
+    "rebase",
+    "reflog",
+    "remote",
+    "repack",
+    "replace",
+    "reset",
+    "restore",
+    "rev-list",
+    "rev-parse",
+    "revert",
+    "rm",
+    "shortlog",
+    "show",
+    "show-branch",
+    "show-ref",
+    "sparse-checkout",
+    "stash",
+    "status",
+    "stripspace",
+    "submodule",
+    "switch",
+    "symbolic-ref",
+    "tag",
+    "update-index",
+    "update-ref",
+    "var",
+    "verify-commit",
+    "verify-pack",
+    "verify-tag",
+    "version",
+    "whatchanged",
+    "worktree",
+    "write-tree",
+];
+
+/// Git's options before the command that shell_exec accepts (besides `-C <dir>`); every
+/// other one is refused, `-c`, `--config-env`, `--exec-path`, `--git-dir` and
+/// `--work-tree` first of all.
+const GIT_GLOBAL_FLAGS: &[&str] = &[
+    "--no-pager",
+    "-P",
+    "--no-replace-objects",
+    "--no-lazy-fetch",
+    "--no-optional-locks",
+    "--no-advice",
+    "--literal-pathspecs",
+    "--glob-pathspecs",
+    "--noglob-pathspecs",
+    "--icase-pathspecs",
+    "--version",
+    "-v",
+];
+
+/// Long options of any git command that run a program they are given.
+const GIT_REFUSED_LONG: &[(&str, &str)] = &[
+    ("--upload-pack", "runs the program it names"),
+    ("--receive-pack", "runs the program it names"),
+    ("--exec", "runs the program it names"),
+    ("--config", "sets configuration, which can run programs"),
+    ("--open-files-in-pager", "runs the program it names"),
+];
+
+/// Short options that run a program, per git command (`clone -u` is `--upload-pack`,
+/// `rebase -x` is `--exec`, `grep -O` opens a pager).
+fn git_refused_short(command: &str) -> &'static [(char, &'static str)] {
+    match command {
+        "clone" => &[
+            ('u', "--upload-pack: runs the program it names"),
+            ('c', "--config: sets configuration, which can run programs"),
+        ],
+        "ls-remote" => &[('u', "--upload-pack: runs the program it names")],
+        "rebase" => &[('x', "--exec: runs the command it is given")],
+        "grep" => &[('O', "--open-files-in-pager: runs the program it names")],
+        _ => &[],
+    }
+}
+
+fn git(args: &[String], workspace: &Path, cwd: &Path) -> Result<PathBuf, String> {
+    if let Some(transport) = args.iter().find_map(|a| names_a_command_transport(a)) {
+        return Err(format!(
+            "git: the `{transport}` transport runs a command of its own and is refused"
+        ));
+    }
+    let mut dir = cwd.to_path_buf();
+    let mut rest = args;
+    while let Some((first, tail)) = rest.split_first() {
+        if !first.starts_with('-') {
+            break;
+        }
+        match first.as_str() {
+            "-C" => {
+                let Some((target, tail)) = tail.split_first() else {
+                    return Err("git: `-C` needs a folder".to_owned());
+                };
+                dir = inside_workspace(&dir, target, workspace)?;
+                rest = tail;
+                continue;
+            }
+            "-c" => {
+                return Err(
+                    "git: `-c` sets configuration, which can run programs (aliases, hooks, filters); it is refused".to_owned(),
+                );
+            }
+            flag if GIT_GLOBAL_FLAGS.contains(&flag) => {}
+            other => {
+                let name = other.split_once('=').map_or(other, |(name, _)| name);
+                return Err(format!(
+                    "git: the option `{name}` before the command is refused (only -C inside the workspace, --no-pager and the pathspec flags are accepted)"
+                ));
+            }
+        }
+        rest = tail;
+    }
+    let Some((command, options)) = rest.split_first() else {
+        return Ok(dir);
+    };
+    if !GIT_COMMANDS.contains(&command.as_str()) {
+        return Err(format!(
+            "git: `{}` is not one of the git commands shell_exec runs (aliases and commands that run other programs are refused)",
+            command.chars().take(64).collect::<String>()
+        ));
+    }
+    for arg in options {
+        if let Some((long, why)) = GIT_REFUSED_LONG.iter().find(|(n, _)| abbreviates(arg, n)) {
+            return Err(format!("git {command}: `{long}` {why}; it is refused"));
+        }
+        let bundle = short_bundle(arg);
+        if let Some((letter, why)) = git_refused_short(command)
+            .iter()
+            .find(|(letter, _)| bundle.contains(*letter))
+        {
+            return Err(format!("git {command}: `-{letter}` ({why}) is refused"));
+        }
+    }
+    let first_word = options.iter().find(|a| !a.starts_with('-'));
+    match (command.as_str(), first_word.map(String::as_str)) {
+        ("bisect", Some("run")) => {
+            Err("git bisect run: runs the command it is given; it is refused".to_owned())
+        }
+        ("submodule", Some("foreach")) => {
+            Err("git submodule foreach: runs the command it is given; it is refused".to_owned())
+        }
+        _ => Ok(dir),
+    }
+}
+
+/// `target` (relative to `dir`) resolved, when it lies inside `workspace`.
+fn inside_workspace(dir: &Path, target: &str, workspace: &Path) -> Result<PathBuf, String> {
+    let joined = dir.join(target);
+    let real = resolve(&normalize(&joined)).map_err(|e| format!("git -C `{target}`: {e}"))?;
+    if !real.starts_with(workspace) {
+        return Err(format!(
+            "git: `-C {target}` is outside the workspace {}",
+            workspace.display()
+        ));
+    }
+    Ok(real)
+}
+
+/// find's actions that run a program, delete or write files.
+const FIND_REFUSED: &[(&str, &str)] = &[
+    ("-exec", "runs a program"),
+    ("-execdir", "runs a program"),
+    ("-ok", "runs a program"),
+    ("-okdir", "runs a program"),
+    ("-delete", "deletes files"),
+    ("-fprint", "writes a file"),
+    ("-fprint0", "writes a file"),
+    ("-fprintf", "writes a file"),
+    ("-fls", "writes a file"),
+];
+
+fn find(args: &[String]) -> Result<(), String> {
+    match args
+        .iter()
+        .find_map(|a| FIND_REFUSED.iter().find(|(name, _)| a == name))
+    {
+        Some((name, why)) => Err(format!("find: `{name}` {why}; it is refused")),
+        None => Ok(()),
+    }
+}
+
+/// sort's short options whose value may follow in the same bundle (`-k2`, `-t,`).
+const SORT_VALUED: &[char] = &['k', 't', 'S', 'T', 'y'];
+
+fn sort(args: &[String]) -> Result<(), String> {
+    for arg in args {
+        if abbreviates(arg, "--output") {
+            return Err("sort: `--output` writes a file; it is refused".to_owned());
+        }
+        if abbreviates(arg, "--compress-program") {
+            return Err("sort: `--compress-program` runs a program; it is refused".to_owned());
+        }
+        for letter in short_bundle(arg).chars() {
+            if letter == 'o' {
+                return Err("sort: `-o` (--output) writes a file; it is refused".to_owned());
+            }
+            if SORT_VALUED.contains(&letter) {
+                break;
+            }
+        }
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn words(text: &str) -> Vec<String> {
+        shell_words::split(text).unwrap()
+    }
+
+    fn git_check(text: &str, workspace: &Path) -> Result<Cleared, String> {
+        check("git", &words(text), workspace, workspace)
+    }
+
+    #[test]
+    fn everyday_git_passes() {
+        let ws = tempfile::tempdir().unwrap();
+        let ws = ws.path().canonicalize().unwrap();
+        std::fs::create_dir(ws.join("repo")).unwrap();
+        for ok in [
+            "status",
+            "log --oneline -5",
+            "diff --stat HEAD~1",
+            "add -u",
+            "commit -m 'a message'",
+            "--no-pager log -p",
+            "-C repo status",
+            "ls-files --exclude-standard -o",
+            "diff --exit-code",
+            "grep -n TODO",
+            "cherry-pick -x abc123",
+            "commit -c HEAD",
+            "fetch -u origin",
+            "rebase -i HEAD~2",
+            "clone https://example.com/r.git",
+            "--version",
+            "",
+        ] {
+            assert!(git_check(ok, &ws).is_ok(), "{ok}: {:?}", git_check(ok, &ws));
+        }
+        assert_eq!(
+            git_check("-C repo status", &ws).unwrap().git_dir,
+            Some(ws.join("repo"))
+        );
+    }
+
+    #[test]
+    fn git_code_running_forms_are_refused_and_named() {
+        let ws = tempfile::tempdir().unwrap();
+        let ws = ws.path().canonicalize().unwrap();
+        for (refused, named) in [
+            ("-c alias.x='!sh e.sh' x", "`-c`"),
+            ("-c core.fsmonitor=x status", "`-c`"),
+            ("--config-env=core.pager=X log", "`--config-env`"),
+            ("--exec-path=/tmp status", "`--exec-path`"),
+            ("--git-dir=/elsewhere/.git status", "`--git-dir`"),
+            ("--work-tree=/ status", "`--work-tree`"),
+            ("-C / status", "outside the workspace"),
+            ("-C .. status", "outside the workspace"),
+            ("x", "`x` is not one of the git commands"),
+            ("difftool --extcmd=sh", "`difftool`"),
+            ("filter-branch --tree-filter 'sh e.sh'", "`filter-branch`"),
+            ("ls-remote 'ext::sh -c touch% p'", "`ext::`"),
+            ("fetch EXT::sh", "`ext::`"),
+            ("clone fd::3 repo", "`fd::`"),
+            ("fetch --upload-pack='sh e.sh' origin", "`--upload-pack`"),
+            ("fetch --upload-p=sh origin", "`--upload-pack`"),
+            ("clone -u 'sh e.sh' https://x/r", "`-u`"),
+            ("clone -qu sh https://x/r", "`-u`"),
+            ("clone -c core.hooksPath=. https://x/r", "`-c`"),
+            (
+                "clone --config=filter.x.smudge=sh https://x/r",
+                "`--config`",
+            ),
+            ("push --receive-pack=sh origin", "`--receive-pack`"),
+            ("archive --exec=sh --remote=x HEAD", "`--exec`"),
+            ("rebase --exec 'sh e.sh' HEAD~1", "`--exec`"),
+            ("rebase -x 'sh e.sh' HEAD~1", "`-x`"),
+            ("rebase -ix sh HEAD~1", "`-x`"),
+            ("grep -O TODO", "`-O`"),
+            (
+                "grep --open-files-in-pager=sh TODO",
+                "`--open-files-in-pager`",
+            ),
+            ("bisect run sh e.sh", "git bisect run"),
+            ("submodule foreach sh e.sh", "git submodule foreach"),
+        ] {
+            let error = git_check(refused, &ws).expect_err(refused);
+            assert!(error.contains(named), "{refused}: {error}");
+        }
+    }
+
+    #[test]
+    fn find_actions_that_run_or_write_are_refused() {
+        for ok in [
+            "find . -name '*.md'",
+            "find . -type f -newer x -print0",
+            "find . -maxdepth 2 -printf '%p\\n'",
+            "find . -name -exec.txt",
+        ] {
+            let w = words(ok);
+            assert!(find(&w[1..]).is_ok(), "{ok}");
+        }
+        for (refused, named) in [
+            ("find . -exec sh -c 'id' +", "`-exec`"),
+            ("find . -execdir python3 x.py ;", "`-execdir`"),
+            ("find . -ok rm {} ;", "`-ok`"),
+            ("find . -okdir rm {} ;", "`-okdir`"),
+            ("find . -delete", "`-delete`"),
+            ("find . -fprint /tmp/x", "`-fprint`"),
+            ("find . -fprintf /tmp/x %p", "`-fprintf`"),
+            ("find . -fls /tmp/x", "`-fls`"),
+        ] {
+            let w = words(refused);
+            let error = find(&w[1..]).expect_err(refused);
+            assert!(error.contains(named), "{refused}: {error}");
+        }
+    }
+
+    #[test]
+    fn sort_output_and_compression_are_refused() {
+        for ok in [
+            "sort -r notes.txt",
+            "sort -k2 -t, data.csv",
+            "sort -rko data.csv",
+            "sort -t o data.csv",
+            "sort --reverse --unique a b",
+            "sort --check x",
+        ] {
+            let w = words(ok);
+            assert!(sort(&w[1..]).is_ok(), "{ok}");
+        }
+        for refused in [
+            "sort -o out.txt in.txt",
+            "sort -ro out.txt in.txt",
+            "sort -roout.txt in.txt",
+            "sort --output=out.txt in.txt",
+            "sort --out out.txt in.txt",
+            "sort --compress-program=sh in.txt",
+            "sort --compress=sh in.txt",
+        ] {
+            let w = words(refused);
+            assert!(sort(&w[1..]).is_err(), "{refused}");
+        }
+    }
+
+    #[test]
+    fn other_programs_are_left_to_the_sandbox() {
+        let ws = Path::new("/w");
+        assert_eq!(
+            check("ls", &words("-la -exec"), ws, ws),
+            Ok(Cleared::default())
+        );
+    }
+}

@@ -1,0 +1,828 @@
+//! The box a `shell_exec` command runs in, and what it reports.
+//!
+//! Two processes of `metnos-exec` build it, so that every step is a plain call of ours and
+//! nothing runs between a fork and an exec:
+//! - the executor itself (the *outer*, single-threaded) enters new user, PID, network and
+//!   IPC namespaces ([`enter_namespaces`]); its own identity is mapped to root inside;
+//! - it spawns `metnos-exec shell_exec_box` (the *init*): PID 1 of the new PID namespace,
+//!   dead with the outer (parent-death signal), in a session of its own (no terminal). The
+//!   init limits CPU, memory, file size and processes, stops the command from making user
+//!   namespaces of its own, takes every capability from it, sets no-new-privileges and
+//!   enters the Landlock ruleset, reports what holds on its standard input (a pipe the outer
+//!   reads), then runs the command and waits for it. When the init exits, the kernel kills
+//!   whatever the command left in the namespace (`setsid` daemons included).
+//!
+//! The network namespace has only a loopback that is down, so nothing is reachable; Landlock
+//! also refuses TCP bind and connect where the kernel's ABI handles them. Without namespaces
+//! or without Landlock the command is refused, unless `executors.allow_unsandboxed` says to
+//! run it anyway (and the report says so).
+
+use std::io::Read;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, ExitCode, Stdio};
+use std::time::{Duration, Instant};
+
+use serde::{Deserialize, Serialize};
+
+/// The first argument that makes `metnos-exec` the box's init.
+pub const BOX_ARG: &str = "shell_exec_box";
+
+/// The environment variable carrying the [`Plan`] to the init.
+const PLAN_VAR: &str = "METNOS_SHELL_BOX";
+
+/// The namespaces every run gets.
+pub const NAMESPACES: [&str; 4] = ["user", "pid", "net", "ipc"];
+
+/// How much of a command's stderr is kept.
+pub const STDERR_CAP: usize = 4096;
+
+/// The lowest `pid_max` the kernel accepts for a PID namespace.
+const PID_MAX_MIN: u64 = 301;
+
+/// What the init is told.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct Plan {
+    /// `None`: only build the box and report (the sandbox check).
+    pub program: Option<PathBuf>,
+    pub args: Vec<String>,
+    pub cwd: PathBuf,
+    pub env: Vec<(String, String)>,
+    pub workspace: PathBuf,
+    /// The per-run home: empty, the command's to write, removed afterwards.
+    pub home: PathBuf,
+    /// Metnos's own folders, neither readable nor writable (the workspace excepted).
+    pub hidden: Vec<PathBuf>,
+    pub limits: Limits,
+    pub allow_unsandboxed: bool,
+    /// Whether the outer entered the namespaces (the init is then PID 1 of its own).
+    pub namespaces: bool,
+    /// The outer's user id outside the namespaces (root is exempt from RLIMIT_NPROC).
+    pub outer_uid: u32,
+}
+
+/// The resource limits of one command (config `executors.shell_*`).
+#[derive(Debug, Clone, Copy, Serialize, Deserialize, PartialEq, Default)]
+pub struct Limits {
+    pub cpu_seconds: u64,
+    pub memory_mb: u64,
+    pub file_size_mb: u64,
+    pub processes: u64,
+}
+
+/// What held a run: every `shell_exec` observation's `sandbox` metadata.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Default)]
+pub struct Protections {
+    /// The namespaces the command ran in (`user`, `pid`, `net`, `ipc`), or none.
+    pub namespaces: Vec<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub namespaces_error: Option<String>,
+    /// `enforced`, `partially enforced` or `not enforced: <why>`.
+    pub landlock: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub landlock_abi: Option<u32>,
+    /// Landlock also refuses TCP bind and connect (ABI 4 and later).
+    pub landlock_tcp: bool,
+    /// Landlock also keeps signals and abstract sockets inside (ABI 6 and later).
+    pub landlock_scoped: bool,
+    /// No network: the command's network namespace has only a loopback that is down.
+    pub network: bool,
+    pub no_new_privs: bool,
+    /// The command runs without capabilities (root inside, none of root's powers).
+    pub no_capabilities: bool,
+    /// The command cannot make user namespaces of its own.
+    pub no_nested_user_namespaces: bool,
+    /// How many processes the command may have at once, and by what.
+    pub process_limit: String,
+    /// Whether every process the command starts dies with it (its own PID namespace).
+    pub tree_killed: bool,
+    /// The command has no controlling terminal.
+    pub no_terminal: bool,
+}
+
+impl Protections {
+    /// Why the box is not a sandbox, when it is not: no namespaces, or no Landlock.
+    pub fn missing(&self) -> Option<String> {
+        if self.namespaces.is_empty() {
+            let why = self.namespaces_error.as_deref().unwrap_or("not available");
+            return Some(format!(
+                "user, PID, network and IPC namespaces cannot be created ({why})"
+            ));
+        }
+        if !(self.landlock == "enforced" || self.landlock == "partially enforced") {
+            return Some(format!("Landlock is {}", self.landlock));
+        }
+        None
+    }
+}
+
+/// The refusal when the box is not a sandbox.
+pub fn refusal(missing: &str) -> String {
+    format!(
+        "shell_exec refused: no working sandbox on this host ({missing}); set executors.allow_unsandboxed = true to run commands without one"
+    )
+}
+
+/// What the init tells the outer, one JSON line each.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[serde(rename_all = "snake_case")]
+enum Report {
+    Ready(Protections),
+    Refused(Protections),
+    Failed(String),
+    Exited {
+        code: Option<i32>,
+        signal: Option<i32>,
+    },
+}
+
+/// How a run ended.
+#[derive(Debug, Clone, PartialEq)]
+pub enum End {
+    Exited(i32),
+    Signalled(i32),
+    /// The budget ran out; the box was killed.
+    TimedOut,
+    /// The box is not a sandbox (and running without one is not allowed): nothing ran.
+    Refused(String),
+    /// The box could not be built or the command could not start.
+    Failed(String),
+    /// Only the box was built (the sandbox check).
+    Checked,
+}
+
+/// A finished run.
+#[derive(Debug, Clone)]
+pub struct Outcome {
+    pub protections: Protections,
+    pub stdout: Vec<u8>,
+    pub stdout_truncated: bool,
+    pub stderr: Vec<u8>,
+    pub end: End,
+}
+
+impl Outcome {
+    fn before_spawn(protections: Protections, end: End) -> Outcome {
+        Outcome {
+            protections,
+            stdout: Vec::new(),
+            stdout_truncated: false,
+            stderr: Vec::new(),
+            end,
+        }
+    }
+}
+
+/// Runs `plan` in the box within `budget`, keeping at most `stdout_cap` bytes of its
+/// output. Call once per process: the namespaces are entered by this process itself.
+pub fn run(mut plan: Plan, budget: Duration, stdout_cap: usize) -> Outcome {
+    let mut protections = Protections::default();
+    match enter_namespaces() {
+        Ok(()) => {
+            plan.namespaces = true;
+            protections.namespaces = NAMESPACES.map(str::to_owned).to_vec();
+        }
+        Err(why) => {
+            protections.namespaces_error = Some(why);
+            if !plan.allow_unsandboxed {
+                let missing = protections.missing().unwrap_or_default();
+                return Outcome::before_spawn(protections, End::Refused(refusal(&missing)));
+            }
+        }
+    }
+    let (report_reader, report_writer) = match std::io::pipe() {
+        Ok(pipe) => pipe,
+        Err(e) => return Outcome::before_spawn(protections, End::Failed(format!("pipe: {e}"))),
+    };
+    let plan_text = match serde_json::to_string(&plan) {
+        Ok(text) => text,
+        Err(e) => return Outcome::before_spawn(protections, End::Failed(format!("plan: {e}"))),
+    };
+    let spawned = Command::new(own_program())
+        .arg(BOX_ARG)
+        .env_clear()
+        .env(PLAN_VAR, plan_text)
+        .current_dir("/")
+        .stdin(Stdio::from(report_writer))
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn();
+    let mut init = match spawned {
+        Ok(child) => child,
+        Err(e) => {
+            return Outcome::before_spawn(
+                protections,
+                End::Failed(format!("the sandbox could not start: {e}")),
+            );
+        }
+    };
+    let streams = collect(&mut init, report_reader, budget, stdout_cap);
+    let status = init.wait();
+    let mut end = None;
+    for line in streams.report.split(|b| *b == b'\n') {
+        let Ok(report) = serde_json::from_slice::<Report>(line) else {
+            continue;
+        };
+        match report {
+            Report::Ready(p) => {
+                merge(&mut protections, p);
+                end = Some(End::Checked);
+            }
+            Report::Refused(p) => {
+                merge(&mut protections, p);
+                let missing = protections.missing().unwrap_or_default();
+                end = Some(End::Refused(refusal(&missing)));
+            }
+            Report::Failed(why) => end = Some(End::Failed(why)),
+            Report::Exited { code, signal } => {
+                end = Some(match (code, signal) {
+                    (Some(code), _) => End::Exited(code),
+                    (None, Some(signal)) => End::Signalled(signal),
+                    (None, None) => End::Failed("the command ended without a status".into()),
+                });
+            }
+        }
+    }
+    let end = match (streams.timed_out, end) {
+        (true, _) => End::TimedOut,
+        (false, Some(end)) => end,
+        (false, None) => End::Failed(format!(
+            "the sandbox ended without a report ({})",
+            status.map_or_else(|e| e.to_string(), |s| s.to_string())
+        )),
+    };
+    Outcome {
+        protections,
+        stdout: streams.stdout,
+        stdout_truncated: streams.stdout_truncated,
+        stderr: streams.stderr,
+        end,
+    }
+}
+
+/// The init's findings, beside the outer's (the namespaces are the outer's to say).
+fn merge(outer: &mut Protections, init: Protections) {
+    *outer = Protections {
+        namespaces: std::mem::take(&mut outer.namespaces),
+        namespaces_error: outer.namespaces_error.take(),
+        ..init
+    };
+}
+
+/// This program, exactly the file this process runs.
+fn own_program() -> PathBuf {
+    if cfg!(target_os = "linux") {
+        PathBuf::from("/proc/self/exe")
+    } else {
+        std::env::current_exe().unwrap_or_else(|_| PathBuf::from(crate::BUILTIN_PROGRAM))
+    }
+}
+
+/// What was read from the init's three pipes.
+struct Streams {
+    stdout: Vec<u8>,
+    stdout_truncated: bool,
+    stderr: Vec<u8>,
+    report: Vec<u8>,
+    timed_out: bool,
+}
+
+/// A pipe being read into a capped buffer.
+struct Source<R> {
+    reader: Option<R>,
+    kept: Vec<u8>,
+    cap: usize,
+    over: bool,
+}
+
+impl<R: Read> Source<R> {
+    fn new(reader: Option<R>, cap: usize) -> Self {
+        Source {
+            reader,
+            kept: Vec::new(),
+            cap,
+            over: false,
+        }
+    }
+
+    /// Reads what is there (the pipe was ready); drops the reader at its end.
+    fn read_some(&mut self) {
+        let Some(reader) = self.reader.as_mut() else {
+            return;
+        };
+        let mut buffer = [0u8; 16 * 1024];
+        match reader.read(&mut buffer) {
+            Ok(0) | Err(_) => self.reader = None,
+            Ok(n) => {
+                let room = self.cap.saturating_sub(self.kept.len());
+                self.kept.extend_from_slice(&buffer[..n.min(room)]);
+                self.over |= n > room;
+            }
+        }
+    }
+}
+
+/// Reads stdout, stderr and the report until all three end (the init and everything in
+/// its namespace are gone), killing the init when `budget` runs out. One thread: a process
+/// that has entered a new PID namespace cannot start threads.
+fn collect(
+    init: &mut Child,
+    report: std::io::PipeReader,
+    budget: Duration,
+    stdout_cap: usize,
+) -> Streams {
+    let mut stdout = Source::new(init.stdout.take(), stdout_cap);
+    let mut stderr = Source::new(init.stderr.take(), STDERR_CAP);
+    let mut report = Source::new(Some(report), 64 * 1024);
+    let deadline = Instant::now() + budget;
+    // Without a PID namespace a grandchild may hold the pipes open after the kill.
+    let give_up = deadline + Duration::from_secs(1);
+    let mut timed_out = false;
+    while stdout.reader.is_some() || stderr.reader.is_some() || report.reader.is_some() {
+        let now = Instant::now();
+        if now >= deadline && !timed_out {
+            let _ = init.kill();
+            timed_out = true;
+        }
+        if now >= give_up {
+            break;
+        }
+        let wait = if timed_out { give_up } else { deadline }.saturating_duration_since(now);
+        let [out_ready, err_ready, report_ready] = wait_readable(
+            [
+                stdout.reader.as_ref().map(|r| r as &dyn std::os::fd::AsFd),
+                stderr.reader.as_ref().map(|r| r as &dyn std::os::fd::AsFd),
+                report.reader.as_ref().map(|r| r as &dyn std::os::fd::AsFd),
+            ],
+            wait,
+        );
+        if out_ready {
+            stdout.read_some();
+        }
+        if err_ready {
+            stderr.read_some();
+        }
+        if report_ready {
+            report.read_some();
+        }
+    }
+    Streams {
+        stdout: stdout.kept,
+        stdout_truncated: stdout.over,
+        stderr: stderr.kept,
+        report: report.kept,
+        timed_out,
+    }
+}
+
+/// Which of `fds` can be read (data or end) within `wait`.
+fn wait_readable(fds: [Option<&dyn std::os::fd::AsFd>; 3], wait: Duration) -> [bool; 3] {
+    use rustix::event::{PollFd, PollFlags, Timespec, poll};
+    let borrowed: Vec<(usize, std::os::fd::BorrowedFd<'_>)> = fds
+        .iter()
+        .enumerate()
+        .filter_map(|(i, fd)| fd.map(|fd| (i, fd.as_fd())))
+        .collect();
+    let mut polled: Vec<PollFd<'_>> = borrowed
+        .iter()
+        .map(|(_, fd)| PollFd::from_borrowed_fd(*fd, PollFlags::IN))
+        .collect();
+    let timeout = Timespec::try_from(wait).unwrap_or(Timespec {
+        tv_sec: 1,
+        tv_nsec: 0,
+    });
+    let mut ready = [false; 3];
+    if poll(&mut polled, Some(&timeout)).is_err() {
+        return ready;
+    }
+    for ((i, _), fd) in borrowed.iter().zip(&polled) {
+        ready[*i] = !fd.revents().is_empty();
+    }
+    ready
+}
+
+/// Enters new user, PID, network and IPC namespaces, this process's own user and group
+/// mapped to root inside (so the init can set the namespaces' limits; the command gets no
+/// capability). The process must be single-threaded.
+#[cfg(target_os = "linux")]
+fn enter_namespaces() -> Result<(), String> {
+    use rustix::thread::UnshareFlags;
+    let uid = rustix::process::geteuid().as_raw();
+    let gid = rustix::process::getegid().as_raw();
+    // `unshare` is deprecated for `unshare_unsafe` because CLONE_FILES can leave one
+    // thread using descriptors of a table another thread no longer shares; these flags
+    // touch no descriptor table, and this process has one thread.
+    #[allow(deprecated)]
+    rustix::thread::unshare(
+        UnshareFlags::NEWUSER | UnshareFlags::NEWPID | UnshareFlags::NEWNET | UnshareFlags::NEWIPC,
+    )
+    .map_err(|e| format!("unshare: {e}"))?;
+    for (file, text) in [
+        ("/proc/self/setgroups", "deny".to_owned()),
+        ("/proc/self/uid_map", format!("0 {uid} 1")),
+        ("/proc/self/gid_map", format!("0 {gid} 1")),
+    ] {
+        std::fs::write(file, text).map_err(|e| format!("{file}: {e}"))?;
+    }
+    Ok(())
+}
+
+#[cfg(not(target_os = "linux"))]
+fn enter_namespaces() -> Result<(), String> {
+    Err("not available on this operating system".to_owned())
+}
+
+/// The init: builds the box, reports, runs the command, reports how it ended. Its standard
+/// input is the report pipe; the plan is in its environment.
+pub fn init_main() -> ExitCode {
+    #[cfg(target_os = "linux")]
+    {
+        // Dead with the outer; should the outer be gone already, the first report fails.
+        let _ =
+            rustix::process::set_parent_process_death_signal(Some(rustix::process::Signal::KILL));
+    }
+    let plan: Plan = match std::env::var(PLAN_VAR)
+        .map_err(|e| e.to_string())
+        .and_then(|text| serde_json::from_str(&text).map_err(|e| e.to_string()))
+    {
+        Ok(plan) => plan,
+        Err(e) => {
+            let _ = send(&Report::Failed(format!("the sandbox's plan: {e}")));
+            return ExitCode::FAILURE;
+        }
+    };
+    let protections = confine(&plan);
+    if protections.missing().is_some() && !plan.allow_unsandboxed {
+        let _ = send(&Report::Refused(protections));
+        return ExitCode::SUCCESS;
+    }
+    if send(&Report::Ready(protections)).is_err() {
+        return ExitCode::FAILURE;
+    }
+    let Some(program) = &plan.program else {
+        return ExitCode::SUCCESS;
+    };
+    let child = Command::new(program)
+        .args(&plan.args)
+        .current_dir(&plan.cwd)
+        .env_clear()
+        .envs(plan.env.iter().map(|(k, v)| (k, v)))
+        .stdin(Stdio::null())
+        .spawn();
+    let mut child = match child {
+        Ok(child) => child,
+        Err(e) => {
+            let name = program.file_name().unwrap_or_default().to_string_lossy();
+            let _ = send(&Report::Failed(format!("`{name}` could not start: {e}")));
+            return ExitCode::FAILURE;
+        }
+    };
+    let report = match child.wait() {
+        Ok(status) => {
+            use std::os::unix::process::ExitStatusExt;
+            Report::Exited {
+                code: status.code(),
+                signal: status.signal(),
+            }
+        }
+        Err(e) => Report::Failed(format!("waiting for the command failed: {e}")),
+    };
+    let _ = send(&report);
+    ExitCode::SUCCESS
+}
+
+/// One report line on the pipe that is this process's standard input.
+fn send(report: &Report) -> std::io::Result<()> {
+    let mut line = serde_json::to_vec(report).map_err(std::io::Error::other)?;
+    line.push(b'\n');
+    let stdin = std::io::stdin();
+    let mut rest = line.as_slice();
+    while !rest.is_empty() {
+        let n = rustix::io::write(&stdin, rest)?;
+        rest = &rest[n..];
+    }
+    Ok(())
+}
+
+/// Every protection of the init's, in order (what needs /proc/sys before Landlock,
+/// Landlock last); returns what holds.
+fn confine(plan: &Plan) -> Protections {
+    let mut p = Protections {
+        namespaces: if plan.namespaces {
+            NAMESPACES.map(str::to_owned).to_vec()
+        } else {
+            Vec::new()
+        },
+        tree_killed: plan.namespaces,
+        network: plan.namespaces,
+        ..Protections::default()
+    };
+    #[cfg(target_os = "linux")]
+    {
+        p.no_terminal = rustix::process::setsid().is_ok();
+        p.process_limit = limit_resources(plan);
+        if plan.namespaces {
+            p.no_nested_user_namespaces =
+                std::fs::write("/proc/sys/user/max_user_namespaces", "0").is_ok();
+        }
+        p.no_capabilities = drop_capabilities();
+        p.no_new_privs = rustix::thread::set_no_new_privs(true).is_ok();
+        landlock(plan, &mut p);
+    }
+    #[cfg(not(target_os = "linux"))]
+    {
+        p.landlock = "not enforced: not available on this operating system".to_owned();
+        p.process_limit = "none".to_owned();
+    }
+    p
+}
+
+/// CPU, address space, file size and process limits, inherited by the command; says how
+/// the process limit holds. Root (outside) is exempt from RLIMIT_NPROC, so for root the
+/// limit is the PID namespace's `pid_max`, which the kernel keeps per namespace since 6.14
+/// (on older kernels that file is the whole machine's, and is left alone).
+#[cfg(target_os = "linux")]
+fn limit_resources(plan: &Plan) -> String {
+    use rustix::process::{Resource, Rlimit, setrlimit};
+    let limits = plan.limits;
+    let mb = |n: u64| n.saturating_mul(1024 * 1024);
+    for (resource, soft, hard) in [
+        (
+            Resource::Cpu,
+            limits.cpu_seconds,
+            limits.cpu_seconds.saturating_add(1),
+        ),
+        (Resource::As, mb(limits.memory_mb), mb(limits.memory_mb)),
+        (
+            Resource::Fsize,
+            mb(limits.file_size_mb),
+            mb(limits.file_size_mb),
+        ),
+        (Resource::Nproc, limits.processes, limits.processes),
+    ] {
+        if soft == 0 {
+            continue;
+        }
+        // Never above the limit already in force (raising it would fail): at least as strict.
+        let held = rustix::process::getrlimit(resource).maximum;
+        let clamp = |n: u64| held.map_or(n, |h| n.min(h));
+        let _ = setrlimit(
+            resource,
+            Rlimit {
+                current: Some(clamp(soft)),
+                maximum: Some(clamp(hard)),
+            },
+        );
+    }
+    let nproc = rustix::process::getrlimit(Resource::Nproc).current;
+    if plan.outer_uid != 0 {
+        return match nproc {
+            Some(n) => format!("{n} (RLIMIT_NPROC)"),
+            None => "none".to_owned(),
+        };
+    }
+    if !plan.namespaces {
+        return "none: root is exempt from RLIMIT_NPROC and there is no PID namespace".into();
+    }
+    if !kernel_at_least(6, 14) {
+        return "none: root is exempt from RLIMIT_NPROC and this kernel keeps no pid_max per PID namespace (before 6.14)".into();
+    }
+    let pid_max = limits.processes.saturating_add(1).max(PID_MAX_MIN);
+    match std::fs::write("/proc/sys/kernel/pid_max", pid_max.to_string()) {
+        Ok(()) => format!(
+            "{} (pid_max of the command's PID namespace; root is exempt from RLIMIT_NPROC)",
+            pid_max - 1
+        ),
+        Err(e) => format!("none: root is exempt from RLIMIT_NPROC and pid_max: {e}"),
+    }
+}
+
+/// Whether the running kernel's release is at least `major.minor`.
+#[cfg(target_os = "linux")]
+fn kernel_at_least(major: u32, minor: u32) -> bool {
+    let uname = rustix::system::uname();
+    let release = uname.release().to_string_lossy();
+    let mut parts = release
+        .split(|c: char| !c.is_ascii_digit())
+        .map(|n| n.parse::<u32>().unwrap_or(0));
+    let found = (parts.next().unwrap_or(0), parts.next().unwrap_or(0));
+    found >= (major, minor)
+}
+
+/// The command gets no capability: root's are not granted on exec (`SECBIT_NOROOT`,
+/// locked) and none can be raised as ambient. Without the right to set them (no
+/// capabilities here either), the command has none to begin with.
+#[cfg(target_os = "linux")]
+fn drop_capabilities() -> bool {
+    use rustix::thread::CapabilitiesSecureBits as Bits;
+    let bits = Bits::NO_ROOT
+        | Bits::NO_ROOT_LOCKED
+        | Bits::NO_SETUID_FIXUP
+        | Bits::NO_SETUID_FIXUP_LOCKED
+        | Bits::NO_CAP_AMBIENT_RAISE
+        | Bits::NO_CAP_AMBIENT_RAISE_LOCKED;
+    if rustix::thread::set_capabilities_secure_bits(bits).is_ok() {
+        return true;
+    }
+    rustix::thread::capabilities(None).is_ok_and(|sets| sets.permitted.is_empty())
+}
+
+/// Landlock: writes only in the workspace, the per-run home and `/dev/null`; reading and
+/// executing everywhere but Metnos's own folders; no TCP bind or connect; signals and
+/// abstract sockets kept inside.
+#[cfg(target_os = "linux")]
+fn landlock(plan: &Plan, p: &mut Protections) {
+    use landlock::{
+        ABI, Access, AccessFs, AccessNet, LandlockStatus, Ruleset, RulesetAttr, RulesetCreatedAttr,
+        RulesetStatus, Scope, path_beneath_rules,
+    };
+    let fs = ABI::V5;
+    let all = AccessFs::from_all(fs);
+    let read = AccessFs::from_read(fs);
+    let result = Ruleset::default()
+        .handle_access(all)
+        .and_then(|r| r.handle_access(AccessNet::from_all(ABI::V4)))
+        .and_then(|r| r.scope(Scope::from_all(ABI::V6)))
+        .and_then(|r| r.create())
+        .and_then(|r| r.add_rules(path_beneath_rules(readable_roots(&plan.hidden), read)))
+        .and_then(|r| r.add_rules(path_beneath_rules([&plan.workspace, &plan.home], all)))
+        .and_then(|r| r.add_rules(path_beneath_rules(["/dev/null"], all)))
+        .and_then(|r| r.restrict_self());
+    let status = match result {
+        Ok(status) => status,
+        Err(e) => {
+            p.landlock = format!("not enforced: {e}");
+            return;
+        }
+    };
+    p.landlock = match status.ruleset {
+        RulesetStatus::FullyEnforced => "enforced".to_owned(),
+        RulesetStatus::PartiallyEnforced => "partially enforced".to_owned(),
+        RulesetStatus::NotEnforced => "not enforced: this kernel has no Landlock".to_owned(),
+    };
+    p.no_new_privs |= status.no_new_privs;
+    if let LandlockStatus::Available {
+        effective_abi,
+        kernel_abi,
+    } = status.landlock
+    {
+        let abi = kernel_abi
+            .and_then(|v| u32::try_from(v).ok())
+            .unwrap_or(effective_abi as u32);
+        p.landlock_abi = Some(abi);
+        let enforced = status.ruleset != RulesetStatus::NotEnforced;
+        p.landlock_tcp = enforced && effective_abi >= ABI::V4;
+        p.landlock_scoped = enforced && effective_abi >= ABI::V6;
+    }
+}
+
+/// Everything to grant reading so that all is readable except what lies beneath `hidden`:
+/// `/` when nothing is hidden, else, along the path from `/` to each hidden folder, every
+/// other entry of each folder on the way. (Landlock only grants, so what is not granted is
+/// refused; the folders on the way cannot be listed themselves.) A hidden folder inside
+/// another (the certificates in the data directory) is hidden with it: the outer one is
+/// never on the way, so none of its entries is granted.
+pub fn readable_roots(hidden: &[PathBuf]) -> Vec<PathBuf> {
+    use std::collections::BTreeSet;
+    let hidden: Vec<&Path> = hidden
+        .iter()
+        .map(PathBuf::as_path)
+        .filter(|h| {
+            !hidden
+                .iter()
+                .any(|other| h.starts_with(other) && h != other)
+        })
+        .collect();
+    if hidden.is_empty() {
+        return vec![PathBuf::from("/")];
+    }
+    let on_the_way: BTreeSet<&Path> = hidden.iter().flat_map(|h| h.ancestors().skip(1)).collect();
+    let mut roots = Vec::new();
+    for dir in &on_the_way {
+        let Ok(entries) = std::fs::read_dir(dir) else {
+            continue;
+        };
+        for entry in entries.flatten() {
+            let path = entry.path();
+            if !on_the_way.contains(path.as_path()) && !hidden.contains(&path.as_path()) {
+                roots.push(path);
+            }
+        }
+    }
+    roots
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn full() -> Protections {
+        Protections {
+            namespaces: NAMESPACES.map(str::to_owned).to_vec(),
+            landlock: "enforced".to_owned(),
+            ..Protections::default()
+        }
+    }
+
+    #[test]
+    fn a_box_without_namespaces_or_landlock_is_not_a_sandbox() {
+        assert_eq!(full().missing(), None);
+        let partial = Protections {
+            landlock: "partially enforced".to_owned(),
+            ..full()
+        };
+        assert_eq!(partial.missing(), None);
+        let no_namespaces = Protections {
+            namespaces: Vec::new(),
+            namespaces_error: Some("unshare: Operation not permitted".to_owned()),
+            ..full()
+        };
+        assert!(
+            no_namespaces
+                .missing()
+                .unwrap()
+                .contains("namespaces cannot be created (unshare: Operation not permitted)")
+        );
+        let no_landlock = Protections {
+            landlock: "not enforced: this kernel has no Landlock".to_owned(),
+            ..full()
+        };
+        assert!(
+            no_landlock
+                .missing()
+                .unwrap()
+                .contains("Landlock is not enforced")
+        );
+        assert!(refusal("x").contains("executors.allow_unsandboxed = true"));
+    }
+
+    #[test]
+    fn reports_travel_as_one_line_each() {
+        for report in [
+            Report::Ready(full()),
+            Report::Exited {
+                code: None,
+                signal: Some(9),
+            },
+            Report::Failed("x".into()),
+        ] {
+            let text = serde_json::to_string(&report).unwrap();
+            assert!(!text.contains('\n'));
+            assert_eq!(serde_json::from_str::<Report>(&text).unwrap(), report);
+        }
+    }
+
+    #[test]
+    fn a_plan_travels_to_the_init_intact() {
+        let plan = Plan {
+            program: Some(PathBuf::from("/usr/bin/true")),
+            args: vec!["a".into()],
+            cwd: PathBuf::from("/w"),
+            env: vec![("HOME".into(), "/h".into())],
+            workspace: PathBuf::from("/w"),
+            home: PathBuf::from("/h"),
+            hidden: Vec::new(),
+            limits: Limits::default(),
+            allow_unsandboxed: false,
+            namespaces: true,
+            outer_uid: 0,
+        };
+        let text = serde_json::to_string(&plan).unwrap();
+        assert_eq!(serde_json::from_str::<Plan>(&text).unwrap(), plan);
+    }
+
+    #[test]
+    fn a_hidden_folder_inside_another_hides_nothing_less() {
+        // Production hides the data directory and the certificates' folder inside it.
+        let root = tempfile::tempdir().unwrap();
+        let data = root.path().join("metnos");
+        let pki = data.join("pki");
+        for dir in [data.join("keys"), data.join("workspace"), pki.clone()] {
+            std::fs::create_dir_all(dir).unwrap();
+        }
+        std::fs::write(data.join("planner.db"), "").unwrap();
+        std::fs::write(root.path().join("notes.txt"), "").unwrap();
+        for hidden in [
+            vec![data.clone(), pki.clone()],
+            vec![pki.clone(), data.clone()],
+        ] {
+            let roots = readable_roots(&hidden);
+            let granted_inside: Vec<_> = roots.iter().filter(|r| r.starts_with(&data)).collect();
+            assert!(
+                granted_inside.is_empty(),
+                "{hidden:?} grants {granted_inside:?}"
+            );
+            assert!(roots.contains(&root.path().join("notes.txt")), "{roots:?}");
+        }
+        // The certificates alone: the rest of the data directory stays readable.
+        let roots = readable_roots(std::slice::from_ref(&pki));
+        assert!(roots.contains(&data.join("keys")), "{roots:?}");
+        assert!(!roots.iter().any(|r| r.starts_with(&pki)), "{roots:?}");
+    }
+
+    #[cfg(target_os = "linux")]
+    #[test]
+    fn kernel_versions_compare_by_major_then_minor() {
+        assert!(kernel_at_least(2, 6));
+        assert!(!kernel_at_least(999, 0));
+    }
+}
