@@ -189,6 +189,9 @@ pub fn run(mut plan: Plan, budget: Duration, stdout_cap: usize) -> Outcome {
             }
         }
     }
+    // The command may not write a forged observation into this process's stdout through
+    // /proc/<pid>/fd (after the maps: a non-dumpable process's /proc files are root's).
+    keep_private();
     let (report_reader, report_writer) = match std::io::pipe() {
         Ok(pipe) => pipe,
         Err(e) => return Outcome::before_spawn(protections, End::Failed(format!("pipe: {e}"))),
@@ -217,32 +220,10 @@ pub fn run(mut plan: Plan, budget: Duration, stdout_cap: usize) -> Outcome {
     };
     let streams = collect(&mut init, report_reader, budget, stdout_cap);
     let status = init.wait();
-    let mut end = None;
-    for line in streams.report.split(|b| *b == b'\n') {
-        let Ok(report) = serde_json::from_slice::<Report>(line) else {
-            continue;
-        };
-        match report {
-            Report::Ready(p) => {
-                merge(&mut protections, p);
-                end = Some(End::Checked);
-            }
-            Report::Refused(p) => {
-                merge(&mut protections, p);
-                let missing = protections.missing().unwrap_or_default();
-                end = Some(End::Refused(refusal(&missing)));
-            }
-            Report::Failed(why) => end = Some(End::Failed(why)),
-            Report::Exited { code, signal } => {
-                end = Some(match (code, signal) {
-                    (Some(code), _) => End::Exited(code),
-                    (None, Some(signal)) => End::Signalled(signal),
-                    (None, None) => End::Failed("the command ended without a status".into()),
-                });
-            }
-        }
-    }
-    let end = match (streams.timed_out, end) {
+    let end = match (
+        streams.timed_out,
+        read_reports(&streams.report, &mut protections),
+    ) {
         (true, _) => End::TimedOut,
         (false, Some(end)) => end,
         (false, None) => End::Failed(format!(
@@ -257,6 +238,36 @@ pub fn run(mut plan: Plan, budget: Duration, stdout_cap: usize) -> Outcome {
         stderr: streams.stderr,
         end,
     }
+}
+
+/// How the run ended, by the init's reports (the last one that says), and what held.
+fn read_reports(reports: &[u8], protections: &mut Protections) -> Option<End> {
+    let mut end = None;
+    for line in reports.split(|b| *b == b'\n') {
+        let Ok(report) = serde_json::from_slice::<Report>(line) else {
+            continue;
+        };
+        end = Some(match report {
+            Report::Ready(p) => {
+                merge(protections, p);
+                End::Checked
+            }
+            Report::Refused(p) => {
+                merge(protections, p);
+                End::Refused(refusal(&protections.missing().unwrap_or_default()))
+            }
+            Report::Failed(why) => End::Failed(why),
+            Report::Exited {
+                code: Some(code), ..
+            } => End::Exited(code),
+            Report::Exited {
+                code: None,
+                signal: Some(signal),
+            } => End::Signalled(signal),
+            Report::Exited { .. } => End::Failed("the command ended without a status".into()),
+        });
+    }
+    end
 }
 
 /// The init's findings, beside the outer's (the namespaces are the outer's to say).
@@ -440,6 +451,8 @@ pub fn init_main() -> ExitCode {
         let _ =
             rustix::process::set_parent_process_death_signal(Some(rustix::process::Signal::KILL));
     }
+    // Nor a forged report into the report pipe through /proc/1/fd/0.
+    keep_private();
     let plan: Plan = match std::env::var(PLAN_VAR)
         .map_err(|e| e.to_string())
         .and_then(|text| serde_json::from_str(&text).map_err(|e| e.to_string()))
@@ -488,6 +501,13 @@ pub fn init_main() -> ExitCode {
     };
     let _ = send(&report);
     ExitCode::SUCCESS
+}
+
+/// Non-dumpable: no process of the same user without `CAP_SYS_PTRACE` (the command has no
+/// capability) can open this one's `/proc/<pid>/fd`, memory or environment.
+fn keep_private() {
+    #[cfg(target_os = "linux")]
+    let _ = rustix::process::set_dumpable_behavior(rustix::process::DumpableBehavior::NotDumpable);
 }
 
 /// One report line on the pipe that is this process's standard input.
