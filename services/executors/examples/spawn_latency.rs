@@ -1,5 +1,7 @@
-//! Spawn-to-observation latency of `time_now` and `fs_read` (a small file), through the
-//! runner with the digest check, as the planner runs them. Also the cost of hashing the
+//! Spawn-to-observation latency of `time_now`, `fs_read` (a small file) and `shell_exec`
+//! (`echo hi` in its full sandbox: namespaces, limits, Landlock, a fresh home), through the
+//! runner with the digest check, as the planner runs them; beside them, a bare spawn of
+//! `/bin/echo hi` (fork, exec, wait: no runner, no sandbox). Also the cost of hashing the
 //! program cold (what a changed or never-seen program costs once).
 //!
 //! cargo build --release -p metnos-executors --bin metnos-exec
@@ -11,7 +13,7 @@ use std::time::Instant;
 
 use metnos_executors::install::{install_builtins, sign_dir};
 use metnos_executors::signing::{self, Trust};
-use metnos_executors::{Catalog, Runner};
+use metnos_executors::{Catalog, Runner, ShellSettings};
 use serde_json::json;
 
 fn main() {
@@ -53,8 +55,31 @@ fn main() {
     assert!(catalog.refused().is_empty(), "{:?}", catalog.refused());
     let runner = Runner {
         user_home: home.clone(),
+        shell: ShellSettings {
+            allow: vec!["echo".to_owned()],
+            workspace: root.path().join("workspace"),
+            cpu_seconds: 10,
+            memory_mb: 1024,
+            file_size_mb: 64,
+            processes: 64,
+            allow_unsandboxed: false,
+        },
         ..Runner::default()
     };
+    let probe = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap()
+        .block_on(runner.check_shell_sandbox(&catalog));
+    println!(
+        "shell sandbox: {}",
+        probe
+            .metadata
+            .as_ref()
+            .and_then(|m| m.get("sandbox"))
+            .map(|s| s.to_string())
+            .unwrap_or_else(|| format!("{probe:?}"))
+    );
 
     let cold = {
         let started = Instant::now();
@@ -76,9 +101,32 @@ fn main() {
         .enable_all()
         .build()
         .unwrap();
+    let report = |name: &str, histogram: &hdrhistogram::Histogram<u64>| {
+        println!(
+            "{name}: {runs} runs, p50 {:.2} ms, p90 {:.2} ms, p99 {:.2} ms, max {:.2} ms",
+            histogram.value_at_quantile(0.5) as f64 / 1e3,
+            histogram.value_at_quantile(0.9) as f64 / 1e3,
+            histogram.value_at_quantile(0.99) as f64 / 1e3,
+            histogram.max() as f64 / 1e3,
+        );
+    };
+    let mut bare = hdrhistogram::Histogram::<u64>::new(3).unwrap();
+    for i in 0..runs + 20 {
+        let started = Instant::now();
+        let out = std::process::Command::new("/bin/echo")
+            .arg("hi")
+            .output()
+            .unwrap();
+        if i >= 20 {
+            bare.record(started.elapsed().as_micros() as u64).unwrap();
+        }
+        assert!(out.status.success());
+    }
+    report("bare spawn of /bin/echo", &bare);
     for (name, args) in [
         ("time_now", json!({"timezone": "Europe/Rome"})),
         ("fs_read", json!({"path": "~/note.txt"})),
+        ("shell_exec", json!({"command": "echo hi"})),
     ] {
         let mut histogram = hdrhistogram::Histogram::<u64>::new(3).unwrap();
         runtime.block_on(async {
@@ -95,12 +143,6 @@ fn main() {
                 assert!(observation.ok, "{observation:?}");
             }
         });
-        println!(
-            "{name}: {runs} runs, p50 {:.2} ms, p90 {:.2} ms, p99 {:.2} ms, max {:.2} ms",
-            histogram.value_at_quantile(0.5) as f64 / 1e3,
-            histogram.value_at_quantile(0.9) as f64 / 1e3,
-            histogram.value_at_quantile(0.99) as f64 / 1e3,
-            histogram.max() as f64 / 1e3,
-        );
+        report(name, &histogram);
     }
 }
