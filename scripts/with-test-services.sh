@@ -16,6 +16,14 @@ find_pg_bindir() {
   return 1
 }
 
+# strace simulates a kernel without Landlock or namespaces for the sandbox's fail-closed
+# tests; without it those tests could not fail.
+if ! command -v strace >/dev/null 2>&1; then
+  log "strace not found; installing it from the system packages"
+  export DEBIAN_FRONTEND=noninteractive
+  { apt-get update -qq && apt-get install -y -qq strace; } >&2
+fi
+
 pg_bindir=$(find_pg_bindir || true)
 if [ -z "$pg_bindir" ]; then
   log "PostgreSQL not found; installing it from the system packages"

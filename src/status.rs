@@ -42,6 +42,20 @@ pub async fn status(config: &Config, json: bool) -> ExitCode {
                     (!log.is_serving())
                         .then(|| "verdict log lines are not being written".to_owned())
                 }
+                ServiceName::Planner if health.is_serving() => {
+                    let sandbox = client::probe(
+                        channel,
+                        metnos_planner::SANDBOX_HEALTH,
+                        Duration::from_secs(2),
+                    )
+                    .await;
+                    // Only an explicit NOT_SERVING: before the planner's first check the
+                    // name is not known yet.
+                    matches!(&sandbox, Health::NotServing(why) if why == "NOT_SERVING").then(|| {
+                        "shell_exec's sandbox cannot be built on this host (see `metnos executors sandbox`)"
+                            .to_owned()
+                    })
+                }
                 _ => None,
             };
             (*service, url.clone(), health, note)

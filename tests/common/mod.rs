@@ -94,9 +94,14 @@ impl Sandbox {
 
     /// Starts `metnos up` and waits for its five address lines.
     pub async fn up(&self) -> Up {
-        let mut child = self
-            .metnos()
-            .arg("up")
+        let mut command = self.metnos();
+        command.arg("up");
+        self.up_with(command).await
+    }
+
+    /// As [`Sandbox::up`], with `command` (which runs `metnos up`, e.g. under strace).
+    pub async fn up_with(&self, mut command: Command) -> Up {
+        let mut child = command
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
             .spawn()

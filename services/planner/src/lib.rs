@@ -77,9 +77,20 @@ pub fn runner_from_config(config: &Config) -> Runner {
     }
 }
 
-/// Says at start-up whether `shell_exec`'s sandbox can be built on this host.
-async fn log_shell_sandbox(runner: Runner, catalog: Arc<Catalog>) {
+/// The health name of `shell_exec`'s sandbox: SERVING when it can be built on this host
+/// (or no shell_exec is installed), NOT_SERVING when shell_exec would refuse every command
+/// or run it unboxed. The planner serves either way; `metnos status` says so on its row.
+pub const SANDBOX_HEALTH: &str = "metnos.planner.v1.PlannerService.sandbox";
+
+/// Says at start-up whether `shell_exec`'s sandbox can be built on this host, in the log
+/// and in health ([`SANDBOX_HEALTH`]).
+async fn log_shell_sandbox(
+    runner: Runner,
+    catalog: Arc<Catalog>,
+    readiness: metnos_kit::readiness::Readiness,
+) {
     if catalog.get(metnos_executors::runner::SHELL_EXEC).is_none() {
+        readiness.set_component(SANDBOX_HEALTH, true).await;
         return;
     }
     let observation = runner.check_shell_sandbox(&catalog).await;
@@ -92,6 +103,8 @@ async fn log_shell_sandbox(runner: Runner, catalog: Arc<Catalog>) {
             .unwrap_or_default()
     };
     let sandbox = meta("sandbox");
+    let available = observation.ok && meta("available").as_bool() == Some(true);
+    readiness.set_component(SANDBOX_HEALTH, available).await;
     match (observation.ok, meta("available").as_bool()) {
         (true, Some(true)) => tracing::info!(%sandbox, "the shell's sandbox is available"),
         (true, _) => tracing::warn!(
@@ -174,7 +187,7 @@ pub async fn serve(
                 i64::try_from(turns.budget_seconds.get().saturating_mul(2000)).unwrap_or(i64::MAX);
             running.background.spawn(
                 "shell sandbox check",
-                log_shell_sandbox(runner.clone(), catalog.clone()),
+                log_shell_sandbox(runner.clone(), catalog.clone(), running.readiness.clone()),
             );
             let planner = Arc::new(Planner::new(engine::Parts {
                 config: turns,
