@@ -163,8 +163,33 @@ impl Runner {
             .await
     }
 
-    /// Runs an executor whose args were checked.
+    /// Runs an executor whose args were checked. Every observation says, in
+    /// `metadata.protections`, what held around the run (the executor's own, such as
+    /// shell_exec's `metadata.sandbox`, come beside it).
     pub async fn run(&self, catalog: &Catalog, executor: &Executor, args: &Value) -> Observation {
+        let mut observation = self.spawn_and_observe(catalog, executor, args).await;
+        let m = &executor.manifest;
+        let protections = serde_json::json!({
+            "program": "signed; exactly the verified file is executed",
+            "environment": "cleared: PATH, LANG, HOME and the call's context only",
+            "process_group": "killed when the run ends",
+            "timeout_seconds": m.timeout_seconds,
+            "output_cap_bytes": m.max_output_bytes,
+        });
+        observation
+            .metadata
+            .get_or_insert_with(Default::default)
+            .entry("protections")
+            .or_insert(protections);
+        observation
+    }
+
+    async fn spawn_and_observe(
+        &self,
+        catalog: &Catalog,
+        executor: &Executor,
+        args: &Value,
+    ) -> Observation {
         let m = &executor.manifest;
         let program = match executor.open_program(catalog) {
             Ok(file) => file,

@@ -1332,6 +1332,34 @@ async fn the_sandbox_check_reports_this_host() {
     }
 }
 
+#[tokio::test]
+async fn every_observation_says_which_protections_held() {
+    let (f, catalog) = setup();
+    std::fs::write(f.home().join("notes.txt"), "mine").unwrap();
+    for (name, args) in [
+        ("fs_read", json!({"path": "~/notes.txt"})),
+        ("time_now", json!({"timezone": "UTC"})),
+        ("fs_read", json!({"path": "~/missing.txt"})),
+    ] {
+        let o = f.run(&catalog, name, args).await;
+        let protections = meta(&o, "protections");
+        assert_eq!(
+            protections["process_group"], "killed when the run ends",
+            "{name}: {o:?}"
+        );
+        assert!(
+            protections["timeout_seconds"].as_u64().unwrap() > 0,
+            "{o:?}"
+        );
+        assert!(
+            protections["environment"]
+                .as_str()
+                .unwrap()
+                .starts_with("cleared")
+        );
+    }
+}
+
 // ---- links and races ----------------------------------------------------------------
 
 #[tokio::test]
