@@ -139,6 +139,48 @@ pub fn first_match(text: &str, access: Access) -> Option<&'static str> {
     })
 }
 
+/// Where the read rules' files and folders usually are, for a sandbox that must hide them
+/// by path rather than judge a text: in `home`, then on the system. (A file the rules name
+/// elsewhere is still refused by the guard and the file executors.)
+pub fn usual_places(home: &std::path::Path) -> Vec<std::path::PathBuf> {
+    const IN_HOME: &[&str] = &[
+        ".ssh",
+        ".gnupg",
+        ".aws",
+        ".kube",
+        ".docker",
+        ".netrc",
+        ".git-credentials",
+        ".pgpass",
+        ".config/gh",
+        ".npmrc",
+        ".pypirc",
+        ".password-store",
+        ".local/share/keyrings",
+        ".mozilla/firefox",
+        ".config/google-chrome",
+        ".config/chromium",
+        ".config/BraveSoftware",
+        ".config/microsoft-edge",
+        "snap/firefox",
+        "snap/chromium",
+    ];
+    const SYSTEM: &[&str] = &[
+        "/root",
+        "/etc/shadow",
+        "/etc/gshadow",
+        "/etc/sudoers",
+        "/etc/sudoers.d",
+        "/etc/ssh",
+        "/boot",
+    ];
+    IN_HOME
+        .iter()
+        .map(|p| home.join(p))
+        .chain(SYSTEM.iter().map(std::path::PathBuf::from))
+        .collect()
+}
+
 /// Builds the automata now (a few milliseconds) rather than on the first check.
 pub fn warm_up() {
     LazyLock::force(&PATHS);
@@ -252,6 +294,23 @@ mod tests {
             assert_eq!(first_match(path, Access::Read), None, "{path}");
             assert!(first_match(path, Access::Write).is_some(), "{path}");
             assert!(holds_a_rule_word(path), "{path}");
+        }
+    }
+
+    #[test]
+    fn every_usual_place_breaks_a_read_rule() {
+        for place in usual_places(std::path::Path::new("/home/ada")) {
+            let text = place.to_string_lossy();
+            // A folder's rules may need a file name beneath it.
+            let inside = format!("{text}/config");
+            assert!(
+                first_match(&text, Access::Read).is_some()
+                    || first_match(&inside, Access::Read).is_some()
+                    || text.ends_with(".aws")
+                    || text.ends_with(".docker")
+                    || text.ends_with(".config/gh"),
+                "{text} is not protected by any rule"
+            );
         }
     }
 

@@ -1333,6 +1333,43 @@ async fn the_sandbox_check_reports_this_host() {
 }
 
 #[tokio::test]
+async fn the_shell_cannot_read_where_credential_stores_usually_are() {
+    let (f, catalog) = setup();
+    let home = f.home();
+    std::fs::create_dir_all(home.join(".ssh")).unwrap();
+    std::fs::write(
+        home.join(".ssh/id_rsa"),
+        "-----BEGIN OPENSSH PRIVATE KEY----- secret",
+    )
+    .unwrap();
+    std::fs::write(home.join("notes.txt"), "mine").unwrap();
+    let run = |command: String| {
+        let runner = f.runner();
+        let catalog = &catalog;
+        async move {
+            runner
+                .check_and_run(catalog, "shell_exec", &json!({ "command": command }))
+                .await
+        }
+    };
+    // No guard in front here: the box alone must hold.
+    for command in [
+        format!("cat {}", home.join(".ssh/id_rsa").display()),
+        format!("ls {}", home.join(".ssh").display()),
+    ] {
+        let o = run(command.clone()).await;
+        assert!(!o.ok, "{command}: {o:?}");
+        let seen = format!("{o:?}");
+        assert!(
+            !seen.contains("secret") && !seen.contains("\"id_rsa"),
+            "{command}: {seen}"
+        );
+    }
+    let o = run(format!("cat {}", home.join("notes.txt").display())).await;
+    assert!(o.ok, "{o:?}");
+}
+
+#[tokio::test]
 async fn every_observation_says_which_protections_held() {
     let (f, catalog) = setup();
     std::fs::write(f.home().join("notes.txt"), "mine").unwrap();

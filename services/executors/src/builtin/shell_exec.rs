@@ -154,7 +154,16 @@ fn plan_for(context: &ExecContext, workspace: &Path, home: &Path) -> sandbox::Pl
         env,
         workspace: workspace.to_path_buf(),
         home: home.to_path_buf(),
-        hidden: crate::scope::real_roots(&context.forbidden),
+        // Metnos's own files, and where credential stores usually are: what the guard
+        // refuses by name, the box refuses by path (`grep -r` over the home names neither).
+        hidden: crate::scope::real_roots(
+            &context
+                .forbidden
+                .iter()
+                .cloned()
+                .chain(metnos_core::forbidden::usual_places(&context.user_home))
+                .collect::<Vec<_>>(),
+        ),
         limits: sandbox::Limits {
             cpu_seconds: shell.cpu_seconds,
             memory_mb: shell.memory_mb,
