@@ -8,7 +8,7 @@ mod common;
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 
-use common::{Sandbox, sibling_binary};
+use common::Sandbox;
 use metnos_llm::fake::{FakeLlm, Reply};
 use serde_json::json;
 
@@ -85,26 +85,7 @@ async fn nothing_metnos_writes_in_the_data_directory_is_open_to_other_users() {
     let data = sandbox.data_dir();
 
     // The owner's first steps: a key, the built-ins, a signature, trust.
-    let (code, stdout, stderr) = sandbox
-        .run(&["executors", "keygen", "--name", "owner"])
-        .await;
-    assert_eq!(code, 0, "{stderr}");
-    let key: serde_json::Value = serde_json::from_str(stdout.lines().next().unwrap()).unwrap();
-    let exec = sibling_binary("metnos-exec").display().to_string();
-    let (code, _, stderr) = sandbox
-        .run(&["executors", "install", "--program", &exec])
-        .await;
-    assert_eq!(code, 0, "{stderr}");
-    let catalog = data.join("executors").display().to_string();
-    let key_file = key["key_file"].as_str().unwrap().to_owned();
-    let (code, _, stderr) = sandbox
-        .run(&["executors", "sign", &catalog, "--key", &key_file])
-        .await;
-    assert_eq!(code, 0, "{stderr}");
-    sandbox.set(
-        "METNOS_EXECUTORS__TRUSTED_KEYS__OWNER",
-        key["public_key"].as_str().unwrap(),
-    );
+    sandbox.owner_first_steps().await;
 
     let up = sandbox.up().await;
     // A turn with a tool call: a turn log line, a verdict, a chat history.

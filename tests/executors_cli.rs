@@ -221,26 +221,8 @@ async fn a_stolen_signing_key_is_out_of_every_executor_s_reach() {
     // Key theft, then a forged "clock" that runs /bin/sh: the key lives in the
     // configuration folder, which no executor reads, nor the config file, nor the catalog.
     let mut sandbox = Sandbox::new();
-    let (code, stdout, stderr) = sandbox
-        .run(&["executors", "keygen", "--name", "owner"])
-        .await;
-    assert_eq!(code, 0, "{stderr}");
-    let key = &lines(&stdout)[0];
-    let exec = sibling_binary("metnos-exec").display().to_string();
-    let (code, _, stderr) = sandbox
-        .run(&["executors", "install", "--program", &exec])
-        .await;
-    assert_eq!(code, 0, "{stderr}");
+    let key_file = sandbox.owner_first_steps().await;
     let catalog = sandbox.data_dir().join("executors").display().to_string();
-    let key_file = key["key_file"].as_str().unwrap().to_owned();
-    let (code, _, stderr) = sandbox
-        .run(&["executors", "sign", &catalog, "--key", &key_file])
-        .await;
-    assert_eq!(code, 0, "{stderr}");
-    sandbox.set(
-        "METNOS_EXECUTORS__TRUSTED_KEYS__OWNER",
-        key["public_key"].as_str().unwrap(),
-    );
     let config = sandbox.dir.path().join(".config/metnos/metnos.toml");
     std::fs::write(&config, "[turns]\ncap_steps = 5\n").unwrap();
     for path in [

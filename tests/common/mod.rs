@@ -311,6 +311,32 @@ impl Sandbox {
             .set("METNOS_RUNTIME__LLM__FAST__BASE_URL", url)
     }
 
+    /// The owner's first steps through the `metnos` command: a signing key, the built-ins
+    /// in the data directory's catalog, their signatures, and the key trusted. Returns the
+    /// key file.
+    pub async fn owner_first_steps(&mut self) -> String {
+        let (code, stdout, stderr) = self.run(&["executors", "keygen", "--name", "owner"]).await;
+        assert_eq!(code, 0, "keygen: {stderr}");
+        let key: serde_json::Value =
+            serde_json::from_str(stdout.lines().next().unwrap_or_default()).unwrap();
+        let exec = sibling_binary("metnos-exec").display().to_string();
+        let (code, _, stderr) = self
+            .run(&["executors", "install", "--program", &exec])
+            .await;
+        assert_eq!(code, 0, "install: {stderr}");
+        let catalog = self.data_dir().join("executors").display().to_string();
+        let key_file = key["key_file"].as_str().unwrap().to_owned();
+        let (code, _, stderr) = self
+            .run(&["executors", "sign", &catalog, "--key", &key_file])
+            .await;
+        assert_eq!(code, 0, "sign: {stderr}");
+        self.set(
+            "METNOS_EXECUTORS__TRUSTED_KEYS__OWNER",
+            key["public_key"].as_str().unwrap(),
+        );
+        key_file
+    }
+
     /// The built-in executors installed in the data directory's catalog, signed with a
     /// fresh key that the config trusts.
     pub fn with_builtins(&mut self) -> &mut Self {

@@ -89,11 +89,10 @@ pub(crate) fn scoped_path(
     let real = PathScope::new(&context.scope_paths, &context.user_home)
         .check(text, &context.user_home)
         .map_err(|e| e.to_string())?;
-    let lexical_text =
-        crate::scope::normalize(&crate::scope::expand_home(text, &context.user_home));
-    for (path, via_link) in [(&lexical_text, false), (&real, true)] {
+    let lexical = crate::scope::normalize(&crate::scope::expand_home(text, &context.user_home));
+    for (path, via_link) in [(&lexical, false), (&real, true)] {
         if let Some(rule) = forbidden::first_match(&path.to_string_lossy(), access) {
-            let resolved = if via_link && *path != lexical_text {
+            let resolved = if via_link && *path != lexical {
                 format!(", as {}", path.display())
             } else {
                 String::new()
@@ -112,7 +111,6 @@ pub(crate) fn scoped_path(
     }
     let forbidden = crate::scope::real_roots(&context.forbidden);
     let workspace = workspace(context);
-    let lexical = crate::scope::normalize(&crate::scope::expand_home(text, &context.user_home));
     if crate::scope::is_forbidden(&real, &forbidden, &workspace)
         || crate::scope::is_forbidden(&lexical, &context.forbidden, &context.shell.workspace)
     {
