@@ -4,6 +4,7 @@
 mod common;
 
 use std::collections::BTreeSet;
+use std::path::Path;
 
 use common::{Sandbox, Up, grpcurl};
 use metnos_kit::tls::Identity;
@@ -155,9 +156,58 @@ async fn status_raises_no_sandbox_alarm_where_the_sandbox_can_be_built() {
     assert!(row["detail"].is_null(), "{row}");
     let (code, stderr) = up.interrupt().await;
     assert_eq!(code, 0, "{stderr}");
-    // Where it cannot, the row says so (`metnos executors sandbox` tells why). Simulating
-    // that for a whole `metnos up` under strace is too slow for a test; the executors'
-    // tests simulate it for shell_exec itself.
+}
+
+#[tokio::test]
+async fn status_says_so_where_the_sandbox_cannot_be_built() {
+    let mut sandbox = Sandbox::new();
+    sandbox.with_builtins();
+    // A host that allows no new user namespace: `metnos up` runs in a user namespace of its
+    // own whose limit of user namespaces is 0 (what a container's seccomp profile or a
+    // distribution's sysctl does to shell_exec's box).
+    let mut command = sandbox.command(Path::new("unshare"));
+    command.args([
+        "--user",
+        "--map-root-user",
+        "sh",
+        "-c",
+        "echo 0 > /proc/sys/user/max_user_namespaces && exec \"$0\" \"$@\"",
+        env!("CARGO_BIN_EXE_metnos"),
+        "up",
+    ]);
+    let up = sandbox.up_with(command).await;
+    let mut sandbox_health = metnos_kit::client::Health::Unreachable(String::new());
+    for _ in 0..100 {
+        sandbox_health = metnos_kit::client::probe(
+            up.channel("planner"),
+            metnos_planner::SANDBOX_HEALTH,
+            std::time::Duration::from_secs(2),
+        )
+        .await;
+        if matches!(&sandbox_health, metnos_kit::client::Health::NotServing(_)) {
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    }
+    assert!(
+        matches!(&sandbox_health, metnos_kit::client::Health::NotServing(why) if why == "NOT_SERVING"),
+        "{sandbox_health:?}"
+    );
+    // The planner still serves; its row says what is missing and where to look.
+    let row = planner_row(&sandbox).await;
+    assert_eq!(row["status"], "SERVING", "{row}");
+    let detail = row["detail"].as_str().unwrap_or_default();
+    assert!(
+        detail.contains("sandbox cannot be built") && detail.contains("metnos executors sandbox"),
+        "{row}"
+    );
+    let (code, stderr) = up.interrupt().await;
+    assert_eq!(code, 0, "{stderr}");
+    // And the log said why at start-up: shell_exec refuses every command.
+    assert!(
+        stderr.contains("shell_exec refuses every command"),
+        "{stderr}"
+    );
 }
 
 async fn planner_row(sandbox: &Sandbox) -> serde_json::Value {

@@ -77,10 +77,90 @@ pub fn has_foldable_segment(path: &str) -> bool {
             .any(|segment| matches!(segment.as_bytes(), [] | [b'.'] | [b'.', b'.']))
 }
 
+/// The path a path through the kernel's process view names, when it names one:
+/// `/proc/<self|thread-self|pid>/root/rest` is `/rest` (a process's root is the machine's
+/// here), `/proc/<self|thread-self>/cwd/rest` is `rest` from `cwd`, nested forms followed
+/// to the end; normalised. `None` for every other path (`/proc/self/fd/3` names nothing
+/// one can know from its text). `..` after `root` or `cwd` climbs from the folder named,
+/// as the kernel does, so the rest is folded only once the prefix is gone.
+pub fn through_proc(path: &str, cwd: &str) -> Option<String> {
+    let mut current = path.to_owned();
+    let mut followed = false;
+    // Each step removes a `/proc/x/link` prefix, so the text shrinks: no endless loop.
+    while let Some((process, link, rest)) = proc_link(&current) {
+        let own = matches!(process, "self" | "thread-self");
+        let pid = process.bytes().all(|b| b.is_ascii_digit());
+        current = match link {
+            "root" if own || pid => format!("/{rest}"),
+            "cwd" if own && cwd.starts_with('/') => format!("{cwd}/{rest}"),
+            _ => break,
+        };
+        followed = true;
+    }
+    followed.then(|| normalize(&current))
+}
+
+/// `(process, link, rest)` of an absolute `/proc/<process>/<link>[/rest]` (empty and `.`
+/// segments skipped in the prefix, `rest` as written).
+fn proc_link(path: &str) -> Option<(&str, &str, &str)> {
+    if !path.starts_with('/') {
+        return None;
+    }
+    let mut prefix: [&str; 3] = [""; 3];
+    let mut found = 0;
+    let mut start = 0;
+    for segment in segments(path) {
+        let end = start + segment.len();
+        if !(segment.is_empty() || segment == ".") {
+            prefix[found] = segment;
+            found += 1;
+            if found == 3 {
+                return (prefix[0] == "proc").then(|| (prefix[1], prefix[2], &path[end..]));
+            }
+        }
+        start = end + 1;
+    }
+    None
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
     use proptest::prelude::*;
+
+    #[test]
+    fn a_path_through_proc_names_the_path_behind_it() {
+        let cwd = "/home/ada/.local/share/metnos/workspace";
+        for (path, named) in [
+            ("/proc/self/root/etc/shadow", Some("/etc/shadow")),
+            (
+                "/proc/thread-self/root/home/ada/.ssh/id_rsa",
+                Some("/home/ada/.ssh/id_rsa"),
+            ),
+            ("/proc/1/root/etc/shadow", Some("/etc/shadow")),
+            ("//proc/./self/root//etc/./shadow", Some("/etc/shadow")),
+            (
+                "/proc/self/root/proc/self/root/root/.bashrc",
+                Some("/root/.bashrc"),
+            ),
+            ("/proc/self/root/../../etc/passwd", Some("/etc/passwd")),
+            ("/proc/self/root", Some("/")),
+            (
+                "/proc/self/cwd/../keys/owner.key",
+                Some("/home/ada/.local/share/metnos/keys/owner.key"),
+            ),
+            ("/proc/self/cwd", Some(cwd)),
+            // Nothing one can tell from the text: left to the rules on /proc itself.
+            ("/proc/42/cwd/x", None),
+            ("/proc/self/fd/3", None),
+            ("/proc/self/rootfs/x", None),
+            ("/proc/cpuinfo", None),
+            ("/etc/shadow", None),
+            ("proc/self/root/etc/shadow", None),
+        ] {
+            assert_eq!(through_proc(path, cwd).as_deref(), named, "{path}");
+        }
+    }
 
     #[test]
     fn normalisation_never_climbs_above_root() {

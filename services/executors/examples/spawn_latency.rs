@@ -63,6 +63,7 @@ fn main() {
             file_size_mb: 64,
             processes: 64,
             allow_unsandboxed: false,
+            readable: Vec::new(),
         },
         ..Runner::default()
     };

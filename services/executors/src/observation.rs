@@ -98,4 +98,6 @@ pub struct ShellSettings {
     pub processes: u64,
     /// Run commands even where the sandbox cannot be built (no namespaces, no Landlock).
     pub allow_unsandboxed: bool,
+    /// Folders commands may read besides the system's program and library folders.
+    pub readable: Vec<PathBuf>,
 }

@@ -597,15 +597,50 @@ async fn shell_exec_cannot_read_metnos_s_own_data() {
     ))
     .await;
     assert!(!format!("{o:?}").contains("the owner's"), "{o:?}");
-    // The person's files are still readable, and the workspace writable.
+    // The person's files are not the shell's to read unless the person adds their folder
+    // (executors.shell_readable); the key stays hidden inside it. The workspace is writable.
     let o = run(format!("cat {}", f.home().join("notes.txt").display())).await;
+    assert!(!o.ok && !format!("{o:?}").contains("mine"), "{o:?}");
+    let opened = with_readable(&runner, &[f.home()]);
+    let o = shell_with(
+        &opened,
+        &catalog,
+        &format!("cat {}", f.home().join("notes.txt").display()),
+    )
+    .await;
     assert!(o.ok, "{o:?}");
     assert_eq!(
         o.content.as_ref().and_then(|c| c.as_str()).map(str::trim),
         Some("mine")
     );
+    let o = shell_with(&opened, &catalog, &format!("cat {}", key.display())).await;
+    assert!(!o.ok && !format!("{o:?}").contains("the owner's"), "{o:?}");
     let o = run("touch inside.txt".to_owned()).await;
     assert!(o.ok, "{o:?}");
+}
+
+/// `runner` with `folders` added to what the shell may read (executors.shell_readable).
+fn with_readable(
+    runner: &metnos_executors::Runner,
+    folders: &[std::path::PathBuf],
+) -> metnos_executors::Runner {
+    metnos_executors::Runner {
+        shell: metnos_executors::ShellSettings {
+            readable: folders.to_vec(),
+            ..runner.shell.clone()
+        },
+        ..runner.clone()
+    }
+}
+
+async fn shell_with(
+    runner: &metnos_executors::Runner,
+    catalog: &Catalog,
+    command: &str,
+) -> metnos_executors::Observation {
+    runner
+        .check_and_run(catalog, "shell_exec", &json!({ "command": command }))
+        .await
 }
 
 /// The layout a default installation has: the data directory in the home, the
@@ -1375,8 +1410,69 @@ async fn the_shell_cannot_read_where_credential_stores_usually_are() {
             "{command}: {seen}"
         );
     }
-    let o = run(format!("cat {}", home.join("notes.txt").display())).await;
+    // With the home added to what the shell may read, the credential stores stay hidden.
+    let opened = with_readable(&f.runner(), std::slice::from_ref(&home));
+    let o = shell_with(
+        &opened,
+        &catalog,
+        &format!("cat {}", home.join("notes.txt").display()),
+    )
+    .await;
     assert!(o.ok, "{o:?}");
+    for command in [
+        format!("cat {}", home.join(".ssh/id_rsa").display()),
+        format!("grep -r secret {}", home.display()),
+    ] {
+        let o = shell_with(&opened, &catalog, &command).await;
+        assert!(!format!("{o:?}").contains("secret"), "{command}: {o:?}");
+    }
+}
+
+#[tokio::test]
+async fn the_shell_reads_the_system_s_folders_and_the_workspace_nothing_else() {
+    let (f, catalog) = setup();
+    let Some(_) = sandbox(&f, &catalog).await else {
+        return;
+    };
+    let home = f.home();
+    // A key where no rule names it, and the person's notes: the guard has nothing to say
+    // about either, so only the box keeps them from the command.
+    std::fs::create_dir_all(home.join("work")).unwrap();
+    std::fs::write(home.join("work/id_rsa"), "-----BEGIN KEY----- stolen").unwrap();
+    std::fs::write(home.join("notes.txt"), "the diary").unwrap();
+    let runner = shell_runner(&f, &["cat", "grep", "ls", "head", "date"]);
+    for command in [
+        format!("cat {}", home.join("work/id_rsa").display()),
+        format!("grep -r -e stolen -e diary {}", home.display()),
+        format!("ls {}", home.display()),
+        "cat /etc/shadow".to_owned(),
+        "ls /etc/ssh".to_owned(),
+        "grep -r -l PRIVATE /etc/ssl/private".to_owned(),
+        "ls /var".to_owned(),
+        "ls /tmp".to_owned(),
+        "ls /".to_owned(),
+    ] {
+        let o = shell_with(&runner, &catalog, &command).await;
+        assert!(!o.ok, "{command}: {o:?}");
+        let seen = format!("{o:?}");
+        assert!(
+            !seen.contains("stolen") && !seen.contains("the diary") && !seen.contains("root:"),
+            "{command}: {seen}"
+        );
+    }
+    // Everyday work: programs, their libraries and configuration, the clock, the workspace.
+    std::fs::write(f.workspace().join("todo.md"), "TODO: milk\n").unwrap();
+    for (command, expect) in [
+        ("grep -r TODO .", "milk"),
+        ("head -n 1 /etc/passwd", "root"),
+        ("ls /usr/bin", "cat"),
+        ("date -u +%Y", "20"),
+    ] {
+        let o = shell_with(&runner, &catalog, command).await;
+        assert!(o.ok, "{command}: {o:?}");
+        let text = o.content.as_ref().and_then(|c| c.as_str()).unwrap_or("");
+        assert!(text.contains(expect), "{command}: {text}");
+    }
 }
 
 #[tokio::test]

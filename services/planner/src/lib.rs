@@ -73,6 +73,7 @@ pub fn runner_from_config(config: &Config) -> Runner {
             file_size_mb: e.shell_file_size_mb.get(),
             processes: e.shell_processes.get(),
             allow_unsandboxed: e.allow_unsandboxed,
+            readable: e.shell_readable.clone(),
         },
     }
 }

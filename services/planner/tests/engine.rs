@@ -365,6 +365,7 @@ impl Harness {
                     file_size_mb: 1,
                     processes: 64,
                     allow_unsandboxed: false,
+                    readable: Vec::new(),
                 },
             },
             filters: filters.clone(),

@@ -16,7 +16,7 @@
 //! Pure and synchronous. A verdict names the rule and the argument key, never the value.
 
 use metnos_core::forbidden::{self, Access, RuleSet};
-use metnos_core::path::{Tilde, expand_tilde, has_foldable_segment, normalize};
+use metnos_core::path::{Tilde, expand_tilde, has_foldable_segment, normalize, through_proc};
 use std::path::Path;
 #[cfg(test)]
 use std::path::PathBuf;
@@ -200,17 +200,21 @@ pub fn check_call(args: &Value, shell: bool, writes: bool, prepared: &Home) -> O
     // A shell command's words are judged by what the command does with them (see
     // `check_simple`), so the walk over the values reads them as paths read.
     let access = if writes { Access::Write } else { Access::Read };
-    if let Some(violation) = walk(args, &KeyPath::Root, prepared, access) {
-        return Some(violation);
-    }
-    if shell {
-        // Relative words name paths from where the command runs: its `cwd` in the
-        // workspace, else the workspace.
-        let base = match args.get("cwd").and_then(Value::as_str) {
+    // Relative words (and `/proc/self/cwd`) name paths from where a command runs: its
+    // `cwd` in the workspace, else the workspace. Other calls have no such place.
+    let base = if shell {
+        match args.get("cwd").and_then(Value::as_str) {
             Some(cwd) if cwd.starts_with('/') => normalize(cwd),
             Some(cwd) if !cwd.is_empty() => normalize(&format!("{}/{cwd}", prepared.own.workspace)),
             _ => prepared.own.workspace.clone(),
-        };
+        }
+    } else {
+        String::new()
+    };
+    if let Some(violation) = walk(args, &KeyPath::Root, prepared, access, &base) {
+        return Some(violation);
+    }
+    if shell {
         for key in ["command", "cmd"] {
             let Some(command) = args.get(key) else {
                 continue;
@@ -262,12 +266,18 @@ fn key_of(path: &KeyPath<'_>) -> String {
 
 /// Checks every string value at any depth, and every key (a path can hide in a key as
 /// well as in a value); the key path is built only when a rule fires.
-fn walk(value: &Value, path: &KeyPath<'_>, prepared: &Home, access: Access) -> Option<Violation> {
+fn walk(
+    value: &Value,
+    path: &KeyPath<'_>,
+    prepared: &Home,
+    access: Access,
+    base: &str,
+) -> Option<Violation> {
     let check_text = |text: &str, path: &KeyPath<'_>| {
         if !could_break_path_rule(text, prepared.clean) && !prepared.own.might_be_named_in(text) {
             return None;
         }
-        check_paths(text, prepared, access).map(|rule| Violation {
+        check_paths(text, prepared, access, base).map(|rule| Violation {
             rule,
             key: key_of(path),
         })
@@ -277,22 +287,32 @@ fn walk(value: &Value, path: &KeyPath<'_>, prepared: &Home, access: Access) -> O
         Value::Array(items) => items
             .iter()
             .enumerate()
-            .find_map(|(i, item)| walk(item, &KeyPath::Index(i, path), prepared, access)),
+            .find_map(|(i, item)| walk(item, &KeyPath::Index(i, path), prepared, access, base)),
         Value::Object(map) => map.iter().find_map(|(k, v)| {
             let here = KeyPath::Key(k, path);
-            check_text(k, &here).or_else(|| walk(v, &here, prepared, access))
+            check_text(k, &here).or_else(|| walk(v, &here, prepared, access, base))
         }),
         _ => None,
     }
 }
 
-/// The first path rule any spelling of `value` (or of a word in it) breaks.
-fn check_paths(value: &str, prepared: &Home, access: Access) -> Option<&'static str> {
+/// The first path rule any spelling of `value` (or of a word in it) breaks. A path
+/// through `/proc/<process>/root` or `/proc/self/cwd` is judged first as the path it names
+/// (`base`: where a command runs), then as written.
+fn check_paths(value: &str, prepared: &Home, access: Access, base: &str) -> Option<&'static str> {
     let home = prepared.path.as_str();
     let own = &prepared.own;
-    let first = |text: &str| {
+    let rule = |text: &str| {
         forbidden::first_match(text, access)
             .or_else(|| (!own.roots.is_empty()).then(|| own.rule(text)).flatten())
+    };
+    let first = |text: &str| {
+        let named = if text.contains("proc") {
+            through_proc(text, base)
+        } else {
+            None
+        };
+        named.as_deref().and_then(rule).or_else(|| rule(text))
     };
     // The value as written first: most hits need nothing more.
     if let Some(rule) = first(value) {
@@ -573,15 +593,19 @@ fn check_simple(
             } else {
                 Access::Read
             };
-        if let Some(rule) = check_paths(target, prepared, access) {
+        if let Some(rule) = check_paths(target, prepared, access, base) {
             return Some(rule);
         }
         // `../../etc/shadow` from the workspace is /etc/shadow.
         if !base.is_empty()
             && target.contains("..")
             && !target.starts_with(['/', '~', '$', '-'])
-            && let Some(rule) =
-                check_paths(&normalize(&format!("{base}/{target}")), prepared, access)
+            && let Some(rule) = check_paths(
+                &normalize(&format!("{base}/{target}")),
+                prepared,
+                access,
+                base,
+            )
         {
             return Some(rule);
         }
@@ -884,8 +908,8 @@ mod tests {
             if is_plain_word(&text) {
                 let home = Home::new(Path::new(HOME));
                 let root = Home::new(Path::new("/root"));
-                proptest::prop_assert_eq!(check_paths(&text, &home, Access::Write), None, "{}", text);
-                proptest::prop_assert_eq!(check_paths(&text, &root, Access::Write), None, "{}", text);
+                proptest::prop_assert_eq!(check_paths(&text, &home, Access::Write, ""), None, "{}", text);
+                proptest::prop_assert_eq!(check_paths(&text, &root, Access::Write, ""), None, "{}", text);
             }
         }
     }
@@ -953,6 +977,39 @@ mod tests {
             shell(json!({"command": "cat ../../keys/owner.key", "cwd": "notes"})),
             Some(OWN_DATA_RULE)
         );
+        // Paths through /proc are judged as the paths they name (the rule says what is
+        // really touched), and refused as written when they name nothing else.
+        for (command, rule) in [
+            ("cat /proc/self/root/etc/shadow", "path.etc_auth"),
+            (
+                "cat '/proc/thread-self/root/home/roberto/.ssh/id_rsa'",
+                "path.ssh",
+            ),
+            (
+                "cat /proc/1/root/home/roberto/.aws/credentials",
+                "path.aws_credentials",
+            ),
+            ("cat /proc/self/cwd/../keys/owner.key", OWN_DATA_RULE),
+            (
+                "grep -r KEY /proc/self/root/home/roberto/.local/share/metnos",
+                OWN_DATA_RULE,
+            ),
+            ("cat /proc/self/root/etc/hostname", "path.proc_root"),
+            ("ls /proc/self/fd/3", "path.proc_root"),
+        ] {
+            assert_eq!(
+                shell(json!({ "command": command })),
+                Some(rule),
+                "{command}"
+            );
+        }
+        let read = |path: &str| check_with(&json!({ "path": path }), false, &home).map(|v| v.rule);
+        assert_eq!(
+            read("/proc/self/root/etc/gshadow"),
+            Some("path.etc_gshadow")
+        );
+        assert_eq!(read("/proc/self/root/root/.bashrc"), Some("path.root_home"));
+        assert_eq!(read("/proc/self/cwd/x"), Some("path.proc_root"));
         // find and git forms that run programs.
         assert_eq!(
             shell(json!({"command": "find / -delete"})),

@@ -2,7 +2,8 @@
 //! workspace, inside a box ([`sandbox`]): its own user, PID, network and IPC namespaces,
 //! CPU, memory, file-size and process limits, no capabilities, no-new-privileges, a fresh
 //! empty home, and a Landlock ruleset that lets it write only in the workspace and read
-//! nothing of Metnos's own data and certificates. Without namespaces or Landlock the call is
+//! only the workspace and the system's program and library folders (plus what the person
+//! added in `executors.shell_readable`), never Metnos's own files or credential stores. Without namespaces or Landlock the call is
 //! refused unless `executors.allow_unsandboxed` is set. git, find and sort keep their
 //! everyday use; their forms that run other programs are refused first ([`rules`],
 //! [`gitconfig`]). Every observation's metadata says what held (`sandbox`).
@@ -25,7 +26,7 @@ pub mod gitconfig;
 pub mod rules;
 pub mod sandbox;
 
-pub use sandbox::{BOX_ARG, init_main, readable_roots};
+pub use sandbox::{BOX_ARG, init_main};
 
 const PROGRAM_DIRS: &[&str] = &["/usr/local/bin", "/usr/bin", "/bin"];
 const OPERATORS: &[&str] = &[
@@ -154,6 +155,7 @@ fn plan_for(context: &ExecContext, workspace: &Path, home: &Path) -> sandbox::Pl
         env,
         workspace: workspace.to_path_buf(),
         home: home.to_path_buf(),
+        readable: shell.readable.clone(),
         // Metnos's own files, and where credential stores usually are: what the guard
         // refuses by name, the box refuses by path (`grep -r` over the home names neither).
         hidden: crate::scope::real_roots(

@@ -79,6 +79,7 @@ impl Fixture {
                 file_size_mb: 1,
                 processes: 64,
                 allow_unsandboxed: false,
+                readable: Vec::new(),
             },
         }
     }

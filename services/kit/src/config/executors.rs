@@ -28,6 +28,10 @@ pub struct ExecutorsConfig {
     pub shell_memory_mb: NonZero<u64>,
     pub shell_file_size_mb: NonZero<u64>,
     pub shell_processes: NonZero<u64>,
+    /// Folders `shell_exec` commands may read besides the workspace and the system's
+    /// program and library folders (`~/projects`). Metnos's own files and where credential
+    /// stores usually are stay unreadable inside them.
+    pub shell_readable: Vec<PathBuf>,
     /// Run `shell_exec` commands even where its sandbox cannot be built (no user, PID,
     /// network and IPC namespaces, or no Landlock). Off: such a host refuses every command.
     pub allow_unsandboxed: bool,
@@ -53,6 +57,7 @@ impl Default for ExecutorsConfig {
             shell_memory_mb: const { NonZero::new(1024).unwrap() },
             shell_file_size_mb: const { NonZero::new(64).unwrap() },
             shell_processes: const { NonZero::new(64).unwrap() },
+            shell_readable: Vec::new(),
             allow_unsandboxed: false,
             local_hosts: Vec::new(),
         }

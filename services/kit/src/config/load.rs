@@ -204,6 +204,14 @@ impl Config {
             *path = expand_tilde(path, home.as_deref())
                 .ok_or_else(|| ConfigError::key(key, "starts with ~ but HOME is not set"))?;
         }
+        for path in &mut self.executors.shell_readable {
+            *path = expand_tilde(path, home.as_deref()).ok_or_else(|| {
+                ConfigError::key(
+                    "executors.shell_readable",
+                    "starts with ~ but HOME is not set",
+                )
+            })?;
+        }
         Ok(())
     }
 }

@@ -87,6 +87,9 @@ impl Config {
         absolute("runtime.user_home", &self.runtime.user_home)?;
         absolute("executors.catalog_dir", &self.executors.catalog_dir)?;
         absolute("executors.workspace", &self.executors.workspace)?;
+        for path in &self.executors.shell_readable {
+            absolute("executors.shell_readable", path)?;
+        }
         self.validate_workspace()
     }
 
@@ -284,6 +287,42 @@ mod tests {
                 Ok(())
             });
         }
+    }
+
+    #[test]
+    fn folders_the_shell_may_read_are_absolute_with_the_tilde_expanded() {
+        with_env(&[], |_| {
+            assert!(load()?.executors.shell_readable.is_empty());
+            Ok(())
+        });
+        with_env(
+            &[(
+                "METNOS_EXECUTORS__SHELL_READABLE",
+                r#"["~/projects", "/srv/music"]"#,
+            )],
+            |_| {
+                assert_eq!(
+                    load()?.executors.shell_readable,
+                    [
+                        std::path::PathBuf::from("/home/u/projects"),
+                        std::path::PathBuf::from("/srv/music")
+                    ]
+                );
+                Ok(())
+            },
+        );
+        with_env(
+            &[("METNOS_EXECUTORS__SHELL_READABLE", r#"["projects"]"#)],
+            |_| {
+                let error = load_err();
+                assert!(
+                    error.contains("executors.shell_readable")
+                        && error.contains("must be an absolute path, got projects"),
+                    "{error}"
+                );
+                Ok(())
+            },
+        );
     }
 
     #[test]

@@ -39,6 +39,39 @@ pub const STDERR_CAP: usize = 4096;
 /// The lowest `pid_max` the kernel accepts for a PID namespace.
 const PID_MAX_MIN: u64 = 301;
 
+/// What a command may read besides the workspace and its home: the system's programs,
+/// libraries and their configuration, and the kernel's process view (each process's own
+/// files: Landlock refuses a boxed process access to the `/proc/<pid>` of any process
+/// outside its box). Nothing of the person's home, nothing under `/var`, `/tmp` or `/run`.
+pub const SYSTEM_READABLE: &[&str] = &[
+    "/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32", "/etc", "/proc",
+];
+
+/// The devices a command may read (`/dev/null` it may also write).
+const DEVICES: &[&str] = &["/dev/zero", "/dev/full", "/dev/random", "/dev/urandom"];
+
+/// The system's secrets in its configuration folder: never readable, even where the
+/// command's root maps to the machine's root (owner bits then apply without capabilities).
+pub const SYSTEM_SECRETS: &[&str] = &[
+    "/etc/shadow",
+    "/etc/shadow-",
+    "/etc/gshadow",
+    "/etc/gshadow-",
+    "/etc/sudoers",
+    "/etc/sudoers.d",
+    "/etc/ssh",
+    "/etc/ssl/private",
+    "/etc/security/opasswd",
+    "/etc/krb5.keytab",
+    "/etc/NetworkManager/system-connections",
+    "/etc/wireguard",
+    "/etc/ipsec.secrets",
+    "/etc/ppp",
+    "/etc/letsencrypt",
+    "/etc/credstore",
+    "/etc/credstore.encrypted",
+];
+
 /// What the init is told.
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
 pub struct Plan {
@@ -50,7 +83,12 @@ pub struct Plan {
     pub workspace: PathBuf,
     /// The per-run home: empty, the command's to write, removed afterwards.
     pub home: PathBuf,
-    /// Metnos's own folders, neither readable nor writable (the workspace excepted).
+    /// Folders the person lets commands read besides [`SYSTEM_READABLE`]
+    /// (`executors.shell_readable`).
+    #[serde(default)]
+    pub readable: Vec<PathBuf>,
+    /// Metnos's own folders and where credentials usually are: neither readable nor
+    /// writable, wherever a readable folder holds them (the workspace excepted).
     pub hidden: Vec<PathBuf>,
     pub limits: Limits,
     pub allow_unsandboxed: bool,
@@ -647,8 +685,9 @@ fn drop_capabilities() -> bool {
 }
 
 /// Landlock: writes only in the workspace, the per-run home and `/dev/null`; reading and
-/// executing everywhere but Metnos's own folders; no TCP bind or connect; signals and
-/// abstract sockets kept inside.
+/// executing only the system's folders ([`SYSTEM_READABLE`], less [`SYSTEM_SECRETS`]) and
+/// what the person added, never Metnos's own folders or credential stores; no TCP bind or
+/// connect; signals and abstract sockets kept inside.
 #[cfg(target_os = "linux")]
 fn landlock(plan: &Plan, p: &mut Protections) {
     use landlock::{
@@ -663,7 +702,8 @@ fn landlock(plan: &Plan, p: &mut Protections) {
         .and_then(|r| r.handle_access(AccessNet::from_all(ABI::V4)))
         .and_then(|r| r.scope(Scope::from_all(ABI::V6)))
         .and_then(|r| r.create())
-        .and_then(|r| r.add_rules(path_beneath_rules(readable_roots(&plan.hidden), read)))
+        .and_then(|r| r.add_rules(path_beneath_rules(readable_roots(plan), read)))
+        .and_then(|r| r.add_rules(path_beneath_rules(DEVICES, read)))
         .and_then(|r| r.add_rules(path_beneath_rules([&plan.workspace, &plan.home], all)))
         .and_then(|r| r.add_rules(path_beneath_rules(["/dev/null"], all)))
         .and_then(|r| r.restrict_self());
@@ -695,13 +735,30 @@ fn landlock(plan: &Plan, p: &mut Protections) {
     }
 }
 
-/// Everything to grant reading so that all is readable except what lies beneath `hidden`:
-/// `/` when nothing is hidden, else, along the path from `/` to each hidden folder, every
-/// other entry of each folder on the way. (Landlock only grants, so what is not granted is
-/// refused; the folders on the way cannot be listed themselves.) A hidden folder inside
-/// another (the certificates in the data directory) is hidden with it: the outer one is
-/// never on the way, so none of its entries is granted.
-pub fn readable_roots(hidden: &[PathBuf]) -> Vec<PathBuf> {
+/// The folders a command may read under `plan`: the system's ([`SYSTEM_READABLE`]) and
+/// the person's additions, less what is hidden ([`SYSTEM_SECRETS`] and the plan's own).
+pub fn readable_roots(plan: &Plan) -> Vec<PathBuf> {
+    let bases: Vec<PathBuf> = SYSTEM_READABLE
+        .iter()
+        .map(PathBuf::from)
+        .chain(plan.readable.iter().cloned())
+        .collect();
+    let hidden: Vec<PathBuf> = SYSTEM_SECRETS
+        .iter()
+        .map(PathBuf::from)
+        .chain(plan.hidden.iter().cloned())
+        .collect();
+    granted_beneath(&bases, &hidden)
+}
+
+/// What to grant so that everything beneath `bases` is readable except what lies beneath
+/// `hidden`: a base holding nothing hidden whole, else, along the path from the base to
+/// each hidden entry, every other entry of each folder on the way. (Landlock only grants,
+/// so what is not granted is refused; the folders on the way cannot be listed themselves.)
+/// A hidden folder inside another (the certificates in the data directory) is hidden with
+/// it: the outer one is never on the way, so none of its entries is granted. A base inside
+/// a hidden folder is not granted at all.
+pub fn granted_beneath(bases: &[PathBuf], hidden: &[PathBuf]) -> Vec<PathBuf> {
     use std::collections::BTreeSet;
     let hidden: Vec<&Path> = hidden
         .iter()
@@ -712,19 +769,34 @@ pub fn readable_roots(hidden: &[PathBuf]) -> Vec<PathBuf> {
                 .any(|other| h.starts_with(other) && h != other)
         })
         .collect();
-    if hidden.is_empty() {
-        return vec![PathBuf::from("/")];
-    }
-    let on_the_way: BTreeSet<&Path> = hidden.iter().flat_map(|h| h.ancestors().skip(1)).collect();
     let mut roots = Vec::new();
-    for dir in &on_the_way {
-        let Ok(entries) = std::fs::read_dir(dir) else {
+    for base in bases {
+        if hidden.iter().any(|h| base.starts_with(h)) {
             continue;
-        };
-        for entry in entries.flatten() {
-            let path = entry.path();
-            if !on_the_way.contains(path.as_path()) && !hidden.contains(&path.as_path()) {
-                roots.push(path);
+        }
+        let inside: Vec<&Path> = hidden
+            .iter()
+            .copied()
+            .filter(|h| h.starts_with(base))
+            .collect();
+        if inside.is_empty() {
+            roots.push(base.clone());
+            continue;
+        }
+        let on_the_way: BTreeSet<&Path> = inside
+            .iter()
+            .flat_map(|h| h.ancestors().skip(1))
+            .filter(|dir| dir.starts_with(base))
+            .collect();
+        for dir in &on_the_way {
+            let Ok(entries) = std::fs::read_dir(dir) else {
+                continue;
+            };
+            for entry in entries.flatten() {
+                let path = entry.path();
+                if !on_the_way.contains(path.as_path()) && !inside.contains(&path.as_path()) {
+                    roots.push(path);
+                }
             }
         }
     }
@@ -800,7 +872,8 @@ mod tests {
             env: vec![("HOME".into(), "/h".into())],
             workspace: PathBuf::from("/w"),
             home: PathBuf::from("/h"),
-            hidden: Vec::new(),
+            readable: vec![PathBuf::from("/srv/music")],
+            hidden: vec![PathBuf::from("/srv/music/.keys")],
             limits: Limits::default(),
             allow_unsandboxed: false,
             namespaces: true,
@@ -821,11 +894,12 @@ mod tests {
         }
         std::fs::write(data.join("planner.db"), "").unwrap();
         std::fs::write(root.path().join("notes.txt"), "").unwrap();
+        let base = [root.path().to_path_buf()];
         for hidden in [
             vec![data.clone(), pki.clone()],
             vec![pki.clone(), data.clone()],
         ] {
-            let roots = readable_roots(&hidden);
+            let roots = granted_beneath(&base, &hidden);
             let granted_inside: Vec<_> = roots.iter().filter(|r| r.starts_with(&data)).collect();
             assert!(
                 granted_inside.is_empty(),
@@ -834,9 +908,60 @@ mod tests {
             assert!(roots.contains(&root.path().join("notes.txt")), "{roots:?}");
         }
         // The certificates alone: the rest of the data directory stays readable.
-        let roots = readable_roots(std::slice::from_ref(&pki));
+        let roots = granted_beneath(&base, std::slice::from_ref(&pki));
         assert!(roots.contains(&data.join("keys")), "{roots:?}");
         assert!(!roots.iter().any(|r| r.starts_with(&pki)), "{roots:?}");
+        // A readable folder inside a hidden one is not granted; one beside it is, whole.
+        let roots = granted_beneath(
+            &[data.join("keys"), root.path().join("notes.txt")],
+            std::slice::from_ref(&data),
+        );
+        assert_eq!(roots, vec![root.path().join("notes.txt")]);
+    }
+
+    #[test]
+    fn a_command_reads_the_system_s_folders_and_what_the_person_added_only() {
+        let home = tempfile::tempdir().unwrap();
+        let music = home.path().join("music");
+        std::fs::create_dir_all(music.join(".keys")).unwrap();
+        std::fs::write(music.join("a.flac"), "").unwrap();
+        let plan = Plan {
+            program: None,
+            args: Vec::new(),
+            cwd: PathBuf::from("/w"),
+            env: Vec::new(),
+            workspace: PathBuf::from("/w"),
+            home: PathBuf::from("/h"),
+            readable: vec![music.clone()],
+            hidden: vec![music.join(".keys"), PathBuf::from("/etc/metnos")],
+            limits: Limits::default(),
+            allow_unsandboxed: false,
+            namespaces: true,
+            outer_uid: 0,
+        };
+        let roots = readable_roots(&plan);
+        for whole in ["/usr", "/bin", "/proc"] {
+            assert!(roots.contains(&PathBuf::from(whole)), "{whole}: {roots:?}");
+        }
+        // /etc has secrets: its other entries are granted one by one.
+        assert!(!roots.contains(&PathBuf::from("/etc")), "{roots:?}");
+        assert!(roots.contains(&PathBuf::from("/etc/passwd")), "{roots:?}");
+        for secret in ["/etc/shadow", "/etc/gshadow", "/etc/ssh", "/etc/metnos"] {
+            assert!(
+                !roots.iter().any(|r| r.starts_with(secret)),
+                "{secret}: {roots:?}"
+            );
+        }
+        assert!(roots.contains(&music.join("a.flac")), "{roots:?}");
+        assert!(!roots.iter().any(|r| r.starts_with(music.join(".keys"))));
+        // Nothing else of the machine: no home, no /var, no /tmp, no /.
+        let outside: Vec<_> = roots
+            .iter()
+            .filter(|r| {
+                !r.starts_with(&music) && !SYSTEM_READABLE.iter().any(|base| r.starts_with(base))
+            })
+            .collect();
+        assert!(outside.is_empty(), "{outside:?}");
     }
 
     #[cfg(target_os = "linux")]
