@@ -12,9 +12,10 @@
 //! Metnos's own files (data directory, certificates, keys, catalog, config) are not here:
 //! they depend on the installation, and each side gets them from the effective config.
 
-use std::sync::LazyLock;
+use std::sync::{LazyLock, Mutex, OnceLock, PoisonError};
 
 use regex_automata::dfa::{Automaton, dense};
+use regex_automata::hybrid;
 use regex_automata::{Input, MatchKind, PatternSet};
 
 /// What a call does to a path.
@@ -42,6 +43,10 @@ pub const PATH_RULES: &[(&str, &str)] = &[
     ("path.gnupg", r"\.gnupg(/|$)"),
     // Beyond the seed, same kind.
     ("path.etc_gshadow", r"^/etc/gshadow"),
+    (
+        "path.etc_secrets",
+        r"^/etc/(ssl/private|security/opasswd|krb5\.keytab|NetworkManager/system-connections|wireguard|ipsec\.secrets|ppp|letsencrypt|credstore(\.encrypted)?)(/|$)",
+    ),
     (
         "path.proc_self_secrets",
         r"^/proc/(self|thread-self)/(environ|mem|maps)",
@@ -82,6 +87,9 @@ pub const WRITE_RULES: &[(&str, &str)] = &[
         "write.etc_profile",
         r"^/etc/(profile|bash\.bashrc|environment)(\.d)?(/|$)",
     ),
+    // A repository's own files: hooks, config (filters, fsmonitor, aliases) and the index
+    // run or steer programs at the next git command. git itself writes them.
+    ("write.git_internals", r"(^|/)\.git(/|$)"),
 ];
 
 /// The words a rule needs to match, and nothing shorter: a value holding none of them in
@@ -125,6 +133,7 @@ pub const RULE_WORDS: &[&str] = &[
     "systemd",
     "cron",
     "environment",
+    "git",
 ];
 
 static PATHS: LazyLock<RuleSet> = LazyLock::new(|| RuleSet::new(PATH_RULES));
@@ -165,13 +174,27 @@ pub fn usual_places(home: &std::path::Path) -> Vec<std::path::PathBuf> {
         "snap/firefox",
         "snap/chromium",
     ];
+    // The system's secrets: never readable, even where a sandboxed root maps to the
+    // machine's root (owner bits then apply without capabilities).
     const SYSTEM: &[&str] = &[
         "/root",
         "/etc/shadow",
+        "/etc/shadow-",
         "/etc/gshadow",
+        "/etc/gshadow-",
         "/etc/sudoers",
         "/etc/sudoers.d",
         "/etc/ssh",
+        "/etc/ssl/private",
+        "/etc/security/opasswd",
+        "/etc/krb5.keytab",
+        "/etc/NetworkManager/system-connections",
+        "/etc/wireguard",
+        "/etc/ipsec.secrets",
+        "/etc/ppp",
+        "/etc/letsencrypt",
+        "/etc/credstore",
+        "/etc/credstore.encrypted",
         "/boot",
     ];
     IN_HOME
@@ -181,59 +204,98 @@ pub fn usual_places(home: &std::path::Path) -> Vec<std::path::PathBuf> {
         .collect()
 }
 
-/// Builds the automata now (a few milliseconds) rather than on the first check.
+/// Builds the fully determinised automata now (a few milliseconds), for a service that
+/// judges many values; a short-lived process (an executor judging one path) skips this
+/// and its checks use the lazily built engine, whose setup costs microseconds.
 pub fn warm_up() {
-    LazyLock::force(&PATHS);
-    LazyLock::force(&WRITES);
+    PATHS.build_ahead();
+    WRITES.build_ahead();
 }
 
-/// A set of rules compiled together into one fully built DFA (the engine behind
-/// `regex::RegexSet`, built ahead instead of lazily): a search is one pass over the bytes,
-/// with no per-search cache to fetch and no literal prefilter to set up, which on the
-/// short values a guard sees cost more than the match itself.
+/// A set of rules with two engines: a lazily determinised DFA, ready at once (a fraction
+/// of a millisecond to set up), and on [`RuleSet::build_ahead`] a fully built one (the
+/// engine behind `regex::RegexSet`, built ahead instead of lazily): a search is then one
+/// pass over the bytes, with no cache to lock and no literal prefilter to set up, which on
+/// the short values a guard sees cost more than the match itself. Building it costs about
+/// 20 ms, far more than a one-shot process's whole check.
 pub struct RuleSet {
     rules: &'static [(&'static str, &'static str)],
-    dfa: dense::DFA<Vec<u32>>,
+    lazy: hybrid::dfa::DFA,
+    cache: Mutex<hybrid::dfa::Cache>,
+    ahead: OnceLock<dense::DFA<Vec<u32>>>,
+}
+
+fn syntax() -> regex_automata::util::syntax::Config {
+    regex_automata::util::syntax::Config::new()
+        .unicode(false)
+        .utf8(false)
 }
 
 impl RuleSet {
     pub fn new(rules: &'static [(&'static str, &'static str)]) -> RuleSet {
         let patterns: Vec<&str> = rules.iter().map(|(_, p)| *p).collect();
-        let dfa = dense::Builder::new()
-            .configure(
-                dense::Config::new()
-                    .match_kind(MatchKind::All)
-                    .starts_for_each_pattern(false)
-                    // Acceleration pays on long texts; these are a few dozen bytes.
-                    .accelerate(false),
-            )
-            .syntax(
-                regex_automata::util::syntax::Config::new()
-                    .unicode(false)
-                    .utf8(false),
-            )
+        let lazy = hybrid::dfa::DFA::builder()
+            .configure(hybrid::dfa::Config::new().match_kind(MatchKind::All))
+            .syntax(syntax())
             .build_many(&patterns)
             .expect("valid forbidden-path rules");
-        RuleSet { rules, dfa }
+        let cache = Mutex::new(lazy.create_cache());
+        RuleSet {
+            rules,
+            lazy,
+            cache,
+            ahead: OnceLock::new(),
+        }
     }
 
-    /// The id of the first rule (in table order) that `text` breaks.
+    /// Builds the full DFA now; later searches use it.
+    pub fn build_ahead(&self) {
+        self.ahead.get_or_init(|| {
+            let patterns: Vec<&str> = self.rules.iter().map(|(_, p)| *p).collect();
+            dense::Builder::new()
+                .configure(
+                    dense::Config::new()
+                        .match_kind(MatchKind::All)
+                        .starts_for_each_pattern(false)
+                        // Acceleration pays on long texts; these are a few dozen bytes.
+                        .accelerate(false),
+                )
+                .syntax(syntax())
+                .build_many(&patterns)
+                .expect("valid forbidden-path rules")
+        });
+    }
+
+    /// The id of the first rule (in table order) that `text` breaks. Were a search to give
+    /// up (no rule has look-around the DFAs cannot handle on ASCII, and the lazy one's
+    /// cache is far larger than a path needs), the value is treated as a hit on the first
+    /// rule: fail closed.
     pub fn first_match(&self, text: &str) -> Option<&'static str> {
-        let input = Input::new(text).earliest(true);
-        // The DFA has no look-around it cannot handle on ASCII rules, so a search never
-        // gives up; were it to, the value is treated as a hit on the first rule
-        // (fail closed).
-        match self.dfa.try_search_fwd(&input) {
-            Ok(None) => return None,
-            Ok(Some(_)) => {}
-            Err(_) => return Some(self.rules[0].0),
-        }
-        // Which rule: worth working out only on a hit.
-        let mut which = PatternSet::new(self.dfa.pattern_len());
-        match self
-            .dfa
-            .try_which_overlapping_matches(&Input::new(text), &mut which)
-        {
+        let mut which;
+        let found = if let Some(dfa) = self.ahead.get() {
+            match dfa.try_search_fwd(&Input::new(text).earliest(true)) {
+                Ok(None) => return None,
+                Ok(Some(_)) => {}
+                Err(_) => return Some(self.rules[0].0),
+            }
+            // Which rule: worth working out only on a hit.
+            which = PatternSet::new(dfa.pattern_len());
+            dfa.try_which_overlapping_matches(&Input::new(text), &mut which)
+        } else {
+            let mut cache = self.cache.lock().unwrap_or_else(PoisonError::into_inner);
+            match self
+                .lazy
+                .try_search_fwd(&mut cache, &Input::new(text).earliest(true))
+            {
+                Ok(None) => return None,
+                Ok(Some(_)) => {}
+                Err(_) => return Some(self.rules[0].0),
+            }
+            which = PatternSet::new(self.lazy.pattern_len());
+            self.lazy
+                .try_which_overlapping_matches(&mut cache, &Input::new(text), &mut which)
+        };
+        match found {
             Ok(()) => which.iter().next().map(|id| self.rules[id.as_usize()].0),
             Err(_) => Some(self.rules[0].0),
         }
@@ -271,6 +333,11 @@ mod tests {
             "/home/ada/.config/chromium/Default/Login Data",
             "/proc/self/root/etc/shadow",
             "/proc/thread-self/cwd",
+            "/etc/ssl/private/server.key",
+            "/etc/wireguard/wg0.conf",
+            "/etc/NetworkManager/system-connections/home.nmconnection",
+            "/etc/letsencrypt/live/example.org/privkey.pem",
+            "/etc/krb5.keytab",
         ] {
             assert!(first_match(path, Access::Read).is_some(), "{path}");
             assert!(first_match(path, Access::Write).is_some(), "{path}");
@@ -290,6 +357,9 @@ mod tests {
             "/var/spool/cron/crontabs/ada",
             "/etc/cron.d/evil",
             "/etc/crontab",
+            "/home/ada/projects/site/.git/hooks/pre-commit",
+            "/home/ada/projects/site/.git/config",
+            "/home/ada/projects/site/.git",
         ] {
             assert_eq!(first_match(path, Access::Read), None, "{path}");
             assert!(first_match(path, Access::Write).is_some(), "{path}");
@@ -323,6 +393,11 @@ mod tests {
             "/home/ada/.config/nvim/init.lua",
             "/home/ada/cron-notes.txt",
             "/tmp/report.csv",
+            "/etc/ssl/certs/ca-certificates.crt",
+            "/etc/pppoe.conf.example",
+            "/home/ada/projects/site/.gitignore",
+            "/home/ada/projects/site/.github/workflows/ci.yml",
+            "/home/ada/projects/site.git/README",
         ] {
             assert_eq!(first_match(path, Access::Read), None, "{path}");
             assert_eq!(first_match(path, Access::Write), None, "{path}");
@@ -333,6 +408,35 @@ mod tests {
     /// word (checked on a matching example of every rule and alternative above).
     fn holds_a_rule_word(path: &str) -> bool {
         RULE_WORDS.iter().any(|w| path.contains(w))
+    }
+
+    #[test]
+    fn both_engines_name_the_same_first_rule() {
+        let lazy = RuleSet::new(PATH_RULES);
+        let ahead = RuleSet::new(PATH_RULES);
+        ahead.build_ahead();
+        let lazy_writes = RuleSet::new(WRITE_RULES);
+        let ahead_writes = RuleSet::new(WRITE_RULES);
+        ahead_writes.build_ahead();
+        for path in [
+            "/home/ada/.ssh/id_rsa",
+            "/etc/shadow",
+            "/proc/self/root/etc/shadow",
+            "/proc/1/environ",
+            "/home/ada/.config/chromium/Default/Cookies",
+            "/home/ada/.bashrc",
+            "/home/ada/projects/site/.git/config",
+            "/home/ada/notes.txt",
+            "/tmp/report.csv",
+            "",
+        ] {
+            assert_eq!(lazy.first_match(path), ahead.first_match(path), "{path}");
+            assert_eq!(
+                lazy_writes.first_match(path),
+                ahead_writes.first_match(path),
+                "{path}"
+            );
+        }
     }
 
     #[test]

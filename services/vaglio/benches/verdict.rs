@@ -29,6 +29,8 @@ fn cases() -> Vec<(String, String, Value)> {
 
 fn bench(c: &mut Criterion) {
     let cases = cases();
+    // As the service does at start: the rule automata fully built.
+    guard::warm_up();
     let home = guard::Home::new(Path::new("/home/roberto"));
     c.bench_function("guard/typical_case", |b| {
         let mut i = 0;

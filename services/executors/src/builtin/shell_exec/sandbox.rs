@@ -39,38 +39,47 @@ pub const STDERR_CAP: usize = 4096;
 /// The lowest `pid_max` the kernel accepts for a PID namespace.
 const PID_MAX_MIN: u64 = 301;
 
-/// What a command may read besides the workspace and its home: the system's programs,
-/// libraries and their configuration, and the kernel's process view (each process's own
-/// files: Landlock refuses a boxed process access to the `/proc/<pid>` of any process
-/// outside its box). Nothing of the person's home, nothing under `/var`, `/tmp` or `/run`.
+/// What a command may read besides the workspace and its home: the system's programs and
+/// libraries, the parts of `/etc` programs read ([`ETC_READABLE`]), and the kernel's
+/// process view (each process's own files: Landlock refuses a boxed process access to the
+/// `/proc/<pid>` of any process outside its box). Nothing of the person's home, nothing
+/// under `/var`, `/tmp` or `/run`, nothing else of `/etc`.
 pub const SYSTEM_READABLE: &[&str] = &[
-    "/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32", "/etc", "/proc",
+    "/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32", "/proc",
+];
+
+/// What programs read in `/etc`: the loader's cache, users and groups (for names), the
+/// clock's zone, name-service and locale settings, the alternatives' links, MIME and
+/// magic tables, and the CA certificates.
+pub const ETC_READABLE: &[&str] = &[
+    "ld.so.cache",
+    "ld.so.conf",
+    "ld.so.conf.d",
+    "passwd",
+    "group",
+    "localtime",
+    "timezone",
+    "nsswitch.conf",
+    "host.conf",
+    "hosts",
+    "gai.conf",
+    "services",
+    "protocols",
+    "locale.alias",
+    "locale.conf",
+    "alternatives",
+    "mime.types",
+    "magic",
+    "magic.mime",
+    "terminfo",
+    "ssl/certs",
+    "ca-certificates",
+    "os-release",
+    "debian_version",
 ];
 
 /// The devices a command may read (`/dev/null` it may also write).
 const DEVICES: &[&str] = &["/dev/zero", "/dev/full", "/dev/random", "/dev/urandom"];
-
-/// The system's secrets in its configuration folder: never readable, even where the
-/// command's root maps to the machine's root (owner bits then apply without capabilities).
-pub const SYSTEM_SECRETS: &[&str] = &[
-    "/etc/shadow",
-    "/etc/shadow-",
-    "/etc/gshadow",
-    "/etc/gshadow-",
-    "/etc/sudoers",
-    "/etc/sudoers.d",
-    "/etc/ssh",
-    "/etc/ssl/private",
-    "/etc/security/opasswd",
-    "/etc/krb5.keytab",
-    "/etc/NetworkManager/system-connections",
-    "/etc/wireguard",
-    "/etc/ipsec.secrets",
-    "/etc/ppp",
-    "/etc/letsencrypt",
-    "/etc/credstore",
-    "/etc/credstore.encrypted",
-];
 
 /// What the init is told.
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
@@ -87,8 +96,9 @@ pub struct Plan {
     /// (`executors.shell_readable`).
     #[serde(default)]
     pub readable: Vec<PathBuf>,
-    /// Metnos's own folders and where credentials usually are: neither readable nor
-    /// writable, wherever a readable folder holds them (the workspace excepted).
+    /// Metnos's own folders, where credentials usually are and the system's secrets:
+    /// neither readable nor writable, wherever a readable folder holds them (the workspace
+    /// excepted).
     pub hidden: Vec<PathBuf>,
     pub limits: Limits,
     pub allow_unsandboxed: bool,
@@ -685,8 +695,9 @@ fn drop_capabilities() -> bool {
 }
 
 /// Landlock: writes only in the workspace, the per-run home and `/dev/null`; reading and
-/// executing only the system's folders ([`SYSTEM_READABLE`], less [`SYSTEM_SECRETS`]) and
-/// what the person added, never Metnos's own folders or credential stores; no TCP bind or
+/// executing only the system's folders ([`SYSTEM_READABLE`]) and what the person added,
+/// never what the plan hides (Metnos's own folders, credential stores, the system's
+/// secrets: `metnos_core::forbidden::usual_places`); no TCP bind or
 /// connect; signals and abstract sockets kept inside.
 #[cfg(target_os = "linux")]
 fn landlock(plan: &Plan, p: &mut Protections) {
@@ -735,20 +746,17 @@ fn landlock(plan: &Plan, p: &mut Protections) {
     }
 }
 
-/// The folders a command may read under `plan`: the system's ([`SYSTEM_READABLE`]) and
-/// the person's additions, less what is hidden ([`SYSTEM_SECRETS`] and the plan's own).
+/// The folders a command may read under `plan`: the system's ([`SYSTEM_READABLE`],
+/// [`ETC_READABLE`]) and the person's additions, less what the plan hides.
 pub fn readable_roots(plan: &Plan) -> Vec<PathBuf> {
+    let etc = Path::new("/etc");
     let bases: Vec<PathBuf> = SYSTEM_READABLE
         .iter()
         .map(PathBuf::from)
+        .chain(ETC_READABLE.iter().map(|entry| etc.join(entry)))
         .chain(plan.readable.iter().cloned())
         .collect();
-    let hidden: Vec<PathBuf> = SYSTEM_SECRETS
-        .iter()
-        .map(PathBuf::from)
-        .chain(plan.hidden.iter().cloned())
-        .collect();
-    granted_beneath(&bases, &hidden)
+    granted_beneath(&bases, &plan.hidden)
 }
 
 /// What to grant so that everything beneath `bases` is readable except what lies beneath
@@ -933,7 +941,10 @@ mod tests {
             workspace: PathBuf::from("/w"),
             home: PathBuf::from("/h"),
             readable: vec![music.clone()],
-            hidden: vec![music.join(".keys"), PathBuf::from("/etc/metnos")],
+            hidden: metnos_core::forbidden::usual_places(home.path())
+                .into_iter()
+                .chain([music.join(".keys"), PathBuf::from("/etc/metnos")])
+                .collect(),
             limits: Limits::default(),
             allow_unsandboxed: false,
             namespaces: true,
@@ -943,9 +954,13 @@ mod tests {
         for whole in ["/usr", "/bin", "/proc"] {
             assert!(roots.contains(&PathBuf::from(whole)), "{whole}: {roots:?}");
         }
-        // /etc has secrets: its other entries are granted one by one.
+        // Of /etc, what programs read.
         assert!(!roots.contains(&PathBuf::from("/etc")), "{roots:?}");
         assert!(roots.contains(&PathBuf::from("/etc/passwd")), "{roots:?}");
+        assert!(
+            roots.contains(&PathBuf::from("/etc/ld.so.cache")),
+            "{roots:?}"
+        );
         for secret in ["/etc/shadow", "/etc/gshadow", "/etc/ssh", "/etc/metnos"] {
             assert!(
                 !roots.iter().any(|r| r.starts_with(secret)),
@@ -958,7 +973,11 @@ mod tests {
         let outside: Vec<_> = roots
             .iter()
             .filter(|r| {
-                !r.starts_with(&music) && !SYSTEM_READABLE.iter().any(|base| r.starts_with(base))
+                !r.starts_with(&music)
+                    && !SYSTEM_READABLE.iter().any(|base| r.starts_with(base))
+                    && !ETC_READABLE
+                        .iter()
+                        .any(|e| r.starts_with(Path::new("/etc").join(e)))
             })
             .collect();
         assert!(outside.is_empty(), "{outside:?}");
