@@ -126,7 +126,7 @@ async fn keygen_install_sign_list_and_run() {
         assert_eq!(code, 0, "{stderr}");
         assert_eq!(
             report["sandbox"]["namespaces"],
-            serde_json::json!(["user", "pid", "net", "ipc"])
+            serde_json::json!(["user", "pid", "net", "ipc", "mount"])
         );
         assert_eq!(report["allow_unsandboxed"], false);
     } else {

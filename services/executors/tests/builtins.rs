@@ -1296,7 +1296,10 @@ async fn every_observation_says_what_held() {
         .await;
     let held = meta(&o, "sandbox");
     assert_eq!(held, &probed);
-    assert_eq!(held["namespaces"], json!(["user", "pid", "net", "ipc"]));
+    assert_eq!(
+        held["namespaces"],
+        json!(["user", "pid", "net", "ipc", "mount"])
+    );
     assert!(
         held["landlock"] == json!("enforced") || held["landlock"] == json!("partially enforced"),
         "{held}"
@@ -1410,7 +1413,10 @@ async fn the_sandbox_check_reports_this_host() {
     match meta(&o, "available").as_bool() {
         Some(true) => {
             assert!(o.ok, "{o:?}");
-            assert_eq!(held["namespaces"], json!(["user", "pid", "net", "ipc"]));
+            assert_eq!(
+                held["namespaces"],
+                json!(["user", "pid", "net", "ipc", "mount"])
+            );
         }
         _ => {
             // Refused: the error says what is missing and how to run without it.
@@ -1468,6 +1474,37 @@ async fn the_shell_cannot_read_where_credential_stores_usually_are() {
     ] {
         let o = shell_with(&opened, &catalog, &command).await;
         assert!(!format!("{o:?}").contains("secret"), "{command}: {o:?}");
+    }
+}
+
+#[tokio::test]
+async fn the_shell_sees_only_the_processes_of_its_own_box() {
+    let (f, catalog) = setup();
+    let Some(held) = sandbox(&f, &catalog).await else {
+        return;
+    };
+    let runner = shell_runner(&f, &["ls", "cat"]);
+    // This test's own process runs with a secret on its command line, as a person's
+    // `mysql -pSECRET` would.
+    let ours = std::process::id();
+    let o = shell_with(&runner, &catalog, &format!("cat /proc/{ours}/cmdline")).await;
+    assert!(!o.ok, "{o:?}");
+    let o = shell_with(&runner, &catalog, "ls /proc").await;
+    assert!(o.ok, "{o:?}");
+    let listed = o.content.as_ref().and_then(|c| c.as_str()).unwrap_or("");
+    let pids: Vec<u32> = listed
+        .lines()
+        .filter_map(|l| l.trim().parse().ok())
+        .collect();
+    if held["own_proc"] == json!(true) {
+        // The box's init and the command: a fresh PID namespace's first numbers.
+        assert!(!pids.is_empty() && pids.iter().all(|p| *p < 10), "{pids:?}");
+        assert!(!pids.contains(&ours), "{pids:?}");
+    } else {
+        assert!(
+            std::env::var_os("METNOS_TEST_REQUIRE_SANDBOX").is_none(),
+            "no /proc of the box's own on this host: {held}"
+        );
     }
 }
 

@@ -2,11 +2,12 @@
 //!
 //! Two processes of `metnos-exec` build it, so that every step is a plain call of ours and
 //! nothing runs between a fork and an exec:
-//! - the executor itself (the *outer*, single-threaded) enters new user, PID, network and
-//!   IPC namespaces ([`enter_namespaces`]); its own identity is mapped to root inside;
+//! - the executor itself (the *outer*, single-threaded) enters new user, PID, network, IPC
+//!   and mount namespaces ([`enter_namespaces`]); its own identity is mapped to root inside;
 //! - it spawns `metnos-exec shell_exec_box` (the *init*): PID 1 of the new PID namespace,
 //!   dead with the outer (parent-death signal), in a session of its own (no terminal). The
-//!   init limits CPU, memory, file size and processes, stops the command from making user
+//!   init mounts a `/proc` of its own namespace where the host allows, limits CPU, memory,
+//!   file size and processes, stops the command from making user
 //!   namespaces of its own, takes every capability from it, sets no-new-privileges and
 //!   enters the Landlock ruleset, reports what holds on its standard input (a pipe the outer
 //!   reads), then runs the command and waits for it. When the init exits, the kernel kills
@@ -31,7 +32,7 @@ pub const BOX_ARG: &str = "shell_exec_box";
 const PLAN_VAR: &str = "METNOS_SHELL_BOX";
 
 /// The namespaces every run gets.
-pub const NAMESPACES: [&str; 4] = ["user", "pid", "net", "ipc"];
+pub const NAMESPACES: [&str; 5] = ["user", "pid", "net", "ipc", "mount"];
 
 /// How much of a command's stderr is kept.
 pub const STDERR_CAP: usize = 4096;
@@ -143,6 +144,11 @@ pub struct Protections {
     pub process_limit: String,
     /// Whether every process the command starts dies with it (its own PID namespace).
     pub tree_killed: bool,
+    /// The command's `/proc` shows only the processes of its box (a `/proc` of its own
+    /// PID namespace; where the host forbids mounting one, the host's, whose other
+    /// processes' files Landlock still refuses).
+    #[serde(default)]
+    pub own_proc: bool,
     /// The command has no controlling terminal.
     pub no_terminal: bool,
 }
@@ -459,7 +465,7 @@ fn wait_readable(fds: [Option<&dyn std::os::fd::AsFd>; 3], wait: Duration) -> [b
     ready
 }
 
-/// Enters new user, PID, network and IPC namespaces, this process's own user and group
+/// Enters new user, PID, network, IPC and mount namespaces, this process's own user and group
 /// mapped to root inside (so the init can set the namespaces' limits; the command gets no
 /// capability). The process must be single-threaded.
 #[cfg(target_os = "linux")]
@@ -472,7 +478,11 @@ fn enter_namespaces() -> Result<(), String> {
     // touch no descriptor table, and this process has one thread.
     #[allow(deprecated)]
     rustix::thread::unshare(
-        UnshareFlags::NEWUSER | UnshareFlags::NEWPID | UnshareFlags::NEWNET | UnshareFlags::NEWIPC,
+        UnshareFlags::NEWUSER
+            | UnshareFlags::NEWPID
+            | UnshareFlags::NEWNET
+            | UnshareFlags::NEWIPC
+            | UnshareFlags::NEWNS,
     )
     .map_err(|e| format!("unshare: {e}"))?;
     for (file, text) in [
@@ -591,6 +601,7 @@ fn confine(plan: &Plan) -> Protections {
         if plan.namespaces {
             p.no_nested_user_namespaces =
                 std::fs::write("/proc/sys/user/max_user_namespaces", "0").is_ok();
+            p.own_proc = mount_own_proc().is_ok();
         }
         p.no_capabilities = drop_capabilities();
         p.no_new_privs = rustix::thread::set_no_new_privs(true).is_ok();
@@ -662,6 +673,27 @@ fn limit_resources(plan: &Plan) -> String {
         ),
         Err(e) => format!("none: root is exempt from RLIMIT_NPROC and pid_max: {e}"),
     }
+}
+
+/// A `/proc` of the box's own PID namespace over the host's, in the box's own mount
+/// namespace (nothing propagates back): `ps` and `/proc/<pid>/cmdline` show only the
+/// command's processes. The kernel refuses it where the host's `/proc` is partly hidden
+/// (a container's masked paths); the host's then stays, its other processes' files still
+/// refused by Landlock.
+#[cfg(target_os = "linux")]
+fn mount_own_proc() -> rustix::io::Result<()> {
+    use rustix::mount::{MountFlags, MountPropagationFlags, mount, mount_change};
+    mount_change(
+        "/",
+        MountPropagationFlags::PRIVATE | MountPropagationFlags::REC,
+    )?;
+    mount(
+        "proc",
+        "/proc",
+        "proc",
+        MountFlags::NOSUID | MountFlags::NODEV | MountFlags::NOEXEC,
+        None,
+    )
 }
 
 /// Whether the running kernel's release is at least `major.minor`.
