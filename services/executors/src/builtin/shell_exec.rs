@@ -1,5 +1,5 @@
 //! `shell_exec`: one program from the configured allow-list, run without a shell, in the
-//! workspace, inside a box ([`sandbox`]): its own user, PID, network and IPC namespaces,
+//! workspace, inside a box ([`sandbox`]): its own user, PID, network, IPC and mount namespaces,
 //! CPU, memory, file-size and process limits, no capabilities, no-new-privileges, a fresh
 //! empty home, and a Landlock ruleset that lets it write only in the workspace and read
 //! only the workspace and the system's program and library folders (plus what the person

@@ -159,7 +159,7 @@ impl Protections {
         if self.namespaces.is_empty() {
             let why = self.namespaces_error.as_deref().unwrap_or("not available");
             return Some(format!(
-                "user, PID, network and IPC namespaces cannot be created ({why})"
+                "user, PID, network, IPC and mount namespaces cannot be created ({why})"
             ));
         }
         if !(self.landlock == "enforced" || self.landlock == "partially enforced") {
