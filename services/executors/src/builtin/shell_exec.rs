@@ -158,14 +158,7 @@ fn plan_for(context: &ExecContext, workspace: &Path, home: &Path) -> sandbox::Pl
         readable: shell.readable.clone(),
         // Metnos's own files, and where credential stores usually are: what the guard
         // refuses by name, the box refuses by path (`grep -r` over the home names neither).
-        hidden: crate::scope::real_roots(
-            &context
-                .forbidden
-                .iter()
-                .cloned()
-                .chain(metnos_core::forbidden::usual_places(&context.user_home))
-                .collect::<Vec<_>>(),
-        ),
+        hidden: hidden_paths(context),
         limits: sandbox::Limits {
             cpu_seconds: shell.cpu_seconds,
             memory_mb: shell.memory_mb,
@@ -176,6 +169,26 @@ fn plan_for(context: &ExecContext, workspace: &Path, home: &Path) -> sandbox::Pl
         namespaces: false,
         outer_uid: outer_uid(),
     }
+}
+
+/// What the box hides, by real path. Most usual places do not exist on a given machine:
+/// those keep their lexical path (nothing to grant there), and only the ones that exist
+/// are resolved (a `~/.ssh` that is a link hides what it points to).
+fn hidden_paths(context: &ExecContext) -> Vec<PathBuf> {
+    context
+        .forbidden
+        .iter()
+        .cloned()
+        .chain(metnos_core::forbidden::usual_places(&context.user_home))
+        .map(|path| {
+            let lexical = normalize(&path);
+            if std::fs::symlink_metadata(&lexical).is_ok() {
+                resolve(&lexical).unwrap_or(lexical)
+            } else {
+                lexical
+            }
+        })
+        .collect()
 }
 
 fn outer_uid() -> u32 {
