@@ -44,6 +44,14 @@ pub enum TargetError {
     BadHost(String),
     #[error("this capability has no target")]
     NoTargetKind,
+    #[error(
+        "`{0}` would grant everything in / or in a home folder; name a folder inside (`~/Documents/*`)"
+    )]
+    TooBroad(String),
+    #[error(
+        "`{0}` is a public suffix: a grant would cover every site under it; name a site (`*.example.com`)"
+    )]
+    PublicSuffix(String),
 }
 
 fn check_text(raw: &str) -> Result<(), TargetError> {
@@ -168,6 +176,9 @@ impl Pattern {
                     glob: raw.to_owned(),
                     message,
                 })?;
+                if too_broad(&text, &home_text(home)) {
+                    return Err(TargetError::TooBroad(raw.to_owned()));
+                }
                 let key = glob_key(&text);
                 Ok(Pattern { kind, text, key })
             }
@@ -180,6 +191,9 @@ impl Pattern {
                     return Err(TargetError::BadHost(raw.to_owned()));
                 }
                 let host = host_of(rest)?;
+                if is_public_suffix(&host) {
+                    return Err(TargetError::PublicSuffix(raw.to_owned()));
+                }
                 let text = if wildcard { format!("*.{host}") } else { host };
                 Ok(Pattern {
                     kind,
@@ -195,6 +209,44 @@ impl Pattern {
             TargetKind::None => Err(TargetError::NoTargetKind),
         }
     }
+}
+
+/// Whether a grant's glob reaches everything in `/`, in a home folder or in a folder
+/// holding homes: `/`, `/*`, `/**`, `/*/x`, `~/*`, `~/**`, `/home/**`. A glob naming part of
+/// a name there (`~/Doc*/x`, `~/*.pdf`) is not: a person may grant that knowingly, and `*`
+/// never matches a leading dot ([`hidden_by_wildcard`]).
+fn too_broad(glob: &str, home: &str) -> bool {
+    if glob == "/" {
+        return true;
+    }
+    let segments: Vec<&str> = glob.split('/').filter(|s| !s.is_empty()).collect();
+    let Some(first_wild) = segments
+        .iter()
+        .position(|s| s.contains(['*', '?', '[', '{']))
+    else {
+        return false;
+    };
+    let folder = format!("/{}", segments[..first_wild].join("/"));
+    let home_or_above = folder == "/"
+        || (!home.is_empty() && (home == folder || home.starts_with(&format!("{folder}/"))));
+    home_or_above && matches!(segments[first_wild], "*" | "**")
+}
+
+/// Whether `host` is a public suffix the list knows (`com`, `co.uk`, `github.io`): a
+/// name under which anyone may register a site. Unknown suffixes (`lan`, `home.arpa`'s
+/// hosts) are the home network's, not refused here.
+pub fn is_public_suffix(host: &str) -> bool {
+    psl::suffix(host.as_bytes())
+        .is_some_and(|suffix| suffix.is_known() && suffix.as_bytes() == host.as_bytes())
+}
+
+/// Whether `path` has a segment beginning with `.` that `glob` does not name literally:
+/// a wildcard never matches a hidden file or folder (`~/Documents/*` does not cover
+/// `~/Documents/.env`, `~/**` nothing under `~/.ssh`), as in a shell.
+pub fn hidden_by_wildcard(glob: &str, path: &str) -> bool {
+    path.split('/')
+        .filter(|segment| segment.starts_with('.') && !matches!(*segment, "." | ".."))
+        .any(|segment| !glob.split('/').any(|part| part == segment))
 }
 
 /// `//` and `/./` collapse; the glob text is otherwise kept (a trailing `/` included).
@@ -260,6 +312,82 @@ mod tests {
     }
 
     #[test]
+    fn grants_that_would_cover_everything_are_refused() {
+        let err = |kind, raw: &str| Pattern::parse(kind, raw, home()).unwrap_err();
+        for glob in [
+            "/",
+            "/*",
+            "/**",
+            "//**",
+            "/*/x",
+            "~/*",
+            "~/**",
+            "/home/*",
+            "/home/**",
+            "/home/roberto/**",
+        ] {
+            let e = err(TargetKind::PathGlob, glob);
+            assert!(matches!(e, TargetError::TooBroad(_)), "{glob}: {e}");
+            assert!(
+                e.to_string().contains("name a folder inside"),
+                "{glob}: {e}"
+            );
+        }
+        for host in ["*.com", "*.co.uk", "com", "*.github.io", "co.uk"] {
+            let e = err(TargetKind::Host, host);
+            assert!(matches!(e, TargetError::PublicSuffix(_)), "{host}: {e}");
+        }
+        // What a person grants knowingly still parses.
+        for glob in [
+            "~/Documents/*",
+            "~/Doc*/x",
+            "~/*.pdf",
+            "/tmp/*",
+            "/srv/music/**",
+            "~/notes.txt",
+        ] {
+            assert!(
+                Pattern::parse(TargetKind::PathGlob, glob, home()).is_ok(),
+                "{glob}"
+            );
+        }
+        for host in [
+            "*.example.com",
+            "example.co.uk",
+            "*.example.co.uk",
+            "nas.lan",
+            "*.lan",
+            "user.github.io",
+        ] {
+            assert!(
+                Pattern::parse(TargetKind::Host, host, home()).is_ok(),
+                "{host}"
+            );
+        }
+    }
+
+    #[test]
+    fn a_wildcard_never_matches_a_hidden_name() {
+        assert!(hidden_by_wildcard(
+            "/home/roberto/*",
+            "/home/roberto/.bashrc"
+        ));
+        assert!(hidden_by_wildcard(
+            "/home/roberto/Documents/**",
+            "/home/roberto/Documents/site/.git/config"
+        ));
+        assert!(!hidden_by_wildcard(
+            "/home/roberto/Documents/*",
+            "/home/roberto/Documents/a.txt"
+        ));
+        // Named literally, a hidden name is the person's choice.
+        assert!(!hidden_by_wildcard(
+            "/home/roberto/.config/app/*",
+            "/home/roberto/.config/app/x.toml"
+        ));
+    }
+
+    #[test]
     fn bad_hosts_are_refused() {
         for raw in ["http://", "*.*.com", "exa mple.com", "*."] {
             assert!(
@@ -290,10 +418,10 @@ mod tests {
             "/home/roberto/"
         );
         assert_eq!(
-            Pattern::parse(TargetKind::PathGlob, "/", home())
+            Pattern::parse(TargetKind::PathGlob, "/srv/*", home())
                 .unwrap()
                 .key,
-            "/"
+            "/srv/"
         );
     }
 }

@@ -5,7 +5,7 @@ use std::sync::Arc;
 
 use globset::GlobMatcher;
 use metnos_core::capability::TargetKind;
-use metnos_core::target::{Target, compile_glob};
+use metnos_core::target::{Target, compile_glob, hidden_by_wildcard};
 
 /// Compiled globs, reused across checks: compiling one costs tens of microseconds.
 #[derive(Debug)]
@@ -29,7 +29,7 @@ impl Matcher {
                 let glob = self
                     .globs
                     .get_or_insert_with(text, || compile_glob(text).map(Arc::new).map_err(|_| ()));
-                glob.is_ok_and(|g| g.is_match(path))
+                glob.is_ok_and(|g| g.is_match(path)) && !hidden_by_wildcard(text, path)
             }
             (TargetKind::Host, Target::Host(host)) => match text.strip_prefix("*.") {
                 Some(domain) => host

@@ -265,6 +265,47 @@ async fn a_grant_lifts_approval_and_the_response_names_it() {
 }
 
 #[tokio::test]
+async fn grants_that_would_over_reach_are_refused_and_a_wildcard_skips_hidden_files() {
+    let server = Server::start(SQLITE_IN_DATA_DIR.into(), 5).await;
+    let mut client = server.client();
+    // Everything, a whole home, a public suffix: refused with what to do instead.
+    for (cap, target, says) in [
+        ("fs:write", "/**", "name a folder inside"),
+        ("fs:write", "/*", "name a folder inside"),
+        ("fs:write", "~/*", "name a folder inside"),
+        ("fs:read", "~/**", "name a folder inside"),
+        ("network:http", "*.com", "public suffix"),
+        ("network:http", "*.co.uk", "public suffix"),
+    ] {
+        let status = record(&mut client, cap, target).await.unwrap_err();
+        assert_eq!(status.code(), tonic::Code::InvalidArgument, "{target}");
+        assert!(
+            status.message().contains(says),
+            "{target}: {}",
+            status.message()
+        );
+    }
+    // What was granted (the folder) does not reach its hidden files.
+    record(&mut client, "fs:write", "~/Documents/*")
+        .await
+        .unwrap();
+    let plain = check(
+        &mut client,
+        AutonomyLevel::Supervised,
+        "fs:write",
+        "~/Documents/a.txt",
+    )
+    .await;
+    assert_eq!(plain.outcome, Outcome::Allowed as i32);
+    for hidden in ["~/Documents/.env", "~/Documents/.bashrc"] {
+        let asked = check(&mut client, AutonomyLevel::Supervised, "fs:write", hidden).await;
+        assert_eq!(asked.outcome, Outcome::ApprovalRequired as i32, "{hidden}");
+        assert_eq!(asked.grant_id, None, "{hidden}");
+    }
+    server.stop().await;
+}
+
+#[tokio::test]
 async fn bad_input_is_invalid_argument_with_a_message_that_says_what() {
     let server = Server::start(SQLITE_IN_DATA_DIR.into(), 5).await;
     let mut client = server.client();
