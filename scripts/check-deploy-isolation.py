@@ -12,7 +12,10 @@ again with deploy/compose.host-network.yml) and on `kubectl kustomize` of each o
 - compose publishes only Jaeger's UI, and policy, vaglio and approval are on the internal
   network alone;
 - the NetworkPolicies allow exactly the service-to-service calls of DESIGN.md §1, checked
-  on both ends: what each pod may send (egress) and what each pod may receive (ingress).
+  on both ends: what each pod may send (egress) and what each pod may receive (ingress);
+- only the planner has a seccomp profile of its own (deploy/seccomp/metnos-planner.json:
+  unshare allowed for shell_exec's box, mounts, ptrace, BPF, keyrings, modules … refused);
+  every other container keeps the engine's default.
 
 `--self-test` renders mutated copies of the deployment files (a planner mounting the
 gateway's certificates, a gateway → policy ingress rule, …) and fails unless the checker
@@ -55,6 +58,20 @@ CALLS = {
 
 # Services that reach nothing outside the stack (compose: the internal network alone).
 INTERNAL_ONLY = ["policy", "vaglio", "approval"]
+
+# The planner's seccomp profile (shell_exec's box needs unshare); every other container keeps
+# the engine's default.
+SECCOMP_PROFILE = "deploy/seccomp/metnos-planner.json"
+K8S_SECCOMP = "metnos/planner.json"
+# What the profile must still refuse, and what it must not (the box's namespaces).
+MUST_DENY = {
+    "mount", "umount2", "pivot_root", "ptrace", "process_vm_readv", "process_vm_writev", "bpf",
+    "perf_event_open", "keyctl", "add_key", "request_key", "setns", "init_module",
+    "finit_module", "delete_module", "kexec_load", "kexec_file_load", "reboot", "userfaultfd",
+    "open_by_handle_at", "io_uring_setup",
+}
+MUST_ALLOW = {"unshare", "clone", "clone3", "landlock_create_ruleset", "landlock_add_rule",
+              "landlock_restrict_self", "prctl", "setrlimit", "prlimit64", "setsid"}
 
 
 def health_check(service):
@@ -122,6 +139,10 @@ def check_compose(project, host_network, problems):
         env = container.get("environment") or {}
         if env.get("METNOS_TLS__DIR") != PKI_DIR:
             problem(f"{name}: METNOS_TLS__DIR is {env.get('METNOS_TLS__DIR')!r}, not {PKI_DIR}")
+        seccomp = [o for o in container.get("security_opt") or [] if o.startswith("seccomp")]
+        wanted_seccomp = [f"seccomp={SECCOMP_PROFILE}"] if name == "planner" else []
+        if seccomp != wanted_seccomp:
+            problem(f"{name}'s seccomp options are {seccomp}, not {wanted_seccomp}")
         if name in SERVICES:
             test = (container.get("healthcheck") or {}).get("test")
             if test != ["CMD", *health_check(name)]:
@@ -277,8 +298,42 @@ def check_no_secrets(deployment, problem):
             problem(f"{deployment['metadata']['name']} uses Secret {secret} ({where})")
 
 
+def check_seccomp_profile(root, problems):
+    """The planner's profile: valid, refusing what it promises, allowing the box's calls."""
+    try:
+        with open(os.path.join(root, SECCOMP_PROFILE)) as f:
+            profile = json.load(f)
+    except (OSError, ValueError) as e:
+        problems.append(f"{SECCOMP_PROFILE}: {e}")
+        return
+    denied = set()
+    for rule in profile.get("syscalls") or []:
+        if rule.get("action") != "SCMP_ACT_ALLOW":
+            denied |= set(rule.get("names") or [])
+    if profile.get("defaultAction") != "SCMP_ACT_ALLOW" and not denied:
+        problems.append(f"{SECCOMP_PROFILE}: refuses nothing")
+    missing = sorted(MUST_DENY - denied)
+    if missing:
+        problems.append(f"{SECCOMP_PROFILE}: does not refuse {missing}")
+    blocked = sorted(MUST_ALLOW & denied)
+    if blocked:
+        problems.append(f"{SECCOMP_PROFILE}: refuses {blocked}, which shell_exec's box needs")
+
+
 def check_pod(service, port, spec, problem):
     who = "metnos-" + service
+    seccomp = (spec.get("securityContext") or {}).get("seccompProfile") or {}
+    wanted = (
+        {"type": "Localhost", "localhostProfile": K8S_SECCOMP}
+        if service == "planner"
+        else {"type": "RuntimeDefault"}
+    )
+    if seccomp != wanted:
+        problem(f"{who}'s seccompProfile is {seccomp}, not {wanted}")
+    for container in (spec.get("containers") or []) + (spec.get("initContainers") or []):
+        override = (container.get("securityContext") or {}).get("seccompProfile")
+        if override is not None:
+            problem(f"{who}: container {container['name']} sets its own seccompProfile {override}")
     wanted = "metnos-pki-" + service
     pki = [(s, v) for s, v in secret_names(spec) if str(s).startswith("metnos-pki-")]
     volumes = {v["name"]: v for v in spec.get("volumes") or []}
@@ -376,8 +431,9 @@ def link_local_excluded(block):
 # ---- running it -------------------------------------------------------------------------
 
 
-def check_all(compose_json, compose_host_json, k8s_files):
+def check_all(compose_json, compose_host_json, k8s_files, root):
     problems = []
+    check_seccomp_profile(root, problems)
     check_compose(compose_json, False, problems)
     check_compose(compose_host_json, True, problems)
     for name, text in k8s_files.items():
@@ -415,6 +471,27 @@ def render(root, compose_bin):
 
 # (what, file, text replaced, replacement, a problem that must be reported)
 MUTATIONS = [
+    (
+        "the planner runs without seccomp",
+        "docker-compose.yml",
+        "      - seccomp=deploy/seccomp/metnos-planner.json\n",
+        "      - seccomp=unconfined\n",
+        "planner's seccomp options are ['seccomp=unconfined']",
+    ),
+    (
+        "a Kubernetes pod without the default seccomp profile",
+        "k8s/base/vaglio.yaml",
+        "type: RuntimeDefault",
+        "type: Unconfined",
+        "metnos-vaglio's seccompProfile is {'type': 'Unconfined'}",
+    ),
+    (
+        "the planner's profile lets ptrace through",
+        "deploy/seccomp/metnos-planner.json",
+        '      "ptrace",\n',
+        "",
+        "does not refuse ['ptrace']",
+    ),
     (
         "the planner mounts the gateway's certificates",
         "docker-compose.yml",
@@ -526,7 +603,7 @@ def self_test(compose_bin):
                     continue
                 with open(target, "w") as f:
                     f.write(text.replace(old, new))
-            problems = check_all(*render(root, compose_bin))
+            problems = check_all(*render(root, compose_bin), root)
             if what is None:
                 failures += [f"unmutated files: {p}" for p in problems]
             elif not any(expected in p for p in problems):
@@ -547,7 +624,7 @@ def main():
     if args.self_test:
         return self_test(args.compose_bin)
     repo = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-    problems = check_all(*render(repo, args.compose_bin))
+    problems = check_all(*render(repo, args.compose_bin), repo)
     for p in problems:
         print(f"[check-deploy-isolation] {p}", file=sys.stderr)
     if problems:

@@ -5,7 +5,8 @@
 # every container on the host network (deploy/compose.host-network.yml); then the
 # certificates (`run --rm pki`), the first-run executor steps, `docker compose up` (a second
 # pki run that must make nothing new), `cli status` until all five serve, each container's
-# certificates checked (its own, read-only, nothing else), and one turn through `cli ask`
+# certificates checked (its own, read-only, nothing else), shell_exec's box built in the
+# planner's container (its seccomp profile), and one turn through `cli ask`
 # against the fake LLM. Needs root (dockerd, debootstrap) and the Debian mirrors.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -196,6 +197,13 @@ for service in policy vaglio approval planner gateway; do
 done
 files=$(listing $(compose run --rm -T --no-deps --entrypoint ls cli -A /etc/metnos/pki))
 [ "$files" = "$(listing ca.crt owner.crt owner.key)" ] || { log "cli holds: $files"; exit 1; }
+
+log "shell_exec's box builds in the planner's container (its seccomp profile allows unshare)"
+compose exec -T planner metnos executors sandbox > "$work/sandbox.txt" 2>&1 \
+  || { cat "$work/sandbox.txt" >&2; log "the planner's container cannot build shell_exec's box"; exit 1; }
+cat "$work/sandbox.txt" >&2
+grep -q '"available":true' "$work/sandbox.txt" \
+  || { log "the sandbox check did not say available"; exit 1; }
 
 log "one turn against the fake LLM: docker compose run --rm cli ask"
 answer=$(compose run --rm -T cli ask "what time is it" --language en)
