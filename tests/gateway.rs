@@ -221,7 +221,7 @@ async fn a_write_is_approved_by_button_and_the_card_is_closed() {
     s.tg.until("Bob told", |tg| {
         tg.texts_to(BOB)
             .iter()
-            .any(|t| t.contains("cannot be resolved"))
+            .any(|t| t == "Approval cannot be resolved: decider not authorised")
     })
     .await;
     assert!(!s.home().join("tg.txt").exists());
@@ -292,7 +292,7 @@ async fn a_rejected_card_writes_nothing_and_malformed_or_stale_clicks_are_answer
     s.tg.until("told", |tg| {
         tg.texts_to(ADA)
             .iter()
-            .any(|t| t.contains("cannot be resolved"))
+            .any(|t| t == "Approval cannot be resolved: token already resolved")
     })
     .await;
     // Garbage data: answered, logged, nothing crashes.
@@ -308,6 +308,19 @@ async fn a_rejected_card_writes_nothing_and_malformed_or_stale_clicks_are_answer
         tg.texts_to(MALLORY)
             .iter()
             .any(|t| t.contains("You are not paired"))
+    })
+    .await;
+    // A token nobody issued, clicked in Italian: the seed's words, in Italian.
+    s.tg.click(
+        ADA,
+        2,
+        user(ADA, "Ada", "it"),
+        "approve:0123456789abcdef0123456789abcdef",
+    );
+    s.tg.until("told in Italian", |tg| {
+        tg.texts_to(ADA)
+            .iter()
+            .any(|t| t == "Approvazione non risolvibile: token sconosciuto")
     })
     .await;
     assert!(

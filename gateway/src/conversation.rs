@@ -11,6 +11,7 @@ use std::time::{Duration, Instant};
 
 use metnos_core::language::Language;
 use metnos_core::principal::Principal;
+use metnos_core::resolve::ResolveRefusal;
 use metnos_kit::client::TracedChannel;
 use metnos_kit::time::now_ms;
 use metnos_proto::approval::v1 as approval;
@@ -516,9 +517,18 @@ impl Conversation {
                 }
             }
             Err(status) => {
-                let why = status.message().to_owned();
-                tracing::info!(clicker = %click.clicker, reason = %why, "approval not resolved");
-                let said = text::say(lang, Says::CannotResolve(&why));
+                // The reason as the approval service classes it, said in the person's
+                // language; its English error text stays in this log.
+                let refusal = status
+                    .metadata()
+                    .get(metnos_core::resolve::METADATA_KEY)
+                    .and_then(|v| v.to_str().ok())
+                    .and_then(ResolveRefusal::parse);
+                tracing::info!(clicker = %click.clicker, reason = %status.message(), "approval not resolved");
+                let said = text::say(
+                    lang,
+                    refusal.map_or(Says::CannotResolve, Says::ResolveRefused),
+                );
                 self.outbox.answer_callback(&click.id, Some(&said)).await;
                 if let Some(chat) = click.chat {
                     self.outbox.send_text(chat, &said).await;

@@ -227,11 +227,12 @@ pub fn say(lang: Language, what: Says<'_>) -> String {
         (Language::English, Says::Expired) => "expired".to_owned(),
         (Language::Italian, Says::Cancelled) => "annullato".to_owned(),
         (Language::English, Says::Cancelled) => "cancelled".to_owned(),
-        (Language::Italian, Says::CannotResolve(why)) => {
-            format!("Approvazione non risolvibile: {why}")
+        (language, Says::ResolveRefused(refusal)) => refusal.say(language).to_owned(),
+        (Language::Italian, Says::CannotResolve) => {
+            "Approvazione non risolvibile: il servizio non risponde, riprova tra poco".to_owned()
         }
-        (Language::English, Says::CannotResolve(why)) => {
-            format!("Approval cannot be resolved: {why}")
+        (Language::English, Says::CannotResolve) => {
+            "Approval cannot be resolved: the service does not answer, try again shortly".to_owned()
         }
         (Language::Italian, Says::TurnEnded(kind)) => format!("Mi sono fermato ({kind})."),
         (Language::English, Says::TurnEnded(kind)) => format!("I stopped ({kind})."),
@@ -265,7 +266,10 @@ pub enum Says<'a> {
     Rejected,
     Expired,
     Cancelled,
-    CannotResolve(&'a str),
+    /// A click the approval service refused, with the seed's reason.
+    ResolveRefused(metnos_core::resolve::ResolveRefusal),
+    /// A click that reached no decision for another reason (the service unavailable).
+    CannotResolve,
     TurnEnded(&'a str),
     /// Welcome, at the level (its store name).
     Paired(&'a str),

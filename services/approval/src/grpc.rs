@@ -7,6 +7,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use metnos_core::principal::Principal;
+use metnos_core::resolve::ResolveRefusal;
 use metnos_kit::readiness::Readiness;
 use metnos_kit::store::{failure_status, is_unreachable};
 use metnos_kit::time::to_timestamp;
@@ -76,15 +77,38 @@ impl From<Error> for Status {
             | Error::EmptyExecutor
             | Error::BadExtra
             | Error::ReasonTooLong => Status::invalid_argument(error.to_string()),
-            Error::NotFound => Status::not_found(error.to_string()),
-            Error::NotPending(_) | Error::Expired => Status::failed_precondition(error.to_string()),
-            Error::NotRequester | Error::NotItsPeople { .. } | Error::RequesterNeeded => {
+            Error::NotFound => refused(
+                Status::not_found(error.to_string()),
+                ResolveRefusal::UnknownToken,
+            ),
+            Error::NotPending(_) => refused(
+                Status::failed_precondition(error.to_string()),
+                ResolveRefusal::AlreadyResolved,
+            ),
+            Error::Expired => refused(
+                Status::failed_precondition(error.to_string()),
+                ResolveRefusal::Expired,
+            ),
+            Error::NotRequester => refused(
+                Status::permission_denied(error.to_string()),
+                ResolveRefusal::NotRequester,
+            ),
+            Error::NotItsPeople { .. } | Error::RequesterNeeded => {
                 Status::permission_denied(error.to_string())
             }
             Error::Unauthenticated => Status::unauthenticated(error.to_string()),
             Error::Store(e) => failure_status(crate::SERVICE, "the approval store", &e),
         }
     }
+}
+
+/// `status` with the seed's reason for a refused resolve, for the channel to say.
+fn refused(mut status: Status, refusal: ResolveRefusal) -> Status {
+    status.metadata_mut().insert(
+        metnos_core::resolve::METADATA_KEY,
+        tonic::metadata::MetadataValue::from_static(refusal.as_str()),
+    );
+    status
 }
 
 fn principal(message: Option<&PrincipalMsg>, field: &'static str) -> Result<Principal, Error> {

@@ -10,7 +10,8 @@
 //! - [`path`]: `~` as the person's home and lexical normalisation of paths;
 //! - [`forbidden`]: the paths no call may read, and those no call may write;
 //! - [`target`]: a call's target and a grant's pattern, per target kind;
-//! - [`html`]: escaping for channels that render HTML.
+//! - [`html`]: escaping for channels that render HTML;
+//! - [`resolve`]: why an approval could not be resolved, in the person's language.
 
 pub mod call;
 pub mod capability;
@@ -20,6 +21,7 @@ pub mod language;
 pub mod level;
 pub mod path;
 pub mod principal;
+pub mod resolve;
 pub mod target;
 
 pub use capability::{Capability, TargetKind};
