@@ -35,7 +35,9 @@ async fn stack() -> Stack {
         .set("METNOS_TELEGRAM__API_URL", &tg.url())
         .set("METNOS_TELEGRAM__POLL_TIMEOUT_SECONDS", "1")
         .set("METNOS_TELEGRAM__PER_CHAT_PER_SECOND", "50")
-        .set("METNOS_TELEGRAM__GLOBAL_PER_SECOND", "100");
+        .set("METNOS_TELEGRAM__GLOBAL_PER_SECOND", "100")
+        // The approval service's few INFO lines too: tests check what they name.
+        .set("METNOS_TELEMETRY__LOG", "warn,metnos_approval=info");
     let up = sandbox.up().await;
     Stack {
         sandbox,
@@ -257,6 +259,15 @@ async fn a_write_is_approved_by_button_and_the_card_is_closed() {
     assert!(
         !s.tg.calls("sendChatAction").is_empty(),
         "typing is shown while the turn runs"
+    );
+    // The services' logs name executors and capabilities, never the call's values.
+    let Stack { up, .. } = s;
+    let (code, stderr) = up.interrupt().await;
+    assert_eq!(code, 0);
+    assert!(stderr.contains("approval requested"), "{stderr}");
+    assert!(
+        !stderr.contains("tg.txt") && !stderr.contains("from telegram"),
+        "a value reached the log: {stderr}"
     );
 }
 

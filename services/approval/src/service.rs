@@ -260,7 +260,9 @@ impl Approvals {
             extra_json,
         };
         self.store.insert(&pending).await?;
-        tracing::info!(token = %pending.token, class = %pending.capability_class, recurrence = recurrence_count, "approval requested");
+        // Names only: the class and the target hold the call's values (a path, a command,
+        // a URL with its credentials); those stay in the store and on the card.
+        tracing::info!(token = %pending.token, executor = %pending.executor, capability = %pending.capability, recurrence = recurrence_count, "approval requested");
         let card = self.card(&pending);
         Ok((pending, card))
     }
@@ -356,7 +358,8 @@ impl Approvals {
                 Some(id)
             }
             Err(status) => {
-                tracing::warn!(token = %pending.token, code = ?status.code(), message = status.message(), "territory grant not recorded yet");
+                // Policy's message may quote the pattern; the code says enough here.
+                tracing::warn!(token = %pending.token, capability = %pending.capability, code = ?status.code(), "territory grant not recorded yet");
                 None
             }
         }
