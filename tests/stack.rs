@@ -137,19 +137,7 @@ async fn status_raises_no_sandbox_alarm_where_the_sandbox_can_be_built() {
     // Where the sandbox can be built (this machine), the planner's row says nothing more.
     let up = sandbox.up().await;
     // The planner reports the sandbox in its health once it has built one.
-    let mut sandbox_health = metnos_kit::client::Health::Unreachable(String::new());
-    for _ in 0..100 {
-        sandbox_health = metnos_kit::client::probe(
-            up.channel("planner"),
-            metnos_planner::SANDBOX_HEALTH,
-            std::time::Duration::from_secs(2),
-        )
-        .await;
-        if sandbox_health.is_serving() {
-            break;
-        }
-        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
-    }
+    let sandbox_health = planner_sandbox(&up, |h| h.is_serving()).await;
     assert!(sandbox_health.is_serving(), "{sandbox_health:?}");
     let row = planner_row(&sandbox).await;
     assert_eq!(row["status"], "SERVING", "{row}");
@@ -176,19 +164,10 @@ async fn status_says_so_where_the_sandbox_cannot_be_built() {
         "up",
     ]);
     let up = sandbox.up_with(command).await;
-    let mut sandbox_health = metnos_kit::client::Health::Unreachable(String::new());
-    for _ in 0..100 {
-        sandbox_health = metnos_kit::client::probe(
-            up.channel("planner"),
-            metnos_planner::SANDBOX_HEALTH,
-            std::time::Duration::from_secs(2),
-        )
-        .await;
-        if matches!(&sandbox_health, metnos_kit::client::Health::NotServing(_)) {
-            break;
-        }
-        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
-    }
+    let sandbox_health = planner_sandbox(&up, |h| {
+        matches!(h, metnos_kit::client::Health::NotServing(_))
+    })
+    .await;
     assert!(
         matches!(&sandbox_health, metnos_kit::client::Health::NotServing(why) if why == "NOT_SERVING"),
         "{sandbox_health:?}"
@@ -208,6 +187,28 @@ async fn status_says_so_where_the_sandbox_cannot_be_built() {
         stderr.contains("shell_exec refuses every command"),
         "{stderr}"
     );
+}
+
+/// The planner's sandbox health once `settled` holds (it is known only after the
+/// planner's first check), or the last answer after 10 s.
+async fn planner_sandbox(
+    up: &Up,
+    settled: impl Fn(&metnos_kit::client::Health) -> bool,
+) -> metnos_kit::client::Health {
+    let mut health = metnos_kit::client::Health::Unreachable(String::new());
+    for _ in 0..100 {
+        health = metnos_kit::client::probe(
+            up.channel("planner"),
+            metnos_planner::SANDBOX_HEALTH,
+            std::time::Duration::from_secs(2),
+        )
+        .await;
+        if settled(&health) {
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    }
+    health
 }
 
 async fn planner_row(sandbox: &Sandbox) -> serde_json::Value {
