@@ -248,6 +248,8 @@ impl Session {
             &self.approval_url,
             &self.principal,
         );
+        let language = metnos_core::Language::from_wire(request.language)
+            .unwrap_or(metnos_core::Language::Italian);
         let mut stream = match planner.run_turn(request).await {
             Ok(r) => r.into_inner(),
             Err(status) => return failed(ServiceName::Planner, url, &status),
@@ -310,6 +312,17 @@ impl Session {
                         decider: Some(principal.clone()),
                     };
                     if let Err(status) = approvals.resolve(resolve).await {
+                        // A refusal the approval service classes (expired while the person
+                        // thought, already decided elsewhere) in the turn's language.
+                        if let Some(refusal) = status
+                            .metadata()
+                            .get(metnos_core::resolve::METADATA_KEY)
+                            .and_then(|v| v.to_str().ok())
+                            .and_then(metnos_core::resolve::ResolveRefusal::parse)
+                        {
+                            eprintln!("metnos: {}", refusal.say(language));
+                            return ExitCode::FAILURE;
+                        }
                         return failed(ServiceName::Approval, approval_url, &status);
                     }
                 }

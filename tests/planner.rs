@@ -1106,6 +1106,56 @@ async fn a_turn_never_outlives_its_budget() {
 }
 
 #[tokio::test]
+async fn a_late_y_is_told_the_request_expired_in_the_turn_s_language() {
+    use tokio::io::AsyncWriteExt;
+    let s = stack_with(
+        &[
+            ("METNOS_TURNS__CLI_LEVEL", "Supervised"),
+            ("METNOS_APPROVAL__TTL_SECONDS", "1"),
+        ],
+        true,
+    )
+    .await;
+    s.fake.push(tool_calls(&[(
+        "fs_write",
+        json!({"path": "~/late.txt", "content": "hi"}),
+    )]));
+    for (language, said) in [
+        ("en", "Approval cannot be resolved: the request expired"),
+        ("it", "Approvazione non risolvibile: la richiesta è scaduta"),
+    ] {
+        if language == "it" {
+            s.fake.push(tool_calls(&[(
+                "fs_write",
+                json!({"path": "~/late.txt", "content": "hi"}),
+            )]));
+        }
+        let mut child = s
+            .sandbox
+            .metnos()
+            .args(["ask", "write hi to ~/late.txt", "--language", language])
+            .stdin(std::process::Stdio::piped())
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        // The person answers after the request's second has passed.
+        tokio::time::sleep(Duration::from_millis(3500)).await;
+        let mut stdin = child.stdin.take().unwrap();
+        stdin.write_all(b"y\n").await.unwrap();
+        drop(stdin);
+        let output = tokio::time::timeout(EVENT_LIMIT, child.wait_with_output())
+            .await
+            .unwrap()
+            .unwrap();
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        assert!(!output.status.success(), "{stderr}");
+        assert!(stderr.contains(said), "{language}: {stderr}");
+        assert!(!s.home().join("late.txt").exists());
+    }
+}
+
+#[tokio::test]
 async fn metnos_ask_shows_the_steps_takes_y_from_a_pipe_and_prints_the_answer() {
     // The CLI's own level (turns.cli_level), Supervised as by default: cards are asked.
     let s = stack_with(&[("METNOS_TURNS__CLI_LEVEL", "Supervised")], true).await;

@@ -81,9 +81,14 @@ impl From<Error> for Status {
                 Status::not_found(error.to_string()),
                 ResolveRefusal::UnknownToken,
             ),
-            Error::NotPending(_) => refused(
+            // Expired by the sweep before the click: the person is told it expired.
+            Error::NotPending(state) => refused(
                 Status::failed_precondition(error.to_string()),
-                ResolveRefusal::AlreadyResolved,
+                if state == State::Expired.as_str() {
+                    ResolveRefusal::Expired
+                } else {
+                    ResolveRefusal::AlreadyResolved
+                },
             ),
             Error::Expired => refused(
                 Status::failed_precondition(error.to_string()),
