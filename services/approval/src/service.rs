@@ -130,6 +130,40 @@ fn effective_territory(
     Ok(requested)
 }
 
+/// The class a request belongs to, computed here from the call (never the caller's
+/// text): the executor and what its target generalises to — a path's folder
+/// (`fs_write:~/downloads/**`, the seed's example), a URL's host, a command's program.
+/// Recurrence counts approvals per person and class, so the card shortens as the same kind
+/// of request comes back, not only the very same target.
+pub fn class_of(executor: &str, capability: &str, target: &str, home: &std::path::Path) -> String {
+    use metnos_core::capability::TargetKind;
+    use metnos_core::target::Target;
+    let kind = Capability::parse(capability).map_or(TargetKind::None, |c| c.spec().target_kind);
+    let generalised = match (kind, Target::parse(kind, target, home)) {
+        (TargetKind::PathGlob, Ok(Target::Path(path))) => {
+            let folder = path.rsplit_once('/').map_or("", |(folder, _)| folder);
+            let home = metnos_core::path::home_text(home);
+            let shown = match folder.strip_prefix(&home) {
+                Some(rest) if !home.is_empty() && (rest.is_empty() || rest.starts_with('/')) => {
+                    format!("~{rest}")
+                }
+                _ => folder.to_owned(),
+            };
+            Some(format!("{shown}/**"))
+        }
+        (TargetKind::Host, Ok(Target::Host(host))) => Some(host),
+        (TargetKind::Exact, Ok(Target::Exact(value))) => value
+            .split_whitespace()
+            .next()
+            .map(|program| program.rsplit('/').next().unwrap_or(program).to_owned()),
+        _ => None,
+    };
+    match generalised {
+        Some(g) => format!("{executor}:{g}"),
+        None => executor.to_owned(),
+    }
+}
+
 impl Approvals {
     pub fn new(
         store: PendingStore,
@@ -226,9 +260,10 @@ impl Approvals {
             grant_target,
             &self.home,
         )?;
+        let capability_class = class_of(&new.executor, &new.capability, &new.target, &self.home);
         let recurrence_count = self
             .store
-            .count_approved(&new.requester, &new.card.capability_class, &new.target)
+            .count_approved(&new.requester, &capability_class)
             .await?;
         let now = self.now();
         let ttl_ms = match new.ttl_seconds {
@@ -240,7 +275,7 @@ impl Approvals {
             requester: new.requester,
             action_verb: new.card.action_verb,
             target_summary: new.card.target_summary,
-            capability_class: new.card.capability_class,
+            capability_class,
             reversibility: new.card.reversibility,
             territory,
             language: new.card.language,

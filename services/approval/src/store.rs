@@ -218,16 +218,14 @@ impl PendingStore {
         &self,
         requester: &Principal,
         capability_class: &str,
-        target: &str,
     ) -> Result<u32, sqlx::Error> {
         let sql = "SELECT COUNT(*) FROM pending WHERE channel = $1 AND sender_id = $2 \
-                   AND capability_class = $3 AND target = $4 AND status = 'approved'";
+                   AND capability_class = $3 AND status = 'approved'";
         let count: i64 = on_db!(&self.db, pool => {
             sqlx::query_scalar(sql)
                 .bind(&requester.channel)
                 .bind(&requester.sender_id)
                 .bind(capability_class)
-                .bind(target)
                 .fetch_one(pool)
                 .await?
         });

@@ -264,9 +264,7 @@ async fn the_sweep_expires_what_is_due_and_nothing_else(store: TestStore) {
     assert_eq!(approvals.list(true, 0, None).await.unwrap().len(), 2);
 }
 
-async fn recurrence_counts_this_persons_past_approvals_of_the_same_class_and_target(
-    store: TestStore,
-) {
+async fn recurrence_counts_this_persons_past_approvals_of_the_same_class(store: TestStore) {
     let (approvals, _) = open(&store).await;
     for expected in 0..4 {
         let (pending, card) = approvals.create(request(Territory::None)).await.unwrap();
@@ -279,7 +277,7 @@ async fn recurrence_counts_this_persons_past_approvals_of_the_same_class_and_tar
             .await
             .unwrap();
     }
-    // Rejections, other people and other targets do not count.
+    // Rejections, other people and other folders do not count.
     let (rejected, _) = approvals.create(request(Territory::None)).await.unwrap();
     approvals
         .resolve(&rejected.token, Decision::Reject, &roberto())
@@ -289,25 +287,54 @@ async fn recurrence_counts_this_persons_past_approvals_of_the_same_class_and_tar
     anna.requester = Principal::new("telegram", "anna").unwrap();
     assert_eq!(approvals.create(anna).await.unwrap().0.recurrence_count, 0);
     let mut elsewhere = request(Territory::None);
-    elsewhere.target = "~/downloads/other.pdf".into();
-    assert_eq!(
-        approvals
-            .create(elsewhere)
-            .await
-            .unwrap()
-            .0
-            .recurrence_count,
-        0
-    );
-    assert_eq!(
-        approvals
-            .create(request(Territory::None))
-            .await
-            .unwrap()
-            .0
-            .recurrence_count,
-        4
-    );
+    elsewhere.target = "~/Documents/other.pdf".into();
+    let (other, _) = approvals.create(elsewhere).await.unwrap();
+    assert_eq!(other.recurrence_count, 0);
+    assert_eq!(other.capability_class, "fs_write:~/Documents/**");
+    // Another file of the same folder is the same class (the seed's `fs_write:~/downloads/**`),
+    // whatever class the caller wrote.
+    let mut sibling = request(Territory::None);
+    sibling.target = "~/downloads/other.pdf".into();
+    sibling.card.capability_class = "fs_write:~/downloads/other.pdf".into();
+    let (pending, card) = approvals.create(sibling).await.unwrap();
+    assert_eq!(pending.recurrence_count, 4);
+    assert_eq!(pending.capability_class, "fs_write:~/downloads/**");
+    assert_eq!(card.lines.len(), 2, "the medium form");
+}
+
+#[test]
+fn the_class_generalises_a_target_to_its_folder_host_or_program() {
+    use metnos_approval::service::class_of;
+    let home = std::path::Path::new("/home/roberto");
+    for (executor, capability, target, class) in [
+        (
+            "fs_write",
+            "fs:write",
+            "~/downloads/a.pdf",
+            "fs_write:~/downloads/**",
+        ),
+        (
+            "fs_write",
+            "fs:write",
+            "~/Documents/x/../y/b.txt",
+            "fs_write:~/Documents/y/**",
+        ),
+        ("fs_read", "fs:read", "/etc/hosts", "fs_read:/etc/**"),
+        (
+            "web_fetch",
+            "network:http",
+            "https://Example.com/a?b=c",
+            "web_fetch:example.com",
+        ),
+        ("shell_exec", "code:exec", "git log --oneline -5", "shell_exec:git"),
+        ("time_now", "time:read", "", "time_now"),
+    ] {
+        assert_eq!(
+            class_of(executor, capability, target, home),
+            class,
+            "{target}"
+        );
+    }
 }
 
 async fn a_territory_is_kept_only_where_a_grant_can_follow(store: TestStore) {
@@ -369,7 +396,7 @@ metnos_kit::store_suite!(
     concurrent_resolves_succeed_exactly_once,
     the_proposer_can_cancel_with_a_reason,
     the_sweep_expires_what_is_due_and_nothing_else,
-    recurrence_counts_this_persons_past_approvals_of_the_same_class_and_target,
+    recurrence_counts_this_persons_past_approvals_of_the_same_class,
     a_territory_is_kept_only_where_a_grant_can_follow,
     bad_requests_are_refused_and_nothing_is_stored,
 );
