@@ -326,7 +326,12 @@ fn the_class_generalises_a_target_to_its_folder_host_or_program() {
             "https://Example.com/a?b=c",
             "web_fetch:example.com",
         ),
-        ("shell_exec", "code:exec", "git log --oneline -5", "shell_exec:git"),
+        (
+            "shell_exec",
+            "code:exec",
+            "git log --oneline -5",
+            "shell_exec:git",
+        ),
         ("time_now", "time:read", "", "time_now"),
     ] {
         assert_eq!(
