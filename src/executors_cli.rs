@@ -104,6 +104,14 @@ fn report(catalog: &Catalog) -> bool {
     catalog.refused().is_empty()
 }
 
+/// The planner's runner, for one run: nothing is started ahead for a next call.
+fn one_shot_runner(config: &Config) -> metnos_executors::Runner {
+    metnos_executors::Runner {
+        prestart: false,
+        ..metnos_planner::runner_from_config(config)
+    }
+}
+
 fn sibling_program() -> PathBuf {
     std::env::current_exe()
         .map(|exe| exe.with_file_name(BUILTIN_PROGRAM))
@@ -223,7 +231,7 @@ pub async fn executors(config: &Config, command: ExecutorsCommand) -> ExitCode {
                 Err(code) => return code,
             };
             let catalog = Catalog::load(&config.executors.catalog_dir, &trust);
-            let observation = metnos_planner::runner_from_config(config)
+            let observation = one_shot_runner(config)
                 .check_and_run(&catalog, &name, &args)
                 .await;
             print_line(&serde_json::to_value(&observation).unwrap_or(Value::Null));
@@ -237,9 +245,7 @@ pub async fn executors(config: &Config, command: ExecutorsCommand) -> ExitCode {
                 Err(code) => return code,
             };
             let catalog = Catalog::load(&config.executors.catalog_dir, &trust);
-            let observation = metnos_planner::runner_from_config(config)
-                .check_shell_sandbox(&catalog)
-                .await;
+            let observation = one_shot_runner(config).check_shell_sandbox(&catalog).await;
             let meta = observation.metadata.clone().unwrap_or_default();
             let available = meta.get("available").and_then(Value::as_bool) == Some(true);
             print_line(&json!({

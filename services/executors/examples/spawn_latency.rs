@@ -4,7 +4,13 @@
 //! `/bin/echo hi` (fork, exec, wait: no runner, no sandbox). Also the cost of hashing the
 //! program cold (what a changed or never-seen program costs once).
 //!
-//! cargo build --release -p metnos-executors --bin metnos-exec
+//! Each executor twice: started at the call (`executors.prestart = false`), and started
+//! ahead (`prestart = true`: the call hands its input to a process, and `shell_exec`'s box,
+//! started when the previous run ended). Started ahead, calls come `--pause-ms` apart (as a
+//! turn's calls do, an LLM call between them), so the next process is ready; the pause is
+//! not timed.
+//!
+//! cargo build --release -p metnos-executors --bins
 //! cargo run --release -p metnos-executors --example spawn_latency -- --runs 2000
 
 use std::collections::BTreeMap;
@@ -18,12 +24,19 @@ use serde_json::json;
 
 fn main() {
     let mut runs = 2000u64;
+    let mut pause_ms = 20u64;
     let mut program: Option<PathBuf> = None;
     let mut args = std::env::args().skip(1);
     while let Some(arg) = args.next() {
         match arg.as_str() {
             "--runs" => runs = args.next().and_then(|v| v.parse().ok()).expect("--runs N"),
             "--program" => program = args.next().map(PathBuf::from),
+            "--pause-ms" => {
+                pause_ms = args
+                    .next()
+                    .and_then(|v| v.parse().ok())
+                    .expect("--pause-ms N")
+            }
             other => panic!("unknown argument {other}"),
         }
     }
@@ -33,7 +46,7 @@ fn main() {
     });
     assert!(
         program.is_file(),
-        "{} is not built (cargo build --release -p metnos-executors --bin metnos-exec)",
+        "{} is not built (cargo build --release -p metnos-executors --bins)",
         program.display()
     );
     let size = std::fs::metadata(&program).unwrap().len();
@@ -124,26 +137,40 @@ fn main() {
         assert!(out.status.success());
     }
     report("bare spawn of /bin/echo", &bare);
-    for (name, args) in [
-        ("time_now", json!({"timezone": "Europe/Rome"})),
-        ("fs_read", json!({"path": "~/note.txt"})),
-        ("shell_exec", json!({"command": "echo hi"})),
-    ] {
-        let mut histogram = hdrhistogram::Histogram::<u64>::new(3).unwrap();
-        runtime.block_on(async {
-            // Warm-up, and the digest cache past its racy window.
-            for _ in 0..20 {
-                assert!(runner.check_and_run(&catalog, name, &args).await.ok);
-            }
-            for _ in 0..runs {
-                let started = Instant::now();
-                let observation = runner.check_and_run(&catalog, name, &args).await;
-                histogram
-                    .record(started.elapsed().as_micros() as u64)
-                    .unwrap();
-                assert!(observation.ok, "{observation:?}");
-            }
-        });
-        report(name, &histogram);
+    for prestart in [false, true] {
+        let runner = Runner {
+            prestart,
+            ..runner.clone()
+        };
+        for (name, args) in [
+            ("time_now", json!({"timezone": "Europe/Rome"})),
+            ("fs_read", json!({"path": "~/note.txt"})),
+            ("shell_exec", json!({"command": "echo hi"})),
+        ] {
+            let mut histogram = hdrhistogram::Histogram::<u64>::new(3).unwrap();
+            runtime.block_on(async {
+                // Warm-up, and the digest cache past its racy window.
+                for _ in 0..20 {
+                    assert!(runner.check_and_run(&catalog, name, &args).await.ok);
+                }
+                for _ in 0..runs {
+                    if prestart {
+                        tokio::time::sleep(std::time::Duration::from_millis(pause_ms)).await;
+                    }
+                    let started = Instant::now();
+                    let observation = runner.check_and_run(&catalog, name, &args).await;
+                    histogram
+                        .record(started.elapsed().as_micros() as u64)
+                        .unwrap();
+                    assert!(observation.ok, "{observation:?}");
+                }
+            });
+            let how = if prestart {
+                format!(", started ahead ({pause_ms} ms between calls)")
+            } else {
+                String::new()
+            };
+            report(&format!("{name}{how}"), &histogram);
+        }
     }
 }

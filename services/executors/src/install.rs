@@ -30,7 +30,8 @@ fn io(path: &Path, e: impl std::fmt::Display) -> InstallError {
 }
 
 /// Writes the built-in manifests into `catalog/<name>/manifest.toml`, their program set
-/// to `program` (the installed `metnos-exec`). Existing folders are replaced; the result
+/// to `program` (the installed `metnos-exec`) or, for `shell_exec`, the `metnos-shell`
+/// beside it. Existing folders are replaced; the result
 /// still needs signing.
 pub fn install_builtins(catalog: &Path, program: &Path) -> Result<Vec<PathBuf>, InstallError> {
     let program = program.canonicalize().map_err(|e| io(program, e))?;
@@ -47,7 +48,20 @@ pub fn install_builtins(catalog: &Path, program: &Path) -> Result<Vec<PathBuf>, 
             path: dir.join(MANIFEST_FILE),
             message: format!("built-in manifest does not parse: {e}"),
         })?;
-        doc["program"] = toml_edit::value(program.display().to_string());
+        // Each built-in's program lies beside `metnos-exec` (shell_exec has its own).
+        let named = doc["program"].as_str().unwrap_or(crate::BUILTIN_PROGRAM);
+        let own = program.with_file_name(named);
+        if !own.is_file() {
+            return Err(InstallError::Manifest {
+                path: dir.join(MANIFEST_FILE),
+                message: format!(
+                    "its program {} is not beside {} (build every binary of metnos-executors)",
+                    own.display(),
+                    program.display()
+                ),
+            });
+        }
+        doc["program"] = toml_edit::value(own.display().to_string());
         let path = dir.join(MANIFEST_FILE);
         write_with_mode(&path, doc.to_string().as_bytes(), 0o600).map_err(|e| io(&path, e))?;
         let _ = std::fs::remove_file(dir.join(SIGNATURE_FILE));

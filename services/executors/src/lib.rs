@@ -10,6 +10,7 @@ pub mod manifest;
 pub mod netguard;
 pub mod observation;
 pub mod open;
+pub mod program;
 pub mod runner;
 pub mod scope;
 pub mod signing;

@@ -4,8 +4,10 @@
 //! `{ok: false, error}` naming it; the process group is killed when the run ends, so no
 //! grandchild outlives it.
 
+use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use serde_json::Value;
@@ -13,6 +15,7 @@ use tokio::io::{AsyncRead, AsyncReadExt, AsyncWriteExt};
 
 use crate::catalog::{Catalog, Executor};
 use crate::observation::{CONTEXT_VAR, ExecContext, Observation, ShellSettings};
+use crate::program::PRESTARTED_VAR;
 
 /// The executor whose sandbox [`Runner::check_shell_sandbox`] checks.
 pub const SHELL_EXEC: &str = "shell_exec";
@@ -32,6 +35,58 @@ pub struct Runner {
     pub shell: ShellSettings,
     /// Metnos's own files, off limits to every executor (see [`ExecContext::forbidden`]).
     pub forbidden: Vec<PathBuf>,
+    /// Start each executor's next process as soon as one run ends (`executors.prestart`),
+    /// so the next call finds it started (and `shell_exec`'s box built) and waiting for its
+    /// input. Each process still serves exactly one call.
+    pub prestart: bool,
+    /// The processes started ahead, one per executor (shared by the runner's clones).
+    pub waiting: Prestarted,
+}
+
+/// Executor processes started ahead of their call, one per executor, each kept with what
+/// it was started for: a call takes one only if its executor (manifest, program, signer)
+/// and context are exactly those.
+#[derive(Debug, Clone, Default)]
+pub struct Prestarted(Arc<Mutex<HashMap<String, Waiting>>>);
+
+#[derive(Debug)]
+struct Waiting {
+    key: String,
+    child: tokio::process::Child,
+}
+
+impl Prestarted {
+    /// How many processes wait.
+    pub fn len(&self) -> usize {
+        self.0.lock().map_or(0, |map| map.len())
+    }
+
+    /// Whether none waits.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// Ends every waiting process: each reads the end of its input and exits without
+    /// running anything (what a runner whose catalog changed does).
+    pub fn clear(&self) {
+        if let Ok(mut map) = self.0.lock() {
+            map.clear();
+        }
+    }
+
+    fn take(&self, name: &str, key: &str) -> Option<tokio::process::Child> {
+        let mut map = self.0.lock().ok()?;
+        let waiting = map.remove(name)?;
+        // Started for another manifest or context: let it end (its input closes).
+        (waiting.key == key).then_some(waiting.child)
+    }
+
+    fn put(&self, name: &str, key: String, child: tokio::process::Child) {
+        if let Ok(mut map) = self.0.lock() {
+            // A concurrent run's process may be there already: that one stays.
+            map.entry(name.to_owned()).or_insert(Waiting { key, child });
+        }
+    }
 }
 
 /// Reads at most `cap` bytes; `true` when there was more.
@@ -78,6 +133,15 @@ fn stderr_note(tail: &[u8]) -> String {
         String::new()
     } else {
         format!("; stderr: {text}")
+    }
+}
+
+/// Kills a run's process group when dropped.
+struct KillGroupOnDrop(Option<u32>);
+
+impl Drop for KillGroupOnDrop {
+    fn drop(&mut self) {
+        kill_group(self.0);
     }
 }
 
@@ -167,10 +231,11 @@ impl Runner {
     /// `metadata.protections`, what held around the run (the executor's own, such as
     /// shell_exec's `metadata.sandbox`, come beside it).
     pub async fn run(&self, catalog: &Catalog, executor: &Executor, args: &Value) -> Observation {
-        let mut observation = self.spawn_and_observe(catalog, executor, args).await;
+        let (mut observation, ahead) = self.spawn_and_observe(catalog, executor, args).await;
         let m = &executor.manifest;
         let protections = serde_json::json!({
             "program": "signed; exactly the verified file is executed",
+            "started": if ahead { "ahead of the call, for this call only" } else { "at the call" },
             "environment": "cleared: PATH, LANG, HOME and the call's context only",
             "process_group": "killed when the run ends",
             "timeout_seconds": m.timeout_seconds,
@@ -184,30 +249,62 @@ impl Runner {
         observation
     }
 
-    async fn spawn_and_observe(
+    /// Starts a process of `executor`, waiting for its input: from the verified file, in its
+    /// own process group, with a scrubbed environment.
+    fn start(
         &self,
         catalog: &Catalog,
         executor: &Executor,
-        args: &Value,
-    ) -> Observation {
-        let m = &executor.manifest;
-        let program = match executor.open_program(catalog) {
-            Ok(file) => file,
-            Err(e) => {
-                tracing::error!(executor = %m.name, error = %e, "executor not run");
-                return Observation::failure(format!("{} not run: {e}", m.name));
+        context: &str,
+    ) -> Result<tokio::process::Child, String> {
+        let (program, mut command) = self.command(catalog, executor, context, false)?;
+        let child = command
+            .spawn()
+            .map_err(|e| format!("{} could not start: {e}", executor.manifest.name))?;
+        drop(program);
+        Ok(child)
+    }
+
+    /// Starts the next process of `executor` in the background and keeps it for the next
+    /// call: this run's caller does not wait for it.
+    fn start_ahead(&self, catalog: &Catalog, executor: &Executor, context: &str, key: String) {
+        let name = executor.manifest.name.clone();
+        let (program, mut command) = match self.command(catalog, executor, context, true) {
+            Ok(found) => found,
+            Err(error) => {
+                tracing::warn!(executor = %name, %error, "not started ahead");
+                return;
             }
         };
+        let waiting = self.waiting.clone();
+        tokio::task::spawn_blocking(move || {
+            match command.spawn() {
+                Ok(child) => waiting.put(&name, key, child),
+                Err(error) => tracing::warn!(executor = %name, %error, "not started ahead"),
+            }
+            drop(program);
+        });
+    }
+
+    /// The command that starts `executor` from its verified program (kept open: the
+    /// command executes it through its descriptor). `prestarted` marks one started ahead.
+    fn command(
+        &self,
+        catalog: &Catalog,
+        executor: &Executor,
+        context: &str,
+        prestarted: bool,
+    ) -> Result<(std::fs::File, tokio::process::Command), String> {
+        let m = &executor.manifest;
+        let program = executor.open_program(catalog).map_err(|e| {
+            tracing::error!(executor = %m.name, error = %e, "executor not run");
+            format!("{} not run: {e}", m.name)
+        })?;
         // The child opens its program through /proc/self/fd/N; an interpreter reading a
         // script does so after exec, so the descriptor must survive it.
         #[cfg(target_os = "linux")]
-        if let Err(e) = rustix::io::fcntl_setfd(&program, rustix::io::FdFlags::empty()) {
-            return Observation::failure(format!("{} not run: {e}", m.name));
-        }
-        let context = match serde_json::to_string(&self.context(executor)) {
-            Ok(text) => text,
-            Err(e) => return Observation::failure(format!("cannot encode the context: {e}")),
-        };
+        rustix::io::fcntl_setfd(&program, rustix::io::FdFlags::empty())
+            .map_err(|e| format!("{} not run: {e}", m.name))?;
         let mut command = tokio::process::Command::new(exec_path(&program, &executor.program));
         command
             .arg0(&m.name)
@@ -226,12 +323,75 @@ impl Runner {
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
             .process_group(0)
-            .kill_on_drop(true);
-        let mut child = match command.spawn() {
-            Ok(child) => child,
-            Err(e) => return Observation::failure(format!("{} could not start: {e}", m.name)),
+            // One waiting ahead ends by reading the end of its input (its files tidied);
+            // one in a run is killed with its group whatever happens.
+            .kill_on_drop(!prestarted);
+        if prestarted {
+            command.env(PRESTARTED_VAR, "1");
+        }
+        Ok((program, command))
+    }
+
+    /// What a process waiting for `executor` must have been started for.
+    fn prestart_key(executor: &Executor, context: &str) -> String {
+        let m = &executor.manifest;
+        format!(
+            "{}\0{}\0{}\0{}\0{:?}\0{context}",
+            m.name,
+            executor.program.display(),
+            m.program_sha256,
+            executor.signer,
+            m.program_args
+        )
+    }
+
+    async fn spawn_and_observe(
+        &self,
+        catalog: &Catalog,
+        executor: &Executor,
+        args: &Value,
+    ) -> (Observation, bool) {
+        let m = &executor.manifest;
+        let context = match serde_json::to_string(&self.context(executor)) {
+            Ok(text) => text,
+            Err(e) => {
+                let error = format!("cannot encode the context: {e}");
+                return (Observation::failure(error), false);
+            }
         };
-        drop(program);
+        let key = Self::prestart_key(executor, &context);
+        let waiting = if self.prestart {
+            self.waiting.take(&m.name, &key)
+        } else {
+            None
+        };
+        let ahead = waiting.is_some();
+        let child = match waiting {
+            Some(child) => Ok(child),
+            None => self.start(catalog, executor, &context),
+        };
+        let mut child = match child {
+            Ok(child) => child,
+            Err(error) => return (Observation::failure(error), false),
+        };
+        let observation = self.observe(&mut child, executor, args).await;
+        if self.prestart {
+            // The next call's process, started once this one is done.
+            self.start_ahead(catalog, executor, &context, key);
+        }
+        (observation, ahead)
+    }
+
+    /// Gives a started process its call and reads its one observation.
+    async fn observe(
+        &self,
+        child: &mut tokio::process::Child,
+        executor: &Executor,
+        args: &Value,
+    ) -> Observation {
+        let m = &executor.manifest;
+        // However this ends (a cancelled turn drops this future), nothing of the run stays.
+        let _group = KillGroupOnDrop(child.id());
         let pid = child.id();
         let input = serde_json::to_vec(args).unwrap_or_default();
         let mut stdin = child.stdin.take();
@@ -337,6 +497,33 @@ fn exec_path(file: &std::fs::File, path: &Path) -> PathBuf {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[tokio::test]
+    async fn a_process_started_ahead_serves_only_the_executor_and_context_it_was_started_for() {
+        let pool = Prestarted::default();
+        let start = || {
+            tokio::process::Command::new("/bin/cat")
+                .stdin(Stdio::piped())
+                .kill_on_drop(true)
+                .spawn()
+                .unwrap()
+        };
+        pool.put("fs_read", "key-a".into(), start());
+        // Another executor's call finds nothing; the waiting one stays.
+        assert!(pool.take("fs_write", "key-a").is_none());
+        assert_eq!(pool.len(), 1);
+        // The same executor with another manifest or context: not served, and let go.
+        assert!(pool.take("fs_read", "key-b").is_none());
+        assert!(pool.is_empty());
+        pool.put("fs_read", "key-a".into(), start());
+        // A second process for the same executor does not replace the first.
+        let first = pool.0.lock().unwrap()["fs_read"].child.id();
+        pool.put("fs_read", "key-a".into(), start());
+        let taken = pool.take("fs_read", "key-a").expect("the waiting process");
+        assert_eq!(taken.id(), first);
+        // Each serves one call: taken once, it is gone.
+        assert!(pool.take("fs_read", "key-a").is_none());
+    }
 
     #[test]
     fn only_one_well_formed_observation_is_accepted() {

@@ -1337,7 +1337,7 @@ fn exec_with_failing_syscall(
     let mut child = std::process::Command::new(strace)
         .args(["-f", "-qq", "-o", "/dev/null", "-e"])
         .arg(format!("inject={inject}"))
-        .args([EXEC, "shell_exec"])
+        .args([SHELL, "shell_exec"])
         .env_clear()
         .env(
             metnos_executors::observation::CONTEXT_VAR,
@@ -1403,6 +1403,114 @@ async fn without_landlock_or_namespaces_the_shell_refuses_unless_told_to_run_uns
             "{held}"
         );
     }
+}
+
+/// Waits until `runner` holds a process started ahead for each of `names`.
+async fn started_ahead(runner: &metnos_executors::Runner, count: usize) {
+    for _ in 0..500 {
+        if runner.waiting.len() >= count {
+            return;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+    }
+    panic!("no process was started ahead");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn with_prestart_each_call_gets_its_own_process_and_box_started_ahead() {
+    let (f, catalog) = setup();
+    let runner = metnos_executors::Runner {
+        prestart: true,
+        ..f.runner()
+    };
+    let started = |o: &metnos_executors::Observation| meta(o, "protections")["started"].clone();
+    // The first call starts its process; the next one finds a process (and its box) ready.
+    let o = runner
+        .check_and_run(&catalog, "shell_exec", &json!({"command": "touch one"}))
+        .await;
+    assert!(o.ok, "{o:?}");
+    assert_eq!(started(&o), json!("at the call"));
+    started_ahead(&runner, 1).await;
+    for (n, command) in ["touch two", "ls"].into_iter().enumerate() {
+        let o = runner
+            .check_and_run(&catalog, "shell_exec", &json!({ "command": command }))
+            .await;
+        assert!(o.ok, "{o:?}");
+        assert_eq!(
+            started(&o),
+            json!("ahead of the call, for this call only"),
+            "call {n}"
+        );
+        // The box is whole: built before the call, it holds what a fresh one holds.
+        let held = meta(&o, "sandbox");
+        if meta(&o, "sandbox")["landlock"] == json!("enforced") {
+            assert_eq!(
+                held["namespaces"],
+                json!(["user", "pid", "net", "ipc", "mount"])
+            );
+        }
+        started_ahead(&runner, 1).await;
+    }
+    assert!(f.workspace().join("two").exists());
+    // Other executors too, each its own process.
+    let o = runner
+        .check_and_run(&catalog, "time_now", &json!({"timezone": "UTC"}))
+        .await;
+    assert_eq!(started(&o), json!("at the call"));
+    started_ahead(&runner, 2).await;
+    let o = runner
+        .check_and_run(&catalog, "time_now", &json!({"timezone": "UTC"}))
+        .await;
+    assert!(o.ok, "{o:?}");
+    assert_eq!(started(&o), json!("ahead of the call, for this call only"));
+    // Without prestart nothing waits.
+    let cold = f.runner();
+    let o = cold
+        .check_and_run(&catalog, "time_now", &json!({"timezone": "UTC"}))
+        .await;
+    assert_eq!(started(&o), json!("at the call"));
+    assert!(cold.waiting.is_empty());
+}
+
+#[test]
+fn a_shell_started_ahead_whose_call_never_comes_runs_nothing_and_leaves_nothing() {
+    let (f, _catalog) = setup();
+    let tmp = f.root.path().join("tmp");
+    std::fs::create_dir_all(&tmp).unwrap();
+    let context = f.runner().context(f.load().get("shell_exec").unwrap());
+    let start = |prestarted: bool| {
+        let mut command = std::process::Command::new(SHELL);
+        command
+            .arg("shell_exec")
+            .env_clear()
+            .env("TMPDIR", &tmp)
+            .env(
+                metnos_executors::observation::CONTEXT_VAR,
+                serde_json::to_string(&context).unwrap(),
+            )
+            .stdin(std::process::Stdio::piped())
+            .stdout(std::process::Stdio::piped());
+        if prestarted {
+            command.env(metnos_executors::program::PRESTARTED_VAR, "1");
+        }
+        let mut child = command.spawn().unwrap();
+        // The runner went away: the input ends before its first byte.
+        drop(child.stdin.take());
+        child.wait_with_output().unwrap()
+    };
+    let out = start(true);
+    assert!(out.status.success(), "{out:?}");
+    assert!(
+        out.stdout.is_empty(),
+        "it answered a call that never came: {out:?}"
+    );
+    let left: Vec<_> = std::fs::read_dir(&tmp).unwrap().collect();
+    assert!(left.is_empty(), "the box's home was left behind: {left:?}");
+    // Not started ahead, an empty input is a call with no arguments, and says so.
+    let out = start(false);
+    let o: metnos_executors::Observation = serde_json::from_slice(&out.stdout).unwrap();
+    assert!(!o.ok && error(&o).contains("command"), "{o:?}");
+    assert_eq!(std::fs::read_dir(&tmp).unwrap().count(), 0);
 }
 
 #[tokio::test]

@@ -29,7 +29,60 @@ fn the_signed_builtins_all_load() {
         assert_eq!(executor.signer, "owner");
         let affinity = &executor.manifest.affinity;
         assert!(affinity.len() >= 8, "{}: {affinity:?}", executor.name());
+        // Each runs in the small program that holds it, installed beside metnos-exec.
+        let program = match executor.name() {
+            "shell_exec" => SHELL,
+            "web_fetch" | "parse_local" => WEB,
+            _ => EXEC,
+        };
+        assert_eq!(
+            executor.program,
+            std::path::Path::new(program).canonicalize().unwrap(),
+            "{}",
+            executor.name()
+        );
     }
+}
+
+#[test]
+fn built_ins_are_not_installed_without_their_programs_and_an_old_catalog_is_told_why() {
+    // metnos-exec alone, without metnos-web and metnos-shell beside it.
+    let f = Fixture::new();
+    let lonely = f.root.path().join("bin");
+    std::fs::create_dir_all(&lonely).unwrap();
+    std::fs::copy(EXEC, lonely.join("metnos-exec")).unwrap();
+    let error =
+        metnos_executors::install::install_builtins(&f.catalog_dir(), &lonely.join("metnos-exec"))
+            .unwrap_err()
+            .to_string();
+    assert!(error.contains("metnos-"), "{error}");
+    assert!(error.contains("is not beside"), "{error}");
+    // A catalog installed before the split points shell_exec at metnos-exec: it says what to do.
+    let out = std::process::Command::new(EXEC)
+        .arg("shell_exec")
+        .stdin(std::process::Stdio::null())
+        .output()
+        .unwrap();
+    let o: metnos_executors::Observation = serde_json::from_slice(&out.stdout).unwrap();
+    assert!(!o.ok);
+    let e = error_of(&o);
+    assert!(e.contains("runs in metnos-shell"), "{e}");
+    assert!(e.contains("metnos executors install"), "{e}");
+    // And an executor no program has is named as such.
+    let out = std::process::Command::new(WEB)
+        .arg("nope")
+        .stdin(std::process::Stdio::null())
+        .output()
+        .unwrap();
+    let o: metnos_executors::Observation = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(
+        o.error.as_deref(),
+        Some("metnos-web has no executor `nope`")
+    );
+}
+
+fn error_of(o: &metnos_executors::Observation) -> String {
+    o.error.clone().unwrap_or_default()
 }
 
 fn refusal_of(catalog: &Catalog, folder: &str) -> String {

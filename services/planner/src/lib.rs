@@ -75,6 +75,8 @@ pub fn runner_from_config(config: &Config) -> Runner {
             allow_unsandboxed: e.allow_unsandboxed,
             readable: e.shell_readable.clone(),
         },
+        prestart: e.prestart,
+        waiting: Default::default(),
     }
 }
 

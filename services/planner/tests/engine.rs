@@ -367,6 +367,7 @@ impl Harness {
                     allow_unsandboxed: false,
                     readable: Vec::new(),
                 },
+                ..Runner::default()
             },
             filters: filters.clone(),
             store: Store::new(db.clone()),

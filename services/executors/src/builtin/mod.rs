@@ -1,5 +1,5 @@
-//! The built-in executors, all in the one `metnos-exec` program (its first argument names
-//! the executor), each with its manifest under `services/executors/manifests/`.
+//! The built-in executors, in three programs (`metnos-exec`, `metnos-web`, `metnos-shell`;
+//! the first argument names the executor), each with its manifest under `services/executors/manifests/`.
 //!
 //! Every built-in resolves symlinks before touching a path and refuses one that leads out
 //! of its scope hints.
@@ -19,7 +19,7 @@ pub mod shell_exec;
 pub mod time_now;
 pub mod web_fetch;
 
-/// The built-ins' names and manifests (their `program` is `metnos-exec`).
+/// The built-ins' names and manifests (their `program` is the one `program_of` names).
 pub const MANIFESTS: &[(&str, &str)] = &[
     ("fs_read", include_str!("../../manifests/fs_read.toml")),
     ("fs_write", include_str!("../../manifests/fs_write.toml")),
@@ -36,19 +36,63 @@ pub const MANIFESTS: &[(&str, &str)] = &[
     ),
 ];
 
-/// Runs the built-in `name`.
+/// The program of the everyday built-ins: files and the clock.
+pub const EXEC_PROGRAM: &str = crate::BUILTIN_PROGRAM;
+/// The program of the built-ins that read documents from the world: web pages, and local
+/// files parsed as HTML or CSV (the HTTP client and the parsers load only here).
+pub const WEB_PROGRAM: &str = "metnos-web";
+
+/// The program that holds the built-in `name`: each program loads only what its own
+/// executors need, so a run starts a small program.
+pub fn program_of(name: &str) -> Option<&'static str> {
+    match name {
+        "fs_read" | "fs_write" | "fs_list" | "time_now" => Some(EXEC_PROGRAM),
+        "web_fetch" | "parse_local" => Some(WEB_PROGRAM),
+        shell_exec::NAME => Some(shell_exec::PROGRAM),
+        _ => None,
+    }
+}
+
+/// Runs the built-in `name`, whichever program holds it.
 pub fn run(name: &str, args: &Value, context: &ExecContext) -> Observation {
+    match program_of(name) {
+        Some(EXEC_PROGRAM) => run_exec(name, args, context),
+        Some(WEB_PROGRAM) => run_web(name, args, context),
+        Some(_) => shell_exec::run_named(name, args, context),
+        None => elsewhere(EXEC_PROGRAM, name),
+    }
+}
+
+/// `metnos-exec`'s executors.
+pub fn run_exec(name: &str, args: &Value, context: &ExecContext) -> Observation {
     match name {
         "fs_read" => fs_read::run(args, context),
         "fs_write" => fs_write::run(args, context),
         "fs_list" => fs_list::run(args, context),
-        "web_fetch" => web_fetch::run(args, context),
         "time_now" => time_now::run(args, context),
+        other => elsewhere(EXEC_PROGRAM, other),
+    }
+}
+
+/// `metnos-web`'s executors.
+pub fn run_web(name: &str, args: &Value, context: &ExecContext) -> Observation {
+    match name {
+        "web_fetch" => web_fetch::run(args, context),
         "parse_local" => parse_local::run(args, context),
-        "shell_exec" => shell_exec::run(args, context),
-        other => Observation::failure(format!(
-            "metnos-exec has no executor `{}`",
-            other.chars().take(64).collect::<String>()
+        other => elsewhere(WEB_PROGRAM, other),
+    }
+}
+
+/// The observation of a program asked for an executor it does not hold: a catalog
+/// installed before the built-ins were split names the old program.
+pub(crate) fn elsewhere(program: &str, name: &str) -> Observation {
+    match program_of(name) {
+        Some(own) => Observation::failure(format!(
+            "`{name}` runs in {own}, not {program}: install the built-ins again (`metnos executors install`) and sign them"
+        )),
+        None => Observation::failure(format!(
+            "{program} has no executor `{}`",
+            name.chars().take(64).collect::<String>()
         )),
     }
 }

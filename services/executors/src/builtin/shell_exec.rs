@@ -14,6 +14,7 @@
 
 use std::os::unix::fs::DirBuilderExt;
 use std::path::{Path, PathBuf};
+use std::process::ExitCode;
 use std::time::Duration;
 
 use serde_json::{Map, Value, json};
@@ -28,20 +29,90 @@ pub mod sandbox;
 
 pub use sandbox::{BOX_ARG, init_main};
 
+/// The executor's name.
+pub const NAME: &str = "shell_exec";
+/// Its program, apart from the other built-ins (its box's init is the same program).
+pub const PROGRAM: &str = "metnos-shell";
+
 const PROGRAM_DIRS: &[&str] = &["/usr/local/bin", "/usr/bin", "/bin"];
 const OPERATORS: &[&str] = &[
     ";", "&&", "||", "|", "&", ">", ">>", "<", "<<", "2>", "2>&1", "&>",
 ];
 
+/// A box built before its command is known, and the home it lends the command (removed
+/// with it).
+#[derive(Debug)]
+pub struct Ready {
+    workspace: PathBuf,
+    home: tempfile::TempDir,
+    sandbox: sandbox::Prepared,
+}
+
+/// Builds the box of `context` (its workspace, a fresh home, the namespaces, the init
+/// confined and waiting): what `metnos-shell` does before it reads its call, so that with
+/// the runner's prestart the box is ready when the call comes.
+pub fn prepare(context: &ExecContext) -> Result<Ready, (String, Map<String, Value>)> {
+    let workspace = workspace(context)?;
+    let home = fresh_home()?;
+    let sandbox = sandbox::prepare(plan_for(context, &workspace, home.path()));
+    Ok(Ready {
+        workspace,
+        home,
+        sandbox,
+    })
+}
+
 /// `{"probe": true}` (outside the manifest's schema, so only the runner's own check can send
 /// it) builds the box without running anything and reports what holds on this host.
 pub fn run(args: &Value, context: &ExecContext) -> Observation {
-    if args.get("probe") == Some(&Value::Bool(true)) {
-        return probe(context);
-    }
-    match execute(args, context) {
+    run_in(prepare(context), args, context)
+}
+
+/// Runs the call `args` in a box [`prepare`] built (or says why there is none).
+pub fn run_in(
+    ready: Result<Ready, (String, Map<String, Value>)>,
+    args: &Value,
+    context: &ExecContext,
+) -> Observation {
+    let result = ready.and_then(|ready| {
+        if args.get("probe") == Some(&Value::Bool(true)) {
+            Ok(probe(ready, context))
+        } else {
+            execute(args, context, ready)
+        }
+    });
+    match result {
         Ok(observation) => observation,
         Err((error, details)) => Observation::failure_with(error, details),
+    }
+}
+
+/// `metnos-shell`'s `main`: the box first, then the call.
+pub fn program_main() -> ExitCode {
+    if std::env::args().nth(1).as_deref() == Some(BOX_ARG) {
+        return init_main();
+    }
+    let name = std::env::args().nth(1).unwrap_or_default();
+    let context = crate::program::read_context();
+    let ready = match &context {
+        Ok(context) if name == NAME => Some(prepare(context)),
+        _ => None,
+    };
+    let observation = match (crate::program::read_args(), context, ready) {
+        (Ok(None), _, _) => return ExitCode::SUCCESS,
+        (Err(error), _, _) | (_, Err(error), _) => Observation::failure(error),
+        (Ok(Some(args)), Ok(context), Some(ready)) => run_in(ready, &args, &context),
+        (Ok(Some(_)), Ok(_), None) => super::elsewhere(PROGRAM, &name),
+    };
+    crate::program::write(&observation)
+}
+
+/// `metnos-shell`'s one executor, by name.
+pub fn run_named(name: &str, args: &Value, context: &ExecContext) -> Observation {
+    if name == NAME {
+        run(args, context)
+    } else {
+        super::elsewhere(PROGRAM, name)
     }
 }
 
@@ -149,9 +220,6 @@ fn plan_for(context: &ExecContext, workspace: &Path, home: &Path) -> sandbox::Pl
     ];
     env.extend(gitconfig::environment(workspace));
     sandbox::Plan {
-        program: None,
-        args: Vec::new(),
-        cwd: workspace.to_path_buf(),
         env,
         workspace: workspace.to_path_buf(),
         home: home.to_path_buf(),
@@ -195,14 +263,14 @@ fn outer_uid() -> u32 {
     rustix::process::geteuid().as_raw()
 }
 
-fn execute(args: &Value, context: &ExecContext) -> Result<Observation, Failure> {
+fn execute(args: &Value, context: &ExecContext, ready: Ready) -> Result<Observation, Failure> {
     let command = required(args, "command").map_err(fail)?;
     let (path, mut argv) = parse_command(command, context)?;
     let program = path
         .file_name()
         .map(|n| n.to_string_lossy().into_owned())
         .unwrap_or_default();
-    let workspace = workspace(context)?;
+    let workspace = ready.workspace.clone();
     let cwd = working_dir(args, &workspace)?;
     let cleared = rules::check(&program, &argv, &workspace, &cwd).map_err(fail)?;
     if let Some(dir) = &cleared.git_dir {
@@ -221,20 +289,18 @@ fn execute(args: &Value, context: &ExecContext) -> Result<Observation, Failure> 
         ("memory_mb", json!(shell.memory_mb)),
         ("file_size_mb", json!(shell.file_size_mb)),
     ]);
-    let home = fresh_home()?;
-    let plan = sandbox::Plan {
-        program: Some(path),
+    let run = sandbox::Run {
+        program: path,
         args: argv,
         cwd,
-        ..plan_for(context, &workspace, home.path())
     };
     let cap = usize::try_from(context.max_output_bytes / 2)
         .unwrap_or(usize::MAX)
         .max(1);
     // Leave the runner a second to report: its own timeout kills everything anyway.
     let budget = Duration::from_secs(context.timeout_seconds.saturating_sub(1).max(1));
-    let outcome = sandbox::run(plan, budget, cap);
-    drop(home);
+    let outcome = ready.sandbox.run(Some(&run), budget, cap);
+    drop(ready.home);
 
     details.insert("sandbox".into(), json!(outcome.protections));
     details.insert(
@@ -278,15 +344,9 @@ fn execute(args: &Value, context: &ExecContext) -> Result<Observation, Failure> 
 
 /// Builds the box without a command: what `metnos executors sandbox` and the planner's
 /// start-up report. `ok` when the box is a sandbox (or running without one is allowed).
-fn probe(context: &ExecContext) -> Observation {
-    let checked = workspace(context).and_then(|ws| fresh_home().map(|home| (ws, home)));
-    let (workspace, home) = match checked {
-        Ok(found) => found,
-        Err((error, details)) => return Observation::failure_with(error, details),
-    };
-    let plan = plan_for(context, &workspace, home.path());
-    let outcome = sandbox::run(plan, Duration::from_secs(10), 1);
-    drop(home);
+fn probe(ready: Ready, context: &ExecContext) -> Observation {
+    let outcome = ready.sandbox.run(None, Duration::from_secs(10), 1);
+    drop(ready.home);
     let missing = outcome.protections.missing();
     let mut details = meta([
         ("sandbox", json!(outcome.protections)),

@@ -13,6 +13,10 @@ use metnos_executors::{Catalog, Observation, Runner, ShellSettings};
 use serde_json::Value;
 
 pub const EXEC: &str = env!("CARGO_BIN_EXE_metnos-exec");
+/// `shell_exec`'s program (its box's init too).
+pub const SHELL: &str = env!("CARGO_BIN_EXE_metnos-shell");
+/// `web_fetch` and `parse_local`'s program.
+pub const WEB: &str = env!("CARGO_BIN_EXE_metnos-web");
 
 pub struct Fixture {
     pub root: tempfile::TempDir,
@@ -81,6 +85,7 @@ impl Fixture {
                 allow_unsandboxed: false,
                 readable: Vec::new(),
             },
+            ..Runner::default()
         }
     }
 

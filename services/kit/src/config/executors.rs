@@ -35,6 +35,10 @@ pub struct ExecutorsConfig {
     /// Run `shell_exec` commands even where its sandbox cannot be built (no user, PID,
     /// network and IPC namespaces, or no Landlock). Off: such a host refuses every command.
     pub allow_unsandboxed: bool,
+    /// Start each executor's next process as soon as a run ends, so a call finds it
+    /// started (and `shell_exec`'s box built) and only hands it its input. Each process
+    /// still serves one call; off: every call starts its process (a few ms more each).
+    pub prestart: bool,
     /// Hosts on this machine or the home network (`nas.lan`, `*.lan`, `192.168.1.10`)
     /// that network executors may reach. Every other loopback, private, link-local or
     /// special-purpose address is refused, whatever an executor's scope says.
@@ -59,6 +63,7 @@ impl Default for ExecutorsConfig {
             shell_processes: const { NonZero::new(64).unwrap() },
             shell_readable: Vec::new(),
             allow_unsandboxed: false,
+            prestart: true,
             local_hosts: Vec::new(),
         }
     }

@@ -1,16 +1,16 @@
 //! The box a `shell_exec` command runs in, and what it reports.
 //!
-//! Two processes of `metnos-exec` build it, so that every step is a plain call of ours and
+//! Two processes of `metnos-shell` build it, so that every step is a plain call of ours and
 //! nothing runs between a fork and an exec:
 //! - the executor itself (the *outer*, single-threaded) enters new user, PID, network, IPC
 //!   and mount namespaces ([`enter_namespaces`]); its own identity is mapped to root inside;
-//! - it spawns `metnos-exec shell_exec_box` (the *init*): PID 1 of the new PID namespace,
+//! - it spawns `metnos-shell shell_exec_box` (the *init*): PID 1 of the new PID namespace,
 //!   dead with the outer (parent-death signal), in a session of its own (no terminal). The
 //!   init mounts a `/proc` of its own namespace where the host allows, limits CPU, memory,
 //!   file size and processes, stops the command from making user
 //!   namespaces of its own, takes every capability from it, sets no-new-privileges and
-//!   enters the Landlock ruleset, reports what holds on its standard input (a pipe the outer
-//!   reads), then runs the command and waits for it. When the init exits, the kernel kills
+//!   enters the Landlock ruleset, reports what holds on its standard input (a socket to the
+//!   outer), then waits there for the command, runs it and waits for it. When the init exits, the kernel kills
 //!   whatever the command left in the namespace (`setsid` daemons included).
 //!
 //! The network namespace has only a loopback that is down, so nothing is reachable; Landlock
@@ -18,14 +18,15 @@
 //! or without Landlock the command is refused, unless `executors.allow_unsandboxed` says to
 //! run it anyway (and the report says so).
 
-use std::io::Read;
+use std::io::{BufRead, Read};
+use std::os::unix::net::UnixStream;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, ExitCode, Stdio};
 use std::time::{Duration, Instant};
 
 use serde::{Deserialize, Serialize};
 
-/// The first argument that makes `metnos-exec` the box's init.
+/// The first argument that makes `metnos-shell` the box's init.
 pub const BOX_ARG: &str = "shell_exec_box";
 
 /// The environment variable carrying the [`Plan`] to the init.
@@ -82,13 +83,10 @@ pub const ETC_READABLE: &[&str] = &[
 /// The devices a command may read (`/dev/null` it may also write).
 const DEVICES: &[&str] = &["/dev/zero", "/dev/full", "/dev/random", "/dev/urandom"];
 
-/// What the init is told.
+/// How the init builds the box (in its environment when it starts).
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
 pub struct Plan {
-    /// `None`: only build the box and report (the sandbox check).
-    pub program: Option<PathBuf>,
-    pub args: Vec<String>,
-    pub cwd: PathBuf,
+    /// The command's environment.
     pub env: Vec<(String, String)>,
     pub workspace: PathBuf,
     /// The per-run home: empty, the command's to write, removed afterwards.
@@ -107,6 +105,15 @@ pub struct Plan {
     pub namespaces: bool,
     /// The outer's user id outside the namespaces (root is exempt from RLIMIT_NPROC).
     pub outer_uid: u32,
+}
+
+/// The command, sent to the init once the box is ready (one JSON line on its channel).
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct Run {
+    pub program: PathBuf,
+    pub args: Vec<String>,
+    /// Inside the workspace.
+    pub cwd: PathBuf,
 }
 
 /// The resource limits of one command (config `executors.shell_*`).
@@ -226,10 +233,30 @@ impl Outcome {
     }
 }
 
-/// Runs `plan` in the box within `budget`, keeping at most `stdout_cap` bytes of its
-/// output. Call once per process: the namespaces are entered by this process itself.
-pub fn run(mut plan: Plan, budget: Duration, stdout_cap: usize) -> Outcome {
+/// How long the init may take to build the box and say so.
+const READY_WITHIN: Duration = Duration::from_secs(10);
+
+/// The most bytes of a command line the init reads.
+const MAX_RUN_BYTES: u64 = 1024 * 1024;
+
+/// A box built before its command is known: the init waits, confined, for one [`Run`].
+/// Dropped without running, the init reads the end of its channel and exits.
+#[derive(Debug)]
+pub struct Prepared {
+    protections: Protections,
+    /// The init and its channel, or why there is no box to run in.
+    state: Result<(Child, UnixStream), End>,
+}
+
+/// Builds the box of `plan`: enters the namespaces, starts the init and waits for its report.
+/// Call once per process: the namespaces are entered by this process itself.
+pub fn prepare(plan: Plan) -> Prepared {
+    let mut plan = plan;
     let mut protections = Protections::default();
+    let refused = |protections: Protections, end: End| Prepared {
+        protections,
+        state: Err(end),
+    };
     match enter_namespaces() {
         Ok(()) => {
             plan.namespaces = true;
@@ -239,58 +266,159 @@ pub fn run(mut plan: Plan, budget: Duration, stdout_cap: usize) -> Outcome {
             protections.namespaces_error = Some(why);
             if !plan.allow_unsandboxed {
                 let missing = protections.missing().unwrap_or_default();
-                return Outcome::before_spawn(protections, End::Refused(refusal(&missing)));
+                return refused(protections, End::Refused(refusal(&missing)));
             }
         }
     }
     // The command may not write a forged observation into this process's stdout through
     // /proc/<pid>/fd (after the maps: a non-dumpable process's /proc files are root's).
     keep_private();
-    let (report_reader, report_writer) = match std::io::pipe() {
-        Ok(pipe) => pipe,
-        Err(e) => return Outcome::before_spawn(protections, End::Failed(format!("pipe: {e}"))),
+    let (channel, init_end) = match UnixStream::pair() {
+        Ok(pair) => pair,
+        Err(e) => return refused(protections, End::Failed(format!("socketpair: {e}"))),
     };
     let plan_text = match serde_json::to_string(&plan) {
         Ok(text) => text,
-        Err(e) => return Outcome::before_spawn(protections, End::Failed(format!("plan: {e}"))),
+        Err(e) => return refused(protections, End::Failed(format!("plan: {e}"))),
     };
     let spawned = Command::new(own_program())
         .arg(BOX_ARG)
         .env_clear()
         .env(PLAN_VAR, plan_text)
         .current_dir("/")
-        .stdin(Stdio::from(report_writer))
+        .stdin(Stdio::from(std::os::fd::OwnedFd::from(init_end)))
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .spawn();
     let mut init = match spawned {
         Ok(child) => child,
         Err(e) => {
-            return Outcome::before_spawn(
+            return refused(
                 protections,
                 End::Failed(format!("the sandbox could not start: {e}")),
             );
         }
     };
-    let streams = collect(&mut init, report_reader, budget, stdout_cap);
-    let status = init.wait();
-    let end = match (
-        streams.timed_out,
-        read_reports(&streams.report, &mut protections),
-    ) {
-        (true, _) => End::TimedOut,
-        (false, Some(end)) => end,
-        (false, None) => End::Failed(format!(
-            "the sandbox ended without a report ({})",
-            status.map_or_else(|e| e.to_string(), |s| s.to_string())
+    // The first report says whether the box holds.
+    let first = read_line(&channel, READY_WITHIN);
+    let end = match first.as_deref().map(serde_json::from_slice::<Report>) {
+        Some(Ok(Report::Ready(p))) => {
+            merge(&mut protections, p);
+            None
+        }
+        Some(Ok(Report::Refused(p))) => {
+            merge(&mut protections, p);
+            Some(End::Refused(refusal(
+                &protections.missing().unwrap_or_default(),
+            )))
+        }
+        Some(Ok(Report::Failed(why))) => Some(End::Failed(why)),
+        Some(Ok(Report::Exited { .. })) | Some(Err(_)) => Some(End::Failed(
+            "the sandbox sent a report out of turn".to_owned(),
         )),
+        None => Some(End::Failed(format!(
+            "the sandbox did not report within {} s",
+            READY_WITHIN.as_secs()
+        ))),
     };
-    Outcome {
-        protections,
-        stdout: streams.stdout,
-        stdout_truncated: streams.stdout_truncated,
-        stderr: streams.stderr,
-        end,
+    match end {
+        None => Prepared {
+            protections,
+            state: Ok((init, channel)),
+        },
+        Some(end) => {
+            let _ = init.kill();
+            let _ = init.wait();
+            refused(protections, end)
+        }
+    }
+}
+
+impl Prepared {
+    /// What holds around a command run in this box.
+    pub fn protections(&self) -> &Protections {
+        &self.protections
+    }
+
+    /// Runs `run` in the box within `budget`, keeping at most `stdout_cap` bytes of its
+    /// output; `None` only ends the box (the sandbox check).
+    pub fn run(self, run: Option<&Run>, budget: Duration, stdout_cap: usize) -> Outcome {
+        let mut protections = self.protections;
+        let (mut init, mut channel) = match self.state {
+            Ok(state) => state,
+            Err(end) => return Outcome::before_spawn(protections, end),
+        };
+        let Some(run) = run else {
+            drop(channel);
+            let _ = init.wait();
+            return Outcome::before_spawn(protections, End::Checked);
+        };
+        let sent = serde_json::to_vec(run).map(|mut line| {
+            line.push(b'\n');
+            line
+        });
+        if let Err(e) = sent
+            .map_err(std::io::Error::other)
+            .and_then(|line| std::io::Write::write_all(&mut channel, &line))
+        {
+            let _ = init.kill();
+            let _ = init.wait();
+            return Outcome::before_spawn(
+                protections,
+                End::Failed(format!("the sandbox did not take the command: {e}")),
+            );
+        }
+        let streams = collect(&mut init, channel, budget, stdout_cap);
+        let status = init.wait();
+        let end = match (
+            streams.timed_out,
+            read_reports(&streams.report, &mut protections),
+        ) {
+            (true, _) => End::TimedOut,
+            (false, Some(end)) => end,
+            (false, None) => End::Failed(format!(
+                "the sandbox ended without a report ({})",
+                status.map_or_else(|e| e.to_string(), |s| s.to_string())
+            )),
+        };
+        Outcome {
+            protections,
+            stdout: streams.stdout,
+            stdout_truncated: streams.stdout_truncated,
+            stderr: streams.stderr,
+            end,
+        }
+    }
+}
+
+/// Builds the box of `plan` and runs `run` in it: [`prepare`], then [`Prepared::run`].
+pub fn run(plan: Plan, run: Option<&Run>, budget: Duration, stdout_cap: usize) -> Outcome {
+    prepare(plan).run(run, budget, stdout_cap)
+}
+
+/// One line from `channel` within `wait` (without its newline); `None` at its end, on an
+/// error, or when the time runs out. The init sends nothing after its first report until
+/// it is sent the command, so nothing after the line is taken from the channel.
+fn read_line(mut channel: &UnixStream, wait: Duration) -> Option<Vec<u8>> {
+    let deadline = Instant::now() + wait;
+    let mut line = Vec::new();
+    let mut buffer = [0u8; 4096];
+    loop {
+        let left = deadline.saturating_duration_since(Instant::now());
+        if left.is_zero() || !wait_readable([Some(&channel), None, None], left)[0] {
+            return None;
+        }
+        match channel.read(&mut buffer) {
+            Ok(0) | Err(_) => return None,
+            Ok(n) => line.extend_from_slice(&buffer[..n]),
+        }
+        if let Some(end) = line.iter().position(|b| *b == b'\n') {
+            line.truncate(end);
+            return Some(line);
+        }
+        if line.len() > 64 * 1024 {
+            return None;
+        }
     }
 }
 
@@ -338,7 +466,7 @@ fn own_program() -> PathBuf {
     if cfg!(target_os = "linux") {
         PathBuf::from("/proc/self/exe")
     } else {
-        std::env::current_exe().unwrap_or_else(|_| PathBuf::from(crate::BUILTIN_PROGRAM))
+        std::env::current_exe().unwrap_or_else(|_| PathBuf::from(super::PROGRAM))
     }
 }
 
@@ -389,12 +517,7 @@ impl<R: Read> Source<R> {
 /// Reads stdout, stderr and the report until all three end (the init and everything in
 /// its namespace are gone), killing the init when `budget` runs out. One thread: a process
 /// that has entered a new PID namespace cannot start threads.
-fn collect(
-    init: &mut Child,
-    report: std::io::PipeReader,
-    budget: Duration,
-    stdout_cap: usize,
-) -> Streams {
+fn collect(init: &mut Child, report: UnixStream, budget: Duration, stdout_cap: usize) -> Streams {
     let mut stdout = Source::new(init.stdout.take(), stdout_cap);
     let mut stderr = Source::new(init.stderr.take(), STDERR_CAP);
     let mut report = Source::new(Some(report), 64 * 1024);
@@ -500,8 +623,9 @@ fn enter_namespaces() -> Result<(), String> {
     Err("not available on this operating system".to_owned())
 }
 
-/// The init: builds the box, reports, runs the command, reports how it ended. Its standard
-/// input is the report pipe; the plan is in its environment.
+/// The init: builds the box, reports, waits for the command, runs it, reports how it
+/// ended. Its standard input is its channel to the outer (a socket: reports out, the
+/// command in); the plan is in its environment.
 pub fn init_main() -> ExitCode {
     #[cfg(target_os = "linux")]
     {
@@ -509,7 +633,7 @@ pub fn init_main() -> ExitCode {
         let _ =
             rustix::process::set_parent_process_death_signal(Some(rustix::process::Signal::KILL));
     }
-    // Nor a forged report into the report pipe through /proc/1/fd/0.
+    // Nor a forged report or command into the channel through /proc/1/fd/0.
     keep_private();
     let plan: Plan = match std::env::var(PLAN_VAR)
         .map_err(|e| e.to_string())
@@ -529,12 +653,26 @@ pub fn init_main() -> ExitCode {
     if send(&Report::Ready(protections)).is_err() {
         return ExitCode::FAILURE;
     }
-    let Some(program) = &plan.program else {
+    // Then the command, once it is known; the end of the channel means none.
+    let mut line = Vec::new();
+    let read = std::io::stdin()
+        .lock()
+        .take(MAX_RUN_BYTES)
+        .read_until(b'\n', &mut line);
+    if read.is_err() || line.iter().all(u8::is_ascii_whitespace) {
         return ExitCode::SUCCESS;
+    }
+    let run: Run = match serde_json::from_slice(&line) {
+        Ok(run) => run,
+        Err(e) => {
+            let _ = send(&Report::Failed(format!("the sandbox's command: {e}")));
+            return ExitCode::FAILURE;
+        }
     };
+    let program = &run.program;
     let child = Command::new(program)
-        .args(&plan.args)
-        .current_dir(&plan.cwd)
+        .args(&run.args)
+        .current_dir(&run.cwd)
         .env_clear()
         .envs(plan.env.iter().map(|(k, v)| (k, v)))
         .stdin(Stdio::null())
@@ -904,11 +1042,16 @@ mod tests {
     }
 
     #[test]
-    fn a_plan_travels_to_the_init_intact() {
-        let plan = Plan {
-            program: Some(PathBuf::from("/usr/bin/true")),
-            args: vec!["a".into()],
+    fn a_plan_and_its_command_travel_to_the_init_intact() {
+        let run = Run {
+            program: PathBuf::from("/usr/bin/true"),
+            args: vec!["a\nb".into()],
             cwd: PathBuf::from("/w"),
+        };
+        let line = serde_json::to_string(&run).unwrap();
+        assert!(!line.contains('\n'), "one line on the channel: {line}");
+        assert_eq!(serde_json::from_str::<Run>(&line).unwrap(), run);
+        let plan = Plan {
             env: vec![("HOME".into(), "/h".into())],
             workspace: PathBuf::from("/w"),
             home: PathBuf::from("/h"),
@@ -966,9 +1109,6 @@ mod tests {
         std::fs::create_dir_all(music.join(".keys")).unwrap();
         std::fs::write(music.join("a.flac"), "").unwrap();
         let plan = Plan {
-            program: None,
-            args: Vec::new(),
-            cwd: PathBuf::from("/w"),
             env: Vec::new(),
             workspace: PathBuf::from("/w"),
             home: PathBuf::from("/h"),
