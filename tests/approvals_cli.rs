@@ -61,7 +61,12 @@ async fn pending_requests_are_listed_and_shown_with_their_card() {
     let (code, stdout, _) = sandbox.run(&["approvals", "show", &token]).await;
     assert_eq!(code, 0);
     let shown = &lines(&stdout)[0];
-    assert_eq!(shown["card"][0], "Vuoi che scarichi?");
+    // The card is the service's reading of the call, not the caller's "scarichi".
+    assert_eq!(shown["card"][0], "Vuoi che crei un file?");
+    assert_eq!(
+        shown["card"][1],
+        "~/downloads/rapporto.pdf — nuovo file, 0 B: vuoto"
+    );
     assert_eq!(
         shown["card"][2],
         "reversible | classe: fs_write:~/downloads/**"

@@ -261,6 +261,14 @@ impl Approvals {
             &self.home,
         )?;
         let capability_class = class_of(&new.executor, &new.capability, &new.target, &self.home);
+        // What the card says the call does comes from the call, not from the caller's words.
+        let described = crate::describe::describe(
+            &new.executor,
+            &new.target,
+            &new.args_json,
+            &from_earlier_steps(&extra_json),
+            new.card.language,
+        );
         let recurrence_count = self
             .store
             .count_approved(&new.requester, &capability_class)
@@ -273,8 +281,8 @@ impl Approvals {
         let pending = Pending {
             token: token::new_token(),
             requester: new.requester,
-            action_verb: new.card.action_verb,
-            target_summary: new.card.target_summary,
+            action_verb: described.verb,
+            target_summary: described.summary,
             capability_class,
             reversibility: new.card.reversibility,
             territory,
@@ -461,4 +469,22 @@ fn check_token(token: &str) -> Result<(), Error> {
         let shown: String = token.chars().take(40).collect();
         Err(Error::MalformedToken(shown))
     }
+}
+
+/// The arguments a request's `extra_json` says carry an earlier step's content.
+fn from_earlier_steps(extra_json: &str) -> Vec<String> {
+    serde_json::from_str::<serde_json::Value>(extra_json)
+        .ok()
+        .and_then(|extra| {
+            extra
+                .get(crate::describe::FROM_EARLIER_STEPS)?
+                .as_array()
+                .map(|keys| {
+                    keys.iter()
+                        .filter_map(|k| k.as_str().map(str::to_owned))
+                        .take(16)
+                        .collect()
+                })
+        })
+        .unwrap_or_default()
 }

@@ -77,7 +77,12 @@ async fn create_issues_a_token_and_a_pending_record(store: TestStore) {
         pending.recurrence_count, 0,
         "the caller's count is not trusted"
     );
-    assert_eq!(card.lines[0], "Vuoi che scarichi?");
+    // The caller said "scarichi" and a download: the card says what the call does.
+    assert_eq!(card.lines[0], "Vuoi che crei un file?");
+    assert_eq!(
+        card.lines[1],
+        "~/downloads/rapporto.pdf — nuovo file, 1 B: «x»"
+    );
     assert_eq!(card.buttons[0].data, format!("approve:{}", pending.token));
     let stored = approvals.get(&pending.token).await.unwrap();
     assert_eq!(stored, pending);

@@ -3,6 +3,11 @@
 
 use sha2::{Digest, Sha256};
 
+/// The key of an approval request's `extra_json` that names the arguments whose value came,
+/// through a `{{stepN…}}` reference, from what an earlier step of the turn observed: the
+/// planner sets it, the approval service's card says so.
+pub const FROM_EARLIER_STEPS: &str = "from_earlier_steps";
+
 /// `args_json` is not a JSON object.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("args_json is not a JSON object: {0}")]

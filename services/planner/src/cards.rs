@@ -33,6 +33,7 @@ pub fn pending_request(
     target: &str,
     name: &str,
     args_json: &str,
+    raw_args: &serde_json::Value,
 ) -> approval::CreatePendingRequest {
     let italian = cp.language != Some(Language::English);
     let shown_target = if target.is_empty() {
@@ -66,6 +67,7 @@ pub fn pending_request(
             } else {
                 Language::English.to_wire()
             },
+            extra_json: extra_json(raw_args),
             ..Default::default()
         }),
         capability: capability.to_owned(),
@@ -75,4 +77,22 @@ pub fn pending_request(
         ttl_seconds: 0,
         territory_target: String::new(),
     }
+}
+
+/// What the approval service is told beside the call: which arguments came, through
+/// `{{stepN…}}` references, from what earlier steps observed (the card says so).
+fn extra_json(raw_args: &serde_json::Value) -> String {
+    let from_earlier: Vec<&String> = raw_args
+        .as_object()
+        .map(|args| {
+            args.iter()
+                .filter(|(_, value)| !crate::piping::referenced_steps(value).is_empty())
+                .map(|(key, _)| key)
+                .collect()
+        })
+        .unwrap_or_default();
+    if from_earlier.is_empty() {
+        return String::new();
+    }
+    serde_json::json!({ metnos_core::call::FROM_EARLIER_STEPS: from_earlier }).to_string()
 }

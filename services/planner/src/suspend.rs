@@ -74,6 +74,7 @@ impl Planner {
             &cleared.target,
             &call.name,
             &args_json,
+            &call.arguments,
         );
         let created = match self.filters.create_pending(request).await {
             Ok(created) => created,

