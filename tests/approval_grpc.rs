@@ -160,6 +160,7 @@ fn create(territory: pb::TerritoryConcession) -> pb::CreatePendingRequest {
         args_json: r#"{"path":"~/downloads/report.pdf","content":"x"}"#.into(),
         ttl_seconds: 0,
         territory_target: "~/downloads/**".into(),
+        level: metnos_proto::common::v1::AutonomyLevel::Supervised as i32,
     }
 }
 

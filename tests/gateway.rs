@@ -213,6 +213,17 @@ async fn a_write_is_approved_by_button_and_the_card_is_closed() {
     );
     let (card_call, approve, reject) = s.card().await;
     assert_eq!(card_call.body["parse_mode"], "HTML");
+    // What the call does, read from the call, and why Ada is asked.
+    let text = card_call.body["text"].as_str().unwrap_or_default();
+    assert!(text.contains("May I create a file?"), "{text}");
+    assert!(
+        text.contains("~/tg.txt — new file, 13 B: «from telegram»"),
+        "{text}"
+    );
+    assert!(
+        text.contains("<i>Why: at Supervised, writing files asks first</i>"),
+        "{text}"
+    );
     assert!(approve.starts_with("approve:"));
     assert!(reject.starts_with("reject:"));
     assert!(!s.home().join("tg.txt").exists());

@@ -320,6 +320,9 @@ async fn the_seeds_diary_example_reads_the_tail_and_answers() {
         json!(["path", "tail_bytes"])
     );
     assert_eq!(record["steps"][0]["policy"], "allowed");
+    // Policy's reason, as labels: the level, the capability, the outcome.
+    let why = record["steps"][0]["policy_reason"].as_str().unwrap();
+    assert!(why.ends_with(" x fs:read = allowed"), "{why}");
     assert!(
         !stdout.contains("diary") && !stdout.contains("wednesday"),
         "{stdout}"
@@ -410,7 +413,10 @@ async fn a_write_that_needs_approval_runs_only_when_approved() {
     let Some(Event::AwaitingApproval(card)) = events.last() else {
         panic!("no approval card: {events:#?}");
     };
-    assert_eq!(card.card.as_ref().unwrap().lines.len(), 3, "{card:?}");
+    // The seed's three lines, and why it asks.
+    let lines = &card.card.as_ref().unwrap().lines;
+    assert_eq!(lines.len(), 4, "{card:?}");
+    assert_eq!(lines[3], "Why: at Supervised, writing files asks first");
     assert!(!s.home().join("a.txt").exists(), "written before approval");
     s.resolve(&card.token, approval::Decision::Approve).await;
     let rest = until_end(&mut stream).await;
@@ -1218,6 +1224,11 @@ async fn metnos_ask_shows_the_steps_takes_y_from_a_pipe_and_prints_the_answer() 
     assert!(stderr.contains("May I create a file?"), "{stderr}");
     assert!(
         stderr.contains("~/asked.txt — new file, 2 B: «hi»"),
+        "{stderr}"
+    );
+    // And why it asks.
+    assert!(
+        stderr.contains("Why: at Supervised, writing files asks first"),
         "{stderr}"
     );
     assert!(stderr.contains("approval: approved"), "{stderr}");

@@ -125,6 +125,9 @@ pub struct CardRequest {
     pub territory: Territory,
     pub recurrence_count: u32,
     pub language: Language,
+    /// Why the person is asked (policy's level and what it asks about), one short line on
+    /// the full and medium forms; none on a card rendered for a caller's preview.
+    pub reason: Option<String>,
 }
 
 /// Why a card request is refused.
@@ -335,6 +338,11 @@ pub fn render(request: &CardRequest, token: &str) -> Card {
         }
     };
     let (mut lines, mut html) = (lines, html);
+    if let Some(reason) = request.reason.as_deref().filter(|_| shape != Shape::Short) {
+        let reason = sanitize(reason, SHOWN_CLASS);
+        html.push(format!("<i>{}</i>", escape_html(&reason)));
+        lines.push(reason);
+    }
     if had_invisible {
         let warning = invisible_warning(language);
         lines.push(warning.to_owned());
@@ -373,7 +381,37 @@ mod tests {
             territory,
             recurrence_count: recurrence,
             language: Language::Italian,
+            reason: None,
         }
+    }
+
+    #[test]
+    fn the_reason_is_a_line_of_the_full_and_medium_forms_not_of_the_short_one() {
+        let why = "Why: at Supervised, writing files asks first";
+        for (recurrence, lines) in [(0, 4), (3, 3), (8, 1)] {
+            let card = render(
+                &CardRequest {
+                    reason: Some(why.into()),
+                    ..download(recurrence, Territory::None)
+                },
+                TOKEN,
+            );
+            assert_eq!(card.lines.len(), lines, "{recurrence}: {card}");
+            assert_eq!(card.lines.last().unwrap() == why, lines > 1);
+        }
+        // Caller text cannot make it two lines or markup.
+        let card = render(
+            &CardRequest {
+                reason: Some("a\n<b>b</b>".into()),
+                ..download(0, Territory::None)
+            },
+            TOKEN,
+        );
+        assert_eq!(card.lines[3], "a <b>b</b>");
+        assert!(
+            card.telegram_html
+                .ends_with("<i>a &lt;b&gt;b&lt;/b&gt;</i>")
+        );
     }
 
     /// The seed's end-to-end example 1 (ch. 9), exactly.

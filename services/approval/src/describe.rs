@@ -6,7 +6,9 @@
 //! Each part is shortened on its own (head … tail with its length), so a long path cannot
 //! push the content preview off the card, nor a long preview the path.
 
+use metnos_core::capability::{Capability, DefaultApproval};
 use metnos_core::language::Language;
+use metnos_core::level::AutonomyLevel;
 use serde_json::Value;
 
 use crate::card::shown;
@@ -121,6 +123,39 @@ pub fn describe(
         }
     };
     Described { verb, summary }
+}
+
+/// Why the person is asked, in one short line: the level policy judged the call at and
+/// what that level asks about (policy's table; no grant covered the target).
+pub fn reason(level: AutonomyLevel, capability: &str, language: Language) -> String {
+    let it = language == Language::Italian;
+    let always = Capability::parse(capability)
+        .is_ok_and(|c| c.spec().default_approval == DefaultApproval::Always);
+    let what = match (capability, it) {
+        ("fs:write", true) => "scrivere file",
+        ("fs:write", false) => "writing files",
+        ("fs:read", true) => "leggere file",
+        ("fs:read", false) => "reading files",
+        ("network:http", true) => "usare la rete",
+        ("network:http", false) => "using the network",
+        ("code:exec", true) => "eseguire comandi",
+        ("code:exec", false) => "running commands",
+        ("mail:send", true) => "inviare email",
+        ("mail:send", false) => "sending mail",
+        ("mail:read", true) => "leggere la posta",
+        ("mail:read", false) => "reading mail",
+        ("llm:online", true) => "usare un LLM online",
+        ("llm:online", false) => "using an online LLM",
+        ("channel:out", true) => "scrivere ad altri",
+        ("channel:out", false) => "writing to others",
+        (other, _) => other,
+    };
+    match (always, it) {
+        (true, true) => format!("Perché: {what} chiede sempre conferma"),
+        (true, false) => format!("Why: {what} is always asked first"),
+        (false, true) => format!("Perché: al livello {level}, {what} chiede conferma"),
+        (false, false) => format!("Why: at {level}, {what} asks first"),
+    }
 }
 
 /// web_fetch: its method, host and path (credentials hidden), and a body's size and origin.
@@ -244,6 +279,22 @@ mod tests {
             &earlier,
             Language::English,
         )
+    }
+
+    #[test]
+    fn the_reason_says_the_level_and_what_it_asks_about() {
+        assert_eq!(
+            reason(AutonomyLevel::Supervised, "fs:write", Language::English),
+            "Why: at Supervised, writing files asks first"
+        );
+        assert_eq!(
+            reason(AutonomyLevel::Supervised, "network:http", Language::Italian),
+            "Perché: al livello Supervised, usare la rete chiede conferma"
+        );
+        assert_eq!(
+            reason(AutonomyLevel::Full, "mail:send", Language::English),
+            "Why: sending mail is always asked first"
+        );
     }
 
     #[test]

@@ -174,6 +174,7 @@ fn card_request(message: &pb::ApprovalRequest) -> Result<CardRequest, Error> {
         territory,
         recurrence_count: message.recurrence_count,
         language,
+        reason: None,
     })
 }
 
@@ -239,6 +240,7 @@ pub fn pending_msg(p: &Pending) -> pb::PendingApproval {
         call_sha256: p.call_sha256.clone(),
         cancel_reason: p.cancel_reason.clone().unwrap_or_default(),
         grant_id: p.grant_id,
+        level: p.policy_level.map_or(0, |level| level.to_wire()),
     }
 }
 
@@ -299,6 +301,8 @@ impl ApprovalService for ApprovalApi {
                 args_json: r.args_json.clone(),
                 ttl_seconds: r.ttl_seconds,
                 extra_json: message.extra_json.clone(),
+                // Unspecified (an older caller): the card has no reason line.
+                policy_level: metnos_core::level::AutonomyLevel::from_wire(r.level).ok(),
             };
             self.approvals.create(new).await
         }

@@ -5,6 +5,7 @@ use std::path::PathBuf;
 use std::sync::Arc;
 
 use metnos_core::capability::{Capability, UnknownCapability};
+use metnos_core::level::AutonomyLevel;
 use metnos_core::principal::{Principal, PrincipalError};
 use metnos_core::target::{Pattern, TargetError};
 use metnos_kit::client::TracedChannel;
@@ -90,6 +91,8 @@ pub struct NewRequest {
     /// 0: the configured default.
     pub ttl_seconds: u32,
     pub extra_json: String,
+    /// The autonomy level policy judged the call at (the card says why it asks).
+    pub policy_level: Option<AutonomyLevel>,
 }
 
 /// The decision a requester gives.
@@ -229,6 +232,9 @@ impl Approvals {
                 territory: pending.territory,
                 recurrence_count: pending.recurrence_count,
                 language: pending.language,
+                reason: pending.policy_level.map(|level| {
+                    crate::describe::reason(level, &pending.capability, pending.language)
+                }),
             },
             &pending.token,
         )
@@ -301,6 +307,7 @@ impl Approvals {
             cancel_reason: None,
             grant_id: None,
             extra_json,
+            policy_level: new.policy_level,
         };
         self.store.insert(&pending).await?;
         // Names only: the class and the target hold the call's values (a path, a command,

@@ -2,6 +2,7 @@
 //! state change is one conditional UPDATE (`… WHERE token = $1 AND status = 'pending'`),
 //! so concurrent decisions on one token change it exactly once on either backend.
 
+use metnos_core::level::AutonomyLevel;
 use metnos_core::principal::Principal;
 use metnos_kit::on_db;
 use metnos_kit::store::{Db, EmbeddedMigration, Migrations};
@@ -9,16 +10,30 @@ use sqlx::Row;
 
 use crate::card::{Language, Reversibility, Territory};
 
-const SQLITE: &[EmbeddedMigration] = &[EmbeddedMigration {
-    version: 1,
-    description: "pending",
-    sql: include_str!("../migrations/sqlite/0001_pending.sql"),
-}];
-const POSTGRES: &[EmbeddedMigration] = &[EmbeddedMigration {
-    version: 1,
-    description: "pending",
-    sql: include_str!("../migrations/postgres/0001_pending.sql"),
-}];
+const SQLITE: &[EmbeddedMigration] = &[
+    EmbeddedMigration {
+        version: 1,
+        description: "pending",
+        sql: include_str!("../migrations/sqlite/0001_pending.sql"),
+    },
+    EmbeddedMigration {
+        version: 2,
+        description: "policy level",
+        sql: include_str!("../migrations/sqlite/0002_policy_level.sql"),
+    },
+];
+const POSTGRES: &[EmbeddedMigration] = &[
+    EmbeddedMigration {
+        version: 1,
+        description: "pending",
+        sql: include_str!("../migrations/postgres/0001_pending.sql"),
+    },
+    EmbeddedMigration {
+        version: 2,
+        description: "policy level",
+        sql: include_str!("../migrations/postgres/0002_policy_level.sql"),
+    },
+];
 
 /// The schema of the approval store, per backend.
 pub const MIGRATIONS: Migrations = Migrations {
@@ -93,12 +108,15 @@ pub struct Pending {
     pub cancel_reason: Option<String>,
     pub grant_id: Option<i64>,
     pub extra_json: String,
+    /// The autonomy level policy judged the call at (the card's reason line); none for
+    /// requests stored before it was kept.
+    pub policy_level: Option<AutonomyLevel>,
 }
 
 const COLUMNS: &str = "token, channel, sender_id, capability_class, action_verb, target_summary, \
     reversibility, territory, language, capability, target, territory_target, executor, \
     call_sha256, recurrence_count, created_at, expires_at, status, decision_at, \
-    decision_by_channel, decision_by_sender, cancel_reason, grant_id, request_extra";
+    decision_by_channel, decision_by_sender, cancel_reason, grant_id, request_extra, policy_level";
 
 fn from_row<R>(row: &R) -> Result<Pending, sqlx::Error>
 where
@@ -150,6 +168,8 @@ where
         cancel_reason: row.try_get("cancel_reason")?,
         grant_id: row.try_get("grant_id")?,
         extra_json: text("request_extra")?,
+        // Unknown or empty (stored before the level was kept): no reason line.
+        policy_level: AutonomyLevel::parse(&text("policy_level")?).ok(),
     })
 }
 
@@ -171,7 +191,7 @@ impl PendingStore {
     pub async fn insert(&self, p: &Pending) -> Result<(), sqlx::Error> {
         let sql = format!(
             "INSERT INTO pending ({COLUMNS}) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, \
-             $11, $12, $13, $14, $15, $16, $17, $18, $19, $20, $21, $22, $23, $24)"
+             $11, $12, $13, $14, $15, $16, $17, $18, $19, $20, $21, $22, $23, $24, $25)"
         );
         on_db!(&self.db, pool => {
             sqlx::query(sqlx::AssertSqlSafe(sql))
@@ -199,6 +219,7 @@ impl PendingStore {
                 .bind(&p.cancel_reason)
                 .bind(p.grant_id)
                 .bind(&p.extra_json)
+                .bind(p.policy_level.map_or("", AutonomyLevel::as_str))
                 .execute(pool)
                 .await?;
         });

@@ -53,6 +53,7 @@ fn request(territory: Territory) -> NewRequest {
             territory,
             recurrence_count: 99, // ignored: the service counts
             language: Language::Italian,
+            reason: None,
         },
         capability: "fs:write".into(),
         target: "~/downloads/rapporto.pdf".into(),
@@ -61,6 +62,7 @@ fn request(territory: Territory) -> NewRequest {
         args_json: r#"{"path":"~/downloads/rapporto.pdf","content":"x"}"#.into(),
         ttl_seconds: 0,
         extra_json: String::new(),
+        policy_level: Some(metnos_core::level::AutonomyLevel::Supervised),
     }
 }
 
@@ -82,6 +84,15 @@ async fn create_issues_a_token_and_a_pending_record(store: TestStore) {
     assert_eq!(
         card.lines[1],
         "~/downloads/rapporto.pdf — nuovo file, 1 B: «x»"
+    );
+    // Why it is asked: the level policy judged it at, and what that level asks about.
+    assert_eq!(
+        card.lines[3],
+        "Perché: al livello Supervised, scrivere file chiede conferma"
+    );
+    assert!(
+        card.telegram_html
+            .contains("<i>Perché: al livello Supervised")
     );
     assert_eq!(card.buttons[0].data, format!("approve:{}", pending.token));
     let stored = approvals.get(&pending.token).await.unwrap();
@@ -275,7 +286,8 @@ async fn recurrence_counts_this_persons_past_approvals_of_the_same_class(store: 
         let (pending, card) = approvals.create(request(Territory::None)).await.unwrap();
         assert_eq!(pending.recurrence_count, expected);
         if expected == 3 {
-            assert_eq!(card.lines.len(), 2, "the fourth time the card is medium");
+            // The medium form's two lines, and why it asks.
+            assert_eq!(card.lines.len(), 3, "the fourth time the card is medium");
         }
         approvals
             .resolve(&pending.token, Decision::Approve, &roberto())
@@ -304,7 +316,7 @@ async fn recurrence_counts_this_persons_past_approvals_of_the_same_class(store: 
     let (pending, card) = approvals.create(sibling).await.unwrap();
     assert_eq!(pending.recurrence_count, 4);
     assert_eq!(pending.capability_class, "fs_write:~/downloads/**");
-    assert_eq!(card.lines.len(), 2, "the medium form");
+    assert_eq!(card.lines.len(), 3, "the medium form, and why it asks");
 }
 
 #[test]

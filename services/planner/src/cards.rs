@@ -76,6 +76,7 @@ pub fn pending_request(
         args_json: args_json.to_owned(),
         ttl_seconds: 0,
         territory_target: String::new(),
+        level: cp.level.to_wire(),
     }
 }
 

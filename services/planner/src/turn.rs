@@ -234,6 +234,9 @@ pub struct StepLog {
     /// Unset when the call did not get that far.
     pub scope: Option<ScopeCheck>,
     pub policy: Option<PolicyCheck>,
+    /// Why policy decided so, in labels only: `Supervised x fs:write = approval_required`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub policy_reason: Option<String>,
     pub grant_id: Option<i64>,
     pub verdict: Option<VerdictCheck>,
     pub verdict_score: Option<f64>,

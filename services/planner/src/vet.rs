@@ -201,6 +201,31 @@ impl Planner {
             Outcome::Denied => PolicyCheck::Denied,
         });
         log.grant_id = policy.grant_id;
+        // Policy's reason as labels (its text names the target, a value the log never keeps).
+        let decided_on = if policy.approval_capability.is_empty() {
+            executor
+                .manifest
+                .capabilities
+                .first()
+                .cloned()
+                .unwrap_or_default()
+        } else {
+            policy.approval_capability.clone()
+        };
+        log.policy_reason = Some(format!(
+            "{} x {decided_on} = {}{}",
+            cp.level,
+            match policy.outcome {
+                Outcome::Allowed => "allowed",
+                Outcome::ApprovalRequired => "approval_required",
+                Outcome::Denied => "denied",
+            },
+            if policy.grant_id.is_some() {
+                " by a grant"
+            } else {
+                ""
+            }
+        ));
         events.push(pb::turn_event::Event::PolicyOutcome(pb::PolicyOutcome {
             step: log.step,
             outcome: policy_to_wire(policy.outcome) as i32,
