@@ -17,6 +17,15 @@ fn usual_umask() {
     rustix::process::umask(rustix::fs::Mode::from_raw_mode(0o022));
 }
 
+/// `YYYY-MM` now (UTC), as the verdict log names its files.
+fn this_month() -> String {
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs_f64();
+    metnos_vaglio::log::month_of(now)
+}
+
 fn mode(path: &Path) -> u32 {
     std::fs::symlink_metadata(path)
         .unwrap_or_else(|e| panic!("{}: {e}", path.display()))
@@ -161,9 +170,10 @@ async fn an_installation_open_to_other_users_is_made_private_at_the_next_start()
     assert_eq!(code, 0, "{stderr}");
 
     // What an older version, or a copy with `cp -r`, left behind: everything open.
+    let verdicts = format!("vaglio/{}.jsonl", this_month());
     for (file, text) in [
         ("turns/2026-11-01.jsonl", "{\"query\":\"my diary\"}\n"),
-        ("vaglio/2026-11.jsonl", "{\"verdict\":\"approved\"}\n"),
+        (verdicts.as_str(), "{\"verdict\":\"approved\"}\n"),
         ("chat_history", "what is in my diary\n"),
         ("metnos-up.json", "{\"pid\":1,\"services\":{}}"),
     ] {
@@ -187,14 +197,11 @@ async fn an_installation_open_to_other_users_is_made_private_at_the_next_start()
         open_to_others(&data).len() == loosened,
         "the setup loosened everything"
     );
-    let before: Vec<(PathBuf, Vec<u8>)> = [
-        "turns/2026-11-01.jsonl",
-        "vaglio/2026-11.jsonl",
-        "chat_history",
-    ]
-    .iter()
-    .map(|f| (data.join(f), std::fs::read(data.join(f)).unwrap()))
-    .collect();
+    let before: Vec<(PathBuf, Vec<u8>)> =
+        ["turns/2026-11-01.jsonl", verdicts.as_str(), "chat_history"]
+            .iter()
+            .map(|f| (data.join(f), std::fs::read(data.join(f)).unwrap()))
+            .collect();
 
     let up = sandbox.up().await;
     assert_eq!(mode(&data), 0o700);
@@ -224,4 +231,31 @@ async fn an_installation_open_to_other_users_is_made_private_at_the_next_start()
         warnings[0]
     );
     assert!(warnings[0].contains("755"), "{}", warnings[0]);
+}
+
+#[tokio::test]
+async fn the_verdict_log_keeps_twelve_months_and_removes_older_ones_at_start() {
+    let sandbox = Sandbox::new();
+    let dir = sandbox.data_dir().join("vaglio");
+    std::fs::create_dir_all(&dir).unwrap();
+    let current = this_month();
+    for file in [
+        "2020-01.jsonl".to_owned(),
+        format!("{current}.jsonl"),
+        "notes.txt".to_owned(),
+    ] {
+        std::fs::write(dir.join(&file), "{}\n").unwrap();
+    }
+    let up = sandbox.up().await;
+    let (code, stderr) = up.interrupt().await;
+    assert_eq!(code, 0, "{stderr}");
+    assert!(
+        !dir.join("2020-01.jsonl").exists(),
+        "a month older than vaglio.log_retention_months (12) was kept"
+    );
+    assert!(dir.join(format!("{current}.jsonl")).exists());
+    assert!(
+        dir.join("notes.txt").exists(),
+        "only the log's own files go"
+    );
 }

@@ -76,6 +76,7 @@ pub async fn serve(
     let log_dir = config.data_dir.join(metnos_kit::datadir::VERDICTS_DIR);
     let own_data = config.own_paths();
     let workspace = config.executors.workspace.clone();
+    let retention_months = config.vaglio.log_retention_months.get();
     Startup::new(SERVICE, &MIGRATIONS, &grpc::AUTHORIZATION, &config)
         .serve_with_store(listener, shutdown, move |running| {
             let log = log::VerdictLog::start(log_dir);
@@ -97,6 +98,27 @@ pub async fn serve(
                     async move {
                         if changed {
                             readiness.set_component(LOG_HEALTH, healthy).await;
+                        }
+                    }
+                });
+            // Retention: at start, then daily.
+            let retention = retention_months;
+            let pruned_dir = log.dir().to_path_buf();
+            running
+                .background
+                .every("verdict log retention", Duration::from_secs(24 * 3600), move || {
+                    let dir = pruned_dir.clone();
+                    async move {
+                        let pruned = tokio::task::spawn_blocking(move || {
+                            log::prune(&dir, retention, jiff::Timestamp::now())
+                        })
+                        .await;
+                        match pruned {
+                            Ok(Ok(months)) if !months.is_empty() => {
+                                tracing::info!(months = ?months, retention, "verdict log months removed")
+                            }
+                            Ok(Err(e)) => tracing::warn!(error = %e, "verdict log retention failed"),
+                            _ => {}
                         }
                     }
                 });

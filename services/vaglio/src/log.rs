@@ -60,6 +60,42 @@ pub fn month_of(ts: f64) -> String {
         .unwrap_or_else(|_| "1970-01".to_owned())
 }
 
+/// Removes the monthly files of `dir` whose every verdict is older than `keep_months`
+/// months at `now` (the file of month M goes once M is more than `keep_months` months
+/// before the current one). Other files are left alone. Returns the months removed.
+pub fn prune(dir: &Path, keep_months: u32, now: jiff::Timestamp) -> std::io::Result<Vec<String>> {
+    let today = now.to_zoned(jiff::tz::TimeZone::UTC).date();
+    let current = i64::from(today.year()) * 12 + i64::from(today.month()) - 1;
+    let entries = match std::fs::read_dir(dir) {
+        Ok(entries) => entries,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
+        Err(e) => return Err(e),
+    };
+    let mut removed = Vec::new();
+    for entry in entries {
+        let entry = entry?;
+        let name = entry.file_name();
+        let Some(month) = name.to_str().and_then(|n| n.strip_suffix(".jsonl")) else {
+            continue;
+        };
+        let Some((year, m)) = month.split_once('-') else {
+            continue;
+        };
+        let (Ok(year), Ok(m)) = (year.parse::<i64>(), m.parse::<i64>()) else {
+            continue;
+        };
+        if month.len() != 7 || !(1..=12).contains(&m) {
+            continue;
+        }
+        if current - (year * 12 + m - 1) > i64::from(keep_months) {
+            std::fs::remove_file(entry.path())?;
+            removed.push(month.to_owned());
+        }
+    }
+    removed.sort();
+    Ok(removed)
+}
+
 impl VerdictLog {
     /// Starts the writer for `dir` (created when the first line is written).
     pub fn start(dir: PathBuf) -> VerdictLog {
@@ -210,4 +246,50 @@ fn write_batch(
         }
     }
     (lost, flushes)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn retention_removes_the_months_wholly_older_than_it_and_nothing_else() {
+        let dir = tempfile::tempdir().unwrap();
+        for name in [
+            "2025-09.jsonl",
+            "2025-10.jsonl",
+            "2025-11.jsonl",
+            "2026-11.jsonl",
+            "2025-1.jsonl",
+            "notes.jsonl",
+            "2019-13.jsonl",
+            "keep.txt",
+        ] {
+            std::fs::write(dir.path().join(name), "{}\n").unwrap();
+        }
+        let now: jiff::Timestamp = "2026-11-25T12:00:00Z".parse().unwrap();
+        let removed = prune(dir.path(), 12, now).unwrap();
+        // 2025-11's verdicts are at most 12 months old: kept; 2025-10's are all older.
+        assert_eq!(removed, ["2025-09", "2025-10"]);
+        let mut left: Vec<String> = std::fs::read_dir(dir.path())
+            .unwrap()
+            .map(|e| e.unwrap().file_name().into_string().unwrap())
+            .collect();
+        left.sort();
+        assert_eq!(
+            left,
+            [
+                "2019-13.jsonl",
+                "2025-1.jsonl",
+                "2025-11.jsonl",
+                "2026-11.jsonl",
+                "keep.txt",
+                "notes.jsonl"
+            ]
+        );
+        // A missing folder is nothing to do.
+        assert!(prune(&dir.path().join("none"), 12, now).unwrap().is_empty());
+        // One month kept: what is older than last month goes.
+        assert_eq!(prune(dir.path(), 1, now).unwrap(), ["2025-11"]);
+    }
 }

@@ -17,6 +17,9 @@ pub struct VaglioConfig {
     pub url: String,
     pub store: String,
     pub judge: JudgeConfig,
+    /// How long the verdict log is kept: a month's file is removed once every verdict in
+    /// it is older than this many months (checked at start and daily).
+    pub log_retention_months: NonZero<u32>,
 }
 
 impl Default for VaglioConfig {
@@ -27,6 +30,7 @@ impl Default for VaglioConfig {
             url,
             store,
             judge: JudgeConfig::default(),
+            log_retention_months: const { NonZero::new(12).unwrap() },
         }
     }
 }
