@@ -6,6 +6,8 @@
 //! Each part is shortened on its own (head … tail with its length), so a long path cannot
 //! push the content preview off the card, nor a long preview the path.
 
+use std::path::Path;
+
 use metnos_core::capability::{Capability, DefaultApproval};
 use metnos_core::language::Language;
 use metnos_core::level::AutonomyLevel;
@@ -35,6 +37,7 @@ pub fn describe(
     args_json: &str,
     from_earlier: &[String],
     language: Language,
+    home: &Path,
 ) -> Described {
     let args = serde_json::from_str::<Value>(args_json).unwrap_or(Value::Null);
     let it = language == Language::Italian;
@@ -44,7 +47,12 @@ pub fn describe(
     } else {
         target
     };
-    let place = short(target, SHOWN_TARGET);
+    let is_path = matches!(executor, "fs_write" | "fs_read" | "fs_list" | "parse_local");
+    let place = if is_path {
+        short(&normalized(target, home), SHOWN_TARGET)
+    } else {
+        short(target, SHOWN_TARGET)
+    };
     let (verb, summary) = match executor {
         "fs_write" => {
             let content = text("content").unwrap_or_default();
@@ -215,6 +223,30 @@ fn web_fetch(args: &Value, target: &str, from_earlier: &[String], it: bool) -> (
     (verb.to_owned(), summary)
 }
 
+/// A path as it will be reached, spelled from the home: `~/a/../.bashrc` is `~/.bashrc`,
+/// `~/../../etc/passwd` is `/etc/passwd` (lexically; a link is followed by the executor,
+/// which refuses one that leads out of scope).
+fn normalized(target: &str, home: &Path) -> String {
+    let home = metnos_core::path::normalize(&home.to_string_lossy());
+    let absolute = if target == "~" {
+        home.clone()
+    } else if let Some(rest) = target.strip_prefix("~/") {
+        format!("{home}/{rest}")
+    } else if target.starts_with('/') {
+        target.to_owned()
+    } else {
+        return target.to_owned();
+    };
+    let path = metnos_core::path::normalize(&absolute);
+    if path == home {
+        "~".to_owned()
+    } else if let Some(rest) = path.strip_prefix(&format!("{home}/")) {
+        format!("~/{rest}")
+    } else {
+        path
+    }
+}
+
 /// Says which of `keys` carry content from an earlier step, if any does.
 fn carried(from_earlier: &[String], keys: &[&str], it: bool) -> String {
     let named: Vec<&str> = keys
@@ -278,6 +310,7 @@ mod tests {
             &args.to_string(),
             &earlier,
             Language::English,
+            Path::new("/home/roberto"),
         )
     }
 
@@ -316,6 +349,7 @@ mod tests {
             r#"{"path":"~/a.txt","content":""}"#,
             &[],
             Language::Italian,
+            Path::new("/home/roberto"),
         );
         assert_eq!(it.verb, "crei un file");
         assert_eq!(it.summary, "~/a.txt — nuovo file, 0 B: vuoto");
@@ -343,8 +377,37 @@ mod tests {
     }
 
     #[test]
+    fn a_path_is_shown_as_it_will_be_reached() {
+        // 300 zero-width spaces in a folder name, then a climb out of it.
+        let path = format!(
+            "~/Documents/report-2026.txt{}/../../.bashrc",
+            "\u{200B}".repeat(300)
+        );
+        let d = en(
+            "fs_write",
+            &path,
+            serde_json::json!({"path": path, "content": "x", "mode": "append"}),
+            &[],
+        );
+        assert!(
+            d.summary.starts_with("~/.bashrc — appended"),
+            "{}",
+            d.summary
+        );
+        let d = en("fs_read", "~/../../etc/passwd", serde_json::json!({}), &[]);
+        assert_eq!(d.summary, "/etc/passwd");
+        let d = en(
+            "fs_list",
+            "/home/roberto/./notes//",
+            serde_json::json!({}),
+            &[],
+        );
+        assert_eq!(d.summary, "~/notes");
+    }
+
+    #[test]
     fn a_long_target_keeps_its_end_and_the_preview_stays_on_the_card() {
-        let long = format!("~/{}/../../.bashrc", "a".repeat(400));
+        let long = format!("~/{}/.bashrc", "a".repeat(400));
         let d = en(
             "fs_write",
             &long,
@@ -353,7 +416,7 @@ mod tests {
         );
         assert!(d.summary.contains(".bashrc"), "{}", d.summary);
         assert!(
-            d.summary.contains("(416)"),
+            d.summary.contains("(410)"),
             "the length is said: {}",
             d.summary
         );

@@ -274,6 +274,7 @@ impl Approvals {
             &new.args_json,
             &from_earlier_steps(&extra_json),
             new.card.language,
+            &self.home,
         );
         let recurrence_count = self
             .store
