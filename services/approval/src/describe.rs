@@ -111,12 +111,11 @@ pub fn describe(
         other => {
             let name = short(other, 40);
             let args = short(&args.to_string(), SHOWN_TARGET);
-            let summary = if target.is_empty() {
+            let mut summary = if target.is_empty() {
                 format!("{name} {args}")
             } else {
                 format!("{name}: {place} {args}")
             };
-            let mut summary = summary;
             let all: Vec<&str> = from_earlier.iter().map(String::as_str).collect();
             summary.push_str(&carried(from_earlier, &all, it));
             (
@@ -175,10 +174,7 @@ fn web_fetch(args: &Value, target: &str, from_earlier: &[String], it: bool) -> (
         .to_ascii_uppercase();
     let url = args.get("url").and_then(Value::as_str).unwrap_or(target);
     let where_ = match url::Url::parse(url) {
-        Ok(mut parsed) => {
-            if parsed.password().is_some() {
-                let _ = parsed.set_password(Some("***"));
-            }
+        Ok(parsed) => {
             let host = parsed.host_str().unwrap_or_default().to_owned();
             let mut rest = parsed.path().to_owned();
             if let Some(query) = parsed.query() {

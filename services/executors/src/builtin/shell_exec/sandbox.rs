@@ -391,11 +391,6 @@ impl Prepared {
     }
 }
 
-/// Builds the box of `plan` and runs `run` in it: [`prepare`], then [`Prepared::run`].
-pub fn run(plan: Plan, run: Option<&Run>, budget: Duration, stdout_cap: usize) -> Outcome {
-    prepare(plan).run(run, budget, stdout_cap)
-}
-
 /// One line from `channel` within `wait` (without its newline); `None` at its end, on an
 /// error, or when the time runs out. The init sends nothing after its first report until
 /// it is sent the command, so nothing after the line is taken from the channel.
