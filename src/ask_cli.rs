@@ -161,27 +161,222 @@ impl Drop for Spinner {
     }
 }
 
-/// Reads y/n from stdin (a terminal or a pipe); `None` at end of input.
-async fn ask_yes_no() -> Option<bool> {
-    tokio::task::spawn_blocking(|| {
-        let mut line = String::new();
+/// Bytes read from stdin past the last line answered (a pipe may hand over several).
+static STDIN_LEFT: std::sync::Mutex<Vec<u8>> = std::sync::Mutex::new(Vec::new());
+
+/// One line of stdin, through the same reader as the card prompts, waiting at most
+/// `timeout` (`None`: until a line or the end); `None` at the end of input or the timeout.
+pub fn read_line(timeout: Option<std::time::Duration>) -> Option<String> {
+    let deadline = std::time::Instant::now()
+        + timeout.unwrap_or(std::time::Duration::from_secs(u32::MAX.into()));
+    match read_line_until(deadline) {
+        Read::Line(line) => Some(line),
+        Read::End | Read::TimedOut => None,
+    }
+}
+
+/// What reading an answer came to.
+#[derive(Debug, PartialEq, Eq)]
+enum Read {
+    Line(String),
+    /// End of input.
+    End,
+    /// Nothing by the deadline.
+    TimedOut,
+}
+
+/// One line from stdin (a terminal or a pipe), waiting at most until `deadline`. Reads the
+/// descriptor itself, polled, so nothing is left blocked on stdin after a deadline (the
+/// chat's line editor reads it next).
+fn read_line_until(deadline: std::time::Instant) -> Read {
+    use rustix::event::{PollFd, PollFlags, Timespec, poll};
+    let mut left = STDIN_LEFT
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
+    loop {
+        if let Some(end) = left.iter().position(|b| *b == b'\n') {
+            let line: Vec<u8> = left.drain(..=end).collect();
+            return Read::Line(String::from_utf8_lossy(&line).trim().to_owned());
+        }
+        let now = std::time::Instant::now();
+        if now >= deadline {
+            return Read::TimedOut;
+        }
+        let wait = (deadline - now).min(std::time::Duration::from_millis(250));
+        let timeout = Timespec {
+            tv_sec: 0,
+            tv_nsec: i64::from(wait.subsec_nanos()),
+        };
+        let stdin = rustix::stdio::stdin();
+        let mut fds = [PollFd::from_borrowed_fd(stdin, PollFlags::IN)];
+        match poll(&mut fds, Some(&timeout)) {
+            Ok(0) | Err(rustix::io::Errno::INTR) => continue,
+            Ok(_) => {}
+            Err(_) => return Read::End,
+        }
+        let mut buffer = [0u8; 4096];
+        match rustix::io::read(stdin, &mut buffer) {
+            Ok(0) | Err(_) if left.is_empty() => return Read::End,
+            // The last line, without its newline.
+            Ok(0) | Err(_) => {
+                let line = String::from_utf8_lossy(&left).trim().to_owned();
+                left.clear();
+                return Read::Line(line);
+            }
+            Ok(n) => left.extend_from_slice(&buffer[..n]),
+        }
+    }
+}
+
+/// The person's answer to a card.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Answer {
+    Once,
+    Session,
+    Always,
+    No,
+}
+
+impl Answer {
+    /// `y` / `s` / `a` / `n` and their words; `s` and `a` only when the card offers
+    /// territory.
+    fn parse(text: &str, territory: bool) -> Option<Answer> {
+        match text.trim().to_lowercase().as_str() {
+            "y" | "yes" | "si" | "sì" => Some(Answer::Once),
+            "n" | "no" => Some(Answer::No),
+            "s" | "session" | "sessione" if territory => Some(Answer::Session),
+            "a" | "always" | "sempre" if territory => Some(Answer::Always),
+            _ => None,
+        }
+    }
+
+    fn resolution(self) -> (approval::Decision, approval::TerritoryConcession) {
+        use approval::{Decision, TerritoryConcession as T};
+        match self {
+            Answer::Once => (Decision::Approve, T::None),
+            Answer::Session => (Decision::Approve, T::Session),
+            Answer::Always => (Decision::Approve, T::Permanent),
+            Answer::No => (Decision::Reject, T::None),
+        }
+    }
+}
+
+/// The question under a card: y/n, or with territory y/s/a/n and the whole pattern.
+fn prompt(language: metnos_core::Language, pattern: &str) -> String {
+    use metnos_core::Language::{English, Italian};
+    match (language, pattern.is_empty()) {
+        (Italian, true) => "Approvi? [y/n] ".to_owned(),
+        (English, true) => "Approve? [y/n] ".to_owned(),
+        (Italian, false) => format!(
+            "Approvi? [y] una volta · [s] per questa sessione · [a] sempre per {pattern} · [n] no: "
+        ),
+        (English, false) => format!(
+            "Approve? [y] once · [s] for this session · [a] always for {pattern} · [n] no: "
+        ),
+    }
+}
+
+/// What the terminal says when an answer is not understood, when a reminder is due, and
+/// when the request expired unanswered.
+fn said(language: metnos_core::Language, what: Said) -> String {
+    use metnos_core::Language::{English, Italian};
+    match (language, what) {
+        (Italian, Said::Again(true)) => "Rispondi y, s, a oppure n.".to_owned(),
+        (English, Said::Again(true)) => "Please answer y, s, a or n.".to_owned(),
+        (Italian, Said::Again(false)) => "Rispondi y oppure n.".to_owned(),
+        (English, Said::Again(false)) => "Please answer y or n.".to_owned(),
+        (Italian, Said::Reminder(minutes)) => {
+            format!("⏳ La richiesta scade tra {minutes} min: se non rispondi, non lo faccio.")
+        }
+        (English, Said::Reminder(minutes)) => format!(
+            "⏳ The request expires in {minutes} min: if you do not answer, I will not do it."
+        ),
+        (Italian, Said::Expired) => {
+            "metnos: la richiesta è scaduta senza risposta: non lo faccio".to_owned()
+        }
+        (English, Said::Expired) => {
+            "metnos: the request expired without an answer: I will not do it".to_owned()
+        }
+    }
+}
+
+#[derive(Debug, Clone, Copy)]
+enum Said {
+    Again(bool),
+    Reminder(u64),
+    Expired,
+}
+
+/// What came of asking.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Asked {
+    Answer(Answer),
+    /// End of input: rejected.
+    End,
+    /// The request expired unanswered.
+    Expired,
+}
+
+/// Asks until an answer, the end of input, or the request's expiry; one reminder
+/// `remind_before` ahead of it.
+async fn ask_answer(
+    language: metnos_core::Language,
+    pattern: String,
+    expires_in: Option<std::time::Duration>,
+    remind_before: std::time::Duration,
+) -> Asked {
+    tokio::task::spawn_blocking(move || {
+        let start = std::time::Instant::now();
+        // Without an expiry, a day is as long as anyone waits at a prompt.
+        let expires = start + expires_in.unwrap_or(std::time::Duration::from_secs(86_400));
+        let mut remind_at = (!remind_before.is_zero())
+            .then(|| expires.checked_sub(remind_before))
+            .flatten()
+            .filter(|at| *at > start);
+        let territory = !pattern.is_empty();
         loop {
-            eprint!("Approve? [y/n] ");
+            eprint!("{}", prompt(language, &pattern));
             let _ = std::io::stderr().flush();
-            line.clear();
-            match std::io::stdin().read_line(&mut line) {
-                Ok(0) | Err(_) => return None,
-                Ok(_) => match line.trim().to_lowercase().as_str() {
-                    "y" | "yes" | "s" | "si" | "sì" => return Some(true),
-                    "n" | "no" => return Some(false),
-                    _ => eprintln!("Please answer y or n."),
+            match read_line_until(remind_at.unwrap_or(expires)) {
+                Read::Line(line) => match Answer::parse(&line, territory) {
+                    Some(answer) => return Asked::Answer(answer),
+                    None => eprintln!("{}", said(language, Said::Again(territory))),
                 },
+                Read::End => return Asked::End,
+                Read::TimedOut if remind_at.is_some() => {
+                    remind_at = None;
+                    let left = expires.saturating_duration_since(std::time::Instant::now());
+                    let minutes = left.as_secs().div_ceil(60).max(1);
+                    eprintln!();
+                    eprintln!("{}", said(language, Said::Reminder(minutes)));
+                }
+                Read::TimedOut => {
+                    eprintln!();
+                    return Asked::Expired;
+                }
             }
         }
     })
     .await
-    .ok()
-    .flatten()
+    .unwrap_or(Asked::End)
+}
+
+/// What an approval conceded beyond the call, as the terminal says it.
+fn conceded(
+    pending: &approval::PendingApproval,
+    language: metnos_core::Language,
+) -> Option<String> {
+    use metnos_core::territory::Concession;
+    let concession = match pending
+        .request
+        .as_ref()
+        .map(|r| approval::TerritoryConcession::try_from(r.territory_concession))
+    {
+        Some(Ok(approval::TerritoryConcession::Session)) => Concession::Session,
+        Some(Ok(approval::TerritoryConcession::Permanent)) => Concession::Permanent,
+        _ => return None,
+    };
+    Some(concession.said(language, &pending.territory_pattern))
 }
 
 /// The clients a turn from the terminal needs.
@@ -191,6 +386,8 @@ pub struct Session {
     url: String,
     approval_url: String,
     pub principal: common::Principal,
+    /// How long before a card expires the terminal reminds (zero: never).
+    remind_before: std::time::Duration,
 }
 
 impl std::fmt::Debug for Session {
@@ -211,6 +408,7 @@ impl Session {
             url,
             approval_url,
             principal: cli_principal(),
+            remind_before: std::time::Duration::from_secs(config.approval.remind_before_seconds),
         })
     }
 
@@ -241,12 +439,13 @@ impl Session {
 
     /// Runs one turn, showing its events on stderr and its answer on stdout.
     pub async fn turn(&mut self, request: pb::RunTurnRequest) -> ExitCode {
-        let (planner, approvals, url, approval_url, principal) = (
+        let (planner, approvals, url, approval_url, principal, remind_before) = (
             &mut self.planner,
             &mut self.approvals,
             &self.url,
             &self.approval_url,
             &self.principal,
+            self.remind_before,
         );
         let language = metnos_core::Language::from_wire(request.language)
             .unwrap_or(metnos_core::Language::Italian);
@@ -298,32 +497,75 @@ impl Session {
                     for line in a.card.map(|c| c.lines).unwrap_or_default() {
                         eprintln!("  {line}");
                     }
-                    let decision = match ask_yes_no().await {
-                        Some(true) => approval::Decision::Approve,
-                        Some(false) => approval::Decision::Reject,
-                        None => {
-                            eprintln!("metnos: no answer (end of input): rejected");
-                            approval::Decision::Reject
-                        }
-                    };
+                    // The pattern a session or "always" would grant, whole.
+                    let pattern = approvals
+                        .get_pending(approval::GetPendingRequest {
+                            token: a.token.clone(),
+                        })
+                        .await
+                        .ok()
+                        .and_then(|r| r.into_inner().approval)
+                        .map(|p| p.territory_pattern)
+                        .unwrap_or_default();
+                    let expires_in = a.expires_at.map(|at| {
+                        let ms = at.seconds * 1000 + i64::from(at.nanos / 1_000_000)
+                            - metnos_kit::time::now_ms();
+                        std::time::Duration::from_millis(u64::try_from(ms).unwrap_or(0))
+                    });
+                    let answer =
+                        match ask_answer(language, pattern, expires_in, remind_before).await {
+                            Asked::Answer(answer) => answer,
+                            Asked::End => {
+                                eprintln!("metnos: no answer (end of input): rejected");
+                                Answer::No
+                            }
+                            Asked::Expired => {
+                                // The planner ends the step and the turn goes on.
+                                eprintln!("{}", said(language, Said::Expired));
+                                spinner.resume();
+                                continue;
+                            }
+                        };
+                    let (decision, territory) = answer.resolution();
                     let resolve = approval::ResolveRequest {
                         token: a.token,
                         decision: decision as i32,
                         decider: Some(principal.clone()),
+                        territory: territory as i32,
                     };
-                    if let Err(status) = approvals.resolve(resolve).await {
-                        // A refusal the approval service classes (expired while the person
-                        // thought, already decided elsewhere) in the turn's language.
-                        if let Some(refusal) = status
-                            .metadata()
-                            .get(metnos_core::resolve::METADATA_KEY)
-                            .and_then(|v| v.to_str().ok())
-                            .and_then(metnos_core::resolve::ResolveRefusal::parse)
-                        {
-                            eprintln!("metnos: {}", refusal.say(language));
-                            return ExitCode::FAILURE;
+                    match approvals.resolve(resolve).await {
+                        Ok(response) => {
+                            if let Some(granted) = response.into_inner().approval
+                                && let Some(line) = conceded(&granted, language)
+                            {
+                                eprintln!("  {line}");
+                            }
                         }
-                        return failed(ServiceName::Approval, approval_url, &status);
+                        Err(status) => {
+                            // A refusal the approval service classes (expired while the
+                            // person thought, already decided elsewhere) in the turn's
+                            // language; an expired request goes on like an unanswered one.
+                            match status
+                                .metadata()
+                                .get(metnos_core::resolve::METADATA_KEY)
+                                .and_then(|v| v.to_str().ok())
+                                .and_then(metnos_core::resolve::ResolveRefusal::parse)
+                            {
+                                Some(metnos_core::resolve::ResolveRefusal::Expired) => {
+                                    eprintln!(
+                                        "metnos: {}",
+                                        metnos_core::resolve::ResolveRefusal::Expired.say(language)
+                                    );
+                                }
+                                Some(refusal) => {
+                                    eprintln!("metnos: {}", refusal.say(language));
+                                    return ExitCode::FAILURE;
+                                }
+                                None => {
+                                    return failed(ServiceName::Approval, approval_url, &status);
+                                }
+                            }
+                        }
                     }
                 }
                 Event::ApprovalDecided(d) => {

@@ -37,8 +37,23 @@ pub async fn chat(config: &Config, args: ChatArgs) -> ExitCode {
     };
     let _ = editor.load_history(&history);
     eprintln!("Metnos — one request per line; Ctrl-C or /stop stops a running turn, /quit leaves.");
+    let piped = {
+        use std::io::IsTerminal;
+        !std::io::stdin().is_terminal()
+    };
     loop {
         let (back, line) = match tokio::task::spawn_blocking(move || {
+            // Piped input is read as the card prompts read it, so neither takes lines
+            // buffered for the other; a terminal goes through the line editor.
+            if piped {
+                return (
+                    editor,
+                    match crate::ask_cli::read_line(None) {
+                        Some(text) => Line::Text(text),
+                        None => Line::End,
+                    },
+                );
+            }
             let line = match editor.readline("you> ") {
                 Ok(text) => Line::Text(text),
                 Err(rustyline::error::ReadlineError::Interrupted) => Line::Interrupted,

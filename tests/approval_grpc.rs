@@ -169,11 +169,22 @@ async fn resolve(
     token: &str,
     decision: pb::Decision,
 ) -> Result<pb::PendingApproval, tonic::Status> {
+    resolve_with(client, token, decision, pb::TerritoryConcession::None).await
+}
+
+/// Resolves, choosing a territory as the card's buttons do.
+async fn resolve_with(
+    client: &mut Client,
+    token: &str,
+    decision: pb::Decision,
+    territory: pb::TerritoryConcession,
+) -> Result<pb::PendingApproval, tonic::Status> {
     client
         .resolve(pb::ResolveRequest {
             token: token.into(),
             decision: decision as i32,
             decider: roberto(),
+            territory: territory as i32,
         })
         .await
         .map(|r| r.into_inner().approval.unwrap())
@@ -206,22 +217,32 @@ async fn approving_a_session_concession_records_an_expiring_grant_in_policy() {
         Outcome::ApprovalRequired as i32
     );
 
+    // The caller asks for nothing (and a pattern of its own is ignored): the card offers
+    // the folder, the person chooses the session.
     let created = client
-        .create_pending(create(pb::TerritoryConcession::Session))
+        .create_pending(create(pb::TerritoryConcession::None))
         .await
         .unwrap()
         .into_inner();
     let card = created.card.unwrap();
-    assert!(
-        card.lines[2].ends_with("[territory: session]"),
-        "{:?}",
-        card.lines
-    );
-    let token = created.approval.unwrap().token;
-    let approved = resolve(&mut client, &token, pb::Decision::Approve)
-        .await
-        .unwrap();
+    assert_eq!(card.buttons.len(), 2, "{:?}", card.buttons);
+    assert_eq!(card.buttons[1].buttons[1].text, "Always for ~/downloads/*");
+    let pending = created.approval.unwrap();
+    assert_eq!(pending.territory_pattern, "~/downloads/*");
+    let token = pending.token;
+    let approved = resolve_with(
+        &mut client,
+        &token,
+        pb::Decision::Approve,
+        pb::TerritoryConcession::Session,
+    )
+    .await
+    .unwrap();
     assert_eq!(approved.status, pb::ApprovalStatus::Approved as i32);
+    assert_eq!(
+        approved.request.as_ref().unwrap().territory_concession,
+        pb::TerritoryConcession::Session as i32
+    );
     let grant_id = approved.grant_id.expect("the concession recorded a grant");
     // The decision names the exact call it approves: the same call, however its JSON is
     // spelled, and no other.
@@ -248,7 +269,7 @@ async fn approving_a_session_concession_records_an_expiring_grant_in_policy() {
         .into_inner()
         .grants;
     let grant = grants.iter().find(|g| g.id == grant_id).unwrap();
-    assert_eq!(grant.target, "~/downloads/**");
+    assert_eq!(grant.target, "~/downloads/*");
     assert_eq!(grant.granted_by, format!("approval:{token}"));
     let lasts = grant.expires_at.unwrap().seconds - grant.granted_at.unwrap().seconds;
     assert!(
@@ -321,9 +342,14 @@ async fn a_grant_that_policy_could_not_take_is_recorded_once_policy_is_back() {
         .unwrap()
         .into_inner();
     let token = created.approval.unwrap().token;
-    let approved = resolve(&mut client, &token, pb::Decision::Approve)
-        .await
-        .unwrap();
+    let approved = resolve_with(
+        &mut client,
+        &token,
+        pb::Decision::Approve,
+        pb::TerritoryConcession::Permanent,
+    )
+    .await
+    .unwrap();
     assert_eq!(
         approved.status,
         pb::ApprovalStatus::Approved as i32,
@@ -517,6 +543,7 @@ async fn errors_map_to_the_contract_codes() {
             token: token.clone(),
             decision: pb::Decision::Approve as i32,
             decider: anna,
+            ..Default::default()
         })
         .await
         .unwrap_err();

@@ -78,6 +78,7 @@ async fn pending_requests_are_listed_and_shown_with_their_card() {
             token: token.clone(),
             decision: pb::Decision::Reject as i32,
             decider: roberto,
+            ..Default::default()
         })
         .await
         .unwrap();

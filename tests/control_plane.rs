@@ -275,6 +275,7 @@ async fn every_attack_of_issue_15_is_refused_and_changes_nothing() {
         token: token.clone(),
         decision: approval::Decision::Approve as i32,
         decider,
+        ..Default::default()
     };
     let victim = || person("telegram", &VICTIM.to_string());
     unauthenticated(
@@ -644,6 +645,7 @@ async fn a_shell_command_cannot_reach_the_certificates() {
                         token: waiting.token,
                         decision: approval::Decision::Approve as i32,
                         decider: person("cli", "alice"),
+                        ..Default::default()
                     })
                     .await
                     .unwrap();

@@ -24,6 +24,11 @@ struct Stack {
 }
 
 async fn stack() -> Stack {
+    stack_with(&[]).await
+}
+
+/// The stack with more settings (`METNOS_…` variables).
+async fn stack_with(settings: &[(&str, &str)]) -> Stack {
     let llm = FakeLlm::start().await;
     llm.keep_requests(true);
     let tg = FakeTelegram::start();
@@ -38,6 +43,9 @@ async fn stack() -> Stack {
         .set("METNOS_TELEGRAM__GLOBAL_PER_SECOND", "100")
         // The approval service's few INFO lines too: tests check what they name.
         .set("METNOS_TELEMETRY__LOG", "warn,metnos_approval=info");
+    for (name, value) in settings {
+        sandbox.set(name, value);
+    }
     let up = sandbox.up().await;
     Stack {
         sandbox,
@@ -112,6 +120,75 @@ impl Stack {
     fn home(&self) -> std::path::PathBuf {
         self.sandbox.dir.path().to_owned()
     }
+
+    /// The cards sent so far (sendMessage calls with buttons).
+    fn cards(&self) -> Vec<common::telegram::Call> {
+        self.tg
+            .calls("sendMessage")
+            .into_iter()
+            .filter(|c| !c.body["reply_markup"].is_null())
+            .collect()
+    }
+
+    /// Waits for the `n`-th card (1-based); its message id and its buttons as
+    /// (text, data) rows.
+    async fn nth_card(&self, n: usize) -> (i64, Vec<Vec<(String, String)>>) {
+        self.tg
+            .until("a card", |tg| {
+                tg.calls("sendMessage")
+                    .iter()
+                    .filter(|c| !c.body["reply_markup"].is_null())
+                    .count()
+                    >= n
+            })
+            .await;
+        let card = self.cards()[n - 1].clone();
+        let id = self.tg.message_id_of(&card).expect("the card's message id");
+        (id, rows(&card.body["reply_markup"]))
+    }
+
+    /// One turn of Ada's writing `content` to `path`, the LLM then saying `answer`.
+    fn ask_write(&self, path: &str, content: &str, answer: &str) {
+        self.llm.push(tool_calls(
+            "fs_write",
+            json!({"path": path, "content": content}),
+        ));
+        self.llm.push(Reply::Text(answer.into()));
+        self.tg.message(
+            ADA,
+            user(ADA, "Ada", "en"),
+            &format!("write {content} to {path}"),
+        );
+    }
+
+    async fn answered(&self, answer: &str) {
+        self.tg
+            .until(answer, |tg| tg.texts_to(ADA).iter().any(|t| t == answer))
+            .await;
+    }
+}
+
+/// A reply_markup's buttons as (text, data) rows.
+fn rows(markup: &Value) -> Vec<Vec<(String, String)>> {
+    markup["inline_keyboard"]
+        .as_array()
+        .map(|rows| {
+            rows.iter()
+                .map(|row| {
+                    row.as_array()
+                        .unwrap()
+                        .iter()
+                        .map(|b| {
+                            (
+                                b["text"].as_str().unwrap_or_default().to_owned(),
+                                b["callback_data"].as_str().unwrap_or_default().to_owned(),
+                            )
+                        })
+                        .collect()
+                })
+                .collect()
+        })
+        .unwrap_or_default()
 }
 
 fn tool_calls(name: &str, args: Value) -> Reply {
@@ -730,4 +807,256 @@ async fn a_planner_outage_is_told_in_one_sentence() {
             .any(|t| t == "I cannot reach the planner right now: please try again shortly.")
     })
     .await;
+}
+
+#[tokio::test]
+async fn a_card_grants_once_for_the_session_or_always_as_the_person_chooses() {
+    let s = stack().await;
+    s.pair(ADA, "Ada", "supervised").await;
+    for folder in ["inv", "docs"] {
+        std::fs::create_dir_all(s.home().join(folder)).unwrap();
+    }
+    let click = |message: i64, data: &str| s.tg.click(ADA, message, user(ADA, "Ada", "en"), data);
+
+    // Once: written; the next write in the folder asks again.
+    s.ask_write("~/inv/a.txt", "one", "wrote a");
+    let (card, buttons) = s.nth_card(1).await;
+    let texts: Vec<Vec<&str>> = buttons
+        .iter()
+        .map(|row| row.iter().map(|(t, _)| t.as_str()).collect())
+        .collect();
+    assert_eq!(
+        texts,
+        [
+            vec!["Approve once", "Reject"],
+            vec!["For this session", "Always for ~/inv/*"],
+        ]
+    );
+    let data = |kind: &str| {
+        buttons
+            .iter()
+            .flatten()
+            .find(|(_, d)| d.starts_with(&format!("{kind}:")))
+            .unwrap()
+            .1
+            .clone()
+    };
+    click(card, &data("approve"));
+    s.answered("wrote a").await;
+    let closed = s.tg.calls("editMessageText");
+    let said = closed.last().unwrap().body["text"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    assert!(
+        said.contains("<b>✅ approved</b>") && !said.contains("territory"),
+        "{said}"
+    );
+
+    // For this session: written, and the folder's next write runs without a card.
+    s.ask_write("~/inv/b.txt", "two", "wrote b");
+    let (card, buttons) = s.nth_card(2).await;
+    let session = buttons[1][0].1.clone();
+    assert!(session.starts_with("session:"), "{session}");
+    click(card, &session);
+    s.answered("wrote b").await;
+    s.tg.until("the card closed for the session", |tg| {
+        tg.calls("editMessageText").iter().any(|c| {
+            c.body["text"]
+                .as_str()
+                .unwrap_or_default()
+                .contains("approved · for this session: ~/inv/* [territory: session]")
+                && c.body["reply_markup"].is_null()
+        })
+    })
+    .await;
+    s.ask_write("~/inv/c.txt", "three", "wrote c");
+    s.answered("wrote c").await;
+    assert_eq!(s.cards().len(), 2, "the session grant covers ~/inv/c.txt");
+    assert_eq!(
+        std::fs::read_to_string(s.home().join("inv/c.txt")).unwrap(),
+        "three"
+    );
+
+    // Always: first shown whole, to confirm; Back shows the card as it was.
+    s.ask_write("~/docs/d.txt", "four", "wrote d");
+    let (card, buttons) = s.nth_card(3).await;
+    let always = buttons[1][1].clone();
+    assert_eq!(always.0, "Always for ~/docs/*");
+    let edits_before = s.tg.calls("editMessageText").len();
+    click(card, &always.1);
+    s.tg.until("the confirmation", |tg| {
+        tg.calls("editMessageText").len() > edits_before
+    })
+    .await;
+    let confirm = s.tg.calls("editMessageText").last().unwrap().body.clone();
+    let text = confirm["text"].as_str().unwrap();
+    assert!(
+        text.contains("May I create a file?")
+            && text.contains("Always for ~/docs/*? From now on Metnos may do this (fs:write) without asking, until you revoke it"),
+        "{text}"
+    );
+    let confirm_rows = rows(&confirm["reply_markup"]);
+    assert_eq!(confirm_rows[0][0].0, "Confirm: always");
+    assert!(
+        !s.home().join("docs/d.txt").exists(),
+        "nothing granted or run yet"
+    );
+    click(card, &confirm_rows[1][0].1);
+    s.tg.until("the card again", |tg| {
+        tg.calls("editMessageText").len() > edits_before + 1
+    })
+    .await;
+    let again = s.tg.calls("editMessageText").last().unwrap().body.clone();
+    assert_eq!(
+        rows(&again["reply_markup"]),
+        buttons,
+        "Back shows the card's own buttons"
+    );
+    click(card, &always.1);
+    s.tg.until("the confirmation again", |tg| {
+        tg.calls("editMessageText").len() > edits_before + 2
+    })
+    .await;
+    click(card, &confirm_rows[0][0].1);
+    s.answered("wrote d").await;
+    s.tg.until("the card closed for always", |tg| {
+        tg.calls("editMessageText").iter().any(|c| {
+            c.body["text"]
+                .as_str()
+                .unwrap_or_default()
+                .contains("approved · always for ~/docs/* [territory: permanent]")
+        })
+    })
+    .await;
+    let (status, listed, stderr) = s.sandbox.run(&["grants", "list"]).await;
+    assert_eq!(status, 0, "{stderr}");
+    assert!(
+        listed.contains("~/docs/*") && listed.contains("~/inv/*"),
+        "{listed}"
+    );
+    s.ask_write("~/docs/e.txt", "five", "wrote e");
+    s.answered("wrote e").await;
+    assert_eq!(s.cards().len(), 3, "always covers ~/docs/e.txt");
+    // A hidden file in the folder is not covered: `*` does not match a leading dot.
+    s.ask_write("~/docs/.notes.txt", "six", "wrote f");
+    s.nth_card(4).await;
+}
+
+#[tokio::test]
+async fn an_expired_card_is_closed_and_its_turn_ends_with_one_final_message_even_after_a_restart() {
+    let s = stack_with(&[
+        ("METNOS_APPROVAL__TTL_SECONDS", "3"),
+        ("METNOS_APPROVAL__SWEEP_INTERVAL_SECONDS", "1"),
+        ("METNOS_APPROVAL__REMIND_BEFORE_SECONDS", "2"),
+    ])
+    .await;
+    s.pair(ADA, "Ada", "supervised").await;
+
+    // Followed here: nobody answers; one reminder, the card says expired (no buttons),
+    // the turn goes on without the call and says so.
+    s.ask_write("~/x.txt", "x", "I did not write it.");
+    s.nth_card(1).await;
+    s.answered("I did not write it.").await;
+    s.tg.until("the card expired", |tg| {
+        tg.calls("editMessageText").iter().any(|c| {
+            c.body["text"]
+                .as_str()
+                .unwrap_or_default()
+                .contains("⌛ expired")
+                && c.body["reply_markup"].is_null()
+        })
+    })
+    .await;
+    let reminders = |tg: &FakeTelegram| {
+        tg.texts_to(ADA)
+            .iter()
+            .filter(|t| t.starts_with("⏳ The request «May I create a file?» expires in 1 min"))
+            .count()
+    };
+    assert_eq!(reminders(&s.tg), 1);
+    assert!(!s.home().join("x.txt").exists());
+
+    // Nobody follows it: the gateway restarts while the card waits; the expiry still
+    // ends the turn with one final message.
+    s.ask_write("~/y.txt", "y", "Not written: the request expired.");
+    s.nth_card(2).await;
+    s.tg.until("confirmed", FakeTelegram::all_confirmed).await;
+    let Stack {
+        sandbox,
+        up,
+        llm,
+        tg,
+    } = s;
+    let (code, _) = up.interrupt().await;
+    assert_eq!(code, 0);
+    // Down past the expiry.
+    tokio::time::sleep(std::time::Duration::from_secs(4)).await;
+    let up = sandbox.up().await;
+    let s = Stack {
+        sandbox,
+        up,
+        llm,
+        tg,
+    };
+    s.answered("Not written: the request expired.").await;
+    s.tg.until("the second card expired", |tg| {
+        tg.calls("editMessageText")
+            .iter()
+            .filter(|c| {
+                c.body["text"]
+                    .as_str()
+                    .unwrap_or_default()
+                    .contains("⌛ expired")
+            })
+            .count()
+            == 2
+    })
+    .await;
+    // A few sweeps later, still one final message and no second resume.
+    tokio::time::sleep(std::time::Duration::from_secs(3)).await;
+    let finals =
+        s.tg.texts_to(ADA)
+            .iter()
+            .filter(|t| *t == "Not written: the request expired.")
+            .count();
+    assert_eq!(finals, 1);
+    assert!(!s.home().join("y.txt").exists());
+    // A late click is told the seed's reason.
+    let (card, buttons) = s.nth_card(2).await;
+    s.tg.click(ADA, card, user(ADA, "Ada", "en"), &buttons[0][0].1);
+    s.tg.until("told", |tg| {
+        tg.texts_to(ADA)
+            .iter()
+            .any(|t| t == "Approval cannot be resolved: the request expired")
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn stopping_a_turn_closes_its_card_as_cancelled() {
+    let s = stack().await;
+    s.pair(ADA, "Ada", "supervised").await;
+    s.ask_write("~/stop.txt", "x", "never said");
+    let (card, buttons) = s.nth_card(1).await;
+    s.tg.message(ADA, user(ADA, "Ada", "en"), "/stop");
+    s.tg.until("the card cancelled", |tg| {
+        tg.calls("editMessageText").iter().any(|c| {
+            c.body["text"]
+                .as_str()
+                .unwrap_or_default()
+                .contains("— cancelled")
+                && c.body["reply_markup"].is_null()
+        })
+    })
+    .await;
+    // Its buttons are gone, and a click from an old client decides nothing.
+    s.tg.click(ADA, card, user(ADA, "Ada", "en"), &buttons[0][0].1);
+    s.tg.until("told", |tg| {
+        tg.texts_to(ADA)
+            .iter()
+            .any(|t| t == "Approval cannot be resolved: token already resolved")
+    })
+    .await;
+    assert!(!s.home().join("stop.txt").exists());
 }

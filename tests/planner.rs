@@ -154,6 +154,7 @@ impl Stack {
                 token: token.into(),
                 decision: decision as i32,
                 decider: Some(principal()),
+                ..Default::default()
             })
             .await
             .unwrap();
@@ -1112,30 +1113,37 @@ async fn a_turn_never_outlives_its_budget() {
 }
 
 #[tokio::test]
-async fn a_late_y_is_told_the_request_expired_in_the_turn_s_language() {
+async fn an_unanswered_card_expires_and_the_turn_goes_on_to_its_answer_in_its_language() {
     use tokio::io::AsyncWriteExt;
     let s = stack_with(
         &[
             ("METNOS_TURNS__CLI_LEVEL", "Supervised"),
-            ("METNOS_APPROVAL__TTL_SECONDS", "1"),
+            ("METNOS_APPROVAL__TTL_SECONDS", "2"),
+            ("METNOS_APPROVAL__SWEEP_INTERVAL_SECONDS", "1"),
+            ("METNOS_APPROVAL__REMIND_BEFORE_SECONDS", "1"),
         ],
         true,
     )
     .await;
-    s.fake.push(tool_calls(&[(
-        "fs_write",
-        json!({"path": "~/late.txt", "content": "hi"}),
-    )]));
-    for (language, said) in [
-        ("en", "Approval cannot be resolved: the request expired"),
-        ("it", "Approvazione non risolvibile: la richiesta è scaduta"),
+    for (language, reminder, expired, answer) in [
+        (
+            "en",
+            "⏳ The request expires in 1 min: if you do not answer, I will not do it.",
+            "metnos: the request expired without an answer: I will not do it",
+            "I did not write it: you did not answer",
+        ),
+        (
+            "it",
+            "⏳ La richiesta scade tra 1 min: se non rispondi, non lo faccio.",
+            "metnos: la richiesta è scaduta senza risposta: non lo faccio",
+            "Non l'ho scritto: non hai risposto",
+        ),
     ] {
-        if language == "it" {
-            s.fake.push(tool_calls(&[(
-                "fs_write",
-                json!({"path": "~/late.txt", "content": "hi"}),
-            )]));
-        }
+        s.fake.push(tool_calls(&[(
+            "fs_write",
+            json!({"path": "~/late.txt", "content": "hi"}),
+        )]));
+        s.fake.push(Reply::Text(answer.into()));
         let mut child = s
             .sandbox
             .metnos()
@@ -1145,20 +1153,31 @@ async fn a_late_y_is_told_the_request_expired_in_the_turn_s_language() {
             .stderr(std::process::Stdio::piped())
             .spawn()
             .unwrap();
-        // The person answers after the request's second has passed.
-        tokio::time::sleep(Duration::from_millis(3500)).await;
-        let mut stdin = child.stdin.take().unwrap();
-        stdin.write_all(b"y\n").await.unwrap();
-        drop(stdin);
+        // Nobody answers; the prompt does not hold the turn past the request's life.
+        let stdin = child.stdin.take().unwrap();
         let output = tokio::time::timeout(EVENT_LIMIT, child.wait_with_output())
             .await
             .unwrap()
             .unwrap();
         let stderr = String::from_utf8_lossy(&output.stderr);
-        assert!(!output.status.success(), "{stderr}");
-        assert!(stderr.contains(said), "{language}: {stderr}");
+        assert!(output.status.success(), "{stderr}");
+        assert_eq!(String::from_utf8_lossy(&output.stdout).trim(), answer);
+        assert_eq!(
+            stderr.matches(reminder).count(),
+            1,
+            "one reminder: {stderr}"
+        );
+        assert!(stderr.contains(expired), "{language}: {stderr}");
+        assert!(stderr.contains("approval: expired"), "{stderr}");
         assert!(!s.home().join("late.txt").exists());
+        // Typed after the end, a y decides nothing.
+        let mut stdin = stdin;
+        let _ = stdin.write_all(b"y\n").await;
     }
+    // The step said why it did not run, to the LLM (and so to the person).
+    let last = s.fake.received().len() - 1;
+    let sent = s.llm_request(last).to_string();
+    assert!(sent.contains("expired without an answer"), "{sent}");
 }
 
 #[tokio::test]
@@ -1286,4 +1305,106 @@ async fn metnos_chat_runs_a_turn_per_line_with_cards_answered_inline() {
     // The history is kept for the next session.
     let history = std::fs::read_to_string(s.sandbox.data_dir().join("chat_history")).unwrap();
     assert!(history.contains("write hi to ~/chat.txt"), "{history}");
+}
+
+#[tokio::test]
+async fn the_terminal_answers_once_for_the_session_or_always_with_y_s_a_n() {
+    let s = stack_with(&[("METNOS_TURNS__CLI_LEVEL", "Supervised")], true).await;
+    for folder in ["inv", "docs"] {
+        std::fs::create_dir_all(s.home().join(folder)).unwrap();
+    }
+    let write = |path: &str, answer: &str| {
+        s.fake.push(tool_calls(&[(
+            "fs_write",
+            json!({"path": path, "content": "x"}),
+        )]));
+        s.fake.push(Reply::Text(answer.into()));
+    };
+    // An answer the card does not offer is asked again; s: for this session.
+    write("~/inv/a.txt", "wrote a");
+    let output = s
+        .run_with_input(
+            &["ask", "write x to ~/inv/a.txt", "--language", "en"],
+            b"maybe\ns\n",
+        )
+        .await;
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(
+        stderr.contains(
+            "Approve? [y] once · [s] for this session · [a] always for ~/inv/* · [n] no:"
+        ),
+        "{stderr}"
+    );
+    assert!(stderr.contains("Please answer y, s, a or n."), "{stderr}");
+    assert!(
+        stderr.contains("for this session: ~/inv/* [territory: session]"),
+        "{stderr}"
+    );
+    assert_eq!(String::from_utf8_lossy(&output.stdout).trim(), "wrote a");
+    // The session covers the folder: no card, nothing read from stdin.
+    write("~/inv/b.txt", "wrote b");
+    let output = s
+        .run_with_input(&["ask", "write x to ~/inv/b.txt", "--language", "en"], b"")
+        .await;
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(!stderr.contains("Approve?"), "{stderr}");
+    assert_eq!(
+        std::fs::read_to_string(s.home().join("inv/b.txt")).unwrap(),
+        "x"
+    );
+    // a: always, in Italian too.
+    write("~/docs/c.txt", "scritto c");
+    let output = s
+        .run_with_input(
+            &["ask", "scrivi x in ~/docs/c.txt", "--language", "it"],
+            b"a\n",
+        )
+        .await;
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(
+        stderr.contains(
+            "Approvi? [y] una volta · [s] per questa sessione · [a] sempre per ~/docs/* · [n] no:"
+        ),
+        "{stderr}"
+    );
+    assert!(
+        stderr.contains("sempre per ~/docs/* [territorio: permanente]"),
+        "{stderr}"
+    );
+    let (status, listed, _) = s.sandbox.run(&["grants", "list"]).await;
+    assert_eq!(status, 0);
+    assert!(
+        listed.contains("~/docs/*") && listed.contains("~/inv/*"),
+        "{listed}"
+    );
+    // y: once; the next write in that folder asks again, and n refuses it.
+    std::fs::create_dir_all(s.home().join("once")).unwrap();
+    write("~/once/d.txt", "wrote d");
+    let output = s
+        .run_with_input(
+            &["ask", "write x to ~/once/d.txt", "--language", "en"],
+            b"y\n",
+        )
+        .await;
+    assert_eq!(String::from_utf8_lossy(&output.stdout).trim(), "wrote d");
+    write("~/once/e.txt", "not written");
+    let output = s
+        .run_with_input(
+            &["ask", "write x to ~/once/e.txt", "--language", "en"],
+            b"n\n",
+        )
+        .await;
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(stderr.contains("approval: rejected"), "{stderr}");
+    assert!(!s.home().join("once/e.txt").exists());
+    // A command is never granted: y/n only.
+    s.fake
+        .push(tool_calls(&[("shell_exec", json!({"command": "echo hi"}))]));
+    s.fake.push(Reply::Text("ran".into()));
+    let output = s
+        .run_with_input(&["ask", "run echo hi", "--language", "en"], b"s\ny\n")
+        .await;
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(stderr.contains("Approve? [y/n]"), "{stderr}");
+    assert!(stderr.contains("Please answer y or n."), "{stderr}");
 }

@@ -158,12 +158,63 @@ impl Conversations {
     }
 }
 
-/// A card's button, understood: the approval token and the decision, or what is wrong.
-pub fn decision_of(data: &str) -> Result<(String, approval::Decision), &'static str> {
-    match text::parse_callback(data)? {
-        text::CallbackData::Approve(token) => Ok((token, approval::Decision::Approve)),
-        text::CallbackData::Reject(token) => Ok((token, approval::Decision::Reject)),
-    }
+/// What a click on a card asks for.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ClickAction {
+    /// Decide: approve (just this call, or with a territory) or reject.
+    Resolve {
+        token: String,
+        decision: approval::Decision,
+        territory: approval::TerritoryConcession,
+    },
+    /// Show "always for <pattern>" in full, to confirm.
+    ConfirmAlways(String),
+    /// The confirmation declined: show the card as it was.
+    Back(String),
+}
+
+/// A card's button, understood, or what is wrong.
+pub fn action_of(data: &str) -> Result<ClickAction, &'static str> {
+    use approval::{Decision, TerritoryConcession as T};
+    use text::CallbackData as D;
+    let resolve = |token, decision, territory| ClickAction::Resolve {
+        token,
+        decision,
+        territory,
+    };
+    Ok(match text::parse_callback(data)? {
+        D::Approve(token) => resolve(token, Decision::Approve, T::None),
+        D::Reject(token) => resolve(token, Decision::Reject, T::None),
+        D::Session(token) => resolve(token, Decision::Approve, T::Session),
+        D::AlwaysConfirmed(token) => resolve(token, Decision::Approve, T::Permanent),
+        D::Always(token) => ClickAction::ConfirmAlways(token),
+        D::Back(token) => ClickAction::Back(token),
+    })
+}
+
+/// The line that closes a card: the outcome, and for an approval with a territory what
+/// was conceded ("✅ approved · always for ~/x/* [territory: permanent]").
+pub fn closing_line(pending: &approval::PendingApproval, lang: Language) -> Option<String> {
+    let outcome = outbox::outcome(pending.status, lang)?;
+    let concession = match pending
+        .request
+        .as_ref()
+        .map(|r| approval::TerritoryConcession::try_from(r.territory_concession))
+    {
+        Some(Ok(approval::TerritoryConcession::Session)) => {
+            Some(metnos_core::territory::Concession::Session)
+        }
+        Some(Ok(approval::TerritoryConcession::Permanent)) => {
+            Some(metnos_core::territory::Concession::Permanent)
+        }
+        _ => None,
+    };
+    Some(match concession {
+        Some(c) if pending.status == approval::ApprovalStatus::Approved as i32 => {
+            format!("{outcome} · {}", c.said(lang, &pending.territory_pattern))
+        }
+        _ => outcome,
+    })
 }
 
 /// What a turn's event asks of the chat.
@@ -440,7 +491,7 @@ impl Conversation {
         }
     }
 
-    async fn stop(&self, chat: i64, who: &Principal, lang: Language) {
+    async fn stop(self: &Arc<Self>, chat: i64, who: &Principal, lang: Language) {
         let request = pb::CancelTurnRequest {
             target: Some(pb::cancel_turn_request::Target::Principal(who.to_proto())),
             reason: "stop from Telegram".to_owned(),
@@ -454,6 +505,99 @@ impl Conversation {
             lang,
         );
         self.outbox.send_text(chat, &text::say(lang, said)).await;
+        // The cancelled turn's card says so now, not at the next sweep.
+        self.sweep_cards(0, Some(&chat.to_string())).await;
+    }
+
+    /// Looks at the cards still open (only `chat`'s when given): a card whose request ended
+    /// elsewhere (expired, cancelled, decided) is closed to its outcome, without buttons;
+    /// a turn whose request expired while nobody here followed it is resumed, so it ends
+    /// with a final message; a pending card gets its one reminder once it expires within
+    /// `remind_before_ms` (0: none).
+    pub async fn sweep_cards(self: &Arc<Self>, remind_before_ms: i64, only_chat: Option<&str>) {
+        let cards = match self.store.open_cards(500).await {
+            Ok(cards) => cards,
+            Err(e) => {
+                tracing::warn!(error = %e, "cannot read the open cards");
+                return;
+            }
+        };
+        for card in cards {
+            if only_chat.is_some_and(|chat| chat != card.chat_id) {
+                continue;
+            }
+            let request = approval::GetPendingRequest {
+                token: card.token.clone(),
+            };
+            let pending = match self.approval.clone().get_pending(request).await {
+                Ok(response) => response.into_inner().approval.unwrap_or_default(),
+                Err(status) if status.code() == tonic::Code::NotFound => {
+                    let _ = self.store.mark_closed(&card.token, now_ms()).await;
+                    continue;
+                }
+                Err(status) => {
+                    tracing::debug!(code = ?status.code(), "a card's request cannot be read now");
+                    continue;
+                }
+            };
+            let lang = pending
+                .request
+                .as_ref()
+                .and_then(|r| Language::from_wire(r.language))
+                .unwrap_or(Language::Italian);
+            let status = approval::ApprovalStatus::try_from(pending.status)
+                .unwrap_or(approval::ApprovalStatus::Unspecified);
+            match status {
+                approval::ApprovalStatus::Pending => {
+                    self.remind(&card, &pending, remind_before_ms, lang).await;
+                }
+                approval::ApprovalStatus::Unspecified => {}
+                _ => {
+                    self.close_card_as(&card.token, &pending, lang).await;
+                    let sender = pending.requester.map(|p| p.sender_id).unwrap_or_default();
+                    if status == approval::ApprovalStatus::Expired
+                        && !sender.is_empty()
+                        && !self.state().is_followed(&card.token)
+                    {
+                        // Nobody here waits for it: the turn goes on without the call and
+                        // ends with a final message (the planner lets one resumer in).
+                        self.resume(card.token.clone(), sender, lang).await;
+                    }
+                }
+            }
+        }
+    }
+
+    /// The card's one reminder, when its request expires within `before_ms`.
+    async fn remind(
+        &self,
+        card: &crate::store::SentCard,
+        pending: &approval::PendingApproval,
+        before_ms: i64,
+        lang: Language,
+    ) {
+        let Some(expires_at) = pending.expires_at.as_ref() else {
+            return;
+        };
+        let left = expires_at.seconds * 1000 + i64::from(expires_at.nanos / 1_000_000) - now_ms();
+        if before_ms <= 0 || left <= 0 || left > before_ms {
+            return;
+        }
+        let Ok(chat) = card.chat_id.parse::<i64>() else {
+            return;
+        };
+        match self.store.claim_reminder(&card.token, now_ms()).await {
+            Ok(true) => {}
+            Ok(false) => return,
+            Err(e) => {
+                tracing::warn!(error = %e, "cannot note a reminder; none is sent");
+                return;
+            }
+        }
+        let minutes = u64::try_from((left + 59_999) / 60_000).unwrap_or(1);
+        let question = card.lines.lines().next().unwrap_or_default();
+        let said = text::say(lang, Says::Reminder { minutes, question });
+        self.outbox.send_text(chat, &said).await;
     }
 
     /// Closes the cards of withdrawn requests: "withdrawn", no buttons.
@@ -463,7 +607,10 @@ impl Conversation {
             let Ok(Some(card)) = self.store.card(token).await else {
                 continue;
             };
-            if self.state().claim_close(token) && !self.outbox.close_card(&card, &outcome).await {
+            // Said even over a "cancelled" its turn's end may have written first: why it
+            // ended is the more useful line.
+            self.state().claim_close(token);
+            if !self.outbox.close_card(&card, &outcome).await {
                 self.state().release_close(token);
             }
         }
@@ -490,7 +637,7 @@ impl Conversation {
                 return;
             }
         }
-        let (token, decision) = match decision_of(&click.data) {
+        let action = match action_of(&click.data) {
             Ok(understood) => understood,
             Err(why) => {
                 tracing::warn!(data = %click.data.chars().take(80).collect::<String>(), why, "callback not understood");
@@ -498,17 +645,137 @@ impl Conversation {
                 return;
             }
         };
+        match action {
+            ClickAction::Resolve {
+                token,
+                decision,
+                territory,
+            } => self.decide(click, token, decision, territory).await,
+            ClickAction::ConfirmAlways(token) => self.confirm_always(click, token).await,
+            ClickAction::Back(token) => {
+                match self.store.card(&token).await {
+                    Ok(Some(card)) => {
+                        if let Err(e) = self.outbox.show_card(&card, None, None).await {
+                            tracing::warn!(error = %e, "cannot show the card again");
+                        }
+                    }
+                    _ => tracing::info!("a back click for a card not sent here"),
+                }
+                self.outbox.answer_callback(&click.id, None).await;
+            }
+        }
+    }
+
+    /// Tells the clicker a refusal the approval service classed, in their language (its
+    /// English error text stays in this log).
+    async fn refused(&self, click: &Click, status: &tonic::Status) {
+        let refusal = status
+            .metadata()
+            .get(metnos_core::resolve::METADATA_KEY)
+            .and_then(|v| v.to_str().ok())
+            .and_then(ResolveRefusal::parse);
+        tracing::info!(clicker = %click.clicker, reason = %status.message(), "approval not resolved");
+        let said = text::say(
+            click.lang,
+            refusal.map_or(Says::CannotResolve, Says::ResolveRefused),
+        );
+        self.outbox.answer_callback(&click.id, Some(&said)).await;
+        if let Some(chat) = click.chat {
+            self.outbox.send_text(chat, &said).await;
+        }
+    }
+
+    /// "Always for …": the card shows the whole pattern and asks to confirm; nothing is
+    /// granted until the confirmation.
+    async fn confirm_always(&self, click: Click, token: String) {
+        let request = approval::GetPendingRequest {
+            token: token.clone(),
+        };
+        let pending = match self.approval.clone().get_pending(request).await {
+            Ok(response) => response.into_inner().approval.unwrap_or_default(),
+            Err(status) => return self.refused(&click, &status).await,
+        };
+        let refusal = if pending.requester.as_ref().map(|p| p.sender_id.as_str())
+            != Some(click.clicker.as_str())
+        {
+            Some(ResolveRefusal::NotRequester)
+        } else if pending.status == approval::ApprovalStatus::Expired as i32 {
+            Some(ResolveRefusal::Expired)
+        } else if pending.status != approval::ApprovalStatus::Pending as i32 {
+            Some(ResolveRefusal::AlreadyResolved)
+        } else {
+            None
+        };
+        if let Some(refusal) = refusal {
+            let said = text::say(click.lang, Says::ResolveRefused(refusal));
+            self.outbox.answer_callback(&click.id, Some(&said)).await;
+            return;
+        }
+        let (Ok(Some(card)), false) = (
+            self.store.card(&token).await,
+            pending.territory_pattern.is_empty(),
+        ) else {
+            self.outbox
+                .answer_callback(&click.id, Some("unknown callback"))
+                .await;
+            return;
+        };
+        let lang = pending
+            .request
+            .as_ref()
+            .and_then(|r| Language::from_wire(r.language))
+            .unwrap_or(click.lang);
+        let question = text::say(
+            lang,
+            Says::ConfirmAlways {
+                pattern: &pending.territory_pattern,
+                capability: &pending.capability,
+            },
+        );
+        let button = |said, kind: &str| approval::Button {
+            text: text::say(lang, said),
+            data: format!("{kind}:{token}"),
+        };
+        let rows = [
+            approval::ButtonRow {
+                buttons: vec![button(Says::ConfirmButton, text::CONFIRM_ALWAYS)],
+            },
+            approval::ButtonRow {
+                buttons: vec![button(Says::BackButton, text::BACK)],
+            },
+        ];
+        let extra = format!("<b>{}</b>", text::escape_html(&question));
+        if let Err(e) = self
+            .outbox
+            .show_card(&card, Some(&extra), Some(&rows))
+            .await
+        {
+            tracing::warn!(error = %e, "cannot show the confirmation");
+        }
+        self.outbox.answer_callback(&click.id, None).await;
+    }
+
+    /// Resolves the request as the clicker decided; closes the card; resumes the turn when
+    /// nobody here follows it.
+    async fn decide(
+        self: &Arc<Self>,
+        click: Click,
+        token: String,
+        decision: approval::Decision,
+        territory: approval::TerritoryConcession,
+    ) {
         let request = approval::ResolveRequest {
             token: token.clone(),
             decision: decision as i32,
             decider: Some(person(&click.clicker).to_proto()),
+            territory: territory as i32,
         };
         let lang = click.lang;
         match self.approval.clone().resolve(request).await {
             Ok(response) => {
                 self.outbox.answer_callback(&click.id, None).await;
-                let status = response.into_inner().approval.map_or(0, |a| a.status);
-                self.close_card(&token, status, lang).await;
+                let pending = response.into_inner().approval.unwrap_or_default();
+                self.close_card_as(&token, &pending, lang).await;
                 let followed = self.state().is_followed(&token);
                 if !followed {
                     // The turn's stream is not followed here (a restart, another replica):
@@ -516,24 +783,7 @@ impl Conversation {
                     self.resume(token, click.clicker, lang).await;
                 }
             }
-            Err(status) => {
-                // The reason as the approval service classes it, said in the person's
-                // language; its English error text stays in this log.
-                let refusal = status
-                    .metadata()
-                    .get(metnos_core::resolve::METADATA_KEY)
-                    .and_then(|v| v.to_str().ok())
-                    .and_then(ResolveRefusal::parse);
-                tracing::info!(clicker = %click.clicker, reason = %status.message(), "approval not resolved");
-                let said = text::say(
-                    lang,
-                    refusal.map_or(Says::CannotResolve, Says::ResolveRefused),
-                );
-                self.outbox.answer_callback(&click.id, Some(&said)).await;
-                if let Some(chat) = click.chat {
-                    self.outbox.send_text(chat, &said).await;
-                }
-            }
+            Err(status) => self.refused(&click, &status).await,
         }
     }
 
@@ -563,12 +813,38 @@ impl Conversation {
     }
 
     /// Edits the card of `token` to its final state, once: a click and the turn's event
-    /// both report the outcome.
+    /// both report the outcome. An approval is looked up, to say what it conceded.
     async fn close_card(&self, token: &str, status: i32, lang: Language) {
+        let mut pending = approval::PendingApproval {
+            status,
+            ..Default::default()
+        };
+        if status == approval::ApprovalStatus::Approved as i32
+            && let Ok(response) = self
+                .approval
+                .clone()
+                .get_pending(approval::GetPendingRequest {
+                    token: token.to_owned(),
+                })
+                .await
+            && let Some(found) = response.into_inner().approval
+        {
+            pending = found;
+        }
+        self.close_card_as(token, &pending, lang).await;
+    }
+
+    /// Edits the card of `token` to the outcome of `pending`, once.
+    async fn close_card_as(
+        &self,
+        token: &str,
+        pending: &approval::PendingApproval,
+        lang: Language,
+    ) {
         let Ok(Some(card)) = self.store.card(token).await else {
             return;
         };
-        let Some(outcome) = outbox::outcome(status, lang) else {
+        let Some(outcome) = closing_line(pending, lang) else {
             return;
         };
         // Claimed before the edit, so a click and the turn's event cannot both edit.
@@ -702,17 +978,76 @@ mod tests {
     }
 
     #[test]
-    fn buttons_say_approve_or_reject_and_anything_else_is_named() {
+    fn buttons_decide_once_for_a_session_or_always_after_a_confirmation() {
+        use approval::{Decision, TerritoryConcession as T};
+        let resolve = |decision, territory| {
+            Ok(ClickAction::Resolve {
+                token: "abc".to_owned(),
+                decision,
+                territory,
+            })
+        };
         assert_eq!(
-            decision_of("approve:abc"),
-            Ok(("abc".to_owned(), approval::Decision::Approve))
+            action_of("approve:abc"),
+            resolve(Decision::Approve, T::None)
+        );
+        assert_eq!(action_of("reject:abc"), resolve(Decision::Reject, T::None));
+        assert_eq!(
+            action_of("session:abc"),
+            resolve(Decision::Approve, T::Session)
+        );
+        // "Always" grants nothing by itself: it asks to confirm.
+        assert_eq!(
+            action_of("always:abc"),
+            Ok(ClickAction::ConfirmAlways("abc".to_owned()))
         );
         assert_eq!(
-            decision_of("reject:abc"),
-            Ok(("abc".to_owned(), approval::Decision::Reject))
+            action_of("confirm-always:abc"),
+            resolve(Decision::Approve, T::Permanent)
         );
-        assert_eq!(decision_of("launch:missiles"), Err("unknown callback"));
-        assert_eq!(decision_of(""), Err("unknown callback"));
+        assert_eq!(
+            action_of("back:abc"),
+            Ok(ClickAction::Back("abc".to_owned()))
+        );
+        assert_eq!(action_of("launch:missiles"), Err("unknown callback"));
+        assert_eq!(action_of(""), Err("unknown callback"));
+    }
+
+    #[test]
+    fn a_closed_card_says_the_outcome_and_what_was_conceded() {
+        let pending = |status: approval::ApprovalStatus,
+                       territory: approval::TerritoryConcession| {
+            approval::PendingApproval {
+                status: status as i32,
+                territory_pattern: "~/Documents/invoices-2026/*".to_owned(),
+                request: Some(approval::ApprovalRequest {
+                    territory_concession: territory as i32,
+                    ..Default::default()
+                }),
+                ..Default::default()
+            }
+        };
+        use approval::{ApprovalStatus as S, TerritoryConcession as T};
+        assert_eq!(
+            closing_line(&pending(S::Approved, T::Permanent), Language::Italian).unwrap(),
+            "✅ approvato · sempre per ~/Documents/invoices-2026/* [territorio: permanente]"
+        );
+        assert_eq!(
+            closing_line(&pending(S::Approved, T::Session), Language::English).unwrap(),
+            "✅ approved · for this session: ~/Documents/invoices-2026/* [territory: session]"
+        );
+        assert_eq!(
+            closing_line(&pending(S::Approved, T::None), Language::English).unwrap(),
+            "✅ approved"
+        );
+        assert_eq!(
+            closing_line(&pending(S::Expired, T::None), Language::English).unwrap(),
+            "⌛ expired"
+        );
+        assert_eq!(
+            closing_line(&pending(S::Pending, T::None), Language::English),
+            None
+        );
     }
 
     #[test]

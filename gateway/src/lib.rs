@@ -106,6 +106,9 @@ pub async fn serve(
         )),
         _ => None,
     };
+    let sweep_every = std::time::Duration::from_secs(config.approval.sweep_interval_seconds.get());
+    let remind_before_ms =
+        i64::try_from(config.approval.remind_before_seconds.saturating_mul(1000)).unwrap_or(0);
     let planner_url = config.service_url(ServiceName::Planner);
     let approval_url = config.service_url(ServiceName::Approval);
     let settings = transport::Settings {
@@ -131,7 +134,15 @@ pub async fn serve(
                         planner.clone(),
                         approval.clone(),
                     );
-                    start_telegram(channel, webhook, running.background)
+                    let telegram = start_telegram(channel, webhook, running.background);
+                    if let Some(telegram) = &telegram {
+                        let conversation = telegram.conversation_handle();
+                        running.background.every("approval cards", sweep_every, move || {
+                            let conversation = Arc::clone(&conversation);
+                            async move { conversation.sweep_cards(remind_before_ms, None).await }
+                        });
+                    }
+                    telegram
                 }
                 None => {
                     tracing::info!(

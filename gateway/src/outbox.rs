@@ -67,6 +67,34 @@ pub fn keyboard(rows: &[approval::ButtonRow]) -> InlineKeyboardMarkup {
     }))
 }
 
+/// A card's buttons as the store keeps them: JSON rows of `[text, data]`.
+pub fn buttons_json(rows: &[approval::ButtonRow]) -> String {
+    let rows: Vec<Vec<(&str, &str)>> = rows
+        .iter()
+        .map(|row| {
+            row.buttons
+                .iter()
+                .map(|b| (b.text.as_str(), b.data.as_str()))
+                .collect()
+        })
+        .collect();
+    serde_json::to_string(&rows).unwrap_or_default()
+}
+
+/// The rows [`buttons_json`] kept (none when unreadable).
+pub fn buttons_from_json(json: &str) -> Vec<approval::ButtonRow> {
+    serde_json::from_str::<Vec<Vec<(String, String)>>>(json)
+        .unwrap_or_default()
+        .into_iter()
+        .map(|row| approval::ButtonRow {
+            buttons: row
+                .into_iter()
+                .map(|(text, data)| approval::Button { text, data })
+                .collect(),
+        })
+        .collect()
+}
+
 /// The line that closes a card, for an approval's final status; `None` while it is
 /// still pending (or the status is unknown).
 pub fn outcome(status: i32, lang: Language) -> Option<String> {
@@ -168,7 +196,7 @@ impl Outbox {
         self.limiter.wait(chat).await;
         let sent = self
             .bot
-            .send_message(ChatId(chat), html)
+            .send_message(ChatId(chat), html.clone())
             .parse_mode(ParseMode::Html)
             .reply_markup(keyboard(&card.buttons))
             .await;
@@ -185,6 +213,8 @@ impl Outbox {
             chat_id: chat.to_string(),
             message_id: message.id.0.to_string(),
             lines: card.lines.join("\n"),
+            html,
+            buttons: buttons_json(&card.buttons),
         };
         if let Err(e) = self.store.put_card(&sent, now_ms()).await {
             tracing::error!(error = %e, "cannot remember a sent card");
@@ -234,12 +264,43 @@ impl Outbox {
             .parse_mode(ParseMode::Html)
             .await
         {
-            Ok(_) | Err(RequestError::Api(ApiError::MessageNotModified)) => true,
+            Ok(_) | Err(RequestError::Api(ApiError::MessageNotModified)) => {
+                if let Err(e) = self.store.mark_closed(&card.token, now_ms()).await {
+                    tracing::warn!(error = %e, "card closed but not noted; the sweep will look again");
+                }
+                true
+            }
             Err(e) => {
                 tracing::warn!(error = %self.bot.redact(&e), "cannot edit the card");
                 false
             }
         }
+    }
+
+    /// Shows a card again as it was sent, `extra` (HTML) below its lines and `buttons`
+    /// instead of its own when given (the "always" confirmation), or exactly as sent.
+    pub async fn show_card(
+        &self,
+        card: &SentCard,
+        extra: Option<&str>,
+        buttons: Option<&[approval::ButtonRow]>,
+    ) -> Result<(), Error> {
+        let (Ok(chat), Ok(message)) = (card.chat_id.parse::<i64>(), card.message_id.parse::<i32>())
+        else {
+            return Err(Error::TelegramNotFound("the card's message".to_owned()));
+        };
+        let html = if card.html.is_empty() {
+            text::escape_html(&card.lines)
+        } else {
+            card.html.clone()
+        };
+        let html = match extra {
+            Some(extra) => format!("{html}\n\n{extra}"),
+            None => html,
+        };
+        let own = buttons_from_json(&card.buttons);
+        let rows = buttons.unwrap_or(&own);
+        self.edit(chat, message, html, Some(keyboard(rows))).await
     }
 
     /// Shows "typing…" in `chat`.

@@ -7,16 +7,30 @@ use metnos_kit::on_db;
 use metnos_kit::store::{Db, EmbeddedMigration, Migrations};
 use sqlx::Row;
 
-const SQLITE: &[EmbeddedMigration] = &[EmbeddedMigration {
-    version: 1,
-    description: "gateway",
-    sql: include_str!("../migrations/sqlite/0001_gateway.sql"),
-}];
-const POSTGRES: &[EmbeddedMigration] = &[EmbeddedMigration {
-    version: 1,
-    description: "gateway",
-    sql: include_str!("../migrations/postgres/0001_gateway.sql"),
-}];
+const SQLITE: &[EmbeddedMigration] = &[
+    EmbeddedMigration {
+        version: 1,
+        description: "gateway",
+        sql: include_str!("../migrations/sqlite/0001_gateway.sql"),
+    },
+    EmbeddedMigration {
+        version: 2,
+        description: "card state",
+        sql: include_str!("../migrations/sqlite/0002_card_state.sql"),
+    },
+];
+const POSTGRES: &[EmbeddedMigration] = &[
+    EmbeddedMigration {
+        version: 1,
+        description: "gateway",
+        sql: include_str!("../migrations/postgres/0001_gateway.sql"),
+    },
+    EmbeddedMigration {
+        version: 2,
+        description: "card state",
+        sql: include_str!("../migrations/postgres/0002_card_state.sql"),
+    },
+];
 
 /// The schema of the gateway store, per backend.
 pub const MIGRATIONS: Migrations = Migrations {
@@ -64,6 +78,27 @@ pub struct SentCard {
     pub message_id: String,
     /// The card's lines, newline-joined (to show them in the final state).
     pub lines: String,
+    /// The card as sent: its HTML, and its buttons as JSON rows of `[text, data]` (to
+    /// show them again after a declined confirmation).
+    pub html: String,
+    pub buttons: String,
+}
+
+fn card_from_row<R>(row: &R) -> Result<SentCard, sqlx::Error>
+where
+    R: Row,
+    for<'c> &'c str: sqlx::ColumnIndex<R>,
+    String: for<'r> sqlx::Decode<'r, R::Database> + sqlx::Type<R::Database>,
+{
+    Ok(SentCard {
+        token: row.try_get("token")?,
+        channel: row.try_get("channel")?,
+        chat_id: row.try_get("chat_id")?,
+        message_id: row.try_get("message_id")?,
+        lines: row.try_get("lines")?,
+        html: row.try_get("html")?,
+        buttons: row.try_get("buttons")?,
+    })
 }
 
 #[derive(Debug, Clone)]
@@ -254,31 +289,53 @@ impl Store {
         Ok(n == 1)
     }
 
+    /// Remembers a sent card (sent again, e.g. by a resumed turn: the new message), open.
     pub async fn put_card(&self, card: &SentCard, now_ms: i64) -> Result<(), sqlx::Error> {
-        let sql = "INSERT INTO cards (token, channel, chat_id, message_id, lines, created_at) VALUES ($1, $2, $3, $4, $5, $6) \
-                   ON CONFLICT (token) DO UPDATE SET chat_id = excluded.chat_id, message_id = excluded.message_id, lines = excluded.lines";
+        let sql = "INSERT INTO cards (token, channel, chat_id, message_id, lines, created_at, html, buttons) VALUES ($1, $2, $3, $4, $5, $6, $7, $8) \
+                   ON CONFLICT (token) DO UPDATE SET chat_id = excluded.chat_id, message_id = excluded.message_id, lines = excluded.lines, \
+                   html = excluded.html, buttons = excluded.buttons, closed_at = NULL";
         on_db!(&self.db, pool => {
             sqlx::query(sql).bind(&card.token).bind(&card.channel).bind(&card.chat_id).bind(&card.message_id).bind(&card.lines).bind(now_ms)
+                .bind(&card.html).bind(&card.buttons)
                 .execute(pool).await?;
         });
         Ok(())
     }
 
     pub async fn card(&self, token: &str) -> Result<Option<SentCard>, sqlx::Error> {
-        let sql = "SELECT token, channel, chat_id, message_id, lines FROM cards WHERE token = $1";
+        let sql = "SELECT token, channel, chat_id, message_id, lines, html, buttons FROM cards WHERE token = $1";
         on_db!(&self.db, pool => {
             let row = sqlx::query(sql).bind(token).fetch_optional(pool).await?;
-            match row {
-                None => Ok(None),
-                Some(row) => Ok(Some(SentCard {
-                    token: row.try_get("token")?,
-                    channel: row.try_get("channel")?,
-                    chat_id: row.try_get("chat_id")?,
-                    message_id: row.try_get("message_id")?,
-                    lines: row.try_get("lines")?,
-                })),
-            }
+            row.as_ref().map(card_from_row).transpose()
         })
+    }
+
+    /// Cards not yet closed to their outcome, oldest first (at most `limit`).
+    pub async fn open_cards(&self, limit: u32) -> Result<Vec<SentCard>, sqlx::Error> {
+        let sql = "SELECT token, channel, chat_id, message_id, lines, html, buttons FROM cards \
+                   WHERE closed_at IS NULL ORDER BY created_at LIMIT $1";
+        on_db!(&self.db, pool => {
+            let rows = sqlx::query(sql).bind(i64::from(limit)).fetch_all(pool).await?;
+            rows.iter().map(card_from_row).collect()
+        })
+    }
+
+    /// The card shows its outcome: it is no longer swept.
+    pub async fn mark_closed(&self, token: &str, now_ms: i64) -> Result<(), sqlx::Error> {
+        let sql = "UPDATE cards SET closed_at = $1 WHERE token = $2 AND closed_at IS NULL";
+        on_db!(&self.db, pool => {
+            sqlx::query(sql).bind(now_ms).bind(token).execute(pool).await?;
+        });
+        Ok(())
+    }
+
+    /// Claims the card's one reminder: true the first time only.
+    pub async fn claim_reminder(&self, token: &str, now_ms: i64) -> Result<bool, sqlx::Error> {
+        let sql = "UPDATE cards SET reminded_at = $1 WHERE token = $2 AND reminded_at IS NULL";
+        let n = on_db!(&self.db, pool => {
+            sqlx::query(sql).bind(now_ms).bind(token).execute(pool).await?.rows_affected()
+        });
+        Ok(n == 1)
     }
 
     pub async fn setting(&self, key: &str) -> Result<Option<String>, sqlx::Error> {

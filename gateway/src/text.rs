@@ -176,20 +176,39 @@ pub fn is_yes(text: &str) -> bool {
 /// An approval button's data.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum CallbackData {
+    /// Just this call.
     Approve(String),
     Reject(String),
+    /// This call, and its pattern for the rest of the session.
+    Session(String),
+    /// "Always for …": first shown in full, to confirm.
+    Always(String),
+    /// The confirmation of "always": this call, and its pattern until revoked.
+    AlwaysConfirmed(String),
+    /// The confirmation declined: the card as it was.
+    Back(String),
 }
 
-/// Parses `approve:<token>` / `reject:<token>`; `Err` names what is wrong.
+/// The data of the confirmation's buttons.
+pub const CONFIRM_ALWAYS: &str = "confirm-always";
+pub const BACK: &str = "back";
+
+/// Parses `<kind>:<token>` (approve, reject, session, always, confirm-always, back);
+/// `Err` names what is wrong.
 pub fn parse_callback(data: &str) -> Result<CallbackData, &'static str> {
     let data = data.trim();
     let (kind, token) = data.split_once(':').ok_or("unknown callback")?;
     if token.is_empty() {
         return Err("callback without a token");
     }
+    let token = token.to_owned();
     match kind {
-        "approve" => Ok(CallbackData::Approve(token.to_owned())),
-        "reject" => Ok(CallbackData::Reject(token.to_owned())),
+        "approve" => Ok(CallbackData::Approve(token)),
+        "reject" => Ok(CallbackData::Reject(token)),
+        "session" => Ok(CallbackData::Session(token)),
+        "always" => Ok(CallbackData::Always(token)),
+        CONFIRM_ALWAYS => Ok(CallbackData::AlwaysConfirmed(token)),
+        BACK => Ok(CallbackData::Back(token)),
         _ => Err("unknown callback"),
     }
 }
@@ -244,6 +263,34 @@ pub fn say(lang: Language, what: Says<'_>) -> String {
         }
         (Language::Italian, Says::Withdrawn) => "ritirata: accesso revocato o ridotto".to_owned(),
         (Language::English, Says::Withdrawn) => "withdrawn: access revoked or lowered".to_owned(),
+        (
+            Language::Italian,
+            Says::ConfirmAlways {
+                pattern,
+                capability,
+            },
+        ) => format!(
+            "Sempre per {pattern}? D'ora in poi Metnos potrà farlo ({capability}) senza chiedere, finché non revochi (metnos grants revoke)."
+        ),
+        (
+            Language::English,
+            Says::ConfirmAlways {
+                pattern,
+                capability,
+            },
+        ) => format!(
+            "Always for {pattern}? From now on Metnos may do this ({capability}) without asking, until you revoke it (metnos grants revoke)."
+        ),
+        (Language::Italian, Says::ConfirmButton) => "Conferma: sempre".to_owned(),
+        (Language::English, Says::ConfirmButton) => "Confirm: always".to_owned(),
+        (Language::Italian, Says::BackButton) => "Indietro".to_owned(),
+        (Language::English, Says::BackButton) => "Back".to_owned(),
+        (Language::Italian, Says::Reminder { minutes, question }) => format!(
+            "⏳ Tra {minutes} min scade la richiesta «{question}»: se non rispondi, non lo faccio."
+        ),
+        (Language::English, Says::Reminder { minutes, question }) => format!(
+            "⏳ The request «{question}» expires in {minutes} min: if you do not answer, I will not do it."
+        ),
         (Language::Italian, Says::NotPaired) => {
             "Non sei (più) abbinato: questa richiesta non è tua da decidere.".to_owned()
         }
@@ -277,6 +324,18 @@ pub enum Says<'a> {
     Withdrawn,
     /// A click from someone who is not (or no longer) paired.
     NotPaired,
+    /// "Always for …" shown in full before it is granted.
+    ConfirmAlways {
+        pattern: &'a str,
+        capability: &'a str,
+    },
+    ConfirmButton,
+    BackButton,
+    /// A pending card's one reminder before it expires.
+    Reminder {
+        minutes: u64,
+        question: &'a str,
+    },
 }
 
 #[cfg(test)]
@@ -373,6 +432,22 @@ mod tests {
         assert_eq!(
             parse_callback("reject:abc"),
             Ok(CallbackData::Reject("abc".into()))
+        );
+        assert_eq!(
+            parse_callback("session:abc"),
+            Ok(CallbackData::Session("abc".into()))
+        );
+        assert_eq!(
+            parse_callback("always:abc"),
+            Ok(CallbackData::Always("abc".into()))
+        );
+        assert_eq!(
+            parse_callback("confirm-always:abc"),
+            Ok(CallbackData::AlwaysConfirmed("abc".into()))
+        );
+        assert_eq!(
+            parse_callback("back:abc"),
+            Ok(CallbackData::Back("abc".into()))
         );
         assert_eq!(parse_callback("approve:"), Err("callback without a token"));
         assert_eq!(parse_callback("launch:abc"), Err("unknown callback"));

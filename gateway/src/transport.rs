@@ -188,6 +188,11 @@ impl Telegram {
         &self.conversation
     }
 
+    /// The conversation, shared (for the card sweep).
+    pub fn conversation_handle(&self) -> Arc<Conversation> {
+        Arc::clone(&self.conversation)
+    }
+
     /// Where messages and cards go out.
     pub fn outbox(&self) -> &Outbox {
         &self.outbox

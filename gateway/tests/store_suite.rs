@@ -122,7 +122,49 @@ async fn the_offset_moves_with_handled_updates(test: TestStore) {
     );
 }
 
+/// A sent card stays open (swept) until closed; it keeps what it showed; its reminder is
+/// claimed once; sent again (a resumed turn shows it anew), it is open again.
+async fn cards_stay_open_until_closed_and_are_reminded_once(test: TestStore) {
+    use metnos_gateway::store::SentCard;
+    let store = open(&test).await;
+    let card = |token: &str, message: &str| SentCard {
+        token: token.to_owned(),
+        channel: "telegram".to_owned(),
+        chat_id: "4242".to_owned(),
+        message_id: message.to_owned(),
+        lines: "May I create a file?\n~/a.txt".to_owned(),
+        html: "<b>May I create a file?</b>\n~/a.txt".to_owned(),
+        buttons: r#"[[["Approve once","approve:t1"]]]"#.to_owned(),
+    };
+    store.put_card(&card("t1", "10"), 1_000).await.unwrap();
+    store.put_card(&card("t2", "11"), 2_000).await.unwrap();
+    let open_tokens = |cards: Vec<SentCard>| cards.into_iter().map(|c| c.token).collect::<Vec<_>>();
+    assert_eq!(
+        open_tokens(store.open_cards(10).await.unwrap()),
+        ["t1", "t2"]
+    );
+    assert_eq!(store.card("t1").await.unwrap().unwrap(), card("t1", "10"));
+    assert!(store.claim_reminder("t1", 3_000).await.unwrap());
+    assert!(
+        !store.claim_reminder("t1", 4_000).await.unwrap(),
+        "one reminder"
+    );
+    store.mark_closed("t1", 5_000).await.unwrap();
+    assert_eq!(open_tokens(store.open_cards(10).await.unwrap()), ["t2"]);
+    assert_eq!(
+        open_tokens(store.open_cards(0).await.unwrap()),
+        Vec::<String>::new()
+    );
+    store.put_card(&card("t1", "12"), 6_000).await.unwrap();
+    assert_eq!(
+        open_tokens(store.open_cards(10).await.unwrap()),
+        ["t1", "t2"]
+    );
+    assert_eq!(store.card("t1").await.unwrap().unwrap().message_id, "12");
+}
+
 metnos_kit::store_suite!(
+    cards_stay_open_until_closed_and_are_reminded_once,
     a_code_pairs_once_and_only_in_time,
     levels_change_and_revocation_is_idempotent,
     the_offset_moves_with_handled_updates,

@@ -21,6 +21,8 @@ pub const TOKEN: &str = "123456:TEST-token-never-logged";
 pub struct Call {
     pub method: String,
     pub body: Value,
+    /// The id of the message a sendMessage created.
+    pub message_id: Option<i64>,
 }
 
 #[derive(Debug, Default)]
@@ -140,6 +142,11 @@ impl FakeTelegram {
         }
     }
 
+    /// The id of the message a sendMessage call created.
+    pub fn message_id_of(&self, call: &Call) -> Option<i64> {
+        call.message_id
+    }
+
     /// Whether every queued update has been confirmed (asked past by offset).
     pub fn all_confirmed(&self) -> bool {
         self.state.lock().unwrap().updates.is_empty()
@@ -214,6 +221,7 @@ async fn handle(
         state.lock().unwrap().calls.push(Call {
             method: rest.to_owned(),
             body: body.clone(),
+            message_id: None,
         });
     }
     Ok(match method.as_str() {
@@ -240,6 +248,13 @@ async fn handle(
             let mut s = state.lock().unwrap();
             s.next_message += 1;
             let id = s.next_message;
+            if let Some(call) = s.calls.iter_mut().rev().find(|c| {
+                c.message_id.is_none()
+                    && c.method.eq_ignore_ascii_case("sendMessage")
+                    && c.body == body
+            }) {
+                call.message_id = Some(id);
+            }
             let chat = body["chat_id"].as_i64().unwrap_or(0);
             ok(message_json(
                 id,

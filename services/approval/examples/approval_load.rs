@@ -137,6 +137,7 @@ fn main() {
                                 token,
                                 decision: pb::Decision::Approve as i32,
                                 decider: Some(principal.clone()),
+                                ..Default::default()
                             })
                             .await
                             .unwrap();

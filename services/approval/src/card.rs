@@ -71,6 +71,16 @@ impl Territory {
         }
     }
 
+    /// The concession it makes, if any.
+    pub fn concession(self) -> Option<metnos_core::territory::Concession> {
+        use metnos_core::territory::Concession;
+        match self {
+            Territory::None => None,
+            Territory::Session => Some(Concession::Session),
+            Territory::Permanent => Some(Concession::Permanent),
+        }
+    }
+
     pub fn parse(text: &str) -> Option<Territory> {
         match text {
             "none" => Some(Territory::None),
@@ -84,13 +94,9 @@ impl Territory {
 pub use metnos_core::language::Language;
 
 fn marker(language: Language, territory: Territory) -> &'static str {
-    match (language, territory) {
-        (_, Territory::None) => "",
-        (Language::Italian, Territory::Session) => " [territorio: sessione]",
-        (Language::Italian, Territory::Permanent) => " [territorio: permanente]",
-        (Language::English, Territory::Session) => " [territory: session]",
-        (Language::English, Territory::Permanent) => " [territory: permanent]",
-    }
+    territory
+        .concession()
+        .map_or("", |concession| concession.marker(language))
 }
 
 fn class_label(language: Language) -> &'static str {
@@ -114,6 +120,28 @@ fn buttons(language: Language) -> (&'static str, &'static str) {
     }
 }
 
+/// The buttons of a card that offers territory: once, this session, always for a pattern.
+fn territory_buttons(language: Language) -> (&'static str, &'static str, &'static str) {
+    match language {
+        Language::Italian => ("Approva una volta", "Per questa sessione", "Sempre per"),
+        Language::English => ("Approve once", "For this session", "Always for"),
+    }
+}
+
+/// Displayed length of a pattern on a button (the whole pattern is on the closed card and
+/// in `metnos grants list`).
+const SHOWN_PATTERN_ON_BUTTON: usize = 40;
+
+/// What a concession says once chosen, in the card's language: "for this session: …" or
+/// "always for …", with the seed's marker; empty for none.
+pub fn concession_said(language: Language, territory: Territory, pattern: &str) -> String {
+    territory
+        .concession()
+        .map_or_else(String::new, |concession| {
+            concession.said(language, &sanitize(pattern, SHOWN_SUMMARY))
+        })
+}
+
 /// What a card shows: the seed's ApprovalRequest fields that the renderer reads.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct CardRequest {
@@ -128,6 +156,9 @@ pub struct CardRequest {
     /// Why the person is asked (policy's level and what it asks about), one short line on
     /// the full and medium forms; none on a card rendered for a caller's preview.
     pub reason: Option<String>,
+    /// The pattern the card offers to grant for the session or always (the buttons say
+    /// so); none when approving can concede nothing beyond this call.
+    pub territory_offer: Option<String>,
 }
 
 /// Why a card request is refused.
@@ -178,8 +209,8 @@ pub fn shape_for_recurrence(n: u32) -> Shape {
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Button {
-    pub text: &'static str,
-    /// `approve:<token>` or `reject:<token>`.
+    pub text: String,
+    /// `approve:<token>`, `reject:<token>`, `session:<token>` or `always:<token>`.
     pub data: String,
 }
 
@@ -188,8 +219,16 @@ pub struct Button {
 pub struct Card {
     pub lines: Vec<String>,
     pub telegram_html: String,
-    pub buttons: Vec<Button>,
+    /// Rows of buttons.
+    pub buttons: Vec<Vec<Button>>,
     pub shape: Shape,
+}
+
+impl Card {
+    /// Every button, row after row.
+    pub fn all_buttons(&self) -> impl Iterator<Item = &Button> {
+        self.buttons.iter().flatten()
+    }
 }
 
 impl fmt::Display for Card {
@@ -348,20 +387,29 @@ pub fn render(request: &CardRequest, token: &str) -> Card {
         lines.push(warning.to_owned());
         html.push(format!("<b>{}</b>", escape_html(warning)));
     }
+    let button = |text: &str, kind: &str| Button {
+        text: text.to_owned(),
+        data: format!("{kind}:{token}"),
+    };
     let (approve, reject) = buttons(language);
+    let buttons = match request.territory_offer.as_deref().filter(|p| !p.is_empty()) {
+        None => vec![vec![button(approve, "approve"), button(reject, "reject")]],
+        Some(pattern) => {
+            let (once, session, always) = territory_buttons(language);
+            let pattern = sanitize(pattern, SHOWN_PATTERN_ON_BUTTON);
+            vec![
+                vec![button(once, "approve"), button(reject, "reject")],
+                vec![
+                    button(session, "session"),
+                    button(&format!("{always} {pattern}"), "always"),
+                ],
+            ]
+        }
+    };
     Card {
         lines,
         telegram_html: html.join("\n"),
-        buttons: vec![
-            Button {
-                text: approve,
-                data: format!("approve:{token}"),
-            },
-            Button {
-                text: reject,
-                data: format!("reject:{token}"),
-            },
-        ],
+        buttons,
         shape,
     }
 }
@@ -382,6 +430,7 @@ mod tests {
             recurrence_count: recurrence,
             language: Language::Italian,
             reason: None,
+            territory_offer: None,
         }
     }
 
@@ -464,12 +513,14 @@ mod tests {
             "{}",
             card.lines[2]
         );
-        assert_eq!(card.buttons.len(), 2);
-        assert_eq!(card.buttons[0].text, "Approva");
-        assert_eq!(card.buttons[0].data, format!("approve:{TOKEN}"));
-        assert_eq!(card.buttons[1].text, "Rifiuta");
-        assert_eq!(card.buttons[1].data, format!("reject:{TOKEN}"));
-        for button in &card.buttons {
+        assert_eq!(card.buttons.len(), 1);
+        let buttons = &card.buttons[0];
+        assert_eq!(buttons.len(), 2);
+        assert_eq!(buttons[0].text, "Approva");
+        assert_eq!(buttons[0].data, format!("approve:{TOKEN}"));
+        assert_eq!(buttons[1].text, "Rifiuta");
+        assert_eq!(buttons[1].data, format!("reject:{TOKEN}"));
+        for button in card.all_buttons() {
             assert!(button.data.len() <= 64, "Telegram's callback_data limit");
         }
     }
@@ -519,8 +570,79 @@ mod tests {
             ]
         );
         assert_eq!(
-            (card.buttons[0].text, card.buttons[1].text),
+            (
+                card.buttons[0][0].text.as_str(),
+                card.buttons[0][1].text.as_str()
+            ),
             ("Approve", "Reject")
+        );
+    }
+
+    #[test]
+    fn a_card_offering_territory_has_once_session_and_always_for_its_pattern() {
+        let offer = |language, pattern: &str| {
+            render(
+                &CardRequest {
+                    language,
+                    territory_offer: Some(pattern.into()),
+                    ..download(0, Territory::None)
+                },
+                TOKEN,
+            )
+        };
+        let card = offer(Language::English, "~/Documents/invoices-2026/*");
+        let said: Vec<Vec<(&str, &str)>> = card
+            .buttons
+            .iter()
+            .map(|row| {
+                row.iter()
+                    .map(|b| (b.text.as_str(), b.data.split(':').next().unwrap()))
+                    .collect()
+            })
+            .collect();
+        assert_eq!(
+            said,
+            [
+                vec![("Approve once", "approve"), ("Reject", "reject")],
+                vec![
+                    ("For this session", "session"),
+                    ("Always for ~/Documents/invoices-2026/*", "always"),
+                ],
+            ]
+        );
+        assert!(
+            card.all_buttons()
+                .all(|b| b.data.ends_with(TOKEN) && b.data.len() <= 64)
+        );
+        // The seed's three lines are unchanged: the offer is on the buttons.
+        assert_eq!(card.lines.len(), 3);
+        let italian = offer(Language::Italian, "drive.google.com");
+        assert_eq!(italian.buttons[0][0].text, "Approva una volta");
+        assert_eq!(italian.buttons[1][0].text, "Per questa sessione");
+        assert_eq!(italian.buttons[1][1].text, "Sempre per drive.google.com");
+        // A long pattern is shortened on the button, head and tail, never cut silently.
+        let long = format!("~/{}/end/*", "a".repeat(80));
+        let button = &offer(Language::English, &long).buttons[1][1].text;
+        assert!(
+            button.contains(" … ") && button.ends_with("(88)"),
+            "{button}"
+        );
+        // What the closed card says, with the seed's markers.
+        assert_eq!(
+            concession_said(Language::Italian, Territory::Session, "~/x/*"),
+            "per questa sessione: ~/x/* [territorio: sessione]"
+        );
+        assert_eq!(
+            concession_said(Language::Italian, Territory::Permanent, "~/x/*"),
+            "sempre per ~/x/* [territorio: permanente]"
+        );
+        assert_eq!(
+            concession_said(Language::English, Territory::Permanent, &long),
+            format!("always for {long} [territory: permanent]")
+        );
+        assert_eq!(
+            concession_said(Language::English, Territory::None, "~/x/*"),
+            ""
         );
     }
 

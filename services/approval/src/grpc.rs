@@ -71,7 +71,8 @@ impl From<Error> for Status {
             | Error::Args(_)
             | Error::Principal(_)
             | Error::Capability(_)
-            | Error::TerritoryTarget(_)
+            | Error::TerritoryWithReject
+            | Error::NoTerritoryOffered
             | Error::Unspecified(_)
             | Error::MalformedToken(_)
             | Error::EmptyExecutor
@@ -151,6 +152,15 @@ fn principal_msg(p: &Principal) -> PrincipalMsg {
     }
 }
 
+/// A concession on the wire; unspecified or unknown is none (just this call).
+fn territory_of(value: i32) -> Territory {
+    match pb::TerritoryConcession::try_from(value) {
+        Ok(pb::TerritoryConcession::Session) => Territory::Session,
+        Ok(pb::TerritoryConcession::Permanent) => Territory::Permanent,
+        _ => Territory::None,
+    }
+}
+
 fn card_request(message: &pb::ApprovalRequest) -> Result<CardRequest, Error> {
     let reversibility = match pb::Reversibility::try_from(message.reversibility) {
         Ok(pb::Reversibility::Reversible) => Reversibility::Reversible,
@@ -158,12 +168,8 @@ fn card_request(message: &pb::ApprovalRequest) -> Result<CardRequest, Error> {
         Ok(pb::Reversibility::Partial) => Reversibility::Partial,
         _ => return Err(Error::Unspecified("reversibility")),
     };
-    let territory = match pb::TerritoryConcession::try_from(message.territory_concession) {
-        Ok(pb::TerritoryConcession::None) => Territory::None,
-        Ok(pb::TerritoryConcession::Session) => Territory::Session,
-        Ok(pb::TerritoryConcession::Permanent) => Territory::Permanent,
-        _ => return Err(Error::Unspecified("territory_concession")),
-    };
+    // Read by RenderCard's marker only: CreatePending offers territory itself.
+    let territory = territory_of(message.territory_concession);
     // Unspecified: English.
     let language = Language::from_wire(message.language).unwrap_or(Language::English);
     Ok(CardRequest {
@@ -175,22 +181,26 @@ fn card_request(message: &pb::ApprovalRequest) -> Result<CardRequest, Error> {
         recurrence_count: message.recurrence_count,
         language,
         reason: None,
+        territory_offer: None,
     })
 }
 
 fn card_msg(card: &Card) -> pb::Card {
     pb::Card {
         lines: card.lines.clone(),
-        buttons: vec![pb::ButtonRow {
-            buttons: card
-                .buttons
-                .iter()
-                .map(|b| pb::Button {
-                    text: b.text.to_owned(),
-                    data: b.data.clone(),
-                })
-                .collect(),
-        }],
+        buttons: card
+            .buttons
+            .iter()
+            .map(|row| pb::ButtonRow {
+                buttons: row
+                    .iter()
+                    .map(|b| pb::Button {
+                        text: b.text.clone(),
+                        data: b.data.clone(),
+                    })
+                    .collect(),
+            })
+            .collect(),
         shape: match card.shape {
             Shape::Full => pb::CardShape::Full,
             Shape::Medium => pb::CardShape::Medium,
@@ -241,6 +251,7 @@ pub fn pending_msg(p: &Pending) -> pb::PendingApproval {
         cancel_reason: p.cancel_reason.clone().unwrap_or_default(),
         grant_id: p.grant_id,
         level: p.policy_level.map_or(0, |level| level.to_wire()),
+        territory_pattern: p.territory_target.clone(),
     }
 }
 
@@ -350,7 +361,10 @@ impl ApprovalService for ApprovalApi {
             // Who decides is who the caller authenticated: the gateway for its channel's
             // people, the owner for the local user. Nobody else is believed.
             speaks_for(caller, &decider)?;
-            self.approvals.resolve(&r.token, decision, &decider).await
+            let territory = territory_of(r.territory);
+            self.approvals
+                .resolve(&r.token, decision, territory, &decider)
+                .await
         }
         .await;
         match result {

@@ -7,7 +7,7 @@ use std::sync::Arc;
 use metnos_core::capability::{Capability, UnknownCapability};
 use metnos_core::level::AutonomyLevel;
 use metnos_core::principal::{Principal, PrincipalError};
-use metnos_core::target::{Pattern, TargetError};
+use metnos_core::target::Pattern;
 use metnos_kit::client::TracedChannel;
 use metnos_kit::clock::Clock;
 use metnos_proto::common::v1::Principal as PrincipalMsg;
@@ -34,8 +34,10 @@ pub enum Error {
     Principal(#[from] PrincipalError),
     #[error(transparent)]
     Capability(#[from] UnknownCapability),
-    #[error("territory target: {0}")]
-    TerritoryTarget(#[from] TargetError),
+    #[error("a rejection concedes no territory")]
+    TerritoryWithReject,
+    #[error("this request offers no territory: it can be approved once or rejected")]
+    NoTerritoryOffered,
     #[error("{0} is unspecified")]
     Unspecified(&'static str),
     #[error("token `{0}` is malformed: a token is 32 lower-case hex digits")]
@@ -114,23 +116,39 @@ pub struct Approvals {
     changes: broadcast::Sender<String>,
 }
 
-/// Only a requested concession that approving would really record (a grantable
-/// capability with a target) is kept: the card never promises what will not happen.
-fn effective_territory(
-    requested: Territory,
-    capability: &str,
-    grant_target: &str,
-    home: &std::path::Path,
-) -> Result<Territory, Error> {
-    if requested == Territory::None || capability.is_empty() {
-        return Ok(Territory::None);
+/// A path as a card shows it: under the home, `~/…`.
+fn shown_path(path: &str, home: &std::path::Path) -> String {
+    let home = metnos_core::path::home_text(home);
+    match path.strip_prefix(&home) {
+        Some(rest) if !home.is_empty() && (rest.is_empty() || rest.starts_with('/')) => {
+            format!("~{rest}")
+        }
+        _ => path.to_owned(),
     }
-    let spec = Capability::parse(capability)?.spec();
-    if !spec.grantable() || grant_target.is_empty() {
-        return Ok(Territory::None);
+}
+
+/// The territory a card offers for the call (approval_ux ch. 5), computed here from the
+/// call, never from the caller: the target's folder (`~/Documents/invoices-2026/*`) for a
+/// path, the host for a URL, the target itself for an exact one. None for a capability
+/// that is never granted (code:exec, mail:send: asked every time) and for a pattern policy
+/// would refuse as too broad (a file directly in `/` or in the home).
+pub fn territory_offer(capability: &str, target: &str, home: &std::path::Path) -> Option<String> {
+    use metnos_core::target::Target;
+    let spec = Capability::parse(capability).ok()?.spec();
+    if !spec.grantable() {
+        return None;
     }
-    Pattern::parse(spec.target_kind, grant_target, home)?;
-    Ok(requested)
+    let kind = spec.target_kind;
+    let pattern = match Target::parse(kind, target, home).ok()? {
+        Target::Path(path) => {
+            let (folder, _) = path.rsplit_once('/')?;
+            format!("{}/*", shown_path(folder, home))
+        }
+        Target::Host(host) => host,
+        Target::Exact(value) => value,
+    };
+    Pattern::parse(kind, &pattern, home).ok()?;
+    Some(pattern)
 }
 
 /// The class a request belongs to, computed here from the call (never the caller's
@@ -145,14 +163,7 @@ pub fn class_of(executor: &str, capability: &str, target: &str, home: &std::path
     let generalised = match (kind, Target::parse(kind, target, home)) {
         (TargetKind::PathGlob, Ok(Target::Path(path))) => {
             let folder = path.rsplit_once('/').map_or("", |(folder, _)| folder);
-            let home = metnos_core::path::home_text(home);
-            let shown = match folder.strip_prefix(&home) {
-                Some(rest) if !home.is_empty() && (rest.is_empty() || rest.starts_with('/')) => {
-                    format!("~{rest}")
-                }
-                _ => folder.to_owned(),
-            };
-            Some(format!("{shown}/**"))
+            Some(format!("{}/**", shown_path(folder, home)))
         }
         (TargetKind::Host, Ok(Target::Host(host))) => Some(host),
         (TargetKind::Exact, Ok(Target::Exact(value))) => value
@@ -235,6 +246,8 @@ impl Approvals {
                 reason: pending.policy_level.map(|level| {
                     crate::describe::reason(level, &pending.capability, pending.language)
                 }),
+                territory_offer: Some(pending.territory_target.clone())
+                    .filter(|p| !p.is_empty() && pending.status == Status::Pending),
             },
             &pending.token,
         )
@@ -255,17 +268,13 @@ impl Approvals {
                 _ => return Err(Error::BadExtra),
             }
         };
-        let grant_target = if new.territory_target.is_empty() {
-            &new.target
-        } else {
-            &new.territory_target
-        };
-        let territory = effective_territory(
-            new.card.territory,
-            &new.capability,
-            grant_target,
-            &self.home,
-        )?;
+        if !new.capability.is_empty() {
+            Capability::parse(&new.capability)?;
+        }
+        // What approving may also grant is the person's choice on the card, over a pattern
+        // proposed here: the caller's territory and pattern are not taken.
+        let territory_offer =
+            territory_offer(&new.capability, &new.target, &self.home).unwrap_or_default();
         let capability_class = class_of(&new.executor, &new.capability, &new.target, &self.home);
         // What the card says the call does comes from the call, not from the caller's words.
         let described = crate::describe::describe(
@@ -292,11 +301,11 @@ impl Approvals {
             target_summary: described.summary,
             capability_class,
             reversibility: new.card.reversibility,
-            territory,
+            territory: Territory::None,
             language: new.card.language,
             capability: new.capability,
             target: new.target,
-            territory_target: new.territory_target,
+            territory_target: territory_offer,
             executor: new.executor,
             call_sha256,
             recurrence_count,
@@ -329,9 +338,18 @@ impl Approvals {
         &self,
         token: &str,
         decision: Decision,
+        territory: Territory,
         decider: &Principal,
     ) -> Result<Pending, Error> {
         let pending = self.get(token).await?;
+        if territory != Territory::None {
+            if decision == Decision::Reject {
+                return Err(Error::TerritoryWithReject);
+            }
+            if pending.territory_target.is_empty() {
+                return Err(Error::NoTerritoryOffered);
+            }
+        }
         if pending.status.is_terminal() {
             return Err(Error::NotPending(pending.status.as_str()));
         }
@@ -353,7 +371,11 @@ impl Approvals {
             Decision::Approve => Status::Approved,
             Decision::Reject => Status::Rejected,
         };
-        if !self.store.decide(token, status, decider, now).await? {
+        if !self
+            .store
+            .decide(token, status, territory, decider, now)
+            .await?
+        {
             // Someone else decided first, or it expired in between: say which.
             let current = self.get(token).await?;
             return Err(match current.status {
@@ -377,6 +399,7 @@ impl Approvals {
     /// sweeper tries again later; the decision stands either way.
     async fn record_grant(&self, pending: &Pending) -> Option<i64> {
         let mut policy = self.policy.clone()?;
+        // The pattern the card offered (a request stored before offers existed: its target).
         let target = if pending.territory_target.is_empty() {
             &pending.target
         } else {

@@ -259,18 +259,20 @@ impl PendingStore {
         &self,
         token: &str,
         status: Status,
+        territory: Territory,
         decider: &Principal,
         now: i64,
     ) -> Result<bool, sqlx::Error> {
         let sql = "UPDATE pending SET status = $1, decision_at = $2, decision_by_channel = $3, \
-                   decision_by_sender = $4 \
-                   WHERE token = $5 AND status = 'pending' AND expires_at > $2";
+                   decision_by_sender = $4, territory = $5 \
+                   WHERE token = $6 AND status = 'pending' AND expires_at > $2";
         let changed = on_db!(&self.db, pool => {
             sqlx::query(sql)
                 .bind(status.as_str())
                 .bind(now)
                 .bind(&decider.channel)
                 .bind(&decider.sender_id)
+                .bind(territory.as_str())
                 .bind(token)
                 .execute(pool)
                 .await?

@@ -54,6 +54,7 @@ fn request(territory: Territory) -> NewRequest {
             recurrence_count: 99, // ignored: the service counts
             language: Language::Italian,
             reason: None,
+            territory_offer: None,
         },
         capability: "fs:write".into(),
         target: "~/downloads/rapporto.pdf".into(),
@@ -94,7 +95,10 @@ async fn create_issues_a_token_and_a_pending_record(store: TestStore) {
         card.telegram_html
             .contains("<i>Perché: al livello Supervised")
     );
-    assert_eq!(card.buttons[0].data, format!("approve:{}", pending.token));
+    assert_eq!(
+        card.buttons[0][0].data,
+        format!("approve:{}", pending.token)
+    );
     let stored = approvals.get(&pending.token).await.unwrap();
     assert_eq!(stored, pending);
     assert_eq!(
@@ -121,7 +125,7 @@ async fn the_requester_approves_or_rejects_once(store: TestStore) {
     ] {
         let (pending, _) = approvals.create(request(Territory::None)).await.unwrap();
         let resolved = approvals
-            .resolve(&pending.token, decision, &roberto())
+            .resolve(&pending.token, decision, Territory::None, &roberto())
             .await
             .unwrap();
         assert_eq!(resolved.status, status);
@@ -136,13 +140,18 @@ async fn an_unknown_or_malformed_token_is_refused(store: TestStore) {
     let unknown = token::new_token();
     assert!(matches!(
         approvals
-            .resolve(&unknown, Decision::Approve, &roberto())
+            .resolve(&unknown, Decision::Approve, Territory::None, &roberto())
             .await,
         Err(Error::NotFound)
     ));
     assert!(matches!(
         approvals
-            .resolve("approve:../x", Decision::Approve, &roberto())
+            .resolve(
+                "approve:../x",
+                Decision::Approve,
+                Territory::None,
+                &roberto()
+            )
             .await,
         Err(Error::MalformedToken(_))
     ));
@@ -153,11 +162,21 @@ async fn a_second_resolve_is_refused(store: TestStore) {
     let (approvals, _) = open(&store).await;
     let (pending, _) = approvals.create(request(Territory::None)).await.unwrap();
     approvals
-        .resolve(&pending.token, Decision::Approve, &roberto())
+        .resolve(
+            &pending.token,
+            Decision::Approve,
+            Territory::None,
+            &roberto(),
+        )
         .await
         .unwrap();
     let err = approvals
-        .resolve(&pending.token, Decision::Reject, &roberto())
+        .resolve(
+            &pending.token,
+            Decision::Reject,
+            Territory::None,
+            &roberto(),
+        )
         .await
         .unwrap_err();
     assert!(matches!(err, Error::NotPending("approved")), "{err}");
@@ -175,7 +194,7 @@ async fn another_decider_is_refused_and_expiry_persists(store: TestStore) {
     let other_channel = Principal::new("cli", "roberto").unwrap();
     for decider in [anna, other_channel] {
         let err = approvals
-            .resolve(&pending.token, Decision::Approve, &decider)
+            .resolve(&pending.token, Decision::Approve, Territory::None, &decider)
             .await
             .unwrap_err();
         assert!(matches!(err, Error::NotRequester), "{err}");
@@ -187,7 +206,12 @@ async fn another_decider_is_refused_and_expiry_persists(store: TestStore) {
 
     clock.advance(TTL_MS + 1);
     let err = approvals
-        .resolve(&pending.token, Decision::Approve, &roberto())
+        .resolve(
+            &pending.token,
+            Decision::Approve,
+            Territory::None,
+            &roberto(),
+        )
         .await
         .unwrap_err();
     assert!(matches!(err, Error::Expired), "{err}");
@@ -197,7 +221,12 @@ async fn another_decider_is_refused_and_expiry_persists(store: TestStore) {
         Status::Expired
     );
     let err = approvals
-        .resolve(&pending.token, Decision::Approve, &roberto())
+        .resolve(
+            &pending.token,
+            Decision::Approve,
+            Territory::None,
+            &roberto(),
+        )
         .await
         .unwrap_err();
     assert!(matches!(err, Error::NotPending("expired")), "{err}");
@@ -216,7 +245,9 @@ async fn concurrent_resolves_succeed_exactly_once(store: TestStore) {
             } else {
                 Decision::Reject
             };
-            approvals.resolve(&token, decision, &roberto()).await
+            approvals
+                .resolve(&token, decision, Territory::None, &roberto())
+                .await
         })
     });
     let results = futures::future::join_all(attempts).await;
@@ -243,7 +274,12 @@ async fn the_proposer_can_cancel_with_a_reason(store: TestStore) {
     assert_eq!(cancelled.status, Status::Cancelled);
     assert_eq!(cancelled.cancel_reason.as_deref(), Some("the plan changed"));
     let err = approvals
-        .resolve(&pending.token, Decision::Approve, &roberto())
+        .resolve(
+            &pending.token,
+            Decision::Approve,
+            Territory::None,
+            &roberto(),
+        )
         .await
         .unwrap_err();
     assert!(matches!(err, Error::NotPending("cancelled")), "{err}");
@@ -290,14 +326,24 @@ async fn recurrence_counts_this_persons_past_approvals_of_the_same_class(store: 
             assert_eq!(card.lines.len(), 3, "the fourth time the card is medium");
         }
         approvals
-            .resolve(&pending.token, Decision::Approve, &roberto())
+            .resolve(
+                &pending.token,
+                Decision::Approve,
+                Territory::None,
+                &roberto(),
+            )
             .await
             .unwrap();
     }
     // Rejections, other people and other folders do not count.
     let (rejected, _) = approvals.create(request(Territory::None)).await.unwrap();
     approvals
-        .resolve(&rejected.token, Decision::Reject, &roberto())
+        .resolve(
+            &rejected.token,
+            Decision::Reject,
+            Territory::None,
+            &roberto(),
+        )
         .await
         .unwrap();
     let mut anna = request(Territory::None);
@@ -359,30 +405,116 @@ fn the_class_generalises_a_target_to_its_folder_host_or_program() {
     }
 }
 
-async fn a_territory_is_kept_only_where_a_grant_can_follow(store: TestStore) {
+/// The card offers territory over a pattern the service proposes; the person chooses it
+/// when approving. The caller can neither pre-concede nor name the pattern.
+async fn the_card_offers_territory_and_the_person_chooses_it(store: TestStore) {
     let (approvals, _) = open(&store).await;
-    let (pending, card) = approvals
-        .create(request(Territory::Permanent))
+    // A caller asking for a permanent concession on "/**" gets neither.
+    let mut greedy = request(Territory::Permanent);
+    greedy.territory_target = "/**".into();
+    let (pending, card) = approvals.create(greedy).await.unwrap();
+    assert_eq!(pending.territory, Territory::None, "nothing conceded yet");
+    assert_eq!(pending.territory_target, "~/downloads/*");
+    assert!(!card.lines[2].contains("territorio"), "{card}");
+    let rows: Vec<Vec<&str>> = card
+        .buttons
+        .iter()
+        .map(|row| row.iter().map(|b| b.text.as_str()).collect())
+        .collect();
+    assert_eq!(
+        rows,
+        [
+            vec!["Approva una volta", "Rifiuta"],
+            vec!["Per questa sessione", "Sempre per ~/downloads/*"],
+        ]
+    );
+    // A rejection concedes nothing.
+    assert!(matches!(
+        approvals
+            .resolve(
+                &pending.token,
+                Decision::Reject,
+                Territory::Session,
+                &roberto()
+            )
+            .await,
+        Err(Error::TerritoryWithReject)
+    ));
+    let approved = approvals
+        .resolve(
+            &pending.token,
+            Decision::Approve,
+            Territory::Session,
+            &roberto(),
+        )
         .await
         .unwrap();
-    assert_eq!(pending.territory, Territory::Permanent);
-    assert!(card.lines[2].ends_with("[territorio: permanente]"));
-    let mut exec = request(Territory::Permanent);
-    exec.capability = "code:exec".into();
-    exec.card.capability_class = "code_exec:apt".into();
-    let (pending, card) = approvals.create(exec).await.unwrap();
-    assert_eq!(
-        pending.territory,
-        Territory::None,
-        "code:exec is never granted"
+    assert_eq!(approved.territory, Territory::Session);
+    let card = approvals.card(&approved);
+    assert!(
+        card.lines[2].ends_with("[territorio: sessione]"),
+        "the decided card says what was conceded: {card}"
     );
-    assert!(!card.lines[2].contains("territorio"), "{}", card.lines[2]);
-    let mut bad = request(Territory::Session);
-    bad.territory_target = "~/a/[oops".into();
+
+    // What is offered, by capability and target.
+    let offered = |capability: &str, target: &str| {
+        let mut r = request(Territory::None);
+        r.capability = capability.into();
+        r.target = target.into();
+        let approvals = Arc::clone(&approvals);
+        async move {
+            let (pending, card) = approvals.create(r).await.unwrap();
+            assert_eq!(
+                card.buttons.len(),
+                if pending.territory_target.is_empty() {
+                    1
+                } else {
+                    2
+                }
+            );
+            pending.territory_target
+        }
+    };
+    assert_eq!(
+        offered("fs:write", "~/Documents/invoices-2026/march.pdf").await,
+        "~/Documents/invoices-2026/*"
+    );
+    assert_eq!(
+        offered("network:http", "https://user:pw@Drive.Google.com:443/x?k=1").await,
+        "drive.google.com"
+    );
+    assert_eq!(
+        offered("fs:read", "/srv/data/a/../b.csv").await,
+        "/srv/data/*"
+    );
+    // Never for what is asked every time, nor a pattern as broad as the home or `/`.
+    assert_eq!(offered("code:exec", "find . -exec sh -c x").await, "");
+    assert_eq!(offered("mail:send", "ada@example.org").await, "");
+    assert_eq!(offered("fs:write", "~/.bashrc").await, "");
+    assert_eq!(offered("fs:write", "/x.txt").await, "");
+    assert_eq!(
+        offered("network:http", "https://example.com.").await,
+        "example.com"
+    );
+    let mut exec = request(Territory::None);
+    exec.capability = "code:exec".into();
+    let (pending, _) = approvals.create(exec).await.unwrap();
     assert!(matches!(
-        approvals.create(bad).await,
-        Err(Error::TerritoryTarget(_))
+        approvals
+            .resolve(
+                &pending.token,
+                Decision::Approve,
+                Territory::Permanent,
+                &roberto()
+            )
+            .await,
+        Err(Error::NoTerritoryOffered)
     ));
+    assert_eq!(
+        approvals.get(&pending.token).await.unwrap().status,
+        Status::Pending,
+        "a refused resolve decides nothing"
+    );
 }
 
 async fn bad_requests_are_refused_and_nothing_is_stored(store: TestStore) {
@@ -419,6 +551,6 @@ metnos_kit::store_suite!(
     the_proposer_can_cancel_with_a_reason,
     the_sweep_expires_what_is_due_and_nothing_else,
     recurrence_counts_this_persons_past_approvals_of_the_same_class,
-    a_territory_is_kept_only_where_a_grant_can_follow,
+    the_card_offers_territory_and_the_person_chooses_it,
     bad_requests_are_refused_and_nothing_is_stored,
 );

@@ -11,7 +11,8 @@
 //! - [`forbidden`]: the paths no call may read, and those no call may write;
 //! - [`target`]: a call's target and a grant's pattern, per target kind;
 //! - [`html`]: escaping for channels that render HTML;
-//! - [`resolve`]: why an approval could not be resolved, in the person's language.
+//! - [`resolve`]: why an approval could not be resolved, in the person's language;
+//! - [`territory`]: what approving concedes beyond the call, as every channel says it.
 
 pub mod call;
 pub mod capability;
@@ -23,6 +24,7 @@ pub mod path;
 pub mod principal;
 pub mod resolve;
 pub mod target;
+pub mod territory;
 
 pub use capability::{Capability, TargetKind};
 pub use language::Language;

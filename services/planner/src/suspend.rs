@@ -176,6 +176,13 @@ impl Planner {
             () = sink.closed() => return self.wait_elsewhere(cp, &pending).await,
             () = self.cancelled(&turn_id, cancel) => {
                 let _ = self.filters.cancel(&pending.token, "the turn was cancelled").await;
+                // The channel closes the card as cancelled (its buttons go).
+                let decided = pb::ApprovalDecided {
+                    step: pending.step,
+                    token: pending.token.clone(),
+                    status: approval::ApprovalStatus::Cancelled as i32,
+                };
+                self.emit(sink, pb::turn_event::Event::ApprovalDecided(decided)).await;
                 cp.pending = None;
                 return Some(StepOutcome::Finished(finish(FinalKind::Cancelled, "cancelled")));
             }

@@ -50,8 +50,11 @@ pub struct ApprovalConfig {
     pub ttl_seconds: NonZero<u64>,
     /// How long a "session" territory concession lasts.
     pub session_seconds: NonZero<u64>,
-    /// How often expired requests are swept (and unrecorded territory grants retried).
+    /// How often expired requests are swept (and unrecorded territory grants retried);
+    /// the gateway looks at its open cards as often.
     pub sweep_interval_seconds: NonZero<u64>,
+    /// A card still unanswered this long before it expires gets one reminder (0: none).
+    pub remind_before_seconds: u64,
 }
 
 impl Default for ApprovalConfig {
@@ -65,6 +68,7 @@ impl Default for ApprovalConfig {
             ttl_seconds: const { NonZero::new(600).unwrap() },
             session_seconds: const { NonZero::new(8 * 60 * 60).unwrap() },
             sweep_interval_seconds: const { NonZero::new(5).unwrap() },
+            remind_before_seconds: 120,
         }
     }
 }
