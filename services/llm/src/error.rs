@@ -43,6 +43,30 @@ pub enum LlmError {
 }
 
 impl LlmError {
+    /// What went wrong without the provider's own words (which may quote the prompt, and so
+    /// a call's values): for logs and verdict notes.
+    pub fn summary(&self) -> String {
+        match self {
+            LlmError::Unreachable { provider, .. } => format!("{provider} unreachable"),
+            LlmError::Timeout { provider, after } => {
+                format!("{provider} did not answer within {} s", after.as_secs())
+            }
+            LlmError::Http {
+                provider, status, ..
+            } => format!("{provider} answered HTTP {status}"),
+            LlmError::ModelNotFound {
+                provider, model, ..
+            } => format!("{provider} has no model `{model}`"),
+            LlmError::ContextTooLong { provider, .. } => {
+                format!("{provider}: the conversation is too long for the model")
+            }
+            LlmError::Malformed { provider, .. } => {
+                format!("{provider} answered something malformed")
+            }
+            LlmError::Config(_) => "LLM configuration error".to_owned(),
+        }
+    }
+
     /// Whether trying again may help (connection failures, 429, 5xx).
     pub fn is_transient(&self) -> bool {
         match self {

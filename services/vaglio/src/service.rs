@@ -334,7 +334,9 @@ async fn llm_score(
     let response = tokio::time::timeout(timeout, tiers.chat(Tier::Middle, &request))
         .await
         .map_err(|_| format!("no answer within {} s", timeout.as_secs()))?
-        .map_err(|e| e.to_string())?;
+        // The provider's words may quote the prompt (the intent and the arguments): only
+        // what kind of failure it was reaches the log and the verdict.
+        .map_err(|e| e.summary())?;
     let value = response.json().ok_or("the answer is not JSON")?;
     let score = value
         .get("score")

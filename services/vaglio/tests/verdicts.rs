@@ -373,6 +373,26 @@ async fn the_llm_judge_scores_and_falls_back_to_the_rules_when_it_fails() {
         verdict.reason
     );
 
+    // A provider error quoting the prompt (as some do): the verdict says what kind of
+    // failure it was, never the provider's words, which carry the call's values.
+    fake.push(Reply::Error {
+        status: 400,
+        body: r#"{"error":"invalid request near 'path': '/tmp/n.txt' in: read my notes"}"#.into(),
+        retry_after: None,
+    });
+    let verdict = v.judge(&p).await.unwrap();
+    assert_eq!(verdict.judge_kind, "llm-v1-fallback-rule");
+    assert!(
+        verdict.reason.contains("LLM judge failed (ollama answered HTTP 400)"),
+        "{}",
+        verdict.reason
+    );
+    assert!(
+        !verdict.reason.contains("/tmp/n.txt") && !verdict.reason.contains("read my notes"),
+        "{}",
+        verdict.reason
+    );
+
     // Nonsense: not JSON, or a score out of range.
     for reply in [
         Reply::Text("sure, looks fine".into()),
