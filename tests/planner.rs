@@ -906,6 +906,44 @@ async fn one_turn_is_one_trace_across_planner_policy_vaglio_approval_and_the_exe
         .find(|r| r.span.name == "executor")
         .expect("no executor span in the turn's trace");
     assert_eq!(executor.attr("executor").as_deref(), Some("fs_write"));
+    // The person's decision, made by a call in a trace of its own, is a span of the turn's
+    // trace too, linked to that call.
+    let decision = trace
+        .iter()
+        .find(|r| r.span.name == "approval.decision")
+        .expect("no decision span in the turn's trace");
+    assert_eq!(decision.service, "metnos-approval");
+    assert_eq!(decision.attr("decision").as_deref(), Some("approved"));
+    assert_eq!(decision.attr("capability").as_deref(), Some("fs:write"));
+    let resolve = spans
+        .iter()
+        .find(|r| {
+            r.span.name.ends_with("ApprovalService/Resolve") && r.service == "metnos-approval"
+        })
+        .expect("no Resolve span");
+    assert_ne!(
+        resolve.span.trace_id, turn.span.trace_id,
+        "the call came from outside the turn"
+    );
+    assert!(
+        decision
+            .span
+            .links
+            .iter()
+            .any(|l| l.trace_id == resolve.span.trace_id && l.span_id == resolve.span.span_id),
+        "the decision links the call that made it: {:?}",
+        decision.span.links
+    );
+    // Names and codes only: no span of any service carries the call's values.
+    for r in &spans {
+        let shown = format!("{:?}", r.span);
+        assert!(
+            !shown.contains("traced.txt"),
+            "{} span {} carries a value: {shown}",
+            r.service,
+            r.span.name
+        );
+    }
     server.abort();
 }
 

@@ -318,6 +318,8 @@ impl Approvals {
             grant_id: None,
             extra_json,
             policy_level: new.policy_level,
+            // The turn's trace (this call's server span is a child of the planner's).
+            traceparent: metnos_kit::propagation::current_traceparent(),
         };
         self.store.insert(&pending).await?;
         // Names only: the class and the target hold the call's values (a path, a command,
@@ -371,11 +373,35 @@ impl Approvals {
             Decision::Approve => Status::Approved,
             Decision::Reject => Status::Rejected,
         };
-        if !self
-            .store
-            .decide(token, status, territory, decider, now)
-            .await?
+        // The decision is a span of the turn's trace (the click or the y/n arrives in a
+        // trace of its own, linked to it). Names only: no target, no class.
+        let span = tracing::info_span!(
+            "approval.decision",
+            otel.kind = "internal",
+            decision = status.as_str(),
+            territory = territory.as_str(),
+            executor = %pending.executor,
+            capability = %pending.capability,
+            decider_channel = %decider.channel,
+        );
         {
+            use opentelemetry::trace::TraceContextExt;
+            use tracing_opentelemetry::OpenTelemetrySpanExt;
+            let caller = tracing::Span::current().context();
+            let _ = span.set_parent(metnos_kit::propagation::context_of(&pending.traceparent));
+            let caller = caller.span().span_context().clone();
+            if caller.is_valid() {
+                span.add_link(caller);
+            }
+        }
+        let decided = {
+            use tracing::Instrument;
+            self.store
+                .decide(token, status, territory, decider, now)
+                .instrument(span)
+                .await?
+        };
+        if !decided {
             // Someone else decided first, or it expired in between: say which.
             let current = self.get(token).await?;
             return Err(match current.status {

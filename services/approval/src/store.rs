@@ -21,6 +21,11 @@ const SQLITE: &[EmbeddedMigration] = &[
         description: "policy level",
         sql: include_str!("../migrations/sqlite/0002_policy_level.sql"),
     },
+    EmbeddedMigration {
+        version: 3,
+        description: "traceparent",
+        sql: include_str!("../migrations/sqlite/0003_traceparent.sql"),
+    },
 ];
 const POSTGRES: &[EmbeddedMigration] = &[
     EmbeddedMigration {
@@ -32,6 +37,11 @@ const POSTGRES: &[EmbeddedMigration] = &[
         version: 2,
         description: "policy level",
         sql: include_str!("../migrations/postgres/0002_policy_level.sql"),
+    },
+    EmbeddedMigration {
+        version: 3,
+        description: "traceparent",
+        sql: include_str!("../migrations/postgres/0003_traceparent.sql"),
     },
 ];
 
@@ -111,12 +121,16 @@ pub struct Pending {
     /// The autonomy level policy judged the call at (the card's reason line); none for
     /// requests stored before it was kept.
     pub policy_level: Option<AutonomyLevel>,
+    /// The W3C `traceparent` of the turn that asked (empty: none), so the decision joins
+    /// the turn's trace.
+    pub traceparent: String,
 }
 
 const COLUMNS: &str = "token, channel, sender_id, capability_class, action_verb, target_summary, \
     reversibility, territory, language, capability, target, territory_target, executor, \
     call_sha256, recurrence_count, created_at, expires_at, status, decision_at, \
-    decision_by_channel, decision_by_sender, cancel_reason, grant_id, request_extra, policy_level";
+    decision_by_channel, decision_by_sender, cancel_reason, grant_id, request_extra, policy_level, \
+    traceparent";
 
 fn from_row<R>(row: &R) -> Result<Pending, sqlx::Error>
 where
@@ -170,6 +184,7 @@ where
         extra_json: text("request_extra")?,
         // Unknown or empty (stored before the level was kept): no reason line.
         policy_level: AutonomyLevel::parse(&text("policy_level")?).ok(),
+        traceparent: text("traceparent")?,
     })
 }
 
@@ -191,7 +206,7 @@ impl PendingStore {
     pub async fn insert(&self, p: &Pending) -> Result<(), sqlx::Error> {
         let sql = format!(
             "INSERT INTO pending ({COLUMNS}) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, \
-             $11, $12, $13, $14, $15, $16, $17, $18, $19, $20, $21, $22, $23, $24, $25)"
+             $11, $12, $13, $14, $15, $16, $17, $18, $19, $20, $21, $22, $23, $24, $25, $26)"
         );
         on_db!(&self.db, pool => {
             sqlx::query(sqlx::AssertSqlSafe(sql))
@@ -220,6 +235,7 @@ impl PendingStore {
                 .bind(p.grant_id)
                 .bind(&p.extra_json)
                 .bind(p.policy_level.map_or("", AutonomyLevel::as_str))
+                .bind(&p.traceparent)
                 .execute(pool)
                 .await?;
         });

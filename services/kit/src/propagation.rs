@@ -44,6 +44,33 @@ impl Injector for HeaderInjector<'_> {
     }
 }
 
+/// The current span's W3C `traceparent` (empty when there is no valid one): kept with a
+/// piece of work that another call will finish, so that call can join the same trace.
+pub fn current_traceparent() -> String {
+    let context = tracing::Span::current().context();
+    let mut headers = HeaderMap::new();
+    opentelemetry::global::get_text_map_propagator(|propagator| {
+        propagator.inject_context(&context, &mut HeaderInjector(&mut headers));
+    });
+    headers
+        .get("traceparent")
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or_default()
+        .to_owned()
+}
+
+/// The context a kept `traceparent` names (an empty context for an empty or malformed one:
+/// a span given it as parent starts a trace of its own).
+pub fn context_of(traceparent: &str) -> opentelemetry::Context {
+    let mut headers = HeaderMap::new();
+    if let Ok(value) = HeaderValue::from_str(traceparent) {
+        headers.insert("traceparent", value);
+    }
+    opentelemetry::global::get_text_map_propagator(|propagator| {
+        propagator.extract(&HeaderExtractor(&headers))
+    })
+}
+
 /// Splits `/pkg.Service/Method` into (`pkg.Service`, `Method`).
 fn rpc_names(path: &str) -> (&str, &str) {
     let trimmed = path.trim_start_matches('/');

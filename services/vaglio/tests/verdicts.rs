@@ -383,7 +383,9 @@ async fn the_llm_judge_scores_and_falls_back_to_the_rules_when_it_fails() {
     let verdict = v.judge(&p).await.unwrap();
     assert_eq!(verdict.judge_kind, "llm-v1-fallback-rule");
     assert!(
-        verdict.reason.contains("LLM judge failed (ollama answered HTTP 400)"),
+        verdict
+            .reason
+            .contains("LLM judge failed (ollama answered HTTP 400)"),
         "{}",
         verdict.reason
     );
