@@ -291,6 +291,10 @@ fn said(language: metnos_core::Language, what: Said) -> String {
         (English, Said::Reminder(minutes)) => format!(
             "⏳ The request expires in {minutes} min: if you do not answer, I will not do it."
         ),
+        (Italian, Said::EndOfInput) => {
+            "metnos: nessuna risposta (fine dell'input): rifiutata".to_owned()
+        }
+        (English, Said::EndOfInput) => "metnos: no answer (end of input): rejected".to_owned(),
         (Italian, Said::Expired) => {
             "metnos: la richiesta è scaduta senza risposta: non lo faccio".to_owned()
         }
@@ -305,6 +309,7 @@ enum Said {
     Again(bool),
     Reminder(u64),
     Expired,
+    EndOfInput,
 }
 
 /// What came of asking.
@@ -516,7 +521,7 @@ impl Session {
                         match ask_answer(language, pattern, expires_in, remind_before).await {
                             Asked::Answer(answer) => answer,
                             Asked::End => {
-                                eprintln!("metnos: no answer (end of input): rejected");
+                                eprintln!("{}", said(language, Said::EndOfInput));
                                 Answer::No
                             }
                             Asked::Expired => {

@@ -398,6 +398,10 @@ async fn a_rejected_card_writes_nothing_and_malformed_or_stale_clicks_are_answer
     s.tg.click(ADA, 2, user(ADA, "Ada", "en"), "launch:missiles");
     s.tg.until("answered", |tg| tg.calls("answerCallbackQuery").len() == 3)
         .await;
+    assert_eq!(
+        s.tg.calls("answerCallbackQuery")[2].body["text"],
+        "I do not recognise this button: nothing was done."
+    );
     // A stranger's click is refused before anything is resolved (only paired people
     // decide), and no pairing code is sent in its place.
     s.tg.click(MALLORY, 2, user(MALLORY, "Mallory", "en"), &reject);
@@ -409,19 +413,30 @@ async fn a_rejected_card_writes_nothing_and_malformed_or_stale_clicks_are_answer
             .any(|t| t.contains("You are not paired"))
     })
     .await;
-    // A token nobody issued, clicked in Italian: the seed's words, in Italian.
+    // A token nobody issued, clicked from a client set to Italian: the seed's words, in the
+    // language of Ada's cards (her pairing's, English), not her client's.
+    let told = s.tg.texts_to(ADA).len();
     s.tg.click(
         ADA,
         2,
         user(ADA, "Ada", "it"),
         "approve:0123456789abcdef0123456789abcdef",
     );
-    s.tg.until("told in Italian", |tg| {
+    s.tg.until("told in the cards' language", |tg| {
         tg.texts_to(ADA)
             .iter()
-            .any(|t| t == "Approvazione non risolvibile: token sconosciuto")
+            .skip(told)
+            .any(|t| t == "Approval cannot be resolved: unknown token")
     })
     .await;
+    assert!(
+        !s.tg
+            .texts_to(ADA)
+            .iter()
+            .any(|t| t.starts_with("Approvazione")),
+        "{:?}",
+        s.tg.texts_to(ADA)
+    );
     assert!(
         !s.tg
             .texts_to(MALLORY)

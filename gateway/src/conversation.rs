@@ -274,6 +274,13 @@ fn after_cancel(result: Result<bool, tonic::Code>, lang: Language) -> Says<'stat
     }
 }
 
+fn store_name(lang: Language) -> &'static str {
+    match lang {
+        Language::Italian => "il mio archivio",
+        Language::English => "my store",
+    }
+}
+
 fn planner_name(lang: Language) -> &'static str {
     match lang {
         Language::Italian => "il pianificatore",
@@ -413,7 +420,7 @@ impl Conversation {
             Ok(pairing) => pairing,
             Err(e) => {
                 tracing::error!(error = %e, "pairing store unavailable");
-                let sorry = text::say(message.lang, Says::Unavailable("il mio archivio"));
+                let sorry = text::say(message.lang, Says::Unavailable(store_name(message.lang)));
                 self.outbox.send_text(chat, &sorry).await;
                 return;
             }
@@ -616,11 +623,12 @@ impl Conversation {
         }
     }
 
-    async fn on_click(self: &Arc<Self>, click: Click) {
+    async fn on_click(self: &Arc<Self>, mut click: Click) {
         // Only a paired person decides: after `pair revoke`, nothing they send (a click
         // included) reaches Metnos.
         match self.store.pairing(CHANNEL, &click.clicker).await {
-            Ok(Some(_)) => {}
+            // Their cards are in the pairing's language: so is what a click is told.
+            Ok(Some(pairing)) => click.lang = pairing.language(),
             Ok(None) => {
                 tracing::info!(clicker = %click.clicker, "a click from someone not paired refused");
                 let said = text::say(click.lang, Says::NotPaired);
@@ -632,7 +640,7 @@ impl Conversation {
             }
             Err(e) => {
                 tracing::error!(error = %e, "pairing store unavailable");
-                let said = text::say(click.lang, Says::Unavailable("il mio archivio"));
+                let said = text::say(click.lang, Says::Unavailable(store_name(click.lang)));
                 self.outbox.answer_callback(&click.id, Some(&said)).await;
                 return;
             }
@@ -641,7 +649,8 @@ impl Conversation {
             Ok(understood) => understood,
             Err(why) => {
                 tracing::warn!(data = %click.data.chars().take(80).collect::<String>(), why, "callback not understood");
-                self.outbox.answer_callback(&click.id, Some(why)).await;
+                let said = text::say(click.lang, Says::UnknownButton);
+                self.outbox.answer_callback(&click.id, Some(&said)).await;
                 return;
             }
         };
@@ -715,9 +724,8 @@ impl Conversation {
             self.store.card(&token).await,
             pending.territory_pattern.is_empty(),
         ) else {
-            self.outbox
-                .answer_callback(&click.id, Some("unknown callback"))
-                .await;
+            let said = text::say(click.lang, Says::UnknownButton);
+            self.outbox.answer_callback(&click.id, Some(&said)).await;
             return;
         };
         let lang = pending

@@ -291,6 +291,12 @@ pub fn say(lang: Language, what: Says<'_>) -> String {
         (Language::English, Says::Reminder { minutes, question }) => format!(
             "⏳ The request «{question}» expires in {minutes} min: if you do not answer, I will not do it."
         ),
+        (Language::Italian, Says::UnknownButton) => {
+            "Questo pulsante non lo riconosco: non ho fatto niente.".to_owned()
+        }
+        (Language::English, Says::UnknownButton) => {
+            "I do not recognise this button: nothing was done.".to_owned()
+        }
         (Language::Italian, Says::NotPaired) => {
             "Non sei (più) abbinato: questa richiesta non è tua da decidere.".to_owned()
         }
@@ -331,6 +337,8 @@ pub enum Says<'a> {
     },
     ConfirmButton,
     BackButton,
+    /// A button whose data is not one of a card's.
+    UnknownButton,
     /// A pending card's one reminder before it expires.
     Reminder {
         minutes: u64,

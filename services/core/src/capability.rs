@@ -165,7 +165,9 @@ pub const REGISTRY: [CapabilitySpec; 13] = [
         "llm:online",
         false,
         A::PerTarget,
-        K::None,
+        // The provider's host (issue 17: policy is asked with it, so a grant can name
+        // one provider; the seed had no target).
+        K::Host,
         false,
         "online LLM call (Anthropic, OpenAI, ...), cost > 0",
     ),
@@ -308,7 +310,7 @@ mod tests {
                 ("code:exec", true, "always", "exact"),
                 ("network:http", false, "per_target", "host"),
                 ("llm:local", false, "none", "none"),
-                ("llm:online", false, "per_target", "none"),
+                ("llm:online", false, "per_target", "host"),
                 ("mail:read", false, "per_target", "exact"),
                 ("mail:send", true, "always", "exact"),
                 ("channel:in", false, "none", "exact"),
@@ -352,6 +354,7 @@ mod tests {
                 "fs:read",
                 "fs:write",
                 "network:http",
+                "llm:online",
                 "mail:read",
                 "channel:out",
                 "calendar:read"

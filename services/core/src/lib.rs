@@ -9,6 +9,7 @@
 //! - [`call`]: the hash of an executor call that an approval binds to;
 //! - [`path`]: `~` as the person's home and lexical normalisation of paths;
 //! - [`forbidden`]: the paths no call may read, and those no call may write;
+//! - [`table`]: the autonomy x capability table, by the seed's three rules;
 //! - [`target`]: a call's target and a grant's pattern, per target kind;
 //! - [`html`]: escaping for channels that render HTML;
 //! - [`resolve`]: why an approval could not be resolved, in the person's language;
@@ -23,6 +24,7 @@ pub mod level;
 pub mod path;
 pub mod principal;
 pub mod resolve;
+pub mod table;
 pub mod target;
 pub mod territory;
 

@@ -121,6 +121,41 @@ impl Provider {
         &self.model
     }
 
+    /// The host an online provider is reached at (`llm:online`: an outgoing cost), lower
+    /// case: Anthropic always; an OpenAI-compatible server unless it is on this machine or
+    /// the home network (loopback, private, link-local or unique-local addresses,
+    /// `localhost`, `*.local`); `None` for Ollama and those (`llm:local`). Policy is asked
+    /// with it before every call, so a grant can name one provider.
+    pub fn online_host(&self) -> Option<String> {
+        let url = reqwest::Url::parse(&self.base_url).ok();
+        let host = url
+            .as_ref()
+            .and_then(|u| u.host_str())
+            .map_or_else(|| self.base_url.clone(), str::to_lowercase);
+        match self.kind {
+            LlmProvider::Ollama => None,
+            LlmProvider::Anthropic => Some(host),
+            LlmProvider::Openai => {
+                let home = match url.as_ref().and_then(|u| u.host()) {
+                    Some(url::Host::Ipv4(ip)) => {
+                        ip.is_loopback() || ip.is_private() || ip.is_link_local()
+                    }
+                    Some(url::Host::Ipv6(ip)) => {
+                        ip.is_loopback() || ip.is_unique_local() || ip.is_unicast_link_local()
+                    }
+                    Some(url::Host::Domain(name)) => {
+                        let name = name.to_lowercase();
+                        name == "localhost"
+                            || name.ends_with(".localhost")
+                            || name.ends_with(".local")
+                    }
+                    None => false,
+                };
+                (!home).then_some(host)
+            }
+        }
+    }
+
     pub fn provider_name(&self) -> &'static str {
         match self.kind {
             LlmProvider::Ollama => ollama::PROVIDER,

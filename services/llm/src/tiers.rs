@@ -120,6 +120,29 @@ impl Tiers {
         &self.providers[&self.resolve(tier)]
     }
 
+    /// The host of the online provider behind `tier` (`None`: a local one).
+    pub fn online_host(&self, tier: Tier) -> Option<String> {
+        self.provider(tier).online_host()
+    }
+
+    /// The local tier to use instead of `tier` when an online one may not be called: the
+    /// highest local tier not above it, else the lowest local one above it; `None` when
+    /// every configured tier is online.
+    pub fn local_instead_of(&self, tier: Tier) -> Option<Tier> {
+        let local = |t: &Tier| {
+            self.providers
+                .get(t)
+                .is_some_and(|p| p.online_host().is_none())
+        };
+        Tier::ALL
+            .iter()
+            .rev()
+            .filter(|t| **t <= tier)
+            .find(|t| local(t))
+            .or_else(|| Tier::ALL.iter().filter(|t| **t > tier).find(|t| local(t)))
+            .copied()
+    }
+
     /// A chat call as `tier`, with the tier's preamble before the caller's system prompt.
     pub async fn chat(&self, tier: Tier, request: &ChatRequest) -> Result<ChatResponse, LlmError> {
         let mut request = request.clone();

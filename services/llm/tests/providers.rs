@@ -446,3 +446,57 @@ async fn missing_tiers_alias_down_and_each_tier_has_its_preamble() {
             .contains("fast tier is required")
     );
 }
+
+#[test]
+fn an_online_provider_is_named_by_its_host_and_a_home_one_is_local() {
+    use LlmProvider::{Anthropic, Ollama, Openai};
+    let host = |provider, base_url: &str| {
+        Provider::from_config("fast", &config(provider, base_url, "m"))
+            .unwrap()
+            .online_host()
+    };
+    // Anthropic is always online (an outgoing cost), wherever it is reached.
+    assert_eq!(host(Anthropic, "").as_deref(), Some("api.anthropic.com"));
+    assert_eq!(
+        host(Anthropic, "http://127.0.0.1:9").as_deref(),
+        Some("127.0.0.1")
+    );
+    // An OpenAI-compatible server is online unless it is on this machine or the home net.
+    assert_eq!(
+        host(Openai, "https://API.openai.com/v1/").as_deref(),
+        Some("api.openai.com")
+    );
+    for home in [
+        "",
+        "http://127.0.0.1:8080",
+        "http://[::1]:8080",
+        "http://localhost:8080",
+        "http://192.168.1.20:8000",
+        "http://10.0.0.5",
+        "http://gpu-box.local:8000",
+        "http://[fd00::5]:8000",
+    ] {
+        assert_eq!(host(Openai, home), None, "{home}");
+    }
+    // Ollama is llm:local.
+    assert_eq!(host(Ollama, "https://ollama.example.com"), None);
+}
+
+#[test]
+fn a_local_tier_answers_instead_of_an_online_one() {
+    let mut llm = BTreeMap::new();
+    llm.insert("fast".to_owned(), config(LlmProvider::Ollama, "", "small"));
+    llm.insert("wise".to_owned(), config(LlmProvider::Anthropic, "", "big"));
+    let tiers = Tiers::from_config(&llm).unwrap();
+    assert_eq!(
+        tiers.online_host(Tier::Wise).as_deref(),
+        Some("api.anthropic.com")
+    );
+    assert_eq!(tiers.online_host(Tier::Fast), None);
+    assert_eq!(tiers.local_instead_of(Tier::Wise), Some(Tier::Fast));
+    let mut online_only = BTreeMap::new();
+    online_only.insert("fast".to_owned(), config(LlmProvider::Anthropic, "", "big"));
+    let tiers = Tiers::from_config(&online_only).unwrap();
+    assert_eq!(tiers.local_instead_of(Tier::Fast), None);
+    assert_eq!(tiers.local_instead_of(Tier::Wise), None);
+}

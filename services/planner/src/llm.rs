@@ -42,6 +42,16 @@ pub trait Llm: Send + Sync + std::fmt::Debug {
 
     /// One chat with `tier`.
     async fn chat(&self, tier: Tier, request: &ChatRequest) -> Result<ChatResponse, LlmError>;
+
+    /// The host of the online provider behind `tier` (`llm:online`); `None` for a local one.
+    fn online_host(&self, _tier: Tier) -> Option<String> {
+        None
+    }
+
+    /// A local tier to ask instead of `tier` (see [`Tiers::local_instead_of`]).
+    fn local_instead_of(&self, _tier: Tier) -> Option<Tier> {
+        None
+    }
 }
 
 #[tonic::async_trait]
@@ -57,9 +67,71 @@ impl Llm for Tiers {
     async fn chat(&self, tier: Tier, request: &ChatRequest) -> Result<ChatResponse, LlmError> {
         Tiers::chat(self, tier, request).await
     }
+
+    fn online_host(&self, tier: Tier) -> Option<String> {
+        Tiers::online_host(self, tier)
+    }
+
+    fn local_instead_of(&self, tier: Tier) -> Option<Tier> {
+        Tiers::local_instead_of(self, tier)
+    }
 }
 
 impl Planner {
+    /// The tier to ask: `tier`, unless its provider is online and policy does not allow
+    /// `llm:online` on that host for this person at this level (the seed's ReadOnly: never
+    /// an online LLM, an outgoing cost; at Supervised only with a grant). Then a local tier
+    /// answers instead, or the turn ends saying why and how to allow it.
+    async fn tier_allowed(
+        &self,
+        cp: &Checkpoint,
+        llm: &dyn Llm,
+        tier: Tier,
+    ) -> Result<Tier, Finish> {
+        let Some(host) = llm.online_host(tier) else {
+            return Ok(tier);
+        };
+        let principal = cp.principal();
+        let why = match self
+            .filters
+            .check(cp.level, &principal, "llm:online", &host)
+            .await
+        {
+            Ok(answer) if answer.outcome == rules::Outcome::Allowed => return Ok(tier),
+            Ok(answer) => format!(
+                "policy: llm:online is {} at {}",
+                match answer.outcome {
+                    rules::Outcome::ApprovalRequired => "approval_required",
+                    _ => "denied",
+                },
+                cp.level
+            ),
+            Err(status) => format!(
+                "the policy service could not be asked ({:?})",
+                status.code()
+            ),
+        };
+        match llm.local_instead_of(tier) {
+            Some(local) => {
+                tracing::info!(
+                    tier = llm.resolve(tier).as_str(),
+                    instead = llm.resolve(local).as_str(),
+                    "the online LLM may not be used; a local tier answers"
+                );
+                Ok(local)
+            }
+            None => Err(finish(
+                FinalKind::Error,
+                format!(
+                    "the online model at {host} was not asked ({why}), and no local tier is configured: \
+                     add an Ollama tier, or allow it for {principal}: at Supervised \
+                     `metnos grants add --channel {} --sender {} llm:online {host}`, or the Full level",
+                    principal.channel, principal.sender_id
+                ),
+            )),
+        }
+    }
+
     /// The LLM's tools for this turn: its candidate executors, and `scratchpad_read` once
     /// something is in the scratchpad.
     fn tools(&self, cp: &Checkpoint) -> Vec<ToolDef> {
@@ -109,9 +181,10 @@ impl Planner {
         };
         let budget_ms = self.config.budget_seconds.get() * 1000;
         let remaining = Duration::from_millis(budget_ms.saturating_sub(cp.active_ms));
-        let answering = llm.resolve(cp.tier);
+        let tier = self.tier_allowed(cp, llm.as_ref(), cp.tier).await?;
+        let answering = llm.resolve(tier);
         let response = tokio::select! {
-            r = tokio::time::timeout(remaining, llm.chat(cp.tier, &request)) => match r {
+            r = tokio::time::timeout(remaining, llm.chat(tier, &request)) => match r {
                 Ok(Ok(response)) => response,
                 Ok(Err(e)) => {
                     return Err(finish(

@@ -179,6 +179,8 @@ impl Planner {
                     .unwrap_or_default(),
                 critical: Some(executor.manifest.critical),
                 capabilities: executor.manifest.capabilities.clone(),
+                level: cp.level.to_wire(),
+                principal: Some(cp.principal().to_proto()),
             }),
         };
         let ask_vaglio = async {
@@ -188,7 +190,33 @@ impl Planner {
                 .await
                 .map(|v| (v, started.elapsed()))
         };
-        let (policy, verdict) = tokio::join!(self.ask_policy(cp, executor, target), ask_vaglio);
+        // The vaglio is not asked about a call policy denies: when the table already denies
+        // one of the capabilities policy will be asked about, policy alone is asked; else
+        // both at once, and a denial drops the vaglio's call (it is cancelled unanswered).
+        let denied_by_table = executor.manifest.capabilities.iter().any(|capability| {
+            let several = executor.manifest.capabilities.len() > 1;
+            rules::policy_target(capability, target, several).is_some()
+                && metnos_core::Capability::parse(capability).is_ok_and(|c| {
+                    metnos_core::table::table_outcome(cp.level, c)
+                        == metnos_core::table::Outcome::Denied
+                })
+        });
+        let ask_policy = self.ask_policy(cp, executor, target);
+        tokio::pin!(ask_vaglio, ask_policy);
+        let mut early_verdict = None;
+        let policy = if denied_by_table {
+            ask_policy.await
+        } else {
+            loop {
+                tokio::select! {
+                    biased;
+                    policy = &mut ask_policy => break policy,
+                    verdict = &mut ask_vaglio, if early_verdict.is_none() => {
+                        early_verdict = Some(verdict);
+                    }
+                }
+            }
+        };
 
         let (policy, took) = policy.map_err(|status| {
             log.policy = Some(PolicyCheck::Unavailable);
@@ -240,6 +268,10 @@ impl Planner {
             )));
         }
 
+        let verdict = match early_verdict {
+            Some(verdict) => verdict,
+            None => ask_vaglio.await,
+        };
         let (verdict, took) = verdict.map_err(|status| {
             log.verdict = Some(VerdictCheck::Unavailable);
             unavailable("vaglio", "the vaglio", &status)

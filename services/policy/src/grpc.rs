@@ -37,7 +37,8 @@ pub const AUTHORIZATION: Table = Table {
         },
         Rule {
             method: "Check",
-            callers: &[Identity::Planner, Identity::Owner],
+            // The vaglio: its LLM judge asks before calling an online provider.
+            callers: &[Identity::Planner, Identity::Vaglio, Identity::Owner],
         },
         Rule {
             method: "RecordGrant",

@@ -361,7 +361,10 @@ async fn bad_input_is_invalid_argument_with_a_message_that_says_what() {
         (record_err("fs:write", "", None).await, "target is empty"),
         (record_err("fs:write", "~/a/[oops", None).await, "malformed"),
         (record_err("code:exec", "apt", None).await, "never granted"),
-        (record_err("llm:online", "x", None).await, "no target"),
+        (
+            record_err("llm:online", "*.com", None).await,
+            "public suffix",
+        ),
         (
             record_err("fs:write", "~/a/*", Some(now_ms() - 1000)).await,
             "not in the future",

@@ -112,6 +112,13 @@ impl VaglioService for VaglioApi {
             capability: context.capability,
             capabilities: context.capabilities,
             critical: context.critical,
+            asker: metnos_core::AutonomyLevel::from_wire(context.level)
+                .ok()
+                .zip(
+                    context
+                        .principal
+                        .and_then(|p| metnos_core::Principal::new(&p.channel, &p.sender_id).ok()),
+                ),
         };
         let verdict = self.vaglio.judge(&proposal).await?;
         tracing::info!(

@@ -20,7 +20,9 @@ use std::time::Duration;
 
 use metnos_kit::server::{StartError, Startup};
 use metnos_kit::store::Migrations;
+use metnos_kit::tls::Identity;
 use metnos_kit::{Config, ServiceName, ShutdownFuture};
+use metnos_proto::policy::v1::policy_service_client::PolicyServiceClient;
 use metnos_proto::vaglio::v1::vaglio_service_server::VaglioServiceServer;
 use tokio::net::TcpListener;
 
@@ -57,6 +59,38 @@ pub fn judge_settings(config: &Config) -> Result<(f64, service::JudgeKind), Sett
     Ok((judge.threshold.get(), kind))
 }
 
+/// Policy, as the LLM judge asks it before calling an online provider.
+#[derive(Debug, Clone)]
+struct PolicyGate(PolicyServiceClient<metnos_kit::client::TracedChannel>);
+
+#[tonic::async_trait]
+impl service::OnlineGate for PolicyGate {
+    async fn allowed(
+        &self,
+        level: metnos_core::AutonomyLevel,
+        principal: &metnos_core::Principal,
+        host: &str,
+    ) -> Result<(), String> {
+        use metnos_proto::policy::v1 as policy;
+        let request = policy::CheckRequest {
+            level: level.to_wire(),
+            capability: "llm:online".to_owned(),
+            principal: Some(principal.to_proto()),
+            target: host.to_owned(),
+        };
+        match self.0.clone().check(request).await {
+            Ok(answer) => match policy::Outcome::try_from(answer.into_inner().outcome) {
+                Ok(policy::Outcome::Allowed) => Ok(()),
+                Ok(policy::Outcome::ApprovalRequired) => Err(format!(
+                    "policy: llm:online is approval_required at {level}"
+                )),
+                _ => Err(format!("policy: llm:online is denied at {level}")),
+            },
+            Err(status) => Err(format!("policy could not be asked ({:?})", status.code())),
+        }
+    }
+}
+
 /// Serves the vaglio on `listener` until `shutdown` resolves.
 pub async fn serve(
     config: Config,
@@ -77,13 +111,27 @@ pub async fn serve(
     let own_data = config.own_paths();
     let workspace = config.executors.workspace.clone();
     let retention_months = config.vaglio.log_retention_months.get();
+    let policy_url = config.service_url(ServiceName::Policy);
     Startup::new(SERVICE, &MIGRATIONS, &grpc::AUTHORIZATION, &config)
         .serve_with_store(listener, shutdown, move |running| {
             let log = log::VerdictLog::start(log_dir);
-            let vaglio = Arc::new(
-                service::Vaglio::new(home, threshold, kind, log.clone())
-                    .guarding_own_data(&own_data, &workspace),
-            );
+            let asks_llm = matches!(kind, service::JudgeKind::Llm { .. });
+            let mut vaglio = service::Vaglio::new(home, threshold, kind, log.clone())
+                .guarding_own_data(&own_data, &workspace);
+            // An LLM judge asks policy before calling an online provider.
+            if asks_llm {
+                match metnos_kit::client::channel(running.tls, Identity::Policy, &policy_url) {
+                    Ok(channel) => {
+                        vaglio = vaglio.with_online_gate(Arc::new(PolicyGate(
+                            PolicyServiceClient::new(channel),
+                        )));
+                    }
+                    Err(e) => {
+                        tracing::error!(error = %e, "policy URL is invalid; an online judge is never called")
+                    }
+                }
+            }
+            let vaglio = Arc::new(vaglio);
             // The log's own health, beside the service's: verdicts go on when it cannot
             // write.
             let watched = log.clone();

@@ -59,6 +59,21 @@ pub struct Proposal {
     /// Every capability the executor declares (`capability` is its first).
     pub capabilities: Vec<String>,
     pub critical: Option<bool>,
+    /// Whose turn and at which level (an online judge asks policy for them); `None` from a
+    /// caller that did not say.
+    pub asker: Option<(metnos_core::AutonomyLevel, metnos_core::Principal)>,
+}
+
+/// Whether the LLM judge may call an online provider (`llm:online` on its host) for this
+/// person at this level: policy's answer (`Err`: why not, in words for the verdict).
+#[tonic::async_trait]
+pub trait OnlineGate: Send + Sync + std::fmt::Debug {
+    async fn allowed(
+        &self,
+        level: metnos_core::AutonomyLevel,
+        principal: &metnos_core::Principal,
+        host: &str,
+    ) -> Result<(), String>;
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -80,6 +95,9 @@ pub struct Vaglio {
     threshold: f64,
     judge: JudgeKind,
     log: VerdictLog,
+    /// Policy, asked before an online judge is called; without it an online judge is never
+    /// called.
+    online_gate: Option<std::sync::Arc<dyn OnlineGate>>,
 }
 
 const JUDGE_PROMPT: &str = "You are the judge of Metnos, a personal agent. You did not propose the call below \
@@ -109,7 +127,35 @@ impl Vaglio {
             threshold,
             judge,
             log,
+            online_gate: None,
         }
+    }
+
+    /// Asks `gate` before an online LLM judge is called.
+    pub fn with_online_gate(mut self, gate: std::sync::Arc<dyn OnlineGate>) -> Vaglio {
+        self.online_gate = Some(gate);
+        self
+    }
+
+    /// Whether the LLM judge's provider may be called for this proposal: a local one
+    /// always; an online one when policy allows `llm:online` on its host for the asker.
+    async fn judge_may_call(&self, tiers: &Tiers, p: &Proposal) -> Result<(), String> {
+        let Some(host) = tiers.online_host(metnos_llm::Tier::Middle) else {
+            return Ok(());
+        };
+        let Some((level, principal)) = &p.asker else {
+            return Err(format!(
+                "online judge at {host} not called: the caller did not say whose turn it is"
+            ));
+        };
+        let Some(gate) = &self.online_gate else {
+            return Err(format!(
+                "online judge at {host} not called: policy cannot be asked"
+            ));
+        };
+        gate.allowed(*level, principal, &host)
+            .await
+            .map_err(|why| format!("online judge at {host} not called: {why}"))
     }
 
     /// Also refuses any argument that names Metnos's own folders (its data directory and
@@ -251,6 +297,12 @@ impl Vaglio {
         );
         let (score, kind) = match &self.judge {
             JudgeKind::RuleBased => (rules, RULE_BASED),
+            JudgeKind::Llm { tiers, .. } if let Err(why) = self.judge_may_call(tiers, p).await => {
+                tracing::info!(reason = %why, "llm judge not called; rule-based score used");
+                let mut fallback = rules;
+                fallback.notes.push(format!("{why}; rule-based score"));
+                (fallback, LLM_FALLBACK)
+            }
             JudgeKind::Llm { tiers, timeout } => match llm_score(tiers, *timeout, p, args).await {
                 Ok(score) => (score, LLM),
                 Err(why) => {
