@@ -1634,3 +1634,51 @@ async fn the_online_llm_judge_asks_policy_first_and_the_vaglio_is_not_asked_abou
     }
     assert_eq!(log_lines(&s).await, 3, "the denied call was not judged");
 }
+
+#[tokio::test]
+async fn cards_shorten_at_the_4th_and_9th_approval_of_one_folder_not_only_of_one_file() {
+    let s = stack_with(&[("METNOS_TURNS__CLI_LEVEL", "Supervised")], true).await;
+    std::fs::create_dir_all(s.home().join("dl")).unwrap();
+    for n in 1..=9 {
+        let path = format!("~/dl/file-{n}.txt");
+        s.fake.push(tool_calls(&[(
+            "fs_write",
+            json!({"path": path, "content": "x"}),
+        )]));
+        s.fake.push(Reply::Text(format!("wrote {n}")));
+        let output = s
+            .run_with_input(
+                &["ask", &format!("write x to {path}"), "--language", "en"],
+                b"y\n",
+            )
+            .await;
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        assert_eq!(String::from_utf8_lossy(&output.stdout).trim(), format!("wrote {n}"));
+        // The card: the lines between the blank line and the prompt.
+        let card: Vec<&str> = stderr
+            .split("\n\n")
+            .nth(1)
+            .unwrap_or_default()
+            .lines()
+            .take_while(|l| !l.starts_with("Approve?"))
+            .map(str::trim)
+            .collect();
+        match n {
+            1..=3 => {
+                assert_eq!(card[0], "May I create a file?", "{n}: {stderr}");
+                assert_eq!(card[2], "irreversible | class: fs_write:~/dl/**", "{n}: {stderr}");
+            }
+            4..=8 => {
+                assert_eq!(card[0], "May I create a file? (irreversible)", "{n}: {stderr}");
+                assert!(card[1].starts_with(&format!("~/dl/file-{n}.txt")), "{n}: {stderr}");
+            }
+            _ => {
+                assert_eq!(card.len(), 1, "{stderr}");
+                assert!(
+                    card[0].starts_with("Create a file ~/dl/file-9.txt") && card[0].ends_with("[irrev]?"),
+                    "{stderr}"
+                );
+            }
+        }
+    }
+}
