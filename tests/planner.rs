@@ -1653,7 +1653,10 @@ async fn cards_shorten_at_the_4th_and_9th_approval_of_one_folder_not_only_of_one
             )
             .await;
         let stderr = String::from_utf8_lossy(&output.stderr);
-        assert_eq!(String::from_utf8_lossy(&output.stdout).trim(), format!("wrote {n}"));
+        assert_eq!(
+            String::from_utf8_lossy(&output.stdout).trim(),
+            format!("wrote {n}")
+        );
         // The card: the lines between the blank line and the prompt.
         let card: Vec<&str> = stderr
             .split("\n\n")
@@ -1666,19 +1669,94 @@ async fn cards_shorten_at_the_4th_and_9th_approval_of_one_folder_not_only_of_one
         match n {
             1..=3 => {
                 assert_eq!(card[0], "May I create a file?", "{n}: {stderr}");
-                assert_eq!(card[2], "irreversible | class: fs_write:~/dl/**", "{n}: {stderr}");
+                assert_eq!(
+                    card[2], "irreversible | class: fs_write:~/dl/**",
+                    "{n}: {stderr}"
+                );
             }
             4..=8 => {
-                assert_eq!(card[0], "May I create a file? (irreversible)", "{n}: {stderr}");
-                assert!(card[1].starts_with(&format!("~/dl/file-{n}.txt")), "{n}: {stderr}");
+                assert_eq!(
+                    card[0], "May I create a file? (irreversible)",
+                    "{n}: {stderr}"
+                );
+                assert!(
+                    card[1].starts_with(&format!("~/dl/file-{n}.txt")),
+                    "{n}: {stderr}"
+                );
             }
             _ => {
                 assert_eq!(card.len(), 1, "{stderr}");
                 assert!(
-                    card[0].starts_with("Create a file ~/dl/file-9.txt") && card[0].ends_with("[irrev]?"),
+                    card[0].starts_with("Create a file ~/dl/file-9.txt")
+                        && card[0].ends_with("[irrev]?"),
                     "{stderr}"
                 );
             }
         }
     }
+}
+
+#[tokio::test]
+async fn a_turn_whose_terminal_went_away_ends_when_its_request_expires() {
+    let s = stack_with(
+        &[
+            ("METNOS_TURNS__CLI_LEVEL", "Supervised"),
+            ("METNOS_APPROVAL__TTL_SECONDS", "2"),
+            ("METNOS_APPROVAL__SWEEP_INTERVAL_SECONDS", "1"),
+        ],
+        true,
+    )
+    .await;
+    s.fake.push(tool_calls(&[(
+        "fs_write",
+        json!({"path": "~/gone.txt", "content": "x"}),
+    )]));
+    s.fake.push(Reply::Text(
+        "nobody answered, so nothing was written".into(),
+    ));
+    let mut child = s
+        .sandbox
+        .metnos()
+        .args(["ask", "write x to ~/gone.txt", "--language", "en"])
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    // The card is out (the approval is pending); then the terminal is killed.
+    let deadline = std::time::Instant::now() + EVENT_LIMIT;
+    loop {
+        let (_, listed, _) = s.sandbox.run(&["approvals", "list"]).await;
+        if listed.contains("\"pending\"") {
+            break;
+        }
+        assert!(std::time::Instant::now() < deadline, "no card");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    child.kill().await.unwrap();
+    // The turn goes on without the call once the request expired, to its answer, once.
+    loop {
+        let (_, turns, _) = s.sandbox.run(&["turns", "list"]).await;
+        if turns.contains("\"answer\"") {
+            break;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the turn never ended: {turns}"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    let (_, turns, _) = s.sandbox.run(&["turns", "list"]).await;
+    let record: Value = serde_json::from_str(turns.lines().last().unwrap()).unwrap();
+    assert_eq!(record["final_kind"], "answer", "{record:#}");
+    assert_eq!(
+        record["steps"][0]["approval_decision"], "expired",
+        "{record:#}"
+    );
+    assert!(!s.home().join("gone.txt").exists());
+    assert_eq!(
+        s.fake.received().len(),
+        2,
+        "the LLM was asked once more, for the answer"
+    );
 }

@@ -176,6 +176,7 @@ pub async fn serve(
         );
     }
     let turns = config.turns.clone();
+    let sweep_every = Duration::from_secs(config.approval.sweep_interval_seconds.get());
     let mode = config.runtime.mode;
     let log = turnlog::TurnLog::new(config.data_dir.join(metnos_kit::datadir::TURNS_DIR));
     Startup::new(SERVICE, &MIGRATIONS, &grpc::AUTHORIZATION, &config)
@@ -207,6 +208,19 @@ pub async fn serve(
                 .every("turn cleanup", CLEANUP_INTERVAL, move || {
                     let store = store.clone();
                     async move { clean_up(&store, retention, orphan_after_ms).await }
+                });
+            // The terminal's turns whose request expired after the terminal went away; a
+            // terminal still there sees the expiry within a sweep of the approval service.
+            let expiring = Arc::clone(&planner);
+            let grace_ms =
+                i64::try_from(sweep_every.as_millis().saturating_mul(3)).unwrap_or(i64::MAX);
+            running
+                .background
+                .every("expired approvals", sweep_every, move || {
+                    let planner = Arc::clone(&expiring);
+                    async move {
+                        planner.resume_expired_unfollowed(grace_ms).await;
+                    }
                 });
             Ok(PlannerServiceServer::new(PlannerApi { planner }))
         })

@@ -225,6 +225,22 @@ impl Store {
         })
     }
 
+    /// Suspended turns of `channel`'s people, oldest change first (at most `limit`).
+    pub async fn suspended_on(
+        &self,
+        channel: &str,
+        limit: u32,
+    ) -> Result<Vec<StoredTurn>, sqlx::Error> {
+        let sql = format!(
+            "SELECT {TURN_COLUMNS} FROM turns WHERE channel = $1 AND state = 'suspended' \
+             ORDER BY updated_at LIMIT $2"
+        );
+        on_db!(&self.db, pool => {
+            let rows = sqlx::query(sqlx::AssertSqlSafe(sql)).bind(channel).bind(i64::from(limit)).fetch_all(pool).await?;
+            rows.iter().map(turn_from_row).collect()
+        })
+    }
+
     /// Marks a turn to stop at its next step (any replica running it sees it).
     pub async fn request_cancel(&self, turn_id: &str) -> Result<(), sqlx::Error> {
         let sql = "UPDATE turns SET cancel_requested = 1 WHERE turn_id = $1";

@@ -32,6 +32,59 @@ fn decision_of(status: approval::ApprovalStatus) -> ApprovalDecision {
 }
 
 impl Planner {
+    /// Ends the terminal's turns whose request expired while nobody followed them (the
+    /// terminal was closed): each goes on without the call to its final answer, kept in
+    /// the turn log. (A channel's turns are resumed by that channel: the gateway, which
+    /// can still send the final message.) `grace_ms` after the expiry: a terminal still
+    /// following its turn sees the expiry first and goes on itself. Returns how many were
+    /// taken up.
+    pub async fn resume_expired_unfollowed(self: &std::sync::Arc<Self>, grace_ms: i64) -> usize {
+        let turns = match self.store.suspended_on("cli", 100).await {
+            Ok(turns) => turns,
+            Err(e) => {
+                tracing::warn!(error = %e, "cannot read the suspended turns");
+                return 0;
+            }
+        };
+        let mut taken = 0;
+        for found in turns {
+            let Ok(cp) = serde_json::from_str::<Checkpoint>(&found.checkpoint) else {
+                continue;
+            };
+            let Some(pending) = &cp.pending else {
+                continue;
+            };
+            let expired_at = pending.expires_at.map_or(i64::MAX, |(seconds, nanos)| {
+                seconds * 1000 + i64::from(nanos / 1_000_000)
+            });
+            if now_ms() < expired_at.saturating_add(grace_ms) {
+                continue;
+            }
+            // Only a request that really ended (the approval service expires it).
+            let ended = self
+                .filters
+                .get_pending(&pending.token)
+                .await
+                .is_ok_and(|p| p.status != approval::ApprovalStatus::Pending as i32);
+            if !ended
+                || !self
+                    .store
+                    .claim_suspended(&found.turn_id, now_ms())
+                    .await
+                    .unwrap_or(false)
+            {
+                continue;
+            }
+            taken += 1;
+            tracing::info!(turn_id = %found.turn_id, "a turn whose request expired unfollowed goes on");
+            let (sink, mut events) = mpsc::channel(64);
+            tokio::spawn(async move { while events.recv().await.is_some() {} });
+            let planner = std::sync::Arc::clone(self);
+            tokio::spawn(planner.resume(cp, sink));
+        }
+        taken
+    }
+
     /// Ends a claimed, suspended turn as cancelled (its approval is cancelled too).
     pub async fn cancel_claimed(&self, cp: &mut Checkpoint) {
         if let Some(p) = cp.pending.take() {
