@@ -93,6 +93,7 @@ fn main() {
             think: false,
             timeout_seconds: NonZero::new(30).unwrap(),
             api_key_env: String::new(),
+            online: None,
         },
     );
     let catalog = data.path().join("executors");

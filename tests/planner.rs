@@ -731,6 +731,7 @@ fn lonely_planner(
             think: false,
             timeout_seconds: NonZero::new(30).unwrap(),
             api_key_env: String::new(),
+            online: None,
         },
     );
     config.executors.catalog_dir = s.sandbox.data_dir().join("executors");

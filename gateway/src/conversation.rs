@@ -662,13 +662,24 @@ impl Conversation {
             } => self.decide(click, token, decision, territory).await,
             ClickAction::ConfirmAlways(token) => self.confirm_always(click, token).await,
             ClickAction::Back(token) => {
+                // Only a card still waiting gets its buttons back.
+                let pending = self
+                    .approval
+                    .clone()
+                    .get_pending(approval::GetPendingRequest {
+                        token: token.clone(),
+                    })
+                    .await
+                    .ok()
+                    .and_then(|r| r.into_inner().approval)
+                    .is_some_and(|p| p.status == approval::ApprovalStatus::Pending as i32);
                 match self.store.card(&token).await {
-                    Ok(Some(card)) => {
+                    Ok(Some(card)) if pending => {
                         if let Err(e) = self.outbox.show_card(&card, None, None).await {
                             tracing::warn!(error = %e, "cannot show the card again");
                         }
                     }
-                    _ => tracing::info!("a back click for a card not sent here"),
+                    _ => tracing::info!("a back click for a card not waiting here"),
                 }
                 self.outbox.answer_callback(&click.id, None).await;
             }

@@ -270,6 +270,15 @@ impl Outbox {
                 }
                 true
             }
+            // Telegram refused the edit for good (the message was deleted, the chat blocked
+            // the bot): nothing is left to close, and the sweep must not come back for it.
+            Err(e @ RequestError::Api(_)) => {
+                tracing::warn!(error = %self.bot.redact(&e), "the card cannot be edited any more");
+                if let Err(e) = self.store.mark_closed(&card.token, now_ms()).await {
+                    tracing::warn!(error = %e, "cannot note the card as closed");
+                }
+                true
+            }
             Err(e) => {
                 tracing::warn!(error = %self.bot.redact(&e), "cannot edit the card");
                 false

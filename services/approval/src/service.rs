@@ -140,13 +140,24 @@ pub fn territory_offer(capability: &str, target: &str, home: &std::path::Path) -
     }
     let kind = spec.target_kind;
     let pattern = match Target::parse(kind, target, home).ok()? {
+        // The folder as written is literal: a name holding a glob character (`~/?*/x`)
+        // would make the offer a wildcard over more than the folder. No offer then.
         Target::Path(path) => {
             let (folder, _) = path.rsplit_once('/')?;
+            if folder.contains(['*', '?', '[', ']', '{', '}', '\\']) {
+                return None;
+            }
             format!("{}/*", shown_path(folder, home))
         }
+        // Exactly the host: never `*.` anything (a URL's host may hold a `*`).
+        Target::Host(host) if host.contains('*') => return None,
         Target::Host(host) => host,
         Target::Exact(value) => value,
     };
+    // What the card offers is what the person reads: nothing invisible in it.
+    if crate::card::shown(&pattern, usize::MAX).had_invisible {
+        return None;
+    }
     Pattern::parse(kind, &pattern, home).ok()?;
     Some(pattern)
 }
@@ -344,14 +355,6 @@ impl Approvals {
         decider: &Principal,
     ) -> Result<Pending, Error> {
         let pending = self.get(token).await?;
-        if territory != Territory::None {
-            if decision == Decision::Reject {
-                return Err(Error::TerritoryWithReject);
-            }
-            if pending.territory_target.is_empty() {
-                return Err(Error::NoTerritoryOffered);
-            }
-        }
         if pending.status.is_terminal() {
             return Err(Error::NotPending(pending.status.as_str()));
         }
@@ -368,6 +371,15 @@ impl Approvals {
                 "approval decision by someone other than the requester refused"
             );
             return Err(Error::NotRequester);
+        }
+        // After who decides: nobody else learns what a request offers.
+        if territory != Territory::None {
+            if decision == Decision::Reject {
+                return Err(Error::TerritoryWithReject);
+            }
+            if pending.territory_target.is_empty() {
+                return Err(Error::NoTerritoryOffered);
+            }
         }
         let status = match decision {
             Decision::Approve => Status::Approved,

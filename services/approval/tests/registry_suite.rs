@@ -496,9 +496,29 @@ async fn the_card_offers_territory_and_the_person_chooses_it(store: TestStore) {
         offered("network:http", "https://example.com.").await,
         "example.com"
     );
+    // A target that would turn the offer into a wildcard gets none: glob characters in the
+    // folder (`~/?*/**/*` would cover the whole home), a `*` in a URL's host (`*.lan`, the
+    // whole home network), invisible characters (a look-alike folder).
+    assert_eq!(offered("fs:read", "~/?*/**/x").await, "");
+    assert_eq!(offered("fs:read", "/e?c/x").await, "");
+    assert_eq!(offered("fs:write", "~/a[b]/x").await, "");
+    assert_eq!(offered("network:http", "http://*.lan/").await, "");
+    assert_eq!(offered("fs:write", "~/Docu\u{200B}ments/x.txt").await, "");
     let mut exec = request(Territory::None);
     exec.capability = "code:exec".into();
     let (pending, _) = approvals.create(exec).await.unwrap();
+    // Someone else learns nothing of what a request offers: refused as not theirs first.
+    assert!(matches!(
+        approvals
+            .resolve(
+                &pending.token,
+                Decision::Approve,
+                Territory::Permanent,
+                &Principal::new("telegram", "mallory").unwrap()
+            )
+            .await,
+        Err(Error::NotRequester)
+    ));
     assert!(matches!(
         approvals
             .resolve(

@@ -229,7 +229,36 @@ fn too_broad(glob: &str, home: &str) -> bool {
     let folder = format!("/{}", segments[..first_wild].join("/"));
     let home_or_above = folder == "/"
         || (!home.is_empty() && (home == folder || home.starts_with(&format!("{folder}/"))));
-    home_or_above && matches!(segments[first_wild], "*" | "**")
+    home_or_above && !names_part_of_a_name(segments[first_wild])
+}
+
+/// Whether a wildcard segment names part of a name (`Doc*`, `*.pdf`): at least two
+/// characters outside wildcards, classes and alternatives. `*`, `**`, `?*`, `[a-z]*` and
+/// `{a,*}` match (almost) any name.
+fn names_part_of_a_name(segment: &str) -> bool {
+    if segment.contains("**") {
+        return false;
+    }
+    let mut literal = 0;
+    let mut depth = 0i32;
+    let mut escaped = false;
+    for c in segment.chars() {
+        match c {
+            _ if escaped => {
+                escaped = false;
+                if depth == 0 {
+                    literal += 1;
+                }
+            }
+            '\\' => escaped = true,
+            '[' | '{' => depth += 1,
+            ']' | '}' => depth -= 1,
+            '*' | '?' => {}
+            _ if depth == 0 => literal += 1,
+            _ => {}
+        }
+    }
+    literal >= 2
 }
 
 /// Whether `host` is a public suffix the list knows (`com`, `co.uk`, `github.io`): a
@@ -322,6 +351,12 @@ mod tests {
             "/*/x",
             "~/*",
             "~/**",
+            "~/?*/**/*",
+            "~/*?",
+            "~/[a-z]*/x",
+            "~/{a,*}",
+            "~/x**",
+            "/?*",
             "/home/*",
             "/home/**",
             "/home/roberto/**",

@@ -55,6 +55,7 @@ fn main() {
                     think: false,
                     timeout_seconds: NonZero::new(30).unwrap(),
                     api_key_env: if provider == LlmProvider::Anthropic { "HOME".into() } else { String::new() },
+                    online: None,
                 },
             )
             .unwrap();

@@ -35,6 +35,25 @@ impl Default for RetryPolicy {
     }
 }
 
+/// Whether a URL's host is this machine or the home network (see
+/// [`Provider::online_host`]).
+fn home_host(host: &url::Host<&str>) -> bool {
+    match host {
+        url::Host::Ipv4(ip) => ip.is_loopback() || ip.is_private() || ip.is_link_local(),
+        url::Host::Ipv6(ip) => {
+            ip.is_loopback() || ip.is_unique_local() || ip.is_unicast_link_local()
+        }
+        url::Host::Domain(name) => {
+            let name = name.trim_end_matches('.').to_lowercase();
+            name == "localhost"
+                || !name.contains('.')
+                || [".local", ".localhost", ".internal", ".lan", ".home.arpa"]
+                    .iter()
+                    .any(|suffix| name.ends_with(suffix))
+        }
+    }
+}
+
 /// An API key: never printed.
 #[derive(Clone)]
 struct Secret(String);
@@ -56,6 +75,8 @@ pub struct Provider {
     api_key: Option<Secret>,
     retry: RetryPolicy,
     http: reqwest::Client,
+    /// The config's word on whether it is online (`None`: the rule decides).
+    online: Option<bool>,
 }
 
 impl Provider {
@@ -102,6 +123,7 @@ impl Provider {
             api_key,
             retry: RetryPolicy::default(),
             http,
+            online: config.online,
         })
     }
 
@@ -122,38 +144,27 @@ impl Provider {
     }
 
     /// The host an online provider is reached at (`llm:online`: an outgoing cost), lower
-    /// case: Anthropic always; an OpenAI-compatible server unless it is on this machine or
-    /// the home network (loopback, private, link-local or unique-local addresses,
-    /// `localhost`, `*.local`); `None` for Ollama and those (`llm:local`). Policy is asked
-    /// with it before every call, so a grant can name one provider.
+    /// case; `None` for a local one (`llm:local`). Policy is asked with it before every
+    /// call, so a grant can name one provider. The config's `online` decides when set;
+    /// else Anthropic is online, and Ollama or an OpenAI-compatible server is local only on
+    /// this machine or the home network: loopback, private, link-local or unique-local
+    /// addresses, `localhost`, a name without a dot (a compose service), or one under
+    /// `.local`, `.localhost`, `.internal`, `.lan`, `.home.arpa`. Anything else (a public
+    /// host, a cloud Ollama, a URL that does not parse) is online.
     pub fn online_host(&self) -> Option<String> {
         let url = reqwest::Url::parse(&self.base_url).ok();
         let host = url
             .as_ref()
             .and_then(|u| u.host_str())
             .map_or_else(|| self.base_url.clone(), str::to_lowercase);
-        match self.kind {
-            LlmProvider::Ollama => None,
-            LlmProvider::Anthropic => Some(host),
-            LlmProvider::Openai => {
-                let home = match url.as_ref().and_then(|u| u.host()) {
-                    Some(url::Host::Ipv4(ip)) => {
-                        ip.is_loopback() || ip.is_private() || ip.is_link_local()
-                    }
-                    Some(url::Host::Ipv6(ip)) => {
-                        ip.is_loopback() || ip.is_unique_local() || ip.is_unicast_link_local()
-                    }
-                    Some(url::Host::Domain(name)) => {
-                        let name = name.to_lowercase();
-                        name == "localhost"
-                            || name.ends_with(".localhost")
-                            || name.ends_with(".local")
-                    }
-                    None => false,
-                };
-                (!home).then_some(host)
-            }
-        }
+        let online = self.online.unwrap_or_else(|| match self.kind {
+            LlmProvider::Anthropic => true,
+            LlmProvider::Ollama | LlmProvider::Openai => !url
+                .as_ref()
+                .and_then(|u| u.host())
+                .is_some_and(|h| home_host(&h)),
+        });
+        online.then_some(host)
     }
 
     pub fn provider_name(&self) -> &'static str {

@@ -32,6 +32,7 @@ fn config(provider: LlmProvider, base_url: &str, model: &str) -> LlmTierConfig {
         } else {
             String::new()
         },
+        online: None,
     }
 }
 
@@ -478,8 +479,40 @@ fn an_online_provider_is_named_by_its_host_and_a_home_one_is_local() {
     ] {
         assert_eq!(host(Openai, home), None, "{home}");
     }
-    // Ollama is llm:local.
-    assert_eq!(host(Ollama, "https://ollama.example.com"), None);
+    // Ollama on this machine or the home network is llm:local (a compose service name
+    // too); a cloud one is online.
+    for home in [
+        "",
+        "http://ollama:11434",
+        "http://gpu.lan:11434",
+        "http://192.168.1.9:11434",
+    ] {
+        assert_eq!(host(Ollama, home), None, "{home}");
+    }
+    assert_eq!(
+        host(Ollama, "https://ollama.example.com").as_deref(),
+        Some("ollama.example.com")
+    );
+    // The config's word wins: a proxy at home that forwards to a paid provider.
+    let mut proxy = config(Openai, "http://litellm.ai.svc.cluster.local:4000", "m");
+    assert_eq!(
+        Provider::from_config("fast", &proxy).unwrap().online_host(),
+        None
+    );
+    proxy.online = Some(true);
+    assert_eq!(
+        Provider::from_config("fast", &proxy)
+            .unwrap()
+            .online_host()
+            .as_deref(),
+        Some("litellm.ai.svc.cluster.local")
+    );
+    let mut own = config(Anthropic, "http://127.0.0.1:9", "m");
+    own.online = Some(false);
+    assert_eq!(
+        Provider::from_config("fast", &own).unwrap().online_host(),
+        None
+    );
 }
 
 #[test]

@@ -34,6 +34,7 @@ fn provider() -> Provider {
             think: false,
             timeout_seconds: NonZero::new(300).unwrap(),
             api_key_env: String::new(),
+            online: None,
         },
     )
     .expect("a valid smoke configuration")

@@ -67,6 +67,7 @@ async fn a_call_is_a_span_with_names_and_counts_and_no_text() {
             think: false,
             timeout_seconds: NonZero::new(5).unwrap(),
             api_key_env: String::new(),
+            online: None,
         },
     )
     .unwrap();

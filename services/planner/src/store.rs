@@ -225,6 +225,16 @@ impl Store {
         })
     }
 
+    /// Ends a suspended turn whose checkpoint cannot be read (no record: nothing to tell).
+    pub async fn close_unreadable(&self, turn_id: &str, now_ms: i64) -> Result<(), sqlx::Error> {
+        let sql = "UPDATE turns SET state = 'finished', approval_token = NULL, checkpoint = '', \
+                   updated_at = $2 WHERE turn_id = $1 AND state = 'suspended'";
+        on_db!(&self.db, pool => {
+            sqlx::query(sql).bind(turn_id).bind(now_ms).execute(pool).await?;
+        });
+        Ok(())
+    }
+
     /// Suspended turns of `channel`'s people, oldest change first (at most `limit`).
     pub async fn suspended_on(
         &self,

@@ -39,7 +39,7 @@ impl Planner {
     /// following its turn sees the expiry first and goes on itself. Returns how many were
     /// taken up.
     pub async fn resume_expired_unfollowed(self: &std::sync::Arc<Self>, grace_ms: i64) -> usize {
-        let turns = match self.store.suspended_on("cli", 100).await {
+        let turns = match self.store.suspended_on("cli", 1000).await {
             Ok(turns) => turns,
             Err(e) => {
                 tracing::warn!(error = %e, "cannot read the suspended turns");
@@ -49,6 +49,10 @@ impl Planner {
         let mut taken = 0;
         for found in turns {
             let Ok(cp) = serde_json::from_str::<Checkpoint>(&found.checkpoint) else {
+                // Nothing can resume it: ended, so it neither waits forever nor keeps the
+                // sweep's place from the turns after it.
+                tracing::error!(turn_id = %found.turn_id, "a suspended turn's checkpoint cannot be read; it is closed");
+                let _ = self.store.close_unreadable(&found.turn_id, now_ms()).await;
                 continue;
             };
             let Some(pending) = &cp.pending else {
@@ -60,12 +64,12 @@ impl Planner {
             if now_ms() < expired_at.saturating_add(grace_ms) {
                 continue;
             }
-            // Only a request that really ended (the approval service expires it).
-            let ended = self
-                .filters
-                .get_pending(&pending.token)
-                .await
-                .is_ok_and(|p| p.status != approval::ApprovalStatus::Pending as i32);
+            // Only a request that really ended (the approval service expires it), or one
+            // the approval service no longer knows (the resumed turn then ends saying so).
+            let ended = match self.filters.get_pending(&pending.token).await {
+                Ok(p) => p.status != approval::ApprovalStatus::Pending as i32,
+                Err(status) => status.code() == tonic::Code::NotFound,
+            };
             if !ended
                 || !self
                     .store

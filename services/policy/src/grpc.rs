@@ -187,6 +187,14 @@ impl PolicyService for PolicyApi {
         &self,
         request: Request<pb::CheckRequest>,
     ) -> Result<Response<pb::CheckResponse>, Status> {
+        // The vaglio asks only about an online judge: never about anyone's other grants.
+        if metnos_kit::authz::Caller::of(&request) == Some(Identity::Vaglio)
+            && request.get_ref().capability != "llm:online"
+        {
+            return Err(Status::permission_denied(
+                "the vaglio may ask policy only about llm:online",
+            ));
+        }
         let request = request.into_inner();
         let result = async {
             let level = level_from(request.level)?;

@@ -33,6 +33,8 @@ struct Server {
     url: String,
     /// The owner's certificate: what the CLI presents.
     owner: Tls,
+    /// The vaglio's: its LLM judge asks about llm:online.
+    vaglio: Tls,
     stop: Option<oneshot::Sender<()>>,
     task: Option<JoinHandle<()>>,
     _data: tempfile::TempDir,
@@ -52,6 +54,7 @@ impl Server {
         config.tls.dir = data.path().join("pki");
         metnos_kit::tls::init(&config.tls.dir, false).unwrap();
         let owner = Tls::load(&config, Identity::Owner).unwrap();
+        let vaglio = Tls::load(&config, Identity::Vaglio).unwrap();
         let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
         let url = format!("http://{}", listener.local_addr().unwrap());
         let (stop, stopped) = oneshot::channel::<()>();
@@ -66,6 +69,7 @@ impl Server {
         let server = Server {
             url,
             owner,
+            vaglio,
             stop: Some(stop),
             task: Some(task),
             _data: data,
@@ -157,6 +161,41 @@ async fn record(client: &mut Client, cap: &str, target: &str) -> Result<i64, ton
         })
         .await
         .map(|r| r.into_inner().grant.unwrap().id)
+}
+
+#[tokio::test]
+async fn the_vaglio_may_ask_only_about_an_online_judge() {
+    let server = Server::start(SQLITE_IN_DATA_DIR.to_owned(), 5).await;
+    let mut vaglio = PolicyServiceClient::new(
+        client::channel(&server.vaglio, Identity::Policy, &server.url).unwrap(),
+    );
+    let request = |capability: &str, target: &str| CheckRequest {
+        level: AutonomyLevel::ReadOnly as i32,
+        capability: capability.to_owned(),
+        principal: roberto(),
+        target: target.to_owned(),
+    };
+    let answer = vaglio
+        .check(request("llm:online", "api.anthropic.com"))
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(
+        answer.outcome,
+        Outcome::Denied as i32,
+        "never online at ReadOnly"
+    );
+    // Anything else is not its to ask: someone's file grants stay theirs.
+    let refused = vaglio
+        .check(request("fs:read", "~/secret.txt"))
+        .await
+        .unwrap_err();
+    assert_eq!(refused.code(), tonic::Code::PermissionDenied);
+    assert!(
+        refused.message().contains("only about llm:online"),
+        "{refused:?}"
+    );
+    server.stop().await;
 }
 
 #[tokio::test]

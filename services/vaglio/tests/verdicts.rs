@@ -313,6 +313,7 @@ fn llm_judge(fake: &FakeLlm, timeout: Duration) -> JudgeKind {
             think: false,
             timeout_seconds: NonZero::new(30).unwrap(),
             api_key_env: String::new(),
+            online: None,
         },
     );
     let tiers = Tiers::build(&llm, |p| {

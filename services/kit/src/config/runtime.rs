@@ -46,6 +46,11 @@ pub struct LlmTierConfig {
     /// Name of the environment variable holding the API key (never the key itself).
     #[serde(default)]
     pub api_key_env: String,
+    /// Whether calls to it are `llm:online` (an outgoing cost, asked of policy): unset, by
+    /// the rule of `metnos_llm::Provider::online_host`; `true` for e.g. a proxy in the home
+    /// network that forwards to a paid provider, `false` for a model the person runs.
+    #[serde(default)]
+    pub online: Option<bool>,
 }
 
 fn default_llm_timeout() -> NonZero<u64> {
