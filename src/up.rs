@@ -137,13 +137,11 @@ pub async fn up(config: Config) -> ExitCode {
 
     // Before anyone is told the stack is up: a Ctrl-C right after must stop it cleanly.
     let stop = shutdown_signal();
-    let run = RunFile {
-        pid: std::process::id(),
-        services: urls
-            .iter()
+    let run = RunFile::this_process(
+        urls.iter()
             .map(|(s, (_, url))| (s.as_str().to_owned(), url.clone()))
             .collect(),
-    };
+    );
     if let Err(e) = run.write(&config.data_dir) {
         return fail(
             running,

@@ -230,6 +230,57 @@ async fn a_second_up_on_the_same_data_directory_is_refused() {
     assert_eq!(up.interrupt().await.0, 0);
 }
 
+/// The container case (issue 18, F1): `metnos up` is pid 1 of its pid namespace at every
+/// start, so the run file a killed one leaves names pid 1 — the next one's own pid.
+#[tokio::test]
+async fn metnos_up_as_pid_1_starts_again_after_a_kill_9() {
+    let sandbox = Sandbox::new();
+    let under_pid_1 = || {
+        let mut command = sandbox.command(std::path::Path::new("unshare"));
+        command
+            .args([
+                "--user",
+                "--map-root-user",
+                "--pid",
+                "--fork",
+                "--mount-proc",
+                "--kill-child",
+            ])
+            .arg(env!("CARGO_BIN_EXE_metnos"))
+            .arg("up");
+        command
+    };
+    let mut first = sandbox.up_with(under_pid_1()).await;
+    let written: serde_json::Value = serde_json::from_str(
+        &std::fs::read_to_string(sandbox.data_dir().join(metnos_kit::datadir::RUN_FILE)).unwrap(),
+    )
+    .unwrap();
+    assert_eq!(written["pid"], 1, "{written}");
+    // `docker kill`: SIGKILL, no clean-up; the run file stays behind.
+    first.child.start_kill().unwrap();
+    first.child.wait().await.unwrap();
+    assert!(
+        sandbox
+            .data_dir()
+            .join(metnos_kit::datadir::RUN_FILE)
+            .exists()
+    );
+    // The restart (pid 1 again) starts and serves, instead of taking itself for the owner.
+    // (`metnos status` from outside the namespace rightly finds no live owner: pid 1 is
+    // another process here, so it is checked on the addresses the restart printed.)
+    let mut second = sandbox.up_with(under_pid_1()).await;
+    assert_eq!(second.addrs.len(), 5);
+    for (service, addr) in &second.addrs {
+        assert!(
+            tokio::net::TcpStream::connect(addr).await.is_ok(),
+            "{service} at {addr} does not listen"
+        );
+    }
+    // (unshare does not pass a Ctrl-C on: it is stopped as it was started.)
+    second.child.start_kill().unwrap();
+    second.child.wait().await.unwrap();
+}
+
 #[tokio::test]
 async fn every_service_answers_health_for_itself_and_not_for_others() {
     use tonic_health::pb::health_client::HealthClient;
