@@ -230,7 +230,7 @@ impl Planner {
         let turn_id = cp.turn_id.clone();
         let decided = tokio::select! {
             decided = self.filters.wait_decision(&pending.token) => decided,
-            () = sink.closed() => return self.wait_elsewhere(cp, &pending).await,
+            () = sink.closed() => return self.wait_elsewhere(cp, &pending, claimed).await,
             () = self.cancelled(&turn_id, cancel) => {
                 let _ = self.filters.cancel(&pending.token, "the turn was cancelled").await;
                 // The channel closes the card as cancelled (its buttons go).
@@ -277,11 +277,18 @@ impl Planner {
     }
 
     /// Nobody listens any more: the turn waits, suspended, for any replica to resume it.
+    /// A turn never claimed is already stored suspended with this very checkpoint (saved
+    /// when its card went out), so nothing is written (a store closing at shutdown must not
+    /// withdraw a request that can still be resumed); a resumed one is put back.
     async fn wait_elsewhere(
         &self,
         cp: &mut Checkpoint,
         pending: &PendingCall,
+        claimed: bool,
     ) -> Option<StepOutcome> {
+        if !claimed {
+            return None;
+        }
         let Err(e) = self.save(cp, State::Suspended, Some(&pending.token)).await else {
             return None;
         };
