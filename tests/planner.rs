@@ -648,6 +648,94 @@ async fn a_suspended_turn_survives_a_restart_and_is_resumed() {
     assert!(again.is_err());
 }
 
+/// ResumeTurn by token, as the gateway does: waiting while another planner process still
+/// holds the turn (ABORTED), within the event limit.
+async fn resume_when_free(s: &Stack, token: &str) -> Streaming<pb::ResumeTurnResponse> {
+    let started = std::time::Instant::now();
+    loop {
+        let request = pb::ResumeTurnRequest {
+            target: Some(pb::resume_turn_request::Target::ApprovalToken(
+                token.to_owned(),
+            )),
+            principal: Some(principal()),
+        };
+        match s.planner().await.resume_turn(request).await {
+            Ok(stream) => return stream.into_inner(),
+            Err(status)
+                if status.code() == tonic::Code::Aborted && started.elapsed() < EVENT_LIMIT =>
+            {
+                tokio::time::sleep(Duration::from_millis(200)).await;
+            }
+            Err(status) => panic!("cannot resume: {status:?}"),
+        }
+    }
+}
+
+#[tokio::test]
+async fn a_turn_resumed_when_its_planner_is_killed_is_continued_after_the_restart_once() {
+    let s = stack().await;
+    s.fake.push(tool_calls(&[(
+        "fs_write",
+        json!({"path": "~/once.txt", "content": "once"}),
+    )]));
+    let mut stream = s.start("write once to ~/once.txt", Supervised).await;
+    let events = until_end(&mut stream).await;
+    let Some(Event::AwaitingApproval(card)) = events.last() else {
+        panic!("{events:#?}")
+    };
+    let token = card.token.clone();
+    drop(stream);
+    // Resumed (as a channel does after its own restart): this planner process holds it
+    // and shows the card again…
+    let mut resumed = resume_when_free(&s, &token).await;
+    let again = until_end(&mut resumed).await;
+    assert!(
+        matches!(again.last(), Some(Event::AwaitingApproval(_))),
+        "{again:#?}"
+    );
+    // …when the stack is killed (kill -9: no shutdown, no lease given back).
+    let Stack {
+        sandbox,
+        mut up,
+        fake,
+    } = s;
+    up.child.kill().await.unwrap();
+    let up = sandbox.up().await;
+    let s = Stack { sandbox, up, fake };
+    s.resolve(&token, approval::Decision::Approve).await;
+    s.fake.push(Reply::Text("written once".into()));
+    // Before this issue: FAILED_PRECONDITION "resuming, not suspended", and the write never
+    // happened. The restarted planner frees what its previous process held.
+    let mut resumed = resume_when_free(&s, &token).await;
+    let rest = until_end(&mut resumed).await;
+    assert_eq!(kind(&rest), pb::FinalKind::Answer, "{rest:#?}");
+    assert_eq!(
+        std::fs::read_to_string(s.home().join("once.txt")).unwrap(),
+        "once"
+    );
+    let turn_id = finished(&rest).turn_id.clone();
+    let listed = s
+        .planner()
+        .await
+        .list_turns(pb::ListTurnsRequest::default())
+        .await
+        .unwrap()
+        .into_inner();
+    let records: Vec<Value> = listed
+        .records_json
+        .iter()
+        .map(|r| serde_json::from_str::<Value>(r).unwrap())
+        .filter(|r| r["turn_id"] == turn_id.as_str())
+        .collect();
+    assert_eq!(records.len(), 1, "one end: {records:#?}");
+    assert_eq!(
+        records[0]["steps"].as_array().unwrap().len(),
+        1,
+        "{records:#?}"
+    );
+    assert_eq!(records[0]["steps"][0]["approval_decision"], "approved");
+}
+
 #[tokio::test]
 async fn failures_end_the_turn_cleanly_with_a_clear_message() {
     // The LLM cannot be reached.

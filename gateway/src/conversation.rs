@@ -378,6 +378,10 @@ pub struct Conversation {
     state: Mutex<Conversations>,
 }
 
+/// How long a decided turn held by another planner replica is waited for (a dead
+/// replica's lease, `turns.lease_seconds`, is 15 s by default).
+const RESUME_PATIENCE: Duration = Duration::from_secs(60);
+
 /// Never prints the state: it holds live approval tokens and who is talking.
 impl std::fmt::Debug for Conversation {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -818,17 +822,31 @@ impl Conversation {
             target: Some(pb::resume_turn_request::Target::ApprovalToken(token)),
             principal: Some(person(&sender).to_proto()),
         };
-        match self.planner.clone().resume_turn(request).await {
-            Ok(stream) => {
-                let this = Arc::clone(self);
-                tokio::spawn(this.follow(stream.into_inner(), chat, sender, lang));
+        let this = Arc::clone(self);
+        tokio::spawn(async move {
+            // ABORTED: another planner replica holds the turn. It applies the decision
+            // itself if it lives; if it died, its lease expires and the turn is ours to
+            // continue — so the person still gets its answer.
+            let deadline = Instant::now() + RESUME_PATIENCE;
+            loop {
+                match this.planner.clone().resume_turn(request.clone()).await {
+                    Ok(stream) => {
+                        return this.follow(stream.into_inner(), chat, sender, lang).await;
+                    }
+                    Err(status)
+                        if status.code() == tonic::Code::Aborted && Instant::now() < deadline =>
+                    {
+                        tokio::time::sleep(Duration::from_secs(1)).await;
+                    }
+                    // Someone else continues it (or it already ended): nothing to do here.
+                    Err(status) if status.code() == tonic::Code::FailedPrecondition => return,
+                    Err(status) => {
+                        tracing::warn!(code = ?status.code(), message = %status.message(), "cannot resume the turn");
+                        return;
+                    }
+                }
             }
-            // Someone else continues it (or it already ended): nothing to do here.
-            Err(status) if status.code() == tonic::Code::FailedPrecondition => {}
-            Err(status) => {
-                tracing::warn!(code = ?status.code(), message = %status.message(), "cannot resume the turn")
-            }
-        }
+        });
     }
 
     /// Edits the card of `token` to its final state, once: a click and the turn's event

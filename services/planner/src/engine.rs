@@ -38,6 +38,9 @@ pub(crate) enum StepOutcome {
     Continue,
     Suspended,
     Finished(Finish),
+    /// This process no longer holds the turn (its lease expired and another replica took
+    /// it over or closed it): it stops here, writing nothing more.
+    Lost,
 }
 
 /// Where events go: the RunTurn/ResumeTurn stream (a closed stream is a client gone).
@@ -119,6 +122,24 @@ impl Planner {
 
     fn unregister(&self, turn_id: &str) {
         self.running().remove(turn_id);
+    }
+
+    /// Claims a suspended turn (or one whose resumer's lease expired) for this process.
+    pub(crate) async fn claim(&self, turn_id: &str) -> bool {
+        self.store
+            .claim_suspended(turn_id, now_ms())
+            .await
+            .unwrap_or(false)
+    }
+
+    /// Renews the leases of the turns this process runs or resumes.
+    pub async fn renew_leases(&self) {
+        let ids: Vec<String> = self.running().keys().cloned().collect();
+        for id in ids {
+            if let Err(e) = self.store.renew(&id, now_ms()).await {
+                tracing::warn!(turn_id = %id, error = %e, "cannot renew a turn's lease");
+            }
+        }
     }
 
     /// Signals a turn running here to stop; `false` if it is not running here.
@@ -281,13 +302,17 @@ impl Planner {
         mut claimed: bool,
     ) {
         let outcome = loop {
-            if *cancel.borrow()
-                || self
-                    .store
-                    .cancel_requested(&cp.turn_id)
-                    .await
-                    .unwrap_or(false)
-            {
+            // A turn waiting unclaimed for its decision is stored suspended (nobody's).
+            let waiting = cp.pending.is_some() && !claimed;
+            let standing = self.store.standing(&cp.turn_id).await.ok();
+            if standing.is_some_and(|s| !s.held && !waiting && !s.cancel_requested) {
+                return self.lost(cp, sink).await;
+            }
+            if *cancel.borrow() || standing.is_some_and(|s| s.cancel_requested) {
+                // A waiting turn is ended by whoever claims it (only one does).
+                if waiting && !self.claim(&cp.turn_id).await {
+                    return;
+                }
                 if let Some(p) = cp.pending.take() {
                     let _ = self
                         .filters
@@ -311,6 +336,7 @@ impl Planner {
                 match outcome {
                     Some(StepOutcome::Continue) => continue,
                     Some(StepOutcome::Finished(f)) => break f,
+                    Some(StepOutcome::Lost) => return self.lost(cp, sink).await,
                     Some(StepOutcome::Suspended) | None => return,
                 }
             }
@@ -322,6 +348,7 @@ impl Planner {
                 match outcome {
                     StepOutcome::Continue | StepOutcome::Suspended => continue,
                     StepOutcome::Finished(f) => break f,
+                    StepOutcome::Lost => return self.lost(cp, sink).await,
                 }
             }
             let started = Instant::now();
@@ -405,10 +432,33 @@ impl Planner {
                 .ask_approval(cp, sink, call, log, &cleared, capability)
                 .await;
         }
+        // At the point of use: a turn cancelled (on any replica) or no longer held here
+        // runs nothing more.
+        match self.store.standing(&cp.turn_id).await {
+            Ok(s) if s.cancel_requested => {
+                return StepOutcome::Finished(finish(FinalKind::Cancelled, "cancelled"));
+            }
+            Ok(s) if !s.held => return StepOutcome::Lost,
+            _ => {}
+        }
         let observation = self.execute(&cleared.executor, &cleared.args, cancel).await;
         self.observe(cp, sink, &call, log, observation, started)
             .await;
         StepOutcome::Continue
+    }
+
+    /// The turn was taken from this process (its lease expired): the stream says so and
+    /// ends; the replica that holds it now writes its end.
+    pub(crate) async fn lost(&self, cp: &Checkpoint, sink: &Sink) {
+        tracing::warn!(turn_id = %cp.turn_id, "this planner no longer holds the turn; it stops here");
+        let finished = pb::TurnFinished {
+            turn_id: cp.turn_id.clone(),
+            kind: pb::FinalKind::Error as i32,
+            text: "this planner lost the turn to another replica (its store was out of reach for longer than the lease), so it stopped here".to_owned(),
+            ..Default::default()
+        };
+        self.emit(sink, pb::turn_event::Event::Finished(finished))
+            .await;
     }
 
     /// Runs the signed executor, unless the turn is cancelled first.
@@ -437,17 +487,21 @@ impl Planner {
         token: Option<&str>,
     ) -> Result<(), String> {
         let checkpoint = serde_json::to_string(cp).map_err(|e| e.to_string())?;
-        self.store
+        match self
+            .store
             .save(&cp.turn_id, state, token, &checkpoint, now_ms())
             .await
-            .map_err(|e| e.to_string())
+        {
+            Ok(true) => Ok(()),
+            Ok(false) => Err("the turn is no longer held by this planner".to_owned()),
+            Err(e) => Err(e.to_string()),
+        }
     }
 
-    /// Ends the turn: the event, the log, the store.
-    pub(crate) async fn close(&self, cp: &mut Checkpoint, sink: &Sink, outcome: Finish) {
+    /// The turn's record, as the turn log and the store keep it (no values, no text).
+    pub(crate) fn record(&self, cp: &Checkpoint, kind: FinalKind, reason: Option<&str>) -> Value {
         let latency_ms = u64::try_from(now_ms() - cp.started_ms).unwrap_or(0);
-        let kind_name = outcome.kind.as_str();
-        let record = json!({
+        let mut record = json!({
             "turn_id": cp.turn_id,
             "principal": {"channel": cp.channel, "sender_id": cp.sender_id},
             "level": cp.level.to_proto().as_str_name(),
@@ -455,20 +509,40 @@ impl Planner {
             "tiers": cp.tiers_used,
             "models": cp.models,
             "steps": cp.steps,
-            "final_kind": kind_name,
+            "final_kind": kind.as_str(),
             "latency_ms": latency_ms,
             "active_ms": cp.active_ms,
             "usage": {"prompt_tokens": cp.prompt_tokens, "completion_tokens": cp.completion_tokens},
             "started_at": metnos_kit::time::rfc3339(cp.started_ms),
             "ended_at": metnos_kit::time::rfc3339(now_ms()),
         });
-        self.log.append(&record, now_ms());
-        if let Err(e) = self
+        if let Some(reason) = reason {
+            record["reason"] = json!(reason);
+        }
+        record
+    }
+
+    /// Ends the turn: the store, the log, the event. Written once: a turn this process no
+    /// longer holds was ended (or taken over) elsewhere.
+    pub(crate) async fn close(&self, cp: &mut Checkpoint, sink: &Sink, outcome: Finish) {
+        let latency_ms = u64::try_from(now_ms() - cp.started_ms).unwrap_or(0);
+        let kind_name = outcome.kind.as_str();
+        let record = self.record(cp, outcome.kind, None);
+        match self
             .store
             .finish(&cp.turn_id, &record.to_string(), now_ms())
             .await
         {
-            tracing::warn!(error = %e, "cannot record the finished turn in the store");
+            Ok(true) => self.log.append(&record, now_ms()),
+            Ok(false) => {
+                tracing::warn!(
+                    "the turn is no longer held by this planner; its end is not recorded here"
+                );
+            }
+            Err(e) => {
+                tracing::warn!(error = %e, "cannot record the finished turn in the store");
+                self.log.append(&record, now_ms());
+            }
         }
         tracing::info!(
             final_kind = kind_name,

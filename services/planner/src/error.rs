@@ -35,6 +35,9 @@ pub enum Error {
     },
     #[error("turn {0} is already being resumed")]
     AlreadyResuming(String),
+    /// Another replica holds the turn; its lease ends within `seconds` unless renewed.
+    #[error("turn {turn_id} is being resumed by another planner; try again in {seconds} s")]
+    HeldElsewhere { turn_id: String, seconds: u64 },
     #[error("the turn's checkpoint is unreadable")]
     UnreadableCheckpoint(#[source] serde_json::Error),
     #[error("the planner store failed")]
@@ -83,6 +86,8 @@ impl From<Error> for Status {
             Error::NotSuspended { .. } | Error::AlreadyResuming(_) => {
                 Status::failed_precondition(error.to_string())
             }
+            // A conflict that ends by itself (the holder finishes or its lease expires).
+            Error::HeldElsewhere { .. } => Status::aborted(error.to_string()),
             Error::UnreadableCheckpoint(e) => {
                 tracing::error!(error = %e, "a stored checkpoint cannot be read");
                 Status::internal("the turn's checkpoint is unreadable; see the planner's log")
@@ -137,5 +142,15 @@ mod tests {
         });
         assert_eq!(status.code(), tonic::Code::FailedPrecondition);
         assert_eq!(status.message(), "turn t1 is finished, not suspended");
+        // Held by another replica: a conflict that ends by itself, so worth retrying.
+        let status = Status::from(Error::HeldElsewhere {
+            turn_id: "t1".into(),
+            seconds: 12,
+        });
+        assert_eq!(status.code(), tonic::Code::Aborted);
+        assert_eq!(
+            status.message(),
+            "turn t1 is being resumed by another planner; try again in 12 s"
+        );
     }
 }

@@ -166,11 +166,23 @@ impl PlannerApi {
         }?
         .ok_or(Error::NoSuchTurn)?;
         theirs(&found, who)?;
-        if found.state != State::Suspended {
-            return Err(Error::NotSuspended {
-                turn_id: found.turn_id,
-                state: found.state.as_str(),
-            });
+        let now = now_ms();
+        match found.state {
+            State::Suspended => {}
+            // Its resumer died before applying the decision: taken over from its checkpoint.
+            State::Resuming if found.lease_until < now => {}
+            State::Resuming => {
+                return Err(Error::HeldElsewhere {
+                    turn_id: found.turn_id,
+                    seconds: u64::try_from((found.lease_until - now + 999) / 1000).unwrap_or(1),
+                });
+            }
+            State::Running | State::Finished => {
+                return Err(Error::NotSuspended {
+                    turn_id: found.turn_id,
+                    state: found.state.as_str(),
+                });
+            }
         }
         // Read before it is claimed: an unreadable checkpoint must not leave the turn
         // claimed by nobody until the orphan sweep.
@@ -179,28 +191,6 @@ impl PlannerApi {
             return Err(Error::AlreadyResuming(found.turn_id));
         }
         Ok(checkpoint)
-    }
-
-    /// Cancels the turn `found`: signalled here, ended here if it is suspended, else
-    /// flagged for the replica that runs it. `false`: it had already finished.
-    async fn cancel(&self, found: &StoredTurn) -> Result<bool, Error> {
-        let store = &self.planner.store;
-        let turn_id = &found.turn_id;
-        if found.state == State::Finished {
-            return Ok(false);
-        }
-        if self.planner.signal_cancel(turn_id) {
-            return Ok(true);
-        }
-        if found.state == State::Suspended {
-            let mut checkpoint = checkpoint_of(found)?;
-            if store.claim_suspended(turn_id, now_ms()).await? {
-                self.planner.cancel_claimed(&mut checkpoint).await;
-                return Ok(true);
-            }
-        }
-        store.request_cancel(turn_id).await?;
-        Ok(true)
     }
 }
 
@@ -280,7 +270,7 @@ impl PlannerService for PlannerApi {
         let mut cancelled = false;
         for turn in &found {
             theirs(turn, &who)?;
-            cancelled |= self.cancel(turn).await?;
+            cancelled |= self.planner.cancel_turn(turn).await?;
         }
         if !request.reason.is_empty() {
             tracing::info!(turn_id, turns = found.len(), reason = %request.reason, cancelled, "turn cancel requested");

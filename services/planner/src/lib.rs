@@ -125,9 +125,8 @@ async fn log_shell_sandbox(
 /// How often old scratchpad entries and orphaned turns are cleared.
 const CLEANUP_INTERVAL: Duration = Duration::from_secs(600);
 
-/// Drops scratchpad entries older than `retention_hours` and closes turns a stopped
-/// planner left running.
-async fn clean_up(store: &store::Store, retention_hours: u64, orphan_after_ms: i64) {
+/// Drops scratchpad entries older than `retention_hours`.
+async fn clean_up(store: &store::Store, retention_hours: u64) {
     let retention_ms = i64::try_from(retention_hours.saturating_mul(3_600_000)).unwrap_or(i64::MAX);
     if let Err(e) = store
         .prune_scratch(now_ms().saturating_sub(retention_ms))
@@ -135,14 +134,20 @@ async fn clean_up(store: &store::Store, retention_hours: u64, orphan_after_ms: i
     {
         tracing::warn!(error = %e, "scratchpad prune failed");
     }
-    match store
-        .close_orphans(now_ms().saturating_sub(orphan_after_ms), now_ms())
-        .await
-    {
-        Ok(0) => {}
-        Ok(n) => tracing::warn!(turns = n, "closed turns left running by a stopped planner"),
-        Err(e) => tracing::warn!(error = %e, "orphaned turns not closed"),
-    }
+}
+
+/// This replica's name in the turns it holds: the host, where the planner listens and its
+/// data directory — the same after a restart (so a restarted replica frees at once the
+/// turns its previous process held), different for every other replica.
+pub fn replica_name(config: &Config) -> String {
+    let host = std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .map(|h| h.trim().to_owned())
+        .unwrap_or_else(|_| "localhost".to_owned());
+    format!(
+        "{host}|{}|{}",
+        config.service(SERVICE).listen,
+        config.data_dir.display()
+    )
 }
 
 /// Serves the planner service on `listener` until `shutdown` resolves.
@@ -176,6 +181,7 @@ pub async fn serve(
         );
     }
     let turns = config.turns.clone();
+    let replica = replica_name(&config);
     let sweep_every = Duration::from_secs(config.approval.sweep_interval_seconds.get());
     let mode = config.runtime.mode;
     let log = turnlog::TurnLog::new(config.data_dir.join(metnos_kit::datadir::TURNS_DIR));
@@ -183,12 +189,13 @@ pub async fn serve(
         .serve_with_store(listener, shutdown, move |running| {
             let filters =
                 filters::GrpcFilters::connect(running.tls, &filter_urls).map_err(settings)?;
-            let store = store::Store::new(running.db);
+            let lease = Duration::from_secs(turns.lease_seconds.get());
+            let holder = store::Holder::new(
+                replica.clone(),
+                i64::try_from(lease.as_millis()).unwrap_or(i64::MAX),
+            );
+            let store = store::Store::with_holder(running.db, holder);
             let retention = turns.retention_hours.get();
-            // A turn that saved no progress for twice its budget was left by a planner that
-            // stopped (the engine saves at each approval and at the end).
-            let orphan_after_ms =
-                i64::try_from(turns.budget_seconds.get().saturating_mul(2000)).unwrap_or(i64::MAX);
             running.background.spawn(
                 "shell sandbox check",
                 log_shell_sandbox(runner.clone(), catalog.clone(), running.readiness.clone()),
@@ -207,7 +214,35 @@ pub async fn serve(
                 .background
                 .every("turn cleanup", CLEANUP_INTERVAL, move || {
                     let store = store.clone();
-                    async move { clean_up(&store, retention, orphan_after_ms).await }
+                    async move { clean_up(&store, retention).await }
+                });
+            // Leases: renewed every third of their length; the turns of a replica that
+            // stopped are ended, released or resumed once theirs expired (at start, at once
+            // for this replica's own previous process).
+            let renewing = Arc::clone(&planner);
+            running
+                .background
+                .every("turn leases", lease / 3, move || {
+                    let planner = Arc::clone(&renewing);
+                    async move { planner.renew_leases().await }
+                });
+            let freeing = Arc::clone(&planner);
+            running.background.spawn("free previous turns", async move {
+                match freeing.store.expire_previous_runs().await {
+                    Ok(0) => {}
+                    Ok(n) => tracing::warn!(turns = n, "the turns this replica's previous process held are free again"),
+                    Err(e) => tracing::warn!(error = %e, "cannot free the turns of this replica's previous process"),
+                }
+                freeing.sweep_leases().await;
+            });
+            let sweeping = Arc::clone(&planner);
+            running
+                .background
+                .every("lease sweep", lease.min(sweep_every), move || {
+                    let planner = Arc::clone(&sweeping);
+                    async move {
+                        planner.sweep_leases().await;
+                    }
                 });
             // The terminal's turns whose request expired after the terminal went away; a
             // terminal still there sees the expiry within a sweep of the approval service.

@@ -5,16 +5,30 @@ use metnos_kit::on_db;
 use metnos_kit::store::{Db, EmbeddedMigration, Migrations};
 use sqlx::Row;
 
-const SQLITE: &[EmbeddedMigration] = &[EmbeddedMigration {
-    version: 1,
-    description: "turns and scratchpad",
-    sql: include_str!("../migrations/sqlite/0001_turns.sql"),
-}];
-const POSTGRES: &[EmbeddedMigration] = &[EmbeddedMigration {
-    version: 1,
-    description: "turns and scratchpad",
-    sql: include_str!("../migrations/postgres/0001_turns.sql"),
-}];
+const SQLITE: &[EmbeddedMigration] = &[
+    EmbeddedMigration {
+        version: 1,
+        description: "turns and scratchpad",
+        sql: include_str!("../migrations/sqlite/0001_turns.sql"),
+    },
+    EmbeddedMigration {
+        version: 2,
+        description: "turn leases",
+        sql: include_str!("../migrations/sqlite/0002_leases.sql"),
+    },
+];
+const POSTGRES: &[EmbeddedMigration] = &[
+    EmbeddedMigration {
+        version: 1,
+        description: "turns and scratchpad",
+        sql: include_str!("../migrations/postgres/0001_turns.sql"),
+    },
+    EmbeddedMigration {
+        version: 2,
+        description: "turn leases",
+        sql: include_str!("../migrations/postgres/0002_leases.sql"),
+    },
+];
 
 /// The schema of the planner store, per backend.
 pub const MIGRATIONS: Migrations = Migrations {
@@ -65,6 +79,11 @@ pub struct StoredTurn {
     pub checkpoint: String,
     pub record: Option<String>,
     pub cancel_requested: bool,
+    /// The replica that last ran or resumed it, and that replica's process.
+    pub owner: String,
+    pub owner_run: String,
+    /// Until when its owner holds it (ms since the epoch; running and resuming turns).
+    pub lease_until: i64,
 }
 
 /// A scratchpad entry.
@@ -80,10 +99,34 @@ pub struct ScratchEntry {
     pub size_bytes: u64,
 }
 
+/// Who holds the turns this store writes: the replica (stable across its restarts), this
+/// process of it, and how long a lease lasts unless renewed.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Holder {
+    pub replica: String,
+    pub run: String,
+    pub lease_ms: i64,
+}
+
+impl Holder {
+    /// A holder named `replica`, for this process (a fresh run id).
+    pub fn new(replica: impl Into<String>, lease_ms: i64) -> Holder {
+        Holder {
+            replica: replica.into(),
+            run: metnos_kit::random::hex(8),
+            lease_ms: lease_ms.max(1),
+        }
+    }
+}
+
 #[derive(Debug, Clone)]
 pub struct Store {
     db: Db,
+    holder: Holder,
 }
+
+/// Whether the conditional write was this holder's to make.
+pub type Held = bool;
 
 fn turn_from_row<R>(row: &R) -> Result<StoredTurn, sqlx::Error>
 where
@@ -104,22 +147,52 @@ where
         checkpoint: row.try_get("checkpoint")?,
         record: row.try_get("record")?,
         cancel_requested: cancel != 0,
+        owner: row.try_get("owner")?,
+        owner_run: row.try_get("owner_run")?,
+        lease_until: row.try_get("lease_until")?,
     })
 }
 
-const TURN_COLUMNS: &str =
-    "turn_id, channel, sender_id, state, approval_token, checkpoint, record, cancel_requested";
+const TURN_COLUMNS: &str = "turn_id, channel, sender_id, state, approval_token, checkpoint, record, \
+     cancel_requested, owner, owner_run, lease_until";
 
 impl Store {
+    /// A store whose turns are held by a replica named `local` (one planner, or a test).
     pub fn new(db: Db) -> Store {
-        Store { db }
+        Store::with_holder(db, Holder::new("local", 15_000))
+    }
+
+    pub fn with_holder(db: Db, holder: Holder) -> Store {
+        Store { db, holder }
     }
 
     pub fn db(&self) -> &Db {
         &self.db
     }
 
-    /// Records a new running turn.
+    pub fn holder(&self) -> &Holder {
+        &self.holder
+    }
+
+    fn lease_from(&self, now_ms: i64) -> i64 {
+        now_ms.saturating_add(self.holder.lease_ms)
+    }
+
+    async fn execute(&self, sql: &'static str, binds: Binds<'_>) -> Result<u64, sqlx::Error> {
+        on_db!(&self.db, pool => {
+            let mut query = sqlx::query(sql);
+            for bind in binds.0 {
+                query = match bind {
+                    Bind::Text(t) => query.bind(*t),
+                    Bind::OptText(t) => query.bind(*t),
+                    Bind::Int(i) => query.bind(*i),
+                };
+            }
+            Ok(query.execute(pool).await?.rows_affected())
+        })
+    }
+
+    /// Records a new running turn, held by this process.
     pub async fn insert_turn(
         &self,
         turn_id: &str,
@@ -128,16 +201,31 @@ impl Store {
         checkpoint: &str,
         now_ms: i64,
     ) -> Result<(), sqlx::Error> {
-        let sql = "INSERT INTO turns (turn_id, channel, sender_id, state, checkpoint, created_at, updated_at) \
-                   VALUES ($1, $2, $3, 'running', $4, $5, $5)";
-        on_db!(&self.db, pool => {
-            sqlx::query(sql).bind(turn_id).bind(channel).bind(sender_id).bind(checkpoint).bind(now_ms)
-                .execute(pool).await?;
-        });
+        let sql = "INSERT INTO turns (turn_id, channel, sender_id, state, checkpoint, created_at, updated_at, \
+                   owner, owner_run, lease_until) \
+                   VALUES ($1, $2, $3, 'running', $4, $5, $5, $6, $7, $8)";
+        let h = &self.holder;
+        self.execute(
+            sql,
+            Binds(&[
+                Bind::Text(turn_id),
+                Bind::Text(channel),
+                Bind::Text(sender_id),
+                Bind::Text(checkpoint),
+                Bind::Int(now_ms),
+                Bind::Text(&h.replica),
+                Bind::Text(&h.run),
+                Bind::Int(self.lease_from(now_ms)),
+            ]),
+        )
+        .await?;
         Ok(())
     }
 
-    /// Saves a checkpoint in `state` (with the approval token it waits on, if any).
+    /// Saves a checkpoint of a turn this process holds, in `state` (with the approval
+    /// token it waits on, if any). A suspended turn is nobody's: any replica may resume
+    /// it. `false`: the turn is no longer this process's (its lease expired and another
+    /// replica took it over or closed it), and nothing was written.
     pub async fn save(
         &self,
         turn_id: &str,
@@ -145,36 +233,194 @@ impl Store {
         approval_token: Option<&str>,
         checkpoint: &str,
         now_ms: i64,
-    ) -> Result<(), sqlx::Error> {
-        let sql = "UPDATE turns SET state = $2, approval_token = $3, checkpoint = $4, updated_at = $5 WHERE turn_id = $1";
-        on_db!(&self.db, pool => {
-            sqlx::query(sql).bind(turn_id).bind(state.as_str()).bind(approval_token).bind(checkpoint).bind(now_ms)
-                .execute(pool).await?;
-        });
-        Ok(())
-    }
-
-    /// Claims a suspended turn for one caller: `true` when this caller won it.
-    pub async fn claim_suspended(&self, turn_id: &str, now_ms: i64) -> Result<bool, sqlx::Error> {
-        let sql = "UPDATE turns SET state = 'resuming', updated_at = $2 WHERE turn_id = $1 AND state = 'suspended'";
-        let affected = on_db!(&self.db, pool => {
-            sqlx::query(sql).bind(turn_id).bind(now_ms).execute(pool).await?.rows_affected()
-        });
+    ) -> Result<Held, sqlx::Error> {
+        let sql = "UPDATE turns SET state = $2, approval_token = $3, checkpoint = $4, updated_at = $5, \
+                   lease_until = $6 \
+                   WHERE turn_id = $1 AND owner_run = $7 AND state IN ('running', 'resuming')";
+        let lease = match state {
+            State::Running | State::Resuming => self.lease_from(now_ms),
+            State::Suspended | State::Finished => 0,
+        };
+        let affected = self
+            .execute(
+                sql,
+                Binds(&[
+                    Bind::Text(turn_id),
+                    Bind::Text(state.as_str()),
+                    Bind::OptText(approval_token),
+                    Bind::Text(checkpoint),
+                    Bind::Int(now_ms),
+                    Bind::Int(lease),
+                    Bind::Text(&self.holder.run),
+                ]),
+            )
+            .await?;
         Ok(affected == 1)
     }
 
-    /// Ends a turn with its log record.
+    /// Claims a turn for this process to continue: a suspended one, or one being resumed
+    /// by a replica whose lease expired (it died before applying the decision). `true`
+    /// when this caller won it.
+    pub async fn claim_suspended(&self, turn_id: &str, now_ms: i64) -> Result<bool, sqlx::Error> {
+        let sql = "UPDATE turns SET state = 'resuming', updated_at = $2, owner = $3, owner_run = $4, \
+                   lease_until = $5 \
+                   WHERE turn_id = $1 AND (state = 'suspended' OR (state = 'resuming' AND lease_until < $2))";
+        let h = &self.holder;
+        let affected = self
+            .execute(
+                sql,
+                Binds(&[
+                    Bind::Text(turn_id),
+                    Bind::Int(now_ms),
+                    Bind::Text(&h.replica),
+                    Bind::Text(&h.run),
+                    Bind::Int(self.lease_from(now_ms)),
+                ]),
+            )
+            .await?;
+        Ok(affected == 1)
+    }
+
+    /// The point of no return before an approved call runs: the turn becomes running with
+    /// `checkpoint` (its pending call taken off, so no replica can apply the decision
+    /// again) — only if this process still holds it and nobody asked to cancel it. `false`:
+    /// the call must not run.
+    pub async fn commit_to_run(
+        &self,
+        turn_id: &str,
+        checkpoint: &str,
+        now_ms: i64,
+    ) -> Result<Held, sqlx::Error> {
+        let sql = "UPDATE turns SET state = 'running', approval_token = NULL, checkpoint = $2, \
+                   updated_at = $3, lease_until = $4 \
+                   WHERE turn_id = $1 AND owner_run = $5 AND state = 'resuming' AND cancel_requested = 0";
+        let affected = self
+            .execute(
+                sql,
+                Binds(&[
+                    Bind::Text(turn_id),
+                    Bind::Text(checkpoint),
+                    Bind::Int(now_ms),
+                    Bind::Int(self.lease_from(now_ms)),
+                    Bind::Text(&self.holder.run),
+                ]),
+            )
+            .await?;
+        Ok(affected == 1)
+    }
+
+    /// Extends this process's lease on a turn it runs or resumes. `false`: it no longer
+    /// holds it.
+    pub async fn renew(&self, turn_id: &str, now_ms: i64) -> Result<Held, sqlx::Error> {
+        let sql = "UPDATE turns SET lease_until = $2 \
+                   WHERE turn_id = $1 AND owner_run = $3 AND state IN ('running', 'resuming')";
+        let affected = self
+            .execute(
+                sql,
+                Binds(&[
+                    Bind::Text(turn_id),
+                    Bind::Int(self.lease_from(now_ms)),
+                    Bind::Text(&self.holder.run),
+                ]),
+            )
+            .await?;
+        Ok(affected == 1)
+    }
+
+    /// Ends a turn this process holds, with its log record. `false`: it no longer holds it
+    /// (another replica closed or took it over), and nothing was written.
     pub async fn finish(
         &self,
         turn_id: &str,
         record: &str,
         now_ms: i64,
-    ) -> Result<(), sqlx::Error> {
-        let sql = "UPDATE turns SET state = 'finished', approval_token = NULL, record = $2, checkpoint = '', updated_at = $3 WHERE turn_id = $1";
+    ) -> Result<Held, sqlx::Error> {
+        let sql = "UPDATE turns SET state = 'finished', approval_token = NULL, record = $2, checkpoint = '', \
+                   updated_at = $3, lease_until = 0 \
+                   WHERE turn_id = $1 AND owner_run = $4 AND state IN ('running', 'resuming')";
+        let affected = self
+            .execute(
+                sql,
+                Binds(&[
+                    Bind::Text(turn_id),
+                    Bind::Text(record),
+                    Bind::Int(now_ms),
+                    Bind::Text(&self.holder.run),
+                ]),
+            )
+            .await?;
+        Ok(affected == 1)
+    }
+
+    /// Ends a running turn whose owner's lease expired (it stopped while the turn ran):
+    /// `true` when this caller closed it.
+    pub async fn close_expired(
+        &self,
+        turn_id: &str,
+        record: &str,
+        now_ms: i64,
+    ) -> Result<bool, sqlx::Error> {
+        let sql = "UPDATE turns SET state = 'finished', approval_token = NULL, record = $2, checkpoint = '', \
+                   updated_at = $3, lease_until = 0 \
+                   WHERE turn_id = $1 AND state = 'running' AND lease_until < $3";
+        let affected = self
+            .execute(
+                sql,
+                Binds(&[Bind::Text(turn_id), Bind::Text(record), Bind::Int(now_ms)]),
+            )
+            .await?;
+        Ok(affected == 1)
+    }
+
+    /// Puts a turn whose resumer's lease expired back to waiting (its pending call
+    /// intact), so whoever gets the decision continues it. The expired lease is kept: it
+    /// says since when nobody holds it.
+    pub async fn release_expired(&self, turn_id: &str, now_ms: i64) -> Result<bool, sqlx::Error> {
+        let sql = "UPDATE turns SET state = 'suspended', updated_at = $2 \
+                   WHERE turn_id = $1 AND state = 'resuming' AND lease_until < $2";
+        let affected = self
+            .execute(sql, Binds(&[Bind::Text(turn_id), Bind::Int(now_ms)]))
+            .await?;
+        Ok(affected == 1)
+    }
+
+    /// At start: the turns an earlier process of this same replica held are nobody's now,
+    /// whatever their lease says (that process is gone). Returns how many.
+    pub async fn expire_previous_runs(&self) -> Result<u64, sqlx::Error> {
+        let sql = "UPDATE turns SET lease_until = 0 \
+                   WHERE owner = $1 AND owner_run <> $2 AND state IN ('running', 'resuming') AND lease_until > 0";
+        let h = &self.holder;
+        self.execute(sql, Binds(&[Bind::Text(&h.replica), Bind::Text(&h.run)]))
+            .await
+    }
+
+    /// Running and resuming turns whose lease expired before `now_ms` (at most `limit`).
+    pub async fn expired(&self, now_ms: i64, limit: u32) -> Result<Vec<StoredTurn>, sqlx::Error> {
+        let sql = format!(
+            "SELECT {TURN_COLUMNS} FROM turns WHERE state IN ('running', 'resuming') AND lease_until < $1 \
+             ORDER BY lease_until LIMIT $2"
+        );
         on_db!(&self.db, pool => {
-            sqlx::query(sql).bind(turn_id).bind(record).bind(now_ms).execute(pool).await?;
-        });
-        Ok(())
+            let rows = sqlx::query(sqlx::AssertSqlSafe(sql)).bind(now_ms).bind(i64::from(limit)).fetch_all(pool).await?;
+            rows.iter().map(turn_from_row).collect()
+        })
+    }
+
+    /// Suspended turns released from a resumer whose lease expired before `before_ms`
+    /// (at most `limit`): their decision may have come while nobody held them.
+    pub async fn released_before(
+        &self,
+        before_ms: i64,
+        limit: u32,
+    ) -> Result<Vec<StoredTurn>, sqlx::Error> {
+        let sql = format!(
+            "SELECT {TURN_COLUMNS} FROM turns WHERE state = 'suspended' AND lease_until > 0 AND lease_until < $1 \
+             ORDER BY lease_until LIMIT $2"
+        );
+        on_db!(&self.db, pool => {
+            let rows = sqlx::query(sqlx::AssertSqlSafe(sql)).bind(before_ms).bind(i64::from(limit)).fetch_all(pool).await?;
+            rows.iter().map(turn_from_row).collect()
+        })
     }
 
     pub async fn get(&self, turn_id: &str) -> Result<Option<StoredTurn>, sqlx::Error> {
@@ -228,7 +474,7 @@ impl Store {
     /// Ends a suspended turn whose checkpoint cannot be read (no record: nothing to tell).
     pub async fn close_unreadable(&self, turn_id: &str, now_ms: i64) -> Result<(), sqlx::Error> {
         let sql = "UPDATE turns SET state = 'finished', approval_token = NULL, checkpoint = '', \
-                   updated_at = $2 WHERE turn_id = $1 AND state = 'suspended'";
+                   updated_at = $2, lease_until = 0 WHERE turn_id = $1 AND state = 'suspended'";
         on_db!(&self.db, pool => {
             sqlx::query(sql).bind(turn_id).bind(now_ms).execute(pool).await?;
         });
@@ -261,11 +507,26 @@ impl Store {
     }
 
     pub async fn cancel_requested(&self, turn_id: &str) -> Result<bool, sqlx::Error> {
-        let sql = "SELECT cancel_requested FROM turns WHERE turn_id = $1";
-        let flag: Option<i64> = on_db!(&self.db, pool => {
-            sqlx::query_scalar(sql).bind(turn_id).fetch_optional(pool).await?
+        Ok(self.standing(turn_id).await?.cancel_requested)
+    }
+
+    /// Whether the turn was asked to stop, and whether this process still holds it.
+    pub async fn standing(&self, turn_id: &str) -> Result<Standing, sqlx::Error> {
+        let sql = "SELECT cancel_requested, owner_run, state FROM turns WHERE turn_id = $1";
+        let found: Option<(i64, String, String)> = on_db!(&self.db, pool => {
+            sqlx::query_as(sql).bind(turn_id).fetch_optional(pool).await?
         });
-        Ok(flag.unwrap_or(0) != 0)
+        Ok(match found {
+            None => Standing {
+                cancel_requested: false,
+                held: false,
+            },
+            Some((cancel, run, state)) => Standing {
+                cancel_requested: cancel != 0,
+                held: run == self.holder.run
+                    && matches!(State::parse(&state), State::Running | State::Resuming),
+            },
+        })
     }
 
     pub async fn put_scratch(&self, entry: &ScratchEntry, now_ms: i64) -> Result<(), sqlx::Error> {
@@ -314,19 +575,6 @@ impl Store {
         })
     }
 
-    /// Closes turns left running (or being resumed) by a planner that stopped: no
-    /// progress saved since `before_ms`. Their record says so; they are not replayed
-    /// (an executor may not be safe to run twice). Returns how many.
-    pub async fn close_orphans(&self, before_ms: i64, now_ms: i64) -> Result<u64, sqlx::Error> {
-        let sql = "UPDATE turns SET state = 'finished', approval_token = NULL, checkpoint = '', \
-                   record = '{\"final_kind\":\"error\",\"reason\":\"orphaned: the planner stopped while the turn ran\"}', \
-                   updated_at = $2 WHERE state IN ('running', 'resuming') AND updated_at < $1";
-        let closed = on_db!(&self.db, pool => {
-            sqlx::query(sql).bind(before_ms).bind(now_ms).execute(pool).await?.rows_affected()
-        });
-        Ok(closed)
-    }
-
     /// Drops the scratchpad entries of turns that finished before `before_ms` (and any
     /// entry older than that whose turn is gone).
     pub async fn prune_scratch(&self, before_ms: i64) -> Result<u64, sqlx::Error> {
@@ -338,3 +586,20 @@ impl Store {
         Ok(removed)
     }
 }
+
+/// A stop request and who holds a turn, as one replica sees them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Standing {
+    pub cancel_requested: bool,
+    /// This process holds it (it is running or being resumed here).
+    pub held: bool,
+}
+
+/// One bound value of a query (the same SQL on both backends).
+enum Bind<'a> {
+    Text(&'a str),
+    OptText(Option<&'a str>),
+    Int(i64),
+}
+
+struct Binds<'a>(&'a [Bind<'a>]);

@@ -89,6 +89,143 @@ impl Planner {
         taken
     }
 
+    /// The turns whose holder's lease expired (its replica died or lost its store): a
+    /// running one is ended — an executor may not be safe to run twice, so it is never
+    /// replayed — with its record in the store and the turn log; one being resumed is put
+    /// back to wait for its decision, which applies it once wherever it arrives. A turn
+    /// released a lease ago and nobody resumed whose request was decided meanwhile is
+    /// resumed here: an approved call runs once, on this replica. Returns how many turns
+    /// were ended, released and resumed.
+    pub async fn sweep_leases(self: &std::sync::Arc<Self>) -> (usize, usize, usize) {
+        let now = now_ms();
+        let expired = match self.store.expired(now, 200).await {
+            Ok(turns) => turns,
+            Err(e) => {
+                tracing::warn!(error = %e, "cannot read the turns whose lease expired");
+                return (0, 0, 0);
+            }
+        };
+        let (mut ended, mut released, mut resumed) = (0, 0, 0);
+        for turn in expired {
+            match turn.state {
+                State::Running => {
+                    if self.end_interrupted(&turn).await {
+                        ended += 1;
+                    }
+                }
+                State::Resuming => {
+                    if self
+                        .store
+                        .release_expired(&turn.turn_id, now)
+                        .await
+                        .unwrap_or(false)
+                    {
+                        tracing::warn!(turn_id = %turn.turn_id, "a turn whose resumer stopped waits again for its decision");
+                        released += 1;
+                    }
+                }
+                State::Suspended | State::Finished => {}
+            }
+        }
+        let lease_ms = self.store.holder().lease_ms;
+        let waiting = self
+            .store
+            .released_before(now.saturating_sub(lease_ms), 200)
+            .await
+            .unwrap_or_default();
+        for found in waiting {
+            let Ok(cp) = serde_json::from_str::<Checkpoint>(&found.checkpoint) else {
+                let _ = self.store.close_unreadable(&found.turn_id, now_ms()).await;
+                continue;
+            };
+            let Some(pending) = &cp.pending else {
+                continue;
+            };
+            let decided = match self.filters.get_pending(&pending.token).await {
+                Ok(p) => p.status != approval::ApprovalStatus::Pending as i32,
+                Err(status) => status.code() == tonic::Code::NotFound,
+            };
+            if !decided || !self.claim(&found.turn_id).await {
+                continue;
+            }
+            resumed += 1;
+            tracing::info!(turn_id = %found.turn_id, "a decided turn nobody resumed goes on here");
+            let (sink, mut events) = mpsc::channel(64);
+            tokio::spawn(async move { while events.recv().await.is_some() {} });
+            tokio::spawn(std::sync::Arc::clone(self).resume(cp, sink));
+        }
+        (ended, released, resumed)
+    }
+
+    /// Ends a running turn whose holder stopped: its record (or a minimal one, if its
+    /// checkpoint is unreadable) in the store and, once, in the turn log.
+    async fn end_interrupted(&self, turn: &crate::store::StoredTurn) -> bool {
+        const REASON: &str = "interrupted: the planner stopped while the turn ran";
+        let record = match serde_json::from_str::<Checkpoint>(&turn.checkpoint) {
+            Ok(cp) => self.record(&cp, FinalKind::Error, Some(REASON)),
+            Err(_) => serde_json::json!({
+                "turn_id": turn.turn_id,
+                "principal": {"channel": turn.channel, "sender_id": turn.sender_id},
+                "final_kind": FinalKind::Error.as_str(),
+                "reason": REASON,
+                "ended_at": metnos_kit::time::rfc3339(now_ms()),
+            }),
+        };
+        match self
+            .store
+            .close_expired(&turn.turn_id, &record.to_string(), now_ms())
+            .await
+        {
+            Ok(true) => {
+                tracing::warn!(turn_id = %turn.turn_id, "a turn left running by a stopped planner was ended");
+                self.log.append(&record, now_ms());
+                true
+            }
+            Ok(false) => false,
+            Err(e) => {
+                tracing::warn!(turn_id = %turn.turn_id, error = %e, "a turn left running was not ended");
+                false
+            }
+        }
+    }
+
+    /// Cancels the turn `found`, wherever it runs: signalled here; ended here if it waits
+    /// or its holder's lease expired; else flagged for the replica that holds it, and its
+    /// approval request cancelled now, so a decision that comes later cannot run the call
+    /// (the holder checks the flag again before it runs anything). `false`: it had already
+    /// finished.
+    pub async fn cancel_turn(
+        self: &std::sync::Arc<Self>,
+        found: &crate::store::StoredTurn,
+    ) -> Result<bool, crate::error::Error> {
+        let store = &self.store;
+        let turn_id = &found.turn_id;
+        if found.state == State::Finished {
+            return Ok(false);
+        }
+        store.request_cancel(turn_id).await?;
+        if self.signal_cancel(turn_id) {
+            return Ok(true);
+        }
+        let expired = found.lease_until < now_ms();
+        let takeable =
+            found.state == State::Suspended || (found.state == State::Resuming && expired);
+        if takeable {
+            let mut checkpoint = serde_json::from_str::<Checkpoint>(&found.checkpoint)
+                .map_err(crate::error::Error::UnreadableCheckpoint)?;
+            if store.claim_suspended(turn_id, now_ms()).await? {
+                self.cancel_claimed(&mut checkpoint).await;
+                return Ok(true);
+            }
+        } else if found.state == State::Running && expired && self.end_interrupted(found).await {
+            return Ok(true);
+        }
+        if let Some(token) = &found.approval_token {
+            let _ = self.filters.cancel(token, "the turn was cancelled").await;
+        }
+        Ok(true)
+    }
+
     /// Ends a claimed, suspended turn as cancelled (its approval is cancelled too).
     pub async fn cancel_claimed(&self, cp: &mut Checkpoint) {
         if let Some(p) = cp.pending.take() {
@@ -232,6 +369,10 @@ impl Planner {
             decided = self.filters.wait_decision(&pending.token) => decided,
             () = sink.closed() => return self.wait_elsewhere(cp, &pending, claimed).await,
             () = self.cancelled(&turn_id, cancel) => {
+                // A waiting turn is ended by whoever claims it (only one does).
+                if !claimed && !self.claim(&turn_id).await {
+                    return None;
+                }
                 let _ = self.filters.cancel(&pending.token, "the turn was cancelled").await;
                 // The channel closes the card as cancelled (its buttons go).
                 let decided = pb::ApprovalDecided {
@@ -245,13 +386,7 @@ impl Planner {
             }
         };
         // Only one caller continues a turn: the one that claims it.
-        if !claimed
-            && !self
-                .store
-                .claim_suspended(&cp.turn_id, now_ms())
-                .await
-                .unwrap_or(false)
-        {
+        if !claimed && !self.claim(&cp.turn_id).await {
             let suspended = pb::TurnSuspended {
                 turn_id: cp.turn_id.clone(),
                 token: pending.token.clone(),
@@ -315,34 +450,75 @@ impl Planner {
         )
     }
 
-    /// What a decision leads to: the approved call run (exactly that one), or why not.
+    /// What a decision leads to: the approved call run (exactly that one, once), or why
+    /// not. Before it runs, the turn is stored running without its pending call — only if
+    /// this process still holds it and nobody cancelled it — so no other replica can apply
+    /// the same decision, and a cancel that came first wins.
     async fn decided_observation(
         &self,
+        cp: &Checkpoint,
+        log: &StepLog,
         pending: &PendingCall,
         status: approval::ApprovalStatus,
         decided_sha256: &str,
         cancel: &mut watch::Receiver<bool>,
-    ) -> metnos_executors::Observation {
-        match status {
+    ) -> Result<metnos_executors::Observation, StepOutcome> {
+        let executor = match status {
             approval::ApprovalStatus::Approved => {
                 let hash = value_sha256(&pending.call.name, &pending.args).unwrap_or_default();
                 if hash != pending.call_sha256 || hash != decided_sha256 {
-                    return refusal(
+                    return Ok(refusal(
                         "the approved call does not match the call to run; nothing was done",
-                    );
+                    ));
                 }
                 match self.catalog.get(&pending.call.name).cloned() {
-                    Some(executor) => self.execute(&executor, &pending.args, cancel).await,
-                    None => refusal(format!("nonexistent executor: {}", pending.call.name)),
+                    Some(executor) => executor,
+                    None => {
+                        return Ok(refusal(format!(
+                            "nonexistent executor: {}",
+                            pending.call.name
+                        )));
+                    }
                 }
             }
             approval::ApprovalStatus::Rejected => {
-                refusal("the person rejected this call; it was not run")
+                return Ok(refusal("the person rejected this call; it was not run"));
             }
             approval::ApprovalStatus::Expired => {
-                refusal("the approval request expired without an answer; the call was not run")
+                return Ok(refusal(
+                    "the approval request expired without an answer; the call was not run",
+                ));
             }
-            _ => refusal("the approval request was cancelled; the call was not run"),
+            _ => {
+                return Ok(refusal(
+                    "the approval request was cancelled; the call was not run",
+                ));
+            }
+        };
+        // The checkpoint a crash during the run leaves: this step decided, not observed.
+        let mut committed = cp.clone();
+        committed.steps.push(log.clone());
+        let checkpoint = serde_json::to_string(&committed).unwrap_or_default();
+        match self
+            .store
+            .commit_to_run(&cp.turn_id, &checkpoint, now_ms())
+            .await
+        {
+            Ok(true) => Ok(self.execute(&executor, &pending.args, cancel).await),
+            Ok(false) => match self.store.standing(&cp.turn_id).await {
+                Ok(s) if s.cancel_requested => Err(StepOutcome::Finished(finish(
+                    FinalKind::Cancelled,
+                    "cancelled",
+                ))),
+                _ => Err(StepOutcome::Lost),
+            },
+            Err(e) => {
+                tracing::error!(error = %e, "cannot store the turn before running the approved call");
+                Err(StepOutcome::Finished(finish(
+                    FinalKind::Error,
+                    "the planner's store is unavailable, so the approved call was not run",
+                )))
+            }
         }
     }
 
@@ -373,9 +549,16 @@ impl Planner {
         cp.steps.truncate(index);
         let started = Instant::now();
         log.approval_decision = Some(decision_of(status));
-        let observation = self
-            .decided_observation(&pending, status, &decision.call_sha256, cancel)
-            .await;
+        let observation = match self
+            .decided_observation(cp, &log, &pending, status, &decision.call_sha256, cancel)
+            .await
+        {
+            Ok(observation) => observation,
+            Err(outcome) => {
+                cp.steps.push(log);
+                return outcome;
+            }
+        };
         let waited =
             Duration::from_millis(u64::try_from(now_ms() - pending.started_ms).unwrap_or(0));
         let started_at = started.checked_sub(waited).unwrap_or(started);

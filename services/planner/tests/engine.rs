@@ -21,7 +21,7 @@ use metnos_planner::engine::{Parts, Planner};
 use metnos_planner::filters::{Filters, PolicyAnswer};
 use metnos_planner::llm::Llm;
 use metnos_planner::rules;
-use metnos_planner::store::Store;
+use metnos_planner::store::{Holder, State, Store};
 use metnos_planner::turn::TurnRequest;
 use metnos_planner::turnlog::TurnLog;
 use metnos_proto::approval::v1 as approval;
@@ -308,6 +308,7 @@ struct Harness {
     filters: Arc<FakeFilters>,
     llm: Arc<ScriptedLlm>,
     db: Db,
+    replica: Box<dyn Fn(Store) -> Arc<Planner> + Send + Sync>,
 }
 
 impl Harness {
@@ -348,31 +349,37 @@ impl Harness {
             wise,
             ..ScriptedLlm::default()
         });
-        let planner = Arc::new(Planner::new(Parts {
-            config,
-            default_mode: mode,
-            llm: Ok(llm.clone()),
-            catalog,
-            runner: Runner {
-                forbidden: Vec::new(),
-                user_home: home.clone(),
-                local_hosts: Vec::new(),
-                shell: ShellSettings {
-                    allow: Vec::new(),
-                    workspace: root.path().join("workspace"),
-                    cpu_seconds: 5,
-                    memory_mb: 256,
-                    file_size_mb: 1,
-                    processes: 64,
-                    allow_unsandboxed: false,
-                    readable: Vec::new(),
-                },
-                ..Runner::default()
+        let runner = Runner {
+            forbidden: Vec::new(),
+            user_home: home.clone(),
+            local_hosts: Vec::new(),
+            shell: ShellSettings {
+                allow: Vec::new(),
+                workspace: root.path().join("workspace"),
+                cpu_seconds: 5,
+                memory_mb: 256,
+                file_size_mb: 1,
+                processes: 64,
+                allow_unsandboxed: false,
+                readable: Vec::new(),
             },
-            filters: filters.clone(),
-            store: Store::new(db.clone()),
-            log: TurnLog::new(root.path().join("turns")),
-        }));
+            ..Runner::default()
+        };
+        let log_dir = root.path().join("turns");
+        let (replica_filters, replica_llm) = (filters.clone(), llm.clone());
+        let replica = move |store: Store| {
+            Arc::new(Planner::new(Parts {
+                config: config.clone(),
+                default_mode: mode,
+                llm: Ok(replica_llm.clone()),
+                catalog: catalog.clone(),
+                runner: runner.clone(),
+                filters: replica_filters.clone(),
+                store,
+                log: TurnLog::new(log_dir.clone()),
+            }))
+        };
+        let planner = replica(Store::new(db.clone()));
         Harness {
             root,
             home,
@@ -380,7 +387,17 @@ impl Harness {
             filters,
             llm,
             db,
+            replica: Box::new(replica),
         }
+    }
+
+    /// Another replica of the planner on the same store, approval service, LLM and
+    /// executors: named `name`, holding turns `lease_ms` unless renewed.
+    fn replica(&self, name: &str, lease_ms: i64) -> Arc<Planner> {
+        (self.replica)(Store::with_holder(
+            self.db.clone(),
+            Holder::new(name, lease_ms),
+        ))
     }
 
     async fn local() -> Harness {
@@ -868,4 +885,228 @@ async fn an_online_turn_plans_once_then_answers_without_tools() {
         "the plan is offered the tools"
     );
     assert!(asked[1].1.tools.is_empty(), "the answer is not");
+}
+
+// ---------------------------------------------------------------- replicas and leases
+
+/// Starts a turn on `planner` (a replica of the harness).
+fn start_on(planner: &Arc<Planner>, query: &str) -> mpsc::Receiver<pb::TurnEvent> {
+    let request = TurnRequest {
+        principal: Principal::new("telegram", "42").unwrap(),
+        level: AutonomyLevel::Supervised,
+        query: query.to_owned(),
+        language: None,
+        mode: None,
+    };
+    let checkpoint = planner.start(&request);
+    let (tx, rx) = mpsc::channel(64);
+    tokio::spawn(Arc::clone(planner).run(checkpoint, tx));
+    rx
+}
+
+/// The turn's id and approval token once it waits for a person.
+async fn waiting(rx: &mut mpsc::Receiver<pb::TurnEvent>) -> (String, String) {
+    let events = until(rx, |e| matches!(e, Event::AwaitingApproval(_))).await;
+    let Some(Event::Started(started)) = events.first() else {
+        panic!("{events:?}")
+    };
+    let Some(Event::AwaitingApproval(card)) = events.last() else {
+        unreachable!()
+    };
+    (started.turn_id.clone(), card.token.clone())
+}
+
+/// `planner` resumes the suspended turn (as ResumeTurn does): its events, and its task.
+async fn resume_on(
+    planner: &Arc<Planner>,
+    turn_id: &str,
+) -> (mpsc::Receiver<pb::TurnEvent>, tokio::task::JoinHandle<()>) {
+    // The client that started it went away: the turn is stored suspended.
+    for _ in 0..100 {
+        if planner.store.claim_suspended(turn_id, now()).await.unwrap() {
+            let found = planner.store.get(turn_id).await.unwrap().unwrap();
+            let cp = serde_json::from_str(&found.checkpoint).unwrap();
+            let (tx, rx) = mpsc::channel(64);
+            let task = tokio::spawn(Arc::clone(planner).resume(cp, tx));
+            return (rx, task);
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    panic!("the turn could not be claimed");
+}
+
+fn now() -> i64 {
+    metnos_kit::time::now_ms()
+}
+
+async fn state_of(planner: &Planner, turn_id: &str) -> State {
+    planner.store.get(turn_id).await.unwrap().unwrap().state
+}
+
+async fn until_finished(planner: &Planner, turn_id: &str) {
+    for _ in 0..400 {
+        if state_of(planner, turn_id).await == State::Finished {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    panic!("the turn did not finish");
+}
+
+fn approvals_required(h: &Harness) {
+    h.filters.with(|s| {
+        s.policy
+            .insert("fs:write".into(), rules::Outcome::ApprovalRequired)
+    });
+    h.llm
+        .call("fs_write", json!({"path": "~/a.txt", "text": "hi"}));
+    h.llm.answer("written");
+}
+
+#[tokio::test]
+async fn a_resumer_that_dies_before_the_decision_loses_nothing_and_the_call_runs_once() {
+    let h = Harness::local().await;
+    approvals_required(&h);
+    let a = h.replica("a", 1_500);
+    let b = h.replica("b", 300);
+    let mut rx = start_on(&a, "write my notes file");
+    let (turn_id, token) = waiting(&mut rx).await;
+    drop(rx);
+    // A resumes it (a ResumeTurn after a restart of the channel) and shows its card again…
+    let (mut resumed, task) = resume_on(&a, &turn_id).await;
+    until(&mut resumed, |e| matches!(e, Event::AwaitingApproval(_))).await;
+    // …and dies (kill -9): nothing of it runs any more, nothing renews its lease.
+    task.abort();
+    assert_eq!(state_of(&b, &turn_id).await, State::Resuming);
+    assert!(
+        !b.store.claim_suspended(&turn_id, now()).await.unwrap(),
+        "a live lease is not taken over"
+    );
+    assert_eq!(b.sweep_leases().await, (0, 0, 0));
+    h.filters
+        .decide(&token, approval::ApprovalStatus::Approved, None);
+
+    // Once A's lease expired, B puts the turn back to wait for its decision; a lease
+    // later, decided and resumed by nobody, B continues it: the approved write runs once.
+    tokio::time::sleep(Duration::from_millis(1_600)).await;
+    assert_eq!(b.sweep_leases().await, (0, 1, 0));
+    assert_eq!(state_of(&b, &turn_id).await, State::Suspended);
+    tokio::time::sleep(Duration::from_millis(400)).await;
+    assert_eq!(b.sweep_leases().await, (0, 0, 1));
+    until_finished(&b, &turn_id).await;
+    assert_eq!(h.runs(), [r#"fs_write {"path":"~/a.txt","text":"hi"}"#]);
+    assert_eq!(b.sweep_leases().await, (0, 0, 0));
+    let records = h.records();
+    assert_eq!(records.len(), 1, "{records:?}");
+    assert_eq!(records[0]["final_kind"], "answer");
+    assert_eq!(records[0]["steps"][0]["approval_decision"], "approved");
+}
+
+#[tokio::test]
+async fn a_live_wait_is_not_swept_and_a_cancel_on_another_replica_wins_over_a_later_approval() {
+    let h = Harness::local().await;
+    approvals_required(&h);
+    let a = h.replica("a", 1_500);
+    let b = h.replica("b", 1_500);
+    let mut rx = start_on(&a, "write my notes file");
+    let (turn_id, token) = waiting(&mut rx).await;
+    drop(rx);
+    let (mut resumed, _task) = resume_on(&a, &turn_id).await;
+    until(&mut resumed, |e| matches!(e, Event::AwaitingApproval(_))).await;
+    // A renews its lease while it waits (as its background task does).
+    let renewing = Arc::clone(&a);
+    let renewer = tokio::spawn(async move {
+        loop {
+            renewing.renew_leases().await;
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    });
+    tokio::time::sleep(Duration::from_millis(2_500)).await;
+    // B starts (its start-up sweep) long after A's first lease would have ended.
+    assert_eq!(b.sweep_leases().await, (0, 0, 0));
+    assert_eq!(state_of(&b, &turn_id).await, State::Resuming);
+
+    // The person stops the turn through B.
+    let found = b.store.get(&turn_id).await.unwrap().unwrap();
+    assert!(
+        b.cancel_turn(&found).await.unwrap(),
+        "the cancel reached it"
+    );
+    assert!(
+        h.filters
+            .with(|s| s.cancelled.iter().any(|(t, _)| *t == token)),
+        "its approval was cancelled at once"
+    );
+    // An approval that still gets through changes nothing.
+    h.filters
+        .decide(&token, approval::ApprovalStatus::Approved, None);
+    let (_, finished) = to_end(&mut resumed).await;
+    assert_eq!(kind(&finished), pb::FinalKind::Cancelled);
+    renewer.abort();
+    assert!(h.runs().is_empty(), "nothing ran after the cancel");
+    assert_eq!(state_of(&b, &turn_id).await, State::Finished);
+    let records = h.records();
+    assert_eq!(records.len(), 1, "{records:?}");
+    assert_eq!(records[0]["final_kind"], "cancelled");
+}
+
+#[tokio::test]
+async fn an_approval_racing_a_cancel_flag_runs_nothing() {
+    let h = Harness::local().await;
+    approvals_required(&h);
+    let mut rx = h.start("write my notes file", AutonomyLevel::Supervised);
+    let (turn_id, token) = waiting(&mut rx).await;
+    // Another replica flagged the cancel (its cancel of the request did not get through)
+    // just as the person approved.
+    h.planner.store.request_cancel(&turn_id).await.unwrap();
+    h.filters
+        .decide(&token, approval::ApprovalStatus::Approved, None);
+    let (_, finished) = to_end(&mut rx).await;
+    assert_eq!(kind(&finished), pb::FinalKind::Cancelled);
+    assert!(h.runs().is_empty());
+}
+
+#[tokio::test]
+async fn a_turn_left_running_by_a_dead_replica_is_ended_once_and_written_to_the_turn_log() {
+    let h = Harness::local().await;
+    h.llm.call("fs_read", json!({"path": "~/notes.txt"}));
+    let a = h.replica("a", 300);
+    let b = h.replica("b", 300);
+    let request = TurnRequest {
+        principal: Principal::new("telegram", "42").unwrap(),
+        level: AutonomyLevel::Supervised,
+        query: "read my notes".to_owned(),
+        language: None,
+        mode: None,
+    };
+    let cp = a.start(&request);
+    let turn_id = cp.turn_id.clone();
+    // A stored the turn and died before it ended (no renewals, no end).
+    a.store
+        .insert_turn(
+            &turn_id,
+            "telegram",
+            "42",
+            &serde_json::to_string(&cp).unwrap(),
+            now(),
+        )
+        .await
+        .unwrap();
+    assert_eq!(b.sweep_leases().await, (0, 0, 0));
+    tokio::time::sleep(Duration::from_millis(400)).await;
+    assert_eq!(b.sweep_leases().await, (1, 0, 0));
+    assert_eq!(b.sweep_leases().await, (0, 0, 0));
+    let found = b.store.get(&turn_id).await.unwrap().unwrap();
+    assert_eq!(found.state, State::Finished);
+    let records = h.records();
+    assert_eq!(records.len(), 1, "{records:?}");
+    assert_eq!(records[0]["turn_id"], turn_id.as_str());
+    assert_eq!(records[0]["final_kind"], "error");
+    assert!(
+        records[0]["reason"]
+            .as_str()
+            .unwrap()
+            .contains("interrupted")
+    );
+    assert!(h.runs().is_empty(), "not replayed");
 }

@@ -5,7 +5,7 @@
 use std::time::Duration;
 
 use metnos_kit::testing::TestStore;
-use metnos_planner::store::{MIGRATIONS, ScratchEntry, State, Store};
+use metnos_planner::store::{Holder, MIGRATIONS, ScratchEntry, State, Store};
 
 async fn open(store: &TestStore) -> Store {
     let db = metnos_kit::store::open(
@@ -124,36 +124,150 @@ async fn the_scratchpad_is_per_turn_and_pruned_after_its_turn_ends(test: TestSto
     );
 }
 
-async fn turns_left_running_by_a_stopped_planner_are_closed_not_replayed(test: TestStore) {
-    let store = open(&test).await;
-    store
-        .insert_turn("old", "cli", "a", "{}", 1_000)
-        .await
-        .unwrap();
-    store
-        .insert_turn("fresh", "cli", "a", "{}", 9_000)
-        .await
-        .unwrap();
-    store
-        .insert_turn("waiting", "cli", "a", "{}", 1_000)
-        .await
-        .unwrap();
-    store
-        .save("waiting", State::Suspended, Some("t"), "{}", 1_000)
-        .await
-        .unwrap();
-    assert_eq!(store.close_orphans(5_000, 10_000).await.unwrap(), 1);
-    let old = store.get("old").await.unwrap().unwrap();
-    assert_eq!(old.state, State::Finished);
-    assert!(old.record.unwrap().contains("orphaned"));
-    assert_eq!(
-        store.get("fresh").await.unwrap().unwrap().state,
-        State::Running
+/// Two replicas on one store: A (lease 10 s) and B, and A's next process A2.
+async fn replicas(test: &TestStore) -> (Store, Store, Store) {
+    let a = open(test).await;
+    let holder = |replica: &str| Holder::new(replica, 10_000);
+    let b = Store::with_holder(a.db().clone(), holder("b"));
+    let a1 = Store::with_holder(a.db().clone(), holder("a"));
+    let a2 = Store::with_holder(a.db().clone(), holder("a"));
+    (a1, b, a2)
+}
+
+async fn a_turn_is_taken_over_only_once_its_holders_lease_expired(test: TestStore) {
+    let (a, b, _) = replicas(&test).await;
+    // A runs "r" and resumes "w" (both held until 11 000).
+    a.insert_turn("r", "cli", "x", "{}", 1_000).await.unwrap();
+    a.insert_turn("w", "cli", "x", "{}", 1_000).await.unwrap();
+    assert!(
+        a.save("w", State::Suspended, Some("tok"), "{\"w\":1}", 1_000)
+            .await
+            .unwrap()
     );
-    // A turn waiting for a person is not an orphan: any replica may resume it.
+    assert!(a.claim_suspended("w", 1_000).await.unwrap());
+    assert!(
+        !b.claim_suspended("w", 5_000).await.unwrap(),
+        "a live lease is not taken over"
+    );
+    assert!(b.expired(5_000, 10).await.unwrap().is_empty());
+    let mut expired: Vec<String> = b
+        .expired(12_000, 10)
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|t| t.turn_id)
+        .collect();
+    expired.sort();
+    assert_eq!(expired, ["r", "w"]);
+    // A renews "w" while it waits: still A's at 12 000.
+    assert!(a.renew("w", 9_000).await.unwrap());
+    assert!(!b.claim_suspended("w", 12_000).await.unwrap());
+    assert!(a.standing("w").await.unwrap().held);
+    assert!(!b.standing("w").await.unwrap().held);
+
+    // "r" was not renewed: B ends it, and A can then write nothing more of it.
+    assert!(
+        b.close_expired("r", "{\"final_kind\":\"error\"}", 12_000)
+            .await
+            .unwrap()
+    );
+    assert!(
+        !b.close_expired("r", "{}", 12_001).await.unwrap(),
+        "ended once"
+    );
+    assert!(!a.finish("r", "{}", 12_002).await.unwrap());
+    assert!(
+        !a.save("r", State::Suspended, Some("t2"), "{}", 12_002)
+            .await
+            .unwrap()
+    );
+    assert_eq!(a.get("r").await.unwrap().unwrap().state, State::Finished);
+    assert!(!a.standing("r").await.unwrap().held);
+
+    // A's lease on "w" ends at 19 000: B takes it over from its checkpoint, and only B
+    // may commit to running its call.
+    assert!(b.claim_suspended("w", 20_000).await.unwrap());
+    let w = b.get("w").await.unwrap().unwrap();
     assert_eq!(
-        store.get("waiting").await.unwrap().unwrap().state,
-        State::Suspended
+        (w.state, w.checkpoint.as_str(), w.owner.as_str()),
+        (State::Resuming, "{\"w\":1}", "b")
+    );
+    assert!(!a.commit_to_run("w", "{}", 20_001).await.unwrap());
+    assert!(b.commit_to_run("w", "{\"ran\":1}", 20_001).await.unwrap());
+    assert!(
+        !b.commit_to_run("w", "{}", 20_002).await.unwrap(),
+        "committed once"
+    );
+    let w = b.get("w").await.unwrap().unwrap();
+    assert_eq!((w.state, w.approval_token), (State::Running, None));
+}
+
+async fn a_cancel_wins_over_a_later_commit_to_run(test: TestStore) {
+    let (a, b, _) = replicas(&test).await;
+    a.insert_turn("c", "cli", "x", "{}", 1_000).await.unwrap();
+    assert!(
+        a.save("c", State::Suspended, Some("tok"), "{}", 1_000)
+            .await
+            .unwrap()
+    );
+    assert!(a.claim_suspended("c", 1_000).await.unwrap());
+    b.request_cancel("c").await.unwrap();
+    assert!(!a.commit_to_run("c", "{}", 2_000).await.unwrap());
+    let standing = a.standing("c").await.unwrap();
+    assert!(standing.cancel_requested && standing.held);
+}
+
+async fn a_dead_resumers_turn_waits_again_and_a_restarted_replica_frees_its_own_at_once(
+    test: TestStore,
+) {
+    let (a, b, a2) = replicas(&test).await;
+    a.insert_turn("x", "cli", "x", "{}", 1_000).await.unwrap();
+    assert!(
+        a.save("x", State::Suspended, Some("tok"), "{}", 1_000)
+            .await
+            .unwrap()
+    );
+    assert!(a.claim_suspended("x", 1_000).await.unwrap());
+    assert!(!b.release_expired("x", 5_000).await.unwrap());
+    assert!(b.release_expired("x", 20_000).await.unwrap());
+    let x = b.get("x").await.unwrap().unwrap();
+    assert_eq!(
+        (x.state, x.approval_token.as_deref()),
+        (State::Suspended, Some("tok"))
+    );
+    assert_eq!(b.released_before(30_000, 10).await.unwrap().len(), 1);
+    assert!(b.released_before(5_000, 10).await.unwrap().is_empty());
+
+    // A's process dies holding "y" and "z"; A's next process frees them without waiting,
+    // and leaves B's turns alone.
+    let now = metnos_kit::time::now_ms();
+    a.insert_turn("y", "cli", "x", "{}", now).await.unwrap();
+    a.insert_turn("z", "cli", "x", "{}", now).await.unwrap();
+    assert!(
+        a.save("z", State::Suspended, Some("tz"), "{}", now)
+            .await
+            .unwrap()
+    );
+    assert!(a.claim_suspended("z", now).await.unwrap());
+    b.insert_turn("theirs", "cli", "x", "{}", now)
+        .await
+        .unwrap();
+    assert!(a2.expired(now, 10).await.unwrap().is_empty());
+    assert_eq!(a2.expire_previous_runs().await.unwrap(), 2);
+    let mut freed: Vec<String> = a2
+        .expired(now, 10)
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|t| t.turn_id)
+        .collect();
+    freed.sort();
+    assert_eq!(freed, ["y", "z"]);
+    assert!(a2.claim_suspended("z", now).await.unwrap());
+    assert_eq!(
+        a2.expire_previous_runs().await.unwrap(),
+        0,
+        "y is free already, z is the new process's"
     );
 }
 
@@ -202,7 +316,9 @@ async fn scratchpad_read_reads_bytes_lines_and_matches(test: TestStore) {
 
 metnos_kit::store_suite!(
     scratchpad_read_reads_bytes_lines_and_matches,
-    turns_left_running_by_a_stopped_planner_are_closed_not_replayed,
+    a_turn_is_taken_over_only_once_its_holders_lease_expired,
+    a_cancel_wins_over_a_later_commit_to_run,
+    a_dead_resumers_turn_waits_again_and_a_restarted_replica_frees_its_own_at_once,
     a_suspended_turn_is_claimed_exactly_once,
     cancel_is_a_flag_any_replica_sees,
     the_scratchpad_is_per_turn_and_pruned_after_its_turn_ends,

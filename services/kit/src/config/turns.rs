@@ -29,6 +29,10 @@ pub struct TurnsConfig {
     pub hybrid_wise_capabilities: Vec<String>,
     /// The autonomy level of the local user in `metnos ask` / `metnos chat`.
     pub cli_level: AutonomyLevel,
+    /// How long a replica holds a turn it runs or resumes without renewing its lease
+    /// (renewed every third of it): after a replica's death, another takes its turns over
+    /// once this has passed.
+    pub lease_seconds: NonZero<u64>,
 }
 
 impl Default for TurnsConfig {
@@ -43,6 +47,7 @@ impl Default for TurnsConfig {
             hybrid_escalate_after_failures: 2,
             hybrid_wise_capabilities: Vec::new(),
             cli_level: AutonomyLevel::Supervised,
+            lease_seconds: const { NonZero::new(15).unwrap() },
         }
     }
 }
