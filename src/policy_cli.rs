@@ -259,6 +259,7 @@ pub async fn grants(config: &Config, command: GrantsCommand) -> ExitCode {
                 target,
                 expires_at,
                 granted_by: by,
+                ..Default::default()
             };
             match client.record_grant(request).await {
                 Ok(r) => print_line(&grant_json(&r.into_inner().grant.unwrap_or_default())),

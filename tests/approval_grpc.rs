@@ -655,3 +655,108 @@ async fn the_proposer_cancels_and_the_approval_keeps_the_reason() {
             .is_empty()
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_hundred_concessions_on_two_replicas_with_policy_restarting_make_two_hundred_grants() {
+    let store = TestStore::postgres().await;
+    let data = tempfile::tempdir().unwrap();
+    let policy_listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let policy_addr = policy_listener.local_addr().unwrap();
+    let policy = start_policy(data.path(), Some(policy_listener)).await;
+    let mut cfg = config(data.path());
+    cfg.approval.store = store.config_value();
+    cfg.policy.url = format!("http://{policy_addr}");
+    cfg.approval.sweep_interval_seconds = NonZero::new(1).unwrap();
+    let mut replicas = Vec::new();
+    for _ in 0..2 {
+        let cfg2 = cfg.clone();
+        replicas.push(
+            TestServer::start(&cfg, ServiceName::Approval, None, move |l, s| {
+                metnos_approval::serve(cfg2, l, s)
+            })
+            .await,
+        );
+    }
+    let clients: Vec<Client> = replicas.iter().map(Client::new).collect();
+    let mut tokens = Vec::new();
+    for i in 0..200 {
+        let mut client = clients[i % 2].clone();
+        tokens.push(new_token(&mut client, pb::TerritoryConcession::Permanent).await);
+    }
+    // Approved on either replica, 40 at a time; policy stops after the first 80 and is
+    // back 60 approvals later: both replicas' retry sweeps then find the same rows.
+    let mut policy = Some(policy);
+    for (batch, chunk) in tokens.chunks(40).enumerate() {
+        if batch == 2 {
+            policy.take().unwrap().stop().await;
+        }
+        if batch == 4 {
+            let listener = tokio::net::TcpListener::bind(policy_addr).await.unwrap();
+            policy = Some(start_policy(data.path(), Some(listener)).await);
+        }
+        let mut approvals = tokio::task::JoinSet::new();
+        for (i, token) in chunk.iter().enumerate() {
+            let mut client = clients[i % 2].clone();
+            let token = token.clone();
+            approvals.spawn(async move {
+                resolve_with(
+                    &mut client,
+                    &token,
+                    pb::Decision::Approve,
+                    pb::TerritoryConcession::Permanent,
+                )
+                .await
+                .unwrap()
+            });
+        }
+        while let Some(approved) = approvals.join_next().await {
+            assert_eq!(
+                approved.unwrap().status,
+                pb::ApprovalStatus::Approved as i32
+            );
+        }
+    }
+    let policy = policy.unwrap();
+    // Every approval names its grant once the sweeps caught up.
+    let mut client = clients[0].clone();
+    let mut named = Vec::new();
+    for _ in 0..300 {
+        named.clear();
+        for token in &tokens {
+            let p = client
+                .get_pending(pb::GetPendingRequest {
+                    token: token.clone(),
+                })
+                .await
+                .unwrap()
+                .into_inner()
+                .approval
+                .unwrap();
+            if let Some(id) = p.grant_id {
+                named.push((token.clone(), id));
+            }
+        }
+        if named.len() == tokens.len() {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    assert_eq!(named.len(), 200, "approvals whose grant was recorded");
+    let grants = PolicyServiceClient::new(policy.channel())
+        .list_grants(metnos_proto::policy::v1::ListGrantsRequest {
+            include_inactive: true,
+            ..Default::default()
+        })
+        .await
+        .unwrap()
+        .into_inner()
+        .grants;
+    assert_eq!(grants.len(), 200, "one grant per approval, no twins");
+    for (token, id) in &named {
+        let grant = grants
+            .iter()
+            .find(|g| g.id == *id)
+            .expect("the named grant");
+        assert_eq!(grant.granted_by, format!("approval:{token}"));
+    }
+}

@@ -23,6 +23,10 @@ use metnos_core::call::{ArgsError, call_sha256};
 /// Longest cancel reason kept, in bytes.
 const MAX_REASON_BYTES: usize = 1024;
 
+/// How long one caller holds the recording of a grant before another may try (policy's
+/// idempotency key keeps a late second try from recording a twin).
+const GRANT_CLAIM_MS: i64 = 30_000;
+
 /// What can go wrong in the approval service.
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
@@ -437,6 +441,22 @@ impl Approvals {
     /// sweeper tries again later; the decision stands either way.
     async fn record_grant(&self, pending: &Pending) -> Option<i64> {
         let mut policy = self.policy.clone()?;
+        // Claimed first: the resolve and every replica's retry sweep would otherwise ask
+        // policy at once (policy's idempotency key makes a second ask return the same grant
+        // anyway).
+        let now = self.now();
+        match self
+            .store
+            .claim_grant(&pending.token, now, now.saturating_add(GRANT_CLAIM_MS))
+            .await
+        {
+            Ok(true) => {}
+            Ok(false) => return None,
+            Err(e) => {
+                tracing::warn!(token = %pending.token, error = %e, "cannot claim the grant's recording; will try again");
+                return None;
+            }
+        }
         // The pattern the card offered (a request stored before offers existed: its target).
         let target = if pending.territory_target.is_empty() {
             &pending.target
@@ -458,12 +478,14 @@ impl Approvals {
             target: target.clone(),
             expires_at,
             granted_by: format!("approval:{}", pending.token),
+            idempotency_key: format!("approval:{}", pending.token),
         };
         match policy.record_grant(request).await {
             Ok(response) => {
                 let id = response.into_inner().grant.map(|g| g.id)?;
                 if let Err(e) = self.store.set_grant(&pending.token, id).await {
-                    tracing::warn!(token = %pending.token, error = %e, "grant recorded but not noted; will record again");
+                    // The retry asks again and policy returns this same grant.
+                    tracing::warn!(token = %pending.token, error = %e, "grant recorded but not noted; will note it later");
                     return None;
                 }
                 tracing::info!(token = %pending.token, grant = id, territory = pending.territory.as_str(), "territory granted");
@@ -472,6 +494,7 @@ impl Approvals {
             Err(status) => {
                 // Policy's message may quote the pattern; the code says enough here.
                 tracing::warn!(token = %pending.token, capability = %pending.capability, code = ?status.code(), "territory grant not recorded yet");
+                let _ = self.store.release_grant(&pending.token).await;
                 None
             }
         }

@@ -26,6 +26,11 @@ const SQLITE: &[EmbeddedMigration] = &[
         description: "traceparent",
         sql: include_str!("../migrations/sqlite/0003_traceparent.sql"),
     },
+    EmbeddedMigration {
+        version: 4,
+        description: "grant claim",
+        sql: include_str!("../migrations/sqlite/0004_grant_claim.sql"),
+    },
 ];
 const POSTGRES: &[EmbeddedMigration] = &[
     EmbeddedMigration {
@@ -42,6 +47,11 @@ const POSTGRES: &[EmbeddedMigration] = &[
         version: 3,
         description: "traceparent",
         sql: include_str!("../migrations/postgres/0003_traceparent.sql"),
+    },
+    EmbeddedMigration {
+        version: 4,
+        description: "grant claim",
+        sql: include_str!("../migrations/postgres/0004_grant_claim.sql"),
     },
 ];
 
@@ -362,6 +372,32 @@ impl PendingStore {
         let sql = "UPDATE pending SET grant_id = $1 WHERE token = $2 AND grant_id IS NULL";
         on_db!(&self.db, pool => {
             sqlx::query(sql).bind(grant_id).bind(token).execute(pool).await?;
+        });
+        Ok(())
+    }
+
+    /// Claims the recording of an approved concession's grant until `until_ms`: `true`
+    /// when this caller may ask policy now (nobody recorded it, nobody else is asking).
+    pub async fn claim_grant(
+        &self,
+        token: &str,
+        now_ms: i64,
+        until_ms: i64,
+    ) -> Result<bool, sqlx::Error> {
+        let sql = "UPDATE pending SET grant_claimed_until = $3 WHERE token = $1 AND grant_id IS NULL \
+                   AND status = 'approved' AND grant_claimed_until < $2";
+        let affected = on_db!(&self.db, pool => {
+            sqlx::query(sql).bind(token).bind(now_ms).bind(until_ms).execute(pool).await?.rows_affected()
+        });
+        Ok(affected == 1)
+    }
+
+    /// Gives a claim back (policy could not be asked), so the next sweep tries again.
+    pub async fn release_grant(&self, token: &str) -> Result<(), sqlx::Error> {
+        let sql =
+            "UPDATE pending SET grant_claimed_until = 0 WHERE token = $1 AND grant_id IS NULL";
+        on_db!(&self.db, pool => {
+            sqlx::query(sql).bind(token).execute(pool).await?;
         });
         Ok(())
     }

@@ -65,6 +65,7 @@ pub async fn fixture(n: usize) -> Fixture {
                 pattern,
                 expires_at: None,
                 granted_by: "bench".to_owned(),
+                idempotency_key: None,
             });
             if batch.len() == batch.capacity() {
                 store.record_many(&batch, 1).await.unwrap();

@@ -37,7 +37,12 @@ pub struct NewGrant {
     pub pattern: Pattern,
     pub expires_at: Option<i64>,
     pub granted_by: String,
+    /// Recorded once per key (e.g. the approval that conceded it).
+    pub idempotency_key: Option<String>,
 }
+
+/// Longest idempotency key, in bytes.
+pub const MAX_IDEMPOTENCY_KEY: usize = 128;
 
 /// Why a grant cannot be recorded.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -54,6 +59,8 @@ pub enum GrantError {
     Target(#[from] TargetError),
     #[error("granted_by is longer than 1024 bytes")]
     GrantedByTooLong,
+    #[error("idempotency_key is longer than {MAX_IDEMPOTENCY_KEY} bytes")]
+    KeyTooLong,
 }
 
 impl NewGrant {
@@ -94,7 +101,17 @@ impl NewGrant {
             pattern,
             expires_at,
             granted_by: granted_by.to_owned(),
+            idempotency_key: None,
         })
+    }
+
+    /// The same grant, recorded once per `key` (empty: no key).
+    pub fn keyed(mut self, key: &str) -> Result<NewGrant, GrantError> {
+        if key.len() > MAX_IDEMPOTENCY_KEY {
+            return Err(GrantError::KeyTooLong);
+        }
+        self.idempotency_key = (!key.is_empty()).then(|| key.to_owned());
+        Ok(self)
     }
 }
 

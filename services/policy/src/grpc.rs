@@ -70,6 +70,7 @@ impl From<Error> for Status {
             | Error::InvalidGrantId(_)
             | Error::InvalidUnusedDays
             | Error::InvalidExpiry => Status::invalid_argument(error.to_string()),
+            Error::KeyReused => Status::already_exists(error.to_string()),
             Error::Store(e) => failure_status(crate::SERVICE, "the grant store", &e),
         }
     }
@@ -240,6 +241,7 @@ impl PolicyService for PolicyApi {
                     &request.target,
                     expires_at,
                     &request.granted_by,
+                    &request.idempotency_key,
                 )
                 .await
         }

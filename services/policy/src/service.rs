@@ -12,7 +12,7 @@ use metnos_kit::time::now_ms;
 use crate::grant::{Candidate, Grant, GrantError, NewGrant};
 use crate::matcher::Matcher;
 use crate::outcome::{Decision, Scope, decide, needs_grants};
-use crate::store::{GrantStore, ListFilter};
+use crate::store::{GrantStore, ListFilter, Recorded};
 use metnos_core::capability::{Capability, TargetKind, UnknownCapability};
 use metnos_core::level::AutonomyLevel;
 use metnos_core::principal::{Principal, PrincipalError};
@@ -39,6 +39,8 @@ pub enum Error {
     InvalidUnusedDays,
     #[error("expires_at is not a valid time")]
     InvalidExpiry,
+    #[error("idempotency_key was already used for another grant")]
+    KeyReused,
     #[error("grant store: {0}")]
     Store(#[from] sqlx::Error),
 }
@@ -257,7 +259,9 @@ impl Policy {
         }
     }
 
-    /// Records a grant.
+    /// Records a grant — once per `idempotency_key` (empty: no key): a retry with the same
+    /// key returns the grant the first call recorded, and a key reused for another grant
+    /// is refused.
     pub async fn record(
         &self,
         principal: Principal,
@@ -265,18 +269,33 @@ impl Policy {
         target: &str,
         expires_at: Option<i64>,
         granted_by: &str,
+        idempotency_key: &str,
     ) -> Result<Grant, Error> {
         let capability = Capability::parse(capability)?;
         let now = now_ms();
         let new = NewGrant::new(
             principal, capability, target, expires_at, granted_by, &self.home, now,
-        )?;
-        let grant = self.store.record(&new, now).await?;
-        if let Some(cache) = &self.cache {
-            cache.invalidate(&new.principal, capability);
+        )?
+        .keyed(idempotency_key)?;
+        match self.store.record(&new, now).await? {
+            Recorded::New(grant) => {
+                if let Some(cache) = &self.cache {
+                    cache.invalidate(&new.principal, capability);
+                }
+                tracing::info!(grant = grant.id, capability = %capability, "grant recorded");
+                Ok(grant)
+            }
+            Recorded::Existing(grant) => {
+                if grant.principal != new.principal
+                    || grant.capability != capability.name()
+                    || grant.target != new.target
+                {
+                    return Err(Error::KeyReused);
+                }
+                tracing::info!(grant = grant.id, "grant already recorded under this key");
+                Ok(grant)
+            }
         }
-        tracing::info!(grant = grant.id, capability = %capability, "grant recorded");
-        Ok(grant)
     }
 
     /// Lists grants, newest first (uses noted so far are written first).

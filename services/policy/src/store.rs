@@ -8,16 +8,30 @@ use sqlx::Row;
 use crate::grant::{Candidate, Grant, NewGrant};
 use metnos_core::principal::Principal;
 
-const SQLITE: &[EmbeddedMigration] = &[EmbeddedMigration {
-    version: 1,
-    description: "grants",
-    sql: include_str!("../migrations/sqlite/0001_grants.sql"),
-}];
-const POSTGRES: &[EmbeddedMigration] = &[EmbeddedMigration {
-    version: 1,
-    description: "grants",
-    sql: include_str!("../migrations/postgres/0001_grants.sql"),
-}];
+const SQLITE: &[EmbeddedMigration] = &[
+    EmbeddedMigration {
+        version: 1,
+        description: "grants",
+        sql: include_str!("../migrations/sqlite/0001_grants.sql"),
+    },
+    EmbeddedMigration {
+        version: 2,
+        description: "grant idempotency keys",
+        sql: include_str!("../migrations/sqlite/0002_idempotency.sql"),
+    },
+];
+const POSTGRES: &[EmbeddedMigration] = &[
+    EmbeddedMigration {
+        version: 1,
+        description: "grants",
+        sql: include_str!("../migrations/postgres/0001_grants.sql"),
+    },
+    EmbeddedMigration {
+        version: 2,
+        description: "grant idempotency keys",
+        sql: include_str!("../migrations/postgres/0002_idempotency.sql"),
+    },
+];
 
 /// The schema of the policy store, per backend.
 pub const MIGRATIONS: Migrations = Migrations {
@@ -27,6 +41,22 @@ pub const MIGRATIONS: Migrations = Migrations {
 
 const GRANT_COLUMNS: &str = "id, channel, sender_id, capability, target, pattern, granted_at, \
                              expires_at, granted_by, revoked_at, last_used_at";
+
+/// What [`GrantStore::record`] did.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Recorded {
+    New(Grant),
+    /// The grant an earlier call with the same idempotency key stored.
+    Existing(Grant),
+}
+
+impl Recorded {
+    pub fn grant(&self) -> &Grant {
+        match self {
+            Recorded::New(g) | Recorded::Existing(g) => g,
+        }
+    }
+}
 
 /// Filters of [`GrantStore::list`].
 #[derive(Debug, Clone, Default)]
@@ -77,12 +107,16 @@ impl GrantStore {
         &self.db
     }
 
-    /// Stores a grant; returns it with its id.
-    pub async fn record(&self, new: &NewGrant, now_ms: i64) -> Result<Grant, sqlx::Error> {
+    /// Stores a grant; returns it with its id. A grant with an idempotency key is stored
+    /// once: another call with the same key returns the grant the first one stored
+    /// (`Recorded::Existing`), whatever it asked.
+    pub async fn record(&self, new: &NewGrant, now_ms: i64) -> Result<Recorded, sqlx::Error> {
         let sql = "INSERT INTO grants (channel, sender_id, capability, target, pattern, match_key, \
-                   granted_at, expires_at, granted_by) \
-                   VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9) RETURNING id";
-        let id: i64 = on_db!(&self.db, pool => {
+                   granted_at, expires_at, granted_by, idempotency_key) \
+                   VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10) \
+                   ON CONFLICT (idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING \
+                   RETURNING id";
+        let id: Option<i64> = on_db!(&self.db, pool => {
             sqlx::query_scalar(sql)
                 .bind(&new.principal.channel)
                 .bind(&new.principal.sender_id)
@@ -93,10 +127,22 @@ impl GrantStore {
                 .bind(now_ms)
                 .bind(new.expires_at)
                 .bind(&new.granted_by)
-                .fetch_one(pool)
+                .bind(new.idempotency_key.as_deref())
+                .fetch_optional(pool)
                 .await?
         });
-        Ok(Grant {
+        let Some(id) = id else {
+            let sql = format!("SELECT {GRANT_COLUMNS} FROM grants WHERE idempotency_key = $1");
+            let existing = on_db!(&self.db, pool => {
+                let row = sqlx::query(sqlx::AssertSqlSafe(sql))
+                    .bind(new.idempotency_key.as_deref())
+                    .fetch_one(pool)
+                    .await?;
+                grant_from_row(&row)?
+            });
+            return Ok(Recorded::Existing(existing));
+        };
+        Ok(Recorded::New(Grant {
             id,
             principal: new.principal.clone(),
             capability: new.capability.name().to_owned(),
@@ -107,7 +153,7 @@ impl GrantStore {
             granted_by: new.granted_by.clone(),
             revoked_at: None,
             last_used_at: None,
-        })
+        }))
     }
 
     /// Stores many grants in one transaction (imports, benchmarks); returns how many.

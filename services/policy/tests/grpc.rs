@@ -158,6 +158,7 @@ async fn record(client: &mut Client, cap: &str, target: &str) -> Result<i64, ton
             target: target.to_owned(),
             expires_at: None,
             granted_by: "test".to_owned(),
+            ..Default::default()
         })
         .await
         .map(|r| r.into_inner().grant.unwrap().id)
@@ -247,6 +248,80 @@ async fn the_registry_and_the_table_are_served() {
         Outcome::ApprovalRequired as i32
     );
     server.stop().await;
+}
+
+#[tokio::test]
+async fn a_grant_is_recorded_once_per_idempotency_key_even_after_a_revoke() {
+    let postgres = TestStore::postgres().await;
+    for store in [SQLITE_IN_DATA_DIR.to_owned(), postgres.config_value()] {
+        let server = Server::start(store, 5).await;
+        let mut client = server.client();
+        let keyed = |target: &str, key: &str| RecordGrantRequest {
+            principal: roberto(),
+            capability: "fs:write".to_owned(),
+            target: target.to_owned(),
+            granted_by: "approval:t1".to_owned(),
+            idempotency_key: key.to_owned(),
+            ..Default::default()
+        };
+        // Two replicas' retries of one approval, at once and again later.
+        let (mut c1, mut c2) = (client.clone(), client.clone());
+        let (a, b) = tokio::join!(
+            c1.record_grant(keyed("~/docs/*", "approval:t1")),
+            c2.record_grant(keyed("~/docs/*", "approval:t1")),
+        );
+        let a = a.unwrap().into_inner().grant.unwrap().id;
+        let b = b.unwrap().into_inner().grant.unwrap().id;
+        assert_eq!(a, b, "the same grant for the same key");
+        assert!(
+            client
+                .revoke_grant(RevokeGrantRequest { grant_id: a })
+                .await
+                .unwrap()
+                .into_inner()
+                .revoked
+        );
+        // A retry after the revoke returns the revoked grant: no twin keeps the access.
+        let again = client
+            .record_grant(keyed("~/docs/*", "approval:t1"))
+            .await
+            .unwrap()
+            .into_inner()
+            .grant
+            .unwrap();
+        assert_eq!(again.id, a);
+        assert!(again.revoked_at.is_some());
+        let target = "~/docs/x.txt";
+        let check = check(&mut client, AutonomyLevel::Supervised, "fs:write", target).await;
+        assert_eq!(check.outcome, Outcome::ApprovalRequired as i32);
+        let all = ListGrantsRequest {
+            include_inactive: true,
+            ..Default::default()
+        };
+        let grants = client.list_grants(all).await.unwrap().into_inner().grants;
+        assert_eq!(grants.len(), 1, "{grants:?}");
+
+        // The key names one grant: reused for another target, refused.
+        let reused = client
+            .record_grant(keyed("~/other/*", "approval:t1"))
+            .await
+            .unwrap_err();
+        assert_eq!(reused.code(), tonic::Code::AlreadyExists, "{reused:?}");
+        let long = client
+            .record_grant(keyed("~/docs/*", &"k".repeat(129)))
+            .await
+            .unwrap_err();
+        assert_eq!(long.code(), tonic::Code::InvalidArgument);
+        assert!(long.message().contains("128 bytes"), "{long:?}");
+        // Without a key, each call is a grant of its own (the CLI's `grants add`).
+        let one = client.record_grant(keyed("~/docs/*", "")).await.unwrap();
+        let two = client.record_grant(keyed("~/docs/*", "")).await.unwrap();
+        assert_ne!(
+            one.into_inner().grant.unwrap().id,
+            two.into_inner().grant.unwrap().id
+        );
+        server.stop().await;
+    }
 }
 
 #[tokio::test]
@@ -393,6 +468,7 @@ async fn bad_input_is_invalid_argument_with_a_message_that_says_what() {
             target: target.to_owned(),
             expires_at: expires.map(to_timestamp),
             granted_by: String::new(),
+            ..Default::default()
         };
         async move { client.record_grant(request).await.unwrap_err() }
     };

@@ -63,8 +63,9 @@ async fn raw_grant(
         pattern,
         expires_at,
         granted_by: "test".to_owned(),
+        idempotency_key: None,
     };
-    store.record(&new, granted_at).await.unwrap().id
+    store.record(&new, granted_at).await.unwrap().grant().id
 }
 
 /// Seed case 5: record_grant_e_has_grant_round_trip (and the seed's example 1).
@@ -77,6 +78,7 @@ async fn a_recorded_grant_decides_a_matching_check(store: TestStore) {
             "~/Documents/invoices-2026/*",
             None,
             "approval:abc",
+            "",
         )
         .await
         .unwrap();
@@ -132,7 +134,7 @@ async fn a_recorded_grant_decides_a_matching_check(store: TestStore) {
 async fn an_unknown_capability_is_refused_and_nothing_is_stored(store: TestStore) {
     let (policy, _) = open(&store).await;
     let err = policy
-        .record(roberto(), "fs:delete", "~/x", None, "")
+        .record(roberto(), "fs:delete", "~/x", None, "", "")
         .await
         .unwrap_err();
     assert!(matches!(err, Error::UnknownCapability(_)), "{err}");
@@ -148,7 +150,7 @@ async fn an_unknown_capability_is_refused_and_nothing_is_stored(store: TestStore
 async fn revoking_a_grant_stops_it_deciding(store: TestStore) {
     let (policy, _) = open(&store).await;
     let grant = policy
-        .record(roberto(), "network:http", "*.example.com", None, "")
+        .record(roberto(), "network:http", "*.example.com", None, "", "")
         .await
         .unwrap();
     let check = || {
@@ -176,19 +178,19 @@ async fn revoking_a_grant_stops_it_deciding(store: TestStore) {
 async fn listing_filters_by_channel_and_sender_and_hides_revoked(store: TestStore) {
     let (policy, _) = open(&store).await;
     let a = policy
-        .record(roberto(), "fs:read", "~/a/*", None, "")
+        .record(roberto(), "fs:read", "~/a/*", None, "", "")
         .await
         .unwrap();
     let b = policy
-        .record(who("telegram", "anna"), "fs:read", "~/b/*", None, "")
+        .record(who("telegram", "anna"), "fs:read", "~/b/*", None, "", "")
         .await
         .unwrap();
     let c = policy
-        .record(who("cli", "roberto"), "fs:read", "~/c/*", None, "")
+        .record(who("cli", "roberto"), "fs:read", "~/c/*", None, "", "")
         .await
         .unwrap();
     let d = policy
-        .record(roberto(), "calendar:read", "family", None, "")
+        .record(roberto(), "calendar:read", "family", None, "", "")
         .await
         .unwrap();
     assert!(policy.revoke(d.id).await.unwrap());
@@ -272,7 +274,7 @@ async fn expired_grants_neither_decide_nor_list(store: TestStore) {
 async fn a_deciding_grant_records_its_last_use(store: TestStore) {
     let (policy, _) = open(&store).await;
     let grant = policy
-        .record(roberto(), "mail:read", "inbox@example.com", None, "")
+        .record(roberto(), "mail:read", "inbox@example.com", None, "", "")
         .await
         .unwrap();
     assert_eq!(grant.last_used_at, None);
@@ -403,7 +405,7 @@ async fn changes_take_effect_at_the_next_check(store: TestStore) {
         Outcome::ApprovalRequired
     );
     let a = policy
-        .record(roberto(), "fs:read", "~/a/*", None, "")
+        .record(roberto(), "fs:read", "~/a/*", None, "", "")
         .await
         .unwrap();
     assert_eq!(check("~/a/1.txt").await.unwrap().grant_id, Some(a.id));
@@ -420,7 +422,7 @@ async fn changes_take_effect_at_the_next_check(store: TestStore) {
     // Written behind the service's back; a new grant through the service refreshes, and
     // a check that does not use the old grant loads it into the cache.
     let b = policy
-        .record(roberto(), "fs:read", "~/b/*", None, "")
+        .record(roberto(), "fs:read", "~/b/*", None, "", "")
         .await
         .unwrap();
     assert_eq!(check("~/b/1.txt").await.unwrap().grant_id, Some(b.id));
@@ -457,6 +459,7 @@ async fn a_person_with_very_many_grants_is_answered_from_the_store(store: TestSt
                 target,
                 expires_at: None,
                 granted_by: String::new(),
+                idempotency_key: None,
             }
         })
         .collect();
@@ -504,7 +507,7 @@ async fn replicas_sharing_postgres_agree_at_once() {
     let (b, _) = open(&store).await;
     assert_eq!(check(&b).await.outcome, Outcome::ApprovalRequired);
     let grant = a
-        .record(roberto(), "fs:write", "~/shared/*", None, "")
+        .record(roberto(), "fs:write", "~/shared/*", None, "", "")
         .await
         .unwrap();
     assert_eq!(check(&b).await.grant_id, Some(grant.id));
