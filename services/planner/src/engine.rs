@@ -76,8 +76,28 @@ pub struct Planner {
     pub store: Store,
     pub log: TurnLog,
     index: Index,
-    /// Turns running in this process: turn id → cancel signal.
-    running: Mutex<HashMap<String, watch::Sender<bool>>>,
+    /// Turns driven in this process: turn id → (which driver, its cancel signal).
+    running: Mutex<HashMap<String, (u64, watch::Sender<bool>)>>,
+    generation: std::sync::atomic::AtomicU64,
+}
+
+/// A turn driven here: removed from [`Planner::running`] when dropped, if still its entry.
+struct Registered {
+    planner: Arc<Planner>,
+    turn_id: String,
+    generation: u64,
+}
+
+impl Drop for Registered {
+    fn drop(&mut self) {
+        let mut running = self.planner.running();
+        if running
+            .get(&self.turn_id)
+            .is_some_and(|(generation, _)| *generation == self.generation)
+        {
+            running.remove(&self.turn_id);
+        }
+    }
 }
 
 /// A call refused before it ran, as the LLM sees it.
@@ -107,21 +127,30 @@ impl Planner {
             store: parts.store,
             log: parts.log,
             running: Mutex::new(HashMap::new()),
+            generation: std::sync::atomic::AtomicU64::new(0),
         }
     }
 
-    fn running(&self) -> std::sync::MutexGuard<'_, HashMap<String, watch::Sender<bool>>> {
+    fn running(&self) -> std::sync::MutexGuard<'_, HashMap<String, (u64, watch::Sender<bool>)>> {
         self.running.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    fn register(&self, turn_id: &str) -> watch::Receiver<bool> {
+    /// Notes a turn as driven here (its cancel signal, its lease renewed) until the guard
+    /// drops — also when the task panics or is aborted. A turn driven twice here (a
+    /// ResumeTurn while its first stream still waits) is one entry per driver: each
+    /// removes only its own.
+    fn register(self: &Arc<Self>, turn_id: &str) -> (watch::Receiver<bool>, Registered) {
         let (tx, rx) = watch::channel(false);
-        self.running().insert(turn_id.to_owned(), tx);
-        rx
-    }
-
-    fn unregister(&self, turn_id: &str) {
-        self.running().remove(turn_id);
+        let generation = self
+            .generation
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        self.running().insert(turn_id.to_owned(), (generation, tx));
+        let guard = Registered {
+            planner: Arc::clone(self),
+            turn_id: turn_id.to_owned(),
+            generation,
+        };
+        (rx, guard)
     }
 
     /// Claims a suspended turn (or one whose resumer's lease expired) for this process.
@@ -145,7 +174,7 @@ impl Planner {
     /// Signals a turn running here to stop; `false` if it is not running here.
     pub fn signal_cancel(&self, turn_id: &str) -> bool {
         match self.running().get(turn_id) {
-            Some(tx) => {
+            Some((_, tx)) => {
                 let _ = tx.send(true);
                 true
             }
@@ -157,11 +186,16 @@ impl Planner {
     /// store's flag, looked at twice a second).
     pub(crate) async fn cancelled(&self, turn_id: &str, cancel: &mut watch::Receiver<bool>) {
         let mut every = tokio::time::interval(Duration::from_millis(500));
+        // A signal dropped (another driver of this turn took its place here) is not a
+        // cancel: the store's flag still is.
+        let mut local = true;
         loop {
             tokio::select! {
-                changed = cancel.changed() => {
-                    if changed.is_err() || *cancel.borrow() {
-                        return;
+                changed = cancel.changed(), if local => {
+                    match changed {
+                        Err(_) => local = false,
+                        Ok(()) if *cancel.borrow() => return,
+                        Ok(()) => {}
                     }
                 }
                 _ = every.tick() => {
@@ -264,7 +298,7 @@ impl Planner {
                     .await;
                 return;
             }
-            let cancel = self.register(&cp.turn_id);
+            let (cancel, _registered) = self.register(&cp.turn_id);
             let started = pb::TurnStarted {
                 turn_id: cp.turn_id.clone(),
                 mode: mode_to_wire(cp.mode) as i32,
@@ -275,7 +309,6 @@ impl Planner {
                 .send(event(pb::turn_event::Event::Started(started)))
                 .await;
             self.drive(&mut cp, &sink, cancel, false).await;
-            self.unregister(&cp.turn_id);
         }
         .instrument(span)
         .await;
@@ -285,9 +318,8 @@ impl Planner {
     pub async fn resume(self: Arc<Self>, mut cp: Checkpoint, sink: Sink) {
         let span = tracing::info_span!("turn", turn_id = %cp.turn_id, mode = mode_name(cp.mode), resumed = true);
         async move {
-            let cancel = self.register(&cp.turn_id);
+            let (cancel, _registered) = self.register(&cp.turn_id);
             self.drive(&mut cp, &sink, cancel, true).await;
-            self.unregister(&cp.turn_id);
         }
         .instrument(span)
         .await;
@@ -321,7 +353,8 @@ impl Planner {
                 }
                 break finish(FinalKind::Cancelled, "cancelled");
             }
-            if cp.active_ms >= self.config.budget_seconds.get() * 1000 {
+            // (A turn waiting unclaimed is nobody's to end: its budget counts no waiting.)
+            if !waiting && cp.active_ms >= self.config.budget_seconds.get() * 1000 {
                 break finish(
                     FinalKind::Timeout,
                     format!(
@@ -441,7 +474,9 @@ impl Planner {
             Ok(s) if !s.held => return StepOutcome::Lost,
             _ => {}
         }
-        let observation = self.execute(&cleared.executor, &cleared.args, cancel).await;
+        let observation = self
+            .execute(&cp.turn_id, &cleared.executor, &cleared.args, cancel)
+            .await;
         self.observe(cp, sink, &call, log, observation, started)
             .await;
         StepOutcome::Continue
@@ -464,6 +499,7 @@ impl Planner {
     /// Runs the signed executor, unless the turn is cancelled first.
     pub(crate) async fn execute(
         &self,
+        turn_id: &str,
         executor: &Executor,
         args: &Value,
         cancel: &mut watch::Receiver<bool>,
@@ -475,7 +511,7 @@ impl Planner {
             .instrument(span);
         tokio::select! {
             observation = run => observation,
-            _ = cancel.changed() => Observation::failure("cancelled before the executor finished"),
+            () = self.cancelled(turn_id, cancel) => Observation::failure("cancelled before the executor finished"),
         }
     }
 
@@ -540,8 +576,8 @@ impl Planner {
                 );
             }
             Err(e) => {
-                tracing::warn!(error = %e, "cannot record the finished turn in the store");
-                self.log.append(&record, now_ms());
+                // Its lease lapses: whichever replica sweeps it writes its one line.
+                tracing::warn!(error = %e, "cannot record the finished turn in the store; the lease sweep will end it");
             }
         }
         tracing::info!(

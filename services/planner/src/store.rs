@@ -387,8 +387,10 @@ impl Store {
     /// At start: the turns an earlier process of this same replica held are nobody's now,
     /// whatever their lease says (that process is gone). Returns how many.
     pub async fn expire_previous_runs(&self) -> Result<u64, sqlx::Error> {
-        let sql = "UPDATE turns SET lease_until = 0 \
-                   WHERE owner = $1 AND owner_run <> $2 AND state IN ('running', 'resuming') AND lease_until > 0";
+        // 1, not 0: expired, and still marked as once held (a released turn whose decision
+        // came meanwhile is resumed by the sweep).
+        let sql = "UPDATE turns SET lease_until = 1 \
+                   WHERE owner = $1 AND owner_run <> $2 AND state IN ('running', 'resuming') AND lease_until > 1";
         let h = &self.holder;
         self.execute(sql, Binds(&[Bind::Text(&h.replica), Bind::Text(&h.run)]))
             .await
@@ -472,13 +474,14 @@ impl Store {
     }
 
     /// Ends a suspended turn whose checkpoint cannot be read (no record: nothing to tell).
-    pub async fn close_unreadable(&self, turn_id: &str, now_ms: i64) -> Result<(), sqlx::Error> {
+    /// `true` when this caller closed it.
+    pub async fn close_unreadable(&self, turn_id: &str, now_ms: i64) -> Result<bool, sqlx::Error> {
         let sql = "UPDATE turns SET state = 'finished', approval_token = NULL, checkpoint = '', \
                    updated_at = $2, lease_until = 0 WHERE turn_id = $1 AND state = 'suspended'";
-        on_db!(&self.db, pool => {
-            sqlx::query(sql).bind(turn_id).bind(now_ms).execute(pool).await?;
-        });
-        Ok(())
+        let affected = self
+            .execute(sql, Binds(&[Bind::Text(turn_id), Bind::Int(now_ms)]))
+            .await?;
+        Ok(affected == 1)
     }
 
     /// Suspended turns of `channel`'s people, oldest change first (at most `limit`).

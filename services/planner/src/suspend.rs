@@ -52,7 +52,7 @@ impl Planner {
                 // Nothing can resume it: ended, so it neither waits forever nor keeps the
                 // sweep's place from the turns after it.
                 tracing::error!(turn_id = %found.turn_id, "a suspended turn's checkpoint cannot be read; it is closed");
-                let _ = self.store.close_unreadable(&found.turn_id, now_ms()).await;
+                self.close_unreadable(&found).await;
                 continue;
             };
             let Some(pending) = &cp.pending else {
@@ -135,7 +135,7 @@ impl Planner {
             .unwrap_or_default();
         for found in waiting {
             let Ok(cp) = serde_json::from_str::<Checkpoint>(&found.checkpoint) else {
-                let _ = self.store.close_unreadable(&found.turn_id, now_ms()).await;
+                self.close_unreadable(&found).await;
                 continue;
             };
             let Some(pending) = &cp.pending else {
@@ -155,6 +155,28 @@ impl Planner {
             tokio::spawn(std::sync::Arc::clone(self).resume(cp, sink));
         }
         (ended, released, resumed)
+    }
+
+    /// Ends a suspended turn whose checkpoint cannot be read, with a minimal line in the
+    /// turn log (nothing can resume it: it must neither wait forever nor go unrecorded).
+    async fn close_unreadable(&self, turn: &crate::store::StoredTurn) {
+        if self
+            .store
+            .close_unreadable(&turn.turn_id, now_ms())
+            .await
+            .unwrap_or(false)
+        {
+            self.log.append(
+                &serde_json::json!({
+                    "turn_id": turn.turn_id,
+                    "principal": {"channel": turn.channel, "sender_id": turn.sender_id},
+                    "final_kind": FinalKind::Error.as_str(),
+                    "reason": "the turn's checkpoint could not be read",
+                    "ended_at": metnos_kit::time::rfc3339(now_ms()),
+                }),
+                now_ms(),
+            );
+        }
     }
 
     /// Ends a running turn whose holder stopped: its record (or a minimal one, if its
@@ -504,7 +526,9 @@ impl Planner {
             .commit_to_run(&cp.turn_id, &checkpoint, now_ms())
             .await
         {
-            Ok(true) => Ok(self.execute(&executor, &pending.args, cancel).await),
+            Ok(true) => Ok(self
+                .execute(&cp.turn_id, &executor, &pending.args, cancel)
+                .await),
             Ok(false) => match self.store.standing(&cp.turn_id).await {
                 Ok(s) if s.cancel_requested => Err(StepOutcome::Finished(finish(
                     FinalKind::Cancelled,

@@ -1110,3 +1110,53 @@ async fn a_turn_left_running_by_a_dead_replica_is_ended_once_and_written_to_the_
     );
     assert!(h.runs().is_empty(), "not replayed");
 }
+
+#[tokio::test]
+async fn a_replica_restarted_after_a_kill_resumes_a_turn_decided_while_it_was_down() {
+    let h = Harness::local().await;
+    approvals_required(&h);
+    let a = h.replica("a", 60_000);
+    let mut rx = start_on(&a, "write my notes file");
+    let (turn_id, token) = waiting(&mut rx).await;
+    drop(rx);
+    let (mut resumed, task) = resume_on(&a, &turn_id).await;
+    until(&mut resumed, |e| matches!(e, Event::AwaitingApproval(_))).await;
+    task.abort();
+    // Approved while the planner is down (the channel's ResumeTurn finds nobody).
+    h.filters
+        .decide(&token, approval::ApprovalStatus::Approved, None);
+    // The same replica starts again: what its previous process held is free at once (not
+    // after the minute-long lease); its first sweep puts the turn back and, decided, resumes it.
+    let a2 = h.replica("a", 300);
+    assert_eq!(a2.store.expire_previous_runs().await.unwrap(), 1);
+    assert_eq!(a2.sweep_leases().await, (0, 1, 1));
+    until_finished(&a2, &turn_id).await;
+    assert_eq!(h.runs(), [r#"fs_write {"path":"~/a.txt","text":"hi"}"#]);
+    let records = h.records();
+    assert_eq!(records.len(), 1, "{records:?}");
+    assert_eq!(records[0]["final_kind"], "answer");
+}
+
+#[tokio::test]
+async fn a_turn_resumed_here_while_its_first_stream_still_waits_runs_its_call_once() {
+    let h = Harness::local().await;
+    approvals_required(&h);
+    // The first stream stays open, waiting; a second client resumes the same turn on this
+    // same replica.
+    let mut first = h.start("write my notes file", AutonomyLevel::Supervised);
+    let (turn_id, token) = waiting(&mut first).await;
+    let (mut second, _task) = resume_on(&h.planner, &turn_id).await;
+    until(&mut second, |e| matches!(e, Event::AwaitingApproval(_))).await;
+    h.filters
+        .decide(&token, approval::ApprovalStatus::Approved, None);
+    let (_, finished) = to_end(&mut second).await;
+    assert_eq!(
+        kind(&finished),
+        pb::FinalKind::Answer,
+        "not cancelled: {finished:?}"
+    );
+    assert_eq!(h.runs(), [r#"fs_write {"path":"~/a.txt","text":"hi"}"#]);
+    // The first stream learns another client continues it.
+    let events = until(&mut first, |e| matches!(e, Event::Suspended(_))).await;
+    assert!(matches!(events.last(), Some(Event::Suspended(_))));
+}
