@@ -675,3 +675,315 @@ async fn a_shell_command_cannot_reach_the_certificates() {
     );
     s.up.interrupt().await;
 }
+
+/// Refused as too big: INVALID_ARGUMENT naming `field` and its limit, short, without the
+/// value (every oversized value below is made of `Z`s).
+fn too_big(result: Result<(), tonic::Status>, field: &str) {
+    let status = result.expect_err(field);
+    assert_eq!(status.code(), Code::InvalidArgument, "{field}: {status:?}");
+    let message = status.message();
+    assert!(
+        message.contains(field) && message.contains("limit"),
+        "{field}: {message}"
+    );
+    assert!(message.len() < 200, "{field}: {} bytes", message.len());
+    assert!(!message.contains("ZZZZ"), "{field} echoed: {message}");
+}
+
+#[tokio::test]
+async fn every_rpc_refuses_an_oversized_field_with_a_short_message() {
+    use metnos_proto::vaglio::v1 as vaglio;
+    use metnos_proto::vaglio::v1::vaglio_service_client::VaglioServiceClient;
+    let s = Stack::start().await;
+    let z = |n: usize| "Z".repeat(n);
+    let planner_id = As::Identity(Identity::Planner);
+    let owner = As::Identity(Identity::Owner);
+    let approval_id = As::Identity(Identity::Approval);
+
+    // Policy: the 16 KB capability the attack sent, a target over PATH_MAX, a long key.
+    let check = policy::CheckRequest {
+        level: common_pb::AutonomyLevel::Supervised as i32,
+        capability: z(16 * 1024),
+        principal: person("cli", "alice"),
+        target: "~/a".into(),
+    };
+    too_big(
+        call!(
+            s.channel("policy", planner_id),
+            PolicyServiceClient,
+            check,
+            check
+        ),
+        "capability",
+    );
+    let record = policy::RecordGrantRequest {
+        principal: person("cli", "alice"),
+        capability: "fs:write".into(),
+        target: z(5000),
+        ..Default::default()
+    };
+    too_big(
+        call!(
+            s.channel("policy", approval_id),
+            PolicyServiceClient,
+            record_grant,
+            record
+        ),
+        "target",
+    );
+    let listed = policy::ListGrantsRequest {
+        sender_id: z(300),
+        ..Default::default()
+    };
+    too_big(
+        call!(
+            s.channel("policy", owner),
+            PolicyServiceClient,
+            list_grants,
+            listed
+        ),
+        "sender_id",
+    );
+
+    // Approval: arguments, a TTL of -1 sent as unsigned (~136 years), a card preview.
+    let create = |args_json: String, ttl_seconds: u32| approval::CreatePendingRequest {
+        requester: person("cli", "alice"),
+        request: Some(approval::ApprovalRequest {
+            action_verb: "write".into(),
+            target_summary: "~/a.txt".into(),
+            ..Default::default()
+        }),
+        capability: "fs:write".into(),
+        target: "~/a.txt".into(),
+        executor: "fs_write".into(),
+        args_json,
+        ttl_seconds,
+        ..Default::default()
+    };
+    too_big(
+        call!(
+            s.channel("approval", planner_id),
+            ApprovalServiceClient,
+            create_pending,
+            create(format!("{{\"text\":\"{}\"}}", z(70_000)), 0)
+        ),
+        "args_json",
+    );
+    too_big(
+        call!(
+            s.channel("approval", planner_id),
+            ApprovalServiceClient,
+            create_pending,
+            create("{}".into(), u32::MAX)
+        ),
+        "ttl_seconds",
+    );
+    let preview = approval::RenderCardRequest {
+        capability: z(100),
+        request: Some(approval::ApprovalRequest::default()),
+    };
+    too_big(
+        call!(
+            s.channel("approval", owner),
+            ApprovalServiceClient,
+            render_card,
+            preview
+        ),
+        "capability",
+    );
+    // A malformed token is quoted, but cut to 64 characters.
+    let got = call!(
+        s.channel("approval", planner_id),
+        ApprovalServiceClient,
+        get_pending,
+        approval::GetPendingRequest {
+            token: z(16 * 1024)
+        }
+    )
+    .unwrap_err();
+    assert_eq!(got.code(), Code::InvalidArgument);
+    assert!(got.message().len() < 200, "{}", got.message());
+
+    // Planner: the question, ids, a reason, a listing.
+    let run = planner::RunTurnRequest {
+        principal: person("cli", "alice"),
+        level: common_pb::AutonomyLevel::Supervised as i32,
+        query: z(40_000),
+        ..Default::default()
+    };
+    too_big(
+        call!(
+            s.channel("planner", owner),
+            PlannerServiceClient,
+            run_turn,
+            run
+        ),
+        "query",
+    );
+    let get = planner::GetTurnRequest { turn_id: z(1000) };
+    too_big(
+        call!(
+            s.channel("planner", owner),
+            PlannerServiceClient,
+            get_turn,
+            get
+        ),
+        "turn_id",
+    );
+    let cancel = planner::CancelTurnRequest {
+        target: Some(planner::cancel_turn_request::Target::Principal(
+            common_pb::Principal {
+                channel: "cli".into(),
+                sender_id: "alice".into(),
+            },
+        )),
+        reason: z(2000),
+        ..Default::default()
+    };
+    too_big(
+        call!(
+            s.channel("planner", owner),
+            PlannerServiceClient,
+            cancel_turn,
+            cancel
+        ),
+        "reason",
+    );
+    let list = planner::ListTurnsRequest {
+        limit: 1_000_000,
+        ..Default::default()
+    };
+    too_big(
+        call!(
+            s.channel("planner", owner),
+            PlannerServiceClient,
+            list_turns,
+            list
+        ),
+        "limit",
+    );
+
+    // Vaglio: the 3 MB intent of the memory attack, a listing.
+    let judge = vaglio::JudgeRequest {
+        intent: z(3 * 1024 * 1024),
+        executor: "fs_read".into(),
+        args_json: "{}".into(),
+        ..Default::default()
+    };
+    too_big(
+        call!(
+            s.channel("vaglio", planner_id),
+            VaglioServiceClient,
+            judge,
+            judge
+        ),
+        "intent",
+    );
+    let verdicts = vaglio::ListVerdictsRequest {
+        limit: 100_000,
+        ..Default::default()
+    };
+    too_big(
+        call!(
+            s.channel("vaglio", owner),
+            VaglioServiceClient,
+            list_verdicts,
+            verdicts
+        ),
+        "limit",
+    );
+
+    // Gateway: a message, a card's lines.
+    let send = gateway::SendMessageRequest {
+        principal: person("telegram", "1004"),
+        text: z(20_000),
+        ..Default::default()
+    };
+    too_big(
+        call!(
+            s.channel("gateway", planner_id),
+            GatewayServiceClient,
+            send_message,
+            send
+        ),
+        "text",
+    );
+    let card = gateway::SendCardRequest {
+        principal: person("telegram", "1004"),
+        token: "t".into(),
+        card: Some(approval::Card {
+            lines: vec![z(2000)],
+            ..Default::default()
+        }),
+    };
+    too_big(
+        call!(
+            s.channel("gateway", planner_id),
+            GatewayServiceClient,
+            send_card,
+            card
+        ),
+        "lines",
+    );
+    s.up.interrupt().await;
+}
+
+/// A body that is not the RPC's message (a string field sent as a number): the caller's
+/// mistake, INVALID_ARGUMENT, on every service.
+#[tokio::test]
+async fn an_undecodable_body_is_invalid_argument_not_internal() {
+    #[derive(Clone, PartialEq, prost::Message)]
+    struct WrongWireType {
+        #[prost(uint64, tag = "3")]
+        field_three: u64,
+        #[prost(uint64, tag = "1")]
+        field_one: u64,
+    }
+    let s = Stack::start().await;
+    for (service, identity, path) in [
+        (
+            "planner",
+            Identity::Owner,
+            "/metnos.planner.v1.PlannerService/RunTurn",
+        ),
+        (
+            "policy",
+            Identity::Planner,
+            "/metnos.policy.v1.PolicyService/Check",
+        ),
+        (
+            "approval",
+            Identity::Planner,
+            "/metnos.approval.v1.ApprovalService/GetPending",
+        ),
+        (
+            "vaglio",
+            Identity::Planner,
+            "/metnos.vaglio.v1.VaglioService/Judge",
+        ),
+        (
+            "gateway",
+            Identity::Planner,
+            "/metnos.gateway.v1.GatewayService/SendMessage",
+        ),
+    ] {
+        let mut grpc = tonic::client::Grpc::new(s.up.channel_as(service, identity));
+        grpc.ready().await.unwrap();
+        let codec = tonic_prost::ProstCodec::<WrongWireType, ()>::default();
+        let body = WrongWireType {
+            field_three: 7,
+            field_one: 7,
+        };
+        let status = grpc
+            .unary(tonic::Request::new(body), path.parse().unwrap(), codec)
+            .await
+            .unwrap_err();
+        assert_eq!(status.code(), Code::InvalidArgument, "{path}: {status:?}");
+        assert!(
+            status.message().contains("not a valid message"),
+            "{path}: {}",
+            status.message()
+        );
+    }
+    s.up.interrupt().await;
+}

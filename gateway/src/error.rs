@@ -17,6 +17,8 @@ pub enum Error {
     #[error("message is missing")]
     MissingMessage,
     #[error(transparent)]
+    TooBig(#[from] metnos_core::limits::TooBig),
+    #[error(transparent)]
     Level(#[from] UnspecifiedLevel),
     /// The channel's name as the caller gave it, cut to 32 characters.
     #[error("unknown channel `{0}`")]
@@ -56,6 +58,7 @@ impl From<Error> for Status {
             | Error::EmptyText
             | Error::EmptyCard
             | Error::MissingMessage
+            | Error::TooBig(_)
             | Error::Level(_)
             | Error::UnknownChannel(_) => Status::invalid_argument(error.to_string()),
             Error::NotPaired

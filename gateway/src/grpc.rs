@@ -6,6 +6,7 @@ use metnos_kit::tls::Identity;
 use std::sync::Arc;
 
 use metnos_core::level::AutonomyLevel;
+use metnos_core::limits;
 use metnos_core::principal::Principal;
 use metnos_kit::time::{now_ms, to_timestamp};
 use metnos_proto::common::v1 as common;
@@ -149,6 +150,27 @@ impl GatewayApi {
     }
 }
 
+/// A card as a channel can show it: at most 20 lines of 1 KB, 8 rows of 8 buttons, each
+/// button's text and data at most 64 bytes (Telegram's limit on callback data).
+fn card_within_limits(
+    lines: &[String],
+    rows: &[metnos_proto::approval::v1::ButtonRow],
+) -> Result<(), Error> {
+    limits::entries("lines", lines.len(), 20)?;
+    for line in lines {
+        limits::bytes("lines[]", line, limits::REASON)?;
+    }
+    limits::entries("buttons", rows.len(), 8)?;
+    for row in rows {
+        limits::entries("buttons[].buttons", row.buttons.len(), 8)?;
+        for button in &row.buttons {
+            limits::bytes("button text", &button.text, 64)?;
+            limits::bytes("button data", &button.data, 64)?;
+        }
+    }
+    Ok(())
+}
+
 #[tonic::async_trait]
 impl GatewayService for GatewayApi {
     async fn send_message(
@@ -156,6 +178,7 @@ impl GatewayService for GatewayApi {
         request: Request<pb::SendMessageRequest>,
     ) -> Result<Response<pb::SendMessageResponse>, Status> {
         let request = request.into_inner();
+        limits::bytes("text", &request.text, limits::MESSAGE).map_err(Error::from)?;
         let principal = principal_of(request.principal)?;
         if request.text.trim().is_empty() {
             return Err(Error::EmptyText.into());
@@ -176,8 +199,10 @@ impl GatewayService for GatewayApi {
         request: Request<pb::SendCardRequest>,
     ) -> Result<Response<pb::SendCardResponse>, Status> {
         let request = request.into_inner();
+        limits::bytes("token", &request.token, limits::TOKEN).map_err(Error::from)?;
         let principal = principal_of(request.principal)?;
         let card = request.card.unwrap_or_default();
+        card_within_limits(&card.lines, &card.buttons)?;
         if card.lines.is_empty() {
             return Err(Error::EmptyCard.into());
         }
@@ -197,6 +222,7 @@ impl GatewayService for GatewayApi {
         request: Request<pb::EditCardRequest>,
     ) -> Result<Response<pb::EditCardResponse>, Status> {
         let request = request.into_inner();
+        card_within_limits(&request.lines, &request.buttons)?;
         let message = request.message.ok_or(Error::MissingMessage)?;
         let outbox = self.outbox_for(&message.channel)?;
         let (Ok(chat), Ok(id)) = (
@@ -237,6 +263,7 @@ impl GatewayService for GatewayApi {
         request: Request<pb::ApprovePairingRequest>,
     ) -> Result<Response<pb::ApprovePairingResponse>, Status> {
         let request = request.into_inner();
+        limits::bytes("code", &request.code, 32).map_err(Error::from)?;
         let level = level_name(request.level)?;
         let code = request.code.trim().to_uppercase();
         let pairing = self

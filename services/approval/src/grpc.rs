@@ -64,6 +64,8 @@ pub const AUTHORIZATION: Table = Table {
     ],
 };
 
+use metnos_core::limits;
+
 impl From<Error> for Status {
     fn from(error: Error) -> Status {
         match error {
@@ -76,6 +78,7 @@ impl From<Error> for Status {
             | Error::Unspecified(_)
             | Error::MalformedToken(_)
             | Error::EmptyExecutor
+            | Error::TooBig(_)
             | Error::BadExtra
             | Error::ReasonTooLong => Status::invalid_argument(error.to_string()),
             Error::NotFound => refused(
@@ -131,7 +134,7 @@ fn speaks_for(caller: Identity, principal: &Principal) -> Result<(), Error> {
     }
     Err(Error::NotItsPeople {
         caller: caller.spiffe_id(),
-        principal: principal.to_string(),
+        principal: metnos_core::limits::shown(&principal.to_string()),
         channels: caller.channels().join(", "),
     })
 }
@@ -302,6 +305,25 @@ impl ApprovalService for ApprovalApi {
         let r = request.into_inner();
         let result = async {
             let message = r.request.as_ref().ok_or(Error::Unspecified("request"))?;
+            limits::all(&[
+                ("capability", &r.capability, limits::CAPABILITY),
+                ("target", &r.target, limits::TARGET),
+                ("territory_target", &r.territory_target, limits::TARGET),
+                ("executor", &r.executor, limits::EXECUTOR),
+                ("args_json", &r.args_json, limits::ARGS_JSON),
+                (
+                    "request.extra_json",
+                    &message.extra_json,
+                    limits::EXTRA_JSON,
+                ),
+                ("request.token", &message.token, limits::TOKEN),
+            ])?;
+            // A negative TTL sent as unsigned arrives as ~136 years.
+            limits::number(
+                "ttl_seconds",
+                u64::from(r.ttl_seconds),
+                u64::from(limits::TTL_SECONDS),
+            )?;
             let new = NewRequest {
                 requester: principal(r.requester.as_ref(), "requester")?,
                 card: card_request(message)?,
@@ -439,6 +461,14 @@ impl ApprovalService for ApprovalApi {
         let r = request.into_inner();
         let result = async {
             let message = r.request.as_ref().ok_or(Error::Unspecified("request"))?;
+            limits::all(&[
+                ("capability", &r.capability, limits::CAPABILITY),
+                (
+                    "request.extra_json",
+                    &message.extra_json,
+                    limits::EXTRA_JSON,
+                ),
+            ])?;
             let card = card_request(message)?;
             // A preview has no token yet: the buttons show a placeholder one.
             let token = if message.token.is_empty() {
@@ -446,9 +476,7 @@ impl ApprovalService for ApprovalApi {
             } else if crate::token::is_well_formed(&message.token) {
                 message.token.clone()
             } else {
-                return Err(Error::MalformedToken(
-                    message.token.chars().take(40).collect(),
-                ));
+                return Err(Error::MalformedToken(limits::shown(&message.token)));
             };
             self.approvals.render(&card, Some(&r.capability), &token)
         }

@@ -71,6 +71,8 @@ pub enum Error {
     },
     #[error("the gateway lists only one person's requests: give the requester")]
     RequesterNeeded,
+    #[error(transparent)]
+    TooBig(#[from] metnos_core::limits::TooBig),
     #[error("approval store: {0}")]
     Store(#[from] sqlx::Error),
 }
@@ -558,8 +560,7 @@ fn check_token(token: &str) -> Result<(), Error> {
     if token::is_well_formed(token) {
         Ok(())
     } else {
-        let shown: String = token.chars().take(40).collect();
-        Err(Error::MalformedToken(shown))
+        Err(Error::MalformedToken(metnos_core::limits::shown(token)))
     }
 }
 

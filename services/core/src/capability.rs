@@ -259,7 +259,7 @@ impl Capability {
             .find(|s| s.name == name)
             .map(|s| s.capability)
             .ok_or_else(|| UnknownCapability {
-                name: name.to_owned(),
+                name: crate::limits::shown(name),
             })
     }
 

@@ -4,6 +4,7 @@
 //!
 //! - [`capability`]: the closed registry of thirteen capabilities, each with its target kind;
 //! - [`level`]: the autonomy level, with its contract and config spellings;
+//! - [`limits`]: what a caller may send, at every service's edge;
 //! - [`principal`]: a person as one channel sees them;
 //! - [`language`]: the language Metnos speaks to a person in;
 //! - [`call`]: the hash of an executor call that an approval binds to;
@@ -21,6 +22,7 @@ pub mod forbidden;
 pub mod html;
 pub mod language;
 pub mod level;
+pub mod limits;
 pub mod path;
 pub mod principal;
 pub mod resolve;

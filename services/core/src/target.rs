@@ -71,8 +71,8 @@ fn check_text(raw: &str) -> Result<(), TargetError> {
 fn expand_home(raw: &str, home: &Path) -> Result<String, TargetError> {
     match expand_tilde(raw, &home_text(home)) {
         Tilde::Home(path) => Ok(path),
-        Tilde::OtherUser { .. } => Err(TargetError::OtherUsersHome(raw.to_owned())),
-        Tilde::None => Ok(raw.to_owned()),
+        Tilde::OtherUser { .. } => Err(TargetError::OtherUsersHome(crate::limits::shown(raw))),
+        Tilde::None => Ok(crate::limits::shown(raw)),
     }
 }
 
@@ -80,7 +80,7 @@ fn expand_home(raw: &str, home: &Path) -> Result<String, TargetError> {
 fn absolute(raw: &str, home: &Path) -> Result<String, TargetError> {
     let expanded = expand_home(raw, home)?;
     if !expanded.starts_with('/') {
-        return Err(TargetError::NotAbsolute(raw.to_owned()));
+        return Err(TargetError::NotAbsolute(crate::limits::shown(raw)));
     }
     Ok(expanded)
 }
@@ -102,7 +102,7 @@ impl Target {
         match kind {
             TargetKind::PathGlob => Ok(Target::Path(normalize(&absolute(raw, home)?))),
             TargetKind::Host => Ok(Target::Host(host_of(raw)?)),
-            TargetKind::Exact => Ok(Target::Exact(raw.to_owned())),
+            TargetKind::Exact => Ok(Target::Exact(crate::limits::shown(raw))),
             TargetKind::None => Err(TargetError::NoTargetKind),
         }
     }
@@ -144,11 +144,12 @@ fn host_of(raw: &str) -> Result<String, TargetError> {
     } else {
         format!("http://{raw}")
     };
-    let url = url::Url::parse(&with_scheme).map_err(|_| TargetError::BadHost(raw.to_owned()))?;
+    let url = url::Url::parse(&with_scheme)
+        .map_err(|_| TargetError::BadHost(crate::limits::shown(raw)))?;
     let host = url
         .host_str()
         .filter(|h| !h.is_empty())
-        .ok_or_else(|| TargetError::BadHost(raw.to_owned()))?;
+        .ok_or_else(|| TargetError::BadHost(crate::limits::shown(raw)))?;
     Ok(host.trim_end_matches('.').to_ascii_lowercase())
 }
 
@@ -169,15 +170,15 @@ impl Pattern {
             TargetKind::PathGlob => {
                 let expanded = absolute(raw, home)?;
                 if expanded.split('/').any(|s| s == "..") {
-                    return Err(TargetError::DotDotInGlob(raw.to_owned()));
+                    return Err(TargetError::DotDotInGlob(crate::limits::shown(raw)));
                 }
                 let text = collapse_slashes(&expanded);
                 compile_glob(&text).map_err(|message| TargetError::MalformedGlob {
-                    glob: raw.to_owned(),
+                    glob: crate::limits::shown(raw),
                     message,
                 })?;
                 if too_broad(&text, &home_text(home)) {
-                    return Err(TargetError::TooBroad(raw.to_owned()));
+                    return Err(TargetError::TooBroad(crate::limits::shown(raw)));
                 }
                 let key = glob_key(&text);
                 Ok(Pattern { kind, text, key })
@@ -188,11 +189,11 @@ impl Pattern {
                     None => (false, raw),
                 };
                 if rest.contains('*') {
-                    return Err(TargetError::BadHost(raw.to_owned()));
+                    return Err(TargetError::BadHost(crate::limits::shown(raw)));
                 }
                 let host = host_of(rest)?;
                 if is_public_suffix(&host) {
-                    return Err(TargetError::PublicSuffix(raw.to_owned()));
+                    return Err(TargetError::PublicSuffix(crate::limits::shown(raw)));
                 }
                 let text = if wildcard { format!("*.{host}") } else { host };
                 Ok(Pattern {

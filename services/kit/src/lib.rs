@@ -24,6 +24,7 @@ pub mod client;
 pub mod clock;
 pub mod config;
 pub mod datadir;
+pub mod edge;
 pub mod launch;
 pub mod propagation;
 pub mod random;

@@ -288,6 +288,7 @@ pub async fn serve<S: GrpcService>(
         .tls_config(tls.server())
         .map_err(|source| ServeError::Transport { service, source })?
         .layer(ServerTraceLayer)
+        .layer(crate::edge::StatusLayer)
         .layer(AuthorizeLayer::new(table))
         .add_service(health)
         .add_service(reflection_v1)

@@ -15,6 +15,8 @@ pub enum Error {
     MissingPrincipal,
     #[error("{0}")]
     BadPrincipal(PrincipalError),
+    #[error(transparent)]
+    TooBig(#[from] metnos_core::limits::TooBig),
     #[error("level is unspecified")]
     UnspecifiedLevel,
     #[error("give a turn_id or an approval_token")]
@@ -77,6 +79,7 @@ impl From<Error> for Status {
             | Error::UnspecifiedLevel
             | Error::NoResumeTarget
             | Error::NoCancelTarget
+            | Error::TooBig(_)
             | Error::BadDate(_) => Status::invalid_argument(error.to_string()),
             Error::NoSuchTurn | Error::NoTurn(_) => Status::not_found(error.to_string()),
             Error::Unauthenticated => Status::unauthenticated(error.to_string()),

@@ -8,6 +8,7 @@ use std::pin::Pin;
 use std::sync::Arc;
 
 use metnos_core::level::AutonomyLevel;
+use metnos_core::limits;
 use metnos_core::principal::Principal;
 use metnos_kit::time::now_ms;
 use metnos_proto::planner::v1 as pb;
@@ -59,6 +60,7 @@ impl TryFrom<pb::RunTurnRequest> for TurnRequest {
     type Error = Error;
 
     fn try_from(request: pb::RunTurnRequest) -> Result<TurnRequest, Error> {
+        limits::bytes("query", &request.query, limits::QUERY)?;
         if request.query.trim().is_empty() {
             return Err(Error::EmptyQuery);
         }
@@ -92,7 +94,7 @@ fn may_act_for(caller: Identity, principal: &Principal) -> Result<(), Error> {
     }
     Err(Error::NotItsPeople {
         caller: caller.spiffe_id(),
-        principal: principal.to_string(),
+        principal: metnos_core::limits::shown(&principal.to_string()),
         channels: caller.channels().join(", "),
     })
 }
@@ -104,7 +106,7 @@ fn theirs(turn: &StoredTurn, who: &Principal) -> Result<(), Error> {
     }
     Err(Error::NotTheirTurn {
         turn_id: turn.turn_id.clone(),
-        principal: who.to_string(),
+        principal: metnos_core::limits::shown(&who.to_string()),
     })
 }
 
@@ -220,6 +222,14 @@ impl PlannerService for PlannerApi {
         let caller = Caller::of(&request).ok_or(Error::Unauthenticated)?;
         let request = request.into_inner();
         let target = request.target.ok_or(Error::NoResumeTarget)?;
+        match &target {
+            pb::resume_turn_request::Target::TurnId(id) => {
+                limits::bytes("turn_id", id, limits::TOKEN).map_err(Error::from)?;
+            }
+            pb::resume_turn_request::Target::ApprovalToken(token) => {
+                limits::bytes("approval_token", token, limits::TOKEN).map_err(Error::from)?;
+            }
+        }
         let who = acting(caller, request.principal.as_ref())?;
         let checkpoint = self.claim(&target, &who).await?;
         let rx = self.spawn(|planner, sink| planner.resume(checkpoint, sink));
@@ -234,6 +244,10 @@ impl PlannerService for PlannerApi {
     ) -> Result<Response<pb::CancelTurnResponse>, Status> {
         let caller = Caller::of(&request).ok_or(Error::Unauthenticated)?;
         let request = request.into_inner();
+        limits::bytes("reason", &request.reason, limits::REASON).map_err(Error::from)?;
+        if let Some(pb::cancel_turn_request::Target::TurnId(id)) = &request.target {
+            limits::bytes("turn_id", id, limits::TOKEN).map_err(Error::from)?;
+        }
         let store = &self.planner.store;
         let (found, who) = match &request.target {
             Some(pb::cancel_turn_request::Target::TurnId(id)) => {
@@ -283,6 +297,7 @@ impl PlannerService for PlannerApi {
         request: Request<pb::GetTurnRequest>,
     ) -> Result<Response<pb::GetTurnResponse>, Status> {
         let id = request.into_inner().turn_id;
+        limits::bytes("turn_id", &id, limits::TOKEN).map_err(Error::from)?;
         let found = self
             .planner
             .store
@@ -310,6 +325,8 @@ impl PlannerService for PlannerApi {
         } else {
             return Err(Error::BadDate(request.date.chars().take(20).collect()).into());
         };
+        limits::number("limit", u64::from(request.limit), u64::from(limits::LIST))
+            .map_err(Error::from)?;
         let limit = if request.limit == 0 {
             50
         } else {

@@ -59,6 +59,9 @@ pub const AUTHORIZATION: Table = Table {
     ],
 };
 
+use metnos_core::limits;
+use metnos_core::principal::MAX_ID_LEN;
+
 impl From<Error> for Status {
     fn from(error: Error) -> Status {
         match error {
@@ -69,7 +72,8 @@ impl From<Error> for Status {
             | Error::Grant(_)
             | Error::InvalidGrantId(_)
             | Error::InvalidUnusedDays
-            | Error::InvalidExpiry => Status::invalid_argument(error.to_string()),
+            | Error::InvalidExpiry
+            | Error::TooBig(_) => Status::invalid_argument(error.to_string()),
             Error::KeyReused => Status::already_exists(error.to_string()),
             Error::Store(e) => failure_status(crate::SERVICE, "the grant store", &e),
         }
@@ -198,6 +202,10 @@ impl PolicyService for PolicyApi {
         }
         let request = request.into_inner();
         let result = async {
+            limits::all(&[
+                ("capability", &request.capability, limits::CAPABILITY),
+                ("target", &request.target, limits::TARGET),
+            ])?;
             let level = level_from(request.level)?;
             let principal = principal_from(request.principal.as_ref())?;
             self.policy
@@ -228,6 +236,16 @@ impl PolicyService for PolicyApi {
     ) -> Result<Response<pb::RecordGrantResponse>, Status> {
         let request = request.into_inner();
         let result = async {
+            limits::all(&[
+                ("capability", &request.capability, limits::CAPABILITY),
+                ("target", &request.target, limits::TARGET),
+                ("granted_by", &request.granted_by, limits::REASON),
+                (
+                    "idempotency_key",
+                    &request.idempotency_key,
+                    limits::IDEMPOTENCY_KEY,
+                ),
+            ])?;
             let principal = principal_from(request.principal.as_ref())?
                 .ok_or(PrincipalError::Empty("channel"))?;
             let expires_at = match &request.expires_at {
@@ -259,6 +277,13 @@ impl PolicyService for PolicyApi {
         request: Request<pb::ListGrantsRequest>,
     ) -> Result<Response<pb::ListGrantsResponse>, Status> {
         let request = request.into_inner();
+        let sizes = limits::all(&[
+            ("channel", &request.channel, MAX_ID_LEN),
+            ("sender_id", &request.sender_id, MAX_ID_LEN),
+        ]);
+        if let Err(e) = sizes {
+            return Err(Error::TooBig(e).into());
+        }
         let filter = ListFilter {
             channel: Some(request.channel).filter(|c| !c.is_empty()),
             sender_id: Some(request.sender_id).filter(|s| !s.is_empty()),
@@ -286,7 +311,11 @@ impl PolicyService for PolicyApi {
         &self,
         request: Request<pb::PruneGrantsRequest>,
     ) -> Result<Response<pb::PruneGrantsResponse>, Status> {
-        match self.policy.prune(request.into_inner().unused_days).await {
+        let unused_days = request.into_inner().unused_days;
+        if let Err(e) = limits::number("unused_days", u64::from(unused_days), 36_500) {
+            return Err(Error::TooBig(e).into());
+        }
+        match self.policy.prune(unused_days).await {
             Ok(revoked) => Ok(Response::new(pb::PruneGrantsResponse {
                 revoked: revoked.into_iter().map(grant_to).collect(),
             })),

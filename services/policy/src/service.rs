@@ -41,6 +41,8 @@ pub enum Error {
     InvalidExpiry,
     #[error("idempotency_key was already used for another grant")]
     KeyReused,
+    #[error(transparent)]
+    TooBig(#[from] metnos_core::limits::TooBig),
     #[error("grant store: {0}")]
     Store(#[from] sqlx::Error),
 }

@@ -48,10 +48,12 @@ pub const AUTHORIZATION: Table = Table {
     ],
 };
 
+use metnos_core::limits;
+
 impl From<Error> for Status {
     fn from(error: Error) -> Status {
         match error {
-            Error::EmptyExecutor | Error::Args(_) | Error::Month(_) => {
+            Error::EmptyExecutor | Error::Args(_) | Error::Month(_) | Error::TooBig(_) => {
                 Status::invalid_argument(error.to_string())
             }
             Error::LogRead(e) => {
@@ -103,6 +105,19 @@ impl VaglioService for VaglioApi {
     ) -> Result<Response<pb::JudgeResponse>, Status> {
         let r = request.into_inner();
         let context = r.context.unwrap_or_default();
+        limits::all(&[
+            ("intent", &r.intent, limits::INTENT),
+            ("executor", &r.executor, limits::EXECUTOR),
+            ("args_json", &r.args_json, limits::ARGS_JSON),
+            (
+                "context.capability",
+                &context.capability,
+                limits::CAPABILITY,
+            ),
+        ])
+        .map_err(Error::from)?;
+        limits::entries("context.capabilities", context.capabilities.len(), 64)
+            .map_err(Error::from)?;
         let proposal = Proposal {
             intent: r.intent,
             executor: r.executor,
@@ -138,11 +153,10 @@ impl VaglioService for VaglioApi {
         request: Request<pb::ListVerdictsRequest>,
     ) -> Result<Response<pb::ListVerdictsResponse>, Status> {
         let r = request.into_inner();
-        let limit = if r.limit == 0 {
-            1000
-        } else {
-            r.limit.min(100_000)
-        } as usize;
+        limits::bytes("month", &r.month, 7).map_err(Error::from)?;
+        limits::number("limit", u64::from(r.limit), u64::from(limits::LIST))
+            .map_err(Error::from)?;
+        let limit = if r.limit == 0 { 1000 } else { r.limit } as usize;
         self.vaglio.log().flush().await;
         let records = self.vaglio.read_log(&r.month, r.blocked_only, limit)?;
         let records = records

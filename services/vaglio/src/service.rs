@@ -86,6 +86,8 @@ pub enum Error {
     Month(String),
     #[error("the verdict log cannot be read: {0}")]
     LogRead(std::io::Error),
+    #[error(transparent)]
+    TooBig(#[from] metnos_core::limits::TooBig),
 }
 
 /// The vaglio.
