@@ -111,10 +111,14 @@ pub async fn serve(
     let own_data = config.own_paths();
     let workspace = config.executors.workspace.clone();
     let retention_months = config.vaglio.log_retention_months.get();
+    let log_limits = log::LogLimits {
+        intent_bytes: config.vaglio.log_intent_bytes.get() as usize,
+        queue_lines: config.vaglio.log_queue_lines.get() as usize,
+    };
     let policy_url = config.service_url(ServiceName::Policy);
     Startup::new(SERVICE, &MIGRATIONS, &grpc::AUTHORIZATION, &config)
         .serve_with_store(listener, shutdown, move |running| {
-            let log = log::VerdictLog::start(log_dir);
+            let log = log::VerdictLog::with_limits(log_dir, log_limits);
             let asks_llm = matches!(kind, service::JudgeKind::Llm { .. });
             let mut vaglio = service::Vaglio::new(home, threshold, kind, log.clone())
                 .guarding_own_data(&own_data, &workspace);

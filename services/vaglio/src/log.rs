@@ -37,11 +37,31 @@ enum Message {
     Flush(oneshot::Sender<()>),
 }
 
+/// What the log keeps and how much may wait to be written.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct LogLimits {
+    /// The intent is cut to this many bytes in a line (`vaglio.log_intent_bytes`).
+    pub intent_bytes: usize,
+    /// Lines waiting for the disk at most (`vaglio.log_queue_lines`); beyond, a line is
+    /// dropped and counted — the verdict still stands.
+    pub queue_lines: usize,
+}
+
+impl Default for LogLimits {
+    fn default() -> Self {
+        LogLimits {
+            intent_bytes: 2048,
+            queue_lines: 1024,
+        }
+    }
+}
+
 /// The log's writer handle.
 #[derive(Debug, Clone)]
 pub struct VerdictLog {
     dir: PathBuf,
-    tx: mpsc::UnboundedSender<Message>,
+    tx: mpsc::Sender<Message>,
+    limits: LogLimits,
     failures: Arc<AtomicU64>,
     /// Whether the last write failed.
     failing: Arc<std::sync::atomic::AtomicBool>,
@@ -97,9 +117,15 @@ pub fn prune(dir: &Path, keep_months: u32, now: jiff::Timestamp) -> std::io::Res
 }
 
 impl VerdictLog {
-    /// Starts the writer for `dir` (created when the first line is written).
+    /// Starts the writer for `dir` (created when the first line is written), with the
+    /// default limits.
     pub fn start(dir: PathBuf) -> VerdictLog {
-        let (tx, mut rx) = mpsc::unbounded_channel::<Message>();
+        VerdictLog::with_limits(dir, LogLimits::default())
+    }
+
+    /// Starts the writer for `dir` with `limits`.
+    pub fn with_limits(dir: PathBuf, limits: LogLimits) -> VerdictLog {
+        let (tx, mut rx) = mpsc::channel::<Message>(limits.queue_lines.max(1));
         let failures = Arc::new(AtomicU64::new(0));
         // The same count as an OpenTelemetry counter, exported with the traces.
         let counter = opentelemetry::global::meter("metnos-vaglio")
@@ -139,6 +165,7 @@ impl VerdictLog {
         VerdictLog {
             dir,
             tx,
+            limits,
             failures,
             failing,
         }
@@ -148,17 +175,26 @@ impl VerdictLog {
         &self.dir
     }
 
-    /// Queues a record; never waits.
-    pub fn append(&self, record: Record) {
-        if self.tx.send(Message::Record(Box::new(record))).is_err() {
-            self.failures.fetch_add(1, Ordering::Relaxed);
+    /// Queues a record, its intent cut to the configured length; never waits. A full
+    /// queue (the disk slower than the verdicts) drops the line and counts it.
+    pub fn append(&self, mut record: Record) {
+        cut(&mut record.intent, self.limits.intent_bytes);
+        if self.tx.try_send(Message::Record(Box::new(record))).is_err() {
+            let total = self.failures.fetch_add(1, Ordering::Relaxed) + 1;
+            // Once per thousand, so a flood does not become a flood of log lines too.
+            if total % 1000 == 1 {
+                tracing::warn!(
+                    failures_total = total,
+                    "verdict log queue full: a line was dropped (the verdict stood)"
+                );
+            }
         }
     }
 
     /// Waits until everything queued so far is written (or failed).
     pub async fn flush(&self) {
         let (tx, rx) = oneshot::channel();
-        if self.tx.send(Message::Flush(tx)).is_ok() {
+        if self.tx.send(Message::Flush(tx)).await.is_ok() {
             let _ = rx.await;
         }
     }
@@ -174,7 +210,8 @@ impl VerdictLog {
     }
 
     /// The records of `month` (oldest first), only refused ones if `blocked_only`, at most
-    /// `limit` (the newest kept). A missing file is an empty month.
+    /// `limit` (the newest kept). A missing file is an empty month. The file is read from
+    /// its end, a block at a time, only as far back as `limit` records need.
     pub fn read(
         &self,
         month: &str,
@@ -182,21 +219,70 @@ impl VerdictLog {
         limit: usize,
     ) -> std::io::Result<Vec<Record>> {
         let path = self.dir.join(format!("{month}.jsonl"));
-        let text = match std::fs::read_to_string(&path) {
-            Ok(text) => text,
+        let mut records = Vec::new();
+        let read = tail_lines(&path, |line| {
+            if let Ok(record) = serde_json::from_slice::<Record>(line)
+                && (!blocked_only || !record.approved)
+            {
+                records.push(record);
+            }
+            records.len() < limit
+        });
+        match read {
+            Ok(()) => {}
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
             Err(e) => return Err(e),
-        };
-        let mut records: Vec<Record> = text
-            .lines()
-            .filter_map(|line| serde_json::from_str(line).ok())
-            .filter(|r: &Record| !blocked_only || !r.approved)
-            .collect();
-        if records.len() > limit {
-            records.drain(..records.len() - limit);
         }
+        records.reverse();
         Ok(records)
     }
+}
+
+/// Cuts `text` to at most `max` bytes on a character boundary, saying how much went.
+fn cut(text: &mut String, max: usize) {
+    if text.len() <= max {
+        return;
+    }
+    let mut end = max;
+    while !text.is_char_boundary(end) {
+        end -= 1;
+    }
+    let removed = text.len() - end;
+    text.truncate(end);
+    text.push_str(&format!("…[{removed} bytes cut]"));
+}
+
+/// Calls `each` with the lines of `path` from the last to the first (without their
+/// newline), until it returns `false`. Reads 64 KiB blocks from the end.
+fn tail_lines(path: &Path, mut each: impl FnMut(&[u8]) -> bool) -> std::io::Result<()> {
+    use std::io::{Read, Seek, SeekFrom};
+    const BLOCK: u64 = 64 * 1024;
+    let mut file = std::fs::File::open(path)?;
+    let mut end = file.seek(SeekFrom::End(0))?;
+    // The bytes after the last newline seen so far (the start of a line not yet whole).
+    let mut carry: Vec<u8> = Vec::new();
+    while end > 0 {
+        let start = end.saturating_sub(BLOCK);
+        let mut block = vec![0; usize::try_from(end - start).unwrap_or(0)];
+        file.seek(SeekFrom::Start(start))?;
+        file.read_exact(&mut block)?;
+        block.extend_from_slice(&carry);
+        carry.clear();
+        let mut rest = block.as_slice();
+        while let Some(newline) = rest.iter().rposition(|b| *b == b'\n') {
+            let line = &rest[newline + 1..];
+            if !line.is_empty() && !each(line) {
+                return Ok(());
+            }
+            rest = &rest[..newline];
+        }
+        carry.extend_from_slice(rest);
+        end = start;
+    }
+    if !carry.is_empty() {
+        each(&carry);
+    }
+    Ok(())
 }
 
 /// Writes a batch; returns how many lines were lost and the flushes it held.

@@ -436,3 +436,92 @@ async fn an_executor_holding_code_exec_anywhere_is_judged_as_a_shell() {
     let verdict = v.judge(&p).await.unwrap();
     assert_eq!(verdict.rule_id, Some("write.shell_startup"), "{verdict:?}");
 }
+
+fn record(i: usize, approved: bool, intent: &str) -> metnos_vaglio::log::Record {
+    metnos_vaglio::log::Record {
+        approved,
+        reason: format!("r{i}"),
+        ts: 1_764_000_000.0,
+        judge_kind: "rule-based-v1".into(),
+        score: 0.8,
+        blocked_by: (!approved).then(|| "guard".to_owned()),
+        intent: intent.into(),
+        executor: "fs_read".into(),
+        args_keys: vec!["path".into()],
+        context_keys: Vec::new(),
+        rule_id: None,
+        arg_key: None,
+    }
+}
+
+#[tokio::test(flavor = "current_thread")]
+async fn a_line_keeps_2_kb_of_the_intent_and_a_full_queue_drops_lines_not_verdicts() {
+    use metnos_vaglio::log::LogLimits;
+    let dir = tempfile::tempdir().unwrap();
+    let log = VerdictLog::with_limits(
+        dir.path().join("vaglio"),
+        LogLimits {
+            intent_bytes: 2048,
+            queue_lines: 4,
+        },
+    );
+    // A 3 MB intent: its line keeps 2 KB of it and says how much went.
+    log.append(record(0, true, &"é".repeat(1_500_000)));
+    log.flush().await;
+    let month = metnos_vaglio::log::month_of(1_764_000_000.0);
+    let kept = log.read(&month, false, 10).unwrap();
+    assert_eq!(kept.len(), 1);
+    assert!(kept[0].intent.len() < 2048 + 40, "{}", kept[0].intent.len());
+    assert!(
+        kept[0].intent.ends_with("bytes cut]"),
+        "{}",
+        &kept[0].intent[2000..]
+    );
+    assert_eq!(log.failures(), 0);
+    // 100 verdicts while the writer cannot run (one thread, no await): 4 wait, 96 are
+    // dropped and counted.
+    for i in 1..=100 {
+        log.append(record(i, true, "read a file"));
+    }
+    assert_eq!(log.failures(), 96);
+    log.flush().await;
+    assert_eq!(log.read(&month, false, 1000).unwrap().len(), 5);
+}
+
+#[tokio::test]
+async fn list_verdicts_reads_the_newest_from_the_end_of_a_large_month() {
+    let dir = tempfile::tempdir().unwrap();
+    let folder = dir.path().join("vaglio");
+    std::fs::create_dir_all(&folder).unwrap();
+    let month = metnos_vaglio::log::month_of(1_764_000_000.0);
+    // 20 000 lines, some longer than the 64 KiB blocks the reader takes, and a last line
+    // without its newline.
+    let mut text = String::new();
+    for i in 0..20_000 {
+        let intent = if i % 5000 == 7 {
+            "w".repeat(100_000)
+        } else {
+            format!("q{i}")
+        };
+        text.push_str(&serde_json::to_string(&record(i, i % 3 != 0, &intent)).unwrap());
+        text.push('\n');
+    }
+    text.push_str(&serde_json::to_string(&record(20_000, false, "last")).unwrap());
+    std::fs::write(folder.join(format!("{month}.jsonl")), text).unwrap();
+    let log = VerdictLog::start(folder);
+    let newest = log.read(&month, false, 3).unwrap();
+    let reasons: Vec<&str> = newest.iter().map(|r| r.reason.as_str()).collect();
+    assert_eq!(reasons, ["r19998", "r19999", "r20000"], "oldest first");
+    let blocked = log.read(&month, true, 2).unwrap();
+    let reasons: Vec<&str> = blocked.iter().map(|r| r.reason.as_str()).collect();
+    assert_eq!(reasons, ["r19998", "r20000"]);
+    let all = log.read(&month, false, 100_000).unwrap();
+    assert_eq!(all.len(), 20_001);
+    assert_eq!(
+        all[7].intent.len(),
+        100_000,
+        "a line across blocks is whole"
+    );
+    assert_eq!(all[0].reason, "r0");
+    assert!(log.read("2001-01", false, 10).unwrap().is_empty());
+}

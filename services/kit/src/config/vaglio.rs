@@ -20,6 +20,11 @@ pub struct VaglioConfig {
     /// How long the verdict log is kept: a month's file is removed once every verdict in
     /// it is older than this many months (checked at start and daily).
     pub log_retention_months: NonZero<u32>,
+    /// A verdict log line keeps at most this many bytes of the intent.
+    pub log_intent_bytes: NonZero<u32>,
+    /// Lines waiting for the disk at most; beyond, a line is dropped and counted (the
+    /// verdict still stands).
+    pub log_queue_lines: NonZero<u32>,
 }
 
 impl Default for VaglioConfig {
@@ -31,6 +36,8 @@ impl Default for VaglioConfig {
             store,
             judge: JudgeConfig::default(),
             log_retention_months: const { NonZero::new(12).unwrap() },
+            log_intent_bytes: const { NonZero::new(2048).unwrap() },
+            log_queue_lines: const { NonZero::new(1024).unwrap() },
         }
     }
 }
