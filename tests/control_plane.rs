@@ -863,9 +863,10 @@ async fn every_rpc_refuses_an_oversized_field_with_a_short_message() {
         "limit",
     );
 
-    // Vaglio: the 3 MB intent of the memory attack, a listing.
-    let judge = vaglio::JudgeRequest {
-        intent: z(3 * 1024 * 1024),
+    // Vaglio: an intent over its 64 KiB; the 3 MB intent of the memory attack is refused
+    // whole before it is buffered (every service decodes at most 512 KiB: OUT_OF_RANGE).
+    let judge = |intent: String| vaglio::JudgeRequest {
+        intent,
         executor: "fs_read".into(),
         args_json: "{}".into(),
         ..Default::default()
@@ -875,10 +876,19 @@ async fn every_rpc_refuses_an_oversized_field_with_a_short_message() {
             s.channel("vaglio", planner_id),
             VaglioServiceClient,
             judge,
-            judge
+            judge(z(100_000))
         ),
         "intent",
     );
+    let flood = call!(
+        s.channel("vaglio", planner_id),
+        VaglioServiceClient,
+        judge,
+        judge(z(3 * 1024 * 1024))
+    )
+    .unwrap_err();
+    assert_eq!(flood.code(), Code::OutOfRange, "{flood:?}");
+    assert!(flood.message().contains("limit") && !flood.message().contains("ZZZZ"));
     let verdicts = vaglio::ListVerdictsRequest {
         limit: 100_000,
         ..Default::default()

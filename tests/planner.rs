@@ -561,6 +561,68 @@ async fn a_large_observation_goes_to_the_scratchpad_and_is_read_back() {
 }
 
 #[tokio::test]
+async fn a_half_megabyte_file_is_read_to_its_last_line_page_by_page_through_the_scratchpad() {
+    // Before: each page (4000 characters, over 4096 bytes as JSON) went back into the
+    // scratchpad, so the model saw a new summary under a new id until the step cap.
+    let s = stack_with(&[("METNOS_TURNS__CAP_STEPS", "400")], true).await;
+    let mut text = String::new();
+    let mut line = 0;
+    while text.len() < 500_000 {
+        line += 1;
+        text.push_str(&format!("line {line:06} of the big file, all quiet\n"));
+    }
+    text.push_str("THE LAST LINE\n");
+    std::fs::write(s.home().join("big.txt"), &text).unwrap();
+    s.fake.push(tool_calls(&[(
+        "fs_read",
+        json!({"path": "~/big.txt", "max_bytes": 524_288}),
+    )]));
+    // Then, as a model would: the next page from the last answer's next_offset, until
+    // there is none.
+    for _ in 0..200 {
+        s.fake.push(Reply::from_request(|request| {
+            let messages = tool_messages(request);
+            let last: Value = serde_json::from_str(messages.last().unwrap()).unwrap();
+            if let Some(id) = last["scratchpad_id"].as_str() {
+                return Reply::ToolCalls(vec![(
+                    "scratchpad_read".into(),
+                    json!({"id": id, "offset": 0}),
+                )]);
+            }
+            match last["metadata"]["next_offset"].as_u64() {
+                Some(next) => Reply::ToolCalls(vec![(
+                    "scratchpad_read".into(),
+                    json!({"id": last["metadata"]["id"], "offset": next}),
+                )]),
+                None => Reply::Text("read to the end".into()),
+            }
+        }));
+    }
+    let mut stream = s.start("read ~/big.txt to its end", Full).await;
+    let mut events = Vec::new();
+    while let Some(event) = stream.next_event().await {
+        let done = matches!(event, Event::Finished(_));
+        events.push(event);
+        if done {
+            break;
+        }
+    }
+    assert_eq!(kind(&events), pb::FinalKind::Answer, "{:#?}", events.last());
+    let pages = observations(&events).len() - 1;
+    assert!(pages >= 125, "{pages} pages of 4000 characters");
+    // No page went back into the scratchpad, and the last one holds the last line.
+    assert!(
+        observations(&events)[1..]
+            .iter()
+            .all(|o| o.scratchpad_id.is_empty())
+    );
+    let requests = s.fake.received();
+    let last_request = &requests.last().unwrap().body;
+    let last_page = tool_messages(last_request).last().unwrap().clone();
+    assert!(last_page.contains("THE LAST LINE"), "{last_page}");
+}
+
+#[tokio::test]
 async fn the_caps_and_the_duplicate_read_guard_end_loops() {
     let s = stack().await;
     std::fs::write(s.home().join("n.txt"), "note").unwrap();

@@ -155,7 +155,8 @@ pub async fn serve(
                 store,
                 telegram,
                 clients: Some(conversation::Clients { planner, approval }),
-            }))
+            })
+            .max_decoding_message_size(metnos_kit::edge::MAX_REQUEST_BYTES))
         })
         .await
 }

@@ -82,8 +82,15 @@ pub async fn serve_with_clock(
                     }
                 }
             });
+            // On PostgreSQL, a decision taken on another replica reaches this one's waiters
+            // at once (LISTEN/NOTIFY); the poll is only a fallback.
+            let listening = Arc::clone(&approvals);
+            let db = listening.store().db().clone();
+            running.background.spawn("approval change listener", async move {
+                store::listen(&db, |token| listening.changed_here(token)).await;
+            });
             let api = grpc::ApprovalApi::new(approvals, running.readiness, WAIT_POLL);
-            Ok(ApprovalServiceServer::new(api))
+            Ok(ApprovalServiceServer::new(api).max_decoding_message_size(metnos_kit::edge::MAX_REQUEST_BYTES))
         })
         .await
 }

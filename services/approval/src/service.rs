@@ -227,7 +227,21 @@ impl Approvals {
         self.changes.subscribe()
     }
 
+    /// Tells this replica's waiters, and every other replica's through the store, that
+    /// `token` changed.
     fn changed(&self, token: &str) {
+        self.changed_here(token);
+        let store = self.store.clone();
+        let token = token.to_owned();
+        tokio::spawn(async move {
+            if let Err(e) = store.notify(&token).await {
+                tracing::debug!(error = %e, "cannot tell the other replicas; their poll will");
+            }
+        });
+    }
+
+    /// Tells this replica's waiters that `token` changed (a change another replica made).
+    pub fn changed_here(&self, token: &str) {
         let _ = self.changes.send(token.to_owned());
     }
 

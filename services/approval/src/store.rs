@@ -5,7 +5,7 @@
 use metnos_core::level::AutonomyLevel;
 use metnos_core::principal::Principal;
 use metnos_kit::on_db;
-use metnos_kit::store::{Db, EmbeddedMigration, Migrations};
+use metnos_kit::store::{Db, EmbeddedMigration, Migrations, Pool};
 use sqlx::Row;
 
 use crate::card::{Language, Reversibility, Territory};
@@ -54,6 +54,42 @@ const POSTGRES: &[EmbeddedMigration] = &[
         sql: include_str!("../migrations/postgres/0004_grant_claim.sql"),
     },
 ];
+
+/// The PostgreSQL channel on which replicas say which request changed.
+pub const CHANGES_CHANNEL: &str = "metnos_approval_changes";
+
+/// Calls `changed` with each token another replica (or this one) says changed, until the
+/// store is not PostgreSQL. The listener reconnects by itself after a lost connection;
+/// the waiters' slow poll covers what a reconnection misses.
+pub async fn listen(db: &Db, changed: impl Fn(&str)) {
+    let Pool::Postgres(pool) = db.pool() else {
+        return;
+    };
+    loop {
+        let mut listener = match sqlx::postgres::PgListener::connect_with(pool).await {
+            Ok(listener) => listener,
+            Err(e) => {
+                tracing::warn!(error = %e, "cannot listen for approval changes; retrying");
+                tokio::time::sleep(std::time::Duration::from_secs(1)).await;
+                continue;
+            }
+        };
+        if let Err(e) = listener.listen(CHANGES_CHANNEL).await {
+            tracing::warn!(error = %e, "cannot listen for approval changes; retrying");
+            tokio::time::sleep(std::time::Duration::from_secs(1)).await;
+            continue;
+        }
+        loop {
+            match listener.recv().await {
+                Ok(notification) => changed(notification.payload()),
+                Err(e) => {
+                    tracing::warn!(error = %e, "approval change listener lost; reconnecting");
+                    break;
+                }
+            }
+        }
+    }
+}
 
 /// The schema of the approval store, per backend.
 pub const MIGRATIONS: Migrations = Migrations {
@@ -211,6 +247,19 @@ impl PendingStore {
 
     pub fn db(&self) -> &Db {
         &self.db
+    }
+
+    /// Tells every replica on this PostgreSQL store that `token` changed (a no-op on
+    /// SQLite, which has one writer). Its waiters hear it through [`listen`].
+    pub async fn notify(&self, token: &str) -> Result<(), sqlx::Error> {
+        if let Pool::Postgres(pool) = self.db.pool() {
+            sqlx::query("SELECT pg_notify($1, $2)")
+                .bind(CHANGES_CHANNEL)
+                .bind(token)
+                .execute(pool)
+                .await?;
+        }
+        Ok(())
     }
 
     pub async fn insert(&self, p: &Pending) -> Result<(), sqlx::Error> {

@@ -13,6 +13,12 @@ use tonic::{Code, Status};
 use tower_layer::Layer;
 use tower_service::Service;
 
+/// The largest request any service decodes: every field within its limit fits with room
+/// to spare (the largest are 64 KiB of arguments plus 64 KiB of intent). A larger message
+/// is refused before it is buffered whole (RESOURCE_EXHAUSTED), so a flood of huge
+/// requests cannot fill a service's memory.
+pub const MAX_REQUEST_BYTES: usize = 512 * 1024;
+
 /// Longest status message sent, in bytes.
 pub const MAX_MESSAGE: usize = 1024;
 

@@ -456,10 +456,6 @@ impl Planner {
             }
         };
         *cp.executor_calls.entry(call.name.clone()).or_insert(0) += 1;
-        if rules::is_duplicate_guarded(&call.name, &cleared.target) {
-            cp.seen_targets
-                .push((call.name.clone(), cleared.target.clone(), n));
-        }
         if let Some(capability) = &cleared.approval {
             return self
                 .ask_approval(cp, sink, call, log, &cleared, capability)
@@ -477,9 +473,28 @@ impl Planner {
         let observation = self
             .execute(&cp.turn_id, &cleared.executor, &cleared.args, cancel)
             .await;
+        self.note_seen(cp, &call.name, &cleared.args, n, &observation);
         self.observe(cp, sink, &call, log, observation, started)
             .await;
         StepOutcome::Continue
+    }
+
+    /// The duplicate-read guard learns a target once a call on it succeeded (a failed
+    /// read, a timed-out fetch or a refused write may be tried again).
+    pub(crate) fn note_seen(
+        &self,
+        cp: &mut Checkpoint,
+        executor: &str,
+        args: &Value,
+        step: u32,
+        observation: &Observation,
+    ) {
+        if !observation.ok {
+            return;
+        }
+        if let Some(key) = self.guard_key_of(executor, args) {
+            cp.seen_targets.push((executor.to_owned(), key, step));
+        }
     }
 
     /// The turn was taken from this process (its lease expired): the stream says so and

@@ -257,7 +257,8 @@ pub async fn serve(
                         planner.resume_expired_unfollowed(grace_ms).await;
                     }
                 });
-            Ok(PlannerServiceServer::new(PlannerApi { planner }))
+            Ok(PlannerServiceServer::new(PlannerApi { planner })
+                .max_decoding_message_size(metnos_kit::edge::MAX_REQUEST_BYTES))
         })
         .await
 }

@@ -24,10 +24,19 @@ struct Shown {
 impl Planner {
     /// What the LLM sees of an observation of step `n`, and what piping keeps of it: a
     /// large one goes to the scratchpad and both become its id and summary.
-    async fn shown(&self, cp: &mut Checkpoint, n: u32, observation: &Observation) -> Shown {
+    /// A `scratchpad_read` answer is never stored again: it is already bounded
+    /// ([`scratch::MAX_READ`] characters), and stored it would come back as another
+    /// summary, so the model could never page through a large observation.
+    async fn shown(
+        &self,
+        cp: &mut Checkpoint,
+        n: u32,
+        observation: &Observation,
+        read_back: bool,
+    ) -> Shown {
         let value = serde_json::to_value(observation).unwrap_or(Value::Null);
         let size = value.to_string().len() as u64;
-        if size <= self.config.scratchpad_threshold_bytes.get() {
+        if read_back || size <= self.config.scratchpad_threshold_bytes.get() {
             return Shown {
                 shown: value.clone(),
                 piped: value,
@@ -76,7 +85,9 @@ impl Planner {
             mut shown,
             piped,
             scratchpad_id,
-        } = self.shown(cp, n, &observation).await;
+        } = self
+            .shown(cp, n, &observation, call.name == scratch::TOOL)
+            .await;
         if let Value::Object(map) = &mut shown {
             map.insert("step".to_owned(), json!(n));
         }

@@ -20,8 +20,9 @@ pub fn tool_def() -> ToolDef {
     ToolDef {
         name: TOOL.to_owned(),
         description: "Read more of a large observation stored in the scratchpad: a byte range \
-                      (offset, length), a line range (line_start, line_end, 1-based), or the lines \
-                      containing a substring (search)."
+                      (offset, length; the answer's metadata gives next_offset until the end), a \
+                      line range (line_start, line_end, 1-based), or the lines containing a \
+                      substring (search)."
             .to_owned(),
         parameters: json!({
             "type": "object",
@@ -156,6 +157,10 @@ pub async fn read(store: &Store, turn_id: &str, args: &Value) -> Observation {
     }
     meta.insert("offset".into(), json!(start));
     meta.insert("length".into(), json!(end - start));
+    // Where the next page starts, until the end.
+    if end < text.len() {
+        meta.insert("next_offset".into(), json!(end));
+    }
     Observation::success(text[start..end].to_owned(), meta)
 }
 

@@ -583,6 +583,13 @@ impl Planner {
                 return outcome;
             }
         };
+        self.note_seen(
+            cp,
+            &pending.call.name,
+            &pending.args,
+            pending.step,
+            &observation,
+        );
         let waited =
             Duration::from_millis(u64::try_from(now_ms() - pending.started_ms).unwrap_or(0));
         let started_at = started.checked_sub(waited).unwrap_or(started);

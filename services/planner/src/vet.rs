@@ -100,7 +100,8 @@ impl Planner {
             .and_then(Value::as_str)
             .unwrap_or_default()
             .to_owned();
-        if let Some(earlier) = rules::earlier_step(&cp.seen_targets, &call.name, &target) {
+        let key = self.guard_key(&call.name, &target);
+        if let Some(earlier) = rules::earlier_step(&cp.seen_targets, &call.name, &key) {
             log.validation = Validation::Duplicate;
             return Err(Refusal::Refused(format!(
                 "you already have this data at step {earlier}: formulate the final_answer"
@@ -327,6 +328,43 @@ impl Planner {
             }
         }
         Ok((strictest, started.elapsed()))
+    }
+
+    /// What the duplicate-read guard compares for `executor` on `target`: a path with `~`
+    /// expanded, `.`/`..` folded and symbolic links followed (`~/x`, `/home/u/x` and
+    /// `~/d/../x` are one file); a URL as the URL parser writes it, without its fragment.
+    pub(crate) fn guard_key(&self, executor: &str, target: &str) -> String {
+        use metnos_executors::scope::{expand_home, normalize, resolve};
+        if target.is_empty() {
+            return String::new();
+        }
+        if executor == "web_fetch" {
+            return url::Url::parse(target).map_or_else(
+                |_| target.to_owned(),
+                |mut url| {
+                    url.set_fragment(None);
+                    url.to_string()
+                },
+            );
+        }
+        let lexical = normalize(&expand_home(target, &self.runner.user_home));
+        resolve(&lexical)
+            .unwrap_or(lexical)
+            .to_string_lossy()
+            .into_owned()
+    }
+
+    /// The guard's key of a call about to run, from its executor's target argument.
+    pub(crate) fn guard_key_of(&self, executor: &str, args: &Value) -> Option<String> {
+        let target = self
+            .catalog
+            .get(executor)?
+            .manifest
+            .target_arg
+            .as_deref()
+            .and_then(|k| args.get(k))
+            .and_then(Value::as_str)?;
+        rules::is_duplicate_guarded(executor, target).then(|| self.guard_key(executor, target))
     }
 
     /// Where a path target really leads, when a symbolic link makes that differ from what

@@ -269,7 +269,8 @@ impl Llm for ScriptedLlm {
 // ---------------------------------------------------------------- the harness
 
 /// A shell executor that appends its arguments to `~/runs.log` and answers `content`
-/// (named like a built-in where the duplicate guard is keyed by name).
+/// (named like a built-in where the duplicate guard is keyed by name); while `~/fail-once`
+/// exists, it removes it and fails instead.
 fn script_executor(catalog: &Path, name: &str, capabilities: &str, target: &str) {
     let dir = catalog.join(name);
     std::fs::create_dir_all(&dir).unwrap();
@@ -278,6 +279,8 @@ fn script_executor(catalog: &Path, name: &str, capabilities: &str, target: &str)
         &program,
         format!(
             "#!/bin/sh\n{{ printf '{name} '; cat; echo; }} >> \"$HOME/runs.log\"\n\
+             if [ -e \"$HOME/fail-once\" ]; then rm \"$HOME/fail-once\"; \
+             printf '{{\"ok\":false,\"error\":\"timed out\"}}'; exit 0; fi\n\
              printf '{{\"ok\":true,\"content\":\"{name} done\"}}'\n"
         ),
     )
@@ -1159,4 +1162,29 @@ async fn a_turn_resumed_here_while_its_first_stream_still_waits_runs_its_call_on
     // The first stream learns another client continues it.
     let events = until(&mut first, |e| matches!(e, Event::Suspended(_))).await;
     assert!(matches!(events.last(), Some(Event::Suspended(_))));
+}
+
+#[tokio::test]
+async fn a_failed_read_is_tried_again_and_one_file_spelled_two_ways_is_read_once() {
+    let h = Harness::local().await;
+    std::fs::write(h.home.join("fail-once"), "").unwrap();
+    let absolute = format!("{}/notes/../a.txt", h.home.display());
+    h.llm.call("fs_read", json!({"path": "~/a.txt"}));
+    h.llm.call("fs_read", json!({"path": "~/a.txt"}));
+    h.llm.call("fs_read", json!({"path": absolute}));
+    h.llm.answer("read it");
+    let mut rx = h.start("read my notes file", AutonomyLevel::Full);
+    let (events, finished) = to_end(&mut rx).await;
+    assert_eq!(kind(&finished), pb::FinalKind::Answer, "{finished:?}");
+    let seen = observations(&events);
+    assert!(
+        !seen[0].ok && seen[0].summary.contains("timed out"),
+        "{seen:?}"
+    );
+    assert!(seen[1].ok, "the retry after a failure runs: {seen:?}");
+    assert_eq!(
+        seen[2].summary, "you already have this data at step 2: formulate the final_answer",
+        "the same file, spelled from / with a `..`"
+    );
+    assert_eq!(h.runs().len(), 2);
 }

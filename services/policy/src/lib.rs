@@ -67,7 +67,8 @@ pub async fn serve(
                 }
             });
             let api = grpc::PolicyApi::new(policy, running.readiness);
-            Ok(PolicyServiceServer::new(api))
+            Ok(PolicyServiceServer::new(api)
+                .max_decoding_message_size(metnos_kit::edge::MAX_REQUEST_BYTES))
         })
         .await
 }

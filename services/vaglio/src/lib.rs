@@ -177,7 +177,8 @@ pub async fn serve(
             running
                 .background
                 .on_stop("verdict log", async move { log.flush().await });
-            Ok(VaglioServiceServer::new(grpc::VaglioApi::new(vaglio)))
+            Ok(VaglioServiceServer::new(grpc::VaglioApi::new(vaglio))
+                .max_decoding_message_size(metnos_kit::edge::MAX_REQUEST_BYTES))
         })
         .await
 }
