@@ -187,10 +187,10 @@ impl Planner {
             r = tokio::time::timeout(remaining, llm.chat(tier, &request)) => match r {
                 Ok(Ok(response)) => response,
                 Ok(Err(e)) => {
-                    return Err(finish(
-                        FinalKind::Error,
-                        format!("the LLM ({} tier) failed: {e}", answering.as_str()),
-                    ));
+                    // The whole error (its address, the OS's words) stays in this log; the
+                    // person gets one sentence in their language.
+                    tracing::warn!(tier = answering.as_str(), error = %e, "the LLM failed");
+                    return Err(finish(FinalKind::Error, llm_failed(cp.language, answering, &e)));
                 }
                 Err(_) => {
                     return Err(finish(
@@ -255,4 +255,24 @@ fn to_messages(history: &[Hist]) -> Vec<Message> {
             },
         })
         .collect()
+}
+
+/// What the person is told when the LLM failed: one sentence in their language, naming the
+/// provider and what went wrong, never an address or an OS error.
+pub(crate) fn llm_failed(
+    language: Option<metnos_core::Language>,
+    tier: Tier,
+    error: &LlmError,
+) -> String {
+    let what = error.summary();
+    match language {
+        Some(metnos_core::Language::Italian) => format!(
+            "Non riesco a usare il modello linguistico (livello {}: {what}): riprova tra poco.",
+            tier.as_str()
+        ),
+        _ => format!(
+            "I cannot use the language model right now (the LLM ({} tier) failed: {what}): please try again shortly.",
+            tier.as_str()
+        ),
+    }
 }
