@@ -27,6 +27,9 @@ const MAX_REASON_BYTES: usize = 1024;
 /// idempotency key keeps a late second try from recording a twin).
 const GRANT_CLAIM_MS: i64 = 30_000;
 
+/// How long policy is given to record a grant.
+const POLICY_DEADLINE: std::time::Duration = std::time::Duration::from_secs(10);
+
 /// What can go wrong in the approval service.
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
@@ -496,7 +499,11 @@ impl Approvals {
             granted_by: format!("approval:{}", pending.token),
             idempotency_key: format!("approval:{}", pending.token),
         };
-        match policy.record_grant(request).await {
+        // Well within the claim, so a hung policy neither holds Resolve nor the sweeper.
+        let asked = tokio::time::timeout(POLICY_DEADLINE, policy.record_grant(request))
+            .await
+            .unwrap_or_else(|_| Err(tonic::Status::deadline_exceeded("policy did not answer")));
+        match asked {
             Ok(response) => {
                 let id = response.into_inner().grant.map(|g| g.id)?;
                 if let Err(e) = self.store.set_grant(&pending.token, id).await {
@@ -509,8 +516,22 @@ impl Approvals {
             }
             Err(status) => {
                 // Policy's message may quote the pattern; the code says enough here.
-                tracing::warn!(token = %pending.token, capability = %pending.capability, code = ?status.code(), "territory grant not recorded yet");
-                let _ = self.store.release_grant(&pending.token).await;
+                let permanent = matches!(
+                    status.code(),
+                    tonic::Code::InvalidArgument
+                        | tonic::Code::AlreadyExists
+                        | tonic::Code::FailedPrecondition
+                        | tonic::Code::PermissionDenied
+                );
+                if permanent {
+                    // Asking again would get the same answer (an expiry now past, a key
+                    // reused): the approval stands without a grant, and the queue moves on.
+                    tracing::error!(token = %pending.token, capability = %pending.capability, code = ?status.code(), "policy refused the territory grant; it is not asked again");
+                    let _ = self.store.give_up_grant(&pending.token).await;
+                } else {
+                    tracing::warn!(token = %pending.token, capability = %pending.capability, code = ?status.code(), "territory grant not recorded yet");
+                    let _ = self.store.release_grant(&pending.token).await;
+                }
                 None
             }
         }
@@ -563,7 +584,7 @@ impl Approvals {
         if self.policy.is_none() {
             return Ok(());
         }
-        for pending in self.store.ungranted(50).await? {
+        for pending in self.store.ungranted(50, self.now()).await? {
             self.record_grant(&pending).await;
         }
         Ok(())

@@ -441,6 +441,16 @@ impl PendingStore {
         Ok(affected == 1)
     }
 
+    /// Policy refused the grant for good (its answer would not change): never asked again.
+    pub async fn give_up_grant(&self, token: &str) -> Result<(), sqlx::Error> {
+        let sql =
+            "UPDATE pending SET grant_claimed_until = $2 WHERE token = $1 AND grant_id IS NULL";
+        on_db!(&self.db, pool => {
+            sqlx::query(sql).bind(token).bind(i64::MAX).execute(pool).await?;
+        });
+        Ok(())
+    }
+
     /// Gives a claim back (policy could not be asked), so the next sweep tries again.
     pub async fn release_grant(&self, token: &str) -> Result<(), sqlx::Error> {
         let sql =
@@ -452,13 +462,14 @@ impl PendingStore {
     }
 
     /// Approved concessions whose grant is not recorded yet.
-    pub async fn ungranted(&self, limit: u32) -> Result<Vec<Pending>, sqlx::Error> {
+    /// (Not one being recorded now, nor one policy refused for good.)
+    pub async fn ungranted(&self, limit: u32, now_ms: i64) -> Result<Vec<Pending>, sqlx::Error> {
         let sql = format!(
             "SELECT {COLUMNS} FROM pending WHERE status = 'approved' AND territory <> 'none' \
-             AND grant_id IS NULL ORDER BY decision_at LIMIT $1"
+             AND grant_id IS NULL AND grant_claimed_until < $2 ORDER BY decision_at LIMIT $1"
         );
         on_db!(&self.db, pool => {
-            let rows = sqlx::query(sqlx::AssertSqlSafe(sql)).bind(i64::from(limit)).fetch_all(pool).await?;
+            let rows = sqlx::query(sqlx::AssertSqlSafe(sql)).bind(i64::from(limit)).bind(now_ms).fetch_all(pool).await?;
             rows.iter().map(from_row).collect()
         })
     }

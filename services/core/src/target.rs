@@ -72,7 +72,7 @@ fn expand_home(raw: &str, home: &Path) -> Result<String, TargetError> {
     match expand_tilde(raw, &home_text(home)) {
         Tilde::Home(path) => Ok(path),
         Tilde::OtherUser { .. } => Err(TargetError::OtherUsersHome(crate::limits::shown(raw))),
-        Tilde::None => Ok(crate::limits::shown(raw)),
+        Tilde::None => Ok(raw.to_owned()),
     }
 }
 
@@ -102,7 +102,7 @@ impl Target {
         match kind {
             TargetKind::PathGlob => Ok(Target::Path(normalize(&absolute(raw, home)?))),
             TargetKind::Host => Ok(Target::Host(host_of(raw)?)),
-            TargetKind::Exact => Ok(Target::Exact(crate::limits::shown(raw))),
+            TargetKind::Exact => Ok(Target::Exact(raw.to_owned())),
             TargetKind::None => Err(TargetError::NoTargetKind),
         }
     }
@@ -339,6 +339,28 @@ mod tests {
         assert!(err(TargetKind::PathGlob, &format!("/{}", "a".repeat(5000))).contains("longer"));
         let target_err = Target::parse(TargetKind::PathGlob, "relative/file", home()).unwrap_err();
         assert!(matches!(target_err, TargetError::NotAbsolute(_)));
+    }
+
+    #[test]
+    fn a_long_target_is_parsed_whole_never_cut_to_what_an_error_may_quote() {
+        // 64 characters of `./` padding, then the `..` that leave the folder: cut at 64, this
+        // once normalised into the granted folder (an attacker's way past a grant).
+        let sneaky = format!(
+            "/home/roberto/Documents/invoices-2026/{}../../.ssh/id_rsa",
+            "./".repeat(13)
+        );
+        assert!(sneaky.len() > 64);
+        assert_eq!(
+            Target::parse(TargetKind::PathGlob, &sneaky, home()).unwrap(),
+            Target::Path("/home/roberto/.ssh/id_rsa".to_owned())
+        );
+        let exact = format!("calendar-{}", "x".repeat(100));
+        assert_eq!(
+            Target::parse(TargetKind::Exact, &exact, home()).unwrap(),
+            Target::Exact(exact.clone())
+        );
+        let glob = format!("/srv/{}/*", "d".repeat(100));
+        assert!(Pattern::parse(TargetKind::PathGlob, &glob, home()).is_ok());
     }
 
     #[test]

@@ -894,6 +894,14 @@ async fn an_online_turn_plans_once_then_answers_without_tools() {
 
 /// Starts a turn on `planner` (a replica of the harness).
 fn start_on(planner: &Arc<Planner>, query: &str) -> mpsc::Receiver<pb::TurnEvent> {
+    start_on_task(planner, query).0
+}
+
+/// As [`start_on`], with the turn's task (to kill it).
+fn start_on_task(
+    planner: &Arc<Planner>,
+    query: &str,
+) -> (mpsc::Receiver<pb::TurnEvent>, tokio::task::JoinHandle<()>) {
     let request = TurnRequest {
         principal: Principal::new("telegram", "42").unwrap(),
         level: AutonomyLevel::Supervised,
@@ -903,8 +911,8 @@ fn start_on(planner: &Arc<Planner>, query: &str) -> mpsc::Receiver<pb::TurnEvent
     };
     let checkpoint = planner.start(&request);
     let (tx, rx) = mpsc::channel(64);
-    tokio::spawn(Arc::clone(planner).run(checkpoint, tx));
-    rx
+    let task = tokio::spawn(Arc::clone(planner).run(checkpoint, tx));
+    (rx, task)
 }
 
 /// The turn's id and approval token once it waits for a person.
@@ -972,7 +980,7 @@ async fn a_resumer_that_dies_before_the_decision_loses_nothing_and_the_call_runs
     approvals_required(&h);
     let a = h.replica("a", 1_500);
     let b = h.replica("b", 300);
-    let mut rx = start_on(&a, "write my notes file");
+    let (mut rx, first) = start_on_task(&a, "write my notes file");
     let (turn_id, token) = waiting(&mut rx).await;
     drop(rx);
     // A resumes it (a ResumeTurn after a restart of the channel) and shows its card again…
@@ -980,6 +988,8 @@ async fn a_resumer_that_dies_before_the_decision_loses_nothing_and_the_call_runs
     until(&mut resumed, |e| matches!(e, Event::AwaitingApproval(_))).await;
     // …and dies (kill -9): nothing of it runs any more, nothing renews its lease.
     task.abort();
+    first.abort();
+    let _ = (task.await, first.await);
     assert_eq!(state_of(&b, &turn_id).await, State::Resuming);
     assert!(
         !b.store.claim_suspended(&turn_id, now()).await.unwrap(),
@@ -1119,12 +1129,15 @@ async fn a_replica_restarted_after_a_kill_resumes_a_turn_decided_while_it_was_do
     let h = Harness::local().await;
     approvals_required(&h);
     let a = h.replica("a", 60_000);
-    let mut rx = start_on(&a, "write my notes file");
+    let (mut rx, first) = start_on_task(&a, "write my notes file");
     let (turn_id, token) = waiting(&mut rx).await;
     drop(rx);
     let (mut resumed, task) = resume_on(&a, &turn_id).await;
     until(&mut resumed, |e| matches!(e, Event::AwaitingApproval(_))).await;
+    // The process dies: every task of it, the first stream's driver too.
     task.abort();
+    first.abort();
+    let _ = (task.await, first.await);
     // Approved while the planner is down (the channel's ResumeTurn finds nobody).
     h.filters
         .decide(&token, approval::ApprovalStatus::Approved, None);

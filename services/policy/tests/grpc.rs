@@ -348,6 +348,20 @@ async fn a_grant_lifts_approval_and_the_response_names_it() {
         after.reason
     );
 
+    // A target longer than an error may quote is judged whole: `..` past the 64th
+    // character still leave the granted folder.
+    let sneaky = format!(
+        "/home/roberto/Documents/invoices-2026/{}../../.ssh/id_rsa",
+        "./".repeat(13)
+    );
+    let outside = check(&mut client, AutonomyLevel::Supervised, "fs:write", &sneaky).await;
+    assert_eq!(
+        outside.outcome,
+        Outcome::ApprovalRequired as i32,
+        "{outside:?}"
+    );
+    assert_eq!(outside.grant_id, None);
+
     // ReadOnly: denied whatever the grant says.
     let denied = check(&mut client, AutonomyLevel::ReadOnly, "fs:write", target).await;
     assert_eq!(denied.outcome, Outcome::Denied as i32);
