@@ -19,6 +19,18 @@ use crate::turn::{
 };
 use crate::vet::Cleared;
 
+/// The record of a turn ended with an error when its checkpoint cannot be read: who, why,
+/// when.
+fn bare_record(turn: &crate::store::StoredTurn, reason: &str) -> serde_json::Value {
+    serde_json::json!({
+        "turn_id": turn.turn_id,
+        "principal": {"channel": turn.channel, "sender_id": turn.sender_id},
+        "final_kind": FinalKind::Error.as_str(),
+        "reason": reason,
+        "ended_at": metnos_kit::time::rfc3339(now_ms()),
+    })
+}
+
 fn decision_of(status: approval::ApprovalStatus) -> ApprovalDecision {
     match status {
         approval::ApprovalStatus::Approved => ApprovalDecision::Approved,
@@ -167,13 +179,7 @@ impl Planner {
             .unwrap_or(false)
         {
             self.log.append(
-                &serde_json::json!({
-                    "turn_id": turn.turn_id,
-                    "principal": {"channel": turn.channel, "sender_id": turn.sender_id},
-                    "final_kind": FinalKind::Error.as_str(),
-                    "reason": "the turn's checkpoint could not be read",
-                    "ended_at": metnos_kit::time::rfc3339(now_ms()),
-                }),
+                &bare_record(turn, "the turn's checkpoint could not be read"),
                 now_ms(),
             );
         }
@@ -185,13 +191,7 @@ impl Planner {
         const REASON: &str = "interrupted: the planner stopped while the turn ran";
         let record = match serde_json::from_str::<Checkpoint>(&turn.checkpoint) {
             Ok(cp) => self.record(&cp, FinalKind::Error, Some(REASON)),
-            Err(_) => serde_json::json!({
-                "turn_id": turn.turn_id,
-                "principal": {"channel": turn.channel, "sender_id": turn.sender_id},
-                "final_kind": FinalKind::Error.as_str(),
-                "reason": REASON,
-                "ended_at": metnos_kit::time::rfc3339(now_ms()),
-            }),
+            Err(_) => bare_record(turn, REASON),
         };
         match self
             .store

@@ -946,6 +946,21 @@ async fn resume_on(
     panic!("the turn could not be claimed");
 }
 
+/// A turn started on `a` waits for its approval; its client goes, `a` resumes it (a
+/// ResumeTurn after a restart of the channel) and shows its card again — and then `a` dies
+/// (kill -9): every task of it ends, nothing renews its lease. The turn's id and token.
+async fn resumed_then_killed(a: &Arc<Planner>) -> (String, String) {
+    let (mut rx, first) = start_on_task(a, "write my notes file");
+    let (turn_id, token) = waiting(&mut rx).await;
+    drop(rx);
+    let (mut resumed, task) = resume_on(a, &turn_id).await;
+    until(&mut resumed, |e| matches!(e, Event::AwaitingApproval(_))).await;
+    task.abort();
+    first.abort();
+    let _ = (task.await, first.await);
+    (turn_id, token)
+}
+
 fn now() -> i64 {
     metnos_kit::time::now_ms()
 }
@@ -980,16 +995,7 @@ async fn a_resumer_that_dies_before_the_decision_loses_nothing_and_the_call_runs
     approvals_required(&h);
     let a = h.replica("a", 1_500);
     let b = h.replica("b", 300);
-    let (mut rx, first) = start_on_task(&a, "write my notes file");
-    let (turn_id, token) = waiting(&mut rx).await;
-    drop(rx);
-    // A resumes it (a ResumeTurn after a restart of the channel) and shows its card again…
-    let (mut resumed, task) = resume_on(&a, &turn_id).await;
-    until(&mut resumed, |e| matches!(e, Event::AwaitingApproval(_))).await;
-    // …and dies (kill -9): nothing of it runs any more, nothing renews its lease.
-    task.abort();
-    first.abort();
-    let _ = (task.await, first.await);
+    let (turn_id, token) = resumed_then_killed(&a).await;
     assert_eq!(state_of(&b, &turn_id).await, State::Resuming);
     assert!(
         !b.store.claim_suspended(&turn_id, now()).await.unwrap(),
@@ -1129,15 +1135,7 @@ async fn a_replica_restarted_after_a_kill_resumes_a_turn_decided_while_it_was_do
     let h = Harness::local().await;
     approvals_required(&h);
     let a = h.replica("a", 60_000);
-    let (mut rx, first) = start_on_task(&a, "write my notes file");
-    let (turn_id, token) = waiting(&mut rx).await;
-    drop(rx);
-    let (mut resumed, task) = resume_on(&a, &turn_id).await;
-    until(&mut resumed, |e| matches!(e, Event::AwaitingApproval(_))).await;
-    // The process dies: every task of it, the first stream's driver too.
-    task.abort();
-    first.abort();
-    let _ = (task.await, first.await);
+    let (turn_id, token) = resumed_then_killed(&a).await;
     // Approved while the planner is down (the channel's ResumeTurn finds nobody).
     h.filters
         .decide(&token, approval::ApprovalStatus::Approved, None);
