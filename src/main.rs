@@ -14,7 +14,6 @@ use metnos::policy_cli::{self, GrantsCommand, PolicyCommand};
 use metnos::vaglio_cli::{self, VaglioCommand};
 use metnos::{status, up};
 use metnos_kit::launch::EXIT_CONFIG;
-use metnos_kit::telemetry::Telemetry;
 use metnos_kit::{Config, ConfigSource};
 
 #[derive(Debug, Parser)]
@@ -109,21 +108,7 @@ fn main() -> ExitCode {
     };
     runtime.block_on(async move {
         match cli.command {
-            Command::Up => {
-                // The command's own logs; each service logs through its own subscriber.
-                let mut telemetry_config = config.telemetry.clone();
-                telemetry_config.otlp_endpoint = None;
-                match Telemetry::new("metnos", &telemetry_config) {
-                    Ok(telemetry) => {
-                        let _ = telemetry.install_global();
-                    }
-                    Err(e) => {
-                        eprintln!("metnos: {e}");
-                        return ExitCode::from(EXIT_CONFIG);
-                    }
-                }
-                up::up(config).await
-            }
+            Command::Up => up::up(config).await,
             Command::Status { json } => status::status(&config, json).await,
             Command::Policy { command } => policy_cli::policy(&config, command).await,
             Command::Grants { command } => policy_cli::grants(&config, command).await,

@@ -23,6 +23,19 @@ const WORKERS: usize = 2;
 /// Runs the stack until SIGINT/SIGTERM. Exit 0 on a clean stop, 1 when a service failed
 /// to start or stopped on its own, 2 for an unusable configuration.
 pub async fn up(config: Config) -> ExitCode {
+    // One subscriber for the process: the command's logs and each service's, and the
+    // export under each service's name.
+    let (command_telemetry, telemetries) =
+        match Telemetry::for_up("metnos", &SERVICES, &config.telemetry) {
+            Ok(telemetries) => telemetries,
+            Err(e) => {
+                eprintln!("metnos up: {e}");
+                return ExitCode::from(EXIT_CONFIG);
+            }
+        };
+    let _ = command_telemetry.install_global();
+    let mut telemetries: BTreeMap<ServiceName, Telemetry> =
+        SERVICES.into_iter().zip(telemetries).collect();
     if let Err(e) = metnos_kit::launch::keep_memory_private() {
         eprintln!("metnos up: cannot make this process non-dumpable: {e}");
         return ExitCode::FAILURE;
@@ -100,16 +113,8 @@ pub async fn up(config: Config) -> ExitCode {
 
     let mut running: Vec<(ServiceThread, Telemetry)> = Vec::new();
     for (service, listener) in listeners {
-        let telemetry = match Telemetry::new(service.binary(), &config.telemetry) {
-            Ok(telemetry) => telemetry,
-            Err(e) => {
-                return fail(
-                    running,
-                    ExitCode::from(EXIT_CONFIG),
-                    format!("metnos up: {e}"),
-                )
-                .await;
-            }
+        let Some(telemetry) = telemetries.remove(&service) else {
+            continue;
         };
         if service == ServiceName::Vaglio {
             // Only the vaglio exports metrics so far; the process-wide meter provider

@@ -694,6 +694,104 @@ async fn a_restart_in_the_middle_keeps_the_offset_and_the_suspended_turn() {
 }
 
 #[tokio::test]
+async fn a_reply_telegram_refused_connections_for_is_sent_once_it_is_back() {
+    let s = stack().await;
+    s.pair(ADA, "Ada", "supervised").await;
+    s.llm.push(Reply::Text("Here you are.".into()));
+    // Telegram is unreachable (connections refused) from the moment the message is
+    // delivered, for longer than the turn takes.
+    s.tg.outage_after_next_updates(std::time::Duration::from_secs(2));
+    s.tg.message(ADA, user(ADA, "Ada", "en"), "say something");
+    s.answered("Here you are.").await;
+    // Some retries later: the answer is there once.
+    tokio::time::sleep(std::time::Duration::from_secs(2)).await;
+    let texts = s.tg.texts_to(ADA);
+    assert_eq!(
+        texts.iter().filter(|t| *t == "Here you are.").count(),
+        1,
+        "{texts:?}"
+    );
+    let Stack { up, .. } = s;
+    let (code, stderr) = up.interrupt().await;
+    assert_eq!(code, 0, "{stderr}");
+    assert!(
+        !stderr.contains("sendMessage failed"),
+        "the answer was given up: {stderr}"
+    );
+    assert!(!stderr.contains(TOKEN), "the token reached the log");
+}
+
+#[tokio::test]
+async fn a_card_edit_whose_answer_was_lost_is_made_again_and_the_card_closes_once() {
+    let s = stack().await;
+    s.pair(ADA, "Ada", "supervised").await;
+    s.ask_write("~/lost.txt", "edit", "Written.");
+    let (card, approve, _) = s.card().await;
+    let card_id = s.tg.message_id_of(&card).unwrap();
+    // The edit that closes the card is made, but its answer is a proxy's 502 page.
+    s.tg.lose_edit_answers(1);
+    s.tg.click(ADA, card_id, user(ADA, "Ada", "en"), &approve);
+    s.answered("Written.").await;
+    s.tg.until("the edit made again", |tg| {
+        tg.calls("editMessageText").len() >= 2
+    })
+    .await;
+    // Telegram's "not modified" on the second edit means it was made: the card is closed,
+    // once, and the sweep does not come back to it.
+    tokio::time::sleep(std::time::Duration::from_secs(3)).await;
+    let edits = s.tg.calls("editMessageText");
+    assert_eq!(edits.len(), 2, "{edits:?}");
+    assert_eq!(edits[0].body, edits[1].body, "the same edit, made again");
+    let shown = s.tg.text_of(card_id).unwrap();
+    assert!(shown.contains("approved"), "{shown}");
+    let Stack { up, .. } = s;
+    let (code, stderr) = up.interrupt().await;
+    assert_eq!(code, 0, "{stderr}");
+    assert!(!stderr.contains("cannot edit the card"), "{stderr}");
+}
+
+#[tokio::test]
+async fn a_turn_a_kill_9_interrupted_is_told_to_its_person_once_after_the_restart() {
+    let s = stack_with(&[("METNOS_TURNS__LEASE_SECONDS", "3")]).await;
+    s.pair(ADA, "Ada", "supervised").await;
+    // The LLM is slow: the turn is running when the stack is killed.
+    s.llm.push(Reply::Delayed(
+        std::time::Duration::from_secs(300),
+        Box::new(Reply::Text("too late".into())),
+    ));
+    let asked = s.llm.received().len();
+    s.tg.message(ADA, user(ADA, "Ada", "en"), "summarise   my week");
+    let llm = &s.llm;
+    s.tg.until("the LLM asked", |_| llm.received().len() > asked)
+        .await;
+    s.tg.until("confirmed", FakeTelegram::all_confirmed).await;
+    let Stack {
+        sandbox,
+        mut up,
+        llm,
+        tg,
+    } = s;
+    // kill -9: no clean-up, the turn stays "running" in the store.
+    up.child.start_kill().unwrap();
+    up.child.wait().await.unwrap();
+
+    let up = sandbox.up().await;
+    let told = "I was restarted while working on «summarise my week»; I did not finish it, please ask again.";
+    tg.until("the notice", |tg| {
+        tg.texts_to(ADA).iter().any(|t| t == told)
+    })
+    .await;
+    // Some sweeps later: told once, and nothing else came of the turn.
+    tokio::time::sleep(std::time::Duration::from_secs(4)).await;
+    let texts = tg.texts_to(ADA);
+    assert_eq!(texts.iter().filter(|t| *t == told).count(), 1, "{texts:?}");
+    assert!(!texts.iter().any(|t| t.contains("too late")), "{texts:?}");
+    let (code, stderr) = up.interrupt().await;
+    assert_eq!(code, 0, "{stderr}");
+    drop((sandbox, llm));
+}
+
+#[tokio::test]
 async fn webhook_mode_takes_only_posts_with_the_secret_token() {
     let llm = FakeLlm::start().await;
     let tg = FakeTelegram::start();
@@ -822,6 +920,22 @@ async fn a_planner_outage_is_told_in_one_sentence() {
             .any(|t| t == "I cannot reach the planner right now: please try again shortly.")
     })
     .await;
+    // A button pressed while the approval service is down: one sentence, no transport
+    // error, no address.
+    tg.click(ADA, 7, user(ADA, "Ada", "en"), "approve:0123456789abcdef");
+    tg.until("the approval apology", |tg| {
+        tg.texts_to(ADA).iter().any(|t| {
+            t == "I cannot reach the approval service right now: please try again shortly."
+        })
+    })
+    .await;
+    let texts = tg.texts_to(ADA);
+    assert!(
+        !texts
+            .iter()
+            .any(|t| t.contains("127.0.0.1") || t.contains("tcp") || t.contains("error")),
+        "{texts:?}"
+    );
 }
 
 #[tokio::test]

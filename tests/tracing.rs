@@ -341,3 +341,73 @@ mod metrics {
         server.abort();
     }
 }
+
+/// Turns under `metnos up` (this debug build) with spans exported: every service's spans
+/// reach the collector under its own name, and no thread panics. (SQLite's worker threads
+/// drop the last reference to a service's span; when a span's parent was then closed
+/// through the process's global subscriber, which did not know it, the thread panicked
+/// with "tried to drop a ref to Id(…), but no such span exists!" and its connection died.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn turns_under_metnos_up_export_every_service_s_spans_and_no_thread_panics() {
+    use metnos_llm::fake::{FakeLlm, Reply};
+    let (collector, url, server) = start_collector().await;
+    let fake = FakeLlm::start().await;
+    let mut sandbox = common::Sandbox::new();
+    sandbox
+        .with_fake_llm(fake.url())
+        .set("OTEL_EXPORTER_OTLP_ENDPOINT", &url)
+        .set("METNOS_TELEMETRY__LOG", "info");
+    sandbox.owner_first_steps().await;
+    let up = sandbox.up().await;
+    for turn in 0..8 {
+        fake.push(Reply::ToolCalls(vec![(
+            "time_now".to_owned(),
+            serde_json::json!({"timezone": "UTC"}),
+        )]));
+        fake.push(Reply::Text(format!("answer {turn}")));
+        let (code, stdout, stderr) = sandbox
+            .run(&["ask", "what time is it", "--language", "en"])
+            .await;
+        assert_eq!(code, 0, "{stderr}");
+        assert!(stdout.contains(&format!("answer {turn}")), "{stdout}");
+        let (code, _, stderr) = sandbox.run(&["grants", "list"]).await;
+        assert_eq!(code, 0, "{stderr}");
+    }
+    let (code, stderr) = up.interrupt().await;
+    assert_eq!(code, 0, "{stderr}");
+    assert!(
+        !stderr.contains("panicked"),
+        "a thread of metnos up panicked:\n{stderr}"
+    );
+    // One subscriber, six owners: each line is logged once, by whoever owns it.
+    for line in [
+        "metnos is up; Ctrl-C stops it",
+        "serving service=policy",
+        "verdict approved=true",
+    ] {
+        let count = stderr.matches(line).count();
+        assert!(
+            count == 1 || (line.starts_with("verdict") && count == 8),
+            "{line:?} logged {count} times:\n{stderr}"
+        );
+    }
+    let services: std::collections::BTreeSet<String> = collector
+        .spans
+        .lock()
+        .unwrap()
+        .iter()
+        .map(|r| r.service.clone())
+        .collect();
+    for service in [
+        "metnos-policy",
+        "metnos-vaglio",
+        "metnos-planner",
+        "metnos-gateway",
+    ] {
+        assert!(
+            services.contains(service),
+            "no span of {service} among {services:?}"
+        );
+    }
+    server.abort();
+}

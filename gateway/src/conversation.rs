@@ -288,6 +288,26 @@ fn planner_name(lang: Language) -> &'static str {
     }
 }
 
+fn approval_name(lang: Language) -> &'static str {
+    match lang {
+        Language::Italian => "il servizio delle approvazioni",
+        Language::English => "the approval service",
+    }
+}
+
+/// What a clicker is told when the approval service did not decide: its refusal in their
+/// language, or that it cannot be reached, or (another failure) that it did not answer.
+fn click_refusal(refusal: Option<ResolveRefusal>, code: tonic::Code, lang: Language) -> String {
+    let said = match (refusal, code) {
+        (Some(refusal), _) => Says::ResolveRefused(refusal),
+        (None, tonic::Code::Unavailable | tonic::Code::DeadlineExceeded) => {
+            Says::Unavailable(approval_name(lang))
+        }
+        (None, _) => Says::CannotResolve,
+    };
+    text::say(lang, said)
+}
+
 fn person(sender_id: &str) -> Principal {
     Principal {
         channel: CHANNEL.to_owned(),
@@ -699,10 +719,7 @@ impl Conversation {
             .and_then(|v| v.to_str().ok())
             .and_then(ResolveRefusal::parse);
         tracing::info!(clicker = %click.clicker, reason = %status.message(), "approval not resolved");
-        let said = text::say(
-            click.lang,
-            refusal.map_or(Says::CannotResolve, Says::ResolveRefused),
-        );
+        let said = click_refusal(refusal, status.code(), click.lang);
         self.outbox.answer_callback(&click.id, Some(&said)).await;
         if let Some(chat) = click.chat {
             self.outbox.send_text(chat, &said).await;
@@ -1110,6 +1127,22 @@ mod tests {
         assert_eq!(
             final_text(99, "?".to_owned(), Language::Italian),
             "Mi sono fermato (error). ?"
+        );
+    }
+
+    #[test]
+    fn a_click_the_approval_service_could_not_take_is_told_in_one_sentence() {
+        assert_eq!(
+            click_refusal(None, tonic::Code::Unavailable, Language::English),
+            "I cannot reach the approval service right now: please try again shortly."
+        );
+        assert_eq!(
+            click_refusal(None, tonic::Code::DeadlineExceeded, Language::Italian),
+            "Non riesco a raggiungere il servizio delle approvazioni in questo momento: riprova tra poco."
+        );
+        assert_eq!(
+            click_refusal(None, tonic::Code::Internal, Language::English),
+            "Approval cannot be resolved: the service does not answer, try again shortly"
         );
     }
 

@@ -2,8 +2,14 @@
 //! their buttons (remembered, so a click or a restart can find them again), cards edited
 //! to their final state, typing and callback answers; all behind per-chat and global rate
 //! limits, with Telegram's retry_after honoured. Errors carry no bot token.
+//!
+//! A request that fails on the way is tried again with backoff, never so that a message
+//! could show twice: a send only when it cannot have reached Telegram (the connection was
+//! refused or could not be made), an edit whenever Telegram gave no answer of its own (an
+//! edit made twice shows once, and "message is not modified" means it was made).
 
 use std::collections::HashMap;
+use std::future::Future;
 use std::time::Duration;
 
 use metnos_core::language::Language;
@@ -54,6 +60,33 @@ impl Limiter {
         state.1 = Some(at);
         drop(state);
         tokio::time::sleep_until(at).await;
+    }
+}
+
+/// How long a message is tried again for, and the first pause (doubled each time).
+const RETRY_FOR: Duration = Duration::from_secs(15);
+const FIRST_PAUSE: Duration = Duration::from_millis(500);
+
+/// Which failures a request may be tried again after.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Again {
+    /// A send: only when it cannot have reached Telegram.
+    IfNotSent,
+    /// An edit (idempotent): whenever Telegram itself did not answer.
+    IfNoAnswer,
+}
+
+/// How long to pause before trying `error`'s request again, if it may be.
+fn pause_after(error: &RequestError, again: Again, backoff: Duration) -> Option<Duration> {
+    match error {
+        RequestError::RetryAfter(seconds) => Some(seconds.duration()),
+        RequestError::Network(e) if e.is_connect() => Some(backoff),
+        RequestError::Network(_) | RequestError::InvalidJson { .. } | RequestError::Io(_)
+            if again == Again::IfNoAnswer =>
+        {
+            Some(backoff)
+        }
+        _ => None,
     }
 }
 
@@ -151,6 +184,38 @@ impl Outbox {
         }
     }
 
+    /// Makes `request` within the rate limits, again (with backoff, for at most
+    /// [`RETRY_FOR`]) after the failures `again` allows.
+    async fn attempt<T, F, Fut>(
+        &self,
+        chat: i64,
+        again: Again,
+        request: F,
+    ) -> Result<T, RequestError>
+    where
+        F: Fn() -> Fut,
+        Fut: Future<Output = Result<T, RequestError>>,
+    {
+        let until = tokio::time::Instant::now() + RETRY_FOR;
+        let mut backoff = FIRST_PAUSE;
+        loop {
+            self.limiter.wait(chat).await;
+            let error = match request().await {
+                Ok(answer) => return Ok(answer),
+                Err(error) => error,
+            };
+            let Some(pause) = pause_after(&error, again, backoff) else {
+                return Err(error);
+            };
+            if tokio::time::Instant::now() + pause > until {
+                return Err(error);
+            }
+            tracing::info!(error = %self.bot.redact(&error), retry_in_ms = pause.as_millis() as u64, "Telegram request tried again");
+            tokio::time::sleep(pause).await;
+            backoff = (backoff * 2).min(Duration::from_secs(8));
+        }
+    }
+
     /// Sends text (escaped, split at the limit), honouring rate limits and retry_after;
     /// the ids of the messages that went.
     pub async fn send_text(&self, chat: i64, text: &str) -> Vec<i32> {
@@ -163,27 +228,23 @@ impl Outbox {
         sent
     }
 
-    /// One message, tried up to three times while Telegram asks to wait.
+    /// One message (see [`Outbox::attempt`]).
     async fn send_piece(&self, chat: i64, piece: String) -> Option<i32> {
-        for attempt in 0..3 {
-            self.limiter.wait(chat).await;
-            match self
-                .bot
-                .send_message(ChatId(chat), piece.clone())
-                .parse_mode(ParseMode::Html)
-                .await
-            {
-                Ok(message) => return Some(message.id.0),
-                Err(RequestError::RetryAfter(seconds)) if attempt < 2 => {
-                    tokio::time::sleep(seconds.duration()).await;
-                }
-                Err(e) => {
-                    tracing::warn!(error = %self.bot.redact(&e), "sendMessage failed");
-                    return None;
-                }
+        let sent = self
+            .attempt(chat, Again::IfNotSent, || {
+                self.bot
+                    .send_message(ChatId(chat), piece.clone())
+                    .parse_mode(ParseMode::Html)
+                    .into_future()
+            })
+            .await;
+        match sent {
+            Ok(message) => Some(message.id.0),
+            Err(e) => {
+                tracing::warn!(error = %self.bot.redact(&e), "sendMessage failed");
+                None
             }
         }
-        None
     }
 
     /// Sends an approval card with its buttons and remembers where it went.
@@ -193,12 +254,15 @@ impl Outbox {
         } else {
             card.telegram_html.clone()
         };
-        self.limiter.wait(chat).await;
+        let buttons = keyboard(&card.buttons);
         let sent = self
-            .bot
-            .send_message(ChatId(chat), html.clone())
-            .parse_mode(ParseMode::Html)
-            .reply_markup(keyboard(&card.buttons))
+            .attempt(chat, Again::IfNotSent, || {
+                self.bot
+                    .send_message(ChatId(chat), html.clone())
+                    .parse_mode(ParseMode::Html)
+                    .reply_markup(buttons.clone())
+                    .into_future()
+            })
             .await;
         let message = match sent {
             Ok(message) => message,
@@ -230,15 +294,19 @@ impl Outbox {
         html: String,
         buttons: Option<InlineKeyboardMarkup>,
     ) -> Result<(), Error> {
-        self.limiter.wait(chat).await;
-        let mut request = self
-            .bot
-            .edit_message_text(ChatId(chat), MessageId(message), html)
-            .parse_mode(ParseMode::Html);
-        if let Some(buttons) = buttons {
-            request = request.reply_markup(buttons);
-        }
-        match request.await {
+        let edited = self
+            .attempt(chat, Again::IfNoAnswer, || {
+                let mut request = self
+                    .bot
+                    .edit_message_text(ChatId(chat), MessageId(message), html.clone())
+                    .parse_mode(ParseMode::Html);
+                if let Some(buttons) = &buttons {
+                    request = request.reply_markup(buttons.clone());
+                }
+                request.into_future()
+            })
+            .await;
+        match edited {
             Ok(_) | Err(RequestError::Api(ApiError::MessageNotModified)) => Ok(()),
             Err(e) => Err(edit_error(self.bot.redact(&e))),
         }
@@ -256,14 +324,16 @@ impl Outbox {
         else {
             return true;
         };
-        self.limiter.wait(chat).await;
         // Without reply_markup the buttons go: an old card cannot be clicked again.
-        match self
-            .bot
-            .edit_message_text(ChatId(chat), MessageId(message), body)
-            .parse_mode(ParseMode::Html)
-            .await
-        {
+        let edited = self
+            .attempt(chat, Again::IfNoAnswer, || {
+                self.bot
+                    .edit_message_text(ChatId(chat), MessageId(message), body.clone())
+                    .parse_mode(ParseMode::Html)
+                    .into_future()
+            })
+            .await;
+        match edited {
             Ok(_) | Err(RequestError::Api(ApiError::MessageNotModified)) => {
                 if let Err(e) = self.store.mark_closed(&card.token, now_ms()).await {
                     tracing::warn!(error = %e, "card closed but not noted; the sweep will look again");
@@ -400,6 +470,33 @@ mod tests {
             ),
             "write &lt;x&gt;\nto ~/a &amp; b\n\n<b>✅ approved</b> · 2030-01-02 03:04 UTC"
         );
+    }
+
+    #[test]
+    fn only_an_edit_is_tried_again_after_a_failure_telegram_may_have_acted_on() {
+        let garbled = || RequestError::InvalidJson {
+            source: std::sync::Arc::new(serde_json::from_str::<u8>("<html>").unwrap_err()),
+            raw: "<html>502 Bad Gateway</html>".into(),
+        };
+        let backoff = Duration::from_millis(500);
+        // No answer of Telegram's own (a proxy's error page): the send may have gone, the
+        // edit can be made again.
+        assert_eq!(pause_after(&garbled(), Again::IfNotSent, backoff), None);
+        assert_eq!(
+            pause_after(&garbled(), Again::IfNoAnswer, backoff),
+            Some(backoff)
+        );
+        // Telegram asks to wait: either, after its pause.
+        let wait = RequestError::RetryAfter(teloxide::types::Seconds::from_seconds(3));
+        for again in [Again::IfNotSent, Again::IfNoAnswer] {
+            assert_eq!(
+                pause_after(&wait, again, backoff),
+                Some(Duration::from_secs(3))
+            );
+        }
+        // Telegram's own refusal is final.
+        let refused = RequestError::Api(ApiError::MessageNotModified);
+        assert_eq!(pause_after(&refused, Again::IfNoAnswer, backoff), None);
     }
 
     #[test]

@@ -231,6 +231,11 @@ impl Up {
             text.push_str(&line);
             text.push('\n');
         }
+        // No thread of the stack may have panicked, whatever the test was about.
+        assert!(
+            !text.contains("panicked at"),
+            "a thread of metnos up panicked; its log:\n{text}"
+        );
         match status {
             Ok(status) => (status.unwrap().code().unwrap_or(-1), text),
             Err(_) => {
@@ -363,6 +368,22 @@ where
         > + Send
         + 'static,
 {
+    serve_http_gated(handler, tokio::sync::watch::channel(false).1)
+}
+
+/// As [`serve_http`], down while `down` says so: the port is closed (a connection is
+/// refused) and every open connection is closed once its answer is written.
+pub fn serve_http_gated<F, Fut>(handler: F, down: tokio::sync::watch::Receiver<bool>) -> SocketAddr
+where
+    F: Fn(hyper::Request<hyper::body::Incoming>) -> Fut + Clone + Send + 'static,
+    Fut: std::future::Future<
+            Output = Result<
+                hyper::Response<http_body_util::Full<bytes::Bytes>>,
+                std::convert::Infallible,
+            >,
+        > + Send
+        + 'static,
+{
     let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
     listener.set_nonblocking(true).unwrap();
     let addr = listener.local_addr().unwrap();
@@ -372,17 +393,52 @@ where
             .build()
             .unwrap();
         runtime.block_on(async move {
-            let listener = tokio::net::TcpListener::from_std(listener).unwrap();
+            let mut down = down;
+            let mut listener = Some(tokio::net::TcpListener::from_std(listener).unwrap());
             loop {
-                let Ok((stream, _)) = listener.accept().await else {
+                if *down.borrow_and_update() {
+                    // Closed: connections are refused until it is up again.
+                    listener = None;
+                    if down.wait_for(|d| !*d).await.is_err() {
+                        return;
+                    }
+                    continue;
+                }
+                if listener.is_none() {
+                    match tokio::net::TcpListener::bind(addr).await {
+                        Ok(l) => listener = Some(l),
+                        Err(_) => {
+                            tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+                            continue;
+                        }
+                    }
+                }
+                let accepted = tokio::select! {
+                    accepted = listener.as_ref().unwrap().accept() => accepted,
+                    // (Never, once nobody can bring it down.)
+                    Ok(()) = down.changed() => continue,
+                };
+                let Ok((stream, _)) = accepted else {
                     continue;
                 };
                 let handler = handler.clone();
+                let mut closing = down.clone();
                 tokio::spawn(async move {
                     let io = hyper_util::rt::TokioIo::new(stream);
-                    let _ = hyper::server::conn::http1::Builder::new()
-                        .serve_connection(io, hyper::service::service_fn(handler))
-                        .await;
+                    let connection = hyper::server::conn::http1::Builder::new()
+                        .serve_connection(io, hyper::service::service_fn(handler));
+                    tokio::pin!(connection);
+                    tokio::select! {
+                        _ = connection.as_mut() => {}
+                        () = async {
+                            if closing.wait_for(|d| *d).await.is_err() {
+                                std::future::pending::<()>().await;
+                            }
+                        } => {
+                            connection.as_mut().graceful_shutdown();
+                            let _ = connection.await;
+                        }
+                    }
                 });
             }
         });

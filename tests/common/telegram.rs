@@ -33,6 +33,12 @@ struct State {
     calls: Vec<Call>,
     /// Answers to give to the next getUpdates calls instead of updates: (status, body).
     faults: VecDeque<(u16, Value)>,
+    /// Each message's text as Telegram shows it (by message id).
+    texts: std::collections::HashMap<i64, String>,
+    /// After the next batch of updates is delivered, the server is down this long.
+    outage_after_updates: Option<Duration>,
+    /// The next editMessageText calls are made, but answered by a proxy's 502 page.
+    lost_edit_answers: u32,
 }
 
 #[derive(Debug, Clone)]
@@ -40,6 +46,9 @@ pub struct FakeTelegram {
     pub addr: SocketAddr,
     state: Arc<Mutex<State>>,
 }
+
+/// Whether the server is down (refusing connections).
+type Down = Arc<tokio::sync::watch::Sender<bool>>;
 
 pub fn user(id: i64, name: &str, language: &str) -> Value {
     json!({"id": id, "is_bot": false, "first_name": name, "language_code": language})
@@ -63,8 +72,30 @@ impl FakeTelegram {
             ..State::default()
         }));
         let shared = Arc::clone(&state);
-        let addr = super::serve_http(move |request| handle(Arc::clone(&shared), request));
+        let (down, gate) = tokio::sync::watch::channel(false);
+        let down: Down = Arc::new(down);
+        let addr = super::serve_http_gated(
+            move |request| handle(Arc::clone(&shared), Arc::clone(&down), request),
+            gate,
+        );
         FakeTelegram { addr, state }
+    }
+
+    /// Right after the next updates are delivered, the server goes down for `outage`:
+    /// connections are refused, open ones closed.
+    pub fn outage_after_next_updates(&self, outage: Duration) {
+        self.state.lock().unwrap().outage_after_updates = Some(outage);
+    }
+
+    /// The next `n` edits are made, but their answers lost: a proxy answers 502 with an
+    /// HTML page.
+    pub fn lose_edit_answers(&self, n: u32) {
+        self.state.lock().unwrap().lost_edit_answers = n;
+    }
+
+    /// The text Telegram shows for message `id`.
+    pub fn text_of(&self, id: i64) -> Option<String> {
+        self.state.lock().unwrap().texts.get(&id).cloned()
     }
 
     pub fn url(&self) -> String {
@@ -189,6 +220,7 @@ fn reply(status: u16, body: Value) -> Response<Full<Bytes>> {
 
 async fn handle(
     state: Arc<Mutex<State>>,
+    down: Down,
     request: Request<hyper::body::Incoming>,
 ) -> Result<Response<Full<Bytes>>, Infallible> {
     let path = request.uri().path().to_owned();
@@ -237,6 +269,14 @@ async fn handle(
                     s.updates
                         .retain(|u| u["update_id"].as_i64().unwrap_or(0) >= offset);
                     if !s.updates.is_empty() {
+                        if let Some(outage) = s.outage_after_updates.take() {
+                            let down = Arc::clone(&down);
+                            tokio::spawn(async move {
+                                down.send_replace(true);
+                                tokio::time::sleep(outage).await;
+                                down.send_replace(false);
+                            });
+                        }
                         return Ok(ok(Value::Array(s.updates.iter().cloned().collect())));
                     }
                 }
@@ -256,16 +296,40 @@ async fn handle(
                 call.message_id = Some(id);
             }
             let chat = body["chat_id"].as_i64().unwrap_or(0);
+            let text = body["text"].as_str().unwrap_or_default();
+            s.texts.insert(id, text.to_owned());
             ok(message_json(
                 id,
                 chat,
                 json!({"id": 777, "is_bot": true, "first_name": "Metnos"}),
-                body["text"].as_str().unwrap_or_default(),
+                text,
             ))
         }
         "editmessagetext" => {
             let chat = body["chat_id"].as_i64().unwrap_or(0);
             let id = body["message_id"].as_i64().unwrap_or(0);
+            let text = body["text"].as_str().unwrap_or_default();
+            let mut s = state.lock().unwrap();
+            // Telegram refuses an edit that changes nothing (buttons aside, in this fake).
+            if s.texts.get(&id).map(String::as_str) == Some(text) && body["reply_markup"].is_null()
+            {
+                return Ok(reply(
+                    400,
+                    json!({"ok": false, "error_code": 400, "description": "Bad Request: message is not modified: specified new message content and reply markup are exactly the same as a current content and reply markup of the message"}),
+                ));
+            }
+            s.texts.insert(id, text.to_owned());
+            if s.lost_edit_answers > 0 {
+                s.lost_edit_answers -= 1;
+                return Ok(Response::builder()
+                    .status(502)
+                    .header("content-type", "text/html")
+                    .body(Full::new(Bytes::from_static(
+                        b"<html><body><h1>502 Bad Gateway</h1></body></html>",
+                    )))
+                    .unwrap());
+            }
+            drop(s);
             ok(message_json(
                 id,
                 chat,

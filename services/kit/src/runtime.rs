@@ -1,6 +1,7 @@
 //! Running a service on a runtime of its own, so that several services can share one
 //! process (`metnos up`, system tests) and still log and trace under their own names:
-//! every thread of the runtime defaults to the service's `tracing` subscriber.
+//! every thread of the runtime defaults to the service's `tracing` subscriber and is
+//! marked as the service's ([`crate::telemetry::mark_thread`]).
 
 use std::cell::RefCell;
 use std::fmt::Display;
@@ -51,6 +52,7 @@ where
             .thread_name(name)
             .enable_all()
             .on_thread_start(move || {
+                crate::telemetry::mark_thread(service);
                 let guard = tracing::dispatcher::set_default(&dispatch);
                 DEFAULT_DISPATCH.with(|slot| *slot.borrow_mut() = Some(guard));
             })
@@ -60,6 +62,7 @@ where
     let thread = std::thread::Builder::new()
         .name(name.to_owned())
         .spawn(move || {
+            crate::telemetry::mark_thread(service);
             let _default = tracing::dispatcher::set_default(&dispatch);
             let shutdown: ShutdownFuture = Box::pin(async move {
                 // A dropped handle also means stop.

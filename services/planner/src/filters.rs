@@ -1,7 +1,7 @@
 //! The three filters every call passes, as the planner reaches them: policy, vaglio and
-//! approval. [`Filters`] is what the turn loop needs of them; [`GrpcFilters`] asks the
-//! real services over gRPC (traced, so one turn is one trace); tests drive the loop with
-//! a fake.
+//! approval; and the gateway, to tell a person what became of a turn nobody followed.
+//! [`Filters`] is what the turn loop needs of them; [`GrpcFilters`] asks the real services
+//! over gRPC (traced, so one turn is one trace); tests drive the loop with a fake.
 
 use metnos_core::level::AutonomyLevel;
 use metnos_core::principal::Principal;
@@ -9,6 +9,8 @@ use metnos_kit::client::{TracedChannel, channel};
 use metnos_kit::tls::{Identity, Tls};
 use metnos_proto::approval::v1 as approval;
 use metnos_proto::approval::v1::approval_service_client::ApprovalServiceClient;
+use metnos_proto::gateway::v1 as gateway;
+use metnos_proto::gateway::v1::gateway_service_client::GatewayServiceClient;
 use metnos_proto::policy::v1 as policy;
 use metnos_proto::policy::v1::policy_service_client::PolicyServiceClient;
 use metnos_proto::vaglio::v1 as vaglio;
@@ -71,22 +73,26 @@ pub trait Filters: Send + Sync + std::fmt::Debug {
 
     /// Withdraws a request nobody needs to answer any more.
     async fn cancel(&self, token: &str, reason: &str) -> Result<(), Status>;
+
+    /// Tells `principal` `text` on their channel (the gateway's SendMessage).
+    async fn tell(&self, principal: &Principal, text: &str) -> Result<(), Status>;
 }
 
-/// Clients of the three filter services.
+/// Clients of the three filter services and the gateway.
 #[derive(Debug, Clone)]
 pub struct GrpcFilters {
     policy: PolicyServiceClient<TracedChannel>,
     vaglio: VaglioServiceClient<TracedChannel>,
     approval: ApprovalServiceClient<TracedChannel>,
+    gateway: GatewayServiceClient<TracedChannel>,
 }
 
 impl GrpcFilters {
-    /// Clients, as the planner (`tls`), for policy, the vaglio and approval at these URLs
-    /// (connections are made lazily).
+    /// Clients, as the planner (`tls`), for policy, the vaglio, approval and the gateway
+    /// at these URLs (connections are made lazily).
     pub fn connect(
         tls: &Tls,
-        [policy, vaglio, approval]: &[String; 3],
+        [policy, vaglio, approval, gateway]: &[String; 4],
     ) -> Result<GrpcFilters, String> {
         let make =
             |who: Identity, url: &str| channel(tls, who, url).map_err(|e| format!("{who}: {e}"));
@@ -94,6 +100,7 @@ impl GrpcFilters {
             policy: PolicyServiceClient::new(make(Identity::Policy, policy)?),
             vaglio: VaglioServiceClient::new(make(Identity::Vaglio, vaglio)?),
             approval: ApprovalServiceClient::new(make(Identity::Approval, approval)?),
+            gateway: GatewayServiceClient::new(make(Identity::Gateway, gateway)?),
         })
     }
 }
@@ -184,6 +191,19 @@ impl Filters for GrpcFilters {
             reason: reason.to_owned(),
         };
         self.approval.clone().cancel(request).await?;
+        Ok(())
+    }
+
+    async fn tell(&self, principal: &Principal, text: &str) -> Result<(), Status> {
+        let request = gateway::SendMessageRequest {
+            principal: Some(principal.to_proto()),
+            text: text.to_owned(),
+            reply_to: None,
+        };
+        let mut client = self.gateway.clone();
+        let mut request = tonic::Request::new(request);
+        request.set_timeout(std::time::Duration::from_secs(10));
+        client.send_message(request).await?;
         Ok(())
     }
 }

@@ -173,6 +173,7 @@ pub async fn serve(
         config.service_url(ServiceName::Policy),
         config.service_url(ServiceName::Vaglio),
         config.service_url(ServiceName::Approval),
+        config.service_url(ServiceName::Gateway),
     ];
     let runner = runner_from_config(&config);
     if config.executors.allow_unsandboxed {

@@ -16,6 +16,11 @@ const SQLITE: &[EmbeddedMigration] = &[
         description: "turn leases",
         sql: include_str!("../migrations/sqlite/0002_leases.sql"),
     },
+    EmbeddedMigration {
+        version: 3,
+        description: "notices",
+        sql: include_str!("../migrations/sqlite/0003_notices.sql"),
+    },
 ];
 const POSTGRES: &[EmbeddedMigration] = &[
     EmbeddedMigration {
@@ -27,6 +32,11 @@ const POSTGRES: &[EmbeddedMigration] = &[
         version: 2,
         description: "turn leases",
         sql: include_str!("../migrations/postgres/0002_leases.sql"),
+    },
+    EmbeddedMigration {
+        version: 3,
+        description: "notices",
+        sql: include_str!("../migrations/postgres/0003_notices.sql"),
     },
 ];
 
@@ -84,6 +94,17 @@ pub struct StoredTurn {
     pub owner_run: String,
     /// Until when its owner holds it (ms since the epoch; running and resuming turns).
     pub lease_until: i64,
+}
+
+/// What a person must still be told about a turn nobody followed to its end.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Notice {
+    pub turn_id: String,
+    pub channel: String,
+    pub sender_id: String,
+    pub text: String,
+    /// When the turn last changed (ms since the epoch): how old the notice is.
+    pub since_ms: i64,
 }
 
 /// A scratchpad entry.
@@ -352,24 +373,90 @@ impl Store {
         Ok(affected == 1)
     }
 
-    /// Ends a running turn whose owner's lease expired (it stopped while the turn ran):
-    /// `true` when this caller closed it.
+    /// Ends a running turn whose owner's lease expired (it stopped while the turn ran),
+    /// with `notice` for its person if they must be told: `true` when this caller closed
+    /// it.
     pub async fn close_expired(
         &self,
         turn_id: &str,
         record: &str,
+        notice: Option<&str>,
         now_ms: i64,
     ) -> Result<bool, sqlx::Error> {
         let sql = "UPDATE turns SET state = 'finished', approval_token = NULL, record = $2, checkpoint = '', \
-                   updated_at = $3, lease_until = 0 \
+                   updated_at = $3, lease_until = 0, notice = $4 \
                    WHERE turn_id = $1 AND state = 'running' AND lease_until < $3";
         let affected = self
             .execute(
                 sql,
-                Binds(&[Bind::Text(turn_id), Bind::Text(record), Bind::Int(now_ms)]),
+                Binds(&[
+                    Bind::Text(turn_id),
+                    Bind::Text(record),
+                    Bind::Int(now_ms),
+                    Bind::OptText(notice),
+                ]),
             )
             .await?;
         Ok(affected == 1)
+    }
+
+    /// Keeps `text` to tell the person of a finished turn (one nobody followed).
+    pub async fn set_notice(&self, turn_id: &str, text: &str) -> Result<(), sqlx::Error> {
+        let sql = "UPDATE turns SET notice = $2, notice_claimed_until = 0 \
+                   WHERE turn_id = $1 AND state = 'finished'";
+        self.execute(sql, Binds(&[Bind::Text(turn_id), Bind::Text(text)]))
+            .await?;
+        Ok(())
+    }
+
+    /// Notices still to deliver that nobody is delivering now, oldest first.
+    pub async fn notices(&self, now_ms: i64, limit: u32) -> Result<Vec<Notice>, sqlx::Error> {
+        let sql = "SELECT turn_id, channel, sender_id, notice, updated_at FROM turns \
+                   WHERE notice IS NOT NULL AND notice_claimed_until < $1 ORDER BY updated_at LIMIT $2";
+        on_db!(&self.db, pool => {
+            let rows = sqlx::query(sql).bind(now_ms).bind(i64::from(limit)).fetch_all(pool).await?;
+            rows.iter()
+                .map(|row| {
+                    Ok(Notice {
+                        turn_id: row.try_get("turn_id")?,
+                        channel: row.try_get("channel")?,
+                        sender_id: row.try_get("sender_id")?,
+                        text: row.try_get("notice")?,
+                        since_ms: row.try_get("updated_at")?,
+                    })
+                })
+                .collect()
+        })
+    }
+
+    /// Takes the delivery of a turn's notice for a lease: `false` when another replica has
+    /// it or it was delivered.
+    pub async fn claim_notice(&self, turn_id: &str, now_ms: i64) -> Result<Held, sqlx::Error> {
+        let sql = "UPDATE turns SET notice_claimed_until = $3 \
+                   WHERE turn_id = $1 AND notice IS NOT NULL AND notice_claimed_until < $2";
+        let until = now_ms.saturating_add(self.holder.lease_ms);
+        let affected = self
+            .execute(
+                sql,
+                Binds(&[Bind::Text(turn_id), Bind::Int(now_ms), Bind::Int(until)]),
+            )
+            .await?;
+        Ok(affected == 1)
+    }
+
+    /// A notice delivered (or given up): gone.
+    pub async fn drop_notice(&self, turn_id: &str) -> Result<(), sqlx::Error> {
+        let sql = "UPDATE turns SET notice = NULL, notice_claimed_until = 0 WHERE turn_id = $1";
+        self.execute(sql, Binds(&[Bind::Text(turn_id)])).await?;
+        Ok(())
+    }
+
+    /// A notice that could not be delivered now: free for the next sweep.
+    pub async fn release_notice(&self, turn_id: &str) -> Result<(), sqlx::Error> {
+        let sql =
+            "UPDATE turns SET notice_claimed_until = 0 WHERE turn_id = $1 AND notice IS NOT NULL";
+        self.execute(sql, Binds(&[Bind::Text(turn_id)])).await?;
+        Ok(())
     }
 
     /// Puts a turn whose resumer's lease expired back to waiting (its pending call

@@ -7,6 +7,7 @@
 use std::time::{Duration, Instant};
 
 use metnos_core::call::value_sha256;
+use metnos_core::principal::Principal;
 use metnos_kit::time::now_ms;
 use metnos_proto::approval::v1 as approval;
 use metnos_proto::planner::v1 as pb;
@@ -31,6 +32,38 @@ fn bare_record(turn: &crate::store::StoredTurn, reason: &str) -> serde_json::Val
     })
 }
 
+/// The terminal's channel: its person follows the turn's stream and sees it end.
+const CLI: &str = "cli";
+
+/// How long an undelivered notice is kept (days).
+const NOTICE_DAYS: i64 = 1;
+
+/// What the person of a turn a restart interrupted is told, in their language, naming
+/// their request (its first 80 characters).
+pub(crate) fn interrupted_notice(
+    language: Option<metnos_core::Language>,
+    query: Option<&str>,
+) -> String {
+    let asked = query.map(|q| {
+        let q = q.split_whitespace().collect::<Vec<_>>().join(" ");
+        if q.chars().count() > 80 {
+            format!("{}…", q.chars().take(80).collect::<String>())
+        } else {
+            q
+        }
+    });
+    match (language, asked) {
+        (Some(metnos_core::Language::Italian), Some(q)) => format!(
+            "Sono stato riavviato mentre lavoravo a «{q}»: non ho finito, per favore chiedimelo di nuovo."
+        ),
+        (Some(metnos_core::Language::Italian), None) => "Sono stato riavviato mentre lavoravo alla tua richiesta: non ho finito, per favore chiedimelo di nuovo.".to_owned(),
+        (_, Some(q)) => {
+            format!("I was restarted while working on «{q}»; I did not finish it, please ask again.")
+        }
+        (_, None) => "I was restarted while working on your request; I did not finish it, please ask again.".to_owned(),
+    }
+}
+
 fn decision_of(status: approval::ApprovalStatus) -> ApprovalDecision {
     match status {
         approval::ApprovalStatus::Approved => ApprovalDecision::Approved,
@@ -51,7 +84,7 @@ impl Planner {
     /// following its turn sees the expiry first and goes on itself. Returns how many were
     /// taken up.
     pub async fn resume_expired_unfollowed(self: &std::sync::Arc<Self>, grace_ms: i64) -> usize {
-        let turns = match self.store.suspended_on("cli", 1000).await {
+        let turns = match self.store.suspended_on(CLI, 1000).await {
             Ok(turns) => turns,
             Err(e) => {
                 tracing::warn!(error = %e, "cannot read the suspended turns");
@@ -106,8 +139,10 @@ impl Planner {
     /// replayed — with its record in the store and the turn log; one being resumed is put
     /// back to wait for its decision, which applies it once wherever it arrives. A turn
     /// released a lease ago and nobody resumed whose request was decided meanwhile is
-    /// resumed here: an approved call runs once, on this replica. Returns how many turns
-    /// were ended, released and resumed.
+    /// resumed here: an approved call runs once, on this replica. A channel's person is
+    /// told what became of a turn nobody follows any more (see
+    /// [`Planner::deliver_notices`]). Returns how many turns were ended, released and
+    /// resumed.
     pub async fn sweep_leases(self: &std::sync::Arc<Self>) -> (usize, usize, usize) {
         let now = now_ms();
         let expired = match self.store.expired(now, 200).await {
@@ -162,11 +197,39 @@ impl Planner {
             }
             resumed += 1;
             tracing::info!(turn_id = %found.turn_id, "a decided turn nobody resumed goes on here");
-            let (sink, mut events) = mpsc::channel(64);
-            tokio::spawn(async move { while events.recv().await.is_some() {} });
+            // Nobody follows it: a channel's person gets its final answer as a notice.
+            let (sink, events) = mpsc::channel(64);
+            let planner = std::sync::Arc::clone(self);
+            let told = (found.channel != CLI).then(|| found.turn_id.clone());
+            tokio::spawn(async move {
+                planner.deliver_final(events, told).await;
+            });
             tokio::spawn(std::sync::Arc::clone(self).resume(cp, sink));
         }
+        self.deliver_notices().await;
         (ended, released, resumed)
+    }
+
+    /// Follows a turn nobody else follows to its end; for `told` (a channel's turn), its
+    /// final text becomes the notice its person gets.
+    async fn deliver_final(&self, mut events: mpsc::Receiver<pb::TurnEvent>, told: Option<String>) {
+        let mut last = None;
+        while let Some(event) = events.recv().await {
+            if let Some(pb::turn_event::Event::Finished(finished)) = event.event {
+                last = Some(finished.text);
+            }
+        }
+        let (Some(turn_id), Some(text)) = (told, last) else {
+            return;
+        };
+        if text.trim().is_empty() {
+            return;
+        }
+        if let Err(e) = self.store.set_notice(&turn_id, &text).await {
+            tracing::warn!(%turn_id, error = %e, "cannot keep a turn's answer for its person");
+            return;
+        }
+        self.deliver_notices().await;
     }
 
     /// Ends a suspended turn whose checkpoint cannot be read, with a minimal line in the
@@ -189,13 +252,26 @@ impl Planner {
     /// checkpoint is unreadable) in the store and, once, in the turn log.
     async fn end_interrupted(&self, turn: &crate::store::StoredTurn) -> bool {
         const REASON: &str = "interrupted: the planner stopped while the turn ran";
-        let record = match serde_json::from_str::<Checkpoint>(&turn.checkpoint) {
-            Ok(cp) => self.record(&cp, FinalKind::Error, Some(REASON)),
-            Err(_) => bare_record(turn, REASON),
+        let checkpoint = serde_json::from_str::<Checkpoint>(&turn.checkpoint).ok();
+        let record = match &checkpoint {
+            Some(cp) => self.record(cp, FinalKind::Error, Some(REASON)),
+            None => bare_record(turn, REASON),
         };
+        // A channel's person is told (the terminal saw its stream end).
+        let notice = (turn.channel != CLI).then(|| {
+            interrupted_notice(
+                checkpoint.as_ref().and_then(|cp| cp.language),
+                checkpoint.as_ref().map(|cp| cp.query.as_str()),
+            )
+        });
         match self
             .store
-            .close_expired(&turn.turn_id, &record.to_string(), now_ms())
+            .close_expired(
+                &turn.turn_id,
+                &record.to_string(),
+                notice.as_deref(),
+                now_ms(),
+            )
             .await
         {
             Ok(true) => {
@@ -209,6 +285,73 @@ impl Planner {
                 false
             }
         }
+    }
+
+    /// Delivers the notices of turns nobody followed to their end, through the gateway:
+    /// each once (claimed in the store, so two replicas do not both send it), again at a
+    /// later sweep if the gateway cannot be reached, dropped when the gateway refuses it
+    /// for good (the person is no longer paired) or after [`NOTICE_DAYS`]. Returns how
+    /// many went out.
+    pub async fn deliver_notices(&self) -> usize {
+        let now = now_ms();
+        let notices = match self.store.notices(now, 100).await {
+            Ok(notices) => notices,
+            Err(e) => {
+                tracing::warn!(error = %e, "cannot read the notices to deliver");
+                return 0;
+            }
+        };
+        let mut sent = 0;
+        for notice in notices {
+            if !self
+                .store
+                .claim_notice(&notice.turn_id, now)
+                .await
+                .unwrap_or(false)
+            {
+                continue;
+            }
+            let person = Principal {
+                channel: notice.channel.clone(),
+                sender_id: notice.sender_id.clone(),
+            };
+            let give_up = now.saturating_sub(notice.since_ms) > NOTICE_DAYS * 86_400_000;
+            let done = match self.filters.tell(&person, &notice.text).await {
+                Ok(()) => {
+                    sent += 1;
+                    tracing::info!(turn_id = %notice.turn_id, "the person was told what became of their turn");
+                    true
+                }
+                Err(status)
+                    if matches!(
+                        status.code(),
+                        tonic::Code::NotFound
+                            | tonic::Code::InvalidArgument
+                            | tonic::Code::PermissionDenied
+                    ) =>
+                {
+                    tracing::warn!(turn_id = %notice.turn_id, code = ?status.code(), reason = %status.message(), "a notice the gateway refuses is dropped");
+                    true
+                }
+                Err(status) if give_up => {
+                    tracing::warn!(turn_id = %notice.turn_id, code = ?status.code(), "a notice undelivered for a day is dropped");
+                    true
+                }
+                Err(status) => {
+                    tracing::debug!(turn_id = %notice.turn_id, code = ?status.code(), "a notice waits for the gateway");
+                    false
+                }
+            };
+            let written = if done {
+                self.store.drop_notice(&notice.turn_id).await
+            } else {
+                self.store.release_notice(&notice.turn_id).await
+            };
+            if let Err(e) = written {
+                tracing::warn!(turn_id = %notice.turn_id, error = %e, "cannot note a notice's delivery");
+            }
+        }
+        sent
     }
 
     /// Cancels the turn `found`, wherever it runs: signalled here; ended here if it waits

@@ -52,6 +52,9 @@ struct FilterState {
     cancelled: Vec<(String, String)>,
     /// Closed when an approval is created: the planner's store stops answering.
     close_on_create: Option<Db>,
+    /// What the gateway was asked to tell whom ("channel:sender", text).
+    told: Vec<(String, String)>,
+    gateway_down: bool,
 }
 
 #[derive(Debug)]
@@ -184,6 +187,19 @@ impl Filters for FakeFilters {
                 .await
                 .map_err(|_| Status::unavailable("gone"))?;
         }
+    }
+
+    async fn tell(&self, principal: &Principal, text: &str) -> Result<(), Status> {
+        self.with(|s| {
+            if s.gateway_down {
+                return Err(Status::unavailable("the gateway is down"));
+            }
+            s.told.push((
+                format!("{}:{}", principal.channel, principal.sender_id),
+                text.to_owned(),
+            ));
+            Ok(())
+        })
     }
 
     async fn cancel(&self, token: &str, reason: &str) -> Result<(), Status> {
@@ -1091,42 +1107,65 @@ async fn a_turn_left_running_by_a_dead_replica_is_ended_once_and_written_to_the_
     h.llm.call("fs_read", json!({"path": "~/notes.txt"}));
     let a = h.replica("a", 300);
     let b = h.replica("b", 300);
-    let request = TurnRequest {
-        principal: Principal::new("telegram", "42").unwrap(),
+    let request = |channel: &str, query: &str, language| TurnRequest {
+        principal: Principal::new(channel, "42").unwrap(),
         level: AutonomyLevel::Supervised,
-        query: "read my notes".to_owned(),
-        language: None,
+        query: query.to_owned(),
+        language,
         mode: None,
     };
-    let cp = a.start(&request);
-    let turn_id = cp.turn_id.clone();
-    // A stored the turn and died before it ended (no renewals, no end).
-    a.store
-        .insert_turn(
-            &turn_id,
+    // A stored two turns, a Telegram person's and the terminal's, and died before they
+    // ended (no renewals, no end).
+    let mut turn_ids = Vec::new();
+    for request in [
+        request(
             "telegram",
-            "42",
-            &serde_json::to_string(&cp).unwrap(),
-            now(),
-        )
-        .await
-        .unwrap();
+            "read   my notes\nplease",
+            Some(metnos_core::Language::Italian),
+        ),
+        request("cli", "read my notes", None),
+    ] {
+        let cp = a.start(&request);
+        a.store
+            .insert_turn(
+                &cp.turn_id,
+                &request.principal.channel,
+                "42",
+                &serde_json::to_string(&cp).unwrap(),
+                now(),
+            )
+            .await
+            .unwrap();
+        turn_ids.push(cp.turn_id);
+    }
     assert_eq!(b.sweep_leases().await, (0, 0, 0));
     tokio::time::sleep(Duration::from_millis(400)).await;
-    assert_eq!(b.sweep_leases().await, (1, 0, 0));
+    // The gateway is down when they are ended: the person is told at a later sweep, once.
+    h.filters.with(|s| s.gateway_down = true);
+    assert_eq!(b.sweep_leases().await, (2, 0, 0));
+    assert!(h.filters.with(|s| s.told.is_empty()));
+    h.filters.with(|s| s.gateway_down = false);
     assert_eq!(b.sweep_leases().await, (0, 0, 0));
-    let found = b.store.get(&turn_id).await.unwrap().unwrap();
-    assert_eq!(found.state, State::Finished);
-    let records = h.records();
-    assert_eq!(records.len(), 1, "{records:?}");
-    assert_eq!(records[0]["turn_id"], turn_id.as_str());
-    assert_eq!(records[0]["final_kind"], "error");
-    assert!(
-        records[0]["reason"]
-            .as_str()
-            .unwrap()
-            .contains("interrupted")
+    assert_eq!(a.sweep_leases().await, (0, 0, 0));
+    assert_eq!(
+        h.filters.with(|s| s.told.clone()),
+        [(
+            "telegram:42".to_owned(),
+            "Sono stato riavviato mentre lavoravo a «read my notes please»: non ho finito, per favore chiedimelo di nuovo.".to_owned()
+        )],
+        "the Telegram person, once, in their language; the terminal saw its stream end"
     );
+    for turn_id in &turn_ids {
+        let found = b.store.get(turn_id).await.unwrap().unwrap();
+        assert_eq!(found.state, State::Finished);
+    }
+    let records = h.records();
+    assert_eq!(records.len(), 2, "{records:?}");
+    for record in &records {
+        assert!(turn_ids.iter().any(|t| record["turn_id"] == t.as_str()));
+        assert_eq!(record["final_kind"], "error");
+        assert!(record["reason"].as_str().unwrap().contains("interrupted"));
+    }
     assert!(h.runs().is_empty(), "not replayed");
 }
 
@@ -1149,6 +1188,17 @@ async fn a_replica_restarted_after_a_kill_resumes_a_turn_decided_while_it_was_do
     let records = h.records();
     assert_eq!(records.len(), 1, "{records:?}");
     assert_eq!(records[0]["final_kind"], "answer");
+    // Nobody followed it here: its Telegram person gets the answer through the gateway.
+    for _ in 0..100 {
+        if !h.filters.with(|s| s.told.is_empty()) {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert_eq!(
+        h.filters.with(|s| s.told.clone()),
+        [("telegram:42".to_owned(), "written".to_owned())]
+    );
 }
 
 #[tokio::test]

@@ -167,14 +167,35 @@ async fn a_turn_is_taken_over_only_once_its_holders_lease_expired(test: TestStor
 
     // "r" was not renewed: B ends it, and A can then write nothing more of it.
     assert!(
-        b.close_expired("r", "{\"final_kind\":\"error\"}", 12_000)
-            .await
-            .unwrap()
+        b.close_expired(
+            "r",
+            "{\"final_kind\":\"error\"}",
+            Some("I was restarted"),
+            12_000
+        )
+        .await
+        .unwrap()
     );
     assert!(
-        !b.close_expired("r", "{}", 12_001).await.unwrap(),
+        !b.close_expired("r", "{}", Some("twice"), 12_001)
+            .await
+            .unwrap(),
         "ended once"
     );
+    // Its notice goes out once: one replica claims it, the other sees it taken; a failed
+    // delivery frees it, a delivered one is gone.
+    let notices = a.notices(12_001, 10).await.unwrap();
+    assert_eq!(notices.len(), 1, "{notices:?}");
+    assert_eq!(notices[0].text, "I was restarted");
+    assert_eq!(notices[0].turn_id, "r");
+    assert!(a.claim_notice("r", 12_001).await.unwrap());
+    assert!(!b.claim_notice("r", 12_002).await.unwrap());
+    assert!(b.notices(12_002, 10).await.unwrap().is_empty());
+    a.release_notice("r").await.unwrap();
+    assert!(b.claim_notice("r", 12_003).await.unwrap());
+    b.drop_notice("r").await.unwrap();
+    assert!(a.notices(99_999_999, 10).await.unwrap().is_empty());
+    assert!(!a.claim_notice("r", 99_999_999).await.unwrap());
     assert!(!a.finish("r", "{}", 12_002).await.unwrap());
     assert!(
         !a.save("r", State::Suspended, Some("t2"), "{}", 12_002)
