@@ -348,6 +348,49 @@ fn http_server() -> SocketAddr {
 }
 
 #[tokio::test]
+async fn a_fetch_that_failed_once_is_tried_again_and_its_page_read() {
+    let s = stack_with(
+        &[("METNOS_EXECUTORS__LOCAL_HOSTS", "[\"127.0.0.1\"]")],
+        true,
+    )
+    .await;
+    // A real server that is overloaded once: 503, then the page.
+    let served = std::sync::Arc::new(std::sync::atomic::AtomicU32::new(0));
+    let counter = std::sync::Arc::clone(&served);
+    let addr = common::serve_http(move |_request| {
+        let n = counter.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        async move {
+            let response = if n == 0 {
+                Response::builder()
+                    .status(503)
+                    .body(FullBody::new(Bytes::from_static(b"busy")))
+            } else {
+                Response::builder()
+                    .header("content-type", "text/plain")
+                    .body(FullBody::new(Bytes::from_static(b"the forecast: sun")))
+            };
+            Ok::<_, Infallible>(response.unwrap())
+        }
+    });
+    let url = format!("http://{addr}/forecast");
+    for _ in 0..2 {
+        s.fake
+            .push(tool_calls(&[("web_fetch", json!({"url": url}))]));
+    }
+    s.fake.push(Reply::Text("sun".into()));
+    let events = s.run("fetch the forecast", Full).await;
+    let obs = observations(&events);
+    assert_eq!(obs.len(), 2, "{obs:?}");
+    assert!(!obs[0].ok && obs[0].summary.contains("503"), "{obs:?}");
+    assert!(
+        obs[1].ok && obs[1].summary.contains("the forecast: sun"),
+        "the retry after a failed fetch runs: {obs:?}"
+    );
+    assert_eq!(served.load(std::sync::atomic::Ordering::SeqCst), 2);
+    assert_eq!(kind(&events), pb::FinalKind::Answer);
+}
+
+#[tokio::test]
 async fn fetch_and_save_pipes_step_one_into_step_two() {
     // The fake page is on loopback: the operator names it among the local hosts.
     let s = stack_with(
@@ -561,13 +604,13 @@ async fn a_large_observation_goes_to_the_scratchpad_and_is_read_back() {
 }
 
 #[tokio::test]
-async fn a_half_megabyte_file_is_read_to_its_last_line_page_by_page_through_the_scratchpad() {
+async fn a_one_megabyte_file_is_read_to_its_last_line_page_by_page_through_the_scratchpad() {
     // Before: each page (4000 characters, over 4096 bytes as JSON) went back into the
     // scratchpad, so the model saw a new summary under a new id until the step cap.
     let s = stack_with(&[("METNOS_TURNS__CAP_STEPS", "400")], true).await;
     let mut text = String::new();
     let mut line = 0;
-    while text.len() < 500_000 {
+    while text.len() < 1_000_000 {
         line += 1;
         text.push_str(&format!("line {line:06} of the big file, all quiet\n"));
     }
@@ -575,11 +618,11 @@ async fn a_half_megabyte_file_is_read_to_its_last_line_page_by_page_through_the_
     std::fs::write(s.home().join("big.txt"), &text).unwrap();
     s.fake.push(tool_calls(&[(
         "fs_read",
-        json!({"path": "~/big.txt", "max_bytes": 524_288}),
+        json!({"path": "~/big.txt", "max_bytes": 1_048_576}),
     )]));
     // Then, as a model would: the next page from the last answer's next_offset, until
     // there is none.
-    for _ in 0..200 {
+    for _ in 0..300 {
         s.fake.push(Reply::from_request(|request| {
             let messages = tool_messages(request);
             let last: Value = serde_json::from_str(messages.last().unwrap()).unwrap();
@@ -609,7 +652,7 @@ async fn a_half_megabyte_file_is_read_to_its_last_line_page_by_page_through_the_
     }
     assert_eq!(kind(&events), pb::FinalKind::Answer, "{:#?}", events.last());
     let pages = observations(&events).len() - 1;
-    assert!(pages >= 125, "{pages} pages of 4000 characters");
+    assert!(pages >= 250, "{pages} pages of 4000 characters");
     // No page went back into the scratchpad, and the last one holds the last line.
     assert!(
         observations(&events)[1..]
