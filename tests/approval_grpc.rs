@@ -760,3 +760,205 @@ async fn two_hundred_concessions_on_two_replicas_with_policy_restarting_make_two
         assert_eq!(grant.granted_by, format!("approval:{token}"));
     }
 }
+
+/// How the programmable policy answers RecordGrant.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Records {
+    /// Never answers.
+    Hangs,
+    /// Refuses with this code.
+    Refuses(tonic::Code),
+    /// Records grant 77.
+    Grants,
+}
+
+/// A policy service over real mutual TLS (the policy's certificate) whose RecordGrant does
+/// what a test says, counting the calls per idempotency key.
+#[derive(Debug, Clone)]
+struct ProgrammablePolicy {
+    records: Arc<std::sync::Mutex<Records>>,
+    calls: Arc<std::sync::Mutex<Vec<String>>>,
+}
+
+#[tonic::async_trait]
+impl metnos_proto::policy::v1::policy_service_server::PolicyService for ProgrammablePolicy {
+    async fn list_capabilities(
+        &self,
+        _: tonic::Request<metnos_proto::policy::v1::ListCapabilitiesRequest>,
+    ) -> Reply<metnos_proto::policy::v1::ListCapabilitiesResponse> {
+        Err(tonic::Status::unimplemented("not in this fake"))
+    }
+    async fn get_table(
+        &self,
+        _: tonic::Request<metnos_proto::policy::v1::GetTableRequest>,
+    ) -> Reply<metnos_proto::policy::v1::GetTableResponse> {
+        Err(tonic::Status::unimplemented("not in this fake"))
+    }
+    async fn check(
+        &self,
+        _: tonic::Request<CheckRequest>,
+    ) -> Reply<metnos_proto::policy::v1::CheckResponse> {
+        Err(tonic::Status::unimplemented("not in this fake"))
+    }
+    async fn record_grant(
+        &self,
+        request: tonic::Request<metnos_proto::policy::v1::RecordGrantRequest>,
+    ) -> Reply<metnos_proto::policy::v1::RecordGrantResponse> {
+        self.calls
+            .lock()
+            .unwrap()
+            .push(request.into_inner().idempotency_key);
+        let records = *self.records.lock().unwrap();
+        match records {
+            Records::Hangs => {
+                std::future::pending::<()>().await;
+                unreachable!()
+            }
+            Records::Refuses(code) => Err(tonic::Status::new(code, "refused by the fake")),
+            Records::Grants => Ok(tonic::Response::new(
+                metnos_proto::policy::v1::RecordGrantResponse {
+                    grant: Some(metnos_proto::policy::v1::Grant {
+                        id: 77,
+                        ..Default::default()
+                    }),
+                },
+            )),
+        }
+    }
+    async fn list_grants(
+        &self,
+        _: tonic::Request<metnos_proto::policy::v1::ListGrantsRequest>,
+    ) -> Reply<metnos_proto::policy::v1::ListGrantsResponse> {
+        Err(tonic::Status::unimplemented("not in this fake"))
+    }
+    async fn revoke_grant(
+        &self,
+        _: tonic::Request<metnos_proto::policy::v1::RevokeGrantRequest>,
+    ) -> Reply<metnos_proto::policy::v1::RevokeGrantResponse> {
+        Err(tonic::Status::unimplemented("not in this fake"))
+    }
+    async fn prune_grants(
+        &self,
+        _: tonic::Request<metnos_proto::policy::v1::PruneGrantsRequest>,
+    ) -> Reply<metnos_proto::policy::v1::PruneGrantsResponse> {
+        Err(tonic::Status::unimplemented("not in this fake"))
+    }
+}
+
+/// Approval (SQLite, sweeping every second) with the programmable policy.
+async fn with_programmable_policy(
+    records: Records,
+) -> (TestServer, ProgrammablePolicy, tempfile::TempDir) {
+    let data = tempfile::tempdir().unwrap();
+    let mut cfg = config(data.path());
+    let policy = ProgrammablePolicy {
+        records: Arc::new(std::sync::Mutex::new(records)),
+        calls: Arc::default(),
+    };
+    let tls = metnos_kit::tls::Tls::load(&cfg, Identity::Policy).unwrap();
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    cfg.policy.url = format!("http://{}", listener.local_addr().unwrap());
+    let server = tonic::transport::Server::builder()
+        .tls_config(tls.server())
+        .unwrap()
+        .add_service(
+            metnos_proto::policy::v1::policy_service_server::PolicyServiceServer::new(
+                policy.clone(),
+            ),
+        )
+        .serve_with_incoming(tokio_stream::wrappers::TcpListenerStream::new(listener));
+    tokio::spawn(server);
+    cfg.approval.sweep_interval_seconds = NonZero::new(1).unwrap();
+    let approval = TestServer::start(&cfg.clone(), ServiceName::Approval, None, move |l, s| {
+        metnos_approval::serve(cfg, l, s)
+    })
+    .await;
+    (approval, policy, data)
+}
+
+async fn grant_of(client: &mut Client, token: &str) -> Option<i64> {
+    client
+        .get_pending(pb::GetPendingRequest {
+            token: token.to_owned(),
+        })
+        .await
+        .unwrap()
+        .into_inner()
+        .approval
+        .unwrap()
+        .grant_id
+}
+
+#[tokio::test]
+async fn a_policy_that_never_answers_does_not_hold_the_decision_and_is_asked_again() {
+    let (approval, policy, _data) = with_programmable_policy(Records::Hangs).await;
+    let mut client = Client::new(&approval);
+    let token = new_token(&mut client, pb::TerritoryConcession::Permanent).await;
+    // Resolve returns (policy is given 10 s), the decision standing without a grant.
+    let approved = tokio::time::timeout(
+        Duration::from_secs(60),
+        resolve_with(
+            &mut client,
+            &token,
+            pb::Decision::Approve,
+            pb::TerritoryConcession::Permanent,
+        ),
+    )
+    .await
+    .expect("a hung policy held the decision")
+    .unwrap();
+    assert_eq!(approved.status, pb::ApprovalStatus::Approved as i32);
+    assert_eq!(approved.grant_id, None);
+    // Once policy answers, the sweeper records it: the claim was given back.
+    *policy.records.lock().unwrap() = Records::Grants;
+    let mut granted = None;
+    for _ in 0..300 {
+        granted = grant_of(&mut client, &token).await;
+        if granted.is_some() {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert_eq!(granted, Some(77));
+    let key = format!("approval:{token}");
+    assert!(policy.calls.lock().unwrap().iter().all(|k| *k == key));
+}
+
+#[tokio::test]
+async fn a_grant_policy_refuses_for_good_is_not_asked_again_and_blocks_no_other() {
+    let (approval, policy, _data) =
+        with_programmable_policy(Records::Refuses(tonic::Code::InvalidArgument)).await;
+    let mut client = Client::new(&approval);
+    let refused = new_token(&mut client, pb::TerritoryConcession::Permanent).await;
+    let approved = resolve_with(
+        &mut client,
+        &refused,
+        pb::Decision::Approve,
+        pb::TerritoryConcession::Permanent,
+    )
+    .await
+    .unwrap();
+    assert_eq!(approved.status, pb::ApprovalStatus::Approved as i32);
+    assert_eq!(approved.grant_id, None);
+    // Policy answers again; another approval is recorded, the refused one never re-asked.
+    *policy.records.lock().unwrap() = Records::Grants;
+    let other = new_token(&mut client, pb::TerritoryConcession::Permanent).await;
+    let approved = resolve_with(
+        &mut client,
+        &other,
+        pb::Decision::Approve,
+        pb::TerritoryConcession::Permanent,
+    )
+    .await
+    .unwrap();
+    assert_eq!(approved.grant_id, Some(77));
+    // Three sweeps later.
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    assert_eq!(grant_of(&mut client, &refused).await, None);
+    let calls = policy.calls.lock().unwrap().clone();
+    assert_eq!(
+        calls,
+        [format!("approval:{refused}"), format!("approval:{other}")],
+        "the refused grant was asked once"
+    );
+}

@@ -880,6 +880,34 @@ async fn every_rpc_refuses_an_oversized_field_with_a_short_message() {
         ),
         "intent",
     );
+    // The context's mode and each capability it lists have limits too.
+    let mut contextual = judge("read my notes".into());
+    contextual.context = Some(vaglio::JudgeContext {
+        mode: z(1000),
+        ..Default::default()
+    });
+    too_big(
+        call!(
+            s.channel("vaglio", planner_id),
+            VaglioServiceClient,
+            judge,
+            contextual.clone()
+        ),
+        "context.mode",
+    );
+    contextual.context = Some(vaglio::JudgeContext {
+        capabilities: vec!["fs:read".into(), z(5000)],
+        ..Default::default()
+    });
+    too_big(
+        call!(
+            s.channel("vaglio", planner_id),
+            VaglioServiceClient,
+            judge,
+            contextual
+        ),
+        "context.capabilities[]",
+    );
     let flood = call!(
         s.channel("vaglio", planner_id),
         VaglioServiceClient,
@@ -935,6 +963,38 @@ async fn every_rpc_refuses_an_oversized_field_with_a_short_message() {
         ),
         "lines",
     );
+    let card = gateway::SendCardRequest {
+        principal: person("telegram", "1004"),
+        token: "t".into(),
+        card: Some(approval::Card {
+            lines: vec!["May I?".into()],
+            telegram_html: z(100_000),
+            ..Default::default()
+        }),
+    };
+    too_big(
+        call!(
+            s.channel("gateway", planner_id),
+            GatewayServiceClient,
+            send_card,
+            card
+        ),
+        "card.telegram_html",
+    );
+    // Health and reflection decode 64 KiB, not tonic's 4 MiB.
+    use tonic_health::pb::health_client::HealthClient;
+    for service in ["policy", "vaglio", "approval", "planner", "gateway"] {
+        let huge = call!(
+            s.channel(service, owner),
+            HealthClient,
+            check,
+            tonic_health::pb::HealthCheckRequest {
+                service: z(1024 * 1024)
+            }
+        )
+        .unwrap_err();
+        assert_eq!(huge.code(), Code::OutOfRange, "{service}: {huge:?}");
+    }
     s.up.interrupt().await;
 }
 

@@ -203,6 +203,8 @@ impl GatewayService for GatewayApi {
         let principal = principal_of(request.principal)?;
         let card = request.card.unwrap_or_default();
         card_within_limits(&card.lines, &card.buttons)?;
+        limits::bytes("card.telegram_html", &card.telegram_html, limits::MESSAGE)
+            .map_err(Error::from)?;
         if card.lines.is_empty() {
             return Err(Error::EmptyCard.into());
         }

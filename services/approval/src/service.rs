@@ -123,7 +123,13 @@ pub struct Approvals {
     home: PathBuf,
     policy: Option<PolicyServiceClient<TracedChannel>>,
     changes: broadcast::Sender<String>,
+    /// Notifications to the other replicas in flight (PostgreSQL): a burst of changes
+    /// holds at most this many connections; past it, their poll tells them.
+    notifying: Arc<tokio::sync::Semaphore>,
 }
+
+/// At most this many notifications to the other replicas at once.
+const NOTIFYING: usize = 8;
 
 /// A path as a card shows it: under the home, `~/…`.
 fn shown_path(path: &str, home: &std::path::Path) -> String {
@@ -214,6 +220,7 @@ impl Approvals {
             home,
             policy,
             changes,
+            notifying: Arc::new(tokio::sync::Semaphore::new(NOTIFYING)),
         }
     }
 
@@ -234,9 +241,19 @@ impl Approvals {
     /// `token` changed.
     fn changed(&self, token: &str) {
         self.changed_here(token);
+        if !self.store.shared() {
+            return;
+        }
+        let Ok(permit) = Arc::clone(&self.notifying).try_acquire_owned() else {
+            tracing::debug!(
+                "too many notifications in flight; the other replicas' poll will tell them"
+            );
+            return;
+        };
         let store = self.store.clone();
         let token = token.to_owned();
         tokio::spawn(async move {
+            let _permit = permit;
             if let Err(e) = store.notify(&token).await {
                 tracing::debug!(error = %e, "cannot tell the other replicas; their poll will");
             }
@@ -464,9 +481,10 @@ impl Approvals {
         // policy at once (policy's idempotency key makes a second ask return the same grant
         // anyway).
         let now = self.now();
+        let claimed_until = now.saturating_add(GRANT_CLAIM_MS);
         match self
             .store
-            .claim_grant(&pending.token, now, now.saturating_add(GRANT_CLAIM_MS))
+            .claim_grant(&pending.token, now, claimed_until)
             .await
         {
             Ok(true) => {}
@@ -527,10 +545,16 @@ impl Approvals {
                     // Asking again would get the same answer (an expiry now past, a key
                     // reused): the approval stands without a grant, and the queue moves on.
                     tracing::error!(token = %pending.token, capability = %pending.capability, code = ?status.code(), "policy refused the territory grant; it is not asked again");
-                    let _ = self.store.give_up_grant(&pending.token).await;
+                    let _ = self
+                        .store
+                        .give_up_grant(&pending.token, claimed_until)
+                        .await;
                 } else {
                     tracing::warn!(token = %pending.token, capability = %pending.capability, code = ?status.code(), "territory grant not recorded yet");
-                    let _ = self.store.release_grant(&pending.token).await;
+                    let _ = self
+                        .store
+                        .release_grant(&pending.token, claimed_until)
+                        .await;
                 }
                 None
             }

@@ -59,26 +59,31 @@ const POSTGRES: &[EmbeddedMigration] = &[
 pub const CHANGES_CHANNEL: &str = "metnos_approval_changes";
 
 /// Calls `changed` with each token another replica (or this one) says changed, until the
-/// store is not PostgreSQL. The listener reconnects by itself after a lost connection;
-/// the waiters' slow poll covers what a reconnection misses.
+/// store is not PostgreSQL. A lost listener is made again, with backoff (1 s doubling to
+/// 30 s while PostgreSQL cannot be reached); the waiters' slow poll covers what a
+/// reconnection misses.
 pub async fn listen(db: &Db, changed: impl Fn(&str)) {
     let Pool::Postgres(pool) = db.pool() else {
         return;
     };
+    const FIRST: std::time::Duration = std::time::Duration::from_secs(1);
+    let mut backoff = FIRST;
     loop {
-        let mut listener = match sqlx::postgres::PgListener::connect_with(pool).await {
+        let listening = async {
+            let mut listener = sqlx::postgres::PgListener::connect_with(pool).await?;
+            listener.listen(CHANGES_CHANNEL).await?;
+            Ok::<_, sqlx::Error>(listener)
+        };
+        let mut listener = match listening.await {
             Ok(listener) => listener,
             Err(e) => {
-                tracing::warn!(error = %e, "cannot listen for approval changes; retrying");
-                tokio::time::sleep(std::time::Duration::from_secs(1)).await;
+                tracing::warn!(error = %e, retry_in_s = backoff.as_secs(), "cannot listen for approval changes");
+                tokio::time::sleep(backoff).await;
+                backoff = (backoff * 2).min(std::time::Duration::from_secs(30));
                 continue;
             }
         };
-        if let Err(e) = listener.listen(CHANGES_CHANNEL).await {
-            tracing::warn!(error = %e, "cannot listen for approval changes; retrying");
-            tokio::time::sleep(std::time::Duration::from_secs(1)).await;
-            continue;
-        }
+        backoff = FIRST;
         loop {
             match listener.recv().await {
                 Ok(notification) => changed(notification.payload()),
@@ -247,6 +252,12 @@ impl PendingStore {
 
     pub fn db(&self) -> &Db {
         &self.db
+    }
+
+    /// Whether other replicas may share this store (PostgreSQL), so changes are told to
+    /// them.
+    pub fn shared(&self) -> bool {
+        matches!(self.db.pool(), Pool::Postgres(_))
     }
 
     /// Tells every replica on this PostgreSQL store that `token` changed (a no-op on
@@ -442,21 +453,24 @@ impl PendingStore {
     }
 
     /// Policy refused the grant for good (its answer would not change): never asked again.
-    pub async fn give_up_grant(&self, token: &str) -> Result<(), sqlx::Error> {
-        let sql =
-            "UPDATE pending SET grant_claimed_until = $2 WHERE token = $1 AND grant_id IS NULL";
+    /// Only the claim made until `claimed_until` (this caller's) is turned into that.
+    pub async fn give_up_grant(&self, token: &str, claimed_until: i64) -> Result<(), sqlx::Error> {
+        let sql = "UPDATE pending SET grant_claimed_until = $2 WHERE token = $1 AND grant_id IS NULL \
+                   AND grant_claimed_until = $3";
         on_db!(&self.db, pool => {
-            sqlx::query(sql).bind(token).bind(i64::MAX).execute(pool).await?;
+            sqlx::query(sql).bind(token).bind(i64::MAX).bind(claimed_until).execute(pool).await?;
         });
         Ok(())
     }
 
-    /// Gives a claim back (policy could not be asked), so the next sweep tries again.
-    pub async fn release_grant(&self, token: &str) -> Result<(), sqlx::Error> {
-        let sql =
-            "UPDATE pending SET grant_claimed_until = 0 WHERE token = $1 AND grant_id IS NULL";
+    /// Gives this caller's claim (made until `claimed_until`) back, policy could not be
+    /// asked, so the next sweep tries again; a later claimer's claim (this one's expired
+    /// meanwhile) is left alone.
+    pub async fn release_grant(&self, token: &str, claimed_until: i64) -> Result<(), sqlx::Error> {
+        let sql = "UPDATE pending SET grant_claimed_until = 0 WHERE token = $1 AND grant_id IS NULL \
+                   AND grant_claimed_until = $2";
         on_db!(&self.db, pool => {
-            sqlx::query(sql).bind(token).execute(pool).await?;
+            sqlx::query(sql).bind(token).bind(claimed_until).execute(pool).await?;
         });
         Ok(())
     }

@@ -561,7 +561,54 @@ async fn bad_requests_are_refused_and_nothing_is_stored(store: TestStore) {
     assert!(approvals.list(true, 0, None).await.unwrap().is_empty());
 }
 
+/// The recording of a grant is claimed in the row: one claimer at a time, and a claimer
+/// whose claim expired gives back or gives up only its own, never a later claimer's.
+async fn a_grant_claim_is_one_caller_s_and_only_its_own_is_given_back(store: TestStore) {
+    let (approvals, _) = open(&store).await;
+    let (pending, _) = approvals.create(request(Territory::Session)).await.unwrap();
+    approvals
+        .resolve(
+            &pending.token,
+            Decision::Approve,
+            Territory::Session,
+            &roberto(),
+        )
+        .await
+        .unwrap();
+    let rows = approvals.store();
+    let token = &pending.token;
+    assert!(rows.claim_grant(token, 1_000, 31_000).await.unwrap());
+    assert!(
+        !rows.claim_grant(token, 2_000, 32_000).await.unwrap(),
+        "held"
+    );
+    // The first claimer hangs past its claim; a second takes it over.
+    assert!(rows.claim_grant(token, 40_000, 70_000).await.unwrap());
+    // The first comes back: its release and its giving up touch nothing.
+    rows.release_grant(token, 31_000).await.unwrap();
+    rows.give_up_grant(token, 31_000).await.unwrap();
+    assert!(
+        !rows.claim_grant(token, 41_000, 71_000).await.unwrap(),
+        "the second claim still holds"
+    );
+    assert_eq!(rows.ungranted(10, 41_000).await.unwrap().len(), 0);
+    // The second gives its own back: free again.
+    rows.release_grant(token, 70_000).await.unwrap();
+    assert_eq!(rows.ungranted(10, 42_000).await.unwrap().len(), 1);
+    // Given up: never listed or claimed again.
+    assert!(rows.claim_grant(token, 43_000, 73_000).await.unwrap());
+    rows.give_up_grant(token, 73_000).await.unwrap();
+    assert!(rows.ungranted(10, i64::MAX - 1).await.unwrap().is_empty());
+    assert!(
+        !rows
+            .claim_grant(token, i64::MAX - 1, i64::MAX)
+            .await
+            .unwrap()
+    );
+}
+
 metnos_kit::store_suite!(
+    a_grant_claim_is_one_caller_s_and_only_its_own_is_given_back,
     create_issues_a_token_and_a_pending_record,
     the_requester_approves_or_rejects_once,
     an_unknown_or_malformed_token_is_refused,

@@ -15,8 +15,8 @@ use tower_service::Service;
 
 /// The largest request any service decodes: every field within its limit fits with room
 /// to spare (the largest are 64 KiB of arguments plus 64 KiB of intent). A larger message
-/// is refused before it is buffered whole (RESOURCE_EXHAUSTED), so a flood of huge
-/// requests cannot fill a service's memory.
+/// is refused before it is buffered whole (OUT_OF_RANGE, as tonic answers a message over
+/// its decoding limit), so a flood of huge requests cannot fill a service's memory.
 pub const MAX_REQUEST_BYTES: usize = 512 * 1024;
 
 /// Longest status message sent, in bytes.

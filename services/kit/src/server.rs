@@ -25,6 +25,8 @@ use crate::tls::{Identity, Tls, TlsError};
 
 /// Reflection's own service names, listed so `grpcurl list` shows what stock servers show.
 const REFLECTION_V1: &str = "grpc.reflection.v1.ServerReflection";
+/// The largest health or reflection request decoded.
+const SMALL_REQUEST_BYTES: usize = 64 * 1024;
 const REFLECTION_V1ALPHA: &str = "grpc.reflection.v1alpha.ServerReflection";
 const HEALTH: &str = "grpc.health.v1.Health";
 
@@ -238,9 +240,12 @@ pub async fn serve<S: GrpcService>(
         tls,
         table,
     } = options;
+    // Health and reflection requests are a service name or a symbol: 64 KiB is plenty, and
+    // nobody gets tonic's default 4 MiB per message through them.
     let health = tonic_health::pb::health_server::HealthServer::new(
         tonic_health::server::HealthService::from_health_reporter(readiness.reporter()),
-    );
+    )
+    .max_decoding_message_size(SMALL_REQUEST_BYTES);
     readiness.set_started().await;
 
     let reflection = || {
@@ -253,8 +258,14 @@ pub async fn serve<S: GrpcService>(
             .with_service_name(REFLECTION_V1ALPHA)
     };
     let reflection_error = |source| ServeError::Reflection { service, source };
-    let reflection_v1 = reflection().build_v1().map_err(reflection_error)?;
-    let reflection_v1alpha = reflection().build_v1alpha().map_err(reflection_error)?;
+    let reflection_v1 = reflection()
+        .build_v1()
+        .map_err(reflection_error)?
+        .max_decoding_message_size(SMALL_REQUEST_BYTES);
+    let reflection_v1alpha = reflection()
+        .build_v1alpha()
+        .map_err(reflection_error)?
+        .max_decoding_message_size(SMALL_REQUEST_BYTES);
 
     let local = listener.local_addr().ok();
     // Small gRPC messages: do not let Nagle's algorithm hold them back.

@@ -19,6 +19,11 @@ const SQLITE: &[EmbeddedMigration] = &[
         description: "grant idempotency keys",
         sql: include_str!("../migrations/sqlite/0002_idempotency.sql"),
     },
+    EmbeddedMigration {
+        version: 3,
+        description: "approval twins",
+        sql: include_str!("../migrations/sqlite/0003_approval_twins.sql"),
+    },
 ];
 const POSTGRES: &[EmbeddedMigration] = &[
     EmbeddedMigration {
@@ -30,6 +35,11 @@ const POSTGRES: &[EmbeddedMigration] = &[
         version: 2,
         description: "grant idempotency keys",
         sql: include_str!("../migrations/postgres/0002_idempotency.sql"),
+    },
+    EmbeddedMigration {
+        version: 3,
+        description: "approval twins",
+        sql: include_str!("../migrations/postgres/0003_approval_twins.sql"),
     },
 ];
 

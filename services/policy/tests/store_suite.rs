@@ -515,7 +515,80 @@ async fn replicas_sharing_postgres_agree_at_once() {
     assert_eq!(check(&b).await.outcome, Outcome::ApprovalRequired);
 }
 
+/// Twins an approval recorded before idempotency keys existed: the migration keeps one
+/// (keyed, so a retry finds it) and revokes the rest, or all when the person had revoked one.
+async fn an_approval_s_old_twins_are_made_one_by_the_migration(store: TestStore) {
+    let (_, grants) = open(&store).await;
+    let old = |granted_by: &str| NewGrant {
+        principal: roberto(),
+        capability: Capability::FsWrite,
+        target: "~/Documents/*".to_owned(),
+        pattern: Pattern::parse(
+            Capability::FsWrite.spec().target_kind,
+            "~/Documents/*",
+            std::path::Path::new("/home/roberto"),
+        )
+        .unwrap(),
+        expires_at: None,
+        granted_by: granted_by.to_owned(),
+        idempotency_key: None,
+    };
+    let mut ids = Vec::new();
+    for by in [
+        "approval:t1",
+        "approval:t1",
+        "approval:t2",
+        "approval:t2",
+        "approval:t3",
+        "cli",
+        "cli",
+    ] {
+        ids.push(grants.record(&old(by), 1_000).await.unwrap().grant().id);
+    }
+    // The person revoked one of t2's twins (the one the approval named).
+    let pool = grants.db().pool();
+    let revoke = "UPDATE grants SET revoked_at = 2000 WHERE id = $1";
+    match pool {
+        metnos_kit::store::Pool::Sqlite(p) => {
+            sqlx::query(revoke).bind(ids[2]).execute(p).await.unwrap();
+            sqlx::raw_sql(include_str!("../migrations/sqlite/0003_approval_twins.sql"))
+                .execute(p)
+                .await
+                .unwrap();
+        }
+        metnos_kit::store::Pool::Postgres(p) => {
+            sqlx::query(revoke).bind(ids[2]).execute(p).await.unwrap();
+            sqlx::raw_sql(include_str!(
+                "../migrations/postgres/0003_approval_twins.sql"
+            ))
+            .execute(p)
+            .await
+            .unwrap();
+        }
+    }
+    let rows: Vec<(i64, bool, Option<String>)> = metnos_kit::on_db!(grants.db(), pool => {
+        sqlx::query_as("SELECT id, revoked_at IS NOT NULL, idempotency_key FROM grants ORDER BY id")
+            .fetch_all(pool)
+            .await
+            .unwrap()
+    });
+    let key = |t: &str| Some(format!("approval:{t}"));
+    assert_eq!(
+        rows,
+        [
+            (ids[0], false, key("t1")),
+            (ids[1], true, None),
+            (ids[2], true, key("t2")),
+            (ids[3], true, None),
+            (ids[4], false, key("t3")),
+            (ids[5], false, None),
+            (ids[6], false, None),
+        ]
+    );
+}
+
 metnos_kit::store_suite!(
+    an_approval_s_old_twins_are_made_one_by_the_migration,
     changes_take_effect_at_the_next_check,
     a_person_with_very_many_grants_is_answered_from_the_store,
     a_recorded_grant_decides_a_matching_check,

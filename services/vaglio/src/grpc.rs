@@ -114,10 +114,15 @@ impl VaglioService for VaglioApi {
                 &context.capability,
                 limits::CAPABILITY,
             ),
+            ("context.mode", &context.mode, 16),
         ])
         .map_err(Error::from)?;
         limits::entries("context.capabilities", context.capabilities.len(), 64)
             .map_err(Error::from)?;
+        for capability in &context.capabilities {
+            limits::bytes("context.capabilities[]", capability, limits::CAPABILITY)
+                .map_err(Error::from)?;
+        }
         let proposal = Proposal {
             intent: r.intent,
             executor: r.executor,
@@ -158,7 +163,12 @@ impl VaglioService for VaglioApi {
             .map_err(Error::from)?;
         let limit = if r.limit == 0 { 1000 } else { r.limit } as usize;
         self.vaglio.log().flush().await;
-        let records = self.vaglio.read_log(&r.month, r.blocked_only, limit)?;
+        // File reads, off the async workers.
+        let vaglio = Arc::clone(&self.vaglio);
+        let records =
+            tokio::task::spawn_blocking(move || vaglio.read_log(&r.month, r.blocked_only, limit))
+                .await
+                .map_err(|e| Status::internal(format!("reading the verdict log failed: {e}")))??;
         let records = records
             .into_iter()
             .map(|rec| pb::VerdictRecord {

@@ -254,13 +254,27 @@ fn cut(text: &mut String, max: usize) {
 
 /// Calls `each` with the lines of `path` from the last to the first (without their
 /// newline), until it returns `false`. Reads 64 KiB blocks from the end.
-fn tail_lines(path: &Path, mut each: impl FnMut(&[u8]) -> bool) -> std::io::Result<()> {
+fn tail_lines(path: &Path, each: impl FnMut(&[u8]) -> bool) -> std::io::Result<()> {
+    tail_lines_within(path, MAX_LINE, each)
+}
+
+/// The longest line [`tail_lines`] hands on; a longer one (written before lines were cut)
+/// is skipped, so reading never holds more than this and a block.
+const MAX_LINE: usize = 1024 * 1024;
+
+fn tail_lines_within(
+    path: &Path,
+    max_line: usize,
+    mut each: impl FnMut(&[u8]) -> bool,
+) -> std::io::Result<()> {
     use std::io::{Read, Seek, SeekFrom};
     const BLOCK: u64 = 64 * 1024;
     let mut file = std::fs::File::open(path)?;
     let mut end = file.seek(SeekFrom::End(0))?;
     // The bytes after the last newline seen so far (the start of a line not yet whole).
     let mut carry: Vec<u8> = Vec::new();
+    // Inside a line longer than `max_line`: its start, once found, is dropped too.
+    let mut skipping = false;
     while end > 0 {
         let start = end.saturating_sub(BLOCK);
         let mut block = vec![0; usize::try_from(end - start).unwrap_or(0)];
@@ -271,15 +285,21 @@ fn tail_lines(path: &Path, mut each: impl FnMut(&[u8]) -> bool) -> std::io::Resu
         let mut rest = block.as_slice();
         while let Some(newline) = rest.iter().rposition(|b| *b == b'\n') {
             let line = &rest[newline + 1..];
-            if !line.is_empty() && !each(line) {
+            if std::mem::take(&mut skipping) {
+                // The first part of the over-long line.
+            } else if !line.is_empty() && !each(line) {
                 return Ok(());
             }
             rest = &rest[..newline];
         }
-        carry.extend_from_slice(rest);
+        if skipping || rest.len() > max_line {
+            skipping = true;
+        } else {
+            carry.extend_from_slice(rest);
+        }
         end = start;
     }
-    if !carry.is_empty() {
+    if !carry.is_empty() && !skipping {
         each(&carry);
     }
     Ok(())
@@ -337,6 +357,27 @@ fn write_batch(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn reading_from_the_end_skips_a_line_longer_than_the_limit_whole() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("2026-11.jsonl");
+        let long = "X".repeat(200_000);
+        std::fs::write(&path, format!("first\n{long}\nlast\n")).unwrap();
+        let read = |max_line| {
+            let mut lines = Vec::new();
+            tail_lines_within(&path, max_line, |line| {
+                lines.push(String::from_utf8_lossy(line).into_owned());
+                true
+            })
+            .unwrap();
+            lines
+        };
+        // Within the limit: every line, newest first.
+        assert_eq!(read(MAX_LINE), ["last", long.as_str(), "first"]);
+        // Over it: the long line is skipped, no piece of it handed on.
+        assert_eq!(read(10_000), ["last", "first"]);
+    }
 
     #[test]
     fn retention_removes_the_months_wholly_older_than_it_and_nothing_else() {
