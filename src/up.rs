@@ -33,7 +33,12 @@ pub async fn up(config: Config) -> ExitCode {
                 return ExitCode::from(EXIT_CONFIG);
             }
         };
-    let _ = command_telemetry.install_global();
+    // The one subscriber must be the process's default: SQLite's worker threads close
+    // the services' spans through it.
+    if let Err(e) = command_telemetry.install_global() {
+        eprintln!("metnos up: cannot install the process's log subscriber: {e}");
+        return ExitCode::FAILURE;
+    }
     let mut telemetries: BTreeMap<ServiceName, Telemetry> =
         SERVICES.into_iter().zip(telemetries).collect();
     if let Err(e) = metnos_kit::launch::keep_memory_private() {

@@ -751,6 +751,40 @@ async fn a_card_edit_whose_answer_was_lost_is_made_again_and_the_card_closes_onc
 }
 
 #[tokio::test]
+async fn a_message_whose_answer_was_lost_is_not_sent_again_and_its_caller_is_told_so() {
+    use metnos_proto::gateway::v1 as gateway;
+    use metnos_proto::gateway::v1::gateway_service_client::GatewayServiceClient;
+    let s = stack().await;
+    s.pair(ADA, "Ada", "supervised").await;
+    let mut client =
+        GatewayServiceClient::new(s.up.channel_as("gateway", metnos_kit::tls::Identity::Planner));
+    let send = |text: &str| gateway::SendMessageRequest {
+        principal: Some(metnos_proto::common::v1::Principal {
+            channel: "telegram".into(),
+            sender_id: ADA.to_string(),
+        }),
+        text: text.into(),
+        reply_to: None,
+    };
+    // Telegram took it, but its answer was lost: not sent again (it would show twice), and
+    // the caller hears ABORTED, so it does not send it again either.
+    s.tg.lose_send_answers(1);
+    let lost = client.send_message(send("once only")).await.unwrap_err();
+    assert_eq!(lost.code(), tonic::Code::Aborted, "{lost:?}");
+    let texts = s.tg.texts_to(ADA);
+    assert_eq!(
+        texts.iter().filter(|t| *t == "once only").count(),
+        1,
+        "{texts:?}"
+    );
+    let sent = client.send_message(send("and this")).await.unwrap();
+    assert_eq!(sent.into_inner().sent.len(), 1);
+    let Stack { up, .. } = s;
+    let (code, stderr) = up.interrupt().await;
+    assert_eq!(code, 0, "{stderr}");
+}
+
+#[tokio::test]
 async fn a_turn_a_kill_9_interrupted_is_told_to_its_person_once_after_the_restart() {
     let s = stack_with(&[("METNOS_TURNS__LEASE_SECONDS", "3")]).await;
     s.pair(ADA, "Ada", "supervised").await;

@@ -386,10 +386,8 @@ async fn turns_under_metnos_up_export_every_service_s_spans_and_no_thread_panics
         "verdict approved=true",
     ] {
         let count = stderr.matches(line).count();
-        assert!(
-            count == 1 || (line.starts_with("verdict") && count == 8),
-            "{line:?} logged {count} times:\n{stderr}"
-        );
+        let expected = if line.starts_with("verdict") { 8 } else { 1 };
+        assert_eq!(count, expected, "{line:?} logged {count} times:\n{stderr}");
     }
     let services: std::collections::BTreeSet<String> = collector
         .spans

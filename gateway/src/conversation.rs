@@ -300,9 +300,8 @@ fn approval_name(lang: Language) -> &'static str {
 fn click_refusal(refusal: Option<ResolveRefusal>, code: tonic::Code, lang: Language) -> String {
     let said = match (refusal, code) {
         (Some(refusal), _) => Says::ResolveRefused(refusal),
-        (None, tonic::Code::Unavailable | tonic::Code::DeadlineExceeded) => {
-            Says::Unavailable(approval_name(lang))
-        }
+        // (Not a deadline: the decision may have been taken.)
+        (None, tonic::Code::Unavailable) => Says::Unavailable(approval_name(lang)),
         (None, _) => Says::CannotResolve,
     };
     text::say(lang, said)
@@ -1137,8 +1136,12 @@ mod tests {
             "I cannot reach the approval service right now: please try again shortly."
         );
         assert_eq!(
-            click_refusal(None, tonic::Code::DeadlineExceeded, Language::Italian),
+            click_refusal(None, tonic::Code::Unavailable, Language::Italian),
             "Non riesco a raggiungere il servizio delle approvazioni in questo momento: riprova tra poco."
+        );
+        assert_eq!(
+            click_refusal(None, tonic::Code::DeadlineExceeded, Language::English),
+            "Approval cannot be resolved: the service does not answer, try again shortly"
         );
         assert_eq!(
             click_refusal(None, tonic::Code::Internal, Language::English),

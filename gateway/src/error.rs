@@ -37,6 +37,9 @@ pub enum Error {
     /// Telegram refused or could not be reached; names what did not go.
     #[error("Telegram did not take the {0}")]
     NotTaken(&'static str),
+    /// Part of the message went, or it may have: it is not sent again.
+    #[error("Telegram may have taken the {0} (or part of it); it is not sent again")]
+    MaybeTaken(&'static str),
     /// Telegram failed an edit (its words, token redacted).
     #[error("{0}")]
     Telegram(String),
@@ -68,6 +71,7 @@ impl From<Error> for Status {
             Error::ChannelOff | Error::NotTaken(_) | Error::Telegram(_) | Error::Withdraw(_) => {
                 Status::unavailable(error.to_string())
             }
+            Error::MaybeTaken(_) => Status::aborted(error.to_string()),
             Error::BadChatId => Status::internal(error.to_string()),
             Error::Store(e) => failure_status(crate::SERVICE, "the gateway store", &e),
         }

@@ -126,13 +126,13 @@ impl GatewayApi {
         Ok(())
     }
 
-    fn outbox_for(&self, channel: &str) -> Result<&Outbox, Error> {
+    fn outbox_for(&self, channel: &str) -> Result<Arc<Outbox>, Error> {
         if channel != CHANNEL {
             return Err(Error::UnknownChannel(channel.chars().take(32).collect()));
         }
         self.telegram
             .as_deref()
-            .map(Telegram::outbox)
+            .map(Telegram::outbox_handle)
             .ok_or(Error::ChannelOff)
     }
 
@@ -185,13 +185,19 @@ impl GatewayService for GatewayApi {
         }
         let outbox = self.outbox_for(&principal.channel)?;
         let chat = self.chat_of(&principal).await?;
-        let sent = outbox.send_text(chat, &request.text).await;
-        if sent.is_empty() {
-            return Err(Error::NotTaken("message").into());
+        // On a task of its own: a caller that stops waiting does not cut a send in the
+        // middle (it is finished, and logged if it fails).
+        let sending = tokio::spawn(async move { outbox.deliver(chat, &request.text).await });
+        let delivery = sending
+            .await
+            .unwrap_or(outbox::Delivery::MaybeSent(Vec::new()));
+        match delivery {
+            outbox::Delivery::Sent(sent) => Ok(Response::new(pb::SendMessageResponse {
+                sent: sent.into_iter().map(|id| message_ref(chat, id)).collect(),
+            })),
+            outbox::Delivery::NotSent => Err(Error::NotTaken("message").into()),
+            outbox::Delivery::MaybeSent(_) => Err(Error::MaybeTaken("message").into()),
         }
-        Ok(Response::new(pb::SendMessageResponse {
-            sent: sent.into_iter().map(|id| message_ref(chat, id)).collect(),
-        }))
     }
 
     async fn send_card(

@@ -63,9 +63,37 @@ impl Limiter {
     }
 }
 
-/// How long a message is tried again for, and the first pause (doubled each time).
+/// How long a message is tried again for after network failures, and the first pause
+/// (doubled each time). Telegram's own "retry after" is waited out besides, up to
+/// [`RETRY_AFTER_TIMES`] times of at most [`RETRY_AFTER_LONGEST`] each.
 const RETRY_FOR: Duration = Duration::from_secs(15);
 const FIRST_PAUSE: Duration = Duration::from_millis(500);
+const RETRY_AFTER_TIMES: u32 = 3;
+const RETRY_AFTER_LONGEST: Duration = Duration::from_secs(60);
+
+/// What became of a text sent to Telegram.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Delivery {
+    /// Every piece went: their message ids.
+    Sent(Vec<i32>),
+    /// Nothing reached Telegram: it may be sent again.
+    NotSent,
+    /// Some pieces went (their ids), or the last may have: sending again could show it
+    /// twice.
+    MaybeSent(Vec<i32>),
+}
+
+/// Whether a failed request cannot have reached Telegram (so sending again is safe):
+/// Telegram answered it (a refusal, a "retry after") or no connection was made.
+fn cannot_have_reached(error: &RequestError) -> bool {
+    match error {
+        RequestError::Network(e) => e.is_connect(),
+        RequestError::Api(_) | RequestError::RetryAfter(_) | RequestError::MigrateToChatId(_) => {
+            true
+        }
+        RequestError::InvalidJson { .. } | RequestError::Io(_) => false,
+    }
+}
 
 /// Which failures a request may be tried again after.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -79,7 +107,9 @@ enum Again {
 /// How long to pause before trying `error`'s request again, if it may be.
 fn pause_after(error: &RequestError, again: Again, backoff: Duration) -> Option<Duration> {
     match error {
-        RequestError::RetryAfter(seconds) => Some(seconds.duration()),
+        RequestError::RetryAfter(seconds) => {
+            Some(seconds.duration()).filter(|pause| *pause <= RETRY_AFTER_LONGEST)
+        }
         RequestError::Network(e) if e.is_connect() => Some(backoff),
         RequestError::Network(_) | RequestError::InvalidJson { .. } | RequestError::Io(_)
             if again == Again::IfNoAnswer =>
@@ -196,8 +226,9 @@ impl Outbox {
         F: Fn() -> Fut,
         Fut: Future<Output = Result<T, RequestError>>,
     {
-        let until = tokio::time::Instant::now() + RETRY_FOR;
+        let mut until = tokio::time::Instant::now() + RETRY_FOR;
         let mut backoff = FIRST_PAUSE;
+        let mut waited_out = 0;
         loop {
             self.limiter.wait(chat).await;
             let error = match request().await {
@@ -207,29 +238,50 @@ impl Outbox {
             let Some(pause) = pause_after(&error, again, backoff) else {
                 return Err(error);
             };
-            if tokio::time::Instant::now() + pause > until {
+            if matches!(error, RequestError::RetryAfter(_)) {
+                // Telegram's own pause: waited out (a few times), not counted against the
+                // window for network failures.
+                waited_out += 1;
+                if waited_out > RETRY_AFTER_TIMES {
+                    return Err(error);
+                }
+                until += pause;
+            } else if tokio::time::Instant::now() + pause > until {
                 return Err(error);
+            } else {
+                backoff = (backoff * 2).min(Duration::from_secs(8));
             }
             tracing::info!(error = %self.bot.redact(&error), retry_in_ms = pause.as_millis() as u64, "Telegram request tried again");
             tokio::time::sleep(pause).await;
-            backoff = (backoff * 2).min(Duration::from_secs(8));
         }
     }
 
     /// Sends text (escaped, split at the limit), honouring rate limits and retry_after;
     /// the ids of the messages that went.
     pub async fn send_text(&self, chat: i64, text: &str) -> Vec<i32> {
-        let mut sent = Vec::new();
-        for piece in text::split_escaped(text, text::TELEGRAM_LIMIT) {
-            if let Some(id) = self.send_piece(chat, piece).await {
-                sent.push(id);
-            }
+        match self.deliver(chat, text).await {
+            Delivery::Sent(ids) | Delivery::MaybeSent(ids) => ids,
+            Delivery::NotSent => Vec::new(),
         }
-        sent
     }
 
-    /// One message (see [`Outbox::attempt`]).
-    async fn send_piece(&self, chat: i64, piece: String) -> Option<i32> {
+    /// Sends text as [`Outbox::send_text`] does, saying whether what did not go may be
+    /// sent again; stops at the first piece that fails.
+    pub async fn deliver(&self, chat: i64, text: &str) -> Delivery {
+        let mut sent = Vec::new();
+        for piece in text::split_escaped(text, text::TELEGRAM_LIMIT) {
+            match self.send_piece(chat, piece).await {
+                Ok(id) => sent.push(id),
+                Err(certainly_not) if certainly_not && sent.is_empty() => return Delivery::NotSent,
+                Err(_) => return Delivery::MaybeSent(sent),
+            }
+        }
+        Delivery::Sent(sent)
+    }
+
+    /// One message (see [`Outbox::attempt`]); on failure, whether it certainly did not
+    /// reach Telegram.
+    async fn send_piece(&self, chat: i64, piece: String) -> Result<i32, bool> {
         let sent = self
             .attempt(chat, Again::IfNotSent, || {
                 self.bot
@@ -239,10 +291,10 @@ impl Outbox {
             })
             .await;
         match sent {
-            Ok(message) => Some(message.id.0),
+            Ok(message) => Ok(message.id.0),
             Err(e) => {
                 tracing::warn!(error = %self.bot.redact(&e), "sendMessage failed");
-                None
+                Err(cannot_have_reached(&e))
             }
         }
     }
@@ -294,8 +346,21 @@ impl Outbox {
         html: String,
         buttons: Option<InlineKeyboardMarkup>,
     ) -> Result<(), Error> {
+        self.edit_retrying(chat, message, html, buttons, Again::IfNoAnswer)
+            .await
+    }
+
+    /// Edits a message, tried again after the failures `again` allows.
+    async fn edit_retrying(
+        &self,
+        chat: i64,
+        message: i32,
+        html: String,
+        buttons: Option<InlineKeyboardMarkup>,
+        again: Again,
+    ) -> Result<(), Error> {
         let edited = self
-            .attempt(chat, Again::IfNoAnswer, || {
+            .attempt(chat, again, || {
                 let mut request = self
                     .bot
                     .edit_message_text(ChatId(chat), MessageId(message), html.clone())
@@ -379,7 +444,10 @@ impl Outbox {
         };
         let own = buttons_from_json(&card.buttons);
         let rows = buttons.unwrap_or(&own);
-        self.edit(chat, message, html, Some(keyboard(rows))).await
+        // Tried again only when the edit cannot have been made: one made late could put the
+        // buttons back on a card closed meanwhile.
+        self.edit_retrying(chat, message, html, Some(keyboard(rows)), Again::IfNotSent)
+            .await
     }
 
     /// Shows "typing…" in `chat`.
@@ -497,6 +565,12 @@ mod tests {
         // Telegram's own refusal is final.
         let refused = RequestError::Api(ApiError::MessageNotModified);
         assert_eq!(pause_after(&refused, Again::IfNoAnswer, backoff), None);
+        // A pause longer than a minute is not waited out.
+        let long = RequestError::RetryAfter(teloxide::types::Seconds::from_seconds(120));
+        assert_eq!(pause_after(&long, Again::IfNotSent, backoff), None);
+        // Sent again only when it cannot have gone.
+        assert!(cannot_have_reached(&refused) && cannot_have_reached(&long));
+        assert!(!cannot_have_reached(&garbled()));
     }
 
     #[test]

@@ -183,6 +183,11 @@ impl Telegram {
         })
     }
 
+    /// The outbox, to keep beyond a borrow of the channel.
+    pub fn outbox_handle(&self) -> Arc<Outbox> {
+        Arc::clone(&self.outbox)
+    }
+
     /// The conversations this channel carries.
     pub fn conversation(&self) -> &Conversation {
         &self.conversation

@@ -39,6 +39,8 @@ struct State {
     outage_after_updates: Option<Duration>,
     /// The next editMessageText calls are made, but answered by a proxy's 502 page.
     lost_edit_answers: u32,
+    /// The same for the next sendMessage calls: the message shows, its answer is lost.
+    lost_send_answers: u32,
 }
 
 #[derive(Debug, Clone)]
@@ -91,6 +93,11 @@ impl FakeTelegram {
     /// HTML page.
     pub fn lose_edit_answers(&self, n: u32) {
         self.state.lock().unwrap().lost_edit_answers = n;
+    }
+
+    /// The next `n` messages are sent, but their answers lost (a proxy's 502 page).
+    pub fn lose_send_answers(&self, n: u32) {
+        self.state.lock().unwrap().lost_send_answers = n;
     }
 
     /// The text Telegram shows for message `id`.
@@ -206,6 +213,17 @@ fn multipart_fields(body: &str, boundary: &str) -> Value {
     Value::Object(fields)
 }
 
+/// A proxy's answer when Telegram's was lost.
+fn bad_gateway() -> Response<Full<Bytes>> {
+    Response::builder()
+        .status(502)
+        .header("content-type", "text/html")
+        .body(Full::new(Bytes::from_static(
+            b"<html><body><h1>502 Bad Gateway</h1></body></html>",
+        )))
+        .unwrap()
+}
+
 fn ok(result: Value) -> Response<Full<Bytes>> {
     reply(200, json!({"ok": true, "result": result}))
 }
@@ -298,6 +316,10 @@ async fn handle(
             let chat = body["chat_id"].as_i64().unwrap_or(0);
             let text = body["text"].as_str().unwrap_or_default();
             s.texts.insert(id, text.to_owned());
+            if s.lost_send_answers > 0 {
+                s.lost_send_answers -= 1;
+                return Ok(bad_gateway());
+            }
             ok(message_json(
                 id,
                 chat,
@@ -321,13 +343,7 @@ async fn handle(
             s.texts.insert(id, text.to_owned());
             if s.lost_edit_answers > 0 {
                 s.lost_edit_answers -= 1;
-                return Ok(Response::builder()
-                    .status(502)
-                    .header("content-type", "text/html")
-                    .body(Full::new(Bytes::from_static(
-                        b"<html><body><h1>502 Bad Gateway</h1></body></html>",
-                    )))
-                    .unwrap());
+                return Ok(bad_gateway());
             }
             drop(s);
             ok(message_json(

@@ -89,6 +89,7 @@ pub async fn listen(db: &Db, changed: impl Fn(&str)) {
                 Ok(notification) => changed(notification.payload()),
                 Err(e) => {
                     tracing::warn!(error = %e, "approval change listener lost; reconnecting");
+                    tokio::time::sleep(FIRST).await;
                     break;
                 }
             }

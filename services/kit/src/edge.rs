@@ -56,8 +56,9 @@ fn bounded(message: &str) -> String {
     format!("{}…", &message[..end])
 }
 
-/// Applies [`corrected`] to every response whose status is in its headers (a unary error,
-/// or a stream refused before its first message).
+/// Applies [`corrected`] to every response: to a status in its headers (a unary error, or
+/// a stream refused before its first message) and to one in its trailers (a stream that
+/// failed on the way, e.g. on a message it could not decode).
 #[derive(Debug, Clone, Copy, Default)]
 pub struct StatusLayer;
 
@@ -96,15 +97,60 @@ where
                 .as_ref()
                 .and_then(corrected);
             if let Some(status) = better {
-                let headers = response.headers_mut();
-                headers.remove("grpc-message");
-                headers.remove("grpc-status-details-bin");
-                if let Err(e) = status.add_header(headers) {
-                    tracing::warn!(error = %e, "cannot rewrite a status");
-                }
+                rewrite(response.headers_mut(), &status);
             }
-            Ok(response)
+            Ok(response.map(|inner| Body::new(TrailersCorrected { inner })))
         })
+    }
+}
+
+/// Puts `status` in `headers` (headers or trailers) instead of the one there.
+fn rewrite(headers: &mut http::HeaderMap, status: &Status) {
+    headers.remove("grpc-message");
+    headers.remove("grpc-status-details-bin");
+    if let Err(e) = status.add_header(headers) {
+        tracing::warn!(error = %e, "cannot rewrite a status");
+    }
+}
+
+/// A response body whose trailers' status is [`corrected`].
+struct TrailersCorrected {
+    inner: Body,
+}
+
+impl http_body::Body for TrailersCorrected {
+    type Data = <Body as http_body::Body>::Data;
+    type Error = Status;
+
+    fn poll_frame(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<http_body::Frame<Self::Data>, Status>>> {
+        let frame = match Pin::new(&mut self.inner).poll_frame(cx) {
+            Poll::Ready(Some(Ok(frame))) => frame,
+            other => return other,
+        };
+        let frame = match frame.into_trailers() {
+            Ok(mut trailers) => {
+                let better = Status::from_header_map(&trailers)
+                    .as_ref()
+                    .and_then(corrected);
+                if let Some(status) = better {
+                    rewrite(&mut trailers, &status);
+                }
+                http_body::Frame::trailers(trailers)
+            }
+            Err(data) => data,
+        };
+        Poll::Ready(Some(Ok(frame)))
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.inner.is_end_stream()
+    }
+
+    fn size_hint(&self) -> http_body::SizeHint {
+        self.inner.size_hint()
     }
 }
 
@@ -121,6 +167,64 @@ mod tests {
         assert_eq!(better.code(), Code::InvalidArgument);
         assert!(better.message().contains("invalid wire type"), "{better:?}");
         assert!(corrected(&Status::internal("the store failed")).is_none());
+    }
+
+    /// A body of the given frames.
+    struct Frames(std::collections::VecDeque<http_body::Frame<<Body as http_body::Body>::Data>>);
+
+    impl http_body::Body for Frames {
+        type Data = <Body as http_body::Body>::Data;
+        type Error = Status;
+
+        fn poll_frame(
+            mut self: Pin<&mut Self>,
+            _: &mut Context<'_>,
+        ) -> Poll<Option<Result<http_body::Frame<Self::Data>, Status>>> {
+            Poll::Ready(self.0.pop_front().map(Ok))
+        }
+    }
+
+    /// The trailers a stream ending with `status` reaches its caller with.
+    async fn trailers_after(status: Status) -> http::HeaderMap {
+        let mut trailers = http::HeaderMap::new();
+        status.add_header(&mut trailers).unwrap();
+        let frames = Frames(
+            [
+                http_body::Frame::data("a message".into()),
+                http_body::Frame::trailers(trailers),
+            ]
+            .into(),
+        );
+        let mut body = TrailersCorrected {
+            inner: Body::new(frames),
+        };
+        let mut last = None;
+        while let Some(frame) =
+            std::future::poll_fn(|cx| http_body::Body::poll_frame(Pin::new(&mut body), cx)).await
+        {
+            last = frame.unwrap().into_trailers().ok().or(last);
+        }
+        last.expect("trailers")
+    }
+
+    #[tokio::test]
+    async fn a_stream_s_final_status_is_corrected_too() {
+        let undecodable = trailers_after(Status::internal(
+            "failed to decode Protobuf message: ServerReflectionRequest.host: invalid wire type",
+        ))
+        .await;
+        let status = Status::from_header_map(&undecodable).unwrap();
+        assert_eq!(status.code(), Code::InvalidArgument, "{status:?}");
+        let long = trailers_after(Status::aborted("Z".repeat(20_000))).await;
+        let status = Status::from_header_map(&long).unwrap();
+        assert_eq!(status.code(), Code::Aborted);
+        assert!(
+            status.message().len() <= MAX_MESSAGE,
+            "{}",
+            status.message().len()
+        );
+        let fine = trailers_after(Status::ok("")).await;
+        assert_eq!(Status::from_header_map(&fine).unwrap().code(), Code::Ok);
     }
 
     #[test]

@@ -29,6 +29,54 @@ use crate::config::{LogFormat, ServiceName, TelemetryConfig};
 thread_local! {
     /// The service whose runtime this thread belongs to, if any.
     static THREAD_SERVICE: Cell<Option<ServiceName>> = const { Cell::new(None) };
+    /// The owners of the spans entered on this thread, innermost last.
+    static ENTERED: std::cell::RefCell<Vec<Option<ServiceName>>> =
+        const { std::cell::RefCell::new(Vec::new()) };
+}
+
+/// The service a span belongs to (none: the command's), kept in its extensions.
+#[derive(Debug, Clone, Copy)]
+struct Owner(Option<ServiceName>);
+
+/// Notes each span's owner — the service whose thread made it, else its parent's — and
+/// which owner's span each thread is in, so [`Scope`] can tell whose an event on a thread
+/// nobody owns is (a SQLite worker running a service's query). Whatever the layers'
+/// levels: a span only a service's export took still makes a warning in it that
+/// service's.
+struct Owners;
+
+impl<S> Layer<S> for Owners
+where
+    S: Subscriber + for<'a> LookupSpan<'a>,
+{
+    fn on_new_span(
+        &self,
+        _: &tracing::span::Attributes<'_>,
+        id: &tracing::span::Id,
+        cx: Context<'_, S>,
+    ) {
+        let Some(span) = cx.span(id) else {
+            return;
+        };
+        let owner = THREAD_SERVICE.with(Cell::get).or_else(|| {
+            span.parent()
+                .and_then(|parent| parent.extensions().get::<Owner>().and_then(|o| o.0))
+        });
+        span.extensions_mut().insert(Owner(owner));
+    }
+
+    fn on_enter(&self, id: &tracing::span::Id, cx: Context<'_, S>) {
+        let owner = cx
+            .span(id)
+            .and_then(|span| span.extensions().get::<Owner>().and_then(|o| o.0));
+        ENTERED.with(|entered| entered.borrow_mut().push(owner));
+    }
+
+    fn on_exit(&self, _: &tracing::span::Id, _: Context<'_, S>) {
+        ENTERED.with(|entered| {
+            entered.borrow_mut().pop();
+        });
+    }
 }
 
 /// Marks this thread as `service`'s: under [`Telemetry::for_up`], what happens on it is
@@ -53,17 +101,19 @@ impl<S> Filter<S> for Scope
 where
     S: Subscriber + for<'a> LookupSpan<'a>,
 {
-    fn enabled(&self, _: &Metadata<'_>, cx: &Context<'_, S>) -> bool {
-        match (*self, THREAD_SERVICE.with(Cell::get)) {
-            (Scope::All, _) => true,
-            (Scope::Service(mine), Some(thread)) => mine == thread,
-            (Scope::Command, Some(_)) => false,
-            // A thread nobody owns: whoever owns the span it is in (its current span as
-            // this layer sees it is one this layer took).
-            (Scope::Service(_), None) => cx.lookup_current().is_some(),
-            (Scope::Command, None) => {
-                cx.current_span().id().is_none() || cx.lookup_current().is_some()
-            }
+    fn enabled(&self, _: &Metadata<'_>, _: &Context<'_, S>) -> bool {
+        if *self == Scope::All {
+            return true;
+        }
+        // A service's thread is the service's; a thread nobody owns belongs to whoever
+        // owns the span it is in ([`Owners`]), else to the command.
+        let owner = THREAD_SERVICE
+            .with(Cell::get)
+            .or_else(|| ENTERED.with(|entered| entered.borrow().last().copied().flatten()));
+        match (*self, owner) {
+            (Scope::Service(mine), Some(owner)) => mine == owner,
+            (Scope::Command, None) => true,
+            _ => false,
         }
     }
 
@@ -123,7 +173,16 @@ impl Telemetry {
             otlp_endpoint: None,
             ..config.clone()
         };
-        let (mut layers, _, _) = parts(command, &command_config, Scope::Command)?;
+        let (command_layers, _, _) = parts(command, &command_config, Scope::Command)?;
+        // Owners sees exactly the spans some layer takes: those the log filter or, when
+        // exporting, INFO enables (it must never make a span nobody wants).
+        let owners: BoxedLayer = if config.otlp_endpoint.is_some() {
+            Box::new(Owners.with_filter(log_filter(config)?.or(LevelFilter::INFO)))
+        } else {
+            Box::new(Owners.with_filter(log_filter(config)?))
+        };
+        let mut layers = vec![owners];
+        layers.extend(command_layers);
         let mut exports = Vec::with_capacity(services.len());
         for service in services {
             let (more, provider, meters) =
@@ -211,6 +270,18 @@ impl Telemetry {
     }
 }
 
+/// The log filter: `RUST_LOG` when set, else `telemetry.log`.
+fn log_filter(config: &TelemetryConfig) -> Result<EnvFilter, TelemetryError> {
+    match std::env::var("RUST_LOG") {
+        Ok(directives) if !directives.is_empty() => EnvFilter::builder()
+            .parse(&directives)
+            .map_err(|e| TelemetryError::Filter(format!("RUST_LOG: {e}"))),
+        _ => EnvFilter::builder()
+            .parse(&config.log)
+            .map_err(|e| TelemetryError::Filter(e.to_string())),
+    }
+}
+
 /// The log and export layers of `service_name`, taking what `scope` says, with the
 /// tracer and meter providers when exporting.
 #[allow(clippy::type_complexity)]
@@ -229,14 +300,7 @@ fn parts(
     // Standard W3C trace context; setting it twice is harmless.
     opentelemetry::global::set_text_map_propagator(TraceContextPropagator::new());
 
-    let filter = match std::env::var("RUST_LOG") {
-        Ok(directives) if !directives.is_empty() => EnvFilter::builder()
-            .parse(&directives)
-            .map_err(|e| TelemetryError::Filter(format!("RUST_LOG: {e}")))?,
-        _ => EnvFilter::builder()
-            .parse(&config.log)
-            .map_err(|e| TelemetryError::Filter(e.to_string()))?,
-    };
+    let filter = log_filter(config)?;
     let fmt = tracing_subscriber::fmt::layer()
         .with_writer(std::io::stderr)
         .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
@@ -346,6 +410,63 @@ mod tests {
         })
         .join();
         assert!(closed.is_ok(), "closing the span panicked its thread");
+    }
+
+    /// Counts the events it takes.
+    struct Counter(std::sync::Arc<std::sync::atomic::AtomicUsize>);
+
+    impl<S: Subscriber> Layer<S> for Counter {
+        fn on_event(&self, _: &tracing::Event<'_>, _: Context<'_, S>) {
+            self.0.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        }
+    }
+
+    /// A warning on a SQLite worker (a thread nobody owns) inside a span of the policy's
+    /// that only its export took (logs at WARN): the policy's log has it, the command's
+    /// does not; a warning outside any span is the command's.
+    #[test]
+    fn a_warning_on_a_thread_nobody_owns_is_logged_by_whoever_owns_its_span() {
+        use std::sync::Arc;
+        use std::sync::atomic::{AtomicUsize, Ordering};
+        let (policy_log, command_log) =
+            (Arc::new(AtomicUsize::new(0)), Arc::new(AtomicUsize::new(0)));
+        let policy = Scope::Service(ServiceName::Policy);
+        let dispatch = Dispatch::new(
+            Registry::default()
+                .with(Owners.with_filter(LevelFilter::INFO))
+                .with(Counter(Arc::clone(&policy_log)).with_filter(LevelFilter::WARN.and(policy)))
+                .with(
+                    Counter(Arc::clone(&command_log))
+                        .with_filter(LevelFilter::WARN.and(Scope::Command)),
+                )
+                .with(Counter(Arc::default()).with_filter(LevelFilter::INFO.and(policy))),
+        );
+        let made = dispatch.clone();
+        let span = std::thread::spawn(move || {
+            mark_thread(ServiceName::Policy);
+            tracing::dispatcher::with_default(&made, || tracing::info_span!("query"))
+        })
+        .join()
+        .unwrap();
+        assert!(!span.is_disabled());
+        let worker = dispatch.clone();
+        std::thread::spawn(move || {
+            tracing::dispatcher::with_default(&worker, || {
+                let _in = span.enter();
+                tracing::warn!("slow statement");
+            });
+        })
+        .join()
+        .unwrap();
+        assert_eq!(policy_log.load(Ordering::SeqCst), 1, "the policy's warning");
+        assert_eq!(command_log.load(Ordering::SeqCst), 0, "not the command's");
+        std::thread::spawn(move || {
+            tracing::dispatcher::with_default(&dispatch, || tracing::warn!("the command's"));
+        })
+        .join()
+        .unwrap();
+        assert_eq!(command_log.load(Ordering::SeqCst), 1);
+        assert_eq!(policy_log.load(Ordering::SeqCst), 1);
     }
 
     /// The same with a subscriber per service, as `metnos up` had it: the parent's close

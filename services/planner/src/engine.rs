@@ -79,6 +79,8 @@ pub struct Planner {
     /// Turns driven in this process: turn id → (which driver, its cancel signal).
     running: Mutex<HashMap<String, (u64, watch::Sender<bool>)>>,
     generation: std::sync::atomic::AtomicU64,
+    /// Whether notices are being delivered now (one delivery at a time).
+    pub(crate) delivering: std::sync::atomic::AtomicBool,
 }
 
 /// A turn driven here: removed from [`Planner::running`] when dropped, if still its entry.
@@ -128,6 +130,7 @@ impl Planner {
             log: parts.log,
             running: Mutex::new(HashMap::new()),
             generation: std::sync::atomic::AtomicU64::new(0),
+            delivering: std::sync::atomic::AtomicBool::new(false),
         }
     }
 
@@ -579,16 +582,31 @@ impl Planner {
         let latency_ms = u64::try_from(now_ms() - cp.started_ms).unwrap_or(0);
         let kind_name = outcome.kind.as_str();
         let record = self.record(cp, outcome.kind, None);
-        match self
+        let mut finished = self
             .store
             .finish(&cp.turn_id, &record.to_string(), now_ms())
-            .await
-        {
+            .await;
+        // A store that failed for a moment is asked again while the lease holds: a turn
+        // left to the sweep would be ended as interrupted after its person got the answer.
+        for _ in 0..3 {
+            if finished.is_ok() {
+                break;
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(300)).await;
+            finished = self
+                .store
+                .finish(&cp.turn_id, &record.to_string(), now_ms())
+                .await;
+        }
+        match finished {
             Ok(true) => self.log.append(&record, now_ms()),
             Ok(false) => {
                 tracing::warn!(
                     "the turn is no longer held by this planner; its end is not recorded here"
                 );
+                // Another replica ended it meanwhile, keeping a notice for its person; the
+                // person gets this answer, not "I was restarted".
+                let _ = self.store.answered(&cp.turn_id, now_ms()).await;
             }
             Err(e) => {
                 // Its lease lapses: whichever replica sweeps it writes its one line.

@@ -76,7 +76,19 @@ pub trait Filters: Send + Sync + std::fmt::Debug {
 
     /// Tells `principal` `text` on their channel (the gateway's SendMessage).
     async fn tell(&self, principal: &Principal, text: &str) -> Result<(), Status>;
+
+    /// Shows `principal` the approval card of `token` (the gateway's SendCard).
+    async fn show_card(
+        &self,
+        principal: &Principal,
+        token: &str,
+        card: approval::Card,
+    ) -> Result<(), Status>;
 }
+
+/// How long the gateway is given to deliver a message: longer than it may take (its
+/// retries and Telegram's "retry after" pauses), so a message is not asked for twice.
+pub const TELL_DEADLINE: std::time::Duration = std::time::Duration::from_secs(150);
 
 /// Clients of the three filter services and the gateway.
 #[derive(Debug, Clone)]
@@ -202,8 +214,25 @@ impl Filters for GrpcFilters {
         };
         let mut client = self.gateway.clone();
         let mut request = tonic::Request::new(request);
-        request.set_timeout(std::time::Duration::from_secs(10));
+        request.set_timeout(TELL_DEADLINE);
         client.send_message(request).await?;
+        Ok(())
+    }
+
+    async fn show_card(
+        &self,
+        principal: &Principal,
+        token: &str,
+        card: approval::Card,
+    ) -> Result<(), Status> {
+        let request = gateway::SendCardRequest {
+            principal: Some(principal.to_proto()),
+            token: token.to_owned(),
+            card: Some(card),
+        };
+        let mut request = tonic::Request::new(request);
+        request.set_timeout(TELL_DEADLINE);
+        self.gateway.clone().send_card(request).await?;
         Ok(())
     }
 }

@@ -409,10 +409,22 @@ impl Store {
         Ok(())
     }
 
-    /// Notices still to deliver that nobody is delivering now, oldest first.
+    /// The person of a turn was given its answer after all (its driver finished it after
+    /// another replica had ended it): a notice nobody is delivering yet is dropped.
+    pub async fn answered(&self, turn_id: &str, now_ms: i64) -> Result<(), sqlx::Error> {
+        let sql = "UPDATE turns SET notice = NULL, notice_claimed_until = 0 \
+                   WHERE turn_id = $1 AND notice_claimed_until < $2";
+        self.execute(sql, Binds(&[Bind::Text(turn_id), Bind::Int(now_ms)]))
+            .await?;
+        Ok(())
+    }
+
+    /// Notices of finished turns still to deliver that nobody is delivering now (nor
+    /// waiting to try again), oldest first.
     pub async fn notices(&self, now_ms: i64, limit: u32) -> Result<Vec<Notice>, sqlx::Error> {
         let sql = "SELECT turn_id, channel, sender_id, notice, updated_at FROM turns \
-                   WHERE notice IS NOT NULL AND notice_claimed_until < $1 ORDER BY updated_at LIMIT $2";
+                   WHERE notice IS NOT NULL AND state = 'finished' AND notice_claimed_until < $1 \
+                   ORDER BY updated_at LIMIT $2";
         on_db!(&self.db, pool => {
             let rows = sqlx::query(sql).bind(now_ms).bind(i64::from(limit)).fetch_all(pool).await?;
             rows.iter()
@@ -429,33 +441,54 @@ impl Store {
         })
     }
 
-    /// Takes the delivery of a turn's notice for a lease: `false` when another replica has
-    /// it or it was delivered.
-    pub async fn claim_notice(&self, turn_id: &str, now_ms: i64) -> Result<Held, sqlx::Error> {
+    /// Takes the delivery of a turn's notice until `until_ms`: `false` when another
+    /// replica has it, it waits to be tried again, or it was delivered.
+    pub async fn claim_notice(
+        &self,
+        turn_id: &str,
+        now_ms: i64,
+        until_ms: i64,
+    ) -> Result<Held, sqlx::Error> {
         let sql = "UPDATE turns SET notice_claimed_until = $3 \
                    WHERE turn_id = $1 AND notice IS NOT NULL AND notice_claimed_until < $2";
-        let until = now_ms.saturating_add(self.holder.lease_ms);
         let affected = self
             .execute(
                 sql,
-                Binds(&[Bind::Text(turn_id), Bind::Int(now_ms), Bind::Int(until)]),
+                Binds(&[Bind::Text(turn_id), Bind::Int(now_ms), Bind::Int(until_ms)]),
             )
             .await?;
         Ok(affected == 1)
     }
 
-    /// A notice delivered (or given up): gone.
-    pub async fn drop_notice(&self, turn_id: &str) -> Result<(), sqlx::Error> {
-        let sql = "UPDATE turns SET notice = NULL, notice_claimed_until = 0 WHERE turn_id = $1";
-        self.execute(sql, Binds(&[Bind::Text(turn_id)])).await?;
+    /// A notice delivered (or given up) by the claim made until `claimed_until`: gone.
+    /// Another claimer's claim is left alone.
+    pub async fn drop_notice(&self, turn_id: &str, claimed_until: i64) -> Result<(), sqlx::Error> {
+        let sql = "UPDATE turns SET notice = NULL, notice_claimed_until = 0 \
+                   WHERE turn_id = $1 AND notice_claimed_until = $2";
+        self.execute(sql, Binds(&[Bind::Text(turn_id), Bind::Int(claimed_until)]))
+            .await?;
         Ok(())
     }
 
-    /// A notice that could not be delivered now: free for the next sweep.
-    pub async fn release_notice(&self, turn_id: &str) -> Result<(), sqlx::Error> {
-        let sql =
-            "UPDATE turns SET notice_claimed_until = 0 WHERE turn_id = $1 AND notice IS NOT NULL";
-        self.execute(sql, Binds(&[Bind::Text(turn_id)])).await?;
+    /// A notice the claim made until `claimed_until` could not deliver now: tried again
+    /// from `retry_at_ms`. Another claimer's claim is left alone.
+    pub async fn release_notice(
+        &self,
+        turn_id: &str,
+        claimed_until: i64,
+        retry_at_ms: i64,
+    ) -> Result<(), sqlx::Error> {
+        let sql = "UPDATE turns SET notice_claimed_until = $3 \
+                   WHERE turn_id = $1 AND notice IS NOT NULL AND notice_claimed_until = $2";
+        self.execute(
+            sql,
+            Binds(&[
+                Bind::Text(turn_id),
+                Bind::Int(claimed_until),
+                Bind::Int(retry_at_ms),
+            ]),
+        )
+        .await?;
         Ok(())
     }
 

@@ -38,6 +38,19 @@ const CLI: &str = "cli";
 /// How long an undelivered notice is kept (days).
 const NOTICE_DAYS: i64 = 1;
 
+/// How long a replica holds a notice it delivers: longer than the gateway may take
+/// ([`crate::filters::TELL_DEADLINE`]), so nobody else sends it meanwhile.
+const NOTICE_CLAIM_MS: i64 = 180_000;
+
+/// Clears the "delivering" mark when a delivery ends (even by a panic).
+struct Delivering<'a>(&'a std::sync::atomic::AtomicBool);
+
+impl Drop for Delivering<'_> {
+    fn drop(&mut self) {
+        self.0.store(false, std::sync::atomic::Ordering::Release);
+    }
+}
+
 /// What the person of a turn a restart interrupted is told, in their language, naming
 /// their request (its first 80 characters).
 pub(crate) fn interrupted_notice(
@@ -62,6 +75,21 @@ pub(crate) fn interrupted_notice(
         }
         (_, None) => "I was restarted while working on your request; I did not finish it, please ask again.".to_owned(),
     }
+}
+
+/// `text` as one gateway message may carry it (16 KiB), cut on a character boundary with
+/// a note saying where the rest is.
+fn within_message(text: &str) -> String {
+    const NOTE: &str = "\n… (cut: `metnos turns show` has the whole turn)";
+    let max = metnos_core::limits::MESSAGE;
+    if text.len() <= max {
+        return text.to_owned();
+    }
+    let mut end = max - NOTE.len();
+    while !text.is_char_boundary(end) {
+        end -= 1;
+    }
+    format!("{}{NOTE}", &text[..end])
 }
 
 fn decision_of(status: approval::ApprovalStatus) -> ApprovalDecision {
@@ -156,7 +184,7 @@ impl Planner {
         for turn in expired {
             match turn.state {
                 State::Running => {
-                    if self.end_interrupted(&turn).await {
+                    if self.end_interrupted(&turn, true).await {
                         ended += 1;
                     }
                 }
@@ -201,22 +229,36 @@ impl Planner {
             let (sink, events) = mpsc::channel(64);
             let planner = std::sync::Arc::clone(self);
             let told = (found.channel != CLI).then(|| found.turn_id.clone());
-            tokio::spawn(async move {
-                planner.deliver_final(events, told).await;
-            });
+            tokio::spawn(planner.deliver_final(events, told));
             tokio::spawn(std::sync::Arc::clone(self).resume(cp, sink));
         }
-        self.deliver_notices().await;
+        self.deliver_notices_soon();
         (ended, released, resumed)
     }
 
     /// Follows a turn nobody else follows to its end; for `told` (a channel's turn), its
     /// final text becomes the notice its person gets.
-    async fn deliver_final(&self, mut events: mpsc::Receiver<pb::TurnEvent>, told: Option<String>) {
+    async fn deliver_final(
+        self: std::sync::Arc<Self>,
+        mut events: mpsc::Receiver<pb::TurnEvent>,
+        told: Option<String>,
+    ) {
         let mut last = None;
+        let person = self.person_of(told.as_deref()).await;
         while let Some(event) = events.recv().await {
-            if let Some(pb::turn_event::Event::Finished(finished)) = event.event {
-                last = Some(finished.text);
+            match event.event {
+                Some(pb::turn_event::Event::Finished(finished)) => last = Some(finished.text),
+                // A new question on the way: its card goes to the person, or nobody could
+                // answer it.
+                Some(pb::turn_event::Event::AwaitingApproval(asked)) => {
+                    if let (Some(person), Some(card)) = (&person, asked.card)
+                        && let Err(status) =
+                            self.filters.show_card(person, &asked.token, card).await
+                    {
+                        tracing::warn!(code = ?status.code(), "cannot show the card of a turn nobody follows");
+                    }
+                }
+                _ => {}
             }
         }
         let (Some(turn_id), Some(text)) = (told, last) else {
@@ -225,11 +267,28 @@ impl Planner {
         if text.trim().is_empty() {
             return;
         }
-        if let Err(e) = self.store.set_notice(&turn_id, &text).await {
-            tracing::warn!(%turn_id, error = %e, "cannot keep a turn's answer for its person");
-            return;
+        let text = within_message(&text);
+        for attempt in 0..3 {
+            match self.store.set_notice(&turn_id, &text).await {
+                Ok(()) => {
+                    self.deliver_notices_soon();
+                    return;
+                }
+                Err(e) if attempt == 2 => {
+                    tracing::warn!(%turn_id, error = %e, "cannot keep a turn's answer for its person");
+                }
+                Err(_) => tokio::time::sleep(Duration::from_millis(500)).await,
+            }
         }
-        self.deliver_notices().await;
+    }
+
+    /// Whose turn `turn_id` is (none for none, or an unknown turn).
+    async fn person_of(&self, turn_id: Option<&str>) -> Option<Principal> {
+        let found = self.store.get(turn_id?).await.ok()??;
+        Some(Principal {
+            channel: found.channel,
+            sender_id: found.sender_id,
+        })
     }
 
     /// Ends a suspended turn whose checkpoint cannot be read, with a minimal line in the
@@ -250,7 +309,8 @@ impl Planner {
 
     /// Ends a running turn whose holder stopped: its record (or a minimal one, if its
     /// checkpoint is unreadable) in the store and, once, in the turn log.
-    async fn end_interrupted(&self, turn: &crate::store::StoredTurn) -> bool {
+    /// `tell`: its person is told (not when they asked to stop it).
+    async fn end_interrupted(&self, turn: &crate::store::StoredTurn, tell: bool) -> bool {
         const REASON: &str = "interrupted: the planner stopped while the turn ran";
         let checkpoint = serde_json::from_str::<Checkpoint>(&turn.checkpoint).ok();
         let record = match &checkpoint {
@@ -258,7 +318,7 @@ impl Planner {
             None => bare_record(turn, REASON),
         };
         // A channel's person is told (the terminal saw its stream end).
-        let notice = (turn.channel != CLI).then(|| {
+        let notice = (tell && turn.channel != CLI).then(|| {
             interrupted_notice(
                 checkpoint.as_ref().and_then(|cp| cp.language),
                 checkpoint.as_ref().map(|cp| cp.query.as_str()),
@@ -287,14 +347,31 @@ impl Planner {
         }
     }
 
+    /// Delivers the notices of turns nobody followed to their end, through the gateway,
+    /// on a task of its own (one at a time in this process), so a slow gateway never holds
+    /// the lease sweep. See [`Planner::deliver_notices`].
+    pub fn deliver_notices_soon(self: &std::sync::Arc<Self>) {
+        if self
+            .delivering
+            .swap(true, std::sync::atomic::Ordering::AcqRel)
+        {
+            return;
+        }
+        let planner = std::sync::Arc::clone(self);
+        tokio::spawn(async move {
+            let _done = Delivering(&planner.delivering);
+            planner.deliver_notices().await;
+        });
+    }
+
     /// Delivers the notices of turns nobody followed to their end, through the gateway:
-    /// each once (claimed in the store, so two replicas do not both send it), again at a
-    /// later sweep if the gateway cannot be reached, dropped when the gateway refuses it
-    /// for good (the person is no longer paired) or after [`NOTICE_DAYS`]. Returns how
-    /// many went out.
+    /// each claimed in the store (so two replicas never both send one) for longer than the
+    /// gateway may take; dropped once sent, or when the gateway refuses it for good (the
+    /// person is no longer paired), or took part of it or may have (sending again could
+    /// show it twice), or after [`NOTICE_DAYS`]; else tried again later, the later the
+    /// older it is. Returns how many went out.
     pub async fn deliver_notices(&self) -> usize {
-        let now = now_ms();
-        let notices = match self.store.notices(now, 100).await {
+        let notices = match self.store.notices(now_ms(), 100).await {
             Ok(notices) => notices,
             Err(e) => {
                 tracing::warn!(error = %e, "cannot read the notices to deliver");
@@ -303,9 +380,11 @@ impl Planner {
         };
         let mut sent = 0;
         for notice in notices {
+            let now = now_ms();
+            let claimed_until = now.saturating_add(NOTICE_CLAIM_MS);
             if !self
                 .store
-                .claim_notice(&notice.turn_id, now)
+                .claim_notice(&notice.turn_id, now, claimed_until)
                 .await
                 .unwrap_or(false)
             {
@@ -315,11 +394,15 @@ impl Planner {
                 channel: notice.channel.clone(),
                 sender_id: notice.sender_id.clone(),
             };
-            let give_up = now.saturating_sub(notice.since_ms) > NOTICE_DAYS * 86_400_000;
+            let age = now.saturating_sub(notice.since_ms);
             let done = match self.filters.tell(&person, &notice.text).await {
                 Ok(()) => {
                     sent += 1;
                     tracing::info!(turn_id = %notice.turn_id, "the person was told what became of their turn");
+                    true
+                }
+                Err(status) if status.code() == tonic::Code::Aborted => {
+                    tracing::warn!(turn_id = %notice.turn_id, reason = %status.message(), "a notice that may have reached the person is not sent again");
                     true
                 }
                 Err(status)
@@ -333,7 +416,7 @@ impl Planner {
                     tracing::warn!(turn_id = %notice.turn_id, code = ?status.code(), reason = %status.message(), "a notice the gateway refuses is dropped");
                     true
                 }
-                Err(status) if give_up => {
+                Err(status) if age > NOTICE_DAYS * 86_400_000 => {
                     tracing::warn!(turn_id = %notice.turn_id, code = ?status.code(), "a notice undelivered for a day is dropped");
                     true
                 }
@@ -343,9 +426,15 @@ impl Planner {
                 }
             };
             let written = if done {
-                self.store.drop_notice(&notice.turn_id).await
+                self.store.drop_notice(&notice.turn_id, claimed_until).await
             } else {
-                self.store.release_notice(&notice.turn_id).await
+                // Soon while it is fresh (a restart: the gateway comes up in seconds), then
+                // less and less often, at most hourly.
+                let pause = (age / 10).clamp(5_000, 3_600_000);
+                let retry_at = now_ms().saturating_add(pause);
+                self.store
+                    .release_notice(&notice.turn_id, claimed_until, retry_at)
+                    .await
             };
             if let Err(e) = written {
                 tracing::warn!(turn_id = %notice.turn_id, error = %e, "cannot note a notice's delivery");
@@ -382,7 +471,10 @@ impl Planner {
                 self.cancel_claimed(&mut checkpoint).await;
                 return Ok(true);
             }
-        } else if found.state == State::Running && expired && self.end_interrupted(found).await {
+        } else if found.state == State::Running
+            && expired
+            && self.end_interrupted(found, false).await
+        {
             return Ok(true);
         }
         if let Some(token) = &found.approval_token {
@@ -453,11 +545,10 @@ impl Planner {
                     Instant::now(),
                 )
                 .await;
+                tracing::warn!(code = ?status.code(), reason = %status.message(), "the approval service could not be asked; the turn ends");
                 return StepOutcome::Finished(finish(
                     FinalKind::Error,
-                    format!(
-                        "the approval service could not be asked, so nothing was done: {message}"
-                    ),
+                    crate::vet::unreachable(cp.language, crate::vet::Dependency::Approval),
                 ));
             }
         };
@@ -564,13 +655,10 @@ impl Planner {
             Ok(decision) => Some(self.apply_decision(cp, sink, decision, cancel).await),
             Err(status) => {
                 cp.pending = None;
+                tracing::warn!(code = ?status.code(), reason = %status.message(), "the decision could not be awaited; the turn ends");
                 Some(StepOutcome::Finished(finish(
                     FinalKind::Error,
-                    format!(
-                        "the approval service could not be asked ({:?}): {}",
-                        status.code(),
-                        status.message()
-                    ),
+                    crate::vet::unreachable(cp.language, crate::vet::Dependency::Approval),
                 )))
             }
         }

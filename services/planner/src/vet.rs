@@ -47,14 +47,52 @@ pub enum Refusal {
     Stop(Finish),
 }
 
-/// `what` failed, so `who` could not be asked: nothing runs, the turn ends.
-fn unavailable(what: &str, who: &str, status: &tonic::Status) -> Refusal {
+/// A service a turn depends on.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Dependency {
+    Policy,
+    Vaglio,
+    Approval,
+}
+
+/// What the person is told when `who` could not be asked: one sentence in their language,
+/// never the transport's error or an address (those stay in the planner's log and the
+/// turn's record).
+pub(crate) fn unreachable(language: Option<metnos_core::Language>, who: Dependency) -> String {
+    match language {
+        Some(metnos_core::Language::Italian) => {
+            let who = match who {
+                Dependency::Policy => "il servizio delle regole",
+                Dependency::Vaglio => "il vaglio",
+                Dependency::Approval => "il servizio delle approvazioni",
+            };
+            format!(
+                "Non riesco a raggiungere {who} in questo momento, quindi non ho fatto niente: riprova tra poco."
+            )
+        }
+        _ => {
+            let who = match who {
+                Dependency::Policy => "the policy service",
+                Dependency::Vaglio => "the vaglio",
+                Dependency::Approval => "the approval service",
+            };
+            format!("I cannot reach {who} right now, so I did nothing: please try again shortly.")
+        }
+    }
+}
+
+/// `what` failed, so `who` could not be asked: nothing runs, the turn ends; the LLM's
+/// observation and the log say how it failed, the person is told in one sentence.
+fn unavailable(
+    what: &str,
+    who: Dependency,
+    language: Option<metnos_core::Language>,
+    status: &tonic::Status,
+) -> Refusal {
     let observation = format!("{what} failed ({:?}): {}", status.code(), status.message());
+    tracing::warn!(dependency = ?who, code = ?status.code(), reason = %status.message(), "a filter could not be asked; the turn ends");
     Refusal::Unavailable {
-        finish: finish(
-            FinalKind::Error,
-            format!("{who} could not be asked, so nothing was done: {observation}"),
-        ),
+        finish: finish(FinalKind::Error, unreachable(language, who)),
         observation,
     }
 }
@@ -221,7 +259,7 @@ impl Planner {
 
         let (policy, took) = policy.map_err(|status| {
             log.policy = Some(PolicyCheck::Unavailable);
-            unavailable("policy check", "the policy service", &status)
+            unavailable("policy check", Dependency::Policy, cp.language, &status)
         })?;
         log.policy_us = took.as_micros() as u64;
         log.policy = Some(match policy.outcome {
@@ -275,7 +313,7 @@ impl Planner {
         };
         let (verdict, took) = verdict.map_err(|status| {
             log.verdict = Some(VerdictCheck::Unavailable);
-            unavailable("vaglio", "the vaglio", &status)
+            unavailable("vaglio", Dependency::Vaglio, cp.language, &status)
         })?;
         log.vaglio_us = took.as_micros() as u64;
         log.checks_us = started.elapsed().as_micros() as u64;

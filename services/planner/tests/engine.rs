@@ -55,6 +55,10 @@ struct FilterState {
     /// What the gateway was asked to tell whom ("channel:sender", text).
     told: Vec<(String, String)>,
     gateway_down: bool,
+    /// The gateway answers ABORTED: the message may have reached the person.
+    gateway_unsure: bool,
+    tell_attempts: u32,
+    approval_down: bool,
 }
 
 #[derive(Debug)]
@@ -148,6 +152,9 @@ impl Filters for FakeFilters {
         if let Some(db) = db {
             db.close().await;
         }
+        if self.with(|s| s.approval_down) {
+            return Err(Status::unavailable("tcp connect error: 127.0.0.1:50053"));
+        }
         self.with(|s| {
             let token = format!("{:032x}", s.created.len() + 1);
             let call_sha256 = metnos_core::call::call_sha256(&request.executor, &request.args_json)
@@ -191,12 +198,31 @@ impl Filters for FakeFilters {
 
     async fn tell(&self, principal: &Principal, text: &str) -> Result<(), Status> {
         self.with(|s| {
+            s.tell_attempts += 1;
             if s.gateway_down {
                 return Err(Status::unavailable("the gateway is down"));
+            }
+            if s.gateway_unsure {
+                return Err(Status::aborted("Telegram may have taken the message"));
             }
             s.told.push((
                 format!("{}:{}", principal.channel, principal.sender_id),
                 text.to_owned(),
+            ));
+            Ok(())
+        })
+    }
+
+    async fn show_card(
+        &self,
+        principal: &Principal,
+        token: &str,
+        card: approval::Card,
+    ) -> Result<(), Status> {
+        self.with(|s| {
+            s.told.push((
+                format!("{}:{}", principal.channel, principal.sender_id),
+                format!("card {token}: {}", card.lines.join(" / ")),
             ));
             Ok(())
         })
@@ -637,31 +663,52 @@ async fn a_denied_or_blocked_call_never_runs_and_the_llm_is_told_why() {
 
 #[tokio::test]
 async fn a_filter_that_cannot_be_asked_ends_the_turn_with_nothing_done() {
-    for (policy_down, vaglio_down, expected) in [
+    for (down, language, expected, logged) in [
         (
-            true,
-            false,
-            "the policy service could not be asked, so nothing was done",
+            "policy",
+            None,
+            "I cannot reach the policy service right now, so I did nothing: please try again shortly.",
+            "policy",
         ),
         (
-            false,
-            true,
-            "the vaglio could not be asked, so nothing was done",
+            "vaglio",
+            Some(metnos_core::Language::Italian),
+            "Non riesco a raggiungere il vaglio in questo momento, quindi non ho fatto niente: riprova tra poco.",
+            "verdict",
+        ),
+        (
+            "approval",
+            None,
+            "I cannot reach the approval service right now, so I did nothing: please try again shortly.",
+            "approval_decision",
         ),
     ] {
         let h = Harness::local().await;
         h.filters.with(|s| {
-            s.policy_down = policy_down;
-            s.vaglio_down = vaglio_down;
+            s.policy_down = down == "policy";
+            s.vaglio_down = down == "vaglio";
+            s.approval_down = down == "approval";
+            s.policy
+                .insert("fs:write".into(), rules::Outcome::ApprovalRequired);
         });
-        h.llm.call("fs_read", json!({"path": "~/notes.txt"}));
-        let mut rx = h.start("read my notes file", AutonomyLevel::Full);
+        h.llm
+            .call("fs_write", json!({"path": "~/notes.txt", "text": "x"}));
+        let request = TurnRequest {
+            principal: Principal::new("telegram", "42").unwrap(),
+            level: AutonomyLevel::Supervised,
+            query: "write my notes file".to_owned(),
+            language,
+            mode: None,
+        };
+        let checkpoint = h.planner.start(&request);
+        let (tx, mut rx) = mpsc::channel(64);
+        tokio::spawn(Arc::clone(&h.planner).run(checkpoint, tx));
         let (_, finished) = to_end(&mut rx).await;
         assert_eq!(kind(&finished), pb::FinalKind::Error);
-        assert!(finished.text.starts_with(expected), "{}", finished.text);
+        // One sentence in their language: not the transport's words ("… is down").
+        assert_eq!(finished.text, expected, "{down}");
         assert!(h.runs().is_empty());
-        let unavailable = if policy_down { "policy" } else { "verdict" };
-        assert_eq!(h.records()[0]["steps"][0][unavailable], "unavailable");
+        assert_eq!(h.records()[0]["steps"][0][logged], "unavailable", "{down}");
     }
 }
 
@@ -1143,10 +1190,23 @@ async fn a_turn_left_running_by_a_dead_replica_is_ended_once_and_written_to_the_
     // The gateway is down when they are ended: the person is told at a later sweep, once.
     h.filters.with(|s| s.gateway_down = true);
     assert_eq!(b.sweep_leases().await, (2, 0, 0));
+    tokio::time::sleep(Duration::from_millis(300)).await;
     assert!(h.filters.with(|s| s.told.is_empty()));
     h.filters.with(|s| s.gateway_down = false);
-    assert_eq!(b.sweep_leases().await, (0, 0, 0));
-    assert_eq!(a.sweep_leases().await, (0, 0, 0));
+    for _ in 0..100 {
+        assert_eq!(b.sweep_leases().await, (0, 0, 0));
+        assert_eq!(a.sweep_leases().await, (0, 0, 0));
+        if !h.filters.with(|s| s.told.is_empty()) {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    // More sweeps: nothing more.
+    for _ in 0..3 {
+        b.sweep_leases().await;
+        a.sweep_leases().await;
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
     assert_eq!(
         h.filters.with(|s| s.told.clone()),
         [(
@@ -1167,6 +1227,46 @@ async fn a_turn_left_running_by_a_dead_replica_is_ended_once_and_written_to_the_
         assert!(record["reason"].as_str().unwrap().contains("interrupted"));
     }
     assert!(h.runs().is_empty(), "not replayed");
+}
+
+#[tokio::test]
+async fn a_notice_that_may_have_reached_its_person_is_not_sent_again() {
+    let h = Harness::local().await;
+    let a = h.replica("a", 300);
+    let request = TurnRequest {
+        principal: Principal::new("telegram", "42").unwrap(),
+        level: AutonomyLevel::Supervised,
+        query: "read my notes".to_owned(),
+        language: None,
+        mode: None,
+    };
+    let cp = a.start(&request);
+    a.store
+        .insert_turn(
+            &cp.turn_id,
+            "telegram",
+            "42",
+            &serde_json::to_string(&cp).unwrap(),
+            now(),
+        )
+        .await
+        .unwrap();
+    tokio::time::sleep(Duration::from_millis(400)).await;
+    h.filters.with(|s| s.gateway_unsure = true);
+    let b = h.replica("b", 300);
+    assert_eq!(b.sweep_leases().await, (1, 0, 0));
+    for _ in 0..100 {
+        if h.filters.with(|s| s.tell_attempts) > 0 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    for _ in 0..5 {
+        b.sweep_leases().await;
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert_eq!(h.filters.with(|s| s.tell_attempts), 1, "asked once");
+    assert!(b.store.notices(i64::MAX - 1, 10).await.unwrap().is_empty());
 }
 
 #[tokio::test]
@@ -1199,6 +1299,60 @@ async fn a_replica_restarted_after_a_kill_resumes_a_turn_decided_while_it_was_do
         h.filters.with(|s| s.told.clone()),
         [("telegram:42".to_owned(), "written".to_owned())]
     );
+}
+
+#[tokio::test]
+async fn a_turn_a_sweep_resumed_shows_its_next_card_and_its_answer_to_its_person() {
+    let h = Harness::local().await;
+    h.filters.with(|s| {
+        s.policy
+            .insert("fs:write".into(), rules::Outcome::ApprovalRequired)
+    });
+    h.llm
+        .call("fs_write", json!({"path": "~/a.txt", "text": "hi"}));
+    h.llm
+        .call("fs_write", json!({"path": "~/b.txt", "text": "hi"}));
+    h.llm.answer("both written");
+    let a = h.replica("a", 60_000);
+    let (turn_id, token) = resumed_then_killed(&a).await;
+    h.filters
+        .decide(&token, approval::ApprovalStatus::Approved, None);
+    let a2 = h.replica("a", 300);
+    assert_eq!(a2.store.expire_previous_runs().await.unwrap(), 1);
+    assert_eq!(a2.sweep_leases().await, (0, 1, 1));
+    // Nobody follows the turn: its second question reaches its person as a card.
+    let mut second = None;
+    for _ in 0..200 {
+        second = h
+            .filters
+            .with(|s| s.requests.keys().find(|t| **t != token).cloned());
+        if second.is_some() && !h.filters.with(|s| s.told.is_empty()) {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let second = second.expect("a second approval asked");
+    assert_eq!(
+        h.filters.with(|s| s.told.clone()),
+        [(
+            "telegram:42".to_owned(),
+            format!("card {second}: May I? ({second})")
+        )]
+    );
+    h.filters
+        .decide(&second, approval::ApprovalStatus::Approved, None);
+    until_finished(&a2, &turn_id).await;
+    for _ in 0..100 {
+        if h.filters.with(|s| s.told.len()) > 1 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert_eq!(
+        h.filters.with(|s| s.told[1].clone()),
+        ("telegram:42".to_owned(), "both written".to_owned())
+    );
+    assert_eq!(h.runs().len(), 2, "{:?}", h.runs());
 }
 
 #[tokio::test]

@@ -183,19 +183,42 @@ async fn a_turn_is_taken_over_only_once_its_holders_lease_expired(test: TestStor
         "ended once"
     );
     // Its notice goes out once: one replica claims it, the other sees it taken; a failed
-    // delivery frees it, a delivered one is gone.
+    // delivery puts it off until its retry time, a delivered one is gone.
     let notices = a.notices(12_001, 10).await.unwrap();
     assert_eq!(notices.len(), 1, "{notices:?}");
     assert_eq!(notices[0].text, "I was restarted");
     assert_eq!(notices[0].turn_id, "r");
-    assert!(a.claim_notice("r", 12_001).await.unwrap());
-    assert!(!b.claim_notice("r", 12_002).await.unwrap());
+    assert!(a.claim_notice("r", 12_001, 20_000).await.unwrap());
+    assert!(!b.claim_notice("r", 12_002, 20_001).await.unwrap());
     assert!(b.notices(12_002, 10).await.unwrap().is_empty());
-    a.release_notice("r").await.unwrap();
-    assert!(b.claim_notice("r", 12_003).await.unwrap());
-    b.drop_notice("r").await.unwrap();
+    a.release_notice("r", 20_000, 30_000).await.unwrap();
+    assert!(
+        b.notices(29_999, 10).await.unwrap().is_empty(),
+        "not before its retry time"
+    );
+    assert!(!b.claim_notice("r", 29_999, 40_000).await.unwrap());
+    // A claims again; it hangs past its claim and B takes over: A's late release or drop
+    // touches nothing of B's.
+    assert!(a.claim_notice("r", 30_001, 40_000).await.unwrap());
+    assert!(b.claim_notice("r", 40_001, 50_000).await.unwrap());
+    a.release_notice("r", 40_000, 0).await.unwrap();
+    a.drop_notice("r", 40_000).await.unwrap();
+    assert!(
+        !a.claim_notice("r", 40_002, 50_002).await.unwrap(),
+        "still B's"
+    );
+    b.drop_notice("r", 50_000).await.unwrap();
     assert!(a.notices(99_999_999, 10).await.unwrap().is_empty());
-    assert!(!a.claim_notice("r", 99_999_999).await.unwrap());
+    assert!(!a.claim_notice("r", 99_999_999, 99_999_999).await.unwrap());
+    // A notice a driver's late answer made moot is dropped, unless it is being sent.
+    a.set_notice("r", "late").await.unwrap();
+    a.answered("r", 60_000).await.unwrap();
+    assert!(a.notices(99_999_999, 10).await.unwrap().is_empty());
+    a.set_notice("r", "again").await.unwrap();
+    assert!(b.claim_notice("r", 60_000, 70_000).await.unwrap());
+    a.answered("r", 60_001).await.unwrap();
+    b.release_notice("r", 70_000, 0).await.unwrap();
+    assert_eq!(a.notices(60_002, 10).await.unwrap().len(), 1);
     assert!(!a.finish("r", "{}", 12_002).await.unwrap());
     assert!(
         !a.save("r", State::Suspended, Some("t2"), "{}", 12_002)

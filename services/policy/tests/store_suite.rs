@@ -515,12 +515,13 @@ async fn replicas_sharing_postgres_agree_at_once() {
     assert_eq!(check(&b).await.outcome, Outcome::ApprovalRequired);
 }
 
-/// Twins an approval recorded before idempotency keys existed: the migration keeps one
-/// (keyed, so a retry finds it) and revokes the rest, or all when the person had revoked one.
-async fn an_approval_s_old_twins_are_made_one_by_the_migration(store: TestStore) {
+/// Twins an approval recorded before idempotency keys existed: the migration revokes them
+/// all (which one the approval names cannot be known; the person is asked again) and keys
+/// an approval's only grant, so a retry finds it. Nothing else is touched.
+async fn an_approval_s_old_twins_are_revoked_by_the_migration(store: TestStore) {
     let (_, grants) = open(&store).await;
-    let old = |granted_by: &str| NewGrant {
-        principal: roberto(),
+    let old = |granted_by: &str, sender: &str| NewGrant {
+        principal: who("telegram", sender),
         capability: Capability::FsWrite,
         target: "~/Documents/*".to_owned(),
         pattern: Pattern::parse(
@@ -534,18 +535,30 @@ async fn an_approval_s_old_twins_are_made_one_by_the_migration(store: TestStore)
         idempotency_key: None,
     };
     let mut ids = Vec::new();
-    for by in [
-        "approval:t1",
-        "approval:t1",
-        "approval:t2",
-        "approval:t2",
-        "approval:t3",
-        "cli",
-        "cli",
+    for (by, sender) in [
+        ("approval:t1", "roberto"),
+        ("approval:t1", "roberto"),
+        ("approval:t2", "roberto"),
+        ("approval:t2", "roberto"),
+        ("approval:t3", "roberto"),
+        ("cli", "roberto"),
+        ("cli", "roberto"),
+        // Not twins: two people under one name (typed by hand).
+        ("approval:x", "roberto"),
+        ("approval:x", "ada"),
+        // Not the approval service's spelling.
+        ("Approval:t4", "roberto"),
     ] {
-        ids.push(grants.record(&old(by), 1_000).await.unwrap().grant().id);
+        ids.push(
+            grants
+                .record(&old(by, sender), 1_000)
+                .await
+                .unwrap()
+                .grant()
+                .id,
+        );
     }
-    // The person revoked one of t2's twins (the one the approval named).
+    // The person had revoked one of t2's twins.
     let pool = grants.db().pool();
     let revoke = "UPDATE grants SET revoked_at = 2000 WHERE id = $1";
     match pool {
@@ -572,23 +585,25 @@ async fn an_approval_s_old_twins_are_made_one_by_the_migration(store: TestStore)
             .await
             .unwrap()
     });
-    let key = |t: &str| Some(format!("approval:{t}"));
     assert_eq!(
         rows,
         [
-            (ids[0], false, key("t1")),
+            (ids[0], true, None),
             (ids[1], true, None),
-            (ids[2], true, key("t2")),
+            (ids[2], true, None),
             (ids[3], true, None),
-            (ids[4], false, key("t3")),
+            (ids[4], false, Some("approval:t3".to_owned())),
             (ids[5], false, None),
             (ids[6], false, None),
+            (ids[7], false, None),
+            (ids[8], false, None),
+            (ids[9], false, None),
         ]
     );
 }
 
 metnos_kit::store_suite!(
-    an_approval_s_old_twins_are_made_one_by_the_migration,
+    an_approval_s_old_twins_are_revoked_by_the_migration,
     changes_take_effect_at_the_next_check,
     a_person_with_very_many_grants_is_answered_from_the_store,
     a_recorded_grant_decides_a_matching_check,
