@@ -4,6 +4,7 @@
 use metnos_kit::authz::{Rule, Table};
 use metnos_kit::tls::Identity;
 use std::sync::Arc;
+use tracing::Instrument;
 
 use metnos_core::level::AutonomyLevel;
 use metnos_core::limits;
@@ -187,7 +188,9 @@ impl GatewayService for GatewayApi {
         let chat = self.chat_of(&principal).await?;
         // On a task of its own: a caller that stops waiting does not cut a send in the
         // middle (it is finished, and logged if it fails).
-        let sending = tokio::spawn(async move { outbox.deliver(chat, &request.text).await });
+        let sending = tokio::spawn(
+            async move { outbox.deliver(chat, &request.text).await }.in_current_span(),
+        );
         let delivery = sending
             .await
             .unwrap_or(outbox::Delivery::MaybeSent(Vec::new()));
@@ -216,9 +219,16 @@ impl GatewayService for GatewayApi {
         }
         let outbox = self.outbox_for(&principal.channel)?;
         let chat = self.chat_of(&principal).await?;
-        let id = outbox
-            .send_card(chat, &request.token, &card)
+        // On a task of its own, as a message: a card Telegram showed is remembered even if
+        // the caller stopped waiting.
+        let token = request.token;
+        let sending = tokio::spawn(
+            async move { outbox.send_card(chat, &token, &card).await }.in_current_span(),
+        );
+        let id = sending
             .await
+            .ok()
+            .flatten()
             .ok_or(Error::NotTaken("card"))?;
         Ok(Response::new(pb::SendCardResponse {
             sent: Some(message_ref(chat, id)),

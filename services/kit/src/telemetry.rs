@@ -29,8 +29,8 @@ use crate::config::{LogFormat, ServiceName, TelemetryConfig};
 thread_local! {
     /// The service whose runtime this thread belongs to, if any.
     static THREAD_SERVICE: Cell<Option<ServiceName>> = const { Cell::new(None) };
-    /// The owners of the spans entered on this thread, innermost last.
-    static ENTERED: std::cell::RefCell<Vec<Option<ServiceName>>> =
+    /// The spans entered on this thread and their owners, innermost last.
+    static ENTERED: std::cell::RefCell<Vec<(tracing::span::Id, Option<ServiceName>)>> =
         const { std::cell::RefCell::new(Vec::new()) };
 }
 
@@ -69,12 +69,17 @@ where
         let owner = cx
             .span(id)
             .and_then(|span| span.extensions().get::<Owner>().and_then(|o| o.0));
-        ENTERED.with(|entered| entered.borrow_mut().push(owner));
+        // (A thread being torn down has no stack any more: nothing to note.)
+        let _ = ENTERED.try_with(|entered| entered.borrow_mut().push((id.clone(), owner)));
     }
 
-    fn on_exit(&self, _: &tracing::span::Id, _: Context<'_, S>) {
-        ENTERED.with(|entered| {
-            entered.borrow_mut().pop();
+    fn on_exit(&self, id: &tracing::span::Id, _: Context<'_, S>) {
+        // Spans may be exited out of order: the one exited goes, wherever it is.
+        let _ = ENTERED.try_with(|entered| {
+            let mut entered = entered.borrow_mut();
+            if let Some(at) = entered.iter().rposition(|(entered, _)| entered == id) {
+                entered.remove(at);
+            }
         });
     }
 }
@@ -107,9 +112,12 @@ where
         }
         // A service's thread is the service's; a thread nobody owns belongs to whoever
         // owns the span it is in ([`Owners`]), else to the command.
-        let owner = THREAD_SERVICE
-            .with(Cell::get)
-            .or_else(|| ENTERED.with(|entered| entered.borrow().last().copied().flatten()));
+        let owner = THREAD_SERVICE.with(Cell::get).or_else(|| {
+            ENTERED
+                .try_with(|entered| entered.borrow().last().and_then(|(_, owner)| *owner))
+                .ok()
+                .flatten()
+        });
         match (*self, owner) {
             (Scope::Service(mine), Some(owner)) => mine == owner,
             (Scope::Command, None) => true,

@@ -79,8 +79,10 @@ pub struct Planner {
     /// Turns driven in this process: turn id → (which driver, its cancel signal).
     running: Mutex<HashMap<String, (u64, watch::Sender<bool>)>>,
     generation: std::sync::atomic::AtomicU64,
-    /// Whether notices are being delivered now (one delivery at a time).
+    /// Whether notices are being delivered now (one delivery at a time), and whether a
+    /// run was asked for meanwhile.
     pub(crate) delivering: std::sync::atomic::AtomicBool,
+    pub(crate) deliver_again: std::sync::atomic::AtomicBool,
 }
 
 /// A turn driven here: removed from [`Planner::running`] when dropped, if still its entry.
@@ -131,6 +133,7 @@ impl Planner {
             running: Mutex::new(HashMap::new()),
             generation: std::sync::atomic::AtomicU64::new(0),
             delivering: std::sync::atomic::AtomicBool::new(false),
+            deliver_again: std::sync::atomic::AtomicBool::new(false),
         }
     }
 

@@ -42,12 +42,15 @@ const NOTICE_DAYS: i64 = 1;
 /// ([`crate::filters::TELL_DEADLINE`]), so nobody else sends it meanwhile.
 const NOTICE_CLAIM_MS: i64 = 180_000;
 
-/// Clears the "delivering" mark when a delivery ends (even by a panic).
-struct Delivering<'a>(&'a std::sync::atomic::AtomicBool);
+/// Clears the "delivering" mark when a delivery ends (even by a panic, or a task dropped
+/// before it ran).
+struct Delivering(std::sync::Arc<Planner>);
 
-impl Drop for Delivering<'_> {
+impl Drop for Delivering {
     fn drop(&mut self) {
-        self.0.store(false, std::sync::atomic::Ordering::Release);
+        self.0
+            .delivering
+            .store(false, std::sync::atomic::Ordering::Release);
     }
 }
 
@@ -351,16 +354,18 @@ impl Planner {
     /// on a task of its own (one at a time in this process), so a slow gateway never holds
     /// the lease sweep. See [`Planner::deliver_notices`].
     pub fn deliver_notices_soon(self: &std::sync::Arc<Self>) {
-        if self
-            .delivering
-            .swap(true, std::sync::atomic::Ordering::AcqRel)
-        {
+        use std::sync::atomic::Ordering;
+        // A run in progress takes this call's notices too: it runs again when it ends.
+        self.deliver_again.store(true, Ordering::Release);
+        if self.delivering.swap(true, Ordering::AcqRel) {
             return;
         }
-        let planner = std::sync::Arc::clone(self);
+        let guard = Delivering(std::sync::Arc::clone(self));
         tokio::spawn(async move {
-            let _done = Delivering(&planner.delivering);
-            planner.deliver_notices().await;
+            let planner = &guard.0;
+            while planner.deliver_again.swap(false, Ordering::AcqRel) {
+                planner.deliver_notices().await;
+            }
         });
     }
 
@@ -401,8 +406,18 @@ impl Planner {
                     tracing::info!(turn_id = %notice.turn_id, "the person was told what became of their turn");
                     true
                 }
-                Err(status) if status.code() == tonic::Code::Aborted => {
-                    tracing::warn!(turn_id = %notice.turn_id, reason = %status.message(), "a notice that may have reached the person is not sent again");
+                // The gateway took part of it or may have (ABORTED), or it did not answer in
+                // time while it may still be sending: never sent again (a person told twice
+                // is the worse failure here).
+                Err(status)
+                    if matches!(
+                        status.code(),
+                        tonic::Code::Aborted
+                            | tonic::Code::Cancelled
+                            | tonic::Code::DeadlineExceeded
+                    ) =>
+                {
+                    tracing::warn!(turn_id = %notice.turn_id, code = ?status.code(), reason = %status.message(), "a notice that may have reached the person is not sent again");
                     true
                 }
                 Err(status)
@@ -438,6 +453,10 @@ impl Planner {
             };
             if let Err(e) = written {
                 tracing::warn!(turn_id = %notice.turn_id, error = %e, "cannot note a notice's delivery");
+            }
+            if !done {
+                // The gateway cannot take notices now: the rest wait for a later run.
+                break;
             }
         }
         sent

@@ -207,7 +207,15 @@ async fn a_turn_is_taken_over_only_once_its_holders_lease_expired(test: TestStor
         !a.claim_notice("r", 40_002, 50_002).await.unwrap(),
         "still B's"
     );
-    b.drop_notice("r", 50_000).await.unwrap();
+    // Still there: B gives it back and it is listed again.
+    b.release_notice("r", 50_000, 0).await.unwrap();
+    assert_eq!(
+        a.notices(50_001, 10).await.unwrap().len(),
+        1,
+        "A's drop touched nothing"
+    );
+    assert!(b.claim_notice("r", 50_001, 50_002).await.unwrap());
+    b.drop_notice("r", 50_002).await.unwrap();
     assert!(a.notices(99_999_999, 10).await.unwrap().is_empty());
     assert!(!a.claim_notice("r", 99_999_999, 99_999_999).await.unwrap());
     // A notice a driver's late answer made moot is dropped, unless it is being sent.

@@ -517,7 +517,8 @@ async fn replicas_sharing_postgres_agree_at_once() {
 
 /// Twins an approval recorded before idempotency keys existed: the migration revokes them
 /// all (which one the approval names cannot be known; the person is asked again) and keys
-/// an approval's only grant, so a retry finds it. Nothing else is touched.
+/// each approval's first grant, so a retry finds it (revoked: access is not restored).
+/// Nothing else is touched.
 async fn an_approval_s_old_twins_are_revoked_by_the_migration(store: TestStore) {
     let (_, grants) = open(&store).await;
     let old = |granted_by: &str, sender: &str| NewGrant {
@@ -588,9 +589,9 @@ async fn an_approval_s_old_twins_are_revoked_by_the_migration(store: TestStore) 
     assert_eq!(
         rows,
         [
-            (ids[0], true, None),
+            (ids[0], true, Some("approval:t1".to_owned())),
             (ids[1], true, None),
-            (ids[2], true, None),
+            (ids[2], true, Some("approval:t2".to_owned())),
             (ids[3], true, None),
             (ids[4], false, Some("approval:t3".to_owned())),
             (ids[5], false, None),
