@@ -758,27 +758,60 @@ async fn a_message_whose_answer_was_lost_is_not_sent_again_and_its_caller_is_tol
     s.pair(ADA, "Ada", "supervised").await;
     let mut client =
         GatewayServiceClient::new(s.up.channel_as("gateway", metnos_kit::tls::Identity::Planner));
-    let send = |text: &str| gateway::SendMessageRequest {
+    let send = |text: &str, key: &str| gateway::SendMessageRequest {
         principal: Some(metnos_proto::common::v1::Principal {
             channel: "telegram".into(),
             sender_id: ADA.to_string(),
         }),
         text: text.into(),
         reply_to: None,
+        idempotency_key: key.into(),
     };
+    let shown = |text: &str| s.tg.texts_to(ADA).iter().filter(|t| *t == text).count();
     // Telegram took it, but its answer was lost: not sent again (it would show twice), and
     // the caller hears ABORTED, so it does not send it again either.
     s.tg.lose_send_answers(1);
-    let lost = client.send_message(send("once only")).await.unwrap_err();
+    let lost = client
+        .send_message(send("once only", ""))
+        .await
+        .unwrap_err();
     assert_eq!(lost.code(), tonic::Code::Aborted, "{lost:?}");
-    let texts = s.tg.texts_to(ADA);
+    assert_eq!(shown("once only"), 1);
+    // With a key, asking again is safe: the first outcome is the answer, nothing is sent.
+    s.tg.lose_send_answers(1);
+    let first = client
+        .send_message(send("keyed, lost", "k1"))
+        .await
+        .unwrap_err();
+    let again = client
+        .send_message(send("keyed, lost", "k1"))
+        .await
+        .unwrap_err();
     assert_eq!(
-        texts.iter().filter(|t| *t == "once only").count(),
-        1,
-        "{texts:?}"
+        (first.code(), again.code()),
+        (tonic::Code::Aborted, tonic::Code::Aborted)
     );
-    let sent = client.send_message(send("and this")).await.unwrap();
-    assert_eq!(sent.into_inner().sent.len(), 1);
+    assert_eq!(shown("keyed, lost"), 1);
+    let sent = client
+        .send_message(send("and this", "k2"))
+        .await
+        .unwrap()
+        .into_inner()
+        .sent;
+    let again = client
+        .send_message(send("and this", "k2"))
+        .await
+        .unwrap()
+        .into_inner()
+        .sent;
+    assert_eq!(sent.len(), 1);
+    assert_eq!(sent, again, "the same message, not a second one");
+    assert_eq!(shown("and this"), 1);
+    let long_key = client
+        .send_message(send("x", &"k".repeat(200)))
+        .await
+        .unwrap_err();
+    assert_eq!(long_key.code(), tonic::Code::InvalidArgument);
     let Stack { up, .. } = s;
     let (code, stderr) = up.interrupt().await;
     assert_eq!(code, 0, "{stderr}");

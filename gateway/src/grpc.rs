@@ -172,6 +172,10 @@ fn card_within_limits(
     Ok(())
 }
 
+/// How long a keyed message may be "being sent" before a caller asking again is told it may
+/// have gone (the gateway stopped during it): longer than a send can take.
+const SENDING_PATIENCE_MS: i64 = 300_000;
+
 #[tonic::async_trait]
 impl GatewayService for GatewayApi {
     async fn send_message(
@@ -184,12 +188,53 @@ impl GatewayService for GatewayApi {
         if request.text.trim().is_empty() {
             return Err(Error::EmptyText.into());
         }
+        limits::bytes(
+            "idempotency_key",
+            &request.idempotency_key,
+            limits::IDEMPOTENCY_KEY,
+        )
+        .map_err(Error::from)?;
         let outbox = self.outbox_for(&principal.channel)?;
         let chat = self.chat_of(&principal).await?;
+        let key = (!request.idempotency_key.is_empty()).then_some(request.idempotency_key);
+        if let Some(key) = &key
+            && let Some((state, ids, since)) = self
+                .store
+                .begin_send(key, &chat.to_string(), now_ms())
+                .await
+                .map_err(Error::from)?
+        {
+            return match state.as_str() {
+                "sent" => Ok(Response::new(pb::SendMessageResponse {
+                    sent: ids.into_iter().map(|id| message_ref(chat, id)).collect(),
+                })),
+                // Under way (or this gateway stopped during it, if long ago).
+                "sending" if now_ms() - since < SENDING_PATIENCE_MS => {
+                    Err(Error::NotTaken("message").into())
+                }
+                _ => Err(Error::MaybeTaken("message").into()),
+            };
+        }
         // On a task of its own: a caller that stops waiting does not cut a send in the
-        // middle (it is finished, and logged if it fails).
+        // middle (it is finished, its outcome kept under its key, and logged if it fails).
+        let store = self.store.clone();
+        let text = request.text;
         let sending = tokio::spawn(
-            async move { outbox.deliver(chat, &request.text).await }.in_current_span(),
+            async move {
+                let delivery = outbox.deliver(chat, &text).await;
+                if let Some(key) = &key {
+                    let kept = match &delivery {
+                        outbox::Delivery::Sent(ids) => store.end_send(key, Some(ids), false).await,
+                        outbox::Delivery::NotSent => store.end_send(key, None, true).await,
+                        outbox::Delivery::MaybeSent(_) => store.end_send(key, None, false).await,
+                    };
+                    if let Err(e) = kept {
+                        tracing::warn!(error = %e, "cannot keep what became of a keyed message");
+                    }
+                }
+                delivery
+            }
+            .in_current_span(),
         );
         let delivery = sending
             .await

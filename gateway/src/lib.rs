@@ -20,6 +20,7 @@
 //! the config file, and never reaches a log line, a trace or an error.
 
 use std::sync::Arc;
+use std::time::Duration;
 
 use metnos_kit::background::Background;
 use metnos_kit::client::channel;
@@ -125,6 +126,19 @@ pub async fn serve(
             let planner = PlannerServiceClient::new(client(Identity::Planner, &planner_url)?);
             let approval = ApprovalServiceClient::new(client(Identity::Approval, &approval_url)?);
             let store = store::Store::new(running.db);
+            // What became of keyed messages is kept two days.
+            let pruning = store.clone();
+            running
+                .background
+                .every("keyed messages", Duration::from_secs(3600), move || {
+                    let store = pruning.clone();
+                    async move {
+                        let before = metnos_kit::time::now_ms() - 2 * 86_400_000;
+                        if let Err(e) = store.prune_sent(before).await {
+                            tracing::warn!(error = %e, "cannot forget old keyed messages");
+                        }
+                    }
+                });
             let telegram = match token {
                 Some(token) => {
                     let channel = transport::Telegram::new(

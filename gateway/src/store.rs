@@ -18,6 +18,11 @@ const SQLITE: &[EmbeddedMigration] = &[
         description: "card state",
         sql: include_str!("../migrations/sqlite/0002_card_state.sql"),
     },
+    EmbeddedMigration {
+        version: 3,
+        description: "sent messages",
+        sql: include_str!("../migrations/sqlite/0003_sent_messages.sql"),
+    },
 ];
 const POSTGRES: &[EmbeddedMigration] = &[
     EmbeddedMigration {
@@ -29,6 +34,11 @@ const POSTGRES: &[EmbeddedMigration] = &[
         version: 2,
         description: "card state",
         sql: include_str!("../migrations/postgres/0002_card_state.sql"),
+    },
+    EmbeddedMigration {
+        version: 3,
+        description: "sent messages",
+        sql: include_str!("../migrations/postgres/0003_sent_messages.sql"),
     },
 ];
 
@@ -290,6 +300,74 @@ impl Store {
     }
 
     /// Remembers a sent card (sent again, e.g. by a resumed turn: the new message), open.
+    /// Takes `key` for a message about to be sent to `chat`: `None` when this caller sends
+    /// it, else what became of it before (state, message ids, since when).
+    pub async fn begin_send(
+        &self,
+        key: &str,
+        chat: &str,
+        now_ms: i64,
+    ) -> Result<Option<(String, Vec<i32>, i64)>, sqlx::Error> {
+        let insert = "INSERT INTO sent_messages (idempotency_key, state, chat_id, created_at) \
+                      VALUES ($1, 'sending', $2, $3) ON CONFLICT (idempotency_key) DO NOTHING";
+        let select =
+            "SELECT state, message_ids, created_at FROM sent_messages WHERE idempotency_key = $1";
+        on_db!(&self.db, pool => {
+            let inserted = sqlx::query(insert).bind(key).bind(chat).bind(now_ms).execute(pool).await?.rows_affected();
+            if inserted == 1 {
+                return Ok(None);
+            }
+            let row = sqlx::query(select).bind(key).fetch_optional(pool).await?;
+            Ok(match row {
+                // Gone meanwhile (it did not go): this caller sends it.
+                None => None,
+                Some(row) => {
+                    let state: String = row.try_get("state")?;
+                    let ids: String = row.try_get("message_ids")?;
+                    let since: i64 = row.try_get("created_at")?;
+                    Some((state, serde_json::from_str(&ids).unwrap_or_default(), since))
+                }
+            })
+        })
+    }
+
+    /// What became of the message sent under `key`: sent (`Some(ids)`, or `None` for
+    /// "part of it went or may have"), or it certainly did not go (`forget`: the key is
+    /// free for another try).
+    pub async fn end_send(
+        &self,
+        key: &str,
+        outcome: Option<&[i32]>,
+        forget: bool,
+    ) -> Result<(), sqlx::Error> {
+        if forget {
+            let sql = "DELETE FROM sent_messages WHERE idempotency_key = $1";
+            on_db!(&self.db, pool => {
+                sqlx::query(sql).bind(key).execute(pool).await?;
+            });
+            return Ok(());
+        }
+        let (state, ids) = match outcome {
+            Some(ids) => ("sent", serde_json::to_string(ids).unwrap_or_default()),
+            None => ("maybe", "[]".to_owned()),
+        };
+        let sql =
+            "UPDATE sent_messages SET state = $2, message_ids = $3 WHERE idempotency_key = $1";
+        on_db!(&self.db, pool => {
+            sqlx::query(sql).bind(key).bind(state).bind(ids).execute(pool).await?;
+        });
+        Ok(())
+    }
+
+    /// Forgets keyed messages older than `before_ms`.
+    pub async fn prune_sent(&self, before_ms: i64) -> Result<u64, sqlx::Error> {
+        let sql = "DELETE FROM sent_messages WHERE created_at < $1";
+        let affected = on_db!(&self.db, pool => {
+            sqlx::query(sql).bind(before_ms).execute(pool).await?.rows_affected()
+        });
+        Ok(affected)
+    }
+
     pub async fn put_card(&self, card: &SentCard, now_ms: i64) -> Result<(), sqlx::Error> {
         let sql = "INSERT INTO cards (token, channel, chat_id, message_id, lines, created_at, html, buttons) VALUES ($1, $2, $3, $4, $5, $6, $7, $8) \
                    ON CONFLICT (token) DO UPDATE SET chat_id = excluded.chat_id, message_id = excluded.message_id, lines = excluded.lines, \

@@ -74,8 +74,9 @@ pub trait Filters: Send + Sync + std::fmt::Debug {
     /// Withdraws a request nobody needs to answer any more.
     async fn cancel(&self, token: &str, reason: &str) -> Result<(), Status>;
 
-    /// Tells `principal` `text` on their channel (the gateway's SendMessage).
-    async fn tell(&self, principal: &Principal, text: &str) -> Result<(), Status>;
+    /// Tells `principal` `text` on their channel (the gateway's SendMessage), at most once
+    /// under `key`.
+    async fn tell(&self, principal: &Principal, text: &str, key: &str) -> Result<(), Status>;
 
     /// Shows `principal` the approval card of `token` (the gateway's SendCard).
     async fn show_card(
@@ -206,11 +207,12 @@ impl Filters for GrpcFilters {
         Ok(())
     }
 
-    async fn tell(&self, principal: &Principal, text: &str) -> Result<(), Status> {
+    async fn tell(&self, principal: &Principal, text: &str, key: &str) -> Result<(), Status> {
         let request = gateway::SendMessageRequest {
             principal: Some(principal.to_proto()),
             text: text.to_owned(),
             reply_to: None,
+            idempotency_key: key.to_owned(),
         };
         let mut client = self.gateway.clone();
         let mut request = tonic::Request::new(request);

@@ -80,6 +80,13 @@ pub(crate) fn interrupted_notice(
     }
 }
 
+/// The gateway's idempotency key of a turn's notice: the turn and its text (a notice
+/// replaced by the turn's answer is another message).
+fn notice_key(turn_id: &str, text: &str) -> String {
+    let digest = value_sha256("notice", &serde_json::json!({ "text": text })).unwrap_or_default();
+    format!("notice:{turn_id}:{}", digest.get(..16).unwrap_or_default())
+}
+
 /// `text` as one gateway message may carry it (16 KiB), cut on a character boundary with
 /// a note saying where the rest is.
 fn within_message(text: &str) -> String {
@@ -400,23 +407,17 @@ impl Planner {
                 sender_id: notice.sender_id.clone(),
             };
             let age = now.saturating_sub(notice.since_ms);
-            let done = match self.filters.tell(&person, &notice.text).await {
+            // The gateway sends it at most once under this key (the turn and this text):
+            // asking again after a lost answer or a deadline is safe.
+            let key = notice_key(&notice.turn_id, &notice.text);
+            let done = match self.filters.tell(&person, &notice.text, &key).await {
                 Ok(()) => {
                     sent += 1;
                     tracing::info!(turn_id = %notice.turn_id, "the person was told what became of their turn");
                     true
                 }
-                // The gateway took part of it or may have (ABORTED), or it did not answer in
-                // time while it may still be sending: never sent again (a person told twice
-                // is the worse failure here).
-                Err(status)
-                    if matches!(
-                        status.code(),
-                        tonic::Code::Aborted
-                            | tonic::Code::Cancelled
-                            | tonic::Code::DeadlineExceeded
-                    ) =>
-                {
+                // The gateway took part of it or may have: never sent again.
+                Err(status) if status.code() == tonic::Code::Aborted => {
                     tracing::warn!(turn_id = %notice.turn_id, code = ?status.code(), reason = %status.message(), "a notice that may have reached the person is not sent again");
                     true
                 }

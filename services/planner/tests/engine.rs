@@ -196,7 +196,8 @@ impl Filters for FakeFilters {
         }
     }
 
-    async fn tell(&self, principal: &Principal, text: &str) -> Result<(), Status> {
+    async fn tell(&self, principal: &Principal, text: &str, key: &str) -> Result<(), Status> {
+        assert!(key.starts_with("notice:") && key.len() <= 128, "{key}");
         self.with(|s| {
             s.tell_attempts += 1;
             if s.gateway_down {
