@@ -1029,6 +1029,23 @@ fn now() -> i64 {
     metnos_kit::time::now_ms()
 }
 
+/// `request`'s turn, stored running by `a`, which then died before it ended (no renewals,
+/// no end): its id.
+async fn left_running(a: &Planner, request: &TurnRequest) -> String {
+    let cp = a.start(request);
+    a.store
+        .insert_turn(
+            &cp.turn_id,
+            &request.principal.channel,
+            &request.principal.sender_id,
+            &serde_json::to_string(&cp).unwrap(),
+            now(),
+        )
+        .await
+        .unwrap();
+    cp.turn_id
+}
+
 async fn state_of(planner: &Planner, turn_id: &str) -> State {
     planner.store.get(turn_id).await.unwrap().unwrap().state
 }
@@ -1173,18 +1190,7 @@ async fn a_turn_left_running_by_a_dead_replica_is_ended_once_and_written_to_the_
         ),
         request("cli", "read my notes", None),
     ] {
-        let cp = a.start(&request);
-        a.store
-            .insert_turn(
-                &cp.turn_id,
-                &request.principal.channel,
-                "42",
-                &serde_json::to_string(&cp).unwrap(),
-                now(),
-            )
-            .await
-            .unwrap();
-        turn_ids.push(cp.turn_id);
+        turn_ids.push(left_running(&a, &request).await);
     }
     assert_eq!(b.sweep_leases().await, (0, 0, 0));
     tokio::time::sleep(Duration::from_millis(400)).await;
@@ -1241,17 +1247,7 @@ async fn a_notice_that_may_have_reached_its_person_is_not_sent_again() {
         language: None,
         mode: None,
     };
-    let cp = a.start(&request);
-    a.store
-        .insert_turn(
-            &cp.turn_id,
-            "telegram",
-            "42",
-            &serde_json::to_string(&cp).unwrap(),
-            now(),
-        )
-        .await
-        .unwrap();
+    left_running(&a, &request).await;
     tokio::time::sleep(Duration::from_millis(400)).await;
     h.filters.with(|s| s.gateway_unsure = true);
     let b = h.replica("b", 300);
