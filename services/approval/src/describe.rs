@@ -29,18 +29,37 @@ pub struct Described {
     pub summary: String,
 }
 
+/// An argument carrying data from the world into a sink, and the labels of its sources.
+pub type Tainted = (String, Vec<String>);
+
+/// Where an earlier step's content went into the call: the arguments that carry one, and
+/// those that carry the world's data into a sink (said with its sources).
+#[derive(Debug, Clone, Copy)]
+struct Earlier<'a> {
+    from_earlier: &'a [String],
+    tainted: &'a [Tainted],
+    language: Language,
+}
+
 /// Describes the call `executor(args_json)` whose resolved target is `target`;
-/// `from_earlier` names the arguments that carry an earlier step's content.
+/// `from_earlier` names the arguments that carry an earlier step's content, `tainted`
+/// those carrying data from the world into a sink, with where it came from.
 pub fn describe(
     executor: &str,
     target: &str,
     args_json: &str,
     from_earlier: &[String],
+    tainted: &[Tainted],
     language: Language,
     home: &Path,
 ) -> Described {
     let args = serde_json::from_str::<Value>(args_json).unwrap_or(Value::Null);
     let it = language == Language::Italian;
+    let from_earlier = Earlier {
+        from_earlier,
+        tainted,
+        language,
+    };
     let text = |key: &str| args.get(key).and_then(Value::as_str);
     let target = if target.is_empty() {
         text("path").or(text("url")).unwrap_or_default()
@@ -70,7 +89,7 @@ pub fn describe(
                 size(content.len()),
                 preview(content, it)
             );
-            summary.push_str(&carried(from_earlier, &["content"], it));
+            summary.push_str(&carried(from_earlier, &["path", "content"], it));
             (verb.to_owned(), summary)
         }
         "fs_read" | "parse_local" => (
@@ -116,7 +135,14 @@ pub fn describe(
             } else {
                 format!("{name}: {place} {args}")
             };
-            let all: Vec<&str> = from_earlier.iter().map(String::as_str).collect();
+            let mut all: Vec<&str> = from_earlier
+                .from_earlier
+                .iter()
+                .map(String::as_str)
+                .collect();
+            all.extend(from_earlier.tainted.iter().map(|(arg, _)| arg.as_str()));
+            all.sort_unstable();
+            all.dedup();
             summary.push_str(&carried(from_earlier, &all, it));
             (
                 if it {
@@ -166,7 +192,7 @@ pub fn reason(level: AutonomyLevel, capability: &str, language: Language) -> Str
 }
 
 /// web_fetch: its method, host and path (credentials hidden), and a body's size and origin.
-fn web_fetch(args: &Value, target: &str, from_earlier: &[String], it: bool) -> (String, String) {
+fn web_fetch(args: &Value, target: &str, from_earlier: Earlier<'_>, it: bool) -> (String, String) {
     let method = args
         .get("method")
         .and_then(Value::as_str)
@@ -243,21 +269,53 @@ fn normalized(target: &str, home: &Path) -> String {
     }
 }
 
-/// Says which of `keys` carry content from an earlier step, if any does.
-fn carried(from_earlier: &[String], keys: &[&str], it: bool) -> String {
-    let named: Vec<&str> = keys
-        .iter()
-        .copied()
-        .filter(|k| from_earlier.iter().any(|f| f == k))
-        .collect();
-    if named.is_empty() {
-        return String::new();
+/// Says which of `keys` carry content from an earlier step, if any does: an argument
+/// carrying the world's data into a sink with where it came from ("⚠ body contains text
+/// from your file ~/Documents/report.txt"), the others as carrying an earlier step's
+/// content.
+fn carried(from_earlier: Earlier<'_>, keys: &[&str], it: bool) -> String {
+    let mut out = String::new();
+    let mut plain: Vec<&str> = Vec::new();
+    for key in keys {
+        let sourced = from_earlier
+            .tainted
+            .iter()
+            .find(|(arg, _)| arg == key)
+            .and_then(|(arg, sources)| {
+                metnos_core::provenance::carried(arg, sources, from_earlier.language)
+            });
+        match sourced {
+            Some(said) => {
+                out.push_str(" ⚠ ");
+                out.push_str(&short(&said, SHOWN_TARGET));
+            }
+            None if from_earlier.from_earlier.iter().any(|f| f == key)
+                || from_earlier.tainted.iter().any(|(arg, _)| arg == key) =>
+            {
+                plain.push(key)
+            }
+            None => {}
+        }
     }
-    let list = named.join(", ");
-    if it {
-        format!(" ⚠ {list} con contenuto di un passo precedente")
-    } else {
-        format!(" ⚠ {list} carrying content from an earlier step")
+    if !plain.is_empty() {
+        let list = plain.join(", ");
+        out.push_str(&if it {
+            format!(" ⚠ {list} con contenuto di un passo precedente")
+        } else {
+            format!(" ⚠ {list} carrying content from an earlier step")
+        });
+    }
+    out
+}
+
+/// Why the person is asked about a call carrying data from the world into a sink: at
+/// every level, and approving it concedes nothing more.
+pub fn reason_tainted(language: Language) -> String {
+    match language {
+        Language::Italian => {
+            "Perché: porta fuori dati letti in questo turno; si chiede sempre".to_owned()
+        }
+        Language::English => "Why: it carries data this turn read; always asked".to_owned(),
     }
 }
 
@@ -305,6 +363,7 @@ mod tests {
             target,
             &args.to_string(),
             &earlier,
+            &[],
             Language::English,
             Path::new("/home/roberto"),
         )
@@ -343,6 +402,7 @@ mod tests {
             "fs_write",
             "~/a.txt",
             r#"{"path":"~/a.txt","content":""}"#,
+            &[],
             &[],
             Language::Italian,
             Path::new("/home/roberto"),

@@ -294,9 +294,13 @@ impl Approvals {
                 territory: pending.territory,
                 recurrence_count: pending.recurrence_count,
                 language: pending.language,
-                reason: pending.policy_level.map(|level| {
-                    crate::describe::reason(level, &pending.capability, pending.language)
-                }),
+                reason: if tainted_sinks(&pending.extra_json).is_empty() {
+                    pending.policy_level.map(|level| {
+                        crate::describe::reason(level, &pending.capability, pending.language)
+                    })
+                } else {
+                    Some(crate::describe::reason_tainted(pending.language))
+                },
                 territory_offer: Some(pending.territory_target.clone())
                     .filter(|p| !p.is_empty() && pending.status == Status::Pending),
             },
@@ -324,8 +328,14 @@ impl Approvals {
         }
         // What approving may also grant is the person's choice on the card, over a pattern
         // proposed here: the caller's territory and pattern are not taken.
-        let territory_offer =
-            territory_offer(&new.capability, &new.target, &self.home).unwrap_or_default();
+        // A call carrying the world's data into a sink is asked about every time: approving
+        // it concedes nothing more.
+        let tainted = tainted_sinks(&extra_json);
+        let territory_offer = if tainted.is_empty() {
+            territory_offer(&new.capability, &new.target, &self.home).unwrap_or_default()
+        } else {
+            String::new()
+        };
         let capability_class = class_of(&new.executor, &new.capability, &new.target, &self.home);
         // What the card says the call does comes from the call, not from the caller's words.
         let described = crate::describe::describe(
@@ -333,6 +343,7 @@ impl Approvals {
             &new.target,
             &new.args_json,
             &from_earlier_steps(&extra_json),
+            &tainted,
             new.card.language,
             &self.home,
         );
@@ -639,4 +650,43 @@ fn from_earlier_steps(extra_json: &str) -> Vec<String> {
                 })
         })
         .unwrap_or_default()
+}
+
+/// The arguments a request's `extra_json` says carry data from the world into a sink, with
+/// the labels of where it came from (at most 16 arguments of 16 labels).
+fn tainted_sinks(extra_json: &str) -> Vec<crate::describe::Tainted> {
+    let Ok(extra) = serde_json::from_str::<serde_json::Value>(extra_json) else {
+        return Vec::new();
+    };
+    let Some(entries) = extra
+        .get(metnos_core::provenance::TAINTED_SINK)
+        .and_then(serde_json::Value::as_array)
+    else {
+        return Vec::new();
+    };
+    entries
+        .iter()
+        .take(16)
+        .map(|entry| {
+            let arg = entry
+                .get("arg")
+                .and_then(serde_json::Value::as_str)
+                .unwrap_or("?")
+                .chars()
+                .take(64)
+                .collect();
+            let sources = entry
+                .get("sources")
+                .and_then(serde_json::Value::as_array)
+                .map(|labels| {
+                    labels
+                        .iter()
+                        .filter_map(|l| l.as_str().map(str::to_owned))
+                        .take(metnos_core::provenance::MAX_LABELS)
+                        .collect()
+                })
+                .unwrap_or_default();
+            (arg, sources)
+        })
+        .collect()
 }

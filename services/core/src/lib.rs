@@ -14,7 +14,8 @@
 //! - [`target`]: a call's target and a grant's pattern, per target kind;
 //! - [`html`]: escaping for channels that render HTML;
 //! - [`resolve`]: why an approval could not be resolved, in the person's language;
-//! - [`territory`]: what approving concedes beyond the call, as every channel says it.
+//! - [`territory`]: what approving concedes beyond the call, as every channel says it;
+//! - [`provenance`]: where a turn's data came from, as labels every service spells alike.
 
 pub mod call;
 pub mod capability;
@@ -25,6 +26,7 @@ pub mod level;
 pub mod limits;
 pub mod path;
 pub mod principal;
+pub mod provenance;
 pub mod resolve;
 pub mod table;
 pub mod target;

@@ -6,7 +6,8 @@ use metnos_proto::approval::v1 as approval;
 
 use metnos_core::language::Language;
 
-use crate::turn::Checkpoint;
+use crate::turn::{Call, Checkpoint};
+use crate::vet::Cleared;
 
 fn verb(capability: &str, italian: bool) -> &'static str {
     match (capability, italian) {
@@ -25,16 +26,18 @@ fn verb(capability: &str, italian: bool) -> &'static str {
     }
 }
 
-/// The approval request for a call that policy said needs one.
+/// The approval request for `call`, cleared by the filters, that needs a person's yes on
+/// `capability`.
 pub fn pending_request(
     cp: &Checkpoint,
-    executor: &Executor,
+    call: &Call,
+    cleared: &Cleared,
     capability: &str,
-    target: &str,
-    name: &str,
-    args_json: &str,
-    raw_args: &serde_json::Value,
 ) -> approval::CreatePendingRequest {
+    let executor: &Executor = &cleared.executor;
+    let target = cleared.target.as_str();
+    let name = call.name.as_str();
+    let args_json = cleared.args.to_string();
     let italian = cp.language != Some(Language::English);
     let shown_target = if target.is_empty() {
         name.to_owned()
@@ -67,13 +70,13 @@ pub fn pending_request(
             } else {
                 Language::English.to_wire()
             },
-            extra_json: extra_json(raw_args),
+            extra_json: extra_json(&call.arguments, &cleared.tainted),
             ..Default::default()
         }),
         capability: capability.to_owned(),
         target: target.to_owned(),
         executor: name.to_owned(),
-        args_json: args_json.to_owned(),
+        args_json,
         ttl_seconds: 0,
         territory_target: String::new(),
         level: cp.level.to_wire(),
@@ -81,8 +84,10 @@ pub fn pending_request(
 }
 
 /// What the approval service is told beside the call: which arguments came, through
-/// `{{stepN…}}` references, from what earlier steps observed (the card says so).
-fn extra_json(raw_args: &serde_json::Value) -> String {
+/// `{{stepN…}}` references, from what earlier steps observed, and which carry data from
+/// the world into a sink, from where (the card says so, and offers no territory: a grant
+/// does not lift that question).
+fn extra_json(raw_args: &serde_json::Value, tainted: &[crate::taint::Carried]) -> String {
     let from_earlier: Vec<&String> = raw_args
         .as_object()
         .map(|args| {
@@ -92,8 +97,26 @@ fn extra_json(raw_args: &serde_json::Value) -> String {
                 .collect()
         })
         .unwrap_or_default();
-    if from_earlier.is_empty() {
+    let sinks: Vec<serde_json::Value> = tainted
+        .iter()
+        .filter(|c| c.sink)
+        .map(|c| serde_json::json!({"arg": c.arg, "sources": c.sources}))
+        .collect();
+    let mut extra = serde_json::Map::new();
+    if !from_earlier.is_empty() {
+        extra.insert(
+            metnos_core::call::FROM_EARLIER_STEPS.to_owned(),
+            serde_json::json!(from_earlier),
+        );
+    }
+    if !sinks.is_empty() {
+        extra.insert(
+            metnos_core::provenance::TAINTED_SINK.to_owned(),
+            serde_json::Value::Array(sinks),
+        );
+    }
+    if extra.is_empty() {
         return String::new();
     }
-    serde_json::json!({ metnos_core::call::FROM_EARLIER_STEPS: from_earlier }).to_string()
+    serde_json::Value::Object(extra).to_string()
 }

@@ -258,6 +258,8 @@ impl Planner {
             started_ms: now_ms(),
             active_ms: 0,
             planned: false,
+            fence_nonce: crate::taint::new_nonce(),
+            index: crate::taint::Index::default(),
         }
     }
 
@@ -430,15 +432,19 @@ impl Planner {
             .await;
         let mut log = StepLog::new(n, &call, tier);
         if call.name == scratch::TOOL {
-            let observation = if cp.scratch_ids.is_empty() {
-                refusal("the scratchpad is empty in this turn")
+            let (observation, labels) = if cp.scratch_ids.is_empty() {
+                (refusal("the scratchpad is empty in this turn"), Vec::new())
             } else {
-                scratch::read(&self.store, &cp.turn_id, &call.arguments).await
+                let observation = scratch::read(&self.store, &cp.turn_id, &call.arguments).await;
+                let labels = self.labels_for(cp, &call, &call.arguments, &observation);
+                (observation, labels)
             };
-            self.observe(cp, sink, &call, log, observation, started)
+            self.observe(cp, sink, &call, log, observation, labels, started)
                 .await;
             return StepOutcome::Continue;
         }
+        // What the LLM was shown so far, indexed for copies (rebuilt after a resume).
+        cp.index.catch_up(&cp.fence_nonce, &cp.history);
         let mut events = Vec::new();
         let vetted = self.vet(cp, &call, &mut log, &mut events, started).await;
         for e in events {
@@ -448,7 +454,7 @@ impl Planner {
             Ok(cleared) => cleared,
             Err(Refusal::Stop(stop)) => return StepOutcome::Finished(stop),
             Err(Refusal::Refused(why)) => {
-                self.observe(cp, sink, &call, log, refusal(why), started)
+                self.observe(cp, sink, &call, log, refusal(why), Vec::new(), started)
                     .await;
                 return StepOutcome::Continue;
             }
@@ -456,8 +462,16 @@ impl Planner {
                 observation,
                 finish,
             }) => {
-                self.observe(cp, sink, &call, log, refusal(observation), started)
-                    .await;
+                self.observe(
+                    cp,
+                    sink,
+                    &call,
+                    log,
+                    refusal(observation),
+                    Vec::new(),
+                    started,
+                )
+                .await;
                 return StepOutcome::Finished(finish);
             }
         };
@@ -480,7 +494,8 @@ impl Planner {
             .execute(&cp.turn_id, &cleared.executor, &cleared.args, cancel)
             .await;
         self.note_seen(cp, &call.name, &cleared.args, n, &observation);
-        self.observe(cp, sink, &call, log, observation, started)
+        let labels = self.labels_for(cp, &call, &cleared.args, &observation);
+        self.observe(cp, sink, &call, log, observation, labels, started)
             .await;
         StepOutcome::Continue
     }

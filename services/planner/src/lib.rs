@@ -9,6 +9,8 @@
 //!   hybrid escalation (pure, unit-tested);
 //! - [`prefilter`]: which executors a query is offered (inverted index, adaptive K);
 //! - [`piping`]: `{{stepN.field}}` references;
+//! - [`taint`]: provenance labels, the fence around the world's data, arguments made of
+//!   it and the sinks it may not reach unasked;
 //! - [`cards`]: what an approval card says about a call;
 //! - [`vet`]: the filter pipeline of one call, `Result<Cleared, Refusal>`;
 //! - [`engine`]: the loop (LLM, steps, observations, the end of a turn);
@@ -44,6 +46,7 @@ pub mod rules;
 pub mod scratch;
 pub mod store;
 pub mod suspend;
+pub mod taint;
 pub mod turn;
 pub mod turnlog;
 pub mod vet;

@@ -169,7 +169,11 @@ impl Planner {
         }
         let offer_tools = rules::offers_tools(cp.mode, cp.planned);
         let request = ChatRequest {
-            system: Some(format!("{SYSTEM_PROMPT} Answer in {}.", language_name(cp))),
+            system: Some(format!(
+                "{SYSTEM_PROMPT} {} Answer in {}.",
+                crate::taint::FENCE_RULE,
+                language_name(cp)
+            )),
             messages: to_messages(&cp.history),
             tools: if offer_tools {
                 self.tools(cp)

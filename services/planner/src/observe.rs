@@ -12,6 +12,7 @@ use serde_json::{Value, json};
 use crate::engine::{Planner, Sink};
 use crate::rules;
 use crate::scratch;
+use crate::taint;
 use crate::turn::{Call, Checkpoint, Hist, StepLog};
 
 /// An observation as the LLM sees it and as piping keeps it.
@@ -70,7 +71,9 @@ impl Planner {
     }
 
     /// Records the observation of `log.step` for the LLM and for piping, and tells the
-    /// person's stream.
+    /// person's stream. `labels` say where it came from (none: the planner's own words, a
+    /// refusal); one from the world is shown to the LLM inside the turn's fence.
+    #[allow(clippy::too_many_arguments)]
     pub(crate) async fn observe(
         &self,
         cp: &mut Checkpoint,
@@ -78,6 +81,7 @@ impl Planner {
         call: &Call,
         mut log: StepLog,
         observation: Observation,
+        labels: Vec<String>,
         started: Instant,
     ) {
         let n = log.step;
@@ -95,11 +99,18 @@ impl Planner {
             cp.observations.push(Value::Null);
         }
         cp.observations[n as usize - 1] = piped;
+        let content = if taint::untrusted(&labels) {
+            let nonce = cp.fence_nonce();
+            taint::fence(&nonce, n, &labels, &shown.to_string())
+        } else {
+            shown.to_string()
+        };
         cp.history.push(Hist::Tool {
             call_id: call.id.clone(),
             name: call.name.clone(),
-            content: shown.to_string(),
+            content,
         });
+        log.labels = labels;
         if !observation.ok {
             self.count_failure(cp);
         }
@@ -125,6 +136,49 @@ impl Planner {
             .await;
     }
 
+    /// Where the observation of `call` (run with `args`) came from.
+    pub(crate) fn labels_for(
+        &self,
+        cp: &Checkpoint,
+        call: &Call,
+        args: &Value,
+        observation: &Observation,
+    ) -> Vec<String> {
+        if call.name == scratch::TOOL {
+            let id = args
+                .get("scratchpad_id")
+                .and_then(Value::as_str)
+                .unwrap_or_default();
+            let mut labels = vec![format!("scratchpad:{id}")];
+            if let Some(origin) = cp
+                .steps
+                .iter()
+                .find(|s| s.scratchpad_id.as_deref() == Some(id))
+            {
+                labels.extend(origin.labels.iter().cloned());
+            } else {
+                // An unknown page: whatever it holds is the world's.
+                labels.push(format!("tool:{}", scratch::TOOL));
+            }
+            return labels;
+        }
+        let target = self
+            .catalog
+            .get(&call.name)
+            .and_then(|e| e.manifest.target_arg.as_deref())
+            .and_then(|k| args.get(k))
+            .and_then(Value::as_str)
+            .unwrap_or_default();
+        let target = match call.name.as_str() {
+            "fs_read" | "fs_list" | "parse_local" if !target.is_empty() => {
+                from_home(&self.guard_key(&call.name, target), &self.runner.user_home)
+            }
+            _ => target.to_owned(),
+        };
+        let value = serde_json::to_value(observation).unwrap_or(Value::Null);
+        taint::labels_of(&call.name, &target, &value)
+    }
+
     /// A failed step; a hybrid turn moves to the wise tier after enough of them.
     fn count_failure(&self, cp: &mut Checkpoint) {
         cp.failures += 1;
@@ -144,5 +198,21 @@ impl Planner {
             );
         }
         cp.tier = Tier::Wise;
+    }
+}
+
+/// `path` spelled from the person's home (`~/Documents/x`), as a card shows it.
+pub(crate) fn from_home(path: &str, home: &std::path::Path) -> String {
+    let home = home.to_string_lossy();
+    let home = home.trim_end_matches('/');
+    if home.is_empty() {
+        return path.to_owned();
+    }
+    if path == home {
+        "~".to_owned()
+    } else if let Some(rest) = path.strip_prefix(home).and_then(|r| r.strip_prefix('/')) {
+        format!("~/{rest}")
+    } else {
+        path.to_owned()
     }
 }

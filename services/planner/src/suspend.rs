@@ -532,21 +532,12 @@ impl Planner {
             Ok(hash) => hash,
             Err(e) => {
                 let why = refusal(format!("cannot hash the call: {e}"));
-                self.observe(cp, sink, &call, log, why, Instant::now())
+                self.observe(cp, sink, &call, log, why, Vec::new(), Instant::now())
                     .await;
                 return StepOutcome::Continue;
             }
         };
-        let args_json = cleared.args.to_string();
-        let request = crate::cards::pending_request(
-            cp,
-            &cleared.executor,
-            capability,
-            &cleared.target,
-            &call.name,
-            &args_json,
-            &call.arguments,
-        );
+        let request = crate::cards::pending_request(cp, &call, cleared, capability);
         let created = match self.filters.create_pending(request).await {
             Ok(created) => created,
             Err(status) => {
@@ -562,6 +553,7 @@ impl Planner {
                     &call,
                     log,
                     refusal(message.clone()),
+                    Vec::new(),
                     Instant::now(),
                 )
                 .await;
@@ -844,8 +836,22 @@ impl Planner {
         let waited =
             Duration::from_millis(u64::try_from(now_ms() - pending.started_ms).unwrap_or(0));
         let started_at = started.checked_sub(waited).unwrap_or(started);
-        self.observe(cp, sink, &pending.call, log, observation, started_at)
-            .await;
+        // Only a call that ran observed the world.
+        let labels = if status == approval::ApprovalStatus::Approved {
+            self.labels_for(cp, &pending.call, &pending.args, &observation)
+        } else {
+            Vec::new()
+        };
+        self.observe(
+            cp,
+            sink,
+            &pending.call,
+            log,
+            observation,
+            labels,
+            started_at,
+        )
+        .await;
         if let Err(e) = self.save(cp, State::Running, None).await {
             tracing::error!(error = %e, "cannot store the turn's progress; it stops here");
             return StepOutcome::Finished(finish(

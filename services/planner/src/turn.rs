@@ -250,6 +250,12 @@ pub struct StepLog {
     pub vaglio_us: u64,
     pub ok: bool,
     pub scratchpad_id: Option<String>,
+    /// Where the step's observation came from ([`metnos_core::provenance`]).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub labels: Vec<String>,
+    /// The call's arguments made of data earlier steps observed.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub tainted: Vec<crate::taint::Carried>,
 }
 
 impl StepLog {
@@ -306,6 +312,15 @@ pub struct Checkpoint {
     pub active_ms: u64,
     /// Online mode: the plan was made, the next LLM call is for the answer.
     pub planned: bool,
+    /// The key of the fence around observations from the world ([`crate::taint::fence`]);
+    /// empty in a checkpoint written before there was one (its observations are not
+    /// fenced: one is made when the turn goes on).
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub fence_nonce: String,
+    /// What the LLM was shown of the observations, indexed for copies: rebuilt from
+    /// `history` wherever the turn goes on.
+    #[serde(skip)]
+    pub index: crate::taint::Index,
 }
 
 impl Checkpoint {
@@ -320,6 +335,24 @@ impl Checkpoint {
     /// The step number the next call gets.
     pub fn next_step(&self) -> u32 {
         self.steps.len() as u32 + 1
+    }
+
+    /// The provenance labels of step `n`'s observation.
+    pub fn labels_of(&self, n: u32) -> Vec<String> {
+        self.steps
+            .iter()
+            .rev()
+            .find(|s| s.step == n)
+            .map(|s| s.labels.clone())
+            .unwrap_or_default()
+    }
+
+    /// The fence key, made if this checkpoint has none yet.
+    pub fn fence_nonce(&mut self) -> String {
+        if self.fence_nonce.is_empty() {
+            self.fence_nonce = crate::taint::new_nonce();
+        }
+        self.fence_nonce.clone()
     }
 }
 

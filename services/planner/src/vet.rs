@@ -18,6 +18,7 @@ use serde_json::Value;
 use crate::engine::Planner;
 use crate::piping;
 use crate::rules::{self, Outcome, Strictest};
+use crate::taint;
 use crate::turn::{
     Call, Checkpoint, FinalKind, Finish, PolicyCheck, ScopeCheck, StepLog, Validation,
     VerdictCheck, finish, mode_name,
@@ -31,8 +32,11 @@ pub struct Cleared {
     pub args: Value,
     /// The manifest's target argument's value (empty: none).
     pub target: String,
-    /// `Some(capability)`: policy wants a person's approval, for this capability.
+    /// `Some(capability)`: a person's approval is needed, for this capability (policy
+    /// asked, or data from the world reaches a sink).
     pub approval: Option<String>,
+    /// The arguments made of data earlier steps observed (those reaching a sink marked).
+    pub tainted: Vec<crate::taint::Carried>,
 }
 
 /// Why a call does not run.
@@ -154,15 +158,73 @@ impl Planner {
             return Err(Refusal::Stop(stop));
         }
         self.check_schema_and_scope(&executor, &args, log)?;
+        let (tainted, tainted_sink) = self.provenance(cp, call, &executor, &target);
+        log.tainted = tainted.clone();
         let approval = self
-            .ask_policy_and_vaglio(cp, call, &executor, &args, &target, log, events, started)
+            .ask_policy_and_vaglio(
+                cp, call, &executor, &args, &target, &tainted, log, events, started,
+            )
             .await?;
+        // Data from the world reaching a sink is asked about at every level, whatever
+        // policy's table or a grant says (a denial stays a denial: it refused above).
+        let approval = match (approval, tainted_sink) {
+            (Some(capability), _) => Some(capability),
+            (None, Some(capability)) => {
+                tracing::info!(step = log.step, executor = %call.name, "data from the world reaches a sink: the person is asked");
+                Some(capability)
+            }
+            (None, None) => None,
+        };
         Ok(Cleared {
             executor,
             args,
             target,
             approval,
+            tainted,
         })
+    }
+
+    /// Which arguments of `call` carry data from the world, and — when one reaches a sink
+    /// — the capability the person is asked about.
+    fn provenance(
+        &self,
+        cp: &Checkpoint,
+        call: &Call,
+        executor: &Executor,
+        target: &str,
+    ) -> (Vec<taint::Carried>, Option<String>) {
+        let mut tainted =
+            taint::carried(&call.arguments, &cp.index, &cp.query, &|n| cp.labels_of(n));
+        if tainted.is_empty() {
+            return (tainted, None);
+        }
+        let Some((sink, capability)) = taint::Sink::of(&executor.manifest.capabilities) else {
+            return (tainted, None);
+        };
+        let host = url::Url::parse(target)
+            .ok()
+            .and_then(|u| u.host_str().map(str::to_ascii_lowercase));
+        let to = taint::Destination {
+            target_arg: executor.manifest.target_arg.as_deref(),
+            host: host.as_deref(),
+            named_by_person: sink == taint::Sink::Write && self.names(&cp.query, target),
+            to_the_person: target == cp.sender_id,
+        };
+        let reaches = taint::mark_sinks(sink, to, &mut tainted);
+        (tainted, reaches.then(|| capability.to_owned()))
+    }
+
+    /// Whether the person's message names the file `target`: as written, from `~`, or
+    /// as an absolute path (lexically folded, links followed).
+    fn names(&self, message: &str, target: &str) -> bool {
+        if target.trim().is_empty() {
+            return false;
+        }
+        let real = self.guard_key("fs_write", target);
+        let home = crate::observe::from_home(&real, &self.runner.user_home);
+        [target, real.as_str(), home.as_str()]
+            .iter()
+            .any(|spelled| spelled.len() > 1 && mentions_path(message, spelled))
     }
 
     fn check_schema_and_scope(
@@ -199,6 +261,7 @@ impl Planner {
         executor: &Executor,
         args: &Value,
         target: &str,
+        tainted: &[taint::Carried],
         log: &mut StepLog,
         events: &mut Vec<pb::turn_event::Event>,
         started: Instant,
@@ -220,6 +283,14 @@ impl Planner {
                 capabilities: executor.manifest.capabilities.clone(),
                 level: cp.level.to_wire(),
                 principal: Some(cp.principal().to_proto()),
+                provenance: tainted
+                    .iter()
+                    .map(|c| vaglio::Provenance {
+                        arg: c.arg.clone(),
+                        sources: c.sources.clone(),
+                        sink: c.sink,
+                    })
+                    .collect(),
             }),
         };
         let ask_vaglio = async {
@@ -463,4 +534,35 @@ fn policy_to_wire(outcome: Outcome) -> metnos_proto::policy::v1::Outcome {
         Outcome::ApprovalRequired => Wire::ApprovalRequired,
         Outcome::Denied => Wire::Denied,
     }
+}
+
+/// Whether `message` holds `path` as a whole path: not followed by more of a path
+/// (`~/a.txt` is not named by `~/a.txt.bak` or `~/a.txt/b`).
+fn mentions_path(message: &str, path: &str) -> bool {
+    let mut from = 0;
+    while let Some(at) = message[from..].find(path).map(|i| from + i) {
+        let after = message[at + path.len()..].chars().next();
+        let before = message[..at].chars().next_back();
+        let ends = after.is_none_or(|c| {
+            c.is_whitespace()
+                || matches!(
+                    c,
+                    ',' | ';' | ')' | '»' | '"' | '\'' | '`' | '?' | '!' | ':'
+                )
+        }) || (after == Some('.')
+            && message[at + path.len() + 1..]
+                .chars()
+                .next()
+                .is_none_or(char::is_whitespace));
+        let starts = before
+            .is_none_or(|c| !(c.is_alphanumeric() || matches!(c, '/' | '~' | '.' | '_' | '-')));
+        if ends && starts {
+            return true;
+        }
+        from = at + path.len().max(1);
+        if from >= message.len() {
+            break;
+        }
+    }
+    false
 }

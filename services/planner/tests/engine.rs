@@ -313,7 +313,7 @@ impl Llm for ScriptedLlm {
 
 /// A shell executor that appends its arguments to `~/runs.log` and answers `content`
 /// (named like a built-in where the duplicate guard is keyed by name); while `~/fail-once`
-/// exists, it removes it and fails instead.
+/// exists, it removes it and fails instead; `fs_read` answers `~/page.txt` when it exists.
 fn script_executor(catalog: &Path, name: &str, capabilities: &str, target: &str) {
     let dir = catalog.join(name);
     std::fs::create_dir_all(&dir).unwrap();
@@ -324,6 +324,8 @@ fn script_executor(catalog: &Path, name: &str, capabilities: &str, target: &str)
             "#!/bin/sh\n{{ printf '{name} '; cat; echo; }} >> \"$HOME/runs.log\"\n\
              if [ -e \"$HOME/fail-once\" ]; then rm \"$HOME/fail-once\"; \
              printf '{{\"ok\":false,\"error\":\"timed out\"}}'; exit 0; fi\n\
+             if [ {name} = fs_read ] && [ -e \"$HOME/page.txt\" ]; then \
+             printf '{{\"ok\":true,\"content\":\"%s\"}}' \"$(cat \"$HOME/page.txt\")\"; exit 0; fi\n\
              printf '{{\"ok\":true,\"content\":\"{name} done\"}}'\n"
         ),
     )
@@ -584,8 +586,12 @@ async fn an_allowed_call_runs_and_the_answer_ends_the_turn() {
     assert_eq!(record["steps"][0]["policy"], "allowed");
     assert_eq!(record["steps"][0]["verdict"], "approved");
     assert_eq!(record["steps"][0]["tier"], "fast");
+    // Argument keys and the observation's label, never values or what it said.
+    assert_eq!(record["steps"][0]["labels"], json!(["file:~/notes.txt"]));
+    let mut without_labels = record.clone();
+    without_labels["steps"][0]["labels"] = json!([]);
     assert!(
-        !record.to_string().contains("notes.txt"),
+        !without_labels.to_string().contains("notes.txt"),
         "the turn log keeps argument keys, never values: {record}"
     );
 }
@@ -1399,4 +1405,70 @@ async fn a_failed_read_is_tried_again_and_one_file_spelled_two_ways_is_read_once
         "the same file, spelled from / with a `..`"
     );
     assert_eq!(h.runs().len(), 2);
+}
+
+/// Issue 19: where each step's data came from is part of the turn: it survives the
+/// suspension for a card and a resume on another replica, where a copy of the file's
+/// secret is still recognised (the copy index is rebuilt from the checkpoint).
+#[tokio::test]
+async fn provenance_survives_a_suspend_and_a_resume_on_another_replica() {
+    const SECRET: &str = "sk-live-4f9a8b7c6d5e4f3a2b1c0d9e8f7a6b5c";
+    let h = Harness::local().await;
+    std::fs::write(h.home.join("page.txt"), format!("key {SECRET}")).unwrap();
+    h.llm.call("fs_read", json!({"path": "~/notes.txt"}));
+    h.llm.call(
+        "fs_write",
+        json!({"path": "~/a.txt", "text": "{{step1.content}}"}),
+    );
+    h.llm.call(
+        "fs_write",
+        json!({"path": "~/b.txt", "text": format!("copy: {SECRET}")}),
+    );
+    h.llm.answer("done");
+    let a = h.replica("a", 1_500);
+    let b = h.replica("b", 1_500);
+    // Policy allows every call here: the card is the file's data reaching a write.
+    let (mut rx, first) = start_on_task(&a, "save my notes");
+    let (turn_id, token) = waiting(&mut rx).await;
+    drop(rx);
+    first.abort();
+    let _ = first.await;
+    let created = h.filters.with(|s| s.created[0].clone());
+    let extra: Value = serde_json::from_str(&created.request.as_ref().unwrap().extra_json).unwrap();
+    assert_eq!(
+        extra["tainted_sink"],
+        json!([{"arg": "text", "sources": ["file:~/notes.txt"]}])
+    );
+    h.filters
+        .decide(&token, approval::ApprovalStatus::Approved, None);
+    let (mut resumed, _task) = resume_on(&b, &turn_id).await;
+    // On b, the model copies the secret by hand: caught, asked again.
+    let events = until(&mut resumed, |e| matches!(e, Event::AwaitingApproval(_))).await;
+    let Some(Event::AwaitingApproval(second)) = events.last() else {
+        unreachable!()
+    };
+    let created = h.filters.with(|s| s.created[1].clone());
+    let extra = created.request.unwrap().extra_json;
+    assert!(extra.contains("file:~/notes.txt"), "{extra}");
+    h.filters
+        .decide(&second.token, approval::ApprovalStatus::Rejected, None);
+    let (_, finished) = to_end(&mut resumed).await;
+    assert_eq!(kind(&finished), pb::FinalKind::Answer);
+    assert_eq!(
+        h.runs(),
+        [
+            r#"fs_read {"path":"~/notes.txt"}"#.to_owned(),
+            format!(r#"fs_write {{"path":"~/a.txt","text":"key {SECRET}"}}"#)
+        ]
+    );
+    let record = &h.records()[0];
+    assert_eq!(record["steps"][0]["labels"], json!(["file:~/notes.txt"]));
+    assert_eq!(
+        record["steps"][1]["tainted"],
+        json!([{"arg": "text", "from_steps": [1], "sources": ["file:~/notes.txt"], "how": ["piped"], "sink": true}])
+    );
+    assert_eq!(record["steps"][1]["approval_decision"], "approved");
+    assert_eq!(record["steps"][2]["tainted"][0]["how"], json!(["copied"]));
+    assert_eq!(record["steps"][2]["approval_decision"], "rejected");
+    assert!(!record.to_string().contains(SECRET), "{record}");
 }

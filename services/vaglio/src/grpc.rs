@@ -10,7 +10,7 @@ use metnos_proto::vaglio::v1 as pb;
 use metnos_proto::vaglio::v1::vaglio_service_server::VaglioService;
 use tonic::{Request, Response, Status};
 
-use crate::service::{BlockedBy, Error, Proposal, Vaglio, Verdict};
+use crate::service::{BlockedBy, Error, Proposal, Provenance, Vaglio, Verdict};
 
 /// Who may call which RPC (README, "Security model"): the planner has calls judged, the
 /// owner reads the verdicts; the telos RPCs go to who will need them.
@@ -123,7 +123,34 @@ impl VaglioService for VaglioApi {
             limits::bytes("context.capabilities[]", capability, limits::CAPABILITY)
                 .map_err(Error::from)?;
         }
+        limits::entries("context.provenance", context.provenance.len(), 64).map_err(Error::from)?;
+        for entry in &context.provenance {
+            limits::bytes("context.provenance[].arg", &entry.arg, 128).map_err(Error::from)?;
+            limits::entries(
+                "context.provenance[].sources",
+                entry.sources.len(),
+                metnos_core::provenance::MAX_LABELS,
+            )
+            .map_err(Error::from)?;
+            for source in &entry.sources {
+                limits::bytes(
+                    "context.provenance[].sources[]",
+                    source,
+                    metnos_core::provenance::MAX_LABEL,
+                )
+                .map_err(Error::from)?;
+            }
+        }
         let proposal = Proposal {
+            provenance: context
+                .provenance
+                .into_iter()
+                .map(|p| Provenance {
+                    arg: p.arg,
+                    sources: p.sources,
+                    sink: p.sink,
+                })
+                .collect(),
             intent: r.intent,
             executor: r.executor,
             args_json: r.args_json,

@@ -1,6 +1,28 @@
 //! Phase 2, the graded judge (seed vaglio.md ch. 4): a score in [0, 1] of how well a call
 //! fits the person's intent; below the threshold, the call is refused. Rule-based here:
 //! no model, microseconds, zero cost.
+//!
+//! Policy keeps ordinary work flowing; the judge refuses what is clearly misaligned. It
+//! starts at 0.70 and adds each signal that applies, then clamps to [0, 1]:
+//!
+//! | signal                                                                 | weight |
+//! |------------------------------------------------------------------------|--------|
+//! | the intent mentions a token (3+ characters) of the executor's name      | +0.10 |
+//! | a string argument holds `..` and `/` (possible path traversal)          | −0.20 |
+//! | an argument key is not an identifier                                    | −0.10 |
+//! | the executor is declared non-critical                                   | +0.05 |
+//! | data from the world reaches a sink of a critical call (issue 19)        | −0.25 |
+//! | a critical call shares no word with the intent                          | −0.30 |
+//! | a write to a dotfile or hidden folder the intent does not name          | −0.30 |
+//!
+//! A call is *critical* when its executor is declared so (fs_write, shell_exec, mail) or it
+//! sends data over the network (a `method` other than GET or HEAD). "Shares no word": no
+//! word of the intent (3+ characters, not a common word) matches a word of the executor's
+//! name or of its arguments other than free text (`content`, `body`, `text`, `data`,
+//! `message`, `headers`); words match when equal or when the shorter (4+ characters)
+//! begins the longer. With the default threshold 0.30, one new signal alone still passes
+//! (0.45, 0.40), so ordinary work is not refused for a word; two of them refuse (at most
+//! 0.15). The seed's examples keep their scores: 0.80 and 0.50.
 
 use serde_json::Value;
 
@@ -15,15 +37,16 @@ pub struct Score {
     pub notes: Notes,
 }
 
-/// Up to five short notes (the four rule signals and a judge's own), kept inline: a verdict should not pay for a heap list.
+/// Up to eight short notes (the seven rule signals and a judge's own), kept inline: a
+/// verdict should not pay for a heap list.
 #[derive(Debug, Clone, PartialEq, Default)]
 pub struct Notes {
-    items: [std::borrow::Cow<'static, str>; 5],
+    items: [std::borrow::Cow<'static, str>; 8],
     len: usize,
 }
 
 impl Notes {
-    /// Adds a note (a sixth and later are dropped: a verdict has at most five kinds).
+    /// Adds a note (a ninth and later are dropped: a verdict has at most eight kinds).
     pub fn push(&mut self, note: impl Into<std::borrow::Cow<'static, str>>) {
         if self.len < self.items.len() {
             self.items[self.len] = note.into();
@@ -52,9 +75,107 @@ impl<const N: usize> From<[&'static str; N]> for Notes {
 
 /// What the judge knows of the call's context.
 #[derive(Debug, Clone, Copy, Default, PartialEq)]
-pub struct Context {
+pub struct Context<'a> {
     /// The executor is declared critical; `None` when unknown.
     pub critical: Option<bool>,
+    /// The executor writes files (it holds fs:write).
+    pub writes: bool,
+    /// The executor reaches the network (it holds network:http).
+    pub network: bool,
+    /// The first argument carrying data from the world into a sink, with its first source.
+    pub tainted_sink: Option<(&'a str, &'a str)>,
+}
+
+const TAINTED_SINK: f64 = 0.25;
+const UNRELATED: f64 = 0.30;
+const HIDDEN_WRITE: f64 = 0.30;
+
+/// Words too common to relate a request to a call.
+const COMMON: &[&str] = &[
+    "the", "and", "for", "with", "from", "that", "this", "these", "those", "what", "which", "who",
+    "how", "why", "when", "where", "please", "can", "could", "would", "will", "you", "your",
+    "mine", "our", "are", "was", "is", "it", "its", "all", "any", "some", "into", "onto", "out",
+    "about", "then", "there", "here", "now", "today", "just", "also", "not", "but", "get", "got",
+    "have", "has", "had", "make", "made", "let", "one", "two", "http", "https", "www", "com",
+    "org", "net", "che", "per", "con", "del", "della", "delle", "dei", "degli", "una", "uno",
+    "gli", "nel", "nella", "sul", "sulla", "come", "cosa", "dove", "quando", "mio", "mia", "miei",
+    "mie", "tuo", "tua", "puoi", "fammi", "oggi", "questo", "questa", "quello", "quella", "sono",
+    "non", "anche", "poi", "alla", "allo",
+];
+
+/// Argument keys holding free text, not what the call does or where.
+const FREE_TEXT: &[&str] = &["content", "body", "text", "data", "message", "headers"];
+
+fn meaningful(word: &str) -> bool {
+    word.chars().nth(2).is_some() && !COMMON.iter().any(|c| c.eq_ignore_ascii_case(word))
+}
+
+fn related(a: &str, b: &str) -> bool {
+    let (short, long) = if a.len() <= b.len() { (a, b) } else { (b, a) };
+    short == long || (short.chars().nth(3).is_some() && long.starts_with(short))
+}
+
+/// The words of the call: its executor's name and its arguments but free text.
+fn call_words(executor: &str, args: &Value, out: &mut Vec<String>) {
+    fn walk(value: &Value, out: &mut Vec<String>) {
+        match value {
+            Value::String(s) => {
+                out.extend(words(s).filter(|w| meaningful(w)).map(str::to_lowercase))
+            }
+            Value::Array(items) => items.iter().for_each(|v| walk(v, out)),
+            Value::Object(map) => {
+                for (key, v) in map {
+                    if !FREE_TEXT.contains(&key.as_str()) {
+                        walk(v, out);
+                    }
+                }
+            }
+            _ => {}
+        }
+    }
+    out.extend(
+        words(executor)
+            .filter(|w| meaningful(w))
+            .map(str::to_lowercase),
+    );
+    walk(args, out);
+}
+
+/// Whether no meaningful word of `intent` relates to a word of the call.
+fn shares_nothing(intent: &str, executor: &str, args: &Value) -> bool {
+    let mut call = Vec::new();
+    call_words(executor, args, &mut call);
+    !words(intent)
+        .filter(|w| meaningful(w))
+        .map(str::to_lowercase)
+        .any(|w| call.iter().any(|c| related(&w, c)))
+}
+
+/// The first hidden name (`.bashrc`, `.config`) in a path argument of a write, unless the
+/// intent names it.
+fn hidden_unnamed<'a>(intent: &str, args: &'a Value) -> Option<&'a str> {
+    let map = args.as_object()?;
+    for (key, value) in map {
+        if FREE_TEXT.contains(&key.as_str()) {
+            continue;
+        }
+        let Some(path) = value.as_str() else {
+            continue;
+        };
+        for part in path.split('/') {
+            let Some(name) = part.strip_prefix('.') else {
+                continue;
+            };
+            if name.is_empty() || name == "." {
+                continue;
+            }
+            let named = intent.to_lowercase().contains(&name.to_lowercase());
+            if !named {
+                return Some(part);
+            }
+        }
+    }
+    None
 }
 
 fn words(text: &str) -> impl Iterator<Item = &str> + '_ {
@@ -126,10 +247,8 @@ fn shape<'a>(value: &'a Value, key: &'a str, traversal: &mut Option<&'a str>, od
     }
 }
 
-/// The seed's rule-based score: base 0.7; +0.10 when the intent mentions a token (3+
-/// characters) of the executor's name; −0.20 for a possible path traversal; −0.10 for an
-/// argument key that is not an identifier; +0.05 for a non-critical executor; clamped.
-pub fn score(intent: &str, executor: &str, args: &Value, context: Context) -> Score {
+/// The rule-based score (the table above): base 0.7, each signal's weight, clamped.
+pub fn score(intent: &str, executor: &str, args: &Value, context: Context<'_>) -> Score {
     let mut score = BASE;
     let mut notes = Notes::default();
     let mentioned = executor
@@ -154,9 +273,31 @@ pub fn score(intent: &str, executor: &str, args: &Value, context: Context) -> Sc
         score -= 0.10;
         notes.push("unusual argument key");
     }
-    if context.critical == Some(false) {
+    let sends = context.network
+        && args
+            .get("method")
+            .and_then(Value::as_str)
+            .is_some_and(|m| !(m.eq_ignore_ascii_case("GET") || m.eq_ignore_ascii_case("HEAD")));
+    let critical = context.critical == Some(true) || sends;
+    if context.critical == Some(false) && !sends {
         score += 0.05;
         notes.push("non-critical executor");
+    }
+    if critical && let Some((arg, source)) = context.tainted_sink {
+        score -= TAINTED_SINK;
+        notes.push(format!(
+            "data from {source} in {arg} reaches a critical call"
+        ));
+    }
+    if critical && shares_nothing(intent, executor, args) {
+        score -= UNRELATED;
+        notes.push("a critical call that shares nothing with the request");
+    }
+    if context.writes
+        && let Some(name) = hidden_unnamed(intent, args)
+    {
+        score -= HIDDEN_WRITE;
+        notes.push(format!("writes {name}, which the request does not name"));
     }
     Score {
         score: score.clamp(0.0, 1.0),
@@ -269,6 +410,7 @@ mod tests {
             &json!({"url": "x"}),
             Context {
                 critical: Some(false),
+                ..Context::default()
             },
         );
         assert!((s.score - 0.75).abs() < 1e-9);

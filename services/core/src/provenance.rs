@@ -1,0 +1,172 @@
+//! Where the data of a turn came from (issue 19): every observation carries provenance
+//! labels, and an argument made from an observation carries them on. The planner writes
+//! them; the vaglio, the approval card and the turn log read them. One spelling for all:
+//!
+//! | label                   | the data came from                                        |
+//! |-------------------------|-----------------------------------------------------------|
+//! | `person`                | the person's own message                                  |
+//! | `clock`                 | the system clock (`time_now`)                             |
+//! | `web:<host>`            | a page `web_fetch` read, from this host (after redirects) |
+//! | `file:<path>`           | a file or folder read (`fs_read`, `fs_list`, `parse_local`), spelled from `~` |
+//! | `shell`                 | a command's output (`shell_exec`)                         |
+//! | `scratchpad:<id>`       | a page of a stored observation (with its origin's labels) |
+//! | `tool:<executor>`       | any other executor's output                               |
+//!
+//! `person` and `clock` are trusted: nobody outside can write them. Every other label is
+//! the world's, and data carrying one is *tainted*.
+
+use crate::language::Language;
+
+/// The most labels one argument or observation carries on the wire.
+pub const MAX_LABELS: usize = 16;
+/// The most bytes of one label on the wire.
+pub const MAX_LABEL: usize = 512;
+
+/// One provenance label.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum Label {
+    Person,
+    Clock,
+    Web(String),
+    File(String),
+    Shell,
+    Scratchpad(String),
+    Tool(String),
+}
+
+impl Label {
+    /// Reads a label as [`Label::to_string`] writes it; `None` for anything else.
+    pub fn parse(text: &str) -> Option<Label> {
+        match text {
+            "person" => return Some(Label::Person),
+            "clock" => return Some(Label::Clock),
+            "shell" => return Some(Label::Shell),
+            _ => {}
+        }
+        let (kind, rest) = text.split_once(':')?;
+        if rest.is_empty() {
+            return None;
+        }
+        let rest = rest.to_owned();
+        match kind {
+            "web" => Some(Label::Web(rest)),
+            "file" => Some(Label::File(rest)),
+            "scratchpad" => Some(Label::Scratchpad(rest)),
+            "tool" => Some(Label::Tool(rest)),
+            _ => None,
+        }
+    }
+
+    /// Whether data with this label comes from the world (anyone may have written it).
+    pub fn is_untrusted(&self) -> bool {
+        !matches!(self, Label::Person | Label::Clock)
+    }
+
+    /// Where the data came from, as a card says it after "contains text": "from web page
+    /// news.example.com", "dal tuo file ~/Documents/report.txt". `None` for a label a card
+    /// has nothing to say about (trusted ones, a scratchpad id: its origin is said).
+    pub fn said(&self, language: Language) -> Option<String> {
+        let it = language == Language::Italian;
+        Some(match (self, it) {
+            (Label::Web(host), false) => format!("from web page {host}"),
+            (Label::Web(host), true) => format!("dalla pagina web {host}"),
+            (Label::File(path), false) => format!("from your file {path}"),
+            (Label::File(path), true) => format!("dal tuo file {path}"),
+            (Label::Shell, false) => "from a command's output".to_owned(),
+            (Label::Shell, true) => "dall'output di un comando".to_owned(),
+            (Label::Tool(name), false) => format!("from what {name} returned"),
+            (Label::Tool(name), true) => format!("da quanto ha restituito {name}"),
+            (Label::Person | Label::Clock | Label::Scratchpad(_), _) => return None,
+        })
+    }
+}
+
+impl std::fmt::Display for Label {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Label::Person => f.write_str("person"),
+            Label::Clock => f.write_str("clock"),
+            Label::Shell => f.write_str("shell"),
+            Label::Web(host) => write!(f, "web:{host}"),
+            Label::File(path) => write!(f, "file:{path}"),
+            Label::Scratchpad(id) => write!(f, "scratchpad:{id}"),
+            Label::Tool(name) => write!(f, "tool:{name}"),
+        }
+    }
+}
+
+/// What a card says of an argument carrying data from the world: "body contains text from
+/// your file ~/Documents/report.txt", "url contiene testo dalla pagina web a.example e dal
+/// tuo file ~/x". Labels a card cannot say are left out; `None` when none is left.
+pub fn carried(arg: &str, labels: &[String], language: Language) -> Option<String> {
+    let mut said: Vec<String> = Vec::new();
+    for label in labels.iter().filter_map(|l| Label::parse(l)) {
+        if let Some(text) = label.said(language)
+            && !said.contains(&text)
+        {
+            said.push(text);
+        }
+    }
+    if said.is_empty() {
+        return None;
+    }
+    let (contains, and) = match language {
+        Language::Italian => ("contiene testo", " e "),
+        Language::English => ("contains text", " and "),
+    };
+    Some(format!("{arg} {contains} {}", said.join(and)))
+}
+
+/// The key of an approval request's `extra_json` that lists the arguments carrying data
+/// from the world into a sink (`[{"arg": "body", "sources": ["file:~/r.txt"]}]`): the
+/// planner sets it; the approval service says it on the card and offers no territory (a
+/// grant does not lift a tainted call's question).
+pub const TAINTED_SINK: &str = "tainted_sink";
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn labels_read_back_as_they_are_written() {
+        for text in [
+            "person",
+            "clock",
+            "shell",
+            "web:news.example.com",
+            "file:~/Documents/report.txt",
+            "scratchpad:ab12",
+            "tool:mail_read",
+        ] {
+            assert_eq!(Label::parse(text).unwrap().to_string(), text);
+        }
+        for bad in ["", "web:", "disk:/x", "Person", "web"] {
+            assert_eq!(Label::parse(bad), None, "{bad}");
+        }
+        assert!(!Label::Person.is_untrusted());
+        assert!(!Label::Clock.is_untrusted());
+        assert!(Label::Web("a".into()).is_untrusted());
+        assert!(Label::Shell.is_untrusted());
+    }
+
+    #[test]
+    fn a_card_names_where_the_data_came_from_in_the_persons_language() {
+        let labels = vec![
+            "scratchpad:x1".to_owned(),
+            "file:~/Documents/report.txt".to_owned(),
+            "web:news.example.com".to_owned(),
+        ];
+        assert_eq!(
+            carried("body", &labels, Language::English).unwrap(),
+            "body contains text from your file ~/Documents/report.txt and from web page news.example.com"
+        );
+        assert_eq!(
+            carried("content", &labels[..2], Language::Italian).unwrap(),
+            "content contiene testo dal tuo file ~/Documents/report.txt"
+        );
+        assert_eq!(
+            carried("x", &["person".to_owned()], Language::English),
+            None
+        );
+    }
+}
