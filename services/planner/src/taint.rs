@@ -15,7 +15,7 @@
 //! `GRAM + STRIDE − 1` = 23 bytes or more holds one such window whole, so every copied run
 //! of 24 characters (24 bytes at least) is found, then confirmed by comparing the text.
 //! Memory is bounded: at most [`INDEX_BUDGET`] bytes of observations per turn are indexed
-//! (about 1.2 times that in memory with the hashes). Beyond it, the turn is not blind:
+//! (with the windows and their table, about 5 MB at the bound). Beyond it, the turn is not blind:
 //! any argument text of 24 characters or more is taken as possibly copied from the
 //! observations left out (fail closed, [`How::Unindexed`]).
 //!
@@ -44,7 +44,6 @@ pub const INDEX_BUDGET: usize = 1 << 20;
 /// of times must not make every later call slow).
 const CHAIN: usize = 32;
 const NONE: u32 = u32::MAX;
-const BASE: u64 = 0x100_0000_01b3;
 
 const _: () = assert!(GRAM + STRIDE - 1 < COPIED_RUN);
 
@@ -181,15 +180,25 @@ fn mix(h: u64) -> u64 {
     h ^ (h >> 29)
 }
 
-fn window_hash(bytes: &[u8]) -> u64 {
+fn window_hash(base: u64, bytes: &[u8]) -> u64 {
     bytes.iter().fold(0u64, |h, &b| {
-        h.wrapping_mul(BASE).wrapping_add(u64::from(b))
+        h.wrapping_mul(base).wrapping_add(u64::from(b))
     })
+}
+
+/// A random odd multiplier: a page cannot be written to make its windows collide with
+/// those of another observation (polynomial hashes with a known base can be).
+fn random_base() -> u64 {
+    let mut bytes = [0u8; 8];
+    metnos_kit::random::fill(&mut bytes);
+    u64::from_le_bytes(bytes) | 1
 }
 
 /// The texts of a turn's observations as the LLM saw them, indexed for copies.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct Index {
+    /// The windows' hash multiplier, drawn when the first text is indexed.
+    base: u64,
     /// Conversation entries already read.
     read: usize,
     /// (step, text) of each indexed string.
@@ -247,12 +256,15 @@ impl Index {
             self.unindexed.insert(step);
             return;
         }
+        if self.base == 0 {
+            self.base = random_base();
+        }
         self.bytes += text.len();
         let t = self.texts.len() as u32;
         let bytes = text.as_bytes();
         let mut offset = 0;
         while offset + GRAM <= bytes.len() {
-            let key = mix(window_hash(&bytes[offset..offset + GRAM]));
+            let key = mix(window_hash(self.base, &bytes[offset..offset + GRAM]));
             let e = self.entries.len() as u32;
             let previous = self.heads.insert(key, e).unwrap_or(NONE);
             self.entries.push((t, offset as u32, previous));
@@ -268,8 +280,9 @@ impl Index {
         if a.len() < COPIED_RUN || self.heads.is_empty() {
             return;
         }
-        let high = (0..GRAM - 1).fold(1u64, |p, _| p.wrapping_mul(BASE));
-        let mut h = window_hash(&a[..GRAM]);
+        let base = self.base;
+        let high = (0..GRAM - 1).fold(1u64, |p, _| p.wrapping_mul(base));
+        let mut h = window_hash(base, &a[..GRAM]);
         let mut start = 0;
         loop {
             let mut e = self.heads.get(&mix(h)).copied().unwrap_or(NONE);
@@ -292,7 +305,7 @@ impl Index {
             }
             h = h
                 .wrapping_sub(u64::from(a[start]).wrapping_mul(high))
-                .wrapping_mul(BASE)
+                .wrapping_mul(base)
                 .wrapping_add(u64::from(a[start + GRAM]));
             start += 1;
         }

@@ -158,7 +158,7 @@ impl Planner {
             return Err(Refusal::Stop(stop));
         }
         self.check_schema_and_scope(&executor, &args, log)?;
-        let (tainted, tainted_sink) = self.provenance(cp, call, &executor, &target);
+        let (tainted, tainted_sink) = self.provenance(cp, call, &executor, &args, &target);
         log.tainted = tainted.clone();
         let approval = self
             .ask_policy_and_vaglio(
@@ -185,12 +185,15 @@ impl Planner {
     }
 
     /// Which arguments of `call` carry data from the world, and — when one reaches a sink
-    /// — the capability the person is asked about.
+    /// — the capability the person is asked about. A write's content may come from the
+    /// world into a file the person's message names, unless the write replaces a file that
+    /// exists (a page must not overwrite the notes the person asked to read).
     fn provenance(
         &self,
         cp: &Checkpoint,
         call: &Call,
         executor: &Executor,
+        args: &Value,
         target: &str,
     ) -> (Vec<taint::Carried>, Option<String>) {
         let mut tainted =
@@ -207,11 +210,23 @@ impl Planner {
         let to = taint::Destination {
             target_arg: executor.manifest.target_arg.as_deref(),
             host: host.as_deref(),
-            named_by_person: sink == taint::Sink::Write && self.names(&cp.query, target),
+            named_by_person: sink == taint::Sink::Write
+                && self.names(&cp.query, target)
+                && !self.replaces_existing(&call.name, args, target),
             to_the_person: target == cp.sender_id,
         };
         let reaches = taint::mark_sinks(sink, to, &mut tainted);
         (tainted, reaches.then(|| capability.to_owned()))
+    }
+
+    /// Whether the write `executor(args)` replaces a file that exists (its content goes):
+    /// fs_write's `overwrite` does (`create` refuses an existing file, `append` keeps it);
+    /// another executor's write to an existing file is taken as one that does.
+    fn replaces_existing(&self, executor: &str, args: &Value, target: &str) -> bool {
+        if !std::path::Path::new(&self.guard_key("fs_write", target)).exists() {
+            return false;
+        }
+        executor != "fs_write" || args.get("mode").and_then(Value::as_str) == Some("overwrite")
     }
 
     /// Whether the person's message names the file `target`: as written, from `~`, or
