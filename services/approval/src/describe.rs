@@ -287,7 +287,7 @@ fn carried(from_earlier: Earlier<'_>, keys: &[&str], it: bool) -> String {
         match sourced {
             Some(said) => {
                 out.push_str(" ⚠ ");
-                out.push_str(&short(&said, SHOWN_TARGET));
+                out.push_str(&said);
             }
             None if from_earlier.from_earlier.iter().any(|f| f == key)
                 || from_earlier.tainted.iter().any(|(arg, _)| arg == key) =>
@@ -308,14 +308,21 @@ fn carried(from_earlier: Earlier<'_>, keys: &[&str], it: bool) -> String {
     out
 }
 
-/// Why the person is asked about a call carrying data from the world into a sink: at
-/// every level, and approving it concedes nothing more.
-pub fn reason_tainted(language: Language) -> String {
-    match language {
-        Language::Italian => {
-            "Perché: porta fuori dati letti in questo turno; si chiede sempre".to_owned()
+/// Why the person is asked about a call carrying data from the world into a sink, naming
+/// where the data came from: at every level, and approving it concedes nothing more.
+pub fn reason_tainted(tainted: &[Tainted], language: Language) -> String {
+    let said = tainted
+        .iter()
+        .find_map(|(arg, sources)| metnos_core::provenance::carried(arg, sources, language));
+    match (language, said) {
+        (Language::Italian, Some(said)) => format!("Perché: {said}; si chiede ogni volta"),
+        (Language::Italian, None) => {
+            "Perché: porta dati letti in questo turno; si chiede ogni volta".to_owned()
         }
-        Language::English => "Why: it carries data this turn read; always asked".to_owned(),
+        (Language::English, Some(said)) => format!("Why: {said}; asked every time"),
+        (Language::English, None) => {
+            "Why: it carries data this turn read; asked every time".to_owned()
+        }
     }
 }
 
@@ -602,8 +609,12 @@ mod tests {
             d.summary
         );
         assert_eq!(
-            reason_tainted(Language::English),
-            "Why: it carries data this turn read; always asked"
+            reason_tainted(&tainted, Language::English),
+            "Why: body contains text from your file ~/Documents/report.txt; asked every time"
+        );
+        assert_eq!(
+            reason_tainted(&[], Language::Italian),
+            "Perché: porta dati letti in questo turno; si chiede ogni volta"
         );
     }
 }

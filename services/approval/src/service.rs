@@ -294,12 +294,15 @@ impl Approvals {
                 territory: pending.territory,
                 recurrence_count: pending.recurrence_count,
                 language: pending.language,
-                reason: if tainted_sinks(&pending.extra_json).is_empty() {
-                    pending.policy_level.map(|level| {
-                        crate::describe::reason(level, &pending.capability, pending.language)
-                    })
-                } else {
-                    Some(crate::describe::reason_tainted(pending.language))
+                reason: {
+                    let tainted = tainted_sinks(&pending.extra_json);
+                    if tainted.is_empty() {
+                        pending.policy_level.map(|level| {
+                            crate::describe::reason(level, &pending.capability, pending.language)
+                        })
+                    } else {
+                        Some(crate::describe::reason_tainted(&tainted, pending.language))
+                    }
                 },
                 territory_offer: Some(pending.territory_target.clone())
                     .filter(|p| !p.is_empty() && pending.status == Status::Pending),
@@ -347,10 +350,14 @@ impl Approvals {
             new.card.language,
             &self.home,
         );
-        let recurrence_count = self
-            .store
-            .count_approved(&new.requester, &capability_class)
-            .await?;
+        // A tainted call's card is never shortened by habit: its source is read every time.
+        let recurrence_count = if tainted.is_empty() {
+            self.store
+                .count_approved(&new.requester, &capability_class)
+                .await?
+        } else {
+            0
+        };
         let now = self.now();
         let ttl_ms = match new.ttl_seconds {
             0 => self.settings.ttl_ms,

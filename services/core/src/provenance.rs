@@ -81,6 +81,41 @@ impl Label {
     }
 }
 
+impl Label {
+    /// The order a card names sources in: what is the person's own (files, commands,
+    /// other tools) before web pages, so a long list or a long host never hides a file.
+    pub fn rank(&self) -> u8 {
+        match self {
+            Label::File(_) | Label::Shell | Label::Tool(_) => 0,
+            Label::Web(_) => 1,
+            Label::Scratchpad(_) => 2,
+            Label::Person | Label::Clock => 3,
+        }
+    }
+}
+
+/// `labels` in the order a card names them ([`Label::rank`]), unparsable ones first (they
+/// are never trusted).
+pub fn sort(labels: &mut [String]) {
+    labels.sort_by_key(|l| Label::parse(l).map_or(0, |l| l.rank()));
+}
+
+/// `text` in at most `max` characters: its head and tail around an ellipsis.
+fn shortened(text: &str, max: usize) -> String {
+    let count = text.chars().count();
+    if count <= max {
+        return text.to_owned();
+    }
+    let head: String = text.chars().take(max / 2).collect();
+    let tail: String = text.chars().skip(count - (max - max / 2 - 1)).collect();
+    format!("{head}…{tail}")
+}
+
+/// The most sources a card names for one argument; the others are counted.
+const SAID: usize = 2;
+/// The most characters of one source's host or path on a card.
+const SAID_CHARS: usize = 48;
+
 impl std::fmt::Display for Label {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
@@ -96,11 +131,21 @@ impl std::fmt::Display for Label {
 }
 
 /// What a card says of an argument carrying data from the world: "body contains text from
-/// your file ~/Documents/report.txt", "url contiene testo dalla pagina web a.example e dal
-/// tuo file ~/x". Labels a card cannot say are left out; `None` when none is left.
+/// your file ~/Documents/report.txt", "url contiene testo dal tuo file ~/x e dalla pagina web
+/// a.example". Files, commands and tools come before web pages; each host or path is cut to
+/// 48 characters; after two sources the rest are counted. Labels a card cannot say are
+/// left out; `None` when none is left.
 pub fn carried(arg: &str, labels: &[String], language: Language) -> Option<String> {
+    let mut parsed: Vec<Label> = labels.iter().filter_map(|l| Label::parse(l)).collect();
+    parsed.sort_by_key(Label::rank);
     let mut said: Vec<String> = Vec::new();
-    for label in labels.iter().filter_map(|l| Label::parse(l)) {
+    for label in parsed {
+        let label = match label {
+            Label::Web(host) => Label::Web(shortened(&host, SAID_CHARS)),
+            Label::File(path) => Label::File(shortened(&path, SAID_CHARS)),
+            Label::Tool(name) => Label::Tool(shortened(&name, SAID_CHARS)),
+            other => other,
+        };
         if let Some(text) = label.said(language)
             && !said.contains(&text)
         {
@@ -114,7 +159,16 @@ pub fn carried(arg: &str, labels: &[String], language: Language) -> Option<Strin
         Language::Italian => ("contiene testo", " e "),
         Language::English => ("contains text", " and "),
     };
-    Some(format!("{arg} {contains} {}", said.join(and)))
+    let more = said.len().saturating_sub(SAID);
+    said.truncate(SAID);
+    let mut out = format!("{arg} {contains} {}", said.join(and));
+    if more > 0 {
+        out.push_str(&match language {
+            Language::Italian => format!(" (+{more} altre fonti)"),
+            Language::English => format!(" (+{more} more sources)"),
+        });
+    }
+    Some(out)
 }
 
 /// The key of an approval request's `extra_json` that lists the arguments carrying data
@@ -160,6 +214,22 @@ mod tests {
             carried("body", &labels, Language::English).unwrap(),
             "body contains text from your file ~/Documents/report.txt and from web page news.example.com"
         );
+        // A long host and many pages never push the file off the card.
+        let mut many: Vec<String> = (0..20)
+            .map(|i| format!("web:{}{i}.example", "x".repeat(200)))
+            .collect();
+        many.push("file:~/Documents/report.txt".to_owned());
+        let said = carried("body", &many, Language::English).unwrap();
+        assert!(
+            said.starts_with(
+                "body contains text from your file ~/Documents/report.txt and from web page xxx"
+            ),
+            "{said}"
+        );
+        assert!(said.ends_with("(+19 more sources)"), "{said}");
+        assert!(said.chars().count() < 200, "{said}");
+        sort(&mut many);
+        assert_eq!(many[0], "file:~/Documents/report.txt");
         assert_eq!(
             carried("content", &labels[..2], Language::Italian).unwrap(),
             "content contiene testo dal tuo file ~/Documents/report.txt"

@@ -81,9 +81,18 @@ impl Planner {
         call: &Call,
         mut log: StepLog,
         observation: Observation,
-        labels: Vec<String>,
+        mut labels: Vec<String>,
         started: Instant,
     ) {
+        // What the call's arguments carried is in what it observed (an executor's answer
+        // built from it, a refusal echoing it).
+        for carried in &log.tainted {
+            for source in &carried.sources {
+                if !labels.contains(source) {
+                    labels.push(source.clone());
+                }
+            }
+        }
         let n = log.step;
         let Shown {
             mut shown,
@@ -145,10 +154,7 @@ impl Planner {
         observation: &Observation,
     ) -> Vec<String> {
         if call.name == scratch::TOOL {
-            let id = args
-                .get("scratchpad_id")
-                .and_then(Value::as_str)
-                .unwrap_or_default();
+            let id = args.get("id").and_then(Value::as_str).unwrap_or_default();
             let mut labels = vec![format!("scratchpad:{id}")];
             if let Some(origin) = cp
                 .steps

@@ -176,6 +176,9 @@ pub enum Validation {
     NotOffered,
     /// The same read or write again (seed ch. 10).
     Duplicate,
+    /// An argument held the key of the fence around observations (issue 19).
+    #[serde(rename = "fence key")]
+    FenceKey,
 }
 
 /// The scope hints' answer.

@@ -1473,11 +1473,11 @@ async fn provenance_survives_a_suspend_and_a_resume_on_another_replica() {
     assert!(!record.to_string().contains(SECRET), "{record}");
 }
 
-/// Issue 19: a file the person names may take what the turn read (the seed's "fetch it and
-/// save it in ~/out/x"), but an existing file is not replaced by the world's data unasked,
-/// and a path that came from the world is always asked about.
+/// Issue 19: a new file the person names may take what the turn read (the seed's "fetch it
+/// and save it in ~/out/x"), but an existing file is not changed by the world's data unasked,
+/// named or not, and a path that came from the world is always asked about.
 #[tokio::test]
-async fn a_named_file_takes_the_worlds_data_unless_it_is_replaced_or_the_path_came_from_it() {
+async fn a_new_named_file_takes_the_worlds_data_an_existing_one_or_a_worldly_path_asks() {
     let h = Harness::new(
         PlannerMode::Local,
         |t| t.cap_same_executor = NonZeroU32::MIN.saturating_add(4),
@@ -1492,7 +1492,7 @@ async fn a_named_file_takes_the_worlds_data_unless_it_is_replaced_or_the_path_ca
     std::fs::write(h.home.join("a.txt"), "my notes").unwrap();
     std::fs::write(h.home.join("b.txt"), "my other notes").unwrap();
     let query = "read ~/notes.txt and put it in ~/new.txt, ~/a.txt and ~/b.txt";
-    // A new file the person named, and an append to one: no card.
+    // A new file the person named: no card.
     h.llm.call("fs_read", json!({"path": "~/notes.txt"}));
     h.llm.call(
         "fs_write",
@@ -1502,7 +1502,7 @@ async fn a_named_file_takes_the_worlds_data_unless_it_is_replaced_or_the_path_ca
         "fs_write",
         json!({"path": "~/a.txt", "text": "{{step1.content}}", "mode": "append"}),
     );
-    // Replacing the named file that exists: asked.
+    // Appending to or replacing a named file that exists: asked.
     h.llm.call(
         "fs_write",
         json!({"path": "~/b.txt", "text": "{{step1.content}}", "mode": "overwrite"}),
@@ -1510,15 +1510,23 @@ async fn a_named_file_takes_the_worlds_data_unless_it_is_replaced_or_the_path_ca
     h.llm.answer("done");
     let mut rx = h.start(query, AutonomyLevel::Full);
     let (turn_id, token) = waiting(&mut rx).await;
-    assert_eq!(h.filters.with(|s| s.created.len()), 1);
-    assert_eq!(h.runs().len(), 3, "{:?}", h.runs());
+    assert_eq!(h.runs().len(), 2, "{:?}", h.runs());
     h.filters
         .decide(&token, approval::ApprovalStatus::Rejected, None);
+    let events = until(&mut rx, |e| matches!(e, Event::AwaitingApproval(_))).await;
+    let Some(Event::AwaitingApproval(second)) = events.last() else {
+        unreachable!()
+    };
+    h.filters
+        .decide(&second.token, approval::ApprovalStatus::Rejected, None);
     to_end(&mut rx).await;
+    assert_eq!(h.filters.with(|s| s.created.len()), 2);
+    // Neither refused write ran.
+    assert_eq!(h.runs().len(), 2, "{:?}", h.runs());
     let records = h.records();
     let record = records.iter().find(|r| r["turn_id"] == turn_id).unwrap();
     assert_eq!(record["steps"][1]["tainted"][0]["sink"], json!(null));
-    assert_eq!(record["steps"][2]["tainted"][0]["sink"], json!(null));
+    assert_eq!(record["steps"][2]["tainted"][0]["sink"], true);
     assert_eq!(record["steps"][3]["tainted"][0]["sink"], true);
 
     // A path copied from what the file said: asked, though the person named nothing.
