@@ -2330,7 +2330,11 @@ async fn fetching_a_page_and_saving_a_summary_the_model_wrote_gains_no_card() {
         "Rain tomorrow in the north; windy."
     );
     let record = s.record(&finished(&events).turn_id).await;
-    assert_eq!(record["steps"][0]["labels"], json!([format!("web:{addr}")]));
+    // A page of this machine is not everyone's: labelled private.
+    assert_eq!(
+        record["steps"][0]["labels"],
+        json!([format!("private:{addr}")])
+    );
     assert!(record["steps"][1].get("tainted").is_none(), "{record}");
 }
 
@@ -2380,8 +2384,11 @@ async fn a_refusal_that_echoes_a_files_text_carries_the_files_label_on() {
     assert_eq!(record["steps"][2]["tainted"][0]["from_steps"], json!([2]));
 }
 
+/// A public page's link may be followed anywhere unasked (the sink rule's unit tests show
+/// it: every page here is on this machine); a page of the home network is not everyone's,
+/// so its text is not carried to another site by a link either.
 #[tokio::test]
-async fn following_a_link_from_a_page_to_another_site_gains_no_card() {
+async fn a_link_on_a_home_network_page_to_another_site_is_asked_about() {
     let s = stack_with(
         &[(
             "METNOS_EXECUTORS__LOCAL_HOSTS",
@@ -2407,21 +2414,82 @@ async fn following_a_link_from_a_page_to_another_site_gains_no_card() {
     )]));
     s.fake
         .push(tool_calls(&[("web_fetch", json!({"url": link}))]));
-    s.fake.push(Reply::Text("rain".into()));
-    let events = s.run("fetch the top story of the news page", Full).await;
-    assert_eq!(kind(&events), pb::FinalKind::Answer, "{events:#?}");
+    s.fake.push(Reply::Text("not followed".into()));
+    let mut stream = s.start("fetch the top story of the news page", Full).await;
+    let events = until_end(&mut stream).await;
+    let card = card_of(&events);
+    let lines = card.card.as_ref().unwrap().lines.join("\n");
     assert!(
-        !events
-            .iter()
-            .any(|e| matches!(e, Event::AwaitingApproval(_))),
-        "{events:#?}"
+        lines.contains(&format!("url contains text from the private page {addr}")),
+        "{lines}"
     );
-    assert_eq!(seen.lock().unwrap().len(), 1);
-    let record = s.record(&finished(&events).turn_id).await;
+    s.resolve(&card.token, approval::Decision::Reject).await;
+    let rest = until_end(&mut stream).await;
+    assert!(seen.lock().unwrap().is_empty());
+    let record = s.record(&finished(&rest).turn_id).await;
     assert_eq!(
         record["steps"][1]["tainted"][0]["how"],
         json!(["copied"]),
         "{record}"
     );
-    assert_eq!(record["steps"][1]["tainted"][0].get("sink"), None);
+}
+
+#[tokio::test]
+async fn labels_and_the_copy_index_survive_a_restart_of_the_stack() {
+    let s = stack().await;
+    let secret = "sk-live-4f9a8b7c6d5e4f3a2b1c0d9e8f7a6b5c";
+    std::fs::write(s.home().join("notes.txt"), format!("key {secret}\n")).unwrap();
+    s.fake
+        .push(tool_calls(&[("fs_read", json!({"path": "~/notes.txt"}))]));
+    s.fake.push(tool_calls(&[(
+        "fs_write",
+        json!({"path": "~/copy.txt", "content": "{{step1.content}}"}),
+    )]));
+    let mut stream = s.start("read my notes and write a copy", Full).await;
+    let events = until_end(&mut stream).await;
+    let token = card_of(&events).token.clone();
+    drop(stream);
+    let Stack { sandbox, up, fake } = s;
+    let (code, _) = up.interrupt().await;
+    assert_eq!(code, 0);
+
+    // Another process: the labels come from the checkpoint, the copy index is rebuilt.
+    let up = sandbox.up().await;
+    let s = Stack { sandbox, up, fake };
+    s.resolve(&token, approval::Decision::Approve).await;
+    s.fake.push(tool_calls(&[(
+        "fs_write",
+        json!({"path": "~/second.txt", "content": format!("the key is {secret}")}),
+    )]));
+    s.fake.push(Reply::Text("one copy".into()));
+    let mut resumed = s
+        .planner()
+        .await
+        .resume_turn(pb::ResumeTurnRequest {
+            target: Some(pb::resume_turn_request::Target::ApprovalToken(token)),
+            principal: Some(principal()),
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    let rest = until_end(&mut resumed).await;
+    let second = card_of(&rest);
+    let lines = second.card.as_ref().unwrap().lines.join("\n");
+    assert!(
+        lines.contains("content contains text from your file ~/notes.txt"),
+        "{lines}"
+    );
+    s.resolve(&second.token, approval::Decision::Reject).await;
+    let rest = until_end(&mut resumed).await;
+    assert_eq!(kind(&rest), pb::FinalKind::Answer, "{rest:#?}");
+    assert_eq!(
+        std::fs::read_to_string(s.home().join("copy.txt")).unwrap(),
+        format!("key {secret}\n")
+    );
+    assert!(!s.home().join("second.txt").exists());
+    let record = s.record(&finished(&rest).turn_id).await;
+    assert_eq!(record["steps"][0]["labels"], json!(["file:~/notes.txt"]));
+    assert_eq!(record["steps"][1]["tainted"][0]["how"], json!(["piped"]));
+    assert_eq!(record["steps"][2]["tainted"][0]["how"], json!(["copied"]));
+    assert_eq!(record["steps"][2]["tainted"][0]["sink"], true);
 }

@@ -311,15 +311,28 @@ fn carried(from_earlier: Earlier<'_>, keys: &[&str], it: bool) -> String {
 /// Why the person is asked about a call carrying data from the world into a sink, naming
 /// where the data came from: at every level, and approving it concedes nothing more.
 pub fn reason_tainted(tainted: &[Tainted], language: Language) -> String {
-    let said = tainted
-        .iter()
-        .find_map(|(arg, sources)| metnos_core::provenance::carried(arg, sources, language));
+    let said = metnos_core::provenance::most_telling(tainted, language);
+    // The card shows 120 characters of this line: the source comes first, the rest only
+    // if it fits.
+    let fits = |line: String, short: String| {
+        if line.chars().count() <= 120 {
+            line
+        } else {
+            short
+        }
+    };
     match (language, said) {
-        (Language::Italian, Some(said)) => format!("Perché: {said}; si chiede ogni volta"),
+        (Language::Italian, Some(said)) => fits(
+            format!("Perché: {said}; si chiede ogni volta"),
+            format!("Perché: {said}"),
+        ),
         (Language::Italian, None) => {
             "Perché: porta dati letti in questo turno; si chiede ogni volta".to_owned()
         }
-        (Language::English, Some(said)) => format!("Why: {said}; asked every time"),
+        (Language::English, Some(said)) => fits(
+            format!("Why: {said}; asked every time"),
+            format!("Why: {said}"),
+        ),
         (Language::English, None) => {
             "Why: it carries data this turn read; asked every time".to_owned()
         }

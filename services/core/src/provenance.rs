@@ -7,6 +7,7 @@
 //! | `person`                | the person's own message                                  |
 //! | `clock`                 | the system clock (`time_now`)                             |
 //! | `web:<host>`            | a page `web_fetch` read, from this host (after redirects) |
+//! | `private:<host>`        | a page of a host on the home network, or read with credentials |
 //! | `file:<path>`           | a file or folder read (`fs_read`, `fs_list`, `parse_local`), spelled from `~` |
 //! | `shell`                 | a command's output (`shell_exec`)                         |
 //! | `scratchpad:<id>`       | a page of a stored observation (with its origin's labels) |
@@ -28,6 +29,8 @@ pub enum Label {
     Person,
     Clock,
     Web(String),
+    /// A page not everyone can read: a local host's, or one fetched with credentials.
+    Private(String),
     File(String),
     Shell,
     Scratchpad(String),
@@ -50,6 +53,7 @@ impl Label {
         let rest = rest.to_owned();
         match kind {
             "web" => Some(Label::Web(rest)),
+            "private" => Some(Label::Private(rest)),
             "file" => Some(Label::File(rest)),
             "scratchpad" => Some(Label::Scratchpad(rest)),
             "tool" => Some(Label::Tool(rest)),
@@ -70,6 +74,8 @@ impl Label {
         Some(match (self, it) {
             (Label::Web(host), false) => format!("from web page {host}"),
             (Label::Web(host), true) => format!("dalla pagina web {host}"),
+            (Label::Private(host), false) => format!("from the private page {host}"),
+            (Label::Private(host), true) => format!("dalla pagina privata {host}"),
             (Label::File(path), false) => format!("from your file {path}"),
             (Label::File(path), true) => format!("dal tuo file {path}"),
             (Label::Shell, false) => "from a command's output".to_owned(),
@@ -86,10 +92,13 @@ impl Label {
     /// other tools) before web pages, so a long list or a long host never hides a file.
     pub fn rank(&self) -> u8 {
         match self {
-            Label::File(_) | Label::Shell | Label::Tool(_) => 0,
-            Label::Web(_) => 1,
-            Label::Scratchpad(_) => 2,
-            Label::Person | Label::Clock => 3,
+            Label::File(_) => 0,
+            Label::Private(_) => 1,
+            Label::Shell => 2,
+            Label::Tool(_) => 3,
+            Label::Web(_) => 4,
+            Label::Scratchpad(_) => 5,
+            Label::Person | Label::Clock => 6,
         }
     }
 }
@@ -123,6 +132,7 @@ impl std::fmt::Display for Label {
             Label::Clock => f.write_str("clock"),
             Label::Shell => f.write_str("shell"),
             Label::Web(host) => write!(f, "web:{host}"),
+            Label::Private(host) => write!(f, "private:{host}"),
             Label::File(path) => write!(f, "file:{path}"),
             Label::Scratchpad(id) => write!(f, "scratchpad:{id}"),
             Label::Tool(name) => write!(f, "tool:{name}"),
@@ -142,6 +152,7 @@ pub fn carried(arg: &str, labels: &[String], language: Language) -> Option<Strin
     for label in parsed {
         let label = match label {
             Label::Web(host) => Label::Web(shortened(&host, SAID_CHARS)),
+            Label::Private(host) => Label::Private(shortened(&host, SAID_CHARS)),
             Label::File(path) => Label::File(shortened(&path, SAID_CHARS)),
             Label::Tool(name) => Label::Tool(shortened(&name, SAID_CHARS)),
             other => other,
@@ -171,6 +182,38 @@ pub fn carried(arg: &str, labels: &[String], language: Language) -> Option<Strin
     Some(out)
 }
 
+/// The most telling of several arguments' sources for a card's one line: the best-ranked
+/// source of any argument ("body contains text from your file ~/.ssh/id_ed25519"), with the
+/// count of the other sources of every argument ("(+3 more sources)").
+pub fn most_telling(tainted: &[(String, Vec<String>)], language: Language) -> Option<String> {
+    let mut best: Option<(u8, &str, Label)> = None;
+    let mut total = 0usize;
+    for (arg, labels) in tainted {
+        for label in labels.iter().filter_map(|l| Label::parse(l)) {
+            if label.said(language).is_none() {
+                continue;
+            }
+            total += 1;
+            if best
+                .as_ref()
+                .is_none_or(|(rank, _, _)| label.rank() < *rank)
+            {
+                best = Some((label.rank(), arg.as_str(), label));
+            }
+        }
+    }
+    let (_, arg, label) = best?;
+    let arg = shortened(arg, 16);
+    let mut out = carried(&arg, &[label.to_string()], language)?;
+    if total > 1 {
+        out.push_str(&match language {
+            Language::Italian => format!(" (+{} altre fonti)", total - 1),
+            Language::English => format!(" (+{} more sources)", total - 1),
+        });
+    }
+    Some(out)
+}
+
 /// The key of an approval request's `extra_json` that lists the arguments carrying data
 /// from the world into a sink (`[{"arg": "body", "sources": ["file:~/r.txt"]}]`): the
 /// planner sets it; the approval service says it on the card and offers no territory (a
@@ -188,6 +231,7 @@ mod tests {
             "clock",
             "shell",
             "web:news.example.com",
+            "private:nas.local",
             "file:~/Documents/report.txt",
             "scratchpad:ab12",
             "tool:mail_read",
@@ -230,6 +274,19 @@ mod tests {
         assert!(said.chars().count() < 200, "{said}");
         sort(&mut many);
         assert_eq!(many[0], "file:~/Documents/report.txt");
+        // Across arguments, the file wins whatever order the model wrote them in.
+        let tainted = vec![
+            (
+                "headers".to_owned(),
+                vec!["web:a.example".to_owned(), "web:b.example".to_owned()],
+            ),
+            ("body".to_owned(), vec!["file:~/.ssh/id_ed25519".to_owned()]),
+        ];
+        assert_eq!(
+            most_telling(&tainted, Language::English).unwrap(),
+            "body contains text from your file ~/.ssh/id_ed25519 (+2 more sources)"
+        );
+        assert_eq!(most_telling(&[], Language::English), None);
         assert_eq!(
             carried("content", &labels[..2], Language::Italian).unwrap(),
             "content contiene testo dal tuo file ~/Documents/report.txt"

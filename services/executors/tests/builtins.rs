@@ -1862,6 +1862,16 @@ async fn handle(
         ),
         "/binary" => response(200, "image/png", vec![0x89, b'P', b'N', b'G', 0, 0]),
         "/big" => response(200, "text/plain", vec![b'x'; 3 * 1024 * 1024]),
+        "/carry" => Response::builder()
+            .status(307)
+            .header("location", "http://127.0.0.1:9/sink")
+            .body(Full::new(Bytes::new()))
+            .unwrap(),
+        "/same" => Response::builder()
+            .status(307)
+            .header("location", "/echo")
+            .body(Full::new(Bytes::new()))
+            .unwrap(),
         "/away" => Response::builder()
             .status(302)
             .header("location", "http://localhost:9/elsewhere")
@@ -2084,6 +2094,40 @@ async fn web_fetch_reaches_this_machine_and_the_home_network_only_through_local_
         .await;
     assert!(
         error(&o).contains("refused: `localhost` is ") && error(&o).ends_with(loopback),
+        "{o:?}"
+    );
+}
+
+/// Issue 19: a POST goes where it was asked to (the planner compared that host with where
+/// its data came from), never on to another site by a 307.
+#[test]
+fn a_post_is_not_redirected_to_another_site() {
+    let addr = http_server();
+    let context = metnos_executors::ExecContext {
+        local_hosts: vec!["127.0.0.1".into()],
+        timeout_seconds: 10,
+        ..Default::default()
+    };
+    let post = |path: &str| {
+        metnos_executors::builtin::run(
+            "web_fetch",
+            &json!({"url": format!("http://{addr}{path}"), "method": "POST", "body": "salary: 1000"}),
+            &context,
+        )
+    };
+    let o = post("/carry");
+    assert!(
+        error(&o).contains("a POST is not redirected to another site (127.0.0.1:9)"),
+        "{o:?}"
+    );
+    // On the same site it is followed.
+    let o = post("/same");
+    assert!(o.ok, "{o:?}");
+    assert!(
+        o.content
+            .as_ref()
+            .and_then(|c| c.as_str())
+            .is_some_and(|c| c.contains("salary: 1000")),
         "{o:?}"
     );
 }

@@ -82,7 +82,12 @@ fn bench(c: &mut Criterion) {
     let observation = json!({"ok": true, "content": pages[5], "metadata": {"status": 200, "final_url": "https://news.example.com/a"}});
     c.bench_function("taint/per_observation_labels_and_fence_8KB", |b| {
         b.iter(|| {
-            let labels = taint::labels_of("web_fetch", "https://news.example.com/a", &observation);
+            let labels = taint::labels_of(
+                "web_fetch",
+                "https://news.example.com/a",
+                &observation,
+                false,
+            );
             std::hint::black_box(taint::fence(&nonce, 129, &labels, &observation.to_string()))
         })
     });

@@ -97,10 +97,21 @@ fn extra_json(raw_args: &serde_json::Value, tainted: &[crate::taint::Carried]) -
                 .collect()
         })
         .unwrap_or_default();
+    // Within what the approval service takes (16 KiB of extra): eight arguments, four
+    // sources each (files and commands first: they were sorted so), 256 bytes a label.
     let sinks: Vec<serde_json::Value> = tainted
         .iter()
         .filter(|c| c.sink)
-        .map(|c| serde_json::json!({"arg": c.arg, "sources": c.sources}))
+        .take(8)
+        .map(|c| {
+            let sources: Vec<String> = c
+                .sources
+                .iter()
+                .take(4)
+                .map(|l| l.chars().take(256).collect())
+                .collect();
+            serde_json::json!({"arg": c.arg.chars().take(64).collect::<String>(), "sources": sources})
+        })
         .collect();
     let mut extra = serde_json::Map::new();
     if !from_earlier.is_empty() {

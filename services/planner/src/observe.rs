@@ -155,18 +155,18 @@ impl Planner {
     ) -> Vec<String> {
         if call.name == scratch::TOOL {
             let id = args.get("id").and_then(Value::as_str).unwrap_or_default();
-            let mut labels = vec![format!("scratchpad:{id}")];
-            if let Some(origin) = cp
+            // Only this turn's own ids are labels (an id the model made up is its text).
+            return match cp
                 .steps
                 .iter()
                 .find(|s| s.scratchpad_id.as_deref() == Some(id))
             {
-                labels.extend(origin.labels.iter().cloned());
-            } else {
+                Some(origin) => std::iter::once(format!("scratchpad:{id}"))
+                    .chain(origin.labels.iter().cloned())
+                    .collect(),
                 // An unknown page: whatever it holds is the world's.
-                labels.push(format!("tool:{}", scratch::TOOL));
-            }
-            return labels;
+                None => vec![format!("tool:{}", scratch::TOOL)],
+            };
         }
         let target = self
             .catalog
@@ -182,7 +182,50 @@ impl Planner {
             _ => target.to_owned(),
         };
         let value = serde_json::to_value(observation).unwrap_or(Value::Null);
-        taint::labels_of(&call.name, &target, &value)
+        let private = call.name == "web_fetch" && self.private_fetch(&target, args);
+        taint::labels_of(&call.name, &target, &value, private)
+    }
+
+    /// Whether a fetch reads a page not everyone can: a host of the home network (named in
+    /// `executors.local_hosts`, or an address that is not public), or with credentials.
+    fn private_fetch(&self, url: &str, args: &Value) -> bool {
+        let credentials = args
+            .get("headers")
+            .and_then(Value::as_object)
+            .is_some_and(|headers| {
+                headers.keys().any(|name| {
+                    let name = name.to_ascii_lowercase();
+                    matches!(
+                        name.as_str(),
+                        "authorization" | "cookie" | "proxy-authorization"
+                    ) || name.contains("token")
+                        || name.contains("api-key")
+                        || name.contains("apikey")
+                })
+            });
+        let Ok(parsed) = url::Url::parse(url) else {
+            return credentials;
+        };
+        let local = match parsed.host() {
+            Some(url::Host::Domain(host)) => {
+                let host = host.to_ascii_lowercase();
+                self.runner
+                    .local_hosts
+                    .iter()
+                    .any(|l| l.eq_ignore_ascii_case(&host))
+                    || host == "localhost"
+                    || host.ends_with(".local")
+                    || host.ends_with(".lan")
+                    || host.ends_with(".home.arpa")
+                    || !host.contains('.')
+            }
+            Some(url::Host::Ipv4(ip)) => ip.is_private() || ip.is_loopback() || ip.is_link_local(),
+            Some(url::Host::Ipv6(ip)) => {
+                ip.is_loopback() || ip.is_unique_local() || ip.is_unicast_link_local()
+            }
+            None => false,
+        };
+        local || credentials
     }
 
     /// A failed step; a hybrid turn moves to the wise tier after enough of them.

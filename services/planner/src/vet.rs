@@ -224,6 +224,10 @@ impl Planner {
                 named_by_person: sink == taint::Sink::Write
                     && self.names(&cp.query, target)
                     && !hidden(target)
+                    && !hidden(&crate::observe::from_home(
+                        &self.guard_key("fs_write", target),
+                        &self.runner.user_home,
+                    ))
                     && !self.exists(target),
                 to_the_person: target == cp.sender_id,
                 navigation: (method.eq_ignore_ascii_case("GET")

@@ -76,6 +76,29 @@ fn bench(c: &mut Criterion) {
             std::hint::black_box(vaglio.rule_verdict(proposal, args))
         })
     });
+    // The same cases as the planner sends them for a critical executor with an argument
+    // carrying a file's data into a sink (issue 19): every judge signal is computed.
+    let critical: Vec<(Proposal, Value)> = proposals
+        .iter()
+        .map(|(p, args)| {
+            let mut p = p.clone();
+            p.critical = Some(true);
+            p.provenance = vec![metnos_vaglio::service::Provenance {
+                arg: "content".into(),
+                sources: vec!["file:~/Documents/report.txt".into()],
+                sink: true,
+            }];
+            (p, args.clone())
+        })
+        .collect();
+    c.bench_function("verdict/rule_based_full_critical_tainted", |b| {
+        let mut i = 0;
+        b.iter(|| {
+            let (proposal, args) = &critical[i % critical.len()];
+            i += 1;
+            std::hint::black_box(vaglio.rule_verdict(proposal, args))
+        })
+    });
 }
 
 criterion_group!(benches, bench);

@@ -75,9 +75,24 @@ async fn fetch(args: &Value, context: &ExecContext) -> Result<Observation, Strin
         .min(ceiling);
     let hosts = context.scope_hosts.clone();
     let hop_guard = guard.clone();
+    // A POST carries data to where it was asked to go (the planner weighed that host against
+    // where the data came from): a redirect may not take it to another site.
+    let sends = method == reqwest::Method::POST;
+    let origin = url.origin();
     let policy = reqwest::redirect::Policy::custom(move |attempt| {
         if attempt.previous().len() >= MAX_REDIRECTS {
             return attempt.error(format!("more than {MAX_REDIRECTS} redirects"));
+        }
+        if sends && attempt.url().origin() != origin {
+            let to = match (
+                attempt.url().host_str(),
+                attempt.url().port_or_known_default(),
+            ) {
+                (Some(host), Some(port)) => format!("{host}:{port}"),
+                (Some(host), None) => host.to_owned(),
+                _ => "?".to_owned(),
+            };
+            return attempt.error(format!("a POST is not redirected to another site ({to})"));
         }
         if let Err(refused) = hop_guard.check_url(attempt.url()) {
             return attempt.error(refused);
