@@ -2152,6 +2152,40 @@ async fn a_file_posted_away_is_carded_at_full_naming_the_file_and_a_grant_does_n
     assert_eq!(record["steps"][1]["approval_decision"], "rejected");
     assert!(!record.to_string().contains("salary"), "{record}");
 
+    // At Supervised the grant answers policy for the host (allowed, by the grant): the
+    // file's data still asks.
+    s.fake.push(tool_calls(&[(
+        "fs_read",
+        json!({"path": "~/Documents/report.txt"}),
+    )]));
+    s.fake.push(tool_calls(&[(
+        "web_fetch",
+        json!({"url": format!("http://{addr}/collect"), "method": "POST", "body": "{{step1.content}}"}),
+    )]));
+    s.fake.push(Reply::Text("not sent".into()));
+    let mut stream = s
+        .start(
+            "read ~/Documents/report.txt and post it to the collect form",
+            Supervised,
+        )
+        .await;
+    let mut events = until_end(&mut stream).await;
+    // Reading the file asks at Supervised: yes.
+    if card_of(&events).step == 1 {
+        s.resolve(&card_of(&events).token, approval::Decision::Approve)
+            .await;
+        events = until_end(&mut stream).await;
+    }
+    let card = card_of(&events);
+    assert_eq!(card.step, 2);
+    s.resolve(&card.token, approval::Decision::Reject).await;
+    let rest = until_end(&mut stream).await;
+    let record = s.record(&finished(&rest).turn_id).await;
+    assert_eq!(record["steps"][1]["policy"], "allowed", "{record}");
+    assert!(record["steps"][1]["grant_id"].is_i64(), "{record}");
+    assert_eq!(record["steps"][1]["tainted"][0]["sink"], true);
+    assert!(seen.lock().unwrap().is_empty());
+
     // The same chain steered by a page the person never asked about: the judge refuses it
     // before any card (a critical call unrelated to the request, carrying a file's data).
     s.fake.push(tool_calls(&[(

@@ -629,5 +629,21 @@ mod tests {
             reason_tainted(&[], Language::Italian),
             "Perché: porta dati letti in questo turno; si chiede ogni volta"
         );
+        // A long argument name and path: the source stays, the tail goes, within the 120
+        // characters the card shows.
+        let long = vec![(
+            "a_very_long_argument_name_indeed".to_owned(),
+            vec![
+                format!("file:~/{}/secrets.txt", "deep/".repeat(30)),
+                "web:a.example".to_owned(),
+            ],
+        )];
+        let why = reason_tainted(&long, Language::English);
+        assert!(why.chars().count() <= 120, "{why}");
+        assert!(
+            why.starts_with("Why: a_very_l…_indeed contains text from your file ~/deep/"),
+            "{why}"
+        );
+        assert!(why.ends_with("secrets.txt (+1 more sources)"), "{why}");
     }
 }

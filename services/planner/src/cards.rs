@@ -88,31 +88,46 @@ pub fn pending_request(
 /// the world into a sink, from where (the card says so, and offers no territory: a grant
 /// does not lift that question).
 fn extra_json(raw_args: &serde_json::Value, tainted: &[crate::taint::Carried]) -> String {
-    let from_earlier: Vec<&String> = raw_args
+    let from_earlier: Vec<String> = raw_args
         .as_object()
         .map(|args| {
             args.iter()
                 .filter(|(_, value)| !crate::piping::referenced_steps(value).is_empty())
-                .map(|(key, _)| key)
+                .take(16)
+                .map(|(key, _)| key.chars().take(64).collect())
                 .collect()
         })
         .unwrap_or_default();
-    // Within what the approval service takes (16 KiB of extra): eight arguments, four
-    // sources each (files and commands first: they were sorted so), 256 bytes a label.
-    let sinks: Vec<serde_json::Value> = tainted
-        .iter()
-        .filter(|c| c.sink)
-        .take(8)
-        .map(|c| {
-            let sources: Vec<String> = c
-                .sources
-                .iter()
-                .take(4)
-                .map(|l| l.chars().take(256).collect())
-                .collect();
-            serde_json::json!({"arg": c.arg.chars().take(64).collect::<String>(), "sources": sources})
-        })
-        .collect();
+    // Within what the approval service takes (16 KiB of extra, escaping included): eight
+    // arguments, up to four sources each (files and commands first: they were sorted so),
+    // fewer and shorter if the text needs much escaping.
+    let sinks_within = |sources_each: usize, bytes_each: usize| -> Vec<serde_json::Value> {
+        tainted
+            .iter()
+            .filter(|c| c.sink)
+            .take(8)
+            .map(|c| {
+                let sources: Vec<String> = c
+                    .sources
+                    .iter()
+                    .take(sources_each)
+                    .map(|l| {
+                        let mut end = l.len().min(bytes_each);
+                        while !l.is_char_boundary(end) {
+                            end -= 1;
+                        }
+                        l[..end].to_owned()
+                    })
+                    .collect();
+                serde_json::json!({"arg": c.arg.chars().take(64).collect::<String>(), "sources": sources})
+            })
+            .collect()
+    };
+    let sinks = [(4, 200), (1, 64), (1, 16)]
+        .into_iter()
+        .map(|(n, bytes)| sinks_within(n, bytes))
+        .find(|sinks| serde_json::Value::from(sinks.clone()).to_string().len() <= 12_000)
+        .unwrap_or_else(|| sinks_within(0, 0));
     let mut extra = serde_json::Map::new();
     if !from_earlier.is_empty() {
         extra.insert(
@@ -130,4 +145,51 @@ fn extra_json(raw_args: &serde_json::Value, tainted: &[crate::taint::Carried]) -
         return String::new();
     }
     serde_json::Value::Object(extra).to_string()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::taint::{Carried, How};
+
+    #[test]
+    fn the_sources_sent_with_a_card_fit_the_approval_services_limit_and_never_vanish() {
+        // Labels that escape to six bytes a character (control characters in file names).
+        let label = format!("file:~/{}", "\u{1}".repeat(500));
+        let tainted: Vec<Carried> = (0..20)
+            .map(|i| Carried {
+                arg: format!("arg{i}{}", "\u{1}".repeat(100)),
+                from_steps: vec![1],
+                sources: vec![label.clone(); 16],
+                how: vec![How::Copied],
+                sink: true,
+            })
+            .collect();
+        let extra = extra_json(&serde_json::json!({}), &tainted);
+        assert!(extra.len() <= 16 * 1024, "{}", extra.len());
+        let value: serde_json::Value = serde_json::from_str(&extra).unwrap();
+        assert_eq!(
+            value[metnos_core::provenance::TAINTED_SINK]
+                .as_array()
+                .unwrap()
+                .len(),
+            8
+        );
+        // An ordinary one keeps its sources whole.
+        let one = vec![Carried {
+            arg: "body".into(),
+            from_steps: vec![1],
+            sources: vec!["file:~/Documents/report.txt".into()],
+            how: vec![How::Piped],
+            sink: true,
+        }];
+        let extra = extra_json(&serde_json::json!({"body": "{{step1.content}}"}), &one);
+        assert_eq!(
+            serde_json::from_str::<serde_json::Value>(&extra).unwrap(),
+            serde_json::json!({
+                "from_earlier_steps": ["body"],
+                "tainted_sink": [{"arg": "body", "sources": ["file:~/Documents/report.txt"]}]
+            })
+        );
+    }
 }

@@ -182,50 +182,18 @@ impl Planner {
             _ => target.to_owned(),
         };
         let value = serde_json::to_value(observation).unwrap_or(Value::Null);
-        let private = call.name == "web_fetch" && self.private_fetch(&target, args);
+        let final_url = value
+            .get("metadata")
+            .and_then(|m| m.get("final_url"))
+            .and_then(Value::as_str)
+            .unwrap_or_default();
+        let private = call.name == "web_fetch"
+            && taint::private_page(
+                &[target.as_str(), final_url],
+                args.get("headers"),
+                &self.runner.local_hosts,
+            );
         taint::labels_of(&call.name, &target, &value, private)
-    }
-
-    /// Whether a fetch reads a page not everyone can: a host of the home network (named in
-    /// `executors.local_hosts`, or an address that is not public), or with credentials.
-    fn private_fetch(&self, url: &str, args: &Value) -> bool {
-        let credentials = args
-            .get("headers")
-            .and_then(Value::as_object)
-            .is_some_and(|headers| {
-                headers.keys().any(|name| {
-                    let name = name.to_ascii_lowercase();
-                    matches!(
-                        name.as_str(),
-                        "authorization" | "cookie" | "proxy-authorization"
-                    ) || name.contains("token")
-                        || name.contains("api-key")
-                        || name.contains("apikey")
-                })
-            });
-        let Ok(parsed) = url::Url::parse(url) else {
-            return credentials;
-        };
-        let local = match parsed.host() {
-            Some(url::Host::Domain(host)) => {
-                let host = host.to_ascii_lowercase();
-                self.runner
-                    .local_hosts
-                    .iter()
-                    .any(|l| l.eq_ignore_ascii_case(&host))
-                    || host == "localhost"
-                    || host.ends_with(".local")
-                    || host.ends_with(".lan")
-                    || host.ends_with(".home.arpa")
-                    || !host.contains('.')
-            }
-            Some(url::Host::Ipv4(ip)) => ip.is_private() || ip.is_loopback() || ip.is_link_local(),
-            Some(url::Host::Ipv6(ip)) => {
-                ip.is_loopback() || ip.is_unique_local() || ip.is_unicast_link_local()
-            }
-            None => false,
-        };
-        local || credentials
     }
 
     /// A failed step; a hybrid turn moves to the wise tier after enough of them.

@@ -130,11 +130,66 @@ pub fn cut_label(mut label: String) -> String {
 /// when the URL names one that is not its scheme's default (`a.example:8081`).
 pub fn origin_of(url: &str) -> Option<String> {
     let url = url::Url::parse(url).ok()?;
-    let host = url.host_str()?.to_ascii_lowercase();
+    let host = url.host_str()?.trim_end_matches('.').to_ascii_lowercase();
     Some(match url.port() {
         Some(port) => format!("{host}:{port}"),
         None => host,
     })
+}
+
+/// Whether a fetch read a page not everyone can: any of `urls` (the one asked for, the one
+/// it ended at) is on the home network — a host `local_hosts` names, `localhost`, a
+/// `.local`/`.lan`/`.home.arpa`/`.internal` name or one without a dot, an address that is
+/// not public — or the request carried credentials (in the URL, a token-like query
+/// parameter, or an `Authorization`, `Cookie` or token header).
+pub fn private_page(urls: &[&str], headers: Option<&Value>, local_hosts: &[String]) -> bool {
+    let secret_word = |name: &str| {
+        let name = name.to_ascii_lowercase();
+        matches!(
+            name.as_str(),
+            "authorization" | "cookie" | "proxy-authorization"
+        ) || [
+            "token", "api-key", "apikey", "api_key", "secret", "password", "session", "sig",
+        ]
+        .iter()
+        .any(|w| name.contains(w))
+    };
+    if headers
+        .and_then(Value::as_object)
+        .is_some_and(|h| h.keys().any(|k| secret_word(k)))
+    {
+        return true;
+    }
+    urls.iter()
+        .filter_map(|u| url::Url::parse(u).ok())
+        .any(|url| {
+            if !url.username().is_empty()
+                || url.password().is_some()
+                || url.query_pairs().any(|(k, _)| secret_word(&k))
+            {
+                return true;
+            }
+            match url.host() {
+                Some(url::Host::Domain(host)) => {
+                    let host = host.trim_end_matches('.').to_ascii_lowercase();
+                    metnos_executors::scope::host_allowed(&host, local_hosts)
+                        || host == "localhost"
+                        || [".local", ".lan", ".home.arpa", ".internal", ".localhost"]
+                            .iter()
+                            .any(|suffix| host.ends_with(suffix))
+                        || !host.contains('.')
+                }
+                Some(url::Host::Ipv4(ip)) => {
+                    metnos_executors::netguard::special_purpose(ip.into()).is_some()
+                        || metnos_executors::scope::host_allowed(&ip.to_string(), local_hosts)
+                }
+                Some(url::Host::Ipv6(ip)) => {
+                    metnos_executors::netguard::special_purpose(ip.into()).is_some()
+                        || metnos_executors::scope::host_allowed(&ip.to_string(), local_hosts)
+                }
+                None => true,
+            }
+        })
 }
 
 /// Whether any of `labels` is the world's.
@@ -306,23 +361,33 @@ impl Index {
     /// Everything else is the world's: a command's stderr, a server's content type and
     /// final URL.
     fn add_value(&mut self, step: u32, value: &Value) {
+        let Value::Object(map) = value else {
+            return self.add_strings(step, value);
+        };
+        for (key, v) in map {
+            self.add(step, key);
+            match (key.as_str(), v) {
+                ("metadata", Value::Object(meta)) => {
+                    for (k, v) in meta {
+                        if !CALL_PATHS.contains(&k.as_str()) {
+                            self.add(step, k);
+                            self.add_strings(step, v);
+                        }
+                    }
+                }
+                _ => self.add_strings(step, v),
+            }
+        }
+    }
+
+    fn add_strings(&mut self, step: u32, value: &Value) {
         match value {
             Value::String(s) => self.add(step, s),
-            Value::Array(items) => items.iter().for_each(|v| self.add_value(step, v)),
+            Value::Array(items) => items.iter().for_each(|v| self.add_strings(step, v)),
             Value::Object(map) => {
                 for (key, v) in map {
                     self.add(step, key);
-                    match (key.as_str(), v) {
-                        ("metadata", Value::Object(meta)) => {
-                            for (k, v) in meta {
-                                if !CALL_PATHS.contains(&k.as_str()) {
-                                    self.add(step, k);
-                                    self.add_value(step, v);
-                                }
-                            }
-                        }
-                        _ => self.add_value(step, v),
-                    }
+                    self.add_strings(step, v);
                 }
             }
             _ => {}
@@ -469,7 +534,9 @@ fn common_run<'a>(a: &'a str, i: usize, b: &str, j: usize) -> Option<(&'a str, u
 /// piped, not written).
 fn written<'a>(value: &'a Value, out: &mut Vec<&'a str>) {
     match value {
-        Value::String(s) if piping::parse_reference(s).is_none() => out.push(s),
+        // A reference's own text too: `{{step99.<a secret>}}` is refused, and its refusal
+        // echoes what the model wrote in it.
+        Value::String(s) => out.push(s),
         Value::Array(items) => items.iter().for_each(|v| written(v, out)),
         Value::Object(map) => {
             for (key, v) in map {
@@ -632,7 +699,9 @@ pub fn mark_sinks(sink: Sink, to: Destination<'_>, carried: &mut [Carried]) -> b
                     // Not everyone's page: back to its host only, never by a link.
                     Some(Label::Private(from)) => Some(from.as_str()) != to.host,
                     // A page read back names its origin beside it: that one decides.
-                    Some(Label::Scratchpad(_)) => false,
+                    Some(Label::Scratchpad(_)) => {
+                        c.sources.iter().all(|l| l.starts_with("scratchpad:"))
+                    }
                     Some(l) => l.is_untrusted(),
                     None => true,
                 })
@@ -1009,6 +1078,70 @@ mod tests {
     }
 
     #[test]
+    fn a_secret_written_inside_a_reference_is_a_copy() {
+        let index = index_of(&[(1, &format!("token {SECRET}"))]);
+        // Step 99 does not exist: it has no labels.
+        let labels = |step: u32| match step {
+            1 => vec!["file:~/keys.txt".to_owned()],
+            _ => Vec::new(),
+        };
+        let args = json!({"path": format!("{{{{step99.{SECRET}}}}}")});
+        let found = carried(&args, &index, "", &labels);
+        assert_eq!(found.len(), 1, "{found:?}");
+        assert_eq!(found[0].from_steps, vec![1]);
+    }
+
+    #[test]
+    fn pages_of_the_home_network_and_fetches_with_credentials_are_private() {
+        let local = vec![
+            "nas.lan".to_owned(),
+            "*.home.example.com".to_owned(),
+            "10.0.0.9".to_owned(),
+        ];
+        for (urls, headers, private) in [
+            (vec!["https://news.example.com/a"], None, false),
+            (
+                vec!["https://news.example.com/a", "http://nas.lan./admin"],
+                None,
+                true,
+            ),
+            (vec!["http://cam.home.example.com/"], None, true),
+            (vec!["http://10.0.0.9/"], None, true),
+            (vec!["http://100.101.102.103/"], None, true),
+            (vec!["http://[::ffff:192.168.1.1]/"], None, true),
+            (vec!["http://printer/"], None, true),
+            (vec!["https://u:p@api.example.com/"], None, true),
+            (
+                vec!["https://api.example.com/x?access_token=abc"],
+                None,
+                true,
+            ),
+            (vec!["https://api.example.com/x?q=rain"], None, false),
+            (
+                vec!["https://api.example.com/x"],
+                Some(json!({"Authorization": "Bearer x"})),
+                true,
+            ),
+            (
+                vec!["https://api.example.com/x"],
+                Some(json!({"X-Api-Key": "x"})),
+                true,
+            ),
+            (
+                vec!["https://api.example.com/x"],
+                Some(json!({"Accept": "text/html"})),
+                false,
+            ),
+        ] {
+            assert_eq!(
+                private_page(&urls, headers.as_ref(), &local),
+                private,
+                "{urls:?} {headers:?}"
+            );
+        }
+    }
+
+    #[test]
     fn a_percent_encoded_copy_is_a_copy() {
         let index = index_of(&[(1, "AWS_SECRET_ACCESS_KEY=wJalrXUtnFEMI/K7MDENG/bPxRfiCY")]);
         let labels = |_: u32| vec!["file:~/.env".to_owned()];
@@ -1039,6 +1172,11 @@ mod tests {
             Sink::Egress,
             link,
             &mut [page(&["scratchpad:x1", "web:a.example"])]
+        ));
+        assert!(mark_sinks(
+            Sink::Egress,
+            link,
+            &mut [page(&["scratchpad:x1"])]
         ));
         assert!(mark_sinks(
             Sink::Egress,

@@ -114,6 +114,12 @@ impl Planner {
     ) -> Result<Cleared, Refusal> {
         // What the arguments carry, first: a refusal echoing them carries it on.
         log.tainted = taint::carried(&call.arguments, &cp.index, &cp.query, &|n| cp.labels_of(n));
+        // The executor's name too: a refusal of a name that does not exist echoes it.
+        let name = serde_json::json!({ "(executor name)": call.name });
+        log.tainted
+            .extend(taint::carried(&name, &cp.index, &cp.query, &|n| {
+                cp.labels_of(n)
+            }));
         if !cp.fence_nonce.is_empty() && holds_key(&call.arguments, &cp.fence_nonce) {
             log.validation = Validation::FenceKey;
             return Err(Refusal::Refused(

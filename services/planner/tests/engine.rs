@@ -1547,3 +1547,48 @@ async fn a_new_named_file_takes_the_worlds_data_an_existing_one_or_a_worldly_pat
     assert_eq!(record["steps"][1]["tainted"][0]["arg"], "path");
     assert_eq!(record["steps"][1]["tainted"][0]["how"], json!(["copied"]));
 }
+
+/// The third review's laundering: a secret written inside a reference to a step that does
+/// not exist, or as an executor's name, is refused with an error that echoes it; piping that
+/// error into a write still carries the file's label.
+#[tokio::test]
+async fn a_secret_echoed_by_a_refusal_of_a_bad_reference_or_name_is_still_the_files() {
+    const SECRET: &str = "sk-live-4f9a8b7c6d5e4f3a2b1c0d9e8f7a6b5c";
+    let h = Harness::local().await;
+    std::fs::write(h.home.join("page.txt"), format!("key {SECRET}")).unwrap();
+    for bad in [
+        (
+            "fs_read".to_owned(),
+            json!({"path": format!("{{{{step99.{SECRET}}}}}")}),
+        ),
+        (format!("x{SECRET}"), json!({})),
+    ] {
+        h.llm.call("fs_read", json!({"path": "~/notes.txt"}));
+        h.llm.call(&bad.0, bad.1.clone());
+        h.llm.call(
+            "fs_write",
+            json!({"path": "~/out.txt", "text": "{{step2.error}}"}),
+        );
+        h.llm.answer("done");
+        let mut rx = h.start("read my notes", AutonomyLevel::Full);
+        let (turn_id, token) = waiting(&mut rx).await;
+        h.filters
+            .decide(&token, approval::ApprovalStatus::Rejected, None);
+        to_end(&mut rx).await;
+        let records = h.records();
+        let record = records.iter().find(|r| r["turn_id"] == turn_id).unwrap();
+        assert_eq!(
+            record["steps"][1]["labels"],
+            json!(["file:~/notes.txt"]),
+            "{}: {record}",
+            bad.0
+        );
+        assert_eq!(record["steps"][2]["tainted"][0]["from_steps"], json!([2]));
+        assert_eq!(record["steps"][2]["tainted"][0]["sink"], true);
+    }
+    assert!(
+        h.runs().iter().all(|run| run.starts_with("fs_read")),
+        "{:?}",
+        h.runs()
+    );
+}
