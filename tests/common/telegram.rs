@@ -267,11 +267,19 @@ async fn handle(
         ));
     };
     let method = rest.to_ascii_lowercase();
+    // A sent message's id is given with its record, under one lock: a test that sees the
+    // call sees its id (they were two steps, and a test could read the call in between).
+    let mut sent_id = None;
     if method != "getupdates" {
-        state.lock().unwrap().calls.push(Call {
+        let mut s = state.lock().unwrap();
+        if method == "sendmessage" {
+            s.next_message += 1;
+            sent_id = Some(s.next_message);
+        }
+        s.calls.push(Call {
             method: rest.to_owned(),
             body: body.clone(),
-            message_id: None,
+            message_id: sent_id,
         });
     }
     Ok(match method.as_str() {
@@ -304,15 +312,7 @@ async fn handle(
         }
         "sendmessage" => {
             let mut s = state.lock().unwrap();
-            s.next_message += 1;
-            let id = s.next_message;
-            if let Some(call) = s.calls.iter_mut().rev().find(|c| {
-                c.message_id.is_none()
-                    && c.method.eq_ignore_ascii_case("sendMessage")
-                    && c.body == body
-            }) {
-                call.message_id = Some(id);
-            }
+            let id = sent_id.unwrap_or_default();
             let chat = body["chat_id"].as_i64().unwrap_or(0);
             let text = body["text"].as_str().unwrap_or_default();
             s.texts.insert(id, text.to_owned());
