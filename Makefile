@@ -1,5 +1,5 @@
 # The one task runner. `make ci` runs .ci/run, exactly what CI runs (it calls these targets).
-.PHONY: ci fmt-check clippy deps-check deploy-check compose-smoke build-all test up
+.PHONY: ci fmt-check clippy deps-check deploy-check compose-smoke build-all test release up install
 
 # cargo-nextest when installed, else cargo's own runner.
 TEST_RUNNER := $(if $(shell command -v cargo-nextest 2>/dev/null),cargo nextest run --workspace --locked --profile ci,cargo test --workspace --locked)
@@ -39,6 +39,21 @@ build-all:
 test: build-all
 	scripts/with-test-services.sh $(TEST_RUNNER)
 
+# Every binary the stack runs: the command, the five services, the executors' programs
+# (tests/crate_graph.rs checks this list against the workspace's binaries).
+BINS := metnos metnos-policy metnos-vaglio metnos-approval metnos-planner metnos-gateway metnos-exec metnos-web metnos-shell
+PREFIX ?= $(HOME)/.local
+
+# Every binary, release build: `cargo run --bin metnos` built the root package only, so
+# `metnos executors install` then found no metnos-exec.
+release:
+	cargo build --release --locked --workspace --bins
+
 # Build and run the whole stack on this machine (SQLite under the data directory).
-up:
-	cargo run --release --locked --bin metnos -- up
+up: release
+	target/release/metnos up
+
+# `metnos` and the programs it runs, in $(PREFIX)/bin (default ~/.local/bin).
+install: release
+	install -d $(PREFIX)/bin
+	install -m 0755 $(addprefix target/release/,$(BINS)) $(PREFIX)/bin/

@@ -96,3 +96,63 @@ fn the_shared_vocabulary_depends_on_no_service_and_no_io() {
         .collect();
     assert!(bad.is_empty(), "metnos-core must stay pure: {bad:?}");
 }
+
+/// Issue 20: `make up` builds, and `make install` installs, every binary the workspace
+/// has: a binary added to a crate and forgotten in the Makefile fails here, not on a
+/// person's first `metnos executors install`.
+#[test]
+fn make_up_builds_and_make_install_installs_every_binary_of_the_workspace() {
+    let output = Command::new(env!("CARGO"))
+        .args([
+            "metadata",
+            "--format-version",
+            "1",
+            "--no-deps",
+            "--offline",
+        ])
+        .current_dir(env!("CARGO_MANIFEST_DIR"))
+        .output()
+        .expect("cargo metadata runs");
+    assert!(output.status.success());
+    let metadata: Value = serde_json::from_slice(&output.stdout).expect("cargo metadata is JSON");
+    let mut binaries: Vec<String> = metadata["packages"]
+        .as_array()
+        .expect("packages")
+        .iter()
+        .flat_map(|p| p["targets"].as_array().cloned().unwrap_or_default())
+        .filter(|t| {
+            t["kind"]
+                .as_array()
+                .is_some_and(|k| k.iter().any(|k| k == "bin"))
+        })
+        .map(|t| t["name"].as_str().expect("a name").to_owned())
+        .collect();
+    binaries.sort();
+    let makefile =
+        std::fs::read_to_string(std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("Makefile"))
+            .expect("the Makefile");
+    let mut listed: Vec<String> = makefile
+        .lines()
+        .find_map(|l| l.strip_prefix("BINS := "))
+        .expect("a BINS line")
+        .split_whitespace()
+        .map(str::to_owned)
+        .collect();
+    listed.sort();
+    assert_eq!(
+        listed, binaries,
+        "the Makefile's BINS against the workspace"
+    );
+    let recipe = |target: &str| {
+        makefile
+            .lines()
+            .skip_while(|l| !l.starts_with(&format!("{target}:")))
+            .take_while(|l| l.starts_with(&format!("{target}:")) || l.starts_with('\t'))
+            .collect::<Vec<_>>()
+            .join("\n")
+    };
+    assert!(recipe("release").contains("cargo build --release --locked --workspace --bins"));
+    assert!(recipe("up").starts_with("up: release"), "{}", recipe("up"));
+    assert!(recipe("install").starts_with("install: release"));
+    assert!(recipe("install").contains("$(addprefix target/release/,$(BINS))"));
+}
