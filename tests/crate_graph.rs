@@ -15,8 +15,8 @@ const SERVICES: [&str; 5] = [
     "metnos-gateway",
 ];
 
-/// Each workspace package and its dependencies (name, kind) as cargo resolves them.
-fn workspace_dependencies() -> BTreeMap<String, Vec<(String, String)>> {
+/// The workspace's packages as `cargo metadata --no-deps` describes them.
+fn metadata() -> Value {
     let output = Command::new(env!("CARGO"))
         .args([
             "metadata",
@@ -33,7 +33,12 @@ fn workspace_dependencies() -> BTreeMap<String, Vec<(String, String)>> {
         "cargo metadata failed: {}",
         String::from_utf8_lossy(&output.stderr)
     );
-    let metadata: Value = serde_json::from_slice(&output.stdout).expect("cargo metadata is JSON");
+    serde_json::from_slice(&output.stdout).expect("cargo metadata is JSON")
+}
+
+/// Each workspace package and its dependencies (name, kind) as cargo resolves them.
+fn workspace_dependencies() -> BTreeMap<String, Vec<(String, String)>> {
+    let metadata = metadata();
     let mut packages = BTreeMap::new();
     for package in metadata["packages"].as_array().expect("packages") {
         let deps = package["dependencies"]
@@ -102,19 +107,7 @@ fn the_shared_vocabulary_depends_on_no_service_and_no_io() {
 /// person's first `metnos executors install`.
 #[test]
 fn make_up_builds_and_make_install_installs_every_binary_of_the_workspace() {
-    let output = Command::new(env!("CARGO"))
-        .args([
-            "metadata",
-            "--format-version",
-            "1",
-            "--no-deps",
-            "--offline",
-        ])
-        .current_dir(env!("CARGO_MANIFEST_DIR"))
-        .output()
-        .expect("cargo metadata runs");
-    assert!(output.status.success());
-    let metadata: Value = serde_json::from_slice(&output.stdout).expect("cargo metadata is JSON");
+    let metadata = metadata();
     let mut binaries: Vec<String> = metadata["packages"]
         .as_array()
         .expect("packages")

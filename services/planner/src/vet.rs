@@ -228,13 +228,7 @@ impl Planner {
                 target_arg: executor.manifest.target_arg.as_deref(),
                 host: host.as_deref(),
                 named_by_person: sink == taint::Sink::Write
-                    && self.names(&cp.query, target)
-                    && !hidden(target)
-                    && !hidden(&crate::observe::from_home(
-                        &self.guard_key("fs_write", target),
-                        &self.runner.user_home,
-                    ))
-                    && !self.exists(target),
+                    && self.new_file_named(&cp.query, target),
                 to_the_person: target == cp.sender_id,
                 navigation: (method.eq_ignore_ascii_case("GET")
                     || method.eq_ignore_ascii_case("HEAD"))
@@ -247,22 +241,19 @@ impl Planner {
         asked
     }
 
-    /// Whether the write's target exists already (links followed).
-    fn exists(&self, target: &str) -> bool {
-        std::path::Path::new(&self.guard_key("fs_write", target)).exists()
-    }
-
-    /// Whether the person's message names the file `target`: as written, from `~`, or
-    /// as an absolute path (lexically folded, links followed).
-    fn names(&self, message: &str, target: &str) -> bool {
-        if target.trim().is_empty() {
+    /// Whether `target` is a new, non-hidden file the person's message names: as written,
+    /// from `~`, or as an absolute path (lexically folded, links followed, resolved once).
+    fn new_file_named(&self, message: &str, target: &str) -> bool {
+        if target.trim().is_empty() || hidden(target) {
             return false;
         }
         let real = self.guard_key("fs_write", target);
         let home = crate::observe::from_home(&real, &self.runner.user_home);
-        [target, real.as_str(), home.as_str()]
-            .iter()
-            .any(|spelled| spelled.len() > 1 && mentions_path(message, spelled))
+        !hidden(&home)
+            && !std::path::Path::new(&real).exists()
+            && [target, real.as_str(), home.as_str()]
+                .iter()
+                .any(|spelled| spelled.len() > 1 && mentions_path(message, spelled))
     }
 
     fn check_schema_and_scope(
