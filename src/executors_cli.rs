@@ -5,9 +5,9 @@ use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
 use clap::Subcommand;
+use metnos_executors::Catalog;
 use metnos_executors::install::{install_builtins, sign_dir};
 use metnos_executors::signing::{self, Trust};
-use metnos_executors::{BUILTIN_PROGRAM, Catalog};
 use metnos_kit::Config;
 use metnos_kit::launch::EXIT_CONFIG;
 use serde_json::{Value, json};
@@ -70,8 +70,8 @@ pub enum ExecutorsCommand {
 }
 
 fn trust(config: &Config) -> Result<Trust, ExitCode> {
-    Trust::from_config(&config.executors.trusted_keys).map_err(|e| {
-        eprintln!("metnos: executors.trusted_keys: {e}");
+    Trust::load(&config.executors.trusted_keys, &config.executors.trust_file).map_err(|e| {
+        eprintln!("metnos: executors: {e}");
         ExitCode::from(EXIT_CONFIG)
     })
 }
@@ -112,12 +112,6 @@ fn one_shot_runner(config: &Config) -> metnos_executors::Runner {
     }
 }
 
-fn sibling_program() -> PathBuf {
-    std::env::current_exe()
-        .map(|exe| exe.with_file_name(BUILTIN_PROGRAM))
-        .unwrap_or_else(|_| PathBuf::from(BUILTIN_PROGRAM))
-}
-
 pub async fn executors(config: &Config, command: ExecutorsCommand) -> ExitCode {
     match command {
         ExecutorsCommand::Keygen { name, out } => {
@@ -127,19 +121,7 @@ pub async fn executors(config: &Config, command: ExecutorsCommand) -> ExitCode {
                 );
                 return ExitCode::FAILURE;
             }
-            let path = out.unwrap_or_else(|| {
-                {
-                    // In the configuration folder, not the data directory: no running service
-                    // needs a signing key (they hold public keys only).
-                    let base = if config.config_dir.as_os_str().is_empty() {
-                        &config.data_dir
-                    } else {
-                        &config.config_dir
-                    };
-                    base.join(metnos_kit::datadir::KEYS_DIR)
-                        .join(format!("{name}.key"))
-                }
-            });
+            let path = out.unwrap_or_else(|| crate::setup::default_key_path(config, &name));
             let key = match signing::generate() {
                 Ok(key) => key,
                 Err(e) => {
@@ -260,7 +242,7 @@ pub async fn executors(config: &Config, command: ExecutorsCommand) -> ExitCode {
         }
         ExecutorsCommand::Install { dir, program } => {
             let dir = dir.unwrap_or_else(|| config.executors.catalog_dir.clone());
-            let program = program.unwrap_or_else(sibling_program);
+            let program = program.unwrap_or_else(crate::setup::sibling_program);
             if !Path::new(&program).is_file() {
                 eprintln!(
                     "metnos: {} not found (build it, or pass --program)",

@@ -11,6 +11,7 @@
 //! - [`chat_cli`]: `metnos chat`.
 //! - [`admin`]: what the admin commands share.
 //! - [`runfile`]: how every command finds the running stack.
+//! - [`setup`]: what the first `metnos up` sets up by itself.
 //!
 //! Admin commands (`policy`, `approvals`, `grants`, `pair`, …) arrive with their services'
 //! issues; they all find the running services the same way.
@@ -24,6 +25,7 @@ pub mod pair_cli;
 pub mod pki_cli;
 pub mod policy_cli;
 pub mod runfile;
+pub mod setup;
 pub mod status;
 pub mod up;
 pub mod vaglio_cli;

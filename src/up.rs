@@ -11,7 +11,7 @@ use metnos_kit::launch::EXIT_CONFIG;
 use metnos_kit::runtime::{ServiceThread, ShutdownFuture, spawn_service};
 use metnos_kit::server::{bind_std, shutdown_signal};
 use metnos_kit::telemetry::Telemetry;
-use metnos_kit::tls::{self, Identity, Tls};
+use metnos_kit::tls::{Identity, Tls};
 use metnos_kit::{Config, ServiceName};
 use tokio::net::TcpListener;
 
@@ -65,19 +65,19 @@ pub async fn up(config: Config) -> ExitCode {
         return ExitCode::FAILURE;
     }
 
-    // The installation's CA and certificates, made on the first run (unless a mesh's are
-    // configured); then the owner's, which is what waiting for the services presents.
-    if config.tls.ca_file.as_os_str().is_empty() {
-        match tls::init(&config.tls.dir, false) {
-            Ok(created) if created.ca => eprintln!(
-                "metnos up: created the installation's CA and certificates in {}",
-                config.tls.dir.display()
-            ),
-            Ok(_) => {}
-            Err(e) => {
-                eprintln!("metnos up: {e}");
-                return ExitCode::FAILURE;
+    // The first run sets up what the person need not decide: the installation's CA and
+    // certificates (unless a mesh's are configured), the owner's signing key, the built-in
+    // executors installed, signed and trusted; a later run re-signs the built-ins after an
+    // upgrade. Then the owner's certificate, which is what waiting for the services presents.
+    match crate::setup::first_run(&config, &crate::setup::sibling_program()) {
+        Ok(notes) => {
+            for note in notes.0 {
+                eprintln!("metnos up: {note}");
             }
+        }
+        Err(e) => {
+            eprintln!("metnos up: {e}");
+            return ExitCode::FAILURE;
         }
     }
     let owner = match Tls::load(&config, Identity::Owner) {

@@ -184,6 +184,11 @@ async fn an_installation_open_to_other_users_is_made_private_at_the_next_start()
     let mut loosened = 0;
     let mut stack = vec![data.clone()];
     while let Some(path) = stack.pop() {
+        // The catalog and the shell's workspace (the first start made both, private) are
+        // the person's to arrange, and the start-up check leaves them as it finds them.
+        if path == data.join("executors") || path == data.join("workspace") {
+            continue;
+        }
         let open = if path.is_dir() {
             stack.extend(files_under(&path));
             0o755

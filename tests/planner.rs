@@ -48,6 +48,8 @@ async fn stack_with(env: &[(&str, &str)], catalog: bool) -> Stack {
     }
     if catalog {
         sandbox.with_builtins();
+    } else {
+        sandbox.without_builtins();
     }
     let up = sandbox.up().await;
     Stack { sandbox, up, fake }

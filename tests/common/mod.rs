@@ -353,6 +353,23 @@ impl Sandbox {
         let public = metnos_executors::signing::public_key_text(&key.verifying_key());
         self.set("METNOS_EXECUTORS__TRUSTED_KEYS__OWNER", &public)
     }
+
+    /// A catalog the person emptied: `metnos up` installed the built-ins once, and every
+    /// one of them was removed since (so none comes back).
+    pub fn without_builtins(&mut self) -> &mut Self {
+        let catalog = self.data_dir().join("executors");
+        std::fs::create_dir_all(&catalog).unwrap();
+        let record = metnos_executors::install::BuiltinsRecord {
+            signer: "owner".to_owned(),
+            key_file: self.dir.path().join(".config/metnos/keys/owner.key"),
+            executors: metnos_executors::builtin::MANIFESTS
+                .iter()
+                .map(|(name, _)| ((*name).to_owned(), "0".repeat(64)))
+                .collect(),
+        };
+        record.write(&catalog).unwrap();
+        self
+    }
 }
 
 /// An HTTP/1 server on a fresh loopback port, on its own thread and runtime, answering

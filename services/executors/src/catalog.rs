@@ -207,7 +207,9 @@ impl Catalog {
             }
         }
         if trust.is_empty() && !catalog.refused.is_empty() {
-            tracing::warn!("no trusted executor keys are configured ([executors.trusted_keys])");
+            tracing::warn!(
+                "no trusted executor keys are configured ([executors.trusted_keys] or executors.trust_file)"
+            );
         }
         tracing::info!(
             dir = %dir.display(),

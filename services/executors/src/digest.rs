@@ -35,6 +35,11 @@ pub fn sha256_reader(mut reader: impl Read) -> std::io::Result<String> {
     Ok(hex::encode(hasher.finalize()))
 }
 
+/// sha256 of `bytes`, lower-case hex.
+pub fn sha256_hex(bytes: &[u8]) -> String {
+    hex::encode(Sha256::digest(bytes))
+}
+
 /// sha256 of a file, lower-case hex.
 pub fn sha256_file(path: &Path) -> std::io::Result<String> {
     sha256_reader(File::open(path)?)

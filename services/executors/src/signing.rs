@@ -34,6 +34,8 @@ pub enum KeyError {
     Random(String),
     #[error("trusted key `{0}` is not a base64 ed25519 public key (32 bytes)")]
     Trusted(String),
+    #[error("the trust file {path}: {message}")]
+    TrustFile { path: PathBuf, message: String },
 }
 
 /// A fresh signing key from the operating system's CSPRNG.
@@ -98,6 +100,37 @@ pub struct Trust {
 }
 
 impl Trust {
+    /// The keys of config (`[executors.trusted_keys]`) and of the trust file `metnos up`
+    /// keeps (`executors.trust_file`; absent is none). A signer named in both must have
+    /// the same key in both; a trust file others may write is refused, as a catalog
+    /// signed by a key anyone could add would be no catalog at all.
+    pub fn load(config: &BTreeMap<String, String>, trust_file: &Path) -> Result<Trust, KeyError> {
+        let mut trust = Trust::from_config(config)?;
+        let from_file = read_trust_file(trust_file)?;
+        for (name, text) in from_file {
+            let bad = |message: String| KeyError::TrustFile {
+                path: trust_file.to_owned(),
+                message,
+            };
+            let key = parse_public_key(&text).ok_or_else(|| {
+                bad(format!(
+                    "`{name}` is not a base64 ed25519 public key (32 bytes)"
+                ))
+            })?;
+            match trust.keys.get(&name) {
+                Some(known) if *known != key => {
+                    return Err(bad(format!(
+                        "`{name}` has another key here than in [executors.trusted_keys]; remove one"
+                    )));
+                }
+                _ => {
+                    trust.keys.insert(name, key);
+                }
+            }
+        }
+        Ok(trust)
+    }
+
     /// From config: signer name → base64 public key. A malformed key is an error naming
     /// the signer.
     pub fn from_config(keys: &BTreeMap<String, String>) -> Result<Trust, KeyError> {
@@ -116,13 +149,101 @@ impl Trust {
         self.keys.is_empty()
     }
 
-    fn signer_of(&self, key: &VerifyingKey) -> Option<&str> {
+    /// Whether a signer is trusted under `name`.
+    pub fn names(&self, name: &str) -> bool {
+        self.keys.contains_key(name)
+    }
+
+    /// The name `key` is trusted under, if it is.
+    pub fn signer_of(&self, key: &VerifyingKey) -> Option<&str> {
         self.keys
             .iter()
             .find(|(_, trusted)| *trusted == key)
             .map(|(name, _)| name.as_str())
     }
 }
+
+/// The signer → key table of a trust file, empty when there is none. Refused: a file
+/// group or others may write, or one owned by another user (root's excepted), and any
+/// content but `name = "base64 key"` lines.
+fn read_trust_file(path: &Path) -> Result<BTreeMap<String, String>, KeyError> {
+    use std::os::unix::fs::MetadataExt;
+    let bad = |message: String| KeyError::TrustFile {
+        path: path.to_owned(),
+        message,
+    };
+    let meta = match std::fs::metadata(path) {
+        Ok(meta) => meta,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(BTreeMap::new()),
+        Err(e) => return Err(bad(e.to_string())),
+    };
+    let mode = meta.mode() & 0o777;
+    if mode & 0o022 != 0 {
+        return Err(bad(format!(
+            "group or others may write it (mode {mode:o}); `chmod 600` it after checking its keys"
+        )));
+    }
+    let me = rustix::process::geteuid().as_raw();
+    if meta.uid() != me && meta.uid() != 0 {
+        return Err(bad(format!(
+            "owned by uid {}, not by this user (uid {me})",
+            meta.uid()
+        )));
+    }
+    let text = std::fs::read_to_string(path).map_err(|e| bad(e.to_string()))?;
+    toml::from_str(&text).map_err(|e: toml::de::Error| {
+        bad(format!(
+            "{} (expected lines `name = \"base64 public key\"`)",
+            e.message()
+        ))
+    })
+}
+
+/// Adds `name = key` to the trust file (created 0600, its folder 0700, comments kept),
+/// replacing the file atomically.
+pub fn trust_in_file(path: &Path, name: &str, key: &VerifyingKey) -> Result<(), KeyError> {
+    let bad = |message: String| KeyError::TrustFile {
+        path: path.to_owned(),
+        message,
+    };
+    let text = match std::fs::read_to_string(path) {
+        Ok(text) => text,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => TRUST_FILE_HEADER.to_owned(),
+        Err(e) => return Err(bad(e.to_string())),
+    };
+    let mut doc: toml_edit::DocumentMut = text.parse().map_err(|e| bad(format!("{e}")))?;
+    doc[name] = toml_edit::value(public_key_text(key));
+    if let Some(parent) = path.parent().filter(|p| !p.as_os_str().is_empty()) {
+        std::fs::DirBuilder::new()
+            .recursive(true)
+            .mode(0o700)
+            .create(parent)
+            .map_err(|e| bad(e.to_string()))?;
+    }
+    let mut partial = path.as_os_str().to_owned();
+    partial.push(".partial");
+    let partial = PathBuf::from(partial);
+    let write = || -> std::io::Result<()> {
+        let mut options = std::fs::OpenOptions::new();
+        options.write(true).create(true).truncate(true);
+        std::os::unix::fs::OpenOptionsExt::mode(&mut options, 0o600);
+        let mut file = options.open(&partial)?;
+        file.set_permissions(std::os::unix::fs::PermissionsExt::from_mode(0o600))?;
+        file.write_all(doc.to_string().as_bytes())?;
+        file.sync_all()?;
+        std::fs::rename(&partial, path)
+    };
+    write().map_err(|e| {
+        let _ = std::fs::remove_file(&partial);
+        bad(e.to_string())
+    })
+}
+
+const TRUST_FILE_HEADER: &str = "\
+# Executor signers Metnos trusts besides [executors.trusted_keys] in the config:
+# name = \"ed25519 public key, base64\". Written by `metnos up` for the key it made;
+# only its owner may write it (group- or world-writable, it is refused).
+";
 
 /// `manifest.sig`: who signed, with which key, and the signature.
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
@@ -262,6 +383,93 @@ type = "object"
         assert_eq!(
             Trust::from_config(&keys).unwrap_err().to_string(),
             "trusted key `alice` is not a base64 ed25519 public key (32 bytes)"
+        );
+    }
+
+    fn public(key: &SigningKey) -> String {
+        public_key_text(&key.verifying_key())
+    }
+
+    #[test]
+    fn the_trust_file_adds_signers_beside_the_config_and_keeps_what_was_there() {
+        use std::os::unix::fs::PermissionsExt;
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("config/metnos/trusted_keys.toml");
+        let (alice, bob) = (generate().unwrap(), generate().unwrap());
+        let mut config = BTreeMap::new();
+        config.insert("alice".to_owned(), public(&alice));
+
+        // None yet: the config's keys only.
+        let trust = Trust::load(&config, &path).unwrap();
+        assert_eq!(trust.signer_of(&alice.verifying_key()), Some("alice"));
+        assert_eq!(trust.signer_of(&bob.verifying_key()), None);
+
+        trust_in_file(&path, "bob", &bob.verifying_key()).unwrap();
+        let mode = |p: &Path| std::fs::metadata(p).unwrap().permissions().mode() & 0o777;
+        assert_eq!(mode(&path), 0o600);
+        assert_eq!(mode(path.parent().unwrap()), 0o700);
+        let trust = Trust::load(&config, &path).unwrap();
+        assert_eq!(trust.signer_of(&alice.verifying_key()), Some("alice"));
+        assert_eq!(trust.signer_of(&bob.verifying_key()), Some("bob"));
+
+        // A person's own line and comment survive the next addition.
+        let carol = generate().unwrap();
+        let text = std::fs::read_to_string(&path).unwrap();
+        std::fs::write(
+            &path,
+            format!("{text}# my laptop\nalice = \"{}\"\n", public(&alice)),
+        )
+        .unwrap();
+        trust_in_file(&path, "carol", &carol.verifying_key()).unwrap();
+        let text = std::fs::read_to_string(&path).unwrap();
+        assert!(text.contains("# my laptop"), "{text}");
+        let trust = Trust::load(&config, &path).unwrap();
+        assert_eq!(trust.signer_of(&carol.verifying_key()), Some("carol"));
+        assert_eq!(trust.signer_of(&alice.verifying_key()), Some("alice"));
+    }
+
+    #[test]
+    fn a_trust_file_others_may_write_or_that_contradicts_the_config_is_refused() {
+        use std::os::unix::fs::PermissionsExt;
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("trusted_keys.toml");
+        let (alice, mallory) = (generate().unwrap(), generate().unwrap());
+        let mut config = BTreeMap::new();
+        config.insert("alice".to_owned(), public(&alice));
+
+        // Anyone in the group could add a key and have their executor run.
+        trust_in_file(&path, "bob", &mallory.verifying_key()).unwrap();
+        for open in [0o620, 0o602, 0o666] {
+            std::fs::set_permissions(&path, std::fs::Permissions::from_mode(open)).unwrap();
+            let e = Trust::load(&config, &path).unwrap_err().to_string();
+            assert!(e.contains("group or others may write it"), "{e}");
+            assert!(e.contains(&path.display().to_string()), "{e}");
+        }
+        // Readable by others is not a risk (public keys): only writing is.
+        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o644)).unwrap();
+        Trust::load(&config, &path).unwrap();
+
+        // The same name with another key than the config's: which one is meant?
+        trust_in_file(&path, "alice", &mallory.verifying_key()).unwrap();
+        let e = Trust::load(&config, &path).unwrap_err().to_string();
+        assert!(e.contains("`alice` has another key here"), "{e}");
+
+        std::fs::write(&path, "alice = 3\n").unwrap();
+        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o600)).unwrap();
+        let e = Trust::load(&BTreeMap::new(), &path)
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("expected lines `name = \"base64 public key\"`"),
+            "{e}"
+        );
+        std::fs::write(&path, "alice = \"c2hvcnQ=\"\n").unwrap();
+        let e = Trust::load(&BTreeMap::new(), &path)
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("`alice` is not a base64 ed25519 public key"),
+            "{e}"
         );
     }
 }

@@ -163,8 +163,8 @@ pub async fn serve(
         service: SERVICE,
         message,
     };
-    let trust = Trust::from_config(&config.executors.trusted_keys)
-        .map_err(|e| settings(format!("executors.trusted_keys: {e}")))?;
+    let trust = Trust::load(&config.executors.trusted_keys, &config.executors.trust_file)
+        .map_err(|e| settings(format!("executors: {e}")))?;
     let catalog = Arc::new(Catalog::load(&config.executors.catalog_dir, &trust));
     let llm = metnos_llm::Tiers::from_config(&config.runtime.llm)
         .map(|tiers| Arc::new(tiers) as Arc<dyn llm::Llm>)

@@ -17,6 +17,11 @@ pub struct ExecutorsConfig {
     /// Signers whose signatures are trusted: name → ed25519 public key (base64, as
     /// `metnos executors keygen` prints it).
     pub trusted_keys: BTreeMap<String, String>,
+    /// More trusted signers, in a file `metnos up` writes when it makes the owner's key on
+    /// the first run (same `name = "key"` lines; owner-writable only). Empty:
+    /// `<config folder>/trusted_keys.toml` (`~/.config/metnos`), else
+    /// `<data_dir>/trusted_keys.toml`.
+    pub trust_file: PathBuf,
     /// Programs `shell_exec` may run (by name, looked up in /usr/local/bin, /usr/bin, /bin).
     pub shell_allow: Vec<String>,
     /// Where `shell_exec` runs and the only place it may write. Empty:
@@ -50,6 +55,7 @@ impl Default for ExecutorsConfig {
         ExecutorsConfig {
             catalog_dir: PathBuf::new(),
             trusted_keys: BTreeMap::new(),
+            trust_file: PathBuf::new(),
             shell_allow: [
                 "ls", "cat", "head", "tail", "wc", "grep", "find", "du", "df", "date", "echo",
                 "sort", "uniq", "git",

@@ -10,6 +10,9 @@ use figment::{Figment, Metadata, Profile, Provider};
 
 use super::Config;
 
+/// The trust file's name in the configuration folder (or the data directory).
+pub const TRUST_FILE: &str = "trusted_keys.toml";
+
 /// Environment variable naming the config file (the `--config` flag wins over it).
 pub const CONFIG_ENV: &str = "METNOS_CONFIG";
 
@@ -204,6 +207,18 @@ impl Config {
             *path = expand_tilde(path, home.as_deref())
                 .ok_or_else(|| ConfigError::key(key, "starts with ~ but HOME is not set"))?;
         }
+        if self.executors.trust_file.as_os_str().is_empty() {
+            let base = if self.config_dir.as_os_str().is_empty() {
+                &self.data_dir
+            } else {
+                &self.config_dir
+            };
+            self.executors.trust_file = base.join(TRUST_FILE);
+        }
+        self.executors.trust_file = expand_tilde(&self.executors.trust_file, home.as_deref())
+            .ok_or_else(|| {
+                ConfigError::key("executors.trust_file", "starts with ~ but HOME is not set")
+            })?;
         for path in &mut self.executors.shell_readable {
             *path = expand_tilde(path, home.as_deref()).ok_or_else(|| {
                 ConfigError::key(

@@ -108,6 +108,7 @@ impl Config {
             self.tls.dir.clone(),
             self.tls.key_file.clone(),
             self.executors.catalog_dir.clone(),
+            self.executors.trust_file.clone(),
             self.config_dir.clone(),
         ];
         own.extend(self.config_file.clone());

@@ -87,6 +87,7 @@ impl Config {
         absolute("runtime.user_home", &self.runtime.user_home)?;
         absolute("executors.catalog_dir", &self.executors.catalog_dir)?;
         absolute("executors.workspace", &self.executors.workspace)?;
+        absolute("executors.trust_file", &self.executors.trust_file)?;
         for path in &self.executors.shell_readable {
             absolute("executors.shell_readable", path)?;
         }
@@ -107,6 +108,7 @@ impl Config {
             ("data_dir", &self.data_dir),
             ("tls.dir", &self.tls.dir),
             ("executors.catalog_dir", &self.executors.catalog_dir),
+            ("executors.trust_file", &self.executors.trust_file),
             ("the configuration folder", &self.config_dir),
         ];
         for (key, own) in named {
