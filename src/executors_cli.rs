@@ -6,7 +6,9 @@ use std::process::ExitCode;
 
 use clap::Subcommand;
 use metnos_executors::Catalog;
-use metnos_executors::install::{install_builtins, sign_dir};
+use metnos_executors::install::{
+    BuiltinsRecord, SyncRequest, install_builtins, installer_identity, sign_dir, sync_builtins,
+};
 use metnos_executors::signing::{self, Trust};
 use metnos_kit::Config;
 use metnos_kit::launch::EXIT_CONFIG;
@@ -110,6 +112,50 @@ fn one_shot_runner(config: &Config) -> metnos_executors::Runner {
         prestart: false,
         ..metnos_planner::runner_from_config(config)
     }
+}
+
+/// `metnos executors install` on a catalog `metnos up` manages: a forced sync.
+fn resign_builtins(
+    dir: &Path,
+    program: &Path,
+    record: &BuiltinsRecord,
+    installation: Option<(PathBuf, PathBuf)>,
+) -> ExitCode {
+    let installer = installation
+        .and_then(|(exe, _)| installer_identity(&exe).ok())
+        .unwrap_or_else(|| record.installer.clone());
+    let synced = match sync_builtins(&SyncRequest {
+        catalog: dir,
+        program,
+        signer: &record.signer,
+        key_file: &record.key_file,
+        installer: &installer,
+        force: true,
+    }) {
+        Ok(synced) => synced,
+        Err(e) => {
+            eprintln!("metnos: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    for name in synced.installed.iter().chain(&synced.updated) {
+        print_line(
+            &json!({"installed": dir.join(name).display().to_string(), "signer": record.signer}),
+        );
+    }
+    let mut notes = crate::setup::Notes::default();
+    crate::setup::say_synced(&mut notes, &synced, dir, program, &record.signer);
+    if !synced.changed() {
+        notes.say(format!(
+            "the built-ins in {} are up to date and signed as `{}`",
+            dir.display(),
+            record.signer
+        ));
+    }
+    for note in notes.0 {
+        eprintln!("metnos: {note}");
+    }
+    ExitCode::SUCCESS
 }
 
 pub async fn executors(config: &Config, command: ExecutorsCommand) -> ExitCode {
@@ -242,13 +288,28 @@ pub async fn executors(config: &Config, command: ExecutorsCommand) -> ExitCode {
         }
         ExecutorsCommand::Install { dir, program } => {
             let dir = dir.unwrap_or_else(|| config.executors.catalog_dir.clone());
-            let program = program.unwrap_or_else(crate::setup::sibling_program);
+            let installation = crate::setup::this_installation();
+            let Some(program) = program.or_else(|| installation.as_ref().map(|(_, p)| p.clone()))
+            else {
+                eprintln!("metnos: cannot tell where this program is installed; pass --program");
+                return ExitCode::FAILURE;
+            };
             if !Path::new(&program).is_file() {
                 eprintln!(
                     "metnos: {} not found (build it, or pass --program)",
                     program.display()
                 );
                 return ExitCode::FAILURE;
+            }
+            match BuiltinsRecord::read(&dir) {
+                // A catalog `metnos up` set up: its built-ins rewritten and re-signed with
+                // the key it made, on the person's word that the programs are theirs.
+                Ok(Some(record)) => return resign_builtins(&dir, &program, &record, installation),
+                Ok(None) => {}
+                Err(e) => {
+                    eprintln!("metnos: {e}");
+                    return ExitCode::FAILURE;
+                }
             }
             match install_builtins(&dir, &program) {
                 Ok(dirs) => {

@@ -15,7 +15,9 @@
 use std::path::{Path, PathBuf};
 
 use metnos_executors::BUILTIN_PROGRAM;
-use metnos_executors::install::{BuiltinsRecord, catalog_is_empty, sync_builtins};
+use metnos_executors::install::{
+    BuiltinsRecord, SyncRequest, Synced, catalog_is_empty, installer_identity, sync_builtins,
+};
 use metnos_executors::signing::{self, Trust};
 use metnos_kit::Config;
 use metnos_kit::tls;
@@ -36,12 +38,13 @@ pub fn default_key_path(config: &Config, name: &str) -> PathBuf {
         .join(format!("{name}.key"))
 }
 
-/// The `metnos-exec` beside the running `metnos` (where `make release` and `make install`
-/// put both).
-pub fn sibling_program() -> PathBuf {
-    std::env::current_exe()
-        .map(|exe| exe.with_file_name(BUILTIN_PROGRAM))
-        .unwrap_or_else(|_| PathBuf::from(BUILTIN_PROGRAM))
+/// The running `metnos` and the `metnos-exec` beside it (where `make release` and
+/// `make install` put both); `None` when the running program cannot be found (no `/proc`):
+/// then nothing is installed, rather than a `metnos-exec` from the current folder.
+pub fn this_installation() -> Option<(PathBuf, PathBuf)> {
+    let exe = std::env::current_exe().ok()?;
+    let program = exe.with_file_name(BUILTIN_PROGRAM);
+    Some((exe, program))
 }
 
 /// What was set up, one sentence each, for the person to read once. Empty on a run that
@@ -50,16 +53,19 @@ pub fn sibling_program() -> PathBuf {
 pub struct Notes(pub Vec<String>);
 
 impl Notes {
-    fn say(&mut self, note: impl Into<String>) {
+    pub fn say(&mut self, note: impl Into<String>) {
         self.0.push(note.into());
     }
 }
 
 /// Sets up what is missing, in order: certificates, then the executors (key, trust,
-/// built-ins). An error is something the stack cannot start without, or a file Metnos
-/// must not overwrite; a missing `metnos-exec` is only a note (the stack runs, without
-/// tools).
-pub fn first_run(config: &Config, program: &Path) -> Result<Notes, String> {
+/// built-ins) of `installation` ([`this_installation`]). An error is something the stack
+/// cannot start without, or a file Metnos must not overwrite; a missing `metnos-exec` is
+/// only a note (the stack runs, without tools).
+pub fn first_run(
+    config: &Config,
+    installation: Option<(PathBuf, PathBuf)>,
+) -> Result<Notes, String> {
     let mut notes = Notes::default();
     if config.tls.ca_file.as_os_str().is_empty() {
         let created = tls::init(&config.tls.dir, false).map_err(|e| e.to_string())?;
@@ -70,11 +76,15 @@ pub fn first_run(config: &Config, program: &Path) -> Result<Notes, String> {
             ));
         }
     }
-    executors(config, program, &mut notes)?;
+    executors(config, installation, &mut notes)?;
     Ok(notes)
 }
 
-fn executors(config: &Config, program: &Path, notes: &mut Notes) -> Result<(), String> {
+fn executors(
+    config: &Config,
+    installation: Option<(PathBuf, PathBuf)>,
+    notes: &mut Notes,
+) -> Result<(), String> {
     let catalog = &config.executors.catalog_dir;
     let record = BuiltinsRecord::read(catalog).map_err(|e| e.to_string())?;
     let first = record.is_none();
@@ -82,6 +92,11 @@ fn executors(config: &Config, program: &Path, notes: &mut Notes) -> Result<(), S
         // Filled by hand (or by another tool): the person's, not ours.
         return Ok(());
     }
+    let Some((exe, program)) = installation else {
+        notes.say("the built-in executors were not set up: this program cannot tell where it is installed (is /proc mounted?)");
+        return Ok(());
+    };
+    let program = program.as_path();
     if !program.is_file() {
         notes.say(if first {
             format!(
@@ -100,7 +115,29 @@ fn executors(config: &Config, program: &Path, notes: &mut Notes) -> Result<(), S
         Some(record) => (record.signer.clone(), record.key_file.clone()),
         None => owner_key(config, notes)?,
     };
-    let synced = sync_builtins(catalog, program, &signer, &key_file).map_err(|e| e.to_string())?;
+    let installer = installer_identity(&exe).map_err(|e| format!("{}: {e}", exe.display()))?;
+    let synced = sync_builtins(&SyncRequest {
+        catalog,
+        program,
+        signer: &signer,
+        key_file: &key_file,
+        installer: &installer,
+        force: false,
+    })
+    .map_err(|e| e.to_string())?;
+    say_synced(notes, &synced, catalog, program, &signer);
+    Ok(())
+}
+
+/// What a sync did, in the person's words; what it left alone only when it did something
+/// or when a program changed outside an upgrade (which must not pass unnoticed).
+pub fn say_synced(
+    notes: &mut Notes,
+    synced: &Synced,
+    catalog: &Path,
+    program: &Path,
+    signer: &str,
+) {
     let list = |names: &[String]| names.join(", ");
     if !synced.installed.is_empty() {
         notes.say(format!(
@@ -116,12 +153,11 @@ fn executors(config: &Config, program: &Path, notes: &mut Notes) -> Result<(), S
             list(&synced.updated)
         ));
     }
-    if synced.changed() {
-        for (name, why) in &synced.kept {
+    for (name, why) in &synced.kept {
+        if synced.changed() || why.contains("no upgrade") {
             notes.say(format!("left {name} as it is: {why}"));
         }
     }
-    Ok(())
 }
 
 /// The owner's key — the one at the default path, made now if there is none — and the

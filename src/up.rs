@@ -69,7 +69,7 @@ pub async fn up(config: Config) -> ExitCode {
     // certificates (unless a mesh's are configured), the owner's signing key, the built-in
     // executors installed, signed and trusted; a later run re-signs the built-ins after an
     // upgrade. Then the owner's certificate, which is what waiting for the services presents.
-    match crate::setup::first_run(&config, &crate::setup::sibling_program()) {
+    match crate::setup::first_run(&config, crate::setup::this_installation()) {
         Ok(notes) => {
             for note in notes.0 {
                 eprintln!("metnos up: {note}");

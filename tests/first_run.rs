@@ -188,10 +188,34 @@ async fn an_upgrade_re_signs_the_builtins_metnos_installed_and_no_one_elses() {
     assert_eq!(code, 0, "{stderr}");
     let theirs_before = std::fs::read(theirs.join("manifest.sig")).unwrap();
 
-    // An upgrade: a new metnos-exec, same place.
+    // metnos-exec swapped on its own (anything that could write it): reported at start,
+    // not re-signed, so the catalog keeps refusing it.
     let mut bytes = std::fs::read(&exec).unwrap();
     bytes.extend_from_slice(b"\0a newer build");
     std::fs::write(&exec, bytes).unwrap();
+    let up_copy = || {
+        let mut c = sandbox.command(&metnos);
+        c.arg("up");
+        c
+    };
+    let (code, stderr) = sandbox.up_with(up_copy()).await.interrupt().await;
+    assert_eq!(code, 0, "{stderr}");
+    assert!(
+        stderr.contains(&format!(
+            "left time_now as it is: {} changed while this metnos did not (no upgrade): not re-signed",
+            exec.display()
+        )),
+        "{stderr}"
+    );
+    assert!(!stderr.contains("re-signed fs_read"), "{stderr}");
+    assert!(
+        !time_now_runs(&sandbox, &metnos).await,
+        "the swapped program is refused"
+    );
+
+    // An upgrade: a new metnos with its programs (here: the same build copied again).
+    std::fs::remove_file(&metnos).unwrap();
+    std::fs::copy(env!("CARGO_BIN_EXE_metnos"), &metnos).unwrap();
     let (code, stderr) = sandbox
         .up_with({
             let mut c = sandbox.command(&metnos);

@@ -362,6 +362,7 @@ impl Sandbox {
         let record = metnos_executors::install::BuiltinsRecord {
             signer: "owner".to_owned(),
             key_file: self.dir.path().join(".config/metnos/keys/owner.key"),
+            installer: String::new(),
             executors: metnos_executors::builtin::MANIFESTS
                 .iter()
                 .map(|(name, _)| ((*name).to_owned(), "0".repeat(64)))

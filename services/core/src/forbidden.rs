@@ -82,6 +82,8 @@ pub const WRITE_RULES: &[(&str, &str)] = &[
     ("write.fish_config", r"(^|/)\.config/fish(/|$)"),
     ("write.autostart", r"(^|/)\.config/autostart(/|$)"),
     ("write.systemd_user", r"(^|/)\.config/systemd(/|$)"),
+    // The programs the person runs by name, Metnos's own among them (`make install`).
+    ("write.user_bin", r"(^|/)\.local/bin(/|$)"),
     ("write.crontab", r"^/(var/spool/cron|etc/cron[^/]*)(/|$)"),
     (
         "write.etc_profile",
@@ -132,6 +134,7 @@ pub const RULE_WORDS: &[&str] = &[
     "autostart",
     "systemd",
     "cron",
+    "local/bin",
     "environment",
     "git",
 ];
@@ -354,6 +357,8 @@ mod tests {
             "/home/ada/.zshrc",
             "/home/ada/.config/autostart/evil.desktop",
             "/home/ada/.config/systemd/user/evil.service",
+            "/home/ada/.local/bin/metnos-exec",
+            "/home/ada/.local/bin",
             "/var/spool/cron/crontabs/ada",
             "/etc/cron.d/evil",
             "/etc/crontab",

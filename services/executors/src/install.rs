@@ -43,7 +43,8 @@ pub fn install_builtins(catalog: &Path, program: &Path) -> Result<Vec<PathBuf>, 
         // A first install may create the data directory itself: private, like the rest.
         create_private_dir(&dir)?;
         let path = dir.join(MANIFEST_FILE);
-        write_with_mode(&path, doc.to_string().as_bytes(), 0o600).map_err(|e| io(&path, e))?;
+        real_folder(&dir)?;
+        replace_file(&path, doc.to_string().as_bytes()).map_err(|e| io(&path, e))?;
         let _ = std::fs::remove_file(dir.join(SIGNATURE_FILE));
         written.push(dir);
     }
@@ -82,8 +83,34 @@ fn builtin_manifest(
             ),
         });
     }
+    changeable_by_owner_only(&own).map_err(|message| InstallError::Manifest {
+        path: dir.join(MANIFEST_FILE),
+        message,
+    })?;
     doc["program"] = toml_edit::value(own.display().to_string());
     Ok((doc, own))
+}
+
+/// Refuses a program (or its folder) that someone but its owner — this user or root —
+/// may change: signing it would vouch for whatever they put there.
+fn changeable_by_owner_only(program: &Path) -> Result<(), String> {
+    use std::os::unix::fs::MetadataExt;
+    let me = rustix::process::geteuid().as_raw();
+    for path in [Some(program), program.parent()].into_iter().flatten() {
+        let meta = std::fs::metadata(path).map_err(|e| format!("{}: {e}", path.display()))?;
+        let mode = meta.mode();
+        // A sticky folder (/tmp) lets others add files, not replace this one.
+        let open = mode & 0o022 != 0 && !(meta.is_dir() && mode & 0o1000 != 0);
+        if open || (meta.uid() != me && meta.uid() != 0) {
+            return Err(format!(
+                "{} may be changed by another user than its owner (mode {:o}, uid {}); Metnos signs only programs no one else can change",
+                path.display(),
+                mode & 0o7777,
+                meta.uid()
+            ));
+        }
+    }
+    Ok(())
 }
 
 /// The record, in a catalog, of the built-ins Metnos installed and signed itself: only
@@ -97,6 +124,10 @@ pub struct BuiltinsRecord {
     /// The signer name the built-ins are signed as, and its private key.
     pub signer: String,
     pub key_file: PathBuf,
+    /// Which `metnos` last installed them ([`SyncRequest::installer`]): a program that
+    /// changed while this did not is no upgrade, and is not re-signed.
+    #[serde(default)]
+    pub installer: String,
     /// Each built-in installed: the sha256 of the `manifest.toml` Metnos wrote. A folder
     /// whose manifest no longer has it was changed by someone else and is left alone.
     pub executors: BTreeMap<String, String>,
@@ -126,10 +157,8 @@ impl BuiltinsRecord {
              # the sha256 of each manifest it wrote. Only these does it re-sign after an upgrade.\n{}",
             toml::to_string(self).map_err(|e| io(&path, e))?
         );
-        let partial = catalog.join(format!("{RECORD_FILE}.partial"));
-        write_with_mode(&partial, text.as_bytes(), 0o600)
-            .and_then(|()| std::fs::rename(&partial, &path))
-            .map_err(|e| io(&path, e))
+        real_folder(catalog)?;
+        replace_file(&path, text.as_bytes()).map_err(|e| io(&path, e))
     }
 }
 
@@ -161,26 +190,64 @@ impl Synced {
     }
 }
 
+/// What [`sync_builtins`] is asked to do.
+#[derive(Debug, Clone, Copy)]
+pub struct SyncRequest<'a> {
+    pub catalog: &'a Path,
+    /// The `metnos-exec` beside the running `metnos`.
+    pub program: &'a Path,
+    /// Signer name and key file of a first install (a later one uses the record's).
+    pub signer: &'a str,
+    pub key_file: &'a Path,
+    /// The running `metnos`'s identity ([`installer_identity`]). A built-in whose program
+    /// changed is re-signed only when this differs from the record's: an upgrade replaces
+    /// `metnos` with its programs, while a program swapped on its own (by anything that
+    /// could write it) is reported, not vouched for.
+    pub installer: &'a str,
+    /// Re-sign what changed even when `metnos` did not (`metnos executors install`, the
+    /// person's own word after building a program).
+    pub force: bool,
+}
+
+/// A file's identity as the kernel keeps it: device, inode, size and change time. Any
+/// rewrite, copy over, rename into place or `touch` changes it (user space cannot set a
+/// change time), and it costs no hashing.
+pub fn installer_identity(path: &Path) -> std::io::Result<String> {
+    use std::os::unix::fs::MetadataExt;
+    let meta = std::fs::metadata(path)?;
+    Ok(format!(
+        "{}:{}:{}:{}.{:09}",
+        meta.dev(),
+        meta.ino(),
+        meta.size(),
+        meta.ctime(),
+        meta.ctime_nsec()
+    ))
+}
+
 /// Installs the built-ins of `program` (the `metnos-exec` beside this `metnos`) in
 /// `catalog` and signs them with `key_file` as `signer`, or brings those it installed
 /// before up to date. Without a record (a first run) every built-in whose folder is absent
 /// is installed; with one, a recorded built-in is rewritten and re-signed only while its
-/// manifest is still the one Metnos wrote, a folder the person removed stays removed, and
-/// nothing else in the catalog is read or signed. The key is read only when something
-/// must be signed.
-pub fn sync_builtins(
-    catalog: &Path,
-    program: &Path,
-    signer: &str,
-    key_file: &Path,
-) -> Result<Synced, InstallError> {
-    let program = program.canonicalize().map_err(|e| io(program, e))?;
+/// manifest is still the one Metnos wrote and only after an upgrade (or when forced), a
+/// folder the person removed stays removed, and nothing else in the catalog is read or
+/// signed. Only real folders are written in (never through a symbolic link), each file
+/// replaced by a rename. The key is read only when something must be signed.
+pub fn sync_builtins(request: &SyncRequest<'_>) -> Result<Synced, InstallError> {
+    let catalog = request.catalog;
+    let program = request
+        .program
+        .canonicalize()
+        .map_err(|e| io(request.program, e))?;
     let previous = BuiltinsRecord::read(catalog)?;
     let mut record = previous.clone().unwrap_or(BuiltinsRecord {
-        signer: signer.to_owned(),
-        key_file: key_file.to_owned(),
+        signer: request.signer.to_owned(),
+        key_file: request.key_file.to_owned(),
+        installer: request.installer.to_owned(),
         executors: BTreeMap::new(),
     });
+    let upgraded = record.installer != request.installer;
+    let may_write = request.force || previous.is_none() || upgraded;
     let mut key: Option<SigningKey> = None;
     let mut digests: HashMap<PathBuf, String> = HashMap::new();
     let mut synced = Synced::default();
@@ -235,6 +302,18 @@ pub fn sync_builtins(
         if unchanged {
             continue;
         }
+        if !may_write {
+            let why = if fresh {
+                "not in the catalog, and this metnos did not change (no upgrade): not installed; `metnos executors install` installs it".to_owned()
+            } else {
+                format!(
+                    "{} changed while this metnos did not (no upgrade): not re-signed; if you built it yourself, `metnos executors install` signs it",
+                    own.display()
+                )
+            };
+            synced.kept.push((name, why));
+            continue;
+        }
         let manifest = Manifest::parse(&manifest_text).map_err(|e| InstallError::Manifest {
             path: path.clone(),
             message: e.to_string(),
@@ -252,8 +331,10 @@ pub fn sync_builtins(
         let sig_path = dir.join(SIGNATURE_FILE);
         let sig_text = toml::to_string(&signature).map_err(|e| io(&sig_path, e))?;
         create_private_dir(&dir)?;
-        write_with_mode(&path, manifest_text.as_bytes(), 0o600).map_err(|e| io(&path, e))?;
-        write_with_mode(&sig_path, sig_text.as_bytes(), 0o600).map_err(|e| io(&sig_path, e))?;
+        real_folder(catalog)?;
+        real_folder(&dir)?;
+        replace_file(&path, manifest_text.as_bytes()).map_err(|e| io(&path, e))?;
+        replace_file(&sig_path, sig_text.as_bytes()).map_err(|e| io(&sig_path, e))?;
         record.executors.insert(
             name.clone(),
             crate::digest::sha256_hex(manifest_text.as_bytes()),
@@ -264,23 +345,51 @@ pub fn sync_builtins(
             synced.updated.push(name);
         }
     }
-    if synced.changed() || previous.is_none() {
+    if synced.changed() || previous.is_none() || (upgraded && may_write) {
+        record.installer = request.installer.to_owned();
         create_private_dir(catalog)?;
         record.write(catalog)?;
     }
     Ok(synced)
 }
 
-/// Writes `bytes` to `path`, which ends up with `mode` whatever mode it had.
-fn write_with_mode(path: &Path, bytes: &[u8], mode: u32) -> std::io::Result<()> {
-    let mut file = std::fs::OpenOptions::new()
-        .write(true)
-        .create(true)
-        .truncate(true)
-        .mode(mode)
-        .open(path)?;
-    file.set_permissions(std::fs::Permissions::from_mode(mode))?;
-    file.write_all(bytes)
+/// Refuses to write in `dir` unless it is a real folder, not a symbolic link to one.
+fn real_folder(dir: &Path) -> Result<(), InstallError> {
+    let meta = std::fs::symlink_metadata(dir).map_err(|e| io(dir, e))?;
+    if meta.file_type().is_symlink() || !meta.is_dir() {
+        return Err(io(
+            dir,
+            "not a real folder (a symbolic link?); Metnos writes its catalog only in real folders",
+        ));
+    }
+    Ok(())
+}
+
+/// Replaces `path` with `bytes`, 0600: written to a new file beside it (never through a
+/// link left there), then renamed over it, so a link at `path` is replaced, not followed.
+fn replace_file(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
+    let mut partial = path.as_os_str().to_owned();
+    partial.push(".partial");
+    let partial = PathBuf::from(partial);
+    match std::fs::remove_file(&partial) {
+        Err(e) if e.kind() != std::io::ErrorKind::NotFound => return Err(e),
+        _ => {}
+    }
+    let result = (|| {
+        let mut file = std::fs::OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .mode(0o600)
+            .open(&partial)?;
+        file.set_permissions(std::fs::Permissions::from_mode(0o600))?;
+        file.write_all(bytes)?;
+        file.sync_all()?;
+        std::fs::rename(&partial, path)
+    })();
+    if result.is_err() {
+        let _ = std::fs::remove_file(&partial);
+    }
+    result
 }
 
 /// One signed executor.

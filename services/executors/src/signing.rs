@@ -75,11 +75,33 @@ pub fn write_key(path: &Path, key: &SigningKey) -> Result<(), KeyError> {
 }
 
 /// Reads a key written by [`write_key`] (or `openssl genpkey -algorithm ed25519`).
+/// A key others can read (or change) is refused, as ssh refuses one: whoever read it can
+/// sign any executor.
 pub fn read_key(path: &Path) -> Result<SigningKey, KeyError> {
-    let text = std::fs::read_to_string(path).map_err(|e| KeyError::Read {
+    use std::io::Read;
+    use std::os::unix::fs::MetadataExt;
+    let read_error = |message: String| KeyError::Read {
         path: path.to_owned(),
-        message: e.to_string(),
-    })?;
+        message,
+    };
+    let mut file = std::fs::File::open(path).map_err(|e| read_error(e.to_string()))?;
+    let meta = file.metadata().map_err(|e| read_error(e.to_string()))?;
+    let me = rustix::process::geteuid().as_raw();
+    if meta.mode() & 0o077 != 0 {
+        return Err(read_error(format!(
+            "group or others may read or change it (mode {:o}); `chmod 600` it",
+            meta.mode() & 0o777
+        )));
+    }
+    if meta.uid() != me && meta.uid() != 0 {
+        return Err(read_error(format!(
+            "owned by uid {}, not by this user (uid {me})",
+            meta.uid()
+        )));
+    }
+    let mut text = String::new();
+    file.read_to_string(&mut text)
+        .map_err(|e| read_error(e.to_string()))?;
     SigningKey::from_pkcs8_pem(&text).map_err(|_| KeyError::Format(path.to_owned()))
 }
 
@@ -167,30 +189,56 @@ impl Trust {
 /// group or others may write, or one owned by another user (root's excepted), and any
 /// content but `name = "base64 key"` lines.
 fn read_trust_file(path: &Path) -> Result<BTreeMap<String, String>, KeyError> {
-    use std::os::unix::fs::MetadataExt;
+    use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
     let bad = |message: String| KeyError::TrustFile {
         path: path.to_owned(),
         message,
     };
-    let meta = match std::fs::metadata(path) {
-        Ok(meta) => meta,
+    use std::io::Read;
+    // Opened once, not through a link, and judged by what was opened.
+    let mut file = match std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(rustix::fs::OFlags::NOFOLLOW.bits() as i32)
+        .open(path)
+    {
+        Ok(file) => file,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(BTreeMap::new()),
+        Err(e) if e.raw_os_error() == Some(rustix::io::Errno::LOOP.raw_os_error()) => {
+            return Err(bad(
+                "is a symbolic link; a trust file must be the file itself".to_owned(),
+            ));
+        }
         Err(e) => return Err(bad(e.to_string())),
     };
-    let mode = meta.mode() & 0o777;
-    if mode & 0o022 != 0 {
-        return Err(bad(format!(
-            "group or others may write it (mode {mode:o}); `chmod 600` it after checking its keys"
-        )));
-    }
     let me = rustix::process::geteuid().as_raw();
-    if meta.uid() != me && meta.uid() != 0 {
-        return Err(bad(format!(
-            "owned by uid {}, not by this user (uid {me})",
-            meta.uid()
-        )));
+    let meta = file.metadata().map_err(|e| bad(e.to_string()))?;
+    let folder = path
+        .parent()
+        .filter(|p| !p.as_os_str().is_empty())
+        .map(std::fs::metadata)
+        .transpose()
+        .map_err(|e| bad(e.to_string()))?;
+    for (what, meta) in [("it", Some(&meta)), ("its folder", folder.as_ref())] {
+        let Some(meta) = meta else { continue };
+        let mode = meta.mode() & 0o7777;
+        // A sticky folder lets others add files, not replace this one.
+        let sticky_dir = meta.is_dir() && mode & 0o1000 != 0;
+        if mode & 0o022 != 0 && !sticky_dir {
+            return Err(bad(format!(
+                "group or others may write {what} (mode {:o}); `chmod go-w` it after checking its keys",
+                mode & 0o777
+            )));
+        }
+        if meta.uid() != me && meta.uid() != 0 {
+            return Err(bad(format!(
+                "{what} is owned by uid {}, not by this user (uid {me})",
+                meta.uid()
+            )));
+        }
     }
-    let text = std::fs::read_to_string(path).map_err(|e| bad(e.to_string()))?;
+    let mut text = String::new();
+    file.read_to_string(&mut text)
+        .map_err(|e| bad(e.to_string()))?;
     toml::from_str(&text).map_err(|e: toml::de::Error| {
         bad(format!(
             "{} (expected lines `name = \"base64 public key\"`)",
@@ -224,8 +272,13 @@ pub fn trust_in_file(path: &Path, name: &str, key: &VerifyingKey) -> Result<(), 
     partial.push(".partial");
     let partial = PathBuf::from(partial);
     let write = || -> std::io::Result<()> {
+        // Never through a link left at the temporary name.
+        match std::fs::remove_file(&partial) {
+            Err(e) if e.kind() != std::io::ErrorKind::NotFound => return Err(e),
+            _ => {}
+        }
         let mut options = std::fs::OpenOptions::new();
-        options.write(true).create(true).truncate(true);
+        options.write(true).create_new(true);
         std::os::unix::fs::OpenOptionsExt::mode(&mut options, 0o600);
         let mut file = options.open(&partial)?;
         file.set_permissions(std::os::unix::fs::PermissionsExt::from_mode(0o600))?;
@@ -471,5 +524,62 @@ type = "object"
             e.contains("`alice` is not a base64 ed25519 public key"),
             "{e}"
         );
+    }
+
+    #[test]
+    fn a_trust_file_through_a_link_or_in_a_folder_others_may_write_is_refused() {
+        use std::os::unix::fs::PermissionsExt;
+        let dir = tempfile::tempdir().unwrap();
+        let mallory = generate().unwrap();
+        let real = dir.path().join("real.toml");
+        trust_in_file(&real, "mallory", &mallory.verifying_key()).unwrap();
+        let link = dir.path().join("trusted_keys.toml");
+        std::os::unix::fs::symlink(&real, &link).unwrap();
+        let e = Trust::load(&BTreeMap::new(), &link)
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("is a symbolic link"), "{e}");
+
+        let open = dir.path().join("open");
+        std::fs::create_dir(&open).unwrap();
+        let path = open.join("trusted_keys.toml");
+        trust_in_file(&path, "mallory", &mallory.verifying_key()).unwrap();
+        std::fs::set_permissions(&open, std::fs::Permissions::from_mode(0o777)).unwrap();
+        let e = Trust::load(&BTreeMap::new(), &path)
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("group or others may write its folder (mode 777)"),
+            "{e}"
+        );
+        // Sticky, as /tmp: others may add files there, not replace this one.
+        std::fs::set_permissions(&open, std::fs::Permissions::from_mode(0o1777)).unwrap();
+        Trust::load(&BTreeMap::new(), &path).unwrap();
+
+        // Adding a key never writes through a link left at the temporary name.
+        let victim = dir.path().join("victim.txt");
+        std::fs::write(&victim, "mine\n").unwrap();
+        let ours = dir.path().join("ours/trusted_keys.toml");
+        std::fs::create_dir_all(ours.parent().unwrap()).unwrap();
+        std::os::unix::fs::symlink(&victim, ours.with_extension("toml.partial")).unwrap();
+        trust_in_file(&ours, "owner", &mallory.verifying_key()).unwrap();
+        assert_eq!(std::fs::read_to_string(&victim).unwrap(), "mine\n");
+        Trust::load(&BTreeMap::new(), &ours).unwrap();
+    }
+
+    #[test]
+    fn a_key_others_may_read_is_refused_as_ssh_refuses_one() {
+        use std::os::unix::fs::PermissionsExt;
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("owner.key");
+        write_key(&path, &generate().unwrap()).unwrap();
+        for open in [0o640, 0o604, 0o644] {
+            std::fs::set_permissions(&path, std::fs::Permissions::from_mode(open)).unwrap();
+            let e = read_key(&path).unwrap_err().to_string();
+            assert!(e.contains("group or others may read or change it"), "{e}");
+            assert!(!e.contains("PRIVATE"), "{e}");
+        }
+        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o400)).unwrap();
+        read_key(&path).unwrap();
     }
 }

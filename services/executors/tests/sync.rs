@@ -11,7 +11,7 @@ use std::path::{Path, PathBuf};
 
 use common::{EXEC, SHELL, WEB, make_executable};
 use metnos_executors::Catalog;
-use metnos_executors::install::{BuiltinsRecord, Synced, sign_dir, sync_builtins};
+use metnos_executors::install::{BuiltinsRecord, SyncRequest, Synced, sign_dir, sync_builtins};
 use metnos_executors::signing::{self, Trust};
 
 const EXEC_BUILTINS: [&str; 4] = ["fs_list", "fs_read", "fs_write", "time_now"];
@@ -19,6 +19,8 @@ const EXEC_BUILTINS: [&str; 4] = ["fs_list", "fs_read", "fs_write", "time_now"];
 struct Install {
     root: tempfile::TempDir,
     trust: Trust,
+    /// The installing `metnos`'s identity: a new one is an upgrade.
+    installer: std::cell::RefCell<String>,
 }
 
 impl Install {
@@ -43,6 +45,7 @@ impl Install {
         Install {
             root,
             trust: Trust::from_config(&keys).unwrap(),
+            installer: std::cell::RefCell::new("metnos 1".to_owned()),
         }
     }
 
@@ -58,16 +61,34 @@ impl Install {
         self.root.path().join("keys/owner.key")
     }
 
+    fn try_sync(&self, force: bool) -> Result<Synced, String> {
+        sync_builtins(&SyncRequest {
+            catalog: &self.catalog(),
+            program: &self.program(),
+            signer: "owner",
+            key_file: &self.key_file(),
+            installer: &self.installer.borrow(),
+            force,
+        })
+        .map_err(|e| e.to_string())
+    }
+
     fn sync(&self) -> Synced {
-        sync_builtins(&self.catalog(), &self.program(), "owner", &self.key_file()).unwrap()
+        self.try_sync(false).unwrap()
     }
 
     fn load(&self) -> Catalog {
         Catalog::load(&self.catalog(), &self.trust)
     }
 
-    /// A new build of `metnos-exec`: other bytes, still the same program.
+    /// An upgrade: a new `metnos` with a new build of `metnos-exec`.
     fn upgrade_exec(&self) {
+        self.installer.replace("metnos 2".to_owned());
+        self.change_exec();
+    }
+
+    /// `metnos-exec` alone rewritten: other bytes, still a working program.
+    fn change_exec(&self) {
         let mut file = std::fs::OpenOptions::new()
             .append(true)
             .open(self.program())
@@ -245,6 +266,11 @@ fn a_removed_builtin_stays_removed_and_a_new_one_is_added() {
     record.write(&i.catalog()).unwrap();
     std::fs::remove_dir_all(i.catalog().join("time_now")).unwrap();
 
+    // Without an upgrade nothing new comes in; with one, the new built-in does.
+    let synced = i.sync();
+    assert_eq!(synced.installed, Vec::<String>::new());
+    assert!(synced.kept[0].1.contains("not installed"), "{synced:?}");
+    i.installer.replace("metnos 2".to_owned());
     let synced = i.sync();
     assert_eq!(synced.installed, ["time_now"]);
     assert!(
@@ -268,9 +294,99 @@ fn a_lost_key_is_named_when_an_upgrade_needs_it() {
     // Nothing to sign: the key is not needed.
     assert_eq!(i.sync(), Synced::default());
     i.upgrade_exec();
-    let e = sync_builtins(&i.catalog(), &i.program(), "owner", &i.key_file())
-        .unwrap_err()
-        .to_string();
+    let e = i.try_sync(false).unwrap_err();
     assert!(e.contains("cannot sign it"), "{e}");
     assert!(e.contains(&i.key_file().display().to_string()), "{e}");
+}
+
+#[test]
+fn a_program_swapped_without_an_upgrade_is_reported_not_re_signed() {
+    let i = Install::new();
+    i.sync();
+    // Anything that could write metnos-exec (and not metnos) swaps it.
+    i.change_exec();
+    let synced = i.sync();
+    assert!(!synced.changed(), "{synced:?}");
+    let mut kept: Vec<&str> = synced.kept.iter().map(|(n, _)| n.as_str()).collect();
+    kept.sort_unstable();
+    assert_eq!(kept, EXEC_BUILTINS, "{synced:?}");
+    assert!(
+        synced.kept[0]
+            .1
+            .contains("changed while this metnos did not (no upgrade)"),
+        "{synced:?}"
+    );
+    let catalog = i.load();
+    assert!(
+        catalog.refused().len() == EXEC_BUILTINS.len()
+            && catalog
+                .refused()
+                .iter()
+                .all(|r| r.reason.contains("does not match its signed digest")),
+        "the swapped program stays refused: {:?}",
+        catalog.refused()
+    );
+    // The person's word (`metnos executors install`) re-signs it.
+    let forced = i.try_sync(true).unwrap();
+    assert_eq!(forced.updated.len(), EXEC_BUILTINS.len(), "{forced:?}");
+    assert!(i.load().refused().is_empty());
+}
+
+#[test]
+fn nothing_is_written_through_a_link_in_the_catalog() {
+    let i = Install::new();
+    i.sync();
+    // The folder of a built-in swapped for a link to a folder of the attacker's, whose
+    // manifest is byte for byte Metnos's and whose signature is a link to a file of the
+    // person's.
+    let elsewhere = i.root.path().join("elsewhere");
+    std::fs::create_dir_all(&elsewhere).unwrap();
+    let victim = i.root.path().join("victim.txt");
+    std::fs::write(&victim, "the person's file\n").unwrap();
+    let dir = i.catalog().join("fs_read");
+    std::fs::copy(dir.join("manifest.toml"), elsewhere.join("manifest.toml")).unwrap();
+    std::os::unix::fs::symlink(&victim, elsewhere.join("manifest.sig")).unwrap();
+    std::fs::remove_dir_all(&dir).unwrap();
+    std::os::unix::fs::symlink(&elsewhere, &dir).unwrap();
+    i.upgrade_exec();
+    let e = i.try_sync(false).unwrap_err();
+    assert!(e.contains("not a real folder"), "{e}");
+    assert_eq!(
+        std::fs::read_to_string(&victim).unwrap(),
+        "the person's file\n"
+    );
+
+    // A link left at a file's name is replaced, never written through.
+    let i = Install::new();
+    i.sync();
+    let sig = i.catalog().join("time_now/manifest.sig");
+    std::fs::remove_file(&sig).unwrap();
+    std::os::unix::fs::symlink(&victim, &sig).unwrap();
+    std::os::unix::fs::symlink(&victim, i.catalog().join("time_now/manifest.toml.partial"))
+        .unwrap();
+    i.upgrade_exec();
+    i.sync();
+    assert_eq!(
+        std::fs::read_to_string(&victim).unwrap(),
+        "the person's file\n"
+    );
+    assert!(
+        !std::fs::symlink_metadata(&sig)
+            .unwrap()
+            .file_type()
+            .is_symlink()
+    );
+    assert!(i.load().refused().is_empty(), "{:?}", i.load().refused());
+}
+
+#[test]
+fn a_program_others_may_change_is_never_signed() {
+    let i = Install::new();
+    std::fs::set_permissions(i.program(), std::fs::Permissions::from_mode(0o777)).unwrap();
+    let e = i.try_sync(false).unwrap_err();
+    assert!(
+        e.contains("may be changed by another user than its owner (mode 777"),
+        "{e}"
+    );
+    assert!(!i.catalog().join("fs_read").exists());
 }

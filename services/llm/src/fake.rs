@@ -1,7 +1,8 @@
 //! A scripted fake LLM server for tests (feature `fake`): real HTTP on 127.0.0.1:0,
 //! speaking Ollama `/api/chat`, OpenAI `/v1/chat/completions` and Anthropic `/v1/messages`
 //! in their own wire formats. Tests push the replies it gives, in order, and read every
-//! request it received. It can delay a reply, fail with any status (and Retry-After), or
+//! chat request it received. It lists its models as each provider does (Ollama
+//! `/api/tags`, `/v1/models`) without using a scripted reply or counting as a request. It can delay a reply, fail with any status (and Retry-After), or
 //! answer a malformed body.
 
 use std::collections::VecDeque;
@@ -75,7 +76,13 @@ struct State {
     fallback: Option<Reply>,
     received: Vec<Received>,
     keep_requests: bool,
+    /// What the model listings answer, and with which status.
+    models: Vec<String>,
+    models_status: u16,
 }
+
+/// The models a fake lists unless told otherwise: the seeds' default and the tests' own.
+pub const FAKE_MODELS: [&str; 2] = ["qwen3:8b", "qwen-test"];
 
 impl Default for State {
     fn default() -> Self {
@@ -84,6 +91,8 @@ impl Default for State {
             fallback: None,
             received: Vec::new(),
             keep_requests: true,
+            models: FAKE_MODELS.map(str::to_owned).to_vec(),
+            models_status: 200,
         }
     }
 }
@@ -144,6 +153,16 @@ impl FakeLlm {
         self.lock().keep_requests = keep;
     }
 
+    /// The models the listings name from now on.
+    pub fn set_models(&self, models: &[&str]) {
+        self.lock().models = models.iter().map(|m| (*m).to_owned()).collect();
+    }
+
+    /// The status the listings answer with (e.g. 401, a refused key).
+    pub fn set_models_status(&self, status: u16) {
+        self.lock().models_status = status;
+    }
+
     /// Every request received so far, in order.
     pub fn received(&self) -> Vec<Received> {
         self.lock().received.clone()
@@ -194,6 +213,9 @@ async fn handle(
     request: Request<Incoming>,
 ) -> Result<Response<Body>, Infallible> {
     let path = request.uri().path().to_owned();
+    if request.method() == hyper::Method::GET && (path == "/api/tags" || path == "/v1/models") {
+        return Ok(listing(&state, &path));
+    }
     let headers = request.headers().clone();
     let bytes = match request.into_body().collect().await {
         Ok(collected) => collected.to_bytes(),
@@ -266,6 +288,30 @@ async fn handle(
         }
     };
     Ok(respond(StatusCode::OK, rendered.to_string(), None))
+}
+
+/// A model listing in the provider's own format: Ollama's `{"models": [{"name": …}]}`,
+/// OpenAI's and Anthropic's `{"data": [{"id": …}]}`.
+fn listing(state: &Mutex<State>, path: &str) -> Response<Body> {
+    let (models, status) = {
+        let state = state.lock().unwrap_or_else(|e| e.into_inner());
+        (state.models.clone(), state.models_status)
+    };
+    let status = StatusCode::from_u16(status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
+    if !status.is_success() {
+        return respond(status, "{\"error\":\"fake LLM: refused\"}".into(), None);
+    }
+    let body = if path == "/api/tags" {
+        json!({"models": models.iter().map(|m| json!({
+            "name": m, "model": m, "modified_at": "2026-11-01T00:00:00Z", "size": 5_200_000_000u64,
+            "digest": "0".repeat(64), "details": {"format": "gguf", "family": "qwen3"},
+        })).collect::<Vec<_>>()})
+    } else {
+        json!({"object": "list", "data": models.iter().map(|m| json!({
+            "id": m, "object": "model", "type": "model", "created": 1_764_000_000u64, "owned_by": "fake",
+        })).collect::<Vec<_>>()})
+    };
+    respond(StatusCode::OK, body.to_string(), None)
 }
 
 fn text_of(reply: &Reply) -> Option<String> {

@@ -4,9 +4,10 @@
 //!
 //! Layout: [`types`] is the provider-neutral request and answer; [`wire`] the three
 //! formats as pure functions; [`provider`] one model over HTTP with retries and spans;
-//! [`tiers`] fast / middle / wise with aliasing; [`fake`] (feature `fake`) a scripted LLM
+//! [`tiers`] fast / middle / wise with aliasing; [`check`] whether each tier can work; [`fake`] (feature `fake`) a scripted LLM
 //! server that speaks all three formats over real HTTP, for tests.
 
+pub mod check;
 pub mod error;
 #[cfg(feature = "fake")]
 pub mod fake;

@@ -330,6 +330,110 @@ impl Provider {
         (parsed, None)
     }
 
+    /// The base URL, as messages show it (without any user or password in it).
+    pub fn base_url(&self) -> String {
+        match reqwest::Url::parse(&self.base_url) {
+            Ok(mut url) => {
+                let _ = url.set_username("");
+                let _ = url.set_password(None);
+                url.as_str().trim_end_matches('/').to_owned()
+            }
+            Err(_) => self.base_url.clone(),
+        }
+    }
+
+    /// Whether an API key is set (read from the variable the config names).
+    pub fn has_api_key(&self) -> bool {
+        self.api_key.is_some()
+    }
+
+    /// The models the server offers (Ollama `/api/tags`, OpenAI-compatible and Anthropic
+    /// `/v1/models`), in one attempt bounded by `timeout`: no retries, for a check at start.
+    pub async fn list_models(&self, timeout: Duration) -> Result<Vec<String>, LlmError> {
+        let provider = self.provider_name();
+        let path = match self.kind {
+            LlmProvider::Ollama => "/api/tags",
+            LlmProvider::Openai | LlmProvider::Anthropic => "/v1/models",
+        };
+        let url = format!("{}{path}", self.base_url);
+        let mut request = self.http.get(&url).timeout(timeout);
+        if let Some(key) = &self.api_key {
+            request = match self.kind {
+                LlmProvider::Anthropic => request.header("x-api-key", &key.0),
+                _ => request.bearer_auth(&key.0),
+            };
+        }
+        if self.kind == LlmProvider::Anthropic {
+            request = request.header("anthropic-version", anthropic::VERSION);
+        }
+        let shown = format!("{}{path}", self.base_url());
+        let response = request.send().await.map_err(|e| {
+            if e.is_timeout() {
+                LlmError::Timeout {
+                    provider,
+                    after: timeout,
+                }
+            } else {
+                self.transport_error(&shown, &e)
+            }
+        })?;
+        let status = response.status();
+        // A model list is small; a server that answers megabytes is not an LLM server.
+        const MAX_LIST: usize = 4 << 20;
+        let mut response = response;
+        let mut bytes = Vec::new();
+        while let Some(chunk) = response
+            .chunk()
+            .await
+            .map_err(|e| self.transport_error(&shown, &e))?
+        {
+            bytes.extend_from_slice(&chunk);
+            if bytes.len() > MAX_LIST {
+                return Err(LlmError::Malformed {
+                    provider,
+                    message: format!("GET {path} answered more than {} MiB", MAX_LIST >> 20),
+                });
+            }
+        }
+        if !status.is_success() {
+            return Err(LlmError::Http {
+                provider,
+                status: status.as_u16(),
+                message: format!("GET {path}"),
+            });
+        }
+        let value: Value = serde_json::from_slice(&bytes).map_err(|_| LlmError::Malformed {
+            provider,
+            message: format!("GET {path} did not answer JSON"),
+        })?;
+        let (list, field) = match self.kind {
+            LlmProvider::Ollama => (value.get("models"), "name"),
+            LlmProvider::Openai | LlmProvider::Anthropic => (value.get("data"), "id"),
+        };
+        let list = list.and_then(Value::as_array).ok_or(LlmError::Malformed {
+            provider,
+            message: format!("GET {path} answered no model list"),
+        })?;
+        Ok(list
+            .iter()
+            .filter_map(|m| m.get(field).and_then(Value::as_str))
+            .map(str::to_owned)
+            .collect())
+    }
+
+    /// Whether `listed` (a name from [`Provider::list_models`]) is this provider's model:
+    /// the same name, or for Ollama the name with its implicit `:latest` tag.
+    pub fn is_model(&self, listed: &str) -> bool {
+        listed == self.model
+            || (self.kind == LlmProvider::Ollama
+                && !self.model.contains(':')
+                && listed.strip_suffix(":latest") == Some(self.model.as_str()))
+    }
+
+    pub fn kind(&self) -> LlmProvider {
+        self.kind
+    }
+
     fn transport_error(&self, url: &str, error: &reqwest::Error) -> LlmError {
         let provider = self.provider_name();
         if error.is_timeout() {

@@ -9,6 +9,7 @@ use figment::value::{Dict, Map};
 use figment::{Figment, Metadata, Profile, Provider};
 
 use super::Config;
+use super::runtime::{DEFAULT_OLLAMA_URL, LlmProvider, LlmTierConfig, OLLAMA_HOST_ENV};
 
 /// The trust file's name in the configuration folder (or the data directory).
 pub const TRUST_FILE: &str = "trusted_keys.toml";
@@ -155,6 +156,7 @@ impl Config {
             .or_else(|| source.var("OTEL_EXPORTER_OTLP_ENDPOINT"));
         config.config_file = file.map(|f| std::path::absolute(&f).unwrap_or(f));
         config.resolve_paths(source)?;
+        config.resolve_llm(source)?;
         config.validate()?;
         Ok(config)
     }
@@ -229,6 +231,53 @@ impl Config {
         }
         Ok(())
     }
+}
+
+impl Config {
+    /// No tier named: the seeds' default fast tier. An Ollama tier without a `base_url`
+    /// goes where `OLLAMA_HOST` says (as the `ollama` command does), else to Ollama's
+    /// default address.
+    fn resolve_llm(&mut self, source: &ConfigSource) -> Result<(), ConfigError> {
+        if self.runtime.llm.is_empty() {
+            self.runtime
+                .llm
+                .insert("fast".to_owned(), LlmTierConfig::default_fast());
+        }
+        let host = source.var(OLLAMA_HOST_ENV);
+        for (tier, llm) in &mut self.runtime.llm {
+            if llm.provider != LlmProvider::Ollama || !llm.base_url.is_empty() {
+                continue;
+            }
+            llm.base_url = match &host {
+                Some(host) => ollama_url(host).ok_or_else(|| ConfigError::Key {
+                    key: format!("runtime.llm.{tier}.base_url"),
+                    origin: Some(OLLAMA_HOST_ENV.to_owned()),
+                    message: format!("`{host}` is not host[:port] or an http(s) URL"),
+                })?,
+                None => DEFAULT_OLLAMA_URL.to_owned(),
+            };
+        }
+        Ok(())
+    }
+}
+
+/// `OLLAMA_HOST` as a base URL: `host`, `host:port` or a URL; the scheme defaults to http
+/// and the port to 11434, as Ollama reads it.
+fn ollama_url(host: &str) -> Option<String> {
+    let host = host.trim().trim_end_matches('/');
+    let with_scheme = if host.contains("://") {
+        host.to_owned()
+    } else {
+        format!("http://{host}")
+    };
+    let mut url = url::Url::parse(&with_scheme).ok()?;
+    if !matches!(url.scheme(), "http" | "https") || url.host_str().is_none_or(str::is_empty) {
+        return None;
+    }
+    if url.port().is_none() && !host.contains("://") {
+        url.set_port(Some(11434)).ok()?;
+    }
+    Some(url.as_str().trim_end_matches('/').to_owned())
 }
 
 fn expand_tilde(path: &Path, home: Option<&Path>) -> Option<PathBuf> {

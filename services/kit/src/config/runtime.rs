@@ -16,9 +16,19 @@ pub struct RuntimeConfig {
     pub user_home: PathBuf,
     /// `local`, `online` or `hybrid`.
     pub mode: PlannerMode,
-    /// LLM tiers; only `fast` is needed, a missing tier aliases down.
+    /// LLM tiers; only `fast` is needed, a missing tier aliases down. A config that names
+    /// none gets [`LlmTierConfig::default_fast`] when loaded (the seeds' local Ollama with
+    /// `qwen3:8b`).
     pub llm: BTreeMap<String, LlmTierConfig>,
 }
+
+/// The fast tier's model when none is configured.
+pub const DEFAULT_FAST_MODEL: &str = "qwen3:8b";
+/// Where Ollama listens when it is installed with its defaults.
+pub const DEFAULT_OLLAMA_URL: &str = "http://127.0.0.1:11434";
+/// Ollama's own variable for where it listens (`127.0.0.1:11434`, `http://gpu-box:11434`):
+/// an Ollama tier without a `base_url` goes there, as the `ollama` command does.
+pub const OLLAMA_HOST_ENV: &str = "OLLAMA_HOST";
 
 /// How the planner loops.
 #[derive(Debug, Clone, Copy, Serialize, Deserialize, PartialEq, Eq, Default)]
@@ -51,6 +61,22 @@ pub struct LlmTierConfig {
     /// network that forwards to a paid provider, `false` for a model the person runs.
     #[serde(default)]
     pub online: Option<bool>,
+}
+
+impl LlmTierConfig {
+    /// The fast tier when the config names none: Ollama on this machine (or at
+    /// `OLLAMA_HOST`), `qwen3:8b`.
+    pub fn default_fast() -> LlmTierConfig {
+        LlmTierConfig {
+            provider: LlmProvider::Ollama,
+            model: DEFAULT_FAST_MODEL.to_owned(),
+            base_url: String::new(),
+            think: false,
+            timeout_seconds: default_llm_timeout(),
+            api_key_env: String::new(),
+            online: None,
+        }
+    }
 }
 
 fn default_llm_timeout() -> NonZero<u64> {

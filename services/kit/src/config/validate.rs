@@ -8,6 +8,15 @@ use std::path::Path;
 
 use super::{Config, ConfigError, LLM_TIERS, SERVICES, ServiceName, StoreSpec, TelegramMode};
 
+/// An environment variable's name as a shell writes it.
+fn is_variable_name(name: &str) -> bool {
+    let mut chars = name.chars();
+    chars
+        .next()
+        .is_some_and(|c| c.is_ascii_alphabetic() || c == '_')
+        && chars.all(|c| c.is_ascii_alphanumeric() || c == '_')
+}
+
 /// Programs whose work is running another program named in their arguments: in
 /// `executors.shell_allow` each would make the list meaningless.
 const SHELL_LAUNCHERS: &[&str] = &[
@@ -98,10 +107,23 @@ impl Config {
     /// One that holds them would open them all: the sandbox grants the workspace whole, and
     /// Landlock cannot hide a folder beneath one it grants.
     fn validate_workspace(&self) -> Result<(), ConfigError> {
+        // Resolved as far as it exists: a file the first run has yet to make (the trust
+        // file) under a link into the workspace is caught now, not at the next start.
         let real = |path: &Path| {
             let text = metnos_core::path::normalize(&path.to_string_lossy());
             let lexical = std::path::PathBuf::from(text);
-            lexical.canonicalize().unwrap_or(lexical)
+            lexical
+                .ancestors()
+                .find_map(|existing| {
+                    let resolved = existing.canonicalize().ok()?;
+                    let rest = lexical.strip_prefix(existing).ok()?;
+                    Some(if rest.as_os_str().is_empty() {
+                        resolved
+                    } else {
+                        resolved.join(rest)
+                    })
+                })
+                .unwrap_or(lexical)
         };
         let workspace = real(&self.executors.workspace);
         let named = [
@@ -205,6 +227,20 @@ impl Config {
             if !llm.base_url.is_empty() {
                 check_url(&llm.base_url)
                     .map_err(|m| ConfigError::key(format!("runtime.llm.{tier}.base_url"), m))?;
+            }
+            let key_env = format!("runtime.llm.{tier}.api_key_env");
+            if !llm.api_key_env.is_empty() && !is_variable_name(&llm.api_key_env) {
+                // Never echoed: it may well be the key itself, pasted in the wrong place.
+                return Err(ConfigError::key(
+                    key_env,
+                    "must be the NAME of the environment variable holding the key (letters, digits and _), never the key itself",
+                ));
+            }
+            if llm.provider == super::LlmProvider::Anthropic && llm.api_key_env.is_empty() {
+                return Err(ConfigError::key(
+                    key_env,
+                    "anthropic needs a key: name the environment variable holding it (e.g. ANTHROPIC_API_KEY)",
+                ));
             }
         }
         Ok(())
@@ -402,6 +438,32 @@ mod tests {
     }
 
     #[test]
+    fn a_trust_file_yet_to_be_made_behind_a_link_into_the_workspace_is_refused() {
+        let dir = tempfile::tempdir().unwrap();
+        let workspace = dir.path().join("shell");
+        std::fs::create_dir(&workspace).unwrap();
+        std::os::unix::fs::symlink(&workspace, dir.path().join("keys")).unwrap();
+        let trust = dir.path().join("keys/metnos/trusted_keys.toml");
+        with_env(
+            &[
+                (
+                    "METNOS_EXECUTORS__WORKSPACE",
+                    &workspace.display().to_string(),
+                ),
+                ("METNOS_EXECUTORS__TRUST_FILE", &trust.display().to_string()),
+            ],
+            |_| {
+                let err = load_err();
+                assert!(
+                    err.contains("`executors.workspace`") && err.contains("executors.trust_file"),
+                    "{err}"
+                );
+                Ok(())
+            },
+        );
+    }
+
+    #[test]
     fn unknown_llm_tier_bad_provider_and_bad_log_filter_are_refused() {
         with_env(&[], |jail| {
             write_file(
@@ -420,6 +482,83 @@ mod tests {
             jail.set_env("METNOS_TELEMETRY__LOG", "info,[[[");
             let err = load_err();
             assert!(err.contains("`telemetry.log`"), "{err}");
+            Ok(())
+        });
+    }
+
+    #[test]
+    fn without_any_tier_the_fast_one_is_the_seeds_local_ollama() {
+        with_env(&[], |jail| {
+            let config = load()?;
+            let fast = &config.runtime.llm["fast"];
+            assert_eq!(config.runtime.llm.len(), 1);
+            assert_eq!(fast.provider, super::super::LlmProvider::Ollama);
+            assert_eq!(fast.model, "qwen3:8b");
+            assert_eq!(fast.base_url, "http://127.0.0.1:11434");
+
+            // Where Ollama's own variable says, in each of the forms Ollama reads.
+            for (host, url) in [
+                ("127.0.0.1:11500", "http://127.0.0.1:11500"),
+                ("gpu-box", "http://gpu-box:11434"),
+                ("https://ollama.example.org", "https://ollama.example.org"),
+                ("http://[::1]:11434/", "http://[::1]:11434"),
+            ] {
+                jail.set_env("OLLAMA_HOST", host);
+                assert_eq!(load()?.runtime.llm["fast"].base_url, url, "{host}");
+            }
+            // A tier of the config that names Ollama without an address goes there too;
+            // one with an address keeps it.
+            jail.set_env("OLLAMA_HOST", "gpu-box:11434");
+            write_file(
+                jail,
+                "[runtime.llm.wise]\nprovider = \"ollama\"\nmodel = \"qwen3:32b\"\n[runtime.llm.fast]\nprovider = \"ollama\"\nmodel = \"m\"\nbase_url = \"http://127.0.0.1:1\"\n",
+            )?;
+            let config = load()?;
+            assert_eq!(config.runtime.llm["wise"].base_url, "http://gpu-box:11434");
+            assert_eq!(config.runtime.llm["fast"].base_url, "http://127.0.0.1:1");
+
+            // A tier named: no default added beside it.
+            write_file(
+                jail,
+                "[runtime.llm.fast]\nprovider = \"openai\"\nmodel = \"m\"\nbase_url = \"http://127.0.0.1:8080\"\n",
+            )?;
+            assert_eq!(load()?.runtime.llm.len(), 1);
+
+            write_file(jail, "")?;
+            jail.set_env("OLLAMA_HOST", "ftp://x");
+            assert_eq!(
+                load_err(),
+                "config key `runtime.llm.fast.base_url` (from OLLAMA_HOST): `ftp://x` is not host[:port] or an http(s) URL"
+            );
+            Ok(())
+        });
+    }
+
+    #[test]
+    fn an_llm_key_setting_that_can_never_work_is_refused_without_showing_it() {
+        with_env(&[], |jail| {
+            write_file(
+                jail,
+                "[runtime.llm.wise]\nprovider = \"anthropic\"\nmodel = \"claude-sonnet-4-5\"\n",
+            )?;
+            assert_eq!(
+                load_err(),
+                "config key `runtime.llm.wise.api_key_env`: anthropic needs a key: name the environment variable holding it (e.g. ANTHROPIC_API_KEY)"
+            );
+            // The key itself pasted where its variable's name goes.
+            write_file(
+                jail,
+                "[runtime.llm.fast]\nprovider = \"openai\"\nmodel = \"m\"\napi_key_env = \"sk-live-0123456789abcdef\"\n",
+            )?;
+            let err = load_err();
+            assert!(err.contains("`runtime.llm.fast.api_key_env`"), "{err}");
+            assert!(err.contains("never the key itself"), "{err}");
+            assert!(!err.contains("sk-live"), "the value was shown: {err}");
+            write_file(
+                jail,
+                "[runtime.llm.fast]\nprovider = \"anthropic\"\nmodel = \"m\"\napi_key_env = \"ANTHROPIC_API_KEY\"\n",
+            )?;
+            load()?;
             Ok(())
         });
     }
