@@ -32,8 +32,13 @@ struct Cli {
 
 #[derive(Debug, Subcommand)]
 enum Command {
-    /// Start all five services in this process, on loopback, until Ctrl-C.
-    Up,
+    /// Start all five services in this process, on loopback, until Ctrl-C. Logs go to
+    /// <data_dir>/logs (a file per day, 14 kept); stderr shows warnings and errors only.
+    Up {
+        /// Info lines on stderr too.
+        #[arg(long)]
+        verbose: bool,
+    },
     /// Show whether each service is SERVING; exit 0 only if all are.
     Status {
         /// One JSON object per line instead of a table.
@@ -108,7 +113,7 @@ fn main() -> ExitCode {
     };
     runtime.block_on(async move {
         match cli.command {
-            Command::Up => up::up(config).await,
+            Command::Up { verbose } => up::up(config, verbose).await,
             Command::Status { json } => status::status(&config, json).await,
             Command::Policy { command } => policy_cli::policy(&config, command).await,
             Command::Grants { command } => policy_cli::grants(&config, command).await,

@@ -10,7 +10,7 @@ use metnos_kit::config::{SERVICES, url_for_addr};
 use metnos_kit::launch::EXIT_CONFIG;
 use metnos_kit::runtime::{ServiceThread, ShutdownFuture, spawn_service};
 use metnos_kit::server::{bind_std, shutdown_signal};
-use metnos_kit::telemetry::Telemetry;
+use metnos_kit::telemetry::{Telemetry, UpLogs};
 use metnos_kit::tls::{Identity, Tls};
 use metnos_kit::{Config, ServiceName};
 use tokio::net::TcpListener;
@@ -20,13 +20,20 @@ use crate::runfile::RunFile;
 /// Worker threads per service runtime.
 const WORKERS: usize = 2;
 
+/// How long each LLM tier's check at start may take (it never holds the stack up longer).
+const TIER_CHECK_TIMEOUT: Duration = Duration::from_secs(3);
+
 /// Runs the stack until SIGINT/SIGTERM. Exit 0 on a clean stop, 1 when a service failed
 /// to start or stopped on its own, 2 for an unusable configuration.
-pub async fn up(config: Config) -> ExitCode {
+pub async fn up(config: Config, verbose: bool) -> ExitCode {
     // One subscriber for the process: the command's logs and each service's, and the
-    // export under each service's name.
+    // export under each service's name; a log file per day, stderr for warnings.
+    let logs = UpLogs {
+        dir: config.data_dir.join(metnos_kit::datadir::LOGS_DIR),
+        verbose,
+    };
     let (command_telemetry, telemetries) =
-        match Telemetry::for_up("metnos", &SERVICES, &config.telemetry) {
+        match Telemetry::for_up("metnos", &SERVICES, &config.telemetry, &logs) {
             Ok(telemetries) => telemetries,
             Err(e) => {
                 eprintln!("metnos up: {e}");
@@ -87,6 +94,12 @@ pub async fn up(config: Config) -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
+
+    // Each LLM tier checked while the services start: one line each once they serve.
+    let tiers = tokio::spawn({
+        let llm = config.runtime.llm.clone();
+        async move { metnos_llm::check::check_tiers(&llm, TIER_CHECK_TIMEOUT).await }
+    });
 
     // Bind everything first: a port in use fails before any service starts.
     let mut listeners = Vec::new();
@@ -167,6 +180,22 @@ pub async fn up(config: Config) -> ExitCode {
         for (service, (addr, _)) in &urls {
             let _ = writeln!(out, "{service} {addr}");
         }
+        let _ = out.flush();
+        for check in tiers.await.unwrap_or_default() {
+            match check.fix() {
+                Some(fix) => {
+                    let _ = writeln!(out, "{} — {fix}", check.line());
+                }
+                None => {
+                    let _ = writeln!(out, "{}", check.line());
+                }
+            }
+        }
+        let _ = writeln!(
+            out,
+            "ready: logs in {}; try: metnos ask \"what time is it\"",
+            logs.dir.display()
+        );
         let _ = out.flush();
     }
     tracing::info!(data_dir = %config.data_dir.display(), "metnos is up; Ctrl-C stops it");

@@ -349,14 +349,17 @@ async fn a_write_is_approved_by_button_and_the_card_is_closed() {
         "typing is shown while the turn runs"
     );
     // The services' logs name executors and capabilities, never the call's values.
-    let Stack { up, .. } = s;
+    let Stack { up, sandbox, .. } = s;
     let (code, stderr) = up.interrupt().await;
-    assert_eq!(code, 0);
-    assert!(stderr.contains("approval requested"), "{stderr}");
-    assert!(
-        !stderr.contains("tg.txt") && !stderr.contains("from telegram"),
-        "a value reached the log: {stderr}"
-    );
+    assert_eq!(code, 0, "{stderr}");
+    let logged = sandbox.logged();
+    assert!(logged.contains("approval requested"), "{logged}");
+    for text in [&logged, &stderr] {
+        assert!(
+            !text.contains("tg.txt") && !text.contains("from telegram"),
+            "a value reached the log: {text}"
+        );
+    }
 }
 
 #[tokio::test]

@@ -61,8 +61,27 @@ async fn up_then_status_shows_five_serving_services_and_ctrl_c_stops_cleanly() {
         .lines()
         .map(|l| serde_json::from_str(l).unwrap())
         .collect();
-    assert_eq!(rows.len(), 5);
-    assert!(rows.iter().all(|r| r["status"] == "SERVING"), "{stdout}");
+    let services: Vec<&serde_json::Value> = rows
+        .iter()
+        .filter(|r| SERVICES.iter().any(|(name, _)| r["service"] == *name))
+        .collect();
+    assert_eq!(services.len(), 5, "{stdout}");
+    assert!(
+        services.iter().all(|r| r["status"] == "SERVING"),
+        "{stdout}"
+    );
+    // Then the LLM (none configured: the seeds' Ollama, not running here) and the sandbox.
+    let names: Vec<&str> = rows[5..]
+        .iter()
+        .map(|r| r["service"].as_str().unwrap())
+        .collect();
+    assert_eq!(names, ["llm:fast", "sandbox"], "{stdout}");
+    assert_eq!(rows[5]["status"], "NOT_READY", "{stdout}");
+    assert_eq!(rows[5]["address"], "http://127.0.0.1:11434", "{stdout}");
+    assert!(
+        rows[5]["detail"].as_str().unwrap().contains("ollama serve"),
+        "{stdout}"
+    );
 
     let run_file = sandbox.data_dir().join("metnos-up.json");
     assert!(
@@ -139,7 +158,10 @@ async fn status_raises_no_sandbox_alarm_where_the_sandbox_can_be_built() {
     // The planner reports the sandbox in its health once it has built one.
     let sandbox_health = planner_sandbox(&up, |h| h.is_serving()).await;
     assert!(sandbox_health.is_serving(), "{sandbox_health:?}");
-    let row = planner_row(&sandbox).await;
+    let row = status_row(&sandbox, "planner").await;
+    assert_eq!(row["status"], "SERVING", "{row}");
+    assert!(row["detail"].is_null(), "{row}");
+    let row = status_row(&sandbox, "sandbox").await;
     assert_eq!(row["status"], "SERVING", "{row}");
     assert!(row["detail"].is_null(), "{row}");
     let (code, stderr) = up.interrupt().await;
@@ -172,9 +194,11 @@ async fn status_says_so_where_the_sandbox_cannot_be_built() {
         matches!(&sandbox_health, metnos_kit::client::Health::NotServing(why) if why == "NOT_SERVING"),
         "{sandbox_health:?}"
     );
-    // The planner still serves; its row says what is missing and where to look.
-    let row = planner_row(&sandbox).await;
+    // The planner still serves; the sandbox's row says what is missing and where to look.
+    let row = status_row(&sandbox, "planner").await;
     assert_eq!(row["status"], "SERVING", "{row}");
+    let row = status_row(&sandbox, "sandbox").await;
+    assert_eq!(row["status"], "NOT_SERVING", "{row}");
     let detail = row["detail"].as_str().unwrap_or_default();
     assert!(
         detail.contains("sandbox cannot be built") && detail.contains("metnos executors sandbox"),
@@ -211,13 +235,13 @@ async fn planner_sandbox(
     health
 }
 
-async fn planner_row(sandbox: &Sandbox) -> serde_json::Value {
+async fn status_row(sandbox: &Sandbox, name: &str) -> serde_json::Value {
     let (_, stdout, _) = sandbox.run(&["status", "--json"]).await;
     stdout
         .lines()
         .map(|l| serde_json::from_str::<serde_json::Value>(l).unwrap())
-        .find(|row| row["service"] == "planner")
-        .unwrap_or_else(|| panic!("no planner row: {stdout}"))
+        .find(|row| row["service"] == name)
+        .unwrap_or_else(|| panic!("no {name} row: {stdout}"))
 }
 
 #[tokio::test]

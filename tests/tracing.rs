@@ -358,7 +358,8 @@ async fn turns_under_metnos_up_export_every_service_s_spans_and_no_thread_panics
         .set("OTEL_EXPORTER_OTLP_ENDPOINT", &url)
         .set("METNOS_TELEMETRY__LOG", "info");
     sandbox.owner_first_steps().await;
-    let up = sandbox.up().await;
+    // Verbose: each service's lines on stderr, where owning them matters.
+    let up = sandbox.up_verbose().await;
     for turn in 0..8 {
         fake.push(Reply::ToolCalls(vec![(
             "time_now".to_owned(),

@@ -99,6 +99,26 @@ impl Sandbox {
         self.up_with(command).await
     }
 
+    /// As [`Sandbox::up`], with its info lines on stderr too (`--verbose`).
+    pub async fn up_verbose(&self) -> Up {
+        let mut command = self.metnos();
+        command.args(["up", "--verbose"]);
+        self.up_with(command).await
+    }
+
+    /// Everything `metnos up` logged to its files so far.
+    pub fn logged(&self) -> String {
+        let dir = self.data_dir().join("logs");
+        let mut files: Vec<PathBuf> = std::fs::read_dir(&dir)
+            .map(|d| d.map(|e| e.unwrap().path()).collect())
+            .unwrap_or_default();
+        files.sort();
+        files
+            .iter()
+            .map(|f| std::fs::read_to_string(f).unwrap())
+            .collect()
+    }
+
     /// As [`Sandbox::up`], with `command` (which runs `metnos up`, e.g. under strace).
     pub async fn up_with(&self, mut command: Command) -> Up {
         let mut child = command

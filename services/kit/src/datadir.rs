@@ -33,6 +33,8 @@ pub const TURNS_DIR: &str = "turns";
 pub const VERDICTS_DIR: &str = "vaglio";
 /// The executors' signing keys.
 pub const KEYS_DIR: &str = "keys";
+/// `metnos up`'s daily log files.
+pub const LOGS_DIR: &str = "logs";
 /// `metnos chat`'s line history.
 pub const CHAT_HISTORY: &str = "chat_history";
 
@@ -109,7 +111,7 @@ fn own_paths(config: &Config) -> (Vec<PathBuf>, Vec<PathBuf>) {
             }
         }
     }
-    let mut folders: Vec<PathBuf> = [TURNS_DIR, VERDICTS_DIR, KEYS_DIR]
+    let mut folders: Vec<PathBuf> = [TURNS_DIR, VERDICTS_DIR, KEYS_DIR, LOGS_DIR]
         .iter()
         .map(|name| data_dir.join(name))
         .collect();

@@ -143,6 +143,11 @@ pub enum TelemetryError {
     Otlp { endpoint: String, message: String },
     #[error("config key `telemetry.log`: {0}")]
     Filter(String),
+    #[error("cannot write logs in {dir}: {message}")]
+    LogFile {
+        dir: std::path::PathBuf,
+        message: String,
+    },
 }
 
 /// One service's subscriber and, if exporting, its tracer provider. It is the guard that
@@ -153,17 +158,41 @@ pub struct Telemetry {
     dispatch: Dispatch,
     provider: Option<SdkTracerProvider>,
     meters: Option<SdkMeterProvider>,
+    /// Writes the log file's last lines when dropped (`metnos up`'s own telemetry).
+    _file: Option<tracing_appender::non_blocking::WorkerGuard>,
+}
+
+/// Where `metnos up` logs: a file per day in `dir` (`metnos.YYYY-MM-DD.log`, the last
+/// [`LOG_DAYS`] kept) at the configured level, and stderr at WARN unless `verbose`.
+#[derive(Debug, Clone)]
+pub struct UpLogs {
+    pub dir: std::path::PathBuf,
+    pub verbose: bool,
+}
+
+/// Days of `metnos up` logs kept.
+pub const LOG_DAYS: usize = 14;
+
+/// The name of today's log file in an [`UpLogs`] folder.
+pub fn log_file_today() -> String {
+    // The appender names days in UTC.
+    let today = jiff::Timestamp::now()
+        .to_zoned(jiff::tz::TimeZone::UTC)
+        .date();
+    format!("metnos.{today}.log")
 }
 
 impl Telemetry {
     /// Builds the subscriber of `service_name` (e.g. `metnos-policy`). With an OTLP
     /// endpoint it must be called inside a Tokio runtime that outlives the export.
     pub fn new(service_name: &str, config: &TelemetryConfig) -> Result<Telemetry, TelemetryError> {
-        let (layers, provider, meters) = parts(service_name, config, Scope::All)?;
+        let (layers, provider, meters) =
+            parts(service_name, config, Scope::All, LevelFilter::TRACE)?;
         Ok(Telemetry {
             dispatch: Dispatch::new(Registry::default().with(layers)),
             provider,
             meters,
+            _file: None,
         })
     }
 
@@ -176,12 +205,18 @@ impl Telemetry {
         command: &str,
         services: &[ServiceName],
         config: &TelemetryConfig,
+        logs: &UpLogs,
     ) -> Result<(Telemetry, Vec<Telemetry>), TelemetryError> {
         let command_config = TelemetryConfig {
             otlp_endpoint: None,
             ..config.clone()
         };
-        let (command_layers, _, _) = parts(command, &command_config, Scope::Command)?;
+        let stderr_cap = if logs.verbose {
+            LevelFilter::TRACE
+        } else {
+            LevelFilter::WARN
+        };
+        let (command_layers, _, _) = parts(command, &command_config, Scope::Command, stderr_cap)?;
         // Owners sees exactly the spans some layer takes: those the log filter or, when
         // exporting, INFO enables (it must never make a span nobody wants).
         let owners: BoxedLayer = if config.otlp_endpoint.is_some() {
@@ -191,10 +226,16 @@ impl Telemetry {
         };
         let mut layers = vec![owners];
         layers.extend(command_layers);
+        let (file_layer, guard) = log_file(config, logs)?;
+        layers.push(file_layer);
         let mut exports = Vec::with_capacity(services.len());
         for service in services {
-            let (more, provider, meters) =
-                parts(service.binary(), config, Scope::Service(*service))?;
+            let (more, provider, meters) = parts(
+                service.binary(),
+                config,
+                Scope::Service(*service),
+                stderr_cap,
+            )?;
             layers.extend(more);
             exports.push((provider, meters));
         }
@@ -205,12 +246,14 @@ impl Telemetry {
                 dispatch: dispatch.clone(),
                 provider,
                 meters,
+                _file: None,
             })
             .collect();
         let command = Telemetry {
             dispatch,
             provider: None,
             meters: None,
+            _file: Some(guard),
         };
         Ok((command, services))
     }
@@ -290,13 +333,54 @@ fn log_filter(config: &TelemetryConfig) -> Result<EnvFilter, TelemetryError> {
     }
 }
 
-/// The log and export layers of `service_name`, taking what `scope` says, with the
-/// tracer and meter providers when exporting.
+/// `metnos up`'s log file: every service's and the command's lines at the configured
+/// level, in `logs.dir` (0700), a file per day (0600 when this run makes it), the last
+/// [`LOG_DAYS`] kept.
+fn log_file(
+    config: &TelemetryConfig,
+    logs: &UpLogs,
+) -> Result<(BoxedLayer, tracing_appender::non_blocking::WorkerGuard), TelemetryError> {
+    let failed = |e: &dyn std::fmt::Display| TelemetryError::LogFile {
+        dir: logs.dir.clone(),
+        message: e.to_string(),
+    };
+    crate::datadir::create_dir_all(&logs.dir).map_err(|e| failed(&e))?;
+    // The appender creates a day's file with the umask's mode; today's is made private
+    // first (later days' are tightened by the start-up check).
+    let today = logs.dir.join(log_file_today());
+    crate::datadir::file_options()
+        .append(true)
+        .create(true)
+        .open(&today)
+        .map_err(|e| failed(&e))?;
+    let appender = tracing_appender::rolling::Builder::new()
+        .rotation(tracing_appender::rolling::Rotation::DAILY)
+        .filename_prefix("metnos")
+        .filename_suffix("log")
+        .max_log_files(LOG_DAYS)
+        .build(&logs.dir)
+        .map_err(|e| failed(&e))?;
+    let (writer, guard) = tracing_appender::non_blocking(appender);
+    let fmt = tracing_subscriber::fmt::layer()
+        .with_writer(writer)
+        .with_ansi(false)
+        .with_target(true);
+    let filter = log_filter(config)?;
+    let layer: BoxedLayer = match config.log_format {
+        LogFormat::Text => Box::new(fmt.with_filter(filter)),
+        LogFormat::Json => Box::new(fmt.json().with_filter(filter)),
+    };
+    Ok((layer, guard))
+}
+
+/// The log and export layers of `service_name`, taking what `scope` says (stderr at most
+/// `stderr_cap`), with the tracer and meter providers when exporting.
 #[allow(clippy::type_complexity)]
 fn parts(
     service_name: &str,
     config: &TelemetryConfig,
     scope: Scope,
+    stderr_cap: LevelFilter,
 ) -> Result<
     (
         Vec<BoxedLayer>,
@@ -314,8 +398,8 @@ fn parts(
         .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
         .with_target(true);
     let fmt: BoxedLayer = match config.log_format {
-        LogFormat::Text => Box::new(fmt.with_filter(filter.and(scope))),
-        LogFormat::Json => Box::new(fmt.json().with_filter(filter.and(scope))),
+        LogFormat::Text => Box::new(fmt.with_filter(filter.and(scope).and(stderr_cap))),
+        LogFormat::Json => Box::new(fmt.json().with_filter(filter.and(scope).and(stderr_cap))),
     };
     let mut layers = vec![fmt];
 
@@ -395,8 +479,13 @@ mod tests {
             log: "info".to_owned(),
             ..TelemetryConfig::default()
         };
+        let logs = tempfile::tempdir().unwrap();
+        let logs = UpLogs {
+            dir: logs.path().join("logs"),
+            verbose: false,
+        };
         let (command, services) =
-            Telemetry::for_up("metnos", &[ServiceName::Policy], &config).unwrap();
+            Telemetry::for_up("metnos", &[ServiceName::Policy], &config, &logs).unwrap();
         command
             .install_global()
             .expect("no global subscriber yet (nextest runs each test in its own process)");

@@ -188,7 +188,13 @@ pub async fn check_tier(tier: &str, config: &LlmTierConfig, timeout: Duration) -
         Ok(models) => Finding::ModelMissing {
             available: models.iter().take(SHOWN_MODELS).map(|m| clean(m)).collect(),
         },
-        Err(LlmError::Unreachable { cause, .. }) => Finding::Unreachable { why: cause },
+        Err(LlmError::Unreachable { cause, .. }) => Finding::Unreachable {
+            // "connection refused (os error 111)": the number says nothing more.
+            why: match cause.find(" (os error") {
+                Some(at) => cause[..at].to_owned(),
+                None => cause,
+            },
+        },
         Err(LlmError::Timeout { after, .. }) => Finding::Unreachable {
             why: format!("no answer within {} s", after.as_secs()),
         },
