@@ -9,6 +9,7 @@
 //! - [`ask_cli`]: `metnos ask …` and `metnos turns …`.
 //! - [`pair_cli`]: `metnos pair …`.
 //! - [`chat_cli`]: `metnos chat`.
+//! - [`doctor`]: `metnos doctor`.
 //! - [`admin`]: what the admin commands share.
 //! - [`runfile`]: how every command finds the running stack.
 //! - [`setup`]: what the first `metnos up` sets up by itself.
@@ -20,6 +21,7 @@ pub mod admin;
 pub mod approvals_cli;
 pub mod ask_cli;
 pub mod chat_cli;
+pub mod doctor;
 pub mod executors_cli;
 pub mod pair_cli;
 pub mod pki_cli;

@@ -39,6 +39,13 @@ enum Command {
         #[arg(long)]
         verbose: bool,
     },
+    /// Check what a first answer needs: config, LLM tiers, catalog, sandbox, ports,
+    /// Telegram token, data directory, certificates; exit 1 on any fail.
+    Doctor {
+        /// One JSON object per check instead of lines.
+        #[arg(long)]
+        json: bool,
+    },
     /// Show whether each service is SERVING; exit 0 only if all are.
     Status {
         /// One JSON object per line instead of a table.
@@ -95,6 +102,13 @@ fn main() -> ExitCode {
     let cli = Cli::parse();
     let config = match Config::load(&ConfigSource::from_env(cli.config)) {
         Ok(config) => config,
+        // The doctor reports a config that does not load as its first check.
+        Err(e) if matches!(cli.command, Command::Doctor { .. }) => {
+            let Command::Doctor { json } = cli.command else {
+                unreachable!("matched above")
+            };
+            return metnos::doctor::config_failed(&e, json);
+        }
         Err(e) => {
             eprintln!("metnos: {e}");
             return ExitCode::from(EXIT_CONFIG);
@@ -115,6 +129,7 @@ fn main() -> ExitCode {
         match cli.command {
             Command::Up { verbose } => up::up(config, verbose).await,
             Command::Status { json } => status::status(&config, json).await,
+            Command::Doctor { json } => metnos::doctor::doctor(&config, json).await,
             Command::Policy { command } => policy_cli::policy(&config, command).await,
             Command::Grants { command } => policy_cli::grants(&config, command).await,
             Command::Vaglio { command } => vaglio_cli::vaglio(&config, command).await,

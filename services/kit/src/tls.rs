@@ -355,6 +355,22 @@ impl fmt::Debug for Tls {
     }
 }
 
+/// When the first certificate in the PEM file `path` starts and stops being valid (Unix
+/// seconds).
+pub fn valid_between(path: &Path) -> Result<(i64, i64), TlsError> {
+    let pem = read(path)?;
+    let der = first_certificate(&pem, path)?;
+    let (_, cert) =
+        x509_parser::parse_x509_certificate(&der).map_err(|_| TlsError::NotACertificate {
+            path: path.to_owned(),
+        })?;
+    let validity = cert.validity();
+    Ok((
+        validity.not_before.timestamp(),
+        validity.not_after.timestamp(),
+    ))
+}
+
 /// The files an identity's TLS material is read from, as config says.
 pub fn files(config: &Config, identity: Identity) -> (PathBuf, PathBuf, PathBuf) {
     let tls = &config.tls;
