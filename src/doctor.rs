@@ -16,7 +16,7 @@ use metnos_executors::Catalog;
 use metnos_executors::signing::Trust;
 use metnos_kit::Config;
 use metnos_kit::config::{ConfigError, SERVICES};
-use metnos_llm::check::{Finding, Level, TierCheck, check_tier};
+use metnos_llm::check::{Finding, Level, TierCheck, check_tier, clean};
 use serde_json::json;
 
 use crate::admin::say;
@@ -24,6 +24,11 @@ use crate::runfile::RunFile;
 
 /// How long each network check may take.
 const TIMEOUT: Duration = Duration::from_secs(5);
+/// How long the tool call to each tier may take: a local model loading into memory takes
+/// a while; a doctor that waits minutes per tier is no help.
+const TOOL_CALL_TIMEOUT: u64 = 60;
+/// The most of getMe's answer read.
+const MAX_GET_ME: usize = 64 << 10;
 /// A certificate this close to its end is a warning.
 const EXPIRY_WARNING_DAYS: i64 = 30;
 
@@ -168,7 +173,11 @@ async fn tool_call(
     listed: &TierCheck,
 ) -> Check {
     use metnos_llm::{ChatRequest, Message, Outcome, RetryPolicy, ToolDef};
-    let provider = match metnos_llm::Provider::from_config(tier, tier_config) {
+    let mut tier_config = tier_config.clone();
+    tier_config.timeout_seconds = tier_config
+        .timeout_seconds
+        .min(std::num::NonZero::new(TOOL_CALL_TIMEOUT).expect("not zero"));
+    let provider = match metnos_llm::Provider::from_config(tier, &tier_config) {
         Ok(provider) => provider.with_retry(RetryPolicy {
             max_retries: 0,
             ..RetryPolicy::default()
@@ -403,7 +412,13 @@ async fn telegram(config: &Config) -> Option<Check> {
     let hide = |text: String| text.replace(&token, "***");
     let client = match reqwest::Client::builder().timeout(TIMEOUT).build() {
         Ok(client) => client,
-        Err(e) => return Some(Check::fail("telegram", hide(e.to_string()), "")),
+        Err(e) => {
+            return Some(Check::fail(
+                "telegram",
+                hide(e.to_string()),
+                "this machine's TLS setup (a system certificate store)",
+            ));
+        }
     };
     let answer = match client.get(&url).send().await {
         Ok(answer) => answer,
@@ -427,7 +442,16 @@ async fn telegram(config: &Config) -> Option<Check> {
         }
     };
     let status = answer.status();
-    let body: serde_json::Value = answer.json().await.unwrap_or_default();
+    // Bounded: a fake API must not make the doctor hold gigabytes.
+    let mut answer = answer;
+    let mut bytes = Vec::new();
+    while let Ok(Some(chunk)) = answer.chunk().await {
+        bytes.extend_from_slice(&chunk);
+        if bytes.len() > MAX_GET_ME {
+            break;
+        }
+    }
+    let body: serde_json::Value = serde_json::from_slice(&bytes).unwrap_or_default();
     if status.as_u16() == 401 || status.as_u16() == 404 {
         return Some(Check::fail(
             "telegram",
@@ -449,16 +473,12 @@ async fn telegram(config: &Config) -> Option<Check> {
     }
 }
 
-/// A server's word, safe on a terminal.
-fn clean(text: &str) -> String {
-    text.chars().filter(|c| !c.is_control()).take(64).collect()
-}
-
 /// The data directory and Metnos's secrets: nobody but the owner may get in.
 fn data_dir(config: &Config) -> Vec<Check> {
     use std::os::unix::fs::PermissionsExt;
+    // What a link leads to is what others could open.
     let mode = |path: &Path| {
-        std::fs::symlink_metadata(path)
+        std::fs::metadata(path)
             .ok()
             .map(|m| m.permissions().mode() & 0o777)
     };

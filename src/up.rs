@@ -191,9 +191,13 @@ pub async fn up(config: Config, verbose: bool) -> ExitCode {
                 }
             }
         }
+        let telegram = match metnos_gateway::bot_token(&config) {
+            Ok(Some(_)) => "Telegram on",
+            _ => "Telegram off (no bot token)",
+        };
         let _ = writeln!(
             out,
-            "ready: logs in {}; try: metnos ask \"what time is it\"",
+            "ready: {telegram}; logs in {}; try: metnos ask \"what time is it\"",
             logs.dir.display()
         );
         let _ = out.flush();

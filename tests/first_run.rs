@@ -8,6 +8,7 @@ use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 
 use common::{Sandbox, sibling_binary};
+use metnos_llm::fake::{FakeLlm, Reply};
 use serde_json::Value;
 
 const BUILTINS: [&str; 7] = [
@@ -303,4 +304,120 @@ async fn a_trust_file_others_may_write_stops_the_stack_with_its_name() {
     let (code, _, stderr) = sandbox.run(&["executors", "list"]).await;
     assert_eq!(code, 2, "{stderr}");
     assert!(stderr.contains("group or others may write it"), "{stderr}");
+}
+
+/// The commands of the README's first-run block, as a person types them.
+fn readme_first_run() -> Vec<Vec<String>> {
+    let readme = include_str!("../README.md");
+    let begin = readme
+        .find("<!-- first-run:begin -->")
+        .expect("the README marks its first-run commands");
+    let end = readme[begin..]
+        .find("<!-- first-run:end -->")
+        .expect("the first-run block ends")
+        + begin;
+    readme[begin..end]
+        .lines()
+        .filter(|l| !l.starts_with("```") && !l.starts_with("<!--") && !l.trim().is_empty())
+        .map(|l| {
+            // A comment starts at `#` after blanks, outside quotes.
+            let words = shell_words::split(l).expect("a shell line");
+            words
+                .into_iter()
+                .take_while(|w| !w.starts_with('#'))
+                .collect()
+        })
+        .collect()
+}
+
+#[tokio::test]
+async fn the_readme_s_first_run_gets_an_answer_that_used_a_tool() {
+    use tokio::io::AsyncBufReadExt;
+    let commands = readme_first_run();
+    assert_eq!(
+        commands.first().map(|c| c.join(" ")),
+        Some("make install".to_owned()),
+        "{commands:?}"
+    );
+    // The default LLM, with a fake Ollama where the default port stands in: OLLAMA_HOST,
+    // the variable the README names for an Ollama elsewhere.
+    let fake = FakeLlm::start().await;
+    fake.push(Reply::ToolCalls(vec![(
+        "time_now".into(),
+        serde_json::json!({"timezone": "UTC"}),
+    )]));
+    fake.push(Reply::Text("It is the time the tool said.".into()));
+    let mut sandbox = Sandbox::new();
+    sandbox.set("OLLAMA_HOST", fake.url().trim_start_matches("http://"));
+    let metnos = Path::new(env!("CARGO_BIN_EXE_metnos"));
+    let mut up = None;
+    let mut answered = None;
+    for command in &commands {
+        match command.iter().map(String::as_str).collect::<Vec<_>>()[..] {
+            // What `make install` does is copy the binaries this suite built (checked
+            // against the Makefile by crate_graph.rs); the siblings are beside `metnos`.
+            ["make", "install"] => {
+                assert!(metnos.with_file_name("metnos-exec").is_file());
+            }
+            ["metnos", "up"] => {
+                let mut child = sandbox
+                    .command(metnos)
+                    .arg("up")
+                    .stdout(std::process::Stdio::piped())
+                    .stderr(std::process::Stdio::piped())
+                    .spawn()
+                    .unwrap();
+                let mut lines = tokio::io::BufReader::new(child.stdout.take().unwrap()).lines();
+                let mut said = Vec::new();
+                let ready = async {
+                    while let Some(line) = lines.next_line().await.unwrap() {
+                        let done = line.starts_with("ready:");
+                        said.push(line);
+                        if done {
+                            break;
+                        }
+                    }
+                };
+                tokio::time::timeout(common::START_LIMIT, ready)
+                    .await
+                    .expect("metnos up became ready");
+                assert!(
+                    said.contains(&format!(
+                        "fast tier: ready (qwen3:8b on ollama at {})",
+                        fake.url()
+                    )),
+                    "{said:?}"
+                );
+                up = Some(child);
+            }
+            ["metnos", ..] => {
+                let output = sandbox
+                    .command(metnos)
+                    .args(&command[1..])
+                    .output()
+                    .await
+                    .unwrap();
+                let stdout = String::from_utf8_lossy(&output.stdout).into_owned();
+                assert!(
+                    output.status.success(),
+                    "{command:?}: {stdout}{}",
+                    String::from_utf8_lossy(&output.stderr)
+                );
+                // The steps go to stderr as they happen, the answer to stdout.
+                answered = Some(format!(
+                    "{}{stdout}",
+                    String::from_utf8_lossy(&output.stderr)
+                ));
+            }
+            _ => panic!("the README's first run has a command this test cannot run: {command:?}"),
+        }
+    }
+    let answer = answered.expect("the first run asks something");
+    assert!(answer.contains("step 1: time_now"), "{answer}");
+    assert!(answer.contains("  ok ("), "the tool ran: {answer}");
+    assert!(answer.contains("It is the time the tool said."), "{answer}");
+    let mut up = up.expect("the first run starts metnos up");
+    common::signal(&up, "INT").await;
+    let status = up.wait().await.unwrap();
+    assert!(status.success(), "{status:?}");
 }

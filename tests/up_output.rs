@@ -93,7 +93,7 @@ async fn up_says_where_each_service_is_how_each_tier_is_and_that_it_is_ready() {
     assert_eq!(
         out[8],
         format!(
-            "ready: logs in {}; try: metnos ask \"what time is it\"",
+            "ready: Telegram off (no bot token); logs in {}; try: metnos ask \"what time is it\"",
             logs.display()
         )
     );

@@ -65,14 +65,16 @@ fn provider_word(kind: LlmProvider) -> &'static str {
     }
 }
 
-/// A server's word, safe on a terminal: no control characters, at most 64 characters.
-fn clean(text: &str) -> String {
-    let cleaned: String = text
-        .chars()
-        .map(|c| if c.is_control() { '?' } else { c })
+/// A server's word, safe on a terminal: no control characters, no invisible or
+/// direction-changing ones, at most 64 characters.
+pub fn clean(text: &str) -> String {
+    text.chars()
+        .map(|c| {
+            let hidden = matches!(c, '\u{200b}'..='\u{200f}' | '\u{202a}'..='\u{202e}' | '\u{2066}'..='\u{2069}' | '\u{feff}');
+            if c.is_control() || hidden { '?' } else { c }
+        })
         .take(64)
-        .collect();
-    cleaned
+        .collect()
 }
 
 impl TierCheck {
@@ -99,6 +101,9 @@ impl TierCheck {
             Finding::Unreachable { why } => {
                 format!("{tier} tier: {word} is not reachable at {url} ({why})")
             }
+            Finding::KeyRefused { status } if self.key_var.is_empty() => format!(
+                "{tier} tier: {word} at {url} refused the request (HTTP {status}): it wants a key"
+            ),
             Finding::KeyRefused { status } => format!(
                 "{tier} tier: {word} at {url} refused the key in {} (HTTP {status})",
                 self.key_var
@@ -108,8 +113,8 @@ impl TierCheck {
             }
             Finding::ModelMissing { available } => format!(
                 "{tier} tier: {word} at {url} has no model {model} (it has {}{})",
-                available.join(", "),
-                if available.len() == SHOWN_MODELS {
+                available[..available.len().min(SHOWN_MODELS)].join(", "),
+                if available.len() > SHOWN_MODELS {
                     ", …"
                 } else {
                     ""
@@ -136,6 +141,9 @@ impl TierCheck {
             ),
             (Finding::Unreachable { .. }, LlmProvider::Anthropic) => {
                 "check this machine's connection to the internet".to_owned()
+            }
+            (Finding::KeyRefused { .. }, _) if self.key_var.is_empty() => {
+                format!("set [runtime.llm.{tier}] api_key_env to the variable holding its key")
             }
             (Finding::KeyRefused { .. }, _) => format!(
                 "put a valid key in {}; the provider's console lists yours",
@@ -186,7 +194,12 @@ pub async fn check_tier(tier: &str, config: &LlmTierConfig, timeout: Duration) -
     check.finding = match provider.list_models(timeout).await {
         Ok(models) if models.iter().any(|m| provider.is_model(m)) => Finding::Ready,
         Ok(models) => Finding::ModelMissing {
-            available: models.iter().take(SHOWN_MODELS).map(|m| clean(m)).collect(),
+            // One more than shown, to tell "…" from a list shown whole.
+            available: models
+                .iter()
+                .take(SHOWN_MODELS + 1)
+                .map(|m| clean(m))
+                .collect(),
         },
         Err(LlmError::Unreachable { cause, .. }) => Finding::Unreachable {
             // "connection refused (os error 111)": the number says nothing more.

@@ -213,7 +213,9 @@ async fn handle(
     request: Request<Incoming>,
 ) -> Result<Response<Body>, Infallible> {
     let path = request.uri().path().to_owned();
-    if request.method() == hyper::Method::GET && (path == "/api/tags" || path == "/v1/models") {
+    if request.method() == hyper::Method::GET
+        && (path == "/api/tags" || path == "/v1/models" || path.starts_with("/v1/models/"))
+    {
         return Ok(listing(&state, &path));
     }
     let headers = request.headers().clone();
@@ -300,6 +302,23 @@ fn listing(state: &Mutex<State>, path: &str) -> Response<Body> {
     let status = StatusCode::from_u16(status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
     if !status.is_success() {
         return respond(status, "{\"error\":\"fake LLM: refused\"}".into(), None);
+    }
+    // Anthropic's one model, by id or alias.
+    if let Some(model) = path.strip_prefix("/v1/models/") {
+        return if models.iter().any(|m| m == model) {
+            respond(
+                StatusCode::OK,
+                json!({"type": "model", "id": format!("{model}-20261101"), "display_name": model})
+                    .to_string(),
+                None,
+            )
+        } else {
+            respond(
+                StatusCode::NOT_FOUND,
+                json!({"type": "error", "error": {"type": "not_found_error", "message": format!("model: {model}")}}).to_string(),
+                None,
+            )
+        };
     }
     let body = if path == "/api/tags" {
         json!({"models": models.iter().map(|m| json!({

@@ -35,6 +35,25 @@ impl Default for RetryPolicy {
     }
 }
 
+/// The most a chat answer may weigh: far over any real one, far under what would hurt.
+const MAX_ANSWER: usize = 32 << 20;
+
+/// A response's body, at most `cap` bytes (`Err(())` past it): a hostile or broken server
+/// cannot make a reader hold more.
+async fn read_capped(
+    mut response: reqwest::Response,
+    cap: usize,
+) -> Result<Result<Vec<u8>, ()>, reqwest::Error> {
+    let mut bytes = Vec::new();
+    while let Some(chunk) = response.chunk().await? {
+        bytes.extend_from_slice(&chunk);
+        if bytes.len() > cap {
+            return Ok(Err(()));
+        }
+    }
+    Ok(Ok(bytes))
+}
+
 /// Whether a URL's host is this machine or the home network (see
 /// [`Provider::online_host`]).
 fn home_host(host: &url::Host<&str>) -> bool {
@@ -111,6 +130,8 @@ impl Provider {
         }
         let http = reqwest::Client::builder()
             .connect_timeout(Duration::from_secs(5))
+            // A key sent as `x-api-key` would follow a redirect to another host.
+            .redirect(reqwest::redirect::Policy::none())
             .tcp_nodelay(true)
             .build()
             .map_err(|e| LlmError::Config(format!("cannot build the HTTP client: {e}")))?;
@@ -272,6 +293,8 @@ impl Provider {
     ) {
         let provider = self.provider_name();
         let url = self.url();
+        // What messages show: no user or password from the base URL.
+        let shown = format!("{}{}", self.base_url(), &url[self.base_url.len()..]);
         let mut request = self
             .http
             .post(&url)
@@ -289,7 +312,7 @@ impl Provider {
         }
         let response = match request.send().await {
             Ok(response) => response,
-            Err(e) => return (Err(self.transport_error(&url, &e)), None),
+            Err(e) => return (Err(self.transport_error(&shown, &e)), None),
         };
         let status = response.status();
         let retry_after = response
@@ -298,9 +321,18 @@ impl Provider {
             .and_then(|v| v.to_str().ok())
             .and_then(|v| v.trim().parse::<u64>().ok())
             .map(Duration::from_secs);
-        let text = match response.text().await {
-            Ok(text) => text,
-            Err(e) => return (Err(self.transport_error(&url, &e)), None),
+        let text = match read_capped(response, MAX_ANSWER).await {
+            Ok(Ok(bytes)) => String::from_utf8_lossy(&bytes).into_owned(),
+            Ok(Err(())) => {
+                return (
+                    Err(LlmError::Malformed {
+                        provider,
+                        message: format!("the answer is over {} MiB", MAX_ANSWER >> 20),
+                    }),
+                    None,
+                );
+            }
+            Err(e) => return (Err(self.transport_error(&shown, &e)), None),
         };
         if !status.is_success() {
             let error = match self.kind {
@@ -347,13 +379,24 @@ impl Provider {
         self.api_key.is_some()
     }
 
-    /// The models the server offers (Ollama `/api/tags`, OpenAI-compatible and Anthropic
-    /// `/v1/models`), in one attempt bounded by `timeout`: no retries, for a check at start.
+    /// The models the server offers (Ollama `/api/tags`, OpenAI-compatible `/v1/models`),
+    /// in one attempt bounded by `timeout`: no retries, for a check at start. Anthropic
+    /// lists dated ids a page at a time, and a configured alias is not among them: it is
+    /// asked about this model alone (`/v1/models/<model>`, which knows aliases), and the
+    /// answer is this model, or none.
     pub async fn list_models(&self, timeout: Duration) -> Result<Vec<String>, LlmError> {
         let provider = self.provider_name();
         let path = match self.kind {
-            LlmProvider::Ollama => "/api/tags",
-            LlmProvider::Openai | LlmProvider::Anthropic => "/v1/models",
+            LlmProvider::Ollama => "/api/tags".to_owned(),
+            LlmProvider::Openai => "/v1/models".to_owned(),
+            LlmProvider::Anthropic => {
+                let mut url = reqwest::Url::parse("http://x/v1/models/").expect("a fixed URL");
+                url.path_segments_mut()
+                    .expect("an http URL")
+                    .pop_if_empty()
+                    .push(&self.model);
+                url.path().to_owned()
+            }
         };
         let url = format!("{}{path}", self.base_url);
         let mut request = self.http.get(&url).timeout(timeout);
@@ -380,20 +423,15 @@ impl Provider {
         let status = response.status();
         // A model list is small; a server that answers megabytes is not an LLM server.
         const MAX_LIST: usize = 4 << 20;
-        let mut response = response;
-        let mut bytes = Vec::new();
-        while let Some(chunk) = response
-            .chunk()
+        let bytes = read_capped(response, MAX_LIST)
             .await
             .map_err(|e| self.transport_error(&shown, &e))?
-        {
-            bytes.extend_from_slice(&chunk);
-            if bytes.len() > MAX_LIST {
-                return Err(LlmError::Malformed {
-                    provider,
-                    message: format!("GET {path} answered more than {} MiB", MAX_LIST >> 20),
-                });
-            }
+            .map_err(|()| LlmError::Malformed {
+                provider,
+                message: format!("GET {path} answered more than {} MiB", MAX_LIST >> 20),
+            })?;
+        if self.kind == LlmProvider::Anthropic && status.as_u16() == 404 {
+            return Ok(Vec::new());
         }
         if !status.is_success() {
             return Err(LlmError::Http {
@@ -402,13 +440,16 @@ impl Provider {
                 message: format!("GET {path}"),
             });
         }
+        if self.kind == LlmProvider::Anthropic {
+            return Ok(vec![self.model.clone()]);
+        }
         let value: Value = serde_json::from_slice(&bytes).map_err(|_| LlmError::Malformed {
             provider,
             message: format!("GET {path} did not answer JSON"),
         })?;
         let (list, field) = match self.kind {
             LlmProvider::Ollama => (value.get("models"), "name"),
-            LlmProvider::Openai | LlmProvider::Anthropic => (value.get("data"), "id"),
+            _ => (value.get("data"), "id"),
         };
         let list = list.and_then(Value::as_array).ok_or(LlmError::Malformed {
             provider,

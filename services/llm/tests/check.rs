@@ -191,3 +191,76 @@ async fn an_answer_that_is_no_model_list_is_a_warning_about_the_address() {
     );
     assert!(check.fix().unwrap().contains("an Ollama server"));
 }
+
+#[tokio::test]
+async fn an_anthropic_alias_is_asked_about_by_name_not_looked_up_in_a_page_of_ids() {
+    let fake = FakeLlm::start().await;
+    fake.set_models(&["claude-sonnet-4-5"]);
+    let ready = check_tier(
+        "wise",
+        &tier(
+            LlmProvider::Anthropic,
+            "claude-sonnet-4-5",
+            fake.url(),
+            "HOME",
+        ),
+        TIMEOUT,
+    )
+    .await;
+    assert_eq!(ready.finding, Finding::Ready, "{}", ready.line());
+    let missing = check_tier(
+        "wise",
+        &tier(
+            LlmProvider::Anthropic,
+            "claude-nonexistent",
+            fake.url(),
+            "HOME",
+        ),
+        TIMEOUT,
+    )
+    .await;
+    assert_eq!(missing.level(), Level::Fail);
+    assert!(
+        missing.line().contains("has no model claude-nonexistent"),
+        "{}",
+        missing.line()
+    );
+}
+
+#[tokio::test]
+async fn a_list_shown_whole_has_no_ellipsis_and_invisible_characters_are_shown() {
+    let fake = FakeLlm::start().await;
+    fake.set_models(&["a", "b", "c", "d", "e"]);
+    let check = check_tier(
+        "fast",
+        &tier(LlmProvider::Ollama, "qwen3:8b", fake.url(), ""),
+        TIMEOUT,
+    )
+    .await;
+    assert!(
+        check.line().ends_with("(it has a, b, c, d, e)"),
+        "{}",
+        check.line()
+    );
+    fake.set_models(&["a", "b", "c", "d", "e", "f"]);
+    let check = check_tier(
+        "fast",
+        &tier(LlmProvider::Ollama, "qwen3:8b", fake.url(), ""),
+        TIMEOUT,
+    )
+    .await;
+    assert!(
+        check.line().ends_with("(it has a, b, c, d, e, …)"),
+        "{}",
+        check.line()
+    );
+    // A right-to-left override would make a name read as another.
+    fake.set_models(&["qwen\u{202e}b8:3"]);
+    let check = check_tier(
+        "fast",
+        &tier(LlmProvider::Ollama, "qwen3:8b", fake.url(), ""),
+        TIMEOUT,
+    )
+    .await;
+    assert!(check.line().contains("qwen?b8:3"), "{}", check.line());
+}

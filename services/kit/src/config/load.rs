@@ -252,7 +252,8 @@ impl Config {
                 Some(host) => ollama_url(host).ok_or_else(|| ConfigError::Key {
                     key: format!("runtime.llm.{tier}.base_url"),
                     origin: Some(OLLAMA_HOST_ENV.to_owned()),
-                    message: format!("`{host}` is not host[:port] or an http(s) URL"),
+                    // Not echoed: it may hold a user and password.
+                    message: "not host[:port] or an http(s) URL".to_owned(),
                 })?,
                 None => DEFAULT_OLLAMA_URL.to_owned(),
             };
@@ -267,12 +268,26 @@ fn ollama_url(host: &str) -> Option<String> {
     let host = host.trim().trim_end_matches('/');
     let with_scheme = if host.contains("://") {
         host.to_owned()
+    } else if host.starts_with(':') {
+        // `:11500`: Ollama's own reading is this machine.
+        format!("http://127.0.0.1{host}")
     } else {
         format!("http://{host}")
     };
     let mut url = url::Url::parse(&with_scheme).ok()?;
     if !matches!(url.scheme(), "http" | "https") || url.host_str().is_none_or(str::is_empty) {
         return None;
+    }
+    // 0.0.0.0 and :: are where a server listens, meaning every address of this machine;
+    // the address to call is its loopback.
+    match url.host() {
+        Some(url::Host::Ipv4(ip)) if ip.is_unspecified() => {
+            url.set_ip_host(std::net::Ipv4Addr::LOCALHOST.into()).ok()?;
+        }
+        Some(url::Host::Ipv6(ip)) if ip.is_unspecified() => {
+            url.set_ip_host(std::net::Ipv6Addr::LOCALHOST.into()).ok()?;
+        }
+        _ => {}
     }
     if url.port().is_none() && !host.contains("://") {
         url.set_port(Some(11434)).ok()?;

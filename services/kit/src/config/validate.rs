@@ -8,13 +8,17 @@ use std::path::Path;
 
 use super::{Config, ConfigError, LLM_TIERS, SERVICES, ServiceName, StoreSpec, TelegramMode};
 
-/// An environment variable's name as a shell writes it.
+/// A key's variable as people name them: upper-case letters, digits and `_`, at most 64.
+/// Stricter than the shell on purpose: keys such as `hf_…`, `gsk_…` or `ghp_…` are made of
+/// letters, digits and `_` too, and one pasted here must be refused, not echoed back in
+/// "… is not set".
 fn is_variable_name(name: &str) -> bool {
     let mut chars = name.chars();
-    chars
-        .next()
-        .is_some_and(|c| c.is_ascii_alphabetic() || c == '_')
-        && chars.all(|c| c.is_ascii_alphanumeric() || c == '_')
+    name.len() <= 64
+        && chars
+            .next()
+            .is_some_and(|c| c.is_ascii_uppercase() || c == '_')
+        && chars.all(|c| c.is_ascii_uppercase() || c.is_ascii_digit() || c == '_')
 }
 
 /// Programs whose work is running another program named in their arguments: in
@@ -233,7 +237,7 @@ impl Config {
                 // Never echoed: it may well be the key itself, pasted in the wrong place.
                 return Err(ConfigError::key(
                     key_env,
-                    "must be the NAME of the environment variable holding the key (letters, digits and _), never the key itself",
+                    "must be the NAME of the environment variable holding the key (upper-case letters, digits and _, e.g. OPENAI_API_KEY), never the key itself",
                 ));
             }
             if llm.provider == super::LlmProvider::Anthropic && llm.api_key_env.is_empty() {
@@ -502,6 +506,11 @@ mod tests {
                 ("gpu-box", "http://gpu-box:11434"),
                 ("https://ollama.example.org", "https://ollama.example.org"),
                 ("http://[::1]:11434/", "http://[::1]:11434"),
+                // What Ollama's server listens on, not an address to call: this machine.
+                ("0.0.0.0", "http://127.0.0.1:11434"),
+                ("0.0.0.0:11500", "http://127.0.0.1:11500"),
+                (":11500", "http://127.0.0.1:11500"),
+                ("[::]:11434", "http://[::1]:11434"),
             ] {
                 jail.set_env("OLLAMA_HOST", host);
                 assert_eq!(load()?.runtime.llm["fast"].base_url, url, "{host}");
@@ -525,10 +534,10 @@ mod tests {
             assert_eq!(load()?.runtime.llm.len(), 1);
 
             write_file(jail, "")?;
-            jail.set_env("OLLAMA_HOST", "ftp://x");
+            jail.set_env("OLLAMA_HOST", "ftp://user:secret@x");
             assert_eq!(
                 load_err(),
-                "config key `runtime.llm.fast.base_url` (from OLLAMA_HOST): `ftp://x` is not host[:port] or an http(s) URL"
+                "config key `runtime.llm.fast.base_url` (from OLLAMA_HOST): not host[:port] or an http(s) URL"
             );
             Ok(())
         });
@@ -554,6 +563,16 @@ mod tests {
             assert!(err.contains("`runtime.llm.fast.api_key_env`"), "{err}");
             assert!(err.contains("never the key itself"), "{err}");
             assert!(!err.contains("sk-live"), "the value was shown: {err}");
+            // A key made only of letters, digits and `_` is no variable name either.
+            write_file(
+                jail,
+                "[runtime.llm.fast]\nprovider = \"openai\"\nmodel = \"m\"\napi_key_env = \"hf_AbCdEfGh0123456789\"\n",
+            )?;
+            let err = load_err();
+            assert!(
+                err.contains("never the key itself") && !err.contains("hf_"),
+                "{err}"
+            );
             write_file(
                 jail,
                 "[runtime.llm.fast]\nprovider = \"anthropic\"\nmodel = \"m\"\napi_key_env = \"ANTHROPIC_API_KEY\"\n",
