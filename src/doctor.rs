@@ -345,12 +345,7 @@ fn ports(config: &Config) -> Vec<Check> {
             ));
             continue;
         }
-        if let Some((low, high)) = ephemeral
-            && (low..=high).contains(&addr.port())
-            && !reserved
-                .iter()
-                .any(|(a, b)| (*a..=*b).contains(&addr.port()))
-        {
+        if unreserved_ephemeral(addr.port(), ephemeral, &reserved) {
             in_range.push(addr.port());
         }
     }
@@ -374,16 +369,32 @@ fn ports(config: &Config) -> Vec<Check> {
     checks
 }
 
+/// Whether an outgoing connection may be handed `port` (in the kernel's ephemeral
+/// `range`, not among the `reserved` ranges).
+fn unreserved_ephemeral(port: u16, range: Option<(u16, u16)>, reserved: &[(u16, u16)]) -> bool {
+    range.is_some_and(|(low, high)| (low..=high).contains(&port))
+        && !reserved.iter().any(|(a, b)| (*a..=*b).contains(&port))
+}
+
 fn ephemeral_range() -> Option<(u16, u16)> {
-    let text = std::fs::read_to_string("/proc/sys/net/ipv4/ip_local_port_range").ok()?;
+    parse_range(&std::fs::read_to_string("/proc/sys/net/ipv4/ip_local_port_range").ok()?)
+}
+
+/// `ip_local_port_range`: two numbers.
+fn parse_range(text: &str) -> Option<(u16, u16)> {
     let mut parts = text.split_whitespace().map(|p| p.parse::<u16>().ok());
     Some((parts.next()??, parts.next()??))
 }
 
 fn reserved_ports() -> Vec<(u16, u16)> {
-    std::fs::read_to_string("/proc/sys/net/ipv4/ip_local_reserved_ports")
-        .unwrap_or_default()
-        .trim()
+    parse_reserved(
+        &std::fs::read_to_string("/proc/sys/net/ipv4/ip_local_reserved_ports").unwrap_or_default(),
+    )
+}
+
+/// `ip_local_reserved_ports`: `50051-50055,8080`, or empty.
+fn parse_reserved(text: &str) -> Vec<(u16, u16)> {
+    text.trim()
         .split(',')
         .filter_map(|part| {
             let (a, b) = part.split_once('-').unwrap_or((part, part));
@@ -586,4 +597,113 @@ fn certificates(config: &Config) -> Vec<Check> {
         }
     }
     checks
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_port_the_kernel_may_hand_out_is_told_unless_reserved() {
+        let range = parse_range("32768\t60999\n");
+        assert_eq!(range, Some((32768, 60999)));
+        let reserved = parse_reserved("50051-50053,50055\n");
+        assert_eq!(reserved, [(50051, 50053), (50055, 50055)]);
+        assert!(!unreserved_ephemeral(50051, range, &reserved));
+        assert!(!unreserved_ephemeral(50055, range, &reserved));
+        assert!(unreserved_ephemeral(50054, range, &reserved));
+        assert!(
+            !unreserved_ephemeral(8443, range, &reserved),
+            "below the range"
+        );
+        assert!(parse_reserved("\n").is_empty());
+        assert!(unreserved_ephemeral(50054, range, &parse_reserved("")));
+        assert!(
+            !unreserved_ephemeral(50054, None, &[]),
+            "not Linux: nothing to say"
+        );
+    }
+
+    /// A self-signed certificate valid between two dates, as the CA and the owner's.
+    fn config_with_certificate(dir: &Path, from: (i32, u8, u8), until: (i32, u8, u8)) -> Config {
+        let mut params = rcgen::CertificateParams::new(vec!["owner.metnos".to_owned()]).unwrap();
+        params.not_before = rcgen::date_time_ymd(from.0, from.1, from.2);
+        params.not_after = rcgen::date_time_ymd(until.0, until.1, until.2);
+        let key = rcgen::KeyPair::generate().unwrap();
+        let pem = params.self_signed(&key).unwrap().pem();
+        let path = dir.join("cert.pem");
+        std::fs::write(&path, pem).unwrap();
+        let mut config = Config::default();
+        config.tls.ca_file = path.clone();
+        config.tls.cert_file = path;
+        config
+    }
+
+    fn levels(checks: &[Check]) -> Vec<(Level, String)> {
+        checks
+            .iter()
+            .map(|c| (c.level, c.message.clone()))
+            .collect()
+    }
+
+    #[test]
+    fn a_certificate_not_yet_valid_or_expired_fails_with_its_fix() {
+        let dir = tempfile::tempdir().unwrap();
+        let year = jiff::Zoned::now().year() as i32;
+        // Made on a machine whose clock was ahead (or this one is behind).
+        let config = config_with_certificate(dir.path(), (year + 1, 1, 1), (year + 5, 1, 1));
+        let checks = certificates(&config);
+        assert!(
+            checks.iter().all(|c| c.level == Level::Fail),
+            "{:?}",
+            levels(&checks)
+        );
+        assert!(
+            checks[0].message.contains("valid only from"),
+            "{}",
+            checks[0].message
+        );
+        assert!(checks[0].fix.as_deref().unwrap().contains("clock"));
+
+        let config = config_with_certificate(dir.path(), (year - 5, 1, 1), (year - 1, 1, 1));
+        let checks = certificates(&config);
+        assert!(
+            checks[0].message.contains("expired on"),
+            "{:?}",
+            levels(&checks)
+        );
+        assert_eq!(checks[0].level, Level::Fail);
+        assert!(
+            checks[0]
+                .fix
+                .as_deref()
+                .unwrap()
+                .contains("metnos pki init --rotate")
+        );
+
+        let config = config_with_certificate(dir.path(), (year - 1, 1, 1), (year + 5, 1, 1));
+        let checks = certificates(&config);
+        assert!(
+            checks.iter().all(|c| c.level == Level::Ok),
+            "{:?}",
+            levels(&checks)
+        );
+        assert!(checks[0].message.contains("is valid until"));
+    }
+
+    #[test]
+    fn a_certificate_near_its_end_is_a_warning() {
+        let dir = tempfile::tempdir().unwrap();
+        let soon = jiff::Zoned::now()
+            .date()
+            .saturating_add(jiff::Span::new().days(10));
+        let config = config_with_certificate(
+            dir.path(),
+            (soon.year() as i32 - 2, 1, 1),
+            (soon.year() as i32, soon.month() as u8, soon.day() as u8),
+        );
+        let checks = certificates(&config);
+        assert_eq!(checks[0].level, Level::Warn, "{:?}", levels(&checks));
+        assert!(checks[0].message.contains("expires on"));
+    }
 }

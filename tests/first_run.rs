@@ -248,6 +248,30 @@ async fn an_upgrade_re_signs_the_builtins_metnos_installed_and_no_one_elses() {
         theirs_before
     );
     assert!(time_now_runs(&sandbox, &metnos).await);
+
+    // A metnos-exec the person built themselves: their word re-signs it.
+    let mut bytes = std::fs::read(&exec).unwrap();
+    bytes.extend_from_slice(b"\0built by hand");
+    std::fs::write(&exec, bytes).unwrap();
+    assert!(!time_now_runs(&sandbox, &metnos).await);
+    let output = sandbox
+        .command(&metnos)
+        .args(["executors", "install"])
+        .output()
+        .await
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(output.status.success(), "{stderr}");
+    assert!(
+        stderr.contains("re-signed fs_read, fs_write, fs_list, time_now"),
+        "{stderr}"
+    );
+    assert!(time_now_runs(&sandbox, &metnos).await);
+    assert_eq!(
+        std::fs::read(theirs.join("manifest.sig")).unwrap(),
+        theirs_before,
+        "still never the person's executor"
+    );
 }
 
 #[tokio::test]

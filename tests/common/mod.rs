@@ -383,6 +383,7 @@ impl Sandbox {
             signer: "owner".to_owned(),
             key_file: self.dir.path().join(".config/metnos/keys/owner.key"),
             installer: String::new(),
+            programs: Default::default(),
             executors: metnos_executors::builtin::MANIFESTS
                 .iter()
                 .map(|(name, _)| ((*name).to_owned(), "0".repeat(64)))

@@ -128,6 +128,10 @@ pub struct BuiltinsRecord {
     /// changed while this did not is no upgrade, and is not re-signed.
     #[serde(default)]
     pub installer: String,
+    /// Each program's identity ([`installer_identity`]) when last synced: while neither
+    /// they nor the installer changed, a start reads and hashes nothing.
+    #[serde(default)]
+    pub programs: BTreeMap<PathBuf, String>,
     /// Each built-in installed: the sha256 of the `manifest.toml` Metnos wrote. A folder
     /// whose manifest no longer has it was changed by someone else and is left alone.
     pub executors: BTreeMap<String, String>,
@@ -244,10 +248,26 @@ pub fn sync_builtins(request: &SyncRequest<'_>) -> Result<Synced, InstallError> 
         signer: request.signer.to_owned(),
         key_file: request.key_file.to_owned(),
         installer: request.installer.to_owned(),
+        programs: BTreeMap::new(),
         executors: BTreeMap::new(),
     });
     let upgraded = record.installer != request.installer;
     let may_write = request.force || previous.is_none() || upgraded;
+    // The programs the built-ins run, as they are now.
+    let mut programs = BTreeMap::new();
+    for (_, text) in crate::builtin::MANIFESTS {
+        let named = text
+            .parse::<toml_edit::DocumentMut>()
+            .ok()
+            .and_then(|doc| doc["program"].as_str().map(str::to_owned))
+            .unwrap_or_else(|| crate::BUILTIN_PROGRAM.to_owned());
+        let own = program.with_file_name(named);
+        let identity = installer_identity(&own).unwrap_or_default();
+        programs.insert(own, identity);
+    }
+    if previous.is_some() && !request.force && !upgraded && record.programs == programs {
+        return Ok(Synced::default());
+    }
     let mut key: Option<SigningKey> = None;
     let mut digests: HashMap<PathBuf, String> = HashMap::new();
     let mut synced = Synced::default();
@@ -343,6 +363,18 @@ pub fn sync_builtins(request: &SyncRequest<'_>) -> Result<Synced, InstallError> 
             synced.installed.push(name);
         } else {
             synced.updated.push(name);
+        }
+    }
+    // The programs' identities are recorded only once they are signed as they are: a
+    // program swapped outside an upgrade keeps being reported at every start.
+    let all_signed = !synced
+        .kept
+        .iter()
+        .any(|(_, why)| why.contains("no upgrade"));
+    if all_signed && record.programs != programs {
+        record.programs = programs;
+        if previous.is_some() && !synced.changed() {
+            record.write(catalog)?;
         }
     }
     if synced.changed() || previous.is_none() || (upgraded && may_write) {
