@@ -14,16 +14,13 @@ use metnos_llm::check::Level;
 use crate::admin::say;
 use crate::runfile::service_urls;
 
-/// How long each LLM tier's check may take.
-const TIER_CHECK_TIMEOUT: Duration = Duration::from_secs(3);
-
 /// Prints one row per service with SERVING or NOT_SERVING, one per LLM tier (READY, WARN
 /// or NOT_READY) and one for the sandbox; exit 0 only if all five services serve (the
 /// other rows inform; `metnos doctor` fails on them).
 pub async fn status(config: &Config, json: bool) -> ExitCode {
     let tiers = tokio::spawn({
         let llm = config.runtime.llm.clone();
-        async move { metnos_llm::check::check_tiers(&llm, TIER_CHECK_TIMEOUT).await }
+        async move { metnos_llm::check::check_tiers(&llm, metnos_llm::check::QUICK_TIMEOUT).await }
     });
     let urls = service_urls(config);
     let tls = match crate::admin::owner_tls(config) {

@@ -20,9 +20,6 @@ use crate::runfile::RunFile;
 /// Worker threads per service runtime.
 const WORKERS: usize = 2;
 
-/// How long each LLM tier's check at start may take (it never holds the stack up longer).
-const TIER_CHECK_TIMEOUT: Duration = Duration::from_secs(3);
-
 /// Runs the stack until SIGINT/SIGTERM. Exit 0 on a clean stop, 1 when a service failed
 /// to start or stopped on its own, 2 for an unusable configuration.
 pub async fn up(config: Config, verbose: bool) -> ExitCode {
@@ -98,7 +95,7 @@ pub async fn up(config: Config, verbose: bool) -> ExitCode {
     // Each LLM tier checked while the services start: one line each once they serve.
     let tiers = tokio::spawn({
         let llm = config.runtime.llm.clone();
-        async move { metnos_llm::check::check_tiers(&llm, TIER_CHECK_TIMEOUT).await }
+        async move { metnos_llm::check::check_tiers(&llm, metnos_llm::check::QUICK_TIMEOUT).await }
     });
 
     // Bind everything first: a port in use fails before any service starts.

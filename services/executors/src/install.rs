@@ -399,7 +399,7 @@ fn real_folder(dir: &Path) -> Result<(), InstallError> {
 
 /// Replaces `path` with `bytes`, 0600: written to a new file beside it (never through a
 /// link left there), then renamed over it, so a link at `path` is replaced, not followed.
-fn replace_file(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
+pub(crate) fn replace_file(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
     let mut partial = path.as_os_str().to_owned();
     partial.push(".partial");
     let partial = PathBuf::from(partial);

@@ -268,28 +268,7 @@ pub fn trust_in_file(path: &Path, name: &str, key: &VerifyingKey) -> Result<(), 
             .create(parent)
             .map_err(|e| bad(e.to_string()))?;
     }
-    let mut partial = path.as_os_str().to_owned();
-    partial.push(".partial");
-    let partial = PathBuf::from(partial);
-    let write = || -> std::io::Result<()> {
-        // Never through a link left at the temporary name.
-        match std::fs::remove_file(&partial) {
-            Err(e) if e.kind() != std::io::ErrorKind::NotFound => return Err(e),
-            _ => {}
-        }
-        let mut options = std::fs::OpenOptions::new();
-        options.write(true).create_new(true);
-        std::os::unix::fs::OpenOptionsExt::mode(&mut options, 0o600);
-        let mut file = options.open(&partial)?;
-        file.set_permissions(std::os::unix::fs::PermissionsExt::from_mode(0o600))?;
-        file.write_all(doc.to_string().as_bytes())?;
-        file.sync_all()?;
-        std::fs::rename(&partial, path)
-    };
-    write().map_err(|e| {
-        let _ = std::fs::remove_file(&partial);
-        bad(e.to_string())
-    })
+    crate::install::replace_file(path, doc.to_string().as_bytes()).map_err(|e| bad(e.to_string()))
 }
 
 const TRUST_FILE_HEADER: &str = "\

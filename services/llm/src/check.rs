@@ -15,6 +15,10 @@ use crate::error::LlmError;
 use crate::provider::Provider;
 use crate::tiers::Tier;
 
+/// How long a tier's check may take where it must not hold anything up (`metnos up`,
+/// `metnos status`).
+pub const QUICK_TIMEOUT: Duration = Duration::from_secs(3);
+
 /// How bad a finding is: `Fail` means no turn can work on that tier.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
 #[serde(rename_all = "lowercase")]

@@ -295,21 +295,13 @@ impl Provider {
         let url = self.url();
         // What messages show: no user or password from the base URL.
         let shown = format!("{}{}", self.base_url(), &url[self.base_url.len()..]);
-        let mut request = self
-            .http
-            .post(&url)
-            .timeout(self.timeout)
-            .header(http::header::CONTENT_TYPE, "application/json")
-            .body(body.to_vec());
-        if let Some(key) = &self.api_key {
-            request = match self.kind {
-                LlmProvider::Anthropic => request.header("x-api-key", &key.0),
-                _ => request.bearer_auth(&key.0),
-            };
-        }
-        if self.kind == LlmProvider::Anthropic {
-            request = request.header("anthropic-version", anthropic::VERSION);
-        }
+        let request = self.authorized(
+            self.http
+                .post(&url)
+                .timeout(self.timeout)
+                .header(http::header::CONTENT_TYPE, "application/json")
+                .body(body.to_vec()),
+        );
         let response = match request.send().await {
             Ok(response) => response,
             Err(e) => return (Err(self.transport_error(&shown, &e)), None),
@@ -399,16 +391,7 @@ impl Provider {
             }
         };
         let url = format!("{}{path}", self.base_url);
-        let mut request = self.http.get(&url).timeout(timeout);
-        if let Some(key) = &self.api_key {
-            request = match self.kind {
-                LlmProvider::Anthropic => request.header("x-api-key", &key.0),
-                _ => request.bearer_auth(&key.0),
-            };
-        }
-        if self.kind == LlmProvider::Anthropic {
-            request = request.header("anthropic-version", anthropic::VERSION);
-        }
+        let request = self.authorized(self.http.get(&url).timeout(timeout));
         let shown = format!("{}{path}", self.base_url());
         let response = request.send().await.map_err(|e| {
             if e.is_timeout() {
@@ -473,6 +456,20 @@ impl Provider {
 
     pub fn kind(&self) -> LlmProvider {
         self.kind
+    }
+
+    /// `request` with the key (as the provider takes it) and Anthropic's version header.
+    fn authorized(&self, mut request: reqwest::RequestBuilder) -> reqwest::RequestBuilder {
+        if let Some(key) = &self.api_key {
+            request = match self.kind {
+                LlmProvider::Anthropic => request.header("x-api-key", &key.0),
+                _ => request.bearer_auth(&key.0),
+            };
+        }
+        if self.kind == LlmProvider::Anthropic {
+            request = request.header("anthropic-version", anthropic::VERSION);
+        }
+        request
     }
 
     fn transport_error(&self, url: &str, error: &reqwest::Error) -> LlmError {
