@@ -95,75 +95,7 @@ pub fn split_escaped(text: &str, limit: usize) -> Vec<String> {
     out
 }
 
-/// What a message says about stopping.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Stop {
-    /// Stop now.
-    Clear,
-    /// Perhaps: ask first.
-    Ambiguous,
-    No,
-}
-
-fn normalized(text: &str) -> String {
-    text.trim()
-        .trim_end_matches(['.', '!', '?', '…'])
-        .to_lowercase()
-        .split_whitespace()
-        .collect::<Vec<_>>()
-        .join(" ")
-}
-
-/// The telos stop clause: `/stop` and the phrases that mean it, in Italian and English.
-pub fn stop_of(text: &str) -> Stop {
-    const CLEAR: &[&str] = &[
-        "/stop",
-        "stop",
-        "basta",
-        "lascia stare",
-        "lascia perdere",
-        "lascia",
-        "fermati",
-        "ferma",
-        "annulla",
-        "smettila",
-        "non importa",
-        "stop it",
-        "never mind",
-        "nevermind",
-        "forget it",
-        "cancel",
-        "leave it",
-        "drop it",
-        "abort",
-    ];
-    const AMBIGUOUS: &[&str] = &[
-        "hmm",
-        "mah",
-        "vediamo dopo",
-        "vediamo",
-        "forse dopo",
-        "ci penso",
-        "magari dopo",
-        "let's see later",
-        "lets see later",
-        "maybe later",
-        "hmm let's see",
-        "we'll see",
-        "not now",
-        "non ora",
-        "hmm vediamo",
-    ];
-    let text = normalized(text);
-    let text = text.trim_start_matches("ok ").trim_start_matches("ok, ");
-    if CLEAR.contains(&text) {
-        Stop::Clear
-    } else if AMBIGUOUS.contains(&text) || text.starts_with("hmm") {
-        Stop::Ambiguous
-    } else {
-        Stop::No
-    }
-}
+pub use metnos_core::stop::{Stop, normalized, stop_of};
 
 /// Whether a reply confirms a question (sì/yes).
 pub fn is_yes(text: &str) -> bool {
@@ -404,30 +336,6 @@ mod tests {
             let visible = |s: &str| s.chars().filter(|c| !c.is_whitespace()).collect::<String>();
             let shown = if visible(&text).is_empty() { "…".to_owned() } else { visible(&text) };
             proptest::prop_assert_eq!(visible(&unescape(&parts.concat())), shown);
-        }
-    }
-
-    #[test]
-    fn stop_phrases_in_both_languages_and_ambiguity() {
-        for clear in [
-            "/stop",
-            "Basta!",
-            "lascia stare",
-            "never mind",
-            "Stop.",
-            "ok basta",
-        ] {
-            assert_eq!(stop_of(clear), Stop::Clear, "{clear}");
-        }
-        for maybe in ["hmm, let's see later", "vediamo dopo", "Maybe later", "hmm"] {
-            assert_eq!(stop_of(maybe), Stop::Ambiguous, "{maybe}");
-        }
-        for no in [
-            "stop the music in the kitchen at 8",
-            "basta con il sale nella ricetta?",
-            "read my notes",
-        ] {
-            assert_eq!(stop_of(no), Stop::No, "{no}");
         }
     }
 

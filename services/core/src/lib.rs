@@ -28,6 +28,7 @@ pub mod path;
 pub mod principal;
 pub mod provenance;
 pub mod resolve;
+pub mod stop;
 pub mod table;
 pub mod target;
 pub mod territory;

@@ -4,13 +4,19 @@ use metnos_kit::authz::{Rule, Table};
 use metnos_kit::tls::Identity;
 use std::sync::Arc;
 
-use metnos_kit::server::not_implemented;
+use metnos_core::Principal;
+use metnos_kit::authz::Caller;
 use metnos_kit::time::to_timestamp;
+use metnos_proto::common::v1 as common;
 use metnos_proto::vaglio::v1 as pb;
 use metnos_proto::vaglio::v1::vaglio_service_server::VaglioService;
 use tonic::{Request, Response, Status};
 
 use crate::service::{BlockedBy, Error, Proposal, Provenance, Vaglio, Verdict};
+use crate::telos::engine::Signal;
+use crate::telos::{
+    self, Decision, Evaluation, Found, Origin, ProposalIn, TelosEngine, TelosError,
+};
 
 /// Who may call which RPC (README, "Security model"): the planner has calls judged, the
 /// owner reads the verdicts; the telos RPCs go to who will need them.
@@ -25,24 +31,34 @@ pub const AUTHORIZATION: Table = Table {
             method: "ListVerdicts",
             callers: &[Identity::Owner],
         },
+        // The planner's proposals; the owner's dry runs (`metnos telos evaluate`).
         Rule {
             method: "EvaluateProposal",
-            callers: &[Identity::Planner],
+            callers: &[Identity::Planner, Identity::Owner],
         },
         Rule {
             method: "GetTelos",
             callers: &[Identity::Owner],
         },
+        // The channels the people answer on: the gateway (Telegram), the owner (the CLI).
         Rule {
             method: "RecordFeedback",
-            callers: &[Identity::Gateway],
+            callers: &[Identity::Gateway, Identity::Owner],
         },
         Rule {
             method: "DetectStop",
-            callers: &[Identity::Gateway],
+            callers: &[Identity::Gateway, Identity::Owner],
         },
         Rule {
             method: "ListRejectedProposals",
+            callers: &[Identity::Owner],
+        },
+        Rule {
+            method: "ListNever",
+            callers: &[Identity::Owner],
+        },
+        Rule {
+            method: "RemoveNever",
             callers: &[Identity::Owner],
         },
     ],
@@ -85,15 +101,120 @@ fn verdict_msg(v: &Verdict) -> pb::Verdict {
     }
 }
 
-/// The `VaglioService` implementation; the telos RPCs arrive with the telos issue.
+/// The `VaglioService` implementation: the judge and the telos engine.
 #[derive(Debug, Clone)]
 pub struct VaglioApi {
     vaglio: Arc<Vaglio>,
+    telos: Arc<TelosEngine>,
 }
 
 impl VaglioApi {
-    pub fn new(vaglio: Arc<Vaglio>) -> VaglioApi {
-        VaglioApi { vaglio }
+    pub fn new(vaglio: Arc<Vaglio>, telos: Arc<TelosEngine>) -> VaglioApi {
+        VaglioApi { vaglio, telos }
+    }
+}
+
+impl From<TelosError> for Status {
+    fn from(error: TelosError) -> Status {
+        match error {
+            TelosError::NotFound(m) => Status::not_found(m),
+            TelosError::Denied(m) => Status::permission_denied(m),
+            TelosError::Precondition(m) => Status::failed_precondition(m),
+            TelosError::Store(e) => {
+                metnos_kit::store::failure_status(crate::SERVICE, "the telos store", &e)
+            }
+        }
+    }
+}
+
+fn principal_of(field: &str, p: Option<&common::Principal>) -> Result<Principal, Status> {
+    let p = p.ok_or_else(|| Status::invalid_argument(format!("{field} is missing")))?;
+    Principal::try_from(p).map_err(|e| Status::invalid_argument(format!("{field}: {e}")))
+}
+
+/// The people a caller may speak for: the gateway for its channels, the owner for the CLI.
+fn speaks_for<T>(request: &Request<T>, person: &Principal) -> Result<(), Status> {
+    match Caller::of(request) {
+        Some(caller) if Caller::speaks_for(caller, &person.channel) => Ok(()),
+        Some(caller) => Err(Status::permission_denied(format!(
+            "{caller} does not speak for people of channel `{}`",
+            person.channel
+        ))),
+        // No authorization layer (an in-process test of the handler): as the table says.
+        None => Ok(()),
+    }
+}
+
+fn decision_msg(d: Decision) -> pb::AlignmentDecision {
+    match d {
+        Decision::Publish => pb::AlignmentDecision::Publish,
+        Decision::Reject => pb::AlignmentDecision::Reject,
+        Decision::DeferToDigest => pb::AlignmentDecision::DeferToDigest,
+        Decision::DeferToSlot => pb::AlignmentDecision::DeferToSlot,
+    }
+}
+
+fn origin_msg(o: Origin) -> pb::ProposalOrigin {
+    match o {
+        Origin::Adhoc => pb::ProposalOrigin::Spontaneous,
+        Origin::SchedulerInCadence => pb::ProposalOrigin::SchedulerInCadence,
+        Origin::SchedulerOffCadence => pb::ProposalOrigin::SchedulerOutOfCadence,
+        Origin::ExplicitRequest => pb::ProposalOrigin::ExplicitRequest,
+    }
+}
+
+fn result_msg(e: &Evaluation) -> pb::AlignmentResult {
+    pb::AlignmentResult {
+        proposal_id: e.proposal_id.clone(),
+        expected_alignment: e.expected_alignment,
+        per_telos: e
+            .per_telos
+            .iter()
+            .map(|t| pb::FitEstimate {
+                telos_id: t.telos_id.clone(),
+                fit: t.fit,
+                why: t.why.clone(),
+                activation_threshold: t.activation_threshold,
+                weight_effective: t.weight_effective,
+                contribution: t.contribution,
+            })
+            .collect(),
+        urgency: e.urgency,
+        confidence: e.confidence,
+        bother_cost: e.bother_cost,
+        decision: decision_msg(e.decision) as i32,
+        threshold_used: e.threshold_used,
+        at: Some(to_timestamp(e.at_ms)),
+        reason: e.reason.clone(),
+        alignment_before_bother: e.alignment_before_bother,
+        bother_sum: e.bother_sum,
+        not_before: e.not_before_ms.map(to_timestamp),
+        effect_class: e.effect_class.clone(),
+        principal: e
+            .person
+            .split_once(':')
+            .map(|(channel, sender_id)| common::Principal {
+                channel: channel.to_owned(),
+                sender_id: sender_id.to_owned(),
+            }),
+        channel: e.channel.clone(),
+        origin: origin_msg(e.origin) as i32,
+        telos_version: e.telos_version.clone(),
+        ask_person: e.ask_person.clone().unwrap_or_default(),
+        description: e.description.clone(),
+    }
+}
+
+fn telos_msg(t: &telos::file::Telos, declared: f64, effective: f64, ema: f64) -> pb::Telos {
+    pb::Telos {
+        id: t.id.clone(),
+        phrase: t.phrase.clone(),
+        weight_declared: declared,
+        weight_effective: effective,
+        activation_threshold: t.activation_threshold,
+        notes: t.notes.clone(),
+        is_non_retreat: t.is_non_retreat,
+        fitness: ema,
     }
 }
 
@@ -227,42 +348,264 @@ impl VaglioService for VaglioApi {
 
     async fn evaluate_proposal(
         &self,
-        _r: Request<pb::EvaluateProposalRequest>,
+        request: Request<pb::EvaluateProposalRequest>,
     ) -> Result<Response<pb::EvaluateProposalResponse>, Status> {
-        Err(not_implemented(
-            "metnos.vaglio.v1.VaglioService/EvaluateProposal",
-        ))
+        let caller = Caller::of(&request);
+        let r = request.into_inner();
+        if caller == Some(Identity::Owner) && !r.dry_run {
+            return Err(Status::permission_denied(
+                "the owner may only dry-run a proposal; real ones come from the planner",
+            ));
+        }
+        let p = r
+            .proposal
+            .ok_or_else(|| Status::invalid_argument("proposal is missing"))?;
+        limits::all(&[
+            ("proposal.proposal_id", &p.proposal_id, 128),
+            ("proposal.kind", &p.kind, 128),
+            ("proposal.effect_class", &p.effect_class, 128),
+            ("proposal.description", &p.description, 2048),
+            ("proposal.channel", &p.channel, 64),
+            ("proposal.schedule_id", &p.schedule_id, 128),
+            ("proposal.session_id", &p.session_id, 128),
+        ])
+        .map_err(Error::from)?;
+        for (field, value) in [
+            ("proposal.proposal_id", &p.proposal_id),
+            ("proposal.effect_class", &p.effect_class),
+            ("proposal.channel", &p.channel),
+        ] {
+            if value.trim().is_empty() {
+                return Err(Status::invalid_argument(format!("{field} is empty")));
+            }
+        }
+        let origin = match pb::ProposalOrigin::try_from(p.origin) {
+            Ok(pb::ProposalOrigin::Spontaneous) => Origin::Adhoc,
+            Ok(pb::ProposalOrigin::SchedulerInCadence) => Origin::SchedulerInCadence,
+            Ok(pb::ProposalOrigin::SchedulerOutOfCadence) => Origin::SchedulerOffCadence,
+            Ok(pb::ProposalOrigin::ExplicitRequest) => Origin::ExplicitRequest,
+            _ => return Err(Status::invalid_argument("proposal.origin is unspecified")),
+        };
+        let urgency = if r.urgency_hint == 0.0 {
+            1.0
+        } else {
+            r.urgency_hint
+        };
+        if !(0.5..=2.0).contains(&urgency) {
+            return Err(Status::invalid_argument(format!(
+                "urgency_hint must be from 0.5 to 2 (or 0 for 1), got {}",
+                r.urgency_hint
+            )));
+        }
+        let confidence = r.confidence.unwrap_or(1.0);
+        if !(0.0..=1.0).contains(&confidence) {
+            return Err(Status::invalid_argument(format!(
+                "confidence must be from 0 to 1, got {confidence}"
+            )));
+        }
+        let person = principal_of("proposal.principal", p.principal.as_ref())?;
+        let proposal = ProposalIn {
+            proposal_id: p.proposal_id,
+            kind: p.kind,
+            effect_class: p.effect_class,
+            description: p.description,
+            channel: p.channel,
+            origin,
+            schedule_id: p.schedule_id,
+            person,
+            session_id: p.session_id,
+            level: metnos_core::AutonomyLevel::from_wire(p.level).ok(),
+            urgency,
+            confidence,
+        };
+        let evaluation = self.telos.evaluate(&proposal, r.dry_run).await?;
+        Ok(Response::new(pb::EvaluateProposalResponse {
+            result: Some(result_msg(&evaluation)),
+        }))
     }
 
     async fn get_telos(
         &self,
-        _r: Request<pb::GetTelosRequest>,
+        request: Request<pb::GetTelosRequest>,
     ) -> Result<Response<pb::GetTelosResponse>, Status> {
-        Err(not_implemented("metnos.vaglio.v1.VaglioService/GetTelos"))
+        let r = request.into_inner();
+        let person = match r.principal.as_ref() {
+            Some(p) => principal_of("principal", Some(p))?,
+            None => Principal::new("cli", "owner").map_err(|e| Status::internal(e.to_string()))?,
+        };
+        match self.telos.load(&person).await? {
+            Found::None => Err(Status::not_found(format!(
+                "{person} has no TELOS.md; `metnos telos edit` writes one"
+            ))),
+            Found::Bad(e, path) => Err(Status::failed_precondition(format!(
+                "{}: {e}",
+                path.display()
+            ))),
+            Found::Good(loaded) => {
+                let weights = self.telos.weights(&person, &loaded.file).await?;
+                Ok(Response::new(pb::GetTelosResponse {
+                    telos: loaded
+                        .file
+                        .telos
+                        .iter()
+                        .zip(weights)
+                        .map(|(t, (d, e, ema))| telos_msg(t, d, e, ema))
+                        .collect(),
+                    version: loaded.file.version.clone(),
+                    path: loaded.path.display().to_string(),
+                    warnings: loaded.file.warnings.clone(),
+                }))
+            }
+        }
     }
 
     async fn record_feedback(
         &self,
-        _r: Request<pb::RecordFeedbackRequest>,
+        request: Request<pb::RecordFeedbackRequest>,
     ) -> Result<Response<pb::RecordFeedbackResponse>, Status> {
-        Err(not_implemented(
-            "metnos.vaglio.v1.VaglioService/RecordFeedback",
-        ))
+        let by = principal_of("principal", request.get_ref().principal.as_ref())?;
+        speaks_for(&request, &by)?;
+        let r = request.into_inner();
+        limits::bytes("proposal_id", &r.proposal_id, 128).map_err(Error::from)?;
+        let signal = match pb::FeedbackKind::try_from(r.kind) {
+            Ok(pb::FeedbackKind::Accept) => Signal::Accept,
+            Ok(pb::FeedbackKind::AcceptWithEdit) => Signal::AcceptWithEdit,
+            Ok(pb::FeedbackKind::Reject) => Signal::Reject,
+            Ok(pb::FeedbackKind::RejectNeverAgain) => Signal::NeverAgain,
+            Ok(pb::FeedbackKind::Stop) => Signal::Stop,
+            Ok(pb::FeedbackKind::Silence48h) => Signal::Silence48h,
+            Ok(pb::FeedbackKind::ViewedUndecided) => Signal::ViewedUndecided,
+            _ => return Err(Status::invalid_argument("kind is unspecified")),
+        };
+        let (updated, never_listed) = self.telos.feedback(&r.proposal_id, signal, &by).await?;
+        Ok(Response::new(pb::RecordFeedbackResponse {
+            updated: updated
+                .iter()
+                .map(|(t, d, e, ema)| telos_msg(t, *d, *e, *ema))
+                .collect(),
+            never_listed,
+        }))
     }
 
     async fn detect_stop(
         &self,
-        _r: Request<pb::DetectStopRequest>,
+        request: Request<pb::DetectStopRequest>,
     ) -> Result<Response<pb::DetectStopResponse>, Status> {
-        Err(not_implemented("metnos.vaglio.v1.VaglioService/DetectStop"))
+        let who = request
+            .get_ref()
+            .principal
+            .as_ref()
+            .map(|p| principal_of("principal", Some(p)))
+            .transpose()?;
+        if let Some(who) = &who {
+            speaks_for(&request, who)?;
+        }
+        let r = request.into_inner();
+        limits::all(&[
+            ("text", &r.text, 4096),
+            ("current_intent", &r.current_intent, 256),
+        ])
+        .map_err(Error::from)?;
+        use metnos_core::stop::{Stop, confirmation_question, stop_of};
+        let mut answer = pb::DetectStopResponse::default();
+        match stop_of(&r.text) {
+            Stop::No => answer.kind = pb::StopKind::None as i32,
+            Stop::Ambiguous => {
+                answer.kind = pb::StopKind::Ambiguous as i32;
+                answer.confirmation_question = confirmation_question(&r.text, &r.current_intent);
+            }
+            Stop::Clear => {
+                answer.kind = pb::StopKind::Stop as i32;
+                if r.non_retreat
+                    && let Some(who) = &who
+                {
+                    let until = self.telos.stopped(who, &r.current_intent).await?;
+                    answer.blocked_until = Some(to_timestamp(until));
+                }
+            }
+        }
+        Ok(Response::new(answer))
     }
 
     async fn list_rejected_proposals(
         &self,
-        _r: Request<pb::ListRejectedProposalsRequest>,
+        request: Request<pb::ListRejectedProposalsRequest>,
     ) -> Result<Response<pb::ListRejectedProposalsResponse>, Status> {
-        Err(not_implemented(
-            "metnos.vaglio.v1.VaglioService/ListRejectedProposals",
-        ))
+        let r = request.into_inner();
+        limits::number("limit", u64::from(r.limit), 1000).map_err(Error::from)?;
+        limits::number("borderline", u64::from(r.borderline), 1000).map_err(Error::from)?;
+        let person = r
+            .principal
+            .as_ref()
+            .map(|p| principal_of("principal", Some(p)))
+            .transpose()?;
+        let since = r.since.as_ref().and_then(metnos_kit::time::from_timestamp);
+        let limit = if r.limit == 0 { 100 } else { r.limit };
+        let results = self
+            .telos
+            .journal(person.as_ref(), since, limit, r.borderline)
+            .await?;
+        Ok(Response::new(pb::ListRejectedProposalsResponse {
+            results: results.iter().map(result_msg).collect(),
+        }))
+    }
+
+    async fn list_never(
+        &self,
+        request: Request<pb::ListNeverRequest>,
+    ) -> Result<Response<pb::ListNeverResponse>, Status> {
+        let r = request.into_inner();
+        let person = r
+            .principal
+            .as_ref()
+            .map(|p| principal_of("principal", Some(p)))
+            .transpose()?
+            .map(|p| p.to_string());
+        let entries = self
+            .telos
+            .store()
+            .list_never(person.as_deref())
+            .await
+            .map_err(TelosError::from)?;
+        Ok(Response::new(pb::ListNeverResponse {
+            entries: entries
+                .into_iter()
+                .map(
+                    |(person, effect_class, since, proposal_id)| pb::NeverEntry {
+                        principal: person.split_once(':').map(|(c, s)| common::Principal {
+                            channel: c.to_owned(),
+                            sender_id: s.to_owned(),
+                        }),
+                        effect_class,
+                        since: Some(to_timestamp(since)),
+                        proposal_id,
+                    },
+                )
+                .collect(),
+        }))
+    }
+
+    async fn remove_never(
+        &self,
+        request: Request<pb::RemoveNeverRequest>,
+    ) -> Result<Response<pb::RemoveNeverResponse>, Status> {
+        let r = request.into_inner();
+        let person = principal_of("principal", r.principal.as_ref())?;
+        limits::bytes("effect_class", &r.effect_class, 128).map_err(Error::from)?;
+        if self
+            .telos
+            .store()
+            .remove_never(&person.to_string(), &r.effect_class)
+            .await
+            .map_err(TelosError::from)?
+        {
+            tracing::info!(person = %person, effect_class = %r.effect_class, "taken off the never-list");
+            Ok(Response::new(pb::RemoveNeverResponse {}))
+        } else {
+            Err(Status::not_found(format!(
+                "`{}` is not on {person}'s never-list",
+                r.effect_class
+            )))
+        }
     }
 }

@@ -2,7 +2,8 @@
 //! phases. A binary guard that nothing talks around ([`guard`]), then a graded judge
 //! ([`judge`], rule-based, or an LLM with the rules as fallback), and a private verdict log
 //! ([`log`], keys only). [`service`] puts them together, [`grpc`] is the edge. The telos
-//! engine (seed telos.md) will live here too; its RPCs answer UNIMPLEMENTED until then.
+//! engine (seed telos.md, [`telos`]) decides whether a proposal Metnos makes on its own
+//! reaches the person now, in the evening digest, or never.
 //!
 //! The judge's settings are the config's `[vaglio.judge]`: `kind` (`rule-based-v1`, default,
 //! or `llm-v1`, which uses the `middle` LLM tier), `threshold` (default 0.30) and
@@ -14,10 +15,12 @@ pub mod guard;
 pub mod judge;
 pub mod log;
 pub mod service;
+pub mod telos;
 
 use std::sync::Arc;
 use std::time::Duration;
 
+use metnos_kit::clock::{Clock, SystemClock};
 use metnos_kit::server::{StartError, Startup};
 use metnos_kit::store::Migrations;
 use metnos_kit::tls::Identity;
@@ -33,8 +36,8 @@ pub const SERVICE: ServiceName = ServiceName::Vaglio;
 /// while they are not (the service itself keeps serving verdicts).
 pub const LOG_HEALTH: &str = "metnos.vaglio.v1.VaglioService.log";
 
-/// The vaglio's relational store holds nothing yet (the telos state will).
-pub const MIGRATIONS: Migrations = Migrations::NONE;
+/// The vaglio's relational store: the telos state.
+pub const MIGRATIONS: Migrations = telos::store::MIGRATIONS;
 
 /// The judge settings could not be used.
 #[derive(Debug, thiserror::Error)]
@@ -91,11 +94,37 @@ impl service::OnlineGate for PolicyGate {
     }
 }
 
-/// Serves the vaglio on `listener` until `shutdown` resolves.
+/// A fit estimator that always fails: proposals are rejected (`fit_estimation_failed`),
+/// never published, when the LLM tiers cannot be built.
+#[derive(Debug)]
+struct NoEstimator(String);
+
+#[tonic::async_trait]
+impl telos::fit::FitEstimator for NoEstimator {
+    async fn estimate(
+        &self,
+        _: &telos::fit::Asked<'_>,
+        _: &[telos::file::Telos],
+    ) -> Result<Vec<telos::fit::Fit>, String> {
+        Err(self.0.clone())
+    }
+}
+
+/// Serves the vaglio on `listener` until `shutdown` resolves, with the system clock.
 pub async fn serve(
     config: Config,
     listener: TcpListener,
     shutdown: ShutdownFuture,
+) -> Result<(), StartError> {
+    serve_with_clock(config, listener, shutdown, Arc::new(SystemClock)).await
+}
+
+/// [`serve`], reading "now" from `clock` (tests drive the telos engine's time with it).
+pub async fn serve_with_clock(
+    config: Config,
+    listener: TcpListener,
+    shutdown: ShutdownFuture,
+    clock: Arc<dyn Clock>,
 ) -> Result<(), StartError> {
     let (threshold, kind) = match judge_settings(&config) {
         Ok(settings) => settings,
@@ -116,26 +145,48 @@ pub async fn serve(
         queue_lines: config.vaglio.log_queue_lines.get() as usize,
     };
     let policy_url = config.service_url(ServiceName::Policy);
+    let telos_settings = telos::Settings::from_config(&config.telos);
+    let telos_files = telos::Files::from_config(&config);
+    let fit_tiers = metnos_llm::Tiers::from_config(&config.runtime.llm).map_err(|e| e.to_string());
+    let fit_timeout = config.telos.fit_timeout();
     Startup::new(SERVICE, &MIGRATIONS, &grpc::AUTHORIZATION, &config)
         .serve_with_store(listener, shutdown, move |running| {
             let log = log::VerdictLog::with_limits(log_dir, log_limits);
             let asks_llm = matches!(kind, service::JudgeKind::Llm { .. });
             let mut vaglio = service::Vaglio::new(home, threshold, kind, log.clone())
                 .guarding_own_data(&own_data, &workspace);
-            // An LLM judge asks policy before calling an online provider.
-            if asks_llm {
+            // An LLM judge and an online fit estimator ask policy before calling an online
+            // provider.
+            let gate: Option<Arc<dyn service::OnlineGate>> =
                 match metnos_kit::client::channel(running.tls, Identity::Policy, &policy_url) {
-                    Ok(channel) => {
-                        vaglio = vaglio.with_online_gate(Arc::new(PolicyGate(
-                            PolicyServiceClient::new(channel),
-                        )));
-                    }
+                    Ok(channel) => Some(Arc::new(PolicyGate(PolicyServiceClient::new(channel)))),
                     Err(e) => {
-                        tracing::error!(error = %e, "policy URL is invalid; an online judge is never called")
+                        tracing::error!(error = %e, "policy URL is invalid; no online LLM is ever called");
+                        None
                     }
-                }
+                };
+            if asks_llm && let Some(gate) = &gate {
+                vaglio = vaglio.with_online_gate(Arc::clone(gate));
             }
             let vaglio = Arc::new(vaglio);
+            let estimator: Arc<dyn telos::fit::FitEstimator> = match fit_tiers {
+                Ok(tiers) => Arc::new(telos::fit::LlmEstimator {
+                    tiers,
+                    timeout: fit_timeout,
+                    online_gate: gate,
+                }),
+                Err(e) => {
+                    tracing::error!(error = %e, "no LLM tier for the fit estimate: every proactive proposal is rejected");
+                    Arc::new(NoEstimator(format!("no LLM tier: {e}")))
+                }
+            };
+            let telos = Arc::new(telos::TelosEngine::new(
+                telos::store::TelosStore::new(running.db),
+                telos_settings,
+                telos_files,
+                estimator,
+                clock,
+            ));
             // The log's own health, beside the service's: verdicts go on when it cannot
             // write.
             let watched = log.clone();
@@ -177,7 +228,7 @@ pub async fn serve(
             running
                 .background
                 .on_stop("verdict log", async move { log.flush().await });
-            Ok(VaglioServiceServer::new(grpc::VaglioApi::new(vaglio))
+            Ok(VaglioServiceServer::new(grpc::VaglioApi::new(vaglio, telos))
                 .max_decoding_message_size(metnos_kit::edge::MAX_REQUEST_BYTES))
         })
         .await

@@ -22,6 +22,7 @@ mod services;
 mod store_spec;
 mod telegram;
 mod telemetry;
+mod telos;
 #[cfg(test)]
 mod test_env;
 mod tls;
@@ -42,6 +43,7 @@ pub use services::{ApprovalConfig, ServiceConfig};
 pub use store_spec::{StoreSpec, redact_url};
 pub use telegram::{TelegramConfig, TelegramMode};
 pub use telemetry::{LogFormat, TelemetryConfig};
+pub use telos::{TelosConfig, TelosPerson, TelosQuotas, Window, minutes_of};
 pub use tls::TlsConfig;
 pub use topology::{SERVICES, ServiceName, url_for_addr};
 pub use turns::TurnsConfig;
@@ -66,6 +68,7 @@ pub struct Config {
     pub turns: TurnsConfig,
     pub telegram: TelegramConfig,
     pub tls: TlsConfig,
+    pub telos: TelosConfig,
     /// Metnos's own configuration folder (`$XDG_CONFIG_HOME/metnos`, else
     /// `~/.config/metnos`; the signing keys live there). Resolved by [`Config::load`], never
     /// read from a file.
@@ -92,6 +95,7 @@ impl Default for Config {
             turns: TurnsConfig::default(),
             telegram: TelegramConfig::default(),
             tls: TlsConfig::default(),
+            telos: TelosConfig::default(),
             config_dir: PathBuf::new(),
             config_file: None,
         }

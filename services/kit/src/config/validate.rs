@@ -77,6 +77,9 @@ impl Config {
         self.validate_telegram()?;
         self.validate_executors()?;
         self.validate_services()?;
+        self.telos
+            .check()
+            .map_err(|(key, message)| ConfigError::key(&key, message))?;
         self.validate_llm()
     }
 

@@ -1,0 +1,297 @@
+//! `[telos]`: how the vaglio's telos engine (seed telos.md) weighs a proactive proposal —
+//! the threshold θ, the bother kernel, the hard quotas per channel, and each person's time
+//! zone and protected windows.
+
+use std::collections::BTreeMap;
+use std::num::NonZero;
+use std::time::Duration;
+
+use serde::{Deserialize, Serialize};
+
+/// The telos engine's settings.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields, default)]
+pub struct TelosConfig {
+    /// Below this expected alignment a proposal is not published (θ, seed ch. 4).
+    pub theta: f64,
+    /// The bother kernel's time constant τ: a publication `Δt` ago weighs `exp(−Δt/τ)`.
+    pub bother_tau_minutes: f64,
+    /// `bother_cost = β·(e^{γ·S} − 1)`.
+    pub bother_beta: f64,
+    pub bother_gamma: f64,
+    /// How long the fit estimate (the `middle` tier) may take; past it the proposal is
+    /// rejected (`fit_estimation_failed`), never published.
+    pub fit_timeout_seconds: NonZero<u64>,
+    /// The time zone of people without their own (IANA name); empty: this machine's.
+    pub time_zone: String,
+    /// When nobody is interrupted, local time, `HH:MM-HH:MM` (overnight allowed, e.g.
+    /// `22:30-07:30`), for people without their own list.
+    pub protected_windows: Vec<String>,
+    /// The evening digest, local time `HH:MM`.
+    pub digest_at: String,
+    /// People, besides every `cli` sender, whose telos is the owner's
+    /// (`~/.config/metnos/TELOS.md`) when they have no file of their own, e.g.
+    /// `"telegram:42"`.
+    pub owner_principals: Vec<String>,
+    pub quotas: TelosQuotas,
+    /// Per person (`"<channel>:<sender>"`): their own time zone and protected windows.
+    pub people: BTreeMap<String, TelosPerson>,
+}
+
+/// Hard limits on top of the bother kernel (seed ch. 6).
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields, default)]
+pub struct TelosQuotas {
+    /// Ad-hoc proposals published on a chat channel (Telegram, …) per hour and per day.
+    pub adhoc_per_hour: u32,
+    pub adhoc_per_day: u32,
+    /// Ad-hoc proposals per CLI session.
+    pub cli_adhoc_per_session: u32,
+    /// Scheduler firings per day per channel.
+    pub scheduler_per_day: u32,
+    /// Items in one evening digest.
+    pub digest_items: u32,
+}
+
+impl Default for TelosQuotas {
+    fn default() -> Self {
+        TelosQuotas {
+            adhoc_per_hour: 1,
+            adhoc_per_day: 3,
+            cli_adhoc_per_session: 2,
+            scheduler_per_day: 2,
+            digest_items: 10,
+        }
+    }
+}
+
+/// One person's own settings.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Default)]
+#[serde(deny_unknown_fields, default)]
+pub struct TelosPerson {
+    pub time_zone: Option<String>,
+    pub protected_windows: Option<Vec<String>>,
+}
+
+impl Default for TelosConfig {
+    fn default() -> Self {
+        TelosConfig {
+            theta: 0.15,
+            bother_tau_minutes: 120.0,
+            bother_beta: 0.02,
+            bother_gamma: 2.75,
+            fit_timeout_seconds: const { NonZero::new(20).unwrap() },
+            time_zone: String::new(),
+            protected_windows: vec!["23:00-07:00".to_owned()],
+            digest_at: "20:30".to_owned(),
+            owner_principals: Vec::new(),
+            quotas: TelosQuotas::default(),
+            people: BTreeMap::new(),
+        }
+    }
+}
+
+/// A protected window: minutes after local midnight, `start` included, `end` excluded;
+/// `end < start` crosses midnight.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Window {
+    pub start: u16,
+    pub end: u16,
+}
+
+impl Window {
+    /// Parses `HH:MM-HH:MM`.
+    pub fn parse(text: &str) -> Result<Window, String> {
+        let (start, end) = text
+            .split_once('-')
+            .ok_or_else(|| format!("`{text}` is not HH:MM-HH:MM"))?;
+        let start = minutes_of(start.trim()).map_err(|e| format!("`{text}`: {e}"))?;
+        let end = minutes_of(end.trim()).map_err(|e| format!("`{text}`: {e}"))?;
+        if start == end {
+            return Err(format!("`{text}` is empty (it starts where it ends)"));
+        }
+        Ok(Window { start, end })
+    }
+
+    /// Whether minute-of-day `minute` is inside.
+    pub fn contains(&self, minute: u16) -> bool {
+        if self.start < self.end {
+            (self.start..self.end).contains(&minute)
+        } else {
+            minute >= self.start || minute < self.end
+        }
+    }
+}
+
+/// `HH:MM` (or `H:MM`) as minutes after midnight.
+pub fn minutes_of(text: &str) -> Result<u16, String> {
+    let digits = |part: &str, widths: std::ops::RangeInclusive<usize>| {
+        (widths.contains(&part.len()) && part.bytes().all(|b| b.is_ascii_digit()))
+            .then(|| part.parse::<u16>().ok())
+            .flatten()
+    };
+    let (h, m) = text
+        .split_once(':')
+        .ok_or_else(|| format!("`{text}` is not HH:MM"))?;
+    let h = digits(h, 1..=2)
+        .filter(|h| *h < 24)
+        .ok_or_else(|| format!("`{text}`: the hour is not 00-23"))?;
+    let m = digits(m, 2..=2)
+        .filter(|m| *m < 60)
+        .ok_or_else(|| format!("`{text}`: the minutes are not 00-59"))?;
+    Ok(h * 60 + m)
+}
+
+impl TelosConfig {
+    pub fn fit_timeout(&self) -> Duration {
+        Duration::from_secs(self.fit_timeout_seconds.get())
+    }
+
+    /// The time zone name for `person` (`"<channel>:<sender>"`); empty means this machine's.
+    pub fn time_zone_for(&self, person: &str) -> &str {
+        self.people
+            .get(person)
+            .and_then(|p| p.time_zone.as_deref())
+            .unwrap_or(&self.time_zone)
+    }
+
+    /// `person`'s protected windows (already validated).
+    pub fn windows_for(&self, person: &str) -> Vec<Window> {
+        self.people
+            .get(person)
+            .and_then(|p| p.protected_windows.as_ref())
+            .unwrap_or(&self.protected_windows)
+            .iter()
+            .filter_map(|w| Window::parse(w).ok())
+            .collect()
+    }
+
+    /// Checks the numbers, windows and time zones; `Err((key, message))`.
+    pub(super) fn check(&self) -> Result<(), (String, String)> {
+        let number = |key: &str, value: f64, ok: bool, range: &str| {
+            if value.is_finite() && ok {
+                Ok(())
+            } else {
+                Err((
+                    format!("telos.{key}"),
+                    format!("must be {range}, got {value}"),
+                ))
+            }
+        };
+        number(
+            "theta",
+            self.theta,
+            (0.0..=3.0).contains(&self.theta),
+            "from 0 to 3",
+        )?;
+        number(
+            "bother_tau_minutes",
+            self.bother_tau_minutes,
+            self.bother_tau_minutes > 0.0,
+            "above 0",
+        )?;
+        number(
+            "bother_beta",
+            self.bother_beta,
+            self.bother_beta >= 0.0,
+            "0 or more",
+        )?;
+        number(
+            "bother_gamma",
+            self.bother_gamma,
+            (0.0..=50.0).contains(&self.bother_gamma),
+            "from 0 to 50",
+        )?;
+        check_zone("telos.time_zone", &self.time_zone)?;
+        check_windows("telos.protected_windows", &self.protected_windows)?;
+        minutes_of(&self.digest_at).map_err(|e| ("telos.digest_at".to_owned(), e))?;
+        for person in &self.owner_principals {
+            check_person("telos.owner_principals", person)?;
+        }
+        for (person, settings) in &self.people {
+            let key = format!("telos.people.\"{person}\"");
+            check_person(&key, person)?;
+            if let Some(zone) = &settings.time_zone {
+                check_zone(&format!("{key}.time_zone"), zone)?;
+            }
+            if let Some(windows) = &settings.protected_windows {
+                check_windows(&format!("{key}.protected_windows"), windows)?;
+            }
+        }
+        Ok(())
+    }
+}
+
+fn check_zone(key: &str, zone: &str) -> Result<(), (String, String)> {
+    if zone.is_empty() || jiff::tz::TimeZone::get(zone).is_ok() {
+        Ok(())
+    } else {
+        Err((
+            key.to_owned(),
+            format!("`{zone}` is not a known time zone (an IANA name such as Europe/Rome)"),
+        ))
+    }
+}
+
+fn check_windows(key: &str, windows: &[String]) -> Result<(), (String, String)> {
+    for window in windows {
+        Window::parse(window).map_err(|e| (key.to_owned(), e))?;
+    }
+    Ok(())
+}
+
+fn check_person(key: &str, person: &str) -> Result<(), (String, String)> {
+    match person.split_once(':') {
+        Some((channel, sender)) if !channel.is_empty() && !sender.is_empty() => Ok(()),
+        _ => Err((
+            key.to_owned(),
+            format!("`{person}` is not <channel>:<sender>, e.g. telegram:42"),
+        )),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn windows_parse_and_overnight_ones_wrap_midnight() {
+        let night = Window::parse("22:30-07:30").unwrap();
+        assert!(night.contains(23 * 60));
+        assert!(night.contains(0));
+        assert!(night.contains(7 * 60 + 29));
+        assert!(!night.contains(7 * 60 + 30));
+        assert!(!night.contains(12 * 60));
+        let lunch = Window::parse("12:00-13:00").unwrap();
+        assert!(lunch.contains(12 * 60) && !lunch.contains(13 * 60));
+        for bad in ["25:00-07:00", "7-8", "12:00-12:00", "12:60-13:00", "12:00"] {
+            assert!(Window::parse(bad).is_err(), "{bad}");
+        }
+    }
+
+    #[test]
+    fn a_bad_setting_names_its_key() {
+        let mut config = TelosConfig {
+            theta: -1.0,
+            ..TelosConfig::default()
+        };
+        assert_eq!(config.check().unwrap_err().0, "telos.theta");
+        config.theta = 0.15;
+        config.time_zone = "Mars/Olympus".into();
+        assert_eq!(config.check().unwrap_err().0, "telos.time_zone");
+        config.time_zone = "Europe/Rome".into();
+        config.people.insert(
+            "telegram:42".into(),
+            TelosPerson {
+                time_zone: None,
+                protected_windows: Some(vec!["8-9".into()]),
+            },
+        );
+        assert_eq!(
+            config.check().unwrap_err().0,
+            "telos.people.\"telegram:42\".protected_windows"
+        );
+        config.people.clear();
+        assert!(config.check().is_ok());
+    }
+}

@@ -1,0 +1,955 @@
+//! The telos engine (seed telos.md): whether a proposal Metnos makes on its own reaches
+//! the person now, in the evening digest, at the next open slot, or never.
+//!
+//! Anti-paternalism first: an explicit request is never judged. For a proactive proposal,
+//! in this order: no TELOS.md, an unsigned one or one that does not parse → reject; the
+//! effect class on the never-list, or the intent stopped by the person → reject; inside a
+//! protected window → the digest (a scheduler firing: the window's end) — all decided by
+//! code, with no model call. Then the fits (the `middle` tier, [`fit`]); the alignment
+//! before bother below θ → reject (journaled); a hard quota reached → the digest; the
+//! alignment after the bother kernel below θ → the digest; else publish.
+//!
+//! [`file`] is TELOS.md, [`engine`] the arithmetic, [`store`] the ledger and the rest of
+//! the state.
+
+pub mod engine;
+pub mod file;
+pub mod fit;
+pub mod store;
+
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+
+use metnos_core::Principal;
+use metnos_kit::clock::Clock;
+use metnos_kit::config::{TelosConfig, Window};
+use serde::{Deserialize, Serialize};
+
+use engine::{Bother, Signal, Source, Term};
+use file::{FileError, TelosFile, TelosKey};
+use fit::{Asked, FitEstimator};
+use store::{LedgerEntry, LedgerView, Quota, Recorded, TelosStore, ViewSpan, Write};
+
+/// What the engine decided.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Decision {
+    Publish,
+    Reject,
+    DeferToDigest,
+    DeferToSlot,
+}
+
+impl Decision {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Decision::Publish => "publish",
+            Decision::Reject => "reject",
+            Decision::DeferToDigest => "defer_to_digest",
+            Decision::DeferToSlot => "defer_to_slot",
+        }
+    }
+}
+
+/// Where a proposal comes from, explicit requests included.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Origin {
+    Adhoc,
+    SchedulerInCadence,
+    SchedulerOffCadence,
+    ExplicitRequest,
+}
+
+impl Origin {
+    fn source(self) -> Option<Source> {
+        match self {
+            Origin::Adhoc => Some(Source::Adhoc),
+            Origin::SchedulerInCadence => Some(Source::SchedulerInCadence),
+            Origin::SchedulerOffCadence => Some(Source::SchedulerOffCadence),
+            Origin::ExplicitRequest => None,
+        }
+    }
+}
+
+/// A proposal to weigh.
+#[derive(Debug, Clone)]
+pub struct ProposalIn {
+    pub proposal_id: String,
+    pub kind: String,
+    pub effect_class: String,
+    pub description: String,
+    pub channel: String,
+    pub origin: Origin,
+    pub schedule_id: String,
+    pub person: Principal,
+    pub session_id: String,
+    pub level: Option<metnos_core::AutonomyLevel>,
+    /// In [0.5, 2].
+    pub urgency: f64,
+    /// In [0, 1].
+    pub confidence: f64,
+}
+
+/// One telos's part in a result.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct FitTerm {
+    pub telos_id: String,
+    pub fit: f64,
+    pub why: String,
+    pub activation_threshold: f64,
+    pub weight_effective: f64,
+    pub contribution: f64,
+}
+
+/// A decision with every term that led to it (seed ch. 10's `AlignmentResult`).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Evaluation {
+    pub proposal_id: String,
+    pub person: String,
+    pub channel: String,
+    pub effect_class: String,
+    pub kind: String,
+    pub description: String,
+    pub origin: Origin,
+    pub urgency: f64,
+    pub confidence: f64,
+    pub per_telos: Vec<FitTerm>,
+    pub alignment_before_bother: f64,
+    pub bother_sum: f64,
+    pub bother_cost: f64,
+    pub expected_alignment: f64,
+    pub decision: Decision,
+    pub reason: String,
+    pub threshold_used: f64,
+    pub at_ms: i64,
+    pub not_before_ms: Option<i64>,
+    pub telos_version: String,
+    /// The message asking the person to write a TELOS.md (once per person).
+    #[serde(default)]
+    pub ask_person: Option<String>,
+}
+
+/// The engine's errors, as the edge maps them.
+#[derive(Debug, thiserror::Error)]
+pub enum TelosError {
+    #[error("{0}")]
+    NotFound(String),
+    #[error("{0}")]
+    Denied(String),
+    #[error("{0}")]
+    Precondition(String),
+    #[error("the telos store failed: {0}")]
+    Store(#[from] sqlx::Error),
+}
+
+/// A person's telos in force.
+#[derive(Debug, Clone)]
+pub struct Loaded {
+    pub file: Arc<TelosFile>,
+    pub path: PathBuf,
+}
+
+/// A person's TELOS.md as found on disk: none, one that does not hold, or one in force.
+#[derive(Debug, Clone)]
+pub enum Found {
+    None,
+    Bad(FileError, PathBuf),
+    Good(Loaded),
+}
+
+/// Where people's files live.
+#[derive(Debug, Clone)]
+pub struct Files {
+    /// `<data_dir>/telos`.
+    pub root: PathBuf,
+    /// `~/.config/metnos/TELOS.md`, the owner's.
+    pub owner_file: PathBuf,
+    /// Besides every `cli` sender, who the owner is.
+    pub owner_principals: Vec<String>,
+    pub key_file: PathBuf,
+}
+
+/// A path component for `text`: ASCII letters, digits, `-` and `_` kept, every other byte
+/// `%XX` (so `..`, `/` and NUL never reach the file system).
+fn component(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    for b in text.bytes() {
+        if b.is_ascii_alphanumeric() || b == b'-' || b == b'_' {
+            out.push(b as char);
+        } else {
+            out.push_str(&format!("%{b:02X}"));
+        }
+    }
+    out
+}
+
+impl Files {
+    /// From the config: `<data_dir>/telos`, `<config_dir>/TELOS.md`, `<data_dir>/keys/telos.key`.
+    pub fn from_config(config: &metnos_kit::Config) -> Files {
+        Files {
+            root: config.data_dir.join("telos"),
+            owner_file: config.config_dir.join(file::FILE_NAME),
+            owner_principals: config.telos.owner_principals.clone(),
+            key_file: file::key_path(&config.data_dir),
+        }
+    }
+
+    /// `<data_dir>/telos/<channel>_<sender>/TELOS.md`.
+    pub fn person_file(&self, person: &Principal) -> PathBuf {
+        self.root
+            .join(format!(
+                "{}_{}",
+                component(&person.channel),
+                component(&person.sender_id)
+            ))
+            .join(file::FILE_NAME)
+    }
+
+    /// Whether `person` is the owner (every `cli` sender, and the listed principals).
+    pub fn is_owner(&self, person: &Principal) -> bool {
+        person.channel == "cli" || self.owner_principals.contains(&person.to_string())
+    }
+
+    /// The file that holds `person`'s telos: their own, else (for the owner) the owner's.
+    pub fn file_of(&self, person: &Principal) -> Option<PathBuf> {
+        let own = self.person_file(person);
+        if own.exists() {
+            return Some(own);
+        }
+        (self.is_owner(person) && self.owner_file.exists()).then(|| self.owner_file.clone())
+    }
+}
+
+/// A file's identity on disk, to re-read it only when it changed.
+type Stamp = (u64, u64, i64, i64, u64);
+
+fn stamp(path: &Path) -> Option<Stamp> {
+    use std::os::unix::fs::MetadataExt;
+    let m = std::fs::metadata(path).ok()?;
+    Some((m.dev(), m.ino(), m.mtime(), m.mtime_nsec(), m.size()))
+}
+
+/// A file as last parsed.
+type Parsed = Result<Arc<TelosFile>, FileError>;
+
+/// The engine's settings.
+#[derive(Debug, Clone)]
+pub struct Settings {
+    pub theta: f64,
+    pub bother: Bother,
+    pub config: TelosConfig,
+}
+
+impl Settings {
+    pub fn from_config(config: &TelosConfig) -> Settings {
+        Settings {
+            theta: config.theta,
+            bother: Bother {
+                tau_minutes: config.bother_tau_minutes,
+                beta: config.bother_beta,
+                gamma: config.bother_gamma,
+            },
+            config: config.clone(),
+        }
+    }
+}
+
+/// The message asking a person without a TELOS.md to write one.
+pub const ASK_TO_DECLARE: &str = "Metnos would sometimes propose things on its own, but you have not \
+told it what matters to you. Write your ends in a TELOS.md (`metnos telos edit`); until then it \
+proposes nothing. / Metnos a volte proporrebbe qualcosa di sua iniziativa, ma non gli hai detto cosa \
+conta per te. Scrivi i tuoi fini in un TELOS.md (`metnos telos edit`); fino ad allora non propone nulla.";
+
+/// The telos engine.
+#[derive(Debug)]
+pub struct TelosEngine {
+    store: TelosStore,
+    settings: Settings,
+    files: Files,
+    estimator: Arc<dyn FitEstimator>,
+    clock: Arc<dyn Clock>,
+    key: Result<TelosKey, String>,
+    cache: Mutex<HashMap<PathBuf, (Stamp, Parsed)>>,
+}
+
+/// A person's local calendar, for windows, days and the digest.
+struct Local {
+    zone: jiff::tz::TimeZone,
+    windows: Vec<Window>,
+}
+
+impl Local {
+    fn minute_of(&self, ms: i64) -> Option<u16> {
+        let zoned = jiff::Timestamp::from_millisecond(ms)
+            .ok()?
+            .to_zoned(self.zone.clone());
+        Some(u16::from(zoned.hour() as u8) * 60 + u16::from(zoned.minute() as u8))
+    }
+
+    fn protected(&self, ms: i64) -> bool {
+        self.minute_of(ms)
+            .is_some_and(|m| self.windows.iter().any(|w| w.contains(m)))
+    }
+
+    /// The first minute at or after `ms` outside every window (at most two days on).
+    fn next_open(&self, ms: i64) -> i64 {
+        let start = ms - ms.rem_euclid(60_000);
+        (0..=2 * 24 * 60)
+            .map(|i| start + i * 60_000)
+            .find(|t| *t >= ms && !self.protected(*t))
+            .unwrap_or(ms + 2 * 24 * 3_600_000)
+    }
+
+    fn day_start(&self, ms: i64) -> i64 {
+        jiff::Timestamp::from_millisecond(ms)
+            .ok()
+            .map(|t| t.to_zoned(self.zone.clone()))
+            .and_then(|z| z.start_of_day().ok())
+            .map_or(ms - 24 * 3_600_000, |z| z.timestamp().as_millisecond())
+    }
+
+    /// The last digest at `digest_minute` local time at or before `ms`.
+    fn last_digest(&self, ms: i64, digest_minute: u16) -> i64 {
+        let at = |date: jiff::civil::Date| {
+            date.at((digest_minute / 60) as i8, (digest_minute % 60) as i8, 0, 0)
+                .to_zoned(self.zone.clone())
+                .ok()
+                .map(|z| z.timestamp().as_millisecond())
+        };
+        let Ok(now) = jiff::Timestamp::from_millisecond(ms) else {
+            return ms - 24 * 3_600_000;
+        };
+        let today = now.to_zoned(self.zone.clone()).date();
+        match at(today) {
+            Some(t) if t <= ms => t,
+            _ => today
+                .yesterday()
+                .ok()
+                .and_then(at)
+                .unwrap_or(ms - 24 * 3_600_000),
+        }
+    }
+}
+
+impl TelosEngine {
+    pub fn new(
+        store: TelosStore,
+        settings: Settings,
+        files: Files,
+        estimator: Arc<dyn FitEstimator>,
+        clock: Arc<dyn Clock>,
+    ) -> TelosEngine {
+        let key = TelosKey::load_or_create(&files.key_file);
+        if let Err(e) = &key {
+            tracing::error!(error = %e, "the telos key cannot be used: every proposal is rejected");
+        }
+        TelosEngine {
+            store,
+            settings,
+            files,
+            estimator,
+            clock,
+            key,
+            cache: Mutex::new(HashMap::new()),
+        }
+    }
+
+    pub fn store(&self) -> &TelosStore {
+        &self.store
+    }
+
+    pub fn files(&self) -> &Files {
+        &self.files
+    }
+
+    fn local(&self, person: &Principal) -> Local {
+        let key = person.to_string();
+        let name = self.settings.config.time_zone_for(&key);
+        let zone = if name.is_empty() {
+            jiff::tz::TimeZone::system()
+        } else {
+            jiff::tz::TimeZone::get(name).unwrap_or(jiff::tz::TimeZone::UTC)
+        };
+        Local {
+            zone,
+            windows: self.settings.config.windows_for(&key),
+        }
+    }
+
+    /// `person`'s TELOS.md: read, parsed and its signature checked (cached until the file
+    /// changes). A new version seen here discards the removed telos's fitness, once.
+    pub async fn load(&self, person: &Principal) -> Result<Found, TelosError> {
+        let Some(path) = self.files.file_of(person) else {
+            return Ok(Found::None);
+        };
+        let Some(now_stamp) = stamp(&path) else {
+            return Ok(Found::None);
+        };
+        let cached = self
+            .cache
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .get(&path)
+            .filter(|(s, _)| *s == now_stamp)
+            .map(|(_, parsed)| parsed.clone());
+        let parsed = match cached {
+            Some(parsed) => parsed,
+            None => {
+                let parsed = match (&self.key, std::fs::read(&path)) {
+                    (Err(e), _) => Err(FileError::SignatureInvalid(e.clone())),
+                    (_, Err(e)) => Err(FileError::Unreadable(e.to_string())),
+                    (Ok(key), Ok(bytes)) => match String::from_utf8(bytes) {
+                        Ok(text) => file::parse_signed(&text, key).map(Arc::new),
+                        Err(_) => Err(FileError::Malformed {
+                            line: 1,
+                            message: "the file is not UTF-8".to_owned(),
+                        }),
+                    },
+                };
+                if let Ok(file) = &parsed {
+                    self.seen(person, &path, file).await?;
+                    for warning in &file.warnings {
+                        tracing::warn!(person = %person, %warning, "TELOS.md");
+                    }
+                }
+                self.cache
+                    .lock()
+                    .unwrap_or_else(|e| e.into_inner())
+                    .insert(path.clone(), (now_stamp, parsed.clone()));
+                parsed
+            }
+        };
+        Ok(match parsed {
+            Ok(file) => Found::Good(Loaded { file, path }),
+            Err(e) => Found::Bad(e, path),
+        })
+    }
+
+    /// A version in force for the first time: the telos it removed lose their fitness, and
+    /// the audit says so, with the diff.
+    async fn seen(
+        &self,
+        person: &Principal,
+        path: &Path,
+        file: &TelosFile,
+    ) -> Result<(), TelosError> {
+        let key = person.to_string();
+        let ids: Vec<String> = file.telos.iter().map(|t| t.id.clone()).collect();
+        let Some((old_version, old_ids)) =
+            self.store.seen_version(&key, &file.version, &ids).await?
+        else {
+            return Ok(());
+        };
+        let removed: Vec<String> = old_ids
+            .iter()
+            .filter(|id| !ids.contains(id))
+            .cloned()
+            .collect();
+        let added: Vec<String> = ids
+            .iter()
+            .filter(|id| !old_ids.contains(id))
+            .cloned()
+            .collect();
+        if !removed.is_empty() {
+            self.store.discard_fitness(&key, &removed).await?;
+        }
+        let audit = path
+            .parent()
+            .unwrap_or(Path::new("."))
+            .join(file::AUDIT_DIR);
+        let old_text =
+            std::fs::read_to_string(audit.join(format!("{old_version}.md"))).unwrap_or_default();
+        let new_text = std::fs::read_to_string(path).unwrap_or_default();
+        let diff = similar::TextDiff::from_lines(&old_text, &new_text)
+            .unified_diff()
+            .header(&old_version, &file.version)
+            .to_string();
+        let line = serde_json::json!({
+            "at": metnos_kit::time::rfc3339(self.clock.now_ms()),
+            "person": key,
+            "from": old_version,
+            "to": file.version,
+            "removed": removed,
+            "added": added,
+            "fitness_discarded": removed,
+            "diff": diff,
+        });
+        let written = metnos_kit::datadir::create_dir_all(&audit).and_then(|()| {
+            use std::io::Write as _;
+            let mut f = metnos_kit::datadir::file_options()
+                .create(true)
+                .append(true)
+                .open(audit.join("changes.jsonl"))?;
+            writeln!(f, "{line}")
+        });
+        if let Err(e) = written {
+            tracing::warn!(error = %e, "the telos audit line could not be written");
+        }
+        tracing::info!(person = %person, removed = ?removed, added = ?added, version = %file.version, "new TELOS.md in force");
+        Ok(())
+    }
+
+    /// The effective weight of each telos of `file` for `person`: `(declared, effective, ema)`.
+    pub async fn weights(
+        &self,
+        person: &Principal,
+        file: &TelosFile,
+    ) -> Result<Vec<(f64, f64, f64)>, TelosError> {
+        let fitness = self.store.fitness(&person.to_string()).await?;
+        Ok(file
+            .telos
+            .iter()
+            .map(|t| {
+                let ema = fitness.get(&t.id).copied().unwrap_or(0.0);
+                (t.weight, t.weight * engine::fitness_factor(ema), ema)
+            })
+            .collect())
+    }
+
+    fn base(&self, p: &ProposalIn, now_ms: i64) -> Evaluation {
+        Evaluation {
+            proposal_id: p.proposal_id.clone(),
+            person: p.person.to_string(),
+            channel: p.channel.clone(),
+            effect_class: p.effect_class.clone(),
+            kind: p.kind.clone(),
+            description: p.description.clone(),
+            origin: p.origin,
+            urgency: p.urgency,
+            confidence: p.confidence,
+            per_telos: Vec::new(),
+            alignment_before_bother: 0.0,
+            bother_sum: 0.0,
+            bother_cost: 0.0,
+            expected_alignment: 0.0,
+            decision: Decision::Reject,
+            reason: String::new(),
+            threshold_used: self.settings.theta,
+            at_ms: now_ms,
+            not_before_ms: None,
+            telos_version: String::new(),
+            ask_person: None,
+        }
+    }
+
+    fn record_of(e: &Evaluation) -> Recorded {
+        Recorded {
+            proposal_id: e.proposal_id.clone(),
+            person: e.person.clone(),
+            channel: e.channel.clone(),
+            effect_class: e.effect_class.clone(),
+            decision: e.decision.as_str().to_owned(),
+            reason: e.reason.clone(),
+            expected_alignment: e.expected_alignment,
+            before_bother: e.alignment_before_bother,
+            threshold: e.threshold_used,
+            contributors: e
+                .per_telos
+                .iter()
+                .filter(|t| t.contribution > 0.0)
+                .map(|t| t.telos_id.clone())
+                .collect(),
+            result_json: serde_json::to_string(e).unwrap_or_default(),
+            at_ms: e.at_ms,
+            answer: None,
+            viewed: false,
+        }
+    }
+
+    /// Records a decision that takes no place (unless a dry run); an id seen before answers
+    /// with what was decided then.
+    async fn settle(&self, e: Evaluation, dry_run: bool) -> Result<Evaluation, TelosError> {
+        if !dry_run && !self.store.record(&Self::record_of(&e)).await? {
+            return self.recorded(&e.proposal_id).await;
+        }
+        Ok(e)
+    }
+
+    async fn recorded(&self, proposal_id: &str) -> Result<Evaluation, TelosError> {
+        let r = self
+            .store
+            .find(proposal_id)
+            .await?
+            .ok_or_else(|| TelosError::NotFound(format!("no proposal `{proposal_id}`")))?;
+        serde_json::from_str(&r.result_json).map_err(|e| {
+            TelosError::Precondition(format!("proposal `{proposal_id}` cannot be read back: {e}"))
+        })
+    }
+
+    /// Weighs one proposal. Nothing is recorded for a dry run.
+    pub async fn evaluate(&self, p: &ProposalIn, dry_run: bool) -> Result<Evaluation, TelosError> {
+        let now = self.clock.now_ms();
+        let mut e = self.base(p, now);
+        let Some(source) = p.origin.source() else {
+            // Anti-paternalism: the person asked; nothing to weigh, nothing to record.
+            e.decision = Decision::Publish;
+            e.reason = "explicit_request".to_owned();
+            return Ok(e);
+        };
+        if !dry_run && let Some(r) = self.store.find(&p.proposal_id).await? {
+            tracing::info!(proposal = %r.proposal_id, decision = %r.decision, "proposal evaluated before: the same answer");
+            return self.recorded(&p.proposal_id).await;
+        }
+        let person = p.person.to_string();
+        let loaded = match self.load(&p.person).await? {
+            Found::Good(loaded) => loaded,
+            Found::None => {
+                e.reason = "no_telos_declared".to_owned();
+                if !dry_run && self.store.ask_once(&person, now).await? {
+                    e.ask_person = Some(ASK_TO_DECLARE.to_owned());
+                }
+                return self.settle(e, dry_run).await;
+            }
+            Found::Bad(error, path) => {
+                tracing::warn!(person = %p.person, path = %path.display(), error = %error, "TELOS.md not in force");
+                e.reason = match error {
+                    FileError::Malformed { .. } | FileError::Unreadable(_) => {
+                        "telos_file_malformed"
+                    }
+                    FileError::SignatureInvalid(_) => "telos_signature_invalid",
+                }
+                .to_owned();
+                return self.settle(e, dry_run).await;
+            }
+        };
+        let file = &loaded.file;
+        e.telos_version = file.version.clone();
+        if self.store.is_never(&person, &p.effect_class).await? {
+            e.reason = "never_list".to_owned();
+            return self.settle(e, dry_run).await;
+        }
+        if let Some(until) = self.store.stopped(&person, &p.kind, now).await? {
+            e.reason = "stopped_by_person".to_owned();
+            e.not_before_ms = Some(until);
+            return self.settle(e, dry_run).await;
+        }
+        let local = self.local(&p.person);
+        let digest_minute =
+            metnos_kit::config::minutes_of(&self.settings.config.digest_at).unwrap_or(20 * 60 + 30);
+        let span = ViewSpan {
+            now_ms: now,
+            // exp(−12) ≈ 6e-6: older publications weigh nothing that matters.
+            bother_since_ms: now - (self.settings.bother.tau_minutes * 12.0 * 60_000.0) as i64,
+            day_start_ms: local.day_start(now),
+            digest_since_ms: local.last_digest(now, digest_minute),
+        };
+        let quotas = self.settings.config.quotas.clone();
+        if local.protected(now) {
+            // Decided by code, before any model: a firing waits for the window's end, a
+            // proposal for the digest.
+            e.reason = "protected_window".to_owned();
+            if source.is_scheduler() {
+                e.decision = Decision::DeferToSlot;
+                e.not_before_ms = Some(local.next_open(now));
+                return self.settle(e, dry_run).await;
+            }
+            return self
+                .place(e, p, source, span, dry_run, |_, e| {
+                    e.decision = Decision::DeferToDigest;
+                })
+                .await;
+        }
+
+        // The fits: the model, in its own context; any failure rejects.
+        let asked = Asked {
+            kind: &p.kind,
+            effect_class: &p.effect_class,
+            description: &p.description,
+            person: &p.person,
+            level: p.level,
+        };
+        let fits = match tokio::time::timeout(
+            self.settings.config.fit_timeout(),
+            self.estimator.estimate(&asked, &file.telos),
+        )
+        .await
+        {
+            Ok(Ok(fits)) => fits,
+            Ok(Err(why)) => {
+                tracing::warn!(proposal = %p.proposal_id, why = %why, "fit estimate failed");
+                e.reason = "fit_estimation_failed".to_owned();
+                return self.settle(e, dry_run).await;
+            }
+            Err(_) => {
+                tracing::warn!(proposal = %p.proposal_id, "fit estimate timed out");
+                e.reason = "fit_estimation_failed".to_owned();
+                return self.settle(e, dry_run).await;
+            }
+        };
+        let weights = self.weights(&p.person, file).await?;
+        let terms: Vec<Term> = file
+            .telos
+            .iter()
+            .zip(&fits)
+            .zip(&weights)
+            .map(|((t, f), (_, effective, _))| Term {
+                fit: f.fit,
+                threshold: t.activation_threshold,
+                weight_effective: *effective,
+            })
+            .collect();
+        e.per_telos = fits
+            .iter()
+            .zip(&terms)
+            .map(|(f, term)| FitTerm {
+                telos_id: f.telos_id.clone(),
+                fit: f.fit,
+                why: f.why.clone(),
+                activation_threshold: term.threshold,
+                weight_effective: term.weight_effective,
+                contribution: term.contribution(),
+            })
+            .collect();
+        e.alignment_before_bother = engine::alignment(p.urgency, p.confidence, &terms);
+        if e.alignment_before_bother < self.settings.theta {
+            e.expected_alignment = e.alignment_before_bother;
+            e.reason = "below_threshold".to_owned();
+            return self.settle(e, dry_run).await;
+        }
+        let bother = self.settings.bother;
+        let theta = self.settings.theta;
+        let cli = p.channel == "cli";
+        self.place(e, p, source, span, dry_run, move |view, e| {
+            e.bother_sum = bother.sum(now, view.publications.iter().copied());
+            e.bother_cost = bother.cost(e.bother_sum);
+            e.expected_alignment = e.alignment_before_bother - e.bother_cost;
+            let over_quota = match source {
+                Source::Adhoc if cli => view.adhoc_this_session >= quotas.cli_adhoc_per_session,
+                Source::Adhoc => {
+                    view.adhoc_last_hour >= quotas.adhoc_per_hour
+                        || view.adhoc_today >= quotas.adhoc_per_day
+                }
+                _ => view.scheduler_today >= quotas.scheduler_per_day,
+            };
+            if over_quota {
+                e.decision = Decision::DeferToDigest;
+                e.reason = "quota".to_owned();
+            } else if e.expected_alignment < theta {
+                e.decision = Decision::DeferToDigest;
+                e.reason = "bother".to_owned();
+            } else {
+                e.decision = Decision::Publish;
+                e.reason = "aligned".to_owned();
+            }
+        })
+        .await
+    }
+
+    /// Decides inside the ledger's transaction (`decide` sets the decision from the view)
+    /// and takes the place it needs: a publication under its quota, or a digest item (a
+    /// full digest rejects with `digest_full`).
+    async fn place(
+        &self,
+        mut e: Evaluation,
+        p: &ProposalIn,
+        source: Source,
+        span: ViewSpan,
+        dry_run: bool,
+        decide: impl Fn(&LedgerView, &mut Evaluation) + Send,
+    ) -> Result<Evaluation, TelosError> {
+        let quotas = self.settings.config.quotas.clone();
+        let cli = p.channel == "cli";
+        let session = if cli {
+            p.session_id.clone()
+        } else {
+            String::new()
+        };
+        // Twice at most: a quota taken between the read and the insert is seen the second
+        // time (it cannot happen under the transaction's lock; the condition stays).
+        for _ in 0..2 {
+            let mut chosen = e.clone();
+            let outcome = self
+                .store
+                .decide(
+                    &chosen.person.clone(),
+                    &p.channel,
+                    &session,
+                    span,
+                    dry_run,
+                    |view| {
+                        decide(view, &mut chosen);
+                        let place = match chosen.decision {
+                            Decision::Publish => Some((
+                                LedgerEntry {
+                                    place: "publish",
+                                    source: source.as_str(),
+                                    weight: source.bother_weight(),
+                                    session: session.clone(),
+                                    at_ms: span.now_ms,
+                                },
+                                match source {
+                                    Source::Adhoc if cli => {
+                                        Quota::Session(quotas.cli_adhoc_per_session)
+                                    }
+                                    Source::Adhoc => Quota::Adhoc {
+                                        per_hour: quotas.adhoc_per_hour,
+                                        per_day: quotas.adhoc_per_day,
+                                    },
+                                    _ => Quota::Scheduler(quotas.scheduler_per_day),
+                                },
+                            )),
+                            Decision::DeferToDigest
+                                if view.digest_pending >= quotas.digest_items =>
+                            {
+                                chosen.decision = Decision::Reject;
+                                chosen.reason = "digest_full".to_owned();
+                                None
+                            }
+                            Decision::DeferToDigest => Some((
+                                LedgerEntry {
+                                    place: "digest",
+                                    source: source.as_str(),
+                                    weight: 0.0,
+                                    session: session.clone(),
+                                    at_ms: span.now_ms,
+                                },
+                                Quota::Digest(quotas.digest_items),
+                            )),
+                            _ => None,
+                        };
+                        Write {
+                            record: Self::record_of(&chosen),
+                            place,
+                        }
+                    },
+                )
+                .await?;
+            match outcome {
+                None => return self.recorded(&e.proposal_id).await,
+                Some((_, true)) => {
+                    tracing::info!(
+                        proposal = %chosen.proposal_id,
+                        decision = chosen.decision.as_str(),
+                        reason = %chosen.reason,
+                        expected_alignment = chosen.expected_alignment,
+                        before_bother = chosen.alignment_before_bother,
+                        bother_cost = chosen.bother_cost,
+                        telos = ?chosen.per_telos.iter().map(|t| t.telos_id.as_str()).collect::<Vec<_>>(),
+                        "proposal decided"
+                    );
+                    return Ok(chosen);
+                }
+                Some((_, false)) => {
+                    e.reason.clear();
+                    continue;
+                }
+            }
+        }
+        e.decision = Decision::DeferToDigest;
+        e.reason = "quota".to_owned();
+        self.settle(e, dry_run).await
+    }
+
+    /// The person's answer to a proposal.
+    pub async fn feedback(
+        &self,
+        proposal_id: &str,
+        signal: Signal,
+        by: &Principal,
+    ) -> Result<(Vec<(file::Telos, f64, f64, f64)>, bool), TelosError> {
+        let r = self
+            .store
+            .find(proposal_id)
+            .await?
+            .ok_or_else(|| TelosError::NotFound(format!("no proposal `{proposal_id}`")))?;
+        if r.person != by.to_string() {
+            return Err(TelosError::Denied(format!(
+                "proposal `{proposal_id}` was not made to {by}"
+            )));
+        }
+        let telos: Vec<String> = if signal == Signal::Stop {
+            vec![file::NON_RETREAT.to_owned()]
+        } else {
+            r.contributors.clone()
+        };
+        let now = self.clock.now_ms();
+        let answer = signal.is_answer().then_some(signal.as_str());
+        if !self
+            .store
+            .answer(
+                proposal_id,
+                answer,
+                &r.person,
+                &telos,
+                store::Step {
+                    alpha: engine::ALPHA,
+                    signal: signal.strength(),
+                    now_ms: now,
+                },
+            )
+            .await?
+        {
+            return Err(TelosError::Precondition(format!(
+                "proposal `{proposal_id}` was answered already"
+            )));
+        }
+        let never = signal == Signal::NeverAgain;
+        if never {
+            self.store
+                .add_never(&r.person, &r.effect_class, proposal_id, now)
+                .await?;
+        }
+        tracing::info!(proposal = %proposal_id, signal = signal.as_str(), telos = ?telos, never_listed = never, "feedback");
+        let mut updated = Vec::new();
+        if let Found::Good(loaded) = self.load(by).await? {
+            let weights = self.weights(by, &loaded.file).await?;
+            for (t, (declared, effective, ema)) in loaded.file.telos.iter().zip(weights) {
+                if telos.contains(&t.id) {
+                    updated.push((t.clone(), declared, effective, ema));
+                }
+            }
+        }
+        Ok((updated, never))
+    }
+
+    /// A clear stop of a non-retreat attempt: −0.7 on the non-retreat telos, and `intent`
+    /// not retried for 24 hours. Returns until when.
+    pub async fn stopped(&self, by: &Principal, intent: &str) -> Result<i64, TelosError> {
+        let now = self.clock.now_ms();
+        let until = now + 24 * 3_600_000;
+        let person = by.to_string();
+        self.store
+            .nudge(
+                &person,
+                file::NON_RETREAT,
+                store::Step {
+                    alpha: engine::ALPHA,
+                    signal: Signal::Stop.strength(),
+                    now_ms: now,
+                },
+            )
+            .await?;
+        if !intent.is_empty() {
+            self.store.stop(&person, intent, until).await?;
+        }
+        tracing::info!(person = %by, "stop of a non-retreat attempt recorded");
+        Ok(until)
+    }
+
+    /// The rejected journal, or its borderline part.
+    pub async fn journal(
+        &self,
+        person: Option<&Principal>,
+        since_ms: Option<i64>,
+        limit: u32,
+        borderline: u32,
+    ) -> Result<Vec<Evaluation>, TelosError> {
+        let now = self.clock.now_ms();
+        let (since, limit) = if borderline > 0 {
+            (since_ms.unwrap_or(now - 7 * 24 * 3_600_000), borderline)
+        } else {
+            (since_ms.unwrap_or(0), limit)
+        };
+        let person = person.map(ToString::to_string);
+        let rows = self
+            .store
+            .journal(person.as_deref(), since, limit, borderline > 0)
+            .await?;
+        Ok(rows
+            .iter()
+            .filter_map(|r| serde_json::from_str(&r.result_json).ok())
+            .collect())
+    }
+}
