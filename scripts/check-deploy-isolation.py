@@ -13,6 +13,8 @@ again with deploy/compose.host-network.yml) and on `kubectl kustomize` of each o
   network alone;
 - the NetworkPolicies allow exactly the service-to-service calls of DESIGN.md §1, checked
   on both ends: what each pod may send (egress) and what each pod may receive (ingress);
+  and only the planner, the vaglio (the LLM) and the gateway (Telegram) may reach addresses
+  outside the cluster (each of them must);
 - only the planner has a seccomp profile of its own (deploy/seccomp/metnos-planner.json:
   unshare allowed for shell_exec's box, mounts, ptrace, BPF, keyrings, modules … refused);
   every other container keeps the engine's default.
@@ -48,16 +50,31 @@ PKI_DIR = "/etc/metnos/pki"
 CALLS = {
     ("gateway", "planner"),
     ("gateway", "approval"),
+    ("gateway", "vaglio"),
     ("planner", "policy"),
     ("planner", "vaglio"),
     ("planner", "approval"),
     ("planner", "gateway"),
+    ("vaglio", "policy"),
     ("approval", "policy"),
     ("approval", "gateway"),
 }
 
-# Services that reach nothing outside the stack (compose: the internal network alone).
+# Services on the internal compose network alone. Policy and approval reach nothing outside
+# the stack; the vaglio reaches policy and the `middle` LLM tier (its telos engine always, the
+# llm-v1 judge too), which in compose is Ollama on that same network: an online middle tier
+# needs `outside` added by hand (docker-compose.yml says so). In Kubernetes the vaglio does
+# reach out (WORLD below): the LLM's address is the cluster's to know, not this file's.
 INTERNAL_ONLY = ["policy", "vaglio", "approval"]
+
+# Kubernetes: the pods whose egress may reach addresses outside the cluster (ipBlock peers),
+# and what for. Every other service reaches only Metnos pods, DNS and the trace collector (and
+# PostgreSQL in the scaled overlay).
+WORLD = {
+    "planner": "the LLM, web_fetch",
+    "vaglio": "the `middle` LLM tier: the telos engine's fit estimate, the llm-v1 judge",
+    "gateway": "the Telegram Bot API",
+}
 
 # The planner's seccomp profile (shell_exec's box needs unshare); every other container keeps
 # the engine's default.
@@ -243,6 +260,27 @@ def allowed(policies, direction, subject, other, port, port_name):
     return False
 
 
+def reaches_world(policies, labels):
+    """Whether egress policies let a pod with these labels reach addresses outside the
+    cluster: a rule with an ipBlock peer, or one with neither peers nor ports. A rule with
+    ports and no peers (DNS, traces, PostgreSQL) is the shared plumbing, not counted."""
+    applying = [
+        p
+        for p in policies
+        if "Egress" in policy_types(p) and selects(p["spec"].get("podSelector"), labels)
+    ]
+    if not applying:
+        return True
+    for policy in applying:
+        for rule in policy["spec"].get("egress") or []:
+            peers = rule.get("to")
+            if not peers and not rule.get("ports"):
+                return True
+            if any("ipBlock" in peer for peer in peers or []):
+                return True
+    return False
+
+
 def check_k8s(name, docs, problems):
     def problem(message):
         problems.append(f"k8s {name}: {message}")
@@ -413,6 +451,15 @@ def check_network_policies(policies, pods, problem):
             )
         for caller, callee in sorted(CALLS - flows):
             problem(f"{direction.lower()} {caller} → {callee}:{SERVICES[callee]} not allowed")
+    for service, labels in sorted(pods.items()):
+        world = reaches_world(policies, labels)
+        if world and service not in WORLD:
+            problem(
+                f"egress metnos-{service} may reach addresses outside the cluster "
+                f"(only {', '.join(sorted(WORLD))} may)"
+            )
+        elif not world and service in WORLD:
+            problem(f"egress metnos-{service} cannot reach outside the cluster ({WORLD[service]})")
 
 
 def link_local_excluded(block):
@@ -544,10 +591,49 @@ MUTATIONS = [
         "    - from:\n        - podSelector:\n            matchLabels:\n"
         "              app.kubernetes.io/name: metnos-planner\n"
         "        - podSelector:\n            matchLabels:\n"
-        "              app.kubernetes.io/name: metnos-gateway\n",
+        "              app.kubernetes.io/name: metnos-gateway\n"
+        "      ports:\n        - protocol: TCP\n          port: 50053\n",
         "    - from:\n        - podSelector:\n            matchLabels:\n"
-        "              app.kubernetes.io/name: metnos-gateway\n",
+        "              app.kubernetes.io/name: metnos-gateway\n"
+        "      ports:\n        - protocol: TCP\n          port: 50053\n",
         "ingress planner → approval:50053 not allowed",
+    ),
+    (
+        "policy refuses the vaglio's Check",
+        "k8s/base/networkpolicy.yaml",
+        "              app.kubernetes.io/name: metnos-planner\n"
+        "        - podSelector:\n            matchLabels:\n"
+        "              app.kubernetes.io/name: metnos-vaglio\n"
+        "        - podSelector:\n",
+        "              app.kubernetes.io/name: metnos-planner\n"
+        "        - podSelector:\n",
+        "ingress vaglio → policy:50051 not allowed",
+    ),
+    (
+        "the gateway cannot reach the vaglio",
+        "k8s/base/networkpolicy.yaml",
+        "          port: 50053\n    - to:\n        - podSelector:\n            matchLabels:\n"
+        "              app.kubernetes.io/name: metnos-vaglio\n",
+        "          port: 50053\n    - to:\n        - podSelector:\n            matchLabels:\n"
+        "              app.kubernetes.io/name: metnos-planner\n",
+        "egress gateway → vaglio:50052 not allowed",
+    ),
+    (
+        "the vaglio cannot reach its LLM",
+        "k8s/base/networkpolicy.yaml",
+        "          port: 50051\n    - to:\n        - ipBlock:\n            cidr: 0.0.0.0/0\n"
+        "            except: [169.254.0.0/16]\n        - ipBlock:\n"
+        '            cidr: "::/0"\n            except: ["fe80::/10"]\n',
+        "          port: 50051\n",
+        "egress metnos-vaglio cannot reach outside the cluster",
+    ),
+    (
+        "approval reaches the world",
+        "k8s/base/networkpolicy.yaml",
+        "          port: 50055\n---\n# planner:",
+        "          port: 50055\n    - to:\n        - ipBlock:\n            cidr: 0.0.0.0/0\n"
+        "            except: [169.254.0.0/16]\n---\n# planner:",
+        "egress metnos-approval may reach addresses outside the cluster",
     ),
     (
         "the planner mounts the gateway's Secret",

@@ -55,27 +55,6 @@ for overlay in home scaled; do
   kubectl kustomize "k8s/overlays/$overlay" > "$out/$overlay.yaml"
   "$bin/kubernetes-validate" --strict --quiet "$out/$overlay.yaml"
 done
-# The vaglio's LLM-judge egress is an opt-in component: an overlay that adds it must render,
-# and only then may the vaglio reach out.
-mkdir -p "$out/with-llm-judge"
-# kustomize takes only relative paths to other kustomizations.
-k8s=$(realpath --relative-to="$out/with-llm-judge" k8s)
-cat > "$out/with-llm-judge/kustomization.yaml" <<YAML
-apiVersion: kustomize.config.k8s.io/v1beta1
-kind: Kustomization
-resources:
-  - $k8s/overlays/home
-components:
-  - $k8s/components/vaglio-llm-judge
-YAML
-log "kubectl kustomize (home + components/vaglio-llm-judge) | kubernetes-validate --strict"
-kubectl kustomize "$out/with-llm-judge" > "$out/with-llm-judge.yaml"
-"$bin/kubernetes-validate" --strict --quiet "$out/with-llm-judge.yaml"
-grep -q "name: metnos-vaglio-llm-judge" "$out/with-llm-judge.yaml" \
-  || { log "the vaglio-llm-judge component adds no NetworkPolicy"; exit 1; }
-if grep -q "metnos-vaglio-llm-judge" "$out/home.yaml"; then
-  log "the home overlay opens the vaglio's egress without the LLM judge"; exit 1
-fi
 # The scaled overlay must scale planner and vaglio and put every store in PostgreSQL.
 for name in metnos-planner metnos-vaglio; do
   grep -q "name: $name" <(awk '/^kind: HorizontalPodAutoscaler/,/^---/' "$out/scaled.yaml") \

@@ -36,6 +36,15 @@ pub async fn chat(config: &Config, args: ChatArgs) -> ExitCode {
         }
     };
     let _ = editor.load_history(&history);
+    // The stop clause is the vaglio's to recognise (the same words as on Telegram); when it
+    // cannot be asked, the same recogniser linked here answers.
+    let stops = metnos_gateway::conversation::StopDetector::new(
+        crate::admin::connect(config, metnos_kit::ServiceName::Vaglio)
+            .ok()
+            .map(|(channel, _)| {
+                metnos_proto::vaglio::v1::vaglio_service_client::VaglioServiceClient::new(channel)
+            }),
+    );
     eprintln!("Metnos — one request per line; Ctrl-C or /stop stops a running turn, /quit leaves.");
     let piped = {
         use std::io::IsTerminal;
@@ -80,7 +89,12 @@ pub async fn chat(config: &Config, args: ChatArgs) -> ExitCode {
         if matches!(text.as_str(), "/quit" | "/exit") {
             break;
         }
-        if metnos_gateway::text::stop_of(&text) == metnos_gateway::text::Stop::Clear {
+        let me = metnos_core::Principal::try_from(&session.principal);
+        let stop = match &me {
+            Ok(me) => stops.detect(me, &text).await,
+            Err(_) => metnos_gateway::text::stop_of(&text),
+        };
+        if stop == metnos_gateway::text::Stop::Clear {
             let stopped = session.cancel().await;
             eprintln!(
                 "{}",

@@ -5,6 +5,7 @@
 //! - [`policy_cli`]: `metnos policy …` and `metnos grants …`.
 //! - [`approvals_cli`]: `metnos approvals …`.
 //! - [`vaglio_cli`]: `metnos vaglio …`.
+//! - [`telos_cli`]: `metnos telos …`.
 //! - [`executors_cli`]: `metnos executors …`.
 //! - [`ask_cli`]: `metnos ask …` and `metnos turns …`.
 //! - [`pair_cli`]: `metnos pair …`.
@@ -29,5 +30,6 @@ pub mod policy_cli;
 pub mod runfile;
 pub mod setup;
 pub mod status;
+pub mod telos_cli;
 pub mod up;
 pub mod vaglio_cli;

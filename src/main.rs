@@ -11,6 +11,7 @@ use metnos::executors_cli::{self, ExecutorsCommand};
 use metnos::pair_cli::{self, PairCommand};
 use metnos::pki_cli::{self, PkiCommand};
 use metnos::policy_cli::{self, GrantsCommand, PolicyCommand};
+use metnos::telos_cli::{self, TelosCommand};
 use metnos::vaglio_cli::{self, VaglioCommand};
 use metnos::{status, up};
 use metnos_kit::launch::EXIT_CONFIG;
@@ -66,6 +67,12 @@ enum Command {
     Vaglio {
         #[command(subcommand)]
         command: VaglioCommand,
+    },
+    /// The person's declared ends (TELOS.md): show, edit and sign, verify the chain,
+    /// evaluate a proposal, the rejected journal, the never-list.
+    Telos {
+        #[command(subcommand)]
+        command: TelosCommand,
     },
     /// Requests for approval: list, show.
     Approvals {
@@ -133,6 +140,7 @@ fn main() -> ExitCode {
             Command::Policy { command } => policy_cli::policy(&config, command).await,
             Command::Grants { command } => policy_cli::grants(&config, command).await,
             Command::Vaglio { command } => vaglio_cli::vaglio(&config, command).await,
+            Command::Telos { command } => telos_cli::telos(&config, command).await,
             Command::Approvals { command } => approvals_cli::approvals(&config, command).await,
             Command::Executors { command } => executors_cli::executors(&config, command).await,
             Command::Ask(args) => ask_cli::ask(&config, args).await,

@@ -19,6 +19,8 @@ use metnos_proto::approval::v1::approval_service_client::ApprovalServiceClient;
 use metnos_proto::planner::v1 as pb;
 use metnos_proto::planner::v1::planner_service_client::PlannerServiceClient;
 use metnos_proto::planner::v1::turn_event::Event;
+use metnos_proto::vaglio::v1 as vaglio_pb;
+use metnos_proto::vaglio::v1::vaglio_service_client::VaglioServiceClient;
 use teloxide::types::CallbackQueryId;
 
 use crate::CHANNEL;
@@ -70,9 +72,9 @@ pub enum Next {
     RunTurn,
 }
 
-/// The stop clause: what `text` means, given whether they were just asked whether to stop
-/// and whether a turn of theirs runs here.
-pub fn next(text: &str, asked_to_stop: bool, has_turn: bool) -> Next {
+/// The stop clause: what `text` means (`stop`, as the vaglio recognised it), given whether
+/// they were just asked whether to stop and whether a turn of theirs runs here.
+pub fn next(text: &str, stop: Stop, asked_to_stop: bool, has_turn: bool) -> Next {
     if asked_to_stop {
         return if text::is_yes(text) {
             Next::Stop
@@ -80,7 +82,7 @@ pub fn next(text: &str, asked_to_stop: bool, has_turn: bool) -> Next {
             Next::CarryOn
         };
     }
-    match text::stop_of(text) {
+    match stop {
         Stop::Clear => Next::Stop,
         Stop::Ambiguous if has_turn => Next::AskWhetherToStop,
         Stop::Ambiguous | Stop::No => Next::RunTurn,
@@ -105,9 +107,9 @@ pub struct Conversations {
 impl Conversations {
     /// What to do with `sender`'s message (see [`next`]); a question asked is remembered
     /// until their next message, which answers it.
-    pub fn next_for(&mut self, sender: &str, text: &str) -> Next {
+    pub fn next_for(&mut self, sender: &str, text: &str, stop: Stop) -> Next {
         let asked = self.asked_to_stop.remove(sender);
-        let next = next(text, asked, self.has_turn(sender));
+        let next = next(text, stop, asked, self.has_turn(sender));
         if next == Next::AskWhetherToStop {
             self.asked_to_stop.insert(sender.to_owned());
         }
@@ -388,11 +390,60 @@ impl Clients {
     }
 }
 
+/// The stop clause's one recogniser is the vaglio's (`DetectStop`); when it cannot be
+/// asked within [`StopDetector::PATIENCE`], the same recogniser linked here answers, so a
+/// stop is never lost.
+#[derive(Debug, Clone)]
+pub struct StopDetector {
+    vaglio: Option<VaglioServiceClient<TracedChannel>>,
+}
+
+impl StopDetector {
+    pub const PATIENCE: Duration = Duration::from_secs(2);
+
+    pub fn new(vaglio: Option<VaglioServiceClient<TracedChannel>>) -> StopDetector {
+        StopDetector { vaglio }
+    }
+
+    /// What `text` from `who` says about stopping.
+    pub async fn detect(&self, who: &Principal, text: &str) -> Stop {
+        let Some(vaglio) = &self.vaglio else {
+            return text::stop_of(text);
+        };
+        let request = vaglio_pb::DetectStopRequest {
+            // The recogniser reads whole short phrases; a long message is never a stop.
+            text: text.chars().take(1000).collect(),
+            current_intent: String::new(),
+            principal: Some(who.to_proto()),
+            non_retreat: false,
+        };
+        let asked = tokio::time::timeout(Self::PATIENCE, vaglio.clone().detect_stop(request)).await;
+        match asked {
+            Ok(Ok(answer)) => match vaglio_pb::StopKind::try_from(answer.into_inner().kind) {
+                Ok(vaglio_pb::StopKind::Stop) => Stop::Clear,
+                Ok(vaglio_pb::StopKind::Ambiguous) => Stop::Ambiguous,
+                _ => Stop::No,
+            },
+            Ok(Err(status)) => {
+                tracing::warn!(code = ?status.code(), "the vaglio's stop recogniser failed; the local one answers");
+                text::stop_of(text)
+            }
+            Err(_) => {
+                tracing::warn!(
+                    "the vaglio's stop recogniser did not answer in time; the local one answers"
+                );
+                text::stop_of(text)
+            }
+        }
+    }
+}
+
 /// Carries out the conversation's decisions: the planner, approval and the outbox.
 pub struct Conversation {
     store: Store,
     planner: PlannerServiceClient<TracedChannel>,
     approval: ApprovalServiceClient<TracedChannel>,
+    stops: StopDetector,
     outbox: Arc<Outbox>,
     state: Mutex<Conversations>,
 }
@@ -413,12 +464,14 @@ impl Conversation {
         store: Store,
         planner: PlannerServiceClient<TracedChannel>,
         approval: ApprovalServiceClient<TracedChannel>,
+        stops: StopDetector,
         outbox: Arc<Outbox>,
     ) -> Conversation {
         Conversation {
             store,
             planner,
             approval,
+            stops,
             outbox,
             state: Mutex::new(Conversations::default()),
         }
@@ -454,7 +507,8 @@ impl Conversation {
         };
         let lang = pairing.language();
         let who = person(&message.sender);
-        let next = self.state().next_for(&message.sender, &message.text);
+        let stop = self.stops.detect(&who, &message.text).await;
+        let next = self.state().next_for(&message.sender, &message.text, stop);
         match next {
             Next::Stop => self.stop(chat, &who, lang).await,
             Next::CarryOn => {
@@ -967,40 +1021,68 @@ impl Conversation {
 mod tests {
     use super::*;
 
+    /// [`next`] with the recogniser the vaglio answers with.
+    fn n(text: &str, asked_to_stop: bool, has_turn: bool) -> Next {
+        next(text, text::stop_of(text), asked_to_stop, has_turn)
+    }
+
     #[test]
     fn a_clear_stop_stops_and_an_ambiguous_one_asks_only_while_a_turn_runs() {
-        assert_eq!(next("never mind", false, false), Next::Stop);
-        assert_eq!(next("/stop", false, true), Next::Stop);
+        assert_eq!(n("never mind", false, false), Next::Stop);
+        assert_eq!(n("/stop", false, true), Next::Stop);
         assert_eq!(
-            next("hmm, let's see later", false, true),
+            n("hmm, let's see later", false, true),
             Next::AskWhetherToStop
         );
-        assert_eq!(next("hmm, let's see later", false, false), Next::RunTurn);
-        assert_eq!(next("read my notes", false, true), Next::RunTurn);
+        assert_eq!(n("hmm, let's see later", false, false), Next::RunTurn);
+        assert_eq!(n("read my notes", false, true), Next::RunTurn);
     }
 
     #[test]
     fn the_answer_to_the_stop_question_is_yes_or_carry_on() {
-        assert_eq!(next("yes", true, true), Next::Stop);
-        assert_eq!(next("Sì!", true, false), Next::Stop);
-        assert_eq!(next("no", true, true), Next::CarryOn);
+        assert_eq!(n("yes", true, true), Next::Stop);
+        assert_eq!(n("Sì!", true, false), Next::Stop);
+        assert_eq!(n("no", true, true), Next::CarryOn);
         // Asked, any other message is an answer, not a new request (nor a new stop).
-        assert_eq!(next("read my notes", true, true), Next::CarryOn);
-        assert_eq!(next("stop", true, true), Next::CarryOn);
+        assert_eq!(n("read my notes", true, true), Next::CarryOn);
+        assert_eq!(n("stop", true, true), Next::CarryOn);
     }
 
     #[test]
     fn a_question_asked_is_answered_by_the_next_message_only() {
         let mut state = Conversations::default();
-        assert_eq!(state.next_for("ada", "hmm"), Next::RunTurn, "no turn runs");
+        assert_eq!(
+            state.next_for("ada", "hmm", text::stop_of("hmm")),
+            Next::RunTurn,
+            "no turn runs"
+        );
         state.turn_started("ada");
-        assert_eq!(state.next_for("ada", "hmm"), Next::AskWhetherToStop);
+        assert_eq!(
+            state.next_for("ada", "hmm", text::stop_of("hmm")),
+            Next::AskWhetherToStop
+        );
         // Another person's question is theirs.
-        assert_eq!(state.next_for("bob", "yes"), Next::RunTurn);
-        assert_eq!(state.next_for("ada", "no"), Next::CarryOn);
-        assert_eq!(state.next_for("ada", "yes"), Next::RunTurn, "asked once");
-        assert_eq!(state.next_for("ada", "hmm"), Next::AskWhetherToStop);
-        assert_eq!(state.next_for("ada", "yes"), Next::Stop);
+        assert_eq!(
+            state.next_for("bob", "yes", text::stop_of("yes")),
+            Next::RunTurn
+        );
+        assert_eq!(
+            state.next_for("ada", "no", text::stop_of("no")),
+            Next::CarryOn
+        );
+        assert_eq!(
+            state.next_for("ada", "yes", text::stop_of("yes")),
+            Next::RunTurn,
+            "asked once"
+        );
+        assert_eq!(
+            state.next_for("ada", "hmm", text::stop_of("hmm")),
+            Next::AskWhetherToStop
+        );
+        assert_eq!(
+            state.next_for("ada", "yes", text::stop_of("yes")),
+            Next::Stop
+        );
     }
 
     #[test]

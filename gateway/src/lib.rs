@@ -30,6 +30,7 @@ use metnos_kit::{Config, ServiceName, ShutdownFuture};
 use metnos_proto::approval::v1::approval_service_client::ApprovalServiceClient;
 use metnos_proto::gateway::v1::gateway_service_server::GatewayServiceServer;
 use metnos_proto::planner::v1::planner_service_client::PlannerServiceClient;
+use metnos_proto::vaglio::v1::vaglio_service_client::VaglioServiceClient;
 use tokio::net::TcpListener;
 
 pub mod conversation;
@@ -112,6 +113,7 @@ pub async fn serve(
         i64::try_from(config.approval.remind_before_seconds.saturating_mul(1000)).unwrap_or(0);
     let planner_url = config.service_url(ServiceName::Planner);
     let approval_url = config.service_url(ServiceName::Approval);
+    let vaglio_url = config.service_url(ServiceName::Vaglio);
     let settings = transport::Settings {
         api_url: config.telegram.api_url.clone(),
         poll_timeout_seconds: config.telegram.poll_timeout_seconds.get(),
@@ -125,6 +127,10 @@ pub async fn serve(
             };
             let planner = PlannerServiceClient::new(client(Identity::Planner, &planner_url)?);
             let approval = ApprovalServiceClient::new(client(Identity::Approval, &approval_url)?);
+            let stops = conversation::StopDetector::new(Some(VaglioServiceClient::new(client(
+                Identity::Vaglio,
+                &vaglio_url,
+            )?)));
             let store = store::Store::new(running.db);
             // What became of keyed messages is kept two days.
             let pruning = store.clone();
@@ -147,6 +153,7 @@ pub async fn serve(
                         store.clone(),
                         planner.clone(),
                         approval.clone(),
+                        stops,
                     );
                     let telegram = start_telegram(channel, webhook, running.background);
                     if let Some(telegram) = &telegram {

@@ -148,6 +148,7 @@ impl Telegram {
         store: Store,
         planner: PlannerServiceClient<TracedChannel>,
         approval: ApprovalServiceClient<TracedChannel>,
+        stops: crate::conversation::StopDetector,
     ) -> Result<Telegram, String> {
         let api = reqwest::Url::parse(&settings.api_url)
             .map_err(|e| format!("telegram.api_url is not a URL: {e}"))?;
@@ -172,6 +173,7 @@ impl Telegram {
             store.clone(),
             planner,
             approval,
+            stops,
             Arc::clone(&outbox),
         ));
         Ok(Telegram {

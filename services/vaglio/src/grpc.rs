@@ -418,7 +418,45 @@ impl VaglioService for VaglioApi {
             urgency,
             confidence,
         };
-        let evaluation = self.telos.evaluate(&proposal, r.dry_run).await?;
+        // Ids, scores and the decision — never the proposal's words.
+        let span = tracing::info_span!(
+            "telos.evaluate",
+            proposal_id = %proposal.proposal_id,
+            effect_class = %proposal.effect_class,
+            channel = %proposal.channel,
+            dry_run = r.dry_run,
+            decision = tracing::field::Empty,
+            reason = tracing::field::Empty,
+            expected_alignment = tracing::field::Empty,
+            alignment_before_bother = tracing::field::Empty,
+            bother_cost = tracing::field::Empty,
+            telos = tracing::field::Empty,
+        );
+        let evaluation = {
+            use tracing::Instrument;
+            self.telos
+                .evaluate(&proposal, r.dry_run)
+                .instrument(span.clone())
+                .await?
+        };
+        span.record("decision", evaluation.decision.as_str());
+        span.record("reason", evaluation.reason.as_str());
+        span.record("expected_alignment", evaluation.expected_alignment);
+        span.record(
+            "alignment_before_bother",
+            evaluation.alignment_before_bother,
+        );
+        span.record("bother_cost", evaluation.bother_cost);
+        span.record(
+            "telos",
+            evaluation
+                .per_telos
+                .iter()
+                .map(|t| format!("{}={:.3}", t.telos_id, t.fit))
+                .collect::<Vec<_>>()
+                .join(",")
+                .as_str(),
+        );
         Ok(Response::new(pb::EvaluateProposalResponse {
             result: Some(result_msg(&evaluation)),
         }))

@@ -168,6 +168,18 @@ impl World {
         .unwrap();
     }
 
+    /// As [`World::declare`], written at `at`.
+    fn declare_at(&self, person: &Principal, text: &str, at: &str) {
+        file::commit(
+            &self.files.person_file(person),
+            text,
+            &self.key,
+            "roberto",
+            at,
+        )
+        .unwrap();
+    }
+
     /// The fake LLM's next fit estimate: tempo, ordine, coltivazione.
     fn fits(&self, tempo: f64, ordine: f64, coltivazione: f64) {
         self.fake.push(fits(tempo, ordine, coltivazione));
@@ -490,11 +502,15 @@ async fn a_removed_telos_loses_its_fitness_and_the_audit_says_so(store: TestStor
         line["diff"].as_str().unwrap().contains("-## t.ordine"),
         "{line}"
     );
-    assert_eq!(
-        std::fs::read_dir(dir.join(".audit")).unwrap().count(),
-        2,
-        "the old version and the changes"
-    );
+    let mut kept: Vec<String> = std::fs::read_dir(dir.join(".audit"))
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    kept.sort();
+    assert_eq!(kept.len(), 4, "{kept:?}");
+    assert!(kept.contains(&"changes.jsonl".to_owned()) && kept.contains(&"head".to_owned()));
+    assert!(kept.contains(&format!("{}.md", line["from"].as_str().unwrap())));
+    assert!(kept.contains(&format!("{}.md", line["to"].as_str().unwrap())));
 }
 
 /// Seed: ten ad-hoc proposals in an hour on Telegram, however well aligned: three
@@ -631,6 +647,48 @@ async fn a_tampered_telos_rejects_until_signed_again(store: TestStore) {
     w.fits(0.9, 0.9, 0.0);
     assert_eq!(
         w.evaluate(&proposal("p2")).await.decision,
+        Decision::Publish
+    );
+}
+
+/// An older signed version put back over the one in force (a restored backup, a sync
+/// conflict) is refused: it is signed, but the engine saw a later one.
+async fn an_older_version_put_back_is_refused(store: TestStore) {
+    let w = world(store).await;
+    let path = w.files.person_file(&roberto());
+    let first = std::fs::read(&path).unwrap();
+    w.fits(0.9, 0.9, 0.0);
+    assert_eq!(
+        w.evaluate(&proposal("p1")).await.decision,
+        Decision::Publish
+    );
+    w.declare_at(
+        &roberto(),
+        &TELOS.replace("weight: 0.2", "weight: 0.25"),
+        "2026-11-02T12:00:00+01:00",
+    );
+    w.clock.advance(2 * HOUR);
+    w.fits(0.9, 0.9, 0.0);
+    assert_eq!(
+        w.evaluate(&proposal("p2")).await.decision,
+        Decision::Publish
+    );
+    // The audit's head is put back too: the store remembers what was in force.
+    let audit = path.parent().unwrap().join(".audit");
+    std::fs::write(audit.join("head"), file::sha256_hex(&first)).unwrap();
+    std::fs::write(&path, &first).unwrap();
+    let e = w.evaluate(&proposal("p3")).await;
+    assert_eq!(e.reason, "telos_signature_invalid");
+    assert!(matches!(
+        w.engine.load(&roberto()).await.unwrap(),
+        Found::Bad(file::FileError::SignatureInvalid(m), _) if m.contains("an older version was put back")
+    ));
+    // Reviewed and signed again (later), it is in force.
+    w.declare_at(&roberto(), TELOS, "2026-11-26T12:00:00Z");
+    w.clock.advance(2 * HOUR);
+    w.fits(0.9, 0.9, 0.0);
+    assert_eq!(
+        w.evaluate(&proposal("p4")).await.decision,
         Decision::Publish
     );
 }
@@ -854,6 +912,7 @@ metnos_kit::store_suite!(
     a_strong_proposal_at_the_wrong_moment_stays_silent,
     a_failed_fit_estimate_never_publishes,
     a_tampered_telos_rejects_until_signed_again,
+    an_older_version_put_back_is_refused,
     feedback_moves_the_contributors_once_and_only_from_their_person,
     the_digest_holds_ten,
     the_cli_takes_two_per_session,

@@ -34,7 +34,7 @@ pub const ENV_ALIASES: [(&str, &str); 3] = [
 
 /// Top-level keys an environment variable may override; any other `METNOS_*` variable
 /// (`METNOS_CONFIG`, test settings) is not configuration.
-const TOP_LEVEL_KEYS: [&str; 13] = [
+const TOP_LEVEL_KEYS: [&str; 14] = [
     "data_dir",
     "telemetry",
     "server",
@@ -47,6 +47,7 @@ const TOP_LEVEL_KEYS: [&str; 13] = [
     "executors",
     "turns",
     "telegram",
+    "telos",
     "tls",
 ];
 
@@ -539,6 +540,21 @@ mod tests {
             ],
             |_| load().map(|_| ()),
         );
+    }
+
+    #[test]
+    fn every_section_can_be_set_from_the_environment() {
+        // A section missing from TOP_LEVEL_KEYS would have its METNOS_* variables ignored
+        // without a word.
+        let defaults = serde_json::to_value(Config::default()).unwrap();
+        let sections: Vec<&String> = defaults.as_object().unwrap().keys().collect();
+        for section in &sections {
+            assert!(
+                TOP_LEVEL_KEYS.contains(&section.as_str()),
+                "`{section}` is not in TOP_LEVEL_KEYS"
+            );
+        }
+        assert_eq!(sections.len(), TOP_LEVEL_KEYS.len());
     }
 
     #[test]

@@ -81,7 +81,11 @@ impl ServiceName {
                 ServiceName::Vaglio,
                 ServiceName::Approval,
             ],
-            ServiceName::Gateway => &[ServiceName::Planner, ServiceName::Approval],
+            ServiceName::Gateway => &[
+                ServiceName::Planner,
+                ServiceName::Approval,
+                ServiceName::Vaglio,
+            ],
         }
     }
 

@@ -34,6 +34,8 @@ CREATE TABLE telos_ledger (
     at_ms       BIGINT NOT NULL
 );
 CREATE INDEX telos_ledger_person ON telos_ledger (person, channel, at_ms);
+CREATE INDEX telos_ledger_place ON telos_ledger (person, place, at_ms);
+CREATE INDEX telos_ledger_session ON telos_ledger (person, channel, session);
 
 CREATE TABLE telos_fitness (
     person     TEXT    NOT NULL,
@@ -55,7 +57,8 @@ CREATE TABLE telos_people (
     person    TEXT    PRIMARY KEY,
     asked_ms  BIGINT,
     version   TEXT    NOT NULL DEFAULT '',
-    telos_ids TEXT    NOT NULL DEFAULT ''
+    telos_ids TEXT    NOT NULL DEFAULT '',
+    written_at TEXT   NOT NULL DEFAULT ''
 );
 
 CREATE TABLE telos_stops (

@@ -694,9 +694,28 @@ pub fn with_front(
     Ok(out)
 }
 
-/// Puts `text` in force at `path`: the version there (if any) moves to `.audit/<sha256>.md`
-/// beside it, and `text` is written with `previous_hash` set to that sha256 (or `genesis`),
-/// `written_at` and `written_by` set, and signed. Returns the new version's sha256.
+/// The file in `.audit/` naming the last version signed here (its sha256).
+pub const HEAD: &str = "head";
+
+/// The `.audit/` folder beside `path`.
+pub fn audit_dir(path: &Path) -> PathBuf {
+    path.parent().unwrap_or(Path::new(".")).join(AUDIT_DIR)
+}
+
+/// The last version signed beside `path` (`.audit/head`), if any.
+pub fn head(path: &Path) -> Option<String> {
+    std::fs::read_to_string(audit_dir(path).join(HEAD))
+        .ok()
+        .map(|h| h.trim().to_owned())
+        .filter(|h| is_sha256(h))
+}
+
+/// Puts `text` in force at `path`, signed, with `written_at` and `written_by` set and
+/// `previous_hash` naming the last version signed here. Every signed version is kept in
+/// `.audit/<sha256>.md` and `.audit/head` names the newest. A file in force that does not
+/// verify (edited by hand, or put back from an old copy) is kept as
+/// `.audit/unsigned-<sha256>.md` for the record and is not part of the chain. Returns the
+/// new version's sha256.
 pub fn commit(
     path: &Path,
     text: &str,
@@ -704,30 +723,72 @@ pub fn commit(
     written_by: &str,
     written_at: &str,
 ) -> Result<String, FileError> {
-    let io = |what: &str, e: std::io::Error| FileError::Unreadable(format!("{what}: {e}"));
-    let previous = match std::fs::read(path) {
+    let io =
+        |what: &Path, e: std::io::Error| FileError::Unreadable(format!("{}: {e}", what.display()));
+    let audit = audit_dir(path);
+    let dir = path.parent().unwrap_or(Path::new("."));
+    metnos_kit::datadir::create_dir_all(&audit).map_err(|e| io(&audit, e))?;
+    let head = head(path);
+    let current = match std::fs::read(path) {
         Ok(bytes) => Some(bytes),
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => None,
-        Err(e) => return Err(io(&path.display().to_string(), e)),
+        Err(e) => return Err(io(path, e)),
     };
-    let previous_hash = previous
-        .as_deref()
-        .map_or_else(|| GENESIS.to_owned(), sha256_hex);
+    let mut previous_hash = head.clone().unwrap_or_else(|| GENESIS.to_owned());
+    if let Some(bytes) = &current {
+        let sha = sha256_hex(bytes);
+        let signed = std::str::from_utf8(bytes)
+            .ok()
+            .is_some_and(|text| parse_signed(text, key).is_ok());
+        if signed && (head.is_none() || head.as_deref() == Some(sha.as_str())) {
+            // The version in force, signed here: the one the new version follows.
+            let kept = audit.join(format!("{sha}.md"));
+            if !kept.exists() {
+                metnos_kit::datadir::write_file(&kept, bytes).map_err(|e| io(&kept, e))?;
+            }
+            previous_hash = sha;
+        } else {
+            let kept = audit.join(format!("unsigned-{sha}.md"));
+            metnos_kit::datadir::write_file(&kept, bytes).map_err(|e| io(&kept, e))?;
+        }
+    }
     let text = with_front(text, &previous_hash, written_at, written_by)?;
     let signed = sign_text(&text, key)?;
-    let dir = path.parent().unwrap_or(Path::new("."));
-    metnos_kit::datadir::create_dir_all(dir).map_err(|e| io(&dir.display().to_string(), e))?;
-    if let Some(bytes) = &previous {
-        let audit = dir.join(AUDIT_DIR);
-        metnos_kit::datadir::create_dir_all(&audit)
-            .map_err(|e| io(&audit.display().to_string(), e))?;
-        let kept = audit.join(format!("{previous_hash}.md"));
-        metnos_kit::datadir::write_file(&kept, bytes)
-            .map_err(|e| io(&kept.display().to_string(), e))?;
+    let version = sha256_hex(signed.as_bytes());
+    let kept = audit.join(format!("{version}.md"));
+    metnos_kit::datadir::write_file(&kept, signed.as_bytes()).map_err(|e| io(&kept, e))?;
+    metnos_kit::datadir::create_dir_all(dir).map_err(|e| io(dir, e))?;
+    metnos_kit::datadir::write_file(path, signed.as_bytes()).map_err(|e| io(path, e))?;
+    let head_file = audit.join(HEAD);
+    metnos_kit::datadir::write_file(&head_file, version.as_bytes())
+        .map_err(|e| io(&head_file, e))?;
+    Ok(version)
+}
+
+/// Whether `ancestor` is among the versions `file` follows (its `previous_hash`, that
+/// one's, … through `.audit/` beside `path`), each verified with `key`.
+pub fn follows(path: &Path, file: &TelosFile, ancestor: &str, key: &TelosKey) -> bool {
+    let audit = audit_dir(path);
+    let mut previous = file.front.previous_hash.clone();
+    for _ in 0..10_000 {
+        if previous == ancestor {
+            return true;
+        }
+        if previous == GENESIS || !is_sha256(&previous) {
+            return false;
+        }
+        let Ok(text) = std::fs::read_to_string(audit.join(format!("{previous}.md"))) else {
+            return false;
+        };
+        if sha256_hex(text.as_bytes()) != previous {
+            return false;
+        }
+        match parse_signed(&text, key) {
+            Ok(older) => previous = older.front.previous_hash,
+            Err(_) => return false,
+        }
     }
-    metnos_kit::datadir::write_file(path, signed.as_bytes())
-        .map_err(|e| io(&path.display().to_string(), e))?;
-    Ok(sha256_hex(signed.as_bytes()))
+    false
 }
 
 /// One version in a chain, newest first.
@@ -739,10 +800,12 @@ pub struct ChainLink {
     pub path: PathBuf,
 }
 
-/// Walks the chain from the file at `path` back to `genesis` through `.audit/` beside it,
-/// checking each version's signature and hash. `Ok`: the versions, newest first.
+/// Walks the chain from the file at `path` back to `genesis` through `.audit/` beside it:
+/// the file in force must be signed and be the last version signed here (`.audit/head`),
+/// and every older one must be signed and have the sha256 its successor names. `Ok`: the
+/// versions, newest first; `Err`: the first break.
 pub fn verify_chain(path: &Path, key: &TelosKey) -> Result<Vec<ChainLink>, String> {
-    let audit = path.parent().unwrap_or(Path::new(".")).join(AUDIT_DIR);
+    let audit = audit_dir(path);
     let mut links = Vec::new();
     let mut current = path.to_path_buf();
     let mut expected_version: Option<String> = None;
@@ -750,14 +813,25 @@ pub fn verify_chain(path: &Path, key: &TelosKey) -> Result<Vec<ChainLink>, Strin
         let text = std::fs::read_to_string(&current)
             .map_err(|e| format!("{}: cannot be read: {e}", current.display()))?;
         let file = parse_signed(&text, key).map_err(|e| format!("{}: {e}", current.display()))?;
-        if let Some(expected) = &expected_version
-            && &file.version != expected
-        {
-            return Err(format!(
-                "{}: its sha256 is {}, but the next version names {expected} as its previous one (the file was changed)",
-                current.display(),
-                file.version
-            ));
+        match &expected_version {
+            None => {
+                if let Some(head) = head(path)
+                    && head != file.version
+                {
+                    return Err(format!(
+                        "{}: it is not the last version signed here ({head}): an older version was put back",
+                        current.display()
+                    ));
+                }
+            }
+            Some(expected) if &file.version != expected => {
+                return Err(format!(
+                    "{}: its sha256 is {}, but the next version names {expected} as its previous one (the file was changed)",
+                    current.display(),
+                    file.version
+                ));
+            }
+            Some(_) => {}
         }
         links.push(ChainLink {
             version: file.version.clone(),
@@ -1067,14 +1141,61 @@ synthesis strategies before answering \"I cannot\".
         assert!(broken.contains("is missing"), "{broken}");
 
         // The file in force edited without signing.
-        std::fs::write(
-            &path,
-            std::fs::read_to_string(&path)
-                .unwrap()
-                .replace("0.05", "0.5"),
-        )
-        .unwrap();
+        let in_force = std::fs::read_to_string(&path).unwrap();
+        std::fs::write(&path, in_force.replace("0.05", "0.5")).unwrap();
         let broken = verify_chain(&path, &key()).unwrap_err();
         assert!(broken.contains("changed after it was signed"), "{broken}");
+    }
+
+    #[test]
+    fn an_older_signed_version_put_back_is_not_the_head_and_a_hand_edit_stays_out_of_the_chain() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join(FILE_NAME);
+        let v1 = commit(&path, SEED, &key(), "roberto", "2026-04-25T12:00:00+02:00").unwrap();
+        let first = std::fs::read(&path).unwrap();
+        let v2 = commit(
+            &path,
+            &SEED.replace("weight: 0.22", "weight: 0.30"),
+            &key(),
+            "roberto",
+            "2026-05-01T09:00:00+02:00",
+        )
+        .unwrap();
+        // A backup of version 1 restored over version 2: signed, but not the head.
+        std::fs::write(&path, &first).unwrap();
+        let broken = verify_chain(&path, &key()).unwrap_err();
+        assert!(broken.contains("an older version was put back"), "{broken}");
+        let restored = parse_signed(&String::from_utf8(first).unwrap(), &key()).unwrap();
+        assert!(!follows(&path, &restored, &v2, &key()));
+
+        // Signing again after a hand edit: the edit is kept for the record, the new
+        // version follows the last signed one, and the chain holds.
+        std::fs::write(&path, SEED.replace("weight: 0.22", "weight: 0.99")).unwrap();
+        let v3 = commit(
+            &path,
+            &SEED.replace("weight: 0.22", "weight: 0.99"),
+            &key(),
+            "roberto",
+            "2026-06-01T09:00:00+02:00",
+        )
+        .unwrap();
+        let chain = verify_chain(&path, &key()).unwrap();
+        assert_eq!(
+            chain.iter().map(|l| l.version.as_str()).collect::<Vec<_>>(),
+            [v3.as_str(), v2.as_str(), v1.as_str()]
+        );
+        let current = parse_signed(&std::fs::read_to_string(&path).unwrap(), &key()).unwrap();
+        assert!(follows(&path, &current, &v1, &key()));
+        let unsigned = std::fs::read_dir(dir.path().join(AUDIT_DIR))
+            .unwrap()
+            .filter(|e| {
+                e.as_ref()
+                    .unwrap()
+                    .file_name()
+                    .to_string_lossy()
+                    .starts_with("unsigned-")
+            })
+            .count();
+        assert_eq!(unsigned, 1, "the hand edit, kept for the record");
     }
 }

@@ -234,6 +234,14 @@ fn stamp(path: &Path) -> Option<Stamp> {
 /// A file as last parsed.
 type Parsed = Result<Arc<TelosFile>, FileError>;
 
+/// Whether the time `a` is after `b` (both RFC 3339; false when either does not parse).
+fn later(a: &str, b: &str) -> bool {
+    match (a.parse::<jiff::Timestamp>(), b.parse::<jiff::Timestamp>()) {
+        (Ok(a), Ok(b)) => a > b,
+        _ => false,
+    }
+}
+
 /// The engine's settings.
 #[derive(Debug, Clone)]
 pub struct Settings {
@@ -271,7 +279,46 @@ pub struct TelosEngine {
     estimator: Arc<dyn FitEstimator>,
     clock: Arc<dyn Clock>,
     key: Result<TelosKey, String>,
-    cache: Mutex<HashMap<PathBuf, (Stamp, Parsed)>>,
+    cache: Mutex<HashMap<(String, PathBuf), (Stamp, Parsed)>>,
+}
+
+/// The budget decision of a weighed proposal (seed ch. 6): its bother cost, its quota, and
+/// publish or the digest. Pure: the ledger view comes from the store's transaction.
+#[derive(Debug, Clone)]
+pub struct Budget {
+    pub bother: Bother,
+    pub theta: f64,
+    pub quotas: metnos_kit::config::TelosQuotas,
+    pub source: Source,
+    /// The CLI's quota is per session.
+    pub cli: bool,
+    pub now_ms: i64,
+}
+
+impl Budget {
+    /// Sets `e`'s bother terms, expected alignment and decision from `view`.
+    pub fn decide(&self, view: &LedgerView, e: &mut Evaluation) {
+        e.bother_sum = self
+            .bother
+            .sum(self.now_ms, view.publications.iter().copied());
+        e.bother_cost = self.bother.cost(e.bother_sum);
+        e.expected_alignment = e.alignment_before_bother - e.bother_cost;
+        let q = &self.quotas;
+        let over_quota = match self.source {
+            Source::Adhoc if self.cli => view.adhoc_this_session >= q.cli_adhoc_per_session,
+            Source::Adhoc => {
+                view.adhoc_last_hour >= q.adhoc_per_hour || view.adhoc_today >= q.adhoc_per_day
+            }
+            _ => view.scheduler_today >= q.scheduler_per_day,
+        };
+        (e.decision, e.reason) = if over_quota {
+            (Decision::DeferToDigest, "quota".to_owned())
+        } else if e.expected_alignment < self.theta {
+            (Decision::DeferToDigest, "bother".to_owned())
+        } else {
+            (Decision::Publish, "aligned".to_owned())
+        };
+    }
 }
 
 /// A person's local calendar, for windows, days and the digest.
@@ -391,7 +438,7 @@ impl TelosEngine {
             .cache
             .lock()
             .unwrap_or_else(|e| e.into_inner())
-            .get(&path)
+            .get(&(person.to_string(), path.clone()))
             .filter(|(s, _)| *s == now_stamp)
             .map(|(_, parsed)| parsed.clone());
         let parsed = match cached {
@@ -408,16 +455,20 @@ impl TelosEngine {
                         }),
                     },
                 };
+                let mut parsed = parsed;
                 if let Ok(file) = &parsed {
-                    self.seen(person, &path, file).await?;
-                    for warning in &file.warnings {
-                        tracing::warn!(person = %person, %warning, "TELOS.md");
+                    if let Err(refused) = self.seen(person, &path, file).await? {
+                        parsed = Err(refused);
+                    } else {
+                        for warning in &file.warnings {
+                            tracing::warn!(person = %person, %warning, "TELOS.md");
+                        }
                     }
                 }
-                self.cache
-                    .lock()
-                    .unwrap_or_else(|e| e.into_inner())
-                    .insert(path.clone(), (now_stamp, parsed.clone()));
+                self.cache.lock().unwrap_or_else(|e| e.into_inner()).insert(
+                    (person.to_string(), path.clone()),
+                    (now_stamp, parsed.clone()),
+                );
                 parsed
             }
         };
@@ -429,18 +480,36 @@ impl TelosEngine {
 
     /// A version in force for the first time: the telos it removed lose their fitness, and
     /// the audit says so, with the diff.
+    /// `Ok(Err(_))`: the file is signed but does not follow the version in force (an older
+    /// version put back, or a chain cut off): it is refused like an unsigned one.
     async fn seen(
         &self,
         person: &Principal,
         path: &Path,
         file: &TelosFile,
-    ) -> Result<(), TelosError> {
+    ) -> Result<Result<(), FileError>, TelosError> {
         let key = person.to_string();
+        // Only the key's holder signs, so a replay is the one attack left: a version
+        // signed before the one in force. A new version follows it, or was written after it.
+        if let Some((in_force, in_force_at)) = self.store.version_of(&key).await?
+            && !in_force.is_empty()
+            && in_force != file.version
+            && let Ok(signing_key) = &self.key
+            && !file::follows(path, file, &in_force, signing_key)
+            && !later(&file.front.written_at, &in_force_at)
+        {
+            tracing::warn!(person = %person, in_force = %in_force, found = %file.version, "TELOS.md does not follow the version in force");
+            return Ok(Err(FileError::SignatureInvalid(format!(
+                "this TELOS.md was signed before the version in force ({in_force}) and does not follow it: an older version was put back; run `metnos telos edit` to review and sign it"
+            ))));
+        }
         let ids: Vec<String> = file.telos.iter().map(|t| t.id.clone()).collect();
-        let Some((old_version, old_ids)) =
-            self.store.seen_version(&key, &file.version, &ids).await?
+        let Some((old_version, old_ids)) = self
+            .store
+            .seen_version(&key, &file.version, &file.front.written_at, &ids)
+            .await?
         else {
-            return Ok(());
+            return Ok(Ok(()));
         };
         let removed: Vec<String> = old_ids
             .iter()
@@ -488,7 +557,7 @@ impl TelosEngine {
             tracing::warn!(error = %e, "the telos audit line could not be written");
         }
         tracing::info!(person = %person, removed = ?removed, added = ?added, version = %file.version, "new TELOS.md in force");
-        Ok(())
+        Ok(Ok(()))
     }
 
     /// The effective weight of each telos of `file` for `person`: `(declared, effective, ema)`.
@@ -708,31 +777,16 @@ impl TelosEngine {
             e.reason = "below_threshold".to_owned();
             return self.settle(e, dry_run).await;
         }
-        let bother = self.settings.bother;
-        let theta = self.settings.theta;
-        let cli = p.channel == "cli";
+        let budget = Budget {
+            bother: self.settings.bother,
+            theta: self.settings.theta,
+            quotas,
+            source,
+            cli: p.channel == "cli",
+            now_ms: now,
+        };
         self.place(e, p, source, span, dry_run, move |view, e| {
-            e.bother_sum = bother.sum(now, view.publications.iter().copied());
-            e.bother_cost = bother.cost(e.bother_sum);
-            e.expected_alignment = e.alignment_before_bother - e.bother_cost;
-            let over_quota = match source {
-                Source::Adhoc if cli => view.adhoc_this_session >= quotas.cli_adhoc_per_session,
-                Source::Adhoc => {
-                    view.adhoc_last_hour >= quotas.adhoc_per_hour
-                        || view.adhoc_today >= quotas.adhoc_per_day
-                }
-                _ => view.scheduler_today >= quotas.scheduler_per_day,
-            };
-            if over_quota {
-                e.decision = Decision::DeferToDigest;
-                e.reason = "quota".to_owned();
-            } else if e.expected_alignment < theta {
-                e.decision = Decision::DeferToDigest;
-                e.reason = "bother".to_owned();
-            } else {
-                e.decision = Decision::Publish;
-                e.reason = "aligned".to_owned();
-            }
+            budget.decide(view, e)
         })
         .await
     }

@@ -101,7 +101,8 @@ macro_rules! read_view {
                 }
             }
         }
-        let session_count: i64 = sqlx::query_scalar(
+        // Only the CLI's quota is per session.
+        let session_count: i64 = if $session.is_empty() { 0 } else { sqlx::query_scalar(
             "SELECT COUNT(*) FROM telos_ledger WHERE person = $1 AND channel = $2 \
              AND place = 'publish' AND source = 'adhoc' AND session = $3",
         )
@@ -109,7 +110,7 @@ macro_rules! read_view {
         .bind($channel)
         .bind($session)
         .fetch_one(&mut *$conn)
-        .await?;
+        .await? };
         view.adhoc_this_session = u32::try_from(session_count).unwrap_or(u32::MAX);
         let digest: i64 = sqlx::query_scalar(
             "SELECT COUNT(*) FROM telos_ledger WHERE person = $1 AND place = 'digest' AND at_ms >= $2",
@@ -598,6 +599,17 @@ impl TelosStore {
         })
     }
 
+    /// The version of `person`'s TELOS.md last seen in force and its `written_at`, if any.
+    pub async fn version_of(&self, person: &str) -> Result<Option<(String, String)>, sqlx::Error> {
+        on_db!(&self.db, pool => {
+            let row = sqlx::query("SELECT version, written_at FROM telos_people WHERE person = $1")
+                .bind(person)
+                .fetch_optional(pool)
+                .await?;
+            row.map(|r| Ok((r.try_get(0)?, r.try_get(1)?))).transpose()
+        })
+    }
+
     /// Records that `person`'s file in force is `version` with `ids`; when it replaces
     /// another version, returns that one's `(version, ids)` — to exactly one caller across
     /// replicas.
@@ -605,6 +617,7 @@ impl TelosStore {
         &self,
         person: &str,
         version: &str,
+        written_at: &str,
         ids: &[String],
     ) -> Result<Option<(String, Vec<String>)>, sqlx::Error> {
         let ids = ids.join(",");
@@ -626,12 +639,13 @@ impl TelosStore {
                 return Ok(None);
             }
             let done = sqlx::query(
-                "UPDATE telos_people SET version = $2, telos_ids = $3 WHERE person = $1 AND version = $4",
+                "UPDATE telos_people SET version = $2, telos_ids = $3, written_at = $5 WHERE person = $1 AND version = $4",
             )
             .bind(person)
             .bind(version)
             .bind(&ids)
             .bind(&old_version)
+            .bind(written_at)
             .execute(pool)
             .await?;
             if done.rows_affected() != 1 || old_version.is_empty() {

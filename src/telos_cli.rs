@@ -1,0 +1,551 @@
+//! `metnos telos …`: a person's declared ends (seed telos.md) from the terminal. `show`,
+//! `evaluate`, `rejected` and `never` ask the running vaglio (JSON lines); `edit` and
+//! `verify` work on the files themselves — `edit` opens `$EDITOR` on a copy, shows the
+//! diff, and on confirmation signs the new version and keeps the old one in `.audit/`.
+
+use std::io::{BufRead, IsTerminal, Write};
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+
+use clap::Subcommand;
+use metnos_core::Principal;
+use metnos_kit::time::{from_timestamp, rfc3339};
+use metnos_kit::{Config, ServiceName};
+use metnos_proto::common::v1 as common;
+use metnos_proto::vaglio::v1 as pb;
+use metnos_proto::vaglio::v1::vaglio_service_client::VaglioServiceClient;
+use metnos_vaglio::telos::Files;
+use metnos_vaglio::telos::file::{self, TelosKey};
+use serde_json::{Value, json};
+
+use crate::admin::{connect, failed, print_line};
+
+const SERVICE: ServiceName = ServiceName::Vaglio;
+
+#[derive(Debug, Subcommand)]
+pub enum TelosCommand {
+    /// The telos in force, with declared and effective weights.
+    Show {
+        /// Whose, as <channel>:<sender> (e.g. telegram:42); the owner's when left out.
+        #[arg(long)]
+        person: Option<String>,
+    },
+    /// Edit TELOS.md in $EDITOR; the diff is shown, and on confirmation the new version is
+    /// signed and the old one kept in .audit/.
+    Edit {
+        #[arg(long)]
+        person: Option<String>,
+        /// Sign without asking.
+        #[arg(long)]
+        yes: bool,
+    },
+    /// Walk the chain of versions back to the first; exit 1 at the first break.
+    Verify {
+        #[arg(long)]
+        person: Option<String>,
+    },
+    /// How a proposal would be decided now (nothing is recorded).
+    Evaluate {
+        /// The class of effect, e.g. grant_offer:fs:write.
+        #[arg(long)]
+        effect_class: String,
+        /// The proposal in one line.
+        #[arg(long)]
+        summary: String,
+        #[arg(long, default_value = "proposal")]
+        kind: String,
+        /// The channel it would go to.
+        #[arg(long, default_value = "telegram")]
+        channel: String,
+        #[arg(long)]
+        person: Option<String>,
+        /// adhoc, scheduler_in_cadence or scheduler_off_cadence.
+        #[arg(long, default_value = "adhoc")]
+        source: String,
+        /// From 0.5 (chronic) to 2 (a deadline within 24 h).
+        #[arg(long, default_value_t = 1.0)]
+        urgency: f64,
+        /// How sure the proposer is, from 0 to 1.
+        #[arg(long, default_value_t = 1.0)]
+        confidence: f64,
+    },
+    /// The proposals that were not published, newest first, with why.
+    Rejected {
+        #[arg(long)]
+        person: Option<String>,
+        /// Only the N closest to θ in the last 7 days.
+        #[arg(long)]
+        borderline: Option<u32>,
+        #[arg(long, default_value_t = 100)]
+        limit: u32,
+    },
+    /// The never-list: effect classes a person said "never again" to.
+    Never {
+        #[command(subcommand)]
+        command: NeverCommand,
+    },
+}
+
+#[derive(Debug, Subcommand)]
+pub enum NeverCommand {
+    /// Every entry (or one person's).
+    List {
+        #[arg(long)]
+        person: Option<String>,
+    },
+    /// Take an effect class off a person's never-list.
+    Remove {
+        #[arg(long)]
+        person: Option<String>,
+        effect_class: String,
+    },
+}
+
+/// `<channel>:<sender>`, or the CLI's own person.
+fn person_of(arg: Option<&str>) -> Result<Principal, ExitCode> {
+    match arg {
+        None => {
+            let p = crate::ask_cli::cli_principal();
+            Principal::new(&p.channel, &p.sender_id).map_err(|e| {
+                eprintln!("metnos: the local user is not a valid person: {e}");
+                ExitCode::from(2)
+            })
+        }
+        Some(text) => {
+            let parsed = text
+                .split_once(':')
+                .ok_or_else(|| "not <channel>:<sender>".to_owned())
+                .and_then(|(c, s)| Principal::new(c, s).map_err(|e| e.to_string()));
+            parsed.map_err(|e| {
+                eprintln!("metnos: --person `{text}`: {e} (e.g. telegram:42)");
+                ExitCode::from(2)
+            })
+        }
+    }
+}
+
+fn when(ts: Option<&prost_types::Timestamp>) -> Value {
+    ts.and_then(from_timestamp)
+        .map_or(Value::Null, |ms| json!(rfc3339(ms)))
+}
+
+fn decision_word(d: i32) -> &'static str {
+    match pb::AlignmentDecision::try_from(d) {
+        Ok(pb::AlignmentDecision::Publish) => "publish",
+        Ok(pb::AlignmentDecision::Reject) => "reject",
+        Ok(pb::AlignmentDecision::DeferToDigest) => "defer_to_digest",
+        Ok(pb::AlignmentDecision::DeferToSlot) => "defer_to_slot",
+        _ => "unspecified",
+    }
+}
+
+fn round(x: f64) -> f64 {
+    (x * 10_000.0).round() / 10_000.0
+}
+
+fn result_json(r: &pb::AlignmentResult) -> Value {
+    json!({
+        "proposal_id": r.proposal_id,
+        "decision": decision_word(r.decision),
+        "reason": r.reason,
+        "expected_alignment": round(r.expected_alignment),
+        "alignment_before_bother": round(r.alignment_before_bother),
+        "bother_cost": round(r.bother_cost),
+        "bother_sum": round(r.bother_sum),
+        "threshold": r.threshold_used,
+        "urgency": r.urgency,
+        "confidence": r.confidence,
+        "per_telos": r.per_telos.iter().map(|t| json!({
+            "telos_id": t.telos_id,
+            "fit": t.fit,
+            "why": t.why,
+            "activation_threshold": t.activation_threshold,
+            "weight_effective": round(t.weight_effective),
+            "contribution": round(t.contribution),
+        })).collect::<Vec<_>>(),
+        "effect_class": r.effect_class,
+        "person": r.principal.as_ref().map(|p| format!("{}:{}", p.channel, p.sender_id)),
+        "channel": r.channel,
+        "summary": r.description,
+        "telos_version": r.telos_version,
+        "at": when(r.at.as_ref()),
+        "not_before": when(r.not_before.as_ref()),
+    })
+}
+
+fn telos_json(t: &pb::Telos) -> Value {
+    json!({
+        "id": t.id,
+        "phrase": t.phrase,
+        "weight_declared": round(t.weight_declared),
+        "weight_effective": round(t.weight_effective),
+        "fitness": round(t.fitness),
+        "activation_threshold": t.activation_threshold,
+        "non_retreat": t.is_non_retreat,
+        "notes": t.notes,
+    })
+}
+
+pub async fn telos(config: &Config, command: TelosCommand) -> ExitCode {
+    match command {
+        TelosCommand::Edit { person, yes } => return edit(config, person.as_deref(), yes),
+        TelosCommand::Verify { person } => return verify(config, person.as_deref()),
+        _ => {}
+    }
+    let (channel, url) = match connect(config, SERVICE) {
+        Ok(found) => found,
+        Err(code) => return code,
+    };
+    let mut client = VaglioServiceClient::new(channel);
+    let result = async {
+        match command {
+            TelosCommand::Show { person } => {
+                let person = person_of(person.as_deref())?;
+                let r = client
+                    .get_telos(pb::GetTelosRequest {
+                        principal: Some(person.to_proto()),
+                    })
+                    .await
+                    .map_err(|s| failed(SERVICE, &url, &s))?
+                    .into_inner();
+                print_line(&json!({"version": r.version, "path": r.path, "warnings": r.warnings}));
+                for t in &r.telos {
+                    print_line(&telos_json(t));
+                }
+            }
+            TelosCommand::Evaluate {
+                effect_class,
+                summary,
+                kind,
+                channel,
+                person,
+                source,
+                urgency,
+                confidence,
+            } => {
+                let person = person_of(person.as_deref())?;
+                let origin = match source.as_str() {
+                    "adhoc" => pb::ProposalOrigin::Spontaneous,
+                    "scheduler_in_cadence" => pb::ProposalOrigin::SchedulerInCadence,
+                    "scheduler_off_cadence" => pb::ProposalOrigin::SchedulerOutOfCadence,
+                    other => {
+                        eprintln!(
+                            "metnos: --source `{other}`: adhoc, scheduler_in_cadence or scheduler_off_cadence"
+                        );
+                        return Err(ExitCode::from(2));
+                    }
+                };
+                let r = client
+                    .evaluate_proposal(pb::EvaluateProposalRequest {
+                        proposal: Some(pb::ActionProposal {
+                            proposal_id: format!("dry-{}", metnos_kit::random::hex(8)),
+                            kind,
+                            effect_class,
+                            description: summary,
+                            channel,
+                            origin: origin as i32,
+                            principal: Some(person.to_proto()),
+                            ..Default::default()
+                        }),
+                        urgency_hint: urgency,
+                        confidence: Some(confidence),
+                        dry_run: true,
+                    })
+                    .await
+                    .map_err(|s| failed(SERVICE, &url, &s))?
+                    .into_inner();
+                print_line(&result_json(&r.result.unwrap_or_default()));
+            }
+            TelosCommand::Rejected {
+                person,
+                borderline,
+                limit,
+            } => {
+                let principal = match person.as_deref() {
+                    Some(p) => Some(person_of(Some(p))?.to_proto()),
+                    None => None,
+                };
+                let r = client
+                    .list_rejected_proposals(pb::ListRejectedProposalsRequest {
+                        limit,
+                        principal,
+                        borderline: borderline.unwrap_or(0),
+                        since: None,
+                    })
+                    .await
+                    .map_err(|s| failed(SERVICE, &url, &s))?
+                    .into_inner();
+                for result in &r.results {
+                    print_line(&result_json(result));
+                }
+            }
+            TelosCommand::Never { command } => match command {
+                NeverCommand::List { person } => {
+                    let principal = match person.as_deref() {
+                        Some(p) => Some(person_of(Some(p))?.to_proto()),
+                        None => None,
+                    };
+                    let r = client
+                        .list_never(pb::ListNeverRequest { principal })
+                        .await
+                        .map_err(|s| failed(SERVICE, &url, &s))?
+                        .into_inner();
+                    for e in &r.entries {
+                        let person = e.principal.as_ref().map(|p: &common::Principal| {
+                            format!("{}:{}", p.channel, p.sender_id)
+                        });
+                        print_line(&json!({
+                            "person": person,
+                            "effect_class": e.effect_class,
+                            "since": when(e.since.as_ref()),
+                            "proposal_id": e.proposal_id,
+                        }));
+                    }
+                }
+                NeverCommand::Remove {
+                    person,
+                    effect_class,
+                } => {
+                    let person = person_of(person.as_deref())?;
+                    client
+                        .remove_never(pb::RemoveNeverRequest {
+                            principal: Some(person.to_proto()),
+                            effect_class: effect_class.clone(),
+                        })
+                        .await
+                        .map_err(|s| failed(SERVICE, &url, &s))?;
+                    print_line(&json!({"removed": effect_class, "person": person.to_string()}));
+                }
+            },
+            TelosCommand::Edit { .. } | TelosCommand::Verify { .. } => {}
+        }
+        Ok::<(), ExitCode>(())
+    }
+    .await;
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(code) => code,
+    }
+}
+
+/// The file `person`'s telos is written to: their own under the data directory, or (for
+/// the owner, without --person) `~/.config/metnos/TELOS.md`.
+fn file_for(config: &Config, person: Option<&str>) -> Result<PathBuf, ExitCode> {
+    let files = Files::from_config(config);
+    match person {
+        None => Ok(files.owner_file),
+        Some(text) => Ok(files.person_file(&person_of(Some(text))?)),
+    }
+}
+
+const TEMPLATE: &str = "---
+telos_version: 1.1
+written_at: 2026-01-01T00:00:00Z
+written_by: me
+previous_hash: genesis
+---
+# My ultimate ends
+# One section per end: `## t.<slug> — <one sentence>`, then weight (how much it counts
+# against the others; they are renormalised to sum to 1), activation_threshold (a
+# proposal must fit this end at least this well for it to count) and notes (read by the
+# model that weighs proposals; may run over several lines).
+## t.tempo — Free my time from repetitive chores
+weight: 0.4
+activation_threshold: 0.30
+notes: if something frees at least 30 minutes a week and I can trust it,
+consider proposing it.
+## t.ordine — Keep the order of my digital data
+weight: 0.3
+activation_threshold: 0.40
+notes: I prefer small incremental tidying to large reorganisations.
+## t.coltivazione_strumenti — Don't leave a request of mine unmet, if possible
+weight: 0.3
+activation_threshold: 0.10
+notes: try other ways before answering \"I cannot\"; stop when I say stop.
+";
+
+fn ask(question: &str) -> bool {
+    eprint!("{question} [y/N] ");
+    let _ = std::io::stderr().flush();
+    let mut line = String::new();
+    if std::io::stdin().lock().read_line(&mut line).is_err() {
+        return false;
+    }
+    matches!(
+        line.trim().to_lowercase().as_str(),
+        "y" | "yes" | "s" | "si" | "sì"
+    )
+}
+
+/// Runs the person's editor on `path`.
+fn run_editor(path: &Path) -> Result<(), String> {
+    let editor = std::env::var("VISUAL")
+        .ok()
+        .filter(|e| !e.trim().is_empty())
+        .or_else(|| {
+            std::env::var("EDITOR")
+                .ok()
+                .filter(|e| !e.trim().is_empty())
+        })
+        .unwrap_or_else(|| "vi".to_owned());
+    let words = shell_words::split(&editor).map_err(|e| format!("$EDITOR `{editor}`: {e}"))?;
+    let (program, args) = words
+        .split_first()
+        .ok_or_else(|| "$EDITOR is empty".to_owned())?;
+    let status = std::process::Command::new(program)
+        .args(args)
+        .arg(path)
+        .status()
+        .map_err(|e| format!("the editor `{program}` could not be started: {e}"))?;
+    if status.success() {
+        Ok(())
+    } else {
+        Err(format!("the editor `{program}` exited with {status}"))
+    }
+}
+
+fn edit(config: &Config, person: Option<&str>, yes: bool) -> ExitCode {
+    let path = match file_for(config, person) {
+        Ok(path) => path,
+        Err(code) => return code,
+    };
+    let key = match TelosKey::load_or_create(&file::key_path(&config.data_dir)) {
+        Ok(key) => key,
+        Err(e) => {
+            eprintln!("metnos: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    let current = std::fs::read_to_string(&path).ok();
+    let dir = path.parent().unwrap_or(Path::new(".")).to_path_buf();
+    if let Err(e) = metnos_kit::datadir::create_dir_all(&dir) {
+        eprintln!("metnos: {}: {e}", dir.display());
+        return ExitCode::FAILURE;
+    }
+    // The copy lives beside the file (same folder, same protection), 0600.
+    let copy = dir.join(format!(".TELOS.md.edit-{}", metnos_kit::random::hex(4)));
+    let start = current.clone().unwrap_or_else(|| TEMPLATE.to_owned());
+    if let Err(e) = metnos_kit::datadir::write_file(&copy, start.as_bytes()) {
+        eprintln!("metnos: {}: {e}", copy.display());
+        return ExitCode::FAILURE;
+    }
+    let interactive = std::io::stdin().is_terminal();
+    let text = loop {
+        if let Err(e) = run_editor(&copy) {
+            eprintln!("metnos: {e}; your copy is {}", copy.display());
+            return ExitCode::FAILURE;
+        }
+        let text = match std::fs::read_to_string(&copy) {
+            Ok(text) => text,
+            Err(e) => {
+                eprintln!("metnos: {}: {e}", copy.display());
+                return ExitCode::FAILURE;
+            }
+        };
+        match file::parse(&text) {
+            Ok(parsed) => {
+                for warning in &parsed.warnings {
+                    eprintln!("metnos: note: {warning}");
+                }
+                break text;
+            }
+            Err(e) => {
+                eprintln!("metnos: {e}");
+                if interactive && !yes && ask("Edit again?") {
+                    continue;
+                }
+                eprintln!(
+                    "metnos: nothing changed; your edit is kept in {}",
+                    copy.display()
+                );
+                return ExitCode::FAILURE;
+            }
+        }
+    };
+    let _ = std::fs::remove_file(&copy);
+    // Unchanged and already in force: nothing to sign. A file edited by hand (or put back
+    // from a copy) is signed even when unchanged here: the person has now reviewed it.
+    let in_force = current.as_deref().is_some_and(|c| {
+        file::parse_signed(c, &key).is_ok()
+            && file::head(&path).is_none_or(|h| h == file::sha256_hex(c.as_bytes()))
+    });
+    if in_force && current.as_deref() == Some(text.as_str()) {
+        eprintln!("metnos: no change");
+        return ExitCode::SUCCESS;
+    }
+    let diff = similar::TextDiff::from_lines(current.as_deref().unwrap_or(""), &text)
+        .unified_diff()
+        .header("TELOS.md (in force)", "TELOS.md (edited)")
+        .to_string();
+    eprint!("{diff}");
+    if !yes && !ask("Sign this version and put it in force?") {
+        eprintln!("metnos: nothing changed");
+        return ExitCode::FAILURE;
+    }
+    let by = crate::ask_cli::cli_principal().sender_id;
+    let at = jiff::Timestamp::now()
+        .round(jiff::Unit::Second)
+        .unwrap_or_else(|_| jiff::Timestamp::now());
+    match file::commit(&path, &text, &key, &by, &at.to_string()) {
+        Ok(version) => {
+            print_line(&json!({
+                "path": path.display().to_string(),
+                "version": version,
+                "previous": current.as_deref().map(|c| file::sha256_hex(c.as_bytes())),
+            }));
+            ExitCode::SUCCESS
+        }
+        Err(e) => {
+            eprintln!("metnos: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn verify(config: &Config, person: Option<&str>) -> ExitCode {
+    let path = match file_for(config, person) {
+        Ok(path) => path,
+        Err(code) => return code,
+    };
+    if !path.exists() {
+        eprintln!(
+            "metnos: {} does not exist; `metnos telos edit` writes it",
+            path.display()
+        );
+        return ExitCode::FAILURE;
+    }
+    let key_path = file::key_path(&config.data_dir);
+    if !key_path.exists() {
+        eprintln!(
+            "metnos: there is no telos key ({}): nothing was ever signed here",
+            key_path.display()
+        );
+        return ExitCode::FAILURE;
+    }
+    let key = match TelosKey::load_or_create(&key_path) {
+        Ok(key) => key,
+        Err(e) => {
+            eprintln!("metnos: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    match file::verify_chain(&path, &key) {
+        Ok(links) => {
+            for link in &links {
+                print_line(&json!({
+                    "version": link.version,
+                    "written_at": link.written_at,
+                    "written_by": link.written_by,
+                    "path": link.path.display().to_string(),
+                    "ok": true,
+                }));
+            }
+            ExitCode::SUCCESS
+        }
+        Err(e) => {
+            print_line(&json!({"ok": false, "error": e}));
+            eprintln!("metnos: the chain is broken: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}
