@@ -54,9 +54,8 @@ pub enum TelosCommand {
         summary: String,
         #[arg(long, default_value = "proposal")]
         kind: String,
-        /// The channel it would go to.
-        #[arg(long, default_value = "telegram")]
-        channel: String,
+        /// Whose: <channel>:<sender> (the proposal goes to their channel); the local user
+        /// when left out.
         #[arg(long)]
         person: Option<String>,
         /// adhoc, scheduler_in_cadence or scheduler_off_cadence.
@@ -217,7 +216,6 @@ pub async fn telos(config: &Config, command: TelosCommand) -> ExitCode {
                 effect_class,
                 summary,
                 kind,
-                channel,
                 person,
                 source,
                 urgency,
@@ -242,9 +240,10 @@ pub async fn telos(config: &Config, command: TelosCommand) -> ExitCode {
                             kind,
                             effect_class,
                             description: summary,
-                            channel,
+                            channel: person.channel.clone(),
                             origin: origin as i32,
                             principal: Some(person.to_proto()),
+                            session_id: "dry-run".to_owned(),
                             ..Default::default()
                         }),
                         urgency_hint: urgency,
@@ -330,11 +329,18 @@ pub async fn telos(config: &Config, command: TelosCommand) -> ExitCode {
 
 /// The file `person`'s telos is written to: their own under the data directory, or (for
 /// the owner, without --person) `~/.config/metnos/TELOS.md`.
-fn file_for(config: &Config, person: Option<&str>) -> Result<PathBuf, ExitCode> {
+/// …and the scope its signature is for (`owner`, or `<channel>:<sender>`).
+fn file_for(config: &Config, person: Option<&str>) -> Result<(PathBuf, String), ExitCode> {
     let files = Files::from_config(config);
     match person {
-        None => Ok(files.owner_file),
-        Some(text) => Ok(files.person_file(&person_of(Some(text))?)),
+        None => Ok((
+            files.owner_file,
+            metnos_vaglio::telos::OWNER_SCOPE.to_owned(),
+        )),
+        Some(text) => {
+            let person = person_of(Some(text))?;
+            Ok((files.person_file(&person), person.to_string()))
+        }
     }
 }
 
@@ -405,18 +411,53 @@ fn run_editor(path: &Path) -> Result<(), String> {
 }
 
 fn edit(config: &Config, person: Option<&str>, yes: bool) -> ExitCode {
-    let path = match file_for(config, person) {
-        Ok(path) => path,
+    let (path, scope) = match file_for(config, person) {
+        Ok(found) => found,
         Err(code) => return code,
     };
     let key = match TelosKey::load_or_create(&file::key_path(&config.data_dir)) {
-        Ok(key) => key,
+        Ok(key) => key.scoped(&scope),
         Err(e) => {
             eprintln!("metnos: {e}");
             return ExitCode::FAILURE;
         }
     };
     let current = std::fs::read_to_string(&path).ok();
+    // The version in force: the file, when it is signed here and the last one signed.
+    let in_force = current.as_deref().is_some_and(|c| {
+        file::parse_signed(c, &key).is_ok()
+            && file::head(&path).is_none_or(|h| h == file::sha256_hex(c.as_bytes()))
+    });
+    // The last version signed here, what a changed file is compared with.
+    let last_signed: Option<String> = file::head(&path)
+        .and_then(|h| std::fs::read_to_string(file::audit_dir(&path).join(format!("{h}.md"))).ok())
+        .filter(|text| file::parse_signed(text, &key).is_ok());
+    let interactive = std::io::stdin().is_terminal();
+    let mut start = current.clone().unwrap_or_else(|| TEMPLATE.to_owned());
+    if let Some(changed) = current.as_deref().filter(|_| !in_force) {
+        // Changed by hand, by another program, or an older version put back: signing it
+        // must be a decision taken on what changed, never a habit.
+        eprintln!(
+            "metnos: {} was changed without `metnos telos edit` (or an older version was put back). What changed since the last version signed here:",
+            path.display()
+        );
+        eprint!(
+            "{}",
+            similar::TextDiff::from_lines(last_signed.as_deref().unwrap_or(""), changed)
+                .unified_diff()
+                .header("TELOS.md (last signed)", "TELOS.md (on disk)")
+        );
+        if yes {
+            eprintln!("metnos: review it without --yes; nothing changed");
+            return ExitCode::FAILURE;
+        }
+        if let Some(signed) = &last_signed
+            && interactive
+            && ask("Start from the last signed version instead?")
+        {
+            start = signed.clone();
+        }
+    }
     let dir = path.parent().unwrap_or(Path::new(".")).to_path_buf();
     if let Err(e) = metnos_kit::datadir::create_dir_all(&dir) {
         eprintln!("metnos: {}: {e}", dir.display());
@@ -424,12 +465,10 @@ fn edit(config: &Config, person: Option<&str>, yes: bool) -> ExitCode {
     }
     // The copy lives beside the file (same folder, same protection), 0600.
     let copy = dir.join(format!(".TELOS.md.edit-{}", metnos_kit::random::hex(4)));
-    let start = current.clone().unwrap_or_else(|| TEMPLATE.to_owned());
     if let Err(e) = metnos_kit::datadir::write_file(&copy, start.as_bytes()) {
         eprintln!("metnos: {}: {e}", copy.display());
         return ExitCode::FAILURE;
     }
-    let interactive = std::io::stdin().is_terminal();
     let text = loop {
         if let Err(e) = run_editor(&copy) {
             eprintln!("metnos: {e}; your copy is {}", copy.display());
@@ -463,17 +502,19 @@ fn edit(config: &Config, person: Option<&str>, yes: bool) -> ExitCode {
         }
     };
     let _ = std::fs::remove_file(&copy);
-    // Unchanged and already in force: nothing to sign. A file edited by hand (or put back
-    // from a copy) is signed even when unchanged here: the person has now reviewed it.
-    let in_force = current.as_deref().is_some_and(|c| {
-        file::parse_signed(c, &key).is_ok()
-            && file::head(&path).is_none_or(|h| h == file::sha256_hex(c.as_bytes()))
-    });
+    // Unchanged and already in force: nothing to sign. A file changed outside this command
+    // is signed only after the question (never with --yes, above).
     if in_force && current.as_deref() == Some(text.as_str()) {
         eprintln!("metnos: no change");
         return ExitCode::SUCCESS;
     }
-    let diff = similar::TextDiff::from_lines(current.as_deref().unwrap_or(""), &text)
+    // Against what is really in force: the file, or the last signed version.
+    let base = if in_force {
+        current.as_deref()
+    } else {
+        last_signed.as_deref()
+    };
+    let diff = similar::TextDiff::from_lines(base.unwrap_or(""), &text)
         .unified_diff()
         .header("TELOS.md (in force)", "TELOS.md (edited)")
         .to_string();
@@ -503,8 +544,8 @@ fn edit(config: &Config, person: Option<&str>, yes: bool) -> ExitCode {
 }
 
 fn verify(config: &Config, person: Option<&str>) -> ExitCode {
-    let path = match file_for(config, person) {
-        Ok(path) => path,
+    let (path, scope) = match file_for(config, person) {
+        Ok(found) => found,
         Err(code) => return code,
     };
     if !path.exists() {
@@ -523,7 +564,7 @@ fn verify(config: &Config, person: Option<&str>) -> ExitCode {
         return ExitCode::FAILURE;
     }
     let key = match TelosKey::load_or_create(&key_path) {
-        Ok(key) => key,
+        Ok(key) => key.scoped(&scope),
         Err(e) => {
             eprintln!("metnos: {e}");
             return ExitCode::FAILURE;

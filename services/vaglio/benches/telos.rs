@@ -214,7 +214,14 @@ fn bench(c: &mut Criterion) {
         };
         let key = TelosKey::load_or_create(&files.key_file).unwrap();
         let person = Principal::new("telegram", "42").unwrap();
-        file::commit(&files.person_file(&person), TELOS, &key, "r", "2026-11-01T12:00:00Z").unwrap();
+        file::commit(
+            &files.person_file(&person),
+            TELOS,
+            &key.scoped("telegram:42"),
+            "r",
+            "2026-11-01T12:00:00Z",
+        )
+        .unwrap();
         let store = TelosStore::new(db);
         store
             .add_never("telegram:42", "never:this", "old", 0)

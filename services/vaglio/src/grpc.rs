@@ -120,6 +120,7 @@ impl From<TelosError> for Status {
             TelosError::NotFound(m) => Status::not_found(m),
             TelosError::Denied(m) => Status::permission_denied(m),
             TelosError::Precondition(m) => Status::failed_precondition(m),
+            TelosError::Conflict(m) => Status::already_exists(m),
             TelosError::Store(e) => {
                 metnos_kit::store::failure_status(crate::SERVICE, "the telos store", &e)
             }
@@ -140,8 +141,8 @@ fn speaks_for<T>(request: &Request<T>, person: &Principal) -> Result<(), Status>
             "{caller} does not speak for people of channel `{}`",
             person.channel
         ))),
-        // No authorization layer (an in-process test of the handler): as the table says.
-        None => Ok(()),
+        // No authorization layer said who called: refused.
+        None => Err(Status::permission_denied("the caller is not known")),
     }
 }
 
@@ -352,9 +353,10 @@ impl VaglioService for VaglioApi {
     ) -> Result<Response<pb::EvaluateProposalResponse>, Status> {
         let caller = Caller::of(&request);
         let r = request.into_inner();
-        if caller == Some(Identity::Owner) && !r.dry_run {
+        // Real evaluations take quota slots and write the journal: the planner's only.
+        if !r.dry_run && caller != Some(Identity::Planner) {
             return Err(Status::permission_denied(
-                "the owner may only dry-run a proposal; real ones come from the planner",
+                "only the planner makes real evaluations; the owner may dry-run one",
             ));
         }
         let p = r
@@ -370,14 +372,70 @@ impl VaglioService for VaglioApi {
             ("proposal.session_id", &p.session_id, 128),
         ])
         .map_err(Error::from)?;
-        for (field, value) in [
-            ("proposal.proposal_id", &p.proposal_id),
-            ("proposal.effect_class", &p.effect_class),
-            ("proposal.channel", &p.channel),
+        // Words the ledger, the never-list and the logs key on: one spelling each.
+        let id_chars = |c: char| c.is_ascii_alphanumeric() || matches!(c, '_' | '.' | ':' | '-');
+        let class_chars = |c: char| {
+            c.is_ascii_lowercase() || c.is_ascii_digit() || matches!(c, '_' | '.' | ':' | '/' | '-')
+        };
+        let channel_chars =
+            |c: char| c.is_ascii_lowercase() || c.is_ascii_digit() || matches!(c, '_' | '-');
+        for (field, value, allowed, required, what) in [
+            (
+                "proposal.proposal_id",
+                &p.proposal_id,
+                &id_chars as &dyn Fn(char) -> bool,
+                true,
+                "letters, digits, _ . : -",
+            ),
+            (
+                "proposal.schedule_id",
+                &p.schedule_id,
+                &id_chars,
+                false,
+                "letters, digits, _ . : -",
+            ),
+            (
+                "proposal.session_id",
+                &p.session_id,
+                &id_chars,
+                false,
+                "letters, digits, _ . : -",
+            ),
+            (
+                "proposal.kind",
+                &p.kind,
+                &class_chars,
+                true,
+                "lower-case letters, digits, _ . : / -",
+            ),
+            (
+                "proposal.effect_class",
+                &p.effect_class,
+                &class_chars,
+                true,
+                "lower-case letters, digits, _ . : / -",
+            ),
+            (
+                "proposal.channel",
+                &p.channel,
+                &channel_chars,
+                true,
+                "lower-case letters, digits, _ -",
+            ),
         ] {
-            if value.trim().is_empty() {
+            if required && value.is_empty() {
                 return Err(Status::invalid_argument(format!("{field} is empty")));
             }
+            if !value.chars().all(allowed) {
+                return Err(Status::invalid_argument(format!(
+                    "{field} may hold only {what}"
+                )));
+            }
+        }
+        if p.description.chars().any(char::is_control) {
+            return Err(Status::invalid_argument(
+                "proposal.description is one line: no control characters",
+            ));
         }
         let origin = match pb::ProposalOrigin::try_from(p.origin) {
             Ok(pb::ProposalOrigin::Spontaneous) => Origin::Adhoc,
@@ -404,6 +462,18 @@ impl VaglioService for VaglioApi {
             )));
         }
         let person = principal_of("proposal.principal", p.principal.as_ref())?;
+        // A proposal goes to its person on their channel: the quotas are that channel's.
+        if person.channel != p.channel {
+            return Err(Status::invalid_argument(format!(
+                "proposal.channel `{}` is not the channel of proposal.principal (`{}`)",
+                p.channel, person.channel
+            )));
+        }
+        if p.channel == "cli" && p.session_id.is_empty() {
+            return Err(Status::invalid_argument(
+                "proposal.session_id is empty: the CLI's quota is per session",
+            ));
+        }
         let proposal = ProposalIn {
             proposal_id: p.proposal_id,
             kind: p.kind,

@@ -161,7 +161,7 @@ impl World {
         file::commit(
             &self.files.person_file(person),
             text,
-            &self.key,
+            &self.key.scoped(&person.to_string()),
             "roberto",
             "2026-11-01T12:00:00+01:00",
         )
@@ -173,7 +173,7 @@ impl World {
         file::commit(
             &self.files.person_file(person),
             text,
-            &self.key,
+            &self.key.scoped(&person.to_string()),
             "roberto",
             at,
         )
@@ -754,29 +754,97 @@ async fn feedback_moves_the_contributors_once_and_only_from_their_person(store: 
     );
 }
 
-/// The digest takes ten items; the eleventh is rejected (`digest_full`) and journaled.
+/// The digest takes ten judged items; the eleventh is rejected (`digest_full`) and
+/// journaled. Those a protected window deferred unjudged wait apart and do not take them.
 async fn the_digest_holds_ten(store: TestStore) {
-    let w = world(store).await;
-    w.clock.advance(13 * HOUR + 30 * MINUTE); // 23:30, a protected window
+    let mut config = settings();
+    config.quotas.adhoc_per_day = 100;
+    let w = world_with(store, config).await;
+    w.declare(&roberto(), TELOS);
+    w.fake.always(fits(0.9, 0.9, 0.0));
+    assert_eq!(
+        w.evaluate(&proposal("first")).await.decision,
+        Decision::Publish
+    );
     for i in 0..10 {
+        w.clock.advance(MINUTE);
         let e = w.evaluate(&proposal(&format!("p{i}"))).await;
         assert_eq!(e.decision, Decision::DeferToDigest, "{i}");
+        assert_eq!(e.reason, "quota");
     }
     let e = w.evaluate(&proposal("p10")).await;
     assert_eq!(e.decision, Decision::Reject);
     assert_eq!(e.reason, "digest_full");
+    // A window's unjudged deferrals do not compete for the ten places.
+    w.clock.advance(13 * HOUR); // 23:11
+    let calls = w.llm_calls();
+    let e = w.evaluate(&proposal("night")).await;
+    assert_eq!(e.decision, Decision::DeferToDigest);
+    assert_eq!(e.reason, "protected_window");
+    assert_eq!(w.llm_calls(), calls);
     // After the next evening's digest there is room again.
-    w.clock.advance(22 * HOUR); // 21:30 the next day
-    w.fits(0.0, 0.0, 0.0);
-    w.fits(0.9, 0.9, 0.0);
+    w.clock.advance(22 * HOUR); // 21:11 the next day
     assert_eq!(
         w.evaluate(&proposal("p11")).await.decision,
-        Decision::Reject
-    );
-    assert_eq!(
-        w.evaluate(&proposal("p12")).await.decision,
         Decision::Publish
     );
+}
+
+/// A window's unjudged deferrals are bounded too (100 per person and digest).
+async fn a_window_defers_at_most_a_hundred(store: TestStore) {
+    let w = world(store).await;
+    w.clock.advance(13 * HOUR + 30 * MINUTE); // 23:30
+    for i in 0..100 {
+        let e = w.evaluate(&proposal(&format!("p{i}"))).await;
+        assert_eq!(e.decision, Decision::DeferToDigest, "{i}");
+    }
+    let e = w.evaluate(&proposal("p100")).await;
+    assert_eq!(
+        (e.decision, e.reason.as_str()),
+        (Decision::Reject, "digest_full")
+    );
+}
+
+/// One person's signed file copied into another's folder does not verify there: the
+/// signature names whose file it is.
+async fn a_signed_file_copied_to_another_person_is_not_theirs(store: TestStore) {
+    let w = world(store).await;
+    let other = Principal::new("telegram", "43").unwrap();
+    let theirs = w.files.person_file(&other);
+    std::fs::create_dir_all(theirs.parent().unwrap()).unwrap();
+    std::fs::copy(w.files.person_file(&roberto()), &theirs).unwrap();
+    let mut p = proposal("p1");
+    p.person = other.clone();
+    let e = w.evaluate(&p).await;
+    assert_eq!(e.reason, "telos_signature_invalid");
+    assert_eq!(w.llm_calls(), 0);
+    // Two people whose names would meet in one folder name do not.
+    let a = Principal::new("a_b", "c").unwrap();
+    let b = Principal::new("a", "b_c").unwrap();
+    assert_ne!(w.files.person_file(&a), w.files.person_file(&b));
+}
+
+/// A proposal id reused for another proposal is refused; the same proposal again gets
+/// the same answer and takes no second slot.
+async fn a_reused_proposal_id_is_refused(store: TestStore) {
+    let w = world(store).await;
+    w.fits(0.9, 0.9, 0.0);
+    assert_eq!(
+        w.evaluate(&proposal("p1")).await.decision,
+        Decision::Publish
+    );
+    let mut other = proposal("p1");
+    other.description = "Something else entirely".into();
+    assert!(matches!(
+        w.engine.evaluate(&other, false).await,
+        Err(TelosError::Conflict(_))
+    ));
+    let mut elsewhere = proposal("p1");
+    elsewhere.person = Principal::new("telegram", "43").unwrap();
+    assert!(matches!(
+        w.engine.evaluate(&elsewhere, false).await,
+        Err(TelosError::Conflict(_))
+    ));
 }
 
 /// The CLI: two ad-hoc proposals per session.
@@ -915,6 +983,9 @@ metnos_kit::store_suite!(
     an_older_version_put_back_is_refused,
     feedback_moves_the_contributors_once_and_only_from_their_person,
     the_digest_holds_ten,
+    a_window_defers_at_most_a_hundred,
+    a_signed_file_copied_to_another_person_is_not_theirs,
+    a_reused_proposal_id_is_refused,
     the_cli_takes_two_per_session,
     dry_runs_record_nothing_and_an_id_is_decided_once,
     two_replicas_never_both_take_the_last_slot,

@@ -178,11 +178,12 @@ impl TelosConfig {
                 ))
             }
         };
+        // Above 0: with θ = 0 a proposal that fits nothing would be published.
         number(
             "theta",
             self.theta,
-            (0.0..=3.0).contains(&self.theta),
-            "from 0 to 3",
+            self.theta > 0.0 && self.theta <= 3.0,
+            "above 0 and at most 3",
         )?;
         number(
             "bother_tau_minutes",
@@ -275,6 +276,9 @@ mod tests {
             theta: -1.0,
             ..TelosConfig::default()
         };
+        assert_eq!(config.check().unwrap_err().0, "telos.theta");
+        // θ = 0 would publish a proposal that fits nothing.
+        config.theta = 0.0;
         assert_eq!(config.check().unwrap_err().0, "telos.theta");
         config.theta = 0.15;
         config.time_zone = "Mars/Olympus".into();

@@ -147,6 +147,17 @@ pub fn parse(text: &str) -> Result<TelosFile, FileError> {
             format!("the file is larger than {} KiB", MAX_BYTES / 1024),
         ));
     }
+    if let Some(at) = text
+        .as_bytes()
+        .windows(2)
+        .position(|w| w[0] == b'\r' && w[1] != b'\n')
+        .or_else(|| text.ends_with('\r').then(|| text.len() - 1))
+    {
+        return Err(malformed(
+            line_at(text, at),
+            "a carriage return that does not end a line",
+        ));
+    }
     let body_text = text.strip_prefix('\u{feff}').unwrap_or(text);
     let bom = text.len() - body_text.len();
     // The front-matter: between a first line `---` and the next line `---`.
@@ -478,9 +489,14 @@ fn canonical(text: &str, signature_line: Option<usize>) -> String {
 
 type HmacSha256 = Hmac<Sha256>;
 
-/// The telos key: 32 bytes, separate from every other key.
+/// The telos key: 32 bytes, separate from every other key, and the scope it signs for —
+/// whose file it is (`owner`, or `<channel>:<sender>`): the scope is part of what is signed,
+/// so one person's signed file copied into another's folder does not verify there.
 #[derive(Clone)]
-pub struct TelosKey([u8; 32]);
+pub struct TelosKey {
+    bytes: [u8; 32],
+    scope: String,
+}
 
 impl std::fmt::Debug for TelosKey {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -490,12 +506,27 @@ impl std::fmt::Debug for TelosKey {
 
 impl TelosKey {
     pub fn from_bytes(bytes: [u8; 32]) -> TelosKey {
-        TelosKey(bytes)
+        TelosKey {
+            bytes,
+            scope: String::new(),
+        }
+    }
+
+    /// The same key, signing for `scope` (whose file: `owner` or `<channel>:<sender>`).
+    pub fn scoped(&self, scope: &str) -> TelosKey {
+        TelosKey {
+            bytes: self.bytes,
+            scope: scope.to_owned(),
+        }
     }
 
     fn mac(&self) -> HmacSha256 {
         // HMAC takes a key of any length.
-        HmacSha256::new_from_slice(&self.0).unwrap_or_else(|_| unreachable!())
+        let mut mac = HmacSha256::new_from_slice(&self.bytes).unwrap_or_else(|_| unreachable!());
+        mac.update(b"metnos-telos-v1\n");
+        mac.update(self.scope.as_bytes());
+        mac.update(b"\n");
+        mac
     }
 
     /// The hex signature of `canonical`.
@@ -542,7 +573,7 @@ impl TelosKey {
                     .ok_or_else(|| {
                         format!("the telos key {} is not 64 hex digits", path.display())
                     })?;
-                Ok(TelosKey(bytes))
+                Ok(TelosKey::from_bytes(bytes))
             }
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
                 let mut bytes = [0u8; 32];
@@ -555,20 +586,25 @@ impl TelosKey {
                         )
                     })?;
                 }
-                // create_new: of two processes making it at once, one key wins.
-                let made = metnos_kit::datadir::file_options()
+                // Written whole beside it, then linked into place: of two processes making it
+                // at once one key wins, and nobody ever reads a half-written one.
+                let partial =
+                    path.with_extension(format!("partial-{}", metnos_kit::random::hex(4)));
+                let written = metnos_kit::datadir::file_options()
                     .write(true)
                     .create_new(true)
-                    .open(path)
+                    .open(&partial)
                     .and_then(|mut file| {
                         use std::io::Write;
                         file.write_all(hex::encode(bytes).as_bytes())?;
                         file.sync_all()
-                    });
-                match made {
+                    })
+                    .and_then(|()| std::fs::hard_link(&partial, path));
+                let _ = std::fs::remove_file(&partial);
+                match written {
                     Ok(()) => {
                         tracing::info!(path = %path.display(), "telos key made");
-                        Ok(TelosKey(bytes))
+                        Ok(TelosKey::from_bytes(bytes))
                     }
                     Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {
                         TelosKey::load_or_create(path)
@@ -578,9 +614,6 @@ impl TelosKey {
                         path.display()
                     )),
                 }
-                .inspect(|_| {
-                    let _ = std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o600));
-                })
             }
             Err(e) => Err(format!(
                 "the telos key {} cannot be read: {e}",
@@ -597,7 +630,9 @@ pub fn key_path(data_dir: &Path) -> PathBuf {
         .join("telos.key")
 }
 
-/// Parses `text` and checks its signature with `key`.
+/// Parses `text` and checks its signature with `key` (scoped to whose file it is). What is
+/// returned is read from the signed text itself, so nothing the signature does not cover
+/// can change what the file means.
 pub fn parse_signed(text: &str, key: &TelosKey) -> Result<TelosFile, FileError> {
     let file = parse(text)?;
     if file.front.signature.is_empty() {
@@ -607,11 +642,16 @@ pub fn parse_signed(text: &str, key: &TelosKey) -> Result<TelosFile, FileError> 
     }
     if !key.verifies(&file.canonical, &file.front.signature) {
         return Err(FileError::SignatureInvalid(
-            "the file changed after it was signed; run `metnos telos edit` to review and sign it"
+            "the file changed after it was signed (or was signed for someone else); run `metnos telos edit` to review and sign it"
                 .to_owned(),
         ));
     }
-    Ok(file)
+    let signed = parse(&file.canonical)?;
+    Ok(TelosFile {
+        telos: signed.telos,
+        warnings: signed.warnings,
+        ..file
+    })
 }
 
 /// `text` with its front-matter's `signature:` set to `key`'s signature (replacing one that
@@ -1197,5 +1237,29 @@ synthesis strategies before answering \"I cannot\".
             })
             .count();
         assert_eq!(unsigned, 1, "the hand edit, kept for the record");
+    }
+
+    #[test]
+    fn what_is_read_is_what_is_signed() {
+        let key = key().scoped("telegram:42");
+        let signed = sign_text(SEED, &key).unwrap();
+        // A lone carriage return (a line ending to the Markdown parser, not to the
+        // signature) is refused, naming its line.
+        let lone = signed.replace("weight: 0.13\n", "weight: 0.13\r\r\n");
+        assert!(matches!(
+            parse(&lone),
+            Err(FileError::Malformed { line: 15, message }) if message.contains("carriage return")
+        ));
+        // Trailing blanks the signature ignores (a no-break space here) change nothing in
+        // what is read: the signed text is what is parsed.
+        let padded = signed.replace(
+            "## t.ordine — Keep the order of my digital data\n",
+            "## t.ordine — Keep the order of my digital data\u{a0}\n",
+        );
+        let read = parse_signed(&padded, &key).unwrap();
+        assert_eq!(read.telos, parse_signed(&signed, &key).unwrap().telos);
+        // Signed for one person, it is not another's, nor the owner's.
+        assert!(parse_signed(&signed, &self::key().scoped("telegram:43")).is_err());
+        assert!(parse_signed(&signed, &self::key().scoped("owner")).is_err());
     }
 }

@@ -140,6 +140,8 @@ pub enum TelosError {
     Denied(String),
     #[error("{0}")]
     Precondition(String),
+    #[error("{0}")]
+    Conflict(String),
     #[error("the telos store failed: {0}")]
     Store(#[from] sqlx::Error),
 }
@@ -171,12 +173,14 @@ pub struct Files {
     pub key_file: PathBuf,
 }
 
-/// A path component for `text`: ASCII letters, digits, `-` and `_` kept, every other byte
+/// A path component for `text`: ASCII letters, digits and `-` kept, every other byte
 /// `%XX` (so `..`, `/` and NUL never reach the file system).
 fn component(text: &str) -> String {
     let mut out = String::with_capacity(text.len());
     for b in text.bytes() {
-        if b.is_ascii_alphanumeric() || b == b'-' || b == b'_' {
+        // `_` joins channel and sender: escaped inside either, so no two people share a
+        // folder (`a_b` + `c` and `a` + `b_c`).
+        if b.is_ascii_alphanumeric() || b == b'-' {
             out.push(b as char);
         } else {
             out.push_str(&format!("%{b:02X}"));
@@ -212,15 +216,20 @@ impl Files {
         person.channel == "cli" || self.owner_principals.contains(&person.to_string())
     }
 
-    /// The file that holds `person`'s telos: their own, else (for the owner) the owner's.
-    pub fn file_of(&self, person: &Principal) -> Option<PathBuf> {
+    /// The file that holds `person`'s telos — their own, else (for the owner) the owner's —
+    /// and the scope it is signed for (`<channel>:<sender>`, or `owner`).
+    pub fn file_of(&self, person: &Principal) -> Option<(PathBuf, String)> {
         let own = self.person_file(person);
         if own.exists() {
-            return Some(own);
+            return Some((own, person.to_string()));
         }
-        (self.is_owner(person) && self.owner_file.exists()).then(|| self.owner_file.clone())
+        (self.is_owner(person) && self.owner_file.exists())
+            .then(|| (self.owner_file.clone(), OWNER_SCOPE.to_owned()))
     }
 }
+
+/// The scope the owner's file is signed for.
+pub const OWNER_SCOPE: &str = "owner";
 
 /// A file's identity on disk, to re-read it only when it changed.
 type Stamp = (u64, u64, i64, i64, u64);
@@ -233,6 +242,11 @@ fn stamp(path: &Path) -> Option<Stamp> {
 
 /// A file as last parsed.
 type Parsed = Result<Arc<TelosFile>, FileError>;
+
+/// Whether `score` reaches `theta`: a NaN or an infinity never does.
+fn clears(score: f64, theta: f64) -> bool {
+    score.is_finite() && score >= theta
+}
 
 /// Whether the time `a` is after `b` (both RFC 3339; false when either does not parse).
 fn later(a: &str, b: &str) -> bool {
@@ -263,6 +277,10 @@ impl Settings {
         }
     }
 }
+
+/// Proposals a protected window defers unjudged, per person and digest, at most (the
+/// digest's own ten places are for judged ones).
+pub const WINDOW_QUEUE: u32 = 100;
 
 /// The message asking a person without a TELOS.md to write one.
 pub const ASK_TO_DECLARE: &str = "Metnos would sometimes propose things on its own, but you have not \
@@ -313,7 +331,7 @@ impl Budget {
         };
         (e.decision, e.reason) = if over_quota {
             (Decision::DeferToDigest, "quota".to_owned())
-        } else if e.expected_alignment < self.theta {
+        } else if !clears(e.expected_alignment, self.theta) {
             (Decision::DeferToDigest, "bother".to_owned())
         } else {
             (Decision::Publish, "aligned".to_owned())
@@ -428,7 +446,7 @@ impl TelosEngine {
     /// `person`'s TELOS.md: read, parsed and its signature checked (cached until the file
     /// changes). A new version seen here discards the removed telos's fitness, once.
     pub async fn load(&self, person: &Principal) -> Result<Found, TelosError> {
-        let Some(path) = self.files.file_of(person) else {
+        let Some((path, scope)) = self.files.file_of(person) else {
             return Ok(Found::None);
         };
         let Some(now_stamp) = stamp(&path) else {
@@ -448,7 +466,7 @@ impl TelosEngine {
                     (Err(e), _) => Err(FileError::SignatureInvalid(e.clone())),
                     (_, Err(e)) => Err(FileError::Unreadable(e.to_string())),
                     (Ok(key), Ok(bytes)) => match String::from_utf8(bytes) {
-                        Ok(text) => file::parse_signed(&text, key).map(Arc::new),
+                        Ok(text) => file::parse_signed(&text, &key.scoped(&scope)).map(Arc::new),
                         Err(_) => Err(FileError::Malformed {
                             line: 1,
                             message: "the file is not UTF-8".to_owned(),
@@ -457,7 +475,7 @@ impl TelosEngine {
                 };
                 let mut parsed = parsed;
                 if let Ok(file) = &parsed {
-                    if let Err(refused) = self.seen(person, &path, file).await? {
+                    if let Err(refused) = self.seen(person, &path, &scope, file).await? {
                         parsed = Err(refused);
                     } else {
                         for warning in &file.warnings {
@@ -486,24 +504,34 @@ impl TelosEngine {
         &self,
         person: &Principal,
         path: &Path,
+        scope: &str,
         file: &TelosFile,
     ) -> Result<Result<(), FileError>, TelosError> {
         let key = person.to_string();
-        // Only the key's holder signs, so a replay is the one attack left: a version
-        // signed before the one in force. A new version follows it, or was written after it.
-        if let Some((in_force, in_force_at)) = self.store.version_of(&key).await?
-            && !in_force.is_empty()
-            && in_force != file.version
-            && let Ok(signing_key) = &self.key
-            && !file::follows(path, file, &in_force, signing_key)
-            && !later(&file.front.written_at, &in_force_at)
-        {
-            tracing::warn!(person = %person, in_force = %in_force, found = %file.version, "TELOS.md does not follow the version in force");
-            return Ok(Err(FileError::SignatureInvalid(format!(
-                "this TELOS.md was signed before the version in force ({in_force}) and does not follow it: an older version was put back; run `metnos telos edit` to review and sign it"
-            ))));
+        // Only the key's holder signs, and a signature names whose file it is, so a replay
+        // is the one attack left: a version signed before the one in force. A new version
+        // follows it, or was written after it. Checked for the file (one owner file serves
+        // several people) and for the person (who may move from one file to another).
+        // `#` is never in a channel name, so this row is no person's.
+        let file_row = format!("#file:{scope}");
+        for row in [file_row.as_str(), key.as_str()] {
+            if let Some((in_force, in_force_at)) = self.store.version_of(row).await?
+                && !in_force.is_empty()
+                && in_force != file.version
+                && let Ok(signing_key) = &self.key
+                && !file::follows(path, file, &in_force, &signing_key.scoped(scope))
+                && !later(&file.front.written_at, &in_force_at)
+            {
+                tracing::warn!(person = %person, in_force = %in_force, found = %file.version, "TELOS.md does not follow the version in force");
+                return Ok(Err(FileError::SignatureInvalid(format!(
+                    "this TELOS.md was signed before the version in force ({in_force}) and does not follow it: an older version was put back; run `metnos telos edit` to review and sign it"
+                ))));
+            }
         }
         let ids: Vec<String> = file.telos.iter().map(|t| t.id.clone()).collect();
+        self.store
+            .seen_version(&file_row, &file.version, &file.front.written_at, &ids)
+            .await?;
         let Some((old_version, old_ids)) = self
             .store
             .seen_version(&key, &file.version, &file.front.written_at, &ids)
@@ -631,9 +659,29 @@ impl TelosEngine {
     /// with what was decided then.
     async fn settle(&self, e: Evaluation, dry_run: bool) -> Result<Evaluation, TelosError> {
         if !dry_run && !self.store.record(&Self::record_of(&e)).await? {
-            return self.recorded(&e.proposal_id).await;
+            return self.replayed(&e).await;
         }
         Ok(e)
+    }
+
+    /// A proposal id evaluated before: the same answer for the same proposal (a retry takes
+    /// no second slot); another proposal under that id is refused.
+    async fn replayed(&self, now: &Evaluation) -> Result<Evaluation, TelosError> {
+        let before = self.recorded(&now.proposal_id).await?;
+        let same = before.person == now.person
+            && before.channel == now.channel
+            && before.effect_class == now.effect_class
+            && before.kind == now.kind
+            && before.description == now.description
+            && before.origin == now.origin;
+        if !same {
+            return Err(TelosError::Conflict(format!(
+                "proposal id `{}` was used for another proposal",
+                now.proposal_id
+            )));
+        }
+        tracing::info!(proposal = %now.proposal_id, decision = before.decision.as_str(), "proposal evaluated before: the same answer");
+        Ok(before)
     }
 
     async fn recorded(&self, proposal_id: &str) -> Result<Evaluation, TelosError> {
@@ -657,9 +705,8 @@ impl TelosEngine {
             e.reason = "explicit_request".to_owned();
             return Ok(e);
         };
-        if !dry_run && let Some(r) = self.store.find(&p.proposal_id).await? {
-            tracing::info!(proposal = %r.proposal_id, decision = %r.decision, "proposal evaluated before: the same answer");
-            return self.recorded(&p.proposal_id).await;
+        if !dry_run && self.store.find(&p.proposal_id).await?.is_some() {
+            return self.replayed(&e).await;
         }
         let person = p.person.to_string();
         let loaded = match self.load(&p.person).await? {
@@ -672,7 +719,13 @@ impl TelosEngine {
                 return self.settle(e, dry_run).await;
             }
             Found::Bad(error, path) => {
-                tracing::warn!(person = %p.person, path = %path.display(), error = %error, "TELOS.md not in force");
+                // The kind and the line, never the file's words.
+                let (kind, line) = match &error {
+                    FileError::Malformed { line, .. } => ("malformed", *line),
+                    FileError::SignatureInvalid(_) => ("signature_invalid", 0),
+                    FileError::Unreadable(_) => ("unreadable", 0),
+                };
+                tracing::warn!(person = %p.person, path = %path.display(), kind, line, "TELOS.md not in force");
                 e.reason = match error {
                     FileError::Malformed { .. } | FileError::Unreadable(_) => {
                         "telos_file_malformed"
@@ -772,7 +825,9 @@ impl TelosEngine {
             })
             .collect();
         e.alignment_before_bother = engine::alignment(p.urgency, p.confidence, &terms);
-        if e.alignment_before_bother < self.settings.theta {
+        if !(clears(e.alignment_before_bother, self.settings.theta)
+            && e.alignment_before_bother > 0.0)
+        {
             e.expected_alignment = e.alignment_before_bother;
             e.reason = "below_threshold".to_owned();
             return self.settle(e, dry_run).await;
@@ -844,23 +899,33 @@ impl TelosEngine {
                                     _ => Quota::Scheduler(quotas.scheduler_per_day),
                                 },
                             )),
-                            Decision::DeferToDigest
-                                if view.digest_pending >= quotas.digest_items =>
-                            {
-                                chosen.decision = Decision::Reject;
-                                chosen.reason = "digest_full".to_owned();
-                                None
+                            Decision::DeferToDigest => {
+                                // Judged ones fill the digest's ten places; those a window
+                                // deferred unjudged wait apart (the digest judges them),
+                                // bounded too.
+                                let (place, pending, limit) = if chosen.reason == "protected_window"
+                                {
+                                    ("window", view.window_pending, WINDOW_QUEUE)
+                                } else {
+                                    ("digest", view.digest_pending, quotas.digest_items)
+                                };
+                                if pending >= limit {
+                                    chosen.decision = Decision::Reject;
+                                    chosen.reason = "digest_full".to_owned();
+                                    None
+                                } else {
+                                    Some((
+                                        LedgerEntry {
+                                            place,
+                                            source: source.as_str(),
+                                            weight: 0.0,
+                                            session: session.clone(),
+                                            at_ms: span.now_ms,
+                                        },
+                                        Quota::Digest(limit),
+                                    ))
+                                }
                             }
-                            Decision::DeferToDigest => Some((
-                                LedgerEntry {
-                                    place: "digest",
-                                    source: source.as_str(),
-                                    weight: 0.0,
-                                    session: session.clone(),
-                                    at_ms: span.now_ms,
-                                },
-                                Quota::Digest(quotas.digest_items),
-                            )),
                             _ => None,
                         };
                         Write {
@@ -871,7 +936,7 @@ impl TelosEngine {
                 )
                 .await?;
             match outcome {
-                None => return self.recorded(&e.proposal_id).await,
+                None => return self.replayed(&e).await,
                 Some((_, true)) => {
                     tracing::info!(
                         proposal = %chosen.proposal_id,
@@ -1005,5 +1070,65 @@ impl TelosEngine {
             .iter()
             .filter_map(|r| serde_json::from_str(&r.result_json).ok())
             .collect())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn weighed(before: f64) -> Evaluation {
+        Evaluation {
+            proposal_id: "p".into(),
+            person: "telegram:42".into(),
+            channel: "telegram".into(),
+            effect_class: "c".into(),
+            kind: "k".into(),
+            description: String::new(),
+            origin: Origin::Adhoc,
+            urgency: 1.0,
+            confidence: 1.0,
+            per_telos: Vec::new(),
+            alignment_before_bother: before,
+            bother_sum: 0.0,
+            bother_cost: 0.0,
+            expected_alignment: 0.0,
+            decision: Decision::Reject,
+            reason: String::new(),
+            threshold_used: 0.15,
+            at_ms: 0,
+            not_before_ms: None,
+            telos_version: String::new(),
+            ask_person: None,
+        }
+    }
+
+    #[test]
+    fn a_number_that_is_not_one_never_publishes() {
+        let budget = Budget {
+            bother: Bother::default(),
+            theta: 0.15,
+            quotas: metnos_kit::config::TelosQuotas::default(),
+            source: Source::Adhoc,
+            cli: false,
+            now_ms: 10 * 3_600_000,
+        };
+        let quiet = LedgerView::default();
+        for before in [f64::NAN, f64::NEG_INFINITY, 0.1] {
+            let mut e = weighed(before);
+            budget.decide(&quiet, &mut e);
+            assert_eq!(e.decision, Decision::DeferToDigest, "{before}");
+        }
+        // A bother sum so large its cost overflows: infinite, not NaN, and never a publish.
+        let flooded = LedgerView {
+            publications: vec![(10 * 3_600_000, 1e6)],
+            ..LedgerView::default()
+        };
+        let mut e = weighed(3.0);
+        budget.decide(&flooded, &mut e);
+        assert_eq!(e.decision, Decision::DeferToDigest);
+        let mut e = weighed(0.5);
+        budget.decide(&quiet, &mut e);
+        assert_eq!(e.decision, Decision::Publish);
     }
 }

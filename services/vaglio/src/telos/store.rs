@@ -102,24 +102,37 @@ macro_rules! read_view {
             }
         }
         // Only the CLI's quota is per session.
-        let session_count: i64 = if $session.is_empty() { 0 } else { sqlx::query_scalar(
-            "SELECT COUNT(*) FROM telos_ledger WHERE person = $1 AND channel = $2 \
+        let session_count: i64 = if $session.is_empty() {
+            0
+        } else {
+            sqlx::query_scalar(
+                "SELECT COUNT(*) FROM telos_ledger WHERE person = $1 AND channel = $2 \
              AND place = 'publish' AND source = 'adhoc' AND session = $3",
-        )
-        .bind($person)
-        .bind($channel)
-        .bind($session)
-        .fetch_one(&mut *$conn)
-        .await? };
+            )
+            .bind($person)
+            .bind($channel)
+            .bind($session)
+            .fetch_one(&mut *$conn)
+            .await?
+        };
         view.adhoc_this_session = u32::try_from(session_count).unwrap_or(u32::MAX);
-        let digest: i64 = sqlx::query_scalar(
-            "SELECT COUNT(*) FROM telos_ledger WHERE person = $1 AND place = 'digest' AND at_ms >= $2",
+        let waiting = sqlx::query(
+            "SELECT place, COUNT(*) FROM telos_ledger WHERE person = $1 \
+             AND place IN ('digest', 'window') AND at_ms >= $2 GROUP BY place",
         )
         .bind($person)
         .bind(span.digest_since_ms)
-        .fetch_one(&mut *$conn)
+        .fetch_all(&mut *$conn)
         .await?;
-        view.digest_pending = u32::try_from(digest).unwrap_or(u32::MAX);
+        for row in &waiting {
+            let place: String = row.try_get(0)?;
+            let n = u32::try_from(row.try_get::<i64, _>(1)?).unwrap_or(u32::MAX);
+            if place == "digest" {
+                view.digest_pending = n;
+            } else {
+                view.window_pending = n;
+            }
+        }
         view
     }};
 }
@@ -166,6 +179,8 @@ pub struct LedgerView {
     pub adhoc_this_session: u32,
     pub scheduler_today: u32,
     pub digest_pending: u32,
+    /// Proposals deferred unjudged by a protected window since the last digest.
+    pub window_pending: u32,
 }
 
 /// The windows a [`LedgerView`] is read over.
@@ -197,7 +212,8 @@ pub enum Quota {
     Session(u32),
     /// Scheduler firings today.
     Scheduler(u32),
-    /// Items waiting for the digest.
+    /// Items waiting for the digest (of the entry's place: `digest`, or `window` for those
+    /// deferred unjudged by a protected window).
     Digest(u32),
 }
 
@@ -211,10 +227,6 @@ pub struct Step {
 
 /// Whether the write happened (`false`: the quota was taken meanwhile; nothing written).
 pub type Taken = bool;
-
-fn person_key(person: &str, channel: &str) -> String {
-    format!("{person}\n{channel}")
-}
 
 const PROPOSAL_COLUMNS: &str = "proposal_id, person, channel, effect_class, decision, reason, \
      expected_alignment, before_bother, threshold, contributors, result_json, at_ms, answer, viewed";
@@ -293,7 +305,7 @@ fn conditional_insert(quota: Quota) -> &'static str {
             "INSERT INTO telos_ledger (person, channel, place, source, weight, session, proposal_id, at_ms) \
              SELECT $1, $2, $3, $4, $5, $6, $7, $8 \
              WHERE (SELECT COUNT(*) FROM telos_ledger WHERE person = $1 \
-                    AND place = 'digest' AND at_ms >= $10) < $9"
+                    AND place = $3 AND at_ms >= $10) < $9"
         }
     }
 }
@@ -392,8 +404,9 @@ impl TelosStore {
             }
             Pool::Postgres(pool) => {
                 let mut tx = pool.begin().await?;
+                // The person, not the channel: the digest's places are counted per person.
                 sqlx::query("SELECT pg_advisory_xact_lock(hashtext($1))")
-                    .bind(person_key(person, channel))
+                    .bind(person)
                     .execute(&mut *tx)
                     .await?;
                 body!(tx)
