@@ -38,6 +38,11 @@ pub enum TelosCommand {
         /// Sign without asking.
         #[arg(long)]
         yes: bool,
+        /// Sign a file that was changed outside this command (or put back from an older
+        /// copy) after reading the diff; without a terminal, or with --yes, it is otherwise
+        /// refused.
+        #[arg(long)]
+        accept_changes: bool,
     },
     /// Walk the chain of versions back to the first; exit 1 at the first break.
     Verify {
@@ -187,7 +192,11 @@ fn telos_json(t: &pb::Telos) -> Value {
 
 pub async fn telos(config: &Config, command: TelosCommand) -> ExitCode {
     match command {
-        TelosCommand::Edit { person, yes } => return edit(config, person.as_deref(), yes),
+        TelosCommand::Edit {
+            person,
+            yes,
+            accept_changes,
+        } => return edit(config, person.as_deref(), yes, accept_changes).await,
         TelosCommand::Verify { person } => return verify(config, person.as_deref()),
         _ => {}
     }
@@ -410,7 +419,42 @@ fn run_editor(path: &Path) -> Result<(), String> {
     }
 }
 
-fn edit(config: &Config, person: Option<&str>, yes: bool) -> ExitCode {
+/// The versions signed beside `path` (`.audit/<sha256>.md` whose sha256 is their name and
+/// whose signature holds): `(sha256, written_at, text)`.
+fn signed_versions(path: &Path, key: &TelosKey) -> Vec<(String, jiff::Timestamp, String)> {
+    let Ok(entries) = std::fs::read_dir(file::audit_dir(path)) else {
+        return Vec::new();
+    };
+    entries
+        .filter_map(Result::ok)
+        .filter_map(|entry| {
+            let name = entry.file_name().to_string_lossy().into_owned();
+            let sha = name.strip_suffix(".md")?.to_owned();
+            let text = std::fs::read_to_string(entry.path()).ok()?;
+            (file::sha256_hex(text.as_bytes()) == sha).then_some(())?;
+            let parsed = file::parse_signed(&text, key).ok()?;
+            let at = parsed.front.written_at.parse().ok()?;
+            Some((sha, at, text))
+        })
+        .collect()
+}
+
+/// Whether the vaglio refuses `person`'s telos as it stands (`Some(true)`), holds it
+/// (`Some(false)`), or cannot be asked (`None`).
+async fn vaglio_refuses(config: &Config, person: &Principal) -> Option<bool> {
+    let (channel, _) = connect(config, SERVICE).ok()?;
+    let mut client = VaglioServiceClient::new(channel);
+    let asked = client.get_telos(pb::GetTelosRequest {
+        principal: Some(person.to_proto()),
+    });
+    match tokio::time::timeout(std::time::Duration::from_secs(3), asked).await {
+        Ok(Ok(_)) => Some(false),
+        Ok(Err(status)) if status.code() == tonic::Code::FailedPrecondition => Some(true),
+        _ => None,
+    }
+}
+
+async fn edit(config: &Config, person: Option<&str>, yes: bool, accept_changes: bool) -> ExitCode {
     let (path, scope) = match file_for(config, person) {
         Ok(found) => found,
         Err(code) => return code,
@@ -423,32 +467,62 @@ fn edit(config: &Config, person: Option<&str>, yes: bool) -> ExitCode {
         }
     };
     let current = std::fs::read_to_string(&path).ok();
-    // The version in force: the file, when it is signed here and the last one signed.
-    let in_force = current.as_deref().is_some_and(|c| {
-        file::parse_signed(c, &key).is_ok()
-            && file::head(&path).is_none_or(|h| h == file::sha256_hex(c.as_bytes()))
-    });
-    // The last version signed here, what a changed file is compared with.
-    let last_signed: Option<String> = file::head(&path)
-        .and_then(|h| std::fs::read_to_string(file::audit_dir(&path).join(format!("{h}.md"))).ok())
-        .filter(|text| file::parse_signed(text, &key).is_ok());
+    // The last version signed here: the newest in `.audit/` by its signed date — not
+    // `.audit/head`, which anyone who can write the folder can change.
+    let versions = signed_versions(&path, &key);
+    let newest = versions.iter().max_by_key(|(_, at, _)| *at);
+    let last_signed = newest.map(|(_, _, text)| text.clone());
+    // In force: signed here and the newest signed version (or the same text saved again),
+    // and not refused by the vaglio, which remembers what it had in force.
+    let signed_now = current
+        .as_deref()
+        .and_then(|c| file::parse_signed(c, &key).ok());
+    let mut in_force = match (&signed_now, newest) {
+        (None, _) => false,
+        (Some(_), None) => true,
+        (Some(now), Some((sha, _, text))) => {
+            &now.version == sha
+                || file::parse(text).is_ok_and(|kept| {
+                    kept.canonical == now.canonical && kept.front.signature == now.front.signature
+                })
+        }
+    };
+    let asked_for = match person {
+        Some(p) => person_of(Some(p)).ok(),
+        None => person_of(None).ok(),
+    };
+    if in_force
+        && let Some(who) = &asked_for
+        && vaglio_refuses(config, who).await == Some(true)
+    {
+        in_force = false;
+    }
     let interactive = std::io::stdin().is_terminal();
-    let mut start = current.clone().unwrap_or_else(|| TEMPLATE.to_owned());
-    if let Some(changed) = current.as_deref().filter(|_| !in_force) {
-        // Changed by hand, by another program, or an older version put back: signing it
-        // must be a decision taken on what changed, never a habit.
+    let mut start = current
+        .clone()
+        .or_else(|| last_signed.clone())
+        .unwrap_or_else(|| TEMPLATE.to_owned());
+    let changed = !in_force && (current.is_some() || last_signed.is_some());
+    if changed {
+        // Changed by hand, by another program, removed, or an older version put back:
+        // signing it must be a decision taken on what changed, never a habit.
         eprintln!(
-            "metnos: {} was changed without `metnos telos edit` (or an older version was put back). What changed since the last version signed here:",
+            "metnos: {} was changed without `metnos telos edit` (or removed, or an older version was put back). What changed since the last version signed here:",
             path.display()
         );
         eprint!(
             "{}",
-            similar::TextDiff::from_lines(last_signed.as_deref().unwrap_or(""), changed)
-                .unified_diff()
-                .header("TELOS.md (last signed)", "TELOS.md (on disk)")
+            similar::TextDiff::from_lines(
+                last_signed.as_deref().unwrap_or(""),
+                current.as_deref().unwrap_or("")
+            )
+            .unified_diff()
+            .header("TELOS.md (last signed)", "TELOS.md (on disk)")
         );
-        if yes {
-            eprintln!("metnos: review it without --yes; nothing changed");
+        if !accept_changes && (yes || !interactive) {
+            eprintln!(
+                "metnos: nothing changed; review it in a terminal, or pass --accept-changes to sign it as it is"
+            );
             return ExitCode::FAILURE;
         }
         if let Some(signed) = &last_signed
@@ -524,9 +598,17 @@ fn edit(config: &Config, person: Option<&str>, yes: bool) -> ExitCode {
         return ExitCode::FAILURE;
     }
     let by = crate::ask_cli::cli_principal().sender_id;
-    let at = jiff::Timestamp::now()
+    // After every version signed here, whatever this machine's clock says.
+    let mut at = jiff::Timestamp::now()
         .round(jiff::Unit::Second)
         .unwrap_or_else(|_| jiff::Timestamp::now());
+    if let Some((_, newest_at, _)) = newest
+        && *newest_at >= at
+    {
+        at = newest_at
+            .checked_add(jiff::SignedDuration::from_secs(1))
+            .unwrap_or(*newest_at);
+    }
     match file::commit(&path, &text, &key, &by, &at.to_string()) {
         Ok(version) => {
             print_line(&json!({

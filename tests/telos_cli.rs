@@ -36,6 +36,10 @@ activation_threshold: 0.1
 notes: try before saying no.
 ";
 
+fn file_sha(bytes: &[u8]) -> String {
+    metnos_vaglio::telos::file::sha256_hex(bytes)
+}
+
 fn lines(stdout: &str) -> Vec<Value> {
     stdout
         .lines()
@@ -229,11 +233,26 @@ async fn the_owner_writes_signs_and_verifies_a_telos_and_proposals_are_weighed_a
         stderr.contains("-weight: 0.3") && stderr.contains("+weight: 0.9"),
         "{stderr}"
     );
-    let (code, _, stderr) = edit_with(&sandbox, &tampered, 10, &[], "n\n").await;
+    let (code, _, stderr) = edit_with(&sandbox, &tampered, 10, &[], "y\n").await;
+    assert_eq!(code, 1, "no terminal, no --accept-changes: {stderr}");
+    let (code, _, stderr) = edit_with(&sandbox, &tampered, 11, &["--accept-changes"], "n\n").await;
     assert_eq!(code, 1, "declined: {stderr}");
-    let (code, _, stderr) = edit_with(&sandbox, &tampered, 11, &[], "y\n").await;
+    let (code, _, stderr) = edit_with(&sandbox, &tampered, 12, &["--accept-changes"], "y\n").await;
     assert_eq!(code, 0, "{stderr}");
     assert!(stderr.contains("TELOS.md (in force)"), "{stderr}");
+
+    // An older signed version put back with `.audit/head` removed: `telos edit` still sees
+    // it is not the newest signed here, and says so.
+    let audit = owner_file.parent().unwrap().join(".audit");
+    let oldest = std::fs::read(audit.join(format!("{}.md", versions.last().unwrap()))).unwrap();
+    let newest = std::fs::read(&owner_file).unwrap();
+    std::fs::write(&owner_file, &oldest).unwrap();
+    std::fs::remove_file(audit.join("head")).unwrap();
+    let (code, _, stderr) = edit(&sandbox, TELOS, 13).await;
+    assert_eq!(code, 1, "{stderr}");
+    assert!(stderr.contains("older version was put back"), "{stderr}");
+    std::fs::write(&owner_file, &newest).unwrap();
+    std::fs::write(audit.join("head"), file_sha(&newest)).unwrap();
     let (code, stdout, stderr) = sandbox.run(&["telos", "verify"]).await;
     assert_eq!(code, 0, "{stderr}");
     assert_eq!(lines(&stdout).len(), 4);

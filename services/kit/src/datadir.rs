@@ -53,19 +53,25 @@ pub fn file_options() -> OpenOptions {
 /// Writes `bytes` to `path` atomically (a file beside it, then a rename), 0600 even where
 /// an earlier run left that file with another mode.
 pub fn write_file(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
+    // A new name each time, created exclusively: a file or a symbolic link planted at a
+    // predictable name is never written through.
     let mut partial = path.as_os_str().to_owned();
-    partial.push(".partial");
+    partial.push(format!(".partial-{}", crate::random::hex(6)));
     let partial = PathBuf::from(partial);
-    let mut file = file_options()
+    let written = file_options()
         .write(true)
-        .create(true)
-        .truncate(true)
-        .open(&partial)?;
-    // A partial file a crash left behind kept the mode it was created with.
-    file.set_permissions(std::fs::Permissions::from_mode(FILE_MODE))?;
-    file.write_all(bytes)?;
-    file.sync_all()?;
-    std::fs::rename(&partial, path)
+        .create_new(true)
+        .open(&partial)
+        .and_then(|mut file| {
+            file.set_permissions(std::fs::Permissions::from_mode(FILE_MODE))?;
+            file.write_all(bytes)?;
+            file.sync_all()
+        })
+        .and_then(|()| std::fs::rename(&partial, path));
+    if written.is_err() {
+        let _ = std::fs::remove_file(&partial);
+    }
+    written
 }
 
 /// `mode` without any bit for group or others.

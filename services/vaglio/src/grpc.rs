@@ -627,7 +627,19 @@ impl VaglioService for VaglioApi {
                 if r.non_retreat
                     && let Some(who) = &who
                 {
-                    let until = self.telos.stopped(who, &r.current_intent).await?;
+                    // A block matches a proposal's kind: kept only for an intent spelled as
+                    // one (the −0.7 is recorded either way).
+                    let is_kind = r.current_intent.chars().all(|c| {
+                        c.is_ascii_lowercase()
+                            || c.is_ascii_digit()
+                            || matches!(c, '_' | '.' | ':' | '/' | '-')
+                    });
+                    let intent = if is_kind {
+                        r.current_intent.as_str()
+                    } else {
+                        ""
+                    };
+                    let until = self.telos.stopped(who, intent).await?;
                     answer.blocked_until = Some(to_timestamp(until));
                 }
             }

@@ -693,6 +693,26 @@ async fn an_older_version_put_back_is_refused(store: TestStore) {
     );
 }
 
+/// The signed text in force saved again by another editor (CRLF line ends, trailing
+/// blanks) is still the version in force.
+async fn the_same_signed_text_saved_again_stays_in_force(store: TestStore) {
+    let w = world(store).await;
+    w.fits(0.9, 0.9, 0.0);
+    assert_eq!(
+        w.evaluate(&proposal("p1")).await.decision,
+        Decision::Publish
+    );
+    let path = w.files.person_file(&roberto());
+    let text = std::fs::read_to_string(&path).unwrap();
+    std::fs::write(&path, text.replace('\n', " \r\n")).unwrap();
+    w.clock.advance(2 * HOUR);
+    w.fits(0.9, 0.9, 0.0);
+    assert_eq!(
+        w.evaluate(&proposal("p2")).await.decision,
+        Decision::Publish
+    );
+}
+
 /// Feedback: the EMA moves the contributing telos within bounds; one answer per proposal;
 /// only the person it was made to may answer.
 async fn feedback_moves_the_contributors_once_and_only_from_their_person(store: TestStore) {
@@ -981,6 +1001,7 @@ metnos_kit::store_suite!(
     a_failed_fit_estimate_never_publishes,
     a_tampered_telos_rejects_until_signed_again,
     an_older_version_put_back_is_refused,
+    the_same_signed_text_saved_again_stays_in_force,
     feedback_moves_the_contributors_once_and_only_from_their_person,
     the_digest_holds_ten,
     a_window_defers_at_most_a_hundred,

@@ -72,9 +72,9 @@ impl Bother {
             .sum()
     }
 
-    /// `β·(e^{γ·S} − 1)`.
+    /// `β·(e^{γ·S} − 1)`, at most 10¹² (finite: it is stored and compared).
     pub fn cost(&self, sum: f64) -> f64 {
-        self.beta * ((self.gamma * sum).exp() - 1.0)
+        (self.beta * ((self.gamma * sum).exp() - 1.0)).min(1e12)
     }
 }
 

@@ -158,6 +158,17 @@ pub fn parse(text: &str) -> Result<TelosFile, FileError> {
             "a carriage return that does not end a line",
         ));
     }
+    // Control characters (but tab and line ends) and bidirectional overrides: a file shown
+    // in a terminal or a diff must read as it is.
+    if let Some((at, c)) = text.char_indices().find(|(_, c)| {
+        (c.is_control() && !matches!(c, '\t' | '\n' | '\r'))
+            || matches!(c, '\u{202a}'..='\u{202e}' | '\u{2066}'..='\u{2069}')
+    }) {
+        return Err(malformed(
+            line_at(text, at),
+            format!("a control or direction character (U+{:04X})", u32::from(c)),
+        ));
+    }
     let body_text = text.strip_prefix('\u{feff}').unwrap_or(text);
     let bom = text.len() - body_text.len();
     // The front-matter: between a first line `---` and the next line `---`.
@@ -646,11 +657,17 @@ pub fn parse_signed(text: &str, key: &TelosKey) -> Result<TelosFile, FileError> 
                 .to_owned(),
         ));
     }
+    // Everything from the signed text; the signature and the version from the file.
     let signed = parse(&file.canonical)?;
     Ok(TelosFile {
+        front: Front {
+            signature: file.front.signature,
+            ..signed.front
+        },
         telos: signed.telos,
         warnings: signed.warnings,
-        ..file
+        version: file.version,
+        canonical: file.canonical,
     })
 }
 
@@ -677,8 +694,8 @@ pub fn sign_text(text: &str, key: &TelosKey) -> Result<String, FileError> {
         out.push_str(line);
         out.push('\n');
     }
-    // The canonical text of the result is the one just signed.
-    debug_assert!(parse_signed(&out, key).is_ok());
+    // What will be read is the canonical text: it must hold too.
+    parse_signed(&out, key)?;
     Ok(out)
 }
 

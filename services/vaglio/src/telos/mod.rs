@@ -243,6 +243,17 @@ fn stamp(path: &Path) -> Option<Stamp> {
 /// A file as last parsed.
 type Parsed = Result<Arc<TelosFile>, FileError>;
 
+/// Whether `file` says what the version `in_force` (kept in `.audit/`) said: the same signed
+/// text saved again (another editor's line ends, trailing blanks).
+fn same_text(path: &Path, in_force: &str, file: &TelosFile) -> bool {
+    std::fs::read_to_string(file::audit_dir(path).join(format!("{in_force}.md")))
+        .ok()
+        .and_then(|text| file::parse(&text).ok())
+        .is_some_and(|kept| {
+            kept.canonical == file.canonical && kept.front.signature == file.front.signature
+        })
+}
+
 /// Whether `score` reaches `theta`: a NaN or an infinity never does.
 fn clears(score: f64, theta: f64) -> bool {
     score.is_finite() && score >= theta
@@ -521,6 +532,7 @@ impl TelosEngine {
                 && let Ok(signing_key) = &self.key
                 && !file::follows(path, file, &in_force, &signing_key.scoped(scope))
                 && !later(&file.front.written_at, &in_force_at)
+                && !same_text(path, &in_force, file)
             {
                 tracing::warn!(person = %person, in_force = %in_force, found = %file.version, "TELOS.md does not follow the version in force");
                 return Ok(Err(FileError::SignatureInvalid(format!(
@@ -770,6 +782,7 @@ impl TelosEngine {
             return self
                 .place(e, p, source, span, dry_run, |_, e| {
                     e.decision = Decision::DeferToDigest;
+                    e.reason = "protected_window".to_owned();
                 })
                 .await;
         }
