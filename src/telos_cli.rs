@@ -338,7 +338,7 @@ pub async fn telos(config: &Config, command: TelosCommand) -> ExitCode {
 
 /// The file `person`'s telos is written to: their own under the data directory, or (for
 /// the owner, without --person) `~/.config/metnos/TELOS.md`.
-/// …and the scope its signature is for (`owner`, or `<channel>:<sender>`).
+/// …and the scope its signature is for (`owner`, or the person's `<channel>_<sender>`).
 fn file_for(config: &Config, person: Option<&str>) -> Result<(PathBuf, String), ExitCode> {
     let files = Files::from_config(config);
     match person {
@@ -348,7 +348,10 @@ fn file_for(config: &Config, person: Option<&str>) -> Result<(PathBuf, String), 
         )),
         Some(text) => {
             let person = person_of(Some(text))?;
-            Ok((files.person_file(&person), person.to_string()))
+            Ok((
+                files.person_file(&person),
+                metnos_vaglio::telos::scope_of(&person),
+            ))
         }
     }
 }

@@ -217,7 +217,7 @@ fn bench(c: &mut Criterion) {
         file::commit(
             &files.person_file(&person),
             TELOS,
-            &key.scoped("telegram:42"),
+            &key.scoped("telegram_42"),
             "r",
             "2026-11-01T12:00:00Z",
         )

@@ -161,7 +161,7 @@ impl World {
         file::commit(
             &self.files.person_file(person),
             text,
-            &self.key.scoped(&person.to_string()),
+            &self.key.scoped(&metnos_vaglio::telos::scope_of(person)),
             "roberto",
             "2026-11-01T12:00:00+01:00",
         )
@@ -173,7 +173,7 @@ impl World {
         file::commit(
             &self.files.person_file(person),
             text,
-            &self.key.scoped(&person.to_string()),
+            &self.key.scoped(&metnos_vaglio::telos::scope_of(person)),
             "roberto",
             at,
         )
@@ -842,6 +842,14 @@ async fn a_signed_file_copied_to_another_person_is_not_theirs(store: TestStore) 
     let a = Principal::new("a_b", "c").unwrap();
     let b = Principal::new("a", "b_c").unwrap();
     assert_ne!(w.files.person_file(&a), w.files.person_file(&b));
+    // Nor two whose `<channel>:<sender>` would read the same: the scope a signature names
+    // is the escaped folder name.
+    let c = Principal::new("telegram:4", "2").unwrap();
+    let d = Principal::new("telegram", "4:2").unwrap();
+    assert_ne!(
+        metnos_vaglio::telos::scope_of(&c),
+        metnos_vaglio::telos::scope_of(&d)
+    );
 }
 
 /// A proposal id reused for another proposal is refused; the same proposal again gets

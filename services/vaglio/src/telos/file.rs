@@ -501,7 +501,7 @@ fn canonical(text: &str, signature_line: Option<usize>) -> String {
 type HmacSha256 = Hmac<Sha256>;
 
 /// The telos key: 32 bytes, separate from every other key, and the scope it signs for —
-/// whose file it is (`owner`, or `<channel>:<sender>`): the scope is part of what is signed,
+/// whose file it is (`owner`, or the person's escaped `<channel>_<sender>`): the scope is part of what is signed,
 /// so one person's signed file copied into another's folder does not verify there.
 #[derive(Clone)]
 pub struct TelosKey {
@@ -523,7 +523,7 @@ impl TelosKey {
         }
     }
 
-    /// The same key, signing for `scope` (whose file: `owner` or `<channel>:<sender>`).
+    /// The same key, signing for `scope` (whose file: `owner` or `<channel>_<sender>`).
     pub fn scoped(&self, scope: &str) -> TelosKey {
         TelosKey {
             bytes: self.bytes,

@@ -202,13 +202,7 @@ impl Files {
 
     /// `<data_dir>/telos/<channel>_<sender>/TELOS.md`.
     pub fn person_file(&self, person: &Principal) -> PathBuf {
-        self.root
-            .join(format!(
-                "{}_{}",
-                component(&person.channel),
-                component(&person.sender_id)
-            ))
-            .join(file::FILE_NAME)
+        self.root.join(scope_of(person)).join(file::FILE_NAME)
     }
 
     /// Whether `person` is the owner (every `cli` sender, and the listed principals).
@@ -217,15 +211,26 @@ impl Files {
     }
 
     /// The file that holds `person`'s telos — their own, else (for the owner) the owner's —
-    /// and the scope it is signed for (`<channel>:<sender>`, or `owner`).
+    /// and the scope it is signed for ([`scope_of`], or `owner`).
     pub fn file_of(&self, person: &Principal) -> Option<(PathBuf, String)> {
         let own = self.person_file(person);
         if own.exists() {
-            return Some((own, person.to_string()));
+            return Some((own, scope_of(person)));
         }
         (self.is_owner(person) && self.owner_file.exists())
             .then(|| (self.owner_file.clone(), OWNER_SCOPE.to_owned()))
     }
+}
+
+/// The scope a person's own file is signed for, and its folder's name:
+/// `<channel>_<sender>`, each escaped, so no two people share one (`owner` is none of them:
+/// it has no `_`).
+pub fn scope_of(person: &Principal) -> String {
+    format!(
+        "{}_{}",
+        component(&person.channel),
+        component(&person.sender_id)
+    )
 }
 
 /// The scope the owner's file is signed for.
@@ -523,8 +528,8 @@ impl TelosEngine {
         // is the one attack left: a version signed before the one in force. A new version
         // follows it, or was written after it. Checked for the file (one owner file serves
         // several people) and for the person (who may move from one file to another).
-        // `#` is never in a channel name, so this row is no person's.
-        let file_row = format!("#file:{scope}");
+        // A control character is in no principal, so this row is no person's.
+        let file_row = format!("\u{1}file:{scope}");
         for row in [file_row.as_str(), key.as_str()] {
             if let Some((in_force, in_force_at)) = self.store.version_of(row).await?
                 && !in_force.is_empty()
