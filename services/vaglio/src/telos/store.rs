@@ -225,6 +225,12 @@ pub struct Step {
     pub now_ms: i64,
 }
 
+/// One EMA step on one telos, from 0 for a telos without one: `$3` = α·s, `$5` = 1 − α.
+/// One statement, so concurrent answers never lose an update.
+const EMA_STEP: &str = "INSERT INTO telos_fitness (person, telos_id, ema, updated_ms) \
+     VALUES ($1, $2, $3, $4) ON CONFLICT (person, telos_id) DO UPDATE \
+     SET ema = $5 * telos_fitness.ema + $3, updated_ms = $4";
+
 /// Whether the write happened (`false`: the quota was taken meanwhile; nothing written).
 pub type Taken = bool;
 
@@ -470,9 +476,7 @@ impl TelosStore {
                 // ema ← (1 − α)·ema + α·s, from 0 for a telos without one; one statement, so
                 // concurrent answers never lose an update.
                 sqlx::query(
-                    "INSERT INTO telos_fitness (person, telos_id, ema, updated_ms) VALUES ($1, $2, $3, $4) \
-                     ON CONFLICT (person, telos_id) DO UPDATE \
-                     SET ema = $5 * telos_fitness.ema + $3, updated_ms = $4",
+                    EMA_STEP,
                 )
                 .bind(person)
                 .bind(telos_id)
@@ -496,9 +500,7 @@ impl TelosStore {
         } = step;
         on_db!(&self.db, pool => {
             sqlx::query(
-                "INSERT INTO telos_fitness (person, telos_id, ema, updated_ms) VALUES ($1, $2, $3, $4) \
-                 ON CONFLICT (person, telos_id) DO UPDATE \
-                 SET ema = $5 * telos_fitness.ema + $3, updated_ms = $4",
+                EMA_STEP,
             )
             .bind(person)
             .bind(telos_id)
