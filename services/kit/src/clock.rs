@@ -33,6 +33,11 @@ impl ManualClock {
     pub fn advance(&self, ms: i64) {
         self.0.fetch_add(ms, Ordering::SeqCst);
     }
+
+    /// Sets it to `ms` (a test's simulated day).
+    pub fn set(&self, ms: i64) {
+        self.0.store(ms, Ordering::SeqCst);
+    }
 }
 
 impl Default for ManualClock {

@@ -19,6 +19,9 @@
 //!   (real clients, or fakes in tests);
 //! - [`scratch`]: large observations and `scratchpad_read`;
 //! - [`store`]: turns (checkpoints, records) and the scratchpad, SQLite or PostgreSQL;
+//! - [`schedule`]: a schedule's three forms and when each fires (pure);
+//! - [`scheduler`]: the builtin scheduler — tasks and runs in the store, the tick, once per
+//!   slot across replicas; [`maintenance`]: its builtin tasks;
 //! - [`turnlog`]: the daily JSONL turn log (no values, no message text);
 //! - [`grpc`]: the contract's edge, [`error`]: its errors and their statuses.
 
@@ -28,7 +31,6 @@ use std::time::Duration;
 use metnos_executors::signing::Trust;
 use metnos_executors::{Catalog, Runner, ShellSettings};
 use metnos_kit::server::{StartError, Startup};
-use metnos_kit::time::now_ms;
 use metnos_kit::{Config, ServiceName, ShutdownFuture};
 use metnos_proto::planner::v1::planner_service_server::PlannerServiceServer;
 use tokio::net::TcpListener;
@@ -39,10 +41,13 @@ pub mod error;
 pub mod filters;
 pub mod grpc;
 pub mod llm;
+pub mod maintenance;
 pub mod observe;
 pub mod piping;
 pub mod prefilter;
 pub mod rules;
+pub mod schedule;
+pub mod scheduler;
 pub mod scratch;
 pub mod store;
 pub mod suspend;
@@ -125,20 +130,6 @@ async fn log_shell_sandbox(
     }
 }
 
-/// How often old scratchpad entries and orphaned turns are cleared.
-const CLEANUP_INTERVAL: Duration = Duration::from_secs(600);
-
-/// Drops scratchpad entries older than `retention_hours`.
-async fn clean_up(store: &store::Store, retention_hours: u64) {
-    let retention_ms = i64::try_from(retention_hours.saturating_mul(3_600_000)).unwrap_or(i64::MAX);
-    if let Err(e) = store
-        .prune_scratch(now_ms().saturating_sub(retention_ms))
-        .await
-    {
-        tracing::warn!(error = %e, "scratchpad prune failed");
-    }
-}
-
 /// This replica's name in the turns it holds: the host, where the planner listens and its
 /// data directory — the same after a restart (so a restarted replica frees at once the
 /// turns its previous process held), different for every other replica.
@@ -188,7 +179,10 @@ pub async fn serve(
     let replica = replica_name(&config);
     let sweep_every = Duration::from_secs(config.approval.sweep_interval_seconds.get());
     let mode = config.runtime.mode;
-    let log = turnlog::TurnLog::new(config.data_dir.join(metnos_kit::datadir::TURNS_DIR));
+    let turns_dir = config.data_dir.join(metnos_kit::datadir::TURNS_DIR);
+    let log = turnlog::TurnLog::new(turns_dir.clone());
+    let scheduling = config.scheduler.clone();
+    let telos = config.telos.clone();
     Startup::new(SERVICE, &MIGRATIONS, &grpc::AUTHORIZATION, &config)
         .serve_with_store(listener, shutdown, move |running| {
             let filters =
@@ -198,8 +192,33 @@ pub async fn serve(
                 replica.clone(),
                 i64::try_from(lease.as_millis()).unwrap_or(i64::MAX),
             );
+            let tasks = scheduler::TaskStore::new(running.db.clone());
             let store = store::Store::with_holder(running.db, holder);
-            let retention = turns.retention_hours.get();
+            let scheduler = scheduler::Scheduler::new(
+                tasks,
+                Arc::new(metnos_kit::clock::SystemClock),
+                replica.clone(),
+                telos,
+            )
+            .builtin(
+                maintenance::TURN_LOG_RETENTION.0,
+                maintenance::TURN_LOG_RETENTION.1,
+                Arc::new(maintenance::TurnLogRetention {
+                    dir: turns_dir,
+                    keep_days: scheduling.turn_log_days.get(),
+                }),
+            )
+            .and_then(|s| {
+                s.builtin(
+                    maintenance::SCRATCHPAD_PRUNE.0,
+                    maintenance::SCRATCHPAD_PRUNE.1,
+                    Arc::new(maintenance::ScratchpadPrune {
+                        store: store.clone(),
+                        retention_hours: turns.retention_hours.get(),
+                    }),
+                )
+            })
+            .map_err(settings)?;
             running.background.spawn(
                 "shell sandbox check",
                 log_shell_sandbox(runner.clone(), catalog.clone(), running.readiness.clone()),
@@ -214,11 +233,15 @@ pub async fn serve(
                 store: store.clone(),
                 log,
             }));
+            // The builtin scheduler: due tasks fired once per slot across replicas; a
+            // firing runs on after its tick.
             running
                 .background
-                .every("turn cleanup", CLEANUP_INTERVAL, move || {
-                    let store = store.clone();
-                    async move { clean_up(&store, retention).await }
+                .every("scheduler", scheduling.tick(), move || {
+                    let scheduler = scheduler.clone();
+                    async move {
+                        scheduler.tick().await;
+                    }
                 });
             // Leases: renewed every third of their length; the turns of a replica that
             // stopped are ended, released or resumed once theirs expired (at start, at once

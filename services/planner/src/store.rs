@@ -21,6 +21,11 @@ const SQLITE: &[EmbeddedMigration] = &[
         description: "notices",
         sql: include_str!("../migrations/sqlite/0003_notices.sql"),
     },
+    EmbeddedMigration {
+        version: 4,
+        description: "scheduler",
+        sql: include_str!("../migrations/sqlite/0004_scheduler.sql"),
+    },
 ];
 const POSTGRES: &[EmbeddedMigration] = &[
     EmbeddedMigration {
@@ -37,6 +42,11 @@ const POSTGRES: &[EmbeddedMigration] = &[
         version: 3,
         description: "notices",
         sql: include_str!("../migrations/postgres/0003_notices.sql"),
+    },
+    EmbeddedMigration {
+        version: 4,
+        description: "scheduler",
+        sql: include_str!("../migrations/postgres/0004_scheduler.sql"),
     },
 ];
 

@@ -7,6 +7,43 @@ use std::sync::Mutex;
 
 use serde_json::Value;
 
+/// Deletes the daily logs (`YYYY-MM-DD.jsonl`) of days more than `keep_days` before the
+/// day of `now_ms` (UTC), and nothing else in `dir`; returns the days removed. A missing
+/// folder is nothing to prune.
+pub fn prune(dir: &std::path::Path, keep_days: u32, now_ms: i64) -> std::io::Result<Vec<String>> {
+    let today = date_of(now_ms)
+        .parse::<jiff::civil::Date>()
+        .map_err(std::io::Error::other)?;
+    let oldest_kept = today
+        .checked_sub(jiff::Span::new().days(i64::from(keep_days)))
+        .map_err(std::io::Error::other)?;
+    let entries = match std::fs::read_dir(dir) {
+        Ok(entries) => entries,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
+        Err(e) => return Err(e),
+    };
+    let mut removed = Vec::new();
+    for entry in entries {
+        let entry = entry?;
+        let name = entry.file_name();
+        let Some(day) = name.to_str().and_then(|n| n.strip_suffix(".jsonl")) else {
+            continue;
+        };
+        if !valid_date(day) || !entry.file_type()?.is_file() {
+            continue;
+        }
+        if day
+            .parse::<jiff::civil::Date>()
+            .is_ok_and(|d| d < oldest_kept)
+        {
+            std::fs::remove_file(entry.path())?;
+            removed.push(day.to_owned());
+        }
+    }
+    removed.sort();
+    Ok(removed)
+}
+
 #[derive(Debug)]
 pub struct TurnLog {
     dir: PathBuf,
@@ -64,5 +101,45 @@ impl TurnLog {
             .filter_map(|l| serde_json::from_str(l).ok())
             .take(limit)
             .collect())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn retention_removes_only_the_days_older_than_it() {
+        let dir = tempfile::tempdir().unwrap();
+        for name in [
+            "2026-08-27.jsonl",
+            "2026-08-28.jsonl",
+            "2026-11-25.jsonl",
+            "notes.txt",
+            "1999-01-01.json",
+        ] {
+            std::fs::write(dir.path().join(name), "{}\n").unwrap();
+        }
+        std::fs::create_dir(dir.path().join("2001-01-01.jsonl")).unwrap();
+        // 2026-11-26 12:00 UTC, 90 days kept: 2026-08-28 is the oldest kept.
+        let now = 1_795_694_400_000;
+        assert_eq!(date_of(now), "2026-11-26");
+        assert_eq!(prune(dir.path(), 90, now).unwrap(), ["2026-08-27"]);
+        let mut left: Vec<String> = std::fs::read_dir(dir.path())
+            .unwrap()
+            .map(|e| e.unwrap().file_name().into_string().unwrap())
+            .collect();
+        left.sort();
+        assert_eq!(
+            left,
+            [
+                "1999-01-01.json",
+                "2001-01-01.jsonl",
+                "2026-08-28.jsonl",
+                "2026-11-25.jsonl",
+                "notes.txt"
+            ]
+        );
+        assert!(prune(&dir.path().join("none"), 90, now).unwrap().is_empty());
     }
 }

@@ -34,7 +34,7 @@ pub const ENV_ALIASES: [(&str, &str); 3] = [
 
 /// Top-level keys an environment variable may override; any other `METNOS_*` variable
 /// (`METNOS_CONFIG`, test settings) is not configuration.
-const TOP_LEVEL_KEYS: [&str; 14] = [
+const TOP_LEVEL_KEYS: [&str; 15] = [
     "data_dir",
     "telemetry",
     "server",
@@ -48,6 +48,7 @@ const TOP_LEVEL_KEYS: [&str; 14] = [
     "turns",
     "telegram",
     "telos",
+    "scheduler",
     "tls",
 ];
 

@@ -17,6 +17,7 @@
 mod executors;
 mod load;
 mod runtime;
+mod scheduler;
 mod server;
 mod services;
 mod store_spec;
@@ -38,12 +39,13 @@ use serde::{Deserialize, Serialize};
 pub use executors::ExecutorsConfig;
 pub use load::{CONFIG_ENV, ConfigError, ConfigSource, ENV_ALIASES, ENV_PREFIX};
 pub use runtime::{LLM_TIERS, LlmProvider, LlmTierConfig, PlannerMode, RuntimeConfig};
+pub use scheduler::SchedulerConfig;
 pub use server::ServerConfig;
 pub use services::{ApprovalConfig, ServiceConfig};
 pub use store_spec::{StoreSpec, redact_url};
 pub use telegram::{TelegramConfig, TelegramMode};
 pub use telemetry::{LogFormat, TelemetryConfig};
-pub use telos::{TelosConfig, TelosPerson, TelosQuotas, Window, minutes_of};
+pub use telos::{Local, TelosConfig, TelosPerson, TelosQuotas, Window, minutes_of};
 pub use tls::TlsConfig;
 pub use topology::{SERVICES, ServiceName, url_for_addr};
 pub use turns::TurnsConfig;
@@ -69,6 +71,7 @@ pub struct Config {
     pub telegram: TelegramConfig,
     pub tls: TlsConfig,
     pub telos: TelosConfig,
+    pub scheduler: SchedulerConfig,
     /// Metnos's own configuration folder (`$XDG_CONFIG_HOME/metnos`, else
     /// `~/.config/metnos`; the signing keys live there). Resolved by [`Config::load`], never
     /// read from a file.
@@ -96,6 +99,7 @@ impl Default for Config {
             telegram: TelegramConfig::default(),
             tls: TlsConfig::default(),
             telos: TelosConfig::default(),
+            scheduler: SchedulerConfig::default(),
             config_dir: PathBuf::new(),
             config_file: None,
         }

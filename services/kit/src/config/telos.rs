@@ -142,7 +142,84 @@ pub fn minutes_of(text: &str) -> Result<u16, String> {
     Ok(h * 60 + m)
 }
 
+/// A person's local calendar, for windows, days and the digest (the vaglio's telos engine
+/// and the planner's scheduler read the same one).
+#[derive(Debug, Clone)]
+pub struct Local {
+    pub zone: jiff::tz::TimeZone,
+    pub windows: Vec<Window>,
+}
+
+impl Local {
+    pub fn minute_of(&self, ms: i64) -> Option<u16> {
+        let zoned = jiff::Timestamp::from_millisecond(ms)
+            .ok()?
+            .to_zoned(self.zone.clone());
+        Some(u16::from(zoned.hour() as u8) * 60 + u16::from(zoned.minute() as u8))
+    }
+
+    pub fn protected(&self, ms: i64) -> bool {
+        self.minute_of(ms)
+            .is_some_and(|m| self.windows.iter().any(|w| w.contains(m)))
+    }
+
+    /// The first minute at or after `ms` outside every window (at most two days on).
+    pub fn next_open(&self, ms: i64) -> i64 {
+        let start = ms - ms.rem_euclid(60_000);
+        (0..=2 * 24 * 60)
+            .map(|i| start + i * 60_000)
+            .find(|t| *t >= ms && !self.protected(*t))
+            .unwrap_or(ms + 2 * 24 * 3_600_000)
+    }
+
+    pub fn day_start(&self, ms: i64) -> i64 {
+        jiff::Timestamp::from_millisecond(ms)
+            .ok()
+            .map(|t| t.to_zoned(self.zone.clone()))
+            .and_then(|z| z.start_of_day().ok())
+            .map_or(ms - 24 * 3_600_000, |z| z.timestamp().as_millisecond())
+    }
+
+    /// The last digest at `digest_minute` local time at or before `ms`.
+    pub fn last_digest(&self, ms: i64, digest_minute: u16) -> i64 {
+        let at = |date: jiff::civil::Date| {
+            date.at((digest_minute / 60) as i8, (digest_minute % 60) as i8, 0, 0)
+                .to_zoned(self.zone.clone())
+                .ok()
+                .map(|z| z.timestamp().as_millisecond())
+        };
+        let Ok(now) = jiff::Timestamp::from_millisecond(ms) else {
+            return ms - 24 * 3_600_000;
+        };
+        let today = now.to_zoned(self.zone.clone()).date();
+        match at(today) {
+            Some(t) if t <= ms => t,
+            _ => today
+                .yesterday()
+                .ok()
+                .and_then(at)
+                .unwrap_or(ms - 24 * 3_600_000),
+        }
+    }
+}
+
 impl TelosConfig {
+    /// `person`'s (`"<channel>:<sender>"`) calendar: their time zone (this machine's when
+    /// none is set; UTC for a name the tz database does not know, which config refuses)
+    /// and protected windows.
+    pub fn local_for(&self, person: &str) -> Local {
+        let name = self.time_zone_for(person);
+        let zone = if name.is_empty() {
+            jiff::tz::TimeZone::system()
+        } else {
+            jiff::tz::TimeZone::get(name).unwrap_or(jiff::tz::TimeZone::UTC)
+        };
+        Local {
+            zone,
+            windows: self.windows_for(person),
+        }
+    }
+
     pub fn fit_timeout(&self) -> Duration {
         Duration::from_secs(self.fit_timeout_seconds.get())
     }

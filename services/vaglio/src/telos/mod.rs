@@ -23,7 +23,8 @@ use std::sync::{Arc, Mutex};
 
 use metnos_core::Principal;
 use metnos_kit::clock::Clock;
-use metnos_kit::config::{TelosConfig, Window};
+use metnos_kit::config::Local;
+use metnos_kit::config::TelosConfig;
 use serde::{Deserialize, Serialize};
 
 use engine::{Bother, Signal, Source, Term};
@@ -355,65 +356,6 @@ impl Budget {
     }
 }
 
-/// A person's local calendar, for windows, days and the digest.
-struct Local {
-    zone: jiff::tz::TimeZone,
-    windows: Vec<Window>,
-}
-
-impl Local {
-    fn minute_of(&self, ms: i64) -> Option<u16> {
-        let zoned = jiff::Timestamp::from_millisecond(ms)
-            .ok()?
-            .to_zoned(self.zone.clone());
-        Some(u16::from(zoned.hour() as u8) * 60 + u16::from(zoned.minute() as u8))
-    }
-
-    fn protected(&self, ms: i64) -> bool {
-        self.minute_of(ms)
-            .is_some_and(|m| self.windows.iter().any(|w| w.contains(m)))
-    }
-
-    /// The first minute at or after `ms` outside every window (at most two days on).
-    fn next_open(&self, ms: i64) -> i64 {
-        let start = ms - ms.rem_euclid(60_000);
-        (0..=2 * 24 * 60)
-            .map(|i| start + i * 60_000)
-            .find(|t| *t >= ms && !self.protected(*t))
-            .unwrap_or(ms + 2 * 24 * 3_600_000)
-    }
-
-    fn day_start(&self, ms: i64) -> i64 {
-        jiff::Timestamp::from_millisecond(ms)
-            .ok()
-            .map(|t| t.to_zoned(self.zone.clone()))
-            .and_then(|z| z.start_of_day().ok())
-            .map_or(ms - 24 * 3_600_000, |z| z.timestamp().as_millisecond())
-    }
-
-    /// The last digest at `digest_minute` local time at or before `ms`.
-    fn last_digest(&self, ms: i64, digest_minute: u16) -> i64 {
-        let at = |date: jiff::civil::Date| {
-            date.at((digest_minute / 60) as i8, (digest_minute % 60) as i8, 0, 0)
-                .to_zoned(self.zone.clone())
-                .ok()
-                .map(|z| z.timestamp().as_millisecond())
-        };
-        let Ok(now) = jiff::Timestamp::from_millisecond(ms) else {
-            return ms - 24 * 3_600_000;
-        };
-        let today = now.to_zoned(self.zone.clone()).date();
-        match at(today) {
-            Some(t) if t <= ms => t,
-            _ => today
-                .yesterday()
-                .ok()
-                .and_then(at)
-                .unwrap_or(ms - 24 * 3_600_000),
-        }
-    }
-}
-
 impl TelosEngine {
     pub fn new(
         store: TelosStore,
@@ -446,17 +388,7 @@ impl TelosEngine {
     }
 
     fn local(&self, person: &Principal) -> Local {
-        let key = person.to_string();
-        let name = self.settings.config.time_zone_for(&key);
-        let zone = if name.is_empty() {
-            jiff::tz::TimeZone::system()
-        } else {
-            jiff::tz::TimeZone::get(name).unwrap_or(jiff::tz::TimeZone::UTC)
-        };
-        Local {
-            zone,
-            windows: self.settings.config.windows_for(&key),
-        }
+        self.settings.config.local_for(&person.to_string())
     }
 
     /// `person`'s TELOS.md: read, parsed and its signature checked (cached until the file
