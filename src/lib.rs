@@ -28,6 +28,7 @@ pub mod pair_cli;
 pub mod pki_cli;
 pub mod policy_cli;
 pub mod runfile;
+pub mod schedules_cli;
 pub mod setup;
 pub mod status;
 pub mod telos_cli;

@@ -11,6 +11,7 @@ use metnos::executors_cli::{self, ExecutorsCommand};
 use metnos::pair_cli::{self, PairCommand};
 use metnos::pki_cli::{self, PkiCommand};
 use metnos::policy_cli::{self, GrantsCommand, PolicyCommand};
+use metnos::schedules_cli::{self, SchedulesCommand};
 use metnos::telos_cli::{self, TelosCommand};
 use metnos::vaglio_cli::{self, VaglioCommand};
 use metnos::{status, up};
@@ -88,6 +89,12 @@ enum Command {
         #[command(subcommand)]
         command: TurnsCommand,
     },
+    /// Standing orders and the scheduler's tasks: list, add your own, pause, resume,
+    /// delete, fire now.
+    Schedules {
+        #[command(subcommand)]
+        command: SchedulesCommand,
+    },
     /// Who may talk to Metnos: approve pairing codes, list, change levels, revoke.
     Pair {
         #[command(subcommand)]
@@ -147,6 +154,7 @@ fn main() -> ExitCode {
             Command::Chat(args) => chat_cli::chat(&config, args).await,
             Command::Pair { command } => pair_cli::pair(&config, command).await,
             Command::Turns { command } => ask_cli::turns(&config, command).await,
+            Command::Schedules { command } => schedules_cli::schedules(&config, command).await,
             Command::Pki { command } => pki_cli::pki(&config, command),
         }
     })

@@ -30,6 +30,7 @@ pub mod propagation;
 pub mod random;
 pub mod readiness;
 pub mod runtime;
+pub mod schedule;
 pub mod server;
 pub mod store;
 pub mod telemetry;

@@ -19,7 +19,7 @@ use criterion::{Criterion, criterion_group, criterion_main};
 use metnos_kit::clock::ManualClock;
 use metnos_kit::config::StoreSpec;
 use metnos_kit::config::TelosConfig;
-use metnos_planner::scheduler::{Firing, Job, Kind, NewTask, Scheduler, TaskStore};
+use metnos_planner::scheduler::{Done, Firing, Job, Kind, NewTask, Scheduler, TaskStore};
 use metnos_planner::store::MIGRATIONS;
 
 const NOW: i64 = 1_795_687_200_000; // 2026-11-26 10:00 UTC
@@ -29,9 +29,9 @@ struct Noop(AtomicUsize);
 
 #[tonic::async_trait]
 impl Job for Noop {
-    async fn run(&self, _: &Firing) -> Result<String, String> {
+    async fn run(&self, _: &Firing) -> Result<Done, String> {
         self.0.fetch_add(1, Ordering::Relaxed);
-        Ok(String::new())
+        Ok(Done::default())
     }
 }
 

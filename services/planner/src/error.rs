@@ -59,6 +59,14 @@ pub enum Error {
     AboveCliLevel { asked: String, allowed: String },
     #[error("turn {turn_id} is not {principal}'s")]
     NotTheirTurn { turn_id: String, principal: String },
+    #[error(
+        "standing orders of people on `{0}` are set up in their chat (they approve its card); the owner's are on `cli`"
+    )]
+    NotCliSchedule(String),
+    #[error("the scheduler is not running in this planner")]
+    NoScheduler,
+    #[error(transparent)]
+    Schedule(#[from] crate::scheduler::ScheduleError),
 }
 
 impl From<PrincipalError> for Error {
@@ -99,6 +107,22 @@ impl From<Error> for Status {
             Error::TurnLog(e) => {
                 tracing::error!(error = %e, "the turn log cannot be read");
                 Status::internal("the turn log cannot be read; see the planner's log")
+            }
+            Error::NotCliSchedule(_) => Status::invalid_argument(error.to_string()),
+            Error::NoScheduler => Status::unavailable(error.to_string()),
+            Error::Schedule(e) => {
+                use crate::scheduler::ScheduleError as S;
+                match e {
+                    S::Unreadable(_)
+                    | S::TooOften { .. }
+                    | S::Never(_)
+                    | S::EmptyQuery
+                    | S::BadNotify(_) => Status::invalid_argument(e.to_string()),
+                    S::TooMany { .. } => Status::resource_exhausted(e.to_string()),
+                    S::NotFound(_) => Status::not_found(e.to_string()),
+                    S::Builtin(_) | S::Paused(_) => Status::failed_precondition(e.to_string()),
+                    S::Store(e) => failure_status(crate::SERVICE, "the planner store", &e),
+                }
             }
         }
     }

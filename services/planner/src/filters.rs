@@ -85,6 +85,16 @@ pub trait Filters: Send + Sync + std::fmt::Debug {
         token: &str,
         card: approval::Card,
     ) -> Result<(), Status>;
+
+    /// The vaglio's telos engine on a proactive proposal: publish, the digest, a slot, or
+    /// reject. Fakes that never propose need not answer it.
+    async fn evaluate_proposal(
+        &self,
+        request: vaglio::EvaluateProposalRequest,
+    ) -> Result<vaglio::AlignmentResult, Status> {
+        let _ = request;
+        Err(Status::unimplemented("no telos engine here"))
+    }
 }
 
 /// How long the gateway is given to deliver a message: longer than it may take (its
@@ -236,5 +246,18 @@ impl Filters for GrpcFilters {
         request.set_timeout(TELL_DEADLINE);
         self.gateway.clone().send_card(request).await?;
         Ok(())
+    }
+
+    async fn evaluate_proposal(
+        &self,
+        request: vaglio::EvaluateProposalRequest,
+    ) -> Result<vaglio::AlignmentResult, Status> {
+        self.vaglio
+            .clone()
+            .evaluate_proposal(request)
+            .await?
+            .into_inner()
+            .result
+            .ok_or_else(|| Status::internal("the vaglio answered without a result"))
     }
 }

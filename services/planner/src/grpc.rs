@@ -50,6 +50,28 @@ pub const AUTHORIZATION: Table = Table {
             method: "ListTurns",
             callers: &[Identity::Owner],
         },
+        // Standing orders: the owner's terminal. People on other channels manage theirs in
+        // their chat (the planner's own tools), never through these.
+        Rule {
+            method: "CreateSchedule",
+            callers: &[Identity::Owner],
+        },
+        Rule {
+            method: "ListSchedules",
+            callers: &[Identity::Owner],
+        },
+        Rule {
+            method: "SetScheduleState",
+            callers: &[Identity::Owner],
+        },
+        Rule {
+            method: "DeleteSchedule",
+            callers: &[Identity::Owner],
+        },
+        Rule {
+            method: "RunSchedule",
+            callers: &[Identity::Owner],
+        },
     ],
 };
 
@@ -114,6 +136,47 @@ fn theirs(turn: &StoredTurn, who: &Principal) -> Result<(), Error> {
 #[derive(Debug, Clone)]
 pub struct PlannerApi {
     pub planner: Arc<Planner>,
+    /// The builtin scheduler (none: the schedule RPCs answer UNAVAILABLE).
+    pub scheduler: Option<crate::scheduler::Scheduler>,
+}
+
+/// A task as the contract shows it.
+pub fn schedule_of(
+    scheduler: &crate::scheduler::Scheduler,
+    task: &crate::scheduler::Task,
+) -> pb::Schedule {
+    use crate::scheduler::Kind;
+    use metnos_kit::time::to_timestamp;
+    let described = crate::schedule::Schedule::parse(&task.schedule)
+        .map(|s| s.describe())
+        .unwrap_or_else(|e| format!("unreadable: {e}"));
+    pb::Schedule {
+        id: task.id.clone(),
+        kind: task.kind.as_str().to_owned(),
+        name: task.name.clone(),
+        principal: (task.kind == Kind::Standing).then(|| metnos_proto::common::v1::Principal {
+            channel: task.channel.clone(),
+            sender_id: task.sender_id.clone(),
+        }),
+        schedule: task.schedule.clone(),
+        described,
+        time_zone: scheduler.zone_name(task),
+        query: task.query.clone(),
+        level: AutonomyLevel::parse(&task.level)
+            .map(|l| l.to_proto() as i32)
+            .unwrap_or_default(),
+        notify: task.notify.clone(),
+        state: task.state.clone(),
+        next: scheduler
+            .upcoming(task, 3)
+            .into_iter()
+            .map(to_timestamp)
+            .collect(),
+        last_run_at: task.last_run_at.map(to_timestamp),
+        last_status: task.last_status.clone().unwrap_or_default(),
+        last_output: task.last_output.clone().unwrap_or_default(),
+        deferred: task.deferred,
+    }
 }
 
 fn stream_of<T: Send + 'static>(
@@ -128,6 +191,10 @@ fn checkpoint_of(found: &StoredTurn) -> Result<Checkpoint, Error> {
 }
 
 impl PlannerApi {
+    fn scheduler(&self) -> Result<&crate::scheduler::Scheduler, Error> {
+        self.scheduler.as_ref().ok_or(Error::NoScheduler)
+    }
+
     /// Whether `caller` may start this turn: for one of its own people, and for the owner
     /// not above `turns.cli_level`.
     fn may_run(&self, caller: Identity, request: &TurnRequest) -> Result<(), Error> {
@@ -339,6 +406,109 @@ impl PlannerService for PlannerApi {
             .map_err(Error::TurnLog)?;
         Ok(Response::new(pb::ListTurnsResponse {
             records_json: records.iter().map(ToString::to_string).collect(),
+        }))
+    }
+
+    async fn create_schedule(
+        &self,
+        request: Request<pb::CreateScheduleRequest>,
+    ) -> Result<Response<pb::CreateScheduleResponse>, Status> {
+        let caller = Caller::of(&request).ok_or(Error::Unauthenticated)?;
+        let r = request.into_inner();
+        let scheduler = self.scheduler()?;
+        let person = acting(caller, r.principal.as_ref())?;
+        if person.channel != "cli" {
+            return Err(Error::NotCliSchedule(limits::shown(&person.channel)).into());
+        }
+        limits::bytes("schedule", &r.schedule, crate::schedule::MAX_LEN).map_err(Error::from)?;
+        limits::bytes("query", &r.query, limits::QUERY).map_err(Error::from)?;
+        limits::bytes("name", &r.name, 200).map_err(Error::from)?;
+        limits::bytes("notify", &r.notify, 32).map_err(Error::from)?;
+        let allowed = self.planner.config.cli_level;
+        let level = AutonomyLevel::from_wire(r.level).unwrap_or(allowed);
+        if level > allowed {
+            return Err(Error::AboveCliLevel {
+                asked: level.to_string(),
+                allowed: allowed.to_string(),
+            }
+            .into());
+        }
+        let task = scheduler
+            .create(&crate::scheduler::Order {
+                person: &person,
+                schedule: &r.schedule,
+                query: &r.query,
+                name: &r.name,
+                notify: &r.notify,
+                level,
+            })
+            .await
+            .map_err(Error::from)?;
+        Ok(Response::new(pb::CreateScheduleResponse {
+            schedule: Some(schedule_of(scheduler, &task)),
+        }))
+    }
+
+    async fn list_schedules(
+        &self,
+        request: Request<pb::ListSchedulesRequest>,
+    ) -> Result<Response<pb::ListSchedulesResponse>, Status> {
+        let r = request.into_inner();
+        let scheduler = self.scheduler()?;
+        let person = match r.principal {
+            Some(p) => Some(Principal::try_from(&p).map_err(Error::from)?),
+            None => None,
+        };
+        let tasks = scheduler
+            .store
+            .list(
+                person
+                    .as_ref()
+                    .map(|p| (p.channel.as_str(), p.sender_id.as_str())),
+            )
+            .await
+            .map_err(Error::from)?;
+        Ok(Response::new(pb::ListSchedulesResponse {
+            schedules: tasks.iter().map(|t| schedule_of(scheduler, t)).collect(),
+        }))
+    }
+
+    async fn set_schedule_state(
+        &self,
+        request: Request<pb::SetScheduleStateRequest>,
+    ) -> Result<Response<pb::SetScheduleStateResponse>, Status> {
+        let r = request.into_inner();
+        limits::bytes("id", &r.id, 64).map_err(Error::from)?;
+        let scheduler = self.scheduler()?;
+        let task = scheduler
+            .set_active(&r.id, r.active)
+            .await
+            .map_err(Error::from)?;
+        Ok(Response::new(pb::SetScheduleStateResponse {
+            schedule: Some(schedule_of(scheduler, &task)),
+        }))
+    }
+
+    async fn delete_schedule(
+        &self,
+        request: Request<pb::DeleteScheduleRequest>,
+    ) -> Result<Response<pb::DeleteScheduleResponse>, Status> {
+        let r = request.into_inner();
+        limits::bytes("id", &r.id, 64).map_err(Error::from)?;
+        self.scheduler()?.delete(&r.id).await.map_err(Error::from)?;
+        Ok(Response::new(pb::DeleteScheduleResponse {}))
+    }
+
+    async fn run_schedule(
+        &self,
+        request: Request<pb::RunScheduleRequest>,
+    ) -> Result<Response<pb::RunScheduleResponse>, Status> {
+        let r = request.into_inner();
+        limits::bytes("id", &r.id, 64).map_err(Error::from)?;
+        let scheduler = self.scheduler()?;
+        let task = scheduler.run_now(&r.id).await.map_err(Error::from)?;
+        Ok(Response::new(pb::RunScheduleResponse {
+            schedule: Some(schedule_of(scheduler, &task)),
         }))
     }
 }

@@ -19,9 +19,9 @@
 //!   (real clients, or fakes in tests);
 //! - [`scratch`]: large observations and `scratchpad_read`;
 //! - [`store`]: turns (checkpoints, records) and the scratchpad, SQLite or PostgreSQL;
-//! - [`schedule`]: a schedule's three forms and when each fires (pure);
 //! - [`scheduler`]: the builtin scheduler — tasks and runs in the store, the tick, once per
-//!   slot across replicas; [`maintenance`]: its builtin tasks;
+//!   slot across replicas; [`maintenance`]: its builtin tasks; [`standing`]: a person's
+//!   standing order fired as a turn, its result offered to the telos engine;
 //! - [`turnlog`]: the daily JSONL turn log (no values, no message text);
 //! - [`grpc`]: the contract's edge, [`error`]: its errors and their statuses.
 
@@ -46,9 +46,10 @@ pub mod observe;
 pub mod piping;
 pub mod prefilter;
 pub mod rules;
-pub mod schedule;
+pub use metnos_kit::schedule;
 pub mod scheduler;
 pub mod scratch;
+pub mod standing;
 pub mod store;
 pub mod suspend;
 pub mod taint;
@@ -233,6 +234,19 @@ pub async fn serve(
                 store: store.clone(),
                 log,
             }));
+            // Standing orders fire only when Metnos may act on its own.
+            let scheduler = scheduler.with_limits(
+                scheduling.min_interval_minutes.get(),
+                scheduling.max_per_person.get(),
+            );
+            let scheduler = if scheduling.enabled {
+                scheduler.with_standing(Arc::new(standing::StandingOrders {
+                    planner: Arc::downgrade(&planner),
+                }))
+            } else {
+                scheduler
+            };
+            let api_scheduler = scheduler.clone();
             // The builtin scheduler: due tasks fired once per slot across replicas; a
             // firing runs on after its tick.
             running
@@ -284,7 +298,10 @@ pub async fn serve(
                         planner.resume_expired_unfollowed(grace_ms).await;
                     }
                 });
-            Ok(PlannerServiceServer::new(PlannerApi { planner })
+            Ok(PlannerServiceServer::new(PlannerApi {
+                planner,
+                scheduler: Some(api_scheduler),
+            })
                 .max_decoding_message_size(metnos_kit::edge::MAX_REQUEST_BYTES))
         })
         .await

@@ -6,7 +6,7 @@
 
 use std::path::PathBuf;
 
-use crate::scheduler::{Firing, Job};
+use crate::scheduler::{Done, Firing, Job};
 use crate::store::Store;
 use crate::turnlog;
 
@@ -22,7 +22,7 @@ pub const TURN_LOG_RETENTION: (&str, &str) = ("turn_log_retention", "daily@03:15
 
 #[tonic::async_trait]
 impl Job for TurnLogRetention {
-    async fn run(&self, firing: &Firing) -> Result<String, String> {
+    async fn run(&self, firing: &Firing) -> Result<Done, String> {
         let dir = self.dir.clone();
         let keep = self.keep_days;
         let now = firing.now_ms;
@@ -30,7 +30,7 @@ impl Job for TurnLogRetention {
             .await
             .map_err(|e| format!("the pruning task failed: {e}"))?
             .map_err(|e| format!("cannot prune the turn log: {e}"))?;
-        Ok(format!("{} day(s) of turn log removed", removed.len()))
+        Ok(format!("{} day(s) of turn log removed", removed.len()).into())
     }
 }
 
@@ -46,7 +46,7 @@ pub const SCRATCHPAD_PRUNE: (&str, &str) = ("scratchpad_prune", "every 10 minute
 
 #[tonic::async_trait]
 impl Job for ScratchpadPrune {
-    async fn run(&self, firing: &Firing) -> Result<String, String> {
+    async fn run(&self, firing: &Firing) -> Result<Done, String> {
         let retention_ms =
             i64::try_from(self.retention_hours.saturating_mul(3_600_000)).unwrap_or(i64::MAX);
         let pruned = self
@@ -54,6 +54,6 @@ impl Job for ScratchpadPrune {
             .prune_scratch(firing.now_ms.saturating_sub(retention_ms))
             .await
             .map_err(|e| format!("cannot prune the scratchpad: {e}"))?;
-        Ok(format!("{pruned} scratchpad entries removed"))
+        Ok(format!("{pruned} scratchpad entries removed").into())
     }
 }

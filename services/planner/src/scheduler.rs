@@ -148,10 +148,27 @@ pub struct Run {
     pub output: Option<String>,
 }
 
-/// What a firing does. `Ok` is its output (kept with the run), `Err` its error.
+/// A firing that ran: its output (kept with the run) and, for an `on_change` standing
+/// order, the digest of its result.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Done {
+    pub output: String,
+    pub digest: Option<String>,
+}
+
+impl From<String> for Done {
+    fn from(output: String) -> Done {
+        Done {
+            output,
+            digest: None,
+        }
+    }
+}
+
+/// What a firing does. `Err` is its error, kept with the run.
 #[tonic::async_trait]
 pub trait Job: Send + Sync + Debug {
-    async fn run(&self, firing: &Firing) -> Result<String, String>;
+    async fn run(&self, firing: &Firing) -> Result<Done, String>;
 }
 
 const TASK_COLUMNS: &str = "id, kind, name, channel, sender_id, schedule, anchor_at, query, level, \
@@ -522,6 +539,26 @@ impl TaskStore {
         })
     }
 
+    /// Makes an active task due now (its cadence goes on after). `false` when there is no
+    /// such active task.
+    pub async fn run_now(&self, id: &str, now_ms: i64) -> Result<bool, sqlx::Error> {
+        let sql = "UPDATE tasks SET next_run_at = $2, due_at = $2, deferred = 0, updated_at = $2 \
+                   WHERE id = $1 AND state = 'active'";
+        on_db!(&self.db, pool => {
+            let done = sqlx::query(sql).bind(id).bind(now_ms).execute(pool).await?;
+            Ok(done.rows_affected() == 1)
+        })
+    }
+
+    /// How many standing orders `channel:sender` has.
+    pub async fn count_of(&self, channel: &str, sender: &str) -> Result<i64, sqlx::Error> {
+        let sql = "SELECT COUNT(*) FROM tasks WHERE kind = 'standing' AND channel = $1 AND sender_id = $2";
+        on_db!(&self.db, pool => {
+            let row = sqlx::query(sql).bind(channel).bind(sender).fetch_one(pool).await?;
+            row.try_get::<i64, _>(0)
+        })
+    }
+
     /// Deletes a task (its runs stay). `false` when there was none.
     pub async fn delete(&self, id: &str) -> Result<bool, sqlx::Error> {
         on_db!(&self.db, pool => {
@@ -579,6 +616,8 @@ pub struct Scheduler {
     ensured: Arc<std::sync::atomic::AtomicBool>,
     /// What runs a standing order; none: standing orders are due but not fired.
     standing: Option<Arc<dyn Job>>,
+    /// Standing orders: the least minutes between firings, the most per person.
+    limits: (u32, u32),
 }
 
 impl Scheduler {
@@ -596,6 +635,7 @@ impl Scheduler {
             jobs: Arc::new(HashMap::new()),
             ensured: Arc::new(std::sync::atomic::AtomicBool::new(false)),
             standing: None,
+            limits: (15, 20),
         }
     }
 
@@ -637,6 +677,168 @@ impl Scheduler {
 
     pub fn now_ms(&self) -> i64 {
         self.clock.now_ms()
+    }
+
+    /// Sets the limits on standing orders (`[scheduler]`).
+    pub fn with_limits(mut self, min_interval_minutes: u32, max_per_person: u32) -> Scheduler {
+        self.limits = (min_interval_minutes.max(1), max_per_person);
+        self
+    }
+
+    /// `text` as a standing order's schedule for `person` (`<channel>:<sender>`): readable,
+    /// firing at all, and never more often than the least interval.
+    pub fn check(&self, text: &str, person: &str) -> Result<Schedule, ScheduleError> {
+        let schedule = Schedule::parse(text).map_err(ScheduleError::Unreadable)?;
+        let now = self.clock.now_ms();
+        let zone = self.local_for(person).zone;
+        let next = schedule.upcoming(now, now, &zone, 10);
+        if next.is_empty() {
+            return Err(ScheduleError::Never(schedule.text().to_owned()));
+        }
+        let min = self.limits.0;
+        if let Some(gap) = schedule.min_gap_ms(now, now, &zone, 10)
+            && gap < i64::from(min) * 60_000
+        {
+            return Err(ScheduleError::TooOften {
+                schedule: schedule.text().to_owned(),
+                every: gap / 60_000,
+                min,
+            });
+        }
+        Ok(schedule)
+    }
+
+    /// Adds a standing order the person agreed to (their card, or the owner's own
+    /// terminal).
+    pub async fn create(&self, order: &Order<'_>) -> Result<Task, ScheduleError> {
+        let person = order.person;
+        let key = person.to_string();
+        let schedule = self.check(order.schedule, &key)?;
+        let query = order.query.trim();
+        if query.is_empty() {
+            return Err(ScheduleError::EmptyQuery);
+        }
+        let notify = match order.notify {
+            "" | "always" => "always",
+            "on_change" => "on_change",
+            other => return Err(ScheduleError::BadNotify(other.chars().take(32).collect())),
+        };
+        let max = self.limits.1;
+        if self
+            .store
+            .count_of(&person.channel, &person.sender_id)
+            .await?
+            >= i64::from(max)
+        {
+            return Err(ScheduleError::TooMany { person: key, max });
+        }
+        let name: String = if order.name.trim().is_empty() {
+            query
+        } else {
+            order.name.trim()
+        }
+        .chars()
+        .map(|c| if c.is_control() { ' ' } else { c })
+        .take(NAME_CHARS)
+        .collect();
+        let task = NewTask {
+            id: format!("so-{}", metnos_kit::random::hex(6)),
+            kind: Kind::Standing,
+            name,
+            channel: person.channel.clone(),
+            sender_id: person.sender_id.clone(),
+            schedule: schedule.text().to_owned(),
+            query: query.to_owned(),
+            level: order.level.as_str().to_owned(),
+            notify: notify.to_owned(),
+        };
+        let now = self.clock.now_ms();
+        let (first, _) = self.first_slot(&schedule, &key, now);
+        self.store.insert(&task, first, now).await?;
+        tracing::info!(task = %task.id, person = %key, schedule = %task.schedule, "a standing order was set up");
+        self.get(&task.id).await
+    }
+
+    pub async fn get(&self, id: &str) -> Result<Task, ScheduleError> {
+        self.store
+            .get(id)
+            .await?
+            .ok_or_else(|| ScheduleError::NotFound(id.chars().take(64).collect()))
+    }
+
+    /// Pauses or resumes `id`; a resumed task owes its next slot after now.
+    pub async fn set_active(&self, id: &str, active: bool) -> Result<Task, ScheduleError> {
+        let task = self.get(id).await?;
+        let now = self.clock.now_ms();
+        let (next, due) = match Schedule::parse(&task.schedule) {
+            Ok(schedule) => next_slot(
+                &schedule,
+                now,
+                task.anchor_at,
+                &self.local_for(&task.person_key()).zone,
+            ),
+            Err(why) if active => return Err(ScheduleError::Unreadable(why)),
+            Err(_) => (task.next_run_at, task.due_at),
+        };
+        if !self.store.set_active(id, active, next, due, now).await? {
+            return Err(ScheduleError::NotFound(id.chars().take(64).collect()));
+        }
+        self.get(id).await
+    }
+
+    /// Deletes a standing order.
+    pub async fn delete(&self, id: &str) -> Result<(), ScheduleError> {
+        let task = self.get(id).await?;
+        if task.kind == Kind::Maintenance {
+            return Err(ScheduleError::Builtin(task.id));
+        }
+        if !self.store.delete(id).await? {
+            return Err(ScheduleError::NotFound(id.chars().take(64).collect()));
+        }
+        tracing::info!(task = %id, "a standing order was deleted");
+        Ok(())
+    }
+
+    /// Fires `id` at the next tick.
+    pub async fn run_now(&self, id: &str) -> Result<Task, ScheduleError> {
+        let task = self.get(id).await?;
+        if task.state != "active" {
+            return Err(ScheduleError::Paused(task.id));
+        }
+        if !self.store.run_now(id, self.clock.now_ms()).await? {
+            return Err(ScheduleError::Paused(task.id));
+        }
+        self.get(id).await
+    }
+
+    /// `task`'s next `n` firings (none when paused or unreadable).
+    pub fn upcoming(&self, task: &Task, n: usize) -> Vec<i64> {
+        if task.state != "active" || task.next_run_at < 0 {
+            return Vec::new();
+        }
+        let Ok(schedule) = Schedule::parse(&task.schedule) else {
+            return Vec::new();
+        };
+        let zone = self.local_for(&task.person_key()).zone;
+        let mut out = vec![task.due_at];
+        out.extend(schedule.upcoming(
+            task.due_at.max(task.next_run_at),
+            task.anchor_at,
+            &zone,
+            n.saturating_sub(1),
+        ));
+        out.truncate(n);
+        out
+    }
+
+    /// The time zone name a task fires in (`local` for this machine's).
+    pub fn zone_name(&self, task: &Task) -> String {
+        let name = self.telos.time_zone_for(&task.person_key());
+        if name.is_empty() {
+            "local".to_owned()
+        } else {
+            name.to_owned()
+        }
     }
 
     /// `person`'s calendar (`<channel>:<sender>`; empty: the default one).
@@ -755,6 +957,53 @@ impl Scheduler {
     }
 }
 
+/// Why a standing order cannot be made or changed.
+#[derive(Debug, thiserror::Error)]
+pub enum ScheduleError {
+    #[error("{0}")]
+    Unreadable(String),
+    #[error(
+        "`{schedule}` fires every {every} minute(s); standing orders fire at most every {min} minutes (scheduler.min_interval_minutes)"
+    )]
+    TooOften {
+        schedule: String,
+        every: i64,
+        min: u32,
+    },
+    #[error("`{0}` never fires")]
+    Never(String),
+    #[error("{person} already has {max} standing orders (scheduler.max_per_person)")]
+    TooMany { person: String, max: u32 },
+    #[error("the request is empty")]
+    EmptyQuery,
+    #[error("notify is `always` or `on_change`, not `{0}`")]
+    BadNotify(String),
+    #[error("no schedule `{0}`")]
+    NotFound(String),
+    #[error("`{0}` is a maintenance task: pause it instead")]
+    Builtin(String),
+    #[error("`{0}` is paused: resume it first")]
+    Paused(String),
+    #[error("the scheduler's store failed")]
+    Store(#[from] sqlx::Error),
+}
+
+/// A new standing order, as asked.
+#[derive(Debug, Clone)]
+pub struct Order<'a> {
+    pub person: &'a metnos_core::principal::Principal,
+    pub schedule: &'a str,
+    pub query: &'a str,
+    /// Empty: the query's beginning.
+    pub name: &'a str,
+    /// `always` (or empty) or `on_change`.
+    pub notify: &'a str,
+    pub level: metnos_core::level::AutonomyLevel,
+}
+
+/// The most characters of a name made from a query.
+const NAME_CHARS: usize = 60;
+
 /// What a tick does with one due task.
 enum Decided {
     /// Fire it with this job; its next slot, when that is due, whether in cadence.
@@ -776,9 +1025,9 @@ async fn run_one(job: Arc<dyn Job>, firing: Firing, store: TaskStore, clock: Arc
         tokio::spawn(async move { job.run(&firing).await })
     }
     .await;
-    let (status, output) = match outcome {
-        Ok(Ok(output)) => ("ok", output),
-        Ok(Err(error)) => ("error", error),
+    let (status, output, digest) = match outcome {
+        Ok(Ok(done)) => ("ok", done.output, done.digest),
+        Ok(Err(error)) => ("error", error, None),
         Err(e) if e.is_panic() => {
             let payload = e.into_panic();
             let message = payload
@@ -786,9 +1035,9 @@ async fn run_one(job: Arc<dyn Job>, firing: Firing, store: TaskStore, clock: Arc
                 .map(|s| (*s).to_owned())
                 .or_else(|| payload.downcast_ref::<String>().cloned())
                 .unwrap_or_else(|| "a panic".to_owned());
-            ("error", format!("panicked: {message}"))
+            ("error", format!("panicked: {message}"), None)
         }
-        Err(_) => ("error", "cancelled: the planner stopped".to_owned()),
+        Err(_) => ("error", "cancelled: the planner stopped".to_owned(), None),
     };
     {
         let _entered = span.enter();
@@ -804,7 +1053,7 @@ async fn run_one(job: Arc<dyn Job>, firing: Firing, store: TaskStore, clock: Arc
         started_at: started,
         status,
         output: &output,
-        digest: None,
+        digest: digest.as_deref(),
     };
     if let Err(e) = store.finish(&end, clock.now_ms()).await {
         tracing::warn!(task = %id, error = %e, "a scheduled task's end was not recorded");

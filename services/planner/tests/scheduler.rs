@@ -11,7 +11,7 @@ use metnos_kit::clock::{Clock, ManualClock};
 use metnos_kit::config::{TelosConfig, TelosPerson};
 use metnos_kit::testing::TestStore;
 use metnos_planner::schedule::Schedule;
-use metnos_planner::scheduler::{Firing, Job, Kind, NewTask, Scheduler, TaskStore};
+use metnos_planner::scheduler::{Done, Firing, Job, Kind, NewTask, Scheduler, TaskStore};
 use metnos_planner::store::MIGRATIONS;
 
 const ROME: &str = "Europe/Rome";
@@ -61,13 +61,13 @@ struct Counting(Seen);
 
 #[tonic::async_trait]
 impl Job for Counting {
-    async fn run(&self, f: &Firing) -> Result<String, String> {
+    async fn run(&self, f: &Firing) -> Result<Done, String> {
         self.0
             .0
             .lock()
             .unwrap()
             .push((f.task.id.clone(), f.slot_at, f.now_ms, f.in_cadence));
-        Ok(format!("ran {}", f.task.id))
+        Ok(format!("ran {}", f.task.id).into())
     }
 }
 
@@ -76,7 +76,7 @@ struct Failing;
 
 #[tonic::async_trait]
 impl Job for Failing {
-    async fn run(&self, _: &Firing) -> Result<String, String> {
+    async fn run(&self, _: &Firing) -> Result<Done, String> {
         Err("the disk is full".to_owned())
     }
 }
@@ -86,7 +86,7 @@ struct Panicking;
 
 #[tonic::async_trait]
 impl Job for Panicking {
-    async fn run(&self, _: &Firing) -> Result<String, String> {
+    async fn run(&self, _: &Firing) -> Result<Done, String> {
         panic!("index out of bounds in a task");
     }
 }

@@ -465,6 +465,60 @@ async fn an_off_cadence_firing_weighs_half(store: TestStore) {
     assert_eq!(w2.evaluate(&proposal("p1")).await.bother_sum, 0.0);
 }
 
+/// Telos ch. 6: a standing order's firing in its agreed cadence is consented — no fit, no
+/// model call — and counts only against the scheduler's quota (2 a day per channel); the
+/// third goes to the digest.
+async fn an_in_cadence_firing_is_consented_and_only_its_quota_applies(store: TestStore) {
+    let w = world(store).await;
+    let mut decided = Vec::new();
+    for i in 0..3 {
+        let mut firing = proposal(&format!("standing:so-1:{i}"));
+        firing.origin = Origin::SchedulerInCadence;
+        firing.kind = "standing_order".into();
+        firing.effect_class = "standing_order:so-1".into();
+        let e = w.evaluate(&firing).await;
+        decided.push((e.decision, e.reason.clone()));
+        assert!(e.per_telos.is_empty(), "no fit weighed");
+        w.clock.advance(MINUTE);
+    }
+    assert_eq!(
+        decided,
+        [
+            (Decision::Publish, "aligned".to_owned()),
+            (Decision::Publish, "aligned".to_owned()),
+            (Decision::DeferToDigest, "quota".to_owned()),
+        ]
+    );
+    assert_eq!(w.llm_calls(), 0, "the model was never asked");
+    // Someone without a TELOS.md: their consented firing is not silenced for it.
+    let mut firing = proposal("standing:so-2:0");
+    firing.origin = Origin::SchedulerInCadence;
+    firing.person = Principal {
+        channel: "telegram".into(),
+        sender_id: "7".into(),
+    };
+    let e = w.evaluate(&firing).await;
+    assert_eq!(
+        (e.decision, e.reason.as_str()),
+        (Decision::Publish, "aligned")
+    );
+    assert!(e.ask_person.is_none());
+    // Never again still holds for a consented one.
+    let mut firing = proposal("standing:so-3:0");
+    firing.origin = Origin::SchedulerInCadence;
+    firing.effect_class = "standing_order:so-3".into();
+    w.engine
+        .store()
+        .add_never(&roberto().to_string(), "standing_order:so-3", "p0", TEN_AM)
+        .await
+        .unwrap();
+    let e = w.evaluate(&firing).await;
+    assert_eq!(
+        (e.decision, e.reason.as_str()),
+        (Decision::Reject, "never_list")
+    );
+}
+
 /// Seed: a TELOS.md revision that removes a telos: the new file is in force, the old one
 /// in the audit, the removed telos's fitness discarded, the audit records the diff.
 async fn a_removed_telos_loses_its_fitness_and_the_audit_says_so(store: TestStore) {
@@ -1002,6 +1056,7 @@ metnos_kit::store_suite!(
     an_explicit_request_is_not_evaluated,
     a_stop_lowers_the_non_retreat_telos_and_blocks_the_intent_a_day,
     an_off_cadence_firing_weighs_half,
+    an_in_cadence_firing_is_consented_and_only_its_quota_applies,
     a_removed_telos_loses_its_fitness_and_the_audit_says_so,
     ten_proposals_in_an_hour_publish_three_at_most,
     the_bother_kernel_alone_stops_the_fourth_in_an_hour,

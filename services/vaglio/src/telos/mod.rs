@@ -658,8 +658,12 @@ impl TelosEngine {
             return self.replayed(&e).await;
         }
         let person = p.person.to_string();
+        // A standing order's firing in its cadence was consented to: it needs no telos to be
+        // weighed against (and a missing or broken one does not silence it).
+        let consented = source == Source::SchedulerInCadence;
         let loaded = match self.load(&p.person).await? {
-            Found::Good(loaded) => loaded,
+            Found::Good(loaded) => Some(loaded),
+            Found::None | Found::Bad(..) if consented => None,
             Found::None => {
                 e.reason = "no_telos_declared".to_owned();
                 if !dry_run && self.store.ask_once(&person, now).await? {
@@ -685,8 +689,9 @@ impl TelosEngine {
                 return self.settle(e, dry_run).await;
             }
         };
-        let file = &loaded.file;
-        e.telos_version = file.version.clone();
+        if let Some(loaded) = &loaded {
+            e.telos_version = loaded.file.version.clone();
+        }
         if self.store.is_never(&person, &p.effect_class).await? {
             e.reason = "never_list".to_owned();
             return self.settle(e, dry_run).await;
@@ -724,6 +729,31 @@ impl TelosEngine {
                 .await;
         }
 
+        let budget = Budget {
+            bother: self.settings.bother,
+            theta: self.settings.theta,
+            quotas: quotas.clone(),
+            source,
+            cli: p.channel == "cli",
+            now_ms: now,
+        };
+        if consented {
+            // A firing of a standing order the person approved with its cadence (telos
+            // ch. 6): the consent covers the cadence, so no fit is weighed and no model is
+            // called; only the scheduler's own quota and the bother already spent apply.
+            e.alignment_before_bother = 1.0;
+            return self
+                .place(e, p, source, span, dry_run, move |view, e| {
+                    budget.decide(view, e)
+                })
+                .await;
+        }
+
+        let Some(loaded) = loaded else {
+            e.reason = "no_telos_declared".to_owned();
+            return self.settle(e, dry_run).await;
+        };
+        let file = &loaded.file;
         // The fits: the model, in its own context; any failure rejects.
         let asked = Asked {
             kind: &p.kind,
@@ -782,14 +812,6 @@ impl TelosEngine {
             e.reason = "below_threshold".to_owned();
             return self.settle(e, dry_run).await;
         }
-        let budget = Budget {
-            bother: self.settings.bother,
-            theta: self.settings.theta,
-            quotas,
-            source,
-            cli: p.channel == "cli",
-            now_ms: now,
-        };
         self.place(e, p, source, span, dry_run, move |view, e| {
             budget.decide(view, e)
         })

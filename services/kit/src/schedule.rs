@@ -7,7 +7,8 @@
 //!
 //! Local times follow the time zone's rules: a time a spring-forward skips fires at the
 //! first minute after the gap, a time a fall-back repeats fires once (the earlier).
-//! Pure: the scheduler stores the text and asks [`Schedule::next_after`].
+//! Pure: the planner's scheduler stores the text and asks [`Schedule::next_after`]; an
+//! approval card says it in words with its next firings.
 
 use std::str::FromStr;
 
@@ -56,8 +57,8 @@ impl Schedule {
         }
         let lower = text.to_ascii_lowercase();
         let form = if let Some(at) = lower.strip_prefix("daily@") {
-            let minute = metnos_kit::config::minutes_of(at.trim())
-                .map_err(|e| format!("daily@HH:MM: {e}"))?;
+            let minute =
+                crate::config::minutes_of(at.trim()).map_err(|e| format!("daily@HH:MM: {e}"))?;
             Form::Daily {
                 minute,
                 cron: Box::new(cron(&format!("{} {} * * *", minute % 60, minute / 60))?),

@@ -1,0 +1,173 @@
+//! A standing order's firing (issue 22): a turn as its person at their level — every call
+//! still through policy, the vaglio and, when asked for, the person's approval (its card
+//! goes to them and the turn waits for their answer) — and then its result as a proposal
+//! to the vaglio's telos engine, which decides whether it reaches the person now, at the
+//! evening digest, or not at all. An `on_change` order whose result is the same as last time
+//! tells nobody.
+
+use std::sync::Arc;
+
+use metnos_core::level::AutonomyLevel;
+use metnos_core::principal::Principal;
+use metnos_proto::planner::v1 as pb;
+use metnos_proto::vaglio::v1 as vaglio;
+use sha2::{Digest, Sha256};
+use tokio::sync::mpsc;
+
+use crate::engine::Planner;
+use crate::scheduler::{Done, Firing, Job};
+use crate::turn::TurnRequest;
+
+/// The `kind` of a standing order's result as a proposal.
+pub const KIND: &str = "standing_order";
+
+/// Notify when: every firing, or only when the result changed.
+pub const NOTIFY_ALWAYS: &str = "always";
+pub const NOTIFY_ON_CHANGE: &str = "on_change";
+
+/// Runs standing orders' firings.
+#[derive(Debug)]
+pub struct StandingOrders {
+    /// Weak: the planner holds the scheduler that holds this.
+    pub planner: std::sync::Weak<Planner>,
+}
+
+/// The digest an `on_change` order compares: the answer, its lines' ends trimmed.
+pub fn digest_of(text: &str) -> String {
+    let canonical: Vec<&str> = text.lines().map(str::trim_end).collect();
+    hex::encode(Sha256::digest(canonical.join("\n").as_bytes()))
+}
+
+#[tonic::async_trait]
+impl Job for StandingOrders {
+    async fn run(&self, firing: &Firing) -> Result<Done, String> {
+        let planner = self
+            .planner
+            .upgrade()
+            .ok_or_else(|| "the planner is stopping".to_owned())?;
+        let task = &firing.task;
+        let person = Principal {
+            channel: task.channel.clone(),
+            sender_id: task.sender_id.clone(),
+        };
+        let level = AutonomyLevel::parse(&task.level)
+            .map_err(|e| format!("the order's level cannot be read: {e}"))?;
+        let request = TurnRequest {
+            principal: person.clone(),
+            level,
+            query: task.query.clone(),
+            language: None,
+            mode: None,
+        };
+        let cp = planner.start(&request);
+        let turn_id = cp.turn_id.clone();
+        let (tx, mut rx) = mpsc::channel(64);
+        tokio::spawn(Arc::clone(&planner).run(cp, tx));
+        let mut finished = None;
+        while let Some(event) = rx.recv().await {
+            match event.event {
+                // The person decides; the turn waits for them (or for the request's expiry).
+                Some(pb::turn_event::Event::AwaitingApproval(asked)) => {
+                    if let Some(card) = asked.card
+                        && let Err(status) =
+                            planner.filters.show_card(&person, &asked.token, card).await
+                    {
+                        tracing::warn!(task = %task.id, code = ?status.code(), "cannot show a standing order's card");
+                    }
+                }
+                Some(pb::turn_event::Event::Finished(f)) => finished = Some(f),
+                Some(pb::turn_event::Event::Suspended(_)) => {
+                    return Ok(format!("turn {turn_id} waits for an approval").into());
+                }
+                _ => {}
+            }
+        }
+        let Some(finished) = finished else {
+            return Err(format!("turn {turn_id} ended without an answer"));
+        };
+        if finished.kind != pb::FinalKind::Answer as i32 {
+            return Err(format!("turn {turn_id}: {}", finished.text));
+        }
+        let text = finished.text;
+        let digest = (task.notify == NOTIFY_ON_CHANGE).then(|| digest_of(&text));
+        if digest.is_some() && digest == task.last_digest {
+            return Ok(Done {
+                output: format!("unchanged since the last run; nobody told (turn {turn_id})"),
+                digest,
+            });
+        }
+        let told = publish(&planner, firing, &person, level, &text).await;
+        Ok(Done {
+            output: format!("{told} (turn {turn_id})\n{text}"),
+            digest,
+        })
+    }
+}
+
+/// Offers the result to the telos engine and tells the person when it says so; returns
+/// what became of it, in words.
+async fn publish(
+    planner: &Planner,
+    firing: &Firing,
+    person: &Principal,
+    level: AutonomyLevel,
+    text: &str,
+) -> String {
+    let task = &firing.task;
+    let origin = if firing.in_cadence {
+        vaglio::ProposalOrigin::SchedulerInCadence
+    } else {
+        vaglio::ProposalOrigin::SchedulerOutOfCadence
+    };
+    let name: String = task
+        .name
+        .chars()
+        .map(|c| if c.is_control() { ' ' } else { c })
+        .take(200)
+        .collect();
+    let proposal = vaglio::ActionProposal {
+        proposal_id: format!("standing:{}:{}", task.id, firing.slot_at),
+        kind: KIND.to_owned(),
+        effect_class: format!("{KIND}:{}", task.id),
+        description: format!("The result of the standing order \"{name}\" the person set up"),
+        channel: person.channel.clone(),
+        origin: origin as i32,
+        schedule_id: task.id.clone(),
+        principal: Some(person.to_proto()),
+        session_id: if person.channel == "cli" {
+            format!("schedule:{}", task.id)
+        } else {
+            String::new()
+        },
+        level: level.to_proto() as i32,
+    };
+    let request = vaglio::EvaluateProposalRequest {
+        proposal: Some(proposal),
+        ..Default::default()
+    };
+    let result = match planner.filters.evaluate_proposal(request).await {
+        Ok(result) => result,
+        Err(status) => {
+            tracing::warn!(task = %task.id, code = ?status.code(), "the telos engine was not asked: the result is kept, nobody told");
+            return format!("kept, nobody told (the telos engine: {})", status.message());
+        }
+    };
+    match vaglio::AlignmentDecision::try_from(result.decision) {
+        Ok(vaglio::AlignmentDecision::Publish) if person.channel != "cli" => {
+            let message = format!("⏰ {name}\n{text}");
+            let key = format!("standing:{}:{}", task.id, firing.slot_at);
+            match planner.filters.tell(person, &message, &key).await {
+                Ok(()) => "told".to_owned(),
+                Err(status) => {
+                    tracing::warn!(task = %task.id, code = ?status.code(), "a standing order's result did not reach its person");
+                    format!("not delivered ({})", status.message())
+                }
+            }
+        }
+        Ok(vaglio::AlignmentDecision::Publish) => "kept for `metnos schedules`".to_owned(),
+        Ok(vaglio::AlignmentDecision::DeferToDigest | vaglio::AlignmentDecision::DeferToSlot) => {
+            format!("kept for the evening digest ({})", result.reason)
+        }
+        _ => format!("not told ({})", result.reason),
+    }
+}
