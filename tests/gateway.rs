@@ -195,6 +195,92 @@ fn tool_calls(name: &str, args: Value) -> Reply {
     Reply::ToolCalls(vec![(name.to_owned(), args)])
 }
 
+/// Issue 22: a standing order from chat — the planner's `schedule_create` tool, a card with
+/// the schedule in words and its next firings, set up only once Ada approves; fired, its
+/// turn's answer reaches her on Telegram through the telos engine (consented: no model
+/// asked for a fit). Bob cannot touch her order: it is "not his", whatever its id.
+#[tokio::test]
+async fn a_standing_order_is_set_up_on_its_card_fires_to_telegram_and_stays_its_persons() {
+    let s = stack_with(&[
+        ("METNOS_SCHEDULER__TICK_SECONDS", "1"),
+        ("METNOS_TELOS__TIME_ZONE", "Europe/Rome"),
+        ("METNOS_TELOS__PROTECTED_WINDOWS", "[]"),
+    ])
+    .await;
+    s.pair(ADA, "Ada", "supervised").await;
+    s.llm.push(tool_calls(
+        "schedule_create",
+        json!({"schedule": "daily@08:00", "request": "what time is it?", "name": "morning clock"}),
+    ));
+    s.llm.push(Reply::Text("Set up.".into()));
+    s.tg.message(
+        ADA,
+        user(ADA, "Ada", "en"),
+        "every morning at 8 tell me the time",
+    );
+    let (card, approve, _) = s.card().await;
+    let text = card.body["text"].as_str().unwrap_or_default();
+    assert!(text.contains("set up a standing order"), "{text}");
+    assert!(
+        text.contains("what time is it?") && text.contains("every day at 08:00 (Europe/Rome)"),
+        "{text}"
+    );
+    assert!(
+        text.contains("next: ") && text.matches("08:00").count() >= 4,
+        "{text}"
+    );
+    // Nothing is set up before she answers.
+    let (_, out, _) = s.sandbox.run(&["schedules", "list", "--json"]).await;
+    assert!(!out.contains("morning clock"), "{out}");
+    s.tg.click(ADA, 2, user(ADA, "Ada", "en"), &approve);
+    s.answered("Set up.").await;
+    let (_, out, _) = s.sandbox.run(&["schedules", "list", "--json"]).await;
+    let order: Value = out
+        .lines()
+        .map(|l| serde_json::from_str::<Value>(l).unwrap())
+        .find(|o| o["name"] == "morning clock")
+        .unwrap_or_else(|| panic!("not set up: {out}"));
+    assert_eq!(order["principal"], format!("telegram:{ADA}"));
+    assert_eq!(order["schedule"], "daily@08:00");
+    let id = order["id"].as_str().unwrap().to_owned();
+
+    // Bob asks to delete and to pause it by its id: not his, no card, nothing changes.
+    s.pair(BOB, "Bob", "full").await;
+    s.llm.push(tool_calls("schedule_delete", json!({"id": id})));
+    s.llm.push(tool_calls("schedule_pause", json!({"id": id})));
+    s.llm.push(Reply::Text("Could not.".into()));
+    s.tg.message(BOB, user(BOB, "Bob", "en"), "delete that order");
+    s.tg.until("Bob answered", |tg| {
+        tg.texts_to(BOB).iter().any(|t| t == "Could not.")
+    })
+    .await;
+    assert_eq!(s.cards().len(), 1, "no card for Bob");
+    let asked = s.llm.received();
+    let observed = serde_json::to_string(&asked.last().unwrap().body).unwrap();
+    assert!(observed.contains("of yours"), "{observed}");
+    let (_, out, _) = s.sandbox.run(&["schedules", "list", "--json"]).await;
+    assert!(
+        out.contains(&id) && out.contains("\"state\":\"active\""),
+        "{out}"
+    );
+
+    // Fired: Ada's turn (the clock executor through the filters), its answer to her.
+    s.llm
+        .push(tool_calls("time_now", json!({"timezone": "UTC"})));
+    s.llm.push(Reply::Text("It is eight o'clock.".into()));
+    let before = s.llm.received().len();
+    let (code, _, err) = s.sandbox.run(&["schedules", "run", &id]).await;
+    assert_eq!(code, 0, "{err}");
+    s.tg.until("the order's result", |tg| {
+        tg.texts_to(ADA)
+            .iter()
+            .any(|t| t.contains("morning clock") && t.contains("It is eight o'clock."))
+    })
+    .await;
+    // Two model calls for the turn; none for a fit (the cadence was consented).
+    assert_eq!(s.llm.received().len() - before, 2);
+}
+
 #[tokio::test]
 async fn strangers_get_one_code_and_nothing_reaches_the_planner_until_paired() {
     let s = stack().await;

@@ -158,6 +158,80 @@ pub fn describe(
     Described { verb, summary }
 }
 
+/// The planner's standing-order tools, whose cards say the schedule in words.
+pub const SCHEDULE_CREATE: &str = "schedule_create";
+pub const SCHEDULE_DELETE: &str = "schedule_delete";
+
+/// A standing order's card: the request, its schedule in words in the person's time zone
+/// and its next three firings — computed here from the bound arguments, as they will be
+/// stored.
+pub fn standing_order(
+    executor: &str,
+    args_json: &str,
+    local: &metnos_kit::config::Local,
+    zone_name: &str,
+    now_ms: i64,
+    language: Language,
+) -> Described {
+    let it = language == Language::Italian;
+    let args = serde_json::from_str::<Value>(args_json).unwrap_or(Value::Null);
+    let text = |key: &str| args.get(key).and_then(Value::as_str).unwrap_or_default();
+    if executor == SCHEDULE_DELETE {
+        return Described {
+            verb: if it {
+                "elimini un ordine ricorrente"
+            } else {
+                "delete a standing order"
+            }
+            .to_owned(),
+            summary: format!(
+                "{} ({}) — {}",
+                short(text("name"), 80),
+                short(text("schedule"), 60),
+                short(text("id"), 40)
+            ),
+        };
+    }
+    let (words, next) = match metnos_kit::schedule::Schedule::parse(text("schedule")) {
+        Ok(schedule) => {
+            let next: Vec<String> = schedule
+                .upcoming(now_ms, now_ms, &local.zone, 3)
+                .into_iter()
+                .filter_map(|ms| jiff::Timestamp::from_millisecond(ms).ok())
+                .map(|t| {
+                    t.to_zoned(local.zone.clone())
+                        .strftime("%a %d %b %H:%M")
+                        .to_string()
+                })
+                .collect();
+            (schedule.describe(), next.join(", "))
+        }
+        Err(e) => (format!("unreadable schedule: {e}"), String::new()),
+    };
+    let on_change = text("notify") == "on_change";
+    let mut summary = format!(
+        "\"{}\" — {words} ({zone_name}); {}: {next}",
+        short(text("request"), SHOWN_TARGET),
+        if it { "prossime" } else { "next" }
+    );
+    if on_change {
+        summary.push_str(if it {
+            "; ti scrive solo se il risultato cambia"
+        } else {
+            "; tells you only when the result changes"
+        });
+    }
+    Described {
+        verb: if it {
+            "crei un ordine ricorrente"
+        } else {
+            "set up a standing order"
+        }
+        .to_owned(),
+        summary,
+    }
+}
+
 /// Why the person is asked, in one short line: the level policy judged the call at and
 /// what that level asks about (policy's table; no grant covered the target).
 pub fn reason(level: AutonomyLevel, capability: &str, language: Language) -> String {

@@ -56,6 +56,7 @@ pub async fn serve_with_clock(
         session_ms: (config.approval.session_seconds.get() * 1000) as i64,
     };
     let home = config.runtime.user_home.clone();
+    let telos = config.telos.clone();
     let sweep_every = Duration::from_secs(config.approval.sweep_interval_seconds.get());
     Startup::new(SERVICE, &MIGRATIONS, &grpc::AUTHORIZATION, &config)
         .serve_with_store(listener, shutdown, move |running| {
@@ -69,7 +70,8 @@ pub async fn serve_with_clock(
                 settings,
                 home,
                 policy,
-            ));
+            )
+            .with_telos(telos));
             let sweeper = Arc::clone(&approvals);
             running.background.every("sweeper", sweep_every, move || {
                 let approvals = Arc::clone(&sweeper);

@@ -121,6 +121,8 @@ pub struct Approvals {
     settings: Settings,
     /// The user's home, to check territory patterns as policy will read them.
     home: PathBuf,
+    /// People's time zones, for a standing order's card.
+    telos: metnos_kit::config::TelosConfig,
     policy: Option<PolicyServiceClient<TracedChannel>>,
     changes: broadcast::Sender<String>,
     /// Notifications to the other replicas in flight (PostgreSQL): a burst of changes
@@ -205,6 +207,12 @@ pub fn class_of(executor: &str, capability: &str, target: &str, home: &std::path
 }
 
 impl Approvals {
+    /// People's time zones (`[telos]`), for standing orders' cards.
+    pub fn with_telos(mut self, telos: metnos_kit::config::TelosConfig) -> Approvals {
+        self.telos = telos;
+        self
+    }
+
     pub fn new(
         store: PendingStore,
         clock: Arc<dyn Clock>,
@@ -218,6 +226,7 @@ impl Approvals {
             clock,
             settings,
             home,
+            telos: metnos_kit::config::TelosConfig::default(),
             policy,
             changes,
             notifying: Arc::new(tokio::sync::Semaphore::new(NOTIFYING)),
@@ -341,15 +350,32 @@ impl Approvals {
         };
         let capability_class = class_of(&new.executor, &new.capability, &new.target, &self.home);
         // What the card says the call does comes from the call, not from the caller's words.
-        let described = crate::describe::describe(
-            &new.executor,
-            &new.target,
-            &new.args_json,
-            &from_earlier_steps(&extra_json),
-            &tainted,
-            new.card.language,
-            &self.home,
+        let standing = matches!(
+            new.executor.as_str(),
+            crate::describe::SCHEDULE_CREATE | crate::describe::SCHEDULE_DELETE
         );
+        let person = new.requester.to_string();
+        let described = if standing {
+            let name = self.telos.time_zone_for(&person);
+            crate::describe::standing_order(
+                &new.executor,
+                &new.args_json,
+                &self.telos.local_for(&person),
+                if name.is_empty() { "local" } else { name },
+                self.clock.now_ms(),
+                new.card.language,
+            )
+        } else {
+            crate::describe::describe(
+                &new.executor,
+                &new.target,
+                &new.args_json,
+                &from_earlier_steps(&extra_json),
+                &tainted,
+                new.card.language,
+                &self.home,
+            )
+        };
         // A tainted call's card is never shortened by habit: its source is read every time.
         let recurrence_count = if tainted.is_empty() {
             self.store

@@ -75,6 +75,9 @@ pub struct Planner {
     pub filters: Arc<dyn Filters>,
     pub store: Store,
     pub log: TurnLog,
+    /// The builtin scheduler, for the standing-order tools (set once at start; none: the
+    /// tools are not offered).
+    pub scheduler: std::sync::OnceLock<crate::scheduler::Scheduler>,
     index: Index,
     /// Turns driven in this process: turn id → (which driver, its cancel signal).
     running: Mutex<HashMap<String, (u64, watch::Sender<bool>)>>,
@@ -130,6 +133,7 @@ impl Planner {
             filters: parts.filters,
             store: parts.store,
             log: parts.log,
+            scheduler: std::sync::OnceLock::new(),
             running: Mutex::new(HashMap::new()),
             generation: std::sync::atomic::AtomicU64::new(0),
             delivering: std::sync::atomic::AtomicBool::new(false),
@@ -431,6 +435,9 @@ impl Planner {
         self.emit(sink, pb::turn_event::Event::StepProposed(proposed))
             .await;
         let mut log = StepLog::new(n, &call, tier);
+        if crate::schedule_tools::is_tool(&call.name) {
+            return self.schedule_tool(cp, sink, call, log, started).await;
+        }
         if call.name == scratch::TOOL {
             let (observation, labels) = if cp.scratch_ids.is_empty() {
                 (refusal("the scratchpad is empty in this turn"), Vec::new())

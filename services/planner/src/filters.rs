@@ -86,6 +86,12 @@ pub trait Filters: Send + Sync + std::fmt::Debug {
         card: approval::Card,
     ) -> Result<(), Status>;
 
+    /// A channel's person's level now (the gateway's pairing); `None`: not paired.
+    async fn pairing_level(&self, principal: &Principal) -> Result<Option<AutonomyLevel>, Status> {
+        let _ = principal;
+        Err(Status::unimplemented("no gateway here"))
+    }
+
     /// The vaglio's telos engine on a proactive proposal: publish, the digest, a slot, or
     /// reject. Fakes that never propose need not answer it.
     async fn evaluate_proposal(
@@ -246,6 +252,26 @@ impl Filters for GrpcFilters {
         request.set_timeout(TELL_DEADLINE);
         self.gateway.clone().send_card(request).await?;
         Ok(())
+    }
+
+    async fn pairing_level(&self, principal: &Principal) -> Result<Option<AutonomyLevel>, Status> {
+        let request = gateway::GetPairingRequest {
+            principal: Some(principal.to_proto()),
+        };
+        match self.gateway.clone().get_pairing(request).await {
+            Ok(answer) => {
+                let level = answer
+                    .into_inner()
+                    .pairing
+                    .map(|p| p.level)
+                    .unwrap_or_default();
+                AutonomyLevel::from_wire(level)
+                    .map(Some)
+                    .map_err(|_| Status::internal("the gateway answered a pairing without a level"))
+            }
+            Err(status) if status.code() == tonic::Code::NotFound => Ok(None),
+            Err(status) => Err(status),
+        }
     }
 
     async fn evaluate_proposal(

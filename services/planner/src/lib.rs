@@ -47,6 +47,7 @@ pub mod piping;
 pub mod prefilter;
 pub mod rules;
 pub use metnos_kit::schedule;
+pub mod schedule_tools;
 pub mod scheduler;
 pub mod scratch;
 pub mod standing;
@@ -239,14 +240,19 @@ pub async fn serve(
                 scheduling.min_interval_minutes.get(),
                 scheduling.max_per_person.get(),
             );
+            let tasks = scheduler.store.clone();
             let scheduler = if scheduling.enabled {
                 scheduler.with_standing(Arc::new(standing::StandingOrders {
                     planner: Arc::downgrade(&planner),
+                    tasks,
                 }))
             } else {
                 scheduler
             };
             let api_scheduler = scheduler.clone();
+            if scheduling.enabled {
+                let _ = planner.scheduler.set(scheduler.clone());
+            }
             // The builtin scheduler: due tasks fired once per slot across replicas; a
             // firing runs on after its tick.
             running

@@ -148,6 +148,9 @@ impl Planner {
         if !cp.scratch_ids.is_empty() {
             tools.push(scratch::tool_def());
         }
+        if self.scheduler.get().is_some() {
+            tools.extend(crate::schedule_tools::tool_defs());
+        }
         tools
     }
 

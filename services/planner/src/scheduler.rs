@@ -711,6 +711,28 @@ impl Scheduler {
     /// Adds a standing order the person agreed to (their card, or the owner's own
     /// terminal).
     pub async fn create(&self, order: &Order<'_>) -> Result<Task, ScheduleError> {
+        self.create_with_id(order, format!("so-{}", metnos_kit::random::hex(6)))
+            .await
+    }
+
+    /// As [`Scheduler::create`], for the card approved under `token`: its id comes from the
+    /// token, so the same decision applied twice (a retry, another replica) makes one.
+    pub async fn create_as(&self, order: &Order<'_>, token: &str) -> Result<Task, ScheduleError> {
+        use sha2::{Digest, Sha256};
+        let id = format!(
+            "so-{}",
+            &hex::encode(Sha256::digest(token.as_bytes()))[..12]
+        );
+        if let Some(task) = self.store.get(&id).await?
+            && task.channel == order.person.channel
+            && task.sender_id == order.person.sender_id
+        {
+            return Ok(task);
+        }
+        self.create_with_id(order, id).await
+    }
+
+    async fn create_with_id(&self, order: &Order<'_>, id: String) -> Result<Task, ScheduleError> {
         let person = order.person;
         let key = person.to_string();
         let schedule = self.check(order.schedule, &key)?;
@@ -742,7 +764,7 @@ impl Scheduler {
         .take(NAME_CHARS)
         .collect();
         let task = NewTask {
-            id: format!("so-{}", metnos_kit::random::hex(6)),
+            id,
             kind: Kind::Standing,
             name,
             channel: person.channel.clone(),

@@ -30,6 +30,8 @@ pub const NOTIFY_ON_CHANGE: &str = "on_change";
 pub struct StandingOrders {
     /// Weak: the planner holds the scheduler that holds this.
     pub planner: std::sync::Weak<Planner>,
+    /// To pause the orders of someone no longer paired.
+    pub tasks: crate::scheduler::TaskStore,
 }
 
 /// The digest an `on_change` order compares: the answer, its lines' ends trimmed.
@@ -50,8 +52,40 @@ impl Job for StandingOrders {
             channel: task.channel.clone(),
             sender_id: task.sender_id.clone(),
         };
-        let level = AutonomyLevel::parse(&task.level)
+        let stored = AutonomyLevel::parse(&task.level)
             .map_err(|e| format!("the order's level cannot be read: {e}"))?;
+        // Never above the person's level now: a level lowered since, or a pairing revoked,
+        // holds for their orders too.
+        let now_level = if person.channel == "cli" {
+            Some(planner.config.cli_level)
+        } else {
+            match planner.filters.pairing_level(&person).await {
+                Ok(level) => level,
+                Err(status) => {
+                    return Err(format!(
+                        "the person's level could not be read from the gateway ({}); nothing was run",
+                        status.message()
+                    ));
+                }
+            }
+        };
+        let Some(now_level) = now_level else {
+            let _ = self
+                .tasks
+                .set_active(
+                    &task.id,
+                    false,
+                    task.next_run_at,
+                    task.due_at,
+                    firing.now_ms,
+                )
+                .await;
+            tracing::warn!(task = %task.id, "a standing order of someone no longer paired was paused");
+            return Err(format!(
+                "{person} is no longer paired: the order is paused, nothing was run"
+            ));
+        };
+        let level = stored.min(now_level);
         let request = TurnRequest {
             principal: person.clone(),
             level,

@@ -524,11 +524,27 @@ impl Planner {
         cp: &mut Checkpoint,
         sink: &Sink,
         call: Call,
-        mut log: StepLog,
+        log: StepLog,
         cleared: &Cleared,
         capability: &str,
     ) -> StepOutcome {
-        let call_sha256 = match value_sha256(&call.name, &cleared.args) {
+        let request = crate::cards::pending_request(cp, &call, cleared, capability);
+        self.ask_approval_with(cp, sink, call, log, cleared.args.clone(), request)
+            .await
+    }
+
+    /// Registers `request` for `call` with its arguments `args` (what runs once approved),
+    /// stores the suspended turn and sends the card.
+    pub(crate) async fn ask_approval_with(
+        &self,
+        cp: &mut Checkpoint,
+        sink: &Sink,
+        call: Call,
+        mut log: StepLog,
+        args: serde_json::Value,
+        request: approval::CreatePendingRequest,
+    ) -> StepOutcome {
+        let call_sha256 = match value_sha256(&call.name, &args) {
             Ok(hash) => hash,
             Err(e) => {
                 let why = refusal(format!("cannot hash the call: {e}"));
@@ -537,7 +553,6 @@ impl Planner {
                 return StepOutcome::Continue;
             }
         };
-        let request = crate::cards::pending_request(cp, &call, cleared, capability);
         let created = match self.filters.create_pending(request).await {
             Ok(created) => created,
             Err(status) => {
@@ -571,7 +586,7 @@ impl Planner {
         cp.pending = Some(PendingCall {
             step: cp.steps.len() as u32,
             call,
-            args: cleared.args.clone(),
+            args,
             token: pending.token.clone(),
             call_sha256,
             started_ms: now_ms(),
@@ -735,6 +750,10 @@ impl Planner {
                     return Ok(refusal(
                         "the approved call does not match the call to run; nothing was done",
                     ));
+                }
+                if crate::schedule_tools::is_carded(&pending.call.name) {
+                    // A standing order approved on its card: made (or deleted) here, once.
+                    return Ok(self.schedule_decided(cp, pending).await);
                 }
                 match self.catalog.get(&pending.call.name).cloned() {
                     Some(executor) => executor,

@@ -1,0 +1,320 @@
+//! Standing orders from chat (issue 22): tools the planner offers the LLM, never parsing
+//! free text. `schedule_create` and `schedule_delete` ask the person on a card (the
+//! schedule in words and its next firings, computed by the approval service from the
+//! arguments as they will be stored) and act only once approved; `schedule_list`,
+//! `schedule_pause` and `schedule_resume` act at once. Every tool acts for the turn's own
+//! person only — the principal and level come from the turn, never from the model — and
+//! on their own orders only.
+
+use std::time::Instant;
+
+use metnos_executors::Observation;
+use metnos_llm::ToolDef;
+use metnos_proto::approval::v1 as approval;
+use serde_json::{Map, Value, json};
+
+use crate::engine::{Planner, Sink, StepOutcome, refusal};
+use crate::scheduler::{Order, ScheduleError, Scheduler, Task};
+use crate::turn::{Call, Checkpoint, PendingCall, StepLog};
+
+pub const CREATE: &str = "schedule_create";
+pub const LIST: &str = "schedule_list";
+pub const PAUSE: &str = "schedule_pause";
+pub const RESUME: &str = "schedule_resume";
+pub const DELETE: &str = "schedule_delete";
+
+/// Whether `name` is one of these tools.
+pub fn is_tool(name: &str) -> bool {
+    matches!(name, CREATE | LIST | PAUSE | RESUME | DELETE)
+}
+
+/// Whether `name` acts only once its card is approved.
+pub fn is_carded(name: &str) -> bool {
+    matches!(name, CREATE | DELETE)
+}
+
+/// The tools as the LLM sees them.
+pub fn tool_defs() -> Vec<ToolDef> {
+    let id = json!({"type": "object", "required": ["id"], "properties": {
+        "id": {"type": "string", "description": "The order's id, as schedule_list gives it"}
+    }});
+    vec![
+        ToolDef {
+            name: CREATE.to_owned(),
+            description: "Set up a standing order: a request of the person run again and again \
+                          on a schedule (e.g. 'every morning at 8 summarise ~/notes/today.md'). \
+                          The person approves it on a card first."
+                .to_owned(),
+            parameters: json!({
+                "type": "object",
+                "required": ["schedule", "request"],
+                "properties": {
+                    "schedule": {"type": "string", "description": "daily@HH:MM, `every N minutes`, `every N hours`, or a five-field cron expression such as `0 9 * * MON`, in the person's local time"},
+                    "request": {"type": "string", "description": "What to do at each firing, in the person's words"},
+                    "name": {"type": "string", "description": "A short name"},
+                    "notify": {"type": "string", "enum": ["always", "on_change"], "description": "on_change: tell the person only when the result differs from the last run"}
+                }
+            }),
+        },
+        ToolDef {
+            name: LIST.to_owned(),
+            description: "List the person's standing orders: id, name, schedule, next firings."
+                .to_owned(),
+            parameters: json!({"type": "object", "properties": {}}),
+        },
+        ToolDef {
+            name: PAUSE.to_owned(),
+            description: "Pause one of the person's standing orders (it stops firing).".to_owned(),
+            parameters: id.clone(),
+        },
+        ToolDef {
+            name: RESUME.to_owned(),
+            description: "Resume a paused standing order of the person.".to_owned(),
+            parameters: id.clone(),
+        },
+        ToolDef {
+            name: DELETE.to_owned(),
+            description: "Delete one of the person's standing orders (after they approve a card)."
+                .to_owned(),
+            parameters: id,
+        },
+    ]
+}
+
+fn text<'a>(args: &'a Value, key: &str) -> &'a str {
+    args.get(key).and_then(Value::as_str).unwrap_or_default()
+}
+
+/// An order as the LLM is shown it.
+fn shown(scheduler: &Scheduler, task: &Task) -> Value {
+    let next: Vec<String> = scheduler
+        .upcoming(task, 3)
+        .into_iter()
+        .map(metnos_kit::time::rfc3339)
+        .collect();
+    let described = metnos_kit::schedule::Schedule::parse(&task.schedule)
+        .map(|s| s.describe())
+        .unwrap_or_default();
+    json!({
+        "id": task.id,
+        "name": task.name,
+        "schedule": task.schedule,
+        "described": described,
+        "time_zone": scheduler.zone_name(task),
+        "state": task.state,
+        "notify": task.notify,
+        "next": next,
+        "last_status": task.last_status,
+    })
+}
+
+fn ok(content: Value) -> Observation {
+    Observation::success(content, Map::new())
+}
+
+impl Planner {
+    /// One call of a standing-order tool.
+    pub(crate) async fn schedule_tool(
+        &self,
+        cp: &mut Checkpoint,
+        sink: &Sink,
+        call: Call,
+        log: StepLog,
+        started: Instant,
+    ) -> StepOutcome {
+        let Some(scheduler) = self.scheduler.get() else {
+            self.observe(
+                cp,
+                sink,
+                &call,
+                log,
+                refusal("standing orders are off here (scheduler.enabled)"),
+                Vec::new(),
+                started,
+            )
+            .await;
+            return StepOutcome::Continue;
+        };
+        let person = cp.principal();
+        let args = call.arguments.clone();
+        let observation = match call.name.as_str() {
+            CREATE => {
+                let key = person.to_string();
+                let notify = match text(&args, "notify") {
+                    "" => "always",
+                    n => n,
+                };
+                let checked = scheduler
+                    .check(text(&args, "schedule"), &key)
+                    .and_then(|s| {
+                        if text(&args, "request").trim().is_empty() {
+                            return Err(ScheduleError::EmptyQuery);
+                        }
+                        if !matches!(notify, "always" | "on_change") {
+                            return Err(ScheduleError::BadNotify(
+                                notify.chars().take(32).collect(),
+                            ));
+                        }
+                        Ok(s)
+                    });
+                match checked {
+                    Err(e) => refusal(e.to_string()),
+                    Ok(schedule) => {
+                        // Exactly what will be stored, and what the card says.
+                        let bound = json!({
+                            "schedule": schedule.text(),
+                            "request": text(&args, "request").trim(),
+                            "name": text(&args, "name").trim(),
+                            "notify": notify,
+                        });
+                        return self
+                            .ask_card(cp, sink, call, log, bound, schedule.text())
+                            .await;
+                    }
+                }
+            }
+            LIST => match scheduler
+                .store
+                .list(Some((&person.channel, &person.sender_id)))
+                .await
+            {
+                Ok(tasks) => ok(json!({
+                    "orders": tasks.iter().map(|t| shown(scheduler, t)).collect::<Vec<_>>()
+                })),
+                Err(e) => {
+                    tracing::warn!(error = %e, "cannot list a person's standing orders");
+                    refusal("the scheduler's store is unavailable")
+                }
+            },
+            PAUSE | RESUME | DELETE => {
+                let id = text(&args, "id");
+                match self.own_order(scheduler, id, &person).await {
+                    Err(why) => refusal(why),
+                    Ok(task) if call.name == DELETE => {
+                        let bound =
+                            json!({"id": task.id, "name": task.name, "schedule": task.schedule});
+                        return self.ask_card(cp, sink, call, log, bound, &task.id).await;
+                    }
+                    Ok(task) => match scheduler.set_active(&task.id, call.name == RESUME).await {
+                        Ok(task) => ok(shown(scheduler, &task)),
+                        Err(e) => refusal(e.to_string()),
+                    },
+                }
+            }
+            _ => refusal(format!("nonexistent executor: {}", call.name)),
+        };
+        self.observe(cp, sink, &call, log, observation, Vec::new(), started)
+            .await;
+        StepOutcome::Continue
+    }
+
+    /// `id` if it is `person`'s own standing order; else why not (the same words whether
+    /// it exists for someone else or not at all).
+    async fn own_order(
+        &self,
+        scheduler: &Scheduler,
+        id: &str,
+        person: &metnos_core::principal::Principal,
+    ) -> Result<Task, String> {
+        let not_found = || {
+            format!(
+                "no standing order `{}` of yours",
+                id.chars().take(64).collect::<String>()
+            )
+        };
+        match scheduler.store.get(id).await {
+            Ok(Some(task))
+                if task.kind == crate::scheduler::Kind::Standing
+                    && task.channel == person.channel
+                    && task.sender_id == person.sender_id =>
+            {
+                Ok(task)
+            }
+            Ok(_) => Err(not_found()),
+            Err(e) => {
+                tracing::warn!(error = %e, "cannot read a standing order");
+                Err("the scheduler's store is unavailable".to_owned())
+            }
+        }
+    }
+
+    /// Asks the person on a card for `call` with the arguments `bound`.
+    async fn ask_card(
+        &self,
+        cp: &mut Checkpoint,
+        sink: &Sink,
+        mut call: Call,
+        log: StepLog,
+        bound: Value,
+        target: &str,
+    ) -> StepOutcome {
+        let italian = cp.language != Some(metnos_core::language::Language::English);
+        call.arguments = bound.clone();
+        let request = approval::CreatePendingRequest {
+            requester: Some(cp.principal().to_proto()),
+            request: Some(approval::ApprovalRequest {
+                // Required, though the approval service says the call from its arguments.
+                action_verb: call.name.clone(),
+                target_summary: target.chars().take(200).collect(),
+                capability_class: format!(
+                    "{}:{}",
+                    call.name,
+                    target.chars().take(200).collect::<String>()
+                ),
+                language: if italian {
+                    metnos_core::language::Language::Italian.to_wire()
+                } else {
+                    metnos_core::language::Language::English.to_wire()
+                },
+                reversibility: approval::Reversibility::Reversible as i32,
+                territory_concession: approval::TerritoryConcession::None as i32,
+                ..Default::default()
+            }),
+            capability: String::new(),
+            target: target.chars().take(512).collect(),
+            executor: call.name.clone(),
+            args_json: bound.to_string(),
+            ttl_seconds: 0,
+            territory_target: String::new(),
+            level: 0,
+        };
+        self.ask_approval_with(cp, sink, call, log, bound, request)
+            .await
+    }
+
+    /// What an approved standing-order card does: the order made (its id from the
+    /// approval's token, so applying the same decision twice makes it once) or deleted.
+    pub(crate) async fn schedule_decided(
+        &self,
+        cp: &Checkpoint,
+        pending: &PendingCall,
+    ) -> Observation {
+        let Some(scheduler) = self.scheduler.get() else {
+            return refusal("standing orders are off here (scheduler.enabled)");
+        };
+        let person = cp.principal();
+        let args = &pending.args;
+        if pending.call.name == DELETE {
+            let id = text(args, "id");
+            return match self.own_order(scheduler, id, &person).await {
+                Err(why) => refusal(why),
+                Ok(task) => match scheduler.delete(&task.id).await {
+                    Ok(()) => ok(json!({"deleted": task.id, "name": task.name})),
+                    Err(e) => refusal(e.to_string()),
+                },
+            };
+        }
+        let order = Order {
+            person: &person,
+            schedule: text(args, "schedule"),
+            query: text(args, "request"),
+            name: text(args, "name"),
+            notify: text(args, "notify"),
+            level: cp.level,
+        };
+        match scheduler.create_as(&order, &pending.token).await {
+            Ok(task) => ok(shown(scheduler, &task)),
+            Err(e) => refusal(e.to_string()),
+        }
+    }
+}
