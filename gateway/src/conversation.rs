@@ -173,6 +173,17 @@ pub enum ClickAction {
     ConfirmAlways(String),
     /// The confirmation declined: show the card as it was.
     Back(String),
+    /// A proposal's "never again": rejected, and the vaglio told never to propose its kind.
+    Never(String),
+}
+
+/// The proposal a card asks about (a planner's grant offer, whose request carries its
+/// proposal id), or `None` for an approval of a call.
+pub fn proposal_of(pending: &approval::PendingApproval) -> Option<String> {
+    let request = pending.request.as_ref()?;
+    let extra: serde_json::Value = serde_json::from_str(&request.extra_json).ok()?;
+    let id = extra.get("proposal_id")?.as_str()?;
+    (!id.is_empty() && id.len() <= 128).then(|| id.to_owned())
 }
 
 /// A card's button, understood, or what is wrong.
@@ -191,6 +202,7 @@ pub fn action_of(data: &str) -> Result<ClickAction, &'static str> {
         D::AlwaysConfirmed(token) => resolve(token, Decision::Approve, T::Permanent),
         D::Always(token) => ClickAction::ConfirmAlways(token),
         D::Back(token) => ClickAction::Back(token),
+        D::Never(token) => ClickAction::Never(token),
     })
 }
 
@@ -400,6 +412,34 @@ pub struct StopDetector {
 
 impl StopDetector {
     pub const PATIENCE: Duration = Duration::from_secs(2);
+
+    /// Tells the vaglio's telos engine how `who` answered proposal `proposal_id`. A
+    /// failure is logged: the answer itself (a grant recorded, a rejection) stands.
+    pub async fn feedback(
+        &self,
+        proposal_id: &str,
+        kind: vaglio_pb::FeedbackKind,
+        who: &Principal,
+    ) {
+        let Some(vaglio) = &self.vaglio else {
+            return;
+        };
+        let request = vaglio_pb::RecordFeedbackRequest {
+            proposal_id: proposal_id.to_owned(),
+            kind: kind as i32,
+            principal: Some(who.to_proto()),
+        };
+        match vaglio.clone().record_feedback(request).await {
+            Ok(answer) => {
+                if answer.into_inner().never_listed {
+                    tracing::info!("a kind of proposal is never proposed again to this person");
+                }
+            }
+            Err(status) => {
+                tracing::warn!(code = ?status.code(), reason = %status.message(), "the answer to a proposal did not reach the telos engine");
+            }
+        }
+    }
 
     pub fn new(vaglio: Option<VaglioServiceClient<TracedChannel>>) -> StopDetector {
         StopDetector { vaglio }
@@ -738,6 +778,32 @@ impl Conversation {
                 territory,
             } => self.decide(click, token, decision, territory).await,
             ClickAction::ConfirmAlways(token) => self.confirm_always(click, token).await,
+            ClickAction::Never(token) => {
+                let request = approval::GetPendingRequest {
+                    token: token.clone(),
+                };
+                // Only on a proposal's card: an approval of a call has no "never".
+                let is_proposal = self
+                    .approval
+                    .clone()
+                    .get_pending(request)
+                    .await
+                    .ok()
+                    .and_then(|r| r.into_inner().approval)
+                    .is_some_and(|p| proposal_of(&p).is_some());
+                if !is_proposal {
+                    let said = text::say(click.lang, Says::UnknownButton);
+                    self.outbox.answer_callback(&click.id, Some(&said)).await;
+                    return;
+                }
+                self.decide(
+                    click,
+                    token,
+                    approval::Decision::Reject,
+                    approval::TerritoryConcession::None,
+                )
+                .await;
+            }
             ClickAction::Back(token) => {
                 // Only a card still waiting gets its buttons back.
                 let pending = self
@@ -869,6 +935,18 @@ impl Conversation {
                 self.outbox.answer_callback(&click.id, None).await;
                 let pending = response.into_inner().approval.unwrap_or_default();
                 self.close_card_as(&token, &pending, lang).await;
+                if let Some(proposal_id) = proposal_of(&pending) {
+                    // A proposal's answer is the telos engine's feedback; no turn waits.
+                    let kind = match (decision, click.data.starts_with("never:")) {
+                        (_, true) => vaglio_pb::FeedbackKind::RejectNeverAgain,
+                        (approval::Decision::Approve, _) => vaglio_pb::FeedbackKind::Accept,
+                        _ => vaglio_pb::FeedbackKind::Reject,
+                    };
+                    self.stops
+                        .feedback(&proposal_id, kind, &person(&click.clicker))
+                        .await;
+                    return;
+                }
                 let followed = self.state().is_followed(&token);
                 if !followed {
                     // The turn's stream is not followed here (a restart, another replica):

@@ -119,6 +119,8 @@ pub enum CallbackData {
     AlwaysConfirmed(String),
     /// The confirmation declined: the card as it was.
     Back(String),
+    /// A proposal's "never again": rejected, and its kind never proposed again.
+    Never(String),
 }
 
 /// The data of the confirmation's buttons.
@@ -141,6 +143,7 @@ pub fn parse_callback(data: &str) -> Result<CallbackData, &'static str> {
         "always" => Ok(CallbackData::Always(token)),
         CONFIRM_ALWAYS => Ok(CallbackData::AlwaysConfirmed(token)),
         BACK => Ok(CallbackData::Back(token)),
+        "never" => Ok(CallbackData::Never(token)),
         _ => Err("unknown callback"),
     }
 }

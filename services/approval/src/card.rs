@@ -414,6 +414,25 @@ pub fn render(request: &CardRequest, token: &str) -> Card {
     }
 }
 
+/// A proposal's card (a grant offer): its lines, and Accept — approving with the offered
+/// pattern for good, so the grant is recorded — Reject, and Never again.
+pub fn proposal_buttons(mut card: Card, token: &str, language: Language) -> Card {
+    let (accept, reject, never) = match language {
+        Language::Italian => ("Accetta", "Rifiuta", "Mai più"),
+        Language::English => ("Accept", "Reject", "Never again"),
+    };
+    let button = |text: &str, kind: &str| Button {
+        text: text.to_owned(),
+        data: format!("{kind}:{token}"),
+    };
+    card.buttons = vec![vec![
+        button(accept, "confirm-always"),
+        button(reject, "reject"),
+        button(never, "never"),
+    ]];
+    card
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

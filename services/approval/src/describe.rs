@@ -161,6 +161,8 @@ pub fn describe(
 /// The planner's standing-order tools, whose cards say the schedule in words.
 pub const SCHEDULE_CREATE: &str = "schedule_create";
 pub const SCHEDULE_DELETE: &str = "schedule_delete";
+/// A proposal of the planner's: allow from now on what the person kept approving.
+pub const GRANT_OFFER: &str = "grant_offer";
 
 /// A standing order's card: the request, its schedule in words in the person's time zone
 /// and its next three firings — computed here from the bound arguments, as they will be
@@ -176,6 +178,37 @@ pub fn standing_order(
     let it = language == Language::Italian;
     let args = serde_json::from_str::<Value>(args_json).unwrap_or(Value::Null);
     let text = |key: &str| args.get(key).and_then(Value::as_str).unwrap_or_default();
+    if executor == GRANT_OFFER {
+        let count = args
+            .get("count")
+            .and_then(Value::as_u64)
+            .unwrap_or_default();
+        let days = args.get("days").and_then(Value::as_u64).unwrap_or_default();
+        let what = match (text("capability"), it) {
+            ("fs:write", true) => "le scritture",
+            ("fs:write", false) => "writes",
+            ("fs:read", true) => "le letture",
+            ("fs:read", false) => "reads",
+            ("network:http", true) => "le richieste",
+            ("network:http", false) => "requests",
+            (_, true) => "queste chiamate",
+            (_, false) => "these calls",
+        };
+        let pattern = short(text("pattern"), SHOWN_TARGET);
+        return Described {
+            verb: if it {
+                "le permetta d'ora in poi senza chiedere"
+            } else {
+                "allow them from now on without asking"
+            }
+            .to_owned(),
+            summary: if it {
+                format!("{what} in {pattern} — ne hai approvate {count} in {days} giorni")
+            } else {
+                format!("{what} in {pattern} — you approved {count} of them in {days} days")
+            },
+        };
+    }
     if executor == SCHEDULE_DELETE {
         return Described {
             verb: if it {
@@ -209,16 +242,24 @@ pub fn standing_order(
         Err(e) => (format!("unreadable schedule: {e}"), String::new()),
     };
     let on_change = text("notify") == "on_change";
+    // The request whole (the planner takes at most 120 characters, the name 40), and the
+    // name its messages will carry: with the rest, within the card's 300.
+    let name = text("name");
     let mut summary = format!(
-        "\"{}\" — {words} ({zone_name}); {}: {next}",
-        short(text("request"), SHOWN_TARGET),
+        "{}\"{}\" — {words} ({zone_name}); {}: {next}",
+        if name.is_empty() {
+            String::new()
+        } else {
+            format!("{}: ", short(name, 40))
+        },
+        short(text("request"), 120),
         if it { "prossime" } else { "next" }
     );
     if on_change {
         summary.push_str(if it {
-            "; ti scrive solo se il risultato cambia"
+            "; solo se cambia"
         } else {
-            "; tells you only when the result changes"
+            "; only if it changes"
         });
     }
     Described {
@@ -719,5 +760,65 @@ mod tests {
             "{why}"
         );
         assert!(why.ends_with("secrets.txt (+1 more sources)"), "{why}");
+    }
+
+    #[test]
+    fn a_standing_orders_card_shows_its_whole_request_name_schedule_and_next_firings() {
+        let local = metnos_kit::config::Local {
+            zone: jiff::tz::TimeZone::get("Europe/Rome").unwrap(),
+            windows: Vec::new(),
+        };
+        let request = format!(
+            "summarise ~/notes/today.md and {}",
+            "then say it all ".repeat(8)
+        );
+        // As the planner binds it: at most 120 characters, trimmed.
+        let request: String = request
+            .chars()
+            .take(120)
+            .collect::<String>()
+            .trim()
+            .to_owned();
+        let name = "n".repeat(40);
+        let args = serde_json::json!({"schedule": "daily@08:00", "request": request, "name": name, "notify": "on_change"});
+        // 2026-11-26 10:00 UTC.
+        // The longest zone name there is, about.
+        let local = metnos_kit::config::Local {
+            zone: jiff::tz::TimeZone::get("America/Argentina/Buenos_Aires").unwrap(),
+            ..local
+        };
+        let described = standing_order(
+            SCHEDULE_CREATE,
+            &args.to_string(),
+            &local,
+            "America/Argentina/Buenos_Aires",
+            1_795_687_200_000,
+            Language::English,
+        );
+        assert_eq!(described.verb, "set up a standing order");
+        let card = crate::card::render(
+            &crate::card::CardRequest {
+                action_verb: described.verb.clone(),
+                target_summary: described.summary.clone(),
+                capability_class: "schedule_create:daily@08:00".into(),
+                reversibility: crate::card::Reversibility::Reversible,
+                territory: crate::card::Territory::None,
+                recurrence_count: 9,
+                language: Language::English,
+                reason: None,
+                territory_offer: None,
+            },
+            "t",
+        );
+        let shown = card.lines.join("\n");
+        for part in [
+            request.as_str(),
+            name.as_str(),
+            "every day at 08:00 (America/Argentina/Buenos_Aires)",
+            "next: Thu 26 Nov 08:00, Fri 27 Nov 08:00, Sat 28 Nov 08:00",
+            "only if it changes",
+        ] {
+            assert!(shown.contains(part), "{part:?} not in {shown}");
+        }
     }
 }

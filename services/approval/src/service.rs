@@ -294,6 +294,16 @@ impl Approvals {
 
     /// The card of a stored request.
     pub fn card(&self, pending: &Pending) -> Card {
+        let card = self.plain_card(pending);
+        if pending.executor == crate::describe::GRANT_OFFER {
+            // A proposal: accept (the territory flow records the grant), reject, never
+            // again — nothing else.
+            return card::proposal_buttons(card, &pending.token, pending.language);
+        }
+        card
+    }
+
+    fn plain_card(&self, pending: &Pending) -> Card {
         card::render(
             &CardRequest {
                 action_verb: pending.action_verb.clone(),
@@ -352,7 +362,9 @@ impl Approvals {
         // What the card says the call does comes from the call, not from the caller's words.
         let standing = matches!(
             new.executor.as_str(),
-            crate::describe::SCHEDULE_CREATE | crate::describe::SCHEDULE_DELETE
+            crate::describe::SCHEDULE_CREATE
+                | crate::describe::SCHEDULE_DELETE
+                | crate::describe::GRANT_OFFER
         );
         let person = new.requester.to_string();
         let described = if standing {

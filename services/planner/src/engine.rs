@@ -263,6 +263,7 @@ impl Planner {
             active_ms: 0,
             planned: false,
             fence_nonce: crate::taint::new_nonce(),
+            scheduled: false,
             index: crate::taint::Index::default(),
         }
     }

@@ -117,8 +117,10 @@ impl From<Error> for Status {
                     | S::TooOften { .. }
                     | S::Never(_)
                     | S::EmptyQuery
+                    | S::TooLong { .. }
                     | S::BadNotify(_) => Status::invalid_argument(e.to_string()),
                     S::TooMany { .. } => Status::resource_exhausted(e.to_string()),
+                    S::Taken(_) => Status::aborted(e.to_string()),
                     S::NotFound(_) => Status::not_found(e.to_string()),
                     S::Builtin(_) | S::Paused(_) => Status::failed_precondition(e.to_string()),
                     S::Store(e) => failure_status(crate::SERVICE, "the planner store", &e),

@@ -45,6 +45,7 @@ pub mod maintenance;
 pub mod observe;
 pub mod piping;
 pub mod prefilter;
+pub mod proposals;
 pub mod rules;
 pub use metnos_kit::schedule;
 pub mod schedule_tools;
@@ -203,7 +204,8 @@ pub async fn serve(
                 telos,
             )
             .builtin(
-                maintenance::TURN_LOG_RETENTION.0,
+                // Each replica's own turn log (its data directory): one task per replica.
+                &maintenance::turn_log_task(&replica),
                 maintenance::TURN_LOG_RETENTION.1,
                 Arc::new(maintenance::TurnLogRetention {
                     dir: turns_dir,
@@ -236,10 +238,14 @@ pub async fn serve(
                 log,
             }));
             // Standing orders fire only when Metnos may act on its own.
-            let scheduler = scheduler.with_limits(
+            let mut scheduler = scheduler.with_limits(
                 scheduling.min_interval_minutes.get(),
                 scheduling.max_per_person.get(),
             );
+            scheduler.fatigue = proposals::Fatigue {
+                approvals: scheduling.fatigue_approvals.get(),
+                days: scheduling.fatigue_days.get(),
+            };
             let tasks = scheduler.store.clone();
             let scheduler = if scheduling.enabled {
                 scheduler.with_standing(Arc::new(standing::StandingOrders {

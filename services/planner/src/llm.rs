@@ -148,7 +148,7 @@ impl Planner {
         if !cp.scratch_ids.is_empty() {
             tools.push(scratch::tool_def());
         }
-        if self.scheduler.get().is_some() {
+        if self.scheduler.get().is_some() && !cp.scheduled {
             tools.extend(crate::schedule_tools::tool_defs());
         }
         tools

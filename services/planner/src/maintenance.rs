@@ -20,6 +20,14 @@ pub struct TurnLogRetention {
 /// When it runs.
 pub const TURN_LOG_RETENTION: (&str, &str) = ("turn_log_retention", "daily@03:15");
 
+/// The turn log's retention task of `replica` (each replica prunes the log in its own
+/// data directory): `turn_log_retention.<8 hex of the replica's name>`.
+pub fn turn_log_task(replica: &str) -> String {
+    use sha2::{Digest, Sha256};
+    let hash = hex::encode(Sha256::digest(replica.as_bytes()));
+    format!("{}.{}", TURN_LOG_RETENTION.0, &hash[..8])
+}
+
 #[tonic::async_trait]
 impl Job for TurnLogRetention {
     async fn run(&self, firing: &Firing) -> Result<Done, String> {

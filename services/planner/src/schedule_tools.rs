@@ -23,6 +23,11 @@ pub const PAUSE: &str = "schedule_pause";
 pub const RESUME: &str = "schedule_resume";
 pub const DELETE: &str = "schedule_delete";
 
+/// The longest request a standing order from chat may have, and its name: its card shows
+/// them whole (with the schedule and its next firings, within the card's 300 characters).
+pub const REQUEST_CHARS: usize = 120;
+pub const NAME_CHARS: usize = 40;
+
 /// Whether `name` is one of these tools.
 pub fn is_tool(name: &str) -> bool {
     matches!(name, CREATE | LIST | PAUSE | RESUME | DELETE)
@@ -137,6 +142,23 @@ impl Planner {
         };
         let person = cp.principal();
         let args = call.arguments.clone();
+        // Standing orders come from the person's own words: not from a firing's turn, nor
+        // from a turn that has read the world (a page could say "set up …").
+        let refused = if cp.scheduled && call.name != LIST {
+            Some("a standing order's firing cannot set up, change or delete standing orders")
+        } else if cp.read_the_world() && call.name != LIST {
+            Some(
+                "this turn has read data from the world, so it cannot set up, change or delete \
+                 standing orders; the person can ask for it in a new message",
+            )
+        } else {
+            None
+        };
+        if let Some(why) = refused {
+            self.observe(cp, sink, &call, log, refusal(why), Vec::new(), started)
+                .await;
+            return StepOutcome::Continue;
+        }
         let observation = match call.name.as_str() {
             CREATE => {
                 let key = person.to_string();
@@ -147,8 +169,17 @@ impl Planner {
                 let checked = scheduler
                     .check(text(&args, "schedule"), &key)
                     .and_then(|s| {
-                        if text(&args, "request").trim().is_empty() {
+                        let request = text(&args, "request").trim();
+                        if request.is_empty() {
                             return Err(ScheduleError::EmptyQuery);
+                        }
+                        if request.chars().count() > REQUEST_CHARS
+                            || text(&args, "name").trim().chars().count() > NAME_CHARS
+                        {
+                            return Err(ScheduleError::TooLong {
+                                request: REQUEST_CHARS,
+                                name: NAME_CHARS,
+                            });
                         }
                         if !matches!(notify, "always" | "on_change") {
                             return Err(ScheduleError::BadNotify(

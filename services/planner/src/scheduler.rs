@@ -377,14 +377,20 @@ impl TaskStore {
         })
     }
 
-    /// Active tasks due at `now_ms`, the longest waiting first.
-    pub async fn due(&self, now_ms: i64, limit: u32) -> Result<Vec<Task>, sqlx::Error> {
+    /// Active tasks due at `now_ms`, the longest waiting first; maintenance tasks only
+    /// unless `standing` (standing orders off must not fill a tick and starve them).
+    pub async fn due(
+        &self,
+        now_ms: i64,
+        limit: u32,
+        standing: bool,
+    ) -> Result<Vec<Task>, sqlx::Error> {
         let sql = format!(
             "SELECT {TASK_COLUMNS} FROM tasks WHERE state = 'active' AND due_at <= $1 \
-             ORDER BY due_at, id LIMIT $2"
+             AND (kind = 'maintenance' OR $3 = 1) ORDER BY due_at, id LIMIT $2"
         );
         on_db!(&self.db, pool => {
-            let rows = sqlx::query(sqlx::AssertSqlSafe(sql)).bind(now_ms).bind(i64::from(limit)).fetch_all(pool).await?;
+            let rows = sqlx::query(sqlx::AssertSqlSafe(sql)).bind(now_ms).bind(i64::from(limit)).bind(i64::from(standing)).fetch_all(pool).await?;
             rows.iter().map(task_from_row).collect()
         })
     }
@@ -420,15 +426,22 @@ impl TaskStore {
         let update = "UPDATE tasks SET next_run_at = $4, due_at = $5, deferred = 0, last_run_at = $6, \
                       last_status = 'running', updated_at = $6 \
                       WHERE id = $1 AND state = 'active' AND next_run_at = $2 AND due_at = $3";
+        // A slot that already has its run (a clock stepped back) moves on without one: never
+        // an error that would hold every other task.
         let insert = "INSERT INTO runs (task_id, slot_at, in_cadence, replica, started_at, status) \
-                      VALUES ($1, $2, $3, $4, $5, 'running') RETURNING id";
+                      VALUES ($1, $2, $3, $4, $5, 'running') \
+                      ON CONFLICT (task_id, slot_at) DO NOTHING RETURNING id";
         if claims.is_empty() {
             return Ok(Vec::new());
         }
+        // Rows locked in one order by every replica: no deadlock between two ticks.
+        let mut order: Vec<usize> = (0..claims.len()).collect();
+        order.sort_by(|a, b| claims[*a].task.id.cmp(&claims[*b].task.id));
         on_db!(&self.db, pool => {
             let mut tx = pool.begin().await?;
-            let mut ids = Vec::with_capacity(claims.len());
-            for claim in claims {
+            let mut ids = vec![None; claims.len()];
+            for i in order {
+                let claim = &claims[i];
                 let task = claim.task;
                 let moved = sqlx::query(update)
                     .bind(&task.id)
@@ -440,7 +453,6 @@ impl TaskStore {
                     .execute(&mut *tx)
                     .await?;
                 if moved.rows_affected() != 1 {
-                    ids.push(None);
                     continue;
                 }
                 let row = sqlx::query(insert)
@@ -449,9 +461,9 @@ impl TaskStore {
                     .bind(i64::from(claim.in_cadence))
                     .bind(replica)
                     .bind(now_ms)
-                    .fetch_one(&mut *tx)
+                    .fetch_optional(&mut *tx)
                     .await?;
-                ids.push(Some(row.try_get::<i64, _>(0)?));
+                ids[i] = row.map(|r| r.try_get::<i64, _>(0)).transpose()?;
             }
             tx.commit().await?;
             Ok(ids)
@@ -618,6 +630,8 @@ pub struct Scheduler {
     standing: Option<Arc<dyn Job>>,
     /// Standing orders: the least minutes between firings, the most per person.
     limits: (u32, u32),
+    /// Approval fatigue: approvals, days.
+    pub fatigue: crate::proposals::Fatigue,
 }
 
 impl Scheduler {
@@ -636,6 +650,10 @@ impl Scheduler {
             ensured: Arc::new(std::sync::atomic::AtomicBool::new(false)),
             standing: None,
             limits: (15, 20),
+            fatigue: crate::proposals::Fatigue {
+                approvals: 3,
+                days: 7,
+            },
         }
     }
 
@@ -776,8 +794,10 @@ impl Scheduler {
         };
         let now = self.clock.now_ms();
         let (first, _) = self.first_slot(&schedule, &key, now);
-        self.store.insert(&task, first, now).await?;
-        tracing::info!(task = %task.id, person = %key, schedule = %task.schedule, "a standing order was set up");
+        if !self.store.insert(&task, first, now).await? {
+            return Err(ScheduleError::Taken(task.id));
+        }
+        tracing::info!(task = %task.id, person = %key, "a standing order was set up");
         self.get(&task.id).await
     }
 
@@ -791,6 +811,10 @@ impl Scheduler {
     /// Pauses or resumes `id`; a resumed task owes its next slot after now.
     pub async fn set_active(&self, id: &str, active: bool) -> Result<Task, ScheduleError> {
         let task = self.get(id).await?;
+        if (task.state == "active") == active {
+            // Already so: a slot it owes (or one a window deferred) is kept.
+            return Ok(task);
+        }
         let now = self.clock.now_ms();
         let (next, due) = match Schedule::parse(&task.schedule) {
             Ok(schedule) => next_slot(
@@ -881,7 +905,11 @@ impl Scheduler {
             tracing::warn!(error = %e, "the scheduler cannot put its builtin tasks in its store");
         }
         let now = self.clock.now_ms();
-        let due = match self.store.due(now, TICK_LIMIT).await {
+        let due = match self
+            .store
+            .due(now, TICK_LIMIT, self.standing.is_some())
+            .await
+        {
             Ok(due) => due,
             Err(e) => {
                 tracing::warn!(error = %e, "the scheduler cannot read its tasks");
@@ -941,7 +969,8 @@ impl Scheduler {
         let schedule = match Schedule::parse(&task.schedule) {
             Ok(schedule) => schedule,
             Err(why) => {
-                tracing::warn!(task = %task.id, why = %why, "a task's schedule cannot be read: paused");
+                // Its text is the person's: kept with the task, not logged.
+                tracing::warn!(task = %task.id, "a task's schedule cannot be read: paused");
                 self.store.mark_broken(task, &why, now).await?;
                 return Ok(Decided::Nothing);
             }
@@ -998,6 +1027,10 @@ pub enum ScheduleError {
     TooMany { person: String, max: u32 },
     #[error("the request is empty")]
     EmptyQuery,
+    #[error(
+        "a standing order's request is at most {request} characters and its name {name} (its card shows them whole)"
+    )]
+    TooLong { request: usize, name: usize },
     #[error("notify is `always` or `on_change`, not `{0}`")]
     BadNotify(String),
     #[error("no schedule `{0}`")]
@@ -1006,6 +1039,8 @@ pub enum ScheduleError {
     Builtin(String),
     #[error("`{0}` is paused: resume it first")]
     Paused(String),
+    #[error("the id `{0}` is taken; try again")]
+    Taken(String),
     #[error("the scheduler's store failed")]
     Store(#[from] sqlx::Error),
 }
@@ -1063,10 +1098,12 @@ async fn run_one(job: Arc<dyn Job>, firing: Firing, store: TaskStore, clock: Arc
     };
     {
         let _entered = span.enter();
+        // Its output and error are kept with the run (`metnos schedules list`), not logged:
+        // they carry what the person asked and what services said about it.
         if status == "ok" {
             tracing::info!("a scheduled task ran");
         } else {
-            tracing::warn!(error = %output, "a scheduled task failed");
+            tracing::warn!("a scheduled task failed");
         }
     }
     let end = RunEnd {

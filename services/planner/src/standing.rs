@@ -93,7 +93,8 @@ impl Job for StandingOrders {
             language: None,
             mode: None,
         };
-        let cp = planner.start(&request);
+        let mut cp = planner.start(&request);
+        cp.scheduled = true;
         let turn_id = cp.turn_id.clone();
         let (tx, mut rx) = mpsc::channel(64);
         tokio::spawn(Arc::clone(&planner).run(cp, tx));

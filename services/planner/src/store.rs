@@ -26,6 +26,11 @@ const SQLITE: &[EmbeddedMigration] = &[
         description: "scheduler",
         sql: include_str!("../migrations/sqlite/0004_scheduler.sql"),
     },
+    EmbeddedMigration {
+        version: 5,
+        description: "proposals",
+        sql: include_str!("../migrations/sqlite/0005_proposals.sql"),
+    },
 ];
 const POSTGRES: &[EmbeddedMigration] = &[
     EmbeddedMigration {
@@ -47,6 +52,11 @@ const POSTGRES: &[EmbeddedMigration] = &[
         version: 4,
         description: "scheduler",
         sql: include_str!("../migrations/postgres/0004_scheduler.sql"),
+    },
+    EmbeddedMigration {
+        version: 5,
+        description: "proposals",
+        sql: include_str!("../migrations/postgres/0005_proposals.sql"),
     },
 ];
 

@@ -611,6 +611,50 @@ impl Planner {
         StepOutcome::Suspended
     }
 
+    /// An approved call feeds the approval-fatigue source (on its own task: a proposal is
+    /// never worth the turn's time), when Metnos may act on its own and approving it for
+    /// good was offered and not chosen.
+    fn after_approval(
+        &self,
+        cp: &Checkpoint,
+        pending: &PendingCall,
+        decision: &approval::PendingApproval,
+    ) {
+        let Some(scheduler) = self.scheduler.get() else {
+            return;
+        };
+        let chosen = decision
+            .request
+            .as_ref()
+            .map(|r| r.territory_concession)
+            .unwrap_or_default();
+        if crate::schedule_tools::is_tool(&pending.call.name)
+            || decision.territory_pattern.is_empty()
+            || chosen == approval::TerritoryConcession::Permanent as i32
+        {
+            return;
+        }
+        let seen = crate::proposals::Approved {
+            person: cp.principal(),
+            level: cp.level,
+            capability: decision.capability.clone(),
+            pattern: decision.territory_pattern.clone(),
+            target: decision.target.clone(),
+            language: decision
+                .request
+                .as_ref()
+                .map(|r| r.language)
+                .unwrap_or_default(),
+        };
+        tokio::spawn(crate::proposals::after_approval(
+            self.store.db().clone(),
+            std::sync::Arc::clone(&self.filters),
+            scheduler.fatigue,
+            seen,
+            now_ms(),
+        ));
+    }
+
     /// A resumed turn that still waits shows its card again.
     async fn show_card_again(&self, sink: &Sink, pending: &PendingCall) {
         let still_pending = self
@@ -852,6 +896,9 @@ impl Planner {
             pending.step,
             &observation,
         );
+        if status == approval::ApprovalStatus::Approved {
+            self.after_approval(cp, &pending, &decision);
+        }
         let waited =
             Duration::from_millis(u64::try_from(now_ms() - pending.started_ms).unwrap_or(0));
         let started_at = started.checked_sub(waited).unwrap_or(started);

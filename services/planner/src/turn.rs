@@ -320,6 +320,10 @@ pub struct Checkpoint {
     /// fenced: one is made when the turn goes on).
     #[serde(default, skip_serializing_if = "String::is_empty")]
     pub fence_nonce: String,
+    /// A standing order's firing, not a person's message: it sets up, pauses or deletes
+    /// no standing order.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub scheduled: bool,
     /// What the LLM was shown of the observations, indexed for copies: rebuilt from
     /// `history` wherever the turn goes on.
     #[serde(skip)]
@@ -327,6 +331,14 @@ pub struct Checkpoint {
 }
 
 impl Checkpoint {
+    /// Whether the turn has read anything from the world (a page, a file, a command's
+    /// output) so far.
+    pub fn read_the_world(&self) -> bool {
+        self.steps
+            .iter()
+            .any(|s| crate::taint::untrusted(&s.labels))
+    }
+
     /// The person the turn acts for.
     pub fn principal(&self) -> Principal {
         Principal {

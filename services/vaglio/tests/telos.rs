@@ -476,6 +476,7 @@ async fn an_in_cadence_firing_is_consented_and_only_its_quota_applies(store: Tes
         firing.origin = Origin::SchedulerInCadence;
         firing.kind = "standing_order".into();
         firing.effect_class = "standing_order:so-1".into();
+        firing.schedule_id = "so-1".into();
         let e = w.evaluate(&firing).await;
         decided.push((e.decision, e.reason.clone()));
         assert!(e.per_telos.is_empty(), "no fit weighed");
@@ -493,6 +494,9 @@ async fn an_in_cadence_firing_is_consented_and_only_its_quota_applies(store: Tes
     // Someone without a TELOS.md: their consented firing is not silenced for it.
     let mut firing = proposal("standing:so-2:0");
     firing.origin = Origin::SchedulerInCadence;
+    firing.kind = "standing_order".into();
+    firing.effect_class = "standing_order:so-2".into();
+    firing.schedule_id = "so-2".into();
     firing.person = Principal {
         channel: "telegram".into(),
         sender_id: "7".into(),
@@ -506,7 +510,9 @@ async fn an_in_cadence_firing_is_consented_and_only_its_quota_applies(store: Tes
     // Never again still holds for a consented one.
     let mut firing = proposal("standing:so-3:0");
     firing.origin = Origin::SchedulerInCadence;
+    firing.kind = "standing_order".into();
     firing.effect_class = "standing_order:so-3".into();
+    firing.schedule_id = "so-3".into();
     w.engine
         .store()
         .add_never(&roberto().to_string(), "standing_order:so-3", "p0", TEN_AM)
@@ -517,6 +523,14 @@ async fn an_in_cadence_firing_is_consented_and_only_its_quota_applies(store: Tes
         (e.decision, e.reason.as_str()),
         (Decision::Reject, "never_list")
     );
+    // "In cadence" on anything but a standing order's firing is weighed like any other:
+    // the model is asked for its fits.
+    let mut spoofed = proposal("p-spoofed");
+    spoofed.origin = Origin::SchedulerInCadence;
+    w.fits(0.9, 0.9, 0.0);
+    let e = w.evaluate(&spoofed).await;
+    assert!(!e.per_telos.is_empty(), "{e:?}");
+    assert_eq!(w.llm_calls(), 1);
 }
 
 /// Seed: a TELOS.md revision that removes a telos: the new file is in force, the old one

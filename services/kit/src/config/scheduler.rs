@@ -23,6 +23,10 @@ pub struct SchedulerConfig {
     pub min_interval_minutes: NonZero<u32>,
     /// Standing orders one person may have (active or paused).
     pub max_per_person: NonZero<u32>,
+    /// Approval fatigue: this many approvals of one capability under one folder or host
+    /// within `fatigue_days` make an offer to allow them from now on.
+    pub fatigue_approvals: NonZero<u32>,
+    pub fatigue_days: NonZero<u32>,
 }
 
 impl Default for SchedulerConfig {
@@ -33,6 +37,8 @@ impl Default for SchedulerConfig {
             turn_log_days: const { NonZero::new(90).unwrap() },
             min_interval_minutes: const { NonZero::new(15).unwrap() },
             max_per_person: const { NonZero::new(20).unwrap() },
+            fatigue_approvals: const { NonZero::new(3).unwrap() },
+            fatigue_days: const { NonZero::new(7).unwrap() },
         }
     }
 }

@@ -235,6 +235,10 @@ pub fn scope_of(person: &Principal) -> String {
 }
 
 /// The scope the owner's file is signed for.
+/// The kind of a standing order's firing (the planner's): the only in-cadence proposal
+/// taken as consented.
+pub const STANDING_ORDER: &str = "standing_order";
+
 pub const OWNER_SCOPE: &str = "owner";
 
 /// A file's identity on disk, to re-read it only when it changed.
@@ -660,7 +664,10 @@ impl TelosEngine {
         let person = p.person.to_string();
         // A standing order's firing in its cadence was consented to: it needs no telos to be
         // weighed against (and a missing or broken one does not silence it).
-        let consented = source == Source::SchedulerInCadence;
+        let consented = source == Source::SchedulerInCadence
+            && p.kind == STANDING_ORDER
+            && !p.schedule_id.is_empty()
+            && p.effect_class == format!("{STANDING_ORDER}:{}", p.schedule_id);
         let loaded = match self.load(&p.person).await? {
             Found::Good(loaded) => Some(loaded),
             Found::None | Found::Bad(..) if consented => None,

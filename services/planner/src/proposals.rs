@@ -1,0 +1,194 @@
+//! Proposals the planner makes on its own (issue 22). Each is an `ActionProposal` for the
+//! vaglio's telos engine, never a message sent directly: the engine decides by code and
+//! budget whether it is published now (a card), kept for the evening digest, or dropped.
+//!
+//! Approval fatigue: the same person approved the same capability on targets under one
+//! folder or host N times in D days (`[scheduler] fatigue_approvals`, `fatigue_days`) →
+//! "You approved writes in ~/Documents/invoices-2026/* 3 times in 7 days. Allow them from
+//! now on?" The card is an approval request of the approval service (executor
+//! `grant_offer`), so Accept is its territory flow (approve for good: the grant recorded in
+//! policy), Reject a rejection, and Never again puts the kind on the telos engine's
+//! never-list; the gateway reports the answer to the engine as feedback.
+
+use std::sync::Arc;
+
+use metnos_core::level::AutonomyLevel;
+use metnos_core::principal::Principal;
+use metnos_kit::on_db;
+use metnos_kit::store::Db;
+use metnos_proto::approval::v1 as approval;
+use metnos_proto::vaglio::v1 as vaglio;
+use serde_json::json;
+use sqlx::Row;
+
+use crate::filters::Filters;
+
+/// The kind of an approval-fatigue proposal, and its executor on the card.
+pub const GRANT_OFFER: &str = "grant_offer";
+
+/// How long a proposal's card waits for an answer (then it is silence).
+pub const CARD_TTL_SECONDS: u32 = 48 * 3600;
+
+/// What the fatigue source needs of one approved call.
+#[derive(Debug, Clone)]
+pub struct Approved {
+    pub person: Principal,
+    pub level: AutonomyLevel,
+    pub capability: String,
+    /// The pattern approving for good would grant (the approval service's proposal).
+    pub pattern: String,
+    pub target: String,
+    pub language: i32,
+}
+
+/// The approval-fatigue settings: approvals, days.
+#[derive(Debug, Clone, Copy)]
+pub struct Fatigue {
+    pub approvals: u32,
+    pub days: u32,
+}
+
+/// Notes an approved call and, at the N-th under one pattern within D days, offers the
+/// grant (once per pattern per D days). Failures are logged: a proposal is never worth a
+/// turn's error.
+pub async fn after_approval(
+    db: Db,
+    filters: Arc<dyn Filters>,
+    fatigue: Fatigue,
+    seen: Approved,
+    now_ms: i64,
+) {
+    if let Err(e) = offer_if_tired(&db, filters.as_ref(), fatigue, &seen, now_ms).await {
+        tracing::warn!(error = %e, "the approval-fatigue source failed");
+    }
+}
+
+async fn offer_if_tired(
+    db: &Db,
+    filters: &dyn Filters,
+    fatigue: Fatigue,
+    seen: &Approved,
+    now_ms: i64,
+) -> Result<(), String> {
+    if seen.pattern.is_empty() || seen.person.channel == "cli" {
+        // Nothing grantable; the terminal has no card to push (its proposals are issue 22's
+        // follow-up).
+        return Ok(());
+    }
+    let person = seen.person.to_string();
+    let since = now_ms - i64::from(fatigue.days) * 86_400_000;
+    let subject = format!("{}|{}", seen.capability, seen.pattern);
+    let id = format!("go-{}", metnos_kit::random::hex(8));
+    let description = format!(
+        "You approved {} in {} {{count}} times in {} days. Allow them from now on?",
+        seen.capability, seen.pattern, fatigue.days
+    );
+    let count = on_db!(db, pool => {
+        let mut tx = pool.begin().await.map_err(|e| e.to_string())?;
+        sqlx::query("INSERT INTO approvals_seen (person, capability, pattern, target, at) VALUES ($1, $2, $3, $4, $5)")
+            .bind(&person).bind(&seen.capability).bind(&seen.pattern).bind(&seen.target).bind(now_ms)
+            .execute(&mut *tx).await.map_err(|e| e.to_string())?;
+        let count: i64 = sqlx::query("SELECT COUNT(*) FROM approvals_seen WHERE person = $1 AND capability = $2 AND pattern = $3 AND at >= $4")
+            .bind(&person).bind(&seen.capability).bind(&seen.pattern).bind(since)
+            .fetch_one(&mut *tx).await.map_err(|e| e.to_string())?
+            .try_get(0).map_err(|e| e.to_string())?;
+        if count < i64::from(fatigue.approvals) {
+            tx.commit().await.map_err(|e| e.to_string())?;
+            return Ok(());
+        }
+        // Once per pattern per window: the row is the claim (two replicas, two approvals
+        // at once: one offer).
+        let offered = sqlx::query(
+            "INSERT INTO proposals (id, channel, sender_id, kind, subject, description, payload, decision, reason, created_at) \
+             SELECT $1, $2, $3, $4, $5, $6, $7, 'pending', '', $8 \
+             WHERE NOT EXISTS (SELECT 1 FROM proposals WHERE channel = $2 AND sender_id = $3 AND kind = $4 AND subject = $5 AND created_at >= $9)",
+        )
+        .bind(&id).bind(&seen.person.channel).bind(&seen.person.sender_id).bind(GRANT_OFFER)
+        .bind(&subject).bind(description.replace("{count}", &count.to_string()))
+        .bind(json!({"capability": seen.capability, "pattern": seen.pattern, "target": seen.target, "count": count}).to_string())
+        .bind(now_ms).bind(since)
+        .execute(&mut *tx).await.map_err(|e| e.to_string())?;
+        tx.commit().await.map_err(|e| e.to_string())?;
+        if offered.rows_affected() != 1 {
+            return Ok(());
+        }
+        count
+    });
+    let description = description.replace("{count}", &count.to_string());
+    let proposal = vaglio::ActionProposal {
+        proposal_id: id.clone(),
+        kind: GRANT_OFFER.to_owned(),
+        effect_class: format!("{GRANT_OFFER}:{}", seen.capability.to_ascii_lowercase()),
+        description: description.clone(),
+        channel: seen.person.channel.clone(),
+        origin: vaglio::ProposalOrigin::Spontaneous as i32,
+        schedule_id: String::new(),
+        principal: Some(seen.person.to_proto()),
+        session_id: String::new(),
+        level: seen.level.to_proto() as i32,
+    };
+    let result = filters
+        .evaluate_proposal(vaglio::EvaluateProposalRequest {
+            proposal: Some(proposal),
+            ..Default::default()
+        })
+        .await
+        .map_err(|s| format!("the telos engine: {}", s.message()))?;
+    let decision = match vaglio::AlignmentDecision::try_from(result.decision) {
+        Ok(vaglio::AlignmentDecision::Publish) => "publish",
+        Ok(vaglio::AlignmentDecision::DeferToDigest | vaglio::AlignmentDecision::DeferToSlot) => {
+            "digest"
+        }
+        _ => "reject",
+    };
+    tracing::info!(proposal = %id, decision, reason = %result.reason, "a grant offer was weighed");
+    let mut token = None;
+    if decision == "publish" {
+        let args = json!({
+            "capability": seen.capability,
+            "pattern": seen.pattern,
+            "count": count,
+            "days": fatigue.days,
+        });
+        let request = approval::CreatePendingRequest {
+            requester: Some(seen.person.to_proto()),
+            request: Some(approval::ApprovalRequest {
+                // Required; the approval service says it from the arguments.
+                action_verb: GRANT_OFFER.to_owned(),
+                target_summary: seen.pattern.clone(),
+                capability_class: format!("{}:{}", seen.capability, seen.pattern),
+                reversibility: approval::Reversibility::Reversible as i32,
+                territory_concession: approval::TerritoryConcession::None as i32,
+                extra_json: json!({"proposal_id": id}).to_string(),
+                language: seen.language,
+                ..Default::default()
+            }),
+            capability: seen.capability.clone(),
+            target: seen.target.clone(),
+            executor: GRANT_OFFER.to_owned(),
+            args_json: args.to_string(),
+            ttl_seconds: CARD_TTL_SECONDS,
+            territory_target: String::new(),
+            level: 0,
+        };
+        let created = filters
+            .create_pending(request)
+            .await
+            .map_err(|s| format!("the approval service: {}", s.message()))?;
+        let pending = created.approval.unwrap_or_default();
+        if let Some(card) = created.card {
+            filters
+                .show_card(&seen.person, &pending.token, card)
+                .await
+                .map_err(|s| format!("the gateway: {}", s.message()))?;
+        }
+        token = Some(pending.token);
+    }
+    on_db!(db, pool => {
+        sqlx::query("UPDATE proposals SET decision = $2, reason = $3, token = $4, sent_at = $5 WHERE id = $1")
+            .bind(&id).bind(decision).bind(&result.reason).bind(&token)
+            .bind(token.as_ref().map(|_| now_ms))
+            .execute(pool).await.map_err(|e| e.to_string())?;
+    });
+    Ok(())
+}
