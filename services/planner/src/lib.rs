@@ -36,6 +36,7 @@ use metnos_proto::planner::v1::planner_service_server::PlannerServiceServer;
 use tokio::net::TcpListener;
 
 pub mod cards;
+pub mod digest;
 pub mod engine;
 pub mod error;
 pub mod filters;
@@ -186,6 +187,7 @@ pub async fn serve(
     let log = turnlog::TurnLog::new(turns_dir.clone());
     let scheduling = config.scheduler.clone();
     let telos = config.telos.clone();
+    let telos_for_digest = config.telos.clone();
     Startup::new(SERVICE, &MIGRATIONS, &grpc::AUTHORIZATION, &config)
         .serve_with_store(listener, shutdown, move |running| {
             let filters =
@@ -223,6 +225,19 @@ pub async fn serve(
                 )
             })
             .map_err(settings)?;
+            let filters: Arc<dyn filters::Filters> = Arc::new(filters);
+            let scheduler = scheduler
+                .builtin(
+                    digest::EVENING_DIGEST.0,
+                    digest::EVENING_DIGEST.1,
+                    Arc::new(digest::EveningDigest {
+                        db: store.db().clone(),
+                        filters: Arc::clone(&filters),
+                        telos: telos_for_digest,
+                        clock: Arc::new(metnos_kit::clock::SystemClock),
+                    }),
+                )
+                .map_err(settings)?;
             running.background.spawn(
                 "shell sandbox check",
                 log_shell_sandbox(runner.clone(), catalog.clone(), running.readiness.clone()),
@@ -233,7 +248,7 @@ pub async fn serve(
                 llm,
                 catalog,
                 runner,
-                filters: Arc::new(filters),
+                filters,
                 store: store.clone(),
                 log,
             }));

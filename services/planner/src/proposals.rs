@@ -105,7 +105,7 @@ async fn offer_if_tired(
         )
         .bind(&id).bind(&seen.person.channel).bind(&seen.person.sender_id).bind(GRANT_OFFER)
         .bind(&subject).bind(description.replace("{count}", &count.to_string()))
-        .bind(json!({"capability": seen.capability, "pattern": seen.pattern, "target": seen.target, "count": count}).to_string())
+        .bind(json!({"capability": seen.capability, "pattern": seen.pattern, "target": seen.target, "count": count, "days": fatigue.days}).to_string())
         .bind(now_ms).bind(since)
         .execute(&mut *tx).await.map_err(|e| e.to_string())?;
         tx.commit().await.map_err(|e| e.to_string())?;

@@ -125,6 +125,7 @@ fn telos() -> TelosConfig {
         TelosPerson {
             time_zone: None,
             protected_windows: Some(vec!["12:30-14:00".to_owned()]),
+            digest_at: None,
         },
     );
     t

@@ -339,6 +339,7 @@ async fn windows_follow_the_person_s_time_zone(store: TestStore) {
         metnos_kit::config::TelosPerson {
             time_zone: Some("Asia/Tokyo".into()),
             protected_windows: Some(vec!["18:00-20:00".into()]),
+            digest_at: None,
         },
     );
     let w = world_with(store, config).await;

@@ -71,6 +71,8 @@ impl Default for TelosQuotas {
 pub struct TelosPerson {
     pub time_zone: Option<String>,
     pub protected_windows: Option<Vec<String>>,
+    /// Their evening digest, local time `HH:MM`.
+    pub digest_at: Option<String>,
 }
 
 impl Default for TelosConfig {
@@ -232,6 +234,17 @@ impl TelosConfig {
             .unwrap_or(&self.time_zone)
     }
 
+    /// `person`'s evening digest, minutes after local midnight (20:30 if unreadable, which
+    /// config refuses).
+    pub fn digest_minute_for(&self, person: &str) -> u16 {
+        let at = self
+            .people
+            .get(person)
+            .and_then(|p| p.digest_at.as_deref())
+            .unwrap_or(&self.digest_at);
+        minutes_of(at).unwrap_or(20 * 60 + 30)
+    }
+
     /// `person`'s protected windows (already validated).
     pub fn windows_for(&self, person: &str) -> Vec<Window> {
         self.people
@@ -294,6 +307,9 @@ impl TelosConfig {
             }
             if let Some(windows) = &settings.protected_windows {
                 check_windows(&format!("{key}.protected_windows"), windows)?;
+            }
+            if let Some(at) = &settings.digest_at {
+                minutes_of(at).map_err(|e| (format!("{key}.digest_at"), e))?;
             }
         }
         Ok(())
@@ -366,12 +382,33 @@ mod tests {
             TelosPerson {
                 time_zone: None,
                 protected_windows: Some(vec!["8-9".into()]),
+                digest_at: None,
             },
         );
         assert_eq!(
             config.check().unwrap_err().0,
             "telos.people.\"telegram:42\".protected_windows"
         );
+        config.people.insert(
+            "telegram:42".into(),
+            TelosPerson {
+                digest_at: Some("21:75".into()),
+                ..TelosPerson::default()
+            },
+        );
+        assert_eq!(
+            config.check().unwrap_err().0,
+            "telos.people.\"telegram:42\".digest_at"
+        );
+        config.people.insert(
+            "telegram:42".into(),
+            TelosPerson {
+                digest_at: Some("21:15".into()),
+                ..TelosPerson::default()
+            },
+        );
+        assert_eq!(config.digest_minute_for("telegram:42"), 21 * 60 + 15);
+        assert_eq!(config.digest_minute_for("telegram:7"), 20 * 60 + 30);
         config.people.clear();
         assert!(config.check().is_ok());
     }

@@ -28,3 +28,12 @@ CREATE TABLE proposals (
 );
 CREATE INDEX proposals_subject ON proposals (channel, sender_id, kind, subject, created_at);
 CREATE INDEX proposals_digest ON proposals (decision, channel, sender_id) WHERE sent_at IS NULL;
+
+-- The evening digests sent: one per person per evening (the row is the claim).
+CREATE TABLE digests (
+    channel   TEXT   NOT NULL,
+    sender_id TEXT   NOT NULL,
+    slot_at   INTEGER NOT NULL,
+    sent_at   INTEGER NOT NULL,
+    PRIMARY KEY (channel, sender_id, slot_at)
+);

@@ -709,8 +709,10 @@ impl TelosEngine {
             return self.settle(e, dry_run).await;
         }
         let local = self.local(&p.person);
-        let digest_minute =
-            metnos_kit::config::minutes_of(&self.settings.config.digest_at).unwrap_or(20 * 60 + 30);
+        let digest_minute = self
+            .settings
+            .config
+            .digest_minute_for(&p.person.to_string());
         let span = ViewSpan {
             now_ms: now,
             // exp(−12) ≈ 6e-6: older publications weigh nothing that matters.
