@@ -937,14 +937,25 @@ impl Conversation {
                 self.close_card_as(&token, &pending, lang).await;
                 if let Some(proposal_id) = proposal_of(&pending) {
                     // A proposal's answer is the telos engine's feedback; no turn waits.
-                    let kind = match (decision, click.data.starts_with("never:")) {
-                        (_, true) => vaglio_pb::FeedbackKind::RejectNeverAgain,
-                        (approval::Decision::Approve, _) => vaglio_pb::FeedbackKind::Accept,
-                        _ => vaglio_pb::FeedbackKind::Reject,
+                    // Accept is what recorded the grant (approved for good); a never: button
+                    // is understood as such, however its data was spaced.
+                    let never = matches!(action_of(&click.data), Ok(ClickAction::Never(_)));
+                    let kind = match (decision, territory, never) {
+                        (_, _, true) => Some(vaglio_pb::FeedbackKind::RejectNeverAgain),
+                        (
+                            approval::Decision::Approve,
+                            approval::TerritoryConcession::Permanent,
+                            _,
+                        ) => Some(vaglio_pb::FeedbackKind::Accept),
+                        (approval::Decision::Reject, _, _) => Some(vaglio_pb::FeedbackKind::Reject),
+                        // Approved otherwise (a button the card never had): nothing to learn.
+                        _ => None,
                     };
-                    self.stops
-                        .feedback(&proposal_id, kind, &person(&click.clicker))
-                        .await;
+                    if let Some(kind) = kind {
+                        self.stops
+                            .feedback(&proposal_id, kind, &person(&click.clicker))
+                            .await;
+                    }
                     return;
                 }
                 let followed = self.state().is_followed(&token);

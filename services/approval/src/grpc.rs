@@ -80,6 +80,7 @@ impl From<Error> for Status {
             | Error::EmptyExecutor
             | Error::TooBig(_)
             | Error::BadExtra
+            | Error::BadGrantOffer
             | Error::ReasonTooLong => Status::invalid_argument(error.to_string()),
             Error::NotFound => refused(
                 Status::not_found(error.to_string()),

@@ -53,6 +53,10 @@ pub enum Error {
     EmptyExecutor,
     #[error("extra_json is not a JSON object")]
     BadExtra,
+    #[error(
+        "a grant offer must name the capability and the pattern this service offers for its target"
+    )]
+    BadGrantOffer,
     #[error("cancel reason is longer than {MAX_REASON_BYTES} bytes")]
     ReasonTooLong,
     #[error("unknown token")]
@@ -358,6 +362,19 @@ impl Approvals {
         } else {
             String::new()
         };
+        if new.executor == crate::describe::GRANT_OFFER {
+            // The card says what Accept grants: the capability and the pattern computed here
+            // from the target, never a caller's other words for them.
+            let args: serde_json::Value =
+                serde_json::from_str(&new.args_json).unwrap_or(serde_json::Value::Null);
+            let said = |key: &str| args.get(key).and_then(serde_json::Value::as_str);
+            if territory_offer.is_empty()
+                || said("pattern") != Some(territory_offer.as_str())
+                || said("capability") != Some(new.capability.as_str())
+            {
+                return Err(Error::BadGrantOffer);
+            }
+        }
         let capability_class = class_of(&new.executor, &new.capability, &new.target, &self.home);
         // What the card says the call does comes from the call, not from the caller's words.
         let standing = matches!(

@@ -607,7 +607,57 @@ async fn a_grant_claim_is_one_caller_s_and_only_its_own_is_given_back(store: Tes
     );
 }
 
+/// Issue 22: a grant offer's card says what Accept grants, computed here: an offer naming
+/// another pattern or capability than this service offers for its target is refused; a
+/// matching one shows Accept (approve for good), Reject and Never again, and Accept grants
+/// that pattern.
+async fn a_grant_offer_names_exactly_what_accept_grants(store: TestStore) {
+    let (approvals, _) = open(&store).await;
+    let offer = |capability: &str, pattern: &str| NewRequest {
+        capability: "fs:write".into(),
+        target: "/home/roberto/inv/3.txt".into(),
+        territory_target: String::new(),
+        executor: "grant_offer".into(),
+        args_json:
+            serde_json::json!({"capability": capability, "pattern": pattern, "count": 3, "days": 7})
+                .to_string(),
+        extra_json: r#"{"proposal_id":"go-1"}"#.into(),
+        ttl_seconds: 48 * 3600,
+        ..request(Territory::None)
+    };
+    for (capability, pattern) in [
+        ("fs:write", "~/*"),
+        ("fs:read", "~/inv/*"),
+        ("fs:write", ""),
+    ] {
+        let refused = approvals
+            .create(offer(capability, pattern))
+            .await
+            .unwrap_err();
+        assert!(
+            matches!(refused, Error::BadGrantOffer),
+            "{capability} {pattern}: {refused:?}"
+        );
+    }
+    let (pending, card) = approvals
+        .create(offer("fs:write", "~/inv/*"))
+        .await
+        .unwrap();
+    assert!(card.lines.join(" ").contains("~/inv/*"), "{:?}", card.lines);
+    let data: Vec<String> = card.buttons[0].iter().map(|b| b.data.clone()).collect();
+    assert_eq!(
+        data,
+        [
+            format!("confirm-always:{}", pending.token),
+            format!("reject:{}", pending.token),
+            format!("never:{}", pending.token),
+        ]
+    );
+    assert_eq!(pending.territory_target, "~/inv/*");
+}
+
 metnos_kit::store_suite!(
+    a_grant_offer_names_exactly_what_accept_grants,
     a_grant_claim_is_one_caller_s_and_only_its_own_is_given_back,
     create_issues_a_token_and_a_pending_record,
     the_requester_approves_or_rejects_once,

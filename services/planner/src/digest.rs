@@ -60,7 +60,10 @@ impl Job for EveningDigest {
             match self.digest_of(&person, now).await {
                 Ok(true) => sent += 1,
                 Ok(false) => {}
-                Err(e) => tracing::warn!(person = %person, error = %e, "a digest was not sent"),
+                // What failed, in a word (services' and the store's messages stay out).
+                Err(e) => {
+                    tracing::warn!(person = %person, cause = e.split(':').next().unwrap_or_default(), "a digest was not sent; the next run tries again")
+                }
             }
         }
         Ok(format!("{sent} digest(s) sent").into())
@@ -86,6 +89,21 @@ impl EveningDigest {
         if !claimed {
             return Ok(false);
         }
+        let sent = self.send(person, now).await;
+        if sent.is_err() {
+            // Released: the next run (within the three hours) tries again.
+            on_db!(&self.db, pool => {
+                let _ = sqlx::query("DELETE FROM digests WHERE channel = $1 AND sender_id = $2 AND slot_at = $3")
+                    .bind(&person.channel).bind(&person.sender_id).bind(slot)
+                    .execute(pool).await;
+            });
+        }
+        sent
+    }
+
+    /// Sends `person`'s queued items as one message.
+    async fn send(&self, person: &Principal, now: i64) -> Result<bool, String> {
+        let _ = now;
         let limit = (self.telos.quotas.digest_items as usize).min(MAX_ITEMS);
         let items: Vec<(String, String, String, String)> = on_db!(&self.db, pool => {
             let rows = sqlx::query(
@@ -108,7 +126,9 @@ impl EveningDigest {
         let mut tokens = Vec::new();
         for (n, (id, kind, description, payload)) in items.iter().enumerate() {
             let n = n + 1;
-            let line = format!("{n}. {description}");
+            // A card line is at most 1 KiB: a description is shown shortened, never refused.
+            let shown: String = description.chars().take(300).collect();
+            let line = format!("{n}. {shown}");
             html.push(escape_html(&line));
             lines.push(line);
             if kind != GRANT_OFFER {
@@ -151,7 +171,7 @@ impl EveningDigest {
                 .filters
                 .create_pending(request)
                 .await
-                .map_err(|s| format!("the approval service: {}", s.message()))?;
+                .map_err(|s| format!("approval: {:?}", s.code()))?;
             let token = created.approval.unwrap_or_default().token;
             let button = |label: &str, kind: &str| approval::Button {
                 text: format!("{n} · {label}"),
@@ -176,7 +196,7 @@ impl EveningDigest {
         self.filters
             .show_card(person, &digest_token, card)
             .await
-            .map_err(|s| format!("the gateway: {}", s.message()))?;
+            .map_err(|s| format!("gateway: {:?}", s.code()))?;
         let sent_at = self.clock.now_ms();
         for (id, ..) in &items {
             let token = tokens

@@ -59,7 +59,11 @@ pub async fn after_approval(
     now_ms: i64,
 ) {
     if let Err(e) = offer_if_tired(&db, filters.as_ref(), fatigue, &seen, now_ms).await {
-        tracing::warn!(error = %e, "the approval-fatigue source failed");
+        // What failed, in a word: the services' and the store's messages stay out.
+        tracing::warn!(
+            cause = e.split(':').next().unwrap_or_default(),
+            "the approval-fatigue source failed"
+        );
     }
 }
 
@@ -70,7 +74,7 @@ async fn offer_if_tired(
     seen: &Approved,
     now_ms: i64,
 ) -> Result<(), String> {
-    if seen.pattern.is_empty() || seen.person.channel == "cli" {
+    if seen.pattern.is_empty() || seen.pattern.len() > MAX_PATTERN || seen.person.channel == "cli" {
         // Nothing grantable; the terminal has no card to push (its proposals are issue 22's
         // follow-up).
         return Ok(());
@@ -78,7 +82,15 @@ async fn offer_if_tired(
     let person = seen.person.to_string();
     let since = now_ms - i64::from(fatigue.days) * 86_400_000;
     let subject = format!("{}|{}", seen.capability, seen.pattern);
-    let id = format!("go-{}", metnos_kit::random::hex(8));
+    // One id per person, pattern and window-sized bucket: two replicas offering at once
+    // write the same row, and the primary key keeps one (PostgreSQL's NOT EXISTS alone would
+    // let both through).
+    let bucket = now_ms.div_euclid(i64::from(fatigue.days) * 86_400_000);
+    let id = {
+        use sha2::{Digest, Sha256};
+        let digest = Sha256::digest(format!("{person}\n{subject}\n{bucket}").as_bytes());
+        format!("go-{}", &hex::encode(digest)[..16])
+    };
     let description = format!(
         "You approved {} in {} {{count}} times in {} days. Allow them from now on?",
         seen.capability, seen.pattern, fatigue.days
@@ -101,7 +113,8 @@ async fn offer_if_tired(
         let offered = sqlx::query(
             "INSERT INTO proposals (id, channel, sender_id, kind, subject, description, payload, decision, reason, created_at) \
              SELECT $1, $2, $3, $4, $5, $6, $7, 'pending', '', $8 \
-             WHERE NOT EXISTS (SELECT 1 FROM proposals WHERE channel = $2 AND sender_id = $3 AND kind = $4 AND subject = $5 AND created_at >= $9)",
+             WHERE NOT EXISTS (SELECT 1 FROM proposals WHERE channel = $2 AND sender_id = $3 AND kind = $4 AND subject = $5 AND created_at >= $9) \
+             ON CONFLICT (id) DO NOTHING",
         )
         .bind(&id).bind(&seen.person.channel).bind(&seen.person.sender_id).bind(GRANT_OFFER)
         .bind(&subject).bind(description.replace("{count}", &count.to_string()))
@@ -143,7 +156,38 @@ async fn offer_if_tired(
     };
     tracing::info!(proposal = %id, decision, reason = %result.reason, "a grant offer was weighed");
     let mut token = None;
+    let mut decision = decision;
     if decision == "publish" {
+        match publish(filters, seen, &id, count, fatigue).await {
+            Ok(sent) => token = Some(sent),
+            Err(e) => {
+                // Not lost: the evening digest offers it.
+                tracing::warn!(proposal = %id, cause = e.split(':').next().unwrap_or_default(), "a grant offer's card was not shown; it waits for the digest");
+                decision = "digest";
+            }
+        }
+    }
+    on_db!(db, pool => {
+        sqlx::query("UPDATE proposals SET decision = $2, reason = $3, token = $4, sent_at = $5 WHERE id = $1")
+            .bind(&id).bind(decision).bind(&result.reason).bind(&token)
+            .bind(token.as_ref().map(|_| now_ms))
+            .execute(pool).await.map_err(|e| e.to_string())?;
+    });
+    Ok(())
+}
+
+/// The most bytes of a pattern offered (a card line shows it whole).
+const MAX_PATTERN: usize = 200;
+
+/// Shows a published grant offer's card; returns its approval token.
+async fn publish(
+    filters: &dyn Filters,
+    seen: &Approved,
+    id: &str,
+    count: i64,
+    fatigue: Fatigue,
+) -> Result<String, String> {
+    {
         let args = json!({
             "capability": seen.capability,
             "pattern": seen.pattern,
@@ -174,21 +218,17 @@ async fn offer_if_tired(
         let created = filters
             .create_pending(request)
             .await
-            .map_err(|s| format!("the approval service: {}", s.message()))?;
+            .map_err(|s| format!("approval: {:?}", s.code()))?;
         let pending = created.approval.unwrap_or_default();
-        if let Some(card) = created.card {
-            filters
-                .show_card(&seen.person, &pending.token, card)
-                .await
-                .map_err(|s| format!("the gateway: {}", s.message()))?;
+        let Some(card) = created.card else {
+            return Err("approval: no card".to_owned());
+        };
+        if let Err(status) = filters.show_card(&seen.person, &pending.token, card).await {
+            let _ = filters
+                .cancel(&pending.token, "the offer's card could not be shown")
+                .await;
+            return Err(format!("gateway: {:?}", status.code()));
         }
-        token = Some(pending.token);
+        Ok(pending.token)
     }
-    on_db!(db, pool => {
-        sqlx::query("UPDATE proposals SET decision = $2, reason = $3, token = $4, sent_at = $5 WHERE id = $1")
-            .bind(&id).bind(decision).bind(&result.reason).bind(&token)
-            .bind(token.as_ref().map(|_| now_ms))
-            .execute(pool).await.map_err(|e| e.to_string())?;
-    });
-    Ok(())
 }

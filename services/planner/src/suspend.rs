@@ -628,7 +628,10 @@ impl Planner {
             .as_ref()
             .map(|r| r.territory_concession)
             .unwrap_or_default();
+        // A turn the world steered (or a firing) is not the person's habit.
         if crate::schedule_tools::is_tool(&pending.call.name)
+            || cp.read_the_world()
+            || cp.scheduled
             || decision.territory_pattern.is_empty()
             || chosen == approval::TerritoryConcession::Permanent as i32
         {
