@@ -14,11 +14,11 @@ use metnos_kit::config::TelosConfig;
 use metnos_kit::on_db;
 use metnos_kit::store::Db;
 use metnos_proto::approval::v1 as approval;
-use serde_json::{Value, json};
+use serde_json::Value;
 use sqlx::Row;
 
 use crate::filters::Filters;
-use crate::proposals::{CARD_TTL_SECONDS, GRANT_OFFER};
+use crate::proposals::{GRANT_OFFER, Offer};
 use crate::scheduler::{Done, Firing, Job};
 
 /// The task's name and schedule.
@@ -89,7 +89,7 @@ impl EveningDigest {
         if !claimed {
             return Ok(false);
         }
-        let sent = self.send(person, now).await;
+        let sent = self.send(person).await;
         if sent.is_err() {
             // Released: the next run (within the three hours) tries again.
             on_db!(&self.db, pool => {
@@ -102,8 +102,7 @@ impl EveningDigest {
     }
 
     /// Sends `person`'s queued items as one message.
-    async fn send(&self, person: &Principal, now: i64) -> Result<bool, String> {
-        let _ = now;
+    async fn send(&self, person: &Principal) -> Result<bool, String> {
         let limit = (self.telos.quotas.digest_items as usize).min(MAX_ITEMS);
         let items: Vec<(String, String, String, String)> = on_db!(&self.db, pool => {
             let rows = sqlx::query(
@@ -142,31 +141,22 @@ impl EveningDigest {
                     .unwrap_or_default()
                     .to_owned()
             };
-            let args = json!({
-                "capability": text("capability"),
-                "pattern": text("pattern"),
-                "count": payload.get("count").and_then(Value::as_u64).unwrap_or_default(),
-                "days": payload.get("days").and_then(Value::as_u64).unwrap_or(7),
-            });
-            let request = approval::CreatePendingRequest {
-                requester: Some(person.to_proto()),
-                request: Some(approval::ApprovalRequest {
-                    action_verb: GRANT_OFFER.to_owned(),
-                    target_summary: text("pattern"),
-                    capability_class: format!("{}:{}", text("capability"), text("pattern")),
-                    reversibility: approval::Reversibility::Reversible as i32,
-                    territory_concession: approval::TerritoryConcession::None as i32,
-                    extra_json: json!({"proposal_id": id}).to_string(),
-                    ..Default::default()
-                }),
-                capability: text("capability"),
-                target: text("target"),
-                executor: GRANT_OFFER.to_owned(),
-                args_json: args.to_string(),
-                ttl_seconds: CARD_TTL_SECONDS,
-                territory_target: String::new(),
-                level: 0,
-            };
+            let (capability, pattern, target) =
+                (text("capability"), text("pattern"), text("target"));
+            let request = Offer {
+                person,
+                id,
+                capability: &capability,
+                pattern: &pattern,
+                target: &target,
+                count: payload
+                    .get("count")
+                    .and_then(Value::as_u64)
+                    .unwrap_or_default(),
+                days: payload.get("days").and_then(Value::as_u64).unwrap_or(7),
+                language: 0,
+            }
+            .request();
             let created = self
                 .filters
                 .create_pending(request)

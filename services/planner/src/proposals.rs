@@ -179,6 +179,52 @@ async fn offer_if_tired(
 /// The most bytes of a pattern offered (a card line shows it whole).
 const MAX_PATTERN: usize = 200;
 
+/// A grant offer as an approval request: `capability` on `pattern` (the pattern the approval
+/// service computes for `target`, which it checks), for `person`, naming proposal `id`.
+#[derive(Debug, Clone, Copy)]
+pub struct Offer<'a> {
+    pub person: &'a Principal,
+    pub id: &'a str,
+    pub capability: &'a str,
+    pub pattern: &'a str,
+    pub target: &'a str,
+    pub count: u64,
+    pub days: u64,
+    pub language: i32,
+}
+
+impl Offer<'_> {
+    pub fn request(&self) -> approval::CreatePendingRequest {
+        let args = json!({
+            "capability": self.capability,
+            "pattern": self.pattern,
+            "count": self.count,
+            "days": self.days,
+        });
+        approval::CreatePendingRequest {
+            requester: Some(self.person.to_proto()),
+            request: Some(approval::ApprovalRequest {
+                // Required; the approval service says it from the arguments.
+                action_verb: GRANT_OFFER.to_owned(),
+                target_summary: self.pattern.to_owned(),
+                capability_class: format!("{}:{}", self.capability, self.pattern),
+                reversibility: approval::Reversibility::Reversible as i32,
+                territory_concession: approval::TerritoryConcession::None as i32,
+                extra_json: json!({"proposal_id": self.id}).to_string(),
+                language: self.language,
+                ..Default::default()
+            }),
+            capability: self.capability.to_owned(),
+            target: self.target.to_owned(),
+            executor: GRANT_OFFER.to_owned(),
+            args_json: args.to_string(),
+            ttl_seconds: CARD_TTL_SECONDS,
+            territory_target: String::new(),
+            level: 0,
+        }
+    }
+}
+
 /// Shows a published grant offer's card; returns its approval token.
 async fn publish(
     filters: &dyn Filters,
@@ -187,48 +233,30 @@ async fn publish(
     count: i64,
     fatigue: Fatigue,
 ) -> Result<String, String> {
-    {
-        let args = json!({
-            "capability": seen.capability,
-            "pattern": seen.pattern,
-            "count": count,
-            "days": fatigue.days,
-        });
-        let request = approval::CreatePendingRequest {
-            requester: Some(seen.person.to_proto()),
-            request: Some(approval::ApprovalRequest {
-                // Required; the approval service says it from the arguments.
-                action_verb: GRANT_OFFER.to_owned(),
-                target_summary: seen.pattern.clone(),
-                capability_class: format!("{}:{}", seen.capability, seen.pattern),
-                reversibility: approval::Reversibility::Reversible as i32,
-                territory_concession: approval::TerritoryConcession::None as i32,
-                extra_json: json!({"proposal_id": id}).to_string(),
-                language: seen.language,
-                ..Default::default()
-            }),
-            capability: seen.capability.clone(),
-            target: seen.target.clone(),
-            executor: GRANT_OFFER.to_owned(),
-            args_json: args.to_string(),
-            ttl_seconds: CARD_TTL_SECONDS,
-            territory_target: String::new(),
-            level: 0,
-        };
-        let created = filters
-            .create_pending(request)
-            .await
-            .map_err(|s| format!("approval: {:?}", s.code()))?;
-        let pending = created.approval.unwrap_or_default();
-        let Some(card) = created.card else {
-            return Err("approval: no card".to_owned());
-        };
-        if let Err(status) = filters.show_card(&seen.person, &pending.token, card).await {
-            let _ = filters
-                .cancel(&pending.token, "the offer's card could not be shown")
-                .await;
-            return Err(format!("gateway: {:?}", status.code()));
-        }
-        Ok(pending.token)
+    let request = Offer {
+        person: &seen.person,
+        id,
+        capability: &seen.capability,
+        pattern: &seen.pattern,
+        target: &seen.target,
+        count: u64::try_from(count).unwrap_or_default(),
+        days: u64::from(fatigue.days),
+        language: seen.language,
     }
+    .request();
+    let created = filters
+        .create_pending(request)
+        .await
+        .map_err(|s| format!("approval: {:?}", s.code()))?;
+    let pending = created.approval.unwrap_or_default();
+    let Some(card) = created.card else {
+        return Err("approval: no card".to_owned());
+    };
+    if let Err(status) = filters.show_card(&seen.person, &pending.token, card).await {
+        let _ = filters
+            .cancel(&pending.token, "the offer's card could not be shown")
+            .await;
+        return Err(format!("gateway: {:?}", status.code()));
+    }
+    Ok(pending.token)
 }
