@@ -99,6 +99,23 @@ async fn start_policy(
     .await
 }
 
+/// Approval (on `store`, sweeping every second) with policy at `policy_addr`, whether or
+/// not anything listens there yet.
+async fn approval_with_policy_at(
+    store: &TestStore,
+    data: &std::path::Path,
+    policy_addr: std::net::SocketAddr,
+) -> TestServer {
+    let mut cfg = config(data);
+    cfg.approval.store = store.config_value();
+    cfg.policy.url = format!("http://{policy_addr}");
+    cfg.approval.sweep_interval_seconds = NonZero::new(1).unwrap();
+    TestServer::start(&cfg.clone(), ServiceName::Approval, None, move |l, s| {
+        metnos_approval::serve(cfg, l, s)
+    })
+    .await
+}
+
 /// Approval (on `store`) with a policy service, or with none listening at its URL.
 async fn stack(store: &TestStore, with_policy: bool, clock: Option<ManualClock>) -> Stack {
     let data = tempfile::tempdir().unwrap();
@@ -327,14 +344,7 @@ async fn a_grant_that_policy_could_not_take_is_recorded_once_policy_is_back() {
     let policy_addr = policy_listener.local_addr().unwrap();
     drop(policy_listener);
     let data = tempfile::tempdir().unwrap();
-    let mut cfg = config(data.path());
-    cfg.approval.store = store.config_value();
-    cfg.policy.url = format!("http://{policy_addr}");
-    cfg.approval.sweep_interval_seconds = NonZero::new(1).unwrap();
-    let approval = TestServer::start(&cfg.clone(), ServiceName::Approval, None, move |l, s| {
-        metnos_approval::serve(cfg, l, s)
-    })
-    .await;
+    let approval = approval_with_policy_at(&store, data.path(), policy_addr).await;
     let mut client = Client::new(&approval);
     let created = client
         .create_pending(create(pb::TerritoryConcession::Permanent))
@@ -359,22 +369,9 @@ async fn a_grant_that_policy_could_not_take_is_recorded_once_policy_is_back() {
 
     let listener = tokio::net::TcpListener::bind(policy_addr).await.unwrap();
     let policy = start_policy(data.path(), Some(listener)).await;
-    let mut granted = None;
-    for _ in 0..100 {
-        let p = client
-            .get_pending(pb::GetPendingRequest {
-                token: token.clone(),
-            })
-            .await
-            .unwrap()
-            .into_inner();
-        if let Some(id) = p.approval.unwrap().grant_id {
-            granted = Some(id);
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-    let grant_id = granted.expect("the sweeper recorded the grant once policy was back");
+    let grant_id = grant_within_10s(&mut client, &token)
+        .await
+        .expect("the sweeper recorded the grant once policy was back");
     assert_eq!(
         policy_outcome(&policy, "~/downloads/y.pdf").await.1,
         Some(grant_id)
@@ -876,6 +873,17 @@ async fn with_programmable_policy(
     (approval, policy, data)
 }
 
+/// The grant an approval noted, waiting up to 10 s for the sweeper to note one.
+async fn grant_within_10s(client: &mut Client, token: &str) -> Option<i64> {
+    for _ in 0..100 {
+        if let Some(id) = grant_of(client, token).await {
+            return Some(id);
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    None
+}
+
 async fn grant_of(client: &mut Client, token: &str) -> Option<i64> {
     client
         .get_pending(pb::GetPendingRequest {
@@ -961,5 +969,156 @@ async fn a_grant_policy_refuses_for_good_is_not_asked_again_and_blocks_no_other(
         calls,
         [format!("approval:{refused}"), format!("approval:{other}")],
         "the refused grant was asked once"
+    );
+}
+
+/// Issue 22's unused-grants proposal: a revocation offer (executor `grant_revoke`) names
+/// grants by id; the card is written from policy's records, only the requester's own
+/// active grants may be named, and Accept (a plain approval) revokes exactly those — also
+/// when policy was down at the click (the sweeper revokes them once it is back).
+#[tokio::test]
+async fn a_revocation_offer_names_only_the_persons_active_grants_and_accept_revokes_them() {
+    use metnos_proto::policy::v1 as policy_pb;
+    let store = TestStore::sqlite();
+    let data = tempfile::tempdir().unwrap();
+    let policy_listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let policy_addr = policy_listener.local_addr().unwrap();
+    let policy = start_policy(data.path(), Some(policy_listener)).await;
+    let approval = approval_with_policy_at(&store, data.path(), policy_addr).await;
+    let mut client = Client::new(&approval);
+    let mut owner = PolicyServiceClient::new(policy.channel_as(Identity::Owner));
+    let eve = Some(Principal {
+        channel: "telegram".into(),
+        sender_id: "eve".into(),
+    });
+    let mut grant = async |who: &Option<Principal>, capability: &str, target: &str| {
+        owner
+            .record_grant(policy_pb::RecordGrantRequest {
+                principal: who.clone(),
+                capability: capability.into(),
+                target: target.into(),
+                expires_at: None,
+                granted_by: "test".into(),
+                idempotency_key: String::new(),
+            })
+            .await
+            .unwrap()
+            .into_inner()
+            .grant
+            .unwrap()
+            .id
+    };
+    let old = grant(&roberto(), "fs:write", "~/old/*").await;
+    let site = grant(&roberto(), "network:http", "example.org").await;
+    let gone = grant(&roberto(), "fs:write", "~/gone/*").await;
+    let eves = grant(&eve, "fs:write", "~/eve/*").await;
+    let mut owner = PolicyServiceClient::new(policy.channel_as(Identity::Owner));
+    owner
+        .revoke_grant(policy_pb::RevokeGrantRequest { grant_id: gone })
+        .await
+        .unwrap();
+    let offer = |ids: Vec<i64>, capability: &str| pb::CreatePendingRequest {
+        requester: roberto(),
+        request: Some(pb::ApprovalRequest {
+            action_verb: "grant_revoke".into(),
+            target_summary: "grants".into(),
+            capability_class: "grant_revoke".into(),
+            reversibility: pb::Reversibility::Reversible as i32,
+            extra_json: r#"{"proposal_id":"sg-1"}"#.into(),
+            language: Language::English as i32,
+            ..Default::default()
+        }),
+        capability: capability.into(),
+        target: "whatever the caller says".into(),
+        executor: "grant_revoke".into(),
+        args_json: serde_json::json!({ "grants": ids }).to_string(),
+        ttl_seconds: 0,
+        territory_target: String::new(),
+        level: 0,
+    };
+    // Someone else's grant, a revoked one, an unknown one, a capability, none, twice, too many.
+    for (ids, capability) in [
+        (vec![old, eves], ""),
+        (vec![old, gone], ""),
+        (vec![old, 999_999], ""),
+        (vec![old], "fs:write"),
+        (vec![], ""),
+        (vec![old, old], ""),
+        ((1..=9).collect(), ""),
+    ] {
+        let refused = client.create_pending(offer(ids.clone(), capability)).await;
+        let status = refused.expect_err("a forged revocation offer is refused");
+        assert_eq!(
+            status.code(),
+            tonic::Code::InvalidArgument,
+            "{ids:?}: {status:?}"
+        );
+        assert!(status.message().contains("revocation offer"), "{status:?}");
+    }
+    let created = client
+        .create_pending(offer(vec![site, old], ""))
+        .await
+        .unwrap()
+        .into_inner();
+    let pending = created.approval.unwrap();
+    assert_eq!(pending.executor, "grant_revoke");
+    let card = created.card.unwrap();
+    let text = card.lines.join("\n");
+    assert!(text.contains("revoke 2 grants you no longer use"), "{text}");
+    assert!(
+        text.contains("network:http example.org (never used in 0 days)")
+            && text.contains("fs:write")
+            && text.contains("old/*"),
+        "{text}"
+    );
+    assert!(
+        !text.contains("whatever the caller says") && !text.contains("~/eve"),
+        "{text}"
+    );
+    let buttons: Vec<&str> = card.buttons[0]
+        .buttons
+        .iter()
+        .map(|b| b.data.as_str())
+        .collect();
+    let token = pending.token.clone();
+    assert_eq!(
+        buttons,
+        [
+            format!("approve:{token}"),
+            format!("reject:{token}"),
+            format!("never:{token}")
+        ]
+    );
+    // Policy is down when roberto accepts: the decision stands, the sweeper revokes later.
+    policy.stop().await;
+    let approved = resolve(&mut client, &token, pb::Decision::Approve)
+        .await
+        .unwrap();
+    assert_eq!(approved.status, pb::ApprovalStatus::Approved as i32);
+    let listener = tokio::net::TcpListener::bind(policy_addr).await.unwrap();
+    let policy = start_policy(data.path(), Some(listener)).await;
+    assert!(
+        grant_within_10s(&mut client, &token).await.is_some(),
+        "the sweeper revoked them once policy was back"
+    );
+    let mut owner = PolicyServiceClient::new(policy.channel_as(Identity::Owner));
+    let active: Vec<i64> = owner
+        .list_grants(policy_pb::ListGrantsRequest::default())
+        .await
+        .unwrap()
+        .into_inner()
+        .grants
+        .iter()
+        .map(|g| g.id)
+        .collect();
+    assert_eq!(
+        active,
+        [eves],
+        "roberto's two named grants revoked, eve's kept"
+    );
+    assert_eq!(
+        policy_outcome(&policy, "~/old/x.txt").await.0,
+        Outcome::ApprovalRequired as i32,
+        "a write there asks again"
     );
 }

@@ -325,22 +325,17 @@ weight: 0.4
 activation_threshold: 0.4
 ";
 
-/// Issue 22: approval fatigue. Ada approves three writes under one folder; the planner's
-/// proposal source offers to allow them from now on — weighed by the telos engine (her
-/// TELOS.md, the model's fits), published as a card with Accept / Reject / Never again.
-/// Accept records the grant through the approval service's territory flow: the fourth
-/// write in that folder needs no card.
-#[tokio::test]
-async fn three_approved_writes_in_a_folder_bring_an_offer_and_accept_records_the_grant() {
-    let s = stack_with(&[
-        (
-            "METNOS_TELOS__OWNER_PRINCIPALS",
-            &format!("[\"telegram:{ADA}\"]"),
-        ),
+/// The stack with Ada's TELOS.md signed (the owner's file, which `telos.owner_principals`
+/// names her to), no protected window, and the model answering what no script gives: the
+/// fit estimate when asked for one (its JSON schema), else the turn's final words.
+async fn telos_stack(settings: &[(&str, &str)]) -> Stack {
+    let owner = format!("[\"telegram:{ADA}\"]");
+    let mut all = vec![
+        ("METNOS_TELOS__OWNER_PRINCIPALS", owner.as_str()),
         ("METNOS_TELOS__PROTECTED_WINDOWS", "[]"),
-    ])
-    .await;
-    // Her telos: the owner's file, which `telos.owner_principals` names her to.
+    ];
+    all.extend_from_slice(settings);
+    let s = stack_with(&all).await;
     let source = s.sandbox.dir.path().join("telos.md");
     std::fs::write(&source, ADA_TELOS).unwrap();
     let signed = s
@@ -356,19 +351,28 @@ async fn three_approved_writes_in_a_folder_bring_an_offer_and_accept_records_the
         "{}",
         String::from_utf8_lossy(&signed.stderr)
     );
-    s.pair(ADA, "Ada", "supervised").await;
-    // Every answer the script does not give: the fit estimate when asked for one (its
-    // JSON schema), else the turn's final words — whichever comes first.
     s.llm.always(Reply::from_request(|body| {
         if body.get("format").is_some_and(|f| !f.is_null()) {
             Reply::Json(json!({"fits": [
-                {"telos_id": "t.tempo", "fit": 0.9, "why": "no more cards for these"},
-                {"telos_id": "t.ordine", "fit": 0.6, "why": "invoices in one place"},
+                {"telos_id": "t.tempo", "fit": 0.9, "why": "fewer cards and permissions to watch"},
+                {"telos_id": "t.ordine", "fit": 0.6, "why": "things in their place"},
             ]}))
         } else {
             Reply::Text("Written.".into())
         }
     }));
+    s
+}
+
+/// Issue 22: approval fatigue. Ada approves three writes under one folder; the planner's
+/// proposal source offers to allow them from now on — weighed by the telos engine (her
+/// TELOS.md, the model's fits), published as a card with Accept / Reject / Never again.
+/// Accept records the grant through the approval service's territory flow: the fourth
+/// write in that folder needs no card.
+#[tokio::test]
+async fn three_approved_writes_in_a_folder_bring_an_offer_and_accept_records_the_grant() {
+    let s = telos_stack(&[]).await;
+    s.pair(ADA, "Ada", "supervised").await;
     let written = |tg: &FakeTelegram, n: usize| {
         tg.texts_to(ADA).iter().filter(|t| *t == "Written.").count() >= n
     };
@@ -442,6 +446,195 @@ async fn three_approved_writes_in_a_folder_bring_an_offer_and_accept_records_the
     s.tg.until("the fourth write", |tg| written(tg, 4)).await;
     assert_eq!(s.cards().len(), 4, "no card for a write the grant covers");
     assert!(s.home().join("inv/4.txt").exists());
+}
+
+/// Issue 22's unused grants: Ada's grants not used for 90 days are offered for revocation
+/// on a card the approval service writes from policy's records (her recent grant and Bob's
+/// old one are not on it); Bob cannot accept it; her Accept revokes exactly those two, and
+/// a write where one of them allowed it asks again.
+#[tokio::test]
+async fn grants_unused_for_ninety_days_are_offered_for_revocation_and_accept_revokes_them() {
+    let s = telos_stack(&[("METNOS_SCHEDULER__TICK_SECONDS", "1")]).await;
+    s.pair(ADA, "Ada", "supervised").await;
+    s.pair(BOB, "Bob", "full").await;
+    let ada = ADA.to_string();
+    let bob = BOB.to_string();
+    for (who, capability, target) in [
+        (&ada, "fs:write", "~/old/*"),
+        (&ada, "network:http", "example.org"),
+        (&ada, "fs:write", "~/recent/*"),
+        (&bob, "fs:write", "~/bobs/*"),
+    ] {
+        let (code, _, stderr) = s
+            .sandbox
+            .run(&[
+                "grants",
+                "add",
+                "--channel",
+                "telegram",
+                "--sender",
+                who,
+                capability,
+                target,
+            ])
+            .await;
+        assert_eq!(code, 0, "{stderr}");
+    }
+    // Three of them last used (or granted) 100 days ago, in policy's own store.
+    let policy_db = s.sandbox.data_dir().join("policy.db");
+    let pool = sqlx::SqlitePool::connect(&format!("sqlite://{}", policy_db.display()))
+        .await
+        .unwrap();
+    let long_ago = now_ms() - 100 * 86_400_000;
+    sqlx::query("UPDATE grants SET granted_at = ? WHERE target NOT LIKE '%recent%'")
+        .bind(long_ago)
+        .execute(&pool)
+        .await
+        .unwrap();
+    pool.close().await;
+    // The builtin task, run now (it is in the store from the scheduler's first tick).
+    let mut ran = (1, String::new());
+    for _ in 0..50 {
+        let (code, _, stderr) = s
+            .sandbox
+            .run(&["schedules", "run", "builtin:stale_grants"])
+            .await;
+        ran = (code, stderr);
+        if code == 0 {
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    }
+    assert_eq!(ran.0, 0, "{}", ran.1);
+    let (_, buttons) = s.nth_card(1).await;
+    let card = s.cards()[0].clone();
+    assert_eq!(card.body["chat_id"], json!(ADA), "the offer goes to Ada");
+    let text = card.body["text"].as_str().unwrap_or_default().to_owned();
+    assert!(text.contains("revoke 2 grants you no longer use"), "{text}");
+    assert!(
+        text.contains("fs:write ~/old/* (never used in 100 days)")
+            && text.contains("network:http example.org (never used in 100 days)"),
+        "{text}"
+    );
+    assert!(!text.contains("recent") && !text.contains("bobs"), "{text}");
+    let labels: Vec<&str> = buttons[0].iter().map(|(t, _)| t.as_str()).collect();
+    assert_eq!(labels, ["Accept", "Reject", "Never again"]);
+    assert!(buttons[0][0].1.starts_with("approve:"), "{buttons:?}");
+    // Bob cannot accept it for her; his own grant stays his.
+    s.tg.click(BOB, 2, user(BOB, "Bob", "en"), &buttons[0][0].1);
+    s.tg.until("Bob told", |tg| {
+        tg.texts_to(BOB)
+            .iter()
+            .any(|t| t == "Approval cannot be resolved: decider not authorised")
+    })
+    .await;
+    let (_, listed, _) = s.sandbox.run(&["grants", "list"]).await;
+    assert!(listed.contains("example.org"), "{listed}");
+    s.tg.click(ADA, 2, user(ADA, "Ada", "en"), &buttons[0][0].1);
+    s.tg.until("the offer closed", |tg| {
+        tg.calls("editMessageText").iter().any(|c| {
+            c.body["text"]
+                .as_str()
+                .unwrap_or_default()
+                .contains("approved")
+        })
+    })
+    .await;
+    let mut listed = String::new();
+    for _ in 0..50 {
+        listed = s.sandbox.run(&["grants", "list"]).await.1;
+        if !listed.contains("example.org") {
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    }
+    assert!(
+        !listed.contains("example.org") && !listed.contains("/old/"),
+        "her two unused grants are revoked: {listed}"
+    );
+    assert!(
+        listed.contains("/recent/") && listed.contains("/bobs/"),
+        "the others stay: {listed}"
+    );
+    // A write where the revoked grant allowed it asks again.
+    s.llm.push(tool_calls(
+        "fs_write",
+        json!({"path": "~/old/a.txt", "content": "x"}),
+    ));
+    s.tg.message(ADA, user(ADA, "Ada", "en"), "write it");
+    s.nth_card(2).await;
+    assert!(!s.home().join("old/a.txt").exists());
+}
+
+/// A turn the world steered (here it read a file first) is not the person's habit: its
+/// approvals do not count toward a grant offer. Three such writes, then three plain ones:
+/// the offer comes only after the third plain one, and says three.
+#[tokio::test]
+async fn approvals_in_turns_that_read_the_world_do_not_count_toward_an_offer() {
+    let s = telos_stack(&[]).await;
+    s.pair(ADA, "Ada", "supervised").await;
+    // Her notes may be read without a card: only the writes ask.
+    std::fs::write(s.home().join("notes.txt"), "file the invoices").unwrap();
+    let ada = ADA.to_string();
+    let (code, _, stderr) = s
+        .sandbox
+        .run(&[
+            "grants",
+            "add",
+            "--channel",
+            "telegram",
+            "--sender",
+            &ada,
+            "fs:read",
+            "~/notes.txt",
+        ])
+        .await;
+    assert_eq!(code, 0, "{stderr}");
+    let written = |tg: &FakeTelegram, n: usize| {
+        tg.texts_to(ADA).iter().filter(|t| *t == "Written.").count() >= n
+    };
+    for i in 1..=6 {
+        if i <= 3 {
+            s.llm
+                .push(tool_calls("fs_read", json!({"path": "~/notes.txt"})));
+        }
+        s.llm.push(tool_calls(
+            "fs_write",
+            json!({"path": format!("~/inv/{i}.txt"), "content": "an invoice"}),
+        ));
+        s.tg.message(ADA, user(ADA, "Ada", "en"), "file this invoice");
+        let (_, buttons) = s.nth_card(i).await;
+        s.tg.click(ADA, 2, user(ADA, "Ada", "en"), &buttons[0][0].1);
+        s.tg.until("the write", |tg| written(tg, i)).await;
+        assert!(s.home().join(format!("inv/{i}.txt")).exists());
+    }
+    s.nth_card(7).await;
+    let offer = s.cards()[6].body["text"]
+        .as_str()
+        .unwrap_or_default()
+        .to_owned();
+    assert!(
+        offer.contains("writes in ~/inv/") && offer.contains("you approved 3 of them in 7 days"),
+        "only the three plain approvals counted: {offer}"
+    );
+    let cards: Vec<String> = s.cards()[..6]
+        .iter()
+        .map(|c| c.body["text"].as_str().unwrap_or_default().to_owned())
+        .collect();
+    assert!(
+        cards.iter().all(|c| !c.contains("from now on")),
+        "no offer before: {cards:?}"
+    );
+}
+
+fn now_ms() -> i64 {
+    i64::try_from(
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap()
+            .as_millis(),
+    )
+    .unwrap()
 }
 
 #[tokio::test]

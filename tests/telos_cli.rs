@@ -341,11 +341,41 @@ async fn the_owner_writes_signs_and_verifies_a_telos_and_proposals_are_weighed_a
         .await
         .unwrap_err();
     assert_eq!(refused.code(), tonic::Code::PermissionDenied);
-    let refused = as_planner
-        .record_feedback(pb::RecordFeedbackRequest::default())
+    // The planner says only that a card went unanswered (48 h), never what a person chose.
+    let ada = Some(Principal {
+        channel: "telegram".into(),
+        sender_id: "42".into(),
+    });
+    for kind in [
+        pb::FeedbackKind::Accept,
+        pb::FeedbackKind::Reject,
+        pb::FeedbackKind::RejectNeverAgain,
+        pb::FeedbackKind::Stop,
+    ] {
+        let refused = as_planner
+            .record_feedback(pb::RecordFeedbackRequest {
+                proposal_id: "weak".into(),
+                kind: kind as i32,
+                principal: ada.clone(),
+            })
+            .await
+            .unwrap_err();
+        assert_eq!(refused.code(), tonic::Code::PermissionDenied, "{kind:?}");
+        assert!(
+            refused.message().contains("only a proposal's silence"),
+            "{refused:?}"
+        );
+    }
+    as_planner
+        .record_feedback(pb::RecordFeedbackRequest {
+            proposal_id: "weak".into(),
+            kind: pb::FeedbackKind::Silence48h as i32,
+            principal: ada.clone(),
+        })
         .await
-        .unwrap_err();
-    assert_eq!(refused.code(), tonic::Code::PermissionDenied);
+        .expect("the planner records a silence");
+    let (_, stdout, _) = sandbox.run(&["telos", "never", "list"]).await;
+    assert_eq!(stdout, "", "a silence never-lists nothing");
 
     // One spelling per channel, class and id: the ledger and the never-list key on them.
     for (mutate, words) in [

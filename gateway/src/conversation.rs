@@ -937,16 +937,23 @@ impl Conversation {
                 self.close_card_as(&token, &pending, lang).await;
                 if let Some(proposal_id) = proposal_of(&pending) {
                     // A proposal's answer is the telos engine's feedback; no turn waits.
-                    // Accept is what recorded the grant (approved for good); a never: button
-                    // is understood as such, however its data was spaced.
+                    // Accept is what recorded the grant (a grant offer approved for good) or
+                    // revoked the grants (a revocation offer approved); a never: button is
+                    // understood as such, however its data was spaced.
                     let never = matches!(action_of(&click.data), Ok(ClickAction::Never(_)));
+                    let revocation = pending.executor == "grant_revoke";
                     let kind = match (decision, territory, never) {
                         (_, _, true) => Some(vaglio_pb::FeedbackKind::RejectNeverAgain),
                         (
                             approval::Decision::Approve,
                             approval::TerritoryConcession::Permanent,
                             _,
-                        ) => Some(vaglio_pb::FeedbackKind::Accept),
+                        ) if !revocation => Some(vaglio_pb::FeedbackKind::Accept),
+                        (approval::Decision::Approve, approval::TerritoryConcession::None, _)
+                            if revocation =>
+                        {
+                            Some(vaglio_pb::FeedbackKind::Accept)
+                        }
                         (approval::Decision::Reject, _, _) => Some(vaglio_pb::FeedbackKind::Reject),
                         // Approved otherwise (a button the card never had): nothing to learn.
                         _ => None,

@@ -414,9 +414,15 @@ pub fn render(request: &CardRequest, token: &str) -> Card {
     }
 }
 
-/// A proposal's card (a grant offer): its lines, and Accept — approving with the offered
-/// pattern for good, so the grant is recorded — Reject, and Never again.
-pub fn proposal_buttons(mut card: Card, token: &str, language: Language) -> Card {
+/// A proposal's card: its lines, and Accept (`accept_kind`, the callback it sends: for a
+/// grant offer `confirm-always`, approving with the offered pattern for good so the grant
+/// is recorded; for a revocation offer `approve`), Reject, and Never again.
+pub fn proposal_buttons(
+    mut card: Card,
+    accept_kind: &str,
+    token: &str,
+    language: Language,
+) -> Card {
     let (accept, reject, never) = match language {
         Language::Italian => ("Accetta", "Rifiuta", "Mai più"),
         Language::English => ("Accept", "Reject", "Never again"),
@@ -426,7 +432,7 @@ pub fn proposal_buttons(mut card: Card, token: &str, language: Language) -> Card
         data: format!("{kind}:{token}"),
     };
     card.buttons = vec![vec![
-        button(accept, "confirm-always"),
+        button(accept, accept_kind),
         button(reject, "reject"),
         button(never, "never"),
     ]];

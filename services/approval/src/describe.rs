@@ -163,6 +163,44 @@ pub const SCHEDULE_CREATE: &str = "schedule_create";
 pub const SCHEDULE_DELETE: &str = "schedule_delete";
 /// A proposal of the planner's: allow from now on what the person kept approving.
 pub const GRANT_OFFER: &str = "grant_offer";
+/// A proposal of the planner's: revoke grants the person has not used for long.
+pub const GRANT_REVOKE: &str = "grant_revoke";
+
+/// A revocation offer's card, from policy's own records of the grants: each grant's
+/// capability, pattern and how long it has gone unused.
+pub fn grant_revoke(
+    grants: &[metnos_proto::policy::v1::Grant],
+    now_ms: i64,
+    language: Language,
+    home: &Path,
+) -> Described {
+    let it = language == Language::Italian;
+    let items: Vec<String> = grants
+        .iter()
+        .map(|g| {
+            let last = [&g.last_used_at, &g.granted_at]
+                .into_iter()
+                .find_map(|t| t.as_ref().and_then(metnos_kit::time::from_timestamp))
+                .unwrap_or(now_ms);
+            let days = (now_ms - last).max(0) / 86_400_000;
+            let pattern = short(&crate::service::shown_path(&g.target, home), 60);
+            match (g.last_used_at.is_some(), it) {
+                (true, true) => format!("{} {pattern} (non usato da {days} giorni)", g.capability),
+                (true, false) => format!("{} {pattern} (unused for {days} days)", g.capability),
+                (false, true) => format!("{} {pattern} (mai usato in {days} giorni)", g.capability),
+                (false, false) => format!("{} {pattern} (never used in {days} days)", g.capability),
+            }
+        })
+        .collect();
+    Described {
+        verb: if it {
+            format!("revochi {} permessi che non usi più", grants.len())
+        } else {
+            format!("revoke {} grants you no longer use", grants.len())
+        },
+        summary: items.join("; "),
+    }
+}
 
 /// A standing order's card: the request, its schedule in words in the person's time zone
 /// and its next three firings — computed here from the bound arguments, as they will be

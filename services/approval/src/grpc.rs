@@ -81,6 +81,7 @@ impl From<Error> for Status {
             | Error::TooBig(_)
             | Error::BadExtra
             | Error::BadGrantOffer
+            | Error::BadRevokeOffer
             | Error::ReasonTooLong => Status::invalid_argument(error.to_string()),
             Error::NotFound => refused(
                 Status::not_found(error.to_string()),
@@ -107,6 +108,7 @@ impl From<Error> for Status {
                 Status::permission_denied(error.to_string())
             }
             Error::Unauthenticated => Status::unauthenticated(error.to_string()),
+            Error::PolicyUnavailable(_) => Status::unavailable(error.to_string()),
             Error::Store(e) => failure_status(crate::SERVICE, "the approval store", &e),
         }
     }
@@ -256,6 +258,7 @@ pub fn pending_msg(p: &Pending) -> pb::PendingApproval {
         grant_id: p.grant_id,
         level: p.policy_level.map_or(0, |level| level.to_wire()),
         territory_pattern: p.territory_target.clone(),
+        executor: p.executor.clone(),
     }
 }
 

@@ -27,6 +27,9 @@ const MAX_REASON_BYTES: usize = 1024;
 /// idempotency key keeps a late second try from recording a twin).
 const GRANT_CLAIM_MS: i64 = 30_000;
 
+/// The most grants one revocation offer names (one card line each would not fit more).
+pub const MAX_REVOKED: usize = 8;
+
 /// How long policy is given to record a grant.
 const POLICY_DEADLINE: std::time::Duration = std::time::Duration::from_secs(10);
 
@@ -57,6 +60,12 @@ pub enum Error {
         "a grant offer must name the capability and the pattern this service offers for its target"
     )]
     BadGrantOffer,
+    #[error(
+        "a revocation offer must name, by id, 1 to {MAX_REVOKED} of its person's active grants, with no capability"
+    )]
+    BadRevokeOffer,
+    #[error("the policy service is not reachable: {0}")]
+    PolicyUnavailable(String),
     #[error("cancel reason is longer than {MAX_REASON_BYTES} bytes")]
     ReasonTooLong,
     #[error("unknown token")]
@@ -138,7 +147,7 @@ pub struct Approvals {
 const NOTIFYING: usize = 8;
 
 /// A path as a card shows it: under the home, `~/…`.
-fn shown_path(path: &str, home: &std::path::Path) -> String {
+pub(crate) fn shown_path(path: &str, home: &std::path::Path) -> String {
     let home = metnos_core::path::home_text(home);
     match path.strip_prefix(&home) {
         Some(rest) if !home.is_empty() && (rest.is_empty() || rest.starts_with('/')) => {
@@ -302,7 +311,16 @@ impl Approvals {
         if pending.executor == crate::describe::GRANT_OFFER {
             // A proposal: accept (the territory flow records the grant), reject, never
             // again — nothing else.
-            return card::proposal_buttons(card, &pending.token, pending.language);
+            return card::proposal_buttons(
+                card,
+                "confirm-always",
+                &pending.token,
+                pending.language,
+            );
+        }
+        if pending.executor == crate::describe::GRANT_REVOKE {
+            // Accept approves the revocation, which this service then carries out.
+            return card::proposal_buttons(card, "approve", &pending.token, pending.language);
         }
         card
     }
@@ -375,6 +393,22 @@ impl Approvals {
                 return Err(Error::BadGrantOffer);
             }
         }
+        // A revocation offer names grants by id; what the card says of them (and what Accept
+        // revokes) comes from policy's store: only the requester's own active grants.
+        let mut new = new;
+        let revoking = if new.executor == crate::describe::GRANT_REVOKE {
+            let grants = self
+                .revocable(&new.requester, &new.capability, &new.args_json)
+                .await?;
+            new.target = grants
+                .iter()
+                .map(|g| g.id.to_string())
+                .collect::<Vec<_>>()
+                .join(",");
+            Some(grants)
+        } else {
+            None
+        };
         let capability_class = class_of(&new.executor, &new.capability, &new.target, &self.home);
         // What the card says the call does comes from the call, not from the caller's words.
         let standing = matches!(
@@ -384,7 +418,14 @@ impl Approvals {
                 | crate::describe::GRANT_OFFER
         );
         let person = new.requester.to_string();
-        let described = if standing {
+        let described = if let Some(grants) = &revoking {
+            crate::describe::grant_revoke(
+                grants,
+                self.clock.now_ms(),
+                new.card.language,
+                &self.home,
+            )
+        } else if standing {
             let name = self.telos.time_zone_for(&person);
             crate::describe::standing_order(
                 &new.executor,
@@ -538,7 +579,8 @@ impl Approvals {
         tracing::info!(token, decision = status.as_str(), "approval resolved");
         let mut resolved = self.get(token).await?;
         if status == Status::Approved
-            && resolved.territory != Territory::None
+            && (resolved.territory != Territory::None
+                || resolved.executor == crate::describe::GRANT_REVOKE)
             && let Some(id) = self.record_grant(&resolved).await
         {
             resolved.grant_id = Some(id);
@@ -546,8 +588,100 @@ impl Approvals {
         Ok(resolved)
     }
 
-    /// Records the grant of an approved concession in the policy service. On failure the
-    /// sweeper tries again later; the decision stands either way.
+    /// The grants a revocation offer names (`args_json`'s `grants`, ids), each an active
+    /// grant of `requester`'s in policy's store; anything else refuses the offer.
+    async fn revocable(
+        &self,
+        requester: &Principal,
+        capability: &str,
+        args_json: &str,
+    ) -> Result<Vec<metnos_proto::policy::v1::Grant>, Error> {
+        let args: serde_json::Value =
+            serde_json::from_str(args_json).unwrap_or(serde_json::Value::Null);
+        let ids: Vec<i64> = args
+            .get("grants")
+            .and_then(serde_json::Value::as_array)
+            .map(|ids| ids.iter().map(|id| id.as_i64().unwrap_or(0)).collect())
+            .unwrap_or_default();
+        let mut unique = ids.clone();
+        unique.sort_unstable();
+        unique.dedup();
+        if !capability.is_empty()
+            || ids.is_empty()
+            || ids.len() > MAX_REVOKED
+            || unique.len() != ids.len()
+            || ids.iter().any(|id| *id <= 0)
+        {
+            return Err(Error::BadRevokeOffer);
+        }
+        let Some(mut policy) = self.policy.clone() else {
+            return Err(Error::PolicyUnavailable(
+                "no policy service is configured".into(),
+            ));
+        };
+        let request = metnos_proto::policy::v1::ListGrantsRequest {
+            channel: requester.channel.clone(),
+            sender_id: requester.sender_id.clone(),
+            include_inactive: false,
+        };
+        let listed = tokio::time::timeout(POLICY_DEADLINE, policy.list_grants(request))
+            .await
+            .unwrap_or_else(|_| Err(tonic::Status::deadline_exceeded("policy did not answer")))
+            .map_err(|status| Error::PolicyUnavailable(format!("{:?}", status.code())))?
+            .into_inner()
+            .grants;
+        let mine = |g: &&metnos_proto::policy::v1::Grant| {
+            g.principal.as_ref().is_some_and(|p| {
+                p.channel == requester.channel && p.sender_id == requester.sender_id
+            }) && g.revoked_at.is_none()
+        };
+        ids.iter()
+            .map(|id| {
+                listed
+                    .iter()
+                    .filter(mine)
+                    .find(|g| g.id == *id)
+                    .cloned()
+                    .ok_or(Error::BadRevokeOffer)
+            })
+            .collect()
+    }
+
+    /// Revokes the grants an approved revocation offer names (its target: their ids). On
+    /// failure the sweeper tries again; revoking is idempotent in policy.
+    async fn revoke_grants(&self, pending: &Pending, claimed_until: i64) -> Option<i64> {
+        let mut policy = self.policy.clone()?;
+        let ids: Vec<i64> = pending
+            .target
+            .split(',')
+            .filter_map(|id| id.parse().ok())
+            .collect();
+        for id in &ids {
+            let request = metnos_proto::policy::v1::RevokeGrantRequest { grant_id: *id };
+            let asked = tokio::time::timeout(POLICY_DEADLINE, policy.revoke_grant(request))
+                .await
+                .unwrap_or_else(|_| Err(tonic::Status::deadline_exceeded("policy did not answer")));
+            if let Err(status) = asked {
+                tracing::warn!(token = %pending.token, code = ?status.code(), "a grant was not revoked yet; will try again");
+                let _ = self
+                    .store
+                    .release_grant(&pending.token, claimed_until)
+                    .await;
+                return None;
+            }
+        }
+        let first = *ids.first()?;
+        if let Err(e) = self.store.set_grant(&pending.token, first).await {
+            tracing::warn!(token = %pending.token, error = %e, "grants revoked but not noted; will note it later");
+            return None;
+        }
+        tracing::info!(token = %pending.token, count = ids.len(), "unused grants revoked");
+        Some(first)
+    }
+
+    /// Records the grant of an approved concession in the policy service (or, for an
+    /// approved revocation offer, revokes its grants). On failure the sweeper tries again
+    /// later; the decision stands either way.
     async fn record_grant(&self, pending: &Pending) -> Option<i64> {
         let mut policy = self.policy.clone()?;
         // Claimed first: the resolve and every replica's retry sweep would otherwise ask
@@ -566,6 +700,9 @@ impl Approvals {
                 tracing::warn!(token = %pending.token, error = %e, "cannot claim the grant's recording; will try again");
                 return None;
             }
+        }
+        if pending.executor == crate::describe::GRANT_REVOKE {
+            return self.revoke_grants(pending, claimed_until).await;
         }
         // The pattern the card offered (a request stored before offers existed: its target).
         let target = if pending.territory_target.is_empty() {

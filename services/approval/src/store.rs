@@ -480,7 +480,7 @@ impl PendingStore {
     /// (Not one being recorded now, nor one policy refused for good.)
     pub async fn ungranted(&self, limit: u32, now_ms: i64) -> Result<Vec<Pending>, sqlx::Error> {
         let sql = format!(
-            "SELECT {COLUMNS} FROM pending WHERE status = 'approved' AND territory <> 'none' \
+            "SELECT {COLUMNS} FROM pending WHERE status = 'approved' AND (territory <> 'none' OR executor = 'grant_revoke') \
              AND grant_id IS NULL AND grant_claimed_until < $2 ORDER BY decision_at LIMIT $1"
         );
         on_db!(&self.db, pool => {

@@ -4,6 +4,10 @@
 //! task of the scheduler: it runs every few minutes and sends a person's digest once per
 //! evening across replicas (the `digests` row is the claim), within three hours of its time
 //! (a planner down all evening does not send it at midnight: the items wait for the next).
+//!
+//! Once a week (the first digest seven days after the last weekly one) it also says how
+//! many proposals the telos engine discarded that week and the five closest to being
+//! shown (its rejected journal) — even on an evening with nothing queued.
 
 use std::sync::Arc;
 
@@ -14,12 +18,16 @@ use metnos_kit::config::TelosConfig;
 use metnos_kit::on_db;
 use metnos_kit::store::Db;
 use metnos_proto::approval::v1 as approval;
-use serde_json::Value;
 use sqlx::Row;
 
 use crate::filters::Filters;
-use crate::proposals::{GRANT_OFFER, Offer};
+use crate::proposals::queued_request;
 use crate::scheduler::{Done, Firing, Job};
+
+const DAY_MS: i64 = 86_400_000;
+
+/// How many discarded proposals the weekly line names.
+const CLOSEST: u32 = 5;
 
 /// The task's name and schedule.
 pub const EVENING_DIGEST: (&str, &str) = ("evening_digest", "every 5 minutes");
@@ -42,7 +50,7 @@ pub struct EveningDigest {
 impl Job for EveningDigest {
     async fn run(&self, firing: &Firing) -> Result<Done, String> {
         let now = firing.now_ms;
-        let people: Vec<(String, String)> = on_db!(&self.db, pool => {
+        let mut people: Vec<(String, String)> = on_db!(&self.db, pool => {
             let rows = sqlx::query(
                 "SELECT DISTINCT channel, sender_id FROM proposals WHERE decision = 'digest' AND sent_at IS NULL",
             )
@@ -54,6 +62,19 @@ impl Job for EveningDigest {
                 .collect::<Result<_, sqlx::Error>>()
                 .map_err(|e| e.to_string())?
         });
+        // Whoever had proposals discarded this week may be owed the weekly line.
+        match self.filters.discarded(None, now - 7 * DAY_MS, 0).await {
+            Ok((results, _)) => {
+                for p in results.iter().filter_map(|r| r.principal.as_ref()) {
+                    people.push((p.channel.clone(), p.sender_id.clone()));
+                }
+            }
+            Err(status) => {
+                tracing::warn!(code = ?status.code(), "the telos engine's journal was not read; the weekly lines wait")
+            }
+        }
+        people.sort();
+        people.dedup();
         let mut sent = 0;
         for (channel, sender_id) in people {
             let person = Principal { channel, sender_id };
@@ -89,7 +110,38 @@ impl EveningDigest {
         if !claimed {
             return Ok(false);
         }
-        let sent = self.send(person).await;
+        // The weekly line: unless one went out in the last seven days (an hour's slack for
+        // a digest time moved a little).
+        let weekly = on_db!(&self.db, pool => {
+            sqlx::query("SELECT COUNT(*) FROM digests WHERE channel = $1 AND sender_id = $2 AND weekly = 1 AND slot_at > $3")
+                .bind(&person.channel).bind(&person.sender_id).bind(slot - 7 * DAY_MS + 3_600_000)
+                .fetch_one(pool).await.map_err(|e| e.to_string())?
+                .try_get::<i64, _>(0).map_err(|e| e.to_string())? == 0
+        });
+        let weekly = if weekly {
+            match self
+                .filters
+                .discarded(Some(person), now - 7 * DAY_MS, CLOSEST)
+                .await
+            {
+                Ok((all, closest)) if !all.is_empty() => Some(weekly_line(all.len(), &closest)),
+                Ok(_) => None,
+                Err(status) => {
+                    tracing::warn!(person = %person, code = ?status.code(), "the weekly line was left out: the telos engine's journal was not read");
+                    None
+                }
+            }
+        } else {
+            None
+        };
+        let sent = self.send(person, weekly.as_deref()).await;
+        if let (Ok(true), Some(_)) = (&sent, &weekly) {
+            on_db!(&self.db, pool => {
+                sqlx::query("UPDATE digests SET weekly = 1 WHERE channel = $1 AND sender_id = $2 AND slot_at = $3")
+                    .bind(&person.channel).bind(&person.sender_id).bind(slot)
+                    .execute(pool).await.map_err(|e| e.to_string())?;
+            });
+        }
         if sent.is_err() {
             // Released: the next run (within the three hours) tries again.
             on_db!(&self.db, pool => {
@@ -101,8 +153,8 @@ impl EveningDigest {
         sent
     }
 
-    /// Sends `person`'s queued items as one message.
-    async fn send(&self, person: &Principal) -> Result<bool, String> {
+    /// Sends `person`'s queued items (and the weekly line) as one message.
+    async fn send(&self, person: &Principal, weekly: Option<&str>) -> Result<bool, String> {
         let limit = (self.telos.quotas.digest_items as usize).min(MAX_ITEMS);
         let items: Vec<(String, String, String, String)> = on_db!(&self.db, pool => {
             let rows = sqlx::query(
@@ -116,10 +168,14 @@ impl EveningDigest {
                 .collect::<Result<_, sqlx::Error>>()
                 .map_err(|e| e.to_string())?
         });
-        if items.is_empty() {
+        if items.is_empty() && weekly.is_none() {
             return Ok(false);
         }
-        let mut lines = vec![format!("Evening digest — {} proposal(s):", items.len())];
+        let mut lines = vec![if items.is_empty() {
+            "Evening digest".to_owned()
+        } else {
+            format!("Evening digest — {} proposal(s):", items.len())
+        }];
         let mut html = vec![format!("<b>{}</b>", escape_html(&lines[0]))];
         let mut rows = Vec::new();
         let mut tokens = Vec::new();
@@ -130,33 +186,9 @@ impl EveningDigest {
             let line = format!("{n}. {shown}");
             html.push(escape_html(&line));
             lines.push(line);
-            if kind != GRANT_OFFER {
+            let Some((request, accept)) = queued_request(person, id, kind, payload) else {
                 continue;
-            }
-            let payload: Value = serde_json::from_str(payload).unwrap_or(Value::Null);
-            let text = |k: &str| {
-                payload
-                    .get(k)
-                    .and_then(Value::as_str)
-                    .unwrap_or_default()
-                    .to_owned()
             };
-            let (capability, pattern, target) =
-                (text("capability"), text("pattern"), text("target"));
-            let request = Offer {
-                person,
-                id,
-                capability: &capability,
-                pattern: &pattern,
-                target: &target,
-                count: payload
-                    .get("count")
-                    .and_then(Value::as_u64)
-                    .unwrap_or_default(),
-                days: payload.get("days").and_then(Value::as_u64).unwrap_or(7),
-                language: 0,
-            }
-            .request();
             let created = self
                 .filters
                 .create_pending(request)
@@ -169,12 +201,18 @@ impl EveningDigest {
             };
             rows.push(approval::ButtonRow {
                 buttons: vec![
-                    button("Accept", "confirm-always"),
+                    button("Accept", accept),
                     button("Reject", "reject"),
                     button("Never again", "never"),
                 ],
             });
             tokens.push((id.clone(), token));
+        }
+        if let Some(weekly) = weekly {
+            for line in weekly.lines() {
+                html.push(escape_html(line));
+                lines.push(line.to_owned());
+            }
         }
         let card = approval::Card {
             lines,
@@ -202,4 +240,32 @@ impl EveningDigest {
         tracing::info!(person = %person, items = items.len(), "an evening digest was sent");
         Ok(true)
     }
+}
+
+/// The weekly line: how many proposals were discarded, then the closest to being shown,
+/// one per line with their alignment against the bar they missed.
+fn weekly_line(count: usize, closest: &[metnos_proto::vaglio::v1::AlignmentResult]) -> String {
+    let count = if count >= 1000 {
+        "1000+".to_owned()
+    } else {
+        count.to_string()
+    };
+    let mut text = format!("This week {count} proposal(s) were discarded");
+    if closest.is_empty() {
+        text.push('.');
+        return text;
+    }
+    text.push_str(&format!("; the {} closest to being shown:", closest.len()));
+    for r in closest {
+        let said: String = if r.description.is_empty() {
+            r.effect_class.chars().take(100).collect()
+        } else {
+            r.description.chars().take(100).collect()
+        };
+        text.push_str(&format!(
+            "\n  · {said} ({:.2} of {:.2})",
+            r.expected_alignment, r.threshold_used
+        ));
+    }
+    text
 }

@@ -101,7 +101,33 @@ pub trait Filters: Send + Sync + std::fmt::Debug {
         let _ = request;
         Err(Status::unimplemented("no telos engine here"))
     }
+
+    /// Everyone's active grants (policy), for the unused-grants proposal.
+    async fn list_grants(&self) -> Result<Vec<policy::Grant>, Status> {
+        Err(Status::unimplemented("no grant store here"))
+    }
+
+    /// Tells the telos engine a proposal's card went unanswered (48 h of silence).
+    async fn record_silence(&self, proposal_id: &str, person: &Principal) -> Result<(), Status> {
+        let _ = (proposal_id, person);
+        Err(Status::unimplemented("no telos engine here"))
+    }
+
+    /// The proposals the telos engine discarded since `since_ms`, `person`'s or everyone's:
+    /// the newest 1000, and (for a person) the `closest` nearest to being shown.
+    async fn discarded(
+        &self,
+        person: Option<&Principal>,
+        since_ms: i64,
+        closest: u32,
+    ) -> Result<Discarded, Status> {
+        let _ = (person, since_ms, closest);
+        Err(Status::unimplemented("no telos engine here"))
+    }
 }
+
+/// Discarded proposals: the newest (at most 1000), and the nearest to being shown.
+pub type Discarded = (Vec<vaglio::AlignmentResult>, Vec<vaglio::AlignmentResult>);
 
 /// How long the gateway is given to deliver a message: longer than it may take (its
 /// retries and Telegram's "retry after" pauses), so a message is not asked for twice.
@@ -285,5 +311,69 @@ impl Filters for GrpcFilters {
             .into_inner()
             .result
             .ok_or_else(|| Status::internal("the vaglio answered without a result"))
+    }
+
+    async fn list_grants(&self) -> Result<Vec<policy::Grant>, Status> {
+        let request = policy::ListGrantsRequest {
+            channel: String::new(),
+            sender_id: String::new(),
+            include_inactive: false,
+        };
+        Ok(self
+            .policy
+            .clone()
+            .list_grants(request)
+            .await?
+            .into_inner()
+            .grants)
+    }
+
+    async fn record_silence(&self, proposal_id: &str, person: &Principal) -> Result<(), Status> {
+        let request = vaglio::RecordFeedbackRequest {
+            proposal_id: proposal_id.to_owned(),
+            kind: vaglio::FeedbackKind::Silence48h as i32,
+            principal: Some(person.to_proto()),
+        };
+        self.vaglio.clone().record_feedback(request).await?;
+        Ok(())
+    }
+
+    async fn discarded(
+        &self,
+        person: Option<&Principal>,
+        since_ms: i64,
+        closest: u32,
+    ) -> Result<Discarded, Status> {
+        let since = Some(metnos_kit::time::to_timestamp(since_ms));
+        let all = vaglio::ListRejectedProposalsRequest {
+            limit: 1000,
+            principal: person.map(Principal::to_proto),
+            borderline: 0,
+            since,
+        };
+        let all = self
+            .vaglio
+            .clone()
+            .list_rejected_proposals(all)
+            .await?
+            .into_inner()
+            .results;
+        let Some(person) = person.filter(|_| !all.is_empty() && closest > 0) else {
+            return Ok((all, Vec::new()));
+        };
+        let nearest = vaglio::ListRejectedProposalsRequest {
+            limit: closest,
+            principal: Some(person.to_proto()),
+            borderline: closest,
+            since,
+        };
+        let nearest = self
+            .vaglio
+            .clone()
+            .list_rejected_proposals(nearest)
+            .await?
+            .into_inner()
+            .results;
+        Ok((all, nearest))
     }
 }

@@ -237,6 +237,29 @@ pub async fn serve(
                         clock: Arc::new(metnos_kit::clock::SystemClock),
                     }),
                 )
+                .and_then(|s| {
+                    s.builtin(
+                        proposals::STALE_GRANTS.0,
+                        proposals::STALE_GRANTS.1,
+                        Arc::new(proposals::StaleGrants {
+                            db: store.db().clone(),
+                            filters: Arc::clone(&filters),
+                            unused_days: scheduling.stale_grant_days.get(),
+                            enabled: scheduling.enabled,
+                        }),
+                    )
+                })
+                .and_then(|s| {
+                    s.builtin(
+                        proposals::PROPOSAL_UPKEEP.0,
+                        proposals::PROPOSAL_UPKEEP.1,
+                        Arc::new(proposals::ProposalUpkeep {
+                            db: store.db().clone(),
+                            filters: Arc::clone(&filters),
+                            fatigue_days: scheduling.fatigue_days.get(),
+                        }),
+                    )
+                })
                 .map_err(settings)?;
             running.background.spawn(
                 "shell sandbox check",

@@ -9,7 +9,17 @@
 //! `grant_offer`), so Accept is its territory flow (approve for good: the grant recorded in
 //! policy), Reject a rejection, and Never again puts the kind on the telos engine's
 //! never-list; the gateway reports the answer to the engine as feedback.
+//!
+//! Unused grants: a person's grants not used for `[scheduler] stale_grant_days` (90) →
+//! "Revoke these 3 grants you no longer use?" (the `stale_grants` task, daily). Its card is
+//! an approval request too (executor `grant_revoke`, naming the grants by id): the approval
+//! service writes the card from policy's own records, checks they are the person's active
+//! grants, and on Accept revokes them.
+//!
+//! Upkeep (`proposal_upkeep`): a card left unanswered for 48 h is the telos engine's
+//! silence; what the fatigue source noted and old proposals are pruned.
 
+use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use metnos_core::level::AutonomyLevel;
@@ -22,6 +32,9 @@ use serde_json::json;
 use sqlx::Row;
 
 use crate::filters::Filters;
+use crate::scheduler::{Done, Firing, Job};
+
+const DAY_MS: i64 = 86_400_000;
 
 /// The kind of an approval-fatigue proposal, and its executor on the card.
 pub const GRANT_OFFER: &str = "grant_offer";
@@ -128,52 +141,96 @@ async fn offer_if_tired(
         count
     });
     let description = description.replace("{count}", &count.to_string());
-    let proposal = vaglio::ActionProposal {
-        proposal_id: id.clone(),
-        kind: GRANT_OFFER.to_owned(),
+    let request = Offer {
+        person: &seen.person,
+        id: &id,
+        capability: &seen.capability,
+        pattern: &seen.pattern,
+        target: &seen.target,
+        count: u64::try_from(count).unwrap_or_default(),
+        days: u64::from(fatigue.days),
+        language: seen.language,
+    }
+    .request();
+    let weighed = Weighed {
+        person: &seen.person,
+        level: seen.level,
+        id: &id,
+        kind: GRANT_OFFER,
         effect_class: format!("{GRANT_OFFER}:{}", seen.capability.to_ascii_lowercase()),
-        description: description.clone(),
-        channel: seen.person.channel.clone(),
-        origin: vaglio::ProposalOrigin::Spontaneous as i32,
-        schedule_id: String::new(),
-        principal: Some(seen.person.to_proto()),
-        session_id: String::new(),
-        level: seen.level.to_proto() as i32,
+        description,
     };
-    let result = filters
-        .evaluate_proposal(vaglio::EvaluateProposalRequest {
-            proposal: Some(proposal),
-            ..Default::default()
-        })
-        .await
-        .map_err(|s| format!("the telos engine: {}", s.message()))?;
-    let decision = match vaglio::AlignmentDecision::try_from(result.decision) {
-        Ok(vaglio::AlignmentDecision::Publish) => "publish",
-        Ok(vaglio::AlignmentDecision::DeferToDigest | vaglio::AlignmentDecision::DeferToSlot) => {
-            "digest"
-        }
-        _ => "reject",
-    };
-    tracing::info!(proposal = %id, decision, reason = %result.reason, "a grant offer was weighed");
-    let mut token = None;
-    let mut decision = decision;
-    if decision == "publish" {
-        match publish(filters, seen, &id, count, fatigue).await {
-            Ok(sent) => token = Some(sent),
-            Err(e) => {
-                // Not lost: the evening digest offers it.
-                tracing::warn!(proposal = %id, cause = e.split(':').next().unwrap_or_default(), "a grant offer's card was not shown; it waits for the digest");
-                decision = "digest";
+    weighed.settle(db, filters, request, now_ms).await
+}
+
+/// A proposal the planner stored (its `proposals` row is the claim), to weigh and settle.
+struct Weighed<'a> {
+    person: &'a Principal,
+    level: AutonomyLevel,
+    id: &'a str,
+    kind: &'a str,
+    effect_class: String,
+    description: String,
+}
+
+impl Weighed<'_> {
+    /// Asks the telos engine; publishes the card (`request`) when it says so, else keeps
+    /// the proposal for the digest or drops it; records the outcome on the row.
+    async fn settle(
+        self,
+        db: &Db,
+        filters: &dyn Filters,
+        request: approval::CreatePendingRequest,
+        now_ms: i64,
+    ) -> Result<(), String> {
+        let id = self.id.to_owned();
+        let proposal = vaglio::ActionProposal {
+            proposal_id: id.clone(),
+            kind: self.kind.to_owned(),
+            effect_class: self.effect_class,
+            description: self.description,
+            channel: self.person.channel.clone(),
+            origin: vaglio::ProposalOrigin::Spontaneous as i32,
+            schedule_id: String::new(),
+            principal: Some(self.person.to_proto()),
+            session_id: String::new(),
+            level: self.level.to_proto() as i32,
+        };
+        let result = filters
+            .evaluate_proposal(vaglio::EvaluateProposalRequest {
+                proposal: Some(proposal),
+                ..Default::default()
+            })
+            .await
+            .map_err(|s| format!("the telos engine: {}", s.message()))?;
+        let decision = match vaglio::AlignmentDecision::try_from(result.decision) {
+            Ok(vaglio::AlignmentDecision::Publish) => "publish",
+            Ok(
+                vaglio::AlignmentDecision::DeferToDigest | vaglio::AlignmentDecision::DeferToSlot,
+            ) => "digest",
+            _ => "reject",
+        };
+        tracing::info!(proposal = %id, kind = self.kind, decision, reason = %result.reason, "a proposal was weighed");
+        let mut token = None;
+        let mut decision = decision;
+        if decision == "publish" {
+            match publish(filters, self.person, request).await {
+                Ok(sent) => token = Some(sent),
+                Err(e) => {
+                    // Not lost: the evening digest offers it.
+                    tracing::warn!(proposal = %id, cause = e.split(':').next().unwrap_or_default(), "a proposal's card was not shown; it waits for the digest");
+                    decision = "digest";
+                }
             }
         }
+        on_db!(db, pool => {
+            sqlx::query("UPDATE proposals SET decision = $2, reason = $3, token = $4, sent_at = $5 WHERE id = $1")
+                .bind(&id).bind(decision).bind(&result.reason).bind(&token)
+                .bind(token.as_ref().map(|_| now_ms))
+                .execute(pool).await.map_err(|e| e.to_string())?;
+        });
+        Ok(())
     }
-    on_db!(db, pool => {
-        sqlx::query("UPDATE proposals SET decision = $2, reason = $3, token = $4, sent_at = $5 WHERE id = $1")
-            .bind(&id).bind(decision).bind(&result.reason).bind(&token)
-            .bind(token.as_ref().map(|_| now_ms))
-            .execute(pool).await.map_err(|e| e.to_string())?;
-    });
-    Ok(())
 }
 
 /// The most bytes of a pattern offered (a card line shows it whole).
@@ -225,25 +282,12 @@ impl Offer<'_> {
     }
 }
 
-/// Shows a published grant offer's card; returns its approval token.
+/// Shows a published proposal's card (`request`, an approval request); returns its token.
 async fn publish(
     filters: &dyn Filters,
-    seen: &Approved,
-    id: &str,
-    count: i64,
-    fatigue: Fatigue,
+    person: &Principal,
+    request: approval::CreatePendingRequest,
 ) -> Result<String, String> {
-    let request = Offer {
-        person: &seen.person,
-        id,
-        capability: &seen.capability,
-        pattern: &seen.pattern,
-        target: &seen.target,
-        count: u64::try_from(count).unwrap_or_default(),
-        days: u64::from(fatigue.days),
-        language: seen.language,
-    }
-    .request();
     let created = filters
         .create_pending(request)
         .await
@@ -252,11 +296,375 @@ async fn publish(
     let Some(card) = created.card else {
         return Err("approval: no card".to_owned());
     };
-    if let Err(status) = filters.show_card(&seen.person, &pending.token, card).await {
+    if let Err(status) = filters.show_card(person, &pending.token, card).await {
         let _ = filters
             .cancel(&pending.token, "the offer's card could not be shown")
             .await;
         return Err(format!("gateway: {:?}", status.code()));
     }
     Ok(pending.token)
+}
+
+/// The kind of an unused-grants proposal, and its executor on the card.
+pub const GRANT_REVOKE: &str = "grant_revoke";
+
+/// The most grants one revocation offer names (the approval service's limit too).
+pub const MAX_REVOKED: usize = 8;
+
+/// A person who answered (or ignored) a revocation offer is not asked again for this long.
+const REASK_DAYS: i64 = 30;
+
+/// Proposals older than this are forgotten (the telos engine's journal keeps its own).
+const KEEP_PROPOSALS_DAYS: i64 = 90;
+
+/// A revocation offer as an approval request: revoke `grants` (ids) of `person`'s. The
+/// approval service writes the card from policy's records and checks they are theirs.
+#[derive(Debug, Clone, Copy)]
+pub struct Revoke<'a> {
+    pub person: &'a Principal,
+    pub id: &'a str,
+    pub grants: &'a [i64],
+    pub language: i32,
+}
+
+impl Revoke<'_> {
+    pub fn request(&self) -> approval::CreatePendingRequest {
+        approval::CreatePendingRequest {
+            requester: Some(self.person.to_proto()),
+            request: Some(approval::ApprovalRequest {
+                // Required; the approval service says it from policy's records.
+                action_verb: GRANT_REVOKE.to_owned(),
+                target_summary: format!("{} grant(s)", self.grants.len()),
+                capability_class: GRANT_REVOKE.to_owned(),
+                reversibility: approval::Reversibility::Reversible as i32,
+                territory_concession: approval::TerritoryConcession::None as i32,
+                extra_json: json!({"proposal_id": self.id}).to_string(),
+                language: self.language,
+                ..Default::default()
+            }),
+            capability: String::new(),
+            target: String::new(),
+            executor: GRANT_REVOKE.to_owned(),
+            args_json: json!({"grants": self.grants}).to_string(),
+            ttl_seconds: CARD_TTL_SECONDS,
+            territory_target: String::new(),
+            level: 0,
+        }
+    }
+}
+
+/// A queued proposal's card (from its stored kind and payload) and the callback its
+/// Accept button sends; `None` for a kind without a card.
+pub fn queued_request(
+    person: &Principal,
+    id: &str,
+    kind: &str,
+    payload: &str,
+) -> Option<(approval::CreatePendingRequest, &'static str)> {
+    let payload: serde_json::Value = serde_json::from_str(payload).ok()?;
+    let text = |k: &str| {
+        payload
+            .get(k)
+            .and_then(serde_json::Value::as_str)
+            .unwrap_or_default()
+    };
+    match kind {
+        GRANT_OFFER => {
+            let request = Offer {
+                person,
+                id,
+                capability: text("capability"),
+                pattern: text("pattern"),
+                target: text("target"),
+                count: payload
+                    .get("count")
+                    .and_then(serde_json::Value::as_u64)
+                    .unwrap_or_default(),
+                days: payload
+                    .get("days")
+                    .and_then(serde_json::Value::as_u64)
+                    .unwrap_or(7),
+                language: 0,
+            }
+            .request();
+            Some((request, "confirm-always"))
+        }
+        GRANT_REVOKE => {
+            let grants: Vec<i64> = payload
+                .get("grants")?
+                .as_array()?
+                .iter()
+                .filter_map(serde_json::Value::as_i64)
+                .collect();
+            let request = Revoke {
+                person,
+                id,
+                grants: &grants,
+                language: 0,
+            }
+            .request();
+            Some((request, "approve"))
+        }
+        _ => None,
+    }
+}
+
+/// `stale_grants`: offers each person to revoke the grants they have not used for
+/// `unused_days` (never-used ones count from when they were granted); at most one offer per
+/// person in 30 days, never twice the same grants. Grants that expire on their own (a
+/// session's) are left to expire.
+#[derive(Debug)]
+pub struct StaleGrants {
+    pub db: Db,
+    pub filters: Arc<dyn Filters>,
+    pub unused_days: u32,
+    /// `[scheduler] enabled`: off, no proposal is made.
+    pub enabled: bool,
+}
+
+/// When it runs.
+pub const STALE_GRANTS: (&str, &str) = ("stale_grants", "daily@11:00");
+
+#[tonic::async_trait]
+impl Job for StaleGrants {
+    async fn run(&self, firing: &Firing) -> Result<Done, String> {
+        if !self.enabled {
+            return Ok("proposals are off ([scheduler] enabled = false)"
+                .to_owned()
+                .into());
+        }
+        let now = firing.now_ms;
+        let cutoff = now - i64::from(self.unused_days) * DAY_MS;
+        let grants = self
+            .filters
+            .list_grants()
+            .await
+            .map_err(|s| format!("policy: {:?}", s.code()))?;
+        let ms = |t: &Option<prost_types::Timestamp>| {
+            t.as_ref().and_then(metnos_kit::time::from_timestamp)
+        };
+        let mut stale: BTreeMap<Principal, Vec<(i64, i64, String)>> = BTreeMap::new();
+        for grant in grants {
+            let Some(person) = grant
+                .principal
+                .as_ref()
+                .and_then(|p| Principal::try_from(p).ok())
+            else {
+                continue;
+            };
+            if grant.revoked_at.is_some() || grant.expires_at.is_some() || person.channel == "cli" {
+                continue;
+            }
+            let last = ms(&grant.last_used_at)
+                .or(ms(&grant.granted_at))
+                .unwrap_or(now);
+            if last < cutoff {
+                let shown = format!("{} {}", grant.capability, short(&grant.target, 60));
+                stale
+                    .entry(person)
+                    .or_default()
+                    .push((last, grant.id, shown));
+            }
+        }
+        let mut offered = 0;
+        for (person, mut grants) in stale {
+            grants.sort();
+            grants.truncate(MAX_REVOKED);
+            match self.offer(&person, &grants, now).await {
+                Ok(true) => offered += 1,
+                Ok(false) => {}
+                Err(e) => {
+                    tracing::warn!(person = %person, cause = e.split(':').next().unwrap_or_default(), "an unused-grants offer failed");
+                }
+            }
+        }
+        Ok(format!("{offered} revocation offer(s) made").into())
+    }
+}
+
+impl StaleGrants {
+    /// Stores and weighs one person's offer; `false` when they were asked lately, asked
+    /// about these grants already, or are not paired.
+    async fn offer(
+        &self,
+        person: &Principal,
+        grants: &[(i64, i64, String)],
+        now: i64,
+    ) -> Result<bool, String> {
+        let Some(level) = self
+            .filters
+            .pairing_level(person)
+            .await
+            .map_err(|s| format!("gateway: {:?}", s.code()))?
+        else {
+            return Ok(false);
+        };
+        let mut ids: Vec<i64> = grants.iter().map(|(_, id, _)| *id).collect();
+        ids.sort_unstable();
+        let subject = ids.iter().map(i64::to_string).collect::<Vec<_>>().join(",");
+        let id = {
+            use sha2::{Digest, Sha256};
+            let digest = Sha256::digest(format!("{person}\n{subject}").as_bytes());
+            format!("sg-{}", &hex::encode(digest)[..16])
+        };
+        let listed: Vec<&str> = grants.iter().map(|(_, _, shown)| shown.as_str()).collect();
+        let description = format!(
+            "Revoke {} grant(s) you have not used for {} days? {}",
+            ids.len(),
+            self.unused_days,
+            listed.join("; ")
+        );
+        let stored = on_db!(&self.db, pool => {
+            sqlx::query(
+                "INSERT INTO proposals (id, channel, sender_id, kind, subject, description, payload, decision, reason, created_at) \
+                 SELECT $1, $2, $3, $4, $5, $6, $7, 'pending', '', $8 \
+                 WHERE NOT EXISTS (SELECT 1 FROM proposals WHERE channel = $2 AND sender_id = $3 AND kind = $4 AND created_at >= $9) \
+                 ON CONFLICT (id) DO NOTHING",
+            )
+            .bind(&id).bind(&person.channel).bind(&person.sender_id).bind(GRANT_REVOKE)
+            .bind(&subject).bind(&description)
+            .bind(json!({"grants": ids}).to_string())
+            .bind(now).bind(now - REASK_DAYS * DAY_MS)
+            .execute(pool).await.map_err(|e| e.to_string())?
+            .rows_affected() == 1
+        });
+        if !stored {
+            return Ok(false);
+        }
+        let request = Revoke {
+            person,
+            id: &id,
+            grants: &ids,
+            language: 0,
+        }
+        .request();
+        Weighed {
+            person,
+            level,
+            id: &id,
+            kind: GRANT_REVOKE,
+            effect_class: format!("{GRANT_REVOKE}:unused"),
+            description,
+        }
+        .settle(&self.db, self.filters.as_ref(), request, now)
+        .await?;
+        Ok(true)
+    }
+}
+
+/// `proposal_upkeep`: a proposal's card unanswered when it expired (48 h) is said to the
+/// telos engine as silence, once; approvals the fatigue source no longer counts and
+/// proposals older than 90 days are deleted (with the targets they held).
+#[derive(Debug)]
+pub struct ProposalUpkeep {
+    pub db: Db,
+    pub filters: Arc<dyn Filters>,
+    pub fatigue_days: u32,
+}
+
+pub const PROPOSAL_UPKEEP: (&str, &str) = ("proposal_upkeep", "every 30 minutes");
+
+#[tonic::async_trait]
+impl Job for ProposalUpkeep {
+    async fn run(&self, firing: &Firing) -> Result<Done, String> {
+        let now = firing.now_ms;
+        let due: Vec<(String, String, String, String)> = on_db!(&self.db, pool => {
+            let rows = sqlx::query(
+                "SELECT id, channel, sender_id, token FROM proposals WHERE token IS NOT NULL \
+                 AND followed_up_at IS NULL AND sent_at <= $1 ORDER BY sent_at LIMIT 100",
+            )
+            .bind(now - i64::from(CARD_TTL_SECONDS) * 1000)
+            .fetch_all(pool).await.map_err(|e| e.to_string())?;
+            rows.iter()
+                .map(|r| Ok((r.try_get(0)?, r.try_get(1)?, r.try_get(2)?, r.try_get(3)?)))
+                .collect::<Result<_, sqlx::Error>>()
+                .map_err(|e| e.to_string())?
+        });
+        let mut silences = 0;
+        for (id, channel, sender_id, token) in due {
+            let person = Principal { channel, sender_id };
+            match self.follow_up(&id, &person, &token, now).await {
+                Ok(true) => silences += 1,
+                Ok(false) => {}
+                Err(e) => {
+                    tracing::warn!(proposal = %id, cause = e.split(':').next().unwrap_or_default(), "a proposal's silence was not recorded; the next run tries again");
+                }
+            }
+        }
+        let seen_before = now - i64::from(self.fatigue_days) * DAY_MS;
+        let proposals_before = now - KEEP_PROPOSALS_DAYS * DAY_MS;
+        let (seen, proposals) = on_db!(&self.db, pool => {
+            let seen = sqlx::query("DELETE FROM approvals_seen WHERE at < $1")
+                .bind(seen_before).execute(pool).await.map_err(|e| e.to_string())?.rows_affected();
+            let proposals = sqlx::query("DELETE FROM proposals WHERE created_at < $1")
+                .bind(proposals_before).execute(pool).await.map_err(|e| e.to_string())?.rows_affected();
+            sqlx::query("DELETE FROM digests WHERE slot_at < $1")
+                .bind(proposals_before).execute(pool).await.map_err(|e| e.to_string())?;
+            (seen, proposals)
+        });
+        Ok(format!(
+            "{silences} silence(s) recorded; {seen} approval note(s) and {proposals} proposal(s) pruned"
+        )
+        .into())
+    }
+}
+
+impl ProposalUpkeep {
+    /// Follows one sent card up: `true` when it went unanswered and the engine was told.
+    async fn follow_up(
+        &self,
+        id: &str,
+        person: &Principal,
+        token: &str,
+        now: i64,
+    ) -> Result<bool, String> {
+        let silent = match self.filters.get_pending(token).await {
+            Ok(pending) => {
+                let expires = pending
+                    .expires_at
+                    .as_ref()
+                    .and_then(metnos_kit::time::from_timestamp)
+                    .unwrap_or(i64::MAX);
+                match approval::ApprovalStatus::try_from(pending.status) {
+                    Ok(approval::ApprovalStatus::Expired) => true,
+                    // Not swept yet: past its expiry it can no longer be answered.
+                    Ok(approval::ApprovalStatus::Pending) if expires <= now => true,
+                    // Still open (a clock apart): the next run looks again.
+                    Ok(approval::ApprovalStatus::Pending) => return Ok(false),
+                    // Answered (the gateway told the engine) or withdrawn.
+                    _ => false,
+                }
+            }
+            Err(status) if status.code() == tonic::Code::NotFound => false,
+            Err(status) => return Err(format!("approval: {:?}", status.code())),
+        };
+        // The claim: one replica says it, once.
+        let claimed = on_db!(&self.db, pool => {
+            sqlx::query("UPDATE proposals SET followed_up_at = $2 WHERE id = $1 AND followed_up_at IS NULL")
+                .bind(id).bind(now).execute(pool).await.map_err(|e| e.to_string())?
+                .rows_affected() == 1
+        });
+        if !claimed || !silent {
+            return Ok(false);
+        }
+        if let Err(status) = self.filters.record_silence(id, person).await {
+            on_db!(&self.db, pool => {
+                let _ = sqlx::query("UPDATE proposals SET followed_up_at = NULL WHERE id = $1")
+                    .bind(id).execute(pool).await;
+            });
+            return Err(format!("vaglio: {:?}", status.code()));
+        }
+        Ok(true)
+    }
+}
+
+/// `text` shortened to `max` characters (an ellipsis in the middle).
+fn short(text: &str, max: usize) -> String {
+    let chars: Vec<char> = text.chars().collect();
+    if chars.len() <= max {
+        return text.to_owned();
+    }
+    let head: String = chars[..max / 2].iter().collect();
+    let tail: String = chars[chars.len() - (max - max / 2 - 1)..].iter().collect();
+    format!("{head}…{tail}")
 }

@@ -31,6 +31,11 @@ const SQLITE: &[EmbeddedMigration] = &[
         description: "proposals",
         sql: include_str!("../migrations/sqlite/0005_proposals.sql"),
     },
+    EmbeddedMigration {
+        version: 6,
+        description: "proposal upkeep",
+        sql: include_str!("../migrations/sqlite/0006_proposal_upkeep.sql"),
+    },
 ];
 const POSTGRES: &[EmbeddedMigration] = &[
     EmbeddedMigration {
@@ -57,6 +62,11 @@ const POSTGRES: &[EmbeddedMigration] = &[
         version: 5,
         description: "proposals",
         sql: include_str!("../migrations/postgres/0005_proposals.sql"),
+    },
+    EmbeddedMigration {
+        version: 6,
+        description: "proposal upkeep",
+        sql: include_str!("../migrations/postgres/0006_proposal_upkeep.sql"),
     },
 ];
 

@@ -2,7 +2,8 @@
 //! clock: what the telos engine kept for later reaches its person once, at their
 //! `digest_at`, as one message with a numbered line and a button row per item; never twice
 //! (another run, another replica), never hours late, at most eight items (the rest the next
-//! evening).
+//! evening); the weekly line of discarded proposals; the unused-grants offer and the
+//! upkeep that says a card's silence once and prunes what the proposals kept.
 
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -17,14 +18,28 @@ use metnos_planner::filters::{Filters, PolicyAnswer};
 use metnos_planner::scheduler::{Firing, Job, Kind, Task};
 use metnos_planner::store::MIGRATIONS;
 use metnos_proto::approval::v1 as approval;
+use metnos_proto::policy::v1 as policy;
 use metnos_proto::vaglio::v1 as vaglio;
 use tonic::Status;
 
-/// What the digest asked of the approval service and the gateway.
+/// What the digest asked of the approval service and the gateway, and what the fakes of
+/// policy, the gateway's pairings and the telos engine answer.
 #[derive(Debug, Default)]
 struct Seen {
     pending: Vec<approval::CreatePendingRequest>,
     cards: Vec<(Principal, String, approval::Card)>,
+    /// Policy's active grants.
+    grants: Vec<policy::Grant>,
+    /// Paired people (others are not).
+    paired: Vec<String>,
+    /// The telos engine's decision on every proposal, and the proposals it was asked.
+    decision: i32,
+    weighed: Vec<vaglio::ActionProposal>,
+    /// Approval requests' states by token (status, expiry).
+    states: std::collections::HashMap<String, (approval::ApprovalStatus, i64)>,
+    silences: Vec<(String, String)>,
+    /// The rejected journal.
+    discarded: Vec<vaglio::AlignmentResult>,
 }
 
 #[derive(Debug, Default, Clone)]
@@ -55,11 +70,24 @@ impl Filters for Fake {
                 token: format!("tok{}", seen.pending.len()),
                 ..Default::default()
             }),
-            card: None,
+            card: Some(approval::Card {
+                lines: vec![format!("card {}", seen.pending.len())],
+                ..Default::default()
+            }),
         })
     }
-    async fn get_pending(&self, _: &str) -> Result<approval::PendingApproval, Status> {
-        Err(Status::unimplemented("not asked"))
+    async fn get_pending(&self, token: &str) -> Result<approval::PendingApproval, Status> {
+        let seen = self.0.lock().unwrap();
+        let (status, expires) = seen
+            .states
+            .get(token)
+            .ok_or_else(|| Status::not_found("unknown token"))?;
+        Ok(approval::PendingApproval {
+            token: token.to_owned(),
+            status: *status as i32,
+            expires_at: Some(metnos_kit::time::to_timestamp(*expires)),
+            ..Default::default()
+        })
     }
     async fn wait_decision(&self, _: &str) -> Result<approval::PendingApproval, Status> {
         Err(Status::unimplemented("not asked"))
@@ -82,6 +110,54 @@ impl Filters for Fake {
             .cards
             .push((principal.clone(), token.to_owned(), card));
         Ok(())
+    }
+    async fn pairing_level(&self, principal: &Principal) -> Result<Option<AutonomyLevel>, Status> {
+        let paired = self
+            .0
+            .lock()
+            .unwrap()
+            .paired
+            .contains(&principal.to_string());
+        Ok(paired.then_some(AutonomyLevel::Supervised))
+    }
+    async fn evaluate_proposal(
+        &self,
+        request: vaglio::EvaluateProposalRequest,
+    ) -> Result<vaglio::AlignmentResult, Status> {
+        let mut seen = self.0.lock().unwrap();
+        seen.weighed.push(request.proposal.unwrap());
+        Ok(vaglio::AlignmentResult {
+            decision: seen.decision,
+            reason: "aligned".into(),
+            ..Default::default()
+        })
+    }
+    async fn list_grants(&self) -> Result<Vec<policy::Grant>, Status> {
+        Ok(self.0.lock().unwrap().grants.clone())
+    }
+    async fn record_silence(&self, proposal_id: &str, person: &Principal) -> Result<(), Status> {
+        self.0
+            .lock()
+            .unwrap()
+            .silences
+            .push((proposal_id.to_owned(), person.to_string()));
+        Ok(())
+    }
+    async fn discarded(
+        &self,
+        person: Option<&Principal>,
+        _since_ms: i64,
+        closest: u32,
+    ) -> Result<metnos_planner::filters::Discarded, Status> {
+        let seen = self.0.lock().unwrap();
+        let of = |r: &&vaglio::AlignmentResult| {
+            person.is_none_or(|p| r.principal.as_ref() == Some(&p.to_proto()))
+        };
+        let all: Vec<_> = seen.discarded.iter().filter(of).cloned().collect();
+        let mut nearest = all.clone();
+        nearest.sort_by(|a, b| b.expected_alignment.total_cmp(&a.expected_alignment));
+        nearest.truncate(closest as usize);
+        Ok((all, nearest))
     }
 }
 
@@ -243,4 +319,359 @@ async fn the_digest_goes_once_at_its_time_eight_items_at_most(test: TestStore) {
     assert_eq!(cards(&fake), 2);
 }
 
-metnos_kit::store_suite!(the_digest_goes_once_at_its_time_eight_items_at_most);
+metnos_kit::store_suite!(
+    the_digest_goes_once_at_its_time_eight_items_at_most,
+    the_weekly_line_names_the_discarded_once_a_week,
+    unused_grants_are_offered_for_revocation_once,
+    an_unanswered_card_is_silence_once_and_old_notes_are_pruned,
+);
+
+async fn open(test: &TestStore) -> metnos_kit::store::Db {
+    metnos_kit::store::open(
+        &test.spec(),
+        "planner",
+        &MIGRATIONS,
+        Duration::from_secs(10),
+    )
+    .await
+    .unwrap()
+}
+
+fn rejected(sender: &str, description: &str, alignment: f64) -> vaglio::AlignmentResult {
+    vaglio::AlignmentResult {
+        principal: Some(metnos_proto::common::v1::Principal {
+            channel: "telegram".into(),
+            sender_id: sender.into(),
+        }),
+        description: description.into(),
+        expected_alignment: alignment,
+        threshold_used: 0.5,
+        ..Default::default()
+    }
+}
+
+/// Once a week (even with nothing queued) the digest says how many proposals were
+/// discarded and the five closest to being shown; not the next evening; again a week on.
+async fn the_weekly_line_names_the_discarded_once_a_week(test: TestStore) {
+    let db = open(&test).await;
+    let fake = Fake::default();
+    {
+        let mut seen = fake.0.lock().unwrap();
+        for i in 0..7 {
+            seen.discarded.push(rejected(
+                "42",
+                &format!("Read the news about topic {i}?"),
+                0.1 * f64::from(i),
+            ));
+        }
+        seen.discarded.push(rejected("7", "Bob's proposal", 0.49));
+    }
+    let clock = ManualClock::new();
+    let digest = EveningDigest {
+        db: db.clone(),
+        filters: Arc::new(fake.clone()),
+        telos: TelosConfig {
+            time_zone: "Europe/Rome".into(),
+            ..TelosConfig::default()
+        },
+        clock: Arc::new(clock.clone()),
+    };
+    let run = async |at: &str| {
+        clock.set(rome(at));
+        digest.run(&firing(rome(at))).await.unwrap();
+    };
+    let cards_to = |who: &str| -> Vec<approval::Card> {
+        fake.0
+            .lock()
+            .unwrap()
+            .cards
+            .iter()
+            .filter(|(p, ..)| p.to_string() == who)
+            .map(|(_, _, c)| c.clone())
+            .collect()
+    };
+    run("2026-11-26T20:31").await;
+    let ada = cards_to("telegram:42");
+    assert_eq!(ada.len(), 1, "nothing queued, but the weekly line goes");
+    assert_eq!(
+        ada[0].lines,
+        [
+            "Evening digest",
+            "This week 7 proposal(s) were discarded; the 5 closest to being shown:",
+            "  · Read the news about topic 6? (0.60 of 0.50)",
+            "  · Read the news about topic 5? (0.50 of 0.50)",
+            "  · Read the news about topic 4? (0.40 of 0.50)",
+            "  · Read the news about topic 3? (0.30 of 0.50)",
+            "  · Read the news about topic 2? (0.20 of 0.50)",
+        ]
+    );
+    assert!(ada[0].buttons.is_empty());
+    let bob = cards_to("telegram:7");
+    assert_eq!(bob.len(), 1);
+    assert!(bob[0].lines[1].starts_with("This week 1 proposal(s) were discarded"));
+    assert!(!bob[0].lines.join("\n").contains("topic"), "only his own");
+    // The next evening: a queued item goes, without the weekly line.
+    queue(&db, 1, rome("2026-11-27T10:00")).await;
+    run("2026-11-27T20:31").await;
+    let ada = cards_to("telegram:42");
+    assert_eq!(ada.len(), 2);
+    assert_eq!(ada[1].lines.len(), 2, "{:?}", ada[1].lines);
+    assert!(!ada[1].lines.join("\n").contains("discarded"));
+    // Nothing on the evenings after; a week on, the line again.
+    for day in ["2026-11-28T20:31", "2026-12-02T20:31"] {
+        run(day).await;
+    }
+    assert_eq!(cards_to("telegram:42").len(), 2);
+    run("2026-12-03T20:31").await;
+    let ada = cards_to("telegram:42");
+    assert_eq!(ada.len(), 3);
+    assert!(ada[2].lines[1].starts_with("This week 7 proposal(s)"));
+}
+
+fn grant(
+    id: i64,
+    sender: &str,
+    target: &str,
+    granted_days_ago: i64,
+    used_days_ago: Option<i64>,
+    now: i64,
+) -> policy::Grant {
+    let ago = |days: i64| Some(metnos_kit::time::to_timestamp(now - days * 86_400_000));
+    policy::Grant {
+        id,
+        principal: Some(metnos_proto::common::v1::Principal {
+            channel: if sender == "cli" {
+                "cli".into()
+            } else {
+                "telegram".into()
+            },
+            sender_id: if sender == "cli" {
+                "ada".into()
+            } else {
+                sender.into()
+            },
+        }),
+        capability: "fs:write".into(),
+        target: target.into(),
+        granted_at: ago(granted_days_ago),
+        expires_at: None,
+        granted_by: "approval:x".into(),
+        revoked_at: None,
+        last_used_at: used_days_ago.and_then(ago),
+    }
+}
+
+/// Grants unused for 90 days: one revocation offer per person (the grants by id, the
+/// oldest first, eight at most), never for grants that expire on their own, an unpaired
+/// person or the terminal; not again within 30 days, never twice for the same grants; kept
+/// for the digest when the telos engine says so, where its Accept approves the revocation.
+async fn unused_grants_are_offered_for_revocation_once(test: TestStore) {
+    use metnos_planner::proposals::{GRANT_REVOKE, StaleGrants};
+    let db = open(&test).await;
+    let fake = Fake::default();
+    let now = rome("2026-11-26T11:00");
+    {
+        let mut seen = fake.0.lock().unwrap();
+        seen.paired = vec!["telegram:42".into()];
+        seen.decision = vaglio::AlignmentDecision::Publish as i32;
+        let mut session = grant(5, "42", "/home/a/session/*", 200, None, now);
+        session.expires_at = Some(metnos_kit::time::to_timestamp(now + 3_600_000));
+        seen.grants = vec![
+            grant(1, "42", "/home/a/old/*", 120, Some(100), now),
+            grant(2, "42", "example.org", 95, None, now),
+            grant(3, "42", "/home/a/busy/*", 300, Some(2), now),
+            grant(4, "42", "/home/a/new/*", 10, None, now),
+            session,
+            grant(6, "7", "/home/b/old/*", 200, None, now),
+            grant(7, "cli", "/home/a/cli/*", 200, None, now),
+        ];
+    }
+    let job = StaleGrants {
+        db: db.clone(),
+        filters: Arc::new(fake.clone()),
+        unused_days: 90,
+        enabled: true,
+    };
+    job.run(&firing(now)).await.unwrap();
+    {
+        let seen = fake.0.lock().unwrap();
+        assert_eq!(
+            seen.weighed.len(),
+            1,
+            "one offer, Ada's: {:?}",
+            seen.weighed
+        );
+        let weighed = &seen.weighed[0];
+        assert_eq!(weighed.kind, GRANT_REVOKE);
+        assert_eq!(weighed.principal.as_ref().unwrap().sender_id, "42");
+        assert!(
+            weighed
+                .description
+                .starts_with("Revoke 2 grant(s) you have not used for 90 days?")
+                && weighed.description.contains("/home/a/old/*")
+                && weighed.description.contains("example.org"),
+            "{}",
+            weighed.description
+        );
+        assert_eq!(seen.pending.len(), 1);
+        let request = &seen.pending[0];
+        assert_eq!(request.executor, GRANT_REVOKE);
+        assert_eq!(request.args_json, r#"{"grants":[1,2]}"#);
+        assert!(request.capability.is_empty());
+        assert_eq!(seen.cards.len(), 1, "published: its card shown");
+        assert_eq!(seen.cards[0].0.to_string(), "telegram:42");
+        assert_eq!(seen.cards[0].1, "tok1");
+    }
+    // The next day, and 31 days on with the same grants: nothing new.
+    for days in [1, 31] {
+        job.run(&firing(now + days * 86_400_000)).await.unwrap();
+    }
+    assert_eq!(fake.0.lock().unwrap().weighed.len(), 1);
+    // One more goes stale after 31 days: a new offer naming the three, kept for the digest.
+    {
+        let mut seen = fake.0.lock().unwrap();
+        seen.grants[2] = grant(3, "42", "/home/a/busy/*", 300, Some(100), now);
+        seen.decision = vaglio::AlignmentDecision::DeferToDigest as i32;
+    }
+    let later = now + 31 * 86_400_000;
+    job.run(&firing(later)).await.unwrap();
+    assert_eq!(fake.0.lock().unwrap().weighed.len(), 2);
+    let digest = EveningDigest {
+        db: db.clone(),
+        filters: Arc::new(fake.clone()),
+        telos: TelosConfig {
+            time_zone: "Europe/Rome".into(),
+            ..TelosConfig::default()
+        },
+        clock: Arc::new(ManualClock::new()),
+    };
+    let evening = rome("2026-12-27T20:31");
+    digest.run(&firing(evening)).await.unwrap();
+    {
+        let seen = fake.0.lock().unwrap();
+        let (_, _, card) = seen.cards.last().expect("the digest");
+        assert!(
+            card.lines[1].starts_with("1. Revoke 3 grant(s)"),
+            "{:?}",
+            card.lines
+        );
+        let row = &card.buttons[0].buttons;
+        assert!(row[0].data.starts_with("approve:"), "{row:?}");
+        assert_eq!(
+            seen.pending.last().unwrap().args_json,
+            r#"{"grants":[1,2,3]}"#
+        );
+    }
+    // Off: no proposal at all.
+    let off = StaleGrants {
+        db,
+        filters: Arc::new(fake.clone()),
+        unused_days: 1,
+        enabled: false,
+    };
+    off.run(&firing(later + 40 * 86_400_000)).await.unwrap();
+    assert_eq!(fake.0.lock().unwrap().weighed.len(), 2);
+}
+
+/// A proposal's card unanswered when it expired is said to the telos engine as silence,
+/// once, by one of two replicas; an answered one is not; the fatigue source's notes past
+/// its window and proposals past 90 days are deleted.
+async fn an_unanswered_card_is_silence_once_and_old_notes_are_pruned(test: TestStore) {
+    use metnos_planner::proposals::ProposalUpkeep;
+    let db = open(&test).await;
+    let fake = Fake::default();
+    let now = rome("2026-11-26T12:00");
+    let hour = 3_600_000;
+    let rows = [
+        (
+            "p-silent",
+            "tok-a",
+            now - 49 * hour,
+            approval::ApprovalStatus::Expired,
+        ),
+        (
+            "p-unswept",
+            "tok-b",
+            now - 49 * hour,
+            approval::ApprovalStatus::Pending,
+        ),
+        (
+            "p-answered",
+            "tok-c",
+            now - 49 * hour,
+            approval::ApprovalStatus::Approved,
+        ),
+        (
+            "p-young",
+            "tok-d",
+            now - 47 * hour,
+            approval::ApprovalStatus::Pending,
+        ),
+    ];
+    for (id, token, sent, status) in rows {
+        fake.0
+            .lock()
+            .unwrap()
+            .states
+            .insert(token.into(), (status, sent + 48 * hour));
+        metnos_kit::on_db!(&db, pool => {
+            sqlx::query("INSERT INTO proposals (id, channel, sender_id, kind, subject, description, payload, decision, reason, created_at, token, sent_at) VALUES ($1, 'telegram', '42', 'grant_offer', $1, 'd', '{}', 'publish', 'aligned', $2, $3, $2)")
+                .bind(id).bind(sent).bind(token).execute(pool).await.unwrap();
+        });
+    }
+    metnos_kit::on_db!(&db, pool => {
+        sqlx::query("INSERT INTO proposals (id, channel, sender_id, kind, subject, description, payload, decision, reason, created_at) VALUES ('p-ancient', 'telegram', '42', 'grant_offer', 's', 'd', '{\"target\":\"/home/a/secret?token=x\"}', 'reject', 'below_threshold', $1)")
+            .bind(now - 91 * 86_400_000).execute(pool).await.unwrap();
+        for (i, days) in [(0, 8), (1, 6)] {
+            sqlx::query("INSERT INTO approvals_seen (person, capability, pattern, target, at) VALUES ('telegram:42', 'fs:write', '~/x/*', $1, $2)")
+                .bind(format!("/home/a/x/{i}")).bind(now - days * 86_400_000).execute(pool).await.unwrap();
+        }
+    });
+    let upkeep = |db: metnos_kit::store::Db| ProposalUpkeep {
+        db,
+        filters: Arc::new(fake.clone()),
+        fatigue_days: 7,
+    };
+    let other = match &test {
+        TestStore::Sqlite(_) => db.clone(),
+        TestStore::Postgres { .. } => open(&test).await,
+    };
+    let (one, two) = (upkeep(db.clone()), upkeep(other));
+    let f = firing(now);
+    let (a, b) = tokio::join!(one.run(&f), two.run(&f));
+    a.unwrap();
+    b.unwrap();
+    let mut silences = fake.0.lock().unwrap().silences.clone();
+    silences.sort();
+    assert_eq!(
+        silences,
+        [
+            ("p-silent".to_owned(), "telegram:42".to_owned()),
+            ("p-unswept".to_owned(), "telegram:42".to_owned())
+        ],
+        "each unanswered card once, across two replicas"
+    );
+    one.run(&firing(now + 1_800_000)).await.unwrap();
+    assert_eq!(fake.0.lock().unwrap().silences.len(), 2, "not said twice");
+    // The young card's turn comes once it expired unanswered.
+    fake.0.lock().unwrap().states.insert(
+        "tok-d".into(),
+        (approval::ApprovalStatus::Expired, now + hour),
+    );
+    one.run(&firing(now + 2 * hour)).await.unwrap();
+    assert_eq!(fake.0.lock().unwrap().silences.len(), 3);
+    let (proposals, seen): (i64, i64) = metnos_kit::on_db!(&db, pool => {
+        use sqlx::Row;
+        let p = sqlx::query("SELECT COUNT(*) FROM proposals WHERE id = 'p-ancient'").fetch_one(pool).await.unwrap().get(0);
+        let s = sqlx::query("SELECT COUNT(*) FROM approvals_seen").fetch_one(pool).await.unwrap().get(0);
+        (p, s)
+    });
+    assert_eq!(
+        proposals, 0,
+        "a proposal past 90 days is gone, with the target it held"
+    );
+    assert_eq!(
+        seen, 1,
+        "the note past the fatigue window is gone, the one within kept"
+    );
+}

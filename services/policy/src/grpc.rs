@@ -23,7 +23,10 @@ use crate::table::{Outcome, table_outcome};
 use metnos_core::capability::{DefaultApproval, REGISTRY, TargetKind};
 
 /// Who may call which RPC (README, "Security model"): the planner asks, approval (a
-/// territory) and the owner record grants, only the owner administers them.
+/// territory) and the owner record grants; the planner lists them (its unused-grants
+/// proposal) and approval lists and revokes them (an accepted revocation offer, only the
+/// grants its card named, checked to be the person's own when asked); the owner
+/// administers them.
 pub const AUTHORIZATION: Table = Table {
     service: "metnos.policy.v1.PolicyService",
     rules: &[
@@ -46,11 +49,11 @@ pub const AUTHORIZATION: Table = Table {
         },
         Rule {
             method: "ListGrants",
-            callers: &[Identity::Owner],
+            callers: &[Identity::Planner, Identity::Approval, Identity::Owner],
         },
         Rule {
             method: "RevokeGrant",
-            callers: &[Identity::Owner],
+            callers: &[Identity::Approval, Identity::Owner],
         },
         Rule {
             method: "PruneGrants",

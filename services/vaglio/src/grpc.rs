@@ -40,10 +40,11 @@ pub const AUTHORIZATION: Table = Table {
             method: "GetTelos",
             callers: &[Identity::Owner],
         },
-        // The channels the people answer on: the gateway (Telegram), the owner (the CLI).
+        // The channels the people answer on: the gateway (Telegram), the owner (the CLI);
+        // the planner only says a proposal's card went unanswered (48 h of silence).
         Rule {
             method: "RecordFeedback",
-            callers: &[Identity::Gateway, Identity::Owner],
+            callers: &[Identity::Gateway, Identity::Planner, Identity::Owner],
         },
         Rule {
             method: "DetectStop",
@@ -51,7 +52,8 @@ pub const AUTHORIZATION: Table = Table {
         },
         Rule {
             method: "ListRejectedProposals",
-            callers: &[Identity::Owner],
+            // The planner: the evening digest's weekly line of discarded proposals.
+            callers: &[Identity::Planner, Identity::Owner],
         },
         Rule {
             method: "ListNever",
@@ -572,9 +574,18 @@ impl VaglioService for VaglioApi {
         request: Request<pb::RecordFeedbackRequest>,
     ) -> Result<Response<pb::RecordFeedbackResponse>, Status> {
         let by = principal_of("principal", request.get_ref().principal.as_ref())?;
-        speaks_for(&request, &by)?;
+        let planner = Caller::of(&request) == Some(Identity::Planner);
+        if !planner {
+            speaks_for(&request, &by)?;
+        }
         let r = request.into_inner();
         limits::bytes("proposal_id", &r.proposal_id, 128).map_err(Error::from)?;
+        if planner && r.kind != pb::FeedbackKind::Silence48h as i32 {
+            // The planner saw no answer; what a person answered comes from their channel.
+            return Err(Status::permission_denied(
+                "the planner may record only a proposal's silence",
+            ));
+        }
         let signal = match pb::FeedbackKind::try_from(r.kind) {
             Ok(pb::FeedbackKind::Accept) => Signal::Accept,
             Ok(pb::FeedbackKind::AcceptWithEdit) => Signal::AcceptWithEdit,

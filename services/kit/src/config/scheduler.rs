@@ -27,6 +27,9 @@ pub struct SchedulerConfig {
     /// within `fatigue_days` make an offer to allow them from now on.
     pub fatigue_approvals: NonZero<u32>,
     pub fatigue_days: NonZero<u32>,
+    /// Grants not used for this many days are offered for revocation (the `stale_grants`
+    /// task; never-used ones count from when they were granted).
+    pub stale_grant_days: NonZero<u32>,
 }
 
 impl Default for SchedulerConfig {
@@ -39,6 +42,7 @@ impl Default for SchedulerConfig {
             max_per_person: const { NonZero::new(20).unwrap() },
             fatigue_approvals: const { NonZero::new(3).unwrap() },
             fatigue_days: const { NonZero::new(7).unwrap() },
+            stale_grant_days: const { NonZero::new(90).unwrap() },
         }
     }
 }
