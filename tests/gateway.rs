@@ -201,10 +201,18 @@ fn tool_calls(name: &str, args: Value) -> Reply {
 /// asked for a fit). Bob cannot touch her order: it is "not his", whatever its id.
 #[tokio::test]
 async fn a_standing_order_is_set_up_on_its_card_fires_to_telegram_and_stays_its_persons() {
+    // Her digest is due two minutes ago, so a run of the digest task sends it now.
+    let digest_at = jiff::Zoned::now()
+        .with_time_zone(jiff::tz::TimeZone::get("Europe/Rome").unwrap())
+        .checked_sub(jiff::Span::new().minutes(2))
+        .unwrap()
+        .strftime("%H:%M")
+        .to_string();
     let s = stack_with(&[
         ("METNOS_SCHEDULER__TICK_SECONDS", "1"),
         ("METNOS_TELOS__TIME_ZONE", "Europe/Rome"),
         ("METNOS_TELOS__PROTECTED_WINDOWS", "[]"),
+        ("METNOS_TELOS__DIGEST_AT", &digest_at),
     ])
     .await;
     s.pair(ADA, "Ada", "supervised").await;
@@ -309,6 +317,51 @@ async fn a_standing_order_is_set_up_on_its_card_fires_to_telegram_and_stays_its_
     .await;
     // Two model calls for the turn; none for a fit (the cadence was consented).
     assert_eq!(s.llm.received().len() - before, 2);
+
+    // Two firings a day reach her (the scheduler quota); the third waits for her evening
+    // digest, where it is one line.
+    for (n, said) in [(2, "It is nine o'clock."), (3, "It is ten o'clock.")] {
+        s.llm.push(Reply::Text(said.into()));
+        let (code, _, err) = s.sandbox.run(&["schedules", "run", &id]).await;
+        assert_eq!(code, 0, "{err}");
+        // Each firing's run is recorded before the next is asked for.
+        let mut runs = 0;
+        for _ in 0..100 {
+            let (_, out, _) = s.sandbox.run(&["schedules", "list", "--json"]).await;
+            let order: Value = out
+                .lines()
+                .map(|l| serde_json::from_str::<Value>(l).unwrap())
+                .find(|o| o["id"] == id.as_str())
+                .unwrap();
+            if order["last_output"]
+                .as_str()
+                .is_some_and(|o| o.contains(said))
+            {
+                runs = n;
+                break;
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+        }
+        assert_eq!(runs, n, "firing {n} ran");
+    }
+    let told: Vec<String> =
+        s.tg.texts_to(ADA)
+            .into_iter()
+            .filter(|t| t.starts_with("⏰ morning clock"))
+            .collect();
+    assert_eq!(told.len(), 2, "the third waits: {told:?}");
+    assert!(told[1].contains("It is nine o'clock."));
+    let (code, _, err) = s
+        .sandbox
+        .run(&["schedules", "run", "builtin:evening_digest"])
+        .await;
+    assert_eq!(code, 0, "{err}");
+    s.tg.until("the digest", |tg| {
+        tg.texts_to(ADA).iter().any(|t| {
+            t.contains("Evening digest") && t.contains("⏰ morning clock: It is ten o'clock.")
+        })
+    })
+    .await;
 }
 
 const ADA_TELOS: &str = "---

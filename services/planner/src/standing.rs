@@ -194,15 +194,63 @@ async fn publish(
             match planner.filters.tell(person, &message, &key).await {
                 Ok(()) => "told".to_owned(),
                 Err(status) => {
-                    tracing::warn!(task = %task.id, code = ?status.code(), "a standing order's result did not reach its person");
-                    format!("not delivered ({})", status.message())
+                    tracing::warn!(task = %task.id, code = ?status.code(), "a standing order's result did not reach its person; it waits for the digest");
+                    let kept = for_the_digest(planner, firing, person, &name, text).await;
+                    format!("not delivered ({}); {kept}", status.message())
                 }
             }
         }
         Ok(vaglio::AlignmentDecision::Publish) => "kept for `metnos schedules`".to_owned(),
+        Ok(vaglio::AlignmentDecision::DeferToDigest | vaglio::AlignmentDecision::DeferToSlot)
+            if person.channel != "cli" =>
+        {
+            let kept = for_the_digest(planner, firing, person, &name, text).await;
+            format!("{kept} ({})", result.reason)
+        }
         Ok(vaglio::AlignmentDecision::DeferToDigest | vaglio::AlignmentDecision::DeferToSlot) => {
-            format!("kept for the evening digest ({})", result.reason)
+            format!("kept for `metnos schedules` ({})", result.reason)
         }
         _ => format!("not told ({})", result.reason),
+    }
+}
+
+/// The most characters of a result a digest line holds (the whole answer stays in the
+/// run's output).
+const DIGEST_RESULT_CHARS: usize = 280;
+
+/// Queues a firing's result for `person`'s evening digest (one line, no buttons); says
+/// what became of it.
+async fn for_the_digest(
+    planner: &Planner,
+    firing: &Firing,
+    person: &Principal,
+    name: &str,
+    text: &str,
+) -> String {
+    let task = &firing.task;
+    let flat: String = text.split_whitespace().collect::<Vec<_>>().join(" ");
+    let mut shown: String = flat.chars().take(DIGEST_RESULT_CHARS).collect();
+    if flat.chars().count() > DIGEST_RESULT_CHARS {
+        shown.push('…');
+    }
+    let id = {
+        let digest = Sha256::digest(format!("{}\n{}", task.id, firing.slot_at).as_bytes());
+        format!("so-{}", &hex::encode(digest)[..16])
+    };
+    let queued = metnos_kit::on_db!(planner.store.db(), pool => {
+        sqlx::query(
+            "INSERT INTO proposals (id, channel, sender_id, kind, subject, description, payload, decision, reason, created_at) \
+             VALUES ($1, $2, $3, $4, $5, $6, '{}', 'digest', 'deferred', $7) ON CONFLICT (id) DO NOTHING",
+        )
+        .bind(&id).bind(&person.channel).bind(&person.sender_id).bind(KIND)
+        .bind(&task.id).bind(format!("⏰ {name}: {shown}")).bind(firing.now_ms)
+        .execute(pool).await.map(|_| ())
+    });
+    match queued {
+        Ok(_) => "kept for the evening digest".to_owned(),
+        Err(e) => {
+            tracing::warn!(task = %task.id, error = %e, "a standing order's result could not be queued for the digest");
+            "kept in the run's output only (the digest queue failed)".to_owned()
+        }
     }
 }
