@@ -268,7 +268,10 @@ pub async fn grants(config: &Config, command: GrantsCommand) -> ExitCode {
         }
         GrantsCommand::Revoke { id } => {
             match client
-                .revoke_grant(pb::RevokeGrantRequest { grant_id: id })
+                .revoke_grant(pb::RevokeGrantRequest {
+                    grant_id: id,
+                    principal: None,
+                })
                 .await
             {
                 Ok(r) => print_line(&json!({ "id": id, "revoked": r.into_inner().revoked })),

@@ -1014,7 +1014,10 @@ async fn a_revocation_offer_names_only_the_persons_active_grants_and_accept_revo
     let eves = grant(&eve, "fs:write", "~/eve/*").await;
     let mut owner = PolicyServiceClient::new(policy.channel_as(Identity::Owner));
     owner
-        .revoke_grant(policy_pb::RevokeGrantRequest { grant_id: gone })
+        .revoke_grant(policy_pb::RevokeGrantRequest {
+            grant_id: gone,
+            principal: None,
+        })
         .await
         .unwrap();
     let offer = |ids: Vec<i64>, capability: &str| pb::CreatePendingRequest {
@@ -1044,7 +1047,7 @@ async fn a_revocation_offer_names_only_the_persons_active_grants_and_accept_revo
         (vec![old], "fs:write"),
         (vec![], ""),
         (vec![old, old], ""),
-        ((1..=9).collect(), ""),
+        ((1..=5).collect(), ""),
     ] {
         let refused = client.create_pending(offer(ids.clone(), capability)).await;
         let status = refused.expect_err("a forged revocation offer is refused");
@@ -1054,6 +1057,37 @@ async fn a_revocation_offer_names_only_the_persons_active_grants_and_accept_revo
             "{ids:?}: {status:?}"
         );
         assert!(status.message().contains("revocation offer"), "{status:?}");
+    }
+    // Nothing but its proposal id rides along (no reason line or marks of the caller's).
+    let mut marked = offer(vec![site, old], "");
+    marked.request.as_mut().unwrap().extra_json =
+        r#"{"proposal_id":"sg-1","tainted_sink":[{"arg":"x","sources":["web"]}]}"#.into();
+    let refused = client.create_pending(marked).await.unwrap_err();
+    assert_eq!(refused.code(), tonic::Code::InvalidArgument);
+    // Four grants with long patterns: each is on the card, none cut away.
+    let mut long = Vec::new();
+    for i in 0..4 {
+        long.push(
+            grant(
+                &roberto(),
+                "fs:write",
+                &format!("~/{}-{i}/*", "a-rather-long-folder-name".repeat(3)),
+            )
+            .await,
+        );
+    }
+    let card = client
+        .create_pending(offer(long, ""))
+        .await
+        .unwrap()
+        .into_inner()
+        .card
+        .unwrap();
+    let text = card.lines.join("\n");
+    assert!(text.contains("revoke 4 grants you no longer use"), "{text}");
+    assert_eq!(text.matches("(never used, 0 days)").count(), 4, "{text}");
+    for i in 0..4 {
+        assert!(text.contains(&format!("-{i}/*")), "grant {i}: {text}");
     }
     let created = client
         .create_pending(offer(vec![site, old], ""))
@@ -1066,7 +1100,7 @@ async fn a_revocation_offer_names_only_the_persons_active_grants_and_accept_revo
     let text = card.lines.join("\n");
     assert!(text.contains("revoke 2 grants you no longer use"), "{text}");
     assert!(
-        text.contains("network:http example.org (never used in 0 days)")
+        text.contains("network:http example.org (never used, 0 days)")
             && text.contains("fs:write")
             && text.contains("old/*"),
         "{text}"
@@ -1111,10 +1145,14 @@ async fn a_revocation_offer_names_only_the_persons_active_grants_and_accept_revo
         .iter()
         .map(|g| g.id)
         .collect();
+    assert!(
+        active.contains(&eves) && !active.contains(&old) && !active.contains(&site),
+        "roberto's two named grants revoked, eve's kept: {active:?}"
+    );
     assert_eq!(
-        active,
-        [eves],
-        "roberto's two named grants revoked, eve's kept"
+        active.len(),
+        5,
+        "eve's and the four on the card not accepted: {active:?}"
     );
     assert_eq!(
         policy_outcome(&policy, "~/old/x.txt").await.0,

@@ -565,8 +565,8 @@ async fn grants_unused_for_ninety_days_are_offered_for_revocation_and_accept_rev
     let text = card.body["text"].as_str().unwrap_or_default().to_owned();
     assert!(text.contains("revoke 2 grants you no longer use"), "{text}");
     assert!(
-        text.contains("fs:write ~/old/* (never used in 100 days)")
-            && text.contains("network:http example.org (never used in 100 days)"),
+        text.contains("fs:write ~/old/* (never used, 100 days)")
+            && text.contains("network:http example.org (never used, 100 days)"),
         "{text}"
     );
     assert!(!text.contains("recent") && !text.contains("bobs"), "{text}");

@@ -237,18 +237,9 @@ impl fmt::Display for Card {
     }
 }
 
-/// Whether `c` is drawn as nothing (or reorders what is drawn): Unicode format characters
-/// (zero-width spaces and joiners, bidirectional controls, tags, the byte-order mark), line
-/// and paragraph separators, and variation selectors.
-fn is_invisible(c: char) -> bool {
-    use unicode_general_category::{GeneralCategory, get_general_category};
-    matches!(
-        get_general_category(c),
-        GeneralCategory::Format
-            | GeneralCategory::LineSeparator
-            | GeneralCategory::ParagraphSeparator
-    ) || matches!(c, '\u{FE00}'..='\u{FE0F}' | '\u{E0100}'..='\u{E01EF}' | '\u{180B}'..='\u{180D}' | '\u{180F}')
-}
+// Whether a character is drawn as nothing (or reorders what is drawn): the core's test,
+// shared with the planner's digest.
+use metnos_core::html::is_invisible;
 
 /// Text as a card shows it: what a person sees is what the text is.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -183,12 +183,14 @@ pub fn grant_revoke(
                 .find_map(|t| t.as_ref().and_then(metnos_kit::time::from_timestamp))
                 .unwrap_or(now_ms);
             let days = (now_ms - last).max(0) / 86_400_000;
-            let pattern = short(&crate::service::shown_path(&g.target, home), 60);
+            // Four of them fit the card's summary whole (each at most ~75 characters).
+            let pattern = short(&crate::service::shown_path(&g.target, home), 36);
+            let capability = short(&g.capability, 16);
             match (g.last_used_at.is_some(), it) {
-                (true, true) => format!("{} {pattern} (non usato da {days} giorni)", g.capability),
-                (true, false) => format!("{} {pattern} (unused for {days} days)", g.capability),
-                (false, true) => format!("{} {pattern} (mai usato in {days} giorni)", g.capability),
-                (false, false) => format!("{} {pattern} (never used in {days} days)", g.capability),
+                (true, true) => format!("{capability} {pattern} (non usato da {days} gg)"),
+                (true, false) => format!("{capability} {pattern} (unused for {days} days)"),
+                (false, true) => format!("{capability} {pattern} (mai usato, {days} gg)"),
+                (false, false) => format!("{capability} {pattern} (never used, {days} days)"),
             }
         })
         .collect();

@@ -28,7 +28,7 @@ const MAX_REASON_BYTES: usize = 1024;
 const GRANT_CLAIM_MS: i64 = 30_000;
 
 /// The most grants one revocation offer names (one card line each would not fit more).
-pub const MAX_REVOKED: usize = 8;
+pub const MAX_REVOKED: usize = 4;
 
 /// How long policy is given to record a grant.
 const POLICY_DEADLINE: std::time::Duration = std::time::Duration::from_secs(10);
@@ -57,11 +57,11 @@ pub enum Error {
     #[error("extra_json is not a JSON object")]
     BadExtra,
     #[error(
-        "a grant offer must name the capability and the pattern this service offers for its target"
+        "a grant offer must name the capability and the pattern this service offers for its target, and carry only its proposal id"
     )]
     BadGrantOffer,
     #[error(
-        "a revocation offer must name, by id, 1 to {MAX_REVOKED} of its person's active grants, with no capability"
+        "a revocation offer must name, by id, 1 to {MAX_REVOKED} of its person's active grants, with no capability, and carry only its proposal id"
     )]
     BadRevokeOffer,
     #[error("the policy service is not reachable: {0}")]
@@ -380,6 +380,25 @@ impl Approvals {
         } else {
             String::new()
         };
+        if matches!(
+            new.executor.as_str(),
+            crate::describe::GRANT_OFFER | crate::describe::GRANT_REVOKE
+        ) {
+            // A proposal's request says which proposal it is, nothing else (no reason line,
+            // no tainted marks of the caller's on its card).
+            let extra: serde_json::Value =
+                serde_json::from_str(&extra_json).unwrap_or(serde_json::Value::Null);
+            let only_its_id = extra
+                .as_object()
+                .is_some_and(|o| o.keys().all(|k| k == "proposal_id"));
+            if !only_its_id {
+                return Err(if new.executor == crate::describe::GRANT_OFFER {
+                    Error::BadGrantOffer
+                } else {
+                    Error::BadRevokeOffer
+                });
+            }
+        }
         if new.executor == crate::describe::GRANT_OFFER {
             // The card says what Accept grants: the capability and the pattern computed here
             // from the target, never a caller's other words for them.
@@ -656,19 +675,42 @@ impl Approvals {
             .split(',')
             .filter_map(|id| id.parse().ok())
             .collect();
-        for id in &ids {
-            let request = metnos_proto::policy::v1::RevokeGrantRequest { grant_id: *id };
-            let asked = tokio::time::timeout(POLICY_DEADLINE, policy.revoke_grant(request))
-                .await
-                .unwrap_or_else(|_| Err(tonic::Status::deadline_exceeded("policy did not answer")));
-            if let Err(status) = asked {
-                tracing::warn!(token = %pending.token, code = ?status.code(), "a grant was not revoked yet; will try again");
+        // Each bound to the requester: policy revokes only their own grant. One deadline for
+        // all of them, well within the claim.
+        let person = PrincipalMsg {
+            channel: pending.requester.channel.clone(),
+            sender_id: pending.requester.sender_id.clone(),
+        };
+        let all = async {
+            for id in &ids {
+                let request = metnos_proto::policy::v1::RevokeGrantRequest {
+                    grant_id: *id,
+                    principal: Some(person.clone()),
+                };
+                policy.revoke_grant(request).await?;
+            }
+            Ok::<(), tonic::Status>(())
+        };
+        let asked = tokio::time::timeout(POLICY_DEADLINE, all)
+            .await
+            .unwrap_or_else(|_| Err(tonic::Status::deadline_exceeded("policy did not answer")));
+        if let Err(status) = asked {
+            if permanent(status.code()) {
+                // Asking again would get the same answer: the approval stands, nothing more
+                // is revoked, and the queue moves on.
+                tracing::error!(token = %pending.token, code = ?status.code(), "policy refused the revocation; it is not asked again");
+                let _ = self
+                    .store
+                    .give_up_grant(&pending.token, claimed_until)
+                    .await;
+            } else {
+                tracing::warn!(token = %pending.token, code = ?status.code(), "grants not revoked yet; will try again");
                 let _ = self
                     .store
                     .release_grant(&pending.token, claimed_until)
                     .await;
-                return None;
             }
+            return None;
         }
         let first = *ids.first()?;
         if let Err(e) = self.store.set_grant(&pending.token, first).await {
@@ -744,14 +786,7 @@ impl Approvals {
             }
             Err(status) => {
                 // Policy's message may quote the pattern; the code says enough here.
-                let permanent = matches!(
-                    status.code(),
-                    tonic::Code::InvalidArgument
-                        | tonic::Code::AlreadyExists
-                        | tonic::Code::FailedPrecondition
-                        | tonic::Code::PermissionDenied
-                );
-                if permanent {
+                if permanent(status.code()) {
                     // Asking again would get the same answer (an expiry now past, a key
                     // reused): the approval stands without a grant, and the queue moves on.
                     tracing::error!(token = %pending.token, capability = %pending.capability, code = ?status.code(), "policy refused the territory grant; it is not asked again");
@@ -823,6 +858,17 @@ impl Approvals {
         }
         Ok(())
     }
+}
+
+/// Policy's answers that asking again would not change.
+fn permanent(code: tonic::Code) -> bool {
+    matches!(
+        code,
+        tonic::Code::InvalidArgument
+            | tonic::Code::AlreadyExists
+            | tonic::Code::FailedPrecondition
+            | tonic::Code::PermissionDenied
+    )
 }
 
 fn check_token(token: &str) -> Result<(), Error> {

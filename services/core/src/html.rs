@@ -15,6 +15,29 @@ pub fn escape_html(text: &str) -> String {
     out
 }
 
+/// A character a person cannot see but that changes what text says or how it reads
+/// (format characters such as bidi overrides and zero-width joiners, line and paragraph
+/// separators, variation selectors).
+pub fn is_invisible(c: char) -> bool {
+    use unicode_general_category::{GeneralCategory, get_general_category};
+    matches!(
+        get_general_category(c),
+        GeneralCategory::Format
+            | GeneralCategory::LineSeparator
+            | GeneralCategory::ParagraphSeparator
+    ) || matches!(c, '\u{FE00}'..='\u{FE0F}' | '\u{E0100}'..='\u{E01EF}' | '\u{180B}'..='\u{180D}' | '\u{180F}')
+}
+
+/// `text` on one line as a person sees it: control characters become spaces, invisible
+/// ones are taken out, at most `max` characters.
+pub fn one_visible_line(text: &str, max: usize) -> String {
+    text.chars()
+        .filter(|c| !is_invisible(*c))
+        .map(|c| if c.is_control() { ' ' } else { c })
+        .take(max)
+        .collect()
+}
+
 #[cfg(test)]
 mod tests {
     use super::escape_html;

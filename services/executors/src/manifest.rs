@@ -92,6 +92,19 @@ fn field(field: &'static str, problem: impl Into<String>) -> ManifestError {
 }
 
 /// Whether `name` is a valid executor (tool) name.
+/// Names no executor may take: the planner's own tools (standing orders) and the
+/// executors its proposals' approval cards name (a grant offer, a revocation offer) — the
+/// approval service and the gateway treat requests under these names as those.
+pub const RESERVED_NAMES: &[&str] = &[
+    "schedule_create",
+    "schedule_list",
+    "schedule_pause",
+    "schedule_resume",
+    "schedule_delete",
+    "grant_offer",
+    "grant_revoke",
+];
+
 pub fn valid_name(name: &str) -> bool {
     let mut bytes = name.bytes();
     name.len() <= 64
@@ -116,6 +129,15 @@ impl Manifest {
                 format!(
                     "`{}` is not a tool name ([a-z][a-z0-9_]*, at most 64 characters)",
                     self.name.chars().take(80).collect::<String>()
+                ),
+            ));
+        }
+        if RESERVED_NAMES.contains(&self.name.as_str()) {
+            return Err(field(
+                "name",
+                format!(
+                    "`{}` is reserved: the planner's own tools and proposals' cards use it",
+                    self.name
                 ),
             ));
         }
@@ -285,6 +307,15 @@ properties.path = { type = "string" }
                 "scope.paths",
             ),
             (format!("timeout_seconds = 0\n{GOOD}"), "timeout_seconds"),
+            // A proposal's card executor, or the planner's own tool: not an executor's name.
+            (
+                GOOD.replace("fs_read\"\ndesc", "grant_revoke\"\ndesc"),
+                "name",
+            ),
+            (
+                GOOD.replace("fs_read\"\ndesc", "schedule_create\"\ndesc"),
+                "name",
+            ),
         ];
         for (text, expected) in cases {
             match Manifest::parse(&text) {

@@ -62,8 +62,21 @@ impl Job for EveningDigest {
                 .collect::<Result<_, sqlx::Error>>()
                 .map_err(|e| e.to_string())?
         });
-        // Whoever had proposals discarded this week may be owed the weekly line.
-        match self.filters.discarded(None, now - 7 * DAY_MS, 0).await {
+        // Whoever had proposals discarded this week may be owed the weekly line: the journal
+        // is read only while someone's digest can go (anyone without a setting of their own
+        // has the default time).
+        let someone_due = std::iter::once("")
+            .chain(self.telos.people.keys().map(String::as_str))
+            .any(|person| {
+                let local = self.telos.local_for(person);
+                now - local.last_digest(now, self.telos.digest_minute_for(person)) <= LATE_MS
+            });
+        let journal = if someone_due {
+            self.filters.discarded(None, now - 7 * DAY_MS, 0).await
+        } else {
+            Ok((Vec::new(), Vec::new()))
+        };
+        match journal {
             Ok((results, _)) => {
                 for p in results.iter().filter_map(|r| r.principal.as_ref()) {
                     people.push((p.channel.clone(), p.sender_id.clone()));
@@ -168,33 +181,61 @@ impl EveningDigest {
                 .collect::<Result<_, sqlx::Error>>()
                 .map_err(|e| e.to_string())?
         });
-        if items.is_empty() && weekly.is_none() {
+        // Each item's card request first: one the approval service refuses for good (a grant
+        // revoked since the offer was queued) is dropped, not the whole digest; any other
+        // failure withdraws the requests made so far and the next run tries again.
+        let mut kept = Vec::new();
+        let mut tokens: Vec<(String, String)> = Vec::new();
+        for (id, kind, description, payload) in &items {
+            let Some((request, accept)) = queued_request(person, id, kind, payload) else {
+                kept.push((id.clone(), description.clone(), None));
+                continue;
+            };
+            match self.filters.create_pending(request).await {
+                Ok(created) => {
+                    let token = created.approval.unwrap_or_default().token;
+                    tokens.push((id.clone(), token.clone()));
+                    kept.push((id.clone(), description.clone(), Some((token, accept))));
+                }
+                Err(status)
+                    if matches!(
+                        status.code(),
+                        tonic::Code::InvalidArgument | tonic::Code::FailedPrecondition
+                    ) =>
+                {
+                    tracing::info!(proposal = %id, code = ?status.code(), "a queued proposal no longer holds; dropped from the digest");
+                    on_db!(&self.db, pool => {
+                        sqlx::query("UPDATE proposals SET decision = 'dropped' WHERE id = $1")
+                            .bind(id).execute(pool).await.map_err(|e| e.to_string())?;
+                    });
+                }
+                Err(status) => {
+                    self.withdraw(&tokens).await;
+                    return Err(format!("approval: {:?}", status.code()));
+                }
+            }
+        }
+        if kept.is_empty() && weekly.is_none() {
             return Ok(false);
         }
-        let mut lines = vec![if items.is_empty() {
+        let mut lines = vec![if kept.is_empty() {
             "Evening digest".to_owned()
         } else {
-            format!("Evening digest — {} proposal(s):", items.len())
+            format!("Evening digest — {} proposal(s):", kept.len())
         }];
         let mut html = vec![format!("<b>{}</b>", escape_html(&lines[0]))];
         let mut rows = Vec::new();
-        let mut tokens = Vec::new();
-        for (n, (id, kind, description, payload)) in items.iter().enumerate() {
+        for (n, (_, description, card)) in kept.iter().enumerate() {
             let n = n + 1;
-            // A card line is at most 1 KiB: a description is shown shortened, never refused.
-            let shown: String = description.chars().take(300).collect();
+            // A card line is at most 1 KiB: a description is shown shortened (and on one
+            // line), never refused.
+            let shown = metnos_core::html::one_visible_line(description, 300);
             let line = format!("{n}. {shown}");
             html.push(escape_html(&line));
             lines.push(line);
-            let Some((request, accept)) = queued_request(person, id, kind, payload) else {
+            let Some((token, accept)) = card else {
                 continue;
             };
-            let created = self
-                .filters
-                .create_pending(request)
-                .await
-                .map_err(|s| format!("approval: {:?}", s.code()))?;
-            let token = created.approval.unwrap_or_default().token;
             let button = |label: &str, kind: &str| approval::Button {
                 text: format!("{n} · {label}"),
                 data: format!("{kind}:{token}"),
@@ -206,7 +247,6 @@ impl EveningDigest {
                     button("Never again", "never"),
                 ],
             });
-            tokens.push((id.clone(), token));
         }
         if let Some(weekly) = weekly {
             for line in weekly.lines() {
@@ -221,12 +261,12 @@ impl EveningDigest {
             telegram_html: html.join("\n"),
         };
         let digest_token = format!("digest-{}", metnos_kit::random::hex(8));
-        self.filters
-            .show_card(person, &digest_token, card)
-            .await
-            .map_err(|s| format!("gateway: {:?}", s.code()))?;
+        if let Err(status) = self.filters.show_card(person, &digest_token, card).await {
+            self.withdraw(&tokens).await;
+            return Err(format!("gateway: {:?}", status.code()));
+        }
         let sent_at = self.clock.now_ms();
-        for (id, ..) in &items {
+        for (id, ..) in &kept {
             let token = tokens
                 .iter()
                 .find(|(t, _)| t == id)
@@ -237,8 +277,18 @@ impl EveningDigest {
                     .execute(pool).await.map_err(|e| e.to_string())?;
             });
         }
-        tracing::info!(person = %person, items = items.len(), "an evening digest was sent");
+        tracing::info!(person = %person, items = kept.len(), "an evening digest was sent");
         Ok(true)
+    }
+
+    /// Withdraws the approval requests made for a digest that was not sent.
+    async fn withdraw(&self, tokens: &[(String, String)]) {
+        for (_, token) in tokens {
+            let _ = self
+                .filters
+                .cancel(token, "the digest holding it was not sent")
+                .await;
+        }
     }
 }
 
@@ -257,11 +307,13 @@ fn weekly_line(count: usize, closest: &[metnos_proto::vaglio::v1::AlignmentResul
     }
     text.push_str(&format!("; the {} closest to being shown:", closest.len()));
     for r in closest {
-        let said: String = if r.description.is_empty() {
-            r.effect_class.chars().take(100).collect()
+        let said = if r.description.is_empty() {
+            &r.effect_class
         } else {
-            r.description.chars().take(100).collect()
+            &r.description
         };
+        // One line each, as it reads, whatever the description holds.
+        let said = metnos_core::html::one_visible_line(said, 100);
         text.push_str(&format!(
             "\n  · {said} ({:.2} of {:.2})",
             r.expected_alignment, r.threshold_used

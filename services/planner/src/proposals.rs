@@ -308,8 +308,9 @@ async fn publish(
 /// The kind of an unused-grants proposal, and its executor on the card.
 pub const GRANT_REVOKE: &str = "grant_revoke";
 
-/// The most grants one revocation offer names (the approval service's limit too).
-pub const MAX_REVOKED: usize = 8;
+/// The most grants one revocation offer names (the approval service's limit too: four fit
+/// its card whole).
+pub const MAX_REVOKED: usize = 4;
 
 /// A person who answered (or ignored) a revocation offer is not asked again for this long.
 const REASK_DAYS: i64 = 30;
@@ -502,9 +503,13 @@ impl StaleGrants {
         let mut ids: Vec<i64> = grants.iter().map(|(_, id, _)| *id).collect();
         ids.sort_unstable();
         let subject = ids.iter().map(i64::to_string).collect::<Vec<_>>().join(",");
+        // Never the id of an earlier offer (the telos engine keeps its answer for good): the
+        // same grants again only once their first offer was forgotten, 90 days on — in a
+        // later 90-day bucket.
+        let bucket = now.div_euclid(KEEP_PROPOSALS_DAYS * DAY_MS);
         let id = {
             use sha2::{Digest, Sha256};
-            let digest = Sha256::digest(format!("{person}\n{subject}").as_bytes());
+            let digest = Sha256::digest(format!("{person}\n{subject}\n{bucket}").as_bytes());
             format!("sg-{}", &hex::encode(digest)[..16])
         };
         let listed: Vec<&str> = grants.iter().map(|(_, _, shown)| shown.as_str()).collect();
@@ -518,7 +523,7 @@ impl StaleGrants {
             sqlx::query(
                 "INSERT INTO proposals (id, channel, sender_id, kind, subject, description, payload, decision, reason, created_at) \
                  SELECT $1, $2, $3, $4, $5, $6, $7, 'pending', '', $8 \
-                 WHERE NOT EXISTS (SELECT 1 FROM proposals WHERE channel = $2 AND sender_id = $3 AND kind = $4 AND created_at >= $9) \
+                 WHERE NOT EXISTS (SELECT 1 FROM proposals WHERE channel = $2 AND sender_id = $3 AND kind = $4 AND (created_at >= $9 OR subject = $5)) \
                  ON CONFLICT (id) DO NOTHING",
             )
             .bind(&id).bind(&person.channel).bind(&person.sender_id).bind(GRANT_REVOKE)
@@ -619,22 +624,14 @@ impl ProposalUpkeep {
         now: i64,
     ) -> Result<bool, String> {
         let silent = match self.filters.get_pending(token).await {
-            Ok(pending) => {
-                let expires = pending
-                    .expires_at
-                    .as_ref()
-                    .and_then(metnos_kit::time::from_timestamp)
-                    .unwrap_or(i64::MAX);
-                match approval::ApprovalStatus::try_from(pending.status) {
-                    Ok(approval::ApprovalStatus::Expired) => true,
-                    // Not swept yet: past its expiry it can no longer be answered.
-                    Ok(approval::ApprovalStatus::Pending) if expires <= now => true,
-                    // Still open (a clock apart): the next run looks again.
-                    Ok(approval::ApprovalStatus::Pending) => return Ok(false),
-                    // Answered (the gateway told the engine) or withdrawn.
-                    _ => false,
-                }
-            }
+            Ok(pending) => match approval::ApprovalStatus::try_from(pending.status) {
+                // Expired by the approval service's own clock: nobody can answer it now.
+                Ok(approval::ApprovalStatus::Expired) => true,
+                // Still open (not swept yet, or a clock apart): the next run looks again.
+                Ok(approval::ApprovalStatus::Pending) => return Ok(false),
+                // Answered (the gateway told the engine) or withdrawn.
+                _ => false,
+            },
             Err(status) if status.code() == tonic::Code::NotFound => false,
             Err(status) => return Err(format!("approval: {:?}", status.code())),
         };
@@ -648,6 +645,17 @@ impl ProposalUpkeep {
             return Ok(false);
         }
         if let Err(status) = self.filters.record_silence(id, person).await {
+            if matches!(
+                status.code(),
+                tonic::Code::FailedPrecondition
+                    | tonic::Code::NotFound
+                    | tonic::Code::PermissionDenied
+                    | tonic::Code::InvalidArgument
+            ) {
+                // Answered already, unknown to the engine or refused: asking again would get
+                // the same answer; the claim stays.
+                return Err(format!("vaglio: {:?} (not asked again)", status.code()));
+            }
             on_db!(&self.db, pool => {
                 let _ = sqlx::query("UPDATE proposals SET followed_up_at = NULL WHERE id = $1")
                     .bind(id).execute(pool).await;

@@ -304,7 +304,14 @@ impl PolicyService for PolicyApi {
         &self,
         request: Request<pb::RevokeGrantRequest>,
     ) -> Result<Response<pb::RevokeGrantResponse>, Status> {
-        match self.policy.revoke(request.into_inner().grant_id).await {
+        let r = request.into_inner();
+        let of = match r.principal.as_ref() {
+            Some(p) => {
+                Some(Principal::try_from(p).map_err(|e| Status::invalid_argument(e.to_string()))?)
+            }
+            None => None,
+        };
+        match self.policy.revoke(r.grant_id, of.as_ref()).await {
             Ok(revoked) => Ok(Response::new(pb::RevokeGrantResponse { revoked })),
             Err(e) => Err(self.status(e).await),
         }

@@ -307,11 +307,11 @@ impl Policy {
     }
 
     /// Revokes a grant; false if it was already revoked or never existed.
-    pub async fn revoke(&self, id: i64) -> Result<bool, Error> {
+    pub async fn revoke(&self, id: i64, of: Option<&Principal>) -> Result<bool, Error> {
         if id <= 0 {
             return Err(Error::InvalidGrantId(id));
         }
-        let Some((principal, capability)) = self.store.revoke(id, now_ms()).await? else {
+        let Some((principal, capability)) = self.store.revoke(id, of, now_ms()).await? else {
             return Ok(false);
         };
         if let (Some(cache), Ok(capability)) = (&self.cache, Capability::parse(&capability)) {

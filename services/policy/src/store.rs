@@ -330,12 +330,19 @@ impl GrantStore {
     pub async fn revoke(
         &self,
         id: i64,
+        of: Option<&Principal>,
         now_ms: i64,
     ) -> Result<Option<(Principal, String)>, sqlx::Error> {
+        // `of`: only that person's grant (an empty channel never matches a stored one).
         let sql = "UPDATE grants SET revoked_at = $1 WHERE id = $2 AND revoked_at IS NULL \
+                   AND ($3 = 0 OR (channel = $4 AND sender_id = $5)) \
                    RETURNING channel, sender_id, capability";
+        let (bound, channel, sender) = match of {
+            Some(p) => (1_i64, p.channel.as_str(), p.sender_id.as_str()),
+            None => (0, "", ""),
+        };
         on_db!(&self.db, pool => {
-            let row = sqlx::query(sql).bind(now_ms).bind(id).fetch_optional(pool).await?;
+            let row = sqlx::query(sql).bind(now_ms).bind(id).bind(bound).bind(channel).bind(sender).fetch_optional(pool).await?;
             row.map(|row| {
                 Ok((
                     Principal {

@@ -275,7 +275,10 @@ async fn a_grant_is_recorded_once_per_idempotency_key_even_after_a_revoke() {
         assert_eq!(a, b, "the same grant for the same key");
         assert!(
             client
-                .revoke_grant(RevokeGrantRequest { grant_id: a })
+                .revoke_grant(RevokeGrantRequest {
+                    grant_id: a,
+                    principal: None
+                })
                 .await
                 .unwrap()
                 .into_inner()
@@ -381,7 +384,10 @@ async fn a_grant_lifts_approval_and_the_response_names_it() {
     );
 
     let revoked = client
-        .revoke_grant(RevokeGrantRequest { grant_id: id })
+        .revoke_grant(RevokeGrantRequest {
+            grant_id: id,
+            principal: None,
+        })
         .await
         .unwrap()
         .into_inner()
@@ -523,7 +529,10 @@ async fn bad_input_is_invalid_argument_with_a_message_that_says_what() {
         .unwrap_err();
     assert_eq!(status.code(), tonic::Code::InvalidArgument);
     let status = client
-        .revoke_grant(RevokeGrantRequest { grant_id: 0 })
+        .revoke_grant(RevokeGrantRequest {
+            grant_id: 0,
+            principal: None,
+        })
         .await
         .unwrap_err();
     assert_eq!(status.code(), tonic::Code::InvalidArgument);

@@ -162,14 +162,18 @@ async fn revoking_a_grant_stops_it_deciding(store: TestStore) {
         )
     };
     assert_eq!(check().await.unwrap().outcome, Outcome::Allowed);
-    assert!(policy.revoke(grant.id).await.unwrap());
+    // Bound to another person (what the approval service sends): not theirs, nothing changes.
+    let other = Principal::new("telegram", "someone-else").unwrap();
+    assert!(!policy.revoke(grant.id, Some(&other)).await.unwrap());
+    assert_eq!(check().await.unwrap().outcome, Outcome::Allowed);
+    assert!(policy.revoke(grant.id, Some(&roberto())).await.unwrap());
     assert_eq!(check().await.unwrap().outcome, Outcome::ApprovalRequired);
     assert!(
-        !policy.revoke(grant.id).await.unwrap(),
+        !policy.revoke(grant.id, None).await.unwrap(),
         "a second revoke is a no-op"
     );
     assert!(
-        !policy.revoke(987_654).await.unwrap(),
+        !policy.revoke(987_654, None).await.unwrap(),
         "an unknown id is a no-op"
     );
 }
@@ -193,7 +197,7 @@ async fn listing_filters_by_channel_and_sender_and_hides_revoked(store: TestStor
         .record(roberto(), "calendar:read", "family", None, "", "")
         .await
         .unwrap();
-    assert!(policy.revoke(d.id).await.unwrap());
+    assert!(policy.revoke(d.id, None).await.unwrap());
 
     let ids =
         |grants: Vec<metnos_policy::grant::Grant>| grants.iter().map(|g| g.id).collect::<Vec<_>>();
@@ -433,7 +437,7 @@ async fn changes_take_effect_at_the_next_check(store: TestStore) {
         Outcome::ApprovalRequired
     );
 
-    assert!(policy.revoke(a.id).await.unwrap());
+    assert!(policy.revoke(a.id, None).await.unwrap());
     assert_eq!(
         check("~/a/1.txt").await.unwrap().outcome,
         Outcome::ApprovalRequired
@@ -511,7 +515,7 @@ async fn replicas_sharing_postgres_agree_at_once() {
         .await
         .unwrap();
     assert_eq!(check(&b).await.grant_id, Some(grant.id));
-    assert!(a.revoke(grant.id).await.unwrap());
+    assert!(a.revoke(grant.id, None).await.unwrap());
     assert_eq!(check(&b).await.outcome, Outcome::ApprovalRequired);
 }
 
