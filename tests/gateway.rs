@@ -619,6 +619,95 @@ async fn grants_unused_for_ninety_days_are_offered_for_revocation_and_accept_rev
     assert!(!s.home().join("old/a.txt").exists());
 }
 
+/// An offer the telos engine keeps for later (the day's ad-hoc quota is spent) comes in the
+/// evening digest: one message, a numbered line, a button row per item. Bob cannot accept
+/// it; Ada's Accept there records the grant, and the outcome is said where she clicked.
+#[tokio::test]
+async fn an_offer_kept_for_the_digest_is_accepted_from_the_digest() {
+    let digest_at = jiff::Zoned::now()
+        .with_time_zone(jiff::tz::TimeZone::UTC)
+        .checked_sub(jiff::Span::new().minutes(2))
+        .unwrap()
+        .strftime("%H:%M")
+        .to_string();
+    let s = telos_stack(&[
+        ("METNOS_SCHEDULER__TICK_SECONDS", "1"),
+        ("METNOS_TELOS__TIME_ZONE", "UTC"),
+        ("METNOS_TELOS__DIGEST_AT", &digest_at),
+        ("METNOS_TELOS__QUOTAS__ADHOC_PER_DAY", "0"),
+    ])
+    .await;
+    s.pair(ADA, "Ada", "supervised").await;
+    let written = |tg: &FakeTelegram, n: usize| {
+        tg.texts_to(ADA).iter().filter(|t| *t == "Written.").count() >= n
+    };
+    for i in 1..=3 {
+        s.llm.push(tool_calls(
+            "fs_write",
+            json!({"path": format!("~/inv/{i}.txt"), "content": "an invoice"}),
+        ));
+        s.tg.message(ADA, user(ADA, "Ada", "en"), "file this invoice");
+        let (_, buttons) = s.nth_card(i).await;
+        s.tg.click(ADA, 2, user(ADA, "Ada", "en"), &buttons[0][0].1);
+        s.tg.until("the write", |tg| written(tg, i)).await;
+    }
+    // The offer was weighed (one fit estimate) and kept: the digest brings it.
+    let fit_asked = |s: &Stack| {
+        s.llm
+            .received()
+            .iter()
+            .any(|r| r.body.get("format").is_some_and(|f| !f.is_null()))
+    };
+    for _ in 0..100 {
+        if fit_asked(&s) {
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    }
+    assert!(fit_asked(&s), "the offer was weighed");
+    let (code, _, err) = s
+        .sandbox
+        .run(&["schedules", "run", "builtin:evening_digest"])
+        .await;
+    assert_eq!(code, 0, "{err}");
+    let (_, buttons) = s.nth_card(4).await;
+    let digest = s.cards()[3].body["text"]
+        .as_str()
+        .unwrap_or_default()
+        .to_owned();
+    assert!(
+        digest.contains("Evening digest — 1 proposal(s):")
+            && digest.contains("1. You approved fs:write in ~/inv/* 3 times in 7 days."),
+        "{digest}"
+    );
+    let labels: Vec<&str> = buttons[0].iter().map(|(t, _)| t.as_str()).collect();
+    assert_eq!(labels, ["1 · Accept", "1 · Reject", "1 · Never again"]);
+    assert!(buttons[0][0].1.starts_with("confirm-always:"));
+    s.pair(BOB, "Bob", "full").await;
+    s.tg.click(BOB, 2, user(BOB, "Bob", "en"), &buttons[0][0].1);
+    s.tg.until("Bob told", |tg| {
+        tg.texts_to(BOB)
+            .iter()
+            .any(|t| t == "Approval cannot be resolved: decider not authorised")
+    })
+    .await;
+    s.tg.click(ADA, 2, user(ADA, "Ada", "en"), &buttons[0][0].1);
+    s.tg.until("the outcome said where she clicked", |tg| {
+        tg.calls("answerCallbackQuery").iter().any(|c| {
+            c.body["text"]
+                .as_str()
+                .unwrap_or_default()
+                .contains("always for ~/inv/* [territory: permanent]")
+        })
+    })
+    .await;
+    let (_, listed, _) = s.sandbox.run(&["grants", "list"]).await;
+    assert!(
+        listed.contains("~/inv/*") && listed.contains(&ADA.to_string()),
+        "{listed}"
+    );
+}
+
 /// A turn the world steered (here it read a file first) is not the person's habit: its
 /// approvals do not count toward a grant offer. Three such writes, then three plain ones:
 /// the offer comes only after the third plain one, and says three.

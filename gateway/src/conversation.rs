@@ -932,8 +932,18 @@ impl Conversation {
         let lang = click.lang;
         match self.approval.clone().resolve(request).await {
             Ok(response) => {
-                self.outbox.answer_callback(&click.id, None).await;
                 let pending = response.into_inner().approval.unwrap_or_default();
+                // A request without a card of its own (an item of an evening digest): the
+                // outcome is said where the person clicked, the digest's other rows stay.
+                let own_card = matches!(self.store.card(&token).await, Ok(Some(_)));
+                let said = if own_card {
+                    None
+                } else {
+                    closing_line(&pending, lang)
+                };
+                self.outbox
+                    .answer_callback(&click.id, said.as_deref())
+                    .await;
                 self.close_card_as(&token, &pending, lang).await;
                 if let Some(proposal_id) = proposal_of(&pending) {
                     // A proposal's answer is the telos engine's feedback; no turn waits.
