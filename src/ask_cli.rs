@@ -537,6 +537,7 @@ impl Session {
                         decision: decision as i32,
                         decider: Some(principal.clone()),
                         territory: territory as i32,
+                        edited_pattern: String::new(),
                     };
                     match approvals.resolve(resolve).await {
                         Ok(response) => {

@@ -202,6 +202,7 @@ async fn resolve_with(
             decision: decision as i32,
             decider: roberto(),
             territory: territory as i32,
+            edited_pattern: String::new(),
         })
         .await
         .map(|r| r.into_inner().approval.unwrap())

@@ -619,6 +619,93 @@ async fn grants_unused_for_ninety_days_are_offered_for_revocation_and_accept_rev
     assert!(!s.home().join("old/a.txt").exists());
 }
 
+/// Accept with edit: Ada presses Edit on the grant offer, and her next message is the
+/// pattern to allow instead — taken only within the offer (a folder beside it is refused,
+/// the card waits), never as a turn; Bob's Edit is not a button of his. The grant is the
+/// narrower pattern: a write there asks nothing, one elsewhere in the folder still asks.
+#[tokio::test]
+async fn an_offer_is_accepted_with_a_narrower_pattern_the_person_sends() {
+    let s = telos_stack(&[]).await;
+    s.pair(ADA, "Ada", "supervised").await;
+    s.pair(BOB, "Bob", "full").await;
+    let written = |tg: &FakeTelegram, n: usize| {
+        tg.texts_to(ADA).iter().filter(|t| *t == "Written.").count() >= n
+    };
+    for i in 1..=3 {
+        s.llm.push(tool_calls(
+            "fs_write",
+            json!({"path": format!("~/inv/{i}.txt"), "content": "an invoice"}),
+        ));
+        s.tg.message(ADA, user(ADA, "Ada", "en"), "file this invoice");
+        let (_, buttons) = s.nth_card(i).await;
+        s.tg.click(ADA, 2, user(ADA, "Ada", "en"), &buttons[0][0].1);
+        s.tg.until("the write", |tg| written(tg, i)).await;
+    }
+    let (_, buttons) = s.nth_card(4).await;
+    assert_eq!(buttons[1][0].0, "Edit");
+    let edit = buttons[1][0].1.clone();
+    assert!(edit.starts_with("edit:"), "{edit}");
+    s.tg.click(BOB, 2, user(BOB, "Bob", "en"), &edit);
+    s.tg.until("Bob's click answered", |tg| {
+        tg.calls("answerCallbackQuery").iter().any(|c| {
+            c.body["text"]
+                .as_str()
+                .is_some_and(|t| t.contains("do not recognise this button"))
+        })
+    })
+    .await;
+    let asked_before = s.llm.received().len();
+    let prompted = |tg: &FakeTelegram, n: usize| {
+        tg.texts_to(ADA)
+            .iter()
+            .filter(|t| t.starts_with("Send me what to allow instead of ~/inv/*"))
+            .count()
+            >= n
+    };
+    s.tg.click(ADA, 2, user(ADA, "Ada", "en"), &edit);
+    s.tg.until("the prompt", |tg| prompted(tg, 1)).await;
+    s.tg.message(ADA, user(ADA, "Ada", "en"), "~/other/*");
+    s.tg.until("refused", |tg| {
+        tg.texts_to(ADA)
+            .iter()
+            .any(|t| t.starts_with("Not accepted:") && t.contains("not within"))
+    })
+    .await;
+    s.tg.click(ADA, 2, user(ADA, "Ada", "en"), &edit);
+    s.tg.until("the prompt again", |tg| prompted(tg, 2)).await;
+    s.tg.message(ADA, user(ADA, "Ada", "en"), "~/inv/2026/*");
+    s.tg.until("the offer closed", |tg| {
+        tg.calls("editMessageText").iter().any(|c| {
+            c.body["text"]
+                .as_str()
+                .unwrap_or_default()
+                .contains("always for ~/inv/2026/* [territory: permanent]")
+        })
+    })
+    .await;
+    assert_eq!(
+        s.llm.received().len(),
+        asked_before,
+        "the edits were never turns"
+    );
+    let (_, listed, _) = s.sandbox.run(&["grants", "list"]).await;
+    assert!(listed.contains("~/inv/2026/*"), "{listed}");
+    assert!(!listed.contains("~/inv/* "), "{listed}");
+    s.llm.push(tool_calls(
+        "fs_write",
+        json!({"path": "~/inv/2026/q1.txt", "content": "an invoice"}),
+    ));
+    s.tg.message(ADA, user(ADA, "Ada", "en"), "file this invoice");
+    s.tg.until("the covered write", |tg| written(tg, 4)).await;
+    assert_eq!(s.cards().len(), 4, "no card under the edited grant");
+    s.llm.push(tool_calls(
+        "fs_write",
+        json!({"path": "~/inv/5.txt", "content": "an invoice"}),
+    ));
+    s.tg.message(ADA, user(ADA, "Ada", "en"), "file this invoice");
+    s.nth_card(5).await;
+}
+
 /// An offer the telos engine keeps for later (the day's ad-hoc quota is spent) comes in the
 /// evening digest: one message, a numbered line, a button row per item. Bob cannot accept
 /// it; Ada's Accept there records the grant, and the outcome is said where she clicked.

@@ -102,6 +102,9 @@ pub struct Conversations {
     /// Cards being or already edited to their outcome (the click and the turn's event
     /// both report it; Telegram is asked once).
     closed: HashSet<String>,
+    /// People who pressed a grant offer's Edit: its token, until when their next message
+    /// is the edit.
+    editing: HashMap<String, (String, Instant)>,
 }
 
 impl Conversations {
@@ -149,6 +152,20 @@ impl Conversations {
         self.live.contains(token)
     }
 
+    /// `sender`'s next message is their edit of `token`'s offer (for 10 minutes).
+    pub fn await_edit(&mut self, sender: &str, token: &str, now: Instant) {
+        self.editing.insert(
+            sender.to_owned(),
+            (token.to_owned(), now + std::time::Duration::from_secs(600)),
+        );
+    }
+
+    /// The offer `sender`'s message edits, if they pressed Edit lately (taken once).
+    pub fn take_edit(&mut self, sender: &str, now: Instant) -> Option<String> {
+        let (token, until) = self.editing.remove(sender)?;
+        (now < until).then_some(token)
+    }
+
     /// Claims the editing of `token`'s card to its outcome: true once.
     pub fn claim_close(&mut self, token: &str) -> bool {
         self.closed.insert(token.to_owned())
@@ -175,6 +192,8 @@ pub enum ClickAction {
     Back(String),
     /// A proposal's "never again": rejected, and the vaglio told never to propose its kind.
     Never(String),
+    /// A grant offer's Edit: ask for the pattern; the next message is it.
+    Edit(String),
 }
 
 /// The proposal a card asks about (a planner's grant offer, whose request carries its
@@ -203,6 +222,7 @@ pub fn action_of(data: &str) -> Result<ClickAction, &'static str> {
         D::Always(token) => ClickAction::ConfirmAlways(token),
         D::Back(token) => ClickAction::Back(token),
         D::Never(token) => ClickAction::Never(token),
+        D::Edit(token) => ClickAction::Edit(token),
     })
 }
 
@@ -547,6 +567,13 @@ impl Conversation {
         };
         let lang = pairing.language();
         let who = person(&message.sender);
+        // After a grant offer's Edit, their next message is the pattern, not a turn.
+        let editing = self.state().take_edit(&message.sender, Instant::now());
+        if let Some(token) = editing {
+            self.accept_edited(chat, &who, token, &message.text, lang)
+                .await;
+            return;
+        }
         let stop = self.stops.detect(&who, &message.text).await;
         let next = self.state().next_for(&message.sender, &message.text, stop);
         match next {
@@ -804,6 +831,40 @@ impl Conversation {
                 )
                 .await;
             }
+            ClickAction::Edit(token) => {
+                let request = approval::GetPendingRequest {
+                    token: token.clone(),
+                };
+                // Only the requester's grant offer still waiting can be edited.
+                let offer = self
+                    .approval
+                    .clone()
+                    .get_pending(request)
+                    .await
+                    .ok()
+                    .and_then(|r| r.into_inner().approval)
+                    .filter(|p| {
+                        p.executor == "grant_offer"
+                            && p.status == approval::ApprovalStatus::Pending as i32
+                            && p.requester.as_ref() == Some(&person(&click.clicker).to_proto())
+                    });
+                let Some(offer) = offer else {
+                    let said = text::say(click.lang, Says::UnknownButton);
+                    self.outbox.answer_callback(&click.id, Some(&said)).await;
+                    return;
+                };
+                self.state()
+                    .await_edit(&click.clicker, &token, Instant::now());
+                let prompt = text::say(click.lang, Says::EditPrompt(&offer.territory_pattern));
+                // A private chat's id is its person's.
+                match click.chat.or_else(|| click.clicker.parse().ok()) {
+                    Some(chat) => {
+                        self.outbox.answer_callback(&click.id, None).await;
+                        self.outbox.send_text(chat, &prompt).await;
+                    }
+                    None => self.outbox.answer_callback(&click.id, Some(&prompt)).await,
+                }
+            }
             ClickAction::Back(token) => {
                 // Only a card still waiting gets its buttons back.
                 let pending = self
@@ -928,6 +989,7 @@ impl Conversation {
             decision: decision as i32,
             decider: Some(person(&click.clicker).to_proto()),
             territory: territory as i32,
+            edited_pattern: String::new(),
         };
         let lang = click.lang;
         match self.approval.clone().resolve(request).await {
@@ -983,6 +1045,41 @@ impl Conversation {
                 }
             }
             Err(status) => self.refused(&click, &status).await,
+        }
+    }
+
+    /// Accept with edit: approves the offer `token` for good with the pattern the person
+    /// sent; the approval service checks it lies within the offer.
+    async fn accept_edited(
+        self: &Arc<Self>,
+        chat: i64,
+        who: &Principal,
+        token: String,
+        edited: &str,
+        lang: Language,
+    ) {
+        let request = approval::ResolveRequest {
+            token: token.clone(),
+            decision: approval::Decision::Approve as i32,
+            decider: Some(who.to_proto()),
+            territory: approval::TerritoryConcession::Permanent as i32,
+            edited_pattern: edited.trim().chars().take(1024).collect(),
+        };
+        match self.approval.clone().resolve(request).await {
+            Ok(response) => {
+                let pending = response.into_inner().approval.unwrap_or_default();
+                self.close_card_as(&token, &pending, lang).await;
+                if let Some(proposal_id) = proposal_of(&pending) {
+                    self.stops
+                        .feedback(&proposal_id, vaglio_pb::FeedbackKind::AcceptWithEdit, who)
+                        .await;
+                }
+            }
+            Err(status) => {
+                let why = metnos_core::html::one_visible_line(status.message(), 300);
+                let said = text::say(lang, Says::EditRefused(&why));
+                self.outbox.send_text(chat, &said).await;
+            }
         }
     }
 

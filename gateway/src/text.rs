@@ -121,6 +121,8 @@ pub enum CallbackData {
     Back(String),
     /// A proposal's "never again": rejected, and its kind never proposed again.
     Never(String),
+    /// A grant offer's "edit": the person's next message is the pattern to allow instead.
+    Edit(String),
 }
 
 /// The data of the confirmation's buttons.
@@ -144,6 +146,7 @@ pub fn parse_callback(data: &str) -> Result<CallbackData, &'static str> {
         CONFIRM_ALWAYS => Ok(CallbackData::AlwaysConfirmed(token)),
         BACK => Ok(CallbackData::Back(token)),
         "never" => Ok(CallbackData::Never(token)),
+        "edit" => Ok(CallbackData::Edit(token)),
         _ => Err("unknown callback"),
     }
 }
@@ -226,6 +229,18 @@ pub fn say(lang: Language, what: Says<'_>) -> String {
         (Language::English, Says::Reminder { minutes, question }) => format!(
             "⏳ The request «{question}» expires in {minutes} min: if you do not answer, I will not do it."
         ),
+        (Language::Italian, Says::EditPrompt(offered)) => format!(
+            "Scrivimi cosa permettere al posto di {offered}: una cartella o un sito al suo interno, per esempio {offered} stesso ristretto a una sottocartella. (Vale per il prossimo messaggio, entro 10 minuti.)"
+        ),
+        (Language::English, Says::EditPrompt(offered)) => format!(
+            "Send me what to allow instead of {offered}: a folder or site within it, e.g. a subfolder of it. (For your next message, within 10 minutes.)"
+        ),
+        (Language::Italian, Says::EditRefused(why)) => {
+            format!("Non l'ho accettato: {why}. Puoi premere di nuovo Modifica.")
+        }
+        (Language::English, Says::EditRefused(why)) => {
+            format!("Not accepted: {why}. You can press Edit again.")
+        }
         (Language::Italian, Says::UnknownButton) => {
             "Questo pulsante non lo riconosco: non ho fatto niente.".to_owned()
         }
@@ -274,6 +289,10 @@ pub enum Says<'a> {
     BackButton,
     /// A button whose data is not one of a card's.
     UnknownButton,
+    /// After a grant offer's Edit: what to send.
+    EditPrompt(&'a str),
+    /// The edit was not taken: why (the approval service's words).
+    EditRefused(&'a str),
     /// A pending card's one reminder before it expires.
     Reminder {
         minutes: u64,

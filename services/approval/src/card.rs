@@ -407,16 +407,17 @@ pub fn render(request: &CardRequest, token: &str) -> Card {
 
 /// A proposal's card: its lines, and Accept (`accept_kind`, the callback it sends: for a
 /// grant offer `confirm-always`, approving with the offered pattern for good so the grant
-/// is recorded; for a revocation offer `approve`), Reject, and Never again.
+/// is recorded; for a revocation offer `approve`), Reject, and Never again; a grant offer
+/// also Edit (accept with a narrower pattern of the person's).
 pub fn proposal_buttons(
     mut card: Card,
     accept_kind: &str,
     token: &str,
     language: Language,
 ) -> Card {
-    let (accept, reject, never) = match language {
-        Language::Italian => ("Accetta", "Rifiuta", "Mai più"),
-        Language::English => ("Accept", "Reject", "Never again"),
+    let (accept, reject, never, edit) = match language {
+        Language::Italian => ("Accetta", "Rifiuta", "Mai più", "Modifica"),
+        Language::English => ("Accept", "Reject", "Never again", "Edit"),
     };
     let button = |text: &str, kind: &str| Button {
         text: text.to_owned(),
@@ -427,6 +428,11 @@ pub fn proposal_buttons(
         button(reject, "reject"),
         button(never, "never"),
     ]];
+    if accept_kind == "confirm-always" {
+        // A grant offer: the person may narrow the pattern before accepting (the gateway
+        // asks for it and sends it as the resolve's edited pattern).
+        card.buttons.push(vec![button(edit, "edit")]);
+    }
     card
 }
 

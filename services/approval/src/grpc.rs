@@ -82,6 +82,8 @@ impl From<Error> for Status {
             | Error::BadExtra
             | Error::BadGrantOffer
             | Error::BadRevokeOffer
+            | Error::EditNotOffered
+            | Error::EditNotWithin { .. }
             | Error::ReasonTooLong => Status::invalid_argument(error.to_string()),
             Error::NotFound => refused(
                 Status::not_found(error.to_string()),
@@ -388,6 +390,15 @@ impl ApprovalService for ApprovalApi {
             // people, the owner for the local user. Nobody else is believed.
             speaks_for(caller, &decider)?;
             let territory = territory_of(r.territory);
+            if !r.edited_pattern.is_empty() {
+                if decision != Decision::Approve || territory != Territory::Permanent {
+                    return Err(Error::EditNotOffered);
+                }
+                return self
+                    .approvals
+                    .resolve_edited(&r.token, &r.edited_pattern, &decider)
+                    .await;
+            }
             self.approvals
                 .resolve(&r.token, decision, territory, &decider)
                 .await

@@ -66,6 +66,10 @@ pub enum Error {
     BadRevokeOffer,
     #[error("the policy service is not reachable: {0}")]
     PolicyUnavailable(String),
+    #[error("only a grant offer approved for good can be accepted with an edit")]
+    EditNotOffered,
+    #[error("`{edited}` is not within `{offered}`: an edit may only narrow what is offered")]
+    EditNotWithin { edited: String, offered: String },
     #[error("cancel reason is longer than {MAX_REASON_BYTES} bytes")]
     ReasonTooLong,
     #[error("unknown token")]
@@ -518,6 +522,44 @@ impl Approvals {
         self.store.get(token).await?.ok_or(Error::NotFound)
     }
 
+    /// Accept with edit: approves a grant offer for good with `edited` instead of the
+    /// pattern offered, once it is checked to lie within it (the requester's alone).
+    pub async fn resolve_edited(
+        &self,
+        token: &str,
+        edited: &str,
+        decider: &Principal,
+    ) -> Result<Pending, Error> {
+        let pending = self.get(token).await?;
+        if pending.status.is_terminal() {
+            return Err(Error::NotPending(pending.status.as_str()));
+        }
+        if &pending.requester != decider {
+            return Err(Error::NotRequester);
+        }
+        if pending.executor != crate::describe::GRANT_OFFER || pending.territory_target.is_empty() {
+            return Err(Error::EditNotOffered);
+        }
+        metnos_core::limits::bytes("edited_pattern", edited, 1024)?;
+        let kind = Capability::parse(&pending.capability)?.spec().target_kind;
+        let not_within = || Error::EditNotWithin {
+            edited: metnos_core::limits::shown(edited),
+            offered: shown_path(&pending.territory_target, &self.home),
+        };
+        let offered = Pattern::parse(kind, &pending.territory_target, &self.home)
+            .map_err(|_| not_within())?;
+        let chosen = Pattern::parse(kind, edited.trim(), &self.home).map_err(|_| not_within())?;
+        if !within(&offered, &chosen) {
+            return Err(not_within());
+        }
+        // Kept as the offer was written (`~/…` under the home), so the card says it so.
+        self.store
+            .set_offer(token, &shown_path(&chosen.text, &self.home))
+            .await?;
+        self.resolve(token, Decision::Approve, Territory::Permanent, decider)
+            .await
+    }
+
     /// Applies the requester's decision: known token, still pending, not expired (the
     /// expiry is written), decider = requester, then one conditional update.
     pub async fn resolve(
@@ -857,6 +899,34 @@ impl Approvals {
             self.record_grant(&pending).await;
         }
         Ok(())
+    }
+}
+
+/// Whether every target `chosen` matches lies within `offered`: a glob under the offered
+/// glob's folder, the offered host (or, offered `*.host`, that host's subdomains), the
+/// offered exact value.
+fn within(offered: &Pattern, chosen: &Pattern) -> bool {
+    use metnos_core::capability::TargetKind;
+    match offered.kind {
+        TargetKind::PathGlob => {
+            // The offered glob's folder: what comes before its first wildcard segment.
+            let folder: Vec<&str> = offered
+                .text
+                .split('/')
+                .take_while(|s| !s.contains(['*', '?', '[', '{']))
+                .collect();
+            let folder = folder.join("/");
+            chosen.text == offered.text
+                || (!folder.is_empty() && chosen.text.starts_with(&format!("{folder}/")))
+        }
+        TargetKind::Host => match offered.text.strip_prefix("*.") {
+            Some(domain) => {
+                let host = chosen.text.strip_prefix("*.").unwrap_or(&chosen.text);
+                host == domain || host.ends_with(&format!(".{domain}"))
+            }
+            None => chosen.text == offered.text,
+        },
+        TargetKind::Exact | TargetKind::None => chosen.text == offered.text,
     }
 }
 

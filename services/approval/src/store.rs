@@ -342,6 +342,17 @@ impl PendingStore {
 
     /// Pending → approved/rejected by `decider`, if still pending and not expired at
     /// `now`. True when this call made the change.
+    /// A pending request's offered pattern replaced by the person's edit (checked to lie
+    /// within it), before they approve it for good.
+    pub async fn set_offer(&self, token: &str, pattern: &str) -> Result<(), sqlx::Error> {
+        let sql =
+            "UPDATE pending SET territory_target = $1 WHERE token = $2 AND status = 'pending'";
+        on_db!(&self.db, pool => {
+            sqlx::query(sql).bind(pattern).bind(token).execute(pool).await?;
+        });
+        Ok(())
+    }
+
     pub async fn decide(
         &self,
         token: &str,

@@ -654,6 +654,55 @@ async fn a_grant_offer_names_exactly_what_accept_grants(store: TestStore) {
         ]
     );
     assert_eq!(pending.territory_target, "~/inv/*");
+    let edit: Vec<String> = card.buttons[1].iter().map(|b| b.data.clone()).collect();
+    assert_eq!(
+        edit,
+        [format!("edit:{}", pending.token)],
+        "Edit, on its own row"
+    );
+
+    // Accept with edit: only narrower, only the requester, only a grant offer.
+    for (edited, why) in [
+        ("~/other/*", "another folder"),
+        ("~/*", "broader"),
+        ("~/inv/../secrets/*", "climbing out"),
+        ("/home/roberto/invoices/*", "a sibling sharing the prefix"),
+    ] {
+        let refused = approvals
+            .resolve_edited(&pending.token, edited, &roberto())
+            .await
+            .unwrap_err();
+        assert!(
+            matches!(refused, Error::EditNotWithin { .. }),
+            "{why}: {refused:?}"
+        );
+    }
+    let bob = Principal::new("telegram", "bob").unwrap();
+    assert!(matches!(
+        approvals
+            .resolve_edited(&pending.token, "~/inv/2026/*", &bob)
+            .await
+            .unwrap_err(),
+        Error::NotRequester
+    ));
+    let (call, _) = approvals.create(request(Territory::None)).await.unwrap();
+    assert!(matches!(
+        approvals
+            .resolve_edited(&call.token, "~/downloads/x/*", &roberto())
+            .await
+            .unwrap_err(),
+        Error::EditNotOffered
+    ));
+    let accepted = approvals
+        .resolve_edited(&pending.token, "~/inv/2026/*", &roberto())
+        .await
+        .unwrap();
+    assert_eq!(accepted.status, Status::Approved);
+    assert_eq!(accepted.territory, Territory::Permanent);
+    assert_eq!(
+        accepted.territory_target, "~/inv/2026/*",
+        "what the grant will be"
+    );
 }
 
 metnos_kit::store_suite!(
