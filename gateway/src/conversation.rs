@@ -102,9 +102,9 @@ pub struct Conversations {
     /// Cards being or already edited to their outcome (the click and the turn's event
     /// both report it; Telegram is asked once).
     closed: HashSet<String>,
-    /// People who pressed a grant offer's Edit: its token, until when their next message
-    /// is the edit.
-    editing: HashMap<String, (String, Instant)>,
+    /// People who pressed a grant offer's Edit: its token, the chat they were asked in and
+    /// until when their next message there, if it is a path, is the edit.
+    editing: HashMap<String, (String, i64, Instant)>,
 }
 
 impl Conversations {
@@ -152,18 +152,33 @@ impl Conversations {
         self.live.contains(token)
     }
 
-    /// `sender`'s next message is their edit of `token`'s offer (for 10 minutes).
-    pub fn await_edit(&mut self, sender: &str, token: &str, now: Instant) {
+    /// `sender`'s next message in `chat` is their edit of `token`'s offer (for 10 minutes).
+    pub fn await_edit(&mut self, sender: &str, token: &str, chat: i64, now: Instant) {
         self.editing.insert(
             sender.to_owned(),
-            (token.to_owned(), now + std::time::Duration::from_secs(600)),
+            (
+                token.to_owned(),
+                chat,
+                now + std::time::Duration::from_secs(600),
+            ),
         );
     }
 
-    /// The offer `sender`'s message edits, if they pressed Edit lately (taken once).
-    pub fn take_edit(&mut self, sender: &str, now: Instant) -> Option<String> {
-        let (token, until) = self.editing.remove(sender)?;
-        (now < until).then_some(token)
+    /// The offer `sender`'s message in `chat` edits: they pressed Edit lately, in that chat,
+    /// and the message is a path (`~/…` or `/…`, one word). Any next message ends the wait:
+    /// anything else (a stop, a request) is handled as it would be.
+    pub fn take_edit(
+        &mut self,
+        sender: &str,
+        chat: i64,
+        text: &str,
+        now: Instant,
+    ) -> Option<String> {
+        let (token, asked_in, until) = self.editing.remove(sender)?;
+        let text = text.trim();
+        let a_path = (text.starts_with("~/") || text.starts_with('/'))
+            && !text.contains(char::is_whitespace);
+        (now < until && asked_in == chat && a_path).then_some(token)
     }
 
     /// Claims the editing of `token`'s card to its outcome: true once.
@@ -568,7 +583,9 @@ impl Conversation {
         let lang = pairing.language();
         let who = person(&message.sender);
         // After a grant offer's Edit, their next message is the pattern, not a turn.
-        let editing = self.state().take_edit(&message.sender, Instant::now());
+        let editing = self
+            .state()
+            .take_edit(&message.sender, chat, &message.text, Instant::now());
         if let Some(token) = editing {
             self.accept_edited(chat, &who, token, &message.text, lang)
                 .await;
@@ -853,16 +870,19 @@ impl Conversation {
                     self.outbox.answer_callback(&click.id, Some(&said)).await;
                     return;
                 };
-                self.state()
-                    .await_edit(&click.clicker, &token, Instant::now());
                 let prompt = text::say(click.lang, Says::EditPrompt(&offer.territory_pattern));
-                // A private chat's id is its person's.
-                match click.chat.or_else(|| click.clicker.parse().ok()) {
-                    Some(chat) => {
+                // Asked, and answered, in the person's private chat (its id is theirs).
+                match click.clicker.parse::<i64>() {
+                    Ok(chat) => {
+                        self.state()
+                            .await_edit(&click.clicker, &token, chat, Instant::now());
                         self.outbox.answer_callback(&click.id, None).await;
                         self.outbox.send_text(chat, &prompt).await;
                     }
-                    None => self.outbox.answer_callback(&click.id, Some(&prompt)).await,
+                    Err(_) => {
+                        let said = text::say(click.lang, Says::UnknownButton);
+                        self.outbox.answer_callback(&click.id, Some(&said)).await;
+                    }
                 }
             }
             ClickAction::Back(token) => {
@@ -1058,12 +1078,18 @@ impl Conversation {
         edited: &str,
         lang: Language,
     ) {
+        let edited = edited.trim();
+        if edited.len() > 1024 {
+            let said = text::say(lang, Says::EditRefused(text::edit_too_long(lang)));
+            self.outbox.send_text(chat, &said).await;
+            return;
+        }
         let request = approval::ResolveRequest {
             token: token.clone(),
             decision: approval::Decision::Approve as i32,
             decider: Some(who.to_proto()),
             territory: approval::TerritoryConcession::Permanent as i32,
-            edited_pattern: edited.trim().chars().take(1024).collect(),
+            edited_pattern: edited.to_owned(),
         };
         match self.approval.clone().resolve(request).await {
             Ok(response) => {
@@ -1076,7 +1102,14 @@ impl Conversation {
                 }
             }
             Err(status) => {
-                let why = metnos_core::html::one_visible_line(status.message(), 300);
+                // The approval service's own words only for what was wrong with the edit
+                // (it names the offer, which is theirs); otherwise what became of the card.
+                let why = match status.code() {
+                    tonic::Code::InvalidArgument => {
+                        metnos_core::html::one_visible_line(status.message(), 300)
+                    }
+                    _ => text::edit_not_taken(lang).to_owned(),
+                };
                 let said = text::say(lang, Says::EditRefused(&why));
                 self.outbox.send_text(chat, &said).await;
             }
@@ -1223,6 +1256,37 @@ impl Conversation {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// After Edit, only a path sent in the chat where it was asked, within 10 minutes, is
+    /// the edit; anything else (a stop, a request, another chat) ends the wait and is
+    /// handled as it would be.
+    #[test]
+    fn only_a_path_in_the_same_chat_soon_after_is_an_edit() {
+        let now = Instant::now();
+        let mut c = Conversations::default();
+        c.await_edit("42", "tok", 42, now);
+        assert_eq!(
+            c.take_edit("42", 42, " ~/inv/2026/* ", now),
+            Some("tok".into())
+        );
+        assert_eq!(
+            c.take_edit("42", 42, "~/inv/2026/*", now),
+            None,
+            "taken once"
+        );
+        for (chat, text) in [(42, "stop"), (42, "~/inv and the rest"), (-100, "~/inv/*")] {
+            c.await_edit("42", "tok", 42, now);
+            assert_eq!(c.take_edit("42", chat, text, now), None, "{chat} {text}");
+            assert_eq!(
+                c.take_edit("42", 42, "~/inv/*", now),
+                None,
+                "the wait ended"
+            );
+        }
+        c.await_edit("42", "tok", 42, now);
+        let later = now + Duration::from_secs(601);
+        assert_eq!(c.take_edit("42", 42, "~/inv/*", later), None, "too late");
+    }
 
     /// [`next`] with the recogniser the vaglio answers with.
     fn n(text: &str, asked_to_stop: bool, has_turn: bool) -> Next {

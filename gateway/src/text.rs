@@ -151,6 +151,22 @@ pub fn parse_callback(data: &str) -> Result<CallbackData, &'static str> {
     }
 }
 
+/// Why an edit was not taken, when it is not the pattern's fault.
+pub fn edit_not_taken(lang: Language) -> &'static str {
+    match lang {
+        Language::Italian => "la richiesta non è più in attesa, o non è tua da decidere",
+        Language::English => "the request is no longer waiting, or not yours to decide",
+    }
+}
+
+/// An edit over 1024 bytes.
+pub fn edit_too_long(lang: Language) -> &'static str {
+    match lang {
+        Language::Italian => "è più lungo di 1024 byte",
+        Language::English => "it is longer than 1024 bytes",
+    }
+}
+
 /// What the gateway says, by language.
 pub fn say(lang: Language, what: Says<'_>) -> String {
     match (lang, what) {
@@ -230,10 +246,10 @@ pub fn say(lang: Language, what: Says<'_>) -> String {
             "⏳ The request «{question}» expires in {minutes} min: if you do not answer, I will not do it."
         ),
         (Language::Italian, Says::EditPrompt(offered)) => format!(
-            "Scrivimi cosa permettere al posto di {offered}: una cartella o un sito al suo interno, per esempio {offered} stesso ristretto a una sottocartella. (Vale per il prossimo messaggio, entro 10 minuti.)"
+            "Scrivimi cosa permettere al posto di {offered}: dei file o una cartella al suo interno, per esempio una sottocartella con /* alla fine. (Vale il tuo prossimo messaggio qui, se è un percorso, entro 10 minuti.)"
         ),
         (Language::English, Says::EditPrompt(offered)) => format!(
-            "Send me what to allow instead of {offered}: a folder or site within it, e.g. a subfolder of it. (For your next message, within 10 minutes.)"
+            "Send me what to allow instead of {offered}: files or a folder within it, e.g. a subfolder with /* at the end. (Your next message here, if it is a path, within 10 minutes.)"
         ),
         (Language::Italian, Says::EditRefused(why)) => {
             format!("Non l'ho accettato: {why}. Puoi premere di nuovo Modifica.")

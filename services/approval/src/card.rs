@@ -412,6 +412,7 @@ pub fn render(request: &CardRequest, token: &str) -> Card {
 pub fn proposal_buttons(
     mut card: Card,
     accept_kind: &str,
+    editable: bool,
     token: &str,
     language: Language,
 ) -> Card {
@@ -428,9 +429,9 @@ pub fn proposal_buttons(
         button(reject, "reject"),
         button(never, "never"),
     ]];
-    if accept_kind == "confirm-always" {
-        // A grant offer: the person may narrow the pattern before accepting (the gateway
-        // asks for it and sends it as the resolve's edited pattern).
+    if editable {
+        // A grant offer of a folder: the person may narrow the pattern before accepting
+        // (the gateway asks for it and sends it as the resolve's edited pattern).
         card.buttons.push(vec![button(edit, "edit")]);
     }
     card

@@ -265,10 +265,16 @@ pub fn standing_order(
             ),
         };
     }
+    // `every N` counts from the moment the planner bound (the order will, once approved).
+    let anchor = args
+        .get("anchor_at")
+        .and_then(Value::as_i64)
+        .filter(|a| *a <= now_ms && now_ms - a <= 86_400_000)
+        .unwrap_or(now_ms);
     let (words, next) = match metnos_kit::schedule::Schedule::parse(text("schedule")) {
         Ok(schedule) => {
             let next: Vec<String> = schedule
-                .upcoming(now_ms, now_ms, &local.zone, 3)
+                .upcoming(now_ms, anchor, &local.zone, 3)
                 .into_iter()
                 .filter_map(|ms| jiff::Timestamp::from_millisecond(ms).ok())
                 .map(|t| {

@@ -68,7 +68,9 @@ pub enum Error {
     PolicyUnavailable(String),
     #[error("only a grant offer approved for good can be accepted with an edit")]
     EditNotOffered,
-    #[error("`{edited}` is not within `{offered}`: an edit may only narrow what is offered")]
+    #[error(
+        "`{edited}` is not within `{offered}`: an edit may only name files or a folder under it (no `**`, no hidden names)"
+    )]
     EditNotWithin { edited: String, offered: String },
     #[error("cancel reason is longer than {MAX_REASON_BYTES} bytes")]
     ReasonTooLong,
@@ -314,17 +316,28 @@ impl Approvals {
         let card = self.plain_card(pending);
         if pending.executor == crate::describe::GRANT_OFFER {
             // A proposal: accept (the territory flow records the grant), reject, never
-            // again — nothing else.
+            // again, and edit a folder's glob (a host or an exact value has nothing
+            // narrower) — nothing else.
+            let editable = Capability::parse(&pending.capability).is_ok_and(|c| {
+                c.spec().target_kind == metnos_core::capability::TargetKind::PathGlob
+            });
             return card::proposal_buttons(
                 card,
                 "confirm-always",
+                editable,
                 &pending.token,
                 pending.language,
             );
         }
         if pending.executor == crate::describe::GRANT_REVOKE {
             // Accept approves the revocation, which this service then carries out.
-            return card::proposal_buttons(card, "approve", &pending.token, pending.language);
+            return card::proposal_buttons(
+                card,
+                "approve",
+                false,
+                &pending.token,
+                pending.language,
+            );
         }
         card
     }
@@ -541,6 +554,15 @@ impl Approvals {
             return Err(Error::EditNotOffered);
         }
         metnos_core::limits::bytes("edited_pattern", edited, 1024)?;
+        if edited
+            .chars()
+            .any(|c| c.is_control() || metnos_core::html::is_invisible(c))
+        {
+            return Err(Error::EditNotWithin {
+                edited: "(a pattern with invisible characters)".to_owned(),
+                offered: shown_path(&pending.territory_target, &self.home),
+            });
+        }
         let kind = Capability::parse(&pending.capability)?.spec().target_kind;
         let not_within = || Error::EditNotWithin {
             edited: metnos_core::limits::shown(edited),
@@ -552,12 +574,17 @@ impl Approvals {
         if !within(&offered, &chosen) {
             return Err(not_within());
         }
-        // Kept as the offer was written (`~/…` under the home), so the card says it so.
-        self.store
-            .set_offer(token, &shown_path(&chosen.text, &self.home))
-            .await?;
-        self.resolve(token, Decision::Approve, Territory::Permanent, decider)
-            .await
+        // Kept as the offer was written (`~/…` under the home), so the card says it so;
+        // written with the decision, in one update.
+        let chosen = shown_path(&chosen.text, &self.home);
+        self.decide(
+            token,
+            Decision::Approve,
+            Territory::Permanent,
+            decider,
+            Some(&chosen),
+        )
+        .await
     }
 
     /// Applies the requester's decision: known token, still pending, not expired (the
@@ -568,6 +595,17 @@ impl Approvals {
         decision: Decision,
         territory: Territory,
         decider: &Principal,
+    ) -> Result<Pending, Error> {
+        self.decide(token, decision, territory, decider, None).await
+    }
+
+    async fn decide(
+        &self,
+        token: &str,
+        decision: Decision,
+        territory: Territory,
+        decider: &Principal,
+        edited: Option<&str>,
     ) -> Result<Pending, Error> {
         let pending = self.get(token).await?;
         if pending.status.is_terminal() {
@@ -624,7 +662,7 @@ impl Approvals {
         let decided = {
             use tracing::Instrument;
             self.store
-                .decide(token, status, territory, decider, now)
+                .decide(token, status, territory, decider, now, edited)
                 .instrument(span)
                 .await?
         };
@@ -902,27 +940,39 @@ impl Approvals {
     }
 }
 
-/// Whether every target `chosen` matches lies within `offered`: a glob under the offered
-/// glob's folder, the offered host (or, offered `*.host`, that host's subdomains), the
-/// offered exact value.
+/// Whether `chosen` lies within `offered`: the offered pattern itself, or — a path glob —
+/// files or a folder under the offered glob's folder, named literally down to the last
+/// segment (only that one may hold wildcards), with no `**` and no hidden (dot) name that
+/// the offer's wildcard would not have matched; a host: the offered one (offered `*.host`:
+/// one of its subdomains); an exact value: itself.
 fn within(offered: &Pattern, chosen: &Pattern) -> bool {
     use metnos_core::capability::TargetKind;
+    let wild = |s: &str| s.contains(['*', '?', '[', '{', '\\']);
     match offered.kind {
         TargetKind::PathGlob => {
+            if chosen.text == offered.text {
+                return true;
+            }
             // The offered glob's folder: what comes before its first wildcard segment.
-            let folder: Vec<&str> = offered
-                .text
-                .split('/')
-                .take_while(|s| !s.contains(['*', '?', '[', '{']))
-                .collect();
+            let folder: Vec<&str> = offered.text.split('/').take_while(|s| !wild(s)).collect();
             let folder = folder.join("/");
-            chosen.text == offered.text
-                || (!folder.is_empty() && chosen.text.starts_with(&format!("{folder}/")))
+            let Some(rest) = chosen.text.strip_prefix(&format!("{folder}/")) else {
+                return false;
+            };
+            let segments: Vec<&str> = rest.split('/').collect();
+            !folder.is_empty()
+                && !rest.contains("**")
+                && segments
+                    .iter()
+                    .all(|s| !s.is_empty() && !s.starts_with('.'))
+                && segments[..segments.len() - 1].iter().all(|s| !wild(s))
         }
         TargetKind::Host => match offered.text.strip_prefix("*.") {
             Some(domain) => {
-                let host = chosen.text.strip_prefix("*.").unwrap_or(&chosen.text);
-                host == domain || host.ends_with(&format!(".{domain}"))
+                chosen.text == offered.text || {
+                    let host = chosen.text.strip_prefix("*.").unwrap_or(&chosen.text);
+                    host.ends_with(&format!(".{domain}"))
+                }
             }
             None => chosen.text == offered.text,
         },

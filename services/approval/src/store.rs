@@ -341,18 +341,8 @@ impl PendingStore {
     }
 
     /// Pending → approved/rejected by `decider`, if still pending and not expired at
-    /// `now`. True when this call made the change.
-    /// A pending request's offered pattern replaced by the person's edit (checked to lie
-    /// within it), before they approve it for good.
-    pub async fn set_offer(&self, token: &str, pattern: &str) -> Result<(), sqlx::Error> {
-        let sql =
-            "UPDATE pending SET territory_target = $1 WHERE token = $2 AND status = 'pending'";
-        on_db!(&self.db, pool => {
-            sqlx::query(sql).bind(pattern).bind(token).execute(pool).await?;
-        });
-        Ok(())
-    }
-
+    /// `now`; `edited`: the pattern the person chose instead of the one offered (checked to
+    /// lie within it), written in the same update. True when this call made the change.
     pub async fn decide(
         &self,
         token: &str,
@@ -360,9 +350,10 @@ impl PendingStore {
         territory: Territory,
         decider: &Principal,
         now: i64,
+        edited: Option<&str>,
     ) -> Result<bool, sqlx::Error> {
         let sql = "UPDATE pending SET status = $1, decision_at = $2, decision_by_channel = $3, \
-                   decision_by_sender = $4, territory = $5 \
+                   decision_by_sender = $4, territory = $5, territory_target = COALESCE($7, territory_target) \
                    WHERE token = $6 AND status = 'pending' AND expires_at > $2";
         let changed = on_db!(&self.db, pool => {
             sqlx::query(sql)
@@ -372,6 +363,7 @@ impl PendingStore {
                 .bind(&decider.sender_id)
                 .bind(territory.as_str())
                 .bind(token)
+                .bind(edited)
                 .execute(pool)
                 .await?
                 .rows_affected()

@@ -667,6 +667,13 @@ async fn a_grant_offer_names_exactly_what_accept_grants(store: TestStore) {
         ("~/*", "broader"),
         ("~/inv/../secrets/*", "climbing out"),
         ("/home/roberto/invoices/*", "a sibling sharing the prefix"),
+        ("~/inv/**", "the whole subtree"),
+        (
+            "~/inv/.git/hooks/*",
+            "a hidden folder the offer's * never matched",
+        ),
+        ("~/inv/*/secret.txt", "a wildcard before the last name"),
+        ("~/inv/2026\u{202e}/*", "an invisible character"),
     ] {
         let refused = approvals
             .resolve_edited(&pending.token, edited, &roberto())

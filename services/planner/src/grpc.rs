@@ -441,6 +441,7 @@ impl PlannerService for PlannerApi {
                 name: &r.name,
                 notify: &r.notify,
                 level,
+                anchor_ms: None,
             })
             .await
             .map_err(Error::from)?;

@@ -192,11 +192,13 @@ impl Planner {
                     Err(e) => refusal(e.to_string()),
                     Ok(schedule) => {
                         // Exactly what will be stored, and what the card says.
+                        // The card's next firings and the order's count from one moment.
                         let bound = json!({
                             "schedule": schedule.text(),
                             "request": text(&args, "request").trim(),
                             "name": text(&args, "name").trim(),
                             "notify": notify,
+                            "anchor_at": scheduler.now_ms(),
                         });
                         return self
                             .ask_card(cp, sink, call, log, bound, schedule.text())
@@ -342,6 +344,7 @@ impl Planner {
             name: text(args, "name"),
             notify: text(args, "notify"),
             level: cp.level,
+            anchor_ms: args.get("anchor_at").and_then(Value::as_i64),
         };
         match scheduler.create_as(&order, &pending.token).await {
             Ok(task) => ok(shown(scheduler, &task)),

@@ -287,10 +287,21 @@ impl TaskStore {
         first_slot: i64,
         now_ms: i64,
     ) -> Result<bool, sqlx::Error> {
+        self.insert_anchored(task, first_slot, now_ms, now_ms).await
+    }
+
+    /// As [`TaskStore::insert`], an `every N` schedule counted from `anchor_ms`.
+    pub async fn insert_anchored(
+        &self,
+        task: &NewTask,
+        first_slot: i64,
+        anchor_ms: i64,
+        now_ms: i64,
+    ) -> Result<bool, sqlx::Error> {
         let due = if first_slot < 0 { i64::MAX } else { first_slot };
         let sql = "INSERT INTO tasks (id, kind, name, channel, sender_id, schedule, anchor_at, query, \
                    level, notify, state, next_run_at, due_at, deferred, created_at, updated_at) \
-                   VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, 'active', $11, $12, 0, $7, $7) \
+                   VALUES ($1, $2, $3, $4, $5, $6, $13, $8, $9, $10, 'active', $11, $12, 0, $7, $7) \
                    ON CONFLICT (id) DO NOTHING";
         on_db!(&self.db, pool => {
             let done = sqlx::query(sql)
@@ -306,6 +317,7 @@ impl TaskStore {
                 .bind(&task.notify)
                 .bind(first_slot)
                 .bind(due)
+                .bind(anchor_ms)
                 .execute(pool)
                 .await?;
             Ok(done.rows_affected() == 1)
@@ -793,8 +805,18 @@ impl Scheduler {
             notify: notify.to_owned(),
         };
         let now = self.clock.now_ms();
-        let (first, _) = self.first_slot(&schedule, &key, now);
-        if !self.store.insert(&task, first, now).await? {
+        // `every N` counts from when its card was shown (what the card's next firings were
+        // computed from), at most a day back; else from now.
+        let anchor = order
+            .anchor_ms
+            .filter(|a| *a <= now && now - a <= 86_400_000)
+            .unwrap_or(now);
+        let (first, _) = next_slot(&schedule, now, anchor, &self.local_for(&key).zone);
+        if !self
+            .store
+            .insert_anchored(&task, first, anchor, now)
+            .await?
+        {
             return Err(ScheduleError::Taken(task.id));
         }
         tracing::info!(task = %task.id, person = %key, "a standing order was set up");
@@ -1056,6 +1078,8 @@ pub struct Order<'a> {
     /// `always` (or empty) or `on_change`.
     pub notify: &'a str,
     pub level: metnos_core::level::AutonomyLevel,
+    /// When an `every N` schedule counts from (its card's time); `None`: now.
+    pub anchor_ms: Option<i64>,
 }
 
 /// The most characters of a name made from a query.

@@ -453,7 +453,44 @@ async fn paused_and_broken_tasks_do_not_fire_and_a_resumed_one_skips_what_it_mis
     );
 }
 
+/// An `every N` order approved on its card counts from when the card was shown (the
+/// moment its next firings were computed from), not from the click; a moment more than a
+/// day back, or in the future, is not believed.
+async fn an_every_n_order_counts_from_its_cards_moment(test: TestStore) {
+    use metnos_planner::scheduler::Order;
+    let store = open(&test).await;
+    let clock = ManualClock::new();
+    let card_at = at("2026-11-26T10:00");
+    // Approved 40 minutes after the card was shown.
+    clock.set(card_at + 40 * 60_000);
+    let scheduler = Scheduler::new(store, Arc::new(clock.clone()), "replica-a", telos());
+    let ada = metnos_core::principal::Principal::new("telegram", "42").unwrap();
+    let order = |anchor_ms| Order {
+        person: &ada,
+        schedule: "every 2 hours",
+        query: "check the page",
+        name: "",
+        notify: "always",
+        level: metnos_core::level::AutonomyLevel::Supervised,
+        anchor_ms,
+    };
+    let from_card = scheduler.create(&order(Some(card_at))).await.unwrap();
+    assert_eq!(
+        from_card.next_run_at,
+        card_at + 2 * 3_600_000,
+        "12:00, as the card said"
+    );
+    assert_eq!(from_card.anchor_at, card_at);
+    let now = clock.now_ms();
+    for untrusted in [Some(card_at - 2 * 86_400_000), Some(now + 3_600_000), None] {
+        let task = scheduler.create(&order(untrusted)).await.unwrap();
+        assert_eq!(task.anchor_at, now, "{untrusted:?}");
+        assert_eq!(task.next_run_at, now + 2 * 3_600_000);
+    }
+}
+
 metnos_kit::store_suite!(
+    an_every_n_order_counts_from_its_cards_moment,
     a_simulated_weekend_across_the_dst_change_fires_each_slot_once_and_none_in_a_window,
     two_planners_on_one_store_never_fire_a_slot_twice,
     a_failing_or_panicking_task_is_recorded_and_the_others_go_on,
