@@ -39,6 +39,31 @@ pub const LOGS_DIR: &str = "logs";
 pub const CHAT_HISTORY: &str = "chat_history";
 
 /// Creates `dir` and its missing parents 0700; a folder that exists keeps its mode.
+/// Removes the regular files `<stem>.jsonl` directly in `dir` whose stem `expired` says
+/// so (a day's or a month's log past its retention); returns their stems, sorted. A
+/// missing `dir` has nothing to remove; other names, folders and links are left alone.
+pub fn prune_dated(dir: &Path, expired: impl Fn(&str) -> bool) -> std::io::Result<Vec<String>> {
+    let entries = match std::fs::read_dir(dir) {
+        Ok(entries) => entries,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
+        Err(e) => return Err(e),
+    };
+    let mut removed = Vec::new();
+    for entry in entries {
+        let entry = entry?;
+        let name = entry.file_name();
+        let Some(stem) = name.to_str().and_then(|n| n.strip_suffix(".jsonl")) else {
+            continue;
+        };
+        if entry.file_type()?.is_file() && expired(stem) {
+            std::fs::remove_file(entry.path())?;
+            removed.push(stem.to_owned());
+        }
+    }
+    removed.sort();
+    Ok(removed)
+}
+
 pub fn create_dir_all(dir: &Path) -> std::io::Result<()> {
     DirBuilder::new().recursive(true).mode(DIR_MODE).create(dir)
 }
@@ -208,6 +233,40 @@ pub fn secure(config: &Config) {
 
 #[cfg(test)]
 mod tests {
+
+    /// Only regular `<stem>.jsonl` files the test says expired go; a folder or a link
+    /// with such a name, and other names, stay; a missing folder is nothing to do.
+    #[test]
+    fn dated_logs_past_their_time_go_and_nothing_else() {
+        let dir = tempfile::tempdir().unwrap();
+        let d = dir.path();
+        for name in ["old.jsonl", "new.jsonl", "old.json", "notes.txt"] {
+            std::fs::write(d.join(name), "x").unwrap();
+        }
+        std::fs::create_dir(d.join("old2.jsonl")).unwrap();
+        let outside = tempfile::tempdir().unwrap();
+        std::fs::write(outside.path().join("kept"), "x").unwrap();
+        std::os::unix::fs::symlink(outside.path().join("kept"), d.join("old3.jsonl")).unwrap();
+        let removed = prune_dated(d, |stem| stem.starts_with("old")).unwrap();
+        assert_eq!(removed, ["old"]);
+        let mut left: Vec<String> = std::fs::read_dir(d)
+            .unwrap()
+            .map(|e| e.unwrap().file_name().into_string().unwrap())
+            .collect();
+        left.sort();
+        assert_eq!(
+            left,
+            [
+                "new.jsonl",
+                "notes.txt",
+                "old.json",
+                "old2.jsonl",
+                "old3.jsonl"
+            ]
+        );
+        assert!(outside.path().join("kept").exists());
+        assert!(prune_dated(&d.join("none"), |_| true).unwrap().is_empty());
+    }
     use super::*;
 
     fn mode(path: &Path) -> u32 {

@@ -17,31 +17,12 @@ pub fn prune(dir: &std::path::Path, keep_days: u32, now_ms: i64) -> std::io::Res
     let oldest_kept = today
         .checked_sub(jiff::Span::new().days(i64::from(keep_days)))
         .map_err(std::io::Error::other)?;
-    let entries = match std::fs::read_dir(dir) {
-        Ok(entries) => entries,
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
-        Err(e) => return Err(e),
-    };
-    let mut removed = Vec::new();
-    for entry in entries {
-        let entry = entry?;
-        let name = entry.file_name();
-        let Some(day) = name.to_str().and_then(|n| n.strip_suffix(".jsonl")) else {
-            continue;
-        };
-        if !valid_date(day) || !entry.file_type()?.is_file() {
-            continue;
-        }
-        if day
-            .parse::<jiff::civil::Date>()
-            .is_ok_and(|d| d < oldest_kept)
-        {
-            std::fs::remove_file(entry.path())?;
-            removed.push(day.to_owned());
-        }
-    }
-    removed.sort();
-    Ok(removed)
+    metnos_kit::datadir::prune_dated(dir, |day| {
+        valid_date(day)
+            && day
+                .parse::<jiff::civil::Date>()
+                .is_ok_and(|d| d < oldest_kept)
+    })
 }
 
 #[derive(Debug)]

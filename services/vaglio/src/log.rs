@@ -86,34 +86,17 @@ pub fn month_of(ts: f64) -> String {
 pub fn prune(dir: &Path, keep_months: u32, now: jiff::Timestamp) -> std::io::Result<Vec<String>> {
     let today = now.to_zoned(jiff::tz::TimeZone::UTC).date();
     let current = i64::from(today.year()) * 12 + i64::from(today.month()) - 1;
-    let entries = match std::fs::read_dir(dir) {
-        Ok(entries) => entries,
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
-        Err(e) => return Err(e),
-    };
-    let mut removed = Vec::new();
-    for entry in entries {
-        let entry = entry?;
-        let name = entry.file_name();
-        let Some(month) = name.to_str().and_then(|n| n.strip_suffix(".jsonl")) else {
-            continue;
-        };
+    metnos_kit::datadir::prune_dated(dir, |month| {
         let Some((year, m)) = month.split_once('-') else {
-            continue;
+            return false;
         };
         let (Ok(year), Ok(m)) = (year.parse::<i64>(), m.parse::<i64>()) else {
-            continue;
+            return false;
         };
-        if month.len() != 7 || !(1..=12).contains(&m) {
-            continue;
-        }
-        if current - (year * 12 + m - 1) > i64::from(keep_months) {
-            std::fs::remove_file(entry.path())?;
-            removed.push(month.to_owned());
-        }
-    }
-    removed.sort();
-    Ok(removed)
+        month.len() == 7
+            && (1..=12).contains(&m)
+            && current - (year * 12 + m - 1) > i64::from(keep_months)
+    })
 }
 
 impl VerdictLog {
