@@ -12,6 +12,7 @@
 use std::sync::Arc;
 
 use metnos_core::html::escape_html;
+use metnos_core::language::Language;
 use metnos_core::principal::Principal;
 use metnos_kit::clock::Clock;
 use metnos_kit::config::TelosConfig;
@@ -123,6 +124,7 @@ impl EveningDigest {
         if !claimed {
             return Ok(false);
         }
+        let lang = self.filters.pairing_language(person).await;
         // The weekly line: unless one went out in the last seven days (an hour's slack for
         // a digest time moved a little).
         let weekly = on_db!(&self.db, pool => {
@@ -137,7 +139,9 @@ impl EveningDigest {
                 .discarded(Some(person), now - 7 * DAY_MS, CLOSEST)
                 .await
             {
-                Ok((all, closest)) if !all.is_empty() => Some(weekly_line(all.len(), &closest)),
+                Ok((all, closest)) if !all.is_empty() => {
+                    Some(weekly_line(all.len(), &closest, lang))
+                }
                 Ok(_) => None,
                 Err(status) => {
                     tracing::warn!(person = %person, code = ?status.code(), "the weekly line was left out: the telos engine's journal was not read");
@@ -147,7 +151,7 @@ impl EveningDigest {
         } else {
             None
         };
-        let sent = self.send(person, weekly.as_deref()).await;
+        let sent = self.send(person, weekly.as_deref(), lang).await;
         if let (Ok(true), Some(_)) = (&sent, &weekly) {
             on_db!(&self.db, pool => {
                 sqlx::query("UPDATE digests SET weekly = 1 WHERE channel = $1 AND sender_id = $2 AND slot_at = $3")
@@ -167,7 +171,13 @@ impl EveningDigest {
     }
 
     /// Sends `person`'s queued items (and the weekly line) as one message.
-    async fn send(&self, person: &Principal, weekly: Option<&str>) -> Result<bool, String> {
+    async fn send(
+        &self,
+        person: &Principal,
+        weekly: Option<&str>,
+        lang: Language,
+    ) -> Result<bool, String> {
+        let it = lang == Language::Italian;
         let limit = (self.telos.quotas.digest_items as usize).min(MAX_ITEMS);
         let items: Vec<(String, String, String, String)> = on_db!(&self.db, pool => {
             let rows = sqlx::query(
@@ -187,7 +197,7 @@ impl EveningDigest {
         let mut kept = Vec::new();
         let mut tokens: Vec<(String, String)> = Vec::new();
         for (id, kind, description, payload) in &items {
-            let Some((request, accept)) = queued_request(person, id, kind, payload) else {
+            let Some((request, accept)) = queued_request(person, id, kind, payload, lang) else {
                 kept.push((id.clone(), description.clone(), None));
                 continue;
             };
@@ -219,7 +229,14 @@ impl EveningDigest {
             return Ok(false);
         }
         let mut lines = vec![if kept.is_empty() {
-            "Evening digest".to_owned()
+            if it {
+                "Riepilogo serale"
+            } else {
+                "Evening digest"
+            }
+            .to_owned()
+        } else if it {
+            format!("Riepilogo serale — proposte: {}", kept.len())
         } else {
             format!("Evening digest — {} proposal(s):", kept.len())
         }];
@@ -242,9 +259,9 @@ impl EveningDigest {
             };
             rows.push(approval::ButtonRow {
                 buttons: vec![
-                    button("Accept", accept),
-                    button("Reject", "reject"),
-                    button("Never again", "never"),
+                    button(if it { "Accetta" } else { "Accept" }, accept),
+                    button(if it { "Rifiuta" } else { "Reject" }, "reject"),
+                    button(if it { "Mai più" } else { "Never again" }, "never"),
                 ],
             });
         }
@@ -294,18 +311,31 @@ impl EveningDigest {
 
 /// The weekly line: how many proposals were discarded, then the closest to being shown,
 /// one per line with their alignment against the bar they missed.
-fn weekly_line(count: usize, closest: &[metnos_proto::vaglio::v1::AlignmentResult]) -> String {
+fn weekly_line(
+    count: usize,
+    closest: &[metnos_proto::vaglio::v1::AlignmentResult],
+    lang: Language,
+) -> String {
+    let it = lang == Language::Italian;
     let count = if count >= 1000 {
         "1000+".to_owned()
     } else {
         count.to_string()
     };
-    let mut text = format!("This week {count} proposal(s) were discarded");
+    let mut text = if it {
+        format!("Proposte scartate questa settimana: {count}")
+    } else {
+        format!("This week {count} proposal(s) were discarded")
+    };
     if closest.is_empty() {
         text.push('.');
         return text;
     }
-    text.push_str(&format!("; the {} closest to being shown:", closest.len()));
+    text.push_str(&if it {
+        format!("; le {} più vicine a essere mostrate:", closest.len())
+    } else {
+        format!("; the {} closest to being shown:", closest.len())
+    });
     for r in closest {
         let said = if r.description.is_empty() {
             &r.effect_class
@@ -315,8 +345,10 @@ fn weekly_line(count: usize, closest: &[metnos_proto::vaglio::v1::AlignmentResul
         // One line each, as it reads, whatever the description holds.
         let said = metnos_core::html::one_visible_line(said, 100);
         text.push_str(&format!(
-            "\n  · {said} ({:.2} of {:.2})",
-            r.expected_alignment, r.threshold_used
+            "\n  · {said} ({:.2} {} {:.2})",
+            r.expected_alignment,
+            if it { "su" } else { "of" },
+            r.threshold_used
         ));
     }
     text

@@ -3,6 +3,7 @@
 //! [`Filters`] is what the turn loop needs of them; [`GrpcFilters`] asks the real services
 //! over gRPC (traced, so one turn is one trace); tests drive the loop with a fake.
 
+use metnos_core::language::Language;
 use metnos_core::level::AutonomyLevel;
 use metnos_core::principal::Principal;
 use metnos_kit::client::{TracedChannel, channel};
@@ -100,6 +101,12 @@ pub trait Filters: Send + Sync + std::fmt::Debug {
     ) -> Result<vaglio::AlignmentResult, Status> {
         let _ = request;
         Err(Status::unimplemented("no telos engine here"))
+    }
+
+    /// The language a channel's person reads (the gateway's pairing); English when unknown.
+    async fn pairing_language(&self, principal: &Principal) -> Language {
+        let _ = principal;
+        Language::English
     }
 
     /// Everyone's active grants (policy), for the unused-grants proposal.
@@ -311,6 +318,23 @@ impl Filters for GrpcFilters {
             .into_inner()
             .result
             .ok_or_else(|| Status::internal("the vaglio answered without a result"))
+    }
+
+    async fn pairing_language(&self, principal: &Principal) -> Language {
+        if principal.channel == "cli" {
+            return Language::English;
+        }
+        let request = gateway::GetPairingRequest {
+            principal: Some(principal.to_proto()),
+        };
+        self.gateway
+            .clone()
+            .get_pairing(request)
+            .await
+            .ok()
+            .and_then(|r| r.into_inner().pairing)
+            .and_then(|p| Language::from_wire(p.language))
+            .unwrap_or(Language::English)
     }
 
     async fn list_grants(&self) -> Result<Vec<policy::Grant>, Status> {

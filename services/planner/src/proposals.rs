@@ -104,10 +104,18 @@ async fn offer_if_tired(
         let digest = Sha256::digest(format!("{person}\n{subject}\n{bucket}").as_bytes());
         format!("go-{}", &hex::encode(digest)[..16])
     };
-    let description = format!(
-        "You approved {} in {} {{count}} times in {} days. Allow them from now on?",
-        seen.capability, seen.pattern, fatigue.days
-    );
+    // In the person's language: the telos engine's journal and the digest line show it.
+    let description = if seen.language == metnos_core::language::Language::Italian.to_wire() {
+        format!(
+            "Hai approvato {} in {} {{count}} volte in {} giorni. Le permetto d'ora in poi?",
+            seen.capability, seen.pattern, fatigue.days
+        )
+    } else {
+        format!(
+            "You approved {} in {} {{count}} times in {} days. Allow them from now on?",
+            seen.capability, seen.pattern, fatigue.days
+        )
+    };
     let count = on_db!(db, pool => {
         let mut tx = pool.begin().await.map_err(|e| e.to_string())?;
         sqlx::query("INSERT INTO approvals_seen (person, capability, pattern, target, at) VALUES ($1, $2, $3, $4, $5)")
@@ -361,7 +369,9 @@ pub fn queued_request(
     id: &str,
     kind: &str,
     payload: &str,
+    language: metnos_core::language::Language,
 ) -> Option<(approval::CreatePendingRequest, &'static str)> {
+    let language = language.to_wire();
     let payload: serde_json::Value = serde_json::from_str(payload).ok()?;
     let text = |k: &str| {
         payload
@@ -385,7 +395,7 @@ pub fn queued_request(
                     .get("days")
                     .and_then(serde_json::Value::as_u64)
                     .unwrap_or(7),
-                language: 0,
+                language,
             }
             .request();
             Some((request, "confirm-always"))
@@ -401,7 +411,7 @@ pub fn queued_request(
                 person,
                 id,
                 grants: &grants,
-                language: 0,
+                language,
             }
             .request();
             Some((request, "approve"))
@@ -513,12 +523,22 @@ impl StaleGrants {
             format!("sg-{}", &hex::encode(digest)[..16])
         };
         let listed: Vec<&str> = grants.iter().map(|(_, _, shown)| shown.as_str()).collect();
-        let description = format!(
-            "Revoke {} grant(s) you have not used for {} days? {}",
-            ids.len(),
-            self.unused_days,
-            listed.join("; ")
-        );
+        let language = self.filters.pairing_language(person).await;
+        let description = if language == metnos_core::language::Language::Italian {
+            format!(
+                "Revoco {} permessi che non usi da {} giorni? {}",
+                ids.len(),
+                self.unused_days,
+                listed.join("; ")
+            )
+        } else {
+            format!(
+                "Revoke {} grant(s) you have not used for {} days? {}",
+                ids.len(),
+                self.unused_days,
+                listed.join("; ")
+            )
+        };
         let stored = on_db!(&self.db, pool => {
             sqlx::query(
                 "INSERT INTO proposals (id, channel, sender_id, kind, subject, description, payload, decision, reason, created_at) \
@@ -540,7 +560,7 @@ impl StaleGrants {
             person,
             id: &id,
             grants: &ids,
-            language: 0,
+            language: language.to_wire(),
         }
         .request();
         Weighed {

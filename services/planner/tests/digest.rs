@@ -40,6 +40,8 @@ struct Seen {
     silences: Vec<(String, String)>,
     /// Approval requests whose arguments hold one of these are refused (INVALID_ARGUMENT).
     refuse: Vec<String>,
+    /// People who read Italian (the others English).
+    italian: Vec<String>,
     /// The rejected journal.
     discarded: Vec<vaglio::AlignmentResult>,
 }
@@ -143,6 +145,19 @@ impl Filters for Fake {
     }
     async fn list_grants(&self) -> Result<Vec<policy::Grant>, Status> {
         Ok(self.0.lock().unwrap().grants.clone())
+    }
+    async fn pairing_language(&self, principal: &Principal) -> metnos_core::language::Language {
+        if self
+            .0
+            .lock()
+            .unwrap()
+            .italian
+            .contains(&principal.to_string())
+        {
+            metnos_core::language::Language::Italian
+        } else {
+            metnos_core::language::Language::English
+        }
     }
     async fn record_silence(&self, proposal_id: &str, person: &Principal) -> Result<(), Status> {
         self.0
@@ -374,6 +389,7 @@ async fn the_weekly_line_names_the_discarded_once_a_week(test: TestStore) {
             ));
         }
         seen.discarded.push(rejected("7", "Bob's proposal", 0.49));
+        seen.italian = vec!["telegram:7".into()];
     }
     let clock = ManualClock::new();
     let digest = EveningDigest {
@@ -417,7 +433,15 @@ async fn the_weekly_line_names_the_discarded_once_a_week(test: TestStore) {
     assert!(ada[0].buttons.is_empty());
     let bob = cards_to("telegram:7");
     assert_eq!(bob.len(), 1);
-    assert!(bob[0].lines[1].starts_with("This week 1 proposal(s) were discarded"));
+    assert_eq!(
+        bob[0].lines,
+        [
+            "Riepilogo serale",
+            "Proposte scartate questa settimana: 1; le 1 più vicine a essere mostrate:",
+            "  · Bob's proposal (0.49 su 0.50)",
+        ],
+        "in his language"
+    );
     assert!(!bob[0].lines.join("\n").contains("topic"), "only his own");
     // The next evening: a queued item goes, without the weekly line.
     queue(&db, 1, rome("2026-11-27T10:00")).await;
