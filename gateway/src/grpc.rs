@@ -152,7 +152,7 @@ impl GatewayApi {
     }
 }
 
-/// A card as a channel can show it: at most 20 lines of 1 KB, 8 rows of 8 buttons, each
+/// A card as a channel can show it: at most 20 lines of 1 KB, 10 rows of 8 buttons, each
 /// button's text and data at most 64 bytes (Telegram's limit on callback data).
 fn card_within_limits(
     lines: &[String],
@@ -162,7 +162,7 @@ fn card_within_limits(
     for line in lines {
         limits::bytes("lines[]", line, limits::REASON)?;
     }
-    limits::entries("buttons", rows.len(), 8)?;
+    limits::entries("buttons", rows.len(), 10)?;
     for row in rows {
         limits::entries("buttons[].buttons", row.buttons.len(), 8)?;
         for button in &row.buttons {

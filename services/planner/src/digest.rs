@@ -36,8 +36,9 @@ pub const EVENING_DIGEST: (&str, &str) = ("evening_digest", "every 5 minutes");
 /// A digest is sent at most this long after its time.
 const LATE_MS: i64 = 3 * 3_600_000;
 
-/// The most items one digest message holds (a card has at most 8 button rows).
-pub const MAX_ITEMS: usize = 8;
+/// The most items one digest message holds (the ten; a card has at most 10 button
+/// rows).
+pub const MAX_ITEMS: usize = 10;
 
 #[derive(Debug)]
 pub struct EveningDigest {

@@ -1,7 +1,7 @@
 //! The evening digest on SQLite and on a real PostgreSQL server, time from a settable
 //! clock: what the telos engine kept for later reaches its person once, at their
 //! `digest_at`, as one message with a numbered line and a button row per item; never twice
-//! (another run, another replica), never hours late, at most eight items (the rest the next
+//! (another run, another replica), never hours late, at most ten items (the rest the next
 //! evening); the weekly line of discarded proposals; the unused-grants offer and the
 //! upkeep that says a card's silence once and prunes what the proposals kept.
 
@@ -242,7 +242,7 @@ async fn queue(db: &metnos_kit::store::Db, n: usize, at: i64) {
     }
 }
 
-async fn the_digest_goes_once_at_its_time_eight_items_at_most(test: TestStore) {
+async fn the_digest_goes_once_at_its_time_ten_items_at_most(test: TestStore) {
     let db = metnos_kit::store::open(
         &test.spec(),
         "planner",
@@ -275,7 +275,7 @@ async fn the_digest_goes_once_at_its_time_eight_items_at_most(test: TestStore) {
         .await
         .unwrap(),
     });
-    queue(&db, 11, rome("2026-11-26T14:00")).await;
+    queue(&db, 13, rome("2026-11-26T14:00")).await;
     let cards = |f: &Fake| f.0.lock().unwrap().cards.len();
 
     // Before 20:30 local: nothing.
@@ -296,21 +296,21 @@ async fn the_digest_goes_once_at_its_time_eight_items_at_most(test: TestStore) {
         let seen = fake.0.lock().unwrap();
         let (person, _, card) = &seen.cards[0];
         assert_eq!(person.to_string(), "telegram:42");
-        assert_eq!(card.lines[0], "Evening digest — 8 proposal(s):");
-        assert_eq!(card.lines.len(), 9);
+        assert_eq!(card.lines[0], "Evening digest — 10 proposal(s):");
+        assert_eq!(card.lines.len(), 11);
         assert!(
             card.lines[1].starts_with("1. You approved fs:write in ~/f0/*"),
             "{:?}",
             card.lines
         );
-        assert_eq!(card.buttons.len(), 8, "one row per item");
+        assert_eq!(card.buttons.len(), 10, "one row per item");
         let row = &card.buttons[2].buttons;
         let texts: Vec<&str> = row.iter().map(|b| b.text.as_str()).collect();
         assert_eq!(texts, ["3 · Accept", "3 · Reject", "3 · Never again"]);
         assert_eq!(row[0].data, "confirm-always:tok3");
         assert_eq!(row[2].data, "never:tok3");
         // Each item's card request: the grant offer, its proposal named for the feedback.
-        assert_eq!(seen.pending.len(), 8);
+        assert_eq!(seen.pending.len(), 10);
         assert_eq!(seen.pending[0].executor, "grant_offer");
         assert!(
             seen.pending[0]
@@ -344,7 +344,7 @@ async fn the_digest_goes_once_at_its_time_eight_items_at_most(test: TestStore) {
 }
 
 metnos_kit::store_suite!(
-    the_digest_goes_once_at_its_time_eight_items_at_most,
+    the_digest_goes_once_at_its_time_ten_items_at_most,
     the_weekly_line_names_the_discarded_once_a_week,
     unused_grants_are_offered_for_revocation_once,
     an_unanswered_card_is_silence_once_and_old_notes_are_pruned,
@@ -495,7 +495,7 @@ fn grant(
 }
 
 /// Grants unused for 90 days: one revocation offer per person (the grants by id, the
-/// oldest first, eight at most), never for grants that expire on their own, an unpaired
+/// oldest first, four at most), never for grants that expire on their own, an unpaired
 /// person or the terminal; not again within 30 days, never twice for the same grants; kept
 /// for the digest when the telos engine says so, where its Accept approves the revocation.
 async fn unused_grants_are_offered_for_revocation_once(test: TestStore) {
