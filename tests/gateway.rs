@@ -130,6 +130,27 @@ impl Stack {
             .collect()
     }
 
+    /// Ada asks, one turn each, to write `~/inv/<i>.txt` and approves its card (the `i`-th);
+    /// each turn ends "Written.".
+    async fn ada_approves_writes(&self, writes: std::ops::RangeInclusive<usize>) {
+        for i in writes {
+            self.llm.push(tool_calls(
+                "fs_write",
+                json!({"path": format!("~/inv/{i}.txt"), "content": "an invoice"}),
+            ));
+            self.tg
+                .message(ADA, user(ADA, "Ada", "en"), "file this invoice");
+            let (_, buttons) = self.nth_card(i).await;
+            self.tg
+                .click(ADA, 2, user(ADA, "Ada", "en"), &buttons[0][0].1);
+            self.tg
+                .until("the write", |tg| {
+                    tg.texts_to(ADA).iter().filter(|t| *t == "Written.").count() >= i
+                })
+                .await;
+        }
+    }
+
     /// Waits for the `n`-th card (1-based); its message id and its buttons as
     /// (text, data) rows.
     async fn nth_card(&self, n: usize) -> (i64, Vec<Vec<(String, String)>>) {
@@ -429,16 +450,7 @@ async fn three_approved_writes_in_a_folder_bring_an_offer_and_accept_records_the
     let written = |tg: &FakeTelegram, n: usize| {
         tg.texts_to(ADA).iter().filter(|t| *t == "Written.").count() >= n
     };
-    for i in 1..=3 {
-        s.llm.push(tool_calls(
-            "fs_write",
-            json!({"path": format!("~/inv/{i}.txt"), "content": "an invoice"}),
-        ));
-        s.tg.message(ADA, user(ADA, "Ada", "en"), "file this invoice");
-        let (_, buttons) = s.nth_card(i).await;
-        s.tg.click(ADA, 2, user(ADA, "Ada", "en"), &buttons[0][0].1);
-        s.tg.until("the write", |tg| written(tg, i)).await;
-    }
+    s.ada_approves_writes(1..=3).await;
     // The offer: its own card, its own buttons — after the model was asked for its fits.
     let (_, buttons) = s.nth_card(4).await;
     let fit_asks = s
@@ -631,16 +643,7 @@ async fn an_offer_is_accepted_with_a_narrower_pattern_the_person_sends() {
     let written = |tg: &FakeTelegram, n: usize| {
         tg.texts_to(ADA).iter().filter(|t| *t == "Written.").count() >= n
     };
-    for i in 1..=3 {
-        s.llm.push(tool_calls(
-            "fs_write",
-            json!({"path": format!("~/inv/{i}.txt"), "content": "an invoice"}),
-        ));
-        s.tg.message(ADA, user(ADA, "Ada", "en"), "file this invoice");
-        let (_, buttons) = s.nth_card(i).await;
-        s.tg.click(ADA, 2, user(ADA, "Ada", "en"), &buttons[0][0].1);
-        s.tg.until("the write", |tg| written(tg, i)).await;
-    }
+    s.ada_approves_writes(1..=3).await;
     let (_, buttons) = s.nth_card(4).await;
     assert_eq!(buttons[1][0].0, "Edit");
     let edit = buttons[1][0].1.clone();
@@ -725,19 +728,7 @@ async fn an_offer_kept_for_the_digest_is_accepted_from_the_digest() {
     ])
     .await;
     s.pair(ADA, "Ada", "supervised").await;
-    let written = |tg: &FakeTelegram, n: usize| {
-        tg.texts_to(ADA).iter().filter(|t| *t == "Written.").count() >= n
-    };
-    for i in 1..=3 {
-        s.llm.push(tool_calls(
-            "fs_write",
-            json!({"path": format!("~/inv/{i}.txt"), "content": "an invoice"}),
-        ));
-        s.tg.message(ADA, user(ADA, "Ada", "en"), "file this invoice");
-        let (_, buttons) = s.nth_card(i).await;
-        s.tg.click(ADA, 2, user(ADA, "Ada", "en"), &buttons[0][0].1);
-        s.tg.until("the write", |tg| written(tg, i)).await;
-    }
+    s.ada_approves_writes(1..=3).await;
     // The offer was weighed (one fit estimate) and kept: the digest brings it.
     let fit_asked = |s: &Stack| {
         s.llm

@@ -823,17 +823,10 @@ impl Conversation {
             } => self.decide(click, token, decision, territory).await,
             ClickAction::ConfirmAlways(token) => self.confirm_always(click, token).await,
             ClickAction::Never(token) => {
-                let request = approval::GetPendingRequest {
-                    token: token.clone(),
-                };
                 // Only on a proposal's card: an approval of a call has no "never".
                 let is_proposal = self
-                    .approval
-                    .clone()
-                    .get_pending(request)
+                    .pending_of(&token)
                     .await
-                    .ok()
-                    .and_then(|r| r.into_inner().approval)
                     .is_some_and(|p| proposal_of(&p).is_some());
                 if !is_proposal {
                     let said = text::say(click.lang, Says::UnknownButton);
@@ -849,22 +842,12 @@ impl Conversation {
                 .await;
             }
             ClickAction::Edit(token) => {
-                let request = approval::GetPendingRequest {
-                    token: token.clone(),
-                };
                 // Only the requester's grant offer still waiting can be edited.
-                let offer = self
-                    .approval
-                    .clone()
-                    .get_pending(request)
-                    .await
-                    .ok()
-                    .and_then(|r| r.into_inner().approval)
-                    .filter(|p| {
-                        p.executor == "grant_offer"
-                            && p.status == approval::ApprovalStatus::Pending as i32
-                            && p.requester.as_ref() == Some(&person(&click.clicker).to_proto())
-                    });
+                let offer = self.pending_of(&token).await.filter(|p| {
+                    p.executor == "grant_offer"
+                        && p.status == approval::ApprovalStatus::Pending as i32
+                        && p.requester.as_ref() == Some(&person(&click.clicker).to_proto())
+                });
                 let Some(offer) = offer else {
                     let said = text::say(click.lang, Says::UnknownButton);
                     self.outbox.answer_callback(&click.id, Some(&said)).await;
@@ -1066,6 +1049,20 @@ impl Conversation {
             }
             Err(status) => self.refused(&click, &status).await,
         }
+    }
+
+    /// The approval request `token`, as the approval service has it now (`None` when it
+    /// cannot say).
+    async fn pending_of(&self, token: &str) -> Option<approval::PendingApproval> {
+        let request = approval::GetPendingRequest {
+            token: token.to_owned(),
+        };
+        self.approval
+            .clone()
+            .get_pending(request)
+            .await
+            .ok()
+            .and_then(|r| r.into_inner().approval)
     }
 
     /// Accept with edit: approves the offer `token` for good with the pattern the person
