@@ -386,10 +386,10 @@ fn conceded(
 
 /// The clients a turn from the terminal needs.
 pub struct Session {
-    planner: PlannerServiceClient<metnos_kit::client::TracedChannel>,
-    approvals: ApprovalServiceClient<metnos_kit::client::TracedChannel>,
-    url: String,
-    approval_url: String,
+    pub(crate) planner: PlannerServiceClient<metnos_kit::client::TracedChannel>,
+    pub(crate) approvals: ApprovalServiceClient<metnos_kit::client::TracedChannel>,
+    pub(crate) url: String,
+    pub(crate) approval_url: String,
     pub principal: common::Principal,
     /// How long before a card expires the terminal reminds (zero: never).
     remind_before: std::time::Duration,

@@ -1,7 +1,8 @@
 //! `metnos chat`: an interactive session with the running stack. Line editing and history
 //! (arrow keys; kept in `<data_dir>/chat_history`), each line a turn with its steps shown
 //! live and its approval cards answered with y/n; Ctrl-C or `/stop` stops the running
-//! turn, `/quit` or Ctrl-D leaves.
+//! turn, `/quit` or Ctrl-D leaves. It opens with the proposals waiting for a session
+//! ([`crate::session_cli`]).
 
 use std::process::ExitCode;
 
@@ -46,6 +47,14 @@ pub async fn chat(config: &Config, args: ChatArgs) -> ExitCode {
             }),
     );
     eprintln!("Metnos — one request per line; Ctrl-C or /stop stops a running turn, /quit leaves.");
+    // What Metnos proposed on its own since the last session (two new ones at most).
+    let language = metnos_core::Language::from_wire(
+        args.options
+            .request(config, &session.principal, String::new())
+            .language,
+    )
+    .unwrap_or(metnos_core::Language::Italian);
+    session.offer_proposals(language, &stops).await;
     let piped = {
         use std::io::IsTerminal;
         !std::io::stdin().is_terminal()

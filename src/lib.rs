@@ -9,7 +9,7 @@
 //! - [`executors_cli`]: `metnos executors …`.
 //! - [`ask_cli`]: `metnos ask …` and `metnos turns …`.
 //! - [`pair_cli`]: `metnos pair …`.
-//! - [`chat_cli`]: `metnos chat`.
+//! - [`chat_cli`]: `metnos chat`; [`session_cli`]: the proposals a chat session opens with.
 //! - [`doctor`]: `metnos doctor`.
 //! - [`admin`]: what the admin commands share.
 //! - [`runfile`]: how every command finds the running stack.
@@ -29,6 +29,7 @@ pub mod pki_cli;
 pub mod policy_cli;
 pub mod runfile;
 pub mod schedules_cli;
+pub mod session_cli;
 pub mod setup;
 pub mod status;
 pub mod telos_cli;

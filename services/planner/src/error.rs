@@ -65,6 +65,10 @@ pub enum Error {
     NotCliSchedule(String),
     #[error("the scheduler is not running in this planner")]
     NoScheduler,
+    #[error("terminal sessions are for people on `cli`, not `{0}` (theirs get cards pushed)")]
+    NotCliSession(String),
+    #[error("session_id must be 8 to 128 ASCII letters, digits or `_ . : -`")]
+    BadSessionId,
     #[error(transparent)]
     Schedule(#[from] crate::scheduler::ScheduleError),
 }
@@ -108,7 +112,9 @@ impl From<Error> for Status {
                 tracing::error!(error = %e, "the turn log cannot be read");
                 Status::internal("the turn log cannot be read; see the planner's log")
             }
-            Error::NotCliSchedule(_) => Status::invalid_argument(error.to_string()),
+            Error::NotCliSchedule(_) | Error::NotCliSession(_) | Error::BadSessionId => {
+                Status::invalid_argument(error.to_string())
+            }
             Error::NoScheduler => Status::unavailable(error.to_string()),
             Error::Schedule(e) => {
                 use crate::scheduler::ScheduleError as S;

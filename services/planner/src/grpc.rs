@@ -72,6 +72,12 @@ pub const AUTHORIZATION: Table = Table {
             method: "RunSchedule",
             callers: &[Identity::Owner],
         },
+        // A terminal session's proposals: the owner's terminal (other channels get theirs
+        // pushed by the gateway).
+        Rule {
+            method: "OpenSession",
+            callers: &[Identity::Owner],
+        },
     ],
 };
 
@@ -511,5 +517,31 @@ impl PlannerService for PlannerApi {
         Ok(Response::new(pb::RunScheduleResponse {
             schedule: Some(schedule_of(scheduler, &task)),
         }))
+    }
+
+    async fn open_session(
+        &self,
+        request: Request<pb::OpenSessionRequest>,
+    ) -> Result<Response<pb::OpenSessionResponse>, Status> {
+        let caller = Caller::of(&request).ok_or(Error::Unauthenticated)?;
+        let r = request.into_inner();
+        let person = acting(caller, r.principal.as_ref())?;
+        if person.channel != "cli" {
+            return Err(Error::NotCliSession(limits::shown(&person.channel)).into());
+        }
+        if !crate::session::valid_session_id(&r.session_id) {
+            return Err(Error::BadSessionId.into());
+        }
+        let language =
+            metnos_core::Language::from_wire(r.language).unwrap_or(metnos_core::Language::English);
+        let proposals = crate::session::open(&self.planner, &person, &r.session_id, language)
+            .await
+            .map_err(|e| {
+                // What failed, in a word: the services' and the store's messages stay out.
+                let cause = e.split(':').next().unwrap_or_default().to_owned();
+                tracing::warn!(cause = %cause, "a terminal session's proposals could not be weighed");
+                Status::unavailable(format!("the session's proposals cannot be weighed now ({cause})"))
+            })?;
+        Ok(Response::new(pb::OpenSessionResponse { proposals }))
     }
 }

@@ -21,7 +21,8 @@
 //! - [`store`]: turns (checkpoints, records) and the scratchpad, SQLite or PostgreSQL;
 //! - [`scheduler`]: the builtin scheduler — tasks and runs in the store, the tick, once per
 //!   slot across replicas; [`maintenance`]: its builtin tasks; [`standing`]: a person's
-//!   standing order fired as a turn, its result offered to the telos engine;
+//!   standing order fired as a turn, its result offered to the telos engine; [`proposals`]:
+//!   what the planner proposes on its own; [`session`]: a terminal session's proposals;
 //! - [`turnlog`]: the daily JSONL turn log (no values, no message text);
 //! - [`grpc`]: the contract's edge, [`error`]: its errors and their statuses.
 
@@ -52,6 +53,7 @@ pub use metnos_kit::schedule;
 pub mod schedule_tools;
 pub mod scheduler;
 pub mod scratch;
+pub mod session;
 pub mod standing;
 pub mod store;
 pub mod suspend;

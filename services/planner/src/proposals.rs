@@ -87,9 +87,8 @@ async fn offer_if_tired(
     seen: &Approved,
     now_ms: i64,
 ) -> Result<(), String> {
-    if seen.pattern.is_empty() || seen.pattern.len() > MAX_PATTERN || seen.person.channel == "cli" {
-        // Nothing grantable; the terminal has no card to push (its proposals are issue 22's
-        // follow-up).
+    if seen.pattern.is_empty() || seen.pattern.len() > MAX_PATTERN {
+        // Nothing grantable.
         return Ok(());
     }
     let person = seen.person.to_string();
@@ -162,19 +161,42 @@ async fn offer_if_tired(
     .request();
     let weighed = Weighed {
         person: &seen.person,
-        level: seen.level,
+        level: Some(seen.level),
         id: &id,
         kind: GRANT_OFFER,
-        effect_class: format!("{GRANT_OFFER}:{}", seen.capability.to_ascii_lowercase()),
+        effect_class: offer_class(&seen.capability),
         description,
     };
     weighed.settle(db, filters, request, now_ms).await
 }
 
+/// The telos engine's effect class of a grant offer of `capability`.
+fn offer_class(capability: &str) -> String {
+    format!("{GRANT_OFFER}:{}", capability.to_ascii_lowercase())
+}
+
+/// The effect class of a stored proposal of `kind` with `payload`.
+pub fn effect_class_of(kind: &str, payload: &str) -> String {
+    match kind {
+        GRANT_OFFER => {
+            let payload: serde_json::Value = serde_json::from_str(payload).unwrap_or_default();
+            offer_class(
+                payload
+                    .get("capability")
+                    .and_then(serde_json::Value::as_str)
+                    .unwrap_or_default(),
+            )
+        }
+        GRANT_REVOKE => format!("{GRANT_REVOKE}:unused"),
+        other => other.to_owned(),
+    }
+}
+
 /// A proposal the planner stored (its `proposals` row is the claim), to weigh and settle.
 struct Weighed<'a> {
     person: &'a Principal,
-    level: AutonomyLevel,
+    /// Their level (a terminal's is its session's: none here).
+    level: Option<AutonomyLevel>,
     id: &'a str,
     kind: &'a str,
     effect_class: String,
@@ -192,6 +214,16 @@ impl Weighed<'_> {
         now_ms: i64,
     ) -> Result<(), String> {
         let id = self.id.to_owned();
+        if self.person.channel == "cli" {
+            // The terminal has no push channel and no digest: the proposal waits for the
+            // person's next session, which weighs it under that session's quota.
+            on_db!(db, pool => {
+                sqlx::query("UPDATE proposals SET decision = 'session', reason = 'waiting for a terminal session' WHERE id = $1")
+                    .bind(&id).execute(pool).await.map_err(|e| e.to_string())?;
+            });
+            tracing::info!(proposal = %id, kind = self.kind, "a proposal waits for the person's next terminal session");
+            return Ok(());
+        }
         let proposal = vaglio::ActionProposal {
             proposal_id: id.clone(),
             kind: self.kind.to_owned(),
@@ -202,7 +234,7 @@ impl Weighed<'_> {
             schedule_id: String::new(),
             principal: Some(self.person.to_proto()),
             session_id: String::new(),
-            level: self.level.to_proto() as i32,
+            level: self.level.map_or(0, |l| l.to_proto() as i32),
         };
         let result = filters
             .evaluate_proposal(vaglio::EvaluateProposalRequest {
@@ -463,7 +495,7 @@ impl Job for StaleGrants {
             else {
                 continue;
             };
-            if grant.revoked_at.is_some() || grant.expires_at.is_some() || person.channel == "cli" {
+            if grant.revoked_at.is_some() || grant.expires_at.is_some() {
                 continue;
             }
             let last = ms(&grant.last_used_at)
@@ -502,13 +534,19 @@ impl StaleGrants {
         grants: &[(i64, i64, String)],
         now: i64,
     ) -> Result<bool, String> {
-        let Some(level) = self
-            .filters
-            .pairing_level(person)
-            .await
-            .map_err(|s| format!("gateway: {:?}", s.code()))?
-        else {
-            return Ok(false);
+        // A terminal's person has no pairing: their level is their session's.
+        let level = if person.channel == "cli" {
+            None
+        } else {
+            match self
+                .filters
+                .pairing_level(person)
+                .await
+                .map_err(|s| format!("gateway: {:?}", s.code()))?
+            {
+                Some(level) => Some(level),
+                None => return Ok(false),
+            }
         };
         let mut ids: Vec<i64> = grants.iter().map(|(_, id, _)| *id).collect();
         ids.sort_unstable();
@@ -568,7 +606,7 @@ impl StaleGrants {
             level,
             id: &id,
             kind: GRANT_REVOKE,
-            effect_class: format!("{GRANT_REVOKE}:unused"),
+            effect_class: effect_class_of(GRANT_REVOKE, ""),
             description,
         }
         .settle(&self.db, self.filters.as_ref(), request, now)

@@ -944,7 +944,8 @@ async fn a_reused_proposal_id_is_refused(store: TestStore) {
     ));
 }
 
-/// The CLI: two ad-hoc proposals per session.
+/// The CLI: two ad-hoc proposals per session; the third waits for the next session (the
+/// terminal has no digest), which weighs it again under the same id.
 async fn the_cli_takes_two_per_session(store: TestStore) {
     let mut config = settings();
     config.bother_beta = 0.0; // the quota alone
@@ -964,16 +965,26 @@ async fn the_cli_takes_two_per_session(store: TestStore) {
     }
     assert_eq!(
         decisions,
-        [
-            Decision::Publish,
-            Decision::Publish,
-            Decision::DeferToDigest
-        ]
+        [Decision::Publish, Decision::Publish, Decision::DeferToSlot]
+    );
+    // Nothing kept of the deferral: no digest place, no journal row.
+    assert!(w.engine.store().find("p2").await.unwrap().is_none());
+    w.fits(0.9, 0.9, 0.0);
+    assert_eq!(
+        w.evaluate(&on_cli("p2", "s2")).await.decision,
+        Decision::Publish
     );
     w.fits(0.9, 0.9, 0.0);
     assert_eq!(
         w.evaluate(&on_cli("p3", "s2")).await.decision,
         Decision::Publish
+    );
+    // Published once, it answers the same from then on.
+    assert!(w.engine.store().find("p2").await.unwrap().is_some());
+    w.fits(0.9, 0.9, 0.0);
+    assert_eq!(
+        w.evaluate(&on_cli("p4", "s2")).await.decision,
+        Decision::DeferToSlot
     );
 }
 

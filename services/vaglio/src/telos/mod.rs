@@ -860,6 +860,11 @@ impl TelosEngine {
                     dry_run,
                     |view| {
                         decide(view, &mut chosen);
+                        if cli && chosen.decision == Decision::DeferToDigest {
+                            // The terminal has no digest: its next session is its next
+                            // slot, and weighs the proposal again (nothing is kept).
+                            chosen.decision = Decision::DeferToSlot;
+                        }
                         let place = match chosen.decision {
                             Decision::Publish => Some((
                                 LedgerEntry {
@@ -912,6 +917,7 @@ impl TelosEngine {
                         Write {
                             record: Self::record_of(&chosen),
                             place,
+                            keep: !(cli && chosen.decision == Decision::DeferToSlot),
                         }
                     },
                 )
@@ -937,8 +943,12 @@ impl TelosEngine {
                 }
             }
         }
-        e.decision = Decision::DeferToDigest;
         e.reason = "quota".to_owned();
+        if cli {
+            e.decision = Decision::DeferToSlot;
+            return Ok(e);
+        }
+        e.decision = Decision::DeferToDigest;
         self.settle(e, dry_run).await
     }
 

@@ -201,6 +201,9 @@ pub struct ViewSpan {
 pub struct Write {
     pub record: Recorded,
     pub place: Option<(LedgerEntry, Quota)>,
+    /// Kept (the id answers the same from now on); `false` for a CLI proposal deferred to
+    /// the next session, which weighs it again under the same id.
+    pub keep: bool,
 }
 
 /// The condition on a ledger insert.
@@ -359,7 +362,7 @@ impl TelosStore {
             ($tx:ident) => {{
                 let view = read_view!(&mut *$tx, person, channel, session, span);
                 let write = decide(&view);
-                if dry_run {
+                if dry_run || !write.keep {
                     $tx.rollback().await?;
                     return Ok(Some((write, true)));
                 }
