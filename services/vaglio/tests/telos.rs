@@ -967,8 +967,19 @@ async fn the_cli_takes_two_per_session(store: TestStore) {
         decisions,
         [Decision::Publish, Decision::Publish, Decision::DeferToSlot]
     );
-    // Nothing kept of the deferral: no digest place, no journal row.
+    // Nothing kept of the deferral: no digest place, no journal row; and once the session
+    // had its two, no model was asked.
     assert!(w.engine.store().find("p2").await.unwrap().is_none());
+    let calls = w.llm_calls();
+    assert_eq!(
+        w.evaluate(&on_cli("p9", "s1")).await.decision,
+        Decision::DeferToSlot
+    );
+    assert_eq!(
+        w.llm_calls(),
+        calls,
+        "no fit asked past the session's quota"
+    );
     w.fits(0.9, 0.9, 0.0);
     assert_eq!(
         w.evaluate(&on_cli("p2", "s2")).await.decision,

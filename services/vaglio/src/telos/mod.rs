@@ -757,6 +757,27 @@ impl TelosEngine {
                 })
                 .await;
         }
+        if budget.cli && source == Source::Adhoc {
+            // The terminal's session has had its two already: decided by code, before any
+            // model (the place's own check stays the one that holds under races).
+            let mut spent = false;
+            let limit = quotas.cli_adhoc_per_session;
+            self.store
+                .decide(&person, &p.channel, &p.session_id, span, true, |view| {
+                    spent = view.adhoc_this_session >= limit;
+                    Write {
+                        record: Self::record_of(&e),
+                        place: None,
+                        keep: false,
+                    }
+                })
+                .await?;
+            if spent {
+                e.decision = Decision::DeferToSlot;
+                e.reason = "quota".to_owned();
+                return Ok(e);
+            }
+        }
 
         let Some(loaded) = loaded else {
             e.reason = "no_telos_declared".to_owned();
