@@ -538,6 +538,7 @@ impl Session {
                         decider: Some(principal.clone()),
                         territory: territory as i32,
                         edited_pattern: String::new(),
+                        edited_schedule: String::new(),
                     };
                     match approvals.resolve(resolve).await {
                         Ok(response) => {

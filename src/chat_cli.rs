@@ -15,6 +15,10 @@ use crate::ask_cli::{Session, TurnOptions};
 pub struct ChatArgs {
     #[command(flatten)]
     pub options: TurnOptions,
+    /// Offer the proposals waiting for a session even when stdin is not a terminal (a
+    /// script that answers them); on a terminal they are always offered.
+    #[arg(long)]
+    pub proposals: bool,
 }
 
 enum Line {
@@ -47,18 +51,22 @@ pub async fn chat(config: &Config, args: ChatArgs) -> ExitCode {
             }),
     );
     eprintln!("Metnos — one request per line; Ctrl-C or /stop stops a running turn, /quit leaves.");
-    // What Metnos proposed on its own since the last session (two new ones at most).
-    let language = metnos_core::Language::from_wire(
-        args.options
-            .request(config, &session.principal, String::new())
-            .language,
-    )
-    .unwrap_or(metnos_core::Language::Italian);
-    session.offer_proposals(language, &stops).await;
     let piped = {
         use std::io::IsTerminal;
         !std::io::stdin().is_terminal()
     };
+    // What Metnos proposed on its own since the last session (two new ones at most). Not
+    // to a script's input unless it asks: its lines are requests, not answers to cards it
+    // never saw.
+    if !piped || args.proposals {
+        let language = metnos_core::Language::from_wire(
+            args.options
+                .request(config, &session.principal, String::new())
+                .language,
+        )
+        .unwrap_or(metnos_core::Language::Italian);
+        session.offer_proposals(language, &stops).await;
+    }
     loop {
         let (back, line) = match tokio::task::spawn_blocking(move || {
             // Piped input is read as the card prompts read it, so neither takes lines

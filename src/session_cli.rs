@@ -1,7 +1,9 @@
 //! The proposals a `metnos chat` session opens with (issue 22): what Metnos proposed to the
 //! local user on its own waits for their next terminal session (the terminal has no push
 //! channel); the planner has the telos engine weigh it under the session's quota (two per
-//! session) and hands over the published cards. Each is answered here — yes, no, never
+//! session) and hands over the published cards, after the cards left for later. Offered on
+//! a terminal, or to piped input only with `--proposals` (a script's lines are requests).
+//! The end of input answers nothing. Each is answered here — yes, no, never
 //! again, or Enter for later (the engine's "viewed, undecided"; the card comes back at the
 //! next session while it is pending) — on the approval service, and the answer goes to the
 //! telos engine as feedback.
@@ -103,9 +105,15 @@ impl Session {
             for line in proposal.card.map(|c| c.lines).unwrap_or_default() {
                 eprintln!("  {line}");
             }
-            let answer = ask(language).await;
+            let Some(answer) = ask(language).await else {
+                // The end of input: nobody answered, nor saw the rest (they come back).
+                return;
+            };
+            // A grant offer's Accept approves for good (the grant recorded); a revocation
+            // offer's approves once (the grants revoked).
+            let for_good = pending.executor == "grant_offer";
             let (decision, territory) = match answer {
-                Answer::Yes if proposal.accept_for_good => (
+                Answer::Yes if for_good => (
                     approval::Decision::Approve,
                     approval::TerritoryConcession::Permanent,
                 ),
@@ -137,6 +145,7 @@ impl Session {
                 decider: Some(self.principal.clone()),
                 territory: territory as i32,
                 edited_pattern: String::new(),
+                edited_schedule: String::new(),
             };
             if let Err(status) = self.approvals.resolve(resolve).await {
                 eprintln!("metnos: {}", status.message());
@@ -155,17 +164,17 @@ impl Session {
     }
 }
 
-/// Asks until an answer; the end of input is "later".
-async fn ask(language: Language) -> Answer {
+/// Asks until an answer; `None` at the end of input.
+async fn ask(language: Language) -> Option<Answer> {
     tokio::task::spawn_blocking(move || {
         loop {
             eprint!("{}", prompt(language));
             let Some(line) = crate::ask_cli::read_line(None) else {
                 eprintln!();
-                return Answer::Later;
+                return None;
             };
             match Answer::parse(&line) {
-                Some(answer) => return answer,
+                Some(answer) => return Some(answer),
                 None => eprintln!(
                     "{}",
                     match language {
@@ -177,7 +186,7 @@ async fn ask(language: Language) -> Answer {
         }
     })
     .await
-    .unwrap_or(Answer::Later)
+    .unwrap_or(None)
 }
 
 #[cfg(test)]

@@ -203,6 +203,7 @@ async fn resolve_with(
             decider: roberto(),
             territory: territory as i32,
             edited_pattern: String::new(),
+            edited_schedule: String::new(),
         })
         .await
         .map(|r| r.into_inner().approval.unwrap())

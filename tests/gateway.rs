@@ -216,6 +216,96 @@ fn tool_calls(name: &str, args: Value) -> Reply {
     Reply::ToolCalls(vec![(name.to_owned(), args)])
 }
 
+/// Issue 22's accept with edit on a standing order: the card has Edit; Ada sends another
+/// schedule and the order is set up on hers (the message is the edit, not a turn); a
+/// schedule the planner refuses (too often) sets nothing up and says why; Bob cannot edit
+/// her card.
+#[tokio::test]
+async fn a_standing_order_is_set_up_on_the_schedule_the_person_sends_instead() {
+    let s = stack().await;
+    s.pair(ADA, "Ada", "supervised").await;
+    s.pair(BOB, "Bob", "full").await;
+    s.llm.push(tool_calls(
+        "schedule_create",
+        json!({"schedule": "daily@08:00", "request": "what time is it?", "name": "morning clock"}),
+    ));
+    s.llm.push(Reply::Text("Set up.".into()));
+    s.tg.message(
+        ADA,
+        user(ADA, "Ada", "en"),
+        "every morning at 8 tell me the time",
+    );
+    let (_, buttons) = s.nth_card(1).await;
+    let labels: Vec<&str> = buttons.iter().flatten().map(|(t, _)| t.as_str()).collect();
+    assert_eq!(labels.last(), Some(&"Edit"), "{labels:?}");
+    let edit = buttons.last().unwrap()[0].1.clone();
+    s.tg.click(BOB, 2, user(BOB, "Bob", "en"), &edit);
+    s.tg.until("Bob's click answered", |tg| {
+        tg.calls("answerCallbackQuery").iter().any(|c| {
+            c.body["text"]
+                .as_str()
+                .is_some_and(|t| t.contains("do not recognise this button"))
+        })
+    })
+    .await;
+    let asked_before = s.llm.received().len();
+    s.tg.click(ADA, 2, user(ADA, "Ada", "en"), &edit);
+    s.tg.until("the prompt", |tg| {
+        tg.texts_to(ADA)
+            .iter()
+            .any(|t| t.starts_with("Send me when instead of daily@08:00"))
+    })
+    .await;
+    s.tg.message(ADA, user(ADA, "Ada", "en"), "daily@07:30");
+    s.answered("Set up.").await;
+    assert_eq!(
+        s.llm.received().len(),
+        asked_before + 1,
+        "the edit was not a turn: the model was asked once more, after the order was set up"
+    );
+    let observed = serde_json::to_string(&s.llm.received().last().unwrap().body).unwrap();
+    assert!(observed.contains("daily@07:30"), "{observed}");
+    let (_, out, _) = s.sandbox.run(&["schedules", "list", "--json"]).await;
+    let order: Value = out
+        .lines()
+        .map(|l| serde_json::from_str::<Value>(l).unwrap())
+        .find(|o| o["name"] == "morning clock")
+        .unwrap_or_else(|| panic!("not set up: {out}"));
+    assert_eq!(order["schedule"], "daily@07:30");
+    assert_eq!(order["principal"], format!("telegram:{ADA}"));
+
+    // A schedule that reads but fires too often: approved, yet nothing is set up, and the
+    // model is told why.
+    s.llm.push(tool_calls(
+        "schedule_create",
+        json!({"schedule": "every 2 hours", "request": "check the mail", "name": "mail"}),
+    ));
+    s.llm.push(Reply::Text("Not set up.".into()));
+    s.tg.message(ADA, user(ADA, "Ada", "en"), "check my mail every two hours");
+    let (_, buttons) = s.nth_card(2).await;
+    s.tg.click(
+        ADA,
+        2,
+        user(ADA, "Ada", "en"),
+        &buttons.last().unwrap()[0].1,
+    );
+    s.tg.until("the prompt", |tg| {
+        tg.texts_to(ADA)
+            .iter()
+            .any(|t| t.starts_with("Send me when instead of every 2 hours"))
+    })
+    .await;
+    s.tg.message(ADA, user(ADA, "Ada", "en"), "every 1 minutes");
+    s.answered("Not set up.").await;
+    let observed = serde_json::to_string(&s.llm.received().last().unwrap().body).unwrap();
+    assert!(
+        observed.contains("the schedule you sent") && observed.contains("at most every 15 minutes"),
+        "{observed}"
+    );
+    let (_, out, _) = s.sandbox.run(&["schedules", "list", "--json"]).await;
+    assert!(!out.contains("\"mail\""), "{out}");
+}
+
 /// Issue 22: a standing order from chat — the planner's `schedule_create` tool, a card with
 /// the schedule in words and its next firings, set up only once Ada approves; fired, its
 /// turn's answer reaches her on Telegram through the telos engine (consented: no model

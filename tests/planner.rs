@@ -2640,9 +2640,25 @@ async fn a_chat_session_opens_with_two_proposals_at_most_and_the_rest_wait_for_t
         listed
     };
 
+    // A script's input is requests, not answers to cards it never saw: piped without
+    // --proposals, the chat offers none and its "y" line is a request like any other.
+    s.fake.push(Reply::Text("a request".into()));
+    let output = s
+        .run_with_input(&["chat", "--language", "en"], b"y\n/quit\n")
+        .await;
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(output.status.success(), "{stderr}");
+    assert_eq!(proposes(&stderr), 0, "{stderr}");
+    assert_eq!(String::from_utf8_lossy(&output.stdout).trim(), "a request");
+    assert_eq!(waiting().await, 3);
+    assert_eq!(fit_asks(), 0);
+
     // The first session: two cards, the third waits. y to the first, Enter to the second.
     let output = s
-        .run_with_input(&["chat", "--language", "en"], b"y\n\n/quit\n")
+        .run_with_input(
+            &["chat", "--language", "en", "--proposals"],
+            b"y\n\n/quit\n",
+        )
         .await;
     let stderr = String::from_utf8_lossy(&output.stderr);
     assert!(output.status.success(), "{stderr}");
@@ -2664,9 +2680,30 @@ async fn a_chat_session_opens_with_two_proposals_at_most_and_the_rest_wait_for_t
     );
     assert_eq!(waiting().await, 1, "the third waits for the next session");
 
+    // A session whose input ends at once answers nothing: the card left for later and the
+    // third (published now) come back next time.
+    let output = s
+        .run_with_input(&["chat", "--language", "en", "--proposals"], b"")
+        .await;
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(output.status.success(), "{stderr}");
+    assert_eq!(
+        proposes(&stderr),
+        1,
+        "it stops at the first unanswered: {stderr}"
+    );
+    assert_eq!(
+        waiting().await,
+        0,
+        "the third was published in that session"
+    );
+
     // The second: the card left for later again (still pending), then the third. n, never.
     let output = s
-        .run_with_input(&["chat", "--language", "en"], b"n\nnever\n/quit\n")
+        .run_with_input(
+            &["chat", "--language", "en", "--proposals"],
+            b"n\nnever\n/quit\n",
+        )
         .await;
     let stderr = String::from_utf8_lossy(&output.stderr);
     assert!(output.status.success(), "{stderr}");
@@ -2698,7 +2735,7 @@ async fn a_chat_session_opens_with_two_proposals_at_most_and_the_rest_wait_for_t
     )]));
     let output = s
         .run_with_input(
-            &["chat", "--language", "en"],
+            &["chat", "--language", "en", "--proposals"],
             b"write y to ~/a/y.txt\n/quit\n",
         )
         .await;

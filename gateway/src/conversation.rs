@@ -102,9 +102,19 @@ pub struct Conversations {
     /// Cards being or already edited to their outcome (the click and the turn's event
     /// both report it; Telegram is asked once).
     closed: HashSet<String>,
-    /// People who pressed a grant offer's Edit: its token, the chat they were asked in and
-    /// until when their next message there, if it is a path, is the edit.
-    editing: HashMap<String, (String, i64, Instant)>,
+    /// People who pressed Edit on a grant offer or a standing order's card: its token, the
+    /// chat they were asked in, until when their next message there (if it is a path, or a
+    /// schedule) is the edit, and which of the two it edits.
+    editing: HashMap<String, (String, i64, Instant, Edits)>,
+}
+
+/// What an Edit button changes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Edits {
+    /// A grant offer's pattern (a path).
+    Pattern,
+    /// A standing order's schedule.
+    Schedule,
 }
 
 impl Conversations {
@@ -152,33 +162,40 @@ impl Conversations {
         self.live.contains(token)
     }
 
-    /// `sender`'s next message in `chat` is their edit of `token`'s offer (for 10 minutes).
-    pub fn await_edit(&mut self, sender: &str, token: &str, chat: i64, now: Instant) {
+    /// `sender`'s next message in `chat` is their edit of `token`'s card (for 10 minutes).
+    pub fn await_edit(&mut self, sender: &str, token: &str, chat: i64, now: Instant, edits: Edits) {
         self.editing.insert(
             sender.to_owned(),
             (
                 token.to_owned(),
                 chat,
                 now + std::time::Duration::from_secs(600),
+                edits,
             ),
         );
     }
 
-    /// The offer `sender`'s message in `chat` edits: they pressed Edit lately, in that chat,
-    /// and the message is a path (`~/…` or `/…`, one word). Any next message ends the wait:
-    /// anything else (a stop, a request) is handled as it would be.
+    /// The card `sender`'s message in `chat` edits: they pressed Edit lately, in that chat,
+    /// and the message is what the card's edit takes — a path (`~/…` or `/…`, one word) for
+    /// an offer, a schedule that reads as one for a standing order. Any next message ends
+    /// the wait: anything else (a stop, a request) is handled as it would be.
     pub fn take_edit(
         &mut self,
         sender: &str,
         chat: i64,
         text: &str,
         now: Instant,
-    ) -> Option<String> {
-        let (token, asked_in, until) = self.editing.remove(sender)?;
+    ) -> Option<(String, Edits)> {
+        let (token, asked_in, until, edits) = self.editing.remove(sender)?;
         let text = text.trim();
-        let a_path = (text.starts_with("~/") || text.starts_with('/'))
-            && !text.contains(char::is_whitespace);
-        (now < until && asked_in == chat && a_path).then_some(token)
+        let fits = match edits {
+            Edits::Pattern => {
+                (text.starts_with("~/") || text.starts_with('/'))
+                    && !text.contains(char::is_whitespace)
+            }
+            Edits::Schedule => metnos_kit::schedule::Schedule::parse(text).is_ok(),
+        };
+        (now < until && asked_in == chat && fits).then_some((token, edits))
     }
 
     /// Claims the editing of `token`'s card to its outcome: true once.
@@ -586,8 +603,8 @@ impl Conversation {
         let editing = self
             .state()
             .take_edit(&message.sender, chat, &message.text, Instant::now());
-        if let Some(token) = editing {
-            self.accept_edited(chat, &who, token, &message.text, lang)
+        if let Some((token, edits)) = editing {
+            self.accept_edited(chat, &who, token, &message.text, edits, lang)
                 .await;
             return;
         }
@@ -842,9 +859,10 @@ impl Conversation {
                 .await;
             }
             ClickAction::Edit(token) => {
-                // Only the requester's grant offer still waiting can be edited.
+                // Only the requester's grant offer or standing order still waiting can be
+                // edited.
                 let offer = self.pending_of(&token).await.filter(|p| {
-                    p.executor == "grant_offer"
+                    matches!(p.executor.as_str(), "grant_offer" | "schedule_create")
                         && p.status == approval::ApprovalStatus::Pending as i32
                         && p.requester.as_ref() == Some(&person(&click.clicker).to_proto())
                 });
@@ -853,12 +871,29 @@ impl Conversation {
                     self.outbox.answer_callback(&click.id, Some(&said)).await;
                     return;
                 };
-                let prompt = text::say(click.lang, Says::EditPrompt(&offer.territory_pattern));
+                let (edits, prompt) = if offer.executor == "schedule_create" {
+                    // The card's target is the schedule it shows.
+                    let current = metnos_core::html::one_visible_line(&offer.target, 200);
+                    (
+                        Edits::Schedule,
+                        text::say(click.lang, Says::EditSchedulePrompt(&current)),
+                    )
+                } else {
+                    (
+                        Edits::Pattern,
+                        text::say(click.lang, Says::EditPrompt(&offer.territory_pattern)),
+                    )
+                };
                 // Asked, and answered, in the person's private chat (its id is theirs).
                 match click.clicker.parse::<i64>() {
                     Ok(chat) => {
-                        self.state()
-                            .await_edit(&click.clicker, &token, chat, Instant::now());
+                        self.state().await_edit(
+                            &click.clicker,
+                            &token,
+                            chat,
+                            Instant::now(),
+                            edits,
+                        );
                         self.outbox.answer_callback(&click.id, None).await;
                         self.outbox.send_text(chat, &prompt).await;
                     }
@@ -993,6 +1028,7 @@ impl Conversation {
             decider: Some(person(&click.clicker).to_proto()),
             territory: territory as i32,
             edited_pattern: String::new(),
+            edited_schedule: String::new(),
         };
         let lang = click.lang;
         match self.approval.clone().resolve(request).await {
@@ -1066,13 +1102,16 @@ impl Conversation {
     }
 
     /// Accept with edit: approves the offer `token` for good with the pattern the person
-    /// sent; the approval service checks it lies within the offer.
+    /// sent (the approval service checks it lies within the offer), or a standing order's
+    /// card with the schedule they sent (checked to read as one; the planner sets the order
+    /// up on it).
     async fn accept_edited(
         self: &Arc<Self>,
         chat: i64,
         who: &Principal,
         token: String,
         edited: &str,
+        edits: Edits,
         lang: Language,
     ) {
         let edited = edited.trim();
@@ -1081,17 +1120,35 @@ impl Conversation {
             self.outbox.send_text(chat, &said).await;
             return;
         }
-        let request = approval::ResolveRequest {
-            token: token.clone(),
-            decision: approval::Decision::Approve as i32,
-            decider: Some(who.to_proto()),
-            territory: approval::TerritoryConcession::Permanent as i32,
-            edited_pattern: edited.to_owned(),
+        let request = match edits {
+            Edits::Pattern => approval::ResolveRequest {
+                token: token.clone(),
+                decision: approval::Decision::Approve as i32,
+                decider: Some(who.to_proto()),
+                territory: approval::TerritoryConcession::Permanent as i32,
+                edited_pattern: edited.to_owned(),
+                edited_schedule: String::new(),
+            },
+            Edits::Schedule => approval::ResolveRequest {
+                token: token.clone(),
+                decision: approval::Decision::Approve as i32,
+                decider: Some(who.to_proto()),
+                territory: approval::TerritoryConcession::None as i32,
+                edited_pattern: String::new(),
+                edited_schedule: edited.to_owned(),
+            },
         };
         match self.approval.clone().resolve(request).await {
             Ok(response) => {
                 let pending = response.into_inner().approval.unwrap_or_default();
                 self.close_card_as(&token, &pending, lang).await;
+                if edits == Edits::Schedule {
+                    // A turn waits for this card: went on here, or resumed by the person.
+                    if !self.state().is_followed(&token) {
+                        self.resume(token, who.sender_id.clone(), lang).await;
+                    }
+                    return;
+                }
                 if let Some(proposal_id) = proposal_of(&pending) {
                     self.stops
                         .feedback(&proposal_id, vaglio_pb::FeedbackKind::AcceptWithEdit, who)
@@ -1261,10 +1318,10 @@ mod tests {
     fn only_a_path_in_the_same_chat_soon_after_is_an_edit() {
         let now = Instant::now();
         let mut c = Conversations::default();
-        c.await_edit("42", "tok", 42, now);
+        c.await_edit("42", "tok", 42, now, Edits::Pattern);
         assert_eq!(
             c.take_edit("42", 42, " ~/inv/2026/* ", now),
-            Some("tok".into())
+            Some(("tok".into(), Edits::Pattern))
         );
         assert_eq!(
             c.take_edit("42", 42, "~/inv/2026/*", now),
@@ -1272,7 +1329,7 @@ mod tests {
             "taken once"
         );
         for (chat, text) in [(42, "stop"), (42, "~/inv and the rest"), (-100, "~/inv/*")] {
-            c.await_edit("42", "tok", 42, now);
+            c.await_edit("42", "tok", 42, now, Edits::Pattern);
             assert_eq!(c.take_edit("42", chat, text, now), None, "{chat} {text}");
             assert_eq!(
                 c.take_edit("42", 42, "~/inv/*", now),
@@ -1280,9 +1337,29 @@ mod tests {
                 "the wait ended"
             );
         }
-        c.await_edit("42", "tok", 42, now);
+        c.await_edit("42", "tok", 42, now, Edits::Pattern);
         let later = now + Duration::from_secs(601);
         assert_eq!(c.take_edit("42", 42, "~/inv/*", later), None, "too late");
+    }
+
+    /// After a standing order's Edit, only a message that reads as a schedule is the edit;
+    /// a request or a stop is handled as it would be.
+    #[test]
+    fn only_a_schedule_is_a_standing_orders_edit() {
+        let now = Instant::now();
+        let mut c = Conversations::default();
+        for text in ["daily@07:30", " every 2 hours ", "0 9 * * MON"] {
+            c.await_edit("42", "tok", 42, now, Edits::Schedule);
+            assert_eq!(
+                c.take_edit("42", 42, text, now),
+                Some(("tok".into(), Edits::Schedule)),
+                "{text}"
+            );
+        }
+        for text in ["stop", "what time is it?", "~/inv/*", "daily@25:00"] {
+            c.await_edit("42", "tok", 42, now, Edits::Schedule);
+            assert_eq!(c.take_edit("42", 42, text, now), None, "{text}");
+        }
     }
 
     /// [`next`] with the recogniser the vaglio answers with.

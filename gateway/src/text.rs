@@ -251,6 +251,12 @@ pub fn say(lang: Language, what: Says<'_>) -> String {
         (Language::English, Says::EditPrompt(offered)) => format!(
             "Send me what to allow instead of {offered}: files or a folder within it, e.g. a subfolder with /* at the end. (Your next message here, if it is a path, within 10 minutes.)"
         ),
+        (Language::Italian, Says::EditSchedulePrompt(current)) => format!(
+            "Scrivimi quando invece di {current}: daily@HH:MM, every N minutes|hours, oppure un'espressione cron di cinque campi (ora locale). (Vale il tuo prossimo messaggio qui, se è un orario, entro 10 minuti.)"
+        ),
+        (Language::English, Says::EditSchedulePrompt(current)) => format!(
+            "Send me when instead of {current}: daily@HH:MM, every N minutes|hours, or a five-field cron expression (local time). (Your next message here, if it is a schedule, within 10 minutes.)"
+        ),
         (Language::Italian, Says::EditRefused(why)) => {
             format!("Non l'ho accettato: {why}. Puoi premere di nuovo Modifica.")
         }
@@ -307,6 +313,8 @@ pub enum Says<'a> {
     UnknownButton,
     /// After a grant offer's Edit: what to send.
     EditPrompt(&'a str),
+    /// After a standing order's Edit: what to send (the card's schedule).
+    EditSchedulePrompt(&'a str),
     /// The edit was not taken: why (the approval service's words).
     EditRefused(&'a str),
     /// A pending card's one reminder before it expires.

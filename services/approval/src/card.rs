@@ -437,6 +437,20 @@ pub fn proposal_buttons(
     card
 }
 
+/// A standing order's card with an Edit button under its Approve / Reject: the person may
+/// send another schedule, approved with it.
+pub fn with_edit(mut card: Card, token: &str, language: Language) -> Card {
+    let edit = match language {
+        Language::Italian => "Modifica",
+        Language::English => "Edit",
+    };
+    card.buttons.push(vec![Button {
+        text: edit.to_owned(),
+        data: format!("edit:{token}"),
+    }]);
+    card
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -84,6 +84,7 @@ impl From<Error> for Status {
             | Error::BadRevokeOffer
             | Error::EditNotOffered
             | Error::EditNotWithin { .. }
+            | Error::BadSchedule(_)
             | Error::ReasonTooLong => Status::invalid_argument(error.to_string()),
             Error::NotFound => refused(
                 Status::not_found(error.to_string()),
@@ -220,6 +221,7 @@ fn card_msg(card: &Card) -> pb::Card {
 
 /// The contract's view of a stored request.
 pub fn pending_msg(p: &Pending) -> pb::PendingApproval {
+    let schedule_card = p.executor == crate::describe::SCHEDULE_CREATE;
     pb::PendingApproval {
         token: p.token.clone(),
         requester: Some(principal_msg(&p.requester)),
@@ -259,7 +261,18 @@ pub fn pending_msg(p: &Pending) -> pb::PendingApproval {
         cancel_reason: p.cancel_reason.clone().unwrap_or_default(),
         grant_id: p.grant_id,
         level: p.policy_level.map_or(0, |level| level.to_wire()),
-        territory_pattern: p.territory_target.clone(),
+        // A standing order's card offers no territory: the column holds the schedule the
+        // person chose instead of the card's, if they edited it.
+        territory_pattern: if schedule_card {
+            String::new()
+        } else {
+            p.territory_target.clone()
+        },
+        edited_schedule: if schedule_card {
+            p.territory_target.clone()
+        } else {
+            String::new()
+        },
         executor: p.executor.clone(),
     }
 }
@@ -390,6 +403,18 @@ impl ApprovalService for ApprovalApi {
             // people, the owner for the local user. Nobody else is believed.
             speaks_for(caller, &decider)?;
             let territory = territory_of(r.territory);
+            if !r.edited_schedule.is_empty() {
+                if decision != Decision::Approve
+                    || territory != Territory::None
+                    || !r.edited_pattern.is_empty()
+                {
+                    return Err(Error::EditNotOffered);
+                }
+                return self
+                    .approvals
+                    .resolve_edited_schedule(&r.token, &r.edited_schedule, &decider)
+                    .await;
+            }
             if !r.edited_pattern.is_empty() {
                 if decision != Decision::Approve || territory != Territory::Permanent {
                     return Err(Error::EditNotOffered);

@@ -66,8 +66,13 @@ pub enum Error {
     BadRevokeOffer,
     #[error("the policy service is not reachable: {0}")]
     PolicyUnavailable(String),
-    #[error("only a grant offer approved for good can be accepted with an edit")]
+    #[error(
+        "only a grant offer approved for good, or a standing order's card approved once, can be accepted with an edit"
+    )]
     EditNotOffered,
+    /// An edited schedule that cannot be read: the schedule parser's words.
+    #[error("the schedule sent cannot be used: {0}")]
+    BadSchedule(String),
     #[error(
         "`{edited}` is not within `{offered}`: an edit may only name files or a folder under it (no `**`, no hidden names)"
     )]
@@ -329,6 +334,11 @@ impl Approvals {
                 pending.language,
             );
         }
+        if pending.executor == crate::describe::SCHEDULE_CREATE {
+            // The person may change the schedule before approving (the gateway asks for
+            // it and sends it as the resolve's edited schedule).
+            return card::with_edit(card, &pending.token, pending.language);
+        }
         if pending.executor == crate::describe::GRANT_REVOKE {
             // Accept approves the revocation, which this service then carries out.
             return card::proposal_buttons(
@@ -583,6 +593,48 @@ impl Approvals {
             Territory::Permanent,
             decider,
             Some(&chosen),
+        )
+        .await
+    }
+
+    /// Accept with edit on a standing order's card: approves it (just this once) with the
+    /// schedule `edited` instead of the card's, once it reads as a schedule (the requester's
+    /// alone). The planner sets the order up on it; its own limits (the least interval)
+    /// still apply there.
+    pub async fn resolve_edited_schedule(
+        &self,
+        token: &str,
+        edited: &str,
+        decider: &Principal,
+    ) -> Result<Pending, Error> {
+        let pending = self.get(token).await?;
+        if pending.status.is_terminal() {
+            return Err(Error::NotPending(pending.status.as_str()));
+        }
+        if &pending.requester != decider {
+            return Err(Error::NotRequester);
+        }
+        if pending.executor != crate::describe::SCHEDULE_CREATE {
+            return Err(Error::EditNotOffered);
+        }
+        metnos_core::limits::bytes("edited_schedule", edited, 200)?;
+        if edited
+            .chars()
+            .any(|c| c.is_control() || metnos_core::html::is_invisible(c))
+        {
+            return Err(Error::BadSchedule(
+                "it holds invisible characters".to_owned(),
+            ));
+        }
+        let schedule = metnos_kit::schedule::Schedule::parse(edited).map_err(Error::BadSchedule)?;
+        // Written with the decision, in one update (a standing order's card offers no
+        // territory: the column holds the person's schedule).
+        self.decide(
+            token,
+            Decision::Approve,
+            Territory::None,
+            decider,
+            Some(schedule.text()),
         )
         .await
     }

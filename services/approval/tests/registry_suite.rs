@@ -712,7 +712,97 @@ async fn a_grant_offer_names_exactly_what_accept_grants(store: TestStore) {
     );
 }
 
+/// Accept with edit on a standing order's card: its card has Edit; the requester alone may
+/// approve it with another schedule, which must read as one (else nothing is decided); the
+/// schedule is written with the decision and is what the planner sets the order up on.
+async fn a_standing_orders_card_is_approved_with_the_schedule_the_person_sends(store: TestStore) {
+    let (approvals, _) = open(&store).await;
+    let order = NewRequest {
+        card: CardRequest {
+            action_verb: "schedule_create".into(),
+            target_summary: "daily@08:00".into(),
+            capability_class: "schedule_create:daily@08:00".into(),
+            territory: Territory::None,
+            language: Language::English,
+            ..request(Territory::None).card
+        },
+        capability: String::new(),
+        target: "daily@08:00".into(),
+        territory_target: String::new(),
+        executor: "schedule_create".into(),
+        args_json: r#"{"schedule":"daily@08:00","request":"what time is it?","name":"clock","notify":"always","anchor_at":1}"#.into(),
+        policy_level: None,
+        ..request(Territory::None)
+    };
+    let (pending, card) = approvals.create(order).await.unwrap();
+    let edit: Vec<String> = card
+        .buttons
+        .last()
+        .unwrap()
+        .iter()
+        .map(|b| b.data.clone())
+        .collect();
+    assert_eq!(
+        edit,
+        [format!("edit:{}", pending.token)],
+        "{:?}",
+        card.buttons
+    );
+    for (edited, why) in [
+        ("at eight", "not a schedule"),
+        ("daily@25:00", "no such hour"),
+        ("daily@07:30\u{200b}", "an invisible character"),
+    ] {
+        let refused = approvals
+            .resolve_edited_schedule(&pending.token, edited, &roberto())
+            .await
+            .unwrap_err();
+        assert!(
+            matches!(refused, Error::BadSchedule(_)),
+            "{why}: {refused:?}"
+        );
+    }
+    let bob = Principal::new("telegram", "bob").unwrap();
+    assert!(matches!(
+        approvals
+            .resolve_edited_schedule(&pending.token, "daily@07:30", &bob)
+            .await
+            .unwrap_err(),
+        Error::NotRequester
+    ));
+    // Not on another card: a call's approval has no schedule to change.
+    let (call, _) = approvals.create(request(Territory::None)).await.unwrap();
+    assert!(matches!(
+        approvals
+            .resolve_edited_schedule(&call.token, "daily@07:30", &roberto())
+            .await
+            .unwrap_err(),
+        Error::EditNotOffered
+    ));
+    let still = approvals.get(&pending.token).await.unwrap();
+    assert_eq!(
+        still.status,
+        Status::Pending,
+        "a refused edit decides nothing"
+    );
+    let accepted = approvals
+        .resolve_edited_schedule(&pending.token, " daily@07:30 ", &roberto())
+        .await
+        .unwrap();
+    assert_eq!(accepted.status, Status::Approved);
+    assert_eq!(accepted.territory, Territory::None, "no grant");
+    assert_eq!(accepted.territory_target, "daily@07:30");
+    assert!(matches!(
+        approvals
+            .resolve_edited_schedule(&pending.token, "daily@06:00", &roberto())
+            .await
+            .unwrap_err(),
+        Error::NotPending(_)
+    ));
+}
+
 metnos_kit::store_suite!(
+    a_standing_orders_card_is_approved_with_the_schedule_the_person_sends,
     a_grant_offer_names_exactly_what_accept_grants,
     a_grant_claim_is_one_caller_s_and_only_its_own_is_given_back,
     create_issues_a_token_and_a_pending_record,

@@ -317,10 +317,13 @@ impl Planner {
 
     /// What an approved standing-order card does: the order made (its id from the
     /// approval's token, so applying the same decision twice makes it once) or deleted.
+    /// `edited`: the schedule the person sent with their approval instead of the card's
+    /// (accept with edit), checked here as any schedule is.
     pub(crate) async fn schedule_decided(
         &self,
         cp: &Checkpoint,
         pending: &PendingCall,
+        edited: &str,
     ) -> Observation {
         let Some(scheduler) = self.scheduler.get() else {
             return refusal("standing orders are off here (scheduler.enabled)");
@@ -337,14 +340,26 @@ impl Planner {
                 },
             };
         }
+        let (schedule, anchor_ms) = if edited.is_empty() {
+            (
+                text(args, "schedule").to_owned(),
+                args.get("anchor_at").and_then(Value::as_i64),
+            )
+        } else {
+            match scheduler.check(edited, &person.to_string()) {
+                // Counted from now: the card's firings were of the other schedule.
+                Ok(schedule) => (schedule.text().to_owned(), None),
+                Err(e) => return refusal(format!("the schedule you sent: {e}")),
+            }
+        };
         let order = Order {
             person: &person,
-            schedule: text(args, "schedule"),
+            schedule: &schedule,
             query: text(args, "request"),
             name: text(args, "name"),
             notify: text(args, "notify"),
             level: cp.level,
-            anchor_ms: args.get("anchor_at").and_then(Value::as_i64),
+            anchor_ms,
         };
         match scheduler.create_as(&order, &pending.token).await {
             Ok(task) => ok(shown(scheduler, &task)),

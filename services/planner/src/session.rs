@@ -21,7 +21,13 @@ use crate::proposals::{effect_class_of, queued_request};
 const MAX_WEIGHED: i64 = 10;
 
 /// The most cards left for later that one session shows again.
-const MAX_AGAIN: i64 = 4;
+const MAX_AGAIN: usize = 4;
+
+/// A proposal waits this long for a session; older, it is dropped (what it said may no
+/// longer hold, and its source may offer again).
+const WAIT_DAYS: i64 = 30;
+
+const DAY_MS: i64 = 86_400_000;
 
 /// Whether `id` is a session id the telos engine takes: 8 to 128 ASCII letters, digits or
 /// `_ . : -`.
@@ -40,21 +46,53 @@ pub async fn open(
     session: &str,
     language: Language,
 ) -> Result<Vec<pb::SessionProposal>, String> {
-    let mut shown = again(planner, person).await?;
+    let now = metnos_kit::time::now_ms();
+    let mut shown = again(planner, person, now).await?;
     let db = planner.store.db();
-    let waiting: Vec<(String, String, String, String)> = on_db!(db, pool => {
+    let waiting: Vec<(String, String, String, String, i64)> = on_db!(db, pool => {
+        sqlx::query(
+            "UPDATE proposals SET decision = 'dropped', reason = 'waited too long for a session' \
+             WHERE channel = $1 AND sender_id = $2 AND decision = 'session' AND created_at < $3",
+        )
+        .bind(&person.channel).bind(&person.sender_id).bind(now - WAIT_DAYS * DAY_MS)
+        .execute(pool).await.map_err(|e| e.to_string())?;
         let rows = sqlx::query(
-            "SELECT id, kind, description, payload FROM proposals WHERE channel = $1 AND sender_id = $2 \
+            "SELECT id, kind, description, payload, created_at FROM proposals WHERE channel = $1 AND sender_id = $2 \
              AND decision = 'session' ORDER BY created_at, id LIMIT $3",
         )
         .bind(&person.channel).bind(&person.sender_id).bind(MAX_WEIGHED)
         .fetch_all(pool).await.map_err(|e| e.to_string())?;
         rows.iter()
-            .map(|r| Ok((r.try_get(0)?, r.try_get(1)?, r.try_get(2)?, r.try_get(3)?)))
+            .map(|r| Ok((r.try_get(0)?, r.try_get(1)?, r.try_get(2)?, r.try_get(3)?, r.try_get(4)?)))
             .collect::<Result<_, sqlx::Error>>()
             .map_err(|e| e.to_string())?
     });
-    for (id, kind, description, payload) in waiting {
+    // Policy's grants, once, for revocation offers: one that names a grant used (or gone)
+    // since it was made no longer holds.
+    let mut grants: Option<Vec<metnos_proto::policy::v1::Grant>> = None;
+    for (id, kind, description, payload, created_at) in waiting {
+        if kind == crate::proposals::GRANT_REVOKE {
+            if grants.is_none() {
+                grants = Some(
+                    planner
+                        .filters
+                        .list_grants()
+                        .await
+                        .map_err(|s| format!("policy: {:?}", s.code()))?,
+                );
+            }
+            if !still_unused(grants.as_deref().unwrap_or_default(), &payload, created_at) {
+                settle(
+                    planner,
+                    &id,
+                    "dropped",
+                    "a grant was used or revoked since",
+                    None,
+                )
+                .await?;
+                continue;
+            }
+        }
         let Some((request, accept)) = queued_request(person, &id, &kind, &payload, language) else {
             settle(planner, &id, "dropped", "no card for this kind", None).await?;
             continue;
@@ -71,14 +109,32 @@ pub async fn open(
             session_id: session.to_owned(),
             level: planner.config.cli_level.to_proto() as i32,
         };
-        let result = planner
+        let result = match planner
             .filters
             .evaluate_proposal(vaglio::EvaluateProposalRequest {
                 proposal: Some(proposal),
                 ..Default::default()
             })
             .await
-            .map_err(|s| format!("the telos engine: {:?}", s.code()))?;
+        {
+            Ok(result) => result,
+            Err(status)
+                if matches!(
+                    status.code(),
+                    tonic::Code::InvalidArgument
+                        | tonic::Code::AlreadyExists
+                        | tonic::Code::PermissionDenied
+                        | tonic::Code::FailedPrecondition
+                        | tonic::Code::NotFound
+                ) =>
+            {
+                // The engine will never take this one: it must not hold the others back.
+                tracing::warn!(proposal = %id, code = ?status.code(), "the telos engine refuses a waiting proposal; dropped");
+                settle(planner, &id, "dropped", "refused by the telos engine", None).await?;
+                continue;
+            }
+            Err(status) => return Err(format!("the telos engine: {:?}", status.code())),
+        };
         match vaglio::AlignmentDecision::try_from(result.decision) {
             Ok(vaglio::AlignmentDecision::Publish) => {}
             // The session's quota is spent (or the moment is wrong): a later session.
@@ -137,16 +193,42 @@ pub async fn open(
     Ok(shown)
 }
 
-/// Cards published to `person` in an earlier session and still pending.
-async fn again(planner: &Planner, person: &Principal) -> Result<Vec<pb::SessionProposal>, String> {
+/// Whether every grant a revocation offer (`payload`, made at `made_at`) names is still
+/// active in `grants` and unused since.
+fn still_unused(grants: &[metnos_proto::policy::v1::Grant], payload: &str, made_at: i64) -> bool {
+    let payload: serde_json::Value = serde_json::from_str(payload).unwrap_or_default();
+    let Some(ids) = payload.get("grants").and_then(serde_json::Value::as_array) else {
+        return false;
+    };
+    ids.iter().all(|id| {
+        grants.iter().any(|g| {
+            Some(g.id) == id.as_i64()
+                && g.revoked_at.is_none()
+                && g.last_used_at
+                    .as_ref()
+                    .and_then(metnos_kit::time::from_timestamp)
+                    .is_none_or(|used| used < made_at)
+        })
+    })
+}
+
+/// Cards published to `person` in an earlier session, still pending and not expired.
+async fn again(
+    planner: &Planner,
+    person: &Principal,
+    now: i64,
+) -> Result<Vec<pb::SessionProposal>, String> {
     let db = planner.store.db();
+    // Those sent within a card's life (older ones have expired); answered ones are left out
+    // below, so the query reads past them.
+    let since = now - i64::from(crate::proposals::CARD_TTL_SECONDS) * 1000;
     let published: Vec<(String, String, String, String)> = on_db!(db, pool => {
         let rows = sqlx::query(
             "SELECT id, kind, description, token FROM proposals WHERE channel = $1 AND sender_id = $2 \
-             AND decision = 'publish' AND token IS NOT NULL AND followed_up_at IS NULL \
-             ORDER BY sent_at, id LIMIT $3",
+             AND decision = 'publish' AND token IS NOT NULL AND followed_up_at IS NULL AND sent_at > $3 \
+             ORDER BY sent_at, id LIMIT 50",
         )
-        .bind(&person.channel).bind(&person.sender_id).bind(MAX_AGAIN)
+        .bind(&person.channel).bind(&person.sender_id).bind(since)
         .fetch_all(pool).await.map_err(|e| e.to_string())?;
         rows.iter()
             .map(|r| Ok((r.try_get(0)?, r.try_get(1)?, r.try_get(2)?, r.try_get(3)?)))
@@ -155,14 +237,23 @@ async fn again(planner: &Planner, person: &Principal) -> Result<Vec<pb::SessionP
     });
     let mut shown = Vec::new();
     for (id, kind, description, token) in published {
+        if shown.len() >= MAX_AGAIN {
+            break;
+        }
         let Ok(pending) = planner.filters.get_pending(&token).await else {
             continue;
         };
+        let expired = pending
+            .expires_at
+            .as_ref()
+            .and_then(metnos_kit::time::from_timestamp)
+            .is_some_and(|at| at <= now);
         let requester = pending
             .requester
             .as_ref()
             .and_then(|p| Principal::try_from(p).ok());
-        if pending.status != approval::ApprovalStatus::Pending as i32
+        if expired
+            || pending.status != approval::ApprovalStatus::Pending as i32
             || requester.as_ref() != Some(person)
         {
             continue;
@@ -204,7 +295,46 @@ async fn settle(
 
 #[cfg(test)]
 mod tests {
-    use super::valid_session_id;
+    use super::{still_unused, valid_session_id};
+    use metnos_proto::policy::v1::Grant;
+
+    #[test]
+    fn a_revocation_offer_holds_while_its_grants_are_active_and_unused_since() {
+        let at = |ms: i64| Some(metnos_kit::time::to_timestamp(ms));
+        let grants = [
+            Grant {
+                id: 1,
+                last_used_at: at(1_000),
+                ..Default::default()
+            },
+            Grant {
+                id: 2,
+                ..Default::default()
+            },
+            Grant {
+                id: 3,
+                last_used_at: at(9_000),
+                ..Default::default()
+            },
+            Grant {
+                id: 4,
+                revoked_at: at(2_000),
+                ..Default::default()
+            },
+        ];
+        let offer = |ids: &str| format!("{{\"grants\":{ids}}}");
+        assert!(still_unused(&grants, &offer("[1,2]"), 5_000));
+        assert!(
+            !still_unused(&grants, &offer("[1,3]"), 5_000),
+            "3 was used since"
+        );
+        assert!(
+            !still_unused(&grants, &offer("[4]"), 5_000),
+            "4 was revoked"
+        );
+        assert!(!still_unused(&grants, &offer("[7]"), 5_000), "7 is gone");
+        assert!(!still_unused(&grants, "not json", 5_000));
+    }
 
     #[test]
     fn a_session_id_is_eight_to_128_plain_ascii_characters() {

@@ -787,9 +787,10 @@ impl Planner {
         log: &StepLog,
         pending: &PendingCall,
         status: approval::ApprovalStatus,
-        decided_sha256: &str,
+        decision: &approval::PendingApproval,
         cancel: &mut watch::Receiver<bool>,
     ) -> Result<metnos_executors::Observation, StepOutcome> {
+        let decided_sha256 = decision.call_sha256.as_str();
         let executor = match status {
             approval::ApprovalStatus::Approved => {
                 let hash = value_sha256(&pending.call.name, &pending.args).unwrap_or_default();
@@ -800,7 +801,9 @@ impl Planner {
                 }
                 if crate::schedule_tools::is_carded(&pending.call.name) {
                     // A standing order approved on its card: made (or deleted) here, once.
-                    return Ok(self.schedule_decided(cp, pending).await);
+                    return Ok(self
+                        .schedule_decided(cp, pending, &decision.edited_schedule)
+                        .await);
                 }
                 match self.catalog.get(&pending.call.name).cloned() {
                     Some(executor) => executor,
@@ -883,7 +886,7 @@ impl Planner {
         let started = Instant::now();
         log.approval_decision = Some(decision_of(status));
         let observation = match self
-            .decided_observation(cp, &log, &pending, status, &decision.call_sha256, cancel)
+            .decided_observation(cp, &log, &pending, status, &decision, cancel)
             .await
         {
             Ok(observation) => observation,

@@ -938,7 +938,11 @@ impl TelosEngine {
                         Write {
                             record: Self::record_of(&chosen),
                             place,
-                            keep: !(cli && chosen.decision == Decision::DeferToSlot),
+                            // A proposal's deferral to the next session is weighed again
+                            // then; a firing's outcome is always kept (the journal).
+                            keep: !(cli
+                                && source == Source::Adhoc
+                                && chosen.decision == Decision::DeferToSlot),
                         }
                     },
                 )
@@ -967,7 +971,10 @@ impl TelosEngine {
         e.reason = "quota".to_owned();
         if cli {
             e.decision = Decision::DeferToSlot;
-            return Ok(e);
+            if source == Source::Adhoc {
+                return Ok(e);
+            }
+            return self.settle(e, dry_run).await;
         }
         e.decision = Decision::DeferToDigest;
         self.settle(e, dry_run).await
