@@ -4,6 +4,7 @@
 //! - [`status`]: every service's health as a table or JSON lines.
 //! - [`policy_cli`]: `metnos policy …` and `metnos grants …`.
 //! - [`approvals_cli`]: `metnos approvals …`.
+//! - [`audit_cli`]: `metnos audit verify`.
 //! - [`vaglio_cli`]: `metnos vaglio …`.
 //! - [`telos_cli`]: `metnos telos …`.
 //! - [`executors_cli`]: `metnos executors …`.
@@ -21,6 +22,7 @@
 pub mod admin;
 pub mod approvals_cli;
 pub mod ask_cli;
+pub mod audit_cli;
 pub mod chat_cli;
 pub mod doctor;
 pub mod executors_cli;

@@ -6,6 +6,7 @@ use std::process::ExitCode;
 use clap::{Parser, Subcommand};
 use metnos::approvals_cli::{self, ApprovalsCommand};
 use metnos::ask_cli::{self, AskArgs, TurnsCommand};
+use metnos::audit_cli::{self, AuditCommand};
 use metnos::chat_cli::{self, ChatArgs};
 use metnos::executors_cli::{self, ExecutorsCommand};
 use metnos::pair_cli::{self, PairCommand};
@@ -95,6 +96,11 @@ enum Command {
         #[command(subcommand)]
         command: SchedulesCommand,
     },
+    /// The tamper-evident records: `verify` walks the hash-chained turn and verdict logs.
+    Audit {
+        #[command(subcommand)]
+        command: AuditCommand,
+    },
     /// Who may talk to Metnos: approve pairing codes, list, change levels, revoke.
     Pair {
         #[command(subcommand)]
@@ -155,6 +161,7 @@ fn main() -> ExitCode {
             Command::Pair { command } => pair_cli::pair(&config, command).await,
             Command::Turns { command } => ask_cli::turns(&config, command).await,
             Command::Schedules { command } => schedules_cli::schedules(&config, command).await,
+            Command::Audit { command } => audit_cli::audit(&config, command),
             Command::Pki { command } => pki_cli::pki(&config, command),
         }
     })

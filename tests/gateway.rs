@@ -258,6 +258,16 @@ async fn a_standing_order_is_set_up_on_the_schedule_the_person_sends_instead() {
     .await;
     s.tg.message(ADA, user(ADA, "Ada", "en"), "daily@07:30");
     s.answered("Set up.").await;
+    // Its card closed on the schedule it was set up on, not the one it offered.
+    s.tg.until("the card closed", |tg| {
+        tg.calls("editMessageText").iter().any(|c| {
+            c.body["text"]
+                .as_str()
+                .unwrap_or_default()
+                .contains("on the schedule daily@07:30")
+        })
+    })
+    .await;
     assert_eq!(
         s.llm.received().len(),
         asked_before + 1,

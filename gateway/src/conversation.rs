@@ -275,9 +275,19 @@ pub fn closing_line(pending: &approval::PendingApproval, lang: Language) -> Opti
         }
         _ => None,
     };
+    let approved = pending.status == approval::ApprovalStatus::Approved as i32;
     Some(match concession {
-        Some(c) if pending.status == approval::ApprovalStatus::Approved as i32 => {
+        Some(c) if approved => {
             format!("{outcome} · {}", c.said(lang, &pending.territory_pattern))
+        }
+        // A standing order approved with another schedule: the card shows the one it
+        // offered, the closing line the one it was set up on.
+        _ if approved && !pending.edited_schedule.is_empty() => {
+            let edited = metnos_core::html::one_visible_line(&pending.edited_schedule, 200);
+            match lang {
+                Language::Italian => format!("{outcome} · con l'orario {edited}"),
+                Language::English => format!("{outcome} · on the schedule {edited}"),
+            }
         }
         _ => outcome,
     })

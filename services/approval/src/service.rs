@@ -814,7 +814,31 @@ impl Approvals {
             sender_id: pending.requester.sender_id.clone(),
         };
         let all = async {
+            // A grant used since the offer was made is no longer unused: kept (the person
+            // agreed to revoke grants they did not use).
+            let listed = policy
+                .list_grants(metnos_proto::policy::v1::ListGrantsRequest {
+                    channel: person.channel.clone(),
+                    sender_id: person.sender_id.clone(),
+                    include_inactive: false,
+                })
+                .await?
+                .into_inner()
+                .grants;
+            let used_since = |id: i64| {
+                listed.iter().any(|g| {
+                    g.id == id
+                        && g.last_used_at
+                            .as_ref()
+                            .and_then(metnos_kit::time::from_timestamp)
+                            .is_some_and(|used| used >= pending.created_at)
+                })
+            };
             for id in &ids {
+                if used_since(*id) {
+                    tracing::info!(token = %pending.token, grant = id, "a grant used since the revocation offer is kept");
+                    continue;
+                }
                 let request = metnos_proto::policy::v1::RevokeGrantRequest {
                     grant_id: *id,
                     principal: Some(person.clone()),

@@ -20,6 +20,7 @@
 
 pub mod authz;
 pub mod background;
+pub mod chain;
 pub mod client;
 pub mod clock;
 pub mod config;

@@ -24,7 +24,7 @@ const MAX_WEIGHED: i64 = 10;
 const MAX_AGAIN: usize = 4;
 
 /// A proposal waits this long for a session; older, it is dropped (what it said may no
-/// longer hold, and its source may offer again).
+/// longer hold).
 const WAIT_DAYS: i64 = 30;
 
 const DAY_MS: i64 = 86_400_000;
@@ -123,9 +123,7 @@ pub async fn open(
                     status.code(),
                     tonic::Code::InvalidArgument
                         | tonic::Code::AlreadyExists
-                        | tonic::Code::PermissionDenied
                         | tonic::Code::FailedPrecondition
-                        | tonic::Code::NotFound
                 ) =>
             {
                 // The engine will never take this one: it must not hold the others back.

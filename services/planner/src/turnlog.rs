@@ -1,7 +1,6 @@
 //! The daily turn log, `turns/YYYY-MM-DD.jsonl` under the data directory: one JSON line per
 //! turn, with argument keys and decisions but no argument values and no message text.
 
-use std::io::Write;
 use std::path::PathBuf;
 use std::sync::Mutex;
 
@@ -55,14 +54,13 @@ impl TurnLog {
     pub fn append(&self, record: &Value, now_ms: i64) {
         let _guard = self.lock.lock().unwrap_or_else(|e| e.into_inner());
         let path = self.dir.join(format!("{}.jsonl", date_of(now_ms)));
-        // Turns hold what was asked and what files said: the owner's alone.
-        let result = metnos_kit::datadir::create_dir_all(&self.dir).and_then(|()| {
-            let mut file = metnos_kit::datadir::file_options()
-                .create(true)
-                .append(true)
-                .open(&path)?;
-            writeln!(file, "{record}")
-        });
+        // Turns hold what was asked and what files said: the owner's alone (0600 in a
+        // 0700 folder); each line chained to the one before it (`metnos audit verify`).
+        let result = metnos_kit::chain::append(
+            &self.dir,
+            &format!("{}.jsonl", date_of(now_ms)),
+            std::slice::from_ref(record),
+        );
         if let Err(e) = result {
             tracing::warn!(path = %path.display(), error = %e, "turn log line not written");
         }

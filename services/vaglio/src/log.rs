@@ -3,7 +3,6 @@
 //! never values. Writing happens on a task of its own: a verdict never waits for the disk
 //! and never fails because of it; a line that cannot be written is counted and reported.
 
-use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -296,13 +295,13 @@ fn write_batch(
 ) -> (u64, Vec<oneshot::Sender<()>>) {
     let mut lost = 0;
     let mut flushes = Vec::new();
-    let mut by_month: Vec<(String, Vec<u8>)> = Vec::new();
+    let mut by_month: Vec<(String, Vec<serde_json::Value>)> = Vec::new();
     for message in batch {
         match message {
             Message::Flush(done) => flushes.push(done),
             Message::Record(record) => {
                 let month = month_of(record.ts);
-                let mut line = match serde_json::to_vec(&record) {
+                let line = match serde_json::to_value(&record) {
                     Ok(line) => line,
                     Err(_) => {
                         failures.fetch_add(1, Ordering::Relaxed);
@@ -310,24 +309,18 @@ fn write_batch(
                         continue;
                     }
                 };
-                line.push(b'\n');
                 match by_month.iter_mut().find(|(m, _)| *m == month) {
-                    Some((_, bytes)) => bytes.extend_from_slice(&line),
-                    None => by_month.push((month, line)),
+                    Some((_, lines)) => lines.push(line),
+                    None => by_month.push((month, vec![line])),
                 }
             }
         }
     }
-    for (month, bytes) in by_month {
-        let lines = bytes.iter().filter(|b| **b == b'\n').count() as u64;
-        // Verdicts quote the calls they judged: the owner's alone.
-        let written = metnos_kit::datadir::create_dir_all(dir).and_then(|()| {
-            let mut file = metnos_kit::datadir::file_options()
-                .create(true)
-                .append(true)
-                .open(dir.join(format!("{month}.jsonl")))?;
-            file.write_all(&bytes)
-        });
+    for (month, records) in by_month {
+        let lines = records.len() as u64;
+        // Verdicts quote the calls they judged: the owner's alone (0600 in a 0700
+        // folder); each line chained to the one before it (`metnos audit verify`).
+        let written = metnos_kit::chain::append(dir, &format!("{month}.jsonl"), &records);
         if let Err(e) = written {
             lost += lines;
             let total = failures.fetch_add(lines, Ordering::Relaxed) + lines;

@@ -1,0 +1,564 @@
+//! Hash-chained JSON-lines logs (issue 23): the turn log and the verdict log are records
+//! nobody can quietly edit. Each line of a folder's dated files (`<stem>.jsonl`, in name
+//! order: days or months) carries `seq`, its place in the folder's chain (1, 2, …, across
+//! files), and `prev`, the SHA-256 of the line before it, whole — the first line of a file
+//! links to the last of the previous file. `HEAD` holds the newest line's `seq` and hash
+//! (so a removed last line shows), and `ROOTS` one line per closed file, its last `seq`
+//! and hash (the daily — or monthly — root; a file the retention removed leaves its root).
+//!
+//! [`verify`] walks a folder and names the first record edited, removed or reordered:
+//! a line whose `prev` is not the hash of the line before is a break — with the next `seq`
+//! the line before was edited, with a gap records were removed, going back they were
+//! reordered. Records stay what their writers made them (keys only); the chain adds two
+//! fields.
+//!
+//! One writer at a time per folder, across processes: [`append`] holds an exclusive lock on
+//! `<dir>/LOCK` and reads the chain's end from the files, never from memory.
+
+use std::fs::File;
+use std::io::{Read, Seek, SeekFrom, Write};
+use std::path::{Path, PathBuf};
+
+use serde_json::{Map, Value};
+use sha2::{Digest, Sha256};
+
+use crate::datadir;
+
+/// The `prev` of a chain's first line.
+pub const GENESIS: &str = "genesis";
+/// The newest line's `seq` and hash.
+pub const HEAD: &str = "HEAD";
+/// One line per closed file: its name, last `seq` and hash.
+pub const ROOTS: &str = "ROOTS";
+const LOCK: &str = "LOCK";
+
+/// The hex SHA-256 of a line (without its newline).
+pub fn hash(line: &str) -> String {
+    hex::encode(Sha256::digest(line.as_bytes()))
+}
+
+/// Where a chain ends: the last line's `seq` and hash.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct End {
+    pub seq: u64,
+    pub hash: String,
+}
+
+impl End {
+    fn genesis() -> End {
+        End {
+            seq: 0,
+            hash: GENESIS.to_owned(),
+        }
+    }
+}
+
+/// The dated files of `dir` (`<stem>.jsonl`, regular files), by name.
+pub fn files(dir: &Path) -> std::io::Result<Vec<String>> {
+    let entries = match std::fs::read_dir(dir) {
+        Ok(entries) => entries,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
+        Err(e) => return Err(e),
+    };
+    let mut names = Vec::new();
+    for entry in entries {
+        let entry = entry?;
+        let name = entry.file_name();
+        let Some(name) = name.to_str() else { continue };
+        if name.ends_with(".jsonl") && entry.file_type()?.is_file() {
+            names.push(name.to_owned());
+        }
+    }
+    names.sort();
+    Ok(names)
+}
+
+/// The last non-empty line of `path` (read backwards, whatever its length); `None` for an
+/// empty or missing file.
+fn last_line(path: &Path) -> std::io::Result<Option<String>> {
+    let mut file = match File::open(path) {
+        Ok(file) => file,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+        Err(e) => return Err(e),
+    };
+    let len = file.seek(SeekFrom::End(0))?;
+    let mut tail: Vec<u8> = Vec::new();
+    let mut pos = len;
+    const CHUNK: u64 = 8192;
+    loop {
+        let trimmed_end = tail.iter().rposition(|b| *b != b'\n').map(|i| i + 1);
+        if let Some(end) = trimmed_end
+            && let Some(start) = tail[..end].iter().rposition(|b| *b == b'\n')
+        {
+            return Ok(Some(
+                String::from_utf8_lossy(&tail[start + 1..end]).into_owned(),
+            ));
+        }
+        if pos == 0 {
+            return Ok(trimmed_end.map(|end| String::from_utf8_lossy(&tail[..end]).into_owned()));
+        }
+        let step = CHUNK.min(pos);
+        pos -= step;
+        file.seek(SeekFrom::Start(pos))?;
+        let mut chunk = vec![0u8; usize::try_from(step).unwrap_or(0)];
+        file.read_exact(&mut chunk)?;
+        chunk.extend_from_slice(&tail);
+        tail = chunk;
+    }
+}
+
+/// The `seq` of a chained line (0 when it has none).
+fn seq_of(line: &str) -> u64 {
+    serde_json::from_str::<Value>(line)
+        .ok()
+        .and_then(|v| v.get("seq").and_then(Value::as_u64))
+        .unwrap_or(0)
+}
+
+/// The end of the chain before `file` would be written to: its own last line, else the
+/// last line of the newest file before it, else the genesis. Also the file that closed, if
+/// `file` starts a new one.
+fn end_before(dir: &Path, file: &str) -> std::io::Result<(End, Option<String>)> {
+    if let Some(line) = last_line(&dir.join(file))? {
+        return Ok((
+            End {
+                seq: seq_of(&line),
+                hash: hash(&line),
+            },
+            None,
+        ));
+    }
+    let earlier = files(dir)?.into_iter().rfind(|name| name.as_str() < file);
+    if let Some(name) = earlier
+        && let Some(line) = last_line(&dir.join(&name))?
+    {
+        return Ok((
+            End {
+                seq: seq_of(&line),
+                hash: hash(&line),
+            },
+            Some(name),
+        ));
+    }
+    Ok((End::genesis(), None))
+}
+
+/// `record` (a JSON object) as the line after `end`: with `seq` and `prev` first.
+fn chained(record: &Value, end: &End) -> String {
+    let mut line = Map::new();
+    line.insert("seq".to_owned(), Value::from(end.seq + 1));
+    line.insert("prev".to_owned(), Value::from(end.hash.clone()));
+    if let Value::Object(fields) = record {
+        for (k, v) in fields {
+            if k != "seq" && k != "prev" {
+                line.insert(k.clone(), v.clone());
+            }
+        }
+    } else {
+        line.insert("record".to_owned(), record.clone());
+    }
+    Value::Object(line).to_string()
+}
+
+/// Writes `text` to `dir/name` through a temporary file and a rename (0600).
+fn replace(dir: &Path, name: &str, text: &str) -> std::io::Result<()> {
+    let temp = dir.join(format!(".{name}.tmp"));
+    {
+        let mut file = datadir::file_options()
+            .create(true)
+            .write(true)
+            .truncate(true)
+            .open(&temp)?;
+        // Renamed whole: a reader sees the old HEAD or the new, never half of one.
+        file.write_all(text.as_bytes())?;
+    }
+    std::fs::rename(&temp, dir.join(name))
+}
+
+/// Appends `records` to `dir/file` (`<stem>.jsonl`, created 0600 in a 0700 folder),
+/// chained after the folder's last line; updates `HEAD`, and `ROOTS` when `file` starts a
+/// new one. Returns the new end.
+pub fn append(dir: &Path, file: &str, records: &[Value]) -> std::io::Result<End> {
+    datadir::create_dir_all(dir)?;
+    let lock = datadir::file_options()
+        .create(true)
+        .truncate(false)
+        .write(true)
+        .open(dir.join(LOCK))?;
+    rustix::fs::flock(&lock, rustix::fs::FlockOperation::LockExclusive)?;
+    // Never behind the newest file (a record dated earlier, a clock set back): the chain
+    // grows at its end only.
+    let newest = files(dir)?.pop();
+    let file = match newest {
+        Some(newest) if newest.as_str() > file => newest,
+        _ => file.to_owned(),
+    };
+    let file = file.as_str();
+    let (mut end, closed) = end_before(dir, file)?;
+    if let Some(closed) = closed {
+        let root = serde_json::json!({"file": closed, "seq": end.seq, "hash": end.hash});
+        let mut roots = datadir::file_options()
+            .create(true)
+            .append(true)
+            .open(dir.join(ROOTS))?;
+        writeln!(roots, "{root}")?;
+    }
+    let mut text = String::new();
+    for record in records {
+        let line = chained(record, &end);
+        end = End {
+            seq: end.seq + 1,
+            hash: hash(&line),
+        };
+        text.push_str(&line);
+        text.push('\n');
+    }
+    let mut out = datadir::file_options()
+        .create(true)
+        .append(true)
+        .open(dir.join(file))?;
+    out.write_all(text.as_bytes())?;
+    replace(
+        dir,
+        HEAD,
+        &serde_json::json!({"file": file, "seq": end.seq, "hash": end.hash}).to_string(),
+    )?;
+    Ok(end)
+}
+
+/// What [`verify`] found in one folder.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Report {
+    pub dir: PathBuf,
+    pub files: usize,
+    pub lines: u64,
+    /// The first break, in words (file, line, what), if any.
+    pub broken: Option<String>,
+}
+
+/// Walks `dir`'s chain (files from `since`, a stem prefix such as `2026-11-20`, if given)
+/// and reports the first record edited, removed or reordered, and a `HEAD` or root that
+/// the files no longer match.
+pub fn verify(dir: &Path, since: Option<&str>) -> std::io::Result<Report> {
+    let mut report = Report {
+        dir: dir.to_owned(),
+        ..Report::default()
+    };
+    let all = files(dir)?;
+    let roots = roots(dir)?;
+    let mut previous: Option<(End, String)> = None;
+    for name in &all {
+        let stem = name.trim_end_matches(".jsonl");
+        let checked = since.is_none_or(|since| stem >= since);
+        let text = std::fs::read_to_string(dir.join(name))?;
+        if !checked {
+            // Not walked, but its end is where the next file's chain starts.
+            if let Some(line) = text.lines().rfind(|l| !l.is_empty()) {
+                previous = Some((
+                    End {
+                        seq: seq_of(line),
+                        hash: hash(line),
+                    },
+                    format!("{name}, its last line"),
+                ));
+            }
+            continue;
+        }
+        report.files += 1;
+        // Every seq of the file, to tell a gap that is a reordering from a removal.
+        let seqs: Vec<u64> = text.lines().map(seq_of).collect();
+        for (n, line) in text.lines().enumerate() {
+            let at = format!("{name}, line {}", n + 1);
+            if line.is_empty() {
+                report.broken = Some(format!("{at}: an empty line (a record was removed)"));
+                return Ok(report);
+            }
+            report.lines += 1;
+            let Ok(Value::Object(fields)) = serde_json::from_str::<Value>(line) else {
+                report.broken = Some(format!("{at}: not a JSON record (it was edited)"));
+                return Ok(report);
+            };
+            let seq = fields.get("seq").and_then(Value::as_u64);
+            let prev = fields.get("prev").and_then(Value::as_str);
+            let (Some(seq), Some(prev)) = (seq, prev) else {
+                report.broken = Some(format!("{at}: no seq or prev (it was edited)"));
+                return Ok(report);
+            };
+            let expected = match &previous {
+                Some((end, _)) => Some(end.clone()),
+                // The chain's first line kept: the genesis, or (the files before it pruned)
+                // the root of the file before it, if one was kept.
+                None => roots
+                    .iter()
+                    .rfind(|(file, _)| file.as_str() < name.as_str())
+                    .map(|(_, end)| end.clone())
+                    .or_else(|| (seq == 1).then(End::genesis)),
+            };
+            if let Some(expected) = expected
+                && prev != expected.hash
+            {
+                let before = previous
+                    .as_ref()
+                    .map_or_else(|| "the record before".to_owned(), |(_, at)| at.clone());
+                let missing = expected.seq + 1..seq;
+                let later = seqs.get(n + 1..).unwrap_or_default();
+                let what = if seq == expected.seq + 1 {
+                    format!("{before} was edited (this record's link to it no longer holds)")
+                } else if seq > expected.seq + 1 && later.iter().any(|s| missing.contains(s)) {
+                    format!(
+                        "records were reordered (seq {seq} comes before seq {})",
+                        expected.seq + 1
+                    )
+                } else if seq > expected.seq + 1 {
+                    format!(
+                        "{} record(s) before it were removed (seq {} to {})",
+                        seq - expected.seq - 1,
+                        expected.seq + 1,
+                        seq - 1
+                    )
+                } else {
+                    format!(
+                        "records were reordered (seq {seq} comes after seq {})",
+                        expected.seq
+                    )
+                };
+                report.broken = Some(format!("{at}: {what}"));
+                return Ok(report);
+            }
+            previous = Some((
+                End {
+                    seq,
+                    hash: hash(line),
+                },
+                at,
+            ));
+        }
+        // A closed file's root: its last line as it was when the next file began.
+        if let Some((_, root)) = roots.iter().find(|(file, _)| file == name)
+            && let Some((end, at)) = &previous
+            && (end.seq != root.seq || end.hash != root.hash)
+        {
+            report.broken = Some(format!(
+                "{at}: the file's root says its last record is seq {} (records at its end were removed or edited)",
+                root.seq
+            ));
+            return Ok(report);
+        }
+    }
+    // The newest line: HEAD names it.
+    if let Some(head) = read_head(dir)?
+        && let Some((end, at)) = &previous
+        && (end.seq != head.seq || end.hash != head.hash)
+    {
+        report.broken = Some(if head.seq > end.seq {
+            format!(
+                "{at}: HEAD says the chain ends at seq {} (the last {} record(s) were removed)",
+                head.seq,
+                head.seq - end.seq
+            )
+        } else {
+            format!("{at}: HEAD names another last record (it was edited)")
+        });
+    }
+    Ok(report)
+}
+
+fn read_head(dir: &Path) -> std::io::Result<Option<End>> {
+    let text = match std::fs::read_to_string(dir.join(HEAD)) {
+        Ok(text) => text,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+        Err(e) => return Err(e),
+    };
+    let value: Value = serde_json::from_str(&text).unwrap_or_default();
+    Ok(Some(End {
+        seq: value.get("seq").and_then(Value::as_u64).unwrap_or(0),
+        hash: value
+            .get("hash")
+            .and_then(Value::as_str)
+            .unwrap_or_default()
+            .to_owned(),
+    }))
+}
+
+/// The roots kept: (file, its end), in file order.
+fn roots(dir: &Path) -> std::io::Result<Vec<(String, End)>> {
+    let text = match std::fs::read_to_string(dir.join(ROOTS)) {
+        Ok(text) => text,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
+        Err(e) => return Err(e),
+    };
+    let mut roots: Vec<(String, End)> = text
+        .lines()
+        .filter_map(|line| serde_json::from_str::<Value>(line).ok())
+        .filter_map(|v| {
+            Some((
+                v.get("file")?.as_str()?.to_owned(),
+                End {
+                    seq: v.get("seq")?.as_u64()?,
+                    hash: v.get("hash")?.as_str()?.to_owned(),
+                },
+            ))
+        })
+        .collect();
+    roots.sort_by(|a, b| a.0.cmp(&b.0));
+    Ok(roots)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn lines(dir: &Path, file: &str) -> Vec<String> {
+        std::fs::read_to_string(dir.join(file))
+            .unwrap()
+            .lines()
+            .map(str::to_owned)
+            .collect()
+    }
+
+    fn write(dir: &Path, file: &str, lines: &[String]) {
+        std::fs::write(dir.join(file), lines.join("\n") + "\n").unwrap();
+    }
+
+    /// Two files of three records each.
+    fn chain() -> tempfile::TempDir {
+        let dir = tempfile::tempdir().unwrap();
+        for (file, n) in [("2026-11-25.jsonl", 0), ("2026-11-26.jsonl", 3)] {
+            for i in 0..3 {
+                append(
+                    dir.path(),
+                    file,
+                    &[json!({"turn": n + i, "args_keys": ["path"]})],
+                )
+                .unwrap();
+            }
+        }
+        dir
+    }
+
+    fn broken(dir: &Path) -> String {
+        verify(dir, None).unwrap().broken.unwrap_or_default()
+    }
+
+    #[test]
+    fn an_untouched_chain_verifies_across_files_and_keeps_its_records() {
+        let dir = chain();
+        let report = verify(dir.path(), None).unwrap();
+        assert_eq!(report.broken, None);
+        assert_eq!((report.files, report.lines), (2, 6));
+        let first: Value = serde_json::from_str(&lines(dir.path(), "2026-11-26.jsonl")[0]).unwrap();
+        assert_eq!(first["seq"], 4);
+        assert_eq!(first["turn"], 3);
+        assert_eq!(first["args_keys"], json!(["path"]));
+        // The second file's first line links to the first file's last.
+        let last = lines(dir.path(), "2026-11-25.jsonl").pop().unwrap();
+        assert_eq!(first["prev"], hash(&last));
+        // The first file's root was kept when the second began.
+        let roots = std::fs::read_to_string(dir.path().join(ROOTS)).unwrap();
+        assert!(
+            roots.contains("2026-11-25.jsonl") && roots.contains(&hash(&last)),
+            "{roots}"
+        );
+        assert_eq!(verify(dir.path(), Some("2026-11-26")).unwrap().files, 1);
+    }
+
+    #[test]
+    fn an_edited_line_is_named() {
+        let dir = chain();
+        let mut file = lines(dir.path(), "2026-11-25.jsonl");
+        file[1] = file[1].replace("\"turn\":1", "\"turn\":9");
+        write(dir.path(), "2026-11-25.jsonl", &file);
+        let broken = broken(dir.path());
+        assert!(
+            broken.starts_with("2026-11-25.jsonl, line 3: 2026-11-25.jsonl, line 2 was edited"),
+            "{broken}"
+        );
+    }
+
+    #[test]
+    fn a_removed_line_is_named() {
+        let dir = chain();
+        let mut file = lines(dir.path(), "2026-11-26.jsonl");
+        file.remove(1);
+        write(dir.path(), "2026-11-26.jsonl", &file);
+        let broken = broken(dir.path());
+        assert!(
+            broken.starts_with(
+                "2026-11-26.jsonl, line 2: 1 record(s) before it were removed (seq 5 to 5)"
+            ),
+            "{broken}"
+        );
+    }
+
+    #[test]
+    fn a_swapped_pair_is_named() {
+        let dir = chain();
+        let mut file = lines(dir.path(), "2026-11-26.jsonl");
+        file.swap(0, 1);
+        write(dir.path(), "2026-11-26.jsonl", &file);
+        assert_eq!(
+            broken(dir.path()),
+            "2026-11-26.jsonl, line 1: records were reordered (seq 5 comes before seq 4)"
+        );
+        let mut file = lines(dir.path(), "2026-11-26.jsonl");
+        file.swap(0, 1);
+        file.swap(1, 2);
+        write(dir.path(), "2026-11-26.jsonl", &file);
+        assert_eq!(
+            broken(dir.path()),
+            "2026-11-26.jsonl, line 2: records were reordered (seq 6 comes before seq 5)"
+        );
+    }
+
+    #[test]
+    fn a_removed_last_line_a_removed_file_and_a_cut_file_are_named() {
+        let dir = chain();
+        let mut file = lines(dir.path(), "2026-11-26.jsonl");
+        let last = file.pop().unwrap();
+        write(dir.path(), "2026-11-26.jsonl", &file);
+        assert!(broken(dir.path()).contains("HEAD says the chain ends at seq 6"));
+        file.push(last);
+        write(dir.path(), "2026-11-26.jsonl", &file);
+        assert_eq!(broken(dir.path()), "");
+
+        // The first file's last line cut: its root no longer holds.
+        let mut first = lines(dir.path(), "2026-11-25.jsonl");
+        first.pop();
+        write(dir.path(), "2026-11-25.jsonl", &first);
+        let said = broken(dir.path());
+        assert!(
+            said.starts_with(
+                "2026-11-25.jsonl, line 2: the file's root says its last record is seq 3"
+            ),
+            "{said}"
+        );
+
+        // A whole middle file gone (not the oldest, which the retention removes).
+        let dir = chain();
+        append(dir.path(), "2026-11-27.jsonl", &[json!({"turn": 6})]).unwrap();
+        std::fs::remove_file(dir.path().join("2026-11-26.jsonl")).unwrap();
+        assert!(
+            broken(dir.path()).contains("removed (seq 4 to 6)"),
+            "{}",
+            broken(dir.path())
+        );
+    }
+
+    #[test]
+    fn the_oldest_files_pruned_by_retention_leave_a_chain_that_verifies() {
+        let dir = chain();
+        std::fs::remove_file(dir.path().join("2026-11-25.jsonl")).unwrap();
+        assert_eq!(verify(dir.path(), None).unwrap().broken, None);
+    }
+
+    #[test]
+    fn the_end_is_read_from_the_files_whatever_a_line_s_length() {
+        let dir = tempfile::tempdir().unwrap();
+        let long = "x".repeat(50_000);
+        append(dir.path(), "2026-11-26.jsonl", &[json!({"text": long})]).unwrap();
+        let end = append(dir.path(), "2026-11-26.jsonl", &[json!({"n": 2})]).unwrap();
+        assert_eq!(end.seq, 2);
+        assert_eq!(verify(dir.path(), None).unwrap().broken, None);
+    }
+}

@@ -1,0 +1,119 @@
+//! `metnos audit verify` (issue 23): the turn log and the verdict log a running stack wrote
+//! are hash-chained; an untouched store verifies, and an edited line, a removed line and a
+//! swapped pair in either are each named (exit 1).
+
+mod common;
+
+use common::Sandbox;
+use metnos_llm::fake::{FakeLlm, Reply};
+use serde_json::json;
+
+/// The one dated file of `dir`, its lines.
+fn the_file(dir: &std::path::Path) -> (std::path::PathBuf, Vec<String>) {
+    let files = metnos_kit::chain::files(dir).unwrap();
+    assert_eq!(files.len(), 1, "{files:?}");
+    let path = dir.join(&files[0]);
+    let lines = std::fs::read_to_string(&path)
+        .unwrap()
+        .lines()
+        .map(str::to_owned)
+        .collect();
+    (path, lines)
+}
+
+fn write(path: &std::path::Path, lines: &[String]) {
+    std::fs::write(path, lines.join("\n") + "\n").unwrap();
+}
+
+#[tokio::test]
+async fn audit_verify_passes_an_untouched_store_and_names_each_kind_of_tampering() {
+    let llm = FakeLlm::start().await;
+    let mut sandbox = Sandbox::new();
+    sandbox.with_fake_llm(llm.url()).with_builtins();
+    let _up = sandbox.up().await;
+    for _ in 0..3 {
+        llm.push(Reply::ToolCalls(vec![(
+            "time_now".to_owned(),
+            json!({"timezone": "UTC"}),
+        )]));
+        llm.push(Reply::Text("noon".into()));
+        let (status, _, stderr) = sandbox
+            .run(&["ask", "--language", "en", "what time is it?"])
+            .await;
+        assert_eq!(status, 0, "{stderr}");
+    }
+    let (status, out, stderr) = sandbox.run(&["audit", "verify"]).await;
+    assert_eq!(status, 0, "{out}{stderr}");
+    assert!(
+        out.contains("turn log") && out.contains("intact — 1 file(s), 3 record(s)"),
+        "{out}"
+    );
+    assert!(
+        out.contains("verdict log") && out.contains("intact"),
+        "{out}"
+    );
+    // Records stay keys-only: the chain adds its two fields, no values.
+    let (_, turns) = the_file(&sandbox.data_dir().join("turns"));
+    let first: serde_json::Value = serde_json::from_str(&turns[0]).unwrap();
+    assert_eq!(first["seq"], 1);
+    assert_eq!(first["prev"], "genesis");
+    assert!(
+        !turns[0].contains("UTC"),
+        "an argument value in the log: {}",
+        turns[0]
+    );
+
+    for folder in ["turns", "vaglio"] {
+        let dir = sandbox.data_dir().join(folder);
+        let (path, lines) = the_file(&dir);
+        assert!(lines.len() >= 3, "{folder}: {lines:?}");
+        let name = path.file_name().unwrap().to_string_lossy().into_owned();
+        let verify = async || {
+            let (status, out, _) = sandbox.run(&["audit", "verify"]).await;
+            (status, out)
+        };
+        // Edited: the line after it no longer links to it.
+        let mut edited = lines.clone();
+        edited[0] = edited[0].replacen("\"seq\":1", "\"seq\":1,\"x\":0", 1);
+        write(&path, &edited);
+        let (status, out) = verify().await;
+        assert_eq!(status, 1, "{out}");
+        assert!(
+            out.contains(&format!(
+                "BROKEN — {name}, line 2: {name}, line 1 was edited"
+            )),
+            "{folder}: {out}"
+        );
+        // Removed.
+        let mut removed = lines.clone();
+        removed.remove(1);
+        write(&path, &removed);
+        let (status, out) = verify().await;
+        assert_eq!(status, 1, "{out}");
+        assert!(
+            out.contains(&format!(
+                "{name}, line 2: 1 record(s) before it were removed"
+            )),
+            "{folder}: {out}"
+        );
+        // Swapped.
+        let mut swapped = lines.clone();
+        swapped.swap(1, 2);
+        write(&path, &swapped);
+        let (status, out) = verify().await;
+        assert_eq!(status, 1, "{out}");
+        assert!(
+            out.contains(&format!("{name}, line 2: records were reordered")),
+            "{folder}: {out}"
+        );
+        // Put back: intact again.
+        write(&path, &lines);
+        let (status, out) = verify().await;
+        assert_eq!(status, 0, "{folder}: {out}");
+    }
+    let (status, _, stderr) = sandbox
+        .run(&["audit", "verify", "--since", "yesterday"])
+        .await;
+    assert_eq!(status, 2);
+    assert!(stderr.contains("YYYY-MM-DD"), "{stderr}");
+}
