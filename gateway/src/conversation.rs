@@ -198,6 +198,11 @@ impl Conversations {
         (now < until && asked_in == chat && fits).then_some((token, edits))
     }
 
+    /// Ends any Edit wait for `token` (its card was decided).
+    pub fn forget_edit(&mut self, token: &str) {
+        self.editing.retain(|_, (waiting, ..)| waiting != token);
+    }
+
     /// Claims the editing of `token`'s card to its outcome: true once.
     pub fn claim_close(&mut self, token: &str) -> bool {
         self.closed.insert(token.to_owned())
@@ -1254,8 +1259,13 @@ impl Conversation {
         let Some(outcome) = closing_line(pending, lang) else {
             return;
         };
-        // Claimed before the edit, so a click and the turn's event cannot both edit.
-        let claimed = self.state().claim_close(token);
+        // Claimed before the edit, so a click and the turn's event cannot both edit. A
+        // decided card's Edit wait ends too: the next message is a message again.
+        let claimed = {
+            let mut state = self.state();
+            state.forget_edit(token);
+            state.claim_close(token)
+        };
         if !claimed {
             return;
         }
@@ -1369,7 +1379,27 @@ mod tests {
         for text in ["stop", "what time is it?", "~/inv/*", "daily@25:00"] {
             c.await_edit("42", "tok", 42, now, Edits::Schedule);
             assert_eq!(c.take_edit("42", 42, text, now), None, "{text}");
+            assert_eq!(
+                c.take_edit("42", 42, "daily@07:30", now),
+                None,
+                "the wait ended with {text}"
+            );
         }
+        // In another chat, too late, or once its card was decided: not an edit.
+        c.await_edit("42", "tok", 42, now, Edits::Schedule);
+        assert_eq!(c.take_edit("42", -100, "daily@07:30", now), None);
+        c.await_edit("42", "tok", 42, now, Edits::Schedule);
+        let later = now + Duration::from_secs(601);
+        assert_eq!(c.take_edit("42", 42, "daily@07:30", later), None);
+        c.await_edit("42", "tok", 42, now, Edits::Schedule);
+        c.await_edit("7", "other", 7, now, Edits::Schedule);
+        c.forget_edit("tok");
+        assert_eq!(c.take_edit("42", 42, "daily@07:30", now), None);
+        assert_eq!(
+            c.take_edit("7", 7, "daily@07:30", now),
+            Some(("other".into(), Edits::Schedule)),
+            "another card's wait stays"
+        );
     }
 
     /// [`next`] with the recogniser the vaglio answers with.
