@@ -161,7 +161,7 @@ fn main() -> ExitCode {
             Command::Pair { command } => pair_cli::pair(&config, command).await,
             Command::Turns { command } => ask_cli::turns(&config, command).await,
             Command::Schedules { command } => schedules_cli::schedules(&config, command).await,
-            Command::Audit { command } => audit_cli::audit(&config, command),
+            Command::Audit { command } => audit_cli::audit(&config, command).await,
             Command::Pki { command } => pki_cli::pki(&config, command),
         }
     })

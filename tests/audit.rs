@@ -42,10 +42,40 @@ async fn audit_verify_passes_an_untouched_store_and_names_each_kind_of_tampering
             .await;
         assert_eq!(status, 0, "{stderr}");
     }
+    // One write approved on its card: the approval decisions' journal holds it.
+    std::fs::create_dir_all(sandbox.dir.path().join("notes")).unwrap();
+    llm.push(Reply::ToolCalls(vec![(
+        "fs_write".to_owned(),
+        json!({"path": "~/notes/a.txt", "content": "a"}),
+    )]));
+    llm.push(Reply::Text("written".into()));
+    let mut child = sandbox
+        .metnos()
+        .args(["ask", "--language", "en", "write a to ~/notes/a.txt"])
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    {
+        use tokio::io::AsyncWriteExt;
+        let mut stdin = child.stdin.take().unwrap();
+        stdin.write_all(b"y\n").await.unwrap();
+    }
+    let output = child.wait_with_output().await.unwrap();
+    assert!(
+        output.status.success(),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
     let (status, out, stderr) = sandbox.run(&["audit", "verify"]).await;
     assert_eq!(status, 0, "{out}{stderr}");
     assert!(
-        out.contains("turn log") && out.contains("intact — 1 file(s), 3 record(s)"),
+        out.contains("approval decisions") && out.contains("intact — 1 record(s)"),
+        "{out}"
+    );
+    assert!(
+        out.contains("turn log") && out.contains("intact — 1 file(s), 4 record(s)"),
         "{out}"
     );
     assert!(
@@ -111,6 +141,29 @@ async fn audit_verify_passes_an_untouched_store_and_names_each_kind_of_tampering
         let (status, out) = verify().await;
         assert_eq!(status, 0, "{folder}: {out}");
     }
+    // The approval decisions' journal, edited in its store: named too.
+    let db = sandbox.data_dir().join("approval.db");
+    let pool = sqlx::SqlitePool::connect(&format!("sqlite://{}", db.display()))
+        .await
+        .unwrap();
+    sqlx::query("UPDATE decisions SET line = replace(line, '\"approved\"', '\"rejected\"')")
+        .execute(&pool)
+        .await
+        .unwrap();
+    let (status, out, _) = sandbox.run(&["audit", "verify"]).await;
+    assert_eq!(status, 1, "{out}");
+    assert!(
+        out.contains("BROKEN — decisions, line 1: the head names another last record"),
+        "{out}"
+    );
+    sqlx::query("DELETE FROM decisions")
+        .execute(&pool)
+        .await
+        .unwrap();
+    let (status, out, _) = sandbox.run(&["audit", "verify"]).await;
+    assert_eq!(status, 1, "{out}");
+    assert!(out.contains("no record is left"), "{out}");
+
     let (status, _, stderr) = sandbox
         .run(&["audit", "verify", "--since", "yesterday"])
         .await;

@@ -61,6 +61,10 @@ pub const AUTHORIZATION: Table = Table {
             method: "WaitDecision",
             callers: &[Identity::Planner, Identity::Gateway],
         },
+        Rule {
+            method: "VerifyDecisions",
+            callers: &[Identity::Owner],
+        },
     ],
 };
 
@@ -490,6 +494,19 @@ impl ApprovalService for ApprovalApi {
     ) -> Result<Response<pb::CleanupExpiredResponse>, Status> {
         match self.approvals.sweep().await {
             Ok(expired) => Ok(Response::new(pb::CleanupExpiredResponse { expired })),
+            Err(e) => Err(self.status(e).await),
+        }
+    }
+
+    async fn verify_decisions(
+        &self,
+        _request: Request<pb::VerifyDecisionsRequest>,
+    ) -> Result<Response<pb::VerifyDecisionsResponse>, Status> {
+        match self.approvals.verify_decisions().await {
+            Ok(report) => Ok(Response::new(pb::VerifyDecisionsResponse {
+                records: report.lines,
+                broken: report.broken.unwrap_or_default(),
+            })),
             Err(e) => Err(self.status(e).await),
         }
     }

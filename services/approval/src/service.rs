@@ -1004,6 +1004,16 @@ impl Approvals {
         Ok(u32::try_from(expired.len()).unwrap_or(u32::MAX))
     }
 
+    /// Walks the decisions journal (`metnos audit verify`).
+    pub async fn verify_decisions(&self) -> Result<metnos_kit::chain::Report, Error> {
+        let (lines, head) = self.store.decisions().await?;
+        Ok(metnos_kit::chain::verify_lines(
+            "decisions",
+            &lines,
+            head.as_ref(),
+        ))
+    }
+
     /// Records the territory grants that could not be recorded when approved.
     pub async fn retry_grants(&self) -> Result<(), Error> {
         if self.policy.is_none() {

@@ -31,6 +31,11 @@ const SQLITE: &[EmbeddedMigration] = &[
         description: "grant claim",
         sql: include_str!("../migrations/sqlite/0004_grant_claim.sql"),
     },
+    EmbeddedMigration {
+        version: 5,
+        description: "decisions journal",
+        sql: include_str!("../migrations/sqlite/0005_decisions.sql"),
+    },
 ];
 const POSTGRES: &[EmbeddedMigration] = &[
     EmbeddedMigration {
@@ -52,6 +57,11 @@ const POSTGRES: &[EmbeddedMigration] = &[
         version: 4,
         description: "grant claim",
         sql: include_str!("../migrations/postgres/0004_grant_claim.sql"),
+    },
+    EmbeddedMigration {
+        version: 5,
+        description: "decisions journal",
+        sql: include_str!("../migrations/postgres/0005_decisions.sql"),
     },
 ];
 
@@ -368,6 +378,10 @@ impl PendingStore {
                 .await?
                 .rows_affected()
         });
+        if changed == 1 {
+            self.journal(token, status, Some(decider), territory, now)
+                .await;
+        }
         Ok(changed == 1)
     }
 
@@ -378,6 +392,10 @@ impl PendingStore {
         let changed = on_db!(&self.db, pool => {
             sqlx::query(sql).bind(now).bind(token).execute(pool).await?.rows_affected()
         });
+        if changed == 1 {
+            self.journal(token, Status::Expired, None, Territory::None, now)
+                .await;
+        }
         Ok(changed == 1)
     }
 
@@ -388,6 +406,10 @@ impl PendingStore {
         let changed = on_db!(&self.db, pool => {
             sqlx::query(sql).bind(now).bind(reason).bind(token).execute(pool).await?.rows_affected()
         });
+        if changed == 1 {
+            self.journal(token, Status::Cancelled, None, Territory::None, now)
+                .await;
+        }
         Ok(changed == 1)
     }
 
@@ -395,8 +417,104 @@ impl PendingStore {
     pub async fn sweep(&self, now: i64) -> Result<Vec<String>, sqlx::Error> {
         let sql = "UPDATE pending SET status = 'expired', decision_at = $1 \
                    WHERE status = 'pending' AND expires_at <= $1 RETURNING token";
+        let expired: Vec<String> = on_db!(&self.db, pool => {
+            sqlx::query_scalar(sql).bind(now).fetch_all(pool).await?
+        });
+        for token in &expired {
+            self.journal(token, Status::Expired, None, Territory::None, now)
+                .await;
+        }
+        Ok(expired)
+    }
+
+    /// Writes a decision into the journal (chained after its head, under a lock across
+    /// replicas): when, which request (its token's hash, not the token), what became of it
+    /// and who decided. A failure is logged; the decision stands.
+    async fn journal(
+        &self,
+        token: &str,
+        status: Status,
+        by: Option<&Principal>,
+        territory: Territory,
+        now: i64,
+    ) {
+        let record = serde_json::json!({
+            "at": now,
+            "request": &metnos_kit::chain::hash(token)[..16],
+            "status": status.as_str(),
+            "by": by.map(ToString::to_string),
+            "territory": territory.as_str(),
+        });
+        if let Err(e) = self.append_decision(&record).await {
+            tracing::error!(error = %e, "an approval decision was not journalled (it stands)");
+        }
+    }
+
+    async fn append_decision(&self, record: &serde_json::Value) -> Result<(), sqlx::Error> {
+        macro_rules! body {
+            ($tx:ident) => {{
+                let head: Option<(i64, String)> =
+                    sqlx::query_as("SELECT seq, hash FROM decisions_head WHERE id = 1")
+                        .fetch_optional(&mut *$tx)
+                        .await?;
+                let end = head.map_or_else(metnos_kit::chain::End::genesis, |(seq, hash)| {
+                    metnos_kit::chain::End {
+                        seq: u64::try_from(seq).unwrap_or(0),
+                        hash,
+                    }
+                });
+                let (line, next) = metnos_kit::chain::link(&end, record);
+                let seq = i64::try_from(next.seq).unwrap_or(i64::MAX);
+                sqlx::query("INSERT INTO decisions (seq, line) VALUES ($1, $2)")
+                    .bind(seq)
+                    .bind(&line)
+                    .execute(&mut *$tx)
+                    .await?;
+                sqlx::query(
+                    "INSERT INTO decisions_head (id, seq, hash) VALUES (1, $1, $2) \
+                     ON CONFLICT (id) DO UPDATE SET seq = excluded.seq, hash = excluded.hash",
+                )
+                .bind(seq)
+                .bind(&next.hash)
+                .execute(&mut *$tx)
+                .await?;
+                $tx.commit().await
+            }};
+        }
+        match self.db.pool() {
+            Pool::Sqlite(pool) => {
+                let mut tx = pool.begin_with("BEGIN IMMEDIATE").await?;
+                body!(tx)
+            }
+            Pool::Postgres(pool) => {
+                let mut tx = pool.begin().await?;
+                sqlx::query("SELECT pg_advisory_xact_lock(hashtext('metnos_approval_decisions'))")
+                    .execute(&mut *tx)
+                    .await?;
+                body!(tx)
+            }
+        }
+    }
+
+    /// The decisions journal, in seq order, and its head.
+    pub async fn decisions(
+        &self,
+    ) -> Result<(Vec<String>, Option<metnos_kit::chain::End>), sqlx::Error> {
         on_db!(&self.db, pool => {
-            sqlx::query_scalar(sql).bind(now).fetch_all(pool).await
+            let lines: Vec<String> = sqlx::query_scalar("SELECT line FROM decisions ORDER BY seq")
+                .fetch_all(pool)
+                .await?;
+            let head: Option<(i64, String)> =
+                sqlx::query_as("SELECT seq, hash FROM decisions_head WHERE id = 1")
+                    .fetch_optional(pool)
+                    .await?;
+            Ok((
+                lines,
+                head.map(|(seq, hash)| metnos_kit::chain::End {
+                    seq: u64::try_from(seq).unwrap_or(0),
+                    hash,
+                }),
+            ))
         })
     }
 

@@ -801,7 +801,72 @@ async fn a_standing_orders_card_is_approved_with_the_schedule_the_person_sends(s
     ));
 }
 
+/// Every decision — approved, rejected, cancelled, expired, also many at once from two
+/// callers — is one chained record of the decisions journal, which verifies whole; no
+/// token or argument is in it.
+async fn each_decision_is_one_chained_record_of_the_journal(store: TestStore) {
+    let (approvals, clock) = open(&store).await;
+    let report = approvals.verify_decisions().await.unwrap();
+    assert_eq!((report.lines, report.broken), (0, None));
+    let (a, _) = approvals.create(request(Territory::None)).await.unwrap();
+    let (b, _) = approvals.create(request(Territory::None)).await.unwrap();
+    let (c, _) = approvals.create(request(Territory::None)).await.unwrap();
+    let (d, _) = approvals.create(request(Territory::None)).await.unwrap();
+    approvals
+        .resolve(&a.token, Decision::Approve, Territory::None, &roberto())
+        .await
+        .unwrap();
+    approvals
+        .resolve(&b.token, Decision::Reject, Territory::None, &roberto())
+        .await
+        .unwrap();
+    approvals
+        .cancel(&c.token, "the plan changed")
+        .await
+        .unwrap();
+    clock.advance(TTL_MS + 1);
+    approvals.sweep().await.unwrap();
+    // Ten decided at once by concurrent callers: each one record, one chain.
+    clock.advance(1);
+    let mut tokens = Vec::new();
+    for _ in 0..10 {
+        tokens.push(
+            approvals
+                .create(request(Territory::None))
+                .await
+                .unwrap()
+                .0
+                .token,
+        );
+    }
+    let me = roberto();
+    let decided = futures::future::join_all(
+        tokens
+            .iter()
+            .map(|t| approvals.resolve(t, Decision::Approve, Territory::None, &me)),
+    )
+    .await;
+    assert!(decided.iter().all(Result::is_ok));
+    let report = approvals.verify_decisions().await.unwrap();
+    assert_eq!(report.broken, None);
+    assert_eq!(report.lines, 14);
+    let (lines, _) = approvals.store().decisions().await.unwrap();
+    let all = lines.join("\n");
+    for status in ["approved", "rejected", "cancelled", "expired"] {
+        assert!(
+            all.contains(&format!("\"status\":\"{status}\"")),
+            "{status}: {all}"
+        );
+    }
+    assert!(
+        !all.contains(&a.token) && !all.contains(&d.token),
+        "no token: {all}"
+    );
+    assert!(!all.contains("rapporto.pdf"), "no argument: {all}");
+}
+
 metnos_kit::store_suite!(
+    each_decision_is_one_chained_record_of_the_journal,
     a_standing_orders_card_is_approved_with_the_schedule_the_person_sends,
     a_grant_offer_names_exactly_what_accept_grants,
     a_grant_claim_is_one_caller_s_and_only_its_own_is_given_back,

@@ -45,7 +45,7 @@ pub struct End {
 }
 
 impl End {
-    fn genesis() -> End {
+    pub fn genesis() -> End {
         End {
             seq: 0,
             hash: GENESIS.to_owned(),
@@ -265,73 +265,19 @@ pub fn verify(dir: &Path, since: Option<&str>) -> std::io::Result<Report> {
             continue;
         }
         report.files += 1;
-        // Every seq of the file, to tell a gap that is a reordering from a removal.
-        let seqs: Vec<u64> = text.lines().map(seq_of).collect();
-        for (n, line) in text.lines().enumerate() {
-            let at = format!("{name}, line {}", n + 1);
-            if line.is_empty() {
-                report.broken = Some(format!("{at}: an empty line (a record was removed)"));
-                return Ok(report);
-            }
-            report.lines += 1;
-            let Ok(Value::Object(fields)) = serde_json::from_str::<Value>(line) else {
-                report.broken = Some(format!("{at}: not a JSON record (it was edited)"));
-                return Ok(report);
-            };
-            let seq = fields.get("seq").and_then(Value::as_u64);
-            let prev = fields.get("prev").and_then(Value::as_str);
-            let (Some(seq), Some(prev)) = (seq, prev) else {
-                report.broken = Some(format!("{at}: no seq or prev (it was edited)"));
-                return Ok(report);
-            };
-            let expected = match &previous {
-                Some((end, _)) => Some(end.clone()),
-                // The chain's first line kept: the genesis, or (the files before it pruned)
-                // the root of the file before it, if one was kept.
-                None => roots
-                    .iter()
-                    .rfind(|(file, _)| file.as_str() < name.as_str())
-                    .map(|(_, end)| end.clone())
-                    .or_else(|| (seq == 1).then(End::genesis)),
-            };
-            if let Some(expected) = expected
-                && prev != expected.hash
-            {
-                let before = previous
-                    .as_ref()
-                    .map_or_else(|| "the record before".to_owned(), |(_, at)| at.clone());
-                let missing = expected.seq + 1..seq;
-                let later = seqs.get(n + 1..).unwrap_or_default();
-                let what = if seq == expected.seq + 1 {
-                    format!("{before} was edited (this record's link to it no longer holds)")
-                } else if seq > expected.seq + 1 && later.iter().any(|s| missing.contains(s)) {
-                    format!(
-                        "records were reordered (seq {seq} comes before seq {})",
-                        expected.seq + 1
-                    )
-                } else if seq > expected.seq + 1 {
-                    format!(
-                        "{} record(s) before it were removed (seq {} to {})",
-                        seq - expected.seq - 1,
-                        expected.seq + 1,
-                        seq - 1
-                    )
-                } else {
-                    format!(
-                        "records were reordered (seq {seq} comes after seq {})",
-                        expected.seq
-                    )
-                };
-                report.broken = Some(format!("{at}: {what}"));
-                return Ok(report);
-            }
-            previous = Some((
-                End {
-                    seq,
-                    hash: hash(line),
-                },
-                at,
-            ));
+        let lines: Vec<&str> = text.lines().collect();
+        let first = |seq: u64| {
+            // The chain's first line kept: the genesis, or (the files before it pruned) the
+            // root of the file before it, if one was kept.
+            roots
+                .iter()
+                .rfind(|(file, _)| file.as_str() < name.as_str())
+                .map(|(_, end)| end.clone())
+                .or_else(|| (seq == 1).then(End::genesis))
+        };
+        if let Some(broken) = walk(name, &lines, &mut previous, first, &mut report) {
+            report.broken = Some(broken);
+            return Ok(report);
         }
         // A closed file's root: its last line as it was when the next file began.
         if let Some((_, root)) = roots.iter().find(|(file, _)| file == name)
@@ -345,22 +291,139 @@ pub fn verify(dir: &Path, since: Option<&str>) -> std::io::Result<Report> {
             return Ok(report);
         }
     }
-    // The newest line: HEAD names it.
-    if let Some(head) = read_head(dir)?
-        && let Some((end, at)) = &previous
-        && (end.seq != head.seq || end.hash != head.hash)
-    {
-        report.broken = Some(if head.seq > end.seq {
-            format!(
-                "{at}: HEAD says the chain ends at seq {} (the last {} record(s) were removed)",
-                head.seq,
-                head.seq - end.seq
-            )
-        } else {
-            format!("{at}: HEAD names another last record (it was edited)")
-        });
+    // The newest line: HEAD names it (with every file gone, only the retention's doing
+    // leaves nothing: that is not a break).
+    if previous.is_some() {
+        report.broken = head_break(read_head(dir)?.as_ref(), previous.as_ref());
     }
     Ok(report)
+}
+
+/// Walks `lines` (of `name`), each linked to the one before (`previous`, carried across
+/// files; `first` says what the very first line must link to, if anything is known);
+/// counts them into `report`; the first break, in words.
+fn walk(
+    name: &str,
+    lines: &[&str],
+    previous: &mut Option<(End, String)>,
+    first: impl Fn(u64) -> Option<End>,
+    report: &mut Report,
+) -> Option<String> {
+    // Every seq, to tell a gap that is a reordering from a removal.
+    let seqs: Vec<u64> = lines.iter().map(|l| seq_of(l)).collect();
+    for (n, line) in lines.iter().enumerate() {
+        let at = format!("{name}, line {}", n + 1);
+        if line.is_empty() {
+            return Some(format!("{at}: an empty line (a record was removed)"));
+        }
+        report.lines += 1;
+        let Ok(Value::Object(fields)) = serde_json::from_str::<Value>(line) else {
+            return Some(format!("{at}: not a JSON record (it was edited)"));
+        };
+        let seq = fields.get("seq").and_then(Value::as_u64);
+        let prev = fields.get("prev").and_then(Value::as_str);
+        let (Some(seq), Some(prev)) = (seq, prev) else {
+            return Some(format!("{at}: no seq or prev (it was edited)"));
+        };
+        let expected = match previous.as_ref() {
+            Some((end, _)) => Some(end.clone()),
+            None => first(seq),
+        };
+        if let Some(expected) = expected
+            && prev != expected.hash
+        {
+            let before = previous
+                .as_ref()
+                .map_or_else(|| "the record before".to_owned(), |(_, at)| at.clone());
+            let missing = expected.seq + 1..seq;
+            let later = seqs.get(n + 1..).unwrap_or_default();
+            let what = if seq == expected.seq + 1 {
+                format!("{before} was edited (this record's link to it no longer holds)")
+            } else if seq > expected.seq + 1 && later.iter().any(|s| missing.contains(s)) {
+                format!(
+                    "records were reordered (seq {seq} comes before seq {})",
+                    expected.seq + 1
+                )
+            } else if seq > expected.seq + 1 {
+                format!(
+                    "{} record(s) before it were removed (seq {} to {})",
+                    seq - expected.seq - 1,
+                    expected.seq + 1,
+                    seq - 1
+                )
+            } else {
+                format!(
+                    "records were reordered (seq {seq} comes after seq {})",
+                    expected.seq
+                )
+            };
+            return Some(format!("{at}: {what}"));
+        }
+        *previous = Some((
+            End {
+                seq,
+                hash: hash(line),
+            },
+            at,
+        ));
+    }
+    None
+}
+
+/// A chain kept elsewhere than in files (a store's table): `record` as the line after
+/// `end`, and the new end.
+pub fn link(end: &End, record: &Value) -> (String, End) {
+    let line = chained(record, end);
+    let next = End {
+        seq: end.seq + 1,
+        hash: hash(&line),
+    };
+    (line, next)
+}
+
+/// Walks a chain kept as `lines` (from the genesis, in `seq` order) named `name`, and its
+/// `head` (the newest line's `seq` and hash, kept beside it).
+pub fn verify_lines(name: &str, lines: &[String], head: Option<&End>) -> Report {
+    let mut report = Report::default();
+    let lines: Vec<&str> = lines.iter().map(String::as_str).collect();
+    let mut previous = None;
+    report.files = 1;
+    report.broken = walk(
+        name,
+        &lines,
+        &mut previous,
+        |seq| (seq == 1).then(End::genesis),
+        &mut report,
+    );
+    if report.broken.is_none() {
+        report.broken = head_break(head, previous.as_ref());
+    }
+    report
+}
+
+/// Whether `head` still names the chain's last line (`last`).
+fn head_break(head: Option<&End>, last: Option<&(End, String)>) -> Option<String> {
+    let head = head?;
+    let Some((end, at)) = last else {
+        return (head.seq > 0).then(|| {
+            format!(
+                "the head says the chain ends at seq {} but no record is left",
+                head.seq
+            )
+        });
+    };
+    if end.seq == head.seq && end.hash == head.hash {
+        return None;
+    }
+    Some(if head.seq > end.seq {
+        format!(
+            "{at}: the head says the chain ends at seq {} (the last {} record(s) were removed)",
+            head.seq,
+            head.seq - end.seq
+        )
+    } else {
+        format!("{at}: the head names another last record (it was edited)")
+    })
 }
 
 fn read_head(dir: &Path) -> std::io::Result<Option<End>> {
@@ -517,7 +580,7 @@ mod tests {
         let mut file = lines(dir.path(), "2026-11-26.jsonl");
         let last = file.pop().unwrap();
         write(dir.path(), "2026-11-26.jsonl", &file);
-        assert!(broken(dir.path()).contains("HEAD says the chain ends at seq 6"));
+        assert!(broken(dir.path()).contains("the head says the chain ends at seq 6"));
         file.push(last);
         write(dir.path(), "2026-11-26.jsonl", &file);
         assert_eq!(broken(dir.path()), "");
@@ -560,5 +623,47 @@ mod tests {
         let end = append(dir.path(), "2026-11-26.jsonl", &[json!({"n": 2})]).unwrap();
         assert_eq!(end.seq, 2);
         assert_eq!(verify(dir.path(), None).unwrap().broken, None);
+    }
+}
+
+#[cfg(test)]
+mod stored_tests {
+    use super::*;
+    use serde_json::json;
+
+    /// A chain kept in a table: linked, verified with its head; an edited, removed or
+    /// swapped row, and a removed last row, are each named.
+    #[test]
+    fn a_chain_kept_as_rows_names_each_kind_of_tampering() {
+        let mut end = End::genesis();
+        let mut rows = Vec::new();
+        for n in 0..4 {
+            let (line, next) = link(&end, &json!({"status": "approved", "n": n}));
+            rows.push(line);
+            end = next;
+        }
+        let head = end.clone();
+        let report = verify_lines("decisions", &rows, Some(&head));
+        assert_eq!((report.lines, report.broken), (4, None));
+        let broken = |rows: &[String]| verify_lines("decisions", rows, Some(&head)).broken.unwrap();
+        let mut edited = rows.clone();
+        edited[1] = edited[1].replace("approved", "rejected");
+        assert_eq!(
+            broken(&edited),
+            "decisions, line 3: decisions, line 2 was edited (this record's link to it no longer holds)"
+        );
+        let mut removed = rows.clone();
+        removed.remove(1);
+        assert!(broken(&removed).contains("line 2: 1 record(s) before it were removed"));
+        let mut swapped = rows.clone();
+        swapped.swap(1, 2);
+        assert!(broken(&swapped).contains("line 2: records were reordered"));
+        let mut cut = rows.clone();
+        cut.pop();
+        assert!(broken(&cut).contains("the head says the chain ends at seq 4"));
+        let mut last = rows.clone();
+        last[3] = last[3].replace("approved", "rejected");
+        assert!(broken(&last).contains("the head names another last record"));
+        assert!(broken(&[]).contains("no record is left"));
     }
 }
