@@ -1,6 +1,6 @@
 //! `metnos audit verify [--since DATE]`: walks the hash-chained records (the turn log and the
-//! verdict log, [`metnos_kit::chain`]; the approval decisions' journal, through the running
-//! approval service) and names the first record edited, removed or reordered; exit 1 on any
+//! verdict log, [`metnos_kit::chain`]; the grant store's changes and the approval decisions'
+//! journals, through the running policy and approval services) and names the first record edited, removed or reordered; exit 1 on any
 //! break, or when a log cannot be read. Not running, the approval service's journal is said
 //! to be unchecked.
 
@@ -11,6 +11,8 @@ use metnos_kit::datadir::{TURNS_DIR, VERDICTS_DIR};
 use metnos_kit::{Config, ServiceName};
 use metnos_proto::approval::v1::VerifyDecisionsRequest;
 use metnos_proto::approval::v1::approval_service_client::ApprovalServiceClient;
+use metnos_proto::policy::v1::VerifyGrantChangesRequest;
+use metnos_proto::policy::v1::policy_service_client::PolicyServiceClient;
 
 #[derive(Debug, Subcommand)]
 pub enum AuditCommand {
@@ -20,6 +22,36 @@ pub enum AuditCommand {
         #[arg(long)]
         since: Option<String>,
     },
+}
+
+/// Says what a service's walk of its journal found; whether nothing is wrong (a service
+/// that is not running is said to be unchecked, not broken).
+fn said(
+    name: &str,
+    service: ServiceName,
+    url: &str,
+    answer: Result<(u64, String), tonic::Status>,
+) -> bool {
+    match answer {
+        Ok((records, broken)) if broken.is_empty() => {
+            println!("{name} ({url}): intact — {records} record(s)");
+            true
+        }
+        Ok((_, broken)) => {
+            println!("{name} ({url}): BROKEN — {broken}");
+            false
+        }
+        Err(status) if status.code() == tonic::Code::Unavailable => {
+            eprintln!(
+                "metnos: {name} not checked: the {service} service at {url} is not running (`metnos up`)"
+            );
+            true
+        }
+        Err(status) => {
+            crate::admin::failed(service, url, &status);
+            false
+        }
+    }
 }
 
 pub async fn audit(config: &Config, command: AuditCommand) -> ExitCode {
@@ -64,38 +96,32 @@ async fn verify(config: &Config, since: Option<&str>) -> ExitCode {
             }
         }
     }
-    // The approval decisions: in the approval service's store, walked there (whole).
+    // The journals in the services' stores, walked there (whole): the grant store's changes
+    // (policy) and the approval decisions.
+    let (channel, url) = match crate::admin::connect(config, ServiceName::Policy) {
+        Ok(found) => found,
+        Err(code) => return code,
+    };
+    let answer = PolicyServiceClient::new(channel)
+        .verify_grant_changes(VerifyGrantChangesRequest::default())
+        .await
+        .map(|a| {
+            let a = a.into_inner();
+            (a.records, a.broken)
+        });
+    intact &= said("grant changes", ServiceName::Policy, &url, answer);
     let (channel, url) = match crate::admin::connect(config, ServiceName::Approval) {
         Ok(found) => found,
         Err(code) => return code,
     };
-    let mut approvals = ApprovalServiceClient::new(channel);
-    match approvals
+    let answer = ApprovalServiceClient::new(channel)
         .verify_decisions(VerifyDecisionsRequest::default())
         .await
-    {
-        Ok(answer) => {
-            let answer = answer.into_inner();
-            if answer.broken.is_empty() {
-                println!(
-                    "approval decisions ({url}): intact — {} record(s)",
-                    answer.records
-                );
-            } else {
-                intact = false;
-                println!("approval decisions ({url}): BROKEN — {}", answer.broken);
-            }
-        }
-        Err(status) if status.code() == tonic::Code::Unavailable => {
-            eprintln!(
-                "metnos: approval decisions not checked: the approval service at {url} is not running (`metnos up`)"
-            );
-        }
-        Err(status) => {
-            intact = false;
-            crate::admin::failed(ServiceName::Approval, &url, &status);
-        }
-    }
+        .map(|a| {
+            let a = a.into_inner();
+            (a.records, a.broken)
+        });
+    intact &= said("approval decisions", ServiceName::Approval, &url, answer);
     if intact {
         ExitCode::SUCCESS
     } else {

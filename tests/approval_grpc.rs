@@ -842,6 +842,12 @@ impl metnos_proto::policy::v1::policy_service_server::PolicyService for Programm
     ) -> Reply<metnos_proto::policy::v1::PruneGrantsResponse> {
         Err(tonic::Status::unimplemented("not in this fake"))
     }
+    async fn verify_grant_changes(
+        &self,
+        _: tonic::Request<metnos_proto::policy::v1::VerifyGrantChangesRequest>,
+    ) -> Reply<metnos_proto::policy::v1::VerifyGrantChangesResponse> {
+        Err(tonic::Status::unimplemented("not in this fake"))
+    }
 }
 
 /// Approval (SQLite, sweeping every second) with the programmable policy.

@@ -68,10 +68,34 @@ async fn audit_verify_passes_an_untouched_store_and_names_each_kind_of_tampering
         "{}",
         String::from_utf8_lossy(&output.stderr)
     );
+    // A grant recorded and one revoked: two records of the grant store's changes.
+    let (status, added, stderr) = sandbox
+        .run(&[
+            "grants",
+            "add",
+            "--channel",
+            "telegram",
+            "--sender",
+            "42",
+            "fs:write",
+            "~/inv/*",
+        ])
+        .await;
+    assert_eq!(status, 0, "{stderr}");
+    let id = serde_json::from_str::<serde_json::Value>(added.trim()).unwrap()["id"]
+        .as_i64()
+        .unwrap()
+        .to_string();
+    let (status, _, stderr) = sandbox.run(&["grants", "revoke", &id]).await;
+    assert_eq!(status, 0, "{stderr}");
     let (status, out, stderr) = sandbox.run(&["audit", "verify"]).await;
     assert_eq!(status, 0, "{out}{stderr}");
     assert!(
         out.contains("approval decisions") && out.contains("intact — 1 record(s)"),
+        "{out}"
+    );
+    assert!(
+        out.contains("grant changes") && out.contains("intact — 2 record(s)"),
         "{out}"
     );
     assert!(

@@ -99,10 +99,15 @@ fn main() {
         let mut warm = ApprovalServiceClient::new(channel.clone());
         let mut ready = false;
         for _ in 0..250 {
-            if warm
-                .list_pending(pb::ListPendingRequest::default())
-                .await
-                .is_ok()
+            // Any answer but UNAVAILABLE: it serves (the planner may not list requests).
+            let asked = warm
+                .get_pending(pb::GetPendingRequest {
+                    token: "0".repeat(32),
+                })
+                .await;
+            if asked
+                .as_ref()
+                .map_or_else(|s| s.code() != tonic::Code::Unavailable, |_| true)
             {
                 ready = true;
                 break;

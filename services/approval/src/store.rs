@@ -65,6 +65,13 @@ const POSTGRES: &[EmbeddedMigration] = &[
     },
 ];
 
+/// The approval decisions' chained journal (issue 23).
+pub const DECISIONS: metnos_kit::journal::Journal = metnos_kit::journal::Journal {
+    table: "decisions",
+    head: "decisions_head",
+    name: "decisions",
+};
+
 /// The PostgreSQL channel on which replicas say which request changed.
 pub const CHANGES_CHANNEL: &str = "metnos_approval_changes";
 
@@ -445,54 +452,8 @@ impl PendingStore {
             "by": by.map(ToString::to_string),
             "territory": territory.as_str(),
         });
-        if let Err(e) = self.append_decision(&record).await {
+        if let Err(e) = DECISIONS.append(&self.db, &record).await {
             tracing::error!(error = %e, "an approval decision was not journalled (it stands)");
-        }
-    }
-
-    async fn append_decision(&self, record: &serde_json::Value) -> Result<(), sqlx::Error> {
-        macro_rules! body {
-            ($tx:ident) => {{
-                let head: Option<(i64, String)> =
-                    sqlx::query_as("SELECT seq, hash FROM decisions_head WHERE id = 1")
-                        .fetch_optional(&mut *$tx)
-                        .await?;
-                let end = head.map_or_else(metnos_kit::chain::End::genesis, |(seq, hash)| {
-                    metnos_kit::chain::End {
-                        seq: u64::try_from(seq).unwrap_or(0),
-                        hash,
-                    }
-                });
-                let (line, next) = metnos_kit::chain::link(&end, record);
-                let seq = i64::try_from(next.seq).unwrap_or(i64::MAX);
-                sqlx::query("INSERT INTO decisions (seq, line) VALUES ($1, $2)")
-                    .bind(seq)
-                    .bind(&line)
-                    .execute(&mut *$tx)
-                    .await?;
-                sqlx::query(
-                    "INSERT INTO decisions_head (id, seq, hash) VALUES (1, $1, $2) \
-                     ON CONFLICT (id) DO UPDATE SET seq = excluded.seq, hash = excluded.hash",
-                )
-                .bind(seq)
-                .bind(&next.hash)
-                .execute(&mut *$tx)
-                .await?;
-                $tx.commit().await
-            }};
-        }
-        match self.db.pool() {
-            Pool::Sqlite(pool) => {
-                let mut tx = pool.begin_with("BEGIN IMMEDIATE").await?;
-                body!(tx)
-            }
-            Pool::Postgres(pool) => {
-                let mut tx = pool.begin().await?;
-                sqlx::query("SELECT pg_advisory_xact_lock(hashtext('metnos_approval_decisions'))")
-                    .execute(&mut *tx)
-                    .await?;
-                body!(tx)
-            }
         }
     }
 
@@ -500,22 +461,7 @@ impl PendingStore {
     pub async fn decisions(
         &self,
     ) -> Result<(Vec<String>, Option<metnos_kit::chain::End>), sqlx::Error> {
-        on_db!(&self.db, pool => {
-            let lines: Vec<String> = sqlx::query_scalar("SELECT line FROM decisions ORDER BY seq")
-                .fetch_all(pool)
-                .await?;
-            let head: Option<(i64, String)> =
-                sqlx::query_as("SELECT seq, hash FROM decisions_head WHERE id = 1")
-                    .fetch_optional(pool)
-                    .await?;
-            Ok((
-                lines,
-                head.map(|(seq, hash)| metnos_kit::chain::End {
-                    seq: u64::try_from(seq).unwrap_or(0),
-                    hash,
-                }),
-            ))
-        })
+        DECISIONS.read(&self.db).await
     }
 
     /// Requests, newest first.

@@ -59,6 +59,10 @@ pub const AUTHORIZATION: Table = Table {
             method: "PruneGrants",
             callers: &[Identity::Owner],
         },
+        Rule {
+            method: "VerifyGrantChanges",
+            callers: &[Identity::Owner],
+        },
     ],
 };
 
@@ -328,6 +332,19 @@ impl PolicyService for PolicyApi {
         match self.policy.prune(unused_days).await {
             Ok(revoked) => Ok(Response::new(pb::PruneGrantsResponse {
                 revoked: revoked.into_iter().map(grant_to).collect(),
+            })),
+            Err(e) => Err(self.status(e).await),
+        }
+    }
+
+    async fn verify_grant_changes(
+        &self,
+        _request: Request<pb::VerifyGrantChangesRequest>,
+    ) -> Result<Response<pb::VerifyGrantChangesResponse>, Status> {
+        match self.policy.verify_changes().await {
+            Ok(report) => Ok(Response::new(pb::VerifyGrantChangesResponse {
+                records: report.lines,
+                broken: report.broken.unwrap_or_default(),
             })),
             Err(e) => Err(self.status(e).await),
         }

@@ -24,6 +24,11 @@ const SQLITE: &[EmbeddedMigration] = &[
         description: "approval twins",
         sql: include_str!("../migrations/sqlite/0003_approval_twins.sql"),
     },
+    EmbeddedMigration {
+        version: 4,
+        description: "grant changes journal",
+        sql: include_str!("../migrations/sqlite/0004_grant_changes.sql"),
+    },
 ];
 const POSTGRES: &[EmbeddedMigration] = &[
     EmbeddedMigration {
@@ -41,7 +46,19 @@ const POSTGRES: &[EmbeddedMigration] = &[
         description: "approval twins",
         sql: include_str!("../migrations/postgres/0003_approval_twins.sql"),
     },
+    EmbeddedMigration {
+        version: 4,
+        description: "grant changes journal",
+        sql: include_str!("../migrations/postgres/0004_grant_changes.sql"),
+    },
 ];
+
+/// The grant store's changes, chained (issue 23): every grant recorded, revoked or pruned.
+pub const CHANGES: metnos_kit::journal::Journal = metnos_kit::journal::Journal {
+    table: "grant_changes",
+    head: "grant_changes_head",
+    name: "grant changes",
+};
 
 /// The schema of the policy store, per backend.
 pub const MIGRATIONS: Migrations = Migrations {
@@ -141,6 +158,19 @@ impl GrantStore {
                 .fetch_optional(pool)
                 .await?
         });
+        if let Some(id) = id {
+            self.journal(&serde_json::json!({
+                "at": now_ms,
+                "change": "granted",
+                "grant": id,
+                "principal": new.principal.to_string(),
+                "capability": new.capability.name(),
+                "pattern": new.pattern.text,
+                "expires_at": new.expires_at,
+                "granted_by": new.granted_by,
+            }))
+            .await;
+        }
         let Some(id) = id else {
             let sql = format!("SELECT {GRANT_COLUMNS} FROM grants WHERE idempotency_key = $1");
             let existing = on_db!(&self.db, pool => {
@@ -204,6 +234,12 @@ impl GrantStore {
             }
             tx.commit().await?;
         });
+        self.journal(&serde_json::json!({
+            "at": now_ms,
+            "change": "imported",
+            "count": grants.len(),
+        }))
+        .await;
         Ok(grants.len() as u64)
     }
 
@@ -341,10 +377,10 @@ impl GrantStore {
             Some(p) => (1_i64, p.channel.as_str(), p.sender_id.as_str()),
             None => (0, "", ""),
         };
-        on_db!(&self.db, pool => {
+        let revoked: Option<(Principal, String)> = on_db!(&self.db, pool => {
             let row = sqlx::query(sql).bind(now_ms).bind(id).bind(bound).bind(channel).bind(sender).fetch_optional(pool).await?;
             row.map(|row| {
-                Ok((
+                Ok::<_, sqlx::Error>((
                     Principal {
                         channel: row.try_get("channel")?,
                         sender_id: row.try_get("sender_id")?,
@@ -352,8 +388,31 @@ impl GrantStore {
                     row.try_get("capability")?,
                 ))
             })
-            .transpose()
-        })
+            .transpose()?
+        });
+        if let Some((principal, capability)) = &revoked {
+            self.journal(&serde_json::json!({
+                "at": now_ms,
+                "change": "revoked",
+                "grant": id,
+                "principal": principal.to_string(),
+                "capability": capability,
+            }))
+            .await;
+        }
+        Ok(revoked)
+    }
+
+    /// Writes a change into the chained journal; a failure is logged (the change stands).
+    async fn journal(&self, record: &serde_json::Value) {
+        if let Err(e) = CHANGES.append(&self.db, record).await {
+            tracing::error!(error = %e, "a grant change was not journalled (it stands)");
+        }
+    }
+
+    /// Walks the changes' journal (`metnos audit verify`).
+    pub async fn verify_changes(&self) -> Result<metnos_kit::chain::Report, sqlx::Error> {
+        CHANGES.verify(&self.db).await
     }
 
     /// Revokes, in one statement, every active grant last used (or, never used, granted)
@@ -373,6 +432,14 @@ impl GrantStore {
             rows.iter().map(grant_from_row).collect::<Result<_, _>>()?
         });
         grants.sort_by_key(|g| g.id);
+        if !grants.is_empty() {
+            self.journal(&serde_json::json!({
+                "at": now_ms,
+                "change": "pruned",
+                "grants": grants.iter().map(|g| g.id).collect::<Vec<_>>(),
+            }))
+            .await;
+        }
         Ok(grants)
     }
 

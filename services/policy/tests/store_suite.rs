@@ -607,7 +607,76 @@ async fn an_approval_s_old_twins_are_revoked_by_the_migration(store: TestStore) 
     );
 }
 
+/// Every change of the grant store — recorded (once per idempotency key), revoked, pruned —
+/// is one chained record of its journal, which verifies whole; an edited record is named.
+async fn each_grant_change_is_one_chained_record_of_the_journal(store: TestStore) {
+    let (policy, grants) = open(&store).await;
+    let first = policy
+        .record(
+            roberto(),
+            "fs:write",
+            "~/inv/*",
+            None,
+            "approval:a",
+            "key-1",
+        )
+        .await
+        .unwrap();
+    let again = policy
+        .record(
+            roberto(),
+            "fs:write",
+            "~/inv/*",
+            None,
+            "approval:a",
+            "key-1",
+        )
+        .await
+        .unwrap();
+    assert_eq!(first.id, again.id);
+    let second = policy
+        .record(roberto(), "fs:read", "~/notes/*", None, "cli", "")
+        .await
+        .unwrap();
+    assert!(policy.revoke(first.id, None).await.unwrap());
+    assert!(!policy.revoke(first.id, None).await.unwrap(), "once");
+    let pruned = policy.prune(1).await.unwrap();
+    assert!(pruned.is_empty(), "nothing unused for a day yet");
+    let report = policy.verify_changes().await.unwrap();
+    assert_eq!((report.lines, report.broken), (3, None));
+    let (lines, _) = metnos_policy::store::CHANGES
+        .read(grants.db())
+        .await
+        .unwrap();
+    assert!(
+        lines[0].contains("\"change\":\"granted\"") && lines[0].contains("/inv/*"),
+        "{}",
+        lines[0]
+    );
+    assert!(
+        lines[1].contains(&format!("\"grant\":{}", second.id)),
+        "{}",
+        lines[1]
+    );
+    assert!(lines[2].contains("\"change\":\"revoked\""), "{}", lines[2]);
+    // A grant's pattern widened behind the service's back, in its journal too: named.
+    metnos_kit::on_db!(grants.db(), pool => {
+        sqlx::query("UPDATE grant_changes SET line = replace(line, '/inv/*', '/*') WHERE seq = 1")
+            .execute(pool)
+            .await
+            .unwrap();
+    });
+    let report = policy.verify_changes().await.unwrap();
+    assert_eq!(
+        report.broken.as_deref(),
+        Some(
+            "grant changes, line 2: grant changes, line 1 was edited (this record's link to it no longer holds)"
+        )
+    );
+}
+
 metnos_kit::store_suite!(
+    each_grant_change_is_one_chained_record_of_the_journal,
     an_approval_s_old_twins_are_revoked_by_the_migration,
     changes_take_effect_at_the_next_check,
     a_person_with_very_many_grants_is_answered_from_the_store,

@@ -1,0 +1,102 @@
+//! A hash-chained journal kept in a service's own store (issue 23): the approval decisions,
+//! the grant store's changes. The lines are [`crate::chain`]'s (`seq`, `prev`, the record),
+//! one row each in `table` (`seq` primary key, `line`), and the chain's head (its last `seq`
+//! and hash) in one row of `head` — both written in one transaction under a lock (SQLite's
+//! `BEGIN IMMEDIATE`, a PostgreSQL advisory lock), so replicas sharing the store append one
+//! chain. [`Journal::verify`] walks it like the chained files.
+
+use serde_json::Value;
+
+use crate::chain::{End, Report};
+use crate::store::{Db, Pool};
+
+/// Where a journal lives in its store.
+#[derive(Debug, Clone, Copy)]
+pub struct Journal {
+    /// The lines' table (`seq` BIGINT primary key, `line` TEXT).
+    pub table: &'static str,
+    /// The head's table (`id` = 1, `seq`, `hash`).
+    pub head: &'static str,
+    /// The name reports give it.
+    pub name: &'static str,
+}
+
+impl Journal {
+    /// Appends `record` after the journal's head; returns the new end.
+    pub async fn append(&self, db: &Db, record: &Value) -> Result<End, sqlx::Error> {
+        let read_head = format!("SELECT seq, hash FROM {} WHERE id = 1", self.head);
+        let insert = format!("INSERT INTO {} (seq, line) VALUES ($1, $2)", self.table);
+        let move_head = format!(
+            "INSERT INTO {} (id, seq, hash) VALUES (1, $1, $2) \
+             ON CONFLICT (id) DO UPDATE SET seq = excluded.seq, hash = excluded.hash",
+            self.head
+        );
+        macro_rules! body {
+            ($tx:ident) => {{
+                let head: Option<(i64, String)> = sqlx::query_as(sqlx::AssertSqlSafe(read_head))
+                    .fetch_optional(&mut *$tx)
+                    .await?;
+                let end = head.map_or_else(End::genesis, |(seq, hash)| End {
+                    seq: u64::try_from(seq).unwrap_or(0),
+                    hash,
+                });
+                let (line, next) = crate::chain::link(&end, record);
+                let seq = i64::try_from(next.seq).unwrap_or(i64::MAX);
+                sqlx::query(sqlx::AssertSqlSafe(insert))
+                    .bind(seq)
+                    .bind(&line)
+                    .execute(&mut *$tx)
+                    .await?;
+                sqlx::query(sqlx::AssertSqlSafe(move_head))
+                    .bind(seq)
+                    .bind(&next.hash)
+                    .execute(&mut *$tx)
+                    .await?;
+                $tx.commit().await?;
+                Ok(next)
+            }};
+        }
+        match db.pool() {
+            Pool::Sqlite(pool) => {
+                let mut tx = pool.begin_with("BEGIN IMMEDIATE").await?;
+                body!(tx)
+            }
+            Pool::Postgres(pool) => {
+                let mut tx = pool.begin().await?;
+                sqlx::query("SELECT pg_advisory_xact_lock(hashtext($1))")
+                    .bind(self.table)
+                    .execute(&mut *tx)
+                    .await?;
+                body!(tx)
+            }
+        }
+    }
+
+    /// The journal's lines in `seq` order, and its head.
+    pub async fn read(&self, db: &Db) -> Result<(Vec<String>, Option<End>), sqlx::Error> {
+        let lines_sql = format!("SELECT line FROM {} ORDER BY seq", self.table);
+        let head_sql = format!("SELECT seq, hash FROM {} WHERE id = 1", self.head);
+        crate::on_db!(db, pool => {
+            let lines: Vec<String> = sqlx::query_scalar(sqlx::AssertSqlSafe(lines_sql))
+                .fetch_all(pool)
+                .await?;
+            let head: Option<(i64, String)> = sqlx::query_as(sqlx::AssertSqlSafe(head_sql))
+                .fetch_optional(pool)
+                .await?;
+            Ok((
+                lines,
+                head.map(|(seq, hash)| End {
+                    seq: u64::try_from(seq).unwrap_or(0),
+                    hash,
+                }),
+            ))
+        })
+    }
+
+    /// Walks the journal: its first record edited, removed or reordered, or a head it no
+    /// longer matches.
+    pub async fn verify(&self, db: &Db) -> Result<Report, sqlx::Error> {
+        let (lines, head) = self.read(db).await?;
+        Ok(crate::chain::verify_lines(self.name, &lines, head.as_ref()))
+    }
+}
