@@ -2,7 +2,7 @@
 //!
 //! - [`up`]: the whole stack in one process, each service on its own runtime and port.
 //! - [`status`]: every service's health as a table or JSON lines.
-//! - [`policy_cli`]: `metnos policy …` and `metnos grants …`.
+//! - [`policy_cli`]: `metnos policy …` and `metnos grants …`; [`replay_cli`]: `metnos policy replay`.
 //! - [`approvals_cli`]: `metnos approvals …`.
 //! - [`audit_cli`]: `metnos audit verify`.
 //! - [`vaglio_cli`]: `metnos vaglio …`.
@@ -29,6 +29,7 @@ pub mod executors_cli;
 pub mod pair_cli;
 pub mod pki_cli;
 pub mod policy_cli;
+pub mod replay_cli;
 pub mod runfile;
 pub mod schedules_cli;
 pub mod session_cli;

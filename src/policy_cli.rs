@@ -36,6 +36,19 @@ pub enum PolicyCommand {
         #[arg(long)]
         target: Option<String>,
     },
+    /// What-if: the policy questions of past turns (the turn log) asked again at another
+    /// level with the grants active now, and what would have changed.
+    Replay {
+        /// ReadOnly, Supervised or Full.
+        #[arg(long)]
+        level: String,
+        /// How far back: N days (`7d`) or a date (YYYY-MM-DD).
+        #[arg(long, default_value = "7d")]
+        since: String,
+        /// One JSON object instead of lines.
+        #[arg(long)]
+        json: bool,
+    },
 }
 
 #[derive(Debug, Subcommand)]
@@ -204,6 +217,32 @@ pub async fn policy(config: &Config, command: PolicyCommand) -> ExitCode {
                 "grant_id": response.grant_id,
                 "reason": response.reason,
             }));
+        }
+        PolicyCommand::Replay { level, since, json } => {
+            let level = match AutonomyLevel::parse(&level) {
+                Ok(level) => level,
+                Err(e) => {
+                    eprintln!("metnos: {e}");
+                    return ExitCode::from(2);
+                }
+            };
+            let today = jiff::Timestamp::now()
+                .to_zoned(jiff::tz::TimeZone::UTC)
+                .date();
+            let since = match crate::replay_cli::since_day(&since, today) {
+                Ok(day) => day,
+                Err(e) => {
+                    eprintln!("metnos: {e}");
+                    return ExitCode::from(2);
+                }
+            };
+            // The grants active now, everyone's (a step names its grant by id).
+            let request = pb::ListGrantsRequest::default();
+            let active = match client.list_grants(request).await {
+                Ok(r) => r.into_inner().grants.iter().map(|g| g.id).collect(),
+                Err(status) => return failed(SERVICE, &url, &status),
+            };
+            return crate::replay_cli::replay(config, level, &since, &active, json);
         }
     }
     ExitCode::SUCCESS

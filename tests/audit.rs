@@ -194,3 +194,138 @@ async fn audit_verify_passes_an_untouched_store_and_names_each_kind_of_tampering
     assert_eq!(status, 2);
     assert!(stderr.contains("YYYY-MM-DD"), "{stderr}");
 }
+
+/// Runs `metnos ask <query>` answering the card prompts with `input`.
+async fn ask(sandbox: &Sandbox, query: &str, input: &[u8]) {
+    use tokio::io::AsyncWriteExt;
+    let mut child = sandbox
+        .metnos()
+        .args(["ask", "--language", "en", query])
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut stdin = child.stdin.take().unwrap();
+    stdin.write_all(input).await.unwrap();
+    drop(stdin);
+    let output = child.wait_with_output().await.unwrap();
+    assert!(
+        output.status.success(),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+}
+
+/// Issue 23's what-if: the logged policy questions of past turns asked again at another
+/// level, with the grants active now — a write that needed approval at Supervised would
+/// have been allowed at Full and denied at ReadOnly; a write a grant allowed needs
+/// approval again once that grant is revoked.
+#[tokio::test]
+async fn policy_replay_says_what_another_level_or_the_grants_now_would_have_changed() {
+    let llm = FakeLlm::start().await;
+    let mut sandbox = Sandbox::new();
+    sandbox
+        .with_fake_llm(llm.url())
+        .with_builtins()
+        .set("METNOS_TURNS__CLI_LEVEL", "Supervised");
+    let _up = sandbox.up().await;
+    for folder in ["notes", "granted"] {
+        std::fs::create_dir_all(sandbox.dir.path().join(folder)).unwrap();
+    }
+    let write = |path: &str| {
+        llm.push(Reply::ToolCalls(vec![(
+            "fs_write".to_owned(),
+            json!({"path": path, "content": "x"}),
+        )]));
+        llm.push(Reply::Text("written".into()));
+    };
+    // A write approved on its card, a clock read, then a write a grant allows.
+    write("~/notes/a.txt");
+    ask(&sandbox, "write a", b"y\n").await;
+    llm.push(Reply::ToolCalls(vec![(
+        "time_now".to_owned(),
+        json!({"timezone": "UTC"}),
+    )]));
+    llm.push(Reply::Text("noon".into()));
+    ask(&sandbox, "what time is it?", b"").await;
+    let (_, turns) = the_file(&sandbox.data_dir().join("turns"));
+    let first: serde_json::Value = serde_json::from_str(&turns[0]).unwrap();
+    let me = first["principal"]["sender_id"].as_str().unwrap().to_owned();
+    let (status, added, stderr) = sandbox
+        .run(&[
+            "grants",
+            "add",
+            "--channel",
+            "cli",
+            "--sender",
+            &me,
+            "fs:write",
+            "~/granted/*",
+        ])
+        .await;
+    assert_eq!(status, 0, "{stderr}");
+    let grant = serde_json::from_str::<serde_json::Value>(added.trim()).unwrap()["id"]
+        .as_i64()
+        .unwrap();
+    write("~/granted/b.txt");
+    ask(&sandbox, "write b", b"").await;
+
+    let replay = async |level: &str| {
+        let (status, out, stderr) = sandbox
+            .run(&["policy", "replay", "--level", level, "--json"])
+            .await;
+        assert_eq!(status, 0, "{stderr}");
+        serde_json::from_str::<serde_json::Value>(out.trim()).unwrap()
+    };
+    let full = replay("Full").await;
+    assert_eq!(full["turns"], 3, "{full}");
+    assert_eq!(full["questions"], 3, "{full}");
+    assert_eq!(
+        full["changes"],
+        json!([{"from": "approval_required", "to": "allowed", "count": 1, "capabilities": {"fs:write": 1}}]),
+        "{full}"
+    );
+    let read_only = replay("ReadOnly").await;
+    assert_eq!(read_only["unchanged"], 1, "the clock: {read_only}");
+    let changes = read_only["changes"].as_array().unwrap();
+    assert_eq!(changes.len(), 2, "{read_only}");
+    assert!(
+        changes
+            .iter()
+            .all(|c| c["to"] == "denied" && c["count"] == 1),
+        "{read_only}"
+    );
+    // Nothing changes at the level they ran at, while the grant holds; revoked, the write
+    // it allowed would have needed approval.
+    assert_eq!(replay("Supervised").await["unchanged"], 3);
+    let (status, _, stderr) = sandbox.run(&["grants", "revoke", &grant.to_string()]).await;
+    assert_eq!(status, 0, "{stderr}");
+    let now = replay("Supervised").await;
+    assert_eq!(
+        now["changes"],
+        json!([{"from": "allowed", "to": "approval_required", "count": 1, "capabilities": {"fs:write": 1}}]),
+        "{now}"
+    );
+    // The same in words.
+    let (status, out, _) = sandbox
+        .run(&["policy", "replay", "--level", "Full", "--since", "1d"])
+        .await;
+    assert_eq!(status, 0);
+    assert!(
+        out.contains("1 call(s) that needed approval would have been allowed (fs:write 1)"),
+        "{out}"
+    );
+    let (status, _, stderr) = sandbox
+        .run(&[
+            "policy",
+            "replay",
+            "--level",
+            "Full",
+            "--since",
+            "last week",
+        ])
+        .await;
+    assert_eq!(status, 2);
+    assert!(stderr.contains("--since"), "{stderr}");
+}
