@@ -80,10 +80,15 @@ async fn verify(config: &Config, since: Option<&str>) -> ExitCode {
         match metnos_kit::chain::verify(&dir, since) {
             Ok(report) => match report.broken {
                 None => println!(
-                    "{name} ({}): intact — {} file(s), {} record(s)",
+                    "{name} ({}): intact — {} file(s), {} record(s){}",
                     dir.display(),
                     report.files,
-                    report.lines
+                    report.lines,
+                    if report.unchained > 0 {
+                        format!("; {} from before the chain, not checked", report.unchained)
+                    } else {
+                        String::new()
+                    }
                 ),
                 Some(broken) => {
                     intact = false;

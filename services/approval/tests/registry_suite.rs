@@ -863,6 +863,24 @@ async fn each_decision_is_one_chained_record_of_the_journal(store: TestStore) {
         "no token: {all}"
     );
     assert!(!all.contains("rapporto.pdf"), "no argument: {all}");
+    // The head removed behind the service's back: a break, which the next decision keeps
+    // visible (and still records).
+    metnos_kit::on_db!(approvals.store().db(), pool => {
+        sqlx::query("DELETE FROM decisions_head").execute(pool).await.unwrap();
+    });
+    let report = approvals.verify_decisions().await.unwrap();
+    assert!(report.broken.unwrap().contains("the head is missing"));
+    let (e, _) = approvals.create(request(Territory::None)).await.unwrap();
+    approvals
+        .resolve(&e.token, Decision::Reject, Territory::None, &roberto())
+        .await
+        .unwrap();
+    let report = approvals.verify_decisions().await.unwrap();
+    assert_eq!(report.lines, 15);
+    assert_eq!(
+        report.broken.as_deref(),
+        Some("decisions, line 15: written after the chain's head was removed")
+    );
 }
 
 metnos_kit::store_suite!(

@@ -115,30 +115,78 @@ fn seq_of(line: &str) -> u64 {
         .unwrap_or(0)
 }
 
+/// Where the chain stands after `line`: the genesis after a line written before the chain
+/// (no `seq`: an older version's log), else its `seq` and hash.
+pub fn line_end(line: &str) -> End {
+    match seq_of(line) {
+        0 => End::genesis(),
+        seq => End {
+            seq,
+            hash: hash(line),
+        },
+    }
+}
+
+/// Drops a last line left without its newline (a write cut short by a crash or a full
+/// disk: a record never completed); whether there was one.
+fn drop_torn_tail(path: &Path) -> std::io::Result<bool> {
+    let mut file = match std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open(path)
+    {
+        Ok(file) => file,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(false),
+        Err(e) => return Err(e),
+    };
+    let len = file.seek(SeekFrom::End(0))?;
+    if len == 0 {
+        return Ok(false);
+    }
+    let mut last = [0u8; 1];
+    file.seek(SeekFrom::Start(len - 1))?;
+    file.read_exact(&mut last)?;
+    if last[0] == b'\n' {
+        return Ok(false);
+    }
+    // Back to just after the last newline (or the start).
+    let mut pos = len;
+    let mut keep = 0;
+    const CHUNK: u64 = 8192;
+    while pos > 0 {
+        let step = CHUNK.min(pos);
+        pos -= step;
+        file.seek(SeekFrom::Start(pos))?;
+        let mut chunk = vec![0u8; usize::try_from(step).unwrap_or(0)];
+        file.read_exact(&mut chunk)?;
+        if let Some(i) = chunk.iter().rposition(|b| *b == b'\n') {
+            keep = pos + i as u64 + 1;
+            break;
+        }
+    }
+    file.set_len(keep)?;
+    Ok(true)
+}
+
 /// The end of the chain before `file` would be written to: its own last line, else the
 /// last line of the newest file before it, else the genesis. Also the file that closed, if
 /// `file` starts a new one.
 fn end_before(dir: &Path, file: &str) -> std::io::Result<(End, Option<String>)> {
     if let Some(line) = last_line(&dir.join(file))? {
-        return Ok((
-            End {
-                seq: seq_of(&line),
-                hash: hash(&line),
-            },
-            None,
-        ));
+        return Ok((line_end(&line), None));
     }
     let earlier = files(dir)?.into_iter().rfind(|name| name.as_str() < file);
     if let Some(name) = earlier
         && let Some(line) = last_line(&dir.join(&name))?
     {
-        return Ok((
-            End {
-                seq: seq_of(&line),
-                hash: hash(&line),
-            },
-            Some(name),
-        ));
+        return Ok((line_end(&line), Some(name)));
+    }
+    // No line left (the retention removed every file): the chain goes on from where HEAD
+    // says it ended, and that file's root is kept.
+    if let Some((head_file, head)) = read_head(dir)?
+        && head_file.as_str() != file
+    {
+        return Ok((head, Some(head_file)));
     }
     Ok((End::genesis(), None))
 }
@@ -188,13 +236,24 @@ pub fn append(dir: &Path, file: &str, records: &[Value]) -> std::io::Result<End>
     rustix::fs::flock(&lock, rustix::fs::FlockOperation::LockExclusive)?;
     // Never behind the newest file (a record dated earlier, a clock set back): the chain
     // grows at its end only.
-    let newest = files(dir)?.pop();
+    let newest = files(dir)?
+        .into_iter()
+        .rfind(|name| name.len() == file.len());
     let file = match newest {
         Some(newest) if newest.as_str() > file => newest,
         _ => file.to_owned(),
     };
     let file = file.as_str();
+    if drop_torn_tail(&dir.join(file))? {
+        tracing::warn!(dir = %dir.display(), file, "a log line left half-written (a crash) was dropped");
+    }
     let (mut end, closed) = end_before(dir, file)?;
+    // HEAD behind the files is a crash between the lines and HEAD (the files are right);
+    // missing, or ahead, or naming another line, the end was cut or edited: the next line
+    // says so, so the next write cannot cover it.
+    let mark = head_mark(read_head(dir)?.map(|(_, head)| head).as_ref(), &end);
+    let roots_kept = roots(dir)?;
+    let closed = closed.filter(|name| !roots_kept.iter().any(|(kept, _)| kept == name));
     if let Some(closed) = closed {
         let root = serde_json::json!({"file": closed, "seq": end.seq, "hash": end.hash});
         let mut roots = datadir::file_options()
@@ -204,8 +263,17 @@ pub fn append(dir: &Path, file: &str, records: &[Value]) -> std::io::Result<End>
         writeln!(roots, "{root}")?;
     }
     let mut text = String::new();
-    for record in records {
-        let line = chained(record, &end);
+    for (n, record) in records.iter().enumerate() {
+        let line = match (&mark, n) {
+            (Some(mark), 0) => {
+                let mut record = record.clone();
+                if let Value::Object(fields) = &mut record {
+                    fields.insert(BREAK.to_owned(), mark.clone());
+                }
+                chained(&record, &end)
+            }
+            _ => chained(record, &end),
+        };
         end = End {
             seq: end.seq + 1,
             hash: hash(&line),
@@ -226,12 +294,35 @@ pub fn append(dir: &Path, file: &str, records: &[Value]) -> std::io::Result<End>
     Ok(end)
 }
 
+/// The field a line carries when it was written after its chain's end was cut or edited.
+pub const BREAK: &str = "chain_break";
+
+/// What the next line must say when `head` (kept beside the chain) does not name the
+/// chain's `end` as found: `None` when it does, or when the chain ran ahead of it (a crash
+/// between the lines and the head).
+pub fn head_mark(head: Option<&End>, end: &End) -> Option<Value> {
+    match head {
+        None if end.seq > 0 => Some(serde_json::json!({"head": "missing", "found_seq": end.seq})),
+        None => None,
+        Some(head) if head.seq < end.seq => None,
+        Some(head) if head.seq == end.seq && head.hash == end.hash => None,
+        Some(head) => Some(serde_json::json!({
+            "head_seq": head.seq,
+            "head_hash": head.hash,
+            "found_seq": end.seq,
+        })),
+    }
+}
+
 /// What [`verify`] found in one folder.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Report {
     pub dir: PathBuf,
     pub files: usize,
     pub lines: u64,
+    /// Lines from before the chain (an older version's log), at its start: counted, not
+    /// checked.
+    pub unchained: u64,
     /// The first break, in words (file, line, what), if any.
     pub broken: Option<String>,
 }
@@ -244,6 +335,15 @@ pub fn verify(dir: &Path, since: Option<&str>) -> std::io::Result<Report> {
         dir: dir.to_owned(),
         ..Report::default()
     };
+    // Read while no writer is half-way through (the writers hold it exclusively).
+    let _lock = match File::open(dir.join(LOCK)) {
+        Ok(lock) => {
+            rustix::fs::flock(&lock, rustix::fs::FlockOperation::LockShared)?;
+            Some(lock)
+        }
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => None,
+        Err(e) => return Err(e),
+    };
     let all = files(dir)?;
     let roots = roots(dir)?;
     let mut previous: Option<(End, String)> = None;
@@ -253,27 +353,23 @@ pub fn verify(dir: &Path, since: Option<&str>) -> std::io::Result<Report> {
         let text = std::fs::read_to_string(dir.join(name))?;
         if !checked {
             // Not walked, but its end is where the next file's chain starts.
-            if let Some(line) = text.lines().rfind(|l| !l.is_empty()) {
-                previous = Some((
-                    End {
-                        seq: seq_of(line),
-                        hash: hash(line),
-                    },
-                    format!("{name}, its last line"),
-                ));
+            if let Some(line) = text.lines().rfind(|l| !l.is_empty())
+                && seq_of(line) > 0
+            {
+                previous = Some((line_end(line), format!("{name}, its last line")));
             }
             continue;
         }
         report.files += 1;
         let lines: Vec<&str> = text.lines().collect();
-        let first = |seq: u64| {
-            // The chain's first line kept: the genesis, or (the files before it pruned) the
-            // root of the file before it, if one was kept.
+        let first = |_: u64| {
+            // The chain's first line kept: the root of the file before it (the files before
+            // it pruned by the retention), else the genesis — a start cut away shows.
             roots
                 .iter()
                 .rfind(|(file, _)| file.as_str() < name.as_str())
                 .map(|(_, end)| end.clone())
-                .or_else(|| (seq == 1).then(End::genesis))
+                .or_else(|| Some(End::genesis()))
         };
         if let Some(broken) = walk(name, &lines, &mut previous, first, &mut report) {
             report.broken = Some(broken);
@@ -294,7 +390,8 @@ pub fn verify(dir: &Path, since: Option<&str>) -> std::io::Result<Report> {
     // The newest line: HEAD names it (with every file gone, only the retention's doing
     // leaves nothing: that is not a break).
     if previous.is_some() {
-        report.broken = head_break(read_head(dir)?.as_ref(), previous.as_ref());
+        let head = read_head(dir)?.map(|(_, head)| head);
+        report.broken = head_break(head.as_ref(), previous.as_ref());
     }
     Ok(report)
 }
@@ -316,15 +413,30 @@ fn walk(
         if line.is_empty() {
             return Some(format!("{at}: an empty line (a record was removed)"));
         }
-        report.lines += 1;
         let Ok(Value::Object(fields)) = serde_json::from_str::<Value>(line) else {
             return Some(format!("{at}: not a JSON record (it was edited)"));
         };
         let seq = fields.get("seq").and_then(Value::as_u64);
         let prev = fields.get("prev").and_then(Value::as_str);
         let (Some(seq), Some(prev)) = (seq, prev) else {
+            if previous.is_none() && report.lines == 0 && !fields.contains_key("prev") {
+                // Written before the chain (an older version's log): at its start only.
+                report.unchained += 1;
+                continue;
+            }
             return Some(format!("{at}: no seq or prev (it was edited)"));
         };
+        report.lines += 1;
+        if let Some(mark) = fields.get(BREAK) {
+            let said = match mark.get("head_seq").and_then(Value::as_u64) {
+                Some(head) => format!(
+                    "written after the chain's end was cut or edited (the head named seq {head}, the files ended at seq {})",
+                    mark.get("found_seq").and_then(Value::as_u64).unwrap_or(0)
+                ),
+                None => "written after the chain's head was removed".to_owned(),
+            };
+            return Some(format!("{at}: {said}"));
+        }
         let expected = match previous.as_ref() {
             Some((end, _)) => Some(end.clone()),
             None => first(seq),
@@ -403,7 +515,11 @@ pub fn verify_lines(name: &str, lines: &[String], head: Option<&End>) -> Report 
 
 /// Whether `head` still names the chain's last line (`last`).
 fn head_break(head: Option<&End>, last: Option<&(End, String)>) -> Option<String> {
-    let head = head?;
+    let Some(head) = head else {
+        return last.map(|(_, at)| {
+            format!("{at}: the head is missing (records after this one could have been cut)")
+        });
+    };
     let Some((end, at)) = last else {
         return (head.seq > 0).then(|| {
             format!(
@@ -426,21 +542,28 @@ fn head_break(head: Option<&End>, last: Option<&(End, String)>) -> Option<String
     })
 }
 
-fn read_head(dir: &Path) -> std::io::Result<Option<End>> {
+/// `HEAD`: the file of the newest line, and the chain's end.
+fn read_head(dir: &Path) -> std::io::Result<Option<(String, End)>> {
     let text = match std::fs::read_to_string(dir.join(HEAD)) {
         Ok(text) => text,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
         Err(e) => return Err(e),
     };
     let value: Value = serde_json::from_str(&text).unwrap_or_default();
-    Ok(Some(End {
-        seq: value.get("seq").and_then(Value::as_u64).unwrap_or(0),
-        hash: value
-            .get("hash")
+    let text = |k: &str| {
+        value
+            .get(k)
             .and_then(Value::as_str)
             .unwrap_or_default()
-            .to_owned(),
-    }))
+            .to_owned()
+    };
+    Ok(Some((
+        text("file"),
+        End {
+            seq: value.get("seq").and_then(Value::as_u64).unwrap_or(0),
+            hash: text("hash"),
+        },
+    )))
 }
 
 /// The roots kept: (file, its end), in file order.
@@ -627,6 +750,143 @@ mod tests {
 }
 
 #[cfg(test)]
+mod end_tests {
+    use super::*;
+    use serde_json::json;
+
+    fn day(dir: &Path, file: &str, n: usize) {
+        for i in 0..n {
+            append(dir, file, &[json!({"n": i})]).unwrap();
+        }
+    }
+
+    fn broken(dir: &Path) -> String {
+        verify(dir, None).unwrap().broken.unwrap_or_default()
+    }
+
+    fn lines(path: &Path) -> Vec<String> {
+        std::fs::read_to_string(path)
+            .unwrap()
+            .lines()
+            .map(str::to_owned)
+            .collect()
+    }
+
+    /// A cut end is not covered up by the next write: the line after it says so.
+    #[test]
+    fn a_cut_end_stays_visible_after_the_next_write() {
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("2026-11-26.jsonl");
+        day(dir.path(), "2026-11-26.jsonl", 3);
+        let mut kept = lines(&file);
+        kept.pop();
+        std::fs::write(&file, kept.join("\n") + "\n").unwrap();
+        append(dir.path(), "2026-11-26.jsonl", &[json!({"n": 9})]).unwrap();
+        append(dir.path(), "2026-11-26.jsonl", &[json!({"n": 10})]).unwrap();
+        assert_eq!(
+            broken(dir.path()),
+            "2026-11-26.jsonl, line 3: written after the chain's end was cut or edited (the head named seq 3, the files ended at seq 2)"
+        );
+    }
+
+    /// A removed HEAD is a break, and stays one after the next write.
+    #[test]
+    fn a_removed_head_is_a_break_that_the_next_write_keeps() {
+        let dir = tempfile::tempdir().unwrap();
+        day(dir.path(), "2026-11-26.jsonl", 2);
+        std::fs::remove_file(dir.path().join(HEAD)).unwrap();
+        assert!(
+            broken(dir.path()).contains("the head is missing"),
+            "{}",
+            broken(dir.path())
+        );
+        append(dir.path(), "2026-11-26.jsonl", &[json!({"n": 9})]).unwrap();
+        assert!(
+            broken(dir.path()).contains("line 3: written after the chain's head was removed"),
+            "{}",
+            broken(dir.path())
+        );
+    }
+
+    /// A line a crash left half-written is dropped; the chain goes on intact. A crash
+    /// between the lines and HEAD is no break either.
+    #[test]
+    fn a_crash_leaves_no_false_alarm() {
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("2026-11-26.jsonl");
+        day(dir.path(), "2026-11-26.jsonl", 2);
+        let mut torn = std::fs::OpenOptions::new()
+            .append(true)
+            .open(&file)
+            .unwrap();
+        torn.write_all(b"{\"seq\":3,\"prev\":\"ab").unwrap();
+        append(dir.path(), "2026-11-26.jsonl", &[json!({"n": 2})]).unwrap();
+        assert_eq!(verify(dir.path(), None).unwrap().broken, None);
+        assert_eq!(lines(&file).len(), 3);
+        // Lines written, HEAD not (it still names the line before).
+        let head = std::fs::read_to_string(dir.path().join(HEAD)).unwrap();
+        append(dir.path(), "2026-11-26.jsonl", &[json!({"n": 3})]).unwrap();
+        std::fs::write(dir.path().join(HEAD), head).unwrap();
+        append(dir.path(), "2026-11-26.jsonl", &[json!({"n": 4})]).unwrap();
+        assert_eq!(verify(dir.path(), None).unwrap().broken, None);
+    }
+
+    /// An older version's lines (no seq, no prev) at the start are counted, not flagged;
+    /// the chain starts after them.
+    #[test]
+    fn lines_from_before_the_chain_are_counted_not_flagged() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(
+            dir.path().join("2026-11-25.jsonl"),
+            "{\"turn_id\":\"a\"}\n{\"turn_id\":\"b\"}\n",
+        )
+        .unwrap();
+        day(dir.path(), "2026-11-25.jsonl", 2);
+        day(dir.path(), "2026-11-26.jsonl", 1);
+        let report = verify(dir.path(), None).unwrap();
+        assert_eq!(
+            (report.unchained, report.lines, report.broken),
+            (2, 3, None)
+        );
+    }
+
+    /// The retention removing every file: the chain goes on from HEAD, and verifies.
+    #[test]
+    fn the_retention_removing_every_file_leaves_a_chain_that_verifies() {
+        let dir = tempfile::tempdir().unwrap();
+        day(dir.path(), "2026-10-01.jsonl", 2);
+        day(dir.path(), "2026-10-02.jsonl", 2);
+        std::fs::remove_file(dir.path().join("2026-10-01.jsonl")).unwrap();
+        std::fs::remove_file(dir.path().join("2026-10-02.jsonl")).unwrap();
+        day(dir.path(), "2026-11-26.jsonl", 1);
+        let report = verify(dir.path(), None).unwrap();
+        assert_eq!(report.broken, None);
+        assert_eq!(report.lines, 1);
+    }
+
+    /// The start cut away (with no root to say where it began) is a break; so is a stray
+    /// file that is not a day's ignored by the writer.
+    #[test]
+    fn a_cut_start_is_a_break_and_a_stray_file_does_not_capture_the_writes() {
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("2026-11-26.jsonl");
+        day(dir.path(), "2026-11-26.jsonl", 3);
+        let mut kept = lines(&file);
+        kept.remove(0);
+        std::fs::write(&file, kept.join("\n") + "\n").unwrap();
+        assert!(
+            broken(dir.path()).contains("line 1: 1 record(s) before it were removed (seq 1 to 1)"),
+            "{}",
+            broken(dir.path())
+        );
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(dir.path().join("notes.jsonl"), "").unwrap();
+        day(dir.path(), "2026-11-26.jsonl", 1);
+        assert_eq!(lines(&dir.path().join("2026-11-26.jsonl")).len(), 1);
+    }
+}
+
+#[cfg(test)]
 mod stored_tests {
     use super::*;
     use serde_json::json;
@@ -665,5 +925,7 @@ mod stored_tests {
         last[3] = last[3].replace("approved", "rejected");
         assert!(broken(&last).contains("the head names another last record"));
         assert!(broken(&[]).contains("no record is left"));
+        let lost = verify_lines("decisions", &rows, None).broken.unwrap();
+        assert!(lost.contains("the head is missing"), "{lost}");
     }
 }

@@ -25,6 +25,7 @@ impl Journal {
     /// Appends `record` after the journal's head; returns the new end.
     pub async fn append(&self, db: &Db, record: &Value) -> Result<End, sqlx::Error> {
         let read_head = format!("SELECT seq, hash FROM {} WHERE id = 1", self.head);
+        let read_last = format!("SELECT line FROM {} ORDER BY seq DESC LIMIT 1", self.table);
         let insert = format!("INSERT INTO {} (seq, line) VALUES ($1, $2)", self.table);
         let move_head = format!(
             "INSERT INTO {} (id, seq, hash) VALUES (1, $1, $2) \
@@ -36,10 +37,30 @@ impl Journal {
                 let head: Option<(i64, String)> = sqlx::query_as(sqlx::AssertSqlSafe(read_head))
                     .fetch_optional(&mut *$tx)
                     .await?;
-                let end = head.map_or_else(End::genesis, |(seq, hash)| End {
+                let head = head.map(|(seq, hash)| End {
                     seq: u64::try_from(seq).unwrap_or(0),
                     hash,
                 });
+                let last: Option<String> = sqlx::query_scalar(sqlx::AssertSqlSafe(read_last))
+                    .fetch_optional(&mut *$tx)
+                    .await?;
+                // The chain goes on from its last row; a head that does not name it (missing,
+                // or the rows cut or edited) is said in the new row, so it stays visible.
+                let end = last
+                    .as_deref()
+                    .map_or_else(End::genesis, crate::chain::line_end);
+                let marked;
+                let record = match crate::chain::head_mark(head.as_ref(), &end) {
+                    Some(mark) => {
+                        let mut with = record.clone();
+                        if let Value::Object(fields) = &mut with {
+                            fields.insert(crate::chain::BREAK.to_owned(), mark);
+                        }
+                        marked = with;
+                        &marked
+                    }
+                    None => record,
+                };
                 let (line, next) = crate::chain::link(&end, record);
                 let seq = i64::try_from(next.seq).unwrap_or(i64::MAX);
                 sqlx::query(sqlx::AssertSqlSafe(insert))
@@ -74,14 +95,21 @@ impl Journal {
 
     /// The journal's lines in `seq` order, and its head.
     pub async fn read(&self, db: &Db) -> Result<(Vec<String>, Option<End>), sqlx::Error> {
-        let lines_sql = format!("SELECT line FROM {} ORDER BY seq", self.table);
+        // The head first, then the rows up to it: a row appended meanwhile (with its new
+        // head) is not half-seen.
+        let lines_sql = format!(
+            "SELECT line FROM {} WHERE $1 < 0 OR seq <= $1 ORDER BY seq",
+            self.table
+        );
         let head_sql = format!("SELECT seq, hash FROM {} WHERE id = 1", self.head);
         crate::on_db!(db, pool => {
-            let lines: Vec<String> = sqlx::query_scalar(sqlx::AssertSqlSafe(lines_sql))
-                .fetch_all(pool)
-                .await?;
             let head: Option<(i64, String)> = sqlx::query_as(sqlx::AssertSqlSafe(head_sql))
                 .fetch_optional(pool)
+                .await?;
+            let upto = head.as_ref().map_or(-1, |(seq, _)| *seq);
+            let lines: Vec<String> = sqlx::query_scalar(sqlx::AssertSqlSafe(lines_sql))
+                .bind(upto)
+                .fetch_all(pool)
                 .await?;
             Ok((
                 lines,

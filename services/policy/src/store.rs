@@ -165,9 +165,13 @@ impl GrantStore {
                 "grant": id,
                 "principal": new.principal.to_string(),
                 "capability": new.capability.name(),
-                "pattern": new.pattern.text,
+                // Keys only: the pattern (a path, a host) and an approval's token as hashes.
+                "pattern": &metnos_kit::chain::hash(&new.pattern.text)[..16],
                 "expires_at": new.expires_at,
-                "granted_by": new.granted_by,
+                "granted_by": match new.granted_by.split_once(':') {
+                    Some((kind, rest)) => format!("{kind}:{}", &metnos_kit::chain::hash(rest)[..16]),
+                    None => new.granted_by.clone(),
+                },
             }))
             .await;
         }
