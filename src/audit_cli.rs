@@ -1,8 +1,8 @@
 //! `metnos audit verify [--since DATE]`: walks the hash-chained records (the turn log and the
 //! verdict log, [`metnos_kit::chain`]; the grant store's changes and the approval decisions'
 //! journals, through the running policy and approval services) and names the first record edited, removed or reordered; exit 1 on any
-//! break, or when a log cannot be read. Not running, the approval service's journal is said
-//! to be unchecked.
+//! break, or when a log cannot be read; exit 3 when nothing is broken but a journal could not
+//! be checked (its service is not running: stopping one must not pass for intact).
 
 use std::process::ExitCode;
 
@@ -24,32 +24,40 @@ pub enum AuditCommand {
     },
 }
 
-/// Says what a service's walk of its journal found; whether nothing is wrong (a service
-/// that is not running is said to be unchecked, not broken).
+/// What a walk found.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Found {
+    Intact,
+    Broken,
+    /// Its service is not running.
+    Unchecked,
+}
+
+/// Says what a service's walk of its journal found.
 fn said(
     name: &str,
     service: ServiceName,
     url: &str,
     answer: Result<(u64, String), tonic::Status>,
-) -> bool {
+) -> Found {
     match answer {
         Ok((records, broken)) if broken.is_empty() => {
             println!("{name} ({url}): intact — {records} record(s)");
-            true
+            Found::Intact
         }
         Ok((_, broken)) => {
             println!("{name} ({url}): BROKEN — {broken}");
-            false
+            Found::Broken
         }
         Err(status) if status.code() == tonic::Code::Unavailable => {
-            eprintln!(
-                "metnos: {name} not checked: the {service} service at {url} is not running (`metnos up`)"
+            println!(
+                "{name} ({url}): NOT CHECKED — the {service} service is not running (`metnos up`)"
             );
-            true
+            Found::Unchecked
         }
         Err(status) => {
             crate::admin::failed(service, url, &status);
-            false
+            Found::Broken
         }
     }
 }
@@ -114,7 +122,7 @@ async fn verify(config: &Config, since: Option<&str>) -> ExitCode {
             let a = a.into_inner();
             (a.records, a.broken)
         });
-    intact &= said("grant changes", ServiceName::Policy, &url, answer);
+    let mut found = vec![said("grant changes", ServiceName::Policy, &url, answer)];
     let (channel, url) = match crate::admin::connect(config, ServiceName::Approval) {
         Ok(found) => found,
         Err(code) => return code,
@@ -126,10 +134,17 @@ async fn verify(config: &Config, since: Option<&str>) -> ExitCode {
             let a = a.into_inner();
             (a.records, a.broken)
         });
-    intact &= said("approval decisions", ServiceName::Approval, &url, answer);
-    if intact {
-        ExitCode::SUCCESS
-    } else {
+    found.push(said(
+        "approval decisions",
+        ServiceName::Approval,
+        &url,
+        answer,
+    ));
+    if !intact || found.contains(&Found::Broken) {
         ExitCode::FAILURE
+    } else if found.contains(&Found::Unchecked) {
+        ExitCode::from(3)
+    } else {
+        ExitCode::SUCCESS
     }
 }

@@ -30,7 +30,7 @@ async fn audit_verify_passes_an_untouched_store_and_names_each_kind_of_tampering
     let llm = FakeLlm::start().await;
     let mut sandbox = Sandbox::new();
     sandbox.with_fake_llm(llm.url()).with_builtins();
-    let _up = sandbox.up().await;
+    let up = sandbox.up().await;
     for _ in 0..3 {
         llm.push(Reply::ToolCalls(vec![(
             "time_now".to_owned(),
@@ -196,6 +196,14 @@ async fn audit_verify_passes_an_untouched_store_and_names_each_kind_of_tampering
         .await;
     assert_eq!(status, 2);
     assert!(stderr.contains("YYYY-MM-DD"), "{stderr}");
+    // The services stopped: their journals are not checked, and that is no pass (exit 3).
+    up.interrupt().await;
+    let (status, out, _) = sandbox.run(&["audit", "verify"]).await;
+    assert_eq!(status, 3, "{out}");
+    assert!(
+        out.contains("grant changes") && out.contains("NOT CHECKED"),
+        "{out}"
+    );
 }
 
 /// Runs `metnos ask <query>` answering the card prompts with `input`.

@@ -84,8 +84,9 @@ impl Journal {
             }
             Pool::Postgres(pool) => {
                 let mut tx = pool.begin().await?;
+                // Named for Metnos and the table: another user of the database is not held.
                 sqlx::query("SELECT pg_advisory_xact_lock(hashtext($1))")
-                    .bind(self.table)
+                    .bind(format!("metnos.journal.{}", self.table))
                     .execute(&mut *tx)
                     .await?;
                 body!(tx)

@@ -321,12 +321,12 @@ impl Policy {
         Ok(true)
     }
 
-    /// Revokes the active grants not used for `unused_days` days; returns them.
     /// Walks the grant store's changes journal.
     pub async fn verify_changes(&self) -> Result<metnos_kit::chain::Report, Error> {
         Ok(self.store.verify_changes().await?)
     }
 
+    /// Revokes the active grants not used for `unused_days` days; returns them.
     pub async fn prune(&self, unused_days: u32) -> Result<Vec<Grant>, Error> {
         if unused_days == 0 {
             return Err(Error::InvalidUnusedDays);
