@@ -49,25 +49,7 @@ async fn audit_verify_passes_an_untouched_store_and_names_each_kind_of_tampering
         json!({"path": "~/notes/a.txt", "content": "a"}),
     )]));
     llm.push(Reply::Text("written".into()));
-    let mut child = sandbox
-        .metnos()
-        .args(["ask", "--language", "en", "write a to ~/notes/a.txt"])
-        .stdin(std::process::Stdio::piped())
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .unwrap();
-    {
-        use tokio::io::AsyncWriteExt;
-        let mut stdin = child.stdin.take().unwrap();
-        stdin.write_all(b"y\n").await.unwrap();
-    }
-    let output = child.wait_with_output().await.unwrap();
-    assert!(
-        output.status.success(),
-        "{}",
-        String::from_utf8_lossy(&output.stderr)
-    );
+    ask(&sandbox, "write a to ~/notes/a.txt", b"y\n").await;
     // A grant recorded and one revoked: two records of the grant store's changes.
     let (status, added, stderr) = sandbox
         .run(&[

@@ -510,21 +510,7 @@ async fn telos_stack(settings: &[(&str, &str)]) -> Stack {
     ];
     all.extend_from_slice(settings);
     let s = stack_with(&all).await;
-    let source = s.sandbox.dir.path().join("telos.md");
-    std::fs::write(&source, ADA_TELOS).unwrap();
-    let signed = s
-        .sandbox
-        .metnos()
-        .args(["telos", "edit", "--yes"])
-        .env("EDITOR", format!("cp {}", source.display()))
-        .output()
-        .await
-        .unwrap();
-    assert!(
-        signed.status.success(),
-        "{}",
-        String::from_utf8_lossy(&signed.stderr)
-    );
+    s.sandbox.sign_telos(ADA_TELOS).await;
     s.llm.always(Reply::from_request(|body| {
         if body.get("format").is_some_and(|f| !f.is_null()) {
             Reply::Json(json!({"fits": [

@@ -2554,21 +2554,7 @@ async fn a_chat_session_opens_with_two_proposals_at_most_and_the_rest_wait_for_t
         true,
     )
     .await;
-    let source = s.sandbox.dir.path().join("telos.md");
-    std::fs::write(&source, OWNER_TELOS).unwrap();
-    let signed = s
-        .sandbox
-        .metnos()
-        .args(["telos", "edit", "--yes"])
-        .env("EDITOR", format!("cp {}", source.display()))
-        .output()
-        .await
-        .unwrap();
-    assert!(
-        signed.status.success(),
-        "{}",
-        String::from_utf8_lossy(&signed.stderr)
-    );
+    s.sandbox.sign_telos(OWNER_TELOS).await;
     let is_fit_ask = |body: &Value| body.get("format").is_some_and(|f| !f.is_null());
     s.fake.always(Reply::from_request(move |body| {
         if body.get("format").is_some_and(|f| !f.is_null()) {

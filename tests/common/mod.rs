@@ -106,6 +106,25 @@ impl Sandbox {
         self.up_with(command).await
     }
 
+    /// Signs `text` as the owner's TELOS.md, as the owner would (`metnos telos edit --yes`
+    /// with an editor that writes it).
+    pub async fn sign_telos(&self, text: &str) {
+        let source = self.dir.path().join("telos.md");
+        std::fs::write(&source, text).unwrap();
+        let signed = self
+            .metnos()
+            .args(["telos", "edit", "--yes"])
+            .env("EDITOR", format!("cp {}", source.display()))
+            .output()
+            .await
+            .unwrap();
+        assert!(
+            signed.status.success(),
+            "{}",
+            String::from_utf8_lossy(&signed.stderr)
+        );
+    }
+
     /// Everything `metnos up` logged to its files so far.
     pub fn logged(&self) -> String {
         let dir = self.data_dir().join("logs");

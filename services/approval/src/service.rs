@@ -545,6 +545,33 @@ impl Approvals {
         self.store.get(token).await?.ok_or(Error::NotFound)
     }
 
+    /// The request `token` an edit may change: still pending, `decider`'s own, of
+    /// `executor`; and whether `edited` (at most `max` bytes, named `field`) holds an
+    /// invisible or control character.
+    async fn editable(
+        &self,
+        token: &str,
+        decider: &Principal,
+        executor: &str,
+        (field, edited, max): (&'static str, &str, usize),
+    ) -> Result<(Pending, bool), Error> {
+        let pending = self.get(token).await?;
+        if pending.status.is_terminal() {
+            return Err(Error::NotPending(pending.status.as_str()));
+        }
+        if &pending.requester != decider {
+            return Err(Error::NotRequester);
+        }
+        if pending.executor != executor {
+            return Err(Error::EditNotOffered);
+        }
+        metnos_core::limits::bytes(field, edited, max)?;
+        let invisible = edited
+            .chars()
+            .any(|c| c.is_control() || metnos_core::html::is_invisible(c));
+        Ok((pending, invisible))
+    }
+
     /// Accept with edit: approves a grant offer for good with `edited` instead of the
     /// pattern offered, once it is checked to lie within it (the requester's alone).
     pub async fn resolve_edited(
@@ -553,21 +580,18 @@ impl Approvals {
         edited: &str,
         decider: &Principal,
     ) -> Result<Pending, Error> {
-        let pending = self.get(token).await?;
-        if pending.status.is_terminal() {
-            return Err(Error::NotPending(pending.status.as_str()));
-        }
-        if &pending.requester != decider {
-            return Err(Error::NotRequester);
-        }
-        if pending.executor != crate::describe::GRANT_OFFER || pending.territory_target.is_empty() {
+        let (pending, invisible) = self
+            .editable(
+                token,
+                decider,
+                crate::describe::GRANT_OFFER,
+                ("edited_pattern", edited, 1024),
+            )
+            .await?;
+        if pending.territory_target.is_empty() {
             return Err(Error::EditNotOffered);
         }
-        metnos_core::limits::bytes("edited_pattern", edited, 1024)?;
-        if edited
-            .chars()
-            .any(|c| c.is_control() || metnos_core::html::is_invisible(c))
-        {
+        if invisible {
             return Err(Error::EditNotWithin {
                 edited: "(a pattern with invisible characters)".to_owned(),
                 offered: shown_path(&pending.territory_target, &self.home),
@@ -607,21 +631,15 @@ impl Approvals {
         edited: &str,
         decider: &Principal,
     ) -> Result<Pending, Error> {
-        let pending = self.get(token).await?;
-        if pending.status.is_terminal() {
-            return Err(Error::NotPending(pending.status.as_str()));
-        }
-        if &pending.requester != decider {
-            return Err(Error::NotRequester);
-        }
-        if pending.executor != crate::describe::SCHEDULE_CREATE {
-            return Err(Error::EditNotOffered);
-        }
-        metnos_core::limits::bytes("edited_schedule", edited, 200)?;
-        if edited
-            .chars()
-            .any(|c| c.is_control() || metnos_core::html::is_invisible(c))
-        {
+        let (_, invisible) = self
+            .editable(
+                token,
+                decider,
+                crate::describe::SCHEDULE_CREATE,
+                ("edited_schedule", edited, 200),
+            )
+            .await?;
+        if invisible {
             return Err(Error::BadSchedule(
                 "it holds invisible characters".to_owned(),
             ));
