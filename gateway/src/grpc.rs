@@ -62,6 +62,10 @@ pub const AUTHORIZATION: Table = Table {
             method: "RevokePairing",
             callers: &[Identity::Owner],
         },
+        Rule {
+            method: "CreateWebLogin",
+            callers: &[Identity::Owner],
+        },
     ],
 };
 
@@ -73,6 +77,8 @@ pub struct GatewayApi {
     /// The planner and approval: what a revoked or lowered person had under way is
     /// stopped through them. `None` only in tests of the edge alone.
     pub clients: Option<Clients>,
+    /// The spectator page's sign-ins; `None` when the page is off.
+    pub web: Option<Arc<crate::web::Sessions>>,
 }
 
 fn level_name(level: i32) -> Result<&'static str, Error> {
@@ -399,5 +405,17 @@ impl GatewayService for GatewayApi {
                 .await?;
         }
         Ok(Response::new(pb::RevokePairingResponse { revoked }))
+    }
+
+    async fn create_web_login(
+        &self,
+        _: Request<pb::CreateWebLoginRequest>,
+    ) -> Result<Response<pb::CreateWebLoginResponse>, Status> {
+        let web = self.web.as_ref().ok_or(Error::WebOff)?;
+        let (url, expires_ms) = web.new_login(now_ms());
+        Ok(Response::new(pb::CreateWebLoginResponse {
+            url,
+            expires_at: Some(to_timestamp(expires_ms)),
+        }))
     }
 }

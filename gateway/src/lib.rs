@@ -14,7 +14,8 @@
 //! - [`error`]: the one error enum and its one conversion to a gRPC status;
 //! - [`store`]: pairings, codes, cards sent, the update offset (SQLite or PostgreSQL);
 //! - [`text`]: escaping, splitting, stop phrases, callback data, sentences;
-//! - [`pairing`]: pairing codes and webhook secrets.
+//! - [`pairing`]: pairing codes and webhook secrets;
+//! - [`web`]: the owner's spectator page (`web.enabled`).
 //!
 //! The bot token comes from `METNOS_TELEGRAM_TOKEN` or `telegram.token_file`, never from
 //! the config file, and never reaches a log line, a trace or an error.
@@ -30,6 +31,7 @@ use metnos_kit::{Config, ServiceName, ShutdownFuture};
 use metnos_proto::approval::v1::approval_service_client::ApprovalServiceClient;
 use metnos_proto::gateway::v1::gateway_service_server::GatewayServiceServer;
 use metnos_proto::planner::v1::planner_service_client::PlannerServiceClient;
+use metnos_proto::policy::v1::policy_service_client::PolicyServiceClient;
 use metnos_proto::vaglio::v1::vaglio_service_client::VaglioServiceClient;
 use tokio::net::TcpListener;
 
@@ -41,6 +43,7 @@ pub mod pairing;
 pub mod store;
 pub mod text;
 pub mod transport;
+pub mod web;
 
 pub use store::MIGRATIONS;
 
@@ -114,6 +117,17 @@ pub async fn serve(
     let planner_url = config.service_url(ServiceName::Planner);
     let approval_url = config.service_url(ServiceName::Approval);
     let vaglio_url = config.service_url(ServiceName::Vaglio);
+    let policy_url = config.service_url(ServiceName::Policy);
+    let web_config = config.web.clone();
+    let web_listener = if web_config.enabled {
+        Some(
+            TcpListener::bind(web_config.listen)
+                .await
+                .map_err(|e| settings_error(format!("web.listen {}: {e}", web_config.listen)))?,
+        )
+    } else {
+        None
+    };
     let settings = transport::Settings {
         api_url: config.telegram.api_url.clone(),
         poll_timeout_seconds: config.telegram.poll_timeout_seconds.get(),
@@ -131,6 +145,22 @@ pub async fn serve(
                 Identity::Vaglio,
                 &vaglio_url,
             )?)));
+            let web = match web_listener {
+                Some(listener) => {
+                    let upstream = web::Upstream {
+                        planner: planner.clone(),
+                        approval: approval.clone(),
+                        policy: PolicyServiceClient::new(client(Identity::Policy, &policy_url)?),
+                        vaglio: VaglioServiceClient::new(client(Identity::Vaglio, &vaglio_url)?),
+                    };
+                    let web = Arc::new(web::Web::new(&web_config, upstream));
+                    let sessions = Arc::clone(&web.sessions);
+                    tracing::info!(listen = %web_config.listen, "web page on (sign in with `metnos web login`)");
+                    running.background.spawn("web page", web::serve(listener, web));
+                    Some(sessions)
+                }
+                None => None,
+            };
             let store = store::Store::new(running.db);
             // What became of keyed messages is kept two days.
             let pruning = store.clone();
@@ -176,6 +206,7 @@ pub async fn serve(
                 store,
                 telegram,
                 clients: Some(conversation::Clients { planner, approval }),
+                web,
             })
             .max_decoding_message_size(metnos_kit::edge::MAX_REQUEST_BYTES))
         })

@@ -21,6 +21,7 @@ async fn serve(db: Db) -> GatewayServiceClient<Channel> {
         store: Store::new(db),
         telegram: None,
         clients: None,
+        web: None,
     };
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let url = format!("http://{}", listener.local_addr().unwrap());

@@ -55,7 +55,7 @@ pub const AUTHORIZATION: Table = Table {
         },
         Rule {
             method: "RenderCard",
-            callers: &[Identity::Planner, Identity::Owner],
+            callers: &[Identity::Planner, Identity::Gateway, Identity::Owner],
         },
         Rule {
             method: "WaitDecision",
@@ -63,7 +63,7 @@ pub const AUTHORIZATION: Table = Table {
         },
         Rule {
             method: "VerifyDecisions",
-            callers: &[Identity::Owner],
+            callers: &[Identity::Gateway, Identity::Owner],
         },
     ],
 };
@@ -111,9 +111,7 @@ impl From<Error> for Status {
                 Status::permission_denied(error.to_string()),
                 ResolveRefusal::NotRequester,
             ),
-            Error::NotItsPeople { .. } | Error::RequesterNeeded => {
-                Status::permission_denied(error.to_string())
-            }
+            Error::NotItsPeople { .. } => Status::permission_denied(error.to_string()),
             Error::Unauthenticated => Status::unauthenticated(error.to_string()),
             Error::PolicyUnavailable(_) => Status::unavailable(error.to_string()),
             Error::Store(e) => failure_status(crate::SERVICE, "the approval store", &e),
@@ -465,10 +463,13 @@ impl ApprovalService for ApprovalApi {
     ) -> Result<Response<pb::ListPendingResponse>, Status> {
         let caller = Caller::of(&request).ok_or(Error::Unauthenticated)?;
         let r = request.into_inner();
+        // The gateway asking for everyone's is the owner's spectator page: it sees every
+        // request, but never a token it does not speak for (each shows as the hash the
+        // decisions journal names it by).
+        let spectator = caller == Identity::Gateway && r.requester.is_none();
         let listed = async {
             let requester = match &r.requester {
                 Some(p) => Some(principal(Some(p), "requester")?),
-                None if caller == Identity::Gateway => return Err(Error::RequesterNeeded),
                 None => None,
             };
             if let Some(requester) = &requester
@@ -482,7 +483,16 @@ impl ApprovalService for ApprovalApi {
         };
         match listed.await {
             Ok(all) => Ok(Response::new(pb::ListPendingResponse {
-                approvals: all.iter().map(pending_msg).collect(),
+                approvals: all
+                    .iter()
+                    .map(|p| {
+                        let mut shown = pending_msg(p);
+                        if spectator && speaks_for(caller, &p.requester).is_err() {
+                            shown.token = metnos_kit::chain::hash(&p.token)[..16].to_owned();
+                        }
+                        shown
+                    })
+                    .collect(),
             })),
             Err(e) => Err(self.status(e).await),
         }

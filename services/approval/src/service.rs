@@ -96,8 +96,6 @@ pub enum Error {
         principal: String,
         channels: String,
     },
-    #[error("the gateway lists only one person's requests: give the requester")]
-    RequesterNeeded,
     #[error(transparent)]
     TooBig(#[from] metnos_core::limits::TooBig),
     #[error("approval store: {0}")]

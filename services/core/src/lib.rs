@@ -27,6 +27,7 @@ pub mod limits;
 pub mod path;
 pub mod principal;
 pub mod provenance;
+pub mod replay;
 pub mod resolve;
 pub mod stop;
 pub mod table;

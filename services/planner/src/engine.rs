@@ -284,6 +284,7 @@ impl Planner {
     pub async fn run(self: Arc<Self>, mut cp: Checkpoint, sink: Sink) {
         let span = tracing::info_span!("turn", turn_id = %cp.turn_id, mode = mode_name(cp.mode));
         async move {
+            let live = self.record_as(&cp, "running", None).to_string();
             let inserted = match serde_json::to_string(&cp) {
                 Ok(checkpoint) => self
                     .store
@@ -292,6 +293,7 @@ impl Planner {
                         &cp.channel,
                         &cp.sender_id,
                         &checkpoint,
+                        &live,
                         now_ms(),
                     )
                     .await
@@ -567,6 +569,11 @@ impl Planner {
         token: Option<&str>,
     ) -> Result<(), String> {
         let checkpoint = serde_json::to_string(cp).map_err(|e| e.to_string())?;
+        let status = match state {
+            State::Suspended => "awaiting_approval",
+            _ => "running",
+        };
+        self.show(cp, status).await;
         match self
             .store
             .save(&cp.turn_id, state, token, &checkpoint, now_ms())
@@ -578,8 +585,21 @@ impl Planner {
         }
     }
 
+    /// Shows the turn as it is now to the spectator (its record so far, `status` for its
+    /// end: `running`, `awaiting_approval`); a failure costs the view, never the turn.
+    pub(crate) async fn show(&self, cp: &Checkpoint, status: &str) {
+        let live = self.record_as(cp, status, None).to_string();
+        if let Err(e) = self.store.set_live(&cp.turn_id, &live, now_ms()).await {
+            tracing::debug!(error = %e, "the turn's live record was not written");
+        }
+    }
+
     /// The turn's record, as the turn log and the store keep it (no values, no text).
     pub(crate) fn record(&self, cp: &Checkpoint, kind: FinalKind, reason: Option<&str>) -> Value {
+        self.record_as(cp, kind.as_str(), reason)
+    }
+
+    fn record_as(&self, cp: &Checkpoint, kind: &str, reason: Option<&str>) -> Value {
         let latency_ms = u64::try_from(now_ms() - cp.started_ms).unwrap_or(0);
         let mut record = json!({
             "turn_id": cp.turn_id,
@@ -589,7 +609,7 @@ impl Planner {
             "tiers": cp.tiers_used,
             "models": cp.models,
             "steps": cp.steps,
-            "final_kind": kind.as_str(),
+            "final_kind": kind,
             "latency_ms": latency_ms,
             "active_ms": cp.active_ms,
             "usage": {"prompt_tokens": cp.prompt_tokens, "completion_tokens": cp.completion_tokens},

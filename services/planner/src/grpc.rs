@@ -42,13 +42,23 @@ pub const AUTHORIZATION: Table = Table {
             method: "CancelTurn",
             callers: &[Identity::Gateway, Identity::Owner],
         },
+        // Reading turns: the owner's terminal, and the owner's spectator page the gateway
+        // serves (keys only, as the turn log).
         Rule {
             method: "GetTurn",
-            callers: &[Identity::Owner],
+            callers: &[Identity::Gateway, Identity::Owner],
         },
         Rule {
             method: "ListTurns",
-            callers: &[Identity::Owner],
+            callers: &[Identity::Gateway, Identity::Owner],
+        },
+        Rule {
+            method: "ListTurnChanges",
+            callers: &[Identity::Gateway, Identity::Owner],
+        },
+        Rule {
+            method: "VerifyTurnLog",
+            callers: &[Identity::Gateway, Identity::Owner],
         },
         // Standing orders: the owner's terminal. People on other channels manage theirs in
         // their chat (the planner's own tools), never through these.
@@ -58,7 +68,7 @@ pub const AUTHORIZATION: Table = Table {
         },
         Rule {
             method: "ListSchedules",
-            callers: &[Identity::Owner],
+            callers: &[Identity::Gateway, Identity::Owner],
         },
         Rule {
             method: "SetScheduleState",
@@ -412,6 +422,53 @@ impl PlannerService for PlannerApi {
             .map_err(Error::TurnLog)?;
         Ok(Response::new(pb::ListTurnsResponse {
             records_json: records.iter().map(ToString::to_string).collect(),
+        }))
+    }
+
+    async fn list_turn_changes(
+        &self,
+        request: Request<pb::ListTurnChangesRequest>,
+    ) -> Result<Response<pb::ListTurnChangesResponse>, Status> {
+        let request = request.into_inner();
+        limits::number("limit", u64::from(request.limit), u64::from(limits::LIST))
+            .map_err(Error::from)?;
+        let limit = if request.limit == 0 {
+            100
+        } else {
+            request.limit
+        };
+        let changes = self
+            .planner
+            .store
+            .changes(request.after_ms, limit)
+            .await
+            .map_err(Error::from)?;
+        Ok(Response::new(pb::ListTurnChangesResponse {
+            changes: changes
+                .into_iter()
+                .map(|c| pb::TurnChange {
+                    turn_id: c.turn_id,
+                    state: c.state,
+                    record_json: c.record,
+                    changed_ms: c.changed_ms,
+                })
+                .collect(),
+        }))
+    }
+
+    async fn verify_turn_log(
+        &self,
+        _: Request<pb::VerifyTurnLogRequest>,
+    ) -> Result<Response<pb::VerifyTurnLogResponse>, Status> {
+        let dir = self.planner.log.dir().to_owned();
+        let report = tokio::task::spawn_blocking(move || metnos_kit::chain::verify(&dir, None))
+            .await
+            .map_err(|e| Status::internal(format!("walking the turn log failed: {e}")))?
+            .map_err(|e| Status::unavailable(format!("the turn log cannot be read: {e}")))?;
+        Ok(Response::new(pb::VerifyTurnLogResponse {
+            records: report.lines,
+            broken: report.broken.unwrap_or_default(),
+            unchained: report.unchained,
         }))
     }
 

@@ -134,6 +134,7 @@ impl Planner {
         };
         let duration_ms = log.duration_ms;
         cp.steps.push(log);
+        self.show(cp, "running").await;
         let observed = pb::ObservationSummary {
             step: n,
             ok: observation.ok,

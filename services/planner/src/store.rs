@@ -36,6 +36,11 @@ const SQLITE: &[EmbeddedMigration] = &[
         description: "proposal upkeep",
         sql: include_str!("../migrations/sqlite/0006_proposal_upkeep.sql"),
     },
+    EmbeddedMigration {
+        version: 7,
+        description: "live",
+        sql: include_str!("../migrations/sqlite/0007_live.sql"),
+    },
 ];
 const POSTGRES: &[EmbeddedMigration] = &[
     EmbeddedMigration {
@@ -67,6 +72,11 @@ const POSTGRES: &[EmbeddedMigration] = &[
         version: 6,
         description: "proposal upkeep",
         sql: include_str!("../migrations/postgres/0006_proposal_upkeep.sql"),
+    },
+    EmbeddedMigration {
+        version: 7,
+        description: "live",
+        sql: include_str!("../migrations/postgres/0007_live.sql"),
     },
 ];
 
@@ -105,6 +115,16 @@ impl State {
             _ => State::Finished,
         }
     }
+}
+
+/// A turn's change, as the spectator sees it ([`Store::changes`]).
+#[derive(Debug, Clone, PartialEq)]
+pub struct Change {
+    pub turn_id: String,
+    pub state: String,
+    /// Its record (keys only); empty for a turn ended without one.
+    pub record: String,
+    pub changed_ms: i64,
 }
 
 /// A turn as stored.
@@ -250,11 +270,12 @@ impl Store {
         channel: &str,
         sender_id: &str,
         checkpoint: &str,
+        live: &str,
         now_ms: i64,
     ) -> Result<(), sqlx::Error> {
         let sql = "INSERT INTO turns (turn_id, channel, sender_id, state, checkpoint, created_at, updated_at, \
-                   owner, owner_run, lease_until) \
-                   VALUES ($1, $2, $3, 'running', $4, $5, $5, $6, $7, $8)";
+                   owner, owner_run, lease_until, live, live_at) \
+                   VALUES ($1, $2, $3, 'running', $4, $5, $5, $6, $7, $8, $9, $5)";
         let h = &self.holder;
         self.execute(
             sql,
@@ -267,10 +288,56 @@ impl Store {
                 Bind::Text(&h.replica),
                 Bind::Text(&h.run),
                 Bind::Int(self.lease_from(now_ms)),
+                Bind::Text(live),
             ]),
         )
         .await?;
         Ok(())
+    }
+
+    /// Shows a turn this process holds as it is now (`live`: its record so far, keys
+    /// only). `false`: it is no longer this process's, and nothing was written.
+    pub async fn set_live(
+        &self,
+        turn_id: &str,
+        live: &str,
+        now_ms: i64,
+    ) -> Result<Held, sqlx::Error> {
+        let sql = "UPDATE turns SET live = $2, live_at = $3 \
+                   WHERE turn_id = $1 AND owner_run = $4 AND state IN ('running', 'resuming')";
+        let affected = self
+            .execute(
+                sql,
+                Binds(&[
+                    Bind::Text(turn_id),
+                    Bind::Text(live),
+                    Bind::Int(now_ms),
+                    Bind::Text(&self.holder.run),
+                ]),
+            )
+            .await?;
+        Ok(affected == 1)
+    }
+
+    /// The turns changed after `after_ms` (a step, a wait, an end), oldest change first,
+    /// at most `limit`, whichever replica ran them: each as its record (the log's once
+    /// finished, the live one before).
+    pub async fn changes(&self, after_ms: i64, limit: u32) -> Result<Vec<Change>, sqlx::Error> {
+        let sql = "SELECT turn_id, state, COALESCE(record, live) AS shown, live_at FROM turns \
+                   WHERE live_at > $1 ORDER BY live_at LIMIT $2";
+        on_db!(&self.db, pool => {
+            let rows = sqlx::query(sql).bind(after_ms).bind(i64::from(limit)).fetch_all(pool).await?;
+            rows.iter()
+                .map(|row| {
+                    Ok(Change {
+                        turn_id: row.try_get("turn_id")?,
+                        state: row.try_get("state")?,
+                        record: row.try_get::<Option<String>, _>("shown")?.unwrap_or_default(),
+                        changed_ms: row.try_get("live_at")?,
+                    })
+                })
+                .collect()
+        })
     }
 
     /// Saves a checkpoint of a turn this process holds, in `state` (with the approval
@@ -387,7 +454,7 @@ impl Store {
         now_ms: i64,
     ) -> Result<Held, sqlx::Error> {
         let sql = "UPDATE turns SET state = 'finished', approval_token = NULL, record = $2, checkpoint = '', \
-                   updated_at = $3, lease_until = 0 \
+                   updated_at = $3, lease_until = 0, live = NULL, live_at = $3 \
                    WHERE turn_id = $1 AND owner_run = $4 AND state IN ('running', 'resuming')";
         let affected = self
             .execute(
@@ -414,7 +481,7 @@ impl Store {
         now_ms: i64,
     ) -> Result<bool, sqlx::Error> {
         let sql = "UPDATE turns SET state = 'finished', approval_token = NULL, record = $2, checkpoint = '', \
-                   updated_at = $3, lease_until = 0, notice = $4 \
+                   updated_at = $3, lease_until = 0, notice = $4, live = NULL, live_at = $3 \
                    WHERE turn_id = $1 AND state = 'running' AND lease_until < $3";
         let affected = self
             .execute(
@@ -627,7 +694,7 @@ impl Store {
     /// `true` when this caller closed it.
     pub async fn close_unreadable(&self, turn_id: &str, now_ms: i64) -> Result<bool, sqlx::Error> {
         let sql = "UPDATE turns SET state = 'finished', approval_token = NULL, checkpoint = '', \
-                   updated_at = $2, lease_until = 0 WHERE turn_id = $1 AND state = 'suspended'";
+                   updated_at = $2, lease_until = 0, live_at = $2 WHERE turn_id = $1 AND state = 'suspended'";
         let affected = self
             .execute(sql, Binds(&[Bind::Text(turn_id), Bind::Int(now_ms)]))
             .await?;

@@ -243,6 +243,9 @@ pub struct StepLog {
     pub grant_id: Option<i64>,
     pub verdict: Option<VerdictCheck>,
     pub verdict_score: Option<f64>,
+    /// The guard rule that refused the call (`path.ssh`), else the judge that scored it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub verdict_rule: Option<String>,
     pub approval_token: Option<String>,
     pub approval_decision: Option<ApprovalDecision>,
     pub duration_ms: u64,

@@ -50,6 +50,11 @@ impl TurnLog {
         }
     }
 
+    /// The log's folder.
+    pub fn dir(&self) -> &std::path::Path {
+        &self.dir
+    }
+
     /// Appends a record; a failure is logged, never fatal to the turn.
     pub fn append(&self, record: &Value, now_ms: i64) {
         let _guard = self.lock.lock().unwrap_or_else(|e| e.into_inner());

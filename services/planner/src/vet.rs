@@ -426,6 +426,12 @@ impl Planner {
             VerdictCheck::Blocked
         });
         log.verdict_score = Some(verdict.score);
+        log.verdict_rule = Some(if verdict.rule_id.is_empty() {
+            verdict.judge_kind.clone()
+        } else {
+            verdict.rule_id.clone()
+        })
+        .filter(|r| !r.is_empty());
         let approved = verdict.approved;
         let reason = verdict.reason.clone();
         events.push(pb::turn_event::Event::Verdict(pb::VerdictGiven {

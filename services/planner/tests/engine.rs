@@ -1045,6 +1045,7 @@ async fn left_running(a: &Planner, request: &TurnRequest) -> String {
             &request.principal.channel,
             &request.principal.sender_id,
             &serde_json::to_string(&cp).unwrap(),
+            "{}",
             now(),
         )
         .await

@@ -38,7 +38,7 @@ async fn claim_concurrently(store: &Store, turn_id: &'static str) -> Vec<bool> {
 async fn a_suspended_turn_is_claimed_exactly_once(test: TestStore) {
     let store = open(&test).await;
     store
-        .insert_turn("t1", "cli", "alice", "{}", 1)
+        .insert_turn("t1", "cli", "alice", "{}", "{}", 1)
         .await
         .unwrap();
     store
@@ -75,7 +75,7 @@ async fn a_suspended_turn_is_claimed_exactly_once(test: TestStore) {
 async fn cancel_is_a_flag_any_replica_sees(test: TestStore) {
     let store = open(&test).await;
     store
-        .insert_turn("t2", "telegram", "42", "{}", 1)
+        .insert_turn("t2", "telegram", "42", "{}", "{}", 1)
         .await
         .unwrap();
     assert!(!store.cancel_requested("t2").await.unwrap());
@@ -87,11 +87,11 @@ async fn cancel_is_a_flag_any_replica_sees(test: TestStore) {
 async fn the_scratchpad_is_per_turn_and_pruned_after_its_turn_ends(test: TestStore) {
     let store = open(&test).await;
     store
-        .insert_turn("live", "cli", "a", "{}", 1)
+        .insert_turn("live", "cli", "a", "{}", "{}", 1)
         .await
         .unwrap();
     store
-        .insert_turn("done", "cli", "a", "{}", 1)
+        .insert_turn("done", "cli", "a", "{}", "{}", 1)
         .await
         .unwrap();
     for (id, turn) in [("s1", "live"), ("s2", "done")] {
@@ -137,8 +137,12 @@ async fn replicas(test: &TestStore) -> (Store, Store, Store) {
 async fn a_turn_is_taken_over_only_once_its_holders_lease_expired(test: TestStore) {
     let (a, b, _) = replicas(&test).await;
     // A runs "r" and resumes "w" (both held until 11 000).
-    a.insert_turn("r", "cli", "x", "{}", 1_000).await.unwrap();
-    a.insert_turn("w", "cli", "x", "{}", 1_000).await.unwrap();
+    a.insert_turn("r", "cli", "x", "{}", "{}", 1_000)
+        .await
+        .unwrap();
+    a.insert_turn("w", "cli", "x", "{}", "{}", 1_000)
+        .await
+        .unwrap();
     assert!(
         a.save("w", State::Suspended, Some("tok"), "{\"w\":1}", 1_000)
             .await
@@ -256,7 +260,9 @@ async fn a_turn_is_taken_over_only_once_its_holders_lease_expired(test: TestStor
 
 async fn a_cancel_wins_over_a_later_commit_to_run(test: TestStore) {
     let (a, b, _) = replicas(&test).await;
-    a.insert_turn("c", "cli", "x", "{}", 1_000).await.unwrap();
+    a.insert_turn("c", "cli", "x", "{}", "{}", 1_000)
+        .await
+        .unwrap();
     assert!(
         a.save("c", State::Suspended, Some("tok"), "{}", 1_000)
             .await
@@ -273,7 +279,9 @@ async fn a_dead_resumers_turn_waits_again_and_a_restarted_replica_frees_its_own_
     test: TestStore,
 ) {
     let (a, b, a2) = replicas(&test).await;
-    a.insert_turn("x", "cli", "x", "{}", 1_000).await.unwrap();
+    a.insert_turn("x", "cli", "x", "{}", "{}", 1_000)
+        .await
+        .unwrap();
     assert!(
         a.save("x", State::Suspended, Some("tok"), "{}", 1_000)
             .await
@@ -293,15 +301,19 @@ async fn a_dead_resumers_turn_waits_again_and_a_restarted_replica_frees_its_own_
     // A's process dies holding "y" and "z"; A's next process frees them without waiting,
     // and leaves B's turns alone.
     let now = metnos_kit::time::now_ms();
-    a.insert_turn("y", "cli", "x", "{}", now).await.unwrap();
-    a.insert_turn("z", "cli", "x", "{}", now).await.unwrap();
+    a.insert_turn("y", "cli", "x", "{}", "{}", now)
+        .await
+        .unwrap();
+    a.insert_turn("z", "cli", "x", "{}", "{}", now)
+        .await
+        .unwrap();
     assert!(
         a.save("z", State::Suspended, Some("tz"), "{}", now)
             .await
             .unwrap()
     );
     assert!(a.claim_suspended("z", now).await.unwrap());
-    b.insert_turn("theirs", "cli", "x", "{}", now)
+    b.insert_turn("theirs", "cli", "x", "{}", "{}", now)
         .await
         .unwrap();
     assert!(a2.expired(now, 10).await.unwrap().is_empty());
@@ -329,7 +341,10 @@ async fn scratchpad_read_reads_bytes_lines_and_matches(test: TestStore) {
     use metnos_planner::scratch;
     use serde_json::json;
     let store = open(&test).await;
-    store.insert_turn("t", "cli", "a", "{}", 1).await.unwrap();
+    store
+        .insert_turn("t", "cli", "a", "{}", "{}", 1)
+        .await
+        .unwrap();
     let text: String = (1..=1000)
         .map(|i| format!("line {i} {}\n", if i == 250 { "NEEDLE" } else { "hay" }))
         .collect();
@@ -366,7 +381,54 @@ async fn scratchpad_read_reads_bytes_lines_and_matches(test: TestStore) {
     assert!(!other.ok && other.error.unwrap().contains("no scratchpad entry"));
 }
 
+/// The spectator sees every replica's turns change, in order, each once per change: a
+/// start, a step, an end; a replica that lost a turn cannot show it.
+async fn every_replicas_turn_changes_are_seen_in_order_and_the_end_shows_the_logs_record(
+    test: TestStore,
+) {
+    let (a, b, _) = replicas(&test).await;
+    a.insert_turn("ta", "cli", "x", "{}", r#"{"steps":[]}"#, 1_000)
+        .await
+        .unwrap();
+    b.insert_turn("tb", "telegram", "42", "{}", r#"{"steps":[]}"#, 1_100)
+        .await
+        .unwrap();
+    let seen = a.changes(0, 10).await.unwrap();
+    let ids: Vec<_> = seen
+        .iter()
+        .map(|c| (c.turn_id.as_str(), c.changed_ms))
+        .collect();
+    assert_eq!(ids, [("ta", 1_000), ("tb", 1_100)]);
+    assert_eq!(seen[0].state, "running");
+
+    assert!(a.set_live("ta", r#"{"steps":[1]}"#, 1_200).await.unwrap());
+    // B does not hold A's turn: nothing is written in its name.
+    assert!(
+        !b.set_live("ta", r#"{"steps":["forged"]}"#, 1_300)
+            .await
+            .unwrap()
+    );
+    let since = b.changes(1_100, 10).await.unwrap();
+    assert_eq!(since.len(), 1, "{since:?}");
+    assert_eq!(since[0].record, r#"{"steps":[1]}"#);
+
+    assert!(
+        a.finish("ta", r#"{"final_kind":"answer"}"#, 1_400)
+            .await
+            .unwrap()
+    );
+    let end = b.changes(1_200, 10).await.unwrap();
+    assert_eq!(end.len(), 1, "{end:?}");
+    assert_eq!(
+        (end[0].state.as_str(), end[0].record.as_str()),
+        ("finished", r#"{"final_kind":"answer"}"#)
+    );
+    assert!(b.changes(1_400, 10).await.unwrap().is_empty());
+    assert_eq!(b.changes(0, 1).await.unwrap().len(), 1, "the limit holds");
+}
+
 metnos_kit::store_suite!(
+    every_replicas_turn_changes_are_seen_in_order_and_the_end_shows_the_logs_record,
     scratchpad_read_reads_bytes_lines_and_matches,
     a_turn_is_taken_over_only_once_its_holders_lease_expired,
     a_cancel_wins_over_a_later_commit_to_run,

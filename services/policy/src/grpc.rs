@@ -49,11 +49,18 @@ pub const AUTHORIZATION: Table = Table {
         },
         Rule {
             method: "ListGrants",
-            callers: &[Identity::Planner, Identity::Approval, Identity::Owner],
+            callers: &[
+                Identity::Planner,
+                Identity::Approval,
+                Identity::Gateway,
+                Identity::Owner,
+            ],
         },
         Rule {
+            // The gateway: the owner revoking from the spectator page (a revocation only
+            // ever takes power away).
             method: "RevokeGrant",
-            callers: &[Identity::Approval, Identity::Owner],
+            callers: &[Identity::Approval, Identity::Gateway, Identity::Owner],
         },
         Rule {
             method: "PruneGrants",
@@ -61,7 +68,7 @@ pub const AUTHORIZATION: Table = Table {
         },
         Rule {
             method: "VerifyGrantChanges",
-            callers: &[Identity::Owner],
+            callers: &[Identity::Gateway, Identity::Owner],
         },
     ],
 };

@@ -29,7 +29,11 @@ pub const AUTHORIZATION: Table = Table {
         },
         Rule {
             method: "ListVerdicts",
-            callers: &[Identity::Owner],
+            callers: &[Identity::Gateway, Identity::Owner],
+        },
+        Rule {
+            method: "VerifyVerdictLog",
+            callers: &[Identity::Gateway, Identity::Owner],
         },
         // The planner's proposals; the owner's dry runs (`metnos telos evaluate`).
         Rule {
@@ -38,7 +42,7 @@ pub const AUTHORIZATION: Table = Table {
         },
         Rule {
             method: "GetTelos",
-            callers: &[Identity::Owner],
+            callers: &[Identity::Gateway, Identity::Owner],
         },
         // The channels the people answer on: the gateway (Telegram), the owner (the CLI);
         // the planner only says a proposal's card went unanswered (48 h of silence).
@@ -53,7 +57,7 @@ pub const AUTHORIZATION: Table = Table {
         Rule {
             method: "ListRejectedProposals",
             // The planner: the evening digest's weekly line of discarded proposals.
-            callers: &[Identity::Planner, Identity::Owner],
+            callers: &[Identity::Planner, Identity::Gateway, Identity::Owner],
         },
         Rule {
             method: "ListNever",
@@ -301,6 +305,23 @@ impl VaglioService for VaglioApi {
         );
         Ok(Response::new(pb::JudgeResponse {
             verdict: Some(verdict_msg(&verdict)),
+        }))
+    }
+
+    async fn verify_verdict_log(
+        &self,
+        _: Request<pb::VerifyVerdictLogRequest>,
+    ) -> Result<Response<pb::VerifyVerdictLogResponse>, Status> {
+        self.vaglio.log().flush().await;
+        let dir = self.vaglio.log().dir().to_owned();
+        let report = tokio::task::spawn_blocking(move || metnos_kit::chain::verify(&dir, None))
+            .await
+            .map_err(|e| Status::internal(format!("walking the verdict log failed: {e}")))?
+            .map_err(|e| Status::unavailable(format!("the verdict log cannot be read: {e}")))?;
+        Ok(Response::new(pb::VerifyVerdictLogResponse {
+            records: report.lines,
+            broken: report.broken.unwrap_or_default(),
+            unchained: report.unchained,
         }))
     }
 

@@ -34,7 +34,7 @@ pub const ENV_ALIASES: [(&str, &str); 3] = [
 
 /// Top-level keys an environment variable may override; any other `METNOS_*` variable
 /// (`METNOS_CONFIG`, test settings) is not configuration.
-const TOP_LEVEL_KEYS: [&str; 15] = [
+const TOP_LEVEL_KEYS: [&str; 16] = [
     "data_dir",
     "telemetry",
     "server",
@@ -50,6 +50,7 @@ const TOP_LEVEL_KEYS: [&str; 15] = [
     "telos",
     "scheduler",
     "tls",
+    "web",
 ];
 
 /// The name figment gives the values of [`ENV_ALIASES`], so an error can name the alias.

@@ -31,6 +31,7 @@ mod topology;
 mod turns;
 mod vaglio;
 mod validate;
+mod web;
 
 use std::path::PathBuf;
 
@@ -50,6 +51,7 @@ pub use tls::TlsConfig;
 pub use topology::{SERVICES, ServiceName, url_for_addr};
 pub use turns::TurnsConfig;
 pub use vaglio::{JudgeConfig, JudgeKind, JudgeThreshold, VaglioConfig};
+pub use web::WebConfig;
 
 /// The whole configuration, as loaded and validated.
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
@@ -72,6 +74,7 @@ pub struct Config {
     pub tls: TlsConfig,
     pub telos: TelosConfig,
     pub scheduler: SchedulerConfig,
+    pub web: WebConfig,
     /// Metnos's own configuration folder (`$XDG_CONFIG_HOME/metnos`, else
     /// `~/.config/metnos`; the signing keys live there). Resolved by [`Config::load`], never
     /// read from a file.
@@ -100,6 +103,7 @@ impl Default for Config {
             tls: TlsConfig::default(),
             telos: TelosConfig::default(),
             scheduler: SchedulerConfig::default(),
+            web: WebConfig::default(),
             config_dir: PathBuf::new(),
             config_file: None,
         }

@@ -75,6 +75,7 @@ impl Config {
             ));
         }
         self.validate_telegram()?;
+        self.validate_web()?;
         self.validate_executors()?;
         self.validate_services()?;
         self.telos
@@ -163,6 +164,22 @@ impl Config {
             return Err(ConfigError::key(
                 "telegram.webhook_url",
                 "webhook mode needs the public https:// URL Telegram posts to",
+            ));
+        }
+        Ok(())
+    }
+
+    fn validate_web(&self) -> Result<(), ConfigError> {
+        if !self.web.public_url.is_empty() {
+            check_url(&self.web.public_url).map_err(|m| ConfigError::key("web.public_url", m))?;
+        }
+        if !matches!(self.web.lang.as_str(), "" | "en" | "it") {
+            return Err(ConfigError::key(
+                "web.lang",
+                format!(
+                    "must be \"en\", \"it\" or empty (the browser's), got {:?}",
+                    self.web.lang
+                ),
             ));
         }
         Ok(())
