@@ -1226,6 +1226,10 @@ async fn the_spectator_sees_every_request_but_only_the_gateways_own_tokens() {
         [("cli", hashed.as_str()), ("telegram", telegram.as_str())]
     );
     assert_ne!(hashed, cli);
+    assert!(
+        !format!("{everyone:?}").contains(&cli),
+        "the token in another field: {everyone:?}"
+    );
     // Asking for the cli person by name is still refused.
     let refused = client
         .gateway

@@ -32,7 +32,7 @@ notes: small incremental tidying.
 
 struct Page {
     sandbox: Sandbox,
-    _up: Up,
+    up: Up,
     llm: FakeLlm,
     /// `http://127.0.0.1:<port>`
     base: String,
@@ -51,7 +51,7 @@ impl Page {
         let up = sandbox.up().await;
         Page {
             sandbox,
-            _up: up,
+            up,
             llm,
             base: format!("http://127.0.0.1:{port}"),
         }
@@ -65,6 +65,21 @@ impl Page {
         let url = out.trim().to_owned();
         assert!(url.starts_with(&format!("{}/login/", self.base)), "{url}");
         url
+    }
+
+    /// Signs in over HTTP (the link's page, then its button): the session cookie.
+    async fn sign_in(&self, http: &reqwest::Client) -> String {
+        let link = self.link().await;
+        let token = link.rsplit('/').next().unwrap();
+        let signed = http
+            .post(format!("{}/login", self.base))
+            .header("origin", &self.base)
+            .form(&[("token", token)])
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(signed.status(), 303);
+        session_cookie(signed.headers()).0
     }
 
     /// A grant for a Telegram person; its id.
@@ -169,7 +184,7 @@ async fn only_the_owner_sees_the_page_and_nothing_from_elsewhere_changes_a_thing
         "{csp}"
     );
     assert_eq!(anonymous.headers()["x-frame-options"], "DENY");
-    assert_eq!(anonymous.headers()["referrer-policy"], "same-origin");
+    assert_eq!(anonymous.headers()["referrer-policy"], "strict-origin");
     assert!(anonymous.text().await.unwrap().contains("metnos web login"));
     for path in [
         "/grants",
@@ -187,10 +202,32 @@ async fn only_the_owner_sees_the_page_and_nothing_from_elsewhere_changes_a_thing
         401
     );
 
-    // A link signs in once.
+    // Opening the link uses nothing up (a link preview cannot take the session); its
+    // page's button signs in, once.
     let link = page.link().await;
-    let signed = http.get(&link).send().await.unwrap();
-    assert_eq!(signed.status(), 200);
+    let token = link.rsplit('/').next().unwrap().to_owned();
+    for _ in 0..2 {
+        let opened = http.get(&link).send().await.unwrap();
+        assert_eq!(opened.status(), 200);
+        assert!(opened.headers().get(header::SET_COOKIE).is_none());
+        assert!(opened.text().await.unwrap().contains(r#"id="sign-in""#));
+    }
+    let sign_in = |token: String, origin: &'static str| {
+        http.post(format!("{}/login", page.base))
+            .header("origin", origin)
+            .form(&[("token", token)])
+            .send()
+    };
+    // From another site, the right token signs nobody in (and is not used up).
+    let elsewhere = sign_in(token.clone(), "http://attacker.example")
+        .await
+        .unwrap();
+    assert_eq!(elsewhere.status(), 403);
+    assert!(elsewhere.headers().get(header::SET_COOKIE).is_none());
+    let origin: &'static str = Box::leak(page.base.clone().into_boxed_str());
+    let signed = sign_in(token.clone(), origin).await.unwrap();
+    assert_eq!(signed.status(), 303);
+    assert_eq!(signed.headers()[header::LOCATION], "/turns");
     let (cookie, set) = session_cookie(signed.headers());
     for part in ["HttpOnly", "SameSite=Strict", "Path=/"] {
         assert!(set.contains(part), "{set}");
@@ -199,8 +236,10 @@ async fn only_the_owner_sees_the_page_and_nothing_from_elsewhere_changes_a_thing
     assert!(cookie.starts_with("metnos="), "{cookie}");
     let again = http.get(&link).send().await.unwrap();
     assert_eq!(again.status(), 403, "a replayed link");
-    assert!(again.headers().get(header::SET_COOKIE).is_none());
     assert!(again.text().await.unwrap().contains("already used"));
+    let replayed = sign_in(token, origin).await.unwrap();
+    assert_eq!(replayed.status(), 403, "a replayed token");
+    assert!(replayed.headers().get(header::SET_COOKIE).is_none());
     assert_eq!(get("/turns", Some(&cookie)).await.unwrap().status(), 200);
 
     // Another host name (DNS rebinding to loopback) is not answered, cookie or not.
@@ -296,10 +335,7 @@ async fn only_the_owner_sees_the_page_and_nothing_from_elsewhere_changes_a_thing
     );
     let revoked = post(
         vec![("csrf", csrf.clone())],
-        vec![
-            ("sec-fetch-site", "same-origin"),
-            ("origin", Box::leak(page.base.clone().into_boxed_str())),
-        ],
+        vec![("sec-fetch-site", "same-origin"), ("origin", origin)],
         Some(cookie.clone()),
     )
     .await
@@ -444,9 +480,17 @@ async fn in_a_browser_the_owner_signs_in_watches_a_turn_live_and_revokes_a_grant
     assert!(text_of(&browser).await.contains("metnos web login"));
     screenshot(&browser, "01-signed-out").await;
 
-    // The link signs in and moves on to the turns.
+    // The link's page signs in with its button and moves on to the turns.
     let link = page.link().await;
     browser.goto(&link).await.unwrap();
+    screenshot(&browser, "02-sign-in").await;
+    browser
+        .find(fantoccini::Locator::Id("sign-in"))
+        .await
+        .unwrap()
+        .click()
+        .await
+        .unwrap();
     browser
         .wait()
         .at_most(Duration::from_secs(10))
@@ -454,7 +498,7 @@ async fn in_a_browser_the_owner_signs_in_watches_a_turn_live_and_revokes_a_grant
         .await
         .expect("the turns page after signing in");
     assert!(text_of(&browser).await.contains("time_now"));
-    screenshot(&browser, "02-turns").await;
+    screenshot(&browser, "03-turns").await;
 
     // A turn run now appears without a reload: a mark left on the page survives it.
     browser
@@ -486,18 +530,18 @@ async fn in_a_browser_the_owner_signs_in_watches_a_turn_live_and_revokes_a_grant
         .await
         .unwrap();
     assert_eq!(mark, json!("still here"), "the page was reloaded");
-    screenshot(&browser, "03-turn-live").await;
+    screenshot(&browser, "04-turn-live").await;
 
     // Every page opens; a screenshot of each.
     for (path, name, says) in [
-        ("/approvals", "04-approvals", "Decided"),
-        ("/grants", "05-grants", "~/invoices/*"),
-        ("/verdicts", "06-verdicts", "time_now"),
-        ("/telos", "07-telos", "Free my time from repetitive chores"),
-        ("/record", "08-record", "intact"),
+        ("/approvals", "05-approvals", "Decided"),
+        ("/grants", "06-grants", "~/invoices/*"),
+        ("/verdicts", "07-verdicts", "time_now"),
+        ("/telos", "08-telos", "Free my time from repetitive chores"),
+        ("/record", "09-record", "intact"),
         (
             "/replay?level=ReadOnly&days=1",
-            "09-replay",
+            "10-replay",
             "policy questions",
         ),
     ] {
@@ -537,7 +581,7 @@ async fn in_a_browser_the_owner_signs_in_watches_a_turn_live_and_revokes_a_grant
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
     assert!(refused.contains("Nothing was changed"), "{refused}");
-    screenshot(&browser, "10-cross-site-refused").await;
+    screenshot(&browser, "11-cross-site-refused").await;
     assert!(
         page.active(&id).await,
         "a cross-site POST revoked the grant"
@@ -557,7 +601,7 @@ async fn in_a_browser_the_owner_signs_in_watches_a_turn_live_and_revokes_a_grant
         .click()
         .await
         .unwrap();
-    screenshot(&browser, "11-revoke-confirm").await;
+    screenshot(&browser, "12-revoke-confirm").await;
     browser
         .find(fantoccini::Locator::Id("confirm-revoke"))
         .await
@@ -571,13 +615,13 @@ async fn in_a_browser_the_owner_signs_in_watches_a_turn_live_and_revokes_a_grant
         .for_element(fantoccini::Locator::Id("revoked"))
         .await
         .expect("the grants page says the grant was revoked");
-    screenshot(&browser, "12-revoked").await;
+    screenshot(&browser, "13-revoked").await;
     assert!(!page.active(&id).await, "the grant is revoked");
 
     // The link again: refused.
     browser.goto(&link).await.unwrap();
     assert!(text_of(&browser).await.contains("already used"));
-    screenshot(&browser, "13-link-used").await;
+    screenshot(&browser, "14-link-used").await;
     browser.close().await.unwrap();
 }
 
@@ -619,8 +663,7 @@ async fn the_live_feed_shows_a_turn_waiting_on_its_card_then_its_decision() {
     use tokio::io::AsyncWriteExt;
     let page = Page::start().await;
     let http = http();
-    let signed = http.get(page.link().await).send().await.unwrap();
-    let (cookie, _) = session_cookie(signed.headers());
+    let cookie = page.sign_in(&http).await;
     let turns = http
         .get(format!("{}/turns", page.base))
         .headers(with_cookie(&cookie))
@@ -702,6 +745,59 @@ async fn the_live_feed_shows_a_turn_waiting_on_its_card_then_its_decision() {
     stdin.write_all(b"y\n").await.unwrap();
     drop(stdin);
     let finished = next_turn_event(&mut feed, &mut buffer, |d| d.contains("k-answer")).await;
+    assert!(!finished.contains(&token), "{finished}");
+
+    // What the gateway itself reads for the page: never the token, in any of its forms,
+    // and never a standing order's words.
+    use metnos_kit::tls::Identity;
+    use metnos_proto::approval::v1 as approval;
+    use metnos_proto::approval::v1::approval_service_client::ApprovalServiceClient;
+    use metnos_proto::planner::v1 as planner;
+    use metnos_proto::planner::v1::planner_service_client::PlannerServiceClient;
+    let mut as_gateway =
+        PlannerServiceClient::new(page.up.channel_as("planner", Identity::Gateway));
+    let day = as_gateway
+        .list_turns(planner::ListTurnsRequest::default())
+        .await
+        .unwrap()
+        .into_inner()
+        .records_json
+        .join("\n");
+    assert!(day.contains(name) && !day.contains(&token), "{day}");
+    let requests = ApprovalServiceClient::new(page.up.channel_as("approval", Identity::Gateway))
+        .list_pending(approval::ListPendingRequest {
+            include_resolved: true,
+            ..Default::default()
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    assert!(!format!("{requests:?}").contains(&token), "{requests:?}");
+    let (code, _, err) = page
+        .sandbox
+        .run(&[
+            "schedules",
+            "add",
+            "daily@08:00",
+            "summarise my secret plan",
+        ])
+        .await;
+    assert_eq!(code, 0, "{err}");
+    let schedules = |who| {
+        let mut client = PlannerServiceClient::new(page.up.channel_as("planner", who));
+        async move {
+            format!(
+                "{:?}",
+                client
+                    .list_schedules(planner::ListSchedulesRequest::default())
+                    .await
+                    .unwrap()
+                    .into_inner()
+            )
+        }
+    };
+    assert!(schedules(Identity::Owner).await.contains("secret plan"));
+    assert!(!schedules(Identity::Gateway).await.contains("secret plan"));
     assert!(
         finished.contains("fs_write") && finished.contains("k-approved"),
         "{finished}"

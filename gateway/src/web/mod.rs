@@ -64,11 +64,19 @@ pub struct Web {
     pub secure: bool,
     /// The `Host` values answered (lower case).
     pub hosts: Vec<String>,
-    /// The origin a state-changing request must come from (`http://127.0.0.1:8780`).
-    pub origin: String,
+    /// The origins a state-changing request may come from (`http://127.0.0.1:8780`, and
+    /// on loopback `http://localhost:8780`).
+    pub origins: Vec<String>,
     /// How often the live view asks the planner for changes.
     pub poll: Duration,
+    /// Live views open at once (each polls the planner): a permit each.
+    pub live_feeds: Arc<tokio::sync::Semaphore>,
+    /// One walk of the chains at a time (the record page asks four services to walk theirs).
+    pub walking: tokio::sync::Mutex<()>,
 }
+
+/// Live views open at once, every session together.
+pub const MAX_LIVE_FEEDS: usize = 8;
 
 impl Web {
     /// The page as configured, reading through `upstream`.
@@ -87,6 +95,14 @@ impl Web {
             hosts.push(format!("localhost:{}", config.listen.port()));
         }
         let secure = origin.starts_with("https://");
+        let scheme = if secure { "https" } else { "http" };
+        let origins = hosts.iter().map(|h| format!("{scheme}://{h}")).collect();
+        if !secure && !config.listen.ip().is_loopback() {
+            tracing::warn!(
+                listen = %config.listen,
+                "the web page listens beyond loopback over plain HTTP: its sign-in links and session cookie cross the network in clear (put a TLS proxy in front and set web.public_url to its https address)"
+            );
+        }
         Web {
             sessions: Arc::new(Sessions::new(
                 origin.clone(),
@@ -97,13 +113,10 @@ impl Web {
             lang: config.lang.clone(),
             secure,
             hosts,
-            origin: origin
-                .split('/')
-                .take(3)
-                .collect::<Vec<_>>()
-                .join("/")
-                .to_ascii_lowercase(),
+            origins,
             poll: Duration::from_secs(1),
+            live_feeds: Arc::new(tokio::sync::Semaphore::new(MAX_LIVE_FEEDS)),
+            walking: tokio::sync::Mutex::new(()),
         }
     }
 
@@ -120,7 +133,8 @@ impl Web {
 pub fn router(web: Arc<Web>) -> Router {
     Router::new()
         .route("/", get(|| async { Redirect::to("/turns") }))
-        .route("/login/{token}", get(login))
+        .route("/login/{token}", get(login_page))
+        .route("/login", post(login))
         .route("/logout", post(logout))
         .route(
             "/static/app.css",
@@ -181,8 +195,9 @@ async fn guard(
         (header::CONTENT_SECURITY_POLICY, CSP),
         (header::X_CONTENT_TYPE_OPTIONS, "nosniff"),
         (header::X_FRAME_OPTIONS, "DENY"),
-        // Not `no-referrer`: with it a browser sends `Origin: null` on the page's own forms.
-        (header::REFERRER_POLICY, "same-origin"),
+        // The origin alone, never a path (a sign-in link's): not `no-referrer`, with which a
+        // browser sends `Origin: null` on the page's own forms.
+        (header::REFERRER_POLICY, "strict-origin"),
         (header::CACHE_CONTROL, "no-store"),
     ] {
         headers.insert(name, HeaderValue::from_static(value));
@@ -255,28 +270,37 @@ impl Owner {
     /// token, and the browser does not say it came from another site. The refusal page
     /// otherwise.
     pub fn refuse_post(&self, web: &Web, headers: &HeaderMap, csrf: &str) -> Option<Response> {
-        let site = headers
-            .get("sec-fetch-site")
-            .and_then(|v| v.to_str().ok())
-            .unwrap_or("same-origin");
-        let origin_ok = headers
-            .get(header::ORIGIN)
-            .and_then(|v| v.to_str().ok())
-            .is_none_or(|o| o.eq_ignore_ascii_case(&web.origin));
-        if site == "same-origin" && origin_ok && sessions::same(csrf, &self.session.csrf) {
+        if from_this_page(web, headers) && sessions::same(csrf, &self.session.csrf) {
             return None;
         }
-        let l = self.lang;
-        Some(failure(
-            StatusCode::FORBIDDEN,
-            l,
-            l.t("Refused", "Rifiutato"),
-            l.t(
-                "This request did not come from this page (its form token is missing or wrong, or another site sent it). Nothing was changed.",
-                "Questa richiesta non viene da questa pagina (il token del modulo manca o è sbagliato, o l'ha inviata un altro sito). Non è cambiato nulla.",
-            ),
-        ))
+        Some(refused(self.lang))
     }
+}
+
+/// The browser does not say a request came from another site or origin (a browser that
+/// says nothing is taken at the form token's word).
+fn from_this_page(web: &Web, headers: &HeaderMap) -> bool {
+    let site = headers
+        .get("sec-fetch-site")
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or("same-origin");
+    let origin_ok = headers
+        .get(header::ORIGIN)
+        .and_then(|v| v.to_str().ok())
+        .is_none_or(|o| web.origins.iter().any(|ok| o.eq_ignore_ascii_case(ok)));
+    site == "same-origin" && origin_ok
+}
+
+fn refused(l: Lang) -> Response {
+    failure(
+        StatusCode::FORBIDDEN,
+        l,
+        l.t("Refused", "Rifiutato"),
+        l.t(
+            "This request did not come from this page (its form token is missing or wrong, or another site sent it). Nothing was changed.",
+            "Questa richiesta non viene da questa pagina (il token del modulo manca o è sbagliato, o l'ha inviata un altro sito). Non è cambiato nulla.",
+        ),
+    )
 }
 
 /// An error page: `status`, a title and one sentence.
@@ -285,26 +309,65 @@ pub fn failure(status: StatusCode, l: Lang, title: &str, says: &str) -> Response
     (status, Html(html::page(l, Nav::None, title, None, &body))).into_response()
 }
 
-/// `GET /login/<token>`: a one-time link opens a session. The page it answers with moves
-/// on to the turns by itself (a redirect from a link opened elsewhere would be cross-site
-/// and carry no `SameSite=Strict` cookie).
-async fn login(
+fn link_not_valid(l: Lang) -> Response {
+    failure(
+        StatusCode::FORBIDDEN,
+        l,
+        l.t("Link not valid", "Link non valido"),
+        l.t(
+            "This sign-in link was already used or has expired. Run `metnos web login` for a new one.",
+            "Questo link di accesso è già stato usato o è scaduto. Esegui `metnos web login` per averne uno nuovo.",
+        ),
+    )
+}
+
+/// `GET /login/<token>`: a page with one button that signs in. Opening the link changes
+/// nothing (a link preview, a mail scanner or a prefetch cannot use it up or take the
+/// session); the button's POST does, once.
+async fn login_page(
     State(web): State<Arc<Web>>,
     headers: HeaderMap,
     Path(token): Path<String>,
 ) -> Response {
     let l = lang_of(&web, &headers);
-    let Some(opened) = web.sessions.redeem(&token, now_ms()) else {
+    if !web.sessions.waiting(&token, now_ms()) {
+        return link_not_valid(l);
+    }
+    let body = format!(
+        r#"<form method="post" action="/login"><input type="hidden" name="token" value="{}"><button type="submit" id="sign-in">{}</button></form>"#,
+        esc(&token),
+        esc(l.t("Sign in to Metnos", "Accedi a Metnos"))
+    );
+    Html(html::page(
+        l,
+        Nav::None,
+        l.t("Sign in", "Accedi"),
+        None,
+        &body,
+    ))
+    .into_response()
+}
+
+#[derive(Debug, serde::Deserialize)]
+struct LoginForm {
+    #[serde(default)]
+    token: String,
+}
+
+/// `POST /login`: a one-time link's token, from the sign-in page, opens a session. The
+/// answer moves on to the turns (a same-origin redirect: the cookie goes with it).
+async fn login(
+    State(web): State<Arc<Web>>,
+    headers: HeaderMap,
+    axum::Form(form): axum::Form<LoginForm>,
+) -> Response {
+    let l = lang_of(&web, &headers);
+    if !from_this_page(&web, &headers) {
+        return refused(l);
+    }
+    let Some(opened) = web.sessions.redeem(&form.token, now_ms()) else {
         tracing::info!("a sign-in link was refused (unknown, used or expired)");
-        return failure(
-            StatusCode::FORBIDDEN,
-            l,
-            l.t("Link not valid", "Link non valido"),
-            l.t(
-                "This sign-in link was already used or has expired. Run `metnos web login` for a new one.",
-                "Questo link di accesso è già stato usato o è scaduto. Esegui `metnos web login` per averne uno nuovo.",
-            ),
-        );
+        return link_not_valid(l);
     };
     tracing::info!("the owner signed in to the web page");
     let secure = if web.secure { "; Secure" } else { "" };
@@ -314,17 +377,7 @@ async fn login(
         opened.cookie,
         web.sessions.session_seconds()
     );
-    let body = format!(
-        r#"<p>{} <a href="/turns">{}</a></p>"#,
-        esc(l.t("Signed in.", "Accesso eseguito.")),
-        esc(l.t("Open the turns", "Apri i turni"))
-    );
-    let page = html::page(l, Nav::None, "Metnos", None, &body).replacen(
-        "<title>",
-        r#"<meta http-equiv="refresh" content="0; url=/turns"><title>"#,
-        1,
-    );
-    let mut response = Html(page).into_response();
+    let mut response = Redirect::to("/turns").into_response();
     if let Ok(value) = HeaderValue::from_str(&set_cookie) {
         response.headers_mut().insert(header::SET_COOKIE, value);
     }

@@ -13,7 +13,6 @@ use axum::http::{HeaderMap, StatusCode};
 use axum::response::sse::{Event, KeepAlive, Sse};
 use axum::response::{Html, IntoResponse, Redirect, Response};
 use axum::routing::get;
-use futures::Stream;
 use metnos_core::level::AutonomyLevel;
 use metnos_core::replay::Tally;
 use metnos_core::table::Outcome;
@@ -319,19 +318,16 @@ async fn turns(
     // The turns under way (whichever replica runs them), then the day's log.
     let mut seen = HashSet::new();
     if live {
-        let midnight = jiff::Timestamp::from_millisecond(started)
-            .ok()
-            .and_then(|t| t.to_zoned(jiff::tz::TimeZone::UTC).start_of_day().ok())
-            .map_or(0, |z| z.timestamp().as_millisecond());
         match client
             .list_turn_changes(planner::ListTurnChangesRequest {
-                after_ms: midnight,
-                limit: 1000,
+                unfinished: true,
+                limit: 100,
+                ..Default::default()
             })
             .await
         {
             Ok(changes) => {
-                for change in changes.into_inner().changes.into_iter().rev() {
+                for change in changes.into_inner().changes {
                     if change.state == "finished" || !seen.insert(change.turn_id.clone()) {
                         continue;
                     }
@@ -399,23 +395,44 @@ async fn turns(
     shown(&owner, Nav::Turns, l.t("Turns", "Turni"), &body)
 }
 
+/// Changes asked for at once by the live feed.
+const BATCH: u32 = 200;
+
 /// `GET /turns/events`: the turns' changes as Server-Sent Events (`turn`: one rendered
 /// `<article>`), while the session lasts.
 async fn turn_events(
     State(web): State<Arc<Web>>,
     owner: Owner,
     Query(filter): Query<TurnFilter>,
-) -> Sse<impl Stream<Item = Result<Event, Infallible>>> {
-    let (tx, rx) = tokio::sync::mpsc::channel::<Event>(32);
+) -> Response {
     let l = owner.lang;
+    // Each live view polls the planner: a few at once, every session together.
+    let Ok(permit) = Arc::clone(&web.live_feeds).try_acquire_owned() else {
+        return failure(
+            StatusCode::TOO_MANY_REQUESTS,
+            l,
+            l.t("Too many live views", "Troppe viste in diretta"),
+            l.t(
+                "Too many pages are following the turns live; close one and reload.",
+                "Troppe pagine seguono i turni in diretta; chiudine una e ricarica.",
+            ),
+        );
+    };
+    let (tx, rx) = tokio::sync::mpsc::channel::<Event>(32);
     tokio::spawn(async move {
+        let _permit = permit;
         let mut client = web.upstream.planner.clone();
         let mut cursor = filter.after;
         // What each turn last showed: a change seen twice (the overlap below) is sent once.
         let mut sent: HashMap<String, i64> = HashMap::new();
         let mut ticks = tokio::time::interval(web.poll);
+        let mut full = false;
         loop {
             ticks.tick().await;
+            // The browser went away: nothing more to ask for it.
+            if tx.is_closed() {
+                return;
+            }
             if web.sessions.session(&owner.cookie, now_ms()).is_none() {
                 let _ = tx
                     .send(Event::default().event("end").data("signed out"))
@@ -423,17 +440,27 @@ async fn turn_events(
                 return;
             }
             // Two seconds back: a change committed late with an earlier time (another
-            // replica's clock, a slow transaction) is not skipped.
+            // replica's clock, a slow transaction) is not skipped. After a full batch, from
+            // where it ended (more changes than a batch within two seconds would be asked
+            // for again and again).
+            let after = if full {
+                cursor
+            } else {
+                cursor.saturating_sub(2000)
+            };
             let asked = client
                 .list_turn_changes(planner::ListTurnChangesRequest {
-                    after_ms: cursor - 2000,
-                    limit: 200,
+                    after_ms: after,
+                    limit: BATCH,
+                    unfinished: false,
                 })
                 .await;
             let Ok(changes) = asked else {
                 continue;
             };
-            for change in changes.into_inner().changes {
+            let changes = changes.into_inner().changes;
+            full = changes.len() == BATCH as usize;
+            for change in changes {
                 cursor = cursor.max(change.changed_ms);
                 if sent.get(&change.turn_id) == Some(&change.changed_ms) {
                     continue;
@@ -445,11 +472,9 @@ async fn turn_events(
                 if !filter.keeps(&record) {
                     continue;
                 }
-                let article = render_turn(l, &record, &change.state);
-                let event = Event::default()
-                    .event("turn")
-                    .id(change.turn_id)
-                    .data(article);
+                // One event, one article (an event's data may not hold a carriage return).
+                let article = render_turn(l, &record, &change.state).replace('\r', "");
+                let event = Event::default().event("turn").data(article);
                 if tx.send(event).await.is_err() {
                     return;
                 }
@@ -458,9 +483,13 @@ async fn turn_events(
         }
     });
     let stream = futures::stream::unfold(rx, |mut rx| async move {
-        rx.recv().await.map(|event| (Ok(event), rx))
+        rx.recv()
+            .await
+            .map(|event| (Ok::<_, Infallible>(event), rx))
     });
-    Sse::new(stream).keep_alive(KeepAlive::default())
+    Sse::new(stream)
+        .keep_alive(KeepAlive::default())
+        .into_response()
 }
 
 // ---------------------------------------------------------------------------------------
@@ -1100,6 +1129,8 @@ fn chain_row(l: Lang, name: &str, answer: Result<(u64, String), tonic::Status>) 
 
 async fn record(State(web): State<Arc<Web>>, owner: Owner) -> Response {
     let l = owner.lang;
+    // A walk reads every record: one at a time, however often the page is reloaded.
+    let _walking = web.walking.lock().await;
     let up = &web.upstream;
     let turns = up
         .planner
@@ -1299,4 +1330,72 @@ async fn replay(
         esc(l.t("unchanged", "invariate"))
     );
     shown(&owner, Nav::Replay, l.t("What-if", "E se…"), &body)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn the_filters_keep_a_turn_by_person_and_by_any_outcome_it_had() {
+        let record = json!({
+            "turn_id": "t1",
+            "principal": {"channel": "telegram", "sender_id": "42"},
+            "final_kind": "answer",
+            "steps": [
+                {"executor": "fs_write", "policy": "approval_required", "verdict": "approved", "approval_decision": "rejected"},
+            ],
+        });
+        let filter = |person: &str, outcome: &str| TurnFilter {
+            person: person.into(),
+            outcome: outcome.into(),
+            ..TurnFilter::default()
+        };
+        for (person, outcome, kept) in [
+            ("", "", true),
+            ("telegram:42", "", true),
+            ("telegram:4", "", false),
+            ("cli:42", "", false),
+            ("", "answer", true),
+            ("", "approval_required", true),
+            ("", "rejected", true),
+            ("", "denied", false),
+            ("telegram:42", "blocked", false),
+        ] {
+            assert_eq!(
+                filter(person, outcome).keeps(&record),
+                kept,
+                "{person} {outcome}"
+            );
+        }
+    }
+
+    #[test]
+    fn a_turn_shows_keys_and_labels_escaped_and_never_a_token() {
+        let token = "f".repeat(43);
+        let record = json!({
+            "turn_id": "t\"><script>",
+            "principal": {"channel": "cli", "sender_id": "<b>me</b>"},
+            "final_kind": "answer",
+            "steps": [{"executor": "fs_read", "arg_keys": ["<img src=x>"], "policy": "allowed",
+                       "policy_reason": "Supervised x fs:read = allowed", "approval_token": token,
+                       "labels": ["file:/tmp/<x>"], "ok": true}],
+        });
+        let html = render_turn(Lang::En, &record, "suspended");
+        assert!(
+            !html.contains("<script>") && !html.contains("<img") && !html.contains("<b>"),
+            "{html}"
+        );
+        assert!(
+            html.contains(r#"id="turn-t&quot;&gt;&lt;script&gt;""#),
+            "{html}"
+        );
+        assert!(!html.contains(&token), "{html}");
+        assert!(
+            html.contains(&metnos_kit::chain::hash(&token)[..16]),
+            "{html}"
+        );
+        assert!(html.contains("k-awaiting-approval"), "{html}");
+    }
 }

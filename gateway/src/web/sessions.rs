@@ -87,6 +87,14 @@ impl Sessions {
         (format!("{}/login/{token}", self.base_url), expires)
     }
 
+    /// Whether a link's token may still be used (nothing is used up).
+    pub fn waiting(&self, token: &str, now_ms: i64) -> bool {
+        self.inner()
+            .links
+            .get(&digest(token))
+            .is_some_and(|until| *until > now_ms)
+    }
+
     /// Uses a link's token, once: the session it opens, or `None` for a token unknown,
     /// used or expired.
     pub fn redeem(&self, token: &str, now_ms: i64) -> Option<Opened> {
@@ -148,10 +156,15 @@ mod tests {
         let (url, expires) = s.new_login(1_000);
         assert!(url.starts_with("http://127.0.0.1:8780/login/"), "{url}");
         assert_eq!(expires, 301_000);
+        assert!(
+            s.waiting(token_of(&url), 2_000),
+            "opening the link uses nothing up"
+        );
         let opened = s
             .redeem(token_of(&url), 2_000)
             .expect("a fresh link signs in");
         assert!(s.redeem(token_of(&url), 2_001).is_none(), "used twice");
+        assert!(!s.waiting(token_of(&url), 2_001));
         assert_eq!(
             s.session(&opened.cookie, 3_000),
             Some(opened.session.clone())

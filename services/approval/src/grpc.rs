@@ -488,7 +488,11 @@ impl ApprovalService for ApprovalApi {
                     .map(|p| {
                         let mut shown = pending_msg(p);
                         if spectator && speaks_for(caller, &p.requester).is_err() {
-                            shown.token = metnos_kit::chain::hash(&p.token)[..16].to_owned();
+                            let name = metnos_kit::chain::token_name(&p.token);
+                            if let Some(request) = &mut shown.request {
+                                request.token = name.clone();
+                            }
+                            shown.token = name;
                         }
                         shown
                     })

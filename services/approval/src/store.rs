@@ -447,7 +447,7 @@ impl PendingStore {
     ) {
         let record = serde_json::json!({
             "at": now,
-            "request": &metnos_kit::chain::hash(token)[..16],
+            "request": metnos_kit::chain::token_name(token),
             "status": status.as_str(),
             "by": by.map(ToString::to_string),
             "territory": territory.as_str(),

@@ -37,6 +37,12 @@ pub fn hash(line: &str) -> String {
     hex::encode(Sha256::digest(line.as_bytes()))
 }
 
+/// An approval token as records name it to those who may not hold it (the decisions
+/// journal, the spectator page): the first 16 hex digits of its SHA-256.
+pub fn token_name(token: &str) -> String {
+    hash(token)[..16].to_owned()
+}
+
 /// Where a chain ends: the last line's `seq` and hash.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct End {

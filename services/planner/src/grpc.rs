@@ -24,6 +24,25 @@ use crate::store::{State, StoredTurn};
 use crate::turn::{Checkpoint, TurnRequest, mode_from_wire};
 use crate::turnlog;
 
+/// A turn record as `spectator` (the gateway's page) may see it: each step's approval
+/// token named as the decisions journal names it, never the token itself.
+fn shown_to(spectator: bool, record_json: String) -> String {
+    if !spectator {
+        return record_json;
+    }
+    let Ok(mut record) = serde_json::from_str::<serde_json::Value>(&record_json) else {
+        return String::new();
+    };
+    if let Some(steps) = record.get_mut("steps").and_then(|s| s.as_array_mut()) {
+        for step in steps {
+            if let Some(token) = step.get("approval_token").and_then(|t| t.as_str()) {
+                step["approval_token"] = metnos_kit::chain::token_name(token).into();
+            }
+        }
+    }
+    record.to_string()
+}
+
 /// Who may call which RPC (README, "Security model"): the gateway (for the people it
 /// authenticated) and the owner (for `cli`) run, resume and cancel turns — each only for
 /// its own people, checked below — and only the owner reads them.
@@ -379,6 +398,7 @@ impl PlannerService for PlannerApi {
         &self,
         request: Request<pb::GetTurnRequest>,
     ) -> Result<Response<pb::GetTurnResponse>, Status> {
+        let spectator = Caller::of(&request) == Some(Identity::Gateway);
         let id = request.into_inner().turn_id;
         limits::bytes("turn_id", &id, limits::TOKEN).map_err(Error::from)?;
         let found = self
@@ -393,6 +413,7 @@ impl PlannerService for PlannerApi {
             _ => serde_json::json!({"turn_id": found.turn_id, "state": found.state.as_str()})
                 .to_string(),
         };
+        let record_json = shown_to(spectator, record_json);
         Ok(Response::new(pb::GetTurnResponse { record_json }))
     }
 
@@ -400,6 +421,7 @@ impl PlannerService for PlannerApi {
         &self,
         request: Request<pb::ListTurnsRequest>,
     ) -> Result<Response<pb::ListTurnsResponse>, Status> {
+        let spectator = Caller::of(&request) == Some(Identity::Gateway);
         let request = request.into_inner();
         let date = if request.date.is_empty() {
             turnlog::date_of(now_ms())
@@ -421,7 +443,10 @@ impl PlannerService for PlannerApi {
             .read(&date, limit)
             .map_err(Error::TurnLog)?;
         Ok(Response::new(pb::ListTurnsResponse {
-            records_json: records.iter().map(ToString::to_string).collect(),
+            records_json: records
+                .iter()
+                .map(|r| shown_to(spectator, r.to_string()))
+                .collect(),
         }))
     }
 
@@ -429,6 +454,7 @@ impl PlannerService for PlannerApi {
         &self,
         request: Request<pb::ListTurnChangesRequest>,
     ) -> Result<Response<pb::ListTurnChangesResponse>, Status> {
+        let spectator = Caller::of(&request) == Some(Identity::Gateway);
         let request = request.into_inner();
         limits::number("limit", u64::from(request.limit), u64::from(limits::LIST))
             .map_err(Error::from)?;
@@ -437,19 +463,20 @@ impl PlannerService for PlannerApi {
         } else {
             request.limit
         };
-        let changes = self
-            .planner
-            .store
-            .changes(request.after_ms, limit)
-            .await
-            .map_err(Error::from)?;
+        let store = &self.planner.store;
+        let changes = if request.unfinished {
+            store.unfinished(limit).await
+        } else {
+            store.changes(request.after_ms, limit).await
+        }
+        .map_err(Error::from)?;
         Ok(Response::new(pb::ListTurnChangesResponse {
             changes: changes
                 .into_iter()
                 .map(|c| pb::TurnChange {
                     turn_id: c.turn_id,
                     state: c.state,
-                    record_json: c.record,
+                    record_json: shown_to(spectator, c.record),
                     changed_ms: c.changed_ms,
                 })
                 .collect(),
@@ -517,6 +544,7 @@ impl PlannerService for PlannerApi {
         &self,
         request: Request<pb::ListSchedulesRequest>,
     ) -> Result<Response<pb::ListSchedulesResponse>, Status> {
+        let spectator = Caller::of(&request) == Some(Identity::Gateway);
         let r = request.into_inner();
         let scheduler = self.scheduler()?;
         let person = match r.principal {
@@ -533,7 +561,22 @@ impl PlannerService for PlannerApi {
             .await
             .map_err(Error::from)?;
         Ok(Response::new(pb::ListSchedulesResponse {
-            schedules: tasks.iter().map(|t| schedule_of(scheduler, t)).collect(),
+            schedules: tasks
+                .iter()
+                .map(|t| schedule_of(scheduler, t))
+                .map(|mut s| {
+                    // The spectator page: when and whose, not what was asked or answered (a
+                    // standing order's name is by default its request's beginning).
+                    if spectator {
+                        s.query.clear();
+                        s.last_output.clear();
+                        if s.kind == "standing" {
+                            s.name.clone_from(&s.id);
+                        }
+                    }
+                    s
+                })
+                .collect(),
         }))
     }
 

@@ -323,10 +323,36 @@ impl Store {
     /// at most `limit`, whichever replica ran them: each as its record (the log's once
     /// finished, the live one before).
     pub async fn changes(&self, after_ms: i64, limit: u32) -> Result<Vec<Change>, sqlx::Error> {
-        let sql = "SELECT turn_id, state, COALESCE(record, live) AS shown, live_at FROM turns \
-                   WHERE live_at > $1 ORDER BY live_at LIMIT $2";
+        self.shown(
+            "WHERE live_at > $1 ORDER BY live_at LIMIT $2",
+            after_ms,
+            limit,
+        )
+        .await
+    }
+
+    /// The turns not finished (running, resuming, waiting for an approval), newest change
+    /// first, at most `limit`.
+    pub async fn unfinished(&self, limit: u32) -> Result<Vec<Change>, sqlx::Error> {
+        self.shown(
+            "WHERE state <> 'finished' AND live IS NOT NULL AND live_at > $1 ORDER BY live_at DESC LIMIT $2",
+            0,
+            limit,
+        )
+        .await
+    }
+
+    async fn shown(
+        &self,
+        filter: &'static str,
+        after_ms: i64,
+        limit: u32,
+    ) -> Result<Vec<Change>, sqlx::Error> {
+        let sql = format!(
+            "SELECT turn_id, state, COALESCE(record, live) AS shown, live_at FROM turns {filter}"
+        );
         on_db!(&self.db, pool => {
-            let rows = sqlx::query(sql).bind(after_ms).bind(i64::from(limit)).fetch_all(pool).await?;
+            let rows = sqlx::query(sqlx::AssertSqlSafe(sql)).bind(after_ms).bind(i64::from(limit)).fetch_all(pool).await?;
             rows.iter()
                 .map(|row| {
                     Ok(Change {
@@ -694,7 +720,7 @@ impl Store {
     /// `true` when this caller closed it.
     pub async fn close_unreadable(&self, turn_id: &str, now_ms: i64) -> Result<bool, sqlx::Error> {
         let sql = "UPDATE turns SET state = 'finished', approval_token = NULL, checkpoint = '', \
-                   updated_at = $2, lease_until = 0, live_at = $2 WHERE turn_id = $1 AND state = 'suspended'";
+                   updated_at = $2, lease_until = 0, live = NULL, live_at = $2 WHERE turn_id = $1 AND state = 'suspended'";
         let affected = self
             .execute(sql, Binds(&[Bind::Text(turn_id), Bind::Int(now_ms)]))
             .await?;

@@ -402,6 +402,14 @@ async fn every_replicas_turn_changes_are_seen_in_order_and_the_end_shows_the_log
     assert_eq!(seen[0].state, "running");
 
     assert!(a.set_live("ta", r#"{"steps":[1]}"#, 1_200).await.unwrap());
+    let under_way: Vec<_> = b
+        .unfinished(10)
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|c| c.turn_id)
+        .collect();
+    assert_eq!(under_way, ["ta", "tb"], "newest change first");
     // B does not hold A's turn: nothing is written in its name.
     assert!(
         !b.set_live("ta", r#"{"steps":["forged"]}"#, 1_300)
@@ -424,6 +432,14 @@ async fn every_replicas_turn_changes_are_seen_in_order_and_the_end_shows_the_log
         ("finished", r#"{"final_kind":"answer"}"#)
     );
     assert!(b.changes(1_400, 10).await.unwrap().is_empty());
+    let under_way: Vec<_> = b
+        .unfinished(10)
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|c| c.turn_id)
+        .collect();
+    assert_eq!(under_way, ["tb"], "a finished turn is not under way");
     assert_eq!(b.changes(0, 1).await.unwrap().len(), 1, "the limit holds");
 }
 

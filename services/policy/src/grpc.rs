@@ -290,6 +290,9 @@ impl PolicyService for PolicyApi {
         &self,
         request: Request<pb::ListGrantsRequest>,
     ) -> Result<Response<pb::ListGrantsResponse>, Status> {
+        // The gateway (the spectator page) never holds an approval's token: a grant's
+        // `approval:<token>` is named as the decisions journal names it.
+        let spectator = metnos_kit::authz::Caller::of(&request) == Some(Identity::Gateway);
         let request = request.into_inner();
         let sizes = limits::all(&[
             ("channel", &request.channel, MAX_ID_LEN),
@@ -305,7 +308,17 @@ impl PolicyService for PolicyApi {
         };
         match self.policy.list(&filter).await {
             Ok(grants) => Ok(Response::new(pb::ListGrantsResponse {
-                grants: grants.into_iter().map(grant_to).collect(),
+                grants: grants
+                    .into_iter()
+                    .map(grant_to)
+                    .map(|mut g| {
+                        if spectator && let Some(token) = g.granted_by.strip_prefix("approval:") {
+                            g.granted_by =
+                                format!("approval:{}", metnos_kit::chain::token_name(token));
+                        }
+                        g
+                    })
+                    .collect(),
             })),
             Err(e) => Err(self.status(e).await),
         }

@@ -559,6 +559,13 @@ impl VaglioService for VaglioApi {
         &self,
         request: Request<pb::GetTelosRequest>,
     ) -> Result<Response<pb::GetTelosResponse>, Status> {
+        // The gateway asks for the spectator page: the owner's telos, nobody else's.
+        if Caller::of(&request) == Some(Identity::Gateway) && request.get_ref().principal.is_some()
+        {
+            return Err(Status::permission_denied(
+                "the gateway reads only the owner's telos (the spectator page): leave principal unset",
+            ));
+        }
         let r = request.into_inner();
         let person = match r.principal.as_ref() {
             Some(p) => principal_of("principal", Some(p))?,
@@ -683,6 +690,7 @@ impl VaglioService for VaglioApi {
         &self,
         request: Request<pb::ListRejectedProposalsRequest>,
     ) -> Result<Response<pb::ListRejectedProposalsResponse>, Status> {
+        let spectator = Caller::of(&request) == Some(Identity::Gateway);
         let r = request.into_inner();
         limits::number("limit", u64::from(r.limit), 1000).map_err(Error::from)?;
         limits::number("borderline", u64::from(r.borderline), 1000).map_err(Error::from)?;
@@ -698,7 +706,18 @@ impl VaglioService for VaglioApi {
             .journal(person.as_ref(), since, limit, r.borderline)
             .await?;
         Ok(Response::new(pb::ListRejectedProposalsResponse {
-            results: results.iter().map(result_msg).collect(),
+            results: results
+                .iter()
+                .map(result_msg)
+                .map(|mut r| {
+                    // The spectator page: the figures, not the proposal's words.
+                    if spectator {
+                        r.description.clear();
+                        r.ask_person.clear();
+                    }
+                    r
+                })
+                .collect(),
         }))
     }
 

@@ -172,6 +172,17 @@ impl Config {
     fn validate_web(&self) -> Result<(), ConfigError> {
         if !self.web.public_url.is_empty() {
             check_url(&self.web.public_url).map_err(|m| ConfigError::key("web.public_url", m))?;
+            let path = self
+                .web
+                .public_url
+                .parse::<http::Uri>()
+                .map(|u| u.path().to_owned());
+            if path.is_ok_and(|p| p != "/" && !p.is_empty()) {
+                return Err(ConfigError::key(
+                    "web.public_url",
+                    "the page is served at the root: give the proxy's address without a path",
+                ));
+            }
         }
         if !matches!(self.web.lang.as_str(), "" | "en" | "it") {
             return Err(ConfigError::key(
@@ -316,6 +327,39 @@ fn check_url(url: &str) -> Result<(), String> {
 #[cfg(test)]
 mod tests {
     use super::super::test_env::{load, load_err, with_env, write_file};
+
+    #[test]
+    fn the_web_page_is_off_by_default_and_its_address_and_language_are_checked() {
+        with_env(&[], |_| {
+            let web = load()?.web;
+            assert!(!web.enabled);
+            assert_eq!(web.listen.to_string(), "127.0.0.1:8780");
+            assert_eq!(web.base_url(), "http://127.0.0.1:8780");
+            Ok(())
+        });
+        with_env(
+            &[("METNOS_WEB__PUBLIC_URL", "https://metnos.example.org/")],
+            |_| {
+                assert_eq!(load()?.web.base_url(), "https://metnos.example.org");
+                Ok(())
+            },
+        );
+        for (key, value, says) in [
+            ("METNOS_WEB__PUBLIC_URL", "ftp://x", "web.public_url"),
+            (
+                "METNOS_WEB__PUBLIC_URL",
+                "https://x.org/metnos",
+                "without a path",
+            ),
+            ("METNOS_WEB__LANG", "fr", "web.lang"),
+        ] {
+            with_env(&[(key, value)], |_| {
+                let error = load_err();
+                assert!(error.contains(says), "{value}: {error}");
+                Ok(())
+            });
+        }
+    }
 
     #[test]
     fn the_shell_runs_unsandboxed_only_when_told_and_never_a_launcher() {
