@@ -33,19 +33,31 @@ enum Found {
     Unchecked,
 }
 
+/// The newest daily root as a line's end (`; daily root 2026-11-26: seq 12, sha256 …`).
+fn day_root(day: &str) -> String {
+    if day.is_empty() {
+        String::new()
+    } else {
+        format!("; daily root {day}")
+    }
+}
+
 /// Says what a service's walk of its journal found.
 fn said(
     name: &str,
     service: ServiceName,
     url: &str,
-    answer: Result<(u64, String), tonic::Status>,
+    answer: Result<(u64, String, String), tonic::Status>,
 ) -> Found {
     match answer {
-        Ok((records, broken)) if broken.is_empty() => {
-            println!("{name} ({url}): intact — {records} record(s)");
+        Ok((records, broken, day)) if broken.is_empty() => {
+            println!(
+                "{name} ({url}): intact — {records} record(s){}",
+                day_root(&day)
+            );
             Found::Intact
         }
-        Ok((_, broken)) => {
+        Ok((_, broken, _)) => {
             println!("{name} ({url}): BROKEN — {broken}");
             Found::Broken
         }
@@ -88,7 +100,7 @@ async fn verify(config: &Config, since: Option<&str>) -> ExitCode {
         match metnos_kit::chain::verify(&dir, since) {
             Ok(report) => match report.broken {
                 None => println!(
-                    "{name} ({}): intact — {} file(s), {} record(s){}",
+                    "{name} ({}): intact — {} file(s), {} record(s){}{}",
                     dir.display(),
                     report.files,
                     report.lines,
@@ -96,7 +108,8 @@ async fn verify(config: &Config, since: Option<&str>) -> ExitCode {
                         format!("; {} from before the chain, not checked", report.unchained)
                     } else {
                         String::new()
-                    }
+                    },
+                    day_root(&report.newest_day())
                 ),
                 Some(broken) => {
                     intact = false;
@@ -120,7 +133,7 @@ async fn verify(config: &Config, since: Option<&str>) -> ExitCode {
         .await
         .map(|a| {
             let a = a.into_inner();
-            (a.records, a.broken)
+            (a.records, a.broken, a.newest_day_root)
         });
     let mut found = vec![said("grant changes", ServiceName::Policy, &url, answer)];
     let (channel, url) = match crate::admin::connect(config, ServiceName::Approval) {
@@ -132,7 +145,7 @@ async fn verify(config: &Config, since: Option<&str>) -> ExitCode {
         .await
         .map(|a| {
             let a = a.into_inner();
-            (a.records, a.broken)
+            (a.records, a.broken, a.newest_day_root)
         });
     found.push(said(
         "approval decisions",

@@ -241,6 +241,20 @@ async fn only_the_owner_sees_the_page_and_nothing_from_elsewhere_changes_a_thing
     assert_eq!(replayed.status(), 403, "a replayed token");
     assert!(replayed.headers().get(header::SET_COOKIE).is_none());
     assert_eq!(get("/turns", Some(&cookie)).await.unwrap().status(), 200);
+    let italian = http
+        .get(format!("{}/grants", page.base))
+        .headers(with_cookie(&cookie))
+        .header(header::ACCEPT_LANGUAGE, "it-IT,it;q=0.9,en;q=0.5")
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    assert!(
+        italian.contains(r#"<html lang="it">"#) && italian.contains("Permessi"),
+        "{italian}"
+    );
 
     // Another host name (DNS rebinding to loopback) is not answered, cookie or not.
     let rebound = http
@@ -550,6 +564,21 @@ async fn in_a_browser_the_owner_signs_in_watches_a_turn_live_and_revokes_a_grant
         assert!(text.contains(says), "{path} does not say {says}: {text}");
         screenshot(&browser, name).await;
     }
+
+    // On a phone: nothing wider than the screen, and in Italian for an Italian browser
+    // (the server's choice from Accept-Language is checked over HTTP).
+    browser.set_window_size(390, 844).await.unwrap();
+    browser.goto(&format!("{}/turns", page.base)).await.unwrap();
+    let fits = browser
+        .execute(
+            "return document.documentElement.scrollWidth <= window.innerWidth;",
+            vec![],
+        )
+        .await
+        .unwrap();
+    assert_eq!(fits, json!(true), "the turns page is wider than a phone");
+    screenshot(&browser, "15-turns-phone").await;
+    browser.set_window_size(1100, 900).await.unwrap();
 
     // A cross-site POST: a page on another origin submits the revocation (with the real
     // form token, as if it had leaked); the browser says where it came from, and the

@@ -196,14 +196,15 @@ header{display:flex;flex-wrap:wrap;gap:.5rem 1rem;align-items:center;padding:.6r
 nav{display:flex;flex-wrap:wrap;gap:.25rem .8rem}nav a{color:inherit;text-decoration:none;padding:.15rem 0}nav a[aria-current]{font-weight:600;border-bottom:2px solid currentColor}
 .signout{margin-left:auto}main{padding:1rem;max-width:72rem;margin:0 auto}h1{font-size:1.3rem;margin:.2rem 0 1rem}h2{font-size:1.1rem;margin:1.4rem 0 .5rem}
 .scroll{overflow-x:auto}table{border-collapse:collapse;width:100%;font-size:.92rem}th,td{text-align:left;padding:.35rem .5rem;border-bottom:1px solid var(--line);vertical-align:top}
-.turn{background:var(--card);border:1px solid var(--line);border-radius:8px;padding:.6rem .8rem;margin:0 0 .7rem}.turn header{padding:0;border:0;background:none;font-size:.92rem}
+.turn{background:var(--card);border:1px solid var(--line);border-radius:8px;padding:.6rem .8rem;margin:0 0 .7rem;overflow-wrap:anywhere}.turn header{padding:0;border:0;background:none;font-size:.92rem}
 .steps{margin:.4rem 0 0;padding-left:1.3rem}.steps li{margin:.25rem 0}.muted{color:var(--muted)}
 .pill{display:inline-block;padding:0 .45rem;border-radius:999px;border:1px solid currentColor;font-size:.8rem;white-space:nowrap}
 .k-allowed,.k-approved,.k-answer,.k-ok,.k-active,.k-intact{color:var(--ok)}.k-approval-required,.k-awaiting-approval,.k-running,.k-pending,.k-expired{color:var(--warn)}
 .k-denied,.k-blocked,.k-rejected,.k-error,.k-failed,.k-revoked,.k-broken,.k-unavailable{color:var(--bad)}
 form.filters{display:flex;flex-wrap:wrap;gap:.5rem;align-items:end;margin-bottom:1rem}label{display:flex;flex-direction:column;font-size:.85rem;gap:.15rem}
 input,select,button{font:inherit;padding:.3rem .5rem}.card{white-space:pre-wrap;background:var(--card);border:1px solid var(--line);border-radius:8px;padding:.5rem .7rem;margin:0}
-.notice{padding:.5rem .8rem;border-left:4px solid var(--warn);background:var(--card)}
+.notice{padding:.5rem .8rem;border-left:4px solid var(--warn);background:var(--card);overflow-wrap:anywhere}
+@media (max-width:40rem){main{padding:.6rem}header{padding:.5rem .6rem}.signout{margin-left:0}}
 "#;
 
 /// The page's only script: the turns list follows the server's events (no reload).

@@ -1104,23 +1104,30 @@ async fn telos(State(web): State<Arc<Web>>, owner: Owner) -> Response {
 // ---------------------------------------------------------------------------------------
 // The record's chains
 
-fn chain_row(l: Lang, name: &str, answer: Result<(u64, String), tonic::Status>) -> Vec<String> {
+fn chain_row(
+    l: Lang,
+    name: &str,
+    answer: Result<(u64, String, String), tonic::Status>,
+) -> Vec<String> {
     match answer {
-        Ok((records, broken)) if broken.is_empty() => vec![
+        Ok((records, broken, day)) if broken.is_empty() => vec![
             esc(name),
             pill("intact", l.t("intact", "integro")),
             records.to_string(),
+            format!("<code>{}</code>", esc(&day)),
             String::new(),
         ],
-        Ok((records, broken)) => vec![
+        Ok((records, broken, day)) => vec![
             esc(name),
             pill("broken", l.t("BROKEN", "ROTTO")),
             records.to_string(),
+            format!("<code>{}</code>", esc(&day)),
             esc(&broken),
         ],
         Err(status) => vec![
             esc(name),
             pill("unavailable", l.t("not checked", "non verificato")),
+            String::new(),
             String::new(),
             esc(&format!("{:?}: {}", status.code(), status.message())),
         ],
@@ -1139,7 +1146,7 @@ async fn record(State(web): State<Arc<Web>>, owner: Owner) -> Response {
         .await
         .map(|r| {
             let r = r.into_inner();
-            (r.records, r.broken)
+            (r.records, r.broken, r.newest_day_root)
         });
     let verdicts = up
         .vaglio
@@ -1148,7 +1155,7 @@ async fn record(State(web): State<Arc<Web>>, owner: Owner) -> Response {
         .await
         .map(|r| {
             let r = r.into_inner();
-            (r.records, r.broken)
+            (r.records, r.broken, r.newest_day_root)
         });
     let grants = up
         .policy
@@ -1157,7 +1164,7 @@ async fn record(State(web): State<Arc<Web>>, owner: Owner) -> Response {
         .await
         .map(|r| {
             let r = r.into_inner();
-            (r.records, r.broken)
+            (r.records, r.broken, r.newest_day_root)
         });
     let decisions = up
         .approval
@@ -1166,7 +1173,7 @@ async fn record(State(web): State<Arc<Web>>, owner: Owner) -> Response {
         .await
         .map(|r| {
             let r = r.into_inner();
-            (r.records, r.broken)
+            (r.records, r.broken, r.newest_day_root)
         });
     let rows = vec![
         chain_row(l, l.t("Turn log", "Registro dei turni"), turns),
@@ -1181,8 +1188,8 @@ async fn record(State(web): State<Arc<Web>>, owner: Owner) -> Response {
     let mut body = format!(
         r#"<p>{}</p>"#,
         esc(l.t(
-            "Each record carries the hash of the one before it: an edited, removed or reordered record breaks the chain here and in `metnos audit verify`.",
-            "Ogni voce porta l'hash della precedente: una voce modificata, tolta o spostata rompe la catena, qui e in `metnos audit verify`."
+            "Each record carries the hash of the one before it: an edited, removed or reordered record breaks the chain here and in `metnos audit verify`. Each day's first record keeps the chain as the day began (its daily root): note one down, and a log rewritten whole since will not match it.",
+            "Ogni voce porta l'hash della precedente: una voce modificata, tolta o spostata rompe la catena, qui e in `metnos audit verify`. La prima voce di ogni giorno conserva la catena com'era all'inizio del giorno (la radice giornaliera): annotane una, e un registro riscritto per intero dopo non le corrisponderà."
         ))
     );
     body.push_str(&table(
@@ -1190,6 +1197,7 @@ async fn record(State(web): State<Arc<Web>>, owner: Owner) -> Response {
             l.t("Record", "Registro"),
             l.t("State", "Stato"),
             l.t("Records", "Voci"),
+            l.t("Newest daily root", "Radice giornaliera più recente"),
             l.t("First break", "Prima rottura"),
         ],
         &rows,

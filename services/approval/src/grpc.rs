@@ -519,6 +519,7 @@ impl ApprovalService for ApprovalApi {
         match self.approvals.verify_decisions().await {
             Ok(report) => Ok(Response::new(pb::VerifyDecisionsResponse {
                 records: report.lines,
+                newest_day_root: report.newest_day(),
                 broken: report.broken.unwrap_or_default(),
             })),
             Err(e) => Err(self.status(e).await),

@@ -1022,12 +1022,7 @@ impl Approvals {
 
     /// Walks the decisions journal (`metnos audit verify`).
     pub async fn verify_decisions(&self) -> Result<metnos_kit::chain::Report, Error> {
-        let (lines, head) = self.store.decisions().await?;
-        Ok(metnos_kit::chain::verify_lines(
-            "decisions",
-            &lines,
-            head.as_ref(),
-        ))
+        Ok(self.store.verify_decisions().await?)
     }
 
     /// Records the territory grants that could not be recorded when approved.

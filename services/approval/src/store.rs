@@ -464,6 +464,11 @@ impl PendingStore {
         DECISIONS.read(&self.db).await
     }
 
+    /// Walks the decisions journal, its daily roots with it.
+    pub async fn verify_decisions(&self) -> Result<metnos_kit::chain::Report, sqlx::Error> {
+        DECISIONS.verify(&self.db).await
+    }
+
     /// Requests, newest first.
     pub async fn list(
         &self,

@@ -863,6 +863,78 @@ async fn each_decision_is_one_chained_record_of_the_journal(store: TestStore) {
         "no token: {all}"
     );
     assert!(!all.contains("rapporto.pdf"), "no argument: {all}");
+    // The daily root: today's, kept at the day's second decision (the first had nothing
+    // before it); with one kept on an earlier day naming record 3 as it was, a journal
+    // rewritten whole from there (every link and the head consistent) is a break.
+    let today = metnos_kit::time::rfc3339(metnos_kit::time::now_ms())[..10].to_owned();
+    assert_eq!(report.days.len(), 1, "{:?}", report.days);
+    assert_eq!(
+        (report.days[0].0.as_str(), report.days[0].1.seq),
+        (today.as_str(), 1)
+    );
+    let third = metnos_kit::chain::line_end(&lines[2]);
+    metnos_kit::on_db!(approvals.store().db(), pool => {
+        sqlx::query("INSERT INTO decisions_head (id, seq, hash) VALUES (20260101, 3, $1)")
+            .bind(&third.hash)
+            .execute(pool)
+            .await
+            .unwrap();
+    });
+    let report = approvals.verify_decisions().await.unwrap();
+    assert_eq!((report.broken.as_deref(), report.days.len()), (None, 2));
+    let mut end = metnos_kit::chain::line_end(&lines[1]);
+    let mut relinked = Vec::new();
+    for (n, line) in lines.iter().enumerate().skip(2) {
+        let mut record: serde_json::Value = serde_json::from_str(line).unwrap();
+        let fields = record.as_object_mut().unwrap();
+        fields.retain(|k, _| k != "seq" && k != "prev");
+        if n == 2 {
+            fields.insert("status".into(), "approved".into());
+        }
+        let (line, next) = metnos_kit::chain::link(&end, &record);
+        relinked.push((next.seq, line));
+        end = next;
+    }
+    metnos_kit::on_db!(approvals.store().db(), pool => {
+        for (seq, line) in &relinked {
+            sqlx::query("UPDATE decisions SET line = $1 WHERE seq = $2")
+                .bind(line)
+                .bind(i64::try_from(*seq).unwrap())
+                .execute(pool)
+                .await
+                .unwrap();
+        }
+        sqlx::query("UPDATE decisions_head SET seq = $1, hash = $2 WHERE id = 1")
+            .bind(i64::try_from(end.seq).unwrap())
+            .bind(&end.hash)
+            .execute(pool)
+            .await
+            .unwrap();
+    });
+    let said = approvals.verify_decisions().await.unwrap().broken.unwrap();
+    assert!(
+        said.contains("record 3") && said.contains("daily root of 2026-01-01"),
+        "{said}"
+    );
+    // Put back as it was, for what follows.
+    metnos_kit::on_db!(approvals.store().db(), pool => {
+        for (n, line) in lines.iter().enumerate() {
+            sqlx::query("UPDATE decisions SET line = $1 WHERE seq = $2")
+                .bind(line)
+                .bind(i64::try_from(n + 1).unwrap())
+                .execute(pool)
+                .await
+                .unwrap();
+        }
+        let last = metnos_kit::chain::line_end(lines.last().unwrap());
+        sqlx::query("UPDATE decisions_head SET seq = $1, hash = $2 WHERE id = 1")
+            .bind(i64::try_from(last.seq).unwrap())
+            .bind(&last.hash)
+            .execute(pool)
+            .await
+            .unwrap();
+    });
+    assert_eq!(approvals.verify_decisions().await.unwrap().broken, None);
     // The head removed behind the service's back: a break, which the next decision keeps
     // visible (and still records).
     metnos_kit::on_db!(approvals.store().db(), pool => {

@@ -4,7 +4,8 @@
 //! files), and `prev`, the SHA-256 of the line before it, whole — the first line of a file
 //! links to the last of the previous file. `HEAD` holds the newest line's `seq` and hash
 //! (so a removed last line shows), and `ROOTS` one line per closed file, its last `seq`
-//! and hash (the daily — or monthly — root; a file the retention removed leaves its root).
+//! and hash (a file the retention removed leaves its root); `DAYS` one daily root per day
+//! written on, the chain's end as that day began (for the monthly verdict log too).
 //!
 //! [`verify`] walks a folder and names the first record edited, removed or reordered:
 //! a line whose `prev` is not the hash of the line before is a break — with the next `seq`
@@ -30,6 +31,9 @@ pub const GENESIS: &str = "genesis";
 pub const HEAD: &str = "HEAD";
 /// One line per closed file: its name, last `seq` and hash.
 pub const ROOTS: &str = "ROOTS";
+/// One line per UTC day the chain was written on: the day, and the chain's end (`seq`,
+/// hash) as that day's first record was written — the daily root.
+pub const DAYS: &str = "DAYS";
 const LOCK: &str = "LOCK";
 
 /// The hex SHA-256 of a line (without its newline).
@@ -268,6 +272,16 @@ pub fn append(dir: &Path, file: &str, records: &[Value]) -> std::io::Result<End>
             .open(dir.join(ROOTS))?;
         writeln!(roots, "{root}")?;
     }
+    // The day's root, at its first record: the chain as the day began.
+    let today = crate::time::rfc3339(crate::time::now_ms())[..10].to_owned();
+    if end.seq > 0 && days(dir)?.last().is_none_or(|(day, _)| *day < today) {
+        let root = serde_json::json!({"day": today, "seq": end.seq, "hash": end.hash});
+        let mut days = datadir::file_options()
+            .create(true)
+            .append(true)
+            .open(dir.join(DAYS))?;
+        writeln!(days, "{root}")?;
+    }
     let mut text = String::new();
     for (n, record) in records.iter().enumerate() {
         let line = match (&mark, n) {
@@ -320,6 +334,17 @@ pub fn head_mark(head: Option<&End>, end: &End) -> Option<Value> {
     }
 }
 
+impl Report {
+    /// The newest daily root, in words (`2026-11-26: seq 12, sha256 3fa2…`, the hash
+    /// whole): what the owner may note down to compare later. Empty when none is kept yet.
+    pub fn newest_day(&self) -> String {
+        self.days
+            .last()
+            .map(|(day, end)| format!("{day}: seq {}, sha256 {}", end.seq, end.hash))
+            .unwrap_or_default()
+    }
+}
+
 /// What [`verify`] found in one folder.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Report {
@@ -331,6 +356,8 @@ pub struct Report {
     pub unchained: u64,
     /// The first break, in words (file, line, what), if any.
     pub broken: Option<String>,
+    /// The daily roots kept: (day, the chain's end as it began), oldest first.
+    pub days: Vec<(String, End)>,
 }
 
 /// Walks `dir`'s chain (files from `since`, a stem prefix such as `2026-11-20`, if given)
@@ -352,7 +379,10 @@ pub fn verify(dir: &Path, since: Option<&str>) -> std::io::Result<Report> {
     };
     let all = files(dir)?;
     let roots = roots(dir)?;
+    report.days = days(dir)?;
     let mut previous: Option<(End, String)> = None;
+    // The seqs walked, to hold each daily root to the record it names.
+    let mut walked: Option<(u64, u64)> = None;
     for name in &all {
         let stem = name.trim_end_matches(".jsonl");
         let checked = since.is_none_or(|since| stem >= since);
@@ -381,6 +411,17 @@ pub fn verify(dir: &Path, since: Option<&str>) -> std::io::Result<Report> {
             report.broken = Some(broken);
             return Ok(report);
         }
+        for (n, line) in lines.iter().enumerate() {
+            let seq = seq_of(line);
+            if seq == 0 {
+                continue;
+            }
+            walked = Some(walked.map_or((seq, seq), |(low, _)| (low, seq)));
+            if let Some(broken) = day_root_break(&report.days, seq, line) {
+                report.broken = Some(format!("{name}, line {}: {broken}", n + 1));
+                return Ok(report);
+            }
+        }
         // A closed file's root: its last line as it was when the next file began.
         if let Some((_, root)) = roots.iter().find(|(file, _)| file == name)
             && let Some((end, at)) = &previous
@@ -393,6 +434,16 @@ pub fn verify(dir: &Path, since: Option<&str>) -> std::io::Result<Report> {
             return Ok(report);
         }
     }
+    // A daily root past the end: records written since that day began were removed.
+    if let Some((_, last)) = walked
+        && let Some((day, root)) = report.days.iter().find(|(_, root)| root.seq > last)
+    {
+        report.broken = Some(format!(
+            "the daily root of {day} names seq {}, past the chain's end at seq {last} (records were removed)",
+            root.seq
+        ));
+        return Ok(report);
+    }
     // The newest line: HEAD names it (with every file gone, only the retention's doing
     // leaves nothing: that is not a break).
     if previous.is_some() {
@@ -400,6 +451,15 @@ pub fn verify(dir: &Path, since: Option<&str>) -> std::io::Result<Report> {
         report.broken = head_break(head.as_ref(), previous.as_ref());
     }
     Ok(report)
+}
+
+/// The break a daily root finds in `line` (seq `seq`): a root naming this seq with
+/// another hash says the record was rewritten since that day began.
+fn day_root_break(days: &[(String, End)], seq: u64, line: &str) -> Option<String> {
+    let (day, root) = days.iter().find(|(_, root)| root.seq == seq)?;
+    (root.hash != hash(line)).then(|| {
+        format!("the daily root of {day} says this record (seq {seq}) read otherwise: it was rewritten, with every record after it")
+    })
 }
 
 /// Walks `lines` (of `name`), each linked to the one before (`previous`, carried across
@@ -501,8 +561,16 @@ pub fn link(end: &End, record: &Value) -> (String, End) {
 
 /// Walks a chain kept as `lines` (from the genesis, in `seq` order) named `name`, and its
 /// `head` (the newest line's `seq` and hash, kept beside it).
-pub fn verify_lines(name: &str, lines: &[String], head: Option<&End>) -> Report {
-    let mut report = Report::default();
+pub fn verify_lines(
+    name: &str,
+    lines: &[String],
+    head: Option<&End>,
+    days: &[(String, End)],
+) -> Report {
+    let mut report = Report {
+        days: days.to_vec(),
+        ..Report::default()
+    };
     let lines: Vec<&str> = lines.iter().map(String::as_str).collect();
     let mut previous = None;
     report.files = 1;
@@ -513,9 +581,24 @@ pub fn verify_lines(name: &str, lines: &[String], head: Option<&End>) -> Report 
         |seq| (seq == 1).then(End::genesis),
         &mut report,
     );
-    if report.broken.is_none() {
-        report.broken = head_break(head, previous.as_ref());
+    if report.broken.is_some() {
+        return report;
     }
+    for (n, line) in lines.iter().enumerate() {
+        if let Some(broken) = day_root_break(days, seq_of(line), line) {
+            report.broken = Some(format!("{name}, record {}: {broken}", n + 1));
+            return report;
+        }
+    }
+    let last = previous.as_ref().map_or(0, |(end, _)| end.seq);
+    if let Some((day, root)) = days.iter().find(|(_, root)| root.seq > last) {
+        report.broken = Some(format!(
+            "{name}: the daily root of {day} names seq {}, past the chain's end at seq {last} (records were removed)",
+            root.seq
+        ));
+        return report;
+    }
+    report.broken = head_break(head, previous.as_ref());
     report
 }
 
@@ -574,7 +657,17 @@ fn read_head(dir: &Path) -> std::io::Result<Option<(String, End)>> {
 
 /// The roots kept: (file, its end), in file order.
 fn roots(dir: &Path) -> std::io::Result<Vec<(String, End)>> {
-    let text = match std::fs::read_to_string(dir.join(ROOTS)) {
+    kept(dir, ROOTS, "file")
+}
+
+/// The daily roots kept: (day, the chain's end as it began), oldest first.
+pub fn days(dir: &Path) -> std::io::Result<Vec<(String, End)>> {
+    kept(dir, DAYS, "day")
+}
+
+/// `dir/name`'s lines as (their `key`, an end), sorted by it.
+fn kept(dir: &Path, name: &str, key: &str) -> std::io::Result<Vec<(String, End)>> {
+    let text = match std::fs::read_to_string(dir.join(name)) {
         Ok(text) => text,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
         Err(e) => return Err(e),
@@ -584,7 +677,7 @@ fn roots(dir: &Path) -> std::io::Result<Vec<(String, End)>> {
         .filter_map(|line| serde_json::from_str::<Value>(line).ok())
         .filter_map(|v| {
             Some((
-                v.get("file")?.as_str()?.to_owned(),
+                v.get(key)?.as_str()?.to_owned(),
                 End {
                     seq: v.get("seq")?.as_u64()?,
                     hash: v.get("hash")?.as_str()?.to_owned(),
@@ -778,6 +871,74 @@ mod end_tests {
             .collect()
     }
 
+    /// `records` chained from the genesis, as a writer rewriting the whole log would:
+    /// every link and the head consistent.
+    fn rewrite(dir: &Path, file: &str, records: &[Value]) {
+        let mut end = End::genesis();
+        let mut text = String::new();
+        for record in records {
+            let (line, next) = link(&end, record);
+            text.push_str(&line);
+            text.push('\n');
+            end = next;
+        }
+        std::fs::write(dir.join(file), text).unwrap();
+        replace(
+            dir,
+            HEAD,
+            &json!({"file": file, "seq": end.seq, "hash": end.hash}).to_string(),
+        )
+        .unwrap();
+    }
+
+    /// The daily root: the first record of a day keeps the chain's end as the day began
+    /// (once a day). A log rewritten whole — every link and HEAD consistent — still shows,
+    /// as does a cut end made consistent again.
+    #[test]
+    fn a_daily_root_catches_a_log_rewritten_whole() {
+        let dir = tempfile::tempdir().unwrap();
+        let file = "2026-11.jsonl";
+        day(dir.path(), file, 1);
+        assert!(
+            days(dir.path()).unwrap().is_empty(),
+            "nothing before the first record"
+        );
+        day(dir.path(), file, 3);
+        let today = crate::time::rfc3339(crate::time::now_ms())[..10].to_owned();
+        let kept = days(dir.path()).unwrap();
+        assert_eq!(kept.len(), 1, "one root a day: {kept:?}");
+        assert_eq!((kept[0].0.as_str(), kept[0].1.seq), (today.as_str(), 1));
+        // A root kept on an earlier day, naming seq 3 as it was.
+        let third = lines(&dir.path().join(file))[2].clone();
+        let mut text = std::fs::read_to_string(dir.path().join(DAYS)).unwrap();
+        text.push_str(&format!(
+            "{}\n",
+            json!({"day": "2026-01-01", "seq": 3, "hash": hash(&third)})
+        ));
+        std::fs::write(dir.path().join(DAYS), text).unwrap();
+        let report = verify(dir.path(), None).unwrap();
+        assert_eq!((report.lines, report.broken.as_deref()), (4, None));
+        assert_eq!(report.days.len(), 2, "{:?}", report.days);
+        assert_eq!(
+            report.newest_day(),
+            format!("{today}: seq 1, sha256 {}", kept[0].1.hash)
+        );
+
+        // Rewritten whole from its first record.
+        let records: Vec<Value> = (0..5).map(|i| json!({"n": i * 10 + 1})).collect();
+        rewrite(dir.path(), file, &records);
+        let said = broken(dir.path());
+        assert!(
+            said.contains("line 1") && said.contains(&format!("daily root of {today}")),
+            "{said}"
+        );
+        // Cut to two records as they were, made consistent again: the earlier root names
+        // seq 3.
+        rewrite(dir.path(), file, &[json!({"n": 0}), json!({"n": 0})]);
+        let said = broken(dir.path());
+        assert!(said.contains("past the chain's end at seq 2"), "{said}");
+    }
+
     /// A cut end is not covered up by the next write: the line after it says so.
     #[test]
     fn a_cut_end_stays_visible_after_the_next_write() {
@@ -909,9 +1070,13 @@ mod stored_tests {
             end = next;
         }
         let head = end.clone();
-        let report = verify_lines("decisions", &rows, Some(&head));
+        let report = verify_lines("decisions", &rows, Some(&head), &[]);
         assert_eq!((report.lines, report.broken), (4, None));
-        let broken = |rows: &[String]| verify_lines("decisions", rows, Some(&head)).broken.unwrap();
+        let broken = |rows: &[String]| {
+            verify_lines("decisions", rows, Some(&head), &[])
+                .broken
+                .unwrap()
+        };
         let mut edited = rows.clone();
         edited[1] = edited[1].replace("approved", "rejected");
         assert_eq!(
@@ -931,7 +1096,7 @@ mod stored_tests {
         last[3] = last[3].replace("approved", "rejected");
         assert!(broken(&last).contains("the head names another last record"));
         assert!(broken(&[]).contains("no record is left"));
-        let lost = verify_lines("decisions", &rows, None).broken.unwrap();
+        let lost = verify_lines("decisions", &rows, None, &[]).broken.unwrap();
         assert!(lost.contains("the head is missing"), "{lost}");
     }
 }

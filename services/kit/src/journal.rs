@@ -3,7 +3,9 @@
 //! one row each in `table` (`seq` primary key, `line`), and the chain's head (its last `seq`
 //! and hash) in one row of `head` — both written in one transaction under a lock (SQLite's
 //! `BEGIN IMMEDIATE`, a PostgreSQL advisory lock), so replicas sharing the store append one
-//! chain. [`Journal::verify`] walks it like the chained files.
+//! chain. The same table keeps the daily roots: one row per UTC day written on, `id`
+//! `YYYYMMDD`, the chain's end as that day's first record was written. [`Journal::verify`]
+//! walks it like the chained files.
 
 use serde_json::Value;
 
@@ -32,6 +34,11 @@ impl Journal {
              ON CONFLICT (id) DO UPDATE SET seq = excluded.seq, hash = excluded.hash",
             self.head
         );
+        let keep_day = format!(
+            "INSERT INTO {} (id, seq, hash) VALUES ($1, $2, $3) ON CONFLICT (id) DO NOTHING",
+            self.head
+        );
+        let today = day_id(&crate::time::rfc3339(crate::time::now_ms())[..10]);
         macro_rules! body {
             ($tx:ident) => {{
                 let head: Option<(i64, String)> = sqlx::query_as(sqlx::AssertSqlSafe(read_head))
@@ -61,6 +68,15 @@ impl Journal {
                     }
                     None => record,
                 };
+                // The day's root, at its first record: the chain as the day began.
+                if end.seq > 0 {
+                    sqlx::query(sqlx::AssertSqlSafe(keep_day))
+                        .bind(today)
+                        .bind(i64::try_from(end.seq).unwrap_or(i64::MAX))
+                        .bind(&end.hash)
+                        .execute(&mut *$tx)
+                        .await?;
+                }
                 let (line, next) = crate::chain::link(&end, record);
                 let seq = i64::try_from(next.seq).unwrap_or(i64::MAX);
                 sqlx::query(sqlx::AssertSqlSafe(insert))
@@ -94,6 +110,26 @@ impl Journal {
         }
     }
 
+    /// The journal's daily roots: (day, the chain's end as it began), oldest first.
+    pub async fn days(&self, db: &Db) -> Result<Vec<(String, End)>, sqlx::Error> {
+        let sql = format!(
+            "SELECT CAST(id AS BIGINT), CAST(seq AS BIGINT), hash FROM {} WHERE id > 1 ORDER BY id",
+            self.head
+        );
+        crate::on_db!(db, pool => {
+            let rows: Vec<(i64, i64, String)> = sqlx::query_as(sqlx::AssertSqlSafe(sql))
+                .fetch_all(pool)
+                .await?;
+            Ok(rows
+                .into_iter()
+                .map(|(id, seq, hash)| {
+                    let day = format!("{:04}-{:02}-{:02}", id / 10_000, id / 100 % 100, id % 100);
+                    (day, End { seq: u64::try_from(seq).unwrap_or(0), hash })
+                })
+                .collect())
+        })
+    }
+
     /// The journal's lines in `seq` order, and its head.
     pub async fn read(&self, db: &Db) -> Result<(Vec<String>, Option<End>), sqlx::Error> {
         // The head first, then the rows up to it: a row appended meanwhile (with its new
@@ -125,7 +161,18 @@ impl Journal {
     /// Walks the journal: its first record edited, removed or reordered, or a head it no
     /// longer matches.
     pub async fn verify(&self, db: &Db) -> Result<Report, sqlx::Error> {
+        let days = self.days(db).await?;
         let (lines, head) = self.read(db).await?;
-        Ok(crate::chain::verify_lines(self.name, &lines, head.as_ref()))
+        Ok(crate::chain::verify_lines(
+            self.name,
+            &lines,
+            head.as_ref(),
+            &days,
+        ))
     }
+}
+
+/// A day's row id in the head table: `2026-11-26` is 20261126 (never 1, the head's).
+fn day_id(day: &str) -> i64 {
+    day.replace('-', "").parse().unwrap_or(0)
 }

@@ -494,6 +494,7 @@ impl PlannerService for PlannerApi {
             .map_err(|e| Status::unavailable(format!("the turn log cannot be read: {e}")))?;
         Ok(Response::new(pb::VerifyTurnLogResponse {
             records: report.lines,
+            newest_day_root: report.newest_day(),
             broken: report.broken.unwrap_or_default(),
             unchained: report.unchained,
         }))

@@ -364,6 +364,7 @@ impl PolicyService for PolicyApi {
         match self.policy.verify_changes().await {
             Ok(report) => Ok(Response::new(pb::VerifyGrantChangesResponse {
                 records: report.lines,
+                newest_day_root: report.newest_day(),
                 broken: report.broken.unwrap_or_default(),
             })),
             Err(e) => Err(self.status(e).await),

@@ -320,6 +320,7 @@ impl VaglioService for VaglioApi {
             .map_err(|e| Status::unavailable(format!("the verdict log cannot be read: {e}")))?;
         Ok(Response::new(pb::VerifyVerdictLogResponse {
             records: report.lines,
+            newest_day_root: report.newest_day(),
             broken: report.broken.unwrap_or_default(),
             unchained: report.unchained,
         }))
