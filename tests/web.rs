@@ -801,7 +801,32 @@ async fn the_live_feed_shows_a_turn_waiting_on_its_card_then_its_decision() {
         .await
         .unwrap()
         .into_inner();
-    assert!(!format!("{requests:?}").contains(&token), "{requests:?}");
+    let requests = format!("{requests:?}");
+    assert!(requests.contains("fs_write"), "{requests}");
+    for secret in [token.as_str(), "secret words", "notes/a.txt"] {
+        assert!(!requests.contains(secret), "{secret}: {requests}");
+    }
+    use metnos_proto::vaglio::v1 as vaglio;
+    use metnos_proto::vaglio::v1::vaglio_service_client::VaglioServiceClient;
+    let verdicts = |who| {
+        let mut client = VaglioServiceClient::new(page.up.channel_as("vaglio", who));
+        async move {
+            format!(
+                "{:?}",
+                client
+                    .list_verdicts(vaglio::ListVerdictsRequest::default())
+                    .await
+                    .unwrap()
+                    .into_inner()
+            )
+        }
+    };
+    assert!(verdicts(Identity::Owner).await.contains("write a to"));
+    let seen = verdicts(Identity::Gateway).await;
+    assert!(
+        seen.contains("fs_write") && !seen.contains("write a to"),
+        "{seen}"
+    );
     let (code, _, err) = page
         .sandbox
         .run(&[

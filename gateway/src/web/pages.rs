@@ -166,7 +166,7 @@ pub fn render_turn(l: Lang, record: &Value, state: &str) -> String {
         esc(&s(&record["level"])
             .replace("AUTONOMY_LEVEL_", "")
             .to_lowercase()),
-        esc(l.t("tier", "livello")),
+        esc(l.t("tier", "fascia")),
         esc(&tiers.join(", ")),
         pill(&kind, &kind),
         record["latency_ms"].as_u64().unwrap_or(0),
@@ -448,14 +448,18 @@ async fn turn_events(
             } else {
                 cursor.saturating_sub(2000)
             };
-            let asked = client
-                .list_turn_changes(planner::ListTurnChangesRequest {
-                    after_ms: after,
-                    limit: BATCH,
-                    unfinished: false,
-                })
-                .await;
-            let Ok(changes) = asked else {
+            // Never longer than a few seconds (a planner that hangs holds no feed), and not
+            // at all once the browser has gone.
+            let ask = client.list_turn_changes(planner::ListTurnChangesRequest {
+                after_ms: after,
+                limit: BATCH,
+                unfinished: false,
+            });
+            let asked = tokio::select! {
+                asked = tokio::time::timeout(std::time::Duration::from_secs(5), ask) => asked,
+                () = tx.closed() => return,
+            };
+            let Ok(Ok(changes)) = asked else {
                 continue;
             };
             let changes = changes.into_inner().changes;
@@ -472,14 +476,13 @@ async fn turn_events(
                 if !filter.keeps(&record) {
                     continue;
                 }
-                // One event, one article (an event's data may not hold a carriage return).
-                let article = render_turn(l, &record, &change.state).replace('\r', "");
+                let article = render_turn(l, &record, &change.state);
                 let event = Event::default().event("turn").data(article);
                 if tx.send(event).await.is_err() {
                     return;
                 }
             }
-            sent.retain(|_, at| *at > cursor - 10_000);
+            sent.retain(|_, at| *at > cursor.saturating_sub(10_000));
         }
     });
     let stream = futures::stream::unfold(rx, |mut rx| async move {
@@ -540,19 +543,33 @@ async fn approvals(State(web): State<Arc<Web>>, owner: Owner) -> Response {
             );
         }
         for a in group {
-            // The card as its person saw it, in their language.
+            // The card as its person saw it, in their language (rendered without its token);
+            // a terminal person's card words are not given to the gateway.
             let card = match &a.request {
-                Some(request) => client
-                    .render_card(approval::RenderCardRequest {
-                        request: Some(request.clone()),
-                        capability: a.capability.clone(),
-                    })
-                    .await
-                    .ok()
-                    .and_then(|c| c.into_inner().card)
-                    .map(|c| c.lines.join("\n"))
-                    .unwrap_or_default(),
-                None => String::new(),
+                Some(request) if !request.target_summary.is_empty() => {
+                    let mut request = request.clone();
+                    request.token.clear();
+                    match client
+                        .render_card(approval::RenderCardRequest {
+                            request: Some(request),
+                            capability: a.capability.clone(),
+                        })
+                        .await
+                    {
+                        Ok(card) => card
+                            .into_inner()
+                            .card
+                            .map(|c| c.lines.join("\n"))
+                            .unwrap_or_default(),
+                        Err(status) => format!("({})", status.message()),
+                    }
+                }
+                _ => l
+                    .t(
+                        "(Shown on the terminal that asked: its words are not given to the gateway.)",
+                        "(Mostrata sul terminale che l'ha chiesta: le sue parole non sono date al gateway.)",
+                    )
+                    .to_owned(),
             };
             let status = status_name(a.status);
             let _ = write!(
@@ -1262,7 +1279,7 @@ async fn replay(
         body,
         r#"</select></label><label>{}<input type="number" name="days" min="0" max="90" value="{days}"></label><button type="submit">{}</button></form>"#,
         esc(l.t("Days back", "Giorni indietro")),
-        esc(l.t("Replay", "Riprova"))
+        esc(l.t("Replay", "Simula"))
     );
     let active: HashSet<i64> = match all_grants(&web).await {
         Ok(list) => {

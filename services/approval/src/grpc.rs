@@ -487,12 +487,19 @@ impl ApprovalService for ApprovalApi {
                     .iter()
                     .map(|p| {
                         let mut shown = pending_msg(p);
+                        // A person it does not speak for (the owner's terminal): no token, and
+                        // none of the card's words (its target line holds the call's data: a
+                        // file's first lines, a standing order's request).
                         if spectator && speaks_for(caller, &p.requester).is_err() {
                             let name = metnos_kit::chain::token_name(&p.token);
                             if let Some(request) = &mut shown.request {
                                 request.token = name.clone();
+                                request.target_summary.clear();
+                                request.extra_json.clear();
                             }
                             shown.token = name;
+                            shown.target.clear();
+                            shown.edited_schedule.clear();
                         }
                         shown
                     })

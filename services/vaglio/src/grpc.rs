@@ -330,6 +330,9 @@ impl VaglioService for VaglioApi {
         &self,
         request: Request<pb::ListVerdictsRequest>,
     ) -> Result<Response<pb::ListVerdictsResponse>, Status> {
+        // The spectator page (the gateway): the verdicts, not what was asked (a turn's
+        // intent is its person's words).
+        let spectator = Caller::of(&request) == Some(Identity::Gateway);
         let r = request.into_inner();
         limits::bytes("month", &r.month, 7).map_err(Error::from)?;
         limits::number("limit", u64::from(r.limit), u64::from(limits::LIST))
@@ -359,7 +362,7 @@ impl VaglioService for VaglioApi {
                     rule_id: rec.rule_id.unwrap_or_default(),
                     arg_key: rec.arg_key.unwrap_or_default(),
                 }),
-                intent: rec.intent,
+                intent: if spectator { String::new() } else { rec.intent },
                 executor: rec.executor,
                 args_keys: rec.args_keys,
                 context_keys: rec.context_keys,
@@ -715,6 +718,9 @@ impl VaglioService for VaglioApi {
                     if spectator {
                         r.description.clear();
                         r.ask_person.clear();
+                        // The model's words about the proposal and each telos, and the
+                        // telos' own names.
+                        r.per_telos.clear();
                     }
                     r
                 })
