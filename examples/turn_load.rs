@@ -207,8 +207,13 @@ fn main() {
     let mut checks = Histogram::<u64>::new(3).unwrap();
     let mut policy = Histogram::<u64>::new(3).unwrap();
     let mut vaglio = Histogram::<u64>::new(3).unwrap();
+    // The day files only (the chain's HEAD, ROOTS, DAYS and LOCK sit beside them).
     for entry in std::fs::read_dir(data.path().join("turns")).unwrap() {
-        let text = std::fs::read_to_string(entry.unwrap().path()).unwrap();
+        let path = entry.unwrap().path();
+        if path.extension().is_none_or(|e| e != "jsonl") {
+            continue;
+        }
+        let text = std::fs::read_to_string(path).unwrap();
         for line in text.lines() {
             let record: serde_json::Value = serde_json::from_str(line).unwrap();
             for step in record["steps"].as_array().unwrap() {
