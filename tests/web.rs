@@ -382,6 +382,56 @@ async fn only_the_owner_sees_the_page_and_nothing_from_elsewhere_changes_a_thing
     assert_eq!(get("/turns", Some(&cookie)).await.unwrap().status(), 401);
 }
 
+/// Behind a TLS proxy (`web.public_url` https): the links name the public address, the
+/// cookie is `Secure` with the `__Host-` prefix, and a form must come from the https origin.
+/// (The proxy is left out: the gateway speaks plain HTTP to it, as here.)
+#[tokio::test]
+async fn behind_https_the_cookie_is_secure_and_only_the_public_origin_may_post() {
+    let mut sandbox = Sandbox::new();
+    let port = free_port();
+    sandbox
+        .set("METNOS_WEB__ENABLED", "true")
+        .set("METNOS_WEB__LISTEN", &format!("127.0.0.1:{port}"))
+        .set(
+            "METNOS_WEB__PUBLIC_URL",
+            &format!("https://127.0.0.1:{port}/"),
+        );
+    let _up = sandbox.up().await;
+    let (code, link, err) = sandbox.run(&["web", "login"]).await;
+    assert_eq!(code, 0, "{err}");
+    let public = format!("https://127.0.0.1:{port}");
+    assert!(
+        link.trim().starts_with(&format!("{public}/login/")),
+        "{link}"
+    );
+    let token = link.trim().rsplit('/').next().unwrap().to_owned();
+    let http = http();
+    let post = |origin: String| {
+        http.post(format!("http://127.0.0.1:{port}/login"))
+            .header("origin", origin)
+            .form(&[("token", token.clone())])
+            .send()
+    };
+    // The plain-HTTP origin is not the page's.
+    let plain = post(format!("http://127.0.0.1:{port}")).await.unwrap();
+    assert_eq!(plain.status(), 403);
+    let signed = post(public).await.unwrap();
+    assert_eq!(signed.status(), 303);
+    let (cookie, set) = session_cookie(signed.headers());
+    assert!(cookie.starts_with("__Host-metnos="), "{cookie}");
+    for part in ["Secure", "HttpOnly", "SameSite=Strict", "Path=/"] {
+        assert!(set.contains(part), "{set}");
+    }
+    assert!(!set.contains("Domain"), "{set}");
+    let page = http
+        .get(format!("http://127.0.0.1:{port}/grants"))
+        .headers(with_cookie(&cookie))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(page.status(), 200);
+}
+
 /// A stack without the page: `metnos web login` says how to turn it on.
 #[tokio::test]
 async fn web_login_on_a_stack_without_the_page_says_how_to_turn_it_on() {
