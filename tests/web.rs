@@ -518,6 +518,21 @@ async fn screenshot(browser: &fantoccini::Client, name: &str) {
     std::fs::write(dir.join(format!("{name}.png")), png).unwrap();
 }
 
+/// Clicks the element `locator` finds.
+async fn click(browser: &fantoccini::Client, locator: fantoccini::Locator<'_>) {
+    browser.find(locator).await.unwrap().click().await.unwrap();
+}
+
+/// Waits (10 s at most) for the element `locator` finds; `what` says what it shows.
+async fn wait_for(browser: &fantoccini::Client, locator: fantoccini::Locator<'_>, what: &str) {
+    browser
+        .wait()
+        .at_most(Duration::from_secs(10))
+        .for_element(locator)
+        .await
+        .unwrap_or_else(|e| panic!("{what}: {e}"));
+}
+
 async fn text_of(browser: &fantoccini::Client) -> String {
     browser
         .find(fantoccini::Locator::Css("body"))
@@ -548,19 +563,13 @@ async fn in_a_browser_the_owner_signs_in_watches_a_turn_live_and_revokes_a_grant
     let link = page.link().await;
     browser.goto(&link).await.unwrap();
     screenshot(&browser, "02-sign-in").await;
-    browser
-        .find(fantoccini::Locator::Id("sign-in"))
-        .await
-        .unwrap()
-        .click()
-        .await
-        .unwrap();
-    browser
-        .wait()
-        .at_most(Duration::from_secs(10))
-        .for_element(fantoccini::Locator::Css("section#turns"))
-        .await
-        .expect("the turns page after signing in");
+    click(&browser, fantoccini::Locator::Id("sign-in")).await;
+    wait_for(
+        &browser,
+        fantoccini::Locator::Css("section#turns"),
+        "the turns page after signing in",
+    )
+    .await;
     assert!(text_of(&browser).await.contains("time_now"));
     screenshot(&browser, "03-turns").await;
 
@@ -671,29 +680,16 @@ async fn in_a_browser_the_owner_signs_in_watches_a_turn_live_and_revokes_a_grant
         .goto(&format!("{}/grants", page.base))
         .await
         .unwrap();
-    browser
-        .find(fantoccini::Locator::Css(&format!(
-            "a[href='/grants/{id}/revoke']"
-        )))
-        .await
-        .unwrap()
-        .click()
-        .await
-        .unwrap();
+    let revoke_link = format!("a[href='/grants/{id}/revoke']");
+    click(&browser, fantoccini::Locator::Css(&revoke_link)).await;
     screenshot(&browser, "12-revoke-confirm").await;
-    browser
-        .find(fantoccini::Locator::Id("confirm-revoke"))
-        .await
-        .unwrap()
-        .click()
-        .await
-        .unwrap();
-    browser
-        .wait()
-        .at_most(Duration::from_secs(10))
-        .for_element(fantoccini::Locator::Id("revoked"))
-        .await
-        .expect("the grants page says the grant was revoked");
+    click(&browser, fantoccini::Locator::Id("confirm-revoke")).await;
+    wait_for(
+        &browser,
+        fantoccini::Locator::Id("revoked"),
+        "the grants page says the grant was revoked",
+    )
+    .await;
     screenshot(&browser, "13-revoked").await;
     assert!(!page.active(&id).await, "the grant is revoked");
 

@@ -3,15 +3,13 @@
 
 use std::fmt::Write as _;
 
-/// Escapes text for HTML content and quoted attribute values.
+/// Escapes text for HTML content and quoted attribute values: the channels' escaping
+/// ([`metnos_core::html::escape_html`]), and single quotes and control characters too.
 pub fn esc(text: &str) -> String {
-    let mut out = String::with_capacity(text.len());
-    for c in text.chars() {
+    let escaped = metnos_core::html::escape_html(text);
+    let mut out = String::with_capacity(escaped.len());
+    for c in escaped.chars() {
         match c {
-            '&' => out.push_str("&amp;"),
-            '<' => out.push_str("&lt;"),
-            '>' => out.push_str("&gt;"),
-            '"' => out.push_str("&quot;"),
             '\'' => out.push_str("&#39;"),
             // Control characters (a log line's, a terminal's escapes) are shown, not obeyed.
             c if c.is_control() && c != '\n' && c != '\t' => {
