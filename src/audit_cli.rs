@@ -2,7 +2,8 @@
 //! verdict log, [`metnos_kit::chain`]; the grant store's changes and the approval decisions'
 //! journals, through the running policy and approval services) and names the first record edited, removed or reordered; exit 1 on any
 //! break, or when a log cannot be read; exit 3 when nothing is broken but a journal could not
-//! be checked (its service is not running: stopping one must not pass for intact).
+//! be checked (its service is not running: stopping one must not pass for intact), or when a
+//! log starts with records written before the chain began (unless `--allow-unchained`).
 
 use std::process::ExitCode;
 
@@ -21,6 +22,10 @@ pub enum AuditCommand {
         /// Only the days from this one on (YYYY-MM-DD; the verdict log from its month).
         #[arg(long)]
         since: Option<String>,
+        /// Accept the records written before the chain began (an older version's log):
+        /// without it they are reported NOT CHECKED and the exit is 3.
+        #[arg(long)]
+        allow_unchained: bool,
     },
 }
 
@@ -76,11 +81,14 @@ fn said(
 
 pub async fn audit(config: &Config, command: AuditCommand) -> ExitCode {
     match command {
-        AuditCommand::Verify { since } => verify(config, since.as_deref()).await,
+        AuditCommand::Verify {
+            since,
+            allow_unchained,
+        } => verify(config, since.as_deref(), allow_unchained).await,
     }
 }
 
-async fn verify(config: &Config, since: Option<&str>) -> ExitCode {
+async fn verify(config: &Config, since: Option<&str>, allow_unchained: bool) -> ExitCode {
     if let Some(since) = since
         && !(since.len() == 10 && since.parse::<jiff::civil::Date>().is_ok())
     {
@@ -90,22 +98,52 @@ async fn verify(config: &Config, since: Option<&str>) -> ExitCode {
         );
         return ExitCode::from(2);
     }
-    let logs = [
-        ("turn log", TURNS_DIR, since),
-        ("verdict log", VERDICTS_DIR, since.map(|s| &s[..7])),
+    // What the retention may have removed by now is no erasure.
+    let now = metnos_kit::time::now_ms();
+    let (keep_days, keep_months) = (
+        config.scheduler.turn_log_days.get(),
+        config.vaglio.log_retention_months.get(),
+    );
+    let turns_expired = move |day: &str| metnos_planner::turnlog::expired(day, keep_days, now);
+    let verdicts_expired = move |month: &str| {
+        jiff::Timestamp::from_millisecond(now)
+            .is_ok_and(|now| metnos_vaglio::log::expired(month, keep_months, now))
+    };
+    let logs: [(&str, &str, Option<&str>, &dyn Fn(&str) -> bool); 2] = [
+        ("turn log", TURNS_DIR, since, &turns_expired),
+        (
+            "verdict log",
+            VERDICTS_DIR,
+            since.map(|s| &s[..7]),
+            &verdicts_expired,
+        ),
     ];
     let mut intact = true;
-    for (name, folder, since) in logs {
+    let mut unchained = false;
+    for (name, folder, since, expired) in logs {
         let dir = config.data_dir.join(folder);
-        match metnos_kit::chain::verify(&dir, since) {
+        match metnos_kit::chain::verify(&dir, since, expired) {
             Ok(report) => match report.broken {
+                None if report.unchained > 0 && !allow_unchained => {
+                    unchained = true;
+                    println!(
+                        "{name} ({}): NOT CHECKED — {} record(s) at its start were written before the chain began and prove nothing (`--allow-unchained` accepts them); the {} after them are intact{}",
+                        dir.display(),
+                        report.unchained,
+                        report.lines,
+                        day_root(&report.newest_day())
+                    );
+                }
                 None => println!(
                     "{name} ({}): intact — {} file(s), {} record(s){}{}",
                     dir.display(),
                     report.files,
                     report.lines,
                     if report.unchained > 0 {
-                        format!("; {} from before the chain, not checked", report.unchained)
+                        format!(
+                            "; {} from before the chain, accepted unchecked",
+                            report.unchained
+                        )
                     } else {
                         String::new()
                     },
@@ -155,7 +193,7 @@ async fn verify(config: &Config, since: Option<&str>) -> ExitCode {
     ));
     if !intact || found.contains(&Found::Broken) {
         ExitCode::FAILURE
-    } else if found.contains(&Found::Unchecked) {
+    } else if unchained || found.contains(&Found::Unchecked) {
         ExitCode::from(3)
     } else {
         ExitCode::SUCCESS

@@ -159,6 +159,10 @@ pub struct CardRequest {
     /// The pattern the card offers to grant for the session or always (the buttons say
     /// so); none when approving can concede nothing beyond this call.
     pub territory_offer: Option<String>,
+    /// What the card shows was made from text holding invisible characters, taken out
+    /// before it reached these fields ([`crate::describe::Described::had_invisible`]): the
+    /// card warns as if it had taken them out itself.
+    pub had_invisible: bool,
 }
 
 /// Why a card request is refused.
@@ -324,7 +328,8 @@ pub fn render(request: &CardRequest, token: &str) -> Card {
     let verb = shown(&request.action_verb, SHOWN_VERB);
     let summary = shown(&request.target_summary, SHOWN_SUMMARY);
     let class = shown(&request.capability_class, SHOWN_CLASS);
-    let had_invisible = verb.had_invisible || summary.had_invisible || class.had_invisible;
+    let had_invisible =
+        request.had_invisible || verb.had_invisible || summary.had_invisible || class.had_invisible;
     let (verb, summary, class) = (verb.text, summary.text, class.text);
     let language = request.language;
     let marker = marker(language, request.territory);
@@ -468,6 +473,7 @@ mod tests {
             language: Language::Italian,
             reason: None,
             territory_offer: None,
+            had_invisible: false,
         }
     }
 
@@ -622,6 +628,7 @@ mod tests {
                 &CardRequest {
                     language,
                     territory_offer: Some(pattern.into()),
+                    had_invisible: false,
                     ..download(0, Territory::None)
                 },
                 TOKEN,

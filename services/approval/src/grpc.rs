@@ -193,6 +193,7 @@ fn card_request(message: &pb::ApprovalRequest) -> Result<CardRequest, Error> {
         language,
         reason: None,
         territory_offer: None,
+        had_invisible: false,
     })
 }
 

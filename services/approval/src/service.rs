@@ -362,7 +362,12 @@ impl Approvals {
                 language: pending.language,
                 reason: {
                     let tainted = tainted_sinks(&pending.extra_json);
-                    if tainted.is_empty() {
+                    if let Some(rule) = runs_code_later(&pending.extra_json) {
+                        Some(crate::describe::reason_runs_code_later(
+                            &rule,
+                            pending.language,
+                        ))
+                    } else if tainted.is_empty() {
                         pending.policy_level.map(|level| {
                             crate::describe::reason(level, &pending.capability, pending.language)
                         })
@@ -372,6 +377,7 @@ impl Approvals {
                 },
                 territory_offer: Some(pending.territory_target.clone())
                     .filter(|p| !p.is_empty() && pending.status == Status::Pending),
+                had_invisible: had_invisible(&pending.extra_json),
             },
             &pending.token,
         )
@@ -399,8 +405,9 @@ impl Approvals {
         // proposed here: the caller's territory and pattern are not taken.
         // A call carrying the world's data into a sink is asked about every time: approving
         // it concedes nothing more.
+        // So is a write that runs code later (the person's message named it).
         let tainted = tainted_sinks(&extra_json);
-        let territory_offer = if tainted.is_empty() {
+        let territory_offer = if tainted.is_empty() && runs_code_later(&extra_json).is_none() {
             territory_offer(&new.capability, &new.target, &self.home).unwrap_or_default()
         } else {
             String::new()
@@ -489,6 +496,13 @@ impl Approvals {
                 new.card.language,
                 &self.home,
             )
+        };
+        // Invisible characters the description left out are said on every rendering of the
+        // card: the flag is kept with the request.
+        let extra_json = if described.had_invisible {
+            mark_invisible(&extra_json)
+        } else {
+            extra_json
         };
         // A tainted call's card is never shortened by habit: its source is read every time.
         let recurrence_count = if tainted.is_empty() {
@@ -1112,6 +1126,40 @@ fn from_earlier_steps(extra_json: &str) -> Vec<String> {
                 })
         })
         .unwrap_or_default()
+}
+
+/// The key of a request's `extra_json` that says its call held invisible characters.
+const HAD_INVISIBLE: &str = "had_invisible";
+
+/// `extra_json` with [`HAD_INVISIBLE`] set.
+fn mark_invisible(extra_json: &str) -> String {
+    let mut extra = serde_json::from_str::<serde_json::Map<String, serde_json::Value>>(extra_json)
+        .unwrap_or_default();
+    extra.insert(HAD_INVISIBLE.to_owned(), serde_json::Value::Bool(true));
+    serde_json::Value::Object(extra).to_string()
+}
+
+/// Whether a request's `extra_json` says its call held invisible characters.
+fn had_invisible(extra_json: &str) -> bool {
+    serde_json::from_str::<serde_json::Value>(extra_json)
+        .ok()
+        .and_then(|extra| extra.get(HAD_INVISIBLE)?.as_bool())
+        .unwrap_or(false)
+}
+
+/// The rule of a write that runs code later, when a request's `extra_json` marks one.
+fn runs_code_later(extra_json: &str) -> Option<String> {
+    let extra = serde_json::from_str::<serde_json::Value>(extra_json).ok()?;
+    let marked = extra.get(metnos_core::provenance::RUNS_CODE_LATER)?;
+    Some(
+        marked
+            .get("rule")
+            .and_then(serde_json::Value::as_str)
+            .unwrap_or_default()
+            .chars()
+            .take(64)
+            .collect(),
+    )
 }
 
 /// The arguments a request's `extra_json` says carry data from the world into a sink, with

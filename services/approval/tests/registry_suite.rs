@@ -55,6 +55,7 @@ fn request(territory: Territory) -> NewRequest {
             language: Language::Italian,
             reason: None,
             territory_offer: None,
+            had_invisible: false,
         },
         capability: "fs:write".into(),
         target: "~/downloads/rapporto.pdf".into(),

@@ -151,6 +151,83 @@ pub fn first_match(text: &str, access: Access) -> Option<&'static str> {
     })
 }
 
+/// Why a write to `path` could run code later though no rule above names it: a hidden
+/// name under the person's home (`~/.gitconfig`, `~/.config/git/config`, `~/.vimrc`,
+/// `~/.bashrc.d/x`, `~/.local/share/applications/x.desktop`: programs read their settings,
+/// hooks and start-up files from such places), or a folder of programs the person runs by
+/// name (`~/bin`, `~/go/bin`, and every folder in `program_dirs`, the person's PATH).
+/// The deny-list above cannot name every program's start-up file; this turns it around:
+/// such a write happens only when the person's own message names the path, after a card.
+/// `path`, `home` and `program_dirs` are absolute and normalised (resolved where the
+/// caller can). `None` for `home` itself and for paths outside it and the PATH.
+pub fn runs_code_later(
+    path: &std::path::Path,
+    home: &std::path::Path,
+    program_dirs: &[std::path::PathBuf],
+) -> Option<&'static str> {
+    const HOME_PROGRAM_DIRS: &[&str] = &["bin", "go/bin"];
+    let on_path = |dir: &std::path::Path| {
+        !dir.as_os_str().is_empty()
+            && dir.is_absolute()
+            && dir != std::path::Path::new("/")
+            && path.starts_with(dir)
+    };
+    if program_dirs.iter().any(|dir| on_path(dir)) {
+        return Some(PROGRAM_FOLDER);
+    }
+    if home.as_os_str().is_empty() {
+        return None;
+    }
+    let below = path.strip_prefix(home).ok()?;
+    if hidden_below(below) {
+        return Some(HOME_HIDDEN);
+    }
+    HOME_PROGRAM_DIRS
+        .iter()
+        .any(|dir| on_path(&home.join(dir)))
+        .then_some(PROGRAM_FOLDER)
+}
+
+/// [`runs_code_later`] for a path that may lie in the shell's `workspace`, Metnos's own
+/// place for files (under its hidden data directory by default), which the shell's box
+/// writes whole anyway: there hidden names are ordinary (a repository's `.gitignore`), the
+/// named rules (`.git/`) and the PATH still count. Config refuses a workspace that holds
+/// the home or a folder on the PATH.
+pub fn runs_code_later_beside(
+    path: &std::path::Path,
+    home: &std::path::Path,
+    program_dirs: &[std::path::PathBuf],
+    workspace: &std::path::Path,
+) -> Option<&'static str> {
+    if workspace.as_os_str().len() > 1 && path.starts_with(workspace) {
+        runs_code_later(path, std::path::Path::new(""), program_dirs)
+    } else {
+        runs_code_later(path, home, program_dirs)
+    }
+}
+
+/// Whether a relative path has a hidden (dot) name.
+fn hidden_below(below: &std::path::Path) -> bool {
+    below.components().any(|part| {
+        let name = part.as_os_str().as_encoded_bytes();
+        name.first() == Some(&b'.') && name != b"." && name != b".."
+    })
+}
+
+/// [`runs_code_later`]'s rule for a hidden name under the home.
+pub const HOME_HIDDEN: &str = "write.home_hidden";
+/// [`runs_code_later`]'s rule for a folder of programs (the PATH, `~/bin`).
+pub const PROGRAM_FOLDER: &str = "write.program_folder";
+
+/// What [`runs_code_later`]'s rule means, for a person: one clause.
+pub fn runs_code_later_reason(rule: &str) -> &'static str {
+    if rule == PROGRAM_FOLDER {
+        "a folder of programs you run by name (on your PATH)"
+    } else {
+        "a hidden file or folder of your home, where programs read settings, hooks and start-up files"
+    }
+}
+
 /// Where the read rules' files and folders usually are, for a sandbox that must hide them
 /// by path rather than judge a text: in `home`, then on the system. (A file the rules name
 /// elsewhere is still refused by the guard and the file executors.)
@@ -440,6 +517,93 @@ mod tests {
                 lazy_writes.first_match(path),
                 ahead_writes.first_match(path),
                 "{path}"
+            );
+        }
+    }
+
+    #[test]
+    fn a_write_that_runs_code_later_is_named_by_the_home_and_the_path() {
+        use std::path::{Path, PathBuf};
+        let home = Path::new("/home/ada");
+        let path_dirs = vec![
+            PathBuf::from("/home/ada/.cargo/bin"),
+            PathBuf::from("/opt/tools/bin"),
+            PathBuf::from("/usr/local/bin"),
+        ];
+        // The red team's list: none of these broke a rule of the table above.
+        for (written, rule) in [
+            ("/home/ada/.gitconfig", HOME_HIDDEN),
+            ("/home/ada/.config/git/config", HOME_HIDDEN),
+            ("/home/ada/.bash_aliases", HOME_HIDDEN),
+            ("/home/ada/.bashrc.d/10-evil.sh", HOME_HIDDEN),
+            ("/home/ada/.cargo/bin/ls", PROGRAM_FOLDER),
+            ("/home/ada/bin/ls", PROGRAM_FOLDER),
+            ("/home/ada/bin", PROGRAM_FOLDER),
+            ("/home/ada/go/bin/gopls", PROGRAM_FOLDER),
+            ("/home/ada/.config/environment.d/10-path.conf", HOME_HIDDEN),
+            ("/home/ada/.xsessionrc", HOME_HIDDEN),
+            ("/home/ada/.config/plasma-workspace/env/x.sh", HOME_HIDDEN),
+            ("/home/ada/.vimrc", HOME_HIDDEN),
+            ("/home/ada/.tmux.conf", HOME_HIDDEN),
+            ("/home/ada/.config/direnv/direnvrc", HOME_HIDDEN),
+            ("/home/ada/.oh-my-zsh/custom/evil.zsh", HOME_HIDDEN),
+            ("/home/ada/.local/share/applications/x.desktop", HOME_HIDDEN),
+            ("/home/ada/.config/mimeapps.list", HOME_HIDDEN),
+            ("/home/ada/projects/site/.envrc", HOME_HIDDEN),
+            ("/opt/tools/bin/make", PROGRAM_FOLDER),
+            ("/usr/local/bin/git", PROGRAM_FOLDER),
+        ] {
+            assert_eq!(
+                first_match(written, Access::Write),
+                None,
+                "{written} is already a named rule"
+            );
+            assert_eq!(
+                runs_code_later(Path::new(written), home, &path_dirs),
+                Some(rule),
+                "{written}"
+            );
+        }
+        for ordinary in [
+            "/home/ada/notes.txt",
+            "/home/ada/Documents/report.txt",
+            "/home/ada/binder/x.txt",
+            "/home/ada/projects/bin-tools.md",
+            "/home/ada",
+            "/tmp/x",
+            "/opt/tools/binaries/x",
+            "/srv/data/.hidden-but-not-home",
+        ] {
+            assert_eq!(
+                runs_code_later(Path::new(ordinary), home, &path_dirs),
+                None,
+                "{ordinary}"
+            );
+        }
+        // A PATH entry that is empty, relative or the root names nothing.
+        let odd = vec![PathBuf::new(), PathBuf::from("bin"), PathBuf::from("/")];
+        assert_eq!(runs_code_later(Path::new("/srv/x"), home, &odd), None);
+        // The shell's workspace under the hidden data directory is Metnos's own place
+        // (the box writes it whole): hidden names there are ordinary.
+        let workspace = Path::new("/home/ada/.local/share/metnos/workspace");
+        for (written, expected) in [
+            ("/home/ada/.local/share/metnos/workspace/report.txt", None),
+            (
+                "/home/ada/.local/share/metnos/workspace/q/scratch/r.txt",
+                None,
+            ),
+            (
+                "/home/ada/.local/share/metnos/workspace/site/.gitignore",
+                None,
+            ),
+            ("/home/ada/.local/share/metnos/x", Some(HOME_HIDDEN)),
+            ("/home/ada/.gitconfig", Some(HOME_HIDDEN)),
+            ("/home/ada/notes.txt", None),
+        ] {
+            assert_eq!(
+                runs_code_later_beside(Path::new(written), home, &path_dirs, workspace),
+                expected,
+                "{written}"
             );
         }
     }

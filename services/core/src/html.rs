@@ -16,8 +16,10 @@ pub fn escape_html(text: &str) -> String {
 }
 
 /// A character a person cannot see but that changes what text says or how it reads
-/// (format characters such as bidi overrides and zero-width joiners, line and paragraph
-/// separators, variation selectors).
+/// (format characters such as bidi overrides, zero-width joiners and the Unicode tags that
+/// smuggle ASCII, line and paragraph separators, variation selectors), and the letters and
+/// symbols that draw as a blank though they are no space (the Hangul fillers, the blank
+/// Braille pattern, the combining grapheme joiner, the Khmer inherent vowels).
 pub fn is_invisible(c: char) -> bool {
     use unicode_general_category::{GeneralCategory, get_general_category};
     matches!(
@@ -25,7 +27,27 @@ pub fn is_invisible(c: char) -> bool {
         GeneralCategory::Format
             | GeneralCategory::LineSeparator
             | GeneralCategory::ParagraphSeparator
-    ) || matches!(c, '\u{FE00}'..='\u{FE0F}' | '\u{E0100}'..='\u{E01EF}' | '\u{180B}'..='\u{180D}' | '\u{180F}')
+    ) || matches!(
+        c,
+        '\u{FE00}'..='\u{FE0F}'
+            | '\u{E0100}'..='\u{E01EF}'
+            | '\u{180B}'..='\u{180D}'
+            | '\u{180F}'
+            | '\u{115F}'
+            | '\u{1160}'
+            | '\u{3164}'
+            | '\u{FFA0}'
+            | '\u{2800}'
+            | '\u{034F}'
+            | '\u{17B4}'
+            | '\u{17B5}'
+            | '\u{E0000}'..='\u{E007F}'
+    )
+}
+
+/// Whether `text` holds a character [`is_invisible`] names.
+pub fn holds_invisible(text: &str) -> bool {
+    text.chars().any(is_invisible)
 }
 
 /// `text` on one line as a person sees it: control characters become spaces, invisible
@@ -40,7 +62,33 @@ pub fn one_visible_line(text: &str, max: usize) -> String {
 
 #[cfg(test)]
 mod tests {
-    use super::escape_html;
+    use super::{escape_html, is_invisible};
+
+    #[test]
+    fn blanks_that_are_no_space_and_smuggled_tags_are_invisible() {
+        for c in [
+            '\u{200B}',
+            '\u{202E}',
+            '\u{2066}',
+            '\u{00AD}',
+            '\u{3164}',
+            '\u{115F}',
+            '\u{1160}',
+            '\u{FFA0}',
+            '\u{2800}',
+            '\u{034F}',
+            '\u{17B4}',
+            '\u{E0041}',
+            '\u{E0001}',
+            '\u{E007F}',
+            '\u{FE0F}',
+        ] {
+            assert!(is_invisible(c), "U+{:04X}", c as u32);
+        }
+        for c in ['a', ' ', 'è', '한', '⠁', '😀', '\u{3000}'] {
+            assert!(!is_invisible(c), "U+{:04X}", c as u32);
+        }
+    }
 
     #[test]
     fn markup_is_shown_as_text() {

@@ -220,6 +220,12 @@ pub fn most_telling(tainted: &[(String, Vec<String>)], language: Language) -> Op
 /// grant does not lift a tainted call's question).
 pub const TAINTED_SINK: &str = "tainted_sink";
 
+/// The key of an approval request's `extra_json` that marks a write which runs code later
+/// (`{"rule": "write.home_hidden"}`, [`crate::forbidden::runs_code_later`]): the person's
+/// message named the path; the card says why it asks, and offers no territory (such a
+/// write is asked about every time, never granted).
+pub const RUNS_CODE_LATER: &str = "runs_code_later";
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -65,6 +65,13 @@ pub struct ExecContext {
     /// Metnos's own files (its data directory, its certificates), which no executor may
     /// read or write, whatever a scope says — except the shell's workspace inside them.
     pub forbidden: Vec<PathBuf>,
+    /// The folders of programs the person runs by name (their PATH): a write there, like
+    /// one to a hidden name under the home, runs code later
+    /// ([`metnos_core::forbidden::runs_code_later`]).
+    pub program_dirs: Vec<PathBuf>,
+    /// The resolved paths of that kind this one call may write: the person's message named
+    /// each and the person approved its card. Set by the planner, never by a caller.
+    pub named_writes: Vec<PathBuf>,
 }
 
 impl Default for ExecContext {
@@ -81,6 +88,8 @@ impl Default for ExecContext {
             timeout_seconds: 30,
             shell: ShellSettings::default(),
             forbidden: Vec::new(),
+            program_dirs: Vec::new(),
+            named_writes: Vec::new(),
         }
     }
 }

@@ -35,6 +35,8 @@ pub struct Runner {
     pub shell: ShellSettings,
     /// Metnos's own files, off limits to every executor (see [`ExecContext::forbidden`]).
     pub forbidden: Vec<PathBuf>,
+    /// The person's PATH (see [`ExecContext::program_dirs`]).
+    pub program_dirs: Vec<PathBuf>,
     /// Start each executor's next process as soon as one run ends (`executors.prestart`),
     /// so the next call finds it started (and `shell_exec`'s box built) and waiting for its
     /// input. Each process still serves exactly one call.
@@ -199,6 +201,8 @@ impl Runner {
             timeout_seconds: m.timeout_seconds,
             shell: self.shell.clone(),
             forbidden: self.forbidden.clone(),
+            program_dirs: self.program_dirs.clone(),
+            named_writes: Vec::new(),
         }
     }
 
@@ -231,7 +235,21 @@ impl Runner {
     /// `metadata.protections`, what held around the run (the executor's own, such as
     /// shell_exec's `metadata.sandbox`, come beside it).
     pub async fn run(&self, catalog: &Catalog, executor: &Executor, args: &Value) -> Observation {
-        let (mut observation, ahead) = self.spawn_and_observe(catalog, executor, args).await;
+        self.run_naming(catalog, executor, args, &[]).await
+    }
+
+    /// [`Runner::run`], letting this call write `named_writes` (resolved paths that run
+    /// code later, which the person's message named and the person approved).
+    pub async fn run_naming(
+        &self,
+        catalog: &Catalog,
+        executor: &Executor,
+        args: &Value,
+        named_writes: &[PathBuf],
+    ) -> Observation {
+        let (mut observation, ahead) = self
+            .spawn_and_observe(catalog, executor, args, named_writes)
+            .await;
         let m = &executor.manifest;
         let protections = serde_json::json!({
             "program": "signed; exactly the verified file is executed",
@@ -350,9 +368,12 @@ impl Runner {
         catalog: &Catalog,
         executor: &Executor,
         args: &Value,
+        named_writes: &[PathBuf],
     ) -> (Observation, bool) {
         let m = &executor.manifest;
-        let context = match serde_json::to_string(&self.context(executor)) {
+        let mut context = self.context(executor);
+        context.named_writes = named_writes.to_vec();
+        let context = match serde_json::to_string(&context) {
             Ok(text) => text,
             Err(e) => {
                 let error = format!("cannot encode the context: {e}");

@@ -40,6 +40,16 @@ pub enum ScopeError {
         access: &'static str,
     },
     #[error(
+        "path `{path}`{resolved} is {what}: it is written only when your own message names it, and then after you approve its card (rule {rule})"
+    )]
+    RunsCodeLater {
+        path: String,
+        rule: &'static str,
+        /// " (through a link, to <real path>)" when a link led there.
+        resolved: String,
+        what: &'static str,
+    },
+    #[error(
         "path `{path}` cannot be resolved ({reason}); a path whose target cannot be known (a dangling symbolic link, say) is refused"
     )]
     Unresolvable { path: String, reason: String },

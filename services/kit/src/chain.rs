@@ -368,8 +368,14 @@ pub struct Report {
 
 /// Walks `dir`'s chain (files from `since`, a stem prefix such as `2026-11-20`, if given)
 /// and reports the first record edited, removed or reordered, and a `HEAD` or root that
-/// the files no longer match.
-pub fn verify(dir: &Path, since: Option<&str>) -> std::io::Result<Report> {
+/// the files no longer match. `expired` says of a file's stem (or a daily root's day)
+/// whether the retention may have removed it by now: a `HEAD` or a daily root naming
+/// records the retention keeps, with none of them left, is a log deleted or emptied.
+pub fn verify(
+    dir: &Path,
+    since: Option<&str>,
+    expired: &dyn Fn(&str) -> bool,
+) -> std::io::Result<Report> {
     let mut report = Report {
         dir: dir.to_owned(),
         ..Report::default()
@@ -452,13 +458,45 @@ pub fn verify(dir: &Path, since: Option<&str>) -> std::io::Result<Report> {
         ));
         return Ok(report);
     }
-    // The newest line: HEAD names it (with every file gone, only the retention's doing
-    // leaves nothing: that is not a break).
+    // The newest line: HEAD names it. With no record left, only the retention may have
+    // removed them: a HEAD or a daily root naming what it keeps says they were erased.
+    let head = read_head(dir)?;
     if previous.is_some() {
-        let head = read_head(dir)?.map(|(_, head)| head);
-        report.broken = head_break(head.as_ref(), previous.as_ref());
+        report.broken = head_break(head.as_ref().map(|(_, h)| h), previous.as_ref());
+    } else if since.is_none() {
+        report.broken = erased(head.as_ref(), &days, walked, expired);
     }
     Ok(report)
+}
+
+/// The break of a chain with no record left whose `head` or daily roots name records the
+/// retention keeps (`expired` says which it may have removed).
+fn erased(
+    head: Option<&(String, End)>,
+    days: &[(String, End)],
+    walked: Option<u64>,
+    expired: &dyn Fn(&str) -> bool,
+) -> Option<String> {
+    if walked.is_some() {
+        return None;
+    }
+    if let Some((file, end)) = head
+        && end.seq > 0
+        && !expired(file.trim_end_matches(".jsonl"))
+    {
+        return Some(format!(
+            "the head says the chain ends at seq {} in {file}, but no record is left (the log was deleted or emptied; the retention keeps that file)",
+            end.seq
+        ));
+    }
+    days.iter()
+        .rfind(|(day, root)| root.seq > 0 && !expired(day))
+        .map(|(day, root)| {
+            format!(
+                "the daily root of {day} names seq {}, but no record is left (the log was deleted or emptied; the retention keeps that day)",
+                root.seq
+            )
+        })
 }
 
 /// The daily roots by the seq they name.
@@ -747,13 +785,16 @@ mod tests {
     }
 
     fn broken(dir: &Path) -> String {
-        verify(dir, None).unwrap().broken.unwrap_or_default()
+        verify(dir, None, &|_| false)
+            .unwrap()
+            .broken
+            .unwrap_or_default()
     }
 
     #[test]
     fn an_untouched_chain_verifies_across_files_and_keeps_its_records() {
         let dir = chain();
-        let report = verify(dir.path(), None).unwrap();
+        let report = verify(dir.path(), None, &|_| false).unwrap();
         assert_eq!(report.broken, None);
         assert_eq!((report.files, report.lines), (2, 6));
         let first: Value = serde_json::from_str(&lines(dir.path(), "2026-11-26.jsonl")[0]).unwrap();
@@ -769,7 +810,12 @@ mod tests {
             roots.contains("2026-11-25.jsonl") && roots.contains(&hash(&last)),
             "{roots}"
         );
-        assert_eq!(verify(dir.path(), Some("2026-11-26")).unwrap().files, 1);
+        assert_eq!(
+            verify(dir.path(), Some("2026-11-26"), &|_| false)
+                .unwrap()
+                .files,
+            1
+        );
     }
 
     #[test]
@@ -858,7 +904,7 @@ mod tests {
     fn the_oldest_files_pruned_by_retention_leave_a_chain_that_verifies() {
         let dir = chain();
         std::fs::remove_file(dir.path().join("2026-11-25.jsonl")).unwrap();
-        assert_eq!(verify(dir.path(), None).unwrap().broken, None);
+        assert_eq!(verify(dir.path(), None, &|_| false).unwrap().broken, None);
     }
 
     #[test]
@@ -868,7 +914,7 @@ mod tests {
         append(dir.path(), "2026-11-26.jsonl", &[json!({"text": long})]).unwrap();
         let end = append(dir.path(), "2026-11-26.jsonl", &[json!({"n": 2})]).unwrap();
         assert_eq!(end.seq, 2);
-        assert_eq!(verify(dir.path(), None).unwrap().broken, None);
+        assert_eq!(verify(dir.path(), None, &|_| false).unwrap().broken, None);
     }
 }
 
@@ -884,7 +930,10 @@ mod end_tests {
     }
 
     fn broken(dir: &Path) -> String {
-        verify(dir, None).unwrap().broken.unwrap_or_default()
+        verify(dir, None, &|_| false)
+            .unwrap()
+            .broken
+            .unwrap_or_default()
     }
 
     fn lines(path: &Path) -> Vec<String> {
@@ -947,7 +996,7 @@ mod end_tests {
             json!({"day": "2026-01-01", "seq": 3, "hash": hash(&third)})
         ));
         std::fs::write(dir.path().join(DAYS), text).unwrap();
-        let report = verify(dir.path(), None).unwrap();
+        let report = verify(dir.path(), None, &|_| false).unwrap();
         assert_eq!((report.lines, report.broken.as_deref()), (4, None));
         assert_eq!(report.days.len(), 2, "{:?}", report.days);
         // The newest is the one furthest along the chain, whatever its date says.
@@ -1020,14 +1069,14 @@ mod end_tests {
             .unwrap();
         torn.write_all(b"{\"seq\":3,\"prev\":\"ab").unwrap();
         append(dir.path(), "2026-11-26.jsonl", &[json!({"n": 2})]).unwrap();
-        assert_eq!(verify(dir.path(), None).unwrap().broken, None);
+        assert_eq!(verify(dir.path(), None, &|_| false).unwrap().broken, None);
         assert_eq!(lines(&file).len(), 3);
         // Lines written, HEAD not (it still names the line before).
         let head = std::fs::read_to_string(dir.path().join(HEAD)).unwrap();
         append(dir.path(), "2026-11-26.jsonl", &[json!({"n": 3})]).unwrap();
         std::fs::write(dir.path().join(HEAD), head).unwrap();
         append(dir.path(), "2026-11-26.jsonl", &[json!({"n": 4})]).unwrap();
-        assert_eq!(verify(dir.path(), None).unwrap().broken, None);
+        assert_eq!(verify(dir.path(), None, &|_| false).unwrap().broken, None);
     }
 
     /// An older version's lines (no seq, no prev) at the start are counted, not flagged;
@@ -1042,11 +1091,36 @@ mod end_tests {
         .unwrap();
         day(dir.path(), "2026-11-25.jsonl", 2);
         day(dir.path(), "2026-11-26.jsonl", 1);
-        let report = verify(dir.path(), None).unwrap();
+        let report = verify(dir.path(), None, &|_| false).unwrap();
         assert_eq!(
             (report.unchained, report.lines, report.broken),
             (2, 3, None)
         );
+    }
+
+    /// Issue 38, break 4: deleting or emptying the whole current log passed while HEAD and
+    /// DAYS still named it; only the retention may leave nothing.
+    #[test]
+    fn an_erased_log_is_a_break_unless_the_retention_removed_it() {
+        for how in ["deleted", "emptied", "deleted with its roots"] {
+            let dir = tempfile::tempdir().unwrap();
+            day(dir.path(), "2026-11-26.jsonl", 3);
+            let file = dir.path().join("2026-11-26.jsonl");
+            match how {
+                "emptied" => std::fs::write(&file, "").unwrap(),
+                "deleted with its roots" => {
+                    std::fs::remove_file(&file).unwrap();
+                    std::fs::remove_file(dir.path().join(HEAD)).unwrap();
+                }
+                _ => std::fs::remove_file(&file).unwrap(),
+            }
+            let report = verify(dir.path(), None, &|_| false).unwrap();
+            let broken = report.broken.unwrap_or_default();
+            assert!(broken.contains("no record is left"), "{how}: {broken}");
+            // The same state past the retention's horizon is its doing.
+            let report = verify(dir.path(), None, &|_| true).unwrap();
+            assert_eq!(report.broken, None, "{how}");
+        }
     }
 
     /// The retention removing every file: the chain goes on from HEAD, and verifies.
@@ -1058,7 +1132,7 @@ mod end_tests {
         std::fs::remove_file(dir.path().join("2026-10-01.jsonl")).unwrap();
         std::fs::remove_file(dir.path().join("2026-10-02.jsonl")).unwrap();
         day(dir.path(), "2026-11-26.jsonl", 1);
-        let report = verify(dir.path(), None).unwrap();
+        let report = verify(dir.path(), None, &|_| false).unwrap();
         assert_eq!(report.broken, None);
         assert_eq!(report.lines, 1);
     }

@@ -70,7 +70,11 @@ pub fn pending_request(
             } else {
                 Language::English.to_wire()
             },
-            extra_json: extra_json(&call.arguments, &cleared.tainted),
+            extra_json: extra_json(
+                &call.arguments,
+                &cleared.tainted,
+                cleared.runs_code_later.as_ref().map(|r| r.rule),
+            ),
             ..Default::default()
         }),
         capability: capability.to_owned(),
@@ -87,7 +91,11 @@ pub fn pending_request(
 /// `{{stepN…}}` references, from what earlier steps observed, and which carry data from
 /// the world into a sink, from where (the card says so, and offers no territory: a grant
 /// does not lift that question).
-fn extra_json(raw_args: &serde_json::Value, tainted: &[crate::taint::Carried]) -> String {
+fn extra_json(
+    raw_args: &serde_json::Value,
+    tainted: &[crate::taint::Carried],
+    runs_code_later: Option<&str>,
+) -> String {
     let from_earlier: Vec<String> = raw_args
         .as_object()
         .map(|args| {
@@ -141,6 +149,12 @@ fn extra_json(raw_args: &serde_json::Value, tainted: &[crate::taint::Carried]) -
             serde_json::Value::Array(sinks),
         );
     }
+    if let Some(rule) = runs_code_later {
+        extra.insert(
+            metnos_core::provenance::RUNS_CODE_LATER.to_owned(),
+            serde_json::json!({ "rule": rule }),
+        );
+    }
     if extra.is_empty() {
         return String::new();
     }
@@ -165,7 +179,7 @@ mod tests {
                 sink: true,
             })
             .collect();
-        let extra = extra_json(&serde_json::json!({}), &tainted);
+        let extra = extra_json(&serde_json::json!({}), &tainted, None);
         assert!(extra.len() <= 16 * 1024, "{}", extra.len());
         let value: serde_json::Value = serde_json::from_str(&extra).unwrap();
         assert_eq!(
@@ -183,7 +197,11 @@ mod tests {
             how: vec![How::Piped],
             sink: true,
         }];
-        let extra = extra_json(&serde_json::json!({"body": "{{step1.content}}"}), &one);
+        let extra = extra_json(
+            &serde_json::json!({"body": "{{step1.content}}"}),
+            &one,
+            None,
+        );
         assert_eq!(
             serde_json::from_str::<serde_json::Value>(&extra).unwrap(),
             serde_json::json!({

@@ -501,7 +501,7 @@ impl Planner {
             _ => {}
         }
         let observation = self
-            .execute(&cp.turn_id, &cleared.executor, &cleared.args, cancel)
+            .execute(&cp.turn_id, &cleared.executor, &cleared.args, &[], cancel)
             .await;
         self.note_seen(cp, &call.name, &cleared.args, n, &observation);
         let labels = self.labels_for(cp, &call, &cleared.args, &observation);
@@ -542,18 +542,20 @@ impl Planner {
             .await;
     }
 
-    /// Runs the signed executor, unless the turn is cancelled first.
+    /// Runs the signed executor, unless the turn is cancelled first. `named_writes`: the
+    /// resolved paths that run code later which the person named and approved.
     pub(crate) async fn execute(
         &self,
         turn_id: &str,
         executor: &Executor,
         args: &Value,
+        named_writes: &[std::path::PathBuf],
         cancel: &mut watch::Receiver<bool>,
     ) -> Observation {
         let span = tracing::info_span!("executor", executor = %executor.name());
         let run = self
             .runner
-            .run(&self.catalog, executor, args)
+            .run_naming(&self.catalog, executor, args, named_writes)
             .instrument(span);
         tokio::select! {
             observation = run => observation,

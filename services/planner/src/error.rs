@@ -124,7 +124,8 @@ impl From<Error> for Status {
                     | S::Never(_)
                     | S::EmptyQuery
                     | S::TooLong { .. }
-                    | S::BadNotify(_) => Status::invalid_argument(e.to_string()),
+                    | S::BadNotify(_)
+                    | S::Invisible(_) => Status::invalid_argument(e.to_string()),
                     S::TooMany { .. } => Status::resource_exhausted(e.to_string()),
                     S::Taken(_) => Status::aborted(e.to_string()),
                     S::NotFound(_) => Status::not_found(e.to_string()),

@@ -173,6 +173,8 @@ pub struct PlannerApi {
     pub planner: Arc<Planner>,
     /// The builtin scheduler (none: the schedule RPCs answer UNAVAILABLE).
     pub scheduler: Option<crate::scheduler::Scheduler>,
+    /// Days of turn logs the retention keeps (what it may have removed is no erasure).
+    pub turn_log_days: u32,
 }
 
 /// A task as the contract shows it.
@@ -488,10 +490,14 @@ impl PlannerService for PlannerApi {
         _: Request<pb::VerifyTurnLogRequest>,
     ) -> Result<Response<pb::VerifyTurnLogResponse>, Status> {
         let dir = self.planner.log.dir().to_owned();
-        let report = tokio::task::spawn_blocking(move || metnos_kit::chain::verify(&dir, None))
-            .await
-            .map_err(|e| Status::internal(format!("walking the turn log failed: {e}")))?
-            .map_err(|e| Status::unavailable(format!("the turn log cannot be read: {e}")))?;
+        let keep = self.turn_log_days;
+        let report = tokio::task::spawn_blocking(move || {
+            let now = metnos_kit::time::now_ms();
+            metnos_kit::chain::verify(&dir, None, &|day| crate::turnlog::expired(day, keep, now))
+        })
+        .await
+        .map_err(|e| Status::internal(format!("walking the turn log failed: {e}")))?
+        .map_err(|e| Status::unavailable(format!("the turn log cannot be read: {e}")))?;
         Ok(Response::new(pb::VerifyTurnLogResponse {
             records: report.lines,
             newest_day_root: report.newest_day(),

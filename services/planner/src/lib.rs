@@ -78,6 +78,7 @@ pub fn runner_from_config(config: &Config) -> Runner {
         // certificates, catalog, configuration and keys, wherever they are.
         forbidden: config.own_paths(),
         user_home: config.runtime.user_home.clone(),
+        program_dirs: config.runtime.user_path.clone(),
         local_hosts: e.local_hosts.clone(),
         shell: ShellSettings {
             allow: e.shell_allow.clone(),
@@ -188,6 +189,7 @@ pub async fn serve(
     let turns_dir = config.data_dir.join(metnos_kit::datadir::TURNS_DIR);
     let log = turnlog::TurnLog::new(turns_dir.clone());
     let scheduling = config.scheduler.clone();
+    let turn_log_days = scheduling.turn_log_days.get();
     let telos = config.telos.clone();
     let telos_for_digest = config.telos.clone();
     Startup::new(SERVICE, &MIGRATIONS, &grpc::AUTHORIZATION, &config)
@@ -353,6 +355,7 @@ pub async fn serve(
             Ok(PlannerServiceServer::new(PlannerApi {
                 planner,
                 scheduler: Some(api_scheduler),
+                turn_log_days,
             })
                 .max_decoding_message_size(metnos_kit::edge::MAX_REQUEST_BYTES))
         })

@@ -173,6 +173,7 @@ impl Planner {
                         if request.is_empty() {
                             return Err(ScheduleError::EmptyQuery);
                         }
+                        crate::scheduler::visible(request, text(&args, "name"))?;
                         if request.chars().count() > REQUEST_CHARS
                             || text(&args, "name").trim().chars().count() > NAME_CHARS
                         {
@@ -311,7 +312,7 @@ impl Planner {
             territory_target: String::new(),
             level: 0,
         };
-        self.ask_approval_with(cp, sink, call, log, bound, request)
+        self.ask_approval_with(cp, sink, call, log, bound, request, None)
             .await
     }
 

@@ -770,6 +770,7 @@ impl Scheduler {
         if query.is_empty() {
             return Err(ScheduleError::EmptyQuery);
         }
+        visible(order.query, order.name)?;
         let notify = match order.notify {
             "" | "always" => "always",
             "on_change" => "on_change",
@@ -1055,6 +1056,10 @@ pub enum ScheduleError {
     TooLong { request: usize, name: usize },
     #[error("notify is `always` or `on_change`, not `{0}`")]
     BadNotify(String),
+    #[error(
+        "the standing order's {0} holds invisible characters (format characters, blank fillers or Unicode tags): text a person cannot read is never stored to be fed to the model at every firing"
+    )]
+    Invisible(&'static str),
     #[error("no schedule `{0}`")]
     NotFound(String),
     #[error("`{0}` is a maintenance task: pause it instead")]
@@ -1065,6 +1070,19 @@ pub enum ScheduleError {
     Taken(String),
     #[error("the scheduler's store failed")]
     Store(#[from] sqlx::Error),
+}
+
+/// Refuses a standing order's request or name holding characters a person cannot see
+/// (ASCII smuggled in Unicode tags, zero-width or bidi characters, blank fillers): what
+/// the card showed must be what fires.
+pub fn visible(request: &str, name: &str) -> Result<(), ScheduleError> {
+    if metnos_core::html::holds_invisible(request) {
+        return Err(ScheduleError::Invisible("request"));
+    }
+    if metnos_core::html::holds_invisible(name) {
+        return Err(ScheduleError::Invisible("name"));
+    }
+    Ok(())
 }
 
 /// A new standing order, as asked.

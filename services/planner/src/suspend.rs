@@ -529,8 +529,17 @@ impl Planner {
         capability: &str,
     ) -> StepOutcome {
         let request = crate::cards::pending_request(cp, &call, cleared, capability);
-        self.ask_approval_with(cp, sink, call, log, cleared.args.clone(), request)
-            .await
+        let named_write = cleared.runs_code_later.as_ref().map(|r| r.real.clone());
+        self.ask_approval_with(
+            cp,
+            sink,
+            call,
+            log,
+            cleared.args.clone(),
+            request,
+            named_write,
+        )
+        .await
     }
 
     /// Registers `request` for `call` with its arguments `args` (what runs once approved),
@@ -543,6 +552,7 @@ impl Planner {
         mut log: StepLog,
         args: serde_json::Value,
         request: approval::CreatePendingRequest,
+        named_write: Option<String>,
     ) -> StepOutcome {
         let call_sha256 = match value_sha256(&call.name, &args) {
             Ok(hash) => hash,
@@ -596,6 +606,7 @@ impl Planner {
                 .map(prost::Message::encode_to_vec)
                 .unwrap_or_default(),
             expires_at: pending.expires_at.as_ref().map(|t| (t.seconds, t.nanos)),
+            named_write,
         });
         if let Err(e) = self.save(cp, State::Suspended, Some(&pending.token)).await {
             return StepOutcome::Finished(self.withdraw(cp, &pending.token, &e).await);
@@ -838,9 +849,16 @@ impl Planner {
             .commit_to_run(&cp.turn_id, &checkpoint, now_ms())
             .await
         {
-            Ok(true) => Ok(self
-                .execute(&cp.turn_id, &executor, &pending.args, cancel)
-                .await),
+            Ok(true) => {
+                let named: Vec<std::path::PathBuf> = pending
+                    .named_write
+                    .iter()
+                    .map(std::path::PathBuf::from)
+                    .collect();
+                Ok(self
+                    .execute(&cp.turn_id, &executor, &pending.args, &named, cancel)
+                    .await)
+            }
             Ok(false) => match self.store.standing(&cp.turn_id).await {
                 Ok(s) if s.cancel_requested => Err(StepOutcome::Finished(finish(
                     FinalKind::Cancelled,

@@ -157,6 +157,10 @@ pub struct PendingCall {
     /// The card, protobuf-encoded, to show it again on resume.
     pub card: Vec<u8>,
     pub expires_at: Option<(i64, i32)>,
+    /// The resolved path of a write that runs code later, which the person's message named
+    /// and this card asks about: the only such path the approved call may write.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub named_write: Option<String>,
 }
 
 /// How a call's arguments fared before the filters.
@@ -179,6 +183,10 @@ pub enum Validation {
     /// An argument held the key of the fence around observations (issue 19).
     #[serde(rename = "fence key")]
     FenceKey,
+    /// A write that runs code later (a hidden name under the home, a folder on the PATH)
+    /// that the person's message did not name (issue 38).
+    #[serde(rename = "runs code later")]
+    RunsCodeLater,
 }
 
 /// The scope hints' answer.

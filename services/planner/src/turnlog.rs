@@ -16,12 +16,25 @@ pub fn prune(dir: &std::path::Path, keep_days: u32, now_ms: i64) -> std::io::Res
     let oldest_kept = today
         .checked_sub(jiff::Span::new().days(i64::from(keep_days)))
         .map_err(std::io::Error::other)?;
-    metnos_kit::datadir::prune_dated(dir, |day| {
-        valid_date(day)
-            && day
-                .parse::<jiff::civil::Date>()
-                .is_ok_and(|d| d < oldest_kept)
-    })
+    metnos_kit::datadir::prune_dated(dir, |day| expired_before(day, oldest_kept))
+}
+
+/// Whether the retention keeping `keep_days` days at `now_ms` may have removed the log of
+/// `day` (`YYYY-MM-DD`; anything else: no), for `metnos audit verify` and the record.
+pub fn expired(day: &str, keep_days: u32, now_ms: i64) -> bool {
+    let Ok(today) = date_of(now_ms).parse::<jiff::civil::Date>() else {
+        return false;
+    };
+    today
+        .checked_sub(jiff::Span::new().days(i64::from(keep_days)))
+        .is_ok_and(|oldest_kept| expired_before(day, oldest_kept))
+}
+
+fn expired_before(day: &str, oldest_kept: jiff::civil::Date) -> bool {
+    valid_date(day)
+        && day
+            .parse::<jiff::civil::Date>()
+            .is_ok_and(|d| d < oldest_kept)
 }
 
 #[derive(Debug)]

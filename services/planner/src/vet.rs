@@ -37,6 +37,19 @@ pub struct Cleared {
     pub approval: Option<String>,
     /// The arguments made of data earlier steps observed (those reaching a sink marked).
     pub tainted: Vec<crate::taint::Carried>,
+    /// A write that runs code later, which the person's message named: asked about at
+    /// every level, never granted, and only this resolved path may be written.
+    pub runs_code_later: Option<RunsCodeLater>,
+}
+
+/// A write to a path that runs code later ([`metnos_core::forbidden::runs_code_later`]).
+#[derive(Debug, Clone, PartialEq)]
+pub struct RunsCodeLater {
+    /// The path as resolved (links followed): what the executor may write, and no other.
+    pub real: String,
+    pub rule: &'static str,
+    /// Whether the person's own message names the path.
+    pub named: bool,
 }
 
 /// Why a call does not run.
@@ -174,6 +187,14 @@ impl Planner {
             return Err(Refusal::Stop(stop));
         }
         self.check_schema_and_scope(&executor, &args, log)?;
+        let runs_code_later = self.runs_code_later(&cp.query, &executor, &target);
+        if let Some(found) = runs_code_later.as_ref().filter(|found| !found.named) {
+            log.validation = Validation::RunsCodeLater;
+            return Err(Refusal::Refused(format!(
+                "`{target}` is {}: Metnos writes there only when the person's own message names that path, and then after they approve a card; do not write it another way",
+                metnos_core::forbidden::runs_code_later_reason(found.rule)
+            )));
+        }
         let tainted_sink = self.sinks(cp, &executor, &args, &target, &mut log.tainted);
         let tainted = log.tainted.clone();
         let approval = self
@@ -191,12 +212,23 @@ impl Planner {
             }
             (None, None) => None,
         };
+        // A write that runs code later is asked about every time, whatever a grant says.
+        let approval = match (approval, &runs_code_later) {
+            (None, Some(_)) => executor
+                .manifest
+                .capabilities
+                .iter()
+                .find(|c| path_write(c))
+                .cloned(),
+            (approval, _) => approval,
+        };
         Ok(Cleared {
             executor,
             args,
             target,
             approval,
             tainted,
+            runs_code_later,
         })
     }
 
@@ -254,6 +286,45 @@ impl Planner {
             && [target, real.as_str(), home.as_str()]
                 .iter()
                 .any(|spelled| spelled.len() > 1 && mentions_path(message, spelled))
+    }
+
+    /// Whether `executor` writing `target` runs code later (a hidden name under the home, a
+    /// folder on the person's PATH; as written or as resolved), and whether the person's
+    /// message names it.
+    fn runs_code_later(
+        &self,
+        message: &str,
+        executor: &Executor,
+        target: &str,
+    ) -> Option<RunsCodeLater> {
+        use metnos_executors::scope::{expand_home, normalize, resolve};
+        if target.trim().is_empty() || !executor.manifest.capabilities.iter().any(|c| path_write(c))
+        {
+            return None;
+        }
+        let home = &self.runner.user_home;
+        let lexical = normalize(&expand_home(target, home));
+        let real = resolve(&lexical).unwrap_or_else(|_| lexical.clone());
+        let workspace = resolve(&self.runner.shell.workspace)
+            .unwrap_or_else(|_| self.runner.shell.workspace.clone());
+        let homes = [home.clone(), resolve(home).unwrap_or_else(|_| home.clone())];
+        let program_dirs: Vec<std::path::PathBuf> = self
+            .runner
+            .program_dirs
+            .iter()
+            .flat_map(|d| [d.clone(), resolve(d).unwrap_or_else(|_| d.clone())])
+            .collect();
+        let rule = [&lexical, &real].into_iter().find_map(|path| {
+            homes.iter().find_map(|h| {
+                metnos_core::forbidden::runs_code_later_beside(path, h, &program_dirs, &workspace)
+            })
+        })?;
+        let real = real.to_string_lossy().into_owned();
+        let shown = crate::observe::from_home(&real, home);
+        let named = [target, real.as_str(), shown.as_str()]
+            .iter()
+            .any(|spelled| spelled.len() > 1 && mentions_path(message, spelled));
+        Some(RunsCodeLater { real, rule, named })
     }
 
     fn check_schema_and_scope(
@@ -603,6 +674,14 @@ fn mentions_path(message: &str, path: &str) -> bool {
         }
     }
     false
+}
+
+/// Whether `capability` writes a path (`fs:write`).
+fn path_write(capability: &str) -> bool {
+    metnos_core::Capability::parse(capability).is_ok_and(|c| {
+        let spec = c.spec();
+        spec.target_kind == metnos_core::TargetKind::PathGlob && !spec.reads_only
+    })
 }
 
 /// Whether a path names a hidden file or folder (`~/.bashrc`, `~/.config/x`).

@@ -112,11 +112,17 @@ fn verdict_msg(v: &Verdict) -> pb::Verdict {
 pub struct VaglioApi {
     vaglio: Arc<Vaglio>,
     telos: Arc<TelosEngine>,
+    /// Months of verdicts the retention keeps (what it may have removed is no erasure).
+    retention_months: u32,
 }
 
 impl VaglioApi {
-    pub fn new(vaglio: Arc<Vaglio>, telos: Arc<TelosEngine>) -> VaglioApi {
-        VaglioApi { vaglio, telos }
+    pub fn new(vaglio: Arc<Vaglio>, telos: Arc<TelosEngine>, retention_months: u32) -> VaglioApi {
+        VaglioApi {
+            vaglio,
+            telos,
+            retention_months,
+        }
     }
 }
 
@@ -314,10 +320,14 @@ impl VaglioService for VaglioApi {
     ) -> Result<Response<pb::VerifyVerdictLogResponse>, Status> {
         self.vaglio.log().flush().await;
         let dir = self.vaglio.log().dir().to_owned();
-        let report = tokio::task::spawn_blocking(move || metnos_kit::chain::verify(&dir, None))
-            .await
-            .map_err(|e| Status::internal(format!("walking the verdict log failed: {e}")))?
-            .map_err(|e| Status::unavailable(format!("the verdict log cannot be read: {e}")))?;
+        let keep = self.retention_months;
+        let report = tokio::task::spawn_blocking(move || {
+            let now = jiff::Timestamp::now();
+            metnos_kit::chain::verify(&dir, None, &|month| crate::log::expired(month, keep, now))
+        })
+        .await
+        .map_err(|e| Status::internal(format!("walking the verdict log failed: {e}")))?
+        .map_err(|e| Status::unavailable(format!("the verdict log cannot be read: {e}")))?;
         Ok(Response::new(pb::VerifyVerdictLogResponse {
             records: report.lines,
             newest_day_root: report.newest_day(),

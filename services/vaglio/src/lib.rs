@@ -228,7 +228,7 @@ pub async fn serve_with_clock(
             running
                 .background
                 .on_stop("verdict log", async move { log.flush().await });
-            Ok(VaglioServiceServer::new(grpc::VaglioApi::new(vaglio, telos))
+            Ok(VaglioServiceServer::new(grpc::VaglioApi::new(vaglio, telos, retention_months))
                 .max_decoding_message_size(metnos_kit::edge::MAX_REQUEST_BYTES))
         })
         .await

@@ -83,19 +83,23 @@ pub fn month_of(ts: f64) -> String {
 /// months at `now` (the file of month M goes once M is more than `keep_months` months
 /// before the current one). Other files are left alone. Returns the months removed.
 pub fn prune(dir: &Path, keep_months: u32, now: jiff::Timestamp) -> std::io::Result<Vec<String>> {
+    metnos_kit::datadir::prune_dated(dir, |month| {
+        month.len() == 7 && expired(month, keep_months, now)
+    })
+}
+
+/// Whether the retention keeping `keep_months` months at `now` may have removed the
+/// verdicts of `month` (`YYYY-MM`, or a day `YYYY-MM-DD` of it; anything else: no).
+pub fn expired(month: &str, keep_months: u32, now: jiff::Timestamp) -> bool {
     let today = now.to_zoned(jiff::tz::TimeZone::UTC).date();
     let current = i64::from(today.year()) * 12 + i64::from(today.month()) - 1;
-    metnos_kit::datadir::prune_dated(dir, |month| {
-        let Some((year, m)) = month.split_once('-') else {
-            return false;
-        };
-        let (Ok(year), Ok(m)) = (year.parse::<i64>(), m.parse::<i64>()) else {
-            return false;
-        };
-        month.len() == 7
-            && (1..=12).contains(&m)
-            && current - (year * 12 + m - 1) > i64::from(keep_months)
-    })
+    let Some((year, m)) = month.get(..7).and_then(|month| month.split_once('-')) else {
+        return false;
+    };
+    let (Ok(year), Ok(m)) = (year.parse::<i64>(), m.parse::<i64>()) else {
+        return false;
+    };
+    (1..=12).contains(&m) && current - (year * 12 + m - 1) > i64::from(keep_months)
 }
 
 impl VerdictLog {

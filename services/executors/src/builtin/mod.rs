@@ -160,7 +160,58 @@ pub(crate) fn scoped_path(
     {
         return Err(crate::scope::ScopeError::Forbidden(text.to_owned()).to_string());
     }
+    if access == Access::Write {
+        runs_code_later(text, &lexical, &real, context)?;
+    }
     Ok(real)
+}
+
+/// Refuses a write to a path that runs code later (a hidden name under the home, a folder
+/// on the person's PATH; written or resolved) unless the planner named exactly this
+/// resolved path as one the person's message named and the person approved.
+fn runs_code_later(
+    text: &str,
+    lexical: &std::path::Path,
+    real: &std::path::Path,
+    context: &ExecContext,
+) -> Result<(), String> {
+    let workspace = workspace(context);
+    let homes = [
+        context.user_home.clone(),
+        crate::scope::resolve(&context.user_home).unwrap_or_else(|_| context.user_home.clone()),
+    ];
+    let program_dirs: Vec<std::path::PathBuf> = context
+        .program_dirs
+        .iter()
+        .flat_map(|d| {
+            [
+                d.clone(),
+                crate::scope::resolve(d).unwrap_or_else(|_| d.clone()),
+            ]
+        })
+        .collect();
+    let rule = [lexical, real].into_iter().find_map(|path| {
+        homes.iter().find_map(|home| {
+            forbidden::runs_code_later_beside(path, home, &program_dirs, &workspace)
+        })
+    });
+    let Some(rule) = rule else {
+        return Ok(());
+    };
+    if context.named_writes.iter().any(|named| named == real) {
+        return Ok(());
+    }
+    Err(crate::scope::ScopeError::RunsCodeLater {
+        path: text.to_owned(),
+        rule,
+        resolved: if real != lexical {
+            format!(" (through a link, to {})", real.display())
+        } else {
+            String::new()
+        },
+        what: forbidden::runs_code_later_reason(rule),
+    }
+    .to_string())
 }
 
 /// The shell's workspace, resolved (where files with several names may be read).

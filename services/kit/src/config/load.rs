@@ -193,6 +193,13 @@ impl Config {
         {
             self.runtime.user_home = h.clone();
         }
+        if self.runtime.user_path.is_empty()
+            && let Some(path) = source.var("PATH")
+        {
+            self.runtime.user_path = std::env::split_paths(&path)
+                .filter(|dir| dir.is_absolute())
+                .collect();
+        }
         for (key, path, default) in [
             (
                 "executors.catalog_dir",

@@ -14,6 +14,11 @@ pub struct RuntimeConfig {
     /// The home of the person Metnos acts for; `~` in tool arguments expands to it.
     /// Empty: the HOME of the process that loads the config.
     pub user_home: PathBuf,
+    /// The folders of programs the person runs by name (their PATH): a write there runs
+    /// code later, so it happens only when the person's message names it, after a card.
+    /// Empty: the PATH of the process that loads the config. `~/bin` and `~/go/bin` count
+    /// whatever this says.
+    pub user_path: Vec<PathBuf>,
     /// `local`, `online` or `hybrid`.
     pub mode: PlannerMode,
     /// LLM tiers; only `fast` is needed, a missing tier aliases down. A config that names

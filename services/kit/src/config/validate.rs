@@ -153,6 +153,33 @@ impl Config {
                 ));
             }
         }
+        // The box lets a command write anywhere in its workspace: one that is the home (or
+        // holds it) or a folder of programs would let it write what runs code later.
+        let home = real(&self.runtime.user_home);
+        if !home.as_os_str().is_empty() && home.starts_with(&workspace) {
+            return Err(ConfigError::key(
+                "executors.workspace",
+                format!(
+                    "{} holds the home {}, whose hidden files and program folders run code later; give the shell a folder of its own (the default is <data_dir>/workspace)",
+                    self.executors.workspace.display(),
+                    home.display()
+                ),
+            ));
+        }
+        let program_dir = self.runtime.user_path.iter().find(|dir| {
+            let dir = real(dir);
+            dir.is_absolute() && (dir.starts_with(&workspace) || workspace.starts_with(&dir))
+        });
+        if let Some(dir) = program_dir {
+            return Err(ConfigError::key(
+                "executors.workspace",
+                format!(
+                    "{} and {} (on runtime.user_path, the person's PATH) overlap: a command could write programs the person runs by name; give the shell a folder of its own",
+                    self.executors.workspace.display(),
+                    dir.display()
+                ),
+            ));
+        }
         Ok(())
     }
 
@@ -503,6 +530,41 @@ mod tests {
             load()?;
             Ok(())
         });
+    }
+
+    #[test]
+    fn a_workspace_that_holds_the_home_or_a_program_folder_is_refused() {
+        // The data directory elsewhere: only the home's own files are at stake.
+        for (workspace, says) in [("/home", "holds the home"), ("/home/u/bin", "overlap")] {
+            with_env(
+                &[
+                    ("METNOS_EXECUTORS__WORKSPACE", workspace),
+                    ("METNOS_DATA_DIR", "/srv/metnos"),
+                    ("XDG_CONFIG_HOME", "/srv/config"),
+                    ("PATH", "/home/u/bin:/usr/bin:/bin"),
+                ],
+                |_| {
+                    let err = load_err();
+                    assert!(
+                        err.contains("`executors.workspace`") && err.contains(says),
+                        "{workspace}: {err}"
+                    );
+                    Ok(())
+                },
+            );
+        }
+        with_env(
+            &[
+                ("METNOS_EXECUTORS__WORKSPACE", "/srv/shell"),
+                ("METNOS_DATA_DIR", "/srv/metnos"),
+                ("PATH", "/srv/shell/bin:/usr/bin"),
+            ],
+            |_| {
+                let err = load_err();
+                assert!(err.contains("overlap"), "{err}");
+                Ok(())
+            },
+        );
     }
 
     #[test]

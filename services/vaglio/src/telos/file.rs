@@ -857,6 +857,17 @@ pub struct ChainLink {
     pub path: PathBuf,
 }
 
+/// Whether the version kept at `kept` is `file`'s signed text (its canonical form and
+/// signature), whatever the bytes around it (a byte-order mark, CRLF line ends).
+pub fn same_signed_text(kept: &Path, file: &TelosFile) -> bool {
+    std::fs::read_to_string(kept)
+        .ok()
+        .and_then(|text| parse(&text).ok())
+        .is_some_and(|kept| {
+            kept.canonical == file.canonical && kept.front.signature == file.front.signature
+        })
+}
+
 /// Walks the chain from the file at `path` back to `genesis` through `.audit/` beside it:
 /// the file in force must be signed and be the last version signed here (`.audit/head`),
 /// and every older one must be signed and have the sha256 its successor names. `Ok`: the
@@ -872,8 +883,11 @@ pub fn verify_chain(path: &Path, key: &TelosKey) -> Result<Vec<ChainLink>, Strin
         let file = parse_signed(&text, key).map_err(|e| format!("{}: {e}", current.display()))?;
         match &expected_version {
             None => {
+                // The same signed text saved again (a byte-order mark, CRLF line ends: an
+                // editor's doing) is the head still, not a rollback.
                 if let Some(head) = head(path)
                     && head != file.version
+                    && !same_signed_text(&audit.join(format!("{head}.md")), &file)
                 {
                     return Err(format!(
                         "{}: it is not the last version signed here ({head}): an older version was put back",
@@ -1202,6 +1216,37 @@ synthesis strategies before answering \"I cannot\".
         std::fs::write(&path, in_force.replace("0.05", "0.5")).unwrap();
         let broken = verify_chain(&path, &key()).unwrap_err();
         assert!(broken.contains("changed after it was signed"), "{broken}");
+    }
+
+    /// Issue 38, break 4: the version in force saved again by an editor with a byte-order
+    /// mark or CRLF line ends read as an older version put back.
+    #[test]
+    fn the_version_in_force_saved_with_a_bom_or_crlf_stays_in_force() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join(FILE_NAME);
+        commit(&path, SEED, &key(), "roberto", "2026-04-25T12:00:00+02:00").unwrap();
+        commit(
+            &path,
+            &SEED.replace("weight: 0.22", "weight: 0.30"),
+            &key(),
+            "roberto",
+            "2026-05-01T09:00:00+02:00",
+        )
+        .unwrap();
+        let signed = std::fs::read_to_string(&path).unwrap();
+        for resaved in [
+            format!("\u{feff}{signed}"),
+            signed.replace('\n', "\r\n"),
+            format!("\u{feff}{}", signed.replace('\n', "\r\n")),
+        ] {
+            std::fs::write(&path, &resaved).unwrap();
+            let chain = verify_chain(&path, &key());
+            assert!(chain.is_ok(), "{chain:?}");
+            assert_eq!(chain.unwrap().len(), 2);
+        }
+        // Another text under the same signature is still a break.
+        std::fs::write(&path, signed.replace("0.30", "0.31")).unwrap();
+        assert!(verify_chain(&path, &key()).is_err());
     }
 
     #[test]

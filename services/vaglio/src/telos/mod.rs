@@ -256,12 +256,7 @@ type Parsed = Result<Arc<TelosFile>, FileError>;
 /// Whether `file` says what the version `in_force` (kept in `.audit/`) said: the same signed
 /// text saved again (another editor's line ends, trailing blanks).
 fn same_text(path: &Path, in_force: &str, file: &TelosFile) -> bool {
-    std::fs::read_to_string(file::audit_dir(path).join(format!("{in_force}.md")))
-        .ok()
-        .and_then(|text| file::parse(&text).ok())
-        .is_some_and(|kept| {
-            kept.canonical == file.canonical && kept.front.signature == file.front.signature
-        })
+    file::same_signed_text(&file::audit_dir(path).join(format!("{in_force}.md")), file)
 }
 
 /// Whether `score` reaches `theta`: a NaN or an infinity never does.

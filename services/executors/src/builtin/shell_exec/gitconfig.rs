@@ -183,7 +183,10 @@ pub fn refused_repository(start: &Path, workspace: &Path) -> Option<String> {
         } else if let Ok(text) = std::fs::read_to_string(&dot_git)
             && let Some(target) = text.trim().strip_prefix("gitdir:")
         {
-            git_dirs.push(dir.join(target.trim()));
+            match within(&dir.join(target.trim()), workspace) {
+                Ok(git_dir) => git_dirs.push(git_dir),
+                Err(()) => return Some(leaves(&dot_git, "gitdir")),
+            }
         }
         if dir == workspace || !dir.starts_with(workspace) {
             break;
@@ -195,7 +198,10 @@ pub fn refused_repository(start: &Path, workspace: &Path) -> Option<String> {
             continue;
         }
         if let Ok(common) = std::fs::read_to_string(git_dir.join("commondir")) {
-            git_dirs.push(git_dir.join(common.trim()));
+            match within(&git_dir.join(common.trim()), workspace) {
+                Ok(common) => git_dirs.push(common),
+                Err(()) => return Some(leaves(&git_dir.join("commondir"), "commondir")),
+            }
         }
         if let Some(why) = refused_git_dir(&git_dir) {
             return Some(why);
@@ -203,6 +209,36 @@ pub fn refused_repository(start: &Path, workspace: &Path) -> Option<String> {
         seen.push(git_dir);
     }
     None
+}
+
+/// `path` (lexically folded, links followed as far as it exists) when it lies inside the
+/// `workspace` and breaks no read rule of the forbidden core: the check reads only what
+/// the box would let git read. A pointer out of it (`gitdir: /home/u/.ssh`, spelled
+/// however) is refused, and nothing there is read.
+fn within(path: &Path, workspace: &Path) -> Result<std::path::PathBuf, ()> {
+    let lexical = crate::scope::normalize(path);
+    let real = crate::scope::resolve(&lexical).unwrap_or_else(|_| lexical.clone());
+    let readable = |p: &Path| {
+        metnos_core::forbidden::first_match(
+            &p.to_string_lossy(),
+            metnos_core::forbidden::Access::Read,
+        )
+        .is_none()
+    };
+    if real.starts_with(workspace) && lexical.starts_with(workspace) && readable(&real) {
+        Ok(real)
+    } else {
+        Err(())
+    }
+}
+
+/// The refusal of a pointer (`what`, in the file `at`) that leaves the workspace: what it
+/// names is never read, nor said.
+fn leaves(at: &Path, what: &str) -> String {
+    format!(
+        "{}: its `{what}` points outside the workspace, where git may not read",
+        at.display()
+    )
 }
 
 fn refused_git_dir(git_dir: &Path) -> Option<String> {
@@ -313,11 +349,51 @@ mod tests {
         ));
     }
 
+    /// Issue 38, break 5: a `.git` file's `gitdir:` was followed anywhere (planted with
+    /// `git log --output=…/.git`, `.ssh` spelled `%x2essh`) and what was read in `~/.ssh`
+    /// reported.
+    #[test]
+    fn a_pointer_that_leaves_the_workspace_is_refused_and_nothing_there_is_read() {
+        let root = tempfile::tempdir().unwrap();
+        let ws = root.path().join("ws");
+        let ssh = root.path().join("home/.ssh");
+        std::fs::create_dir_all(ws.join("q")).unwrap();
+        std::fs::create_dir_all(&ssh).unwrap();
+        std::fs::write(ssh.join("config"), "Host x\n  ProxyCommand secret-proxy\n").unwrap();
+        for pointer in [
+            format!("gitdir: {}", ssh.display()),
+            format!("gitdir: ../../home/.ssh"),
+            format!("gitdir: {}/../home/.ssh", ws.display()),
+        ] {
+            std::fs::write(ws.join("q/.git"), &pointer).unwrap();
+            let why = refused_repository(&ws.join("q"), &ws).unwrap();
+            assert!(
+                why.contains("points outside the workspace"),
+                "{pointer}: {why}"
+            );
+            assert!(
+                !why.contains("ProxyCommand") && !why.contains(".ssh"),
+                "{why}"
+            );
+        }
+        // A link inside the workspace to the outside is the same pointer.
+        std::os::unix::fs::symlink(&ssh, ws.join("inner")).unwrap();
+        std::fs::write(ws.join("q/.git"), "gitdir: ../inner").unwrap();
+        let why = refused_repository(&ws.join("q"), &ws).unwrap();
+        assert!(why.contains("points outside the workspace"), "{why}");
+        // A commondir out of it too.
+        std::fs::create_dir_all(ws.join("wt")).unwrap();
+        std::fs::write(ws.join("q/.git"), "gitdir: ../wt").unwrap();
+        std::fs::write(ws.join("wt/commondir"), ssh.display().to_string()).unwrap();
+        let why = refused_repository(&ws.join("q"), &ws).unwrap();
+        assert!(why.contains("`commondir` points outside"), "{why}");
+    }
+
     #[test]
     fn repositories_are_found_through_gitdir_files_and_commondir() {
         let root = tempfile::tempdir().unwrap();
         let ws = root.path().join("ws");
-        let elsewhere = root.path().join("elsewhere.git");
+        let elsewhere = ws.join("elsewhere.git");
         let repo = ws.join("repo");
         std::fs::create_dir_all(repo.join("src")).unwrap();
         std::fs::create_dir_all(&elsewhere).unwrap();
@@ -336,7 +412,7 @@ mod tests {
 
         // A worktree's git folder sends git to the main one's configuration.
         std::fs::write(elsewhere.join("config"), "").unwrap();
-        let main = root.path().join("main.git");
+        let main = ws.join("main.git");
         std::fs::create_dir_all(main.join("modules/lib")).unwrap();
         std::fs::write(elsewhere.join("commondir"), main.display().to_string()).unwrap();
         std::fs::write(

@@ -25,12 +25,53 @@ pub fn check(
     workspace: &Path,
     cwd: &Path,
 ) -> Result<Cleared, String> {
-    match program {
+    let cleared = match program {
         "git" => git(args, workspace, cwd).map(|dir| Cleared { git_dir: Some(dir) }),
         "find" => find(args).map(|()| Cleared::default()),
         "sort" => sort(args).map(|()| Cleared::default()),
         _ => Ok(Cleared::default()),
+    }?;
+    // A repository's own files (hooks, config, the index) steer the next git command, the
+    // person's own outside the box among them: no program but git itself writes there, and
+    // git only through its commands, never through a file named in its arguments.
+    if !READERS.contains(&program) {
+        let cwd_inside = cwd.strip_prefix(workspace).is_ok_and(|below| {
+            below
+                .components()
+                .any(|c| is_git_dir(&c.as_os_str().to_string_lossy()))
+        });
+        if cwd_inside {
+            return Err(format!(
+                "{program}: working inside a repository's .git folder is refused (rule write.git_internals)"
+            ));
+        }
+        if let Some(arg) = args.iter().find(|a| names_git_internals(a)) {
+            return Err(format!(
+                "{program}: `{}` names a repository's own files (.git): a command may not write there (rule write.git_internals)",
+                arg.chars().take(120).collect::<String>()
+            ));
+        }
     }
+    Ok(cleared)
+}
+
+/// The programs that only read the files their arguments name (and `echo`, `date`, `df`,
+/// which name none): they may name a repository's own files.
+const READERS: &[&str] = &[
+    "ls", "cat", "head", "tail", "wc", "grep", "du", "df", "date", "echo",
+];
+
+/// Whether a path part is a repository's git folder (`.git`, however cased: a
+/// case-insensitive file system takes `.GIT` for it).
+fn is_git_dir(part: &str) -> bool {
+    part.eq_ignore_ascii_case(".git")
+}
+
+/// Whether an argument names a path through a `.git` folder, as a value of its own or
+/// after `=` or `:` (`--output=.git/hooks/x`, `of=repo/.git/config`).
+fn names_git_internals(arg: &str) -> bool {
+    arg.split(['/', '=', ':', ','])
+        .any(|part| is_git_dir(part.trim()))
 }
 
 /// Whether `arg` is `--name` or `--name=…` for an unambiguous prefix of `refused` (at
@@ -436,6 +477,35 @@ mod tests {
             let error = find(&w[1..]).expect_err(refused);
             assert!(error.contains(named), "{refused}: {error}");
         }
+    }
+
+    #[test]
+    fn a_write_into_a_repositorys_git_folder_is_refused_for_every_writing_program() {
+        let ws = Path::new("/w");
+        for (program, command) in [
+            ("git", "git log --output=.git/hooks/post-checkout"),
+            ("git", "git log --output=repo/.git/hooks/pre-commit -1"),
+            ("git", "git diff --output .git/config"),
+            ("git", "git format-patch -o .GIT/hooks HEAD~1"),
+            ("git", "git -C repo/.git log"),
+            ("touch", "touch .git/hooks/pre-commit"),
+            ("dd", "dd if=/dev/zero of=repo/.git/config count=0"),
+            ("uniq", "uniq notes.txt .git/info/attributes"),
+        ] {
+            let args = words(command)[1..].to_vec();
+            let refused = check(program, &args, ws, ws).unwrap_err();
+            assert!(
+                refused.contains("write.git_internals"),
+                "{command}: {refused}"
+            );
+        }
+        // Working inside it is refused too; reading it is not.
+        let inside = Path::new("/w/repo/.git");
+        assert!(check("touch", &words("hooks/x"), ws, inside).is_err());
+        assert!(check("cat", &words(".git/config"), ws, ws).is_ok());
+        assert!(check("ls", &words("repo/.git/hooks"), ws, ws).is_ok());
+        // A name that only starts like it is another file.
+        assert!(check("touch", &words(".gitignore .github/x"), ws, ws).is_ok());
     }
 
     #[test]
