@@ -108,6 +108,44 @@ def pki_mounts(container):
     ]
 
 
+# The settings files each container may read (docker-compose.yml's env_file): its secret
+# goes to no other container. `.env` is compose's own and reaches none.
+ENV_FILES = {
+    "policy": ["env/shared.env", "env/policy.env"],
+    "vaglio": ["env/shared.env", "env/vaglio.env", "env/llm-keys.env"],
+    "approval": ["env/shared.env", "env/approval.env"],
+    "planner": ["env/shared.env", "env/planner.env", "env/llm-keys.env"],
+    "gateway": ["env/shared.env", "env/gateway.env"],
+    "cli": ["env/shared.env"],
+}
+
+
+# The variable [`render`] puts in each settings file, to tell from a rendered container's
+# environment which files it read (the rendered config keeps their contents, not their
+# names).
+ENV_MARKERS = {
+    ".env": "METNOS_MARK_DOTENV",
+    "env/shared.env": "METNOS_MARK_SHARED",
+    "env/policy.env": "METNOS_MARK_POLICY",
+    "env/vaglio.env": "METNOS_MARK_VAGLIO",
+    "env/approval.env": "METNOS_MARK_APPROVAL",
+    "env/planner.env": "METNOS_MARK_PLANNER",
+    "env/gateway.env": "METNOS_MARK_GATEWAY",
+    "env/llm-keys.env": "METNOS_MARK_LLM_KEYS",
+}
+
+
+def check_env_files(services, problem):
+    """Each Metnos container reads exactly its own settings files: the Telegram token's
+    file only the gateway, the LLM keys' only the planner and the vaglio."""
+    for name, container in sorted(services.items()):
+        env = container.get("environment") or {}
+        read = sorted(f for f, marker in ENV_MARKERS.items() if marker in env)
+        wanted = sorted(ENV_FILES.get(name, []))
+        if read != wanted:
+            problem(f"{name} reads settings from {read}, expected {wanted}")
+
+
 def check_compose(project, host_network, problems):
     """`project`: `docker compose config --format json` with every profile."""
     where = "compose" + (" (host network)" if host_network else "")
@@ -167,6 +205,7 @@ def check_compose(project, host_network, problems):
             pki = (container.get("depends_on") or {}).get("pki") or {}
             if pki.get("condition") != "service_completed_successfully":
                 problem(f"{name} does not wait for pki to complete")
+    check_env_files(services, problem)
     # What a person reaches: Jaeger's UI, nothing else.
     for name, container in sorted(services.items()):
         for port in container.get("ports") or []:
@@ -489,14 +528,22 @@ def check_all(compose_json, compose_host_json, k8s_files, root):
 
 
 def render(root, compose_bin):
-    """Renders the deployment files under `root` with the real tools."""
+    """Renders the deployment files under `root` with the real tools (compose in a copy
+    whose settings files each hold a marker, [`ENV_MARKERS`])."""
     env = dict(os.environ, METNOS_USER_HOME="/home/metnos")
     profiles = ["--profile", "cli", "--profile", "ollama", "--profile", "postgres"]
+    project = tempfile.mkdtemp(prefix="metnos-compose-")
+    shutil.copy(os.path.join(root, "docker-compose.yml"), project)
+    shutil.copytree(os.path.join(root, "deploy"), os.path.join(project, "deploy"))
+    os.makedirs(os.path.join(project, "env"))
+    for file, marker in ENV_MARKERS.items():
+        with open(os.path.join(project, file), "w") as f:
+            f.write(f"{marker}=1\n")
 
     def compose(*files):
-        args = [compose_bin, "--project-directory", root]
+        args = [compose_bin, "--project-directory", project]
         for f in files:
-            args += ["-f", os.path.join(root, f)]
+            args += ["-f", os.path.join(project, f)]
         out = subprocess.run(
             [*args, *profiles, "config", "--format", "json"],
             env=env, check=True, capture_output=True, text=True,
@@ -509,15 +556,32 @@ def render(root, compose_bin):
             ["kubectl", "kustomize", os.path.join(root, "k8s/overlays", overlay)],
             check=True, capture_output=True, text=True,
         ).stdout
-    return (
-        compose("docker-compose.yml"),
-        compose("docker-compose.yml", "deploy/compose.host-network.yml"),
-        k8s,
-    )
+    try:
+        return (
+            compose("docker-compose.yml"),
+            compose("docker-compose.yml", "deploy/compose.host-network.yml"),
+            k8s,
+        )
+    finally:
+        shutil.rmtree(project, ignore_errors=True)
 
 
 # (what, file, text replaced, replacement, a problem that must be reported)
 MUTATIONS = [
+    (
+        "the planner reads the Telegram token's file",
+        "docker-compose.yml",
+        "      - path: env/planner.env\n",
+        "      - path: env/gateway.env\n",
+        "planner reads settings from",
+    ),
+    (
+        "every service reads .env again",
+        "docker-compose.yml",
+        "      - path: env/shared.env\n        required: false\n      - path: env/policy.env\n",
+        "      - path: .env\n        required: false\n      - path: env/policy.env\n",
+        "policy reads settings from ['.env', 'env/policy.env']",
+    ),
     (
         "the planner runs without seccomp",
         "docker-compose.yml",

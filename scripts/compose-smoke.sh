@@ -113,12 +113,14 @@ for _ in $(seq 50); do [ -s "$work/llm.url" ] && break; sleep 0.1; done
 
 log "the README's steps, in a copy of the deployment files"
 rm -rf "$project" && mkdir -p "$project/home"
-cp docker-compose.yml .env.example "$project/" && cp -r deploy "$project/"
+cp docker-compose.yml .env.example "$project/" && cp -r deploy env "$project/"
 chmod 0777 "$project/home"
 sed -e "s|^METNOS_USER_HOME=.*|METNOS_USER_HOME=$project/home|" \
-    -e "s|^METNOS_RUNTIME__LLM__FAST__BASE_URL=.*|METNOS_RUNTIME__LLM__FAST__BASE_URL=$(cat "$work/llm.url")|" \
     -e "s|^OTEL_EXPORTER_OTLP_ENDPOINT=.*|OTEL_EXPORTER_OTLP_ENDPOINT=http://127.0.0.1:4317|" \
     "$project/.env.example" > "$project/.env"
+for f in "$project"/env/*.env.example; do cp "$f" "${f%.example}"; done
+sed -i -e "s|^METNOS_RUNTIME__LLM__FAST__BASE_URL=.*|METNOS_RUNTIME__LLM__FAST__BASE_URL=$(cat "$work/llm.url")|" \
+    "$project/env/shared.env"
 # A previous run that could not clean up.
 compose down -v --remove-orphans >/dev/null 2>&1 || true
 
@@ -135,7 +137,7 @@ pki_files > "$work/pki-before.txt"
 
 key=$(compose run --rm -T --no-deps planner metnos executors keygen --name owner | sed -n 's/.*"public_key":"\([^"]*\)".*/\1/p')
 [ -n "$key" ] || { log "keygen printed no public key"; exit 1; }
-echo "METNOS_EXECUTORS__TRUSTED_KEYS__OWNER=$key" >> "$project/.env"
+echo "METNOS_EXECUTORS__TRUSTED_KEYS__OWNER=$key" >> "$project/env/shared.env"
 compose run --rm -T --no-deps planner metnos executors install >/dev/null
 compose run --rm -T --no-deps planner metnos executors sign /var/lib/metnos/executors --key /var/lib/metnos/.config/metnos/keys/owner.key >/dev/null
 # The README's host-network step: reserve the services' ports, which lie in Linux's range of

@@ -502,6 +502,71 @@ activation_threshold: 0.4
 /// The stack with Ada's TELOS.md signed (the owner's file, which `telos.owner_principals`
 /// names her to), no protected window, and the model answering what no script gives: the
 /// fit estimate when asked for one (its JSON schema), else the turn's final words.
+/// Issue 38, weakness 9: the model resumed an order the person had paused, with no card.
+/// Pausing stays direct (it only stops firings); resuming one she paused asks her.
+#[tokio::test]
+async fn an_order_the_person_paused_is_resumed_only_on_her_card() {
+    let s = stack_with(&[("METNOS_TELOS__PROTECTED_WINDOWS", "[]")]).await;
+    s.pair(ADA, "Ada", "full").await;
+    s.llm.push(tool_calls(
+        "schedule_create",
+        json!({"schedule": "daily@08:00", "request": "what time is it?", "name": "clock"}),
+    ));
+    s.llm.push(Reply::Text("Set up.".into()));
+    s.tg.message(
+        ADA,
+        user(ADA, "Ada", "en"),
+        "every morning at 8 tell me the time",
+    );
+    let (_, approve, _) = s.card().await;
+    s.tg.click(ADA, 2, user(ADA, "Ada", "en"), &approve);
+    s.answered("Set up.").await;
+    let (_, out, _) = s.sandbox.run(&["schedules", "list", "--json"]).await;
+    let order: Value = out
+        .lines()
+        .map(|l| serde_json::from_str::<Value>(l).unwrap())
+        .find(|o| o["name"] == "clock")
+        .unwrap_or_else(|| panic!("not set up: {out}"));
+    let id = order["id"].as_str().unwrap().to_owned();
+    let state = |out: &str| {
+        out.lines()
+            .map(|l| serde_json::from_str::<Value>(l).unwrap())
+            .find(|o| o["id"] == id.as_str())
+            .map(|o| o["state"].as_str().unwrap_or_default().to_owned())
+            .unwrap_or_default()
+    };
+    s.llm.push(tool_calls("schedule_pause", json!({"id": id})));
+    s.llm.push(Reply::Text("Paused.".into()));
+    s.tg.message(ADA, user(ADA, "Ada", "en"), "pause the clock");
+    s.answered("Paused.").await;
+    let (_, out, _) = s.sandbox.run(&["schedules", "list", "--json"]).await;
+    assert_eq!(state(&out), "paused", "{out}");
+    assert_eq!(s.cards().len(), 1, "pausing asks nothing");
+
+    s.llm.push(tool_calls("schedule_resume", json!({"id": id})));
+    s.llm.push(Reply::Text("Resumed.".into()));
+    s.tg.message(ADA, user(ADA, "Ada", "en"), "what is on my schedule");
+    let (card_id, buttons) = s.nth_card(2).await;
+    let card = s.cards()[1].body["text"]
+        .as_str()
+        .unwrap_or_default()
+        .to_owned();
+    assert!(
+        card.contains("resume a standing order you paused"),
+        "{card}"
+    );
+    let (_, out, _) = s.sandbox.run(&["schedules", "list", "--json"]).await;
+    assert_eq!(
+        state(&out),
+        "paused",
+        "nothing changes before her yes: {out}"
+    );
+    s.tg.click(ADA, card_id, user(ADA, "Ada", "en"), &buttons[0][0].1);
+    s.answered("Resumed.").await;
+    let (_, out, _) = s.sandbox.run(&["schedules", "list", "--json"]).await;
+    assert_eq!(state(&out), "active", "{out}");
+}
+
 async fn telos_stack(settings: &[(&str, &str)]) -> Stack {
     let owner = format!("[\"telegram:{ADA}\"]");
     let mut all = vec![

@@ -17,6 +17,9 @@ use crate::card::shown;
 
 /// The most characters of a target or command on a card.
 const SHOWN_TARGET: usize = 160;
+/// The longest command (its argv, quoted as a shell would) a card shows whole; a longer
+/// one is refused, never cut.
+pub const MAX_SHOWN_COMMAND: usize = 1000;
 /// The most characters of a content preview (its first line).
 const SHOWN_PREVIEW: usize = 48;
 
@@ -30,6 +33,29 @@ pub struct Described {
     /// The call held characters a person cannot see (format characters, blank fillers),
     /// which the card's text leaves out: the card says so (issue 38).
     pub had_invisible: bool,
+}
+
+impl Described {
+    /// A path call whose `written` path leads through a symbolic link to `target` (what the
+    /// call really touches, and what this description named): the summary names both,
+    /// "…/scratch/report.txt → ~/Documents/report.txt (through a link)".
+    pub fn through_link(mut self, written: Option<&str>, target: &str, home: &Path) -> Described {
+        let Some(written) = written.filter(|w| !w.is_empty()) else {
+            return self;
+        };
+        let real = normalized(target, home);
+        let shown_real = short(&real, SHOWN_TARGET);
+        let arrow = format!(
+            "{} → {shown_real} (through a link)",
+            short(&normalized(written, home), SHOWN_TARGET)
+        );
+        self.summary = match self.summary.strip_prefix(&shown_real) {
+            Some(rest) => format!("{arrow}{rest}"),
+            None => format!("{arrow}: {}", self.summary),
+        };
+        self.had_invisible |= metnos_core::html::holds_invisible(written);
+        self
+    }
 }
 
 /// Whether a string of `value` (keys included) holds a character a person cannot see.
@@ -125,7 +151,10 @@ pub fn describe(
             let argv = shell_words::split(command)
                 .map(shell_words::join)
                 .unwrap_or_else(|_| command.to_owned());
-            let mut summary = short(&argv, SHOWN_TARGET);
+            // The whole argv, never its head and tail: an argument cut from the middle of
+            // a long command is one the person never saw. The service refuses a command
+            // too long to show whole ([`MAX_SHOWN_COMMAND`]).
+            let mut summary = crate::card::sanitize(&argv, usize::MAX);
             if let Some(cwd) = text("cwd").filter(|c| !c.is_empty()) {
                 let cwd = short(cwd, 80);
                 summary.push_str(&format!(" (in {cwd})"));
@@ -179,6 +208,8 @@ pub fn describe(
 /// The planner's standing-order tools, whose cards say the schedule in words.
 pub const SCHEDULE_CREATE: &str = "schedule_create";
 pub const SCHEDULE_DELETE: &str = "schedule_delete";
+/// Resuming an order the person paused: asked, like setting one up.
+pub const SCHEDULE_RESUME: &str = "schedule_resume";
 /// A proposal of the planner's: allow from now on what the person kept approving.
 pub const GRANT_OFFER: &str = "grant_offer";
 /// A proposal of the planner's: revoke grants the person has not used for long.
@@ -269,12 +300,14 @@ pub fn standing_order(
             had_invisible: holds_invisible(&args),
         };
     }
-    if executor == SCHEDULE_DELETE {
+    if executor == SCHEDULE_DELETE || executor == SCHEDULE_RESUME {
+        let resume = executor == SCHEDULE_RESUME;
         return Described {
-            verb: if it {
-                "elimini un ordine ricorrente"
-            } else {
-                "delete a standing order"
+            verb: match (resume, it) {
+                (true, true) => "riattivi un ordine ricorrente che avevi sospeso",
+                (true, false) => "resume a standing order you paused",
+                (false, true) => "elimini un ordine ricorrente",
+                (false, false) => "delete a standing order",
             }
             .to_owned(),
             summary: format!(
@@ -972,5 +1005,65 @@ mod tests {
         );
         assert!(!plain.had_invisible);
         assert!(!render(&plain).to_string().contains("invisible"));
+    }
+
+    /// Issue 38, break 2: the card named the link, not the file it overwrote.
+    #[test]
+    fn a_path_through_a_link_is_described_as_the_file_it_touches() {
+        let home = Path::new("/home/roberto");
+        let d = en(
+            "fs_write",
+            "/home/roberto/Documents/report.txt",
+            json!({"path": "~/.local/share/metnos/workspace/q/scratch/report.txt", "content": "x", "mode": "overwrite"}),
+            &[],
+        )
+        .through_link(
+            Some("~/.local/share/metnos/workspace/q/scratch/report.txt"),
+            "/home/roberto/Documents/report.txt",
+            home,
+        );
+        assert!(
+            d.summary.starts_with(
+                "~/.local/share/metnos/workspace/q/scratch/report.txt → ~/Documents/report.txt (through a link) — replaces its content"
+            ),
+            "{}",
+            d.summary
+        );
+        // No link: the description is unchanged.
+        let plain = en("fs_read", "~/a.txt", json!({"path": "~/a.txt"}), &[]);
+        assert_eq!(plain.clone().through_link(None, "~/a.txt", home), plain);
+    }
+
+    /// Issue 38, weakness 8: an 882-character command was shown as its head and tail,
+    /// hiding an argument in between.
+    #[test]
+    fn a_long_command_is_described_whole() {
+        let hidden = "--upload-pack=evil";
+        let command = format!(
+            "git log {} {hidden} {}",
+            "--oneline ".repeat(40),
+            "-n 1 ".repeat(40)
+        );
+        assert!(command.len() > 600 && command.len() < MAX_SHOWN_COMMAND);
+        let d = en("shell_exec", "", json!({"command": command}), &[]);
+        assert!(d.summary.contains(hidden), "{}", d.summary);
+        assert!(!d.summary.contains('…'), "{}", d.summary);
+        let card = crate::card::render(
+            &crate::card::CardRequest {
+                action_verb: d.verb.clone(),
+                target_summary: d.summary.clone(),
+                capability_class: "shell_exec:git".into(),
+                reversibility: crate::card::Reversibility::Reversible,
+                territory: crate::card::Territory::None,
+                recurrence_count: 0,
+                language: Language::English,
+                reason: None,
+                territory_offer: None,
+                had_invisible: false,
+            },
+            "t",
+        );
+        assert!(card.lines[1].contains(hidden), "{card}");
+        assert!(card.telegram_html.contains(hidden));
     }
 }

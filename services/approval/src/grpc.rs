@@ -84,6 +84,7 @@ impl From<Error> for Status {
             | Error::EmptyExecutor
             | Error::TooBig(_)
             | Error::BadExtra
+            | Error::Uncardable { .. }
             | Error::BadGrantOffer
             | Error::BadRevokeOffer
             | Error::EditNotOffered

@@ -57,6 +57,14 @@ pub enum Error {
     #[error("extra_json is not a JSON object")]
     BadExtra,
     #[error(
+        "the call cannot be shown whole on a card: {what} is {length} characters, and a card shows at most {max}; split it into shorter calls"
+    )]
+    Uncardable {
+        what: &'static str,
+        length: usize,
+        max: usize,
+    },
+    #[error(
         "a grant offer must name the capability and the pattern this service offers for its target, and carry only its proposal id"
     )]
     BadGrantOffer,
@@ -466,6 +474,7 @@ impl Approvals {
             new.executor.as_str(),
             crate::describe::SCHEDULE_CREATE
                 | crate::describe::SCHEDULE_DELETE
+                | crate::describe::SCHEDULE_RESUME
                 | crate::describe::GRANT_OFFER
         );
         let person = new.requester.to_string();
@@ -496,7 +505,15 @@ impl Approvals {
                 new.card.language,
                 &self.home,
             )
+            .through_link(
+                through_link(&extra_json).as_deref(),
+                &new.target,
+                &self.home,
+            )
         };
+        // What the person approves is what they read: a call too long to show whole is
+        // refused, never cut.
+        uncardable(&new.executor, &new.args_json, &described.summary)?;
         // Invisible characters the description left out are said on every rendering of the
         // card: the flag is kept with the request.
         let extra_json = if described.had_invisible {
@@ -1126,6 +1143,45 @@ fn from_earlier_steps(extra_json: &str) -> Vec<String> {
                 })
         })
         .unwrap_or_default()
+}
+
+/// Why a call's card could not show it whole: a command longer than
+/// [`crate::describe::MAX_SHOWN_COMMAND`], or a summary longer than the card shows.
+fn uncardable(executor: &str, args_json: &str, summary: &str) -> Result<(), Error> {
+    if executor == "shell_exec" {
+        let args: serde_json::Value = serde_json::from_str(args_json).unwrap_or_default();
+        let command = args
+            .get("command")
+            .and_then(serde_json::Value::as_str)
+            .unwrap_or_default();
+        let argv = shell_words::split(command)
+            .map(shell_words::join)
+            .unwrap_or_else(|_| command.to_owned());
+        let length = argv.chars().count();
+        if length > crate::describe::MAX_SHOWN_COMMAND {
+            return Err(Error::Uncardable {
+                what: "the command",
+                length,
+                max: crate::describe::MAX_SHOWN_COMMAND,
+            });
+        }
+    }
+    let length = summary.chars().count();
+    if length > crate::card::SHOWN_SUMMARY {
+        return Err(Error::Uncardable {
+            what: "its description",
+            length,
+            max: crate::card::SHOWN_SUMMARY,
+        });
+    }
+    Ok(())
+}
+
+/// The path as the call wrote it, when a link leads it to the request's target.
+fn through_link(extra_json: &str) -> Option<String> {
+    let extra = serde_json::from_str::<serde_json::Value>(extra_json).ok()?;
+    let written = extra.get(metnos_core::provenance::THROUGH_LINK)?.as_str()?;
+    Some(written.chars().take(1024).collect())
 }
 
 /// The key of a request's `extra_json` that says its call held invisible characters.

@@ -66,6 +66,14 @@ pub const PATH_RULES: &[(&str, &str)] = &[
     ("path.pypirc", r"(^|/)\.pypirc$"),
     ("path.password_store", r"(^|/)\.password-store(/|$)"),
     ("path.keyrings", r"(^|/)\.local/share/keyrings(/|$)"),
+    // Credentials other programs keep in the temp folder and the session's runtime folder:
+    // Kerberos ticket caches, agent and multiplexer sockets, X authority.
+    ("path.kerberos_cache", r"/krb5cc_[^/]*$"),
+    (
+        "path.tmp_sockets",
+        r"^/tmp/(ssh-[^/]+|tmux-[0-9]+|\.X11-unix|\.ICE-unix|systemd-private-[^/]+|gpg-[^/]+|\.xauth[^/]*)(/|$)",
+    ),
+    ("path.run_user", r"^/run/user/[0-9]+(/|$)"),
     (
         "path.browser_profile",
         r"(^|/)(\.mozilla/firefox|\.config/(google-chrome|chromium|BraveSoftware|microsoft-edge)|snap/(firefox|chromium))(/|$)",
@@ -117,6 +125,13 @@ pub const RULE_WORDS: &[&str] = &[
     "pypirc",
     "password-store",
     "keyrings",
+    "krb5cc",
+    "tmux",
+    "X11",
+    "ICE",
+    "gpg",
+    "xauth",
+    "run/user",
     "mozilla",
     "chrom",
     "Brave",
@@ -418,6 +433,15 @@ mod tests {
             "/etc/NetworkManager/system-connections/home.nmconnection",
             "/etc/letsencrypt/live/example.org/privkey.pem",
             "/etc/krb5.keytab",
+            "/tmp/krb5cc_1000",
+            "/tmp/krb5cc_1000_Xy12",
+            "/var/tmp/krb5cc_0",
+            "/tmp/ssh-XXXXabc/agent.1234",
+            "/tmp/tmux-1000/default",
+            "/tmp/.X11-unix/X0",
+            "/tmp/systemd-private-abc-colord.service-x/tmp/a",
+            "/tmp/gpg-abc/S.gpg-agent",
+            "/run/user/1000/keyring/control",
         ] {
             assert!(first_match(path, Access::Read).is_some(), "{path}");
             assert!(first_match(path, Access::Write).is_some(), "{path}");

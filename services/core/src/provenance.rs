@@ -226,6 +226,11 @@ pub const TAINTED_SINK: &str = "tainted_sink";
 /// write is asked about every time, never granted).
 pub const RUNS_CODE_LATER: &str = "runs_code_later";
 
+/// The key of an approval request's `extra_json` that holds a path target as the call
+/// wrote it, when a symbolic link leads it elsewhere: the request's target is the resolved
+/// path, and the card says both ("…/report.txt → ~/Documents/report.txt, through a link").
+pub const THROUGH_LINK: &str = "through_link";
+
 #[cfg(test)]
 mod tests {
     use super::*;

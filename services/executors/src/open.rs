@@ -82,6 +82,8 @@ pub struct Opened {
     pub links: u64,
     pub size: u64,
     pub mode: u32,
+    /// The owner's user id.
+    pub uid: u32,
 }
 
 pub fn describe(fd: &OwnedFd) -> std::io::Result<Opened> {
@@ -91,8 +93,12 @@ pub fn describe(fd: &OwnedFd) -> std::io::Result<Opened> {
         links: stat.st_nlink,
         size: u64::try_from(stat.st_size).unwrap_or(0),
         mode: stat.st_mode & 0o7777,
+        uid: stat.st_uid,
     })
 }
+
+/// The shared temp folders, where every program on the machine leaves files.
+const SHARED_TEMP: &[&str] = &["/tmp", "/var/tmp", "/dev/shm"];
 
 /// Why a file with more than one name is refused outside the workspace: one of its other
 /// names may be a file the checks protect (a hard link to `~/.ssh/id_rsa` reads as the
@@ -110,12 +116,13 @@ pub fn open_file_to_read(
     shown: &str,
     workspace: &Path,
 ) -> Result<(File, Opened), String> {
-    let fd = open_beneath_no_links(real, OFlags::RDONLY | OFlags::NOCTTY, Mode::empty()).map_err(
-        |e| match e.kind() {
-            std::io::ErrorKind::NotFound => format!("no such file: {shown}"),
-            _ => format!("cannot open {shown}: {e}"),
-        },
-    )?;
+    // Non-blocking: a FIFO put where a file was expected opens at once (and is refused
+    // below) instead of waiting for a writer forever; a regular file ignores the flag.
+    let flags = OFlags::RDONLY | OFlags::NOCTTY | OFlags::NONBLOCK;
+    let fd = open_beneath_no_links(real, flags, Mode::empty()).map_err(|e| match e.kind() {
+        std::io::ErrorKind::NotFound => format!("no such file: {shown}"),
+        _ => format!("cannot open {shown}: {e}"),
+    })?;
     let opened = describe(&fd).map_err(|e| format!("cannot read {shown}: {e}"))?;
     match opened.kind {
         FileType::RegularFile => {}
@@ -124,6 +131,15 @@ pub fn open_file_to_read(
     }
     if opened.links > 1 && !in_workspace(real, workspace) {
         return Err(hard_link_refusal(shown, opened.links));
+    }
+    // The temp folder holds other programs' and other users' files (ticket caches,
+    // sockets, scratch copies): only what this user made there is read.
+    if SHARED_TEMP.iter().any(|t| real.starts_with(t))
+        && opened.uid != rustix::process::geteuid().as_raw()
+    {
+        return Err(format!(
+            "{shown} belongs to another user; in the shared temp folder only files you made are read"
+        ));
     }
     Ok((File::from(fd), opened))
 }

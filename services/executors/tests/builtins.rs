@@ -994,6 +994,112 @@ async fn writes_that_run_code_later_are_refused_unless_named_for_this_call() {
     }
 }
 
+/// Issue 38, break 2: the box's git made a link in the workspace into the home, and an
+/// fs_write of "workspace/q/scratch/report.txt" overwrote ~/Documents/report.txt. A link in
+/// the workspace that leaves it is never followed, by any path executor.
+#[tokio::test]
+async fn a_link_in_the_workspace_that_leaves_it_is_not_followed() {
+    let (f, catalog) = setup();
+    let home = f.home();
+    let workspace = f.workspace();
+    std::fs::create_dir_all(workspace.join("q")).unwrap();
+    std::fs::create_dir_all(home.join("Documents")).unwrap();
+    std::fs::write(home.join("Documents/report.txt"), "the person's report").unwrap();
+    std::os::unix::fs::symlink(home.join("Documents"), workspace.join("q/scratch")).unwrap();
+    let through = workspace.join("q/scratch/report.txt").display().to_string();
+    let o = f
+        .run(
+            &catalog,
+            "fs_write",
+            json!({"path": through, "content": "overwritten", "mode": "overwrite"}),
+        )
+        .await;
+    assert!(
+        error(&o).contains("leads through a link in the shell's workspace"),
+        "{o:?}"
+    );
+    assert_eq!(
+        std::fs::read_to_string(home.join("Documents/report.txt")).unwrap(),
+        "the person's report"
+    );
+    for executor in ["fs_read", "fs_list"] {
+        let path = if executor == "fs_list" {
+            workspace.join("q/scratch").display().to_string()
+        } else {
+            through.clone()
+        };
+        let o = f.run(&catalog, executor, json!({"path": path})).await;
+        assert!(error(&o).contains("outside it"), "{executor}: {o:?}");
+    }
+    // A link that stays inside the workspace is followed as before.
+    std::fs::create_dir_all(workspace.join("real")).unwrap();
+    std::os::unix::fs::symlink(workspace.join("real"), workspace.join("inner")).unwrap();
+    let inner = workspace.join("inner/a.txt").display().to_string();
+    let o = f
+        .run(&catalog, "fs_write", json!({"path": inner, "content": "x"}))
+        .await;
+    assert!(o.ok, "{o:?}");
+    assert!(workspace.join("real/a.txt").exists());
+}
+
+/// Issue 38, weakness 9: a FIFO where a file was expected blocked fs_read and parse_local
+/// until their timeout; files other users left in the temp folder (Kerberos caches) were
+/// read.
+#[tokio::test]
+async fn a_fifo_is_refused_at_once_and_another_users_temp_file_is_not_read() {
+    let (f, catalog) = setup();
+    let fifo = f.home().join("pipe.txt");
+    rustix::fs::mknodat(
+        rustix::fs::CWD,
+        &fifo,
+        rustix::fs::FileType::Fifo,
+        rustix::fs::Mode::from_raw_mode(0o600),
+        0,
+    )
+    .unwrap();
+    for (executor, args) in [
+        ("fs_read", json!({"path": "~/pipe.txt"})),
+        (
+            "parse_local",
+            json!({"path": "~/pipe.txt", "format": "json"}),
+        ),
+        (
+            "fs_write",
+            json!({"path": "~/pipe.txt", "content": "x", "mode": "append"}),
+        ),
+    ] {
+        let started = std::time::Instant::now();
+        let o = f.run(&catalog, executor, args).await;
+        assert!(
+            error(&o).contains("not a regular file"),
+            "{executor}: {o:?}"
+        );
+        // Answered, not timed out (the manifests' timeouts are 10 s and more).
+        assert!(
+            !format!("{o:?}").contains("timed out"),
+            "{executor}: {o:?} after {:?}",
+            started.elapsed()
+        );
+    }
+    for path in ["/tmp/krb5cc_1000", "/tmp/ssh-abc/agent.1"] {
+        let o = f.run(&catalog, "fs_read", json!({"path": path})).await;
+        assert!(error(&o).contains("protected"), "{path}: {o:?}");
+    }
+    if rustix::process::geteuid().is_root() {
+        let theirs = f.root.path().join("theirs.txt");
+        std::fs::write(&theirs, "another user's scratch").unwrap();
+        std::os::unix::fs::chown(&theirs, Some(65534), Some(65534)).unwrap();
+        let o = f
+            .run(
+                &catalog,
+                "fs_read",
+                json!({"path": theirs.display().to_string()}),
+            )
+            .await;
+        assert!(error(&o).contains("belongs to another user"), "{o:?}");
+    }
+}
+
 #[tokio::test]
 async fn the_programs_the_person_runs_by_name_are_not_overwritten_through_fs_write() {
     let (f, catalog) = setup();

@@ -35,7 +35,11 @@ pub fn pending_request(
     capability: &str,
 ) -> approval::CreatePendingRequest {
     let executor: &Executor = &cleared.executor;
-    let target = cleared.target.as_str();
+    // What the call really touches: a link on the way is followed, and the card says so.
+    let target = cleared
+        .resolved_target
+        .as_deref()
+        .unwrap_or(cleared.target.as_str());
     let name = call.name.as_str();
     let args_json = cleared.args.to_string();
     let italian = cp.language != Some(Language::English);
@@ -74,6 +78,10 @@ pub fn pending_request(
                 &call.arguments,
                 &cleared.tainted,
                 cleared.runs_code_later.as_ref().map(|r| r.rule),
+                cleared
+                    .resolved_target
+                    .as_ref()
+                    .map(|_| cleared.target.as_str()),
             ),
             ..Default::default()
         }),
@@ -95,6 +103,7 @@ fn extra_json(
     raw_args: &serde_json::Value,
     tainted: &[crate::taint::Carried],
     runs_code_later: Option<&str>,
+    through_link: Option<&str>,
 ) -> String {
     let from_earlier: Vec<String> = raw_args
         .as_object()
@@ -149,6 +158,12 @@ fn extra_json(
             serde_json::Value::Array(sinks),
         );
     }
+    if let Some(written) = through_link {
+        extra.insert(
+            metnos_core::provenance::THROUGH_LINK.to_owned(),
+            serde_json::json!(written.chars().take(1024).collect::<String>()),
+        );
+    }
     if let Some(rule) = runs_code_later {
         extra.insert(
             metnos_core::provenance::RUNS_CODE_LATER.to_owned(),
@@ -179,7 +194,7 @@ mod tests {
                 sink: true,
             })
             .collect();
-        let extra = extra_json(&serde_json::json!({}), &tainted, None);
+        let extra = extra_json(&serde_json::json!({}), &tainted, None, None);
         assert!(extra.len() <= 16 * 1024, "{}", extra.len());
         let value: serde_json::Value = serde_json::from_str(&extra).unwrap();
         assert_eq!(
@@ -200,6 +215,7 @@ mod tests {
         let extra = extra_json(
             &serde_json::json!({"body": "{{step1.content}}"}),
             &one,
+            None,
             None,
         );
         assert_eq!(

@@ -437,7 +437,7 @@ impl Planner {
         };
         self.emit(sink, pb::turn_event::Event::StepProposed(proposed))
             .await;
-        let mut log = StepLog::new(n, &call, tier);
+        let mut log = StepLog::new(n, &call, tier, &self.schema_keys(&call.name));
         if crate::schedule_tools::is_tool(&call.name) {
             return self.schedule_tool(cp, sink, call, log, started).await;
         }
@@ -508,6 +508,20 @@ impl Planner {
         self.observe(cp, sink, &call, log, observation, labels, started)
             .await;
         StepOutcome::Continue
+    }
+
+    /// The argument names the tool `name` declares: an executor's manifest, or the
+    /// planner's own tools (none for a name that is neither).
+    fn schema_keys(&self, name: &str) -> Vec<String> {
+        if let Some(executor) = self.catalog.get(name) {
+            return crate::turn::schema_keys(&executor.manifest.args);
+        }
+        crate::schedule_tools::tool_defs()
+            .into_iter()
+            .chain([scratch::tool_def()])
+            .find(|def| def.name == name)
+            .map(|def| crate::turn::schema_keys(&def.parameters))
+            .unwrap_or_default()
     }
 
     /// The duplicate-read guard learns a target once a call on it succeeded (a failed

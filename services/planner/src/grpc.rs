@@ -35,7 +35,10 @@ fn shown_to(spectator: bool, record_json: String) -> String {
     };
     if let Some(steps) = record.get_mut("steps").and_then(|s| s.as_array_mut()) {
         for step in steps {
-            if let Some(token) = step.get("approval_token").and_then(|t| t.as_str()) {
+            // A record written before the turn log kept only names holds the token itself.
+            if let Some(token) = step.get("approval_token").and_then(|t| t.as_str())
+                && token.len() != 16
+            {
                 step["approval_token"] = metnos_kit::chain::token_name(token).into();
             }
         }

@@ -33,9 +33,10 @@ pub fn is_tool(name: &str) -> bool {
     matches!(name, CREATE | LIST | PAUSE | RESUME | DELETE)
 }
 
-/// Whether `name` acts only once its card is approved.
+/// Whether `name` acts only once its card is approved (resuming: an order the person
+/// paused fires again only on their yes).
 pub fn is_carded(name: &str) -> bool {
-    matches!(name, CREATE | DELETE)
+    matches!(name, CREATE | DELETE | RESUME)
 }
 
 /// The tools as the LLM sees them.
@@ -74,7 +75,9 @@ pub fn tool_defs() -> Vec<ToolDef> {
         },
         ToolDef {
             name: RESUME.to_owned(),
-            description: "Resume a paused standing order of the person.".to_owned(),
+            description:
+                "Resume a paused standing order of the person (after they approve a card)."
+                    .to_owned(),
             parameters: id.clone(),
         },
         ToolDef {
@@ -224,7 +227,10 @@ impl Planner {
                 let id = text(&args, "id");
                 match self.own_order(scheduler, id, &person).await {
                     Err(why) => refusal(why),
-                    Ok(task) if call.name == DELETE => {
+                    Ok(task)
+                        if call.name == DELETE
+                            || (call.name == RESUME && task.state == "paused") =>
+                    {
                         let bound =
                             json!({"id": task.id, "name": task.name, "schedule": task.schedule});
                         return self.ask_card(cp, sink, call, log, bound, &task.id).await;
@@ -337,6 +343,16 @@ impl Planner {
                 Err(why) => refusal(why),
                 Ok(task) => match scheduler.delete(&task.id).await {
                     Ok(()) => ok(json!({"deleted": task.id, "name": task.name})),
+                    Err(e) => refusal(e.to_string()),
+                },
+            };
+        }
+        if pending.call.name == RESUME {
+            let id = text(args, "id");
+            return match self.own_order(scheduler, id, &person).await {
+                Err(why) => refusal(why),
+                Ok(task) => match scheduler.set_active(&task.id, true).await {
+                    Ok(task) => ok(shown(scheduler, &task)),
                     Err(e) => refusal(e.to_string()),
                 },
             };

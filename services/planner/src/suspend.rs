@@ -565,6 +565,18 @@ impl Planner {
         };
         let created = match self.filters.create_pending(request).await {
             Ok(created) => created,
+            Err(status) if status.code() == tonic::Code::InvalidArgument => {
+                // The approval service cannot card this call (too long to show whole, say):
+                // it is refused, with its reason, and the turn goes on.
+                log.approval_decision = Some(ApprovalDecision::Refused);
+                let why = refusal(format!(
+                    "this call cannot be put on a card, so it was not run: {}",
+                    status.message()
+                ));
+                self.observe(cp, sink, &call, log, why, Vec::new(), Instant::now())
+                    .await;
+                return StepOutcome::Continue;
+            }
             Err(status) => {
                 let message = format!(
                     "approval request failed ({:?}): {}",
@@ -590,7 +602,9 @@ impl Planner {
             }
         };
         let pending = created.approval.unwrap_or_default();
-        log.approval_token = Some(pending.token.clone());
+        // The step's record names the card as the decisions journal does: the turn log
+        // and the owner's listings never hold a live token.
+        log.approval_token = Some(metnos_kit::chain::token_name(&pending.token));
         // The log of this step is completed when the decision comes.
         cp.steps.push(log);
         cp.pending = Some(PendingCall {

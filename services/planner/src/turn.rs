@@ -232,6 +232,8 @@ pub enum ApprovalDecision {
     Unknown,
     /// The approval service could not be asked.
     Unavailable,
+    /// The approval service refused to card the call (it could not be shown whole).
+    Refused,
 }
 
 /// What the turn log keeps of one step: no argument values.
@@ -254,6 +256,8 @@ pub struct StepLog {
     /// The guard rule that refused the call (`path.ssh`), else the judge that scored it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub verdict_rule: Option<String>,
+    /// The card's name as the decisions journal gives it (16 hex digits of the token's
+    /// SHA-256), never the token.
     pub approval_token: Option<String>,
     pub approval_decision: Option<ApprovalDecision>,
     pub duration_ms: u64,
@@ -273,8 +277,12 @@ pub struct StepLog {
 }
 
 impl StepLog {
-    /// A step about to be checked: the call's argument keys, never their values.
-    pub fn new(step: u32, call: &Call, tier: Tier) -> StepLog {
+    /// A step about to be checked: the call's argument keys, never their values. A key is
+    /// model-chosen text: only those the tool's schema names (`known`) are kept as they
+    /// are, any other as `?1`, `?2`… (the log and the owner's page never carry words a
+    /// page or a model put in a key).
+    pub fn new(step: u32, call: &Call, tier: Tier, known: &[String]) -> StepLog {
+        let mut unknown = 0;
         StepLog {
             step,
             executor: call.name.clone(),
@@ -282,11 +290,31 @@ impl StepLog {
             arg_keys: call
                 .arguments
                 .as_object()
-                .map(|m| m.keys().cloned().collect())
+                .map(|m| {
+                    m.keys()
+                        .map(|k| {
+                            if known.contains(k) {
+                                k.clone()
+                            } else {
+                                unknown += 1;
+                                format!("?{unknown}")
+                            }
+                        })
+                        .collect()
+                })
                 .unwrap_or_default(),
             ..StepLog::default()
         }
     }
+}
+
+/// The argument names a tool's JSON Schema declares (`properties`).
+pub fn schema_keys(schema: &Value) -> Vec<String> {
+    schema
+        .get("properties")
+        .and_then(Value::as_object)
+        .map(|p| p.keys().cloned().collect())
+        .unwrap_or_default()
 }
 
 /// Everything a turn needs to go on, on any replica.

@@ -40,6 +40,9 @@ pub struct Cleared {
     /// A write that runs code later, which the person's message named: asked about at
     /// every level, never granted, and only this resolved path may be written.
     pub runs_code_later: Option<RunsCodeLater>,
+    /// Where a path target really leads when a symbolic link makes it differ from what is
+    /// written: the card, its class and what approving may grant are of this path.
+    pub resolved_target: Option<String>,
 }
 
 /// A write to a path that runs code later ([`metnos_core::forbidden::runs_code_later`]).
@@ -106,6 +109,12 @@ fn unavailable(
     language: Option<metnos_core::Language>,
     status: &tonic::Status,
 ) -> Refusal {
+    // A filter that was reached and found the call itself wrong refused it: the model is
+    // told why, and the turn goes on (it is no outage).
+    if status.code() == tonic::Code::InvalidArgument {
+        tracing::info!(dependency = ?who, "a filter refused the call as malformed");
+        return Refusal::Refused(format!("{what} refused this call: {}", status.message()));
+    }
     let observation = format!("{what} failed ({:?}): {}", status.code(), status.message());
     tracing::warn!(dependency = ?who, code = ?status.code(), reason = %status.message(), "a filter could not be asked; the turn ends");
     Refusal::Unavailable {
@@ -222,6 +231,11 @@ impl Planner {
                 .cloned(),
             (approval, _) => approval,
         };
+        let resolved_target = executor
+            .manifest
+            .capabilities
+            .iter()
+            .find_map(|capability| self.resolved_path(capability, &target));
         Ok(Cleared {
             executor,
             args,
@@ -229,6 +243,7 @@ impl Planner {
             approval,
             tainted,
             runs_code_later,
+            resolved_target,
         })
     }
 

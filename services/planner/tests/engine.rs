@@ -1651,3 +1651,39 @@ async fn a_write_that_runs_code_later_needs_the_persons_own_words_and_a_card_at_
     assert_eq!(kind(&finished), pb::FinalKind::Answer, "{finished:?}");
     assert_eq!(h.runs().len(), 1, "{:?}", h.runs());
 }
+
+/// Issue 38, break 2: the card named the link ("…/scratch/report.txt") while the write
+/// went to the file it led to. The request now names the resolved path, says the written
+/// one beside it, and policy was asked about both.
+#[tokio::test]
+async fn a_card_names_the_file_a_link_leads_to() {
+    let h = Harness::local().await;
+    std::fs::create_dir_all(h.home.join("Documents")).unwrap();
+    std::fs::create_dir_all(h.home.join("q")).unwrap();
+    std::os::unix::fs::symlink(h.home.join("Documents"), h.home.join("q/scratch")).unwrap();
+    h.filters.with(|s| {
+        s.policy
+            .insert("fs:write".into(), rules::Outcome::ApprovalRequired);
+    });
+    h.llm.call(
+        "fs_write",
+        json!({"path": "~/q/scratch/report.txt", "text": "overwritten"}),
+    );
+    h.llm.answer("done");
+    let mut rx = h.start("write the report", AutonomyLevel::Supervised);
+    let (_, token) = waiting(&mut rx).await;
+    let created = h.filters.with(|s| s.created[0].clone());
+    let real = h.home.join("Documents/report.txt").display().to_string();
+    assert_eq!(created.target, real);
+    let extra: Value = serde_json::from_str(&created.request.as_ref().unwrap().extra_json).unwrap();
+    assert_eq!(extra["through_link"], json!("~/q/scratch/report.txt"));
+    let asked: Vec<String> = h
+        .filters
+        .with(|s| s.checks.iter().map(|c| c.1.clone()).collect());
+    assert!(asked.contains(&real), "{asked:?}");
+    h.filters
+        .decide(&token, approval::ApprovalStatus::Rejected, None);
+    let (_, finished) = to_end(&mut rx).await;
+    assert_eq!(kind(&finished), pb::FinalKind::Answer);
+    assert!(h.runs().is_empty());
+}

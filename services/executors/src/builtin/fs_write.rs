@@ -122,11 +122,14 @@ fn write(args: &Value, context: &ExecContext) -> Result<Observation, String> {
             })?;
         }
         _ => {
+            // Non-blocking: a FIFO swapped in since the check fails to open (no reader)
+            // or is refused below, never a wait for a reader.
             let flags = OFlags::WRONLY
                 | OFlags::APPEND
                 | OFlags::CREATE
                 | OFlags::NOFOLLOW
                 | OFlags::NOCTTY
+                | OFlags::NONBLOCK
                 | OFlags::CLOEXEC;
             let fd = rfs::openat(&dir, name, flags, Mode::from_raw_mode(0o644)).map_err(|e| {
                 if e == Errno::LOOP {

@@ -155,6 +155,18 @@ pub(crate) fn scoped_path(
     }
     let forbidden = crate::scope::real_roots(&context.forbidden);
     let workspace = workspace(context);
+    // The shell's box can make links in its workspace (git checks them out): one that
+    // leads out of the workspace is never followed, so a path shown as the workspace's
+    // never touches a file elsewhere.
+    let in_ws = |p: &std::path::Path| crate::open::in_workspace(p, &workspace);
+    if (in_ws(&lexical) || crate::open::in_workspace(&lexical, &context.shell.workspace))
+        && !in_ws(&real)
+    {
+        return Err(format!(
+            "path `{text}` leads through a link in the shell's workspace to {}, outside it: links there are not followed out of it",
+            real.display()
+        ));
+    }
     if crate::scope::is_forbidden(&real, &forbidden, &workspace)
         || crate::scope::is_forbidden(&lexical, &context.forbidden, &context.shell.workspace)
     {
