@@ -127,7 +127,7 @@ compose down -v --remove-orphans >/dev/null 2>&1 || true
 log "certificates: docker compose run --rm pki"
 compose run --rm -T pki > "$work/pki-first.txt"
 made=$(grep -c '"created"' "$work/pki-first.txt" || true)
-[ "$made" = 7 ] || { cat "$work/pki-first.txt" >&2; log "pki made $made of 7 files (the CA and six certificates)"; exit 1; }
+[ "$made" = 8 ] || { cat "$work/pki-first.txt" >&2; log "pki made $made of 8 files (the CA and seven certificates)"; exit 1; }
 # Every file of the CA's volume, with its fingerprint and modification time.
 pki_files() {
   compose run --rm -T --no-deps --user 10001:10001 --entrypoint /bin/sh pki \

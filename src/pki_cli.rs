@@ -74,6 +74,34 @@ fn init(dir: &Path, rotate: bool) -> Result<(), String> {
     Ok(())
 }
 
+/// The identities whose material ships in one container's folder or Secret: the gateway's
+/// holds the spectator page's too (the page runs in its process, under its own identity);
+/// the page's has no folder of its own.
+fn shipped(identity: Identity) -> &'static [Identity] {
+    match identity {
+        Identity::Gateway => &[Identity::Gateway, Identity::Web],
+        Identity::Web => &[],
+        Identity::Policy => &[Identity::Policy],
+        Identity::Vaglio => &[Identity::Vaglio],
+        Identity::Approval => &[Identity::Approval],
+        Identity::Planner => &[Identity::Planner],
+        Identity::Owner => &[Identity::Owner],
+    }
+}
+
+/// The files of one container's folder: the CA and each shipped identity's pair.
+fn files_for(dir: &Path, identity: Identity) -> Result<Vec<(String, Vec<u8>)>, String> {
+    let mut files = Vec::new();
+    for shipped in shipped(identity) {
+        for file in files_of(dir, *shipped)? {
+            if !files.iter().any(|(name, _)| *name == file.0) {
+                files.push(file);
+            }
+        }
+    }
+    Ok(files)
+}
+
 /// The three files of one identity: (file name, content).
 fn files_of(dir: &Path, identity: Identity) -> Result<Vec<(String, Vec<u8>)>, String> {
     let (crt, key) = tls::cert_path(dir, identity);
@@ -90,9 +118,12 @@ fn files_of(dir: &Path, identity: Identity) -> Result<Vec<(String, Vec<u8>)>, St
 fn export_dirs(dir: &Path, out: &Path) -> Result<(), String> {
     use std::os::unix::fs::OpenOptionsExt;
     for identity in Identity::ALL {
+        if shipped(identity).is_empty() {
+            continue;
+        }
         let folder = out.join(identity.name());
         tls::private_dir(&folder).map_err(|e| e.to_string())?;
-        for (name, bytes) in files_of(dir, identity)? {
+        for (name, bytes) in files_for(dir, identity)? {
             let path = folder.join(name);
             let _ = std::fs::remove_file(&path);
             let mut file = std::fs::OpenOptions::new()
@@ -112,6 +143,9 @@ fn export_dirs(dir: &Path, out: &Path) -> Result<(), String> {
 fn export_k8s(dir: &Path, namespace: &str) -> Result<(), String> {
     let base64 = base64::engine::general_purpose::STANDARD;
     for identity in Identity::ALL {
+        if shipped(identity).is_empty() {
+            continue;
+        }
         println!("---");
         println!("apiVersion: v1");
         println!("kind: Secret");
@@ -122,7 +156,7 @@ fn export_k8s(dir: &Path, namespace: &str) -> Result<(), String> {
         println!("    app.kubernetes.io/part-of: metnos");
         println!("type: Opaque");
         println!("data:");
-        for (name, bytes) in files_of(dir, identity)? {
+        for (name, bytes) in files_for(dir, identity)? {
             println!("  {name}: {}", base64.encode(bytes));
         }
     }

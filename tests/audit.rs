@@ -154,6 +154,29 @@ async fn audit_verify_passes_an_untouched_store_and_names_each_kind_of_tampering
             out.contains(&format!("{name}, line 2: records were reordered")),
             "{folder}: {out}"
         );
+        // Issue 38: the whole log deleted, or emptied, while HEAD and the daily roots
+        // still name it, read intact.
+        std::fs::remove_file(&path).unwrap();
+        let (status, out) = verify().await;
+        assert_eq!(status, 1, "{folder}: {out}");
+        assert!(out.contains("no record is left"), "{folder}: {out}");
+        std::fs::write(&path, "").unwrap();
+        let (status, out) = verify().await;
+        assert_eq!(status, 1, "{folder}: {out}");
+        assert!(out.contains("no record is left"), "{folder}: {out}");
+        // Lines from before the chain prove nothing: NOT CHECKED (exit 3) unless accepted.
+        let mut older = vec![r#"{"turn_id":"from-an-older-version"}"#.to_owned()];
+        older.extend(lines.iter().cloned());
+        write(&path, &older);
+        let (status, out) = verify().await;
+        assert_eq!(status, 3, "{folder}: {out}");
+        assert!(
+            out.contains("NOT CHECKED — 1 record(s) at its start were written before the chain"),
+            "{folder}: {out}"
+        );
+        let (status, out, _) = sandbox.run(&["audit", "verify", "--allow-unchained"]).await;
+        assert_eq!(status, 0, "{folder}: {out}");
+        assert!(out.contains("accepted unchecked"), "{folder}: {out}");
         // Put back: intact again.
         write(&path, &lines);
         let (status, out) = verify().await;

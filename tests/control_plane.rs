@@ -206,6 +206,40 @@ async fn every_attack_of_issue_15_is_refused_and_changes_nothing() {
         "turns.cli_level",
         "RunTurn as the owner above turns.cli_level",
     );
+    // Issue 38: the gateway's certificate ran a turn at Full for an unpaired Telegram
+    // person. The planner reads the pairing record: nobody unpaired, nobody above it.
+    refused(
+        call!(
+            p(As::Identity(Identity::Gateway)),
+            PlannerServiceClient,
+            run_turn,
+            run(person("telegram", "999"))
+        ),
+        Code::PermissionDenied,
+        "is not paired",
+        "RunTurn as the gateway for an unpaired person",
+    );
+    refused(
+        call!(
+            p(As::Identity(Identity::Gateway)),
+            PlannerServiceClient,
+            run_turn,
+            run(person("telegram", &VICTIM.to_string()))
+        ),
+        Code::PermissionDenied,
+        "is paired at Supervised",
+        "RunTurn as the gateway above the person's pairing",
+    );
+    // The spectator page's identity starts no turn at all.
+    not_for(
+        call!(
+            p(As::Identity(Identity::Web)),
+            PlannerServiceClient,
+            run_turn,
+            run(person("telegram", &VICTIM.to_string()))
+        ),
+        "RunTurn as the spectator page",
+    );
 
     // The victim, paired at Supervised, asks to read their secret: a card waits.
     s.llm.push(Reply::ToolCalls(vec![(
@@ -249,15 +283,27 @@ async fn every_attack_of_issue_15_is_refused_and_changes_nothing() {
         ),
         "ListPending as the planner",
     );
-    // The gateway for everyone is the owner's spectator page: its own people's tokens,
-    // and only theirs, as they are.
-    let Channel::Traced(gateway) = a(As::Identity(Identity::Gateway)) else {
+    // Everyone's requests are the spectator page's to list, under its own identity, with
+    // no token (each named as the decisions journal names it); the gateway lists only a
+    // person's it speaks for.
+    refused(
+        call!(
+            a(As::Identity(Identity::Gateway)),
+            ApprovalServiceClient,
+            list_pending,
+            list(None)
+        ),
+        Code::PermissionDenied,
+        "give requester",
+        "ListPending as the gateway for everyone",
+    );
+    let Channel::Traced(page) = a(As::Identity(Identity::Web)) else {
         unreachable!("a channel with a certificate")
     };
-    let everyone = ApprovalServiceClient::new(gateway)
+    let everyone = ApprovalServiceClient::new(page)
         .list_pending(list(None))
         .await
-        .expect("ListPending as the gateway for everyone")
+        .expect("ListPending as the spectator page")
         .into_inner()
         .approvals;
     assert_eq!(
@@ -265,8 +311,8 @@ async fn every_attack_of_issue_15_is_refused_and_changes_nothing() {
             .iter()
             .map(|p| p.token.as_str())
             .collect::<Vec<_>>(),
-        [token.as_str()],
-        "the victim's request, its token as the gateway already knew it"
+        [metnos_kit::chain::token_name(&token).as_str()],
+        "the victim's request, named by its hash"
     );
     not_their_person(
         call!(

@@ -266,7 +266,8 @@ async fn only_the_owner_sees_the_page_and_nothing_from_elsewhere_changes_a_thing
         .unwrap();
     assert_eq!(rebound.status(), 421);
 
-    // A model's tool call with a key made to be markup: shown as text.
+    // A model's tool call with a key made to be markup: a key the executor's schema does
+    // not name is kept as `?1`, never its text (issue 38).
     page.turn(json!({"timezone": "UTC", "<img src=x onerror=alert(1)>": 1}))
         .await;
     let turns = get("/turns", Some(&cookie))
@@ -276,9 +277,9 @@ async fn only_the_owner_sees_the_page_and_nothing_from_elsewhere_changes_a_thing
         .await
         .unwrap();
     assert!(turns.contains("time_now"), "{turns}");
-    assert!(!turns.contains("<img src=x"), "{turns}");
+    assert!(!turns.contains("img src"), "{turns}");
     assert!(
-        turns.contains("&lt;img src=x onerror=alert(1)&gt;"),
+        turns.contains("timezone") && turns.contains("?1"),
         "{turns}"
     );
 

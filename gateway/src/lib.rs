@@ -128,6 +128,19 @@ pub async fn serve(
     } else {
         None
     };
+    // The page's certificate, from the installation's folder (never the gateway's own
+    // cert_file/key_file overrides).
+    let web_tls = if web_config.enabled {
+        let mut dir_only = config.clone();
+        dir_only.tls.cert_file = Default::default();
+        dir_only.tls.key_file = Default::default();
+        Some(
+            metnos_kit::tls::Tls::load(&dir_only, Identity::Web)
+                .map_err(|e| settings_error(format!("the spectator page's certificate: {e}")))?,
+        )
+    } else {
+        None
+    };
     let settings = transport::Settings {
         api_url: config.telegram.api_url.clone(),
         poll_timeout_seconds: config.telegram.poll_timeout_seconds.get(),
@@ -145,13 +158,21 @@ pub async fn serve(
                 Identity::Vaglio,
                 &vaglio_url,
             )?)));
-            let web = match web_listener {
-                Some(listener) => {
+            let web = match (web_listener, &web_tls) {
+                (Some(listener), Some(web_tls)) => {
+                    // The page's own identity: it reads and revokes, and can never start a
+                    // turn or answer a card (the gateway's certificate stays with the chat).
+                    let as_page = |who: Identity, url: &str| {
+                        channel(web_tls, who, url).map_err(|e| settings_error(e.to_string()))
+                    };
                     let upstream = web::Upstream {
-                        planner: planner.clone(),
-                        approval: approval.clone(),
-                        policy: PolicyServiceClient::new(client(Identity::Policy, &policy_url)?),
-                        vaglio: VaglioServiceClient::new(client(Identity::Vaglio, &vaglio_url)?),
+                        planner: PlannerServiceClient::new(as_page(Identity::Planner, &planner_url)?),
+                        approval: ApprovalServiceClient::new(as_page(
+                            Identity::Approval,
+                            &approval_url,
+                        )?),
+                        policy: PolicyServiceClient::new(as_page(Identity::Policy, &policy_url)?),
+                        vaglio: VaglioServiceClient::new(as_page(Identity::Vaglio, &vaglio_url)?),
                     };
                     let web = Arc::new(web::Web::new(&web_config, upstream));
                     let sessions = Arc::clone(&web.sessions);
@@ -159,7 +180,7 @@ pub async fn serve(
                     running.background.spawn("web page", web::serve(listener, web));
                     Some(sessions)
                 }
-                None => None,
+                _ => None,
             };
             let store = store::Store::new(running.db);
             // What became of keyed messages is kept two days.

@@ -576,6 +576,39 @@ pub fn reason_runs_code_later(rule: &str, language: Language) -> String {
     }
 }
 
+/// The reason line of a call sending something to another party after the turn read
+/// private data (labels): what it read first, and that anything sent could carry it.
+pub fn reason_read_private(read: &[String], language: Language) -> String {
+    use metnos_core::provenance::Label;
+    let it = language == Language::Italian;
+    let first = read
+        .iter()
+        .filter_map(|l| Label::parse(l))
+        .map(|l| match (l, it) {
+            (Label::File(path), _) => short(&path, 60),
+            (Label::Private(host), false) => format!("the private page {}", short(&host, 40)),
+            (Label::Private(host), true) => format!("la pagina privata {}", short(&host, 40)),
+            (Label::Tool(name), false) => format!("what {} returned", short(&name, 40)),
+            (Label::Tool(name), true) => format!("quanto ha restituito {}", short(&name, 40)),
+            (_, false) => "a command's output".to_owned(),
+            (_, true) => "l'output di un comando".to_owned(),
+        })
+        .next()
+        .unwrap_or_else(|| if it { "dati privati" } else { "private data" }.to_owned());
+    let more = match (read.len().saturating_sub(1), it) {
+        (0, _) => String::new(),
+        (n, false) => format!(" and {n} more"),
+        (n, true) => format!(" e altri {n}"),
+    };
+    if it {
+        format!(
+            "Perché: questo turno ha letto {first}{more}; ciò che invia ora potrebbe contenerlo"
+        )
+    } else {
+        format!("Why: this turn read {first}{more}; anything sent now could carry it")
+    }
+}
+
 /// The first line of `content`, quoted and shortened, and how many lines follow.
 fn preview(content: &str, it: bool) -> String {
     if content.is_empty() {

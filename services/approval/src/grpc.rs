@@ -47,7 +47,7 @@ pub const AUTHORIZATION: Table = Table {
         },
         Rule {
             method: "ListPending",
-            callers: &[Identity::Gateway, Identity::Owner],
+            callers: &[Identity::Gateway, Identity::Web, Identity::Owner],
         },
         Rule {
             method: "CleanupExpired",
@@ -55,7 +55,7 @@ pub const AUTHORIZATION: Table = Table {
         },
         Rule {
             method: "RenderCard",
-            callers: &[Identity::Planner, Identity::Gateway, Identity::Owner],
+            callers: &[Identity::Planner, Identity::Web, Identity::Owner],
         },
         Rule {
             method: "WaitDecision",
@@ -63,7 +63,7 @@ pub const AUTHORIZATION: Table = Table {
         },
         Rule {
             method: "VerifyDecisions",
-            callers: &[Identity::Gateway, Identity::Owner],
+            callers: &[Identity::Web, Identity::Owner],
         },
     ],
 };
@@ -465,10 +465,15 @@ impl ApprovalService for ApprovalApi {
     ) -> Result<Response<pb::ListPendingResponse>, Status> {
         let caller = Caller::of(&request).ok_or(Error::Unauthenticated)?;
         let r = request.into_inner();
-        // The gateway asking for everyone's is the owner's spectator page: it sees every
-        // request, but never a token it does not speak for (each shows as the hash the
-        // decisions journal names it by).
-        let spectator = caller == Identity::Gateway && r.requester.is_none();
+        // The owner's spectator page sees every request, but never a token (each shows as
+        // the hash the decisions journal names it by); the gateway lists only its own
+        // people's.
+        let spectator = caller == Identity::Web;
+        if caller == Identity::Gateway && r.requester.is_none() {
+            return Err(Status::permission_denied(
+                "the gateway lists only the requests of a person it speaks for: give requester",
+            ));
+        }
         let listed = async {
             let requester = match &r.requester {
                 Some(p) => Some(principal(Some(p), "requester")?),

@@ -370,9 +370,15 @@ impl Approvals {
                 language: pending.language,
                 reason: {
                     let tainted = tainted_sinks(&pending.extra_json);
+                    let read = read_private(&pending.extra_json);
                     if let Some(rule) = runs_code_later(&pending.extra_json) {
                         Some(crate::describe::reason_runs_code_later(
                             &rule,
+                            pending.language,
+                        ))
+                    } else if tainted.is_empty() && !read.is_empty() {
+                        Some(crate::describe::reason_read_private(
+                            &read,
                             pending.language,
                         ))
                     } else if tainted.is_empty() {
@@ -415,7 +421,11 @@ impl Approvals {
         // it concedes nothing more.
         // So is a write that runs code later (the person's message named it).
         let tainted = tainted_sinks(&extra_json);
-        let territory_offer = if tainted.is_empty() && runs_code_later(&extra_json).is_none() {
+        // And so is anything sent to another party after the turn read private data.
+        let territory_offer = if tainted.is_empty()
+            && runs_code_later(&extra_json).is_none()
+            && read_private(&extra_json).is_empty()
+        {
             territory_offer(&new.capability, &new.target, &self.home).unwrap_or_default()
         } else {
             String::new()
@@ -522,7 +532,7 @@ impl Approvals {
             extra_json
         };
         // A tainted call's card is never shortened by habit: its source is read every time.
-        let recurrence_count = if tainted.is_empty() {
+        let recurrence_count = if tainted.is_empty() && read_private(&extra_json).is_empty() {
             self.store
                 .count_approved(&new.requester, &capability_class)
                 .await?
@@ -1175,6 +1185,26 @@ fn uncardable(executor: &str, args_json: &str, summary: &str) -> Result<(), Erro
         });
     }
     Ok(())
+}
+
+/// What private data the turn read before this call, when a request's `extra_json` says.
+fn read_private(extra_json: &str) -> Vec<String> {
+    serde_json::from_str::<serde_json::Value>(extra_json)
+        .ok()
+        .and_then(|extra| {
+            extra
+                .get(metnos_core::provenance::READ_PRIVATE)?
+                .as_array()
+                .map(|labels| {
+                    labels
+                        .iter()
+                        .filter_map(|l| l.as_str())
+                        .take(4)
+                        .map(|l| l.chars().take(200).collect())
+                        .collect()
+                })
+        })
+        .unwrap_or_default()
 }
 
 /// The path as the call wrote it, when a link leads it to the request's target.

@@ -226,6 +226,24 @@ pub const TAINTED_SINK: &str = "tainted_sink";
 /// write is asked about every time, never granted).
 pub const RUNS_CODE_LATER: &str = "runs_code_later";
 
+/// The key of an approval request's `extra_json` that lists what private data the turn
+/// read before this call sends something to another party (`["file:~/Documents/r.txt"]`):
+/// whatever the call's text, it could carry it re-encoded (base64, in pieces), so the card
+/// says so and offers no territory.
+pub const READ_PRIVATE: &str = "read_private";
+
+impl Label {
+    /// Whether data with this label is the person's own, not everyone's: a file, a
+    /// command's output, a private page, another tool's answer. (Not a public page, the
+    /// person's words, the clock, or a scratchpad id, whose origin is named beside it.)
+    pub fn is_private(&self) -> bool {
+        matches!(
+            self,
+            Label::File(_) | Label::Shell | Label::Private(_) | Label::Tool(_)
+        )
+    }
+}
+
 /// The key of an approval request's `extra_json` that holds a path target as the call
 /// wrote it, when a symbolic link leads it elsewhere: the request's target is the resolved
 /// path, and the card says both ("…/report.txt → ~/Documents/report.txt, through a link").

@@ -36,16 +36,21 @@ pub enum Identity {
     Gateway,
     /// The person who runs the host, through the `metnos` command.
     Owner,
+    /// The owner's spectator page, served in the gateway's process under an identity of its
+    /// own: it reads keys-only records and may revoke a grant, never start a turn or speak
+    /// for a person (a bug in a page must not carry the gateway's rights).
+    Web,
 }
 
 impl Identity {
-    pub const ALL: [Identity; 6] = [
+    pub const ALL: [Identity; 7] = [
         Identity::Policy,
         Identity::Vaglio,
         Identity::Approval,
         Identity::Planner,
         Identity::Gateway,
         Identity::Owner,
+        Identity::Web,
     ];
 
     pub fn name(self) -> &'static str {
@@ -56,6 +61,7 @@ impl Identity {
             Identity::Planner => "planner",
             Identity::Gateway => "gateway",
             Identity::Owner => "owner",
+            Identity::Web => "web",
         }
     }
 

@@ -82,6 +82,7 @@ pub fn pending_request(
                     .resolved_target
                     .as_ref()
                     .map(|_| cleared.target.as_str()),
+                &cleared.read_private,
             ),
             ..Default::default()
         }),
@@ -104,6 +105,7 @@ fn extra_json(
     tainted: &[crate::taint::Carried],
     runs_code_later: Option<&str>,
     through_link: Option<&str>,
+    read_private: &[String],
 ) -> String {
     let from_earlier: Vec<String> = raw_args
         .as_object()
@@ -158,6 +160,16 @@ fn extra_json(
             serde_json::Value::Array(sinks),
         );
     }
+    if !read_private.is_empty() {
+        let labels: Vec<String> = read_private
+            .iter()
+            .map(|l| l.chars().take(200).collect())
+            .collect();
+        extra.insert(
+            metnos_core::provenance::READ_PRIVATE.to_owned(),
+            serde_json::json!(labels),
+        );
+    }
     if let Some(written) = through_link {
         extra.insert(
             metnos_core::provenance::THROUGH_LINK.to_owned(),
@@ -194,7 +206,7 @@ mod tests {
                 sink: true,
             })
             .collect();
-        let extra = extra_json(&serde_json::json!({}), &tainted, None, None);
+        let extra = extra_json(&serde_json::json!({}), &tainted, None, None, &[]);
         assert!(extra.len() <= 16 * 1024, "{}", extra.len());
         let value: serde_json::Value = serde_json::from_str(&extra).unwrap();
         assert_eq!(
@@ -217,6 +229,7 @@ mod tests {
             &one,
             None,
             None,
+            &[],
         );
         assert_eq!(
             serde_json::from_str::<serde_json::Value>(&extra).unwrap(),

@@ -57,6 +57,19 @@ pub enum Error {
     },
     #[error("the owner's turns run at most at turns.cli_level ({allowed}), not {asked}")]
     AboveCliLevel { asked: String, allowed: String },
+    /// The gateway asked for a person its pairing record does not hold.
+    #[error("{0} is not paired with this installation: no turn runs for them")]
+    NotPaired(String),
+    /// The gateway asked for a level above the person's pairing.
+    #[error("{principal} is paired at {paired}; a turn at {asked} is refused")]
+    AbovePairing {
+        principal: String,
+        asked: String,
+        paired: String,
+    },
+    /// The person's pairing record could not be read: nothing runs unchecked.
+    #[error("the gateway's pairing record cannot be read now ({0}); try again shortly")]
+    PairingUnknown(String),
     #[error("turn {turn_id} is not {principal}'s")]
     NotTheirTurn { turn_id: String, principal: String },
     #[error(
@@ -97,7 +110,10 @@ impl From<Error> for Status {
             Error::Unauthenticated => Status::unauthenticated(error.to_string()),
             Error::NotItsPeople { .. }
             | Error::AboveCliLevel { .. }
+            | Error::NotPaired(_)
+            | Error::AbovePairing { .. }
             | Error::NotTheirTurn { .. } => Status::permission_denied(error.to_string()),
+            Error::PairingUnknown(_) => Status::unavailable(error.to_string()),
             Error::NotSuspended { .. } | Error::AlreadyResuming(_) => {
                 Status::failed_precondition(error.to_string())
             }

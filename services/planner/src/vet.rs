@@ -43,6 +43,9 @@ pub struct Cleared {
     /// Where a path target really leads when a symbolic link makes it differ from what is
     /// written: the card, its class and what approving may grant are of this path.
     pub resolved_target: Option<String>,
+    /// The private data this turn read before this call sends something to another party
+    /// (labels, at most four): asked about at every level, whatever the call's text.
+    pub read_private: Vec<String>,
 }
 
 /// A write to a path that runs code later ([`metnos_core::forbidden::runs_code_later`]).
@@ -205,6 +208,7 @@ impl Planner {
             )));
         }
         let tainted_sink = self.sinks(cp, &executor, &args, &target, &mut log.tainted);
+        let (read_private, egress) = read_private(cp, &executor, &target);
         let tainted = log.tainted.clone();
         let approval = self
             .ask_policy_and_vaglio(
@@ -220,6 +224,15 @@ impl Planner {
                 Some(capability)
             }
             (None, None) => None,
+        };
+        // Private data read in this turn may leave in any encoding (base64, in pieces):
+        // every egress to another party after it is asked about, naming what was read.
+        let approval = match (approval, egress) {
+            (None, Some(capability)) if !read_private.is_empty() => {
+                tracing::info!(step = log.step, executor = %call.name, "the turn read private data; its egress is asked about");
+                Some(capability)
+            }
+            (approval, _) => approval,
         };
         // A write that runs code later is asked about every time, whatever a grant says.
         let approval = match (approval, &runs_code_later) {
@@ -244,6 +257,7 @@ impl Planner {
             tainted,
             runs_code_later,
             resolved_target,
+            read_private,
         })
     }
 
@@ -689,6 +703,43 @@ fn mentions_path(message: &str, path: &str) -> bool {
         }
     }
     false
+}
+
+/// What private data this turn read (labels, files first, at most four) and, when
+/// `executor` sends to another party with `target` (network egress to any host but the
+/// private one the data came from, mail, a message to someone else), the capability asked
+/// about. Empty labels when the turn read nothing private.
+fn read_private(
+    cp: &Checkpoint,
+    executor: &Executor,
+    target: &str,
+) -> (Vec<String>, Option<String>) {
+    use metnos_core::provenance::Label;
+    let host = taint::origin_of(target);
+    let egress = taint::Sink::all(&executor.manifest.capabilities)
+        .into_iter()
+        .find(|(sink, _)| match sink {
+            taint::Sink::Egress | taint::Sink::Mail => true,
+            taint::Sink::ChannelOut => target != cp.sender_id,
+            taint::Sink::Write | taint::Sink::Exec => false,
+        })
+        .map(|(_, capability)| capability.to_owned());
+    if egress.is_none() {
+        return (Vec::new(), None);
+    }
+    let mut read: Vec<Label> = cp
+        .steps
+        .iter()
+        .flat_map(|step| step.labels.iter())
+        .filter_map(|l| Label::parse(l))
+        .filter(|l| l.is_private())
+        // Back to the private host it came from is no other party.
+        .filter(|l| !matches!(l, Label::Private(from) if Some(from) == host.as_ref()))
+        .collect();
+    read.sort_by_key(Label::rank);
+    read.dedup();
+    let labels = read.iter().take(4).map(Label::to_string).collect();
+    (labels, egress)
 }
 
 /// Whether `capability` writes a path (`fs:write`).

@@ -52,15 +52,15 @@ pub const AUTHORIZATION: Table = Table {
             callers: &[
                 Identity::Planner,
                 Identity::Approval,
-                Identity::Gateway,
+                Identity::Web,
                 Identity::Owner,
             ],
         },
         Rule {
-            // The gateway: the owner revoking from the spectator page (a revocation only
-            // ever takes power away).
+            // The spectator page: the owner revoking from it (a revocation only ever takes
+            // power away).
             method: "RevokeGrant",
-            callers: &[Identity::Approval, Identity::Gateway, Identity::Owner],
+            callers: &[Identity::Approval, Identity::Web, Identity::Owner],
         },
         Rule {
             method: "PruneGrants",
@@ -68,7 +68,7 @@ pub const AUTHORIZATION: Table = Table {
         },
         Rule {
             method: "VerifyGrantChanges",
-            callers: &[Identity::Gateway, Identity::Owner],
+            callers: &[Identity::Web, Identity::Owner],
         },
     ],
 };
@@ -292,7 +292,7 @@ impl PolicyService for PolicyApi {
     ) -> Result<Response<pb::ListGrantsResponse>, Status> {
         // The gateway (the spectator page) never holds an approval's token: a grant's
         // `approval:<token>` is named as the decisions journal names it.
-        let spectator = metnos_kit::authz::Caller::of(&request) == Some(Identity::Gateway);
+        let spectator = metnos_kit::authz::Caller::of(&request) == Some(Identity::Web);
         let request = request.into_inner();
         let sizes = limits::all(&[
             ("channel", &request.channel, MAX_ID_LEN),

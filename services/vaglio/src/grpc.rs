@@ -29,11 +29,11 @@ pub const AUTHORIZATION: Table = Table {
         },
         Rule {
             method: "ListVerdicts",
-            callers: &[Identity::Gateway, Identity::Owner],
+            callers: &[Identity::Web, Identity::Owner],
         },
         Rule {
             method: "VerifyVerdictLog",
-            callers: &[Identity::Gateway, Identity::Owner],
+            callers: &[Identity::Web, Identity::Owner],
         },
         // The planner's proposals; the owner's dry runs (`metnos telos evaluate`).
         Rule {
@@ -42,7 +42,7 @@ pub const AUTHORIZATION: Table = Table {
         },
         Rule {
             method: "GetTelos",
-            callers: &[Identity::Gateway, Identity::Owner],
+            callers: &[Identity::Web, Identity::Owner],
         },
         // The channels the people answer on: the gateway (Telegram), the owner (the CLI);
         // the planner only says a proposal's card went unanswered (48 h of silence).
@@ -57,7 +57,7 @@ pub const AUTHORIZATION: Table = Table {
         Rule {
             method: "ListRejectedProposals",
             // The planner: the evening digest's weekly line of discarded proposals.
-            callers: &[Identity::Planner, Identity::Gateway, Identity::Owner],
+            callers: &[Identity::Planner, Identity::Web, Identity::Owner],
         },
         Rule {
             method: "ListNever",
@@ -342,7 +342,7 @@ impl VaglioService for VaglioApi {
     ) -> Result<Response<pb::ListVerdictsResponse>, Status> {
         // The spectator page (the gateway): the verdicts, not what was asked (a turn's
         // intent is its person's words).
-        let spectator = Caller::of(&request) == Some(Identity::Gateway);
+        let spectator = Caller::of(&request) == Some(Identity::Web);
         let r = request.into_inner();
         limits::bytes("month", &r.month, 7).map_err(Error::from)?;
         limits::number("limit", u64::from(r.limit), u64::from(limits::LIST))
@@ -573,11 +573,10 @@ impl VaglioService for VaglioApi {
         &self,
         request: Request<pb::GetTelosRequest>,
     ) -> Result<Response<pb::GetTelosResponse>, Status> {
-        // The gateway asks for the spectator page: the owner's telos, nobody else's.
-        if Caller::of(&request) == Some(Identity::Gateway) && request.get_ref().principal.is_some()
-        {
+        // The spectator page: the owner's telos, nobody else's.
+        if Caller::of(&request) == Some(Identity::Web) && request.get_ref().principal.is_some() {
             return Err(Status::permission_denied(
-                "the gateway reads only the owner's telos (the spectator page): leave principal unset",
+                "the spectator page reads only the owner's telos: leave principal unset",
             ));
         }
         let r = request.into_inner();
@@ -704,7 +703,7 @@ impl VaglioService for VaglioApi {
         &self,
         request: Request<pb::ListRejectedProposalsRequest>,
     ) -> Result<Response<pb::ListRejectedProposalsResponse>, Status> {
-        let spectator = Caller::of(&request) == Some(Identity::Gateway);
+        let spectator = Caller::of(&request) == Some(Identity::Web);
         let r = request.into_inner();
         limits::number("limit", u64::from(r.limit), 1000).map_err(Error::from)?;
         limits::number("borderline", u64::from(r.borderline), 1000).map_err(Error::from)?;
