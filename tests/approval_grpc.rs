@@ -1178,14 +1178,16 @@ async fn a_revocation_offer_names_only_the_persons_active_grants_and_accept_revo
     );
 }
 
-/// The owner's spectator page lists everyone's requests through the gateway, but the
-/// gateway never learns a token of a person it does not speak for: a `cli` request shows
-/// as the decisions journal's name for it (16 hex digits of its token's sha256).
+/// The owner's spectator page lists everyone's requests under its own identity and never
+/// learns a token: each shows as the decisions journal's name for it (16 hex digits of its
+/// token's sha256). The gateway lists only its own people's (issue 38: a web bug must not
+/// carry the gateway's rights, nor the gateway the page's).
 #[tokio::test]
-async fn the_spectator_sees_every_request_but_only_the_gateways_own_tokens() {
+async fn the_spectator_sees_every_request_but_no_token() {
     let store = TestStore::sqlite();
     let stack = stack(&store, false, None).await;
     let mut client = Client::new(&stack.approval);
+    let mut page = Raw::new(stack.approval.channel_as(Identity::Web));
     let telegram = new_token(&mut client, pb::TerritoryConcession::None).await;
     let local_person = || {
         Some(Principal {
@@ -1203,8 +1205,7 @@ async fn the_spectator_sees_every_request_but_only_the_gateways_own_tokens() {
         .approval
         .unwrap()
         .token;
-    let everyone = client
-        .gateway
+    let everyone = page
         .list_pending(pb::ListPendingRequest::default())
         .await
         .unwrap()
@@ -1220,16 +1221,41 @@ async fn the_spectator_sees_every_request_but_only_the_gateways_own_tokens() {
         })
         .collect();
     shown.sort();
-    let hashed = metnos_kit::chain::hash(&cli)[..16].to_owned();
+    let name = |token: &str| metnos_kit::chain::hash(token)[..16].to_owned();
+    let (cli_name, telegram_name) = (name(&cli), name(&telegram));
     assert_eq!(
         shown,
-        [("cli", hashed.as_str()), ("telegram", telegram.as_str())]
+        [
+            ("cli", cli_name.as_str()),
+            ("telegram", telegram_name.as_str())
+        ]
     );
-    assert_ne!(hashed, cli);
-    assert!(
-        !format!("{everyone:?}").contains(&cli),
-        "the token in another field: {everyone:?}"
-    );
+    for token in [&cli, &telegram] {
+        assert!(
+            !format!("{everyone:?}").contains(token.as_str()),
+            "a token in another field: {everyone:?}"
+        );
+    }
+    // The gateway for everyone: refused; the page answers no card.
+    let refused = client
+        .gateway
+        .list_pending(pb::ListPendingRequest::default())
+        .await
+        .unwrap_err();
+    assert_eq!(refused.code(), tonic::Code::PermissionDenied, "{refused:?}");
+    let refused = page
+        .resolve(pb::ResolveRequest {
+            token: telegram.clone(),
+            decision: pb::Decision::Approve as i32,
+            decider: Some(Principal {
+                channel: "telegram".into(),
+                sender_id: "42".into(),
+            }),
+            ..Default::default()
+        })
+        .await
+        .unwrap_err();
+    assert_eq!(refused.code(), tonic::Code::PermissionDenied, "{refused:?}");
     // Asking for the cli person by name is still refused.
     let refused = client
         .gateway

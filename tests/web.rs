@@ -823,16 +823,15 @@ async fn the_live_feed_shows_a_turn_waiting_on_its_card_then_its_decision() {
     let finished = next_turn_event(&mut feed, &mut buffer, |d| d.contains("k-answer")).await;
     assert!(!finished.contains(&token), "{finished}");
 
-    // What the gateway itself reads for the page: never the token, in any of its forms,
+    // What the page reads under its own identity: never the token, in any of its forms,
     // and never a standing order's words.
     use metnos_kit::tls::Identity;
     use metnos_proto::approval::v1 as approval;
     use metnos_proto::approval::v1::approval_service_client::ApprovalServiceClient;
     use metnos_proto::planner::v1 as planner;
     use metnos_proto::planner::v1::planner_service_client::PlannerServiceClient;
-    let mut as_gateway =
-        PlannerServiceClient::new(page.up.channel_as("planner", Identity::Gateway));
-    let day = as_gateway
+    let mut as_page = PlannerServiceClient::new(page.up.channel_as("planner", Identity::Web));
+    let day = as_page
         .list_turns(planner::ListTurnsRequest::default())
         .await
         .unwrap()
@@ -840,7 +839,13 @@ async fn the_live_feed_shows_a_turn_waiting_on_its_card_then_its_decision() {
         .records_json
         .join("\n");
     assert!(day.contains(name) && !day.contains(&token), "{day}");
-    let requests = ApprovalServiceClient::new(page.up.channel_as("approval", Identity::Gateway))
+    // The gateway's own certificate reads no turn: the page's rights are the page's.
+    let refused = PlannerServiceClient::new(page.up.channel_as("planner", Identity::Gateway))
+        .list_turns(planner::ListTurnsRequest::default())
+        .await
+        .unwrap_err();
+    assert_eq!(refused.code(), tonic::Code::PermissionDenied, "{refused:?}");
+    let requests = ApprovalServiceClient::new(page.up.channel_as("approval", Identity::Web))
         .list_pending(approval::ListPendingRequest {
             include_resolved: true,
             ..Default::default()
@@ -869,7 +874,7 @@ async fn the_live_feed_shows_a_turn_waiting_on_its_card_then_its_decision() {
         }
     };
     assert!(verdicts(Identity::Owner).await.contains("write a to"));
-    let seen = verdicts(Identity::Gateway).await;
+    let seen = verdicts(Identity::Web).await;
     assert!(
         seen.contains("fs_write") && !seen.contains("write a to"),
         "{seen}"
@@ -898,7 +903,7 @@ async fn the_live_feed_shows_a_turn_waiting_on_its_card_then_its_decision() {
         }
     };
     assert!(schedules(Identity::Owner).await.contains("secret plan"));
-    assert!(!schedules(Identity::Gateway).await.contains("secret plan"));
+    assert!(!schedules(Identity::Web).await.contains("secret plan"));
     assert!(
         finished.contains("fs_write") && finished.contains("k-approved"),
         "{finished}"

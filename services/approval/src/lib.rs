@@ -2,12 +2,14 @@
 //! 3-line card, single-use decisions taken by the person who was asked, and the grants a
 //! territory concession records in the policy service.
 //!
-//! Layout: [`card`] renders (pure), [`describe`] says what a call does (pure), [`token`] makes tokens and call hashes, [`store`]
+//! Layout: [`card`] renders (pure), [`describe`] says what a call does (pure), [`extra`] reads what
+//! the planner says beside a call (pure), [`token`] makes tokens and call hashes, [`store`]
 //! keeps requests in SQLite or PostgreSQL, [`service`] decides, [`grpc`] is the edge.
 //! [`serve`] runs it (`metnos-approval` and `metnos up` both call it).
 
 pub mod card;
 pub mod describe;
+pub mod extra;
 pub mod grpc;
 pub mod service;
 pub mod store;

@@ -12,6 +12,8 @@ use metnos_kit::client::TracedChannel;
 use metnos_kit::clock::Clock;
 use metnos_proto::common::v1::Principal as PrincipalMsg;
 use metnos_proto::policy::v1::RecordGrantRequest;
+
+use crate::extra::Extra;
 use metnos_proto::policy::v1::policy_service_client::PolicyServiceClient;
 use tokio::sync::broadcast;
 
@@ -359,6 +361,7 @@ impl Approvals {
     }
 
     fn plain_card(&self, pending: &Pending) -> Card {
+        let extra = Extra::parse(&pending.extra_json);
         card::render(
             &CardRequest {
                 action_verb: pending.action_verb.clone(),
@@ -368,30 +371,10 @@ impl Approvals {
                 territory: pending.territory,
                 recurrence_count: pending.recurrence_count,
                 language: pending.language,
-                reason: {
-                    let tainted = tainted_sinks(&pending.extra_json);
-                    let read = read_private(&pending.extra_json);
-                    if let Some(rule) = runs_code_later(&pending.extra_json) {
-                        Some(crate::describe::reason_runs_code_later(
-                            &rule,
-                            pending.language,
-                        ))
-                    } else if tainted.is_empty() && !read.is_empty() {
-                        Some(crate::describe::reason_read_private(
-                            &read,
-                            pending.language,
-                        ))
-                    } else if tainted.is_empty() {
-                        pending.policy_level.map(|level| {
-                            crate::describe::reason(level, &pending.capability, pending.language)
-                        })
-                    } else {
-                        Some(crate::describe::reason_tainted(&tainted, pending.language))
-                    }
-                },
+                reason: plain_reason(pending, &extra),
                 territory_offer: Some(pending.territory_target.clone())
                     .filter(|p| !p.is_empty() && pending.status == Status::Pending),
-                had_invisible: had_invisible(&pending.extra_json),
+                had_invisible: extra.had_invisible,
             },
             &pending.token,
         )
@@ -417,15 +400,12 @@ impl Approvals {
         }
         // What approving may also grant is the person's choice on the card, over a pattern
         // proposed here: the caller's territory and pattern are not taken.
-        // A call carrying the world's data into a sink is asked about every time: approving
-        // it concedes nothing more.
-        // So is a write that runs code later (the person's message named it).
-        let tainted = tainted_sinks(&extra_json);
-        // And so is anything sent to another party after the turn read private data.
-        let territory_offer = if tainted.is_empty()
-            && runs_code_later(&extra_json).is_none()
-            && read_private(&extra_json).is_empty()
-        {
+        // A call carrying the world's data into a sink, a write that runs code later (the
+        // person's message named it) and anything sent to another party after the turn read
+        // private data are asked about every time: approving concedes nothing more.
+        let extra = Extra::parse(&extra_json);
+        let tainted = extra.tainted.clone();
+        let territory_offer = if !extra.asks_every_time() {
             territory_offer(&new.capability, &new.target, &self.home).unwrap_or_default()
         } else {
             String::new()
@@ -510,16 +490,17 @@ impl Approvals {
                 &new.executor,
                 &new.target,
                 &new.args_json,
-                &from_earlier_steps(&extra_json),
+                &extra.from_earlier,
                 &tainted,
                 new.card.language,
                 &self.home,
             )
-            .through_link(
-                through_link(&extra_json).as_deref(),
-                &new.target,
-                &self.home,
-            )
+            .through_link(extra.through_link.as_deref(), &new.target, &self.home)
+        };
+        let described = if extra.runs_code_later.is_some() {
+            described.whole_content(&new.args_json)
+        } else {
+            described
         };
         // What the person approves is what they read: a call too long to show whole is
         // refused, never cut.
@@ -527,12 +508,12 @@ impl Approvals {
         // Invisible characters the description left out are said on every rendering of the
         // card: the flag is kept with the request.
         let extra_json = if described.had_invisible {
-            mark_invisible(&extra_json)
+            crate::extra::mark_invisible(&extra_json)
         } else {
             extra_json
         };
-        // A tainted call's card is never shortened by habit: its source is read every time.
-        let recurrence_count = if tainted.is_empty() && read_private(&extra_json).is_empty() {
+        // Such a call's card is never shortened by habit: its reason is read every time.
+        let recurrence_count = if !extra.asks_every_time() {
             self.store
                 .count_approved(&new.requester, &capability_class)
                 .await?
@@ -1137,24 +1118,6 @@ fn check_token(token: &str) -> Result<(), Error> {
     }
 }
 
-/// The arguments a request's `extra_json` says carry an earlier step's content.
-fn from_earlier_steps(extra_json: &str) -> Vec<String> {
-    serde_json::from_str::<serde_json::Value>(extra_json)
-        .ok()
-        .and_then(|extra| {
-            extra
-                .get(crate::describe::FROM_EARLIER_STEPS)?
-                .as_array()
-                .map(|keys| {
-                    keys.iter()
-                        .filter_map(|k| k.as_str().map(str::to_owned))
-                        .take(16)
-                        .collect()
-                })
-        })
-        .unwrap_or_default()
-}
-
 /// Why a call's card could not show it whole: a command longer than
 /// [`crate::describe::MAX_SHOWN_COMMAND`], or a summary longer than the card shows.
 fn uncardable(executor: &str, args_json: &str, summary: &str) -> Result<(), Error> {
@@ -1187,102 +1150,22 @@ fn uncardable(executor: &str, args_json: &str, summary: &str) -> Result<(), Erro
     Ok(())
 }
 
-/// What private data the turn read before this call, when a request's `extra_json` says.
-fn read_private(extra_json: &str) -> Vec<String> {
-    serde_json::from_str::<serde_json::Value>(extra_json)
-        .ok()
-        .and_then(|extra| {
-            extra
-                .get(metnos_core::provenance::READ_PRIVATE)?
-                .as_array()
-                .map(|labels| {
-                    labels
-                        .iter()
-                        .filter_map(|l| l.as_str())
-                        .take(4)
-                        .map(|l| l.chars().take(200).collect())
-                        .collect()
-                })
-        })
-        .unwrap_or_default()
-}
-
-/// The path as the call wrote it, when a link leads it to the request's target.
-fn through_link(extra_json: &str) -> Option<String> {
-    let extra = serde_json::from_str::<serde_json::Value>(extra_json).ok()?;
-    let written = extra.get(metnos_core::provenance::THROUGH_LINK)?.as_str()?;
-    Some(written.chars().take(1024).collect())
-}
-
-/// The key of a request's `extra_json` that says its call held invisible characters.
-const HAD_INVISIBLE: &str = "had_invisible";
-
-/// `extra_json` with [`HAD_INVISIBLE`] set.
-fn mark_invisible(extra_json: &str) -> String {
-    let mut extra = serde_json::from_str::<serde_json::Map<String, serde_json::Value>>(extra_json)
-        .unwrap_or_default();
-    extra.insert(HAD_INVISIBLE.to_owned(), serde_json::Value::Bool(true));
-    serde_json::Value::Object(extra).to_string()
-}
-
-/// Whether a request's `extra_json` says its call held invisible characters.
-fn had_invisible(extra_json: &str) -> bool {
-    serde_json::from_str::<serde_json::Value>(extra_json)
-        .ok()
-        .and_then(|extra| extra.get(HAD_INVISIBLE)?.as_bool())
-        .unwrap_or(false)
-}
-
-/// The rule of a write that runs code later, when a request's `extra_json` marks one.
-fn runs_code_later(extra_json: &str) -> Option<String> {
-    let extra = serde_json::from_str::<serde_json::Value>(extra_json).ok()?;
-    let marked = extra.get(metnos_core::provenance::RUNS_CODE_LATER)?;
-    Some(
-        marked
-            .get("rule")
-            .and_then(serde_json::Value::as_str)
-            .unwrap_or_default()
-            .chars()
-            .take(64)
-            .collect(),
-    )
-}
-
-/// The arguments a request's `extra_json` says carry data from the world into a sink, with
-/// the labels of where it came from (at most 16 arguments of 16 labels).
-fn tainted_sinks(extra_json: &str) -> Vec<crate::describe::Tainted> {
-    let Ok(extra) = serde_json::from_str::<serde_json::Value>(extra_json) else {
-        return Vec::new();
-    };
-    let Some(entries) = extra
-        .get(metnos_core::provenance::TAINTED_SINK)
-        .and_then(serde_json::Value::as_array)
-    else {
-        return Vec::new();
-    };
-    entries
-        .iter()
-        .take(16)
-        .map(|entry| {
-            let arg = entry
-                .get("arg")
-                .and_then(serde_json::Value::as_str)
-                .unwrap_or("?")
-                .chars()
-                .take(64)
-                .collect();
-            let sources = entry
-                .get("sources")
-                .and_then(serde_json::Value::as_array)
-                .map(|labels| {
-                    labels
-                        .iter()
-                        .filter_map(|l| l.as_str().map(str::to_owned))
-                        .take(metnos_core::provenance::MAX_LABELS)
-                        .collect()
-                })
-                .unwrap_or_default();
-            (arg, sources)
-        })
-        .collect()
+/// The card's reason line: a write that runs code later, the world's data reaching a
+/// sink, a send after a private read, else policy's level (each says why it asks).
+fn plain_reason(pending: &Pending, extra: &Extra) -> Option<String> {
+    let language = pending.language;
+    if let Some(rule) = &extra.runs_code_later {
+        Some(crate::describe::reason_runs_code_later(rule, language))
+    } else if !extra.tainted.is_empty() {
+        Some(crate::describe::reason_tainted(&extra.tainted, language))
+    } else if !extra.read_private.is_empty() {
+        Some(crate::describe::reason_read_private(
+            &extra.read_private,
+            language,
+        ))
+    } else {
+        pending
+            .policy_level
+            .map(|level| crate::describe::reason(level, &pending.capability, language))
+    }
 }

@@ -180,7 +180,6 @@ pub fn runs_code_later(
     home: &std::path::Path,
     program_dirs: &[std::path::PathBuf],
 ) -> Option<&'static str> {
-    const HOME_PROGRAM_DIRS: &[&str] = &["bin", "go/bin"];
     let on_path = |dir: &std::path::Path| {
         !dir.as_os_str().is_empty()
             && dir.is_absolute()
@@ -197,9 +196,13 @@ pub fn runs_code_later(
     if hidden_below(below) {
         return Some(HOME_HIDDEN);
     }
-    HOME_PROGRAM_DIRS
+    // `~/bin`, `~/go/bin`, `~/miniconda3/bin`, `~/flutter/bin`: a folder of programs
+    // wherever it is in the home, on the service's PATH or not.
+    let parts: Vec<_> = below.components().collect();
+    parts
         .iter()
-        .any(|dir| on_path(&home.join(dir)))
+        .take(parts.len().saturating_sub(1))
+        .any(|part| part.as_os_str() == "bin")
         .then_some(PROGRAM_FOLDER)
 }
 
@@ -233,11 +236,16 @@ fn hidden_below(below: &std::path::Path) -> bool {
 pub const HOME_HIDDEN: &str = "write.home_hidden";
 /// [`runs_code_later`]'s rule for a folder of programs (the PATH, `~/bin`).
 pub const PROGRAM_FOLDER: &str = "write.program_folder";
+/// The rule for an executable file the write would change (the path executors and the
+/// planner see its mode; a path alone cannot say).
+pub const EXECUTABLE: &str = "write.executable";
 
 /// What [`runs_code_later`]'s rule means, for a person: one clause.
 pub fn runs_code_later_reason(rule: &str) -> &'static str {
     if rule == PROGRAM_FOLDER {
-        "a folder of programs you run by name (on your PATH)"
+        "a folder of programs you run by name (on your PATH, or a bin folder)"
+    } else if rule == EXECUTABLE {
+        "an executable file (a program or script that runs when started)"
     } else {
         "a hidden file or folder of your home, where programs read settings, hooks and start-up files"
     }
@@ -562,7 +570,7 @@ mod tests {
             ("/home/ada/.bashrc.d/10-evil.sh", HOME_HIDDEN),
             ("/home/ada/.cargo/bin/ls", PROGRAM_FOLDER),
             ("/home/ada/bin/ls", PROGRAM_FOLDER),
-            ("/home/ada/bin", PROGRAM_FOLDER),
+            ("/home/ada/miniconda3/bin/conda", PROGRAM_FOLDER),
             ("/home/ada/go/bin/gopls", PROGRAM_FOLDER),
             ("/home/ada/.config/environment.d/10-path.conf", HOME_HIDDEN),
             ("/home/ada/.xsessionrc", HOME_HIDDEN),
@@ -592,6 +600,7 @@ mod tests {
             "/home/ada/notes.txt",
             "/home/ada/Documents/report.txt",
             "/home/ada/binder/x.txt",
+            "/home/ada/notes/bin",
             "/home/ada/projects/bin-tools.md",
             "/home/ada",
             "/tmp/x",

@@ -397,8 +397,11 @@ impl Runner {
         };
         let observation = self.observe(&mut child, executor, args).await;
         if self.prestart {
-            // The next call's process, started once this one is done.
-            self.start_ahead(catalog, executor, &context, key);
+            // The next call's process, started once this one is done, for the executor's
+            // own context: a write this call was allowed is not the next call's.
+            let base = serde_json::to_string(&self.context(executor)).unwrap_or_default();
+            let key = Self::prestart_key(executor, &base);
+            self.start_ahead(catalog, executor, &base, key);
         }
         (observation, ahead)
     }

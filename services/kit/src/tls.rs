@@ -513,7 +513,7 @@ mod tests {
         );
         // A rotation replaces the CA and every certificate.
         let rotated = init(&pki, true).unwrap();
-        assert!(rotated.ca && rotated.identities.len() == 6);
+        assert!(rotated.ca && rotated.identities.len() == Identity::ALL.len());
         assert_ne!(
             std::fs::read(cert_path(&pki, Identity::Owner).0).unwrap(),
             before

@@ -438,6 +438,13 @@ impl Planner {
         self.emit(sink, pb::turn_event::Event::StepProposed(proposed))
             .await;
         let mut log = StepLog::new(n, &call, tier, &self.schema_keys(&call.name));
+        // A name that is no tool here is the model's text: the log keeps `?`.
+        if self.catalog.get(&call.name).is_none()
+            && !crate::schedule_tools::is_tool(&call.name)
+            && call.name != scratch::TOOL
+        {
+            log.executor = "?".to_owned();
+        }
         if crate::schedule_tools::is_tool(&call.name) {
             return self.schedule_tool(cp, sink, call, log, started).await;
         }

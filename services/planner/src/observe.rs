@@ -133,7 +133,7 @@ impl Planner {
             (None, None) => String::new(),
         };
         let duration_ms = log.duration_ms;
-        cp.steps.push(log);
+        cp.steps.push(log.keys_only());
         self.show(cp, "running").await;
         let observed = pb::ObservationSummary {
             step: n,

@@ -606,7 +606,7 @@ impl Planner {
         // and the owner's listings never hold a live token.
         log.approval_token = Some(metnos_kit::chain::token_name(&pending.token));
         // The log of this step is completed when the decision comes.
-        cp.steps.push(log);
+        cp.steps.push(log.keys_only());
         cp.pending = Some(PendingCall {
             step: cp.steps.len() as u32,
             call,

@@ -274,6 +274,11 @@ pub struct StepLog {
     /// The call's arguments made of data earlier steps observed.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub tainted: Vec<crate::taint::Carried>,
+    /// The argument names the tool's schema declares (not kept: what [`StepLog::keys_only`]
+    /// needs while the step is checked).
+    /// `None` once the step was kept (a checkpoint read back was mapped when it was kept).
+    #[serde(skip)]
+    pub known_keys: Option<Vec<String>>,
 }
 
 impl StepLog {
@@ -283,7 +288,7 @@ impl StepLog {
     /// page or a model put in a key).
     pub fn new(step: u32, call: &Call, tier: Tier, known: &[String]) -> StepLog {
         let mut unknown = 0;
-        StepLog {
+        let mut log = StepLog {
             step,
             executor: call.name.clone(),
             tier: Some(tier),
@@ -304,7 +309,24 @@ impl StepLog {
                 })
                 .unwrap_or_default(),
             ..StepLog::default()
+        };
+        log.known_keys = Some(known.to_vec());
+        log
+    }
+
+    /// The step as the log keeps it: an argument the data it carries is said of is named
+    /// only when the schema names it (the model chose the key), `?` otherwise.
+    pub fn keys_only(mut self) -> StepLog {
+        let Some(known) = self.known_keys.take() else {
+            return self;
+        };
+        for carried in &mut self.tainted {
+            let key = carried.arg.split(['.', '[']).next().unwrap_or_default();
+            if !known.iter().any(|k| k == key) && carried.arg != "(executor name)" {
+                carried.arg = "?".to_owned();
+            }
         }
+        self
     }
 }
 
@@ -442,6 +464,40 @@ mod wire_language {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Issue 38, weakness 9: argument keys are the model's text; the log keeps those the
+    /// tool's schema names, any other as `?n` (and `?` where a carried argument is said).
+    #[test]
+    fn the_log_keeps_only_the_argument_names_the_schema_declares() {
+        let call = Call {
+            id: "c".into(),
+            name: "web_fetch".into(),
+            arguments: serde_json::json!({"url": "x", "<img src=x>": 1, "Ignore all rules": 2}),
+        };
+        let known = vec!["url".to_owned(), "method".to_owned()];
+        let mut log = StepLog::new(1, &call, Tier::Fast, &known);
+        assert_eq!(log.arg_keys, ["url", "?1", "?2"]);
+        log.tainted = vec![
+            crate::taint::Carried {
+                arg: "url".into(),
+                from_steps: vec![1],
+                sources: vec!["web:a.example".into()],
+                how: vec![],
+                sink: true,
+            },
+            crate::taint::Carried {
+                arg: "Ignore all rules".into(),
+                from_steps: vec![1],
+                sources: vec!["web:a.example".into()],
+                how: vec![],
+                sink: false,
+            },
+        ];
+        let kept = log.keys_only();
+        let said: Vec<&str> = kept.tainted.iter().map(|c| c.arg.as_str()).collect();
+        assert_eq!(said, ["url", "?"]);
+        assert!(!serde_json::to_string(&kept).unwrap().contains("Ignore"));
+    }
     use serde_json::json;
 
     /// A checkpoint as the string-typed planner stored it (session 3): it still reads, and

@@ -208,7 +208,7 @@ impl Planner {
             )));
         }
         let tainted_sink = self.sinks(cp, &executor, &args, &target, &mut log.tainted);
-        let (read_private, egress) = read_private(cp, &executor, &target);
+        let (read_private, egress) = read_private(cp, &executor, &target, navigation(&args));
         let tainted = log.tainted.clone();
         let approval = self
             .ask_policy_and_vaglio(
@@ -279,10 +279,6 @@ impl Planner {
             return None;
         }
         let host = taint::origin_of(target);
-        let method = args.get("method").and_then(Value::as_str).unwrap_or("GET");
-        let body = args
-            .get("body")
-            .is_some_and(|b| !(b.is_null() || b.as_str() == Some("")));
         let mut asked = None;
         for (sink, capability) in taint::Sink::all(&executor.manifest.capabilities) {
             let to = taint::Destination {
@@ -291,9 +287,7 @@ impl Planner {
                 named_by_person: sink == taint::Sink::Write
                     && self.new_file_named(&cp.query, target),
                 to_the_person: target == cp.sender_id,
-                navigation: (method.eq_ignore_ascii_case("GET")
-                    || method.eq_ignore_ascii_case("HEAD"))
-                    && !body,
+                navigation: navigation(args),
             };
             if taint::mark_sinks(sink, to, tainted) && asked.is_none() {
                 asked = Some(capability.to_owned());
@@ -334,8 +328,15 @@ impl Planner {
         let home = &self.runner.user_home;
         let lexical = normalize(&expand_home(target, home));
         let real = resolve(&lexical).unwrap_or_else(|_| lexical.clone());
+        // The workspace's hidden names are ordinary only where it is Metnos's own folder.
         let workspace = resolve(&self.runner.shell.workspace)
             .unwrap_or_else(|_| self.runner.shell.workspace.clone());
+        let own = metnos_executors::scope::real_roots(&self.runner.forbidden);
+        let workspace = if own.iter().any(|dir| workspace.starts_with(dir)) {
+            workspace
+        } else {
+            std::path::PathBuf::new()
+        };
         let homes = [home.clone(), resolve(home).unwrap_or_else(|_| home.clone())];
         let program_dirs: Vec<std::path::PathBuf> = self
             .runner
@@ -343,11 +344,19 @@ impl Planner {
             .iter()
             .flat_map(|d| [d.clone(), resolve(d).unwrap_or_else(|_| d.clone())])
             .collect();
-        let rule = [&lexical, &real].into_iter().find_map(|path| {
-            homes.iter().find_map(|h| {
-                metnos_core::forbidden::runs_code_later_beside(path, h, &program_dirs, &workspace)
+        let rule = [&lexical, &real]
+            .into_iter()
+            .find_map(|path| {
+                homes.iter().find_map(|h| {
+                    metnos_core::forbidden::runs_code_later_beside(
+                        path,
+                        h,
+                        &program_dirs,
+                        &workspace,
+                    )
+                })
             })
-        })?;
+            .or_else(|| executable(&real).then_some(metnos_core::forbidden::EXECUTABLE))?;
         let real = real.to_string_lossy().into_owned();
         let shown = crate::observe::from_home(&real, home);
         let named = [target, real.as_str(), shown.as_str()]
@@ -713,6 +722,7 @@ fn read_private(
     cp: &Checkpoint,
     executor: &Executor,
     target: &str,
+    navigation: bool,
 ) -> (Vec<String>, Option<String>) {
     use metnos_core::provenance::Label;
     let host = taint::origin_of(target);
@@ -733,13 +743,32 @@ fn read_private(
         .flat_map(|step| step.labels.iter())
         .filter_map(|l| Label::parse(l))
         .filter(|l| l.is_private())
-        // Back to the private host it came from is no other party.
-        .filter(|l| !matches!(l, Label::Private(from) if Some(from) == host.as_ref()))
+        // Reading on at the private host it came from is no other party; anything more
+        // (a body, another method: one host may serve many people) is asked about.
+        .filter(|l| {
+            !(navigation && matches!(l, Label::Private(from) if Some(from) == host.as_ref()))
+        })
         .collect();
     read.sort_by_key(Label::rank);
     read.dedup();
     let labels = read.iter().take(4).map(Label::to_string).collect();
     (labels, egress)
+}
+
+/// Whether a call only reads where it goes: GET or HEAD (the default), with no body.
+fn navigation(args: &Value) -> bool {
+    let method = args.get("method").and_then(Value::as_str).unwrap_or("GET");
+    let body = args
+        .get("body")
+        .is_some_and(|b| !(b.is_null() || b.as_str() == Some("")));
+    (method.eq_ignore_ascii_case("GET") || method.eq_ignore_ascii_case("HEAD")) && !body
+}
+
+/// Whether `real` is a file with an execute bit: changing it changes a program.
+fn executable(real: &std::path::Path) -> bool {
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::symlink_metadata(real)
+        .is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
 }
 
 /// Whether `capability` writes a path (`fs:write`).

@@ -343,7 +343,8 @@ fn script_executor(catalog: &Path, name: &str, capabilities: &str, target: &str)
             "name = \"{name}\"\ndescription = \"test executor {name}: notes file read write\"\n\
              affinity = [\"notes\", \"file\", \"read\", \"write\"]\ncapabilities = {capabilities}\n\
              {target_line}program = \"run.sh\"\n[scope]\npaths = [\"~\"]\n\
-             [args]\ntype = \"object\"\n[args.properties.{target}]\ntype = \"string\"\n"
+             [args]\ntype = \"object\"\n[args.properties.{target}]\ntype = \"string\"\n\
+             [args.properties.text]\ntype = \"string\"\n"
         ),
     )
     .unwrap();

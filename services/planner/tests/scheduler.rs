@@ -504,21 +504,30 @@ async fn a_standing_order_holding_invisible_characters_is_refused(test: TestStor
         .map(|c| char::from_u32(0xE0000 + c as u32).unwrap())
         .collect();
     let request = format!("summarise the news{smuggled}");
-    let order = |query: &str, name: &str| Order {
-        person: &ada,
-        schedule: "daily@08:00",
-        query,
-        name,
-        notify: "always",
-        level: metnos_core::level::AutonomyLevel::Supervised,
-        anchor_ms: None,
-    };
+    fn order<'a>(
+        ada: &'a metnos_core::principal::Principal,
+        query: &'a str,
+        name: &'a str,
+    ) -> Order<'a> {
+        Order {
+            person: ada,
+            schedule: "daily@08:00",
+            query,
+            name,
+            notify: "always",
+            level: metnos_core::level::AutonomyLevel::Supervised,
+            anchor_ms: None,
+        }
+    }
     for (query, name, field) in [
         (request.as_str(), "news", "request"),
         ("summarise the news", "ne\u{200B}ws", "name"),
         ("summarise\u{3164}the news", "news", "request"),
     ] {
-        let refused = scheduler.create(&order(query, name)).await.unwrap_err();
+        let refused = scheduler
+            .create(&order(&ada, query, name))
+            .await
+            .unwrap_err();
         assert!(
             matches!(refused, ScheduleError::Invisible(f) if f == field),
             "{query:?} {name:?}: {refused}"
@@ -526,7 +535,7 @@ async fn a_standing_order_holding_invisible_characters_is_refused(test: TestStor
     }
     assert!(scheduler.store.list(None).await.unwrap().is_empty());
     scheduler
-        .create(&order("summarise the news", "news"))
+        .create(&order(&ada, "summarise the news", "news"))
         .await
         .unwrap();
 }

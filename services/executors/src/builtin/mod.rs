@@ -187,7 +187,15 @@ fn runs_code_later(
     real: &std::path::Path,
     context: &ExecContext,
 ) -> Result<(), String> {
+    // The workspace's hidden names are ordinary only where it is Metnos's own folder (the
+    // default, in the data directory); one the owner chose in the home is the home.
     let workspace = workspace(context);
+    let own = crate::scope::real_roots(&context.forbidden);
+    let workspace = if own.iter().any(|dir| workspace.starts_with(dir)) {
+        workspace
+    } else {
+        std::path::PathBuf::new()
+    };
     let homes = [
         context.user_home.clone(),
         crate::scope::resolve(&context.user_home).unwrap_or_else(|_| context.user_home.clone()),
@@ -202,11 +210,14 @@ fn runs_code_later(
             ]
         })
         .collect();
-    let rule = [lexical, real].into_iter().find_map(|path| {
-        homes.iter().find_map(|home| {
-            forbidden::runs_code_later_beside(path, home, &program_dirs, &workspace)
+    let rule = [lexical, real]
+        .into_iter()
+        .find_map(|path| {
+            homes.iter().find_map(|home| {
+                forbidden::runs_code_later_beside(path, home, &program_dirs, &workspace)
+            })
         })
-    });
+        .or_else(|| executable(real).then_some(forbidden::EXECUTABLE));
     let Some(rule) = rule else {
         return Ok(());
     };
@@ -224,6 +235,13 @@ fn runs_code_later(
         what: forbidden::runs_code_later_reason(rule),
     }
     .to_string())
+}
+
+/// Whether `real` is a file with an execute bit: changing it changes a program.
+pub(crate) fn executable(real: &std::path::Path) -> bool {
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::symlink_metadata(real)
+        .is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
 }
 
 /// The shell's workspace, resolved (where files with several names may be read).

@@ -179,7 +179,11 @@ pub fn refused_repository(start: &Path, workspace: &Path) -> Option<String> {
     for dir in start.ancestors() {
         let dot_git = dir.join(".git");
         if dot_git.is_dir() {
-            git_dirs.push(dot_git);
+            // A `.git` that is a link to a folder elsewhere is a pointer like `gitdir:`.
+            match within(&dot_git, workspace) {
+                Ok(git_dir) => git_dirs.push(git_dir),
+                Err(()) => return Some(leaves(&dot_git, "link")),
+            }
         } else if let Ok(text) = std::fs::read_to_string(&dot_git)
             && let Some(target) = text.trim().strip_prefix("gitdir:")
         {
@@ -376,6 +380,12 @@ mod tests {
                 "{why}"
             );
         }
+        // A `.git` that is itself a link out of the workspace.
+        std::fs::remove_file(ws.join("q/.git")).unwrap();
+        std::os::unix::fs::symlink(&ssh, ws.join("q/.git")).unwrap();
+        let why = refused_repository(&ws.join("q"), &ws).unwrap();
+        assert!(why.contains("points outside the workspace"), "{why}");
+        std::fs::remove_file(ws.join("q/.git")).unwrap();
         // A link inside the workspace to the outside is the same pointer.
         std::os::unix::fs::symlink(&ssh, ws.join("inner")).unwrap();
         std::fs::write(ws.join("q/.git"), "gitdir: ../inner").unwrap();

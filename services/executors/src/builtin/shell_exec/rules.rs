@@ -45,7 +45,10 @@ pub fn check(
                 "{program}: working inside a repository's .git folder is refused (rule write.git_internals)"
             ));
         }
-        if let Some(arg) = args.iter().find(|a| names_git_internals(a)) {
+        if let Some(arg) = args
+            .iter()
+            .find(|a| names_git_internals(a) || leads_into_git(a, cwd))
+        {
             return Err(format!(
                 "{program}: `{}` names a repository's own files (.git): a command may not write there (rule write.git_internals)",
                 arg.chars().take(120).collect::<String>()
@@ -72,6 +75,34 @@ fn is_git_dir(part: &str) -> bool {
 fn names_git_internals(arg: &str) -> bool {
     arg.split(['/', '=', ':', ','])
         .any(|part| is_git_dir(part.trim()))
+}
+
+/// Whether an argument, taken as a path from `cwd` (whole, or after `=` or `:`), leads
+/// into a `.git` folder once the links on its way are followed (`g/config` with `g` a
+/// link to `.git`).
+fn leads_into_git(arg: &str, cwd: &Path) -> bool {
+    let candidates = [
+        Some(arg),
+        arg.rsplit_once('=').map(|(_, v)| v),
+        arg.rsplit_once(':').map(|(_, v)| v),
+    ];
+    candidates.into_iter().flatten().any(|value| {
+        if value.is_empty() || value.starts_with('-') {
+            return false;
+        }
+        let lexical = normalize(&cwd.join(value));
+        // The longest part that exists, resolved; the rest as written.
+        let real = lexical
+            .ancestors()
+            .find_map(|existing| {
+                let resolved = resolve(existing).ok()?;
+                let rest = lexical.strip_prefix(existing).ok()?;
+                Some(resolved.join(rest))
+            })
+            .unwrap_or(lexical);
+        real.components()
+            .any(|c| is_git_dir(&c.as_os_str().to_string_lossy()))
+    })
 }
 
 /// Whether `arg` is `--name` or `--name=…` for an unambiguous prefix of `refused` (at
@@ -506,6 +537,32 @@ mod tests {
         assert!(check("ls", &words("repo/.git/hooks"), ws, ws).is_ok());
         // A name that only starts like it is another file.
         assert!(check("touch", &words(".gitignore .github/x"), ws, ws).is_ok());
+    }
+
+    #[test]
+    fn a_link_to_a_git_folder_is_the_git_folder() {
+        let root = tempfile::tempdir().unwrap();
+        let ws = root.path().canonicalize().unwrap();
+        std::fs::create_dir_all(ws.join("repo/.git/hooks")).unwrap();
+        std::os::unix::fs::symlink(ws.join("repo/.git"), ws.join("g")).unwrap();
+        for command in [
+            "uniq notes g/config",
+            "touch g/hooks/pre-commit",
+            "dd of=g/config",
+        ] {
+            let refused = check(
+                command.split(' ').next().unwrap(),
+                &words(command)[1..],
+                &ws,
+                &ws,
+            )
+            .unwrap_err();
+            assert!(
+                refused.contains("write.git_internals"),
+                "{command}: {refused}"
+            );
+        }
+        assert!(check("touch", &words("notes.txt g2/x"), &ws, &ws).is_ok());
     }
 
     #[test]
