@@ -604,18 +604,24 @@ async fn each_service_answers_each_rpc_only_to_the_identities_its_table_lists() 
     ];
     let mut rows = 0;
     for (service, table) in tables {
+        // One connection per identity to this service, reused for every row.
+        let channels: Vec<(Identity, TracedChannel)> = Identity::ALL
+            .into_iter()
+            .map(|identity| (identity, up.channel_as(service, identity)))
+            .collect();
+        let anonymous = up.channel_without_certificate(service);
         for rule in table.rules {
             let path = format!("/{}/{}", table.service, rule.method);
             rows += 1;
-            let denied = raw(up.channel_without_certificate(service), &path).await;
+            let denied = raw(anonymous.clone(), &path).await;
             assert_eq!(
                 denied.code(),
                 Code::Unauthenticated,
                 "{path} without a certificate: {denied:?}"
             );
-            for identity in Identity::ALL {
-                let channel = up.channel_as(service, identity);
-                let answer = raw(channel, &path).await;
+            for (identity, channel) in &channels {
+                let identity = *identity;
+                let answer = raw(channel.clone(), &path).await;
                 let refused_here = answer.code() == Code::PermissionDenied
                     && answer.message().contains("may not call");
                 if rule.callers.contains(&identity) {

@@ -146,6 +146,18 @@ impl Sandbox {
             .spawn()
             .unwrap();
         let stdout = child.stdout.take().unwrap();
+        // Its stderr is read as it comes: a stack logging more than a pipe holds (64 KiB
+        // of refusals, say) must never block on a full pipe.
+        let stderr = child.stderr.take().unwrap();
+        let log = tokio::spawn(async move {
+            let mut text = String::new();
+            let mut lines = BufReader::new(stderr).lines();
+            while let Ok(Some(line)) = lines.next_line().await {
+                text.push_str(&line);
+                text.push('\n');
+            }
+            text
+        });
         let mut lines = BufReader::new(stdout).lines();
         let mut addrs = Vec::new();
         let read = async {
@@ -163,17 +175,17 @@ impl Sandbox {
             panic!("metnos up printed no addresses within {START_LIMIT:?}");
         }
         if addrs.len() < 5 {
-            let output = child.wait_with_output().await.unwrap();
+            let status = child.wait().await.unwrap();
             panic!(
-                "metnos up exited early ({:?}): {}",
-                output.status,
-                String::from_utf8_lossy(&output.stderr)
+                "metnos up exited early ({status:?}): {}",
+                log.await.unwrap_or_default()
             );
         }
         Up {
             child,
             addrs,
             pki: self.data_dir().join("pki"),
+            log,
         }
     }
 
@@ -197,6 +209,8 @@ pub struct Up {
     pub addrs: Vec<(String, SocketAddr)>,
     /// Where the stack's certificates are.
     pub pki: PathBuf,
+    /// Its stderr, read as it comes, whole once it exits.
+    log: tokio::task::JoinHandle<String>,
 }
 
 impl Up {
@@ -258,18 +272,12 @@ impl Up {
     /// not stop in time is killed and its log shown, to tell which service held on.
     pub async fn interrupt(mut self) -> (i32, String) {
         signal(&self.child, "INT").await;
-        let stderr = self.child.stderr.take().unwrap();
         let status = tokio::time::timeout(START_LIMIT, self.child.wait()).await;
         if status.is_err() {
             let _ = self.child.start_kill();
             let _ = self.child.wait().await;
         }
-        let mut text = String::new();
-        let mut lines = BufReader::new(stderr).lines();
-        while let Ok(Some(line)) = lines.next_line().await {
-            text.push_str(&line);
-            text.push('\n');
-        }
+        let text = (&mut self.log).await.unwrap_or_default();
         // No thread of the stack may have panicked, whatever the test was about.
         assert!(
             !text.contains("panicked at"),
