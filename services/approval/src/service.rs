@@ -555,7 +555,7 @@ impl Approvals {
         self.store.insert(&pending).await?;
         // Names only: the class and the target hold the call's values (a path, a command,
         // a URL with its credentials); those stay in the store and on the card.
-        tracing::info!(token = %pending.token, executor = %pending.executor, capability = %pending.capability, recurrence = recurrence_count, "approval requested");
+        tracing::info!(token = %metnos_kit::chain::token_name(&pending.token), executor = %pending.executor, capability = %pending.capability, recurrence = recurrence_count, "approval requested");
         let card = self.card(&pending);
         Ok((pending, card))
     }
@@ -874,7 +874,7 @@ impl Approvals {
             };
             for id in &ids {
                 if used_since(*id) {
-                    tracing::info!(token = %pending.token, grant = id, "a grant used since the revocation offer is kept");
+                    tracing::info!(token = %metnos_kit::chain::token_name(&pending.token), grant = id, "a grant used since the revocation offer is kept");
                     continue;
                 }
                 let request = metnos_proto::policy::v1::RevokeGrantRequest {
@@ -892,13 +892,13 @@ impl Approvals {
             if permanent(status.code()) {
                 // Asking again would get the same answer: the approval stands, nothing more
                 // is revoked, and the queue moves on.
-                tracing::error!(token = %pending.token, code = ?status.code(), "policy refused the revocation; it is not asked again");
+                tracing::error!(token = %metnos_kit::chain::token_name(&pending.token), code = ?status.code(), "policy refused the revocation; it is not asked again");
                 let _ = self
                     .store
                     .give_up_grant(&pending.token, claimed_until)
                     .await;
             } else {
-                tracing::warn!(token = %pending.token, code = ?status.code(), "grants not revoked yet; will try again");
+                tracing::warn!(token = %metnos_kit::chain::token_name(&pending.token), code = ?status.code(), "grants not revoked yet; will try again");
                 let _ = self
                     .store
                     .release_grant(&pending.token, claimed_until)
@@ -908,10 +908,10 @@ impl Approvals {
         }
         let first = *ids.first()?;
         if let Err(e) = self.store.set_grant(&pending.token, first).await {
-            tracing::warn!(token = %pending.token, error = %e, "grants revoked but not noted; will note it later");
+            tracing::warn!(token = %metnos_kit::chain::token_name(&pending.token), error = %e, "grants revoked but not noted; will note it later");
             return None;
         }
-        tracing::info!(token = %pending.token, count = ids.len(), "unused grants revoked");
+        tracing::info!(token = %metnos_kit::chain::token_name(&pending.token), count = ids.len(), "unused grants revoked");
         Some(first)
     }
 
@@ -933,7 +933,7 @@ impl Approvals {
             Ok(true) => {}
             Ok(false) => return None,
             Err(e) => {
-                tracing::warn!(token = %pending.token, error = %e, "cannot claim the grant's recording; will try again");
+                tracing::warn!(token = %metnos_kit::chain::token_name(&pending.token), error = %e, "cannot claim the grant's recording; will try again");
                 return None;
             }
         }
@@ -972,10 +972,10 @@ impl Approvals {
                 let id = response.into_inner().grant.map(|g| g.id)?;
                 if let Err(e) = self.store.set_grant(&pending.token, id).await {
                     // The retry asks again and policy returns this same grant.
-                    tracing::warn!(token = %pending.token, error = %e, "grant recorded but not noted; will note it later");
+                    tracing::warn!(token = %metnos_kit::chain::token_name(&pending.token), error = %e, "grant recorded but not noted; will note it later");
                     return None;
                 }
-                tracing::info!(token = %pending.token, grant = id, territory = pending.territory.as_str(), "territory granted");
+                tracing::info!(token = %metnos_kit::chain::token_name(&pending.token), grant = id, territory = pending.territory.as_str(), "territory granted");
                 Some(id)
             }
             Err(status) => {
@@ -983,13 +983,13 @@ impl Approvals {
                 if permanent(status.code()) {
                     // Asking again would get the same answer (an expiry now past, a key
                     // reused): the approval stands without a grant, and the queue moves on.
-                    tracing::error!(token = %pending.token, capability = %pending.capability, code = ?status.code(), "policy refused the territory grant; it is not asked again");
+                    tracing::error!(token = %metnos_kit::chain::token_name(&pending.token), capability = %pending.capability, code = ?status.code(), "policy refused the territory grant; it is not asked again");
                     let _ = self
                         .store
                         .give_up_grant(&pending.token, claimed_until)
                         .await;
                 } else {
-                    tracing::warn!(token = %pending.token, capability = %pending.capability, code = ?status.code(), "territory grant not recorded yet");
+                    tracing::warn!(token = %metnos_kit::chain::token_name(&pending.token), capability = %pending.capability, code = ?status.code(), "territory grant not recorded yet");
                     let _ = self
                         .store
                         .release_grant(&pending.token, claimed_until)

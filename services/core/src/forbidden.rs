@@ -189,6 +189,9 @@ pub fn runs_code_later(
     if program_dirs.iter().any(|dir| on_path(dir)) {
         return Some(PROGRAM_FOLDER);
     }
+    if interpreter_startup(path) {
+        return Some(INTERPRETER_STARTUP);
+    }
     if home.as_os_str().is_empty() {
         return None;
     }
@@ -224,6 +227,25 @@ pub fn runs_code_later_beside(
     }
 }
 
+/// What an interpreter runs at every start of its own accord: Python's site folders
+/// (`.pth` files run their `import` lines), `sitecustomize.py`/`usercustomize.py`, conda's
+/// activation scripts — wherever they are (a virtual environment, a conda install).
+fn interpreter_startup(path: &std::path::Path) -> bool {
+    let named = |part: &std::ffi::OsStr| {
+        matches!(
+            part.to_str(),
+            Some("site-packages" | "dist-packages" | "activate.d" | "deactivate.d")
+        )
+    };
+    let file = path
+        .file_name()
+        .and_then(|f| f.to_str())
+        .unwrap_or_default();
+    path.components().any(|c| named(c.as_os_str()))
+        || file.ends_with(".pth")
+        || matches!(file, "sitecustomize.py" | "usercustomize.py")
+}
+
 /// Whether a relative path has a hidden (dot) name.
 fn hidden_below(below: &std::path::Path) -> bool {
     below.components().any(|part| {
@@ -236,6 +258,8 @@ fn hidden_below(below: &std::path::Path) -> bool {
 pub const HOME_HIDDEN: &str = "write.home_hidden";
 /// [`runs_code_later`]'s rule for a folder of programs (the PATH, `~/bin`).
 pub const PROGRAM_FOLDER: &str = "write.program_folder";
+/// [`runs_code_later`]'s rule for what an interpreter runs at every start.
+pub const INTERPRETER_STARTUP: &str = "write.interpreter_startup";
 /// The rule for an executable file the write would change (the path executors and the
 /// planner see its mode; a path alone cannot say).
 pub const EXECUTABLE: &str = "write.executable";
@@ -244,6 +268,8 @@ pub const EXECUTABLE: &str = "write.executable";
 pub fn runs_code_later_reason(rule: &str) -> &'static str {
     if rule == PROGRAM_FOLDER {
         "a folder of programs you run by name (on your PATH, or a bin folder)"
+    } else if rule == INTERPRETER_STARTUP {
+        "a file an interpreter runs at every start (Python's site folders, .pth files, conda's activation scripts)"
     } else if rule == EXECUTABLE {
         "an executable file (a program or script that runs when started)"
     } else {
@@ -583,6 +609,20 @@ mod tests {
             ("/home/ada/.config/mimeapps.list", HOME_HIDDEN),
             ("/home/ada/projects/site/.envrc", HOME_HIDDEN),
             ("/opt/tools/bin/make", PROGRAM_FOLDER),
+            (
+                "/home/ada/miniconda3/lib/python3.12/site-packages/x.pth",
+                INTERPRETER_STARTUP,
+            ),
+            (
+                "/home/ada/venv/lib/python3.12/site-packages/evil.py",
+                INTERPRETER_STARTUP,
+            ),
+            ("/home/ada/proj/sitecustomize.py", INTERPRETER_STARTUP),
+            (
+                "/home/ada/miniconda3/etc/conda/activate.d/x.sh",
+                INTERPRETER_STARTUP,
+            ),
+            ("/srv/app/hooks.pth", INTERPRETER_STARTUP),
             ("/usr/local/bin/git", PROGRAM_FOLDER),
         ] {
             assert_eq!(

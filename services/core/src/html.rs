@@ -41,7 +41,9 @@ pub fn is_invisible(c: char) -> bool {
             | '\u{034F}'
             | '\u{17B4}'
             | '\u{17B5}'
-            | '\u{E0000}'..='\u{E007F}'
+            | '\u{2065}'
+            | '\u{FFF0}'..='\u{FFF8}'
+            | '\u{E0000}'..='\u{E0FFF}'
     )
 }
 
@@ -82,6 +84,10 @@ mod tests {
             '\u{E0001}',
             '\u{E007F}',
             '\u{FE0F}',
+            '\u{2065}',
+            '\u{FFF0}',
+            '\u{E0080}',
+            '\u{E01F0}',
         ] {
             assert!(is_invisible(c), "U+{:04X}", c as u32);
         }

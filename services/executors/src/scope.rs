@@ -96,6 +96,33 @@ pub fn normalize(path: &Path) -> PathBuf {
 /// The real path of `path`, symlinks resolved, even when its last parts do not exist
 /// yet (a file about to be written): the longest existing ancestor is resolved and the
 /// rest appended.
+/// Where the home's hidden entries lead when they are links (`~/.bashrc →
+/// ~/dotfiles/bashrc`, `~/.config/nvim → ~/dotfiles/nvim`): files there are read at login
+/// or start-up as much as the hidden names are, so a write to them runs code later too.
+/// The entries of `~` and `~/.config` (at most 512 of each), resolved.
+pub fn dotfile_targets(home: &Path) -> Vec<PathBuf> {
+    let mut targets = Vec::new();
+    for (dir, hidden_only) in [(home.to_path_buf(), true), (home.join(".config"), false)] {
+        let Ok(entries) = std::fs::read_dir(&dir) else {
+            continue;
+        };
+        for entry in entries.flatten().take(512) {
+            let name = entry.file_name();
+            if hidden_only && !name.as_encoded_bytes().starts_with(b".") {
+                continue;
+            }
+            if entry.file_type().is_ok_and(|t| t.is_symlink())
+                && let Ok(real) = entry.path().canonicalize()
+                && real != home
+                && !home.starts_with(&real)
+            {
+                targets.push(real);
+            }
+        }
+    }
+    targets
+}
+
 pub fn resolve(path: &Path) -> std::io::Result<PathBuf> {
     let mut existing = path.to_owned();
     let mut rest = Vec::new();

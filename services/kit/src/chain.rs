@@ -463,7 +463,11 @@ pub fn verify(
     let head = read_head(dir)?;
     if previous.is_some() {
         report.broken = head_break(head.as_ref().map(|(_, h)| h), previous.as_ref());
-    } else if since.is_none() {
+    } else if since.is_none_or(|since| {
+        head.as_ref()
+            .is_some_and(|(file, _)| file.trim_end_matches(".jsonl") >= since)
+    }) {
+        // Nothing walked from `since` on, though HEAD names a file from then: erased too.
         report.broken = erased(head.as_ref(), &days, walked, expired);
     }
     Ok(report)
@@ -1117,6 +1121,12 @@ mod end_tests {
             let report = verify(dir.path(), None, &|_| false).unwrap();
             let broken = report.broken.unwrap_or_default();
             assert!(broken.contains("no record is left"), "{how}: {broken}");
+            if how != "deleted with its roots" {
+                // From a day on: the same.
+                let report = verify(dir.path(), Some("2026-11-20"), &|_| false).unwrap();
+                let broken = report.broken.unwrap_or_default();
+                assert!(broken.contains("no record is left"), "{how}: {broken}");
+            }
             // The same state past the retention's horizon is its doing.
             let report = verify(dir.path(), None, &|_| true).unwrap();
             assert_eq!(report.broken, None, "{how}");

@@ -208,7 +208,7 @@ impl Planner {
             )));
         }
         let tainted_sink = self.sinks(cp, &executor, &args, &target, &mut log.tainted);
-        let (read_private, egress) = read_private(cp, &executor, &target, navigation(&args));
+        let (read_private, egress) = read_private(cp, &executor, &target);
         let tainted = log.tainted.clone();
         let approval = self
             .ask_policy_and_vaglio(
@@ -356,7 +356,14 @@ impl Planner {
                     )
                 })
             })
-            .or_else(|| executable(&real).then_some(metnos_core::forbidden::EXECUTABLE))?;
+            .or_else(|| executable(&real).then_some(metnos_core::forbidden::EXECUTABLE))
+            .or_else(|| {
+                homes
+                    .iter()
+                    .flat_map(|h| metnos_executors::scope::dotfile_targets(h))
+                    .any(|target| real.starts_with(target))
+                    .then_some(metnos_core::forbidden::HOME_HIDDEN)
+            })?;
         let real = real.to_string_lossy().into_owned();
         let shown = crate::observe::from_home(&real, home);
         let named = [target, real.as_str(), shown.as_str()]
@@ -715,17 +722,15 @@ fn mentions_path(message: &str, path: &str) -> bool {
 }
 
 /// What private data this turn read (labels, files first, at most four) and, when
-/// `executor` sends to another party with `target` (network egress to any host but the
-/// private one the data came from, mail, a message to someone else), the capability asked
-/// about. Empty labels when the turn read nothing private.
+/// `executor` sends to another party with `target` (network egress to any host, mail, a
+/// message to someone else), the capability asked about. Empty labels when the turn read
+/// nothing private.
 fn read_private(
     cp: &Checkpoint,
     executor: &Executor,
     target: &str,
-    navigation: bool,
 ) -> (Vec<String>, Option<String>) {
     use metnos_core::provenance::Label;
-    let host = taint::origin_of(target);
     let egress = taint::Sink::all(&executor.manifest.capabilities)
         .into_iter()
         .find(|(sink, _)| match sink {
@@ -743,11 +748,8 @@ fn read_private(
         .flat_map(|step| step.labels.iter())
         .filter_map(|l| Label::parse(l))
         .filter(|l| l.is_private())
-        // Reading on at the private host it came from is no other party; anything more
-        // (a body, another method: one host may serve many people) is asked about.
-        .filter(|l| {
-            !(navigation && matches!(l, Label::Private(from) if Some(from) == host.as_ref()))
-        })
+        // Even back to the private host it came from: one host may serve many people, a
+        // GET's query or headers carry data, and a redirect takes them elsewhere.
         .collect();
     read.sort_by_key(Label::rank);
     read.dedup();

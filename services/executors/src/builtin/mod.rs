@@ -217,7 +217,14 @@ fn runs_code_later(
                 forbidden::runs_code_later_beside(path, home, &program_dirs, &workspace)
             })
         })
-        .or_else(|| executable(real).then_some(forbidden::EXECUTABLE));
+        .or_else(|| executable(real).then_some(forbidden::EXECUTABLE))
+        .or_else(|| {
+            homes
+                .iter()
+                .flat_map(|home| crate::scope::dotfile_targets(home))
+                .any(|target| real.starts_with(target))
+                .then_some(forbidden::HOME_HIDDEN)
+        });
     let Some(rule) = rule else {
         return Ok(());
     };

@@ -248,6 +248,20 @@ const GIT_REFUSED_LONG: &[(&str, &str)] = &[
     ("--exec", "runs the program it names"),
     ("--config", "sets configuration, which can run programs"),
     ("--open-files-in-pager", "runs the program it names"),
+    // A repository's own files under a name that is not `.git` (the person's git outside
+    // the box would obey them, and no check knows the folder for what it is).
+    (
+        "--separate-git-dir",
+        "keeps a repository's own files (hooks, config) in a folder not named .git",
+    ),
+    (
+        "--bare",
+        "makes a repository whose own files (hooks, config) are not under a .git folder",
+    ),
+    (
+        "--mirror",
+        "makes a bare repository, whose own files are not under a .git folder",
+    ),
 ];
 
 /// Short options that run a program, per git command (`clone -u` is `--upload-pack`,
@@ -537,6 +551,21 @@ mod tests {
         assert!(check("ls", &words("repo/.git/hooks"), ws, ws).is_ok());
         // A name that only starts like it is another file.
         assert!(check("touch", &words(".gitignore .github/x"), ws, ws).is_ok());
+    }
+
+    #[test]
+    fn a_repository_whose_own_files_are_not_under_dot_git_is_not_made() {
+        let ws = Path::new("/w");
+        for command in [
+            "init --separate-git-dir=../gd site",
+            "init --bare b.git",
+            "clone --bare https://example.com/r.git b",
+            "clone --mirror https://example.com/r.git m",
+            "init --separate-git-di=x",
+        ] {
+            let refused = check("git", &words(command), ws, ws).unwrap_err();
+            assert!(refused.contains("is refused"), "{command}: {refused}");
+        }
     }
 
     #[test]
