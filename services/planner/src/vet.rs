@@ -742,9 +742,12 @@ fn read_private(
     if egress.is_none() {
         return (Vec::new(), None);
     }
+    // What was observed: a call that failed read nothing of the place (a 503's status
+    // line is not the NAS's data).
     let mut read: Vec<Label> = cp
         .steps
         .iter()
+        .filter(|step| step.ok)
         .flat_map(|step| step.labels.iter())
         .filter_map(|l| Label::parse(l))
         .filter(|l| l.is_private())

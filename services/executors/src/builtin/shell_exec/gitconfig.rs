@@ -184,8 +184,10 @@ pub fn refused_repository(start: &Path, workspace: &Path) -> Option<String> {
                 Ok(git_dir) => git_dirs.push(git_dir),
                 Err(()) => return Some(leaves(&dot_git, "link")),
             }
-        } else if let Ok(text) = std::fs::read_to_string(&dot_git)
-            && let Some(target) = text.trim().strip_prefix("gitdir:")
+        } else if let Some(text) = match read_inside(&dot_git, workspace) {
+            Ok(text) => text,
+            Err(why) => return Some(why),
+        } && let Some(target) = text.trim().strip_prefix("gitdir:")
         {
             match within(&dir.join(target.trim()), workspace) {
                 Ok(git_dir) => git_dirs.push(git_dir),
@@ -201,13 +203,17 @@ pub fn refused_repository(start: &Path, workspace: &Path) -> Option<String> {
         if seen.contains(&git_dir) || seen.len() > 16 {
             continue;
         }
-        if let Ok(common) = std::fs::read_to_string(git_dir.join("commondir")) {
+        let common = match read_inside(&git_dir.join("commondir"), workspace) {
+            Ok(common) => common,
+            Err(why) => return Some(why),
+        };
+        if let Some(common) = common {
             match within(&git_dir.join(common.trim()), workspace) {
                 Ok(common) => git_dirs.push(common),
                 Err(()) => return Some(leaves(&git_dir.join("commondir"), "commondir")),
             }
         }
-        if let Some(why) = refused_git_dir(&git_dir) {
+        if let Some(why) = refused_git_dir(&git_dir, workspace) {
             return Some(why);
         }
         seen.push(git_dir);
@@ -236,6 +242,25 @@ fn within(path: &Path, workspace: &Path) -> Result<std::path::PathBuf, ()> {
     }
 }
 
+/// A file the check reads, as git in the box could: inside the workspace (links followed
+/// only that far), a regular file (a FIFO never blocks the check), at most 1 MiB. `Ok(None)`:
+/// there is none; `Err`: the refusal (what it names is never read, nor said).
+fn read_inside(path: &Path, workspace: &Path) -> Result<Option<String>, String> {
+    use std::io::Read;
+    if std::fs::symlink_metadata(path).is_err() {
+        return Ok(None);
+    }
+    let real = within(path, workspace).map_err(|()| leaves(path, "link"))?;
+    let shown = path.display().to_string();
+    let (file, _) = crate::open::open_file_to_read(&real, &shown, workspace)
+        .map_err(|why| format!("{shown}: {why}"))?;
+    let mut bytes = Vec::new();
+    file.take(1 << 20)
+        .read_to_end(&mut bytes)
+        .map_err(|e| format!("{shown}: {e}"))?;
+    Ok(Some(String::from_utf8_lossy(&bytes).into_owned()))
+}
+
 /// The refusal of a pointer (`what`, in the file `at`) that leaves the workspace: what it
 /// names is never read, nor said.
 fn leaves(at: &Path, what: &str) -> String {
@@ -245,10 +270,14 @@ fn leaves(at: &Path, what: &str) -> String {
     )
 }
 
-fn refused_git_dir(git_dir: &Path) -> Option<String> {
+fn refused_git_dir(git_dir: &Path, workspace: &Path) -> Option<String> {
     for todo in ["rebase-merge/git-rebase-todo", "sequencer/todo"] {
         let path = git_dir.join(todo);
-        if std::fs::read_to_string(&path).is_ok_and(|text| refused_todo(&text)) {
+        let text = match read_inside(&path, workspace) {
+            Ok(text) => text,
+            Err(why) => return Some(why),
+        };
+        if text.is_some_and(|text| refused_todo(&text)) {
             return Some(format!(
                 "{} holds `exec` lines, which run commands",
                 path.display()
@@ -260,17 +289,17 @@ fn refused_git_dir(git_dir: &Path) -> Option<String> {
         .into_iter()
         .filter_entry(|e| e.file_name() != "objects")
         .filter_map(Result::ok)
-        .filter(|e| e.file_type().is_file())
+        // A link named `config` is read where it leads, as git would (if that is inside).
+        .filter(|e| e.file_type().is_file() || e.file_type().is_symlink())
         .filter(|e| matches!(e.file_name().to_str(), Some("config" | "config.worktree")))
         .take(MAX_FILES)
         .map(|e| e.into_path());
     for file in files {
-        let Ok(bytes) = std::fs::read(&file) else {
-            continue;
-        };
-        let why = match std::str::from_utf8(&bytes) {
-            Ok(text) => refused_config(text),
-            Err(_) => Some("it is not UTF-8".to_owned()),
+        let why = match read_inside(&file, workspace) {
+            Err(why) => return Some(why),
+            Ok(None) => continue,
+            Ok(Some(text)) if text.contains('\u{FFFD}') => Some("it is not UTF-8".to_owned()),
+            Ok(Some(text)) => refused_config(&text),
         };
         if let Some(why) = why {
             return Some(format!("{}: {why}", file.display()));
@@ -386,6 +415,35 @@ mod tests {
         let why = refused_repository(&ws.join("q"), &ws).unwrap();
         assert!(why.contains("points outside the workspace"), "{why}");
         std::fs::remove_file(ws.join("q/.git")).unwrap();
+        // The check's own reads: a `commondir` or a to-do list that is a link out, or a
+        // FIFO, is refused without reading it (no hang, no one-bit oracle).
+        std::fs::create_dir_all(ws.join("r/.git/rebase-merge")).unwrap();
+        std::fs::write(ws.join("r/.git/config"), "[core]\n").unwrap();
+        std::os::unix::fs::symlink(
+            ssh.join("config"),
+            ws.join("r/.git/rebase-merge/git-rebase-todo"),
+        )
+        .unwrap();
+        let why = refused_repository(&ws.join("r"), &ws).unwrap();
+        assert!(why.contains("points outside the workspace"), "{why}");
+        std::fs::remove_file(ws.join("r/.git/rebase-merge/git-rebase-todo")).unwrap();
+        rustix::fs::mknodat(
+            rustix::fs::CWD,
+            &ws.join("r/.git/commondir"),
+            rustix::fs::FileType::Fifo,
+            rustix::fs::Mode::from_raw_mode(0o600),
+            0,
+        )
+        .unwrap();
+        let why = refused_repository(&ws.join("r"), &ws).unwrap();
+        assert!(why.contains("not a regular file"), "{why}");
+        std::fs::remove_file(ws.join("r/.git/commondir")).unwrap();
+        // A config that is a link inside the workspace is read where it leads.
+        std::fs::write(ws.join("evil.cfg"), "[alias]\n\tx = !sh\n").unwrap();
+        std::fs::remove_file(ws.join("r/.git/config")).unwrap();
+        std::os::unix::fs::symlink(ws.join("evil.cfg"), ws.join("r/.git/config")).unwrap();
+        let why = refused_repository(&ws.join("r"), &ws).unwrap();
+        assert!(why.contains("[alias]"), "{why}");
         // A link inside the workspace to the outside is the same pointer.
         std::os::unix::fs::symlink(&ssh, ws.join("inner")).unwrap();
         std::fs::write(ws.join("q/.git"), "gitdir: ../inner").unwrap();
