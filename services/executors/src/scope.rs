@@ -96,6 +96,13 @@ pub fn normalize(path: &Path) -> PathBuf {
 /// The real path of `path`, symlinks resolved, even when its last parts do not exist
 /// yet (a file about to be written): the longest existing ancestor is resolved and the
 /// rest appended.
+/// Whether `real` is a file with an execute bit: changing it changes a program.
+pub fn executable(real: &Path) -> bool {
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::symlink_metadata(real)
+        .is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
+}
+
 /// Where the home's hidden entries lead when they are links (`~/.bashrc →
 /// ~/dotfiles/bashrc`, `~/.config/nvim → ~/dotfiles/nvim`): files there are read at login
 /// or start-up as much as the hidden names are, so a write to them runs code later too.

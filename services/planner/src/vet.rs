@@ -356,7 +356,10 @@ impl Planner {
                     )
                 })
             })
-            .or_else(|| executable(&real).then_some(metnos_core::forbidden::EXECUTABLE))
+            .or_else(|| {
+                metnos_executors::scope::executable(&real)
+                    .then_some(metnos_core::forbidden::EXECUTABLE)
+            })
             .or_else(|| {
                 homes
                     .iter()
@@ -767,13 +770,6 @@ fn navigation(args: &Value) -> bool {
         .get("body")
         .is_some_and(|b| !(b.is_null() || b.as_str() == Some("")));
     (method.eq_ignore_ascii_case("GET") || method.eq_ignore_ascii_case("HEAD")) && !body
-}
-
-/// Whether `real` is a file with an execute bit: changing it changes a program.
-fn executable(real: &std::path::Path) -> bool {
-    use std::os::unix::fs::PermissionsExt;
-    std::fs::symlink_metadata(real)
-        .is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
 }
 
 /// Whether `capability` writes a path (`fs:write`).

@@ -217,7 +217,7 @@ fn runs_code_later(
                 forbidden::runs_code_later_beside(path, home, &program_dirs, &workspace)
             })
         })
-        .or_else(|| executable(real).then_some(forbidden::EXECUTABLE))
+        .or_else(|| crate::scope::executable(real).then_some(forbidden::EXECUTABLE))
         .or_else(|| {
             homes
                 .iter()
@@ -242,13 +242,6 @@ fn runs_code_later(
         what: forbidden::runs_code_later_reason(rule),
     }
     .to_string())
-}
-
-/// Whether `real` is a file with an execute bit: changing it changes a program.
-pub(crate) fn executable(real: &std::path::Path) -> bool {
-    use std::os::unix::fs::PermissionsExt;
-    std::fs::symlink_metadata(real)
-        .is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
 }
 
 /// The shell's workspace, resolved (where files with several names may be read).
