@@ -29,6 +29,9 @@ pub enum AuditCommand {
     },
 }
 
+/// Whether the retention may have removed a log's file (its stem, or a day).
+type Expired = dyn Fn(&str) -> bool;
+
 /// What a walk found.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Found {
@@ -109,7 +112,7 @@ async fn verify(config: &Config, since: Option<&str>, allow_unchained: bool) -> 
         jiff::Timestamp::from_millisecond(now)
             .is_ok_and(|now| metnos_vaglio::log::expired(month, keep_months, now))
     };
-    let logs: [(&str, &str, Option<&str>, &dyn Fn(&str) -> bool); 2] = [
+    let logs: [(&str, &str, Option<&str>, &Expired); 2] = [
         ("turn log", TURNS_DIR, since, &turns_expired),
         (
             "verdict log",

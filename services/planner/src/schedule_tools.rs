@@ -318,8 +318,12 @@ impl Planner {
             territory_target: String::new(),
             level: 0,
         };
-        self.ask_approval_with(cp, sink, call, log, bound, request, None)
-            .await
+        let asked = crate::suspend::Asked {
+            args: bound,
+            request,
+            named_write: None,
+        };
+        self.ask_approval_with(cp, sink, call, log, asked).await
     }
 
     /// What an approved standing-order card does: the order made (its id from the

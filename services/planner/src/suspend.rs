@@ -20,6 +20,15 @@ use crate::turn::{
 };
 use crate::vet::Cleared;
 
+/// What a card asks about: the call's arguments as they will run, the approval request, and
+/// the resolved path of a write that runs code later it names (the only such path the
+/// approved call may write).
+pub(crate) struct Asked {
+    pub args: serde_json::Value,
+    pub request: approval::CreatePendingRequest,
+    pub named_write: Option<String>,
+}
+
 /// The record of a turn ended with an error when its checkpoint cannot be read: who, why,
 /// when.
 fn bare_record(turn: &crate::store::StoredTurn, reason: &str) -> serde_json::Value {
@@ -528,32 +537,29 @@ impl Planner {
         cleared: &Cleared,
         capability: &str,
     ) -> StepOutcome {
-        let request = crate::cards::pending_request(cp, &call, cleared, capability);
-        let named_write = cleared.runs_code_later.as_ref().map(|r| r.real.clone());
-        self.ask_approval_with(
-            cp,
-            sink,
-            call,
-            log,
-            cleared.args.clone(),
-            request,
-            named_write,
-        )
-        .await
+        let asked = Asked {
+            args: cleared.args.clone(),
+            request: crate::cards::pending_request(cp, &call, cleared, capability),
+            named_write: cleared.runs_code_later.as_ref().map(|r| r.real.clone()),
+        };
+        self.ask_approval_with(cp, sink, call, log, asked).await
     }
 
-    /// Registers `request` for `call` with its arguments `args` (what runs once approved),
-    /// stores the suspended turn and sends the card.
+    /// Registers `asked.request` for `call` with its arguments `asked.args` (what runs once
+    /// approved), stores the suspended turn and sends the card.
     pub(crate) async fn ask_approval_with(
         &self,
         cp: &mut Checkpoint,
         sink: &Sink,
         call: Call,
         mut log: StepLog,
-        args: serde_json::Value,
-        request: approval::CreatePendingRequest,
-        named_write: Option<String>,
+        asked: Asked,
     ) -> StepOutcome {
+        let Asked {
+            args,
+            request,
+            named_write,
+        } = asked;
         let call_sha256 = match value_sha256(&call.name, &args) {
             Ok(hash) => hash,
             Err(e) => {

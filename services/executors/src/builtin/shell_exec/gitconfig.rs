@@ -395,7 +395,7 @@ mod tests {
         std::fs::write(ssh.join("config"), "Host x\n  ProxyCommand secret-proxy\n").unwrap();
         for pointer in [
             format!("gitdir: {}", ssh.display()),
-            format!("gitdir: ../../home/.ssh"),
+            "gitdir: ../../home/.ssh".to_owned(),
             format!("gitdir: {}/../home/.ssh", ws.display()),
         ] {
             std::fs::write(ws.join("q/.git"), &pointer).unwrap();
@@ -429,7 +429,7 @@ mod tests {
         std::fs::remove_file(ws.join("r/.git/rebase-merge/git-rebase-todo")).unwrap();
         rustix::fs::mknodat(
             rustix::fs::CWD,
-            &ws.join("r/.git/commondir"),
+            ws.join("r/.git/commondir"),
             rustix::fs::FileType::Fifo,
             rustix::fs::Mode::from_raw_mode(0o600),
             0,
