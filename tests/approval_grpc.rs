@@ -615,6 +615,71 @@ async fn errors_map_to_the_contract_codes() {
     );
 }
 
+/// Issue 38: a path or URL longer than 160 characters was shown as its head and tail; the
+/// part in the middle (a folder, a query's payload) was never seen.
+#[tokio::test]
+async fn a_long_path_or_url_is_carded_whole_and_one_too_long_to_show_is_refused() {
+    let store = TestStore::sqlite();
+    let stack = stack(&store, false, None).await;
+    let mut client = Client::new(&stack.approval);
+    let card_of = |executor: &str, target: &str, args: serde_json::Value| {
+        let mut request = create(pb::TerritoryConcession::None);
+        request.executor = executor.into();
+        request.target = target.into();
+        request.territory_target = String::new();
+        request.args_json = args.to_string();
+        if executor == "web_fetch" {
+            request.capability = "network:http".into();
+        }
+        request
+    };
+    let folder = format!(
+        "~/{}/the-hidden-folder/{}",
+        "a".repeat(150),
+        "b".repeat(150)
+    );
+    let path = format!("{folder}/report.txt");
+    let write = card_of(
+        "fs_write",
+        &path,
+        serde_json::json!({"path": path, "content": "x"}),
+    );
+    let created = client.create_pending(write).await.unwrap().into_inner();
+    let summary = created.card.unwrap().lines[1].clone();
+    assert!(summary.starts_with(&path), "{summary}");
+    assert!(!summary.contains('…'), "{summary}");
+    let url = format!(
+        "https://weather.example.com/today?city=rome&{}&d=c2VjcmV0&{}",
+        "pad=1&".repeat(40),
+        "pad=2&".repeat(40)
+    );
+    let fetch = card_of("web_fetch", &url, serde_json::json!({"url": url}));
+    let created = client.create_pending(fetch).await.unwrap().into_inner();
+    let summary = created.card.unwrap().lines[1].clone();
+    assert!(
+        summary.contains("&d=c2VjcmV0&"),
+        "the query's middle: {summary}"
+    );
+    assert!(!summary.contains('…'), "{summary}");
+    // Longer than a card shows: refused, saying so, never cut.
+    let huge = format!("~/{}/x.txt", "c".repeat(1300));
+    let refused = client
+        .create_pending(card_of(
+            "fs_write",
+            &huge,
+            serde_json::json!({"path": huge, "content": "x"}),
+        ))
+        .await
+        .unwrap_err();
+    assert_eq!(refused.code(), tonic::Code::InvalidArgument);
+    assert!(
+        refused
+            .message()
+            .contains("cannot be shown whole on a card"),
+        "{refused:?}"
+    );
+}
+
 #[tokio::test]
 async fn the_proposer_cancels_and_the_approval_keeps_the_reason() {
     let store = TestStore::postgres().await;

@@ -1758,6 +1758,57 @@ async fn an_online_llm_is_called_only_where_policy_allows_it_else_a_local_tier_a
 }
 
 #[tokio::test]
+async fn a_hybrid_turn_that_read_a_file_does_not_escalate_to_an_online_model() {
+    // fast: a local Ollama; wise: Anthropic (online), which Full allows; one failure escalates.
+    let s = stack_with(
+        &[
+            ("METNOS_RUNTIME__MODE", "hybrid"),
+            ("METNOS_RUNTIME__LLM__WISE__PROVIDER", "anthropic"),
+            ("METNOS_RUNTIME__LLM__WISE__MODEL", "claude-test"),
+            ("METNOS_RUNTIME__LLM__WISE__BASE_URL", "{llm}"),
+            ("METNOS_RUNTIME__LLM__WISE__API_KEY_ENV", "HOME"),
+            ("METNOS_TURNS__HYBRID_ESCALATE_AFTER_FAILURES", "1"),
+        ],
+        true,
+    )
+    .await;
+    std::fs::write(s.home().join("salary.txt"), "net 4,210 EUR").unwrap();
+    // Without a private read, the failure escalates online (the control).
+    s.fake
+        .push(tool_calls(&[("fs_read", json!({"path": "~/missing.txt"}))]));
+    s.fake.push(Reply::Text("no such file".into()));
+    let events = s.run("read ~/missing.txt", Full).await;
+    assert_eq!(finished(&events).text, "no such file", "{events:#?}");
+    assert_eq!(paths(&s), ["/api/chat", "/v1/messages"]);
+    // After reading a file, the same failure keeps the turn (and the file) local.
+    let before = paths(&s).len();
+    s.fake
+        .push(tool_calls(&[("fs_read", json!({"path": "~/salary.txt"}))]));
+    s.fake
+        .push(tool_calls(&[("fs_read", json!({"path": "~/missing.txt"}))]));
+    s.fake
+        .push(Reply::Text("your salary is in the file".into()));
+    let events = s.run("read ~/salary.txt and ~/missing.txt", Full).await;
+    assert_eq!(
+        finished(&events).text,
+        "your salary is in the file",
+        "{events:#?}"
+    );
+    assert_eq!(paths(&s)[before..], ["/api/chat", "/api/chat", "/api/chat"]);
+    let online: Vec<String> = s
+        .fake
+        .received()
+        .into_iter()
+        .filter(|r| r.path == "/v1/messages")
+        .map(|r| r.body.to_string())
+        .collect();
+    assert!(
+        online.iter().all(|body| !body.contains("4,210")),
+        "{online:?}"
+    );
+}
+
+#[tokio::test]
 async fn with_only_an_online_llm_a_read_only_turn_ends_saying_why_and_calls_nothing() {
     let s = stack_with(
         &[

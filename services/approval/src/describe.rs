@@ -3,8 +3,11 @@
 //! wrote about it (issue 17: a card read "May I download? https://weather…" for a POST that
 //! carried a file away).
 //!
-//! Each part is shortened on its own (head … tail with its length), so a long path cannot
-//! push the content preview off the card, nor a long preview the path.
+//! What the call touches — a path (and where a link leads), a URL with its query, a
+//! command's argv and folder, another executor's arguments — is shown whole, never cut in
+//! the middle (issue 38: a part the person never saw is one she did not approve); the
+//! service refuses a call whose card would be too long to show whole. Only a content's
+//! preview is shortened (its first line), and a write that runs code later shows that whole.
 
 use std::path::Path;
 
@@ -15,8 +18,6 @@ use serde_json::Value;
 
 use crate::card::shown;
 
-/// The most characters of a target or command on a card.
-const SHOWN_TARGET: usize = 160;
 /// The longest command (its argv, quoted as a shell would) a card shows whole; a longer
 /// one is refused, never cut.
 pub const MAX_SHOWN_COMMAND: usize = 1000;
@@ -61,10 +62,10 @@ impl Described {
             return self;
         };
         let real = normalized(target, home);
-        let shown_real = short(&real, SHOWN_TARGET);
+        let shown_real = whole(&real);
         let arrow = format!(
             "{} → {shown_real} (through a link)",
-            short(&normalized(written, home), SHOWN_TARGET)
+            whole(&normalized(written, home))
         );
         self.summary = match self.summary.strip_prefix(&shown_real) {
             Some(rest) => format!("{arrow}{rest}"),
@@ -125,9 +126,9 @@ pub fn describe(
     };
     let is_path = matches!(executor, "fs_write" | "fs_read" | "fs_list" | "parse_local");
     let place = if is_path {
-        short(&normalized(target, home), SHOWN_TARGET)
+        whole(&normalized(target, home))
     } else {
-        short(target, SHOWN_TARGET)
+        whole(target)
     };
     let (verb, summary) = match executor {
         "fs_write" => {
@@ -173,7 +174,7 @@ pub fn describe(
             // too long to show whole ([`MAX_SHOWN_COMMAND`]).
             let mut summary = crate::card::sanitize(&argv, usize::MAX);
             if let Some(cwd) = text("cwd").filter(|c| !c.is_empty()) {
-                let cwd = short(cwd, 80);
+                let cwd = whole(cwd);
                 summary.push_str(&format!(" (in {cwd})"));
             }
             summary.push_str(&carried(from_earlier, &["command", "cwd"], it));
@@ -189,7 +190,7 @@ pub fn describe(
         }
         other => {
             let name = short(other, 40);
-            let args = short(&args.to_string(), SHOWN_TARGET);
+            let args = whole(&args.to_string());
             let mut summary = if target.is_empty() {
                 format!("{name} {args}")
             } else {
@@ -301,7 +302,7 @@ pub fn standing_order(
             (_, true) => "queste chiamate",
             (_, false) => "these calls",
         };
-        let pattern = short(text("pattern"), SHOWN_TARGET);
+        let pattern = whole(text("pattern"));
         return Described {
             verb: if it {
                 "le permetta d'ora in poi senza chiedere"
@@ -445,9 +446,9 @@ fn web_fetch(args: &Value, target: &str, from_earlier: Earlier<'_>, it: bool) ->
                 (user, Some(_)) => format!("{user}:***@"),
                 (user, None) => format!("{user}@"),
             };
-            format!("{user}{host}{}", short(&rest, 120))
+            format!("{user}{host}{}", whole(&rest))
         }
-        Err(_) => short(url, SHOWN_TARGET),
+        Err(_) => whole(url),
     };
     let mut summary = format!("{method} {where_}");
     if let Some(body) = args.get("body").and_then(Value::as_str) {
@@ -659,6 +660,11 @@ fn short(text: &str, max: usize) -> String {
     shown(text, max).text
 }
 
+/// `text` as a card shows it, whole (the service refuses a card too long to show).
+fn whole(text: &str) -> String {
+    shown(text, usize::MAX).text
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -770,21 +776,28 @@ mod tests {
     }
 
     #[test]
-    fn a_long_target_keeps_its_end_and_the_preview_stays_on_the_card() {
-        let long = format!("~/{}/.bashrc", "a".repeat(400));
+    fn a_long_target_is_shown_whole_and_the_preview_stays_on_the_card() {
+        let long = format!(
+            "~/{}/hidden-in-the-middle/{}/.bashrc",
+            "a".repeat(200),
+            "b".repeat(200)
+        );
         let d = en(
             "fs_write",
             &long,
             serde_json::json!({"path": long, "content": "x"}),
             &[],
         );
-        assert!(d.summary.contains(".bashrc"), "{}", d.summary);
-        assert!(
-            d.summary.contains("(410)"),
-            "the length is said: {}",
-            d.summary
-        );
+        assert!(d.summary.starts_with(&long), "{}", d.summary);
+        assert!(!d.summary.contains('…'), "{}", d.summary);
         assert!(d.summary.ends_with("«x»"), "{}", d.summary);
+        let cwd = format!(
+            "/srv/{}/the-real-folder/{}",
+            "c".repeat(100),
+            "d".repeat(100)
+        );
+        let d = en("shell_exec", "", json!({"command": "ls", "cwd": cwd}), &[]);
+        assert_eq!(d.summary, format!("ls (in {cwd})"));
     }
 
     #[test]

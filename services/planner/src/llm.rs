@@ -81,7 +81,8 @@ impl Planner {
     /// The tier to ask: `tier`, unless its provider is online and policy does not allow
     /// `llm:online` on that host for this person at this level (the seed's ReadOnly: never
     /// an online LLM, an outgoing cost; at Supervised only with a grant). Then a local tier
-    /// answers instead, or the turn ends saying why and how to allow it.
+    /// answers instead, or the turn ends saying why and how to allow it. A hybrid turn that
+    /// has read private data stays on a local tier whatever policy says.
     async fn tier_allowed(
         &self,
         cp: &Checkpoint,
@@ -91,6 +92,19 @@ impl Planner {
         let Some(host) = llm.online_host(tier) else {
             return Ok(tier);
         };
+        // A hybrid turn is the person's local turn: once it has read private data, its
+        // history (that data in it) is not sent to an online provider by an escalation.
+        if cp.mode == Mode::Hybrid
+            && let Some(local) = llm.local_instead_of(tier)
+            && let Some(read) = cp.read_private().first()
+        {
+            tracing::info!(
+                read = %read,
+                instead = llm.resolve(local).as_str(),
+                "a hybrid turn that read private data stays local"
+            );
+            return Ok(local);
+        }
         let principal = cp.principal();
         let why = match self
             .filters

@@ -400,6 +400,24 @@ impl Checkpoint {
             .any(|s| crate::taint::untrusted(&s.labels))
     }
 
+    /// The private data this turn observed (a file, the shell, a private host, a tool's
+    /// output), most telling first, each label once. A call that failed read nothing of the
+    /// place (a 503's status line is not the NAS's data).
+    pub fn read_private(&self) -> Vec<metnos_core::provenance::Label> {
+        use metnos_core::provenance::Label;
+        let mut read: Vec<Label> = self
+            .steps
+            .iter()
+            .filter(|step| step.ok)
+            .flat_map(|step| step.labels.iter())
+            .filter_map(|l| Label::parse(l))
+            .filter(|l| l.is_private())
+            .collect();
+        read.sort_by_key(Label::rank);
+        read.dedup();
+        read
+    }
+
     /// The person the turn acts for.
     pub fn principal(&self) -> Principal {
         Principal {

@@ -733,7 +733,6 @@ fn read_private(
     executor: &Executor,
     target: &str,
 ) -> (Vec<String>, Option<String>) {
-    use metnos_core::provenance::Label;
     let egress = taint::Sink::all(&executor.manifest.capabilities)
         .into_iter()
         .find(|(sink, _)| match sink {
@@ -745,21 +744,10 @@ fn read_private(
     if egress.is_none() {
         return (Vec::new(), None);
     }
-    // What was observed: a call that failed read nothing of the place (a 503's status
-    // line is not the NAS's data).
-    let mut read: Vec<Label> = cp
-        .steps
-        .iter()
-        .filter(|step| step.ok)
-        .flat_map(|step| step.labels.iter())
-        .filter_map(|l| Label::parse(l))
-        .filter(|l| l.is_private())
-        // Even back to the private host it came from: one host may serve many people, a
-        // GET's query or headers carry data, and a redirect takes them elsewhere.
-        .collect();
-    read.sort_by_key(Label::rank);
-    read.dedup();
-    let labels = read.iter().take(4).map(Label::to_string).collect();
+    // Even back to the private host it came from: one host may serve many people, a GET's
+    // query or headers carry data, and a redirect takes them elsewhere.
+    let read = cp.read_private();
+    let labels = read.iter().take(4).map(ToString::to_string).collect();
     (labels, egress)
 }
 
