@@ -1046,6 +1046,54 @@ async fn writes_that_run_code_later_are_refused_unless_named_for_this_call() {
     }
 }
 
+/// Issue 38 (review): with a workspace the person chose in her home (`~/projects`), the box
+/// wrote hidden files there — a `.envrc`, a repository's `core.fsmonitor` — that run code at
+/// her next `cd` or `git status`, outside any box.
+#[tokio::test]
+async fn in_a_workspace_the_person_chose_the_shell_writes_no_hidden_file() {
+    let (f, catalog) = setup();
+    let Some(_) = sandbox(&f, &catalog).await else {
+        return;
+    };
+    let projects = f.home().join("projects");
+    std::fs::create_dir_all(projects.join("app")).unwrap();
+    std::fs::write(projects.join("app/notes.txt"), "b\na\n").unwrap();
+    let base = f.runner();
+    let runner = metnos_executors::Runner {
+        shell: metnos_executors::ShellSettings {
+            workspace: projects.clone(),
+            allow: ["git", "uniq", "cat", "touch"].map(str::to_owned).to_vec(),
+            ..base.shell.clone()
+        },
+        ..base
+    };
+    let o = shell_with(&runner, &catalog, "git init -q app").await;
+    assert!(o.ok, "{o:?}");
+    for command in [
+        "git -C app config core.fsmonitor 'touch pwned'",
+        "git -C app checkout -b other",
+        "uniq app/notes.txt app/.envrc",
+        "git -C app diff --output=.envrc",
+        "touch app/.envrc",
+    ] {
+        let o = shell_with(&runner, &catalog, command).await;
+        assert!(error(&o).contains("write.home_hidden"), "{command}: {o:?}");
+    }
+    assert!(!projects.join("app/.envrc").exists());
+    let config = std::fs::read_to_string(projects.join("app/.git/config")).unwrap();
+    assert!(!config.contains("fsmonitor"), "{config}");
+    // What reads, and ordinary files, as before.
+    for command in [
+        "git -C app status --short",
+        "uniq app/notes.txt app/once.txt",
+        "cat app/notes.txt",
+    ] {
+        let o = shell_with(&runner, &catalog, command).await;
+        assert!(o.ok, "{command}: {o:?}");
+    }
+    assert!(projects.join("app/once.txt").exists());
+}
+
 /// Issue 38, break 2: the box's git made a link in the workspace into the home, and an
 /// fs_write of "workspace/q/scratch/report.txt" overwrote ~/Documents/report.txt. A link in
 /// the workspace that leaves it is never followed, by any path executor.

@@ -189,10 +189,8 @@ fn runs_code_later(
 ) -> Result<(), String> {
     // The workspace's hidden names are ordinary only where it is Metnos's own folder (the
     // default, in the data directory); one the owner chose in the home is the home.
-    let workspace = workspace(context);
-    let own = crate::scope::real_roots(&context.forbidden);
-    let workspace = if own.iter().any(|dir| workspace.starts_with(dir)) {
-        workspace
+    let workspace = if own_workspace(context) {
+        workspace(context)
     } else {
         std::path::PathBuf::new()
     };
@@ -242,6 +240,25 @@ fn runs_code_later(
         what: forbidden::runs_code_later_reason(rule),
     }
     .to_string())
+}
+
+/// Whether the shell's workspace lies in Metnos's own folders (the default, in the data
+/// directory), where its hidden names are ordinary files.
+fn own_workspace(context: &ExecContext) -> bool {
+    let workspace = workspace(context);
+    crate::scope::real_roots(&context.forbidden)
+        .iter()
+        .any(|dir| workspace.starts_with(dir))
+}
+
+/// Whether the shell's workspace is one the person chose in her home (`~/projects`), not
+/// Metnos's own: a hidden file the box writes there runs code later.
+pub(crate) fn chosen_workspace_in_home(context: &ExecContext) -> bool {
+    let workspace = workspace(context);
+    let home =
+        crate::scope::resolve(&context.user_home).unwrap_or_else(|_| context.user_home.clone());
+    !own_workspace(context)
+        && (workspace.starts_with(&home) || workspace.starts_with(&context.user_home))
 }
 
 /// The shell's workspace, resolved (where files with several names may be read).

@@ -58,6 +58,191 @@ pub fn check(
     Ok(cleared)
 }
 
+/// In a workspace the person chose in her home (`~/projects`), rather than Metnos's own
+/// folder, a file the box writes is one of hers: a hidden one there (`.envrc`, `.vscode/…`,
+/// a repository's configuration) runs code at her next `cd` or `git status`, outside any
+/// box. There no program but a reader names a hidden path (as written, or through a link),
+/// and git neither writes the repository's configuration nor writes work-tree files out of
+/// the repository (a checkout can bring a `.envrc` no argument names). The person writes
+/// such a file with `fs_write`, naming it. Rule `write.home_hidden`.
+pub fn check_chosen_workspace(
+    program: &str,
+    args: &[String],
+    workspace: &Path,
+    cwd: &Path,
+) -> Result<(), String> {
+    if READERS.contains(&program) {
+        return Ok(());
+    }
+    let rule = metnos_core::forbidden::HOME_HIDDEN;
+    if hidden_below(cwd, workspace) {
+        return Err(format!(
+            "{program}: working inside a hidden folder of the workspace you chose ({}) is refused: files there run code later (rule {rule})",
+            cwd.display()
+        ));
+    }
+    // Git's other commands write only inside `.git` (and name the person's hidden files
+    // as pathspecs: `git add .gitignore`), but for a file an output option names.
+    let written: Vec<&str> = if program == "git" {
+        chosen_git(args, rule)?;
+        git_option_values(args)
+    } else {
+        args.iter().map(String::as_str).collect()
+    };
+    for arg in written {
+        let names_hidden = arg
+            .split(['/', '=', ':', ','])
+            .any(|part| hidden_part(part.trim()));
+        if names_hidden || path_values(arg).any(|v| hidden_below(&real_path(v, cwd), workspace)) {
+            return Err(format!(
+                "{program}: `{}` names a hidden file in the workspace you chose; such files (.envrc, .vscode/…) run code later and a command does not write them there (a file write naming the path asks you first; rule {rule})",
+                arg.chars().take(120).collect::<String>()
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// Git commands that write work-tree files out of the repository, or its configuration.
+const CHOSEN_GIT_REFUSED: &[&str] = &[
+    "am",
+    "apply",
+    "checkout",
+    "cherry-pick",
+    "clone",
+    "merge",
+    "mv",
+    "pull",
+    "read-tree",
+    "rebase",
+    "reset",
+    "restore",
+    "revert",
+    "sparse-checkout",
+    "stash",
+    "submodule",
+    "switch",
+    "worktree",
+];
+
+/// Git in a workspace the person chose: no command that writes the work tree from the
+/// repository, no configuration written (`config` only reads, `remote` only lists),
+/// no `--template` (its hooks land in `.git/hooks`).
+fn chosen_git(args: &[String], rule: &str) -> Result<(), String> {
+    let mut rest = args;
+    while let Some((first, tail)) = rest.split_first() {
+        match first.as_str() {
+            "-C" => rest = tail.get(1..).unwrap_or_default(),
+            flag if flag.starts_with('-') => rest = tail,
+            _ => break,
+        }
+    }
+    let Some((command, options)) = rest.split_first() else {
+        return Ok(());
+    };
+    let refused = |why: &str| {
+        Err(format!(
+            "git {command}: {why} in the workspace you chose, where a file it leaves (.envrc, a hook, the repository's configuration) runs code at your next command; run it yourself (rule {rule})"
+        ))
+    };
+    if CHOSEN_GIT_REFUSED.contains(&command.as_str()) {
+        return refused("writes the work tree's files out of the repository");
+    }
+    if options.iter().any(|o| abbreviates(o, "--template")) {
+        return refused("`--template` copies hooks into the repository");
+    }
+    let first_word = options
+        .iter()
+        .find(|a| !a.starts_with('-'))
+        .map(String::as_str);
+    let reads = match command.as_str() {
+        "config" => {
+            options.iter().any(|o| {
+                [
+                    "--get",
+                    "--get-all",
+                    "--get-regexp",
+                    "--list",
+                    "-l",
+                    "--show-origin",
+                ]
+                .contains(&o.as_str())
+            }) || matches!(first_word, Some("get" | "list"))
+        }
+        "remote" => matches!(first_word, None | Some("show" | "get-url")),
+        _ => true,
+    };
+    if reads {
+        Ok(())
+    } else {
+        refused("writes the repository's configuration")
+    }
+}
+
+/// Git's options and the values of its output options (`--output x`, `-o x`, `-ox`).
+fn git_option_values(args: &[String]) -> Vec<&str> {
+    let mut values = Vec::new();
+    let mut takes_value = false;
+    for arg in args {
+        if arg == "--" {
+            break;
+        }
+        if takes_value || arg.starts_with('-') {
+            values.push(arg.as_str());
+        }
+        if let Some(attached) = arg.strip_prefix("-o").filter(|v| !v.is_empty()) {
+            values.push(attached);
+        }
+        takes_value = arg == "-o"
+            || ["--output", "--output-directory"]
+                .iter()
+                .any(|name| abbreviates(arg, name) && !arg.contains('='));
+    }
+    values
+}
+
+/// Whether a path part is a hidden name (`.envrc`), not `.`, `..` or a range (`..main`).
+fn hidden_part(part: &str) -> bool {
+    part.starts_with('.') && !part.starts_with("..") && part != "."
+}
+
+/// Whether `path` lies below `workspace` through a hidden name (other than `.git`, which
+/// has its own rule).
+fn hidden_below(path: &Path, workspace: &Path) -> bool {
+    path.strip_prefix(workspace).is_ok_and(|below| {
+        below.components().any(|c| {
+            let part = c.as_os_str().to_string_lossy();
+            hidden_part(&part) && !is_git_dir(&part)
+        })
+    })
+}
+
+/// The values of an argument that may be paths: the whole, and what follows `=` or `:`.
+fn path_values(arg: &str) -> impl Iterator<Item = &str> {
+    [
+        Some(arg),
+        arg.rsplit_once('=').map(|(_, v)| v),
+        arg.rsplit_once(':').map(|(_, v)| v),
+    ]
+    .into_iter()
+    .flatten()
+    .filter(|v| !v.is_empty() && !v.starts_with('-'))
+}
+
+/// `value` taken as a path from `cwd`, its longest existing part resolved (links followed),
+/// the rest as written.
+fn real_path(value: &str, cwd: &Path) -> PathBuf {
+    let lexical = normalize(&cwd.join(value));
+    lexical
+        .ancestors()
+        .find_map(|existing| {
+            let resolved = resolve(existing).ok()?;
+            let rest = lexical.strip_prefix(existing).ok()?;
+            Some(resolved.join(rest))
+        })
+        .unwrap_or(lexical)
+}
+
 /// The programs that only read the files their arguments name (and `echo`, `date`, `df`,
 /// which name none): they may name a repository's own files.
 const READERS: &[&str] = &[
@@ -81,26 +266,9 @@ fn names_git_internals(arg: &str) -> bool {
 /// into a `.git` folder once the links on its way are followed (`g/config` with `g` a
 /// link to `.git`).
 fn leads_into_git(arg: &str, cwd: &Path) -> bool {
-    let candidates = [
-        Some(arg),
-        arg.rsplit_once('=').map(|(_, v)| v),
-        arg.rsplit_once(':').map(|(_, v)| v),
-    ];
-    candidates.into_iter().flatten().any(|value| {
-        if value.is_empty() || value.starts_with('-') {
-            return false;
-        }
-        let lexical = normalize(&cwd.join(value));
-        // The longest part that exists, resolved; the rest as written.
-        let real = lexical
-            .ancestors()
-            .find_map(|existing| {
-                let resolved = resolve(existing).ok()?;
-                let rest = lexical.strip_prefix(existing).ok()?;
-                Some(resolved.join(rest))
-            })
-            .unwrap_or(lexical);
-        real.components()
+    path_values(arg).any(|value| {
+        real_path(value, cwd)
+            .components()
             .any(|c| is_git_dir(&c.as_os_str().to_string_lossy()))
     })
 }
@@ -628,5 +796,66 @@ mod tests {
             check("ls", &words("-la -exec"), ws, ws),
             Ok(Cleared::default())
         );
+    }
+
+    fn chosen(text: &str, workspace: &Path) -> Result<(), String> {
+        let words = words(text);
+        let (program, args) = words.split_first().unwrap();
+        check_chosen_workspace(program, args, workspace, workspace)
+    }
+
+    /// Issue 38: in a workspace the person chose in her home, the box's files are hers,
+    /// and a hidden one runs code at her next `cd` or `git status`.
+    #[test]
+    fn in_a_chosen_workspace_nothing_writes_a_hidden_file() {
+        let dir = tempfile::tempdir().unwrap();
+        let workspace = resolve(dir.path()).unwrap();
+        std::fs::create_dir_all(workspace.join(".vscode")).unwrap();
+        std::os::unix::fs::symlink(workspace.join(".vscode"), workspace.join("vs")).unwrap();
+        for refused in [
+            "uniq notes.txt .envrc",
+            "uniq notes.txt sub/.config/x",
+            "uniq notes.txt vs/tasks.json",
+            "tee --output-error=warn .envrc",
+            "git checkout -b other",
+            "git -C . switch main",
+            "git reset --hard",
+            "git apply change.diff",
+            "git stash pop",
+            "git config core.fsmonitor x",
+            "git config --add core.hooksPath hooks",
+            "git remote add origin https://evil.example/x",
+            "git remote set-url origin https://evil.example/x",
+            "git init --templ=tpl",
+            "git diff --output=.envrc",
+            "git diff --output .envrc",
+            "git archive -o.envrc HEAD",
+            "git format-patch -o .vscode HEAD~1",
+        ] {
+            let why = chosen(refused, &workspace).expect_err(refused);
+            assert!(why.contains("write.home_hidden"), "{refused}: {why}");
+        }
+        for accepted in [
+            "uniq notes.txt sorted.txt",
+            "cat .envrc",
+            "grep -r x .vscode",
+            "git status",
+            "git log --oneline ..main",
+            "git add .gitignore",
+            "git commit -m x",
+            "git config --get user.name",
+            "git config get user.name",
+            "git config --list",
+            "git remote -v",
+            "git remote show origin",
+            "git diff --output=change.diff",
+            "git init",
+        ] {
+            assert_eq!(chosen(accepted, &workspace), Ok(()), "{accepted}");
+        }
+        // Working inside a hidden folder is writing there.
+        let inside = workspace.join(".vscode");
+        let why = check_chosen_workspace("uniq", &words("a b"), &workspace, &inside).unwrap_err();
+        assert!(why.contains("hidden folder"), "{why}");
     }
 }
