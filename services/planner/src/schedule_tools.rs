@@ -120,6 +120,34 @@ fn ok(content: Value) -> Observation {
     Observation::success(content, Map::new())
 }
 
+/// A new standing order's schedule, when its request, name and `notify` may be stored:
+/// a request, visible characters only, within the limits, a known `notify`.
+fn checked_order(
+    scheduler: &Scheduler,
+    args: &Value,
+    key: &str,
+    notify: &str,
+) -> Result<crate::schedule::Schedule, ScheduleError> {
+    let schedule = scheduler.check(text(args, "schedule"), key)?;
+    let request = text(args, "request").trim();
+    if request.is_empty() {
+        return Err(ScheduleError::EmptyQuery);
+    }
+    crate::scheduler::visible(request, text(args, "name"))?;
+    if request.chars().count() > REQUEST_CHARS
+        || text(args, "name").trim().chars().count() > NAME_CHARS
+    {
+        return Err(ScheduleError::TooLong {
+            request: REQUEST_CHARS,
+            name: NAME_CHARS,
+        });
+    }
+    if !matches!(notify, "always" | "on_change") {
+        return Err(ScheduleError::BadNotify(notify.chars().take(32).collect()));
+    }
+    Ok(schedule)
+}
+
 impl Planner {
     /// One call of a standing-order tool.
     pub(crate) async fn schedule_tool(
@@ -169,29 +197,7 @@ impl Planner {
                     "" => "always",
                     n => n,
                 };
-                let checked = scheduler
-                    .check(text(&args, "schedule"), &key)
-                    .and_then(|s| {
-                        let request = text(&args, "request").trim();
-                        if request.is_empty() {
-                            return Err(ScheduleError::EmptyQuery);
-                        }
-                        crate::scheduler::visible(request, text(&args, "name"))?;
-                        if request.chars().count() > REQUEST_CHARS
-                            || text(&args, "name").trim().chars().count() > NAME_CHARS
-                        {
-                            return Err(ScheduleError::TooLong {
-                                request: REQUEST_CHARS,
-                                name: NAME_CHARS,
-                            });
-                        }
-                        if !matches!(notify, "always" | "on_change") {
-                            return Err(ScheduleError::BadNotify(
-                                notify.chars().take(32).collect(),
-                            ));
-                        }
-                        Ok(s)
-                    });
+                let checked = checked_order(scheduler, &args, &key, notify);
                 match checked {
                     Err(e) => refusal(e.to_string()),
                     Ok(schedule) => {
