@@ -670,6 +670,25 @@ mod tests {
     use super::*;
     use serde_json::json;
 
+    /// The card the service renders for `d` (English, class `class`, no reason line).
+    fn rendered(d: &Described, class: &str) -> crate::card::Card {
+        crate::card::render(
+            &crate::card::CardRequest {
+                action_verb: d.verb.clone(),
+                target_summary: d.summary.clone(),
+                capability_class: class.into(),
+                reversibility: crate::card::Reversibility::Reversible,
+                territory: crate::card::Territory::None,
+                recurrence_count: 0,
+                language: Language::English,
+                reason: None,
+                territory_offer: None,
+                had_invisible: d.had_invisible,
+            },
+            "t",
+        )
+    }
+
     fn en(executor: &str, target: &str, args: Value, earlier: &[&str]) -> Described {
         let earlier: Vec<String> = earlier.iter().map(|s| (*s).to_owned()).collect();
         describe(
@@ -1013,23 +1032,7 @@ mod tests {
     /// never warned. Described and rendered, as the service does.
     #[test]
     fn a_call_holding_invisible_characters_warns_on_the_card_it_is_described_on() {
-        let render = |d: &Described| {
-            crate::card::render(
-                &crate::card::CardRequest {
-                    action_verb: d.verb.clone(),
-                    target_summary: d.summary.clone(),
-                    capability_class: "fs_write:~/*".into(),
-                    reversibility: crate::card::Reversibility::Reversible,
-                    territory: crate::card::Territory::None,
-                    recurrence_count: 0,
-                    language: Language::English,
-                    reason: None,
-                    territory_offer: None,
-                    had_invisible: d.had_invisible,
-                },
-                "t",
-            )
-        };
+        let render = |d: &Described| rendered(d, "fs_write:~/*");
         for hidden in ["\u{200B}", "\u{3164}", "\u{2800}", "\u{115F}", "\u{E0041}"] {
             let path = format!("~/todo{hidden}.md");
             let d = en(
@@ -1111,21 +1114,7 @@ mod tests {
         let d = en("shell_exec", "", json!({"command": command}), &[]);
         assert!(d.summary.contains(hidden), "{}", d.summary);
         assert!(!d.summary.contains('…'), "{}", d.summary);
-        let card = crate::card::render(
-            &crate::card::CardRequest {
-                action_verb: d.verb.clone(),
-                target_summary: d.summary.clone(),
-                capability_class: "shell_exec:git".into(),
-                reversibility: crate::card::Reversibility::Reversible,
-                territory: crate::card::Territory::None,
-                recurrence_count: 0,
-                language: Language::English,
-                reason: None,
-                territory_offer: None,
-                had_invisible: false,
-            },
-            "t",
-        );
+        let card = rendered(&d, "shell_exec:git");
         assert!(card.lines[1].contains(hidden), "{card}");
         assert!(card.telegram_html.contains(hidden));
     }
