@@ -1075,10 +1075,31 @@ async fn in_a_workspace_the_person_chose_the_shell_writes_no_hidden_file() {
         "uniq app/notes.txt app/.envrc",
         "git -C app diff --output=.envrc",
         "touch app/.envrc",
+        "git -C app merge-file .envrc notes.txt notes.txt",
     ] {
         let o = shell_with(&runner, &catalog, command).await;
         assert!(error(&o).contains("write.home_hidden"), "{command}: {o:?}");
     }
+    // Third review: what runs code later without a hidden name — a program folder, an
+    // executable script — as fs_write would judge it.
+    std::fs::create_dir_all(projects.join("app/venv/bin")).unwrap();
+    std::fs::write(projects.join("app/deploy.sh"), "#!/bin/sh\necho deploy\n").unwrap();
+    make_executable(&projects.join("app/deploy.sh"));
+    for (command, rule) in [
+        (
+            "uniq app/notes.txt app/venv/bin/activate",
+            "write.program_folder",
+        ),
+        ("uniq app/notes.txt app/deploy.sh", "write.executable"),
+    ] {
+        let o = shell_with(&runner, &catalog, command).await;
+        assert!(error(&o).contains(rule), "{command}: {o:?}");
+    }
+    assert!(!projects.join("app/venv/bin/activate").exists());
+    assert_eq!(
+        std::fs::read_to_string(projects.join("app/deploy.sh")).unwrap(),
+        "#!/bin/sh\necho deploy\n"
+    );
     assert!(!projects.join("app/.envrc").exists());
     let config = std::fs::read_to_string(projects.join("app/.git/config")).unwrap();
     assert!(!config.contains("fsmonitor"), "{config}");

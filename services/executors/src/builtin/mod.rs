@@ -187,6 +187,33 @@ fn runs_code_later(
     real: &std::path::Path,
     context: &ExecContext,
 ) -> Result<(), String> {
+    let Some(rule) = runs_code_later_rule(lexical, real, context) else {
+        return Ok(());
+    };
+    if context.named_writes.iter().any(|named| named == real) {
+        return Ok(());
+    }
+    Err(crate::scope::ScopeError::RunsCodeLater {
+        path: text.to_owned(),
+        rule,
+        resolved: if real != lexical {
+            format!(" (through a link, to {})", real.display())
+        } else {
+            String::new()
+        },
+        what: forbidden::runs_code_later_reason(rule),
+    }
+    .to_string())
+}
+
+/// The rule a write to `lexical` (resolved: `real`) meets because the file runs code later:
+/// a hidden name under the home (but in Metnos's own workspace), a folder of programs, an
+/// interpreter's start-up file, an executable, where a dotfile links to.
+pub(crate) fn runs_code_later_rule(
+    lexical: &std::path::Path,
+    real: &std::path::Path,
+    context: &ExecContext,
+) -> Option<&'static str> {
     // The workspace's hidden names are ordinary only where it is Metnos's own folder (the
     // default, in the data directory); one the owner chose in the home is the home.
     let workspace = if own_workspace(context) {
@@ -208,7 +235,7 @@ fn runs_code_later(
             ]
         })
         .collect();
-    let rule = [lexical, real]
+    [lexical, real]
         .into_iter()
         .find_map(|path| {
             homes.iter().find_map(|home| {
@@ -222,24 +249,7 @@ fn runs_code_later(
                 .flat_map(|home| crate::scope::dotfile_targets(home))
                 .any(|target| real.starts_with(target))
                 .then_some(forbidden::HOME_HIDDEN)
-        });
-    let Some(rule) = rule else {
-        return Ok(());
-    };
-    if context.named_writes.iter().any(|named| named == real) {
-        return Ok(());
-    }
-    Err(crate::scope::ScopeError::RunsCodeLater {
-        path: text.to_owned(),
-        rule,
-        resolved: if real != lexical {
-            format!(" (through a link, to {})", real.display())
-        } else {
-            String::new()
-        },
-        what: forbidden::runs_code_later_reason(rule),
-    }
-    .to_string())
+        })
 }
 
 /// Whether the shell's workspace lies in Metnos's own folders (the default, in the data

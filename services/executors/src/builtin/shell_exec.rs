@@ -274,7 +274,9 @@ fn execute(args: &Value, context: &ExecContext, ready: Ready) -> Result<Observat
     let cwd = working_dir(args, &workspace)?;
     let cleared = rules::check(&program, &argv, &workspace, &cwd).map_err(fail)?;
     if super::chosen_workspace_in_home(context) {
-        rules::check_chosen_workspace(&program, &argv, &workspace, &cwd).map_err(fail)?;
+        let runs_later = |real: &Path| super::runs_code_later_rule(real, real, context);
+        rules::check_chosen_workspace(&program, &argv, &workspace, &cwd, &runs_later)
+            .map_err(fail)?;
     }
     if let Some(dir) = &cleared.git_dir {
         if let Some(why) = gitconfig::refused_repository(dir, &workspace) {

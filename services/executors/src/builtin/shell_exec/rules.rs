@@ -59,75 +59,122 @@ pub fn check(
 }
 
 /// In a workspace the person chose in her home (`~/projects`), rather than Metnos's own
-/// folder, a file the box writes is one of hers: a hidden one there (`.envrc`, `.vscode/…`,
-/// a repository's configuration) runs code at her next `cd` or `git status`, outside any
-/// box. There no program but a reader names a hidden path (as written, or through a link),
-/// and git neither writes the repository's configuration nor writes work-tree files out of
-/// the repository (a checkout can bring a `.envrc` no argument names). The person writes
-/// such a file with `fs_write`, naming it. Rule `write.home_hidden`.
+/// folder, a file the box writes is one of hers, and one that runs code later (a hidden
+/// name such as `.envrc` or `.husky/pre-commit`, a `bin` folder, a venv's `site-packages`,
+/// an executable script: `runs_later` says, as `fs_write` would) runs it at her next `cd`,
+/// `git commit` or `python`, outside any box. There a program that may write what its
+/// arguments name (all but the readers, and `find` and `sort`, whose writing forms are
+/// refused anyway) names no such path, as written or through a link; git runs only its
+/// commands that write nothing but the repository's objects, index and refs
+/// ([`CHOSEN_GIT`]: a checkout could bring a `.envrc` no argument names), and no option of
+/// its names such a file. The person writes one with `fs_write`, naming it.
 pub fn check_chosen_workspace(
     program: &str,
     args: &[String],
     workspace: &Path,
     cwd: &Path,
+    runs_later: &dyn Fn(&Path) -> Option<&'static str>,
 ) -> Result<(), String> {
-    if READERS.contains(&program) {
+    if READERS.contains(&program) || matches!(program, "find" | "sort") {
         return Ok(());
     }
-    let rule = metnos_core::forbidden::HOME_HIDDEN;
+    let hidden = metnos_core::forbidden::HOME_HIDDEN;
     if hidden_below(cwd, workspace) {
         return Err(format!(
-            "{program}: working inside a hidden folder of the workspace you chose ({}) is refused: files there run code later (rule {rule})",
+            "{program}: working inside a hidden folder of the workspace you chose ({}) is refused: files there run code later (rule {hidden})",
             cwd.display()
         ));
     }
-    // Git's other commands write only inside `.git` (and name the person's hidden files
-    // as pathspecs: `git add .gitignore`), but for a file an output option names.
+    // Git's commands that run here write only inside `.git` (and name the person's hidden
+    // files as pathspecs: `git add .gitignore`), but for a file an output option names.
     let written: Vec<&str> = if program == "git" {
-        chosen_git(args, rule)?;
+        chosen_git(args, hidden)?;
         git_option_values(args)
     } else {
         args.iter().map(String::as_str).collect()
     };
     for arg in written {
-        let names_hidden = arg
+        let lexical = arg
             .split(['/', '=', ':', ','])
-            .any(|part| hidden_part(part.trim()));
-        if names_hidden || path_values(arg).any(|v| hidden_below(&real_path(v, cwd), workspace)) {
+            .any(|part| hidden_part(part.trim()))
+            .then_some(hidden);
+        let rule = lexical.or_else(|| {
+            path_values(arg).find_map(|v| {
+                let real = real_path(v, cwd);
+                if !real.starts_with(workspace) {
+                    return None;
+                }
+                runs_later(&real).or_else(|| hidden_below(&real, workspace).then_some(hidden))
+            })
+        });
+        if let Some(rule) = rule {
             return Err(format!(
-                "{program}: `{}` names a hidden file in the workspace you chose; such files (.envrc, .vscode/…) run code later and a command does not write them there (a file write naming the path asks you first; rule {rule})",
-                arg.chars().take(120).collect::<String>()
+                "{program}: `{}` names a file in the workspace you chose that runs code later ({}); a command does not write there (a file write naming the path asks you first; rule {rule})",
+                arg.chars().take(120).collect::<String>(),
+                metnos_core::forbidden::runs_code_later_reason(rule)
             ));
         }
     }
     Ok(())
 }
 
-/// Git commands that write work-tree files out of the repository, or its configuration.
-const CHOSEN_GIT_REFUSED: &[&str] = &[
-    "am",
-    "apply",
-    "checkout",
-    "cherry-pick",
-    "clone",
-    "merge",
-    "mv",
-    "pull",
-    "read-tree",
-    "rebase",
-    "reset",
-    "restore",
-    "revert",
-    "sparse-checkout",
-    "stash",
-    "submodule",
-    "switch",
-    "worktree",
+/// The git commands that run in a workspace the person chose: they read, or write only the
+/// repository's objects, index, refs and the files their output options name (checked).
+/// Every command that writes work-tree files out of the repository (`checkout`, `reset`,
+/// `merge`, `merge-file`, `bisect`, `stash`, …) is refused there.
+const CHOSEN_GIT: &[&str] = &[
+    "add",
+    "annotate",
+    "archive",
+    "blame",
+    "branch",
+    "cat-file",
+    "check-attr",
+    "check-ignore",
+    "check-mailmap",
+    "check-ref-format",
+    "cherry",
+    "column",
+    "commit",
+    "config",
+    "count-objects",
+    "describe",
+    "diff",
+    "diff-files",
+    "diff-index",
+    "diff-tree",
+    "for-each-ref",
+    "format-patch",
+    "fsck",
+    "grep",
+    "init",
+    "log",
+    "ls-files",
+    "ls-remote",
+    "ls-tree",
+    "merge-base",
+    "name-rev",
+    "range-diff",
+    "remote",
+    "rev-list",
+    "rev-parse",
+    "shortlog",
+    "show",
+    "show-branch",
+    "show-ref",
+    "status",
+    "stripspace",
+    "tag",
+    "var",
+    "verify-commit",
+    "verify-tag",
+    "version",
+    "whatchanged",
 ];
 
-/// Git in a workspace the person chose: no command that writes the work tree from the
-/// repository, no configuration written (`config` only reads, `remote` only lists),
-/// no `--template` (its hooks land in `.git/hooks`).
+/// Git in a workspace the person chose: only [`CHOSEN_GIT`]'s commands, no configuration
+/// written (`config` only reads, `remote` only lists), no `--template` (its hooks land in
+/// `.git/hooks`).
 fn chosen_git(args: &[String], rule: &str) -> Result<(), String> {
     let mut rest = args;
     while let Some((first, tail)) = rest.split_first() {
@@ -145,8 +192,8 @@ fn chosen_git(args: &[String], rule: &str) -> Result<(), String> {
             "git {command}: {why} in the workspace you chose, where a file it leaves (.envrc, a hook, the repository's configuration) runs code at your next command; run it yourself (rule {rule})"
         ))
     };
-    if CHOSEN_GIT_REFUSED.contains(&command.as_str()) {
-        return refused("writes the work tree's files out of the repository");
+    if !CHOSEN_GIT.contains(&command.as_str()) {
+        return refused("may write the work tree's files out of the repository");
     }
     if options.iter().any(|o| abbreviates(o, "--template")) {
         return refused("`--template` copies hooks into the repository");
@@ -238,7 +285,12 @@ fn real_path(value: &str, cwd: &Path) -> PathBuf {
         .find_map(|existing| {
             let resolved = resolve(existing).ok()?;
             let rest = lexical.strip_prefix(existing).ok()?;
-            Some(resolved.join(rest))
+            // `join("")` would add a slash: `x.sh/` is no file.
+            Some(if rest.as_os_str().is_empty() {
+                resolved
+            } else {
+                resolved.join(rest)
+            })
         })
         .unwrap_or(lexical)
 }
@@ -801,7 +853,12 @@ mod tests {
     fn chosen(text: &str, workspace: &Path) -> Result<(), String> {
         let words = words(text);
         let (program, args) = words.split_first().unwrap();
-        check_chosen_workspace(program, args, workspace, workspace)
+        let runs_later = |real: &Path| {
+            let name = real.file_name()?.to_string_lossy();
+            (real.components().any(|c| c.as_os_str() == "bin") || name.ends_with(".pth"))
+                .then_some(metnos_core::forbidden::PROGRAM_FOLDER)
+        };
+        check_chosen_workspace(program, args, workspace, workspace, &runs_later)
     }
 
     /// Issue 38: in a workspace the person chose in her home, the box's files are hers,
@@ -822,6 +879,12 @@ mod tests {
             "git reset --hard",
             "git apply change.diff",
             "git stash pop",
+            "git merge-file .husky/pre-commit base.txt other.txt",
+            "git bisect start c2 HEAD",
+            "git bundle create b.bundle HEAD",
+            "git update-index --add --cacheinfo 100644,abc,.cargo/config.toml",
+            "uniq p.txt venv/bin/activate",
+            "uniq p.txt venv/lib/python3.12/site-packages/zz.pth",
             "git config core.fsmonitor x",
             "git config --add core.hooksPath hooks",
             "git remote add origin https://evil.example/x",
@@ -833,11 +896,13 @@ mod tests {
             "git format-patch -o .vscode HEAD~1",
         ] {
             let why = chosen(refused, &workspace).expect_err(refused);
-            assert!(why.contains("write.home_hidden"), "{refused}: {why}");
+            assert!(why.contains("rule write."), "{refused}: {why}");
         }
         for accepted in [
             "uniq notes.txt sorted.txt",
             "cat .envrc",
+            "sort .envrc",
+            "find .vscode -name '*.json'",
             "grep -r x .vscode",
             "git status",
             "git log --oneline ..main",
@@ -855,7 +920,8 @@ mod tests {
         }
         // Working inside a hidden folder is writing there.
         let inside = workspace.join(".vscode");
-        let why = check_chosen_workspace("uniq", &words("a b"), &workspace, &inside).unwrap_err();
+        let why = check_chosen_workspace("uniq", &words("a b"), &workspace, &inside, &|_| None)
+            .unwrap_err();
         assert!(why.contains("hidden folder"), "{why}");
     }
 }
