@@ -435,7 +435,10 @@ fn web_fetch(args: &Value, target: &str, from_earlier: Earlier<'_>, it: bool) ->
     let url = args.get("url").and_then(Value::as_str).unwrap_or(target);
     let where_ = match url::Url::parse(url) {
         Ok(parsed) => {
-            let host = parsed.host_str().unwrap_or_default().to_owned();
+            let mut host = parsed.host_str().unwrap_or_default().to_owned();
+            if let Some(port) = parsed.port() {
+                host.push_str(&format!(":{port}"));
+            }
             let mut rest = parsed.path().to_owned();
             if let Some(query) = parsed.query() {
                 rest.push('?');
@@ -443,7 +446,7 @@ fn web_fetch(args: &Value, target: &str, from_earlier: Earlier<'_>, it: bool) ->
             }
             let user = match (parsed.username(), parsed.password()) {
                 ("", _) => String::new(),
-                (user, Some(_)) => format!("{user}:***@"),
+                (user, Some(password)) => format!("{user}:{}@", masked(password)),
                 (user, None) => format!("{user}@"),
             };
             format!("{user}{host}{}", whole(&rest))
@@ -458,16 +461,26 @@ fn web_fetch(args: &Value, target: &str, from_earlier: Earlier<'_>, it: bool) ->
             format!(" — sends {} of data", size(body.len()))
         });
     }
-    let headers = args
+    // Each header whole, as it will be sent (a credential's value by its length): what a
+    // header carries is sent as much as the query is.
+    let headers: Vec<String> = args
         .get("headers")
         .and_then(Value::as_object)
-        .map_or(0, |h| h.len());
-    if headers > 0 {
-        summary.push_str(&if it {
-            format!(", {headers} intestazioni")
-        } else {
-            format!(", {headers} headers")
-        });
+        .into_iter()
+        .flatten()
+        .map(|(name, value)| {
+            let value = value.as_str().unwrap_or_default();
+            let value = if credential_header(name) {
+                masked(value)
+            } else {
+                whole(value)
+            };
+            format!("{}: {value}", whole(name))
+        })
+        .collect();
+    if !headers.is_empty() {
+        let word = if it { "intestazioni" } else { "headers" };
+        summary.push_str(&format!(" — {word} «{}»", headers.join("» «")));
     }
     summary.push_str(&carried(from_earlier, &["url", "body", "headers"], it));
     let verb = match (method.as_str(), it) {
@@ -477,6 +490,22 @@ fn web_fetch(args: &Value, target: &str, from_earlier: Earlier<'_>, it: bool) ->
         (_, false) => "send data to a site",
     };
     (verb.to_owned(), summary)
+}
+
+/// A secret as a card shows it: hidden, with its length (a long one may carry more).
+fn masked(secret: &str) -> String {
+    format!("***({})", secret.chars().count())
+}
+
+/// Whether a header carries a credential (its value is not shown on a card).
+fn credential_header(name: &str) -> bool {
+    let name = name.to_ascii_lowercase();
+    matches!(
+        name.as_str(),
+        "authorization" | "proxy-authorization" | "cookie"
+    ) || ["token", "key", "secret", "auth", "password"]
+        .iter()
+        .any(|word| name.contains(word))
 }
 
 /// A path as it will be reached, spelled from the home: `~/a/../.bashrc` is `~/.bashrc`,
@@ -839,8 +868,27 @@ mod tests {
             &[],
         );
         assert_eq!(d.verb, "download a page");
-        assert_eq!(d.summary, "GET u:***@api.example.com/v1?q=rain");
+        assert_eq!(d.summary, "GET u:***(6)@api.example.com/v1?q=rain");
         assert!(!d.summary.contains("secret"));
+    }
+
+    /// Third review of issue 38: a fetch's headers were shown as their count ("1 headers"),
+    /// so a header could carry what the card never showed; a port was not shown.
+    #[test]
+    fn a_fetch_shows_its_headers_and_port_and_a_credential_by_its_length() {
+        let d = en(
+            "web_fetch",
+            "",
+            json!({
+                "url": "https://api.example.com:8443/v1",
+                "headers": {"X-Trace": "c2VjcmV0IGRhdGE=", "Authorization": "Bearer abcdef"}
+            }),
+            &[],
+        );
+        assert_eq!(
+            d.summary,
+            "GET api.example.com:8443/v1 — headers «X-Trace: c2VjcmV0IGRhdGE=» «Authorization: ***(13)»"
+        );
     }
 
     #[test]

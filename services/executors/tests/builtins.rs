@@ -2287,6 +2287,21 @@ async fn web_fetch_gets_posts_and_decodes_text() {
         .run(&catalog, "web_fetch", json!({"url": format!("http://{addr}/echo"), "method": "POST", "body": "hi", "headers": {"x-test": "yes"}}))
         .await;
     assert_eq!(content_text(&o), r#"{"body":"hi","header":"yes"}"#);
+    // Third review of issue 38: `Host` sent the request to another site on a shared
+    // address than the URL (and the card) named.
+    for (name, value) in [("Host", "evil.example"), ("transfer-encoding", "chunked")] {
+        let o = f
+            .run(
+                &catalog,
+                "web_fetch",
+                json!({"url": format!("http://{addr}/echo"), "headers": {name: value}}),
+            )
+            .await;
+        assert!(
+            error(&o).contains("the connection's, not the call's"),
+            "{name}: {o:?}"
+        );
+    }
     let o = f
         .run(
             &catalog,

@@ -130,6 +130,11 @@ async fn fetch(args: &Value, context: &ExecContext) -> Result<Observation, Strin
                 .ok_or_else(|| format!("header `{name}` must be a string"))?;
             let name = reqwest::header::HeaderName::from_bytes(name.as_bytes())
                 .map_err(|_| format!("`{name}` is not a valid header name"))?;
+            if CONNECTION_HEADERS.contains(&name.as_str()) {
+                return Err(format!(
+                    "header `{name}` is the connection's, not the call's: the host is the URL's and the client sets the rest"
+                ));
+            }
             let value = reqwest::header::HeaderValue::from_str(value)
                 .map_err(|_| format!("the value of header `{name}` is not valid"))?;
             request = request.header(name, value);
@@ -193,6 +198,21 @@ async fn fetch(args: &Value, context: &ExecContext) -> Result<Observation, Strin
     details.insert("encoding".into(), json!(used.name().to_ascii_lowercase()));
     Ok(Observation::success(text.into_owned(), details))
 }
+
+/// Headers a call may not set: `Host` would send the request to another site than the
+/// URL's (and the card's) on a shared address; the others frame the connection itself.
+const CONNECTION_HEADERS: &[&str] = &[
+    "host",
+    "connection",
+    "keep-alive",
+    "proxy-connection",
+    "proxy-authorization",
+    "te",
+    "trailer",
+    "transfer-encoding",
+    "upgrade",
+    "content-length",
+];
 
 /// A request error in one line, naming what failed (reqwest's own text can be vague).
 fn describe(error: &reqwest::Error, url: &str) -> String {
