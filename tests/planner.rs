@@ -1831,6 +1831,53 @@ async fn with_only_an_online_llm_a_read_only_turn_ends_saying_why_and_calls_noth
     assert!(s.fake.received().is_empty(), "nothing was sent online");
 }
 
+/// Third review of issue 38: a local turn that read a file kept its planner local, but the
+/// guard's online judge was sent the next call's arguments (which may hold the file).
+#[tokio::test]
+async fn after_a_private_read_a_local_turns_judge_is_not_an_online_llm() {
+    let s = stack_with(
+        &[
+            ("METNOS_VAGLIO__JUDGE__KIND", "llm-v1"),
+            ("METNOS_RUNTIME__LLM__MIDDLE__PROVIDER", "anthropic"),
+            ("METNOS_RUNTIME__LLM__MIDDLE__MODEL", "judge-test"),
+            ("METNOS_RUNTIME__LLM__MIDDLE__BASE_URL", "{llm}"),
+            ("METNOS_RUNTIME__LLM__MIDDLE__API_KEY_ENV", "HOME"),
+        ],
+        true,
+    )
+    .await;
+    std::fs::write(s.home().join("salary.txt"), "net 4,210 EUR").unwrap();
+    s.fake
+        .push(tool_calls(&[("fs_read", json!({"path": "~/salary.txt"}))]));
+    s.fake.push(Reply::Json(
+        json!({"score": 0.9, "rationale": "asked to read it"}),
+    ));
+    s.fake
+        .push(tool_calls(&[("time_now", json!({"timezone": "UTC"}))]));
+    s.fake.push(Reply::Text("read; it is noon".into()));
+    let events = s.run("read ~/salary.txt and tell me the time", Full).await;
+    assert_eq!(finished(&events).text, "read; it is noon", "{events:#?}");
+    let verdicts: Vec<_> = events
+        .iter()
+        .filter_map(|e| match e {
+            Event::Verdict(v) => v.verdict.clone(),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(verdicts.len(), 2, "{verdicts:#?}");
+    assert_eq!(verdicts[0].judge_kind, "llm-v1");
+    assert_eq!(verdicts[1].judge_kind, "llm-v1-fallback-rule");
+    assert!(
+        verdicts[1]
+            .reason
+            .contains("online judge at 127.0.0.1 not called: this local turn read private data"),
+        "{}",
+        verdicts[1].reason
+    );
+    let online = paths(&s).iter().filter(|p| *p == "/v1/messages").count();
+    assert_eq!(online, 1, "{:?}", paths(&s));
+}
+
 #[tokio::test]
 async fn the_online_llm_judge_asks_policy_first_and_the_vaglio_is_not_asked_about_a_denied_call() {
     let s = stack_with(

@@ -443,6 +443,7 @@ impl Planner {
                 capabilities: executor.manifest.capabilities.clone(),
                 level: cp.level.to_wire(),
                 principal: Some(cp.principal().to_proto()),
+                read_private: !cp.read_private().is_empty(),
                 // Within the vaglio's limits (64 entries, a key of 128 bytes, 16 labels of
                 // 512): a long key or path is cut, never a reason to fail the call.
                 provenance: tainted

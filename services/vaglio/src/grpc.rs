@@ -289,6 +289,7 @@ impl VaglioService for VaglioApi {
             executor: r.executor,
             args_json: r.args_json,
             mode: context.mode,
+            read_private: context.read_private,
             step: context.step,
             capability: context.capability,
             capabilities: context.capabilities,

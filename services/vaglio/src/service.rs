@@ -64,6 +64,8 @@ pub struct Proposal {
     pub asker: Option<(metnos_core::AutonomyLevel, metnos_core::Principal)>,
     /// The arguments carrying data from the world (the planner's provenance).
     pub provenance: Vec<Provenance>,
+    /// The turn has observed private data: a local or hybrid turn's judge stays local.
+    pub read_private: bool,
 }
 
 /// One argument carrying data an earlier step of the turn observed.
@@ -198,6 +200,18 @@ impl Vaglio {
         let Some(host) = tiers.online_host(metnos_llm::Tier::Middle) else {
             return Ok(());
         };
+        // The call's arguments may hold what the turn read; a turn the person keeps local
+        // does not send them to an online provider through its judge either.
+        if p.read_private && p.mode != "online" {
+            return Err(format!(
+                "online judge at {host} not called: this {} turn read private data",
+                if p.mode.is_empty() {
+                    "local"
+                } else {
+                    p.mode.as_str()
+                }
+            ));
+        }
         let Some((level, principal)) = &p.asker else {
             return Err(format!(
                 "online judge at {host} not called: the caller did not say whose turn it is"
