@@ -1076,6 +1076,7 @@ async fn in_a_workspace_the_person_chose_the_shell_writes_no_hidden_file() {
         "git -C app diff --output=.envrc",
         "touch app/.envrc",
         "git -C app merge-file .envrc notes.txt notes.txt",
+        "git -C app log -1 --format=x --output=notes.txt",
     ] {
         let o = shell_with(&runner, &catalog, command).await;
         assert!(error(&o).contains("write.home_hidden"), "{command}: {o:?}");

@@ -124,6 +124,7 @@ impl Planner {
             self.count_failure(cp);
         }
         log.ok = observation.ok;
+        log.observed = observation.ok || carries_output(&observation);
         log.duration_ms = started.elapsed().as_millis() as u64;
         log.scratchpad_id = scratchpad_id.clone();
         let summary = match (&observation.error, &observation.content) {
@@ -217,6 +218,22 @@ impl Planner {
         }
         cp.tier = Tier::Wise;
     }
+}
+
+/// Whether a failed observation still carries output of the place it read: content, or a
+/// program's stderr.
+fn carries_output(observation: &Observation) -> bool {
+    let filled = |v: &Value| match v {
+        Value::Null => false,
+        Value::String(s) => !s.trim().is_empty(),
+        _ => true,
+    };
+    observation.content.as_ref().is_some_and(filled)
+        || observation
+            .metadata
+            .as_ref()
+            .and_then(|m| m.get("stderr"))
+            .is_some_and(filled)
 }
 
 /// `path` spelled from the person's home (`~/Documents/x`), as a card shows it.

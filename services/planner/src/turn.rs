@@ -267,6 +267,11 @@ pub struct StepLog {
     pub policy_us: u64,
     pub vaglio_us: u64,
     pub ok: bool,
+    /// The step's observation carried something of the place it read, even when the call
+    /// failed (`cat private.txt missing` prints the file, then exits 1; a program's stderr
+    /// may quote what it read).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub observed: bool,
     pub scratchpad_id: Option<String>,
     /// Where the step's observation came from ([`metnos_core::provenance`]).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
@@ -401,14 +406,15 @@ impl Checkpoint {
     }
 
     /// The private data this turn observed (a file, the shell, a private host, a tool's
-    /// output), most telling first, each label once. A call that failed read nothing of the
-    /// place (a 503's status line is not the NAS's data).
+    /// output), most telling first, each label once. A call that failed with nothing but
+    /// its error read nothing of the place (a 503's status line is not the NAS's data); one
+    /// that failed with output did (`cat private.txt missing`).
     pub fn read_private(&self) -> Vec<metnos_core::provenance::Label> {
         use metnos_core::provenance::Label;
         let mut read: Vec<Label> = self
             .steps
             .iter()
-            .filter(|step| step.ok)
+            .filter(|step| step.ok || step.observed)
             .flat_map(|step| step.labels.iter())
             .filter_map(|l| Label::parse(l))
             .filter(|l| l.is_private())
@@ -552,6 +558,35 @@ mod tests {
             Some(ApprovalDecision::Expired)
         );
         assert_eq!(serde_json::to_value(&cp).unwrap(), stored);
+    }
+
+    /// Review of issue 38: `cat private.txt missing` prints the file and fails; a failed
+    /// step counted as no read, so the turn's egress went unasked and its judge online.
+    #[test]
+    fn a_failed_step_that_printed_what_it_read_counts_as_a_private_read() {
+        let step = |ok: bool, observed: bool, label: &str| StepLog {
+            ok,
+            observed,
+            labels: vec![label.to_owned()],
+            ..StepLog::default()
+        };
+        let mut cp: Checkpoint = serde_json::from_value(json!({
+            "turn_id": "t", "channel": "cli", "sender_id": "a", "level": 3, "language": 0,
+            "query": "q", "mode": "hybrid", "tier": "fast", "tiers_used": [], "models": [],
+            "candidates": [], "history": [], "steps": [], "observations": [], "queued": [],
+            "pending": null, "scratch_ids": [], "failures": 0, "seen_targets": [],
+            "executor_calls": {}, "prompt_tokens": 0, "completion_tokens": 0,
+            "started_ms": 0, "active_ms": 0, "planned": false
+        }))
+        .unwrap();
+        cp.steps = vec![step(false, false, "file:~/missing.txt")];
+        assert!(cp.read_private().is_empty(), "an error alone reads nothing");
+        cp.steps.push(step(false, true, "shell"));
+        let read: Vec<String> = cp.read_private().iter().map(ToString::to_string).collect();
+        assert_eq!(read, ["shell"]);
+        // The flag travels with the checkpoint to another replica.
+        let again: Checkpoint = serde_json::from_value(serde_json::to_value(&cp).unwrap()).unwrap();
+        assert_eq!(again.read_private().len(), 1);
     }
 
     #[test]

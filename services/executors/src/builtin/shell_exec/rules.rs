@@ -88,7 +88,7 @@ pub fn check_chosen_workspace(
     // Git's commands that run here write only inside `.git` (and name the person's hidden
     // files as pathspecs: `git add .gitignore`), but for a file an output option names.
     let written: Vec<&str> = if program == "git" {
-        chosen_git(args, hidden)?;
+        chosen_git(args, workspace, cwd, hidden)?;
         git_option_values(args)
     } else {
         args.iter().map(String::as_str).collect()
@@ -119,13 +119,12 @@ pub fn check_chosen_workspace(
 }
 
 /// The git commands that run in a workspace the person chose: they read, or write only the
-/// repository's objects, index, refs and the files their output options name (checked).
-/// Every command that writes work-tree files out of the repository (`checkout`, `reset`,
-/// `merge`, `merge-file`, `bisect`, `stash`, …) is refused there.
+/// repository's objects, index and refs. Every command that writes work-tree files
+/// (`checkout`, `reset`, `merge`, `merge-file`, `bisect`, `stash`, …) or files of its own
+/// naming (`format-patch`, `archive`) is refused there, and `--output` of any.
 const CHOSEN_GIT: &[&str] = &[
     "add",
     "annotate",
-    "archive",
     "blame",
     "branch",
     "cat-file",
@@ -144,7 +143,6 @@ const CHOSEN_GIT: &[&str] = &[
     "diff-index",
     "diff-tree",
     "for-each-ref",
-    "format-patch",
     "fsck",
     "grep",
     "init",
@@ -172,14 +170,26 @@ const CHOSEN_GIT: &[&str] = &[
     "whatchanged",
 ];
 
-/// Git in a workspace the person chose: only [`CHOSEN_GIT`]'s commands, no configuration
+/// Git in a workspace the person chose: only [`CHOSEN_GIT`]'s commands, run in no hidden
+/// folder (`-C` from `cwd`), no file written by an option (`--output`), no configuration
 /// written (`config` only reads, `remote` only lists), no `--template` (its hooks land in
 /// `.git/hooks`).
-fn chosen_git(args: &[String], rule: &str) -> Result<(), String> {
+fn chosen_git(args: &[String], workspace: &Path, cwd: &Path, rule: &str) -> Result<(), String> {
     let mut rest = args;
+    let mut dir = cwd.to_path_buf();
     while let Some((first, tail)) = rest.split_first() {
         match first.as_str() {
-            "-C" => rest = tail.get(1..).unwrap_or_default(),
+            "-C" => {
+                if let Some(target) = tail.first() {
+                    dir = real_path(target, &dir);
+                    if hidden_below(&dir, workspace) {
+                        return Err(format!(
+                            "git: `-C {target}` is a hidden folder of the workspace you chose, where files run code later (rule {rule})"
+                        ));
+                    }
+                }
+                rest = tail.get(1..).unwrap_or_default();
+            }
             flag if flag.starts_with('-') => rest = tail,
             _ => break,
         }
@@ -189,34 +199,35 @@ fn chosen_git(args: &[String], rule: &str) -> Result<(), String> {
     };
     let refused = |why: &str| {
         Err(format!(
-            "git {command}: {why} in the workspace you chose, where a file it leaves (.envrc, a hook, the repository's configuration) runs code at your next command; run it yourself (rule {rule})"
+            "git {command}: {why} in the workspace you chose, where a file it leaves (.envrc, a hook, a script, the repository's configuration) runs code at your next command; run it yourself (rule {rule})"
         ))
     };
     if !CHOSEN_GIT.contains(&command.as_str()) {
-        return refused("may write the work tree's files out of the repository");
+        return refused("may write files of the work tree");
+    }
+    if options
+        .iter()
+        .any(|o| abbreviates(o, "--output") || abbreviates(o, "--output-directory"))
+    {
+        return refused("`--output` writes a file of git's naming");
     }
     if options.iter().any(|o| abbreviates(o, "--template")) {
         return refused("`--template` copies hooks into the repository");
     }
-    let first_word = options
-        .iter()
-        .find(|a| !a.starts_with('-'))
-        .map(String::as_str);
+    // A read action first: after a key, `-l` is a value (`config --add core.hooksPath -l`).
+    let first = options.first().map(String::as_str);
     let reads = match command.as_str() {
-        "config" => {
-            options.iter().any(|o| {
-                [
-                    "--get",
-                    "--get-all",
-                    "--get-regexp",
-                    "--list",
-                    "-l",
-                    "--show-origin",
-                ]
-                .contains(&o.as_str())
-            }) || matches!(first_word, Some("get" | "list"))
-        }
-        "remote" => matches!(first_word, None | Some("show" | "get-url")),
+        "config" => matches!(
+            first,
+            Some("--get" | "--get-all" | "--get-regexp" | "--list" | "-l" | "get" | "list")
+        ),
+        "remote" => matches!(
+            options
+                .iter()
+                .find(|a| !a.starts_with('-'))
+                .map(String::as_str),
+            None | Some("show" | "get-url")
+        ),
         _ => true,
     };
     if reads {
@@ -280,6 +291,25 @@ fn path_values(arg: &str) -> impl Iterator<Item = &str> {
 /// the rest as written.
 fn real_path(value: &str, cwd: &Path) -> PathBuf {
     let lexical = normalize(&cwd.join(value));
+    // A link to what does not exist yet: writing it makes its target.
+    if resolve(&lexical).is_err()
+        && let Ok(target) = std::fs::read_link(&lexical)
+        && let Some(parent) = lexical.parent()
+    {
+        let target = normalize(&parent.join(target));
+        return target
+            .ancestors()
+            .find_map(|existing| {
+                let rest = target.strip_prefix(existing).ok()?;
+                let resolved = resolve(existing).ok()?;
+                Some(if rest.as_os_str().is_empty() {
+                    resolved
+                } else {
+                    resolved.join(rest)
+                })
+            })
+            .unwrap_or(target);
+    }
     lexical
         .ancestors()
         .find_map(|existing| {
@@ -894,6 +924,12 @@ mod tests {
             "git diff --output .envrc",
             "git archive -o.envrc HEAD",
             "git format-patch -o .vscode HEAD~1",
+            "git format-patch --suffix .pth -1",
+            "git -C sub/.husky log -1 --output=pre-commit",
+            "git -C . log -1 --outp=deploy.sh",
+            "git show --output=x.txt",
+            "git config --add core.hooksPath -l",
+            "git config --unset core.bare -l",
         ] {
             let why = chosen(refused, &workspace).expect_err(refused);
             assert!(why.contains("rule write."), "{refused}: {why}");
@@ -913,7 +949,7 @@ mod tests {
             "git config --list",
             "git remote -v",
             "git remote show origin",
-            "git diff --output=change.diff",
+            "git grep -o pattern",
             "git init",
         ] {
             assert_eq!(chosen(accepted, &workspace), Ok(()), "{accepted}");
