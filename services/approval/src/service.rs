@@ -502,6 +502,11 @@ impl Approvals {
         } else {
             described
         };
+        let described = if extra.read_private.is_empty() {
+            described
+        } else {
+            described.credentials_whole(&new.executor, &new.args_json, new.card.language)
+        };
         // What the person approves is what they read: a call too long to show whole is
         // refused, never cut.
         uncardable(&new.executor, &new.args_json, &described.summary)?;

@@ -124,7 +124,8 @@ impl Planner {
             self.count_failure(cp);
         }
         log.ok = observation.ok;
-        log.observed = observation.ok || carries_output(&observation);
+        let requested = call.arguments.get("url").and_then(Value::as_str);
+        log.observed = observation.ok || carries_output(&observation, requested);
         log.duration_ms = started.elapsed().as_millis() as u64;
         log.scratchpad_id = scratchpad_id.clone();
         let summary = match (&observation.error, &observation.content) {
@@ -220,20 +221,21 @@ impl Planner {
     }
 }
 
-/// Whether a failed observation still carries output of the place it read: content, or a
-/// program's stderr.
-fn carries_output(observation: &Observation) -> bool {
+/// Whether a failed observation still carries output of the place it read: content, a
+/// program's stderr, or where a fetch was redirected (`requested`: the URL it asked for;
+/// a private host's redirect can carry its data in the URL).
+fn carries_output(observation: &Observation, requested: Option<&str>) -> bool {
     let filled = |v: &Value| match v {
         Value::Null => false,
         Value::String(s) => !s.trim().is_empty(),
         _ => true,
     };
+    let meta = |key: &str| observation.metadata.as_ref().and_then(|m| m.get(key));
     observation.content.as_ref().is_some_and(filled)
-        || observation
-            .metadata
-            .as_ref()
-            .and_then(|m| m.get("stderr"))
-            .is_some_and(filled)
+        || meta("stderr").is_some_and(filled)
+        || meta("final_url")
+            .and_then(Value::as_str)
+            .is_some_and(|url| !url.is_empty() && Some(url) != requested)
 }
 
 /// `path` spelled from the person's home (`~/Documents/x`), as a card shows it.

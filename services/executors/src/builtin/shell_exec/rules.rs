@@ -79,9 +79,14 @@ pub fn check_chosen_workspace(
         return Ok(());
     }
     let hidden = metnos_core::forbidden::HOME_HIDDEN;
-    if hidden_below(cwd, workspace) {
+    // A folder where what is made runs code later (a hidden one, a `bin`, `site-packages`,
+    // `activate.d`): a file an option makes there (`-m.pth`) runs too.
+    if let Some(rule) = hidden_below(cwd, workspace)
+        .then_some(hidden)
+        .or_else(|| runs_later(&cwd.join("x")))
+    {
         return Err(format!(
-            "{program}: working inside a hidden folder of the workspace you chose ({}) is refused: files there run code later (rule {hidden})",
+            "{program}: working inside {} of the workspace you chose is refused: files made there run code later (rule {rule})",
             cwd.display()
         ));
     }
@@ -98,14 +103,24 @@ pub fn check_chosen_workspace(
             .split(['/', '=', ':', ','])
             .any(|part| hidden_part(part.trim()))
             .then_some(hidden);
+        // Every value, options' too: a file may be named `-m.pth` or `-a/../run.sh`.
+        let values = [
+            Some(arg),
+            arg.rsplit_once('=').map(|(_, v)| v),
+            arg.rsplit_once(':').map(|(_, v)| v),
+        ];
         let rule = lexical.or_else(|| {
-            path_values(arg).find_map(|v| {
-                let real = real_path(v, cwd);
-                if !real.starts_with(workspace) {
-                    return None;
-                }
-                runs_later(&real).or_else(|| hidden_below(&real, workspace).then_some(hidden))
-            })
+            values
+                .into_iter()
+                .flatten()
+                .filter(|v| !v.is_empty())
+                .find_map(|v| {
+                    let real = real_path(v, cwd);
+                    if !real.starts_with(workspace) {
+                        return None;
+                    }
+                    runs_later(&real).or_else(|| hidden_below(&real, workspace).then_some(hidden))
+                })
         });
         if let Some(rule) = rule {
             return Err(format!(
@@ -287,42 +302,36 @@ fn path_values(arg: &str) -> impl Iterator<Item = &str> {
     .filter(|v| !v.is_empty() && !v.starts_with('-'))
 }
 
-/// `value` taken as a path from `cwd`, its longest existing part resolved (links followed),
-/// the rest as written.
+/// `value` taken as a path from `cwd` as the kernel will: links followed where they are
+/// (`lnk/../x` is beside the link's target, not beside `lnk`), dangling ones too (writing
+/// one makes its target), the part that does not exist yet as written.
 fn real_path(value: &str, cwd: &Path) -> PathBuf {
-    let lexical = normalize(&cwd.join(value));
-    // A link to what does not exist yet: writing it makes its target.
-    if resolve(&lexical).is_err()
-        && let Ok(target) = std::fs::read_link(&lexical)
-        && let Some(parent) = lexical.parent()
-    {
-        let target = normalize(&parent.join(target));
-        return target
-            .ancestors()
-            .find_map(|existing| {
-                let rest = target.strip_prefix(existing).ok()?;
-                let resolved = resolve(existing).ok()?;
-                Some(if rest.as_os_str().is_empty() {
-                    resolved
-                } else {
-                    resolved.join(rest)
-                })
+    use std::path::Component;
+    let mut path = cwd.join(value);
+    for _ in 0..40 {
+        let parts: Vec<Component<'_>> = path.components().collect();
+        let (i, base) = (1..=parts.len())
+            .rev()
+            .find_map(|i| {
+                let prefix: PathBuf = parts[..i].iter().collect();
+                std::fs::canonicalize(&prefix).ok().map(|real| (i, real))
             })
-            .unwrap_or(target);
+            .unwrap_or((0, PathBuf::new()));
+        let rest: PathBuf = parts[i..].iter().collect();
+        if let Some(next) = parts.get(i)
+            && let Ok(target) = std::fs::read_link(base.join(next))
+        {
+            let after: PathBuf = parts[i + 1..].iter().collect();
+            path = base.join(target).join(after);
+            continue;
+        }
+        return if rest.as_os_str().is_empty() {
+            base
+        } else {
+            normalize(&base.join(rest))
+        };
     }
-    lexical
-        .ancestors()
-        .find_map(|existing| {
-            let resolved = resolve(existing).ok()?;
-            let rest = lexical.strip_prefix(existing).ok()?;
-            // `join("")` would add a slash: `x.sh/` is no file.
-            Some(if rest.as_os_str().is_empty() {
-                resolved
-            } else {
-                resolved.join(rest)
-            })
-        })
-        .unwrap_or(lexical)
+    normalize(&path)
 }
 
 /// The programs that only read the files their arguments name (and `echo`, `date`, `df`,
@@ -885,8 +894,11 @@ mod tests {
         let (program, args) = words.split_first().unwrap();
         let runs_later = |real: &Path| {
             let name = real.file_name()?.to_string_lossy();
-            (real.components().any(|c| c.as_os_str() == "bin") || name.ends_with(".pth"))
-                .then_some(metnos_core::forbidden::PROGRAM_FOLDER)
+            (real
+                .components()
+                .any(|c| c.as_os_str() == "bin" || c.as_os_str() == "site-packages")
+                || name.ends_with(".pth"))
+            .then_some(metnos_core::forbidden::PROGRAM_FOLDER)
         };
         check_chosen_workspace(program, args, workspace, workspace, &runs_later)
     }
@@ -954,10 +966,44 @@ mod tests {
         ] {
             assert_eq!(chosen(accepted, &workspace), Ok(()), "{accepted}");
         }
+        // Fifth review: a value that begins with `-` is a path too; `..` after a link is
+        // beside the link's target; a chain of dangling links is followed.
+        std::fs::create_dir_all(workspace.join("tools/bin/sub")).unwrap();
+        std::os::unix::fs::symlink(workspace.join("tools/bin/sub"), workspace.join("lnk")).unwrap();
+        std::os::unix::fs::symlink("b", workspace.join("a")).unwrap();
+        std::os::unix::fs::symlink(".husky/pre-commit", workspace.join("b")).unwrap();
+        for refused in [
+            "uniq -- notes.txt -a/../venv/bin/activate",
+            "uniq -- notes.txt -m.pth",
+            "uniq notes.txt lnk/../x",
+            "uniq notes.txt a",
+        ] {
+            let why = chosen(refused, &workspace).expect_err(refused);
+            assert!(why.contains("rule write."), "{refused}: {why}");
+        }
+        let packages = workspace.join("venv/lib/python3.12/site-packages");
+        std::fs::create_dir_all(&packages).unwrap();
+        let runs_later = |real: &Path| {
+            real.components()
+                .any(|c| c.as_os_str() == "site-packages")
+                .then_some(metnos_core::forbidden::INTERPRETER_STARTUP)
+        };
+        let why = check_chosen_workspace(
+            "uniq",
+            &words("a -m.pth"),
+            &workspace,
+            &packages,
+            &runs_later,
+        )
+        .unwrap_err();
+        assert!(why.contains("write.interpreter_startup"), "{why}");
         // Working inside a hidden folder is writing there.
         let inside = workspace.join(".vscode");
         let why = check_chosen_workspace("uniq", &words("a b"), &workspace, &inside, &|_| None)
             .unwrap_err();
-        assert!(why.contains("hidden folder"), "{why}");
+        assert!(
+            why.contains("working inside") && why.contains("write.home_hidden"),
+            "{why}"
+        );
     }
 }
