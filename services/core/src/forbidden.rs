@@ -229,7 +229,9 @@ pub fn runs_code_later_beside(
 
 /// What an interpreter runs at every start of its own accord: Python's site folders
 /// (`.pth` files run their `import` lines), `sitecustomize.py`/`usercustomize.py`, conda's
-/// activation scripts — wherever they are (a virtual environment, a conda install).
+/// activation scripts — wherever they are (a virtual environment, a conda install) — and
+/// what decides where its code comes from: a venv's `pyvenv.cfg` (`home =` names the
+/// standard library it loads), `pip.conf` (the index the next `pip install` runs from).
 fn interpreter_startup(path: &std::path::Path) -> bool {
     let named = |part: &std::ffi::OsStr| {
         matches!(
@@ -243,7 +245,10 @@ fn interpreter_startup(path: &std::path::Path) -> bool {
         .unwrap_or_default();
     path.components().any(|c| named(c.as_os_str()))
         || file.ends_with(".pth")
-        || matches!(file, "sitecustomize.py" | "usercustomize.py")
+        || matches!(
+            file,
+            "sitecustomize.py" | "usercustomize.py" | "pyvenv.cfg" | "pip.conf"
+        )
 }
 
 /// Whether a relative path has a hidden (dot) name.
@@ -618,6 +623,8 @@ mod tests {
                 INTERPRETER_STARTUP,
             ),
             ("/home/ada/proj/sitecustomize.py", INTERPRETER_STARTUP),
+            ("/home/ada/proj/venv/pyvenv.cfg", INTERPRETER_STARTUP),
+            ("/home/ada/proj/venv/pip.conf", INTERPRETER_STARTUP),
             (
                 "/home/ada/miniconda3/etc/conda/activate.d/x.sh",
                 INTERPRETER_STARTUP,

@@ -1092,6 +1092,11 @@ async fn in_a_workspace_the_person_chose_the_shell_writes_no_hidden_file() {
             "write.program_folder",
         ),
         ("uniq app/notes.txt app/deploy.sh", "write.executable"),
+        // Sixth review: `home =` of a venv's pyvenv.cfg names the standard library it loads.
+        (
+            "uniq app/notes.txt app/venv/pyvenv.cfg",
+            "write.interpreter_startup",
+        ),
     ] {
         let o = shell_with(&runner, &catalog, command).await;
         assert!(error(&o).contains(rule), "{command}: {o:?}");
