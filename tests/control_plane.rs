@@ -406,6 +406,36 @@ async fn every_attack_of_issue_15_is_refused_and_changes_nothing() {
         "ResumeTurn as the gateway for another person",
     );
 
+    // Review of issue 38: a pairing lowered where the gateway did not withdraw the turn
+    // (a bug there, or its stolen certificate): the planner reads the record again and
+    // does not go on at the old level.
+    let gateway_db = s.sandbox.data_dir().join("gateway.db");
+    let db = sqlx::SqlitePool::connect(&format!("sqlite:{}", gateway_db.display()))
+        .await
+        .unwrap();
+    sqlx::query("UPDATE pairings SET level = 'readonly' WHERE sender_id = ?")
+        .bind(VICTIM.to_string())
+        .execute(&db)
+        .await
+        .unwrap();
+    refused(
+        call!(
+            p(As::Identity(Identity::Gateway)),
+            PlannerServiceClient,
+            resume_turn,
+            resume(victim())
+        ),
+        Code::PermissionDenied,
+        "is paired at ReadOnly",
+        "ResumeTurn as the gateway above the person's pairing now",
+    );
+    sqlx::query("UPDATE pairings SET level = 'supervised' WHERE sender_id = ?")
+        .bind(VICTIM.to_string())
+        .execute(&db)
+        .await
+        .unwrap();
+    db.close().await;
+
     // Cancel and CancelTurn of someone else's.
     let cancel = approval::CancelRequest {
         token: token.clone(),

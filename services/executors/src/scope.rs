@@ -103,32 +103,73 @@ pub fn executable(real: &Path) -> bool {
         .is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
 }
 
-/// Where the home's hidden entries lead when they are links (`~/.bashrc →
-/// ~/dotfiles/bashrc`, `~/.config/nvim → ~/dotfiles/nvim`): files there are read at login
-/// or start-up as much as the hidden names are, so a write to them runs code later too.
-/// The entries of `~` and `~/.config` (at most 512 of each), resolved.
+/// Where the home's hidden tree leads when it holds links (`~/.bashrc → ~/dotfiles/bashrc`,
+/// `~/.config/nvim → ~/dotfiles/nvim`, `~/.config/systemd/user/x.service →
+/// ~/projects/x/x.service`, a vim plugin under `~/.vim/pack/*/start/`): files there are
+/// read at login or start-up as much as the hidden names are, so a write to them runs code
+/// later too. The hidden entries of `~` and what lies below them, four folders deep, at
+/// most [`DOTFILE_ENTRIES`] entries in all (caches and toolchains skipped), resolved.
 pub fn dotfile_targets(home: &Path) -> Vec<PathBuf> {
     let mut targets = Vec::new();
-    for (dir, hidden_only) in [(home.to_path_buf(), true), (home.join(".config"), false)] {
+    let mut budget = DOTFILE_ENTRIES;
+    let mut folders: Vec<(PathBuf, usize)> = vec![(home.to_path_buf(), 0)];
+    while let Some((dir, depth)) = folders.pop() {
         let Ok(entries) = std::fs::read_dir(&dir) else {
             continue;
         };
-        for entry in entries.flatten().take(512) {
+        for entry in entries.flatten() {
+            if budget == 0 {
+                return targets;
+            }
+            budget -= 1;
             let name = entry.file_name();
-            if hidden_only && !name.as_encoded_bytes().starts_with(b".") {
+            if depth == 0
+                && (!name.as_encoded_bytes().starts_with(b".")
+                    || DOTFILE_SKIPPED.contains(&name.to_string_lossy().as_ref()))
+            {
                 continue;
             }
-            if entry.file_type().is_ok_and(|t| t.is_symlink())
-                && let Ok(real) = entry.path().canonicalize()
-                && real != home
-                && !home.starts_with(&real)
-            {
-                targets.push(real);
+            let Ok(kind) = entry.file_type() else {
+                continue;
+            };
+            if kind.is_symlink() {
+                if let Ok(real) = entry.path().canonicalize()
+                    && real != home
+                    && !home.starts_with(&real)
+                {
+                    targets.push(real);
+                }
+            } else if kind.is_dir() && depth < 4 {
+                folders.push((entry.path(), depth + 1));
             }
         }
     }
     targets
 }
+
+/// The most entries [`dotfile_targets`] reads.
+const DOTFILE_ENTRIES: usize = 4096;
+
+/// Hidden folders of the home that hold caches, toolchains and data rather than what runs
+/// at start-up: their links are not followed there (they are refused as hidden anyway).
+const DOTFILE_SKIPPED: &[&str] = &[
+    ".cache",
+    ".cargo",
+    ".rustup",
+    ".npm",
+    ".nvm",
+    ".pyenv",
+    ".m2",
+    ".gradle",
+    ".git",
+    ".var",
+    ".mozilla",
+    ".thunderbird",
+    ".steam",
+    ".wine",
+    ".docker",
+    ".minikube",
+];
 
 pub fn resolve(path: &Path) -> std::io::Result<PathBuf> {
     let mut existing = path.to_owned();

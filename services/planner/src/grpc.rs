@@ -256,16 +256,20 @@ impl PlannerApi {
     /// gateway's GetPairing: the one source of truth, where a revocation or a lowered
     /// level takes effect at once (a signed pairing token would stay good until it
     /// expired, and need a key of its own).
-    async fn paired_at(&self, caller: Identity, request: &TurnRequest) -> Result<(), Error> {
+    async fn paired_at(
+        &self,
+        caller: Identity,
+        principal: &Principal,
+        level: AutonomyLevel,
+    ) -> Result<(), Error> {
         if caller != Identity::Gateway {
             return Ok(());
         }
-        let principal = &request.principal;
         match self.planner.filters.pairing_level(principal).await {
             Ok(None) => Err(Error::NotPaired(principal.to_string())),
-            Ok(Some(paired)) if request.level > paired => Err(Error::AbovePairing {
+            Ok(Some(paired)) if level > paired => Err(Error::AbovePairing {
                 principal: principal.to_string(),
-                asked: request.level.to_string(),
+                asked: level.to_string(),
                 paired: paired.to_string(),
             }),
             Ok(Some(_)) => Ok(()),
@@ -289,9 +293,10 @@ impl PlannerApi {
         rx
     }
 
-    /// Loads and claims a suspended turn by id or token.
+    /// Loads and claims a suspended turn by id or token, for `caller` acting for `who`.
     async fn claim(
         &self,
+        caller: Identity,
         target: &pb::resume_turn_request::Target,
         who: &Principal,
     ) -> Result<Checkpoint, Error> {
@@ -323,6 +328,11 @@ impl PlannerApi {
         // Read before it is claimed: an unreadable checkpoint must not leave the turn
         // claimed by nobody until the orphan sweep.
         let checkpoint = checkpoint_of(&found)?;
+        // A turn goes on at its level only while the person is still paired at it: a
+        // revoked or lowered pairing holds for a turn that waited on a card too (checked
+        // before the claim, so a refusal leaves the turn as it was).
+        self.paired_at(caller, &checkpoint.principal(), checkpoint.level)
+            .await?;
         if !store.claim_suspended(&found.turn_id, now_ms()).await? {
             return Err(Error::AlreadyResuming(found.turn_id));
         }
@@ -342,7 +352,8 @@ impl PlannerService for PlannerApi {
         let caller = Caller::of(&request).ok_or(Error::Unauthenticated)?;
         let request = TurnRequest::try_from(request.into_inner())?;
         self.may_run(caller, &request)?;
-        self.paired_at(caller, &request).await?;
+        self.paired_at(caller, &request.principal, request.level)
+            .await?;
         let checkpoint = self.planner.start(&request);
         let rx = self.spawn(|planner, sink| planner.run(checkpoint, sink));
         Ok(Response::new(stream_of(rx, |e| pb::RunTurnResponse {
@@ -366,7 +377,7 @@ impl PlannerService for PlannerApi {
             }
         }
         let who = acting(caller, request.principal.as_ref())?;
-        let checkpoint = self.claim(&target, &who).await?;
+        let checkpoint = self.claim(caller, &target, &who).await?;
         let rx = self.spawn(|planner, sink| planner.resume(checkpoint, sink));
         Ok(Response::new(stream_of(rx, |e| pb::ResumeTurnResponse {
             event: Some(e),

@@ -222,8 +222,9 @@ impl Planner {
 }
 
 /// Whether a failed observation still carries output of the place it read: content, a
-/// program's stderr, or where a fetch was redirected (`requested`: the URL it asked for;
-/// a private host's redirect can carry its data in the URL).
+/// program's stderr, a command that ran in the box at all (its exit status and its time
+/// came from what it read: `grep -q PIN pin.txt`), or where a fetch was redirected
+/// (`requested`: the URL it asked for; a private host's redirect can carry its data).
 fn carries_output(observation: &Observation, requested: Option<&str>) -> bool {
     let filled = |v: &Value| match v {
         Value::Null => false,
@@ -233,6 +234,7 @@ fn carries_output(observation: &Observation, requested: Option<&str>) -> bool {
     let meta = |key: &str| observation.metadata.as_ref().and_then(|m| m.get(key));
     observation.content.as_ref().is_some_and(filled)
         || meta("stderr").is_some_and(filled)
+        || meta("sandbox").is_some()
         || meta("final_url")
             .and_then(Value::as_str)
             .is_some_and(|url| !url.is_empty() && Some(url) != requested)
@@ -251,5 +253,45 @@ pub(crate) fn from_home(path: &str, home: &std::path::Path) -> String {
         format!("~/{rest}")
     } else {
         path.to_owned()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Reviews of issue 38: a failed step still read the place when it printed, wrote to
+    /// stderr, ran a command at all (its status says what it read) or was redirected.
+    #[test]
+    fn a_failed_step_that_ran_or_printed_counts_as_observed() {
+        let failed = |details: Value, content: Option<&str>| Observation {
+            content: content.map(|c| Value::String(c.to_owned())),
+            ..Observation::failure_with(
+                "failed".to_owned(),
+                details.as_object().cloned().unwrap_or_default(),
+            )
+        };
+        let url = Some("https://nas.lan/a");
+        assert!(!carries_output(&failed(json!({}), None), url));
+        assert!(!carries_output(
+            &failed(json!({"final_url": "https://nas.lan/a"}), None),
+            url
+        ));
+        assert!(carries_output(
+            &failed(json!({}), Some("net 4,210 EUR")),
+            url
+        ));
+        assert!(carries_output(
+            &failed(json!({"stderr": "pin.txt: 1234"}), None),
+            url
+        ));
+        assert!(carries_output(
+            &failed(json!({"sandbox": {}, "exit_code": 1}), None),
+            url
+        ));
+        assert!(carries_output(
+            &failed(json!({"final_url": "https://evil.example/?d=secret"}), None),
+            url
+        ));
     }
 }

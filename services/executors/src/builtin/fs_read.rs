@@ -32,13 +32,15 @@ fn read(args: &Value, context: &ExecContext) -> Result<Observation, String> {
     let path = scoped_path(text, context, metnos_core::forbidden::Access::Read)?;
     // The checked path, opened with no link on the way: what is read is what was judged.
     let (mut file, opened) =
-        crate::open::open_file_to_read(&path, text, &super::workspace(context)).map_err(|e| {
-            if e.ends_with("is a directory, not a file") {
-                format!("{e} (fs_list lists it)")
-            } else {
-                e
-            }
-        })?;
+        crate::open::open_file_to_read(&path, text, &super::linked_files_place(context)).map_err(
+            |e| {
+                if e.ends_with("is a directory, not a file") {
+                    format!("{e} (fs_list lists it)")
+                } else {
+                    e
+                }
+            },
+        )?;
     let size = opened.size;
     let (start, wanted, what) = match (head, tail) {
         (Some(n), _) => (0, n.min(max), "head"),

@@ -143,7 +143,9 @@ fn write(args: &Value, context: &ExecContext) -> Result<Observation, String> {
             if opened.kind != FileType::RegularFile {
                 return Err(format!("{text} is not a regular file"));
             }
-            if opened.links > 1 && !crate::open::in_workspace(&path, &super::workspace(context)) {
+            if opened.links > 1
+                && !crate::open::in_workspace(&path, &super::linked_files_place(context))
+            {
                 return Err(crate::open::hard_link_refusal(text, opened.links));
             }
             let mut file = std::fs::File::from(fd);

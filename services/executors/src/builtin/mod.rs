@@ -261,6 +261,18 @@ fn own_workspace(context: &ExecContext) -> bool {
         .any(|dir| workspace.starts_with(dir))
 }
 
+/// Where files with several names may be read and appended to: the shell's workspace when
+/// it is Metnos's own (the box cannot link a file from outside into it), else nowhere (a
+/// folder the person chose may hold her own hard links: `~/projects/dotfiles/bashrc` and
+/// `~/.bashrc` as one file).
+pub(crate) fn linked_files_place(context: &ExecContext) -> std::path::PathBuf {
+    if own_workspace(context) {
+        workspace(context)
+    } else {
+        std::path::PathBuf::new()
+    }
+}
+
 /// Whether the shell's workspace is one the person chose in her home (`~/projects`), not
 /// Metnos's own: a hidden file the box writes there runs code later.
 pub(crate) fn chosen_workspace_in_home(context: &ExecContext) -> bool {

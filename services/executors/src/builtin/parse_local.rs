@@ -69,7 +69,7 @@ fn parse(args: &Value, context: &ExecContext) -> Result<Observation, String> {
         (Some(p), None) => {
             let real = scoped_path(p, context, metnos_core::forbidden::Access::Read)?;
             let (file, opened) =
-                crate::open::open_file_to_read(&real, p, &super::workspace(context))?;
+                crate::open::open_file_to_read(&real, p, &super::linked_files_place(context))?;
             if opened.size > MAX_INPUT_BYTES {
                 return Err(format!(
                     "{p} is {} bytes; parse_local reads at most {MAX_INPUT_BYTES}",

@@ -27,6 +27,11 @@ const OVERRIDES: &[(&str, &str)] = &[
     ("gpg.ssh.program", "false"),
     ("sequence.editor", ":"),
     ("safe.bareRepository", "explicit"),
+    // A repository inside the workspace's repository (a submodule added in place) has a
+    // configuration of its own the pre-check does not read: git does not go into it.
+    ("diff.ignoreSubmodules", "all"),
+    ("submodule.recurse", "false"),
+    ("status.submoduleSummary", "false"),
     ("protocol.allow", "never"),
     ("protocol.https.allow", "always"),
     ("protocol.http.allow", "never"),
@@ -517,6 +522,10 @@ mod tests {
             "core.hooksPath",
             "protocol.ext.allow",
             "protocol.allow",
+            // A repository nested in the workspace's keeps a configuration the pre-check
+            // does not read (a filter there ran at the outer `git status`).
+            "diff.ignoreSubmodules",
+            "submodule.recurse",
         ] {
             assert!(keys.contains(&key), "{key}");
         }

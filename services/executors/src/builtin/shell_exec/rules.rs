@@ -104,23 +104,14 @@ pub fn check_chosen_workspace(
             .any(|part| hidden_part(part.trim()))
             .then_some(hidden);
         // Every value, options' too: a file may be named `-m.pth` or `-a/../run.sh`.
-        let values = [
-            Some(arg),
-            arg.rsplit_once('=').map(|(_, v)| v),
-            arg.rsplit_once(':').map(|(_, v)| v),
-        ];
         let rule = lexical.or_else(|| {
-            values
-                .into_iter()
-                .flatten()
-                .filter(|v| !v.is_empty())
-                .find_map(|v| {
-                    let real = real_path(v, cwd);
-                    if !real.starts_with(workspace) {
-                        return None;
-                    }
-                    runs_later(&real).or_else(|| hidden_below(&real, workspace).then_some(hidden))
-                })
+            all_values(arg).find_map(|v| {
+                let real = real_path(v, cwd);
+                if !real.starts_with(workspace) {
+                    return None;
+                }
+                runs_later(&real).or_else(|| hidden_below(&real, workspace).then_some(hidden))
+            })
         });
         if let Some(rule) = rule {
             return Err(format!(
@@ -290,8 +281,9 @@ fn hidden_below(path: &Path, workspace: &Path) -> bool {
     })
 }
 
-/// The values of an argument that may be paths: the whole, and what follows `=` or `:`.
-fn path_values(arg: &str) -> impl Iterator<Item = &str> {
+/// The values of an argument that may be paths: the whole (a name may begin with `-`), and
+/// what follows `=` or `:`.
+fn all_values(arg: &str) -> impl Iterator<Item = &str> {
     [
         Some(arg),
         arg.rsplit_once('=').map(|(_, v)| v),
@@ -299,7 +291,7 @@ fn path_values(arg: &str) -> impl Iterator<Item = &str> {
     ]
     .into_iter()
     .flatten()
-    .filter(|v| !v.is_empty() && !v.starts_with('-'))
+    .filter(|v| !v.is_empty())
 }
 
 /// `value` taken as a path from `cwd` as the kernel will: links followed where they are
@@ -357,7 +349,8 @@ fn names_git_internals(arg: &str) -> bool {
 /// into a `.git` folder once the links on its way are followed (`g/config` with `g` a
 /// link to `.git`).
 fn leads_into_git(arg: &str, cwd: &Path) -> bool {
-    path_values(arg).any(|value| {
+    // Every value, an option's too: a link may be named `-g`.
+    all_values(arg).any(|value| {
         real_path(value, cwd)
             .components()
             .any(|c| is_git_dir(&c.as_os_str().to_string_lossy()))
@@ -825,6 +818,23 @@ mod tests {
             let refused = check("git", &words(command), ws, ws).unwrap_err();
             assert!(refused.contains("is refused"), "{command}: {refused}");
         }
+    }
+
+    /// Seventh review of issue 38: a link named `-g` led into `.git` past the check.
+    #[test]
+    fn a_link_named_like_an_option_is_followed_too() {
+        let dir = tempfile::tempdir().unwrap();
+        let workspace = resolve(dir.path()).unwrap();
+        std::fs::create_dir_all(workspace.join(".git")).unwrap();
+        std::os::unix::fs::symlink(".git", workspace.join("-g")).unwrap();
+        let why = check(
+            "uniq",
+            &words("-- notes.txt -g/config"),
+            &workspace,
+            &workspace,
+        )
+        .unwrap_err();
+        assert!(why.contains("write.git_internals"), "{why}");
     }
 
     #[test]
