@@ -105,15 +105,21 @@ pub fn executable(real: &Path) -> bool {
 
 /// Where the home's hidden tree leads when it holds links (`~/.bashrc → ~/dotfiles/bashrc`,
 /// `~/.config/nvim → ~/dotfiles/nvim`, `~/.config/systemd/user/x.service →
-/// ~/projects/x/x.service`, a vim plugin under `~/.vim/pack/*/start/`): files there are
-/// read at login or start-up as much as the hidden names are, so a write to them runs code
-/// later too. The hidden entries of `~` and what lies below them, four folders deep, at
-/// most [`DOTFILE_ENTRIES`] entries in all (caches and toolchains skipped), resolved.
+/// ~/projects/x/x.service`, a vim plugin under `~/.vim/pack/*/start/`, a launcher in
+/// `~/.local/share/applications`): files there are read at login or start-up as much as the
+/// hidden names are, so a write to them runs code later too. Breadth first from the hidden
+/// entries of `~` (so its own links and `~/.config`'s always count), four folders deep, at
+/// most [`DOTFILE_ENTRIES`] entries in all; caches, toolchains and `~/.local` (data, and
+/// Metnos's own workspace, which a model may fill) are not walked, but for its launchers.
 pub fn dotfile_targets(home: &Path) -> Vec<PathBuf> {
     let mut targets = Vec::new();
     let mut budget = DOTFILE_ENTRIES;
-    let mut folders: Vec<(PathBuf, usize)> = vec![(home.to_path_buf(), 0)];
-    while let Some((dir, depth)) = folders.pop() {
+    let mut folders: std::collections::VecDeque<(PathBuf, usize)> = [
+        (home.to_path_buf(), 0),
+        (home.join(".local/share/applications"), 3),
+    ]
+    .into();
+    while let Some((dir, depth)) = folders.pop_front() {
         let Ok(entries) = std::fs::read_dir(&dir) else {
             continue;
         };
@@ -140,7 +146,7 @@ pub fn dotfile_targets(home: &Path) -> Vec<PathBuf> {
                     targets.push(real);
                 }
             } else if kind.is_dir() && depth < 4 {
-                folders.push((entry.path(), depth + 1));
+                folders.push_back((entry.path(), depth + 1));
             }
         }
     }
@@ -153,6 +159,7 @@ const DOTFILE_ENTRIES: usize = 4096;
 /// Hidden folders of the home that hold caches, toolchains and data rather than what runs
 /// at start-up: their links are not followed there (they are refused as hidden anyway).
 const DOTFILE_SKIPPED: &[&str] = &[
+    ".local",
     ".cache",
     ".cargo",
     ".rustup",
@@ -317,6 +324,35 @@ pub fn check_url(text: &str, patterns: &[String]) -> Result<url::Url, ScopeError
 
 #[cfg(test)]
 mod tests {
+
+    /// Eighth review of issue 38: one budget walked depth first let a full `~/.local`
+    /// (Metnos's own workspace is there, and a model may fill it) hide `~/.config`'s links.
+    #[test]
+    fn the_homes_own_links_count_however_full_the_rest_is() {
+        let dir = tempfile::tempdir().unwrap();
+        let home = dir.path().canonicalize().unwrap();
+        let workspace = home.join(".local/share/metnos/workspace");
+        std::fs::create_dir_all(&workspace).unwrap();
+        for i in 0..(DOTFILE_ENTRIES + 10) {
+            std::fs::write(workspace.join(format!("f{i}")), "").unwrap();
+        }
+        std::fs::create_dir_all(home.join("dotfiles/nvim")).unwrap();
+        std::fs::create_dir_all(home.join(".config/systemd/user")).unwrap();
+        std::os::unix::fs::symlink(home.join("dotfiles/nvim"), home.join(".config/nvim")).unwrap();
+        std::fs::write(home.join("dotfiles/x.service"), "").unwrap();
+        std::os::unix::fs::symlink(
+            home.join("dotfiles/x.service"),
+            home.join(".config/systemd/user/x.service"),
+        )
+        .unwrap();
+        let targets = dotfile_targets(&home);
+        assert!(targets.contains(&home.join("dotfiles/nvim")), "{targets:?}");
+        assert!(
+            targets.contains(&home.join("dotfiles/x.service")),
+            "{targets:?}"
+        );
+    }
+
     use super::*;
 
     #[test]

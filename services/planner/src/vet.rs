@@ -349,7 +349,12 @@ impl Planner {
         } else {
             std::path::PathBuf::new()
         };
-        let homes = [home.clone(), resolve(home).unwrap_or_else(|_| home.clone())];
+        let mut homes = vec![home.clone()];
+        if let Ok(resolved) = resolve(home)
+            && &resolved != home
+        {
+            homes.push(resolved);
+        }
         let program_dirs: Vec<std::path::PathBuf> = self
             .runner
             .program_dirs

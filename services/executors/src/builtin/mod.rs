@@ -208,11 +208,23 @@ fn runs_code_later(
 
 /// The rule a write to `lexical` (resolved: `real`) meets because the file runs code later:
 /// a hidden name under the home (but in Metnos's own workspace), a folder of programs, an
-/// interpreter's start-up file, an executable, where a dotfile links to.
+/// interpreter's start-up file, an executable, where the home's hidden tree links to.
 pub(crate) fn runs_code_later_rule(
     lexical: &std::path::Path,
     real: &std::path::Path,
     context: &ExecContext,
+) -> Option<&'static str> {
+    let links = std::cell::OnceCell::new();
+    runs_code_later_rule_with(lexical, real, context, &links)
+}
+
+/// [`runs_code_later_rule`] with where the home's hidden tree links to computed once for
+/// many paths (`links`, filled on first need: a command's every argument).
+pub(crate) fn runs_code_later_rule_with(
+    lexical: &std::path::Path,
+    real: &std::path::Path,
+    context: &ExecContext,
+    links: &std::cell::OnceCell<Vec<std::path::PathBuf>>,
 ) -> Option<&'static str> {
     // The workspace's hidden names are ordinary only where it is Metnos's own folder (the
     // default, in the data directory); one the owner chose in the home is the home.
@@ -221,10 +233,12 @@ pub(crate) fn runs_code_later_rule(
     } else {
         std::path::PathBuf::new()
     };
-    let homes = [
-        context.user_home.clone(),
-        crate::scope::resolve(&context.user_home).unwrap_or_else(|_| context.user_home.clone()),
-    ];
+    let mut homes = vec![context.user_home.clone()];
+    if let Ok(resolved) = crate::scope::resolve(&context.user_home)
+        && resolved != context.user_home
+    {
+        homes.push(resolved);
+    }
     let program_dirs: Vec<std::path::PathBuf> = context
         .program_dirs
         .iter()
@@ -244,9 +258,14 @@ pub(crate) fn runs_code_later_rule(
         })
         .or_else(|| crate::scope::executable(real).then_some(forbidden::EXECUTABLE))
         .or_else(|| {
-            homes
+            links
+                .get_or_init(|| {
+                    homes
+                        .iter()
+                        .flat_map(|home| crate::scope::dotfile_targets(home))
+                        .collect()
+                })
                 .iter()
-                .flat_map(|home| crate::scope::dotfile_targets(home))
                 .any(|target| real.starts_with(target))
                 .then_some(forbidden::HOME_HIDDEN)
         })

@@ -275,8 +275,9 @@ fn execute(args: &Value, context: &ExecContext, ready: Ready) -> Result<Observat
     let cleared = rules::check(&program, &argv, &workspace, &cwd).map_err(fail)?;
     if super::chosen_workspace_in_home(context) {
         // A file with several names may be a dotfile under another (a hard link).
+        let links = std::cell::OnceCell::new();
         let runs_later = |real: &Path| {
-            super::runs_code_later_rule(real, real, context).or_else(|| {
+            super::runs_code_later_rule_with(real, real, context, &links).or_else(|| {
                 std::fs::symlink_metadata(real)
                     .is_ok_and(|m| m.is_file() && std::os::unix::fs::MetadataExt::nlink(&m) > 1)
                     .then_some(metnos_core::forbidden::HOME_HIDDEN)

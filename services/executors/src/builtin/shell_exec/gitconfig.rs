@@ -32,6 +32,8 @@ const OVERRIDES: &[(&str, &str)] = &[
     ("diff.ignoreSubmodules", "all"),
     ("submodule.recurse", "false"),
     ("status.submoduleSummary", "false"),
+    ("diff.submodule", "short"),
+    ("fetch.recurseSubmodules", "false"),
     ("protocol.allow", "never"),
     ("protocol.https.allow", "always"),
     ("protocol.http.allow", "never"),

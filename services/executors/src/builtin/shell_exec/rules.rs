@@ -514,6 +514,20 @@ const GIT_REFUSED_LONG: &[(&str, &str)] = &[
         "--mirror",
         "makes a bare repository, whose own files are not under a .git folder",
     ),
+    // A repository nested in the workspace's keeps a configuration of its own (a filter
+    // planted there after the check read it): git does not go into one.
+    (
+        "--recurse-submodules",
+        "goes into nested repositories, whose configuration is not checked",
+    ),
+    (
+        "--ignore-submodules",
+        "decides whether git goes into nested repositories, whose configuration is not checked",
+    ),
+    (
+        "--submodule",
+        "goes into nested repositories, whose configuration is not checked",
+    ),
 ];
 
 /// Short options that run a program, per git command (`clone -u` is `--upload-pack`,
@@ -596,6 +610,11 @@ fn git(args: &[String], workspace: &Path, cwd: &Path) -> Result<PathBuf, String>
         ("submodule", Some("foreach")) => {
             Err("git submodule foreach: runs the command it is given; it is refused".to_owned())
         }
+        // Only listing: the others check out, fetch or run in the nested repositories.
+        ("submodule", Some(sub)) if sub != "status" => Err(format!(
+            "git submodule {}: goes into nested repositories, whose configuration is not checked; it is refused",
+            sub.chars().take(32).collect::<String>()
+        )),
         _ => Ok(dir),
     }
 }
@@ -818,6 +837,25 @@ mod tests {
             let refused = check("git", &words(command), ws, ws).unwrap_err();
             assert!(refused.contains("is refused"), "{command}: {refused}");
         }
+    }
+
+    /// Eighth review of issue 38: `git diff --ignore-submodules=none --submodule=diff` ran a
+    /// filter planted in a nested repository after the pre-check had read it.
+    #[test]
+    fn git_does_not_go_into_nested_repositories() {
+        let dir = tempfile::tempdir().unwrap();
+        let workspace = resolve(dir.path()).unwrap();
+        for refused in [
+            "diff --ignore-submodules=none --submodule=diff",
+            "diff --submod=diff",
+            "status --ignore-submodules=none",
+            "checkout --recurse-submodules main",
+            "submodule update --init",
+        ] {
+            let why = git_check(refused, &workspace).expect_err(refused);
+            assert!(why.contains("nested repositories"), "{refused}: {why}");
+        }
+        assert!(git_check("submodule status", &workspace).is_ok());
     }
 
     /// Seventh review of issue 38: a link named `-g` led into `.git` past the check.
