@@ -105,29 +105,23 @@ pub fn executable(real: &Path) -> bool {
 
 /// Where the home's hidden tree leads when it holds links (`~/.bashrc → ~/dotfiles/bashrc`,
 /// `~/.config/nvim → ~/dotfiles/nvim`, `~/.config/systemd/user/x.service →
-/// ~/projects/x/x.service`, a vim plugin under `~/.vim/pack/*/start/`, a launcher in
-/// `~/.local/share/applications`): files there are read at login or start-up as much as the
-/// hidden names are, so a write to them runs code later too. Breadth first from the hidden
-/// entries of `~` (so its own links and `~/.config`'s always count), four folders deep, at
-/// most [`DOTFILE_ENTRIES`] entries in all; caches, toolchains and `~/.local` (data, and
-/// Metnos's own workspace, which a model may fill) are not walked, but for its launchers.
-pub fn dotfile_targets(home: &Path) -> Vec<PathBuf> {
+/// ~/projects/x/x.service`, a plugin under `~/.local/share/nvim/site/pack/*/start/`, a
+/// launcher in `~/.local/share/applications`): files there are read at login or start-up
+/// as much as the hidden names are, so a write to them runs code later too. Breadth first
+/// from the hidden entries of `~` (so its own links and `~/.config`'s always count),
+/// [`DOTFILE_DEPTH`] folders deep, at most [`DOTFILE_ENTRIES`] entries of the hidden tree; caches,
+/// toolchains and Metnos's own folders (`own`: a model may fill its workspace) are not
+/// walked. A link to what does not exist yet counts where it leads.
+pub fn dotfile_targets(home: &Path, own: &[PathBuf]) -> Vec<PathBuf> {
     let mut targets = Vec::new();
     let mut budget = DOTFILE_ENTRIES;
-    let mut folders: std::collections::VecDeque<(PathBuf, usize)> = [
-        (home.to_path_buf(), 0),
-        (home.join(".local/share/applications"), 3),
-    ]
-    .into();
+    let mut folders: std::collections::VecDeque<(PathBuf, usize)> =
+        [(home.to_path_buf(), 0)].into();
     while let Some((dir, depth)) = folders.pop_front() {
         let Ok(entries) = std::fs::read_dir(&dir) else {
             continue;
         };
         for entry in entries.flatten() {
-            if budget == 0 {
-                return targets;
-            }
-            budget -= 1;
             let name = entry.file_name();
             if depth == 0
                 && (!name.as_encoded_bytes().starts_with(b".")
@@ -135,31 +129,46 @@ pub fn dotfile_targets(home: &Path) -> Vec<PathBuf> {
             {
                 continue;
             }
+            let path = entry.path();
+            if own.iter().any(|dir| path.starts_with(dir)) {
+                continue;
+            }
+            if budget == 0 {
+                return targets;
+            }
+            budget -= 1;
             let Ok(kind) = entry.file_type() else {
                 continue;
             };
             if kind.is_symlink() {
-                if let Ok(real) = entry.path().canonicalize()
+                let real = path.canonicalize().ok().or_else(|| {
+                    let target = std::fs::read_link(&path).ok()?;
+                    Some(normalize(&dir.join(target)))
+                });
+                if let Some(real) = real
                     && real != home
                     && !home.starts_with(&real)
                 {
                     targets.push(real);
                 }
-            } else if kind.is_dir() && depth < 4 {
-                folders.push_back((entry.path(), depth + 1));
+            } else if kind.is_dir() && depth < DOTFILE_DEPTH {
+                folders.push_back((path, depth + 1));
             }
         }
     }
     targets
 }
 
-/// The most entries [`dotfile_targets`] reads.
-const DOTFILE_ENTRIES: usize = 4096;
+/// How many folders below `~` [`dotfile_targets`] reads (`~/.local/share/nvim/site/pack/
+/// <name>/start/<plugin>` is seven).
+const DOTFILE_DEPTH: usize = 8;
+
+/// The most entries of the home's hidden tree [`dotfile_targets`] reads.
+const DOTFILE_ENTRIES: usize = 20_000;
 
 /// Hidden folders of the home that hold caches, toolchains and data rather than what runs
 /// at start-up: their links are not followed there (they are refused as hidden anyway).
 const DOTFILE_SKIPPED: &[&str] = &[
-    ".local",
     ".cache",
     ".cargo",
     ".rustup",
@@ -325,8 +334,9 @@ pub fn check_url(text: &str, patterns: &[String]) -> Result<url::Url, ScopeError
 #[cfg(test)]
 mod tests {
 
-    /// Eighth review of issue 38: one budget walked depth first let a full `~/.local`
-    /// (Metnos's own workspace is there, and a model may fill it) hide `~/.config`'s links.
+    /// Eighth and ninth reviews of issue 38: one budget walked depth first let a full
+    /// `~/.local` (Metnos's own workspace is there, and a model may fill it), or the
+    /// home's own files, hide `~/.config`'s links; a dangling link counted nowhere.
     #[test]
     fn the_homes_own_links_count_however_full_the_rest_is() {
         let dir = tempfile::tempdir().unwrap();
@@ -345,7 +355,20 @@ mod tests {
             home.join(".config/systemd/user/x.service"),
         )
         .unwrap();
-        let targets = dotfile_targets(&home);
+        for i in 0..(DOTFILE_ENTRIES + 10) {
+            std::fs::write(home.join(format!("g{i}")), "").unwrap();
+        }
+        std::fs::create_dir_all(home.join(".local/share/nvim/site/pack/p/start")).unwrap();
+        std::os::unix::fs::symlink(
+            home.join("plugins/evil"),
+            home.join(".local/share/nvim/site/pack/p/start/evil"),
+        )
+        .unwrap();
+        let targets = dotfile_targets(&home, &[home.join(".local/share/metnos")]);
+        assert!(
+            targets.contains(&home.join("plugins/evil")),
+            "dangling: {targets:?}"
+        );
         assert!(targets.contains(&home.join("dotfiles/nvim")), "{targets:?}");
         assert!(
             targets.contains(&home.join("dotfiles/x.service")),

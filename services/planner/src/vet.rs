@@ -380,7 +380,7 @@ impl Planner {
             .or_else(|| {
                 homes
                     .iter()
-                    .flat_map(|h| metnos_executors::scope::dotfile_targets(h))
+                    .flat_map(|h| metnos_executors::scope::dotfile_targets(h, &own))
                     .any(|target| real.starts_with(target))
                     .then_some(metnos_core::forbidden::HOME_HIDDEN)
             })?;

@@ -260,9 +260,10 @@ pub(crate) fn runs_code_later_rule_with(
         .or_else(|| {
             links
                 .get_or_init(|| {
+                    let own = crate::scope::real_roots(&context.forbidden);
                     homes
                         .iter()
-                        .flat_map(|home| crate::scope::dotfile_targets(home))
+                        .flat_map(|home| crate::scope::dotfile_targets(home, &own))
                         .collect()
                 })
                 .iter()

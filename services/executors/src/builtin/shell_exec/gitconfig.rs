@@ -153,6 +153,11 @@ pub fn refused_config(text: &str) -> Option<String> {
         if REFUSED_KEYS.contains(&key.as_str()) {
             return Some(format!("it sets `{key}`, which names a program to run"));
         }
+        // `submodule.<name>.ignore` outranks the environment's `diff.ignoreSubmodules`:
+        // git would go into a nested repository, whose own configuration runs there.
+        if key == "ignore" {
+            return Some("it sets `ignore`, which lets git go into a nested repository".to_owned());
+        }
         let value = line.split_once('=').map_or("", |(_, v)| v);
         let value = value.trim().trim_start_matches('"').trim_start();
         if value.starts_with('!') {
@@ -183,8 +188,12 @@ const MAX_FILES: usize = 256;
 /// is refused.
 pub fn refused_repository(start: &Path, workspace: &Path) -> Option<String> {
     let mut git_dirs = Vec::new();
+    let mut work_trees = Vec::new();
     for dir in start.ancestors() {
         let dot_git = dir.join(".git");
+        if std::fs::symlink_metadata(&dot_git).is_ok() {
+            work_trees.push(dir.to_path_buf());
+        }
         if dot_git.is_dir() {
             // A `.git` that is a link to a folder elsewhere is a pointer like `gitdir:`.
             match within(&dot_git, workspace) {
@@ -205,10 +214,36 @@ pub fn refused_repository(start: &Path, workspace: &Path) -> Option<String> {
             break;
         }
     }
+    // A repository nested in a work tree (a submodule added in place) is one git may go
+    // into from the outer one (`submodule.<name>.ignore`): its own configuration counts.
+    for top in &work_trees {
+        let modules = top.join(".gitmodules");
+        match read_inside(&modules, workspace) {
+            Err(why) => return Some(why),
+            Ok(Some(text)) => {
+                if let Some(why) = refused_config(&text) {
+                    return Some(format!(
+                        "git is not run with the repository's {}: {why}",
+                        modules.display()
+                    ));
+                }
+            }
+            Ok(None) => {}
+        }
+        match nested_git(top, workspace) {
+            Ok(nested) => git_dirs.extend(nested),
+            Err(why) => return Some(why),
+        }
+    }
     let mut seen = Vec::new();
     while let Some(git_dir) = git_dirs.pop() {
-        if seen.contains(&git_dir) || seen.len() > 16 {
+        if seen.contains(&git_dir) {
             continue;
+        }
+        if seen.len() >= MAX_REPOSITORIES {
+            return Some(format!(
+                "more than {MAX_REPOSITORIES} repositories are reachable from here: git runs only where the check can read each one"
+            ));
         }
         let common = match read_inside(&git_dir.join("commondir"), workspace) {
             Ok(common) => common,
@@ -226,6 +261,50 @@ pub fn refused_repository(start: &Path, workspace: &Path) -> Option<String> {
         seen.push(git_dir);
     }
     None
+}
+
+/// The most repositories (nested, worktrees, common folders) one check reads.
+const MAX_REPOSITORIES: usize = 64;
+
+/// The most entries of a work tree read looking for nested repositories (beyond, the
+/// environment and the refused `ignore` keep git out of the ones not seen).
+const MAX_TREE_ENTRIES: usize = 50_000;
+
+/// The git folders of the repositories nested in the work tree `top` (its own `.git` left
+/// out): a `.git` folder, or the folder a `.git` file's `gitdir:` names.
+fn nested_git(top: &Path, workspace: &Path) -> Result<Vec<std::path::PathBuf>, String> {
+    let mut found = Vec::new();
+    let mut walk = walkdir::WalkDir::new(top).into_iter();
+    let mut read = 0;
+    while let Some(entry) = walk.next() {
+        let Ok(entry) = entry else { continue };
+        read += 1;
+        if read > MAX_TREE_ENTRIES {
+            break;
+        }
+        if entry.depth() == 0 || entry.file_name() != ".git" {
+            continue;
+        }
+        if entry.file_type().is_dir() {
+            walk.skip_current_dir();
+        }
+        if entry.depth() == 1 {
+            continue; // the work tree's own
+        }
+        let path = entry.path();
+        if entry.file_type().is_dir() || entry.file_type().is_symlink() {
+            found.push(within(path, workspace).map_err(|()| leaves(path, "link"))?);
+        } else if let Some(text) = read_inside(path, workspace)?
+            && let Some(target) = text.trim().strip_prefix("gitdir:")
+        {
+            let parent = path.parent().unwrap_or(top);
+            found.push(
+                within(&parent.join(target.trim()), workspace)
+                    .map_err(|()| leaves(path, "gitdir"))?,
+            );
+        }
+    }
+    Ok(found)
 }
 
 /// `path` (lexically folded, links followed as far as it exists) when it lies inside the
@@ -387,6 +466,35 @@ mod tests {
         assert!(!refused_todo(
             "pick abc one\n# exec in a comment\nsquash def two\n"
         ));
+    }
+
+    /// Eighth and ninth reviews of issue 38: a filter planted in a repository nested in the
+    /// work tree ran at the outer `git status` (with `submodule.<name>.ignore = none`).
+    #[test]
+    fn a_nested_repositorys_configuration_is_checked_and_ignore_is_refused() {
+        let root = tempfile::tempdir().unwrap();
+        let ws = root.path().canonicalize().unwrap();
+        std::fs::create_dir_all(ws.join("outer/.git")).unwrap();
+        std::fs::create_dir_all(ws.join("outer/deep/sub/.git")).unwrap();
+        std::fs::write(ws.join("outer/.git/config"), "[core]\n\tbare = false\n").unwrap();
+        std::fs::write(ws.join("outer/deep/sub/.git/config"), "[core]\n").unwrap();
+        assert_eq!(refused_repository(&ws.join("outer"), &ws), None);
+        std::fs::write(
+            ws.join("outer/deep/sub/.git/config"),
+            "[filter \"x\"]\n\tclean = sh -c evil\n",
+        )
+        .unwrap();
+        let why = refused_repository(&ws.join("outer"), &ws).unwrap();
+        assert!(why.contains("filter"), "{why}");
+        std::fs::write(ws.join("outer/deep/sub/.git/config"), "[core]\n").unwrap();
+        std::fs::write(
+            ws.join("outer/.gitmodules"),
+            "[submodule \"sub\"]\n\tpath = deep/sub\n\tignore = none\n",
+        )
+        .unwrap();
+        let why = refused_repository(&ws.join("outer"), &ws).unwrap();
+        assert!(why.contains("`ignore`"), "{why}");
+        assert!(refused_config("[submodule \"s\"]\n\tignore = none\n").is_some());
     }
 
     /// Issue 38, break 5: a `.git` file's `gitdir:` was followed anywhere (planted with
