@@ -142,8 +142,12 @@ pub fn dotfile_targets(home: &Path, own: &[PathBuf]) -> Vec<PathBuf> {
             };
             if kind.is_symlink() {
                 let real = path.canonicalize().ok().or_else(|| {
-                    let target = std::fs::read_link(&path).ok()?;
-                    Some(normalize(&dir.join(target)))
+                    // Dangling: its existing part resolved, the rest as written.
+                    let target = normalize(&dir.join(std::fs::read_link(&path).ok()?));
+                    target.ancestors().find_map(|existing| {
+                        let rest = target.strip_prefix(existing).ok()?;
+                        Some(existing.canonicalize().ok()?.join(rest))
+                    })
                 });
                 if let Some(real) = real
                     && real != home

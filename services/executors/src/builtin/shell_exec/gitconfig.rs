@@ -266,8 +266,9 @@ pub fn refused_repository(start: &Path, workspace: &Path) -> Option<String> {
 /// The most repositories (nested, worktrees, common folders) one check reads.
 const MAX_REPOSITORIES: usize = 64;
 
-/// The most entries of a work tree read looking for nested repositories (beyond, the
-/// environment and the refused `ignore` keep git out of the ones not seen).
+/// The most entries of a work tree read looking for nested repositories: git is refused
+/// in a larger one (`git add -u` goes into a nested repository whatever the environment
+/// says, so one the walk did not reach would run unread).
 const MAX_TREE_ENTRIES: usize = 50_000;
 
 /// The git folders of the repositories nested in the work tree `top` (its own `.git` left
@@ -280,7 +281,10 @@ fn nested_git(top: &Path, workspace: &Path) -> Result<Vec<std::path::PathBuf>, S
         let Ok(entry) = entry else { continue };
         read += 1;
         if read > MAX_TREE_ENTRIES {
-            break;
+            return Err(format!(
+                "{} holds more than {MAX_TREE_ENTRIES} files: git runs only where the check can read every repository it may go into",
+                top.display()
+            ));
         }
         if entry.depth() == 0 || entry.file_name() != ".git" {
             continue;
@@ -495,6 +499,14 @@ mod tests {
         let why = refused_repository(&ws.join("outer"), &ws).unwrap();
         assert!(why.contains("`ignore`"), "{why}");
         assert!(refused_config("[submodule \"s\"]\n\tignore = none\n").is_some());
+        // Tenth review: a work tree too large to walk whole is refused, not half read.
+        std::fs::remove_file(ws.join("outer/.gitmodules")).unwrap();
+        std::fs::create_dir_all(ws.join("outer/bulk")).unwrap();
+        for i in 0..=MAX_TREE_ENTRIES {
+            std::fs::write(ws.join(format!("outer/bulk/f{i}")), "").unwrap();
+        }
+        let why = refused_repository(&ws.join("outer"), &ws).unwrap();
+        assert!(why.contains("more than 50000 files"), "{why}");
     }
 
     /// Issue 38, break 5: a `.git` file's `gitdir:` was followed anywhere (planted with
