@@ -333,7 +333,11 @@ impl PlannerApi {
         // before the claim, so a refusal leaves the turn as it was).
         self.paired_at(caller, &checkpoint.principal(), checkpoint.level)
             .await?;
-        if !store.claim_suspended(&found.turn_id, now_ms()).await? {
+        let token = found.approval_token.as_deref().unwrap_or_default();
+        if !store
+            .claim_suspended_at(&found.turn_id, Some(token), now_ms())
+            .await?
+        {
             return Err(Error::AlreadyResuming(found.turn_id));
         }
         Ok(checkpoint)

@@ -406,9 +406,22 @@ impl Store {
     /// by a replica whose lease expired (it died before applying the decision). `true`
     /// when this caller won it.
     pub async fn claim_suspended(&self, turn_id: &str, now_ms: i64) -> Result<bool, sqlx::Error> {
+        self.claim_suspended_at(turn_id, None, now_ms).await
+    }
+
+    /// [`Store::claim_suspended`], only while the turn still waits on the card `token` it
+    /// was read with (`Some("")`: on none): a turn that went on and waits on another card
+    /// since is not resumed from the checkpoint read before.
+    pub async fn claim_suspended_at(
+        &self,
+        turn_id: &str,
+        token: Option<&str>,
+        now_ms: i64,
+    ) -> Result<bool, sqlx::Error> {
         let sql = "UPDATE turns SET state = 'resuming', updated_at = $2, owner = $3, owner_run = $4, \
                    lease_until = $5 \
-                   WHERE turn_id = $1 AND (state = 'suspended' OR (state = 'resuming' AND lease_until < $2))";
+                   WHERE turn_id = $1 AND (state = 'suspended' OR (state = 'resuming' AND lease_until < $2)) \
+                   AND ($6 IS NULL OR COALESCE(approval_token, '') = $6)";
         let h = &self.holder;
         let affected = self
             .execute(
@@ -419,6 +432,7 @@ impl Store {
                     Bind::Text(&h.replica),
                     Bind::Text(&h.run),
                     Bind::Int(self.lease_from(now_ms)),
+                    Bind::OptText(token),
                 ]),
             )
             .await?;

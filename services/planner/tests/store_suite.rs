@@ -72,6 +72,36 @@ async fn a_suspended_turn_is_claimed_exactly_once(test: TestStore) {
     assert!(!store.claim_suspended("t1", 4).await.unwrap());
 }
 
+/// Eleventh review of issue 38: a resume that read the turn while it waited on one card
+/// does not claim it once it waits on another (its checkpoint would be the old one).
+async fn a_turn_is_claimed_only_while_it_waits_on_the_card_it_was_read_with(test: TestStore) {
+    let store = open(&test).await;
+    store
+        .insert_turn("tc", "telegram", "42", "{}", "{}", 1)
+        .await
+        .unwrap();
+    store
+        .save("tc", State::Suspended, Some("second"), "{\"x\":2}", 2)
+        .await
+        .unwrap();
+    assert!(
+        !store
+            .claim_suspended_at("tc", Some("first"), 3)
+            .await
+            .unwrap()
+    );
+    assert_eq!(
+        store.get("tc").await.unwrap().unwrap().state,
+        State::Suspended
+    );
+    assert!(
+        store
+            .claim_suspended_at("tc", Some("second"), 3)
+            .await
+            .unwrap()
+    );
+}
+
 async fn cancel_is_a_flag_any_replica_sees(test: TestStore) {
     let store = open(&test).await;
     store
@@ -450,6 +480,7 @@ metnos_kit::store_suite!(
     a_cancel_wins_over_a_later_commit_to_run,
     a_dead_resumers_turn_waits_again_and_a_restarted_replica_frees_its_own_at_once,
     a_suspended_turn_is_claimed_exactly_once,
+    a_turn_is_claimed_only_while_it_waits_on_the_card_it_was_read_with,
     cancel_is_a_flag_any_replica_sees,
     the_scratchpad_is_per_turn_and_pruned_after_its_turn_ends,
 );

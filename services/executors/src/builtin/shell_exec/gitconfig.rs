@@ -217,20 +217,7 @@ pub fn refused_repository(start: &Path, workspace: &Path) -> Option<String> {
     // A repository nested in a work tree (a submodule added in place) is one git may go
     // into from the outer one (`submodule.<name>.ignore`): its own configuration counts.
     for top in &work_trees {
-        let modules = top.join(".gitmodules");
-        match read_inside(&modules, workspace) {
-            Err(why) => return Some(why),
-            Ok(Some(text)) => {
-                if let Some(why) = refused_config(&text) {
-                    return Some(format!(
-                        "git is not run with the repository's {}: {why}",
-                        modules.display()
-                    ));
-                }
-            }
-            Ok(None) => {}
-        }
-        match nested_git(top, workspace) {
+        match work_tree_repositories(top, workspace) {
             Ok(nested) => git_dirs.extend(nested),
             Err(why) => return Some(why),
         }
@@ -258,9 +245,66 @@ pub fn refused_repository(start: &Path, workspace: &Path) -> Option<String> {
         if let Some(why) = refused_git_dir(&git_dir, workspace) {
             return Some(why);
         }
+        // A work tree the repository names (`core.worktree`) is where git works: its
+        // nested repositories count as much as the folder's own.
+        let named = match named_work_trees(&git_dir, workspace) {
+            Ok(named) => named,
+            Err(why) => return Some(why),
+        };
+        for top in named {
+            if work_trees.contains(&top) {
+                continue;
+            }
+            match work_tree_repositories(&top, workspace) {
+                Ok(nested) => git_dirs.extend(nested),
+                Err(why) => return Some(why),
+            }
+            work_trees.push(top);
+        }
         seen.push(git_dir);
     }
     None
+}
+
+/// The repositories git may go into from the work tree `top`: its `.gitmodules` checked
+/// (an `ignore` there lets git in), the git folders nested in it.
+fn work_tree_repositories(top: &Path, workspace: &Path) -> Result<Vec<std::path::PathBuf>, String> {
+    let modules = top.join(".gitmodules");
+    if let Some(text) = read_inside(&modules, workspace)?
+        && let Some(why) = refused_config(&text)
+    {
+        return Err(format!(
+            "git is not run with the repository's {}: {why}",
+            modules.display()
+        ));
+    }
+    nested_git(top, workspace)
+}
+
+/// The work trees a git folder's configuration names (`core.worktree`, read coarsely: any
+/// `worktree = …` line), resolved from the git folder as git does; one outside the
+/// workspace is refused.
+fn named_work_trees(git_dir: &Path, workspace: &Path) -> Result<Vec<std::path::PathBuf>, String> {
+    let mut named = Vec::new();
+    for file in ["config", "config.worktree"] {
+        let path = git_dir.join(file);
+        let Some(text) = read_inside(&path, workspace)? else {
+            continue;
+        };
+        for line in text.lines() {
+            let Some((key, value)) = line.split_once('=') else {
+                continue;
+            };
+            if !key.trim().eq_ignore_ascii_case("worktree") {
+                continue;
+            }
+            let value = value.trim().trim_matches('"');
+            let top = within(&git_dir.join(value), workspace)
+                .map_err(|()| leaves(&path, "core.worktree"))?;
+            named.push(top);
+        }
+    }
+    Ok(named)
 }
 
 /// The most repositories (nested, worktrees, common folders) one check reads.
@@ -499,6 +543,31 @@ mod tests {
         let why = refused_repository(&ws.join("outer"), &ws).unwrap();
         assert!(why.contains("`ignore`"), "{why}");
         assert!(refused_config("[submodule \"s\"]\n\tignore = none\n").is_some());
+        // Eleventh review: a repository whose `core.worktree` is elsewhere in the workspace
+        // works there: the repositories nested in that tree count.
+        std::fs::create_dir_all(ws.join("tree/sub/.git")).unwrap();
+        std::fs::write(
+            ws.join("tree/sub/.git/config"),
+            "[filter \"x\"]\n\tclean = sh run.sh\n",
+        )
+        .unwrap();
+        std::fs::create_dir_all(ws.join("other/.git")).unwrap();
+        std::fs::write(
+            ws.join("other/.git/config"),
+            "[core]\n\tworktree = ../../tree\n",
+        )
+        .unwrap();
+        let why = refused_repository(&ws.join("other"), &ws).unwrap();
+        assert!(why.contains("filter"), "{why}");
+        std::fs::write(
+            ws.join("other/.git/config"),
+            "[core]\n\tworktree = ../../../elsewhere\n",
+        )
+        .unwrap();
+        let why = refused_repository(&ws.join("other"), &ws).unwrap();
+        assert!(why.contains("core.worktree"), "{why}");
+        std::fs::remove_dir_all(ws.join("other")).unwrap();
+        std::fs::remove_dir_all(ws.join("tree")).unwrap();
         // Tenth review: a work tree too large to walk whole is refused, not half read.
         std::fs::remove_file(ws.join("outer/.gitmodules")).unwrap();
         std::fs::create_dir_all(ws.join("outer/bulk")).unwrap();
