@@ -163,10 +163,11 @@ impl Planner {
         (rx, guard)
     }
 
-    /// Claims a suspended turn (or one whose resumer's lease expired) for this process.
-    pub(crate) async fn claim(&self, turn_id: &str) -> bool {
+    /// Claims a suspended turn (or one whose resumer's lease expired) for this process,
+    /// while it still waits on the card `token` its checkpoint was read with.
+    pub(crate) async fn claim(&self, turn_id: &str, token: &str) -> bool {
         self.store
-            .claim_suspended(turn_id, now_ms())
+            .claim_suspended_at(turn_id, Some(token), now_ms())
             .await
             .unwrap_or(false)
     }
@@ -357,7 +358,12 @@ impl Planner {
             }
             if *cancel.borrow() || standing.is_some_and(|s| s.cancel_requested) {
                 // A waiting turn is ended by whoever claims it (only one does).
-                if waiting && !self.claim(&cp.turn_id).await {
+                let token = cp
+                    .pending
+                    .as_ref()
+                    .map(|p| p.token.clone())
+                    .unwrap_or_default();
+                if waiting && !self.claim(&cp.turn_id, &token).await {
                     return;
                 }
                 if let Some(p) = cp.pending.take() {

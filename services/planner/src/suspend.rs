@@ -165,7 +165,7 @@ impl Planner {
             if !ended
                 || !self
                     .store
-                    .claim_suspended(&found.turn_id, now_ms())
+                    .claim_suspended_at(&found.turn_id, Some(&pending.token), now_ms())
                     .await
                     .unwrap_or(false)
             {
@@ -239,7 +239,7 @@ impl Planner {
                 Ok(p) => p.status != approval::ApprovalStatus::Pending as i32,
                 Err(status) => status.code() == tonic::Code::NotFound,
             };
-            if !decided || !self.claim(&found.turn_id).await {
+            if !decided || !self.claim(&found.turn_id, &pending.token).await {
                 continue;
             }
             resumed += 1;
@@ -496,7 +496,11 @@ impl Planner {
         if takeable {
             let mut checkpoint = serde_json::from_str::<Checkpoint>(&found.checkpoint)
                 .map_err(crate::error::Error::UnreadableCheckpoint)?;
-            if store.claim_suspended(turn_id, now_ms()).await? {
+            let token = found.approval_token.as_deref().unwrap_or_default();
+            if store
+                .claim_suspended_at(turn_id, Some(token), now_ms())
+                .await?
+            {
                 self.cancel_claimed(&mut checkpoint).await;
                 return Ok(true);
             }
@@ -731,7 +735,7 @@ impl Planner {
             () = sink.closed() => return self.wait_elsewhere(cp, &pending, claimed).await,
             () = self.cancelled(&turn_id, cancel) => {
                 // A waiting turn is ended by whoever claims it (only one does).
-                if !claimed && !self.claim(&turn_id).await {
+                if !claimed && !self.claim(&turn_id, &pending.token).await {
                     return None;
                 }
                 let _ = self.filters.cancel(&pending.token, "the turn was cancelled").await;
@@ -747,7 +751,7 @@ impl Planner {
             }
         };
         // Only one caller continues a turn: the one that claims it.
-        if !claimed && !self.claim(&cp.turn_id).await {
+        if !claimed && !self.claim(&cp.turn_id, &pending.token).await {
             let suspended = pb::TurnSuspended {
                 turn_id: cp.turn_id.clone(),
                 token: pending.token.clone(),

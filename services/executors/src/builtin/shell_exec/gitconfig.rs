@@ -158,6 +158,14 @@ pub fn refused_config(text: &str) -> Option<String> {
         if key == "ignore" {
             return Some("it sets `ignore`, which lets git go into a nested repository".to_owned());
         }
+        // `core.worktree` moves git's work tree where the check does not look (however
+        // the value is spelled: quoted, escaped, commented).
+        if key == "worktree" {
+            return Some(
+                "it sets `worktree`, which moves git's work tree where the check does not look"
+                    .to_owned(),
+            );
+        }
         let value = line.split_once('=').map_or("", |(_, v)| v);
         let value = value.trim().trim_start_matches('"').trim_start();
         if value.starts_with('!') {
@@ -245,22 +253,6 @@ pub fn refused_repository(start: &Path, workspace: &Path) -> Option<String> {
         if let Some(why) = refused_git_dir(&git_dir, workspace) {
             return Some(why);
         }
-        // A work tree the repository names (`core.worktree`) is where git works: its
-        // nested repositories count as much as the folder's own.
-        let named = match named_work_trees(&git_dir, workspace) {
-            Ok(named) => named,
-            Err(why) => return Some(why),
-        };
-        for top in named {
-            if work_trees.contains(&top) {
-                continue;
-            }
-            match work_tree_repositories(&top, workspace) {
-                Ok(nested) => git_dirs.extend(nested),
-                Err(why) => return Some(why),
-            }
-            work_trees.push(top);
-        }
         seen.push(git_dir);
     }
     None
@@ -279,32 +271,6 @@ fn work_tree_repositories(top: &Path, workspace: &Path) -> Result<Vec<std::path:
         ));
     }
     nested_git(top, workspace)
-}
-
-/// The work trees a git folder's configuration names (`core.worktree`, read coarsely: any
-/// `worktree = …` line), resolved from the git folder as git does; one outside the
-/// workspace is refused.
-fn named_work_trees(git_dir: &Path, workspace: &Path) -> Result<Vec<std::path::PathBuf>, String> {
-    let mut named = Vec::new();
-    for file in ["config", "config.worktree"] {
-        let path = git_dir.join(file);
-        let Some(text) = read_inside(&path, workspace)? else {
-            continue;
-        };
-        for line in text.lines() {
-            let Some((key, value)) = line.split_once('=') else {
-                continue;
-            };
-            if !key.trim().eq_ignore_ascii_case("worktree") {
-                continue;
-            }
-            let value = value.trim().trim_matches('"');
-            let top = within(&git_dir.join(value), workspace)
-                .map_err(|()| leaves(&path, "core.worktree"))?;
-            named.push(top);
-        }
-    }
-    Ok(named)
 }
 
 /// The most repositories (nested, worktrees, common folders) one check reads.
@@ -361,7 +327,11 @@ fn nested_git(top: &Path, workspace: &Path) -> Result<Vec<std::path::PathBuf>, S
 /// however) is refused, and nothing there is read.
 fn within(path: &Path, workspace: &Path) -> Result<std::path::PathBuf, ()> {
     let lexical = crate::scope::normalize(path);
-    let real = crate::scope::resolve(&lexical).unwrap_or_else(|_| lexical.clone());
+    // As the kernel goes: links first, then `..` (`lnk/../x` is beside the link's target);
+    // what does not exist yet, as far as it does.
+    let real = std::fs::canonicalize(path)
+        .or_else(|_| crate::scope::resolve(&lexical))
+        .unwrap_or_else(|_| lexical.clone());
     let readable = |p: &Path| {
         metnos_core::forbidden::first_match(
             &p.to_string_lossy(),
@@ -544,7 +514,7 @@ mod tests {
         assert!(why.contains("`ignore`"), "{why}");
         assert!(refused_config("[submodule \"s\"]\n\tignore = none\n").is_some());
         // Eleventh review: a repository whose `core.worktree` is elsewhere in the workspace
-        // works there: the repositories nested in that tree count.
+        // works where the check does not look: refused, however spelled.
         std::fs::create_dir_all(ws.join("tree/sub/.git")).unwrap();
         std::fs::write(
             ws.join("tree/sub/.git/config"),
@@ -558,14 +528,17 @@ mod tests {
         )
         .unwrap();
         let why = refused_repository(&ws.join("other"), &ws).unwrap();
-        assert!(why.contains("filter"), "{why}");
-        std::fs::write(
-            ws.join("other/.git/config"),
-            "[core]\n\tworktree = ../../../elsewhere\n",
-        )
-        .unwrap();
-        let why = refused_repository(&ws.join("other"), &ws).unwrap();
-        assert!(why.contains("core.worktree"), "{why}");
+        assert!(why.contains("`worktree`"), "{why}");
+        // Twelfth review: however it is spelled.
+        for spelled in [
+            "[core]\n\tworktree = ../../tree # c\n",
+            "[core] WorkTree = \"../\"tree\n",
+            "[core \"x\"]\n\tworktree = ../../tree\n",
+        ] {
+            std::fs::write(ws.join("other/.git/config"), spelled).unwrap();
+            let why = refused_repository(&ws.join("other"), &ws).unwrap();
+            assert!(why.contains("`worktree`"), "{spelled}: {why}");
+        }
         std::fs::remove_dir_all(ws.join("other")).unwrap();
         std::fs::remove_dir_all(ws.join("tree")).unwrap();
         // Tenth review: a work tree too large to walk whole is refused, not half read.
