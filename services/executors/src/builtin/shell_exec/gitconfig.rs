@@ -130,7 +130,14 @@ pub fn refused_config(text: &str) -> Option<String> {
             continue;
         }
         if let Some(header) = line.strip_prefix('[') {
-            let (inside, after) = header.split_once(']').unwrap_or((header, ""));
+            // The header ends at the first `]` outside a quoted subsection (`[x "a]b"]`).
+            let end = header_end(header).unwrap_or(header.len());
+            let (inside, after) = (&header[..end], header.get(end + 1..).unwrap_or(""));
+            // git reads more than one header on a line (`[x][core]worktree = …`): this
+            // reading does not, so such a line is refused rather than misread.
+            if after.trim_start().starts_with('[') {
+                return Some("it has more than one section header on a line".to_owned());
+            }
             let section: String = inside
                 .trim_start()
                 .chars()
@@ -174,6 +181,23 @@ pub fn refused_config(text: &str) -> Option<String> {
         let lower = value.to_ascii_lowercase();
         if lower.contains("ext::") || lower.contains("fd::") {
             return Some(format!("`{key}` names a transport that runs a command"));
+        }
+    }
+    None
+}
+
+/// Where a section header's `]` is in `header` (the text after its `[`): the first one
+/// outside double quotes, a `\` escaping the next character inside them.
+fn header_end(header: &str) -> Option<usize> {
+    let mut quoted = false;
+    let mut escaped = false;
+    for (i, c) in header.char_indices() {
+        match c {
+            _ if escaped => escaped = false,
+            '\\' if quoted => escaped = true,
+            '"' => quoted = !quoted,
+            ']' if !quoted => return Some(i),
+            _ => {}
         }
     }
     None
@@ -529,15 +553,21 @@ mod tests {
         .unwrap();
         let why = refused_repository(&ws.join("other"), &ws).unwrap();
         assert!(why.contains("`worktree`"), "{why}");
-        // Twelfth review: however it is spelled.
+        // Twelfth and thirteenth reviews: however it is spelled, behind another header.
         for spelled in [
+            "[x][core]worktree = ../../tree\n",
+            "[x \"a]b\"][core]worktree = ../../tree\n",
+            "[a] [include] path = ../inc.cfg\n",
             "[core]\n\tworktree = ../../tree # c\n",
             "[core] WorkTree = \"../\"tree\n",
             "[core \"x\"]\n\tworktree = ../../tree\n",
         ] {
             std::fs::write(ws.join("other/.git/config"), spelled).unwrap();
             let why = refused_repository(&ws.join("other"), &ws).unwrap();
-            assert!(why.contains("`worktree`"), "{spelled}: {why}");
+            assert!(
+                why.contains("`worktree`") || why.contains("more than one section header"),
+                "{spelled}: {why}"
+            );
         }
         std::fs::remove_dir_all(ws.join("other")).unwrap();
         std::fs::remove_dir_all(ws.join("tree")).unwrap();

@@ -516,6 +516,11 @@ const GIT_REFUSED_LONG: &[(&str, &str)] = &[
     ),
     // A repository nested in the workspace's keeps a configuration of its own (a filter
     // planted there after the check read it): git does not go into one.
+    // A template's `config` and hooks are copied into the new repository as they are.
+    (
+        "--template",
+        "copies a folder's files into the repository's own (its configuration, its hooks)",
+    ),
     (
         "--recurse-submodules",
         "goes into nested repositories, whose configuration is not checked",
@@ -856,6 +861,9 @@ mod tests {
             assert!(why.contains("nested repositories"), "{refused}: {why}");
         }
         assert!(git_check("submodule status", &workspace).is_ok());
+        // Thirteenth review: a template's config is copied as it is, in any workspace.
+        let why = git_check("init --templ=tpl b", &workspace).unwrap_err();
+        assert!(why.contains("--template"), "{why}");
     }
 
     /// Seventh review of issue 38: a link named `-g` led into `.git` past the check.
