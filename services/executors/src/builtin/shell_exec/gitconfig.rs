@@ -211,6 +211,9 @@ fn refused_todo(text: &str) -> bool {
     })
 }
 
+/// The largest file the check reads (a configuration, a pointer, a to-do list).
+const MAX_READ: u64 = 1 << 20;
+
 /// The most configuration files read below one git folder (submodules, worktrees).
 const MAX_FILES: usize = 256;
 
@@ -383,9 +386,16 @@ fn read_inside(path: &Path, workspace: &Path) -> Result<Option<String>, String> 
     let (file, _) = crate::open::open_file_to_read(&real, &shown, workspace)
         .map_err(|why| format!("{shown}: {why}"))?;
     let mut bytes = Vec::new();
-    file.take(1 << 20)
+    file.take(MAX_READ + 1)
         .read_to_end(&mut bytes)
         .map_err(|e| format!("{shown}: {e}"))?;
+    // git reads the whole file: one the check could not read whole is refused, never
+    // judged by its first part (a filter written past the first MiB).
+    if bytes.len() as u64 > MAX_READ {
+        return Err(format!(
+            "{shown} is larger than {MAX_READ} bytes: git runs only with files the check reads whole"
+        ));
+    }
     Ok(Some(String::from_utf8_lossy(&bytes).into_owned()))
 }
 
@@ -420,9 +430,15 @@ fn refused_git_dir(git_dir: &Path, workspace: &Path) -> Option<String> {
         // A link named `config` is read where it leads, as git would (if that is inside).
         .filter(|e| e.file_type().is_file() || e.file_type().is_symlink())
         .filter(|e| matches!(e.file_name().to_str(), Some("config" | "config.worktree")))
-        .take(MAX_FILES)
         .map(|e| e.into_path());
-    for file in files {
+    for (read, file) in files.enumerate() {
+        // More than the check reads is refused, never skipped.
+        if read >= MAX_FILES {
+            return Some(format!(
+                "{} holds more than {MAX_FILES} configuration files: git runs only where the check reads each one",
+                git_dir.display()
+            ));
+        }
         let why = match read_inside(&file, workspace) {
             Err(why) => return Some(why),
             Ok(None) => continue,
@@ -571,8 +587,17 @@ mod tests {
         }
         std::fs::remove_dir_all(ws.join("other")).unwrap();
         std::fs::remove_dir_all(ws.join("tree")).unwrap();
-        // Tenth review: a work tree too large to walk whole is refused, not half read.
+        // Fourteenth review: a configuration longer than the check reads is refused, not
+        // judged by its first MiB.
         std::fs::remove_file(ws.join("outer/.gitmodules")).unwrap();
+        let mut padded = "[pad]\n".to_owned();
+        padded.push_str(&format!("\tv = {}\n", "a".repeat(1 << 20)));
+        padded.push_str("[filter \"x\"]\n\tclean = sh -c evil\n");
+        std::fs::write(ws.join("outer/.git/config"), padded).unwrap();
+        let why = refused_repository(&ws.join("outer"), &ws).unwrap();
+        assert!(why.contains("larger than"), "{why}");
+        std::fs::write(ws.join("outer/.git/config"), "[core]\n").unwrap();
+        // Tenth review: a work tree too large to walk whole is refused, not half read.
         std::fs::create_dir_all(ws.join("outer/bulk")).unwrap();
         for i in 0..=MAX_TREE_ENTRIES {
             std::fs::write(ws.join(format!("outer/bulk/f{i}")), "").unwrap();
