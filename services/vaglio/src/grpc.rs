@@ -397,135 +397,7 @@ impl VaglioService for VaglioApi {
                 "only the planner makes real evaluations; the owner may dry-run one",
             ));
         }
-        let p = r
-            .proposal
-            .ok_or_else(|| Status::invalid_argument("proposal is missing"))?;
-        limits::all(&[
-            ("proposal.proposal_id", &p.proposal_id, 128),
-            ("proposal.kind", &p.kind, 128),
-            ("proposal.effect_class", &p.effect_class, 128),
-            ("proposal.description", &p.description, 2048),
-            ("proposal.channel", &p.channel, 64),
-            ("proposal.schedule_id", &p.schedule_id, 128),
-            ("proposal.session_id", &p.session_id, 128),
-        ])
-        .map_err(Error::from)?;
-        // Words the ledger, the never-list and the logs key on: one spelling each.
-        let id_chars = |c: char| c.is_ascii_alphanumeric() || matches!(c, '_' | '.' | ':' | '-');
-        let class_chars = |c: char| {
-            c.is_ascii_lowercase() || c.is_ascii_digit() || matches!(c, '_' | '.' | ':' | '/' | '-')
-        };
-        let channel_chars =
-            |c: char| c.is_ascii_lowercase() || c.is_ascii_digit() || matches!(c, '_' | '-');
-        for (field, value, allowed, required, what) in [
-            (
-                "proposal.proposal_id",
-                &p.proposal_id,
-                &id_chars as &dyn Fn(char) -> bool,
-                true,
-                "letters, digits, _ . : -",
-            ),
-            (
-                "proposal.schedule_id",
-                &p.schedule_id,
-                &id_chars,
-                false,
-                "letters, digits, _ . : -",
-            ),
-            (
-                "proposal.session_id",
-                &p.session_id,
-                &id_chars,
-                false,
-                "letters, digits, _ . : -",
-            ),
-            (
-                "proposal.kind",
-                &p.kind,
-                &class_chars,
-                true,
-                "lower-case letters, digits, _ . : / -",
-            ),
-            (
-                "proposal.effect_class",
-                &p.effect_class,
-                &class_chars,
-                true,
-                "lower-case letters, digits, _ . : / -",
-            ),
-            (
-                "proposal.channel",
-                &p.channel,
-                &channel_chars,
-                true,
-                "lower-case letters, digits, _ -",
-            ),
-        ] {
-            if required && value.is_empty() {
-                return Err(Status::invalid_argument(format!("{field} is empty")));
-            }
-            if !value.chars().all(allowed) {
-                return Err(Status::invalid_argument(format!(
-                    "{field} may hold only {what}"
-                )));
-            }
-        }
-        if p.description.chars().any(char::is_control) {
-            return Err(Status::invalid_argument(
-                "proposal.description is one line: no control characters",
-            ));
-        }
-        let origin = match pb::ProposalOrigin::try_from(p.origin) {
-            Ok(pb::ProposalOrigin::Spontaneous) => Origin::Adhoc,
-            Ok(pb::ProposalOrigin::SchedulerInCadence) => Origin::SchedulerInCadence,
-            Ok(pb::ProposalOrigin::SchedulerOutOfCadence) => Origin::SchedulerOffCadence,
-            Ok(pb::ProposalOrigin::ExplicitRequest) => Origin::ExplicitRequest,
-            _ => return Err(Status::invalid_argument("proposal.origin is unspecified")),
-        };
-        let urgency = if r.urgency_hint == 0.0 {
-            1.0
-        } else {
-            r.urgency_hint
-        };
-        if !(0.5..=2.0).contains(&urgency) {
-            return Err(Status::invalid_argument(format!(
-                "urgency_hint must be from 0.5 to 2 (or 0 for 1), got {}",
-                r.urgency_hint
-            )));
-        }
-        let confidence = r.confidence.unwrap_or(1.0);
-        if !(0.0..=1.0).contains(&confidence) {
-            return Err(Status::invalid_argument(format!(
-                "confidence must be from 0 to 1, got {confidence}"
-            )));
-        }
-        let person = principal_of("proposal.principal", p.principal.as_ref())?;
-        // A proposal goes to its person on their channel: the quotas are that channel's.
-        if person.channel != p.channel {
-            return Err(Status::invalid_argument(format!(
-                "proposal.channel `{}` is not the channel of proposal.principal (`{}`)",
-                p.channel, person.channel
-            )));
-        }
-        if p.channel == "cli" && p.session_id.is_empty() {
-            return Err(Status::invalid_argument(
-                "proposal.session_id is empty: the CLI's quota is per session",
-            ));
-        }
-        let proposal = ProposalIn {
-            proposal_id: p.proposal_id,
-            kind: p.kind,
-            effect_class: p.effect_class,
-            description: p.description,
-            channel: p.channel,
-            origin,
-            schedule_id: p.schedule_id,
-            person,
-            session_id: p.session_id,
-            level: metnos_core::AutonomyLevel::from_wire(p.level).ok(),
-            urgency,
-            confidence,
-        };
+        let proposal = proposal_in(&r)?;
         // Ids, scores and the decision — never the proposal's words.
         let span = tracing::info_span!(
             "telos.evaluate",
@@ -796,4 +668,144 @@ impl VaglioService for VaglioApi {
             )))
         }
     }
+}
+
+/// The proposal an evaluation request carries, each field checked: bounded, in its own
+/// alphabet, a known origin, urgency and confidence in range, the principal's own channel.
+fn proposal_in(r: &pb::EvaluateProposalRequest) -> Result<ProposalIn, Status> {
+    let p = r
+        .proposal
+        .clone()
+        .ok_or_else(|| Status::invalid_argument("proposal is missing"))?;
+    limits::all(&[
+        ("proposal.proposal_id", &p.proposal_id, 128),
+        ("proposal.kind", &p.kind, 128),
+        ("proposal.effect_class", &p.effect_class, 128),
+        ("proposal.description", &p.description, 2048),
+        ("proposal.channel", &p.channel, 64),
+        ("proposal.schedule_id", &p.schedule_id, 128),
+        ("proposal.session_id", &p.session_id, 128),
+    ])
+    .map_err(Error::from)?;
+    check_words(&p)?;
+    if p.description.chars().any(char::is_control) {
+        return Err(Status::invalid_argument(
+            "proposal.description is one line: no control characters",
+        ));
+    }
+    let origin = match pb::ProposalOrigin::try_from(p.origin) {
+        Ok(pb::ProposalOrigin::Spontaneous) => Origin::Adhoc,
+        Ok(pb::ProposalOrigin::SchedulerInCadence) => Origin::SchedulerInCadence,
+        Ok(pb::ProposalOrigin::SchedulerOutOfCadence) => Origin::SchedulerOffCadence,
+        Ok(pb::ProposalOrigin::ExplicitRequest) => Origin::ExplicitRequest,
+        _ => return Err(Status::invalid_argument("proposal.origin is unspecified")),
+    };
+    let urgency = if r.urgency_hint == 0.0 {
+        1.0
+    } else {
+        r.urgency_hint
+    };
+    if !(0.5..=2.0).contains(&urgency) {
+        return Err(Status::invalid_argument(format!(
+            "urgency_hint must be from 0.5 to 2 (or 0 for 1), got {}",
+            r.urgency_hint
+        )));
+    }
+    let confidence = r.confidence.unwrap_or(1.0);
+    if !(0.0..=1.0).contains(&confidence) {
+        return Err(Status::invalid_argument(format!(
+            "confidence must be from 0 to 1, got {confidence}"
+        )));
+    }
+    let person = principal_of("proposal.principal", p.principal.as_ref())?;
+    // A proposal goes to its person on their channel: the quotas are that channel's.
+    if person.channel != p.channel {
+        return Err(Status::invalid_argument(format!(
+            "proposal.channel `{}` is not the channel of proposal.principal (`{}`)",
+            p.channel, person.channel
+        )));
+    }
+    if p.channel == "cli" && p.session_id.is_empty() {
+        return Err(Status::invalid_argument(
+            "proposal.session_id is empty: the CLI's quota is per session",
+        ));
+    }
+    Ok(ProposalIn {
+        proposal_id: p.proposal_id,
+        kind: p.kind,
+        effect_class: p.effect_class,
+        description: p.description,
+        channel: p.channel,
+        origin,
+        schedule_id: p.schedule_id,
+        person,
+        session_id: p.session_id,
+        level: metnos_core::AutonomyLevel::from_wire(p.level).ok(),
+        urgency,
+        confidence,
+    })
+}
+
+/// The words the ledger, the never-list and the logs key on have one spelling each.
+fn check_words(p: &pb::ActionProposal) -> Result<(), Status> {
+    let id_chars = |c: char| c.is_ascii_alphanumeric() || matches!(c, '_' | '.' | ':' | '-');
+    let class_chars = |c: char| {
+        c.is_ascii_lowercase() || c.is_ascii_digit() || matches!(c, '_' | '.' | ':' | '/' | '-')
+    };
+    let channel_chars =
+        |c: char| c.is_ascii_lowercase() || c.is_ascii_digit() || matches!(c, '_' | '-');
+    for (field, value, allowed, required, what) in [
+        (
+            "proposal.proposal_id",
+            &p.proposal_id,
+            &id_chars as &dyn Fn(char) -> bool,
+            true,
+            "letters, digits, _ . : -",
+        ),
+        (
+            "proposal.schedule_id",
+            &p.schedule_id,
+            &id_chars,
+            false,
+            "letters, digits, _ . : -",
+        ),
+        (
+            "proposal.session_id",
+            &p.session_id,
+            &id_chars,
+            false,
+            "letters, digits, _ . : -",
+        ),
+        (
+            "proposal.kind",
+            &p.kind,
+            &class_chars,
+            true,
+            "lower-case letters, digits, _ . : / -",
+        ),
+        (
+            "proposal.effect_class",
+            &p.effect_class,
+            &class_chars,
+            true,
+            "lower-case letters, digits, _ . : / -",
+        ),
+        (
+            "proposal.channel",
+            &p.channel,
+            &channel_chars,
+            true,
+            "lower-case letters, digits, _ -",
+        ),
+    ] {
+        if required && value.is_empty() {
+            return Err(Status::invalid_argument(format!("{field} is empty")));
+        }
+        if !value.chars().all(allowed) {
+            return Err(Status::invalid_argument(format!(
+                "{field} may hold only {what}"
+            )));
+        }
+    }
+    Ok(())
 }
