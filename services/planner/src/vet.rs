@@ -431,37 +431,7 @@ impl Planner {
         events: &mut Vec<pb::turn_event::Event>,
         started: Instant,
     ) -> Result<Option<String>, Refusal> {
-        let request = vaglio::JudgeRequest {
-            intent: cp.query.clone(),
-            executor: call.name.clone(),
-            args_json: args.to_string(),
-            context: Some(vaglio::JudgeContext {
-                mode: mode_name(cp.mode).to_owned(),
-                step: log.step,
-                capability: executor
-                    .manifest
-                    .capabilities
-                    .first()
-                    .cloned()
-                    .unwrap_or_default(),
-                critical: Some(executor.manifest.critical),
-                capabilities: executor.manifest.capabilities.clone(),
-                level: cp.level.to_wire(),
-                principal: Some(cp.principal().to_proto()),
-                read_private: !cp.read_private().is_empty(),
-                // Within the vaglio's limits (64 entries, a key of 128 bytes, 16 labels of
-                // 512): a long key or path is cut, never a reason to fail the call.
-                provenance: tainted
-                    .iter()
-                    .take(64)
-                    .map(|c| vaglio::Provenance {
-                        arg: cut(&c.arg, 128),
-                        sources: c.sources.iter().take(16).map(|l| cut(l, 512)).collect(),
-                        sink: c.sink,
-                    })
-                    .collect(),
-            }),
-        };
+        let request = judge_request(cp, call, executor, args, tainted, log.step);
         let ask_vaglio = async {
             let started = Instant::now();
             self.filters
@@ -502,43 +472,7 @@ impl Planner {
             unavailable("policy check", Dependency::Policy, cp.language, &status)
         })?;
         log.policy_us = took.as_micros() as u64;
-        log.policy = Some(match policy.outcome {
-            Outcome::Allowed => PolicyCheck::Allowed,
-            Outcome::ApprovalRequired => PolicyCheck::ApprovalRequired,
-            Outcome::Denied => PolicyCheck::Denied,
-        });
-        log.grant_id = policy.grant_id;
-        // Policy's reason as labels (its text names the target, a value the log never keeps).
-        let decided_on = if policy.approval_capability.is_empty() {
-            executor
-                .manifest
-                .capabilities
-                .first()
-                .cloned()
-                .unwrap_or_default()
-        } else {
-            policy.approval_capability.clone()
-        };
-        log.policy_reason = Some(format!(
-            "{} x {decided_on} = {}{}",
-            cp.level,
-            match policy.outcome {
-                Outcome::Allowed => "allowed",
-                Outcome::ApprovalRequired => "approval_required",
-                Outcome::Denied => "denied",
-            },
-            if policy.grant_id.is_some() {
-                " by a grant"
-            } else {
-                ""
-            }
-        ));
-        events.push(pb::turn_event::Event::PolicyOutcome(pb::PolicyOutcome {
-            step: log.step,
-            outcome: policy_to_wire(policy.outcome) as i32,
-            reason: policy.reason.clone(),
-            grant_id: policy.grant_id,
-        }));
+        note_policy(&policy, cp.level, executor, log, events);
         if policy.outcome == Outcome::Denied {
             log.checks_us = started.elapsed().as_micros() as u64;
             return Err(Refusal::Refused(format!(
@@ -557,27 +491,7 @@ impl Planner {
         })?;
         log.vaglio_us = took.as_micros() as u64;
         log.checks_us = started.elapsed().as_micros() as u64;
-        log.verdict = Some(if verdict.approved {
-            VerdictCheck::Approved
-        } else {
-            VerdictCheck::Blocked
-        });
-        log.verdict_score = Some(verdict.score);
-        log.verdict_rule = Some(if verdict.rule_id.is_empty() {
-            verdict.judge_kind.clone()
-        } else {
-            verdict.rule_id.clone()
-        })
-        .filter(|r| !r.is_empty());
-        let approved = verdict.approved;
-        let reason = verdict.reason.clone();
-        events.push(pb::turn_event::Event::Verdict(pb::VerdictGiven {
-            step: log.step,
-            verdict: Some(verdict),
-        }));
-        if !approved {
-            return Err(Refusal::Refused(format!("vaglio: {reason}")));
-        }
+        note_verdict(verdict, log, events)?;
         Ok((policy.outcome == Outcome::ApprovalRequired).then_some(policy.approval_capability))
     }
 
@@ -811,4 +725,126 @@ fn cut(text: &str, max: usize) -> String {
         end -= 1;
     }
     text[..end].to_owned()
+}
+
+/// What the vaglio is asked about a call: the person's words, the call, and its context
+/// (mode, step, capabilities, level, principal, whether the turn read private data, where
+/// its arguments' data came from).
+fn judge_request(
+    cp: &Checkpoint,
+    call: &Call,
+    executor: &Executor,
+    args: &Value,
+    tainted: &[taint::Carried],
+    step: u32,
+) -> vaglio::JudgeRequest {
+    vaglio::JudgeRequest {
+        intent: cp.query.clone(),
+        executor: call.name.clone(),
+        args_json: args.to_string(),
+        context: Some(vaglio::JudgeContext {
+            mode: mode_name(cp.mode).to_owned(),
+            step,
+            capability: executor
+                .manifest
+                .capabilities
+                .first()
+                .cloned()
+                .unwrap_or_default(),
+            critical: Some(executor.manifest.critical),
+            capabilities: executor.manifest.capabilities.clone(),
+            level: cp.level.to_wire(),
+            principal: Some(cp.principal().to_proto()),
+            read_private: !cp.read_private().is_empty(),
+            // Within the vaglio's limits (64 entries, a key of 128 bytes, 16 labels of
+            // 512): a long key or path is cut, never a reason to fail the call.
+            provenance: tainted
+                .iter()
+                .take(64)
+                .map(|c| vaglio::Provenance {
+                    arg: cut(&c.arg, 128),
+                    sources: c.sources.iter().take(16).map(|l| cut(l, 512)).collect(),
+                    sink: c.sink,
+                })
+                .collect(),
+        }),
+    }
+}
+
+/// Policy's answer, written in the step's log (its reason as labels: its text names the
+/// target, a value the log never keeps) and told as a turn event.
+fn note_policy(
+    policy: &Strictest,
+    level: metnos_core::AutonomyLevel,
+    executor: &Executor,
+    log: &mut StepLog,
+    events: &mut Vec<pb::turn_event::Event>,
+) {
+    log.policy = Some(match policy.outcome {
+        Outcome::Allowed => PolicyCheck::Allowed,
+        Outcome::ApprovalRequired => PolicyCheck::ApprovalRequired,
+        Outcome::Denied => PolicyCheck::Denied,
+    });
+    log.grant_id = policy.grant_id;
+    let decided_on = if policy.approval_capability.is_empty() {
+        executor
+            .manifest
+            .capabilities
+            .first()
+            .cloned()
+            .unwrap_or_default()
+    } else {
+        policy.approval_capability.clone()
+    };
+    log.policy_reason = Some(format!(
+        "{} x {decided_on} = {}{}",
+        level,
+        match policy.outcome {
+            Outcome::Allowed => "allowed",
+            Outcome::ApprovalRequired => "approval_required",
+            Outcome::Denied => "denied",
+        },
+        if policy.grant_id.is_some() {
+            " by a grant"
+        } else {
+            ""
+        }
+    ));
+    events.push(pb::turn_event::Event::PolicyOutcome(pb::PolicyOutcome {
+        step: log.step,
+        outcome: policy_to_wire(policy.outcome) as i32,
+        reason: policy.reason.clone(),
+        grant_id: policy.grant_id,
+    }));
+}
+
+/// The vaglio's verdict, written in the step's log and told as a turn event; a blocked
+/// call is refused with its reason.
+fn note_verdict(
+    verdict: vaglio::Verdict,
+    log: &mut StepLog,
+    events: &mut Vec<pb::turn_event::Event>,
+) -> Result<(), Refusal> {
+    log.verdict = Some(if verdict.approved {
+        VerdictCheck::Approved
+    } else {
+        VerdictCheck::Blocked
+    });
+    log.verdict_score = Some(verdict.score);
+    log.verdict_rule = Some(if verdict.rule_id.is_empty() {
+        verdict.judge_kind.clone()
+    } else {
+        verdict.rule_id.clone()
+    })
+    .filter(|r| !r.is_empty());
+    let approved = verdict.approved;
+    let reason = verdict.reason.clone();
+    events.push(pb::turn_event::Event::Verdict(pb::VerdictGiven {
+        step: log.step,
+        verdict: Some(verdict),
+    }));
+    if !approved {
+        return Err(Refusal::Refused(format!("vaglio: {reason}")));
+    }
+    Ok(())
 }
