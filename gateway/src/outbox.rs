@@ -18,8 +18,8 @@ use metnos_proto::approval::v1 as approval;
 use teloxide::payloads::{AnswerCallbackQuerySetters, EditMessageTextSetters, SendMessageSetters};
 use teloxide::prelude::Requester;
 use teloxide::types::{
-    CallbackQueryId, ChatAction, ChatId, InlineKeyboardButton, InlineKeyboardMarkup, MessageId,
-    ParseMode,
+    CallbackQueryId, ChatAction, ChatId, InlineKeyboardButton, InlineKeyboardMarkup,
+    LinkPreviewOptions, MessageId, ParseMode,
 };
 use teloxide::{ApiError, RequestError};
 
@@ -66,6 +66,17 @@ impl Limiter {
 /// How long a message is tried again for after network failures, and the first pause
 /// (doubled each time). Telegram's own "retry after" is waited out besides, up to
 /// [`RETRY_AFTER_TIMES`] times of at most [`RETRY_AFTER_LONGEST`] each.
+/// No message shows a link preview: Telegram's servers would fetch the first link in it
+/// (a model's answer, a card's URL with its query) before the person read a word, carrying
+/// whatever the link holds to its host with no card.
+const NO_PREVIEW: LinkPreviewOptions = LinkPreviewOptions {
+    is_disabled: true,
+    url: None,
+    prefer_small_media: false,
+    prefer_large_media: false,
+    show_above_text: false,
+};
+
 const RETRY_FOR: Duration = Duration::from_secs(15);
 const FIRST_PAUSE: Duration = Duration::from_millis(500);
 const RETRY_AFTER_TIMES: u32 = 3;
@@ -287,6 +298,7 @@ impl Outbox {
                 self.bot
                     .send_message(ChatId(chat), piece.clone())
                     .parse_mode(ParseMode::Html)
+                    .link_preview_options(NO_PREVIEW)
                     .into_future()
             })
             .await;
@@ -312,6 +324,7 @@ impl Outbox {
                 self.bot
                     .send_message(ChatId(chat), html.clone())
                     .parse_mode(ParseMode::Html)
+                    .link_preview_options(NO_PREVIEW)
                     .reply_markup(buttons.clone())
                     .into_future()
             })
@@ -364,7 +377,8 @@ impl Outbox {
                 let mut request = self
                     .bot
                     .edit_message_text(ChatId(chat), MessageId(message), html.clone())
-                    .parse_mode(ParseMode::Html);
+                    .parse_mode(ParseMode::Html)
+                    .link_preview_options(NO_PREVIEW);
                 if let Some(buttons) = &buttons {
                     request = request.reply_markup(buttons.clone());
                 }
@@ -395,6 +409,7 @@ impl Outbox {
                 self.bot
                     .edit_message_text(ChatId(chat), MessageId(message), body.clone())
                     .parse_mode(ParseMode::Html)
+                    .link_preview_options(NO_PREVIEW)
                     .into_future()
             })
             .await;

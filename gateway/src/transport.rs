@@ -82,10 +82,17 @@ fn client_language(code: Option<&str>) -> Language {
     Language::from_tag(code.unwrap_or("it"))
 }
 
+/// A text message a person sent the bot in their own private chat; a message in a group,
+/// a supergroup or a channel is not for the conversation (an answer, a card or a pairing
+/// code would be read there by everyone in it).
 fn message_in(message: &Message) -> Option<MessageIn> {
     let (Some(from), Some(text)) = (message.from.as_ref(), message.text()) else {
         return None;
     };
+    if !message.chat.is_private() || i64::try_from(from.id.0).ok() != Some(message.chat.id.0) {
+        tracing::debug!("a message outside its sender's private chat is ignored");
+        return None;
+    }
     let name = match &from.username {
         Some(username) => format!("{} (@{username})", from.first_name),
         None => from.first_name.clone(),

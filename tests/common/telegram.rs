@@ -127,6 +127,18 @@ impl FakeTelegram {
         self.push("message", message_json(id, chat, from, text))
     }
 
+    /// A text message from `from` in the group `chat` (a supergroup: its id is negative).
+    pub fn group_message(&self, chat: i64, from: Value, text: &str) -> u64 {
+        let id = {
+            let mut s = self.state.lock().unwrap();
+            s.next_message += 1;
+            s.next_message
+        };
+        let mut message = message_json(id, chat, from, text);
+        message["chat"] = json!({"id": chat, "type": "supergroup", "title": "Friends"});
+        self.push("message", message)
+    }
+
     /// A click on a button of the message `message_id` in `chat`, with `data`.
     pub fn click(&self, chat: i64, message_id: i64, from: Value, data: &str) -> u64 {
         let n = self.state.lock().unwrap().next_update;
