@@ -199,6 +199,9 @@ pub fn runs_code_later(
     if hidden_below(below) {
         return Some(HOME_HIDDEN);
     }
+    if python_in_home(below) {
+        return Some(INTERPRETER_STARTUP);
+    }
     // `~/bin`, `~/go/bin`, `~/miniconda3/bin`, `~/flutter/bin`: a folder of programs
     // wherever it is in the home, on the service's PATH or not.
     let parts: Vec<_> = below.components().collect();
@@ -231,7 +234,9 @@ pub fn runs_code_later_beside(
 /// (`.pth` files run their `import` lines), `sitecustomize.py`/`usercustomize.py`, conda's
 /// activation scripts — wherever they are (a virtual environment, a conda install) — and
 /// what decides where its code comes from: a venv's `pyvenv.cfg` (`home =` names the
-/// standard library it loads), `pip.conf` (the index the next `pip install` runs from).
+/// standard library it loads), `pip.conf` (the index the next `pip install` runs from);
+/// `readline.py` and `rlcompleter.py`, which Python's prompt imports from the folder it
+/// opens in.
 fn interpreter_startup(path: &std::path::Path) -> bool {
     let named = |part: &std::ffi::OsStr| {
         matches!(
@@ -247,8 +252,25 @@ fn interpreter_startup(path: &std::path::Path) -> bool {
         || file.ends_with(".pth")
         || matches!(
             file,
-            "sitecustomize.py" | "usercustomize.py" | "pyvenv.cfg" | "pip.conf"
+            "sitecustomize.py"
+                | "usercustomize.py"
+                | "pyvenv.cfg"
+                | "pip.conf"
+                | "readline.py"
+                | "rlcompleter.py"
         )
+}
+
+/// Whether `below` (a path under the home) is a module Python imports from the home, the
+/// folder a terminal opens in (Python puts the folder it starts in first on its path):
+/// `~/pip.py` runs at `python3 -m pip`, `~/venv/__main__.py` at `python3 -m venv`.
+fn python_in_home(below: &std::path::Path) -> bool {
+    let parts: Vec<&std::ffi::OsStr> = below.components().map(|c| c.as_os_str()).collect();
+    match parts.as_slice() {
+        [file] => file.to_str().is_some_and(|f| f.ends_with(".py")),
+        [_, file] => matches!(file.to_str(), Some("__init__.py" | "__main__.py")),
+        _ => false,
+    }
 }
 
 /// Whether a relative path has a hidden (dot) name.
@@ -265,6 +287,10 @@ pub const HOME_HIDDEN: &str = "write.home_hidden";
 pub const PROGRAM_FOLDER: &str = "write.program_folder";
 /// [`runs_code_later`]'s rule for what an interpreter runs at every start.
 pub const INTERPRETER_STARTUP: &str = "write.interpreter_startup";
+/// The rule for a folder git takes for a repository (a bare one, or `HEAD`, `objects` and
+/// `refs` planted side by side): its config, hooks and `HEAD` steer the person's next git
+/// command there. The path executors and the planner see the folder; a path alone cannot.
+pub const GIT_REPOSITORY: &str = "write.git_repository";
 /// The rule for an executable file the write would change (the path executors and the
 /// planner see its mode; a path alone cannot say).
 pub const EXECUTABLE: &str = "write.executable";
@@ -274,7 +300,9 @@ pub fn runs_code_later_reason(rule: &str) -> &'static str {
     if rule == PROGRAM_FOLDER {
         "a folder of programs you run by name (on your PATH, or a bin folder)"
     } else if rule == INTERPRETER_STARTUP {
-        "a file an interpreter runs at every start (Python's site folders, .pth files, conda's activation scripts)"
+        "a file an interpreter runs at every start (Python's site folders, .pth files, conda's activation scripts, a Python module in your home)"
+    } else if rule == GIT_REPOSITORY {
+        "a git repository's own files (its config, hooks and HEAD steer your next git command there)"
     } else if rule == EXECUTABLE {
         "an executable file (a program or script that runs when started)"
     } else {
@@ -631,6 +659,12 @@ mod tests {
             ),
             ("/srv/app/hooks.pth", INTERPRETER_STARTUP),
             ("/usr/local/bin/git", PROGRAM_FOLDER),
+            // Python imports from the folder it starts in, a terminal's first: the home.
+            ("/home/ada/pip.py", INTERPRETER_STARTUP),
+            ("/home/ada/venv/__main__.py", INTERPRETER_STARTUP),
+            ("/home/ada/json/__init__.py", INTERPRETER_STARTUP),
+            ("/home/ada/projects/site/readline.py", INTERPRETER_STARTUP),
+            ("/home/ada/rlcompleter.py", INTERPRETER_STARTUP),
         ] {
             assert_eq!(
                 first_match(written, Access::Write),
@@ -649,6 +683,9 @@ mod tests {
             "/home/ada/binder/x.txt",
             "/home/ada/notes/bin",
             "/home/ada/projects/bin-tools.md",
+            "/home/ada/projects/x/tool.py",
+            "/home/ada/projects/site/__main__.py",
+            "/home/ada/notes.pyc",
             "/home/ada",
             "/tmp/x",
             "/opt/tools/binaries/x",

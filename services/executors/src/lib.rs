@@ -6,6 +6,7 @@ pub mod builtin;
 pub mod catalog;
 pub mod digest;
 pub mod install;
+pub mod later;
 pub mod manifest;
 pub mod netguard;
 pub mod observation;

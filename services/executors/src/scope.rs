@@ -160,7 +160,119 @@ pub fn dotfile_targets(home: &Path, own: &[PathBuf]) -> Vec<PathBuf> {
             }
         }
     }
+    targets.extend(
+        sourced_files(home)
+            .into_iter()
+            .filter(|file| file != home && !home.starts_with(file)),
+    );
     targets
+}
+
+/// The shell start-up files whose `.` and `source` lines [`sourced_files`] follows.
+const SHELL_STARTUP: &[&str] = &[
+    ".bashrc",
+    ".bash_profile",
+    ".bash_login",
+    ".bash_aliases",
+    ".profile",
+    ".zshrc",
+    ".zshenv",
+    ".zprofile",
+    ".zlogin",
+    ".kshrc",
+    ".xprofile",
+    ".xsessionrc",
+    ".config/fish/config.fish",
+];
+
+/// The most files [`sourced_files`] reads.
+const SOURCED_FILES: usize = 64;
+
+/// The most bytes of each file [`sourced_files`] reads.
+const SOURCED_BYTES: u64 = 1 << 20;
+
+/// The files the shell's start-up files source by path (`. ~/google-cloud-sdk/path.bash.inc`,
+/// `source "$HOME/git-prompt.sh"`), and what those source in turn: they run at every new
+/// shell as much as `~/.bashrc` does. A path is taken when it is whole text (`~`, `$HOME`
+/// and `${HOME}` expanded, quotes removed, relative to the home); one built from other
+/// variables or a command's output cannot be known and is not followed.
+pub fn sourced_files(home: &Path) -> Vec<PathBuf> {
+    static SOURCE: std::sync::LazyLock<regex::Regex> = std::sync::LazyLock::new(|| {
+        regex::Regex::new(
+            r#"(?m)(?:^|[;&|({!]|\bthen|\bdo|\belse)\s*(?:\.|source)[ \t]+("[^"\n]*"|'[^'\n]*'|[^\s;&|)]+)"#,
+        )
+        .expect("the source-line pattern is valid")
+    });
+    let mut queue: std::collections::VecDeque<PathBuf> =
+        SHELL_STARTUP.iter().map(|name| home.join(name)).collect();
+    let mut read = std::collections::HashSet::new();
+    let mut found = Vec::new();
+    while let Some(file) = queue.pop_front() {
+        if read.len() >= SOURCED_FILES {
+            break;
+        }
+        let Ok(real) = file.canonicalize() else {
+            continue;
+        };
+        if !read.insert(real.clone()) {
+            continue;
+        }
+        let Some(text) = read_startup_file(&real) else {
+            continue;
+        };
+        for named in SOURCE.captures_iter(&text) {
+            let Some(path) = sourced_path(&named[1], home) else {
+                continue;
+            };
+            let path = resolve(&path).unwrap_or(path);
+            if !found.contains(&path) {
+                found.push(path.clone());
+                queue.push_back(path);
+            }
+        }
+    }
+    found
+}
+
+/// A start-up file's text: a regular file (a FIFO is not waited on), its first
+/// [`SOURCED_BYTES`].
+fn read_startup_file(real: &Path) -> Option<String> {
+    use rustix::fs::{FileType, Mode, OFlags};
+    use std::io::Read;
+    let flags = OFlags::RDONLY | OFlags::NOCTTY | OFlags::NONBLOCK | OFlags::CLOEXEC;
+    let fd = rustix::fs::open(real, flags, Mode::empty()).ok()?;
+    let stat = rustix::fs::fstat(&fd).ok()?;
+    if FileType::from_raw_mode(stat.st_mode) != FileType::RegularFile {
+        return None;
+    }
+    let mut bytes = Vec::new();
+    std::fs::File::from(fd)
+        .take(SOURCED_BYTES)
+        .read_to_end(&mut bytes)
+        .ok()?;
+    Some(String::from_utf8_lossy(&bytes).into_owned())
+}
+
+/// The file a `.`/`source` word names: quotes removed, `~`, `$HOME` and `${HOME}` at its
+/// start expanded, relative to the home; `None` when other variables, a command's output
+/// or a wildcard make it unknowable.
+fn sourced_path(word: &str, home: &Path) -> Option<PathBuf> {
+    let word = word
+        .strip_prefix('"')
+        .and_then(|w| w.strip_suffix('"'))
+        .or_else(|| word.strip_prefix('\'').and_then(|w| w.strip_suffix('\'')))
+        .unwrap_or(word);
+    let rest = ["~/", "$HOME/", "${HOME}/"]
+        .iter()
+        .find_map(|start| word.strip_prefix(start));
+    if word.is_empty()
+        || rest
+            .unwrap_or(word)
+            .contains(['$', '`', '*', '?', '[', '~'])
+    {
+        return None;
+    }
+    Some(normalize(&home.join(rest.unwrap_or(word))))
 }
 
 /// How many folders below `~` [`dotfile_targets`] reads (`~/.local/share/nvim/site/pack/
@@ -337,6 +449,57 @@ pub fn check_url(text: &str, patterns: &[String]) -> Result<url::Url, ScopeError
 
 #[cfg(test)]
 mod tests {
+    use super::*;
+
+    /// Fifteenth review of issue 38: what `~/.bashrc` sources by path runs at every new
+    /// shell (the Google Cloud SDK's `path.bash.inc`), and what that sources in turn.
+    #[test]
+    fn files_the_shell_start_up_files_source_by_path_count() {
+        let dir = tempfile::tempdir().unwrap();
+        let home = dir.path().canonicalize().unwrap();
+        std::fs::create_dir_all(home.join("google-cloud-sdk")).unwrap();
+        std::fs::create_dir_all(home.join("tools")).unwrap();
+        std::fs::write(
+            home.join(".bashrc"),
+            format!(
+                "alias ll='ls -l'\n\
+                 if [ -f '{h}/google-cloud-sdk/path.bash.inc' ]; then . '{h}/google-cloud-sdk/path.bash.inc'; fi\n\
+                 [ -r ~/tools/prompt.sh ] && source ~/tools/prompt.sh\n\
+                 source \"$HOME/tools/env.sh\"\n\
+                 . \"$NVM_DIR/nvm.sh\"\n\
+                 for f in ~/.bashrc.d/*; do . \"$f\"; done\n\
+                 echo ./not-sourced.sh\n",
+                h = home.display()
+            ),
+        )
+        .unwrap();
+        std::fs::write(home.join("tools/env.sh"), ". tools/deeper.sh\n").unwrap();
+        let found = sourced_files(&home);
+        for expected in [
+            "google-cloud-sdk/path.bash.inc",
+            "tools/prompt.sh",
+            "tools/env.sh",
+            "tools/deeper.sh",
+        ] {
+            assert!(
+                found.contains(&home.join(expected)),
+                "{expected}: {found:?}"
+            );
+        }
+        assert_eq!(found.len(), 4, "{found:?}");
+        assert!(dotfile_targets(&home, &[]).contains(&home.join("google-cloud-sdk/path.bash.inc")));
+        // A FIFO where a start-up file was is not waited on.
+        let fifo = home.join(".zshrc");
+        rustix::fs::mknodat(
+            rustix::fs::CWD,
+            &fifo,
+            rustix::fs::FileType::Fifo,
+            rustix::fs::Mode::from_raw_mode(0o600),
+            0,
+        )
+        .unwrap();
+        assert_eq!(sourced_files(&home).len(), 4);
+    }
 
     /// Eighth and ninth reviews of issue 38: one budget walked depth first let a full
     /// `~/.local` (Metnos's own workspace is there, and a model may fill it), or the
@@ -379,8 +542,6 @@ mod tests {
             "{targets:?}"
         );
     }
-
-    use super::*;
 
     #[test]
     fn paths_inside_pass_and_symlinks_out_are_named_as_escapes() {

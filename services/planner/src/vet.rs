@@ -340,50 +340,13 @@ impl Planner {
         let home = &self.runner.user_home;
         let lexical = normalize(&expand_home(target, home));
         let real = resolve(&lexical).unwrap_or_else(|_| lexical.clone());
-        // The workspace's hidden names are ordinary only where it is Metnos's own folder.
-        let workspace = resolve(&self.runner.shell.workspace)
-            .unwrap_or_else(|_| self.runner.shell.workspace.clone());
-        let own = metnos_executors::scope::real_roots(&self.runner.forbidden);
-        let workspace = if own.iter().any(|dir| workspace.starts_with(dir)) {
-            workspace
-        } else {
-            std::path::PathBuf::new()
+        let places = metnos_executors::later::Places {
+            home,
+            program_dirs: &self.runner.program_dirs,
+            forbidden: &self.runner.forbidden,
+            workspace: &self.runner.shell.workspace,
         };
-        let mut homes = vec![home.clone()];
-        if let Ok(resolved) = resolve(home)
-            && &resolved != home
-        {
-            homes.push(resolved);
-        }
-        let program_dirs: Vec<std::path::PathBuf> = self
-            .runner
-            .program_dirs
-            .iter()
-            .flat_map(|d| [d.clone(), resolve(d).unwrap_or_else(|_| d.clone())])
-            .collect();
-        let rule = [&lexical, &real]
-            .into_iter()
-            .find_map(|path| {
-                homes.iter().find_map(|h| {
-                    metnos_core::forbidden::runs_code_later_beside(
-                        path,
-                        h,
-                        &program_dirs,
-                        &workspace,
-                    )
-                })
-            })
-            .or_else(|| {
-                metnos_executors::scope::executable(&real)
-                    .then_some(metnos_core::forbidden::EXECUTABLE)
-            })
-            .or_else(|| {
-                homes
-                    .iter()
-                    .flat_map(|h| metnos_executors::scope::dotfile_targets(h, &own))
-                    .any(|target| real.starts_with(target))
-                    .then_some(metnos_core::forbidden::HOME_HIDDEN)
-            })?;
+        let rule = places.rule(&lexical, &real, &std::cell::OnceCell::new())?;
         let real = real.to_string_lossy().into_owned();
         let shown = crate::observe::from_home(&real, home);
         let named = [target, real.as_str(), shown.as_str()]

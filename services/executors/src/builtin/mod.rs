@@ -226,59 +226,23 @@ pub(crate) fn runs_code_later_rule_with(
     context: &ExecContext,
     links: &std::cell::OnceCell<Vec<std::path::PathBuf>>,
 ) -> Option<&'static str> {
-    // The workspace's hidden names are ordinary only where it is Metnos's own folder (the
-    // default, in the data directory); one the owner chose in the home is the home.
-    let workspace = if own_workspace(context) {
-        workspace(context)
-    } else {
-        std::path::PathBuf::new()
-    };
-    let mut homes = vec![context.user_home.clone()];
-    if let Ok(resolved) = crate::scope::resolve(&context.user_home)
-        && resolved != context.user_home
-    {
-        homes.push(resolved);
+    places(context).rule(lexical, real, links)
+}
+
+/// The places that decide whether a write runs code later, from the call's context.
+fn places(context: &ExecContext) -> crate::later::Places<'_> {
+    crate::later::Places {
+        home: &context.user_home,
+        program_dirs: &context.program_dirs,
+        forbidden: &context.forbidden,
+        workspace: &context.shell.workspace,
     }
-    let program_dirs: Vec<std::path::PathBuf> = context
-        .program_dirs
-        .iter()
-        .flat_map(|d| {
-            [
-                d.clone(),
-                crate::scope::resolve(d).unwrap_or_else(|_| d.clone()),
-            ]
-        })
-        .collect();
-    [lexical, real]
-        .into_iter()
-        .find_map(|path| {
-            homes.iter().find_map(|home| {
-                forbidden::runs_code_later_beside(path, home, &program_dirs, &workspace)
-            })
-        })
-        .or_else(|| crate::scope::executable(real).then_some(forbidden::EXECUTABLE))
-        .or_else(|| {
-            links
-                .get_or_init(|| {
-                    let own = crate::scope::real_roots(&context.forbidden);
-                    homes
-                        .iter()
-                        .flat_map(|home| crate::scope::dotfile_targets(home, &own))
-                        .collect()
-                })
-                .iter()
-                .any(|target| real.starts_with(target))
-                .then_some(forbidden::HOME_HIDDEN)
-        })
 }
 
 /// Whether the shell's workspace lies in Metnos's own folders (the default, in the data
 /// directory), where its hidden names are ordinary files.
 fn own_workspace(context: &ExecContext) -> bool {
-    let workspace = workspace(context);
-    crate::scope::real_roots(&context.forbidden)
-        .iter()
-        .any(|dir| workspace.starts_with(dir))
+    places(context).own_workspace()
 }
 
 /// Where files with several names may be read and appended to: the shell's workspace when
@@ -305,8 +269,7 @@ pub(crate) fn chosen_workspace_in_home(context: &ExecContext) -> bool {
 
 /// The shell's workspace, resolved (where files with several names may be read).
 pub(crate) fn workspace(context: &ExecContext) -> std::path::PathBuf {
-    crate::scope::resolve(&context.shell.workspace)
-        .unwrap_or_else(|_| context.shell.workspace.clone())
+    places(context).workspace()
 }
 
 /// Metadata from pairs.
