@@ -397,6 +397,8 @@ pub fn verify(
     let mut previous: Option<(End, String)> = None;
     // The last seq walked, to hold each daily root to the record it names.
     let mut walked: Option<u64> = None;
+    // The files walked that held records, to hold each closed file's root to its file.
+    let mut with_records: Vec<&str> = Vec::new();
     for name in &all {
         let stem = name.trim_end_matches(".jsonl");
         let checked = since.is_none_or(|since| stem >= since);
@@ -431,6 +433,9 @@ pub fn verify(
                 continue;
             }
             walked = Some(seq);
+            if with_records.last() != Some(&name.as_str()) {
+                with_records.push(name);
+            }
             if let Some(broken) = day_root_break(&day_roots, seq, line) {
                 report.broken = Some(format!("{name}, line {}: {broken}", n + 1));
                 return Ok(report);
@@ -447,6 +452,21 @@ pub fn verify(
             ));
             return Ok(report);
         }
+    }
+    // A closed file the retention keeps is there with its records: the first file kept
+    // links to the root of the one before it, so files cut from the start show only here.
+    if let Some((file, root)) = roots.iter().find(|(file, root)| {
+        let stem = file.trim_end_matches(".jsonl");
+        root.seq > 0
+            && since.is_none_or(|since| stem >= since)
+            && !expired(stem)
+            && !with_records.contains(&file.as_str())
+    }) {
+        report.broken = Some(format!(
+            "{file}: its root says it held the records up to seq {}, but the file is gone or empty (it was deleted or emptied; the retention keeps that file)",
+            root.seq
+        ));
+        return Ok(report);
     }
     // A daily root past the end: records written since that day began were removed.
     if let Some(last) = walked
@@ -637,7 +657,9 @@ pub fn verify_lines(
         name,
         &lines,
         &mut previous,
-        |seq| (seq == 1).then(End::genesis),
+        // A journal is never pruned: its first row is seq 1, linked to the genesis, and a
+        // start cut away shows.
+        |_| Some(End::genesis()),
         &mut report,
     );
     if report.broken.is_some() {
@@ -908,7 +930,36 @@ mod tests {
     fn the_oldest_files_pruned_by_retention_leave_a_chain_that_verifies() {
         let dir = chain();
         std::fs::remove_file(dir.path().join("2026-11-25.jsonl")).unwrap();
-        assert_eq!(verify(dir.path(), None, &|_| false).unwrap().broken, None);
+        let by_retention = |stem: &str| stem <= "2026-11-25";
+        assert_eq!(
+            verify(dir.path(), None, &by_retention).unwrap().broken,
+            None
+        );
+    }
+
+    /// Issue 38 (fifteenth review): the oldest files deleted or emptied inside the
+    /// retention's horizon read intact, the first kept file linking to their roots.
+    #[test]
+    fn the_oldest_files_erased_inside_the_retention_are_a_break() {
+        for how in ["deleted", "emptied"] {
+            let dir = chain();
+            let file = dir.path().join("2026-11-25.jsonl");
+            match how {
+                "emptied" => std::fs::write(&file, "").unwrap(),
+                _ => std::fs::remove_file(&file).unwrap(),
+            }
+            let broken = verify(dir.path(), None, &|_| false)
+                .unwrap()
+                .broken
+                .unwrap_or_default();
+            assert!(
+                broken.starts_with("2026-11-25.jsonl: its root says it held the records up to seq"),
+                "{how}: {broken}"
+            );
+            // From a later day on, the file is not asked about.
+            let from_later = verify(dir.path(), Some("2026-11-26"), &|_| false).unwrap();
+            assert_eq!(from_later.broken, None, "{how}");
+        }
     }
 
     #[test]
@@ -1142,9 +1193,12 @@ mod end_tests {
         std::fs::remove_file(dir.path().join("2026-10-01.jsonl")).unwrap();
         std::fs::remove_file(dir.path().join("2026-10-02.jsonl")).unwrap();
         day(dir.path(), "2026-11-26.jsonl", 1);
-        let report = verify(dir.path(), None, &|_| false).unwrap();
+        let report = verify(dir.path(), None, &|stem| stem < "2026-11").unwrap();
         assert_eq!(report.broken, None);
         assert_eq!(report.lines, 1);
+        // The same files removed inside the retention's horizon were erased.
+        let report = verify(dir.path(), None, &|_| false).unwrap();
+        assert!(report.broken.is_some_and(|b| b.starts_with("2026-10-01.jsonl")));
     }
 
     /// The start cut away (with no root to say where it began) is a break; so is a stray
@@ -1214,5 +1268,13 @@ mod stored_tests {
         assert!(broken(&[]).contains("no record is left"));
         let lost = verify_lines("decisions", &rows, None, &[]).broken.unwrap();
         assert!(lost.contains("the head is missing"), "{lost}");
+        // Fifteenth review of issue 38: the oldest rows deleted (a journal is never pruned).
+        let mut start_cut = rows.clone();
+        start_cut.drain(..2);
+        assert!(
+            broken(&start_cut).contains("line 1: 2 record(s) before it were removed (seq 1 to 2)"),
+            "{}",
+            broken(&start_cut)
+        );
     }
 }
