@@ -207,7 +207,12 @@ pub fn describe(
         "shell_exec" => {
             let command = text("command").unwrap_or_default();
             let argv = shell_words::split(command)
-                .map(shell_words::join)
+                .map(|argv| {
+                    argv.iter()
+                        .map(|arg| shown_arg(arg))
+                        .collect::<Vec<_>>()
+                        .join(" ")
+                })
                 .unwrap_or_else(|_| command.to_owned());
             // The whole argv, never its head and tail: an argument cut from the middle of
             // a long command is one the person never saw. The service refuses a command
@@ -732,6 +737,45 @@ fn whole(text: &str) -> String {
     shown(text, usize::MAX).text
 }
 
+/// One argument as a shell card shows it, exactly: quoted as the shell would need it, and an
+/// argument holding white space a card would fold (a run of spaces, a tab, a new line, a
+/// space at either end, a no-break space) or a control character in ANSI-C quotes with
+/// each of those spelled out (`rm 'a  b'` is `rm $'a\x20\x20b'`, never `rm 'a b'`).
+fn shown_arg(arg: &str) -> String {
+    let chars: Vec<char> = arg.chars().collect();
+    let plain_space = |i: usize| {
+        chars[i] == ' '
+            && i > 0
+            && i + 1 < chars.len()
+            && chars[i - 1] != ' '
+            && chars[i + 1] != ' '
+    };
+    let folded = |i: usize| {
+        let c = chars[i];
+        (c.is_whitespace() || c.is_control()) && !plain_space(i)
+    };
+    if !(0..chars.len()).any(folded) {
+        return shell_words::quote(arg).into_owned();
+    }
+    let mut out = String::from("$'");
+    for (i, c) in chars.iter().enumerate() {
+        match c {
+            '\\' => out.push_str("\\\\"),
+            '\'' => out.push_str("\\'"),
+            '\t' => out.push_str("\\t"),
+            '\n' => out.push_str("\\n"),
+            '\r' => out.push_str("\\r"),
+            c if folded(i) && u32::from(*c) < 0x80 => {
+                out.push_str(&format!("\\x{:02x}", u32::from(*c)));
+            }
+            c if folded(i) => out.push_str(&format!("\\u{:04x}", u32::from(*c))),
+            c => out.push(*c),
+        }
+    }
+    out.push('\'');
+    out
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -1223,6 +1267,25 @@ mod tests {
         let card = rendered(&d, "shell_exec:git");
         assert!(card.lines[1].contains(hidden), "{card}");
         assert!(card.telegram_html.contains(hidden));
+    }
+
+    /// Fifteenth review of issue 38: a card folded the white space inside a quoted argument,
+    /// naming another file than the command touches.
+    #[test]
+    fn a_shell_card_shows_white_space_inside_an_argument_exactly() {
+        for (command, shown) in [
+            ("rm 'a  b'", r"rm $'a\x20\x20b'"),
+            ("rm 'a b'", "rm 'a b'"),
+            ("cat ' lead'", r"cat $'\x20lead'"),
+            ("printf 'x\ty'", r"printf $'x\ty'"),
+            ("rm \"it's  here\"", r"rm $'it\'s\x20\x20here'"),
+            ("rm 'no\u{a0}break'", r"rm $'no\u00a0break'"),
+        ] {
+            let d = en("shell_exec", "", json!({"command": command}), &[]);
+            assert_eq!(d.summary, shown, "{command}");
+            let card = rendered(&d, "shell_exec:rm");
+            assert!(card.lines[1].contains(shown), "{card}");
+        }
     }
 
     /// Review of issue 38: the card of a named write to ~/.gitconfig showed its first line

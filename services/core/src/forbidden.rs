@@ -71,9 +71,11 @@ pub const PATH_RULES: &[(&str, &str)] = &[
     ("path.kerberos_cache", r"/krb5cc_[^/]*$"),
     (
         "path.tmp_sockets",
-        r"^/tmp/(ssh-[^/]+|tmux-[0-9]+|\.X11-unix|\.ICE-unix|systemd-private-[^/]+|gpg-[^/]+|\.xauth[^/]*)(/|$)",
+        r"^/tmp/(ssh-[^/]+|tmux-[0-9]+|\.X11-unix|\.ICE-unix|systemd-private-[^/]+|gpg-[^/]+|\.xauth[^/]*|serverauth\.[^/]+)(/|$)",
     ),
     ("path.run_user", r"^/run/user/[0-9]+(/|$)"),
+    // The X server's cookie: whoever holds it drives the person's screen and keyboard.
+    ("path.xauthority", r"(^|/)\.Xauthority$"),
     (
         "path.browser_profile",
         r"(^|/)(\.mozilla/firefox|\.config/(google-chrome|chromium|BraveSoftware|microsoft-edge)|snap/(firefox|chromium))(/|$)",
@@ -131,6 +133,8 @@ pub const RULE_WORDS: &[&str] = &[
     "ICE",
     "gpg",
     "xauth",
+    "serverauth",
+    "Xauthority",
     "run/user",
     "mozilla",
     "chrom",
@@ -326,6 +330,7 @@ pub fn usual_places(home: &std::path::Path) -> Vec<std::path::PathBuf> {
         ".config/gh",
         ".npmrc",
         ".pypirc",
+        ".Xauthority",
         ".password-store",
         ".local/share/keyrings",
         ".mozilla/firefox",
@@ -509,6 +514,8 @@ mod tests {
             "/tmp/systemd-private-abc-colord.service-x/tmp/a",
             "/tmp/gpg-abc/S.gpg-agent",
             "/run/user/1000/keyring/control",
+            "/tmp/serverauth.Zq3x9kLm2A",
+            "/home/ada/.Xauthority",
         ] {
             assert!(first_match(path, Access::Read).is_some(), "{path}");
             assert!(first_match(path, Access::Write).is_some(), "{path}");

@@ -19,7 +19,8 @@ pub fn escape_html(text: &str) -> String {
 /// (format characters such as bidi overrides, zero-width joiners and the Unicode tags that
 /// smuggle ASCII, line and paragraph separators, variation selectors), and the letters and
 /// symbols that draw as a blank though they are no space (the Hangul fillers, the blank
-/// Braille pattern, the combining grapheme joiner, the Khmer inherent vowels).
+/// Braille pattern, the musical null notehead, the combining grapheme joiner, the Khmer
+/// inherent vowels).
 pub fn is_invisible(c: char) -> bool {
     use unicode_general_category::{GeneralCategory, get_general_category};
     matches!(
@@ -38,6 +39,7 @@ pub fn is_invisible(c: char) -> bool {
             | '\u{3164}'
             | '\u{FFA0}'
             | '\u{2800}'
+            | '\u{1D159}'
             | '\u{034F}'
             | '\u{17B4}'
             | '\u{17B5}'
@@ -88,6 +90,7 @@ mod tests {
             '\u{FFF0}',
             '\u{E0080}',
             '\u{E01F0}',
+            '\u{1D159}',
         ] {
             assert!(is_invisible(c), "U+{:04X}", c as u32);
         }

@@ -1198,7 +1198,11 @@ mod end_tests {
         assert_eq!(report.lines, 1);
         // The same files removed inside the retention's horizon were erased.
         let report = verify(dir.path(), None, &|_| false).unwrap();
-        assert!(report.broken.is_some_and(|b| b.starts_with("2026-10-01.jsonl")));
+        assert!(
+            report
+                .broken
+                .is_some_and(|b| b.starts_with("2026-10-01.jsonl"))
+        );
     }
 
     /// The start cut away (with no root to say where it began) is a break; so is a stray

@@ -137,6 +137,19 @@ pub fn origin_of(url: &str) -> Option<String> {
     })
 }
 
+/// Whether `url`'s path carries a credential of its own: a bot's token
+/// (`/bot123456:AA…/getUpdates`, the Telegram Bot API's form).
+fn capability_path(url: &url::Url) -> bool {
+    url.path_segments().into_iter().flatten().any(|segment| {
+        segment
+            .strip_prefix("bot")
+            .and_then(|rest| rest.split_once(':'))
+            .is_some_and(|(id, token)| {
+                !id.is_empty() && id.bytes().all(|b| b.is_ascii_digit()) && token.len() >= 30
+            })
+    })
+}
+
 /// Whether a fetch read a page not everyone can: any of `urls` (the one asked for, the one
 /// it ended at) is on the home network — a host `local_hosts` names, `localhost`, a
 /// `.local`/`.lan`/`.home.arpa`/`.internal` name or one without a dot, an address that is
@@ -153,6 +166,15 @@ pub fn private_page(urls: &[&str], headers: Option<&Value>, local_hosts: &[Strin
         ]
         .iter()
         .any(|w| name.contains(w))
+            // A word of its own in the name: `key`, `X-Auth-Key`, `Ocp-Apim-Subscription-Key`,
+            // `pass`, `pwd` (not `keyword`).
+            || name.split(|c: char| !c.is_ascii_alphanumeric()).any(|word| {
+                matches!(
+                    word,
+                    "key" | "auth" | "pass" | "passwd" | "pwd" | "sid" | "jwt" | "credential"
+                        | "credentials"
+                )
+            })
     };
     if headers
         .and_then(Value::as_object)
@@ -166,6 +188,7 @@ pub fn private_page(urls: &[&str], headers: Option<&Value>, local_hosts: &[Strin
             if !url.username().is_empty()
                 || url.password().is_some()
                 || url.query_pairs().any(|(k, _)| secret_word(&k))
+                || capability_path(&url)
             {
                 return true;
             }
@@ -1132,6 +1155,31 @@ mod tests {
                 Some(json!({"Accept": "text/html"})),
                 false,
             ),
+            // Fifteenth review of issue 38: credentials under other names, and in the path.
+            (vec!["https://maps.example.com/x?key=AIzaSy"], None, true),
+            (vec!["https://api.example.com/x?auth=abc"], None, true),
+            (vec!["https://api.example.com/x?pwd=abc"], None, true),
+            (
+                vec!["https://search.example.com/x?keyword=rain"],
+                None,
+                false,
+            ),
+            (
+                vec!["https://api.example.com/x"],
+                Some(json!({"X-Auth-Key": "x"})),
+                true,
+            ),
+            (
+                vec!["https://api.example.com/x"],
+                Some(json!({"Ocp-Apim-Subscription-Key": "x"})),
+                true,
+            ),
+            (
+                vec!["https://api.telegram.org/bot123456:AAHdqTcvCH1vGWJxfSeofSAs0K5PALDsaw/getMe"],
+                None,
+                true,
+            ),
+            (vec!["https://example.com/bottles/x"], None, false),
         ] {
             assert_eq!(
                 private_page(&urls, headers.as_ref(), &local),
