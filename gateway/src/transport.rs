@@ -431,7 +431,7 @@ mod tests {
             "username": "ada", "language_code": "en-GB"});
         let message = |from: serde_json::Value, text: Option<&str>| {
             let mut message = serde_json::json!({"message_id": 1, "date": 1_795_000_000,
-                "chat": {"id": 7, "type": "private", "first_name": "Ada"}, "from": from});
+                "chat": {"id": 42, "type": "private", "first_name": "Ada"}, "from": from});
             if let Some(text) = text {
                 message["text"] = text.into();
             }
@@ -440,7 +440,7 @@ mod tests {
         assert_eq!(
             incoming(message(from.clone(), Some("hello"))),
             Some(Incoming::Message(MessageIn {
-                chat: 7,
+                chat: 42,
                 sender: "42".to_owned(),
                 name: "Ada (@ada)".to_owned(),
                 lang: Language::English,
@@ -453,10 +453,22 @@ mod tests {
         };
         assert_eq!((said.name.as_str(), said.lang), ("Ada", Language::Italian));
         assert_eq!(
-            incoming(message(from, None)),
+            incoming(message(from.clone(), None)),
             None,
             "no text, nothing to do"
         );
+        // Outside the sender's own private chat: a group, or another chat's id.
+        for chat in [
+            serde_json::json!({"id": -100_777, "type": "supergroup", "title": "Friends"}),
+            serde_json::json!({"id": -777, "type": "group", "title": "Friends"}),
+            serde_json::json!({"id": 7, "type": "private", "first_name": "Bob"}),
+        ] {
+            let mut update = message(from.clone(), Some("hello"));
+            if let UpdateKind::Message(m) = &mut update.kind {
+                m.chat = serde_json::from_value(chat.clone()).unwrap();
+            }
+            assert_eq!(incoming(update), None, "{chat}");
+        }
     }
 
     #[test]
