@@ -48,6 +48,7 @@ pub mod observe;
 pub mod piping;
 pub mod prefilter;
 pub mod proposals;
+pub mod recover;
 pub mod rules;
 pub use metnos_kit::schedule;
 pub mod schedule_tools;
