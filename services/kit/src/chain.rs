@@ -258,6 +258,9 @@ pub fn append(dir: &Path, file: &str, records: &[Value]) -> std::io::Result<End>
         tracing::warn!(dir = %dir.display(), file, "a log line left half-written (a crash) was dropped");
     }
     let (mut end, closed) = end_before(dir, file)?;
+    // The file holding the chain's end (the daily root names it: where the retention keeps
+    // that file, the record is there).
+    let end_file = closed.clone().unwrap_or_else(|| file.to_owned());
     // HEAD behind the files is a crash between the lines and HEAD (the files are right);
     // missing, or ahead, or naming another line, the end was cut or edited: the next line
     // says so, so the next write cannot cover it.
@@ -279,7 +282,8 @@ pub fn append(dir: &Path, file: &str, records: &[Value]) -> std::io::Result<End>
     drop_torn_tail(&dir.join(DAYS))?;
     let last_day = kept_lines(dir, DAYS, "day")?.pop().map(|(day, _)| day);
     if end.seq > 0 && last_day.as_deref() != Some(today.as_str()) {
-        let root = serde_json::json!({"day": today, "seq": end.seq, "hash": end.hash});
+        let root =
+            serde_json::json!({"day": today, "seq": end.seq, "hash": end.hash, "file": end_file});
         let mut days = datadir::file_options()
             .create(true)
             .append(true)
@@ -346,7 +350,15 @@ impl Report {
         self.days
             .iter()
             .max_by_key(|(_, end)| end.seq)
-            .map(|(day, end)| format!("{day}: seq {}, sha256 {}", end.seq, end.hash))
+            .map(|(day, end)| {
+                let file = self
+                    .day_files
+                    .iter()
+                    .find(|(d, _)| d == day)
+                    .map(|(_, file)| format!(" in {file}"))
+                    .unwrap_or_default();
+                format!("{day}: seq {}{file}, sha256 {}", end.seq, end.hash)
+            })
             .unwrap_or_default()
     }
 }
@@ -364,6 +376,8 @@ pub struct Report {
     pub broken: Option<String>,
     /// The daily roots kept: (day, the chain's end as it began), oldest first.
     pub days: Vec<(String, End)>,
+    /// The file that held each daily root's record, by day, where the root names it.
+    pub day_files: Vec<(String, String)>,
 }
 
 /// Walks `dir`'s chain (files from `since`, a stem prefix such as `2026-11-20`, if given)
@@ -393,9 +407,11 @@ pub fn verify(
     let roots = roots(dir)?;
     let days = days(dir)?;
     report.days = days.clone();
+    report.day_files = day_files(dir)?;
     let day_roots = by_seq(&days);
     let mut previous: Option<(End, String)> = None;
-    // The last seq walked, to hold each daily root to the record it names.
+    // The first and the last seq walked, to hold each daily root to the record it names.
+    let mut first_walked: Option<u64> = None;
     let mut walked: Option<u64> = None;
     // The files walked that held records, to hold each closed file's root to its file.
     let mut with_records: Vec<&str> = Vec::new();
@@ -433,6 +449,7 @@ pub fn verify(
                 continue;
             }
             walked = Some(seq);
+            first_walked.get_or_insert(seq);
             if with_records.last() != Some(&name.as_str()) {
                 with_records.push(name);
             }
@@ -464,6 +481,26 @@ pub fn verify(
     }) {
         report.broken = Some(format!(
             "{file}: its root says it held the records up to seq {}, but the file is gone or empty (it was deleted or emptied; the retention keeps that file)",
+            root.seq
+        ));
+        return Ok(report);
+    }
+    // A daily root names the record its day began after, and the file holding it: where
+    // the retention keeps that file, the chain reaches back to that record (the oldest
+    // files deleted, and a root renamed to a date the retention removed, still show).
+    if let Some(first) = first_walked
+        && let Some((day, root, file)) = days.iter().find_map(|(day, root)| {
+            let (_, file) = report.day_files.iter().find(|(d, _)| d == day)?;
+            let stem = file.trim_end_matches(".jsonl");
+            (root.seq > 0
+                && root.seq < first
+                && !expired(stem)
+                && since.is_none_or(|since| stem >= since))
+            .then_some((day, root, file))
+        })
+    {
+        report.broken = Some(format!(
+            "the daily root of {day} names seq {} in {file}, which the retention keeps, but the chain now begins at seq {first} (records were removed)",
             root.seq
         ));
         return Ok(report);
@@ -737,6 +774,26 @@ fn read_head(dir: &Path) -> std::io::Result<Option<(String, End)>> {
     )))
 }
 
+/// The file each daily root names as holding its record: (day, file), in the order written
+/// (roots written before they named one are left out).
+fn day_files(dir: &Path) -> std::io::Result<Vec<(String, String)>> {
+    let text = match std::fs::read_to_string(dir.join(DAYS)) {
+        Ok(text) => text,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
+        Err(e) => return Err(e),
+    };
+    Ok(text
+        .lines()
+        .filter_map(|line| serde_json::from_str::<Value>(line).ok())
+        .filter_map(|v| {
+            Some((
+                v.get("day")?.as_str()?.to_owned(),
+                v.get("file")?.as_str()?.to_owned(),
+            ))
+        })
+        .collect())
+}
+
 /// The roots kept: (file, its end), in file order.
 fn roots(dir: &Path) -> std::io::Result<Vec<(String, End)>> {
     kept(dir, ROOTS, "file")
@@ -935,6 +992,53 @@ mod tests {
             verify(dir.path(), None, &by_retention).unwrap().broken,
             None
         );
+    }
+
+    /// Issue 38 (sixteenth review): the oldest files deleted and the root of the last of
+    /// them renamed to a date the retention removed; with the daily roots left as they
+    /// were, or the older of them deleted too.
+    #[test]
+    fn files_erased_under_a_root_renamed_to_an_expired_date_are_a_break() {
+        for days_too in [false, true] {
+            let dir = tempfile::tempdir().unwrap();
+            for (file, n) in [("2026-11-24.jsonl", 0), ("2026-11-25.jsonl", 3)] {
+                for i in 0..3 {
+                    append(dir.path(), file, &[json!({"turn": n + i})]).unwrap();
+                }
+            }
+            // Today's root, as the next day's writes would keep it: seq 6, in 2026-11-25.
+            let sixth = lines(dir.path(), "2026-11-25.jsonl")[2].clone();
+            let root = json!({"day": "2026-11-26", "seq": 6, "hash": hash(&sixth), "file": "2026-11-25.jsonl"});
+            std::fs::write(dir.path().join(DAYS), format!("{root}\n")).unwrap();
+            let third = lines(dir.path(), "2026-11-24.jsonl")[2].clone();
+            if !days_too {
+                let older = json!({"day": "2026-11-25", "seq": 3, "hash": hash(&third), "file": "2026-11-24.jsonl"});
+                let text = std::fs::read_to_string(dir.path().join(DAYS)).unwrap();
+                std::fs::write(dir.path().join(DAYS), format!("{older}\n{text}")).unwrap();
+            }
+            for i in 0..3 {
+                append(dir.path(), "2026-11-26.jsonl", &[json!({"turn": 6 + i})]).unwrap();
+            }
+            let intact = verify(dir.path(), None, &|stem: &str| stem < "2026-11-01").unwrap();
+            assert_eq!(intact.broken, None, "{days_too}");
+            assert!(
+                intact.newest_day().contains("seq 6 in 2026-11-25.jsonl"),
+                "{}",
+                intact.newest_day()
+            );
+            std::fs::remove_file(dir.path().join("2026-11-24.jsonl")).unwrap();
+            std::fs::remove_file(dir.path().join("2026-11-25.jsonl")).unwrap();
+            let forged = json!({"file": "2000-01-01.jsonl", "seq": 6, "hash": hash(&sixth)});
+            std::fs::write(dir.path().join(ROOTS), format!("{forged}\n")).unwrap();
+            let broken = verify(dir.path(), None, &|stem: &str| stem < "2026-11-01")
+                .unwrap()
+                .broken
+                .unwrap_or_default();
+            assert!(
+                broken.contains("names seq") && broken.contains("the chain now begins at seq 7"),
+                "{days_too}: {broken}"
+            );
+        }
     }
 
     /// Issue 38 (fifteenth review): the oldest files deleted or emptied inside the
