@@ -234,25 +234,53 @@ pub fn runs_code_later_beside(
     }
 }
 
-/// What an interpreter runs at every start of its own accord: Python's site folders
+/// What an interpreter or the shell loads of its own accord: Python's standard library and
+/// site folders
 /// (`.pth` files run their `import` lines), `sitecustomize.py`/`usercustomize.py`, conda's
 /// activation scripts — wherever they are (a virtual environment, a conda install) — and
 /// what decides where its code comes from: a venv's `pyvenv.cfg` (`home =` names the
 /// standard library it loads), `pip.conf` (the index the next `pip install` runs from);
 /// `readline.py` and `rlcompleter.py`, which Python's prompt imports from the folder it
-/// opens in.
+/// opens in; a `node_modules` folder (Node looks for a module in every folder above the
+/// program), `perl5` (local::lib), and the completion and plugin folders bash, zsh and fish
+/// load from beside a folder of programs (`share/bash-completion`, `site-functions`,
+/// `vendor_conf.d`).
 fn interpreter_startup(path: &std::path::Path) -> bool {
     let named = |part: &std::ffi::OsStr| {
         matches!(
             part.to_str(),
-            Some("site-packages" | "dist-packages" | "activate.d" | "deactivate.d")
+            Some(
+                "site-packages"
+                    | "dist-packages"
+                    | "activate.d"
+                    | "deactivate.d"
+                    | "node_modules"
+                    | "perl5"
+                    | "bash-completion"
+                    | "site-functions"
+                    | "vendor_conf.d"
+                    | "vendor_functions.d"
+                    | "vendor_completions.d"
+            )
         )
     };
     let file = path
         .file_name()
         .and_then(|f| f.to_str())
         .unwrap_or_default();
-    path.components().any(|c| named(c.as_os_str()))
+    let parts: Vec<&std::ffi::OsStr> = path.components().map(|c| c.as_os_str()).collect();
+    // An installed Python's standard library (`~/miniconda3/lib/python3.12/encodings/`):
+    // every start of that Python imports from it.
+    let standard_library = parts.windows(2).any(|pair| {
+        matches!(pair[0].to_str(), Some("lib" | "lib64"))
+            && pair[1].to_str().is_some_and(|name| {
+                name.strip_prefix("python").is_some_and(|v| {
+                    !v.is_empty() && v.chars().all(|c| c.is_ascii_digit() || c == '.')
+                })
+            })
+    });
+    standard_library
+        || parts.iter().any(|part| named(part))
         || file.ends_with(".pth")
         || matches!(
             file,
@@ -304,7 +332,7 @@ pub fn runs_code_later_reason(rule: &str) -> &'static str {
     if rule == PROGRAM_FOLDER {
         "a folder of programs you run by name (on your PATH, or a bin folder)"
     } else if rule == INTERPRETER_STARTUP {
-        "a file an interpreter runs at every start (Python's site folders, .pth files, conda's activation scripts, a Python module in your home)"
+        "a file an interpreter or the shell loads of its own accord (Python's standard library and site folders, .pth files, conda's activation scripts, a Python module in your home, node_modules, completion folders)"
     } else if rule == GIT_REPOSITORY {
         "a git repository's own files (its config, hooks and HEAD steer your next git command there)"
     } else if rule == EXECUTABLE {
@@ -672,6 +700,32 @@ mod tests {
             ("/home/ada/json/__init__.py", INTERPRETER_STARTUP),
             ("/home/ada/projects/site/readline.py", INTERPRETER_STARTUP),
             ("/home/ada/rlcompleter.py", INTERPRETER_STARTUP),
+            // Sixteenth review: what an installed Python, Node, Perl and the shell's
+            // completion load.
+            (
+                "/home/ada/miniconda3/lib/python3.12/encodings/__init__.py",
+                INTERPRETER_STARTUP,
+            ),
+            (
+                "/home/ada/miniconda3/envs/x/lib/python3.11/os.py",
+                INTERPRETER_STARTUP,
+            ),
+            (
+                "/home/ada/node_modules/supports-color/index.js",
+                INTERPRETER_STARTUP,
+            ),
+            (
+                "/home/ada/perl5/lib/perl5/local/lib.pm",
+                INTERPRETER_STARTUP,
+            ),
+            (
+                "/home/ada/go/share/bash-completion/completions/ls",
+                INTERPRETER_STARTUP,
+            ),
+            (
+                "/home/ada/share/zsh/site-functions/_ls",
+                INTERPRETER_STARTUP,
+            ),
         ] {
             assert_eq!(
                 first_match(written, Access::Write),
@@ -693,6 +747,8 @@ mod tests {
             "/home/ada/projects/x/tool.py",
             "/home/ada/projects/site/__main__.py",
             "/home/ada/notes.pyc",
+            "/home/ada/projects/site/lib/pythonic.md",
+            "/home/ada/projects/site/lib/helpers.py",
             "/home/ada",
             "/tmp/x",
             "/opt/tools/binaries/x",

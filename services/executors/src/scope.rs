@@ -163,6 +163,7 @@ pub fn dotfile_targets(home: &Path, own: &[PathBuf]) -> Vec<PathBuf> {
     targets.extend(
         sourced_files(home)
             .into_iter()
+            .chain(git_included_files(home))
             .filter(|file| file != home && !home.starts_with(file)),
     );
     targets
@@ -232,6 +233,85 @@ pub fn sourced_files(home: &Path) -> Vec<PathBuf> {
         }
     }
     found
+}
+
+/// The git configuration files of the home whose includes [`git_included_files`] follows.
+const GIT_CONFIGS: &[&str] = &[".gitconfig", ".config/git/config"];
+
+/// The files the person's git configuration includes (`[include] path = ~/dotfiles/gitconfig`,
+/// `[includeIf "gitdir:~/work/"] path = …`), and what those include in turn: git reads them
+/// as its own configuration at every command, outside any box. `~` expanded, a relative
+/// path taken from the including file's folder, quotes removed; at most [`SOURCED_FILES`]
+/// files read, [`SOURCED_BYTES`] each.
+pub fn git_included_files(home: &Path) -> Vec<PathBuf> {
+    let mut queue: std::collections::VecDeque<PathBuf> =
+        GIT_CONFIGS.iter().map(|name| home.join(name)).collect();
+    let mut read = std::collections::HashSet::new();
+    let mut found = Vec::new();
+    while let Some(file) = queue.pop_front() {
+        if read.len() >= SOURCED_FILES {
+            break;
+        }
+        let Ok(real) = file.canonicalize() else {
+            continue;
+        };
+        if !read.insert(real.clone()) {
+            continue;
+        }
+        let Some(text) = read_startup_file(&real) else {
+            continue;
+        };
+        let folder = real.parent().unwrap_or(home);
+        for value in include_paths(&text) {
+            let path = match value.strip_prefix("~/") {
+                Some(rest) => home.join(rest),
+                None => folder.join(&value),
+            };
+            let path = normalize(&path);
+            let path = resolve(&path).unwrap_or(path);
+            if !found.contains(&path) {
+                found.push(path.clone());
+                queue.push_back(path);
+            }
+        }
+    }
+    found
+}
+
+/// The `path` values of a git configuration's `include` and `includeIf` sections, read
+/// coarsely (a header and a key on one line too; quotes and a trailing comment removed).
+fn include_paths(text: &str) -> Vec<String> {
+    let mut including = false;
+    let mut paths = Vec::new();
+    for line in text.lines() {
+        let mut line = line.trim();
+        if let Some(header) = line.strip_prefix('[') {
+            let (inside, after) = header.split_once(']').unwrap_or((header, ""));
+            let section: String = inside
+                .trim_start()
+                .chars()
+                .take_while(|c| c.is_ascii_alphanumeric() || *c == '-')
+                .collect::<String>()
+                .to_ascii_lowercase();
+            including = matches!(section.as_str(), "include" | "includeif");
+            line = after.trim();
+        }
+        let Some((key, value)) = line.split_once('=') else {
+            continue;
+        };
+        if !including || !key.trim().eq_ignore_ascii_case("path") {
+            continue;
+        }
+        let value = value.trim();
+        let value = match value.strip_prefix('"') {
+            Some(quoted) => quoted.split('"').next().unwrap_or_default(),
+            None => value.split(['#', ';']).next().unwrap_or_default().trim(),
+        };
+        if !value.is_empty() {
+            paths.push(value.to_owned());
+        }
+    }
+    paths
 }
 
 /// A start-up file's text: a regular file (a FIFO is not waited on), its first
@@ -450,6 +530,43 @@ pub fn check_url(text: &str, patterns: &[String]) -> Result<url::Url, ScopeError
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Sixteenth review of issue 38: what the person's git configuration includes is her
+    /// git configuration (a `core.fsmonitor` there runs at her next `git status`).
+    #[test]
+    fn files_the_git_configuration_includes_count() {
+        let dir = tempfile::tempdir().unwrap();
+        let home = dir.path().canonicalize().unwrap();
+        std::fs::create_dir_all(home.join("dotfiles")).unwrap();
+        std::fs::create_dir_all(home.join(".config/git")).unwrap();
+        std::fs::write(
+            home.join(".gitconfig"),
+            "[user]\n\tname = Ada\n[include]\n\tpath = ~/dotfiles/gitconfig ; shared\n\
+             [includeIf \"gitdir:~/work/\"]\n\tpath = \"work/gitconfig-work\"\n\
+             [submodule \"x\"]\n\tpath = lib\n",
+        )
+        .unwrap();
+        std::fs::write(
+            home.join("dotfiles/gitconfig"),
+            "[include] path = more.inc\n",
+        )
+        .unwrap();
+        std::fs::write(home.join(".config/git/config"), "[INCLUDE]\nPath=~/x.inc\n").unwrap();
+        let found = git_included_files(&home);
+        for expected in [
+            "dotfiles/gitconfig",
+            "work/gitconfig-work",
+            "dotfiles/more.inc",
+            "x.inc",
+        ] {
+            assert!(
+                found.contains(&home.join(expected)),
+                "{expected}: {found:?}"
+            );
+        }
+        assert_eq!(found.len(), 4, "{found:?}");
+        assert!(dotfile_targets(&home, &[]).contains(&home.join("dotfiles/gitconfig")));
+    }
 
     /// Fifteenth review of issue 38: what `~/.bashrc` sources by path runs at every new
     /// shell (the Google Cloud SDK's `path.bash.inc`), and what that sources in turn.
