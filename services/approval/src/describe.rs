@@ -732,9 +732,50 @@ fn short(text: &str, max: usize) -> String {
     shown(text, max).text
 }
 
-/// `text` as a card shows it, whole (the service refuses a card too long to show).
+/// `text` as a card shows it, whole (the service refuses a card too long to show), with
+/// white space a card would fold spelled out ([`spelled`]).
 fn whole(text: &str) -> String {
-    shown(text, usize::MAX).text
+    shown(&spelled(text), usize::MAX).text
+}
+
+/// Whether the character at `i` of `chars` is white space or a control character a card
+/// would fold or hide: anything but a single space between two other characters.
+fn folded_at(chars: &[char], i: usize) -> bool {
+    let c = chars[i];
+    let plain_space =
+        c == ' ' && i > 0 && i + 1 < chars.len() && chars[i - 1] != ' ' && chars[i + 1] != ' ';
+    (c.is_whitespace() || c.is_control()) && !plain_space
+}
+
+/// One folded character spelled out: `\t`, `\n`, `\r`, `\xNN`, `\uNNNN`.
+fn escaped(c: char) -> String {
+    match c {
+        '\t' => "\\t".to_owned(),
+        '\n' => "\\n".to_owned(),
+        '\r' => "\\r".to_owned(),
+        c if u32::from(c) < 0x80 => format!("\\x{:02x}", u32::from(c)),
+        c => format!("\\u{:04x}", u32::from(c)),
+    }
+}
+
+/// `text` with the white space a card would fold (a run of spaces, a tab, a new line, a
+/// space at either end, a no-break space) spelled out as escapes, and then its `\` doubled:
+/// `~/report  final.txt` is shown `~/report\x20\x20final.txt`, never as another file's
+/// name. Text with none is shown as it is.
+fn spelled(text: &str) -> std::borrow::Cow<'_, str> {
+    let chars: Vec<char> = text.chars().collect();
+    if !(0..chars.len()).any(|i| folded_at(&chars, i)) {
+        return std::borrow::Cow::Borrowed(text);
+    }
+    let mut out = String::with_capacity(text.len() + 8);
+    for (i, c) in chars.iter().enumerate() {
+        match c {
+            '\\' => out.push_str("\\\\"),
+            c if folded_at(&chars, i) => out.push_str(&escaped(*c)),
+            c => out.push(*c),
+        }
+    }
+    std::borrow::Cow::Owned(out)
 }
 
 /// One argument as a shell card shows it, exactly: quoted as the shell would need it, and an
@@ -743,18 +784,7 @@ fn whole(text: &str) -> String {
 /// each of those spelled out (`rm 'a  b'` is `rm $'a\x20\x20b'`, never `rm 'a b'`).
 fn shown_arg(arg: &str) -> String {
     let chars: Vec<char> = arg.chars().collect();
-    let plain_space = |i: usize| {
-        chars[i] == ' '
-            && i > 0
-            && i + 1 < chars.len()
-            && chars[i - 1] != ' '
-            && chars[i + 1] != ' '
-    };
-    let folded = |i: usize| {
-        let c = chars[i];
-        (c.is_whitespace() || c.is_control()) && !plain_space(i)
-    };
-    if !(0..chars.len()).any(folded) {
+    if !(0..chars.len()).any(|i| folded_at(&chars, i)) {
         return shell_words::quote(arg).into_owned();
     }
     let mut out = String::from("$'");
@@ -762,13 +792,7 @@ fn shown_arg(arg: &str) -> String {
         match c {
             '\\' => out.push_str("\\\\"),
             '\'' => out.push_str("\\'"),
-            '\t' => out.push_str("\\t"),
-            '\n' => out.push_str("\\n"),
-            '\r' => out.push_str("\\r"),
-            c if folded(i) && u32::from(*c) < 0x80 => {
-                out.push_str(&format!("\\x{:02x}", u32::from(*c)));
-            }
-            c if folded(i) => out.push_str(&format!("\\u{:04x}", u32::from(*c))),
+            c if folded_at(&chars, i) => out.push_str(&escaped(*c)),
             c => out.push(*c),
         }
     }
@@ -1267,6 +1291,27 @@ mod tests {
         let card = rendered(&d, "shell_exec:git");
         assert!(card.lines[1].contains(hidden), "{card}");
         assert!(card.telegram_html.contains(hidden));
+    }
+
+    /// Sixteenth review of issue 38: a path's card folded a run of spaces, naming another
+    /// file than the one written.
+    #[test]
+    fn a_path_card_spells_out_white_space_a_card_would_fold() {
+        for (path, shown) in [
+            (
+                "~/Documents/report  final.txt",
+                r"~/Documents/report\x20\x20final.txt",
+            ),
+            (
+                "~/Documents/report final.txt",
+                "~/Documents/report final.txt",
+            ),
+            ("~/notes\t.txt", r"~/notes\t.txt"),
+            ("~/a\\b  c", r"~/a\\b\x20\x20c"),
+        ] {
+            let d = en("fs_write", path, json!({"path": path, "content": "x"}), &[]);
+            assert!(d.summary.starts_with(shown), "{path}: {}", d.summary);
+        }
     }
 
     /// Fifteenth review of issue 38: a card folded the white space inside a quoted argument,

@@ -55,13 +55,22 @@ pub fn holds_invisible(text: &str) -> bool {
 }
 
 /// `text` on one line as a person sees it: control characters become spaces, invisible
-/// ones are taken out, at most `max` characters.
+/// ones are taken out (the line then begins with "⚠ "), at most `max` characters (then
+/// "…" says it was cut).
 pub fn one_visible_line(text: &str, max: usize) -> String {
-    text.chars()
+    let visible: Vec<char> = text
+        .chars()
         .filter(|c| !is_invisible(*c))
         .map(|c| if c.is_control() { ' ' } else { c })
-        .take(max)
-        .collect()
+        .collect();
+    let mut line: String = visible.iter().take(max).collect();
+    if visible.len() > max {
+        line.push('…');
+    }
+    if holds_invisible(text) {
+        line.insert_str(0, "⚠ ");
+    }
+    line
 }
 
 #[cfg(test)]
@@ -97,6 +106,20 @@ mod tests {
         for c in ['a', ' ', 'è', '한', '⠁', '😀', '\u{3000}'] {
             assert!(!is_invisible(c), "U+{:04X}", c as u32);
         }
+    }
+
+    /// Sixteenth review of issue 38: a digest row dropped invisible characters and cut its
+    /// text without a word.
+    #[test]
+    fn a_visible_line_says_what_it_took_out_and_where_it_cut() {
+        use super::one_visible_line;
+        assert_eq!(one_visible_line("grant ~/a/*", 300), "grant ~/a/*");
+        assert_eq!(
+            one_visible_line("grant ~/a\u{200B}/*", 300),
+            "⚠ grant ~/a/*"
+        );
+        assert_eq!(one_visible_line("abcdef", 3), "abc…");
+        assert_eq!(one_visible_line("a\nb", 3), "a b");
     }
 
     #[test]
