@@ -1730,6 +1730,49 @@ async fn the_command_has_no_network() {
     assert_eq!(meta(&o, "sandbox")["network"], json!(true));
 }
 
+/// Issue 38 (seventeenth review): Landlock guards files, not the connect() of a socket that
+/// has a path. From the box a script reached the person's D-Bus at `/run/user/<uid>/bus`
+/// and had her systemd run a command outside any box, with the network; an ssh-agent in
+/// `/tmp` and Docker's socket the same. No Unix-domain socket is opened in the box.
+#[tokio::test]
+async fn the_command_reaches_no_local_socket_outside_the_box() {
+    let (f, catalog) = setup();
+    let Some(_) = sandbox(&f, &catalog).await else {
+        return;
+    };
+    // A service of the person's, listening on a socket with a path, as her bus does.
+    let outside = tempfile::tempdir().unwrap();
+    let path = outside.path().join("bus");
+    let listener = std::os::unix::net::UnixListener::bind(&path).unwrap();
+    listener.set_nonblocking(true).unwrap();
+    let connect = format!(
+        "perl -MIO::Socket::UNIX -e 'IO::Socket::UNIX->new(Peer => $ARGV[0]) or die qq(refused: $!)' {}",
+        path.display()
+    );
+    // Outside the box the same command connects (what the box must stop).
+    let control = std::process::Command::new("sh")
+        .args(["-c", &connect])
+        .output()
+        .unwrap();
+    assert!(control.status.success(), "{control:?}");
+    assert!(listener.accept().is_ok(), "the control connected");
+    let runner = shell_runner(&f, &["perl"]);
+    let o = shell(&runner, &catalog, &connect).await;
+    assert!(!o.ok, "{o:?}");
+    assert!(
+        format!("{o:?}").contains("refused: Permission denied"),
+        "{o:?}"
+    );
+    let accepted = listener.accept();
+    assert!(
+        accepted
+            .as_ref()
+            .is_err_and(|e| e.kind() == std::io::ErrorKind::WouldBlock),
+        "the command connected: {accepted:?}"
+    );
+    assert_eq!(meta(&o, "sandbox")["no_local_sockets"], json!(true));
+}
+
 #[tokio::test]
 async fn metnos_s_memory_and_environment_are_not_readable_and_it_cannot_be_signalled() {
     let (f, catalog) = setup();

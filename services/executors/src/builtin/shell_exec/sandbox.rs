@@ -158,6 +158,11 @@ pub struct Protections {
     pub own_proc: bool,
     /// The command has no controlling terminal.
     pub no_terminal: bool,
+    /// The command cannot open a Unix-domain socket (nor any socket but the network's, empty
+    /// in its namespace) or io_uring: no path to the person's D-Bus, systemd, ssh-agent,
+    /// gpg-agent or Docker socket, which Landlock does not guard.
+    #[serde(default)]
+    pub no_local_sockets: bool,
 }
 
 impl Protections {
@@ -171,6 +176,11 @@ impl Protections {
         }
         if !(self.landlock == "enforced" || self.landlock == "partially enforced") {
             return Some(format!("Landlock is {}", self.landlock));
+        }
+        if !self.no_local_sockets {
+            return Some(
+                "the seccomp filter refusing local sockets could not be installed".to_owned(),
+            );
         }
         None
     }
@@ -739,6 +749,7 @@ fn confine(plan: &Plan) -> Protections {
         p.no_capabilities = drop_capabilities();
         p.no_new_privs = rustix::thread::set_no_new_privs(true).is_ok();
         landlock(plan, &mut p);
+        p.no_local_sockets = refuse_local_sockets().is_ok();
     }
     #[cfg(not(target_os = "linux"))]
     {
@@ -827,6 +838,57 @@ fn mount_own_proc() -> rustix::io::Result<()> {
         MountFlags::NOSUID | MountFlags::NODEV | MountFlags::NOEXEC,
         None,
     )
+}
+
+/// A seccomp filter, inherited by the command: `socket()` only for the network's families
+/// (IPv4, IPv6, netlink: nothing to reach in the box's empty network namespace), so no
+/// Unix-domain socket is opened and connected to a path outside the box (the person's
+/// D-Bus and systemd at `/run/user/<uid>/bus`, an ssh-agent in `/tmp`, Docker's socket: a
+/// path's socket is no file Landlock guards), nor a VM's vsock; and no io_uring, whose
+/// operations would go around the filter. `socketpair()` stays (it reaches nothing).
+#[cfg(target_os = "linux")]
+fn refuse_local_sockets() -> Result<(), String> {
+    use seccompiler::{
+        SeccompAction, SeccompCmpArgLen, SeccompCmpOp, SeccompCondition, SeccompFilter, SeccompRule,
+    };
+    let not = |family: i32| {
+        SeccompCondition::new(
+            0,
+            SeccompCmpArgLen::Dword,
+            SeccompCmpOp::Ne,
+            u64::from(family.unsigned_abs()),
+        )
+    };
+    let other_families = SeccompRule::new(
+        [libc::AF_INET, libc::AF_INET6, libc::AF_NETLINK]
+            .into_iter()
+            .map(not)
+            .collect::<Result<Vec<_>, _>>()
+            .map_err(|e| e.to_string())?,
+    )
+    .map_err(|e| e.to_string())?;
+    let rules = [
+        (libc::SYS_socket, vec![other_families]),
+        (libc::SYS_io_uring_setup, Vec::new()),
+        (libc::SYS_io_uring_enter, Vec::new()),
+        (libc::SYS_io_uring_register, Vec::new()),
+    ]
+    .into_iter()
+    .collect();
+    let arch = std::env::consts::ARCH
+        .try_into()
+        .map_err(|e: seccompiler::BackendError| e.to_string())?;
+    let filter = SeccompFilter::new(
+        rules,
+        SeccompAction::Allow,
+        SeccompAction::Errno(libc::EACCES.unsigned_abs()),
+        arch,
+    )
+    .map_err(|e| e.to_string())?;
+    let program: seccompiler::BpfProgram = filter
+        .try_into()
+        .map_err(|e: seccompiler::BackendError| e.to_string())?;
+    seccompiler::apply_filter(&program).map_err(|e| e.to_string())
 }
 
 /// Whether the running kernel's release is at least `major.minor`.
@@ -984,6 +1046,7 @@ mod tests {
         Protections {
             namespaces: NAMESPACES.map(str::to_owned).to_vec(),
             landlock: "enforced".to_owned(),
+            no_local_sockets: true,
             ..Protections::default()
         }
     }
@@ -1017,6 +1080,11 @@ mod tests {
                 .unwrap()
                 .contains("Landlock is not enforced")
         );
+        let local_sockets = Protections {
+            no_local_sockets: false,
+            ..full()
+        };
+        assert!(local_sockets.missing().unwrap().contains("seccomp"));
         assert!(refusal("x").contains("executors.allow_unsandboxed = true"));
     }
 
