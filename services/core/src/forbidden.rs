@@ -279,7 +279,16 @@ fn interpreter_startup(path: &std::path::Path) -> bool {
                 })
             })
     });
+    // R's per-user package library (`~/R/x86_64-pc-linux-gnu-library/4.3/`): `library()`
+    // runs each package's loader from there.
+    let r_library = parts.windows(2).any(|pair| {
+        pair[0] == "R"
+            && pair[1]
+                .to_str()
+                .is_some_and(|name| name.ends_with("-library"))
+    });
     standard_library
+        || r_library
         || parts.iter().any(|part| named(part))
         || file.ends_with(".pth")
         || matches!(
@@ -716,6 +725,10 @@ mod tests {
             ),
             (
                 "/home/ada/perl5/lib/perl5/local/lib.pm",
+                INTERPRETER_STARTUP,
+            ),
+            (
+                "/home/ada/R/x86_64-pc-linux-gnu-library/4.3/ggplot2/R/ggplot2",
                 INTERPRETER_STARTUP,
             ),
             (

@@ -76,6 +76,7 @@ impl Places<'_> {
             })
             .or_else(|| crate::scope::executable(real).then_some(forbidden::EXECUTABLE))
             .or_else(|| in_git_repository(real).then_some(forbidden::GIT_REPOSITORY))
+            .or_else(|| in_environment(real, &homes).then_some(forbidden::INTERPRETER_STARTUP))
             .or_else(|| {
                 let own = crate::scope::real_roots(self.forbidden);
                 links
@@ -115,9 +116,56 @@ pub fn in_git_repository(real: &Path) -> bool {
     })
 }
 
+/// Whether `real` lies in an installed environment under the home: a folder above it (below
+/// the home) holds `conda-meta` (a conda, mamba or micromamba prefix) or `pyvenv.cfg` (a
+/// virtual environment). What such a prefix holds is loaded or run by its programs and at
+/// its activation — conda's `etc/conda/env_vars.d` and `conda-meta/state` (exported at every
+/// new shell), Jupyter's and IPython's `etc/` configuration, kernels, the standard library —
+/// more than any list of names could say.
+pub fn in_environment(real: &Path, homes: &[PathBuf]) -> bool {
+    real.ancestors()
+        .skip(1)
+        .take(MAX_ANCESTORS)
+        .take_while(|dir| homes.iter().all(|home| dir != home))
+        .filter(|dir| homes.iter().any(|home| dir.starts_with(home)))
+        .any(|dir| {
+            dir.join("conda-meta").symlink_metadata().is_ok()
+                || dir.join("pyvenv.cfg").symlink_metadata().is_ok()
+        })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn what_an_installed_environment_holds_is_its_programs_start_up() {
+        let dir = tempfile::tempdir().unwrap();
+        let home = dir.path().to_path_buf();
+        let homes = [home.clone()];
+        std::fs::create_dir_all(home.join("miniconda3/conda-meta")).unwrap();
+        std::fs::create_dir_all(home.join("projects/app/venv")).unwrap();
+        std::fs::write(
+            home.join("projects/app/venv/pyvenv.cfg"),
+            "home = /usr/bin\n",
+        )
+        .unwrap();
+        for written in [
+            "miniconda3/etc/conda/env_vars.d/zz.json",
+            "miniconda3/conda-meta/state",
+            "miniconda3/etc/jupyter/jupyter_config.py",
+            "miniconda3/share/jupyter/kernels/python3/kernel.json",
+            "projects/app/venv/etc/ipython/ipython_config.py",
+        ] {
+            assert!(in_environment(&home.join(written), &homes), "{written}");
+        }
+        for ordinary in ["projects/app/main.py", "notes.txt", "projects/app/venv"] {
+            assert!(!in_environment(&home.join(ordinary), &homes), "{ordinary}");
+        }
+        // The home holding a pyvenv.cfg of its own is not one environment.
+        std::fs::write(home.join("pyvenv.cfg"), "").unwrap();
+        assert!(!in_environment(&home.join("notes.txt"), &homes));
+    }
 
     #[test]
     fn a_folder_with_git_s_shape_is_a_repository_and_its_last_piece_completes_one() {

@@ -141,18 +141,9 @@ pub fn dotfile_targets(home: &Path, own: &[PathBuf]) -> Vec<PathBuf> {
                 continue;
             };
             if kind.is_symlink() {
-                let real = path.canonicalize().ok().or_else(|| {
-                    // Dangling: its existing part resolved, the rest as written.
-                    let target = normalize(&dir.join(std::fs::read_link(&path).ok()?));
-                    target.ancestors().find_map(|existing| {
-                        let rest = target.strip_prefix(existing).ok()?;
-                        Some(existing.canonicalize().ok()?.join(rest))
-                    })
-                });
-                if let Some(real) = real
-                    && real != home
-                    && !home.starts_with(&real)
-                {
+                // Dangling or not, where the kernel would take a write through it.
+                let real = physical(&path);
+                if real != home && !home.starts_with(&real) {
                     targets.push(real);
                 }
             } else if kind.is_dir() && depth < DOTFILE_DEPTH {
@@ -240,7 +231,8 @@ const GIT_CONFIGS: &[&str] = &[".gitconfig", ".config/git/config"];
 
 /// The files the person's git configuration includes (`[include] path = ~/dotfiles/gitconfig`,
 /// `[includeIf "gitdir:~/work/"] path = …`), and what those include in turn: git reads them
-/// as its own configuration at every command, outside any box. `~` expanded, a relative
+/// as its own configuration at every command, outside any box; and the folders it names for
+/// templates and hooks (`init.templateDir`, `core.hooksPath`). `~` expanded, a relative
 /// path taken from the including file's folder, quotes removed; at most [`SOURCED_FILES`]
 /// files read, [`SOURCED_BYTES`] each.
 pub fn git_included_files(home: &Path) -> Vec<PathBuf> {
@@ -262,7 +254,7 @@ pub fn git_included_files(home: &Path) -> Vec<PathBuf> {
             continue;
         };
         let folder = real.parent().unwrap_or(home);
-        for value in include_paths(&text) {
+        for (included, value) in include_paths(&text) {
             let path = match value.strip_prefix("~/") {
                 Some(rest) => home.join(rest),
                 None => folder.join(&value),
@@ -271,35 +263,43 @@ pub fn git_included_files(home: &Path) -> Vec<PathBuf> {
             let path = resolve(&path).unwrap_or(path);
             if !found.contains(&path) {
                 found.push(path.clone());
-                queue.push_back(path);
+                if included {
+                    queue.push_back(path);
+                }
             }
         }
     }
     found
 }
 
-/// The `path` values of a git configuration's `include` and `includeIf` sections, read
-/// coarsely (a header and a key on one line too; quotes and a trailing comment removed).
-fn include_paths(text: &str) -> Vec<String> {
-    let mut including = false;
+/// The paths a git configuration names for git to read or run: its `include` and
+/// `includeIf` sections' `path` (`true`: a file read as configuration, followed in turn),
+/// `init.templateDir` (copied into every new repository's `.git`, its `config` and hooks
+/// with it) and `core.hooksPath` (the hooks every repository runs). Read coarsely: a header
+/// and a key on one line too; quotes and a trailing comment removed.
+fn include_paths(text: &str) -> Vec<(bool, String)> {
+    let mut section = String::new();
     let mut paths = Vec::new();
     for line in text.lines() {
         let mut line = line.trim();
         if let Some(header) = line.strip_prefix('[') {
             let (inside, after) = header.split_once(']').unwrap_or((header, ""));
-            let section: String = inside
+            section = inside
                 .trim_start()
                 .chars()
                 .take_while(|c| c.is_ascii_alphanumeric() || *c == '-')
                 .collect::<String>()
                 .to_ascii_lowercase();
-            including = matches!(section.as_str(), "include" | "includeif");
             line = after.trim();
         }
         let Some((key, value)) = line.split_once('=') else {
             continue;
         };
-        if !including || !key.trim().eq_ignore_ascii_case("path") {
+        let key = key.trim().to_ascii_lowercase();
+        let included = matches!(section.as_str(), "include" | "includeif") && key == "path";
+        let folder = (section == "init" && key == "templatedir")
+            || (section == "core" && key == "hookspath");
+        if !included && !folder {
             continue;
         }
         let value = value.trim();
@@ -308,7 +308,7 @@ fn include_paths(text: &str) -> Vec<String> {
             None => value.split(['#', ';']).next().unwrap_or_default().trim(),
         };
         if !value.is_empty() {
-            paths.push(value.to_owned());
+            paths.push((included, value.to_owned()));
         }
     }
     paths
@@ -382,6 +382,38 @@ const DOTFILE_SKIPPED: &[&str] = &[
     ".docker",
     ".minikube",
 ];
+
+/// `path` as the kernel will take it: links followed where they are
+/// (`lnk/../x` is beside the link's target, not beside `lnk`), dangling ones too (writing
+/// one makes its target), the part that does not exist yet as written.
+pub fn physical(path: &Path) -> PathBuf {
+    use std::path::Component;
+    let mut path = path.to_path_buf();
+    for _ in 0..40 {
+        let parts: Vec<Component<'_>> = path.components().collect();
+        let (i, base) = (1..=parts.len())
+            .rev()
+            .find_map(|i| {
+                let prefix: PathBuf = parts[..i].iter().collect();
+                std::fs::canonicalize(&prefix).ok().map(|real| (i, real))
+            })
+            .unwrap_or((0, PathBuf::new()));
+        let rest: PathBuf = parts[i..].iter().collect();
+        if let Some(next) = parts.get(i)
+            && let Ok(target) = std::fs::read_link(base.join(next))
+        {
+            let after: PathBuf = parts[i + 1..].iter().collect();
+            path = base.join(target).join(after);
+            continue;
+        }
+        return if rest.as_os_str().is_empty() {
+            base
+        } else {
+            normalize(&base.join(rest))
+        };
+    }
+    normalize(&path)
+}
 
 pub fn resolve(path: &Path) -> std::io::Result<PathBuf> {
     let mut existing = path.to_owned();
@@ -543,7 +575,8 @@ mod tests {
             home.join(".gitconfig"),
             "[user]\n\tname = Ada\n[include]\n\tpath = ~/dotfiles/gitconfig ; shared\n\
              [includeIf \"gitdir:~/work/\"]\n\tpath = \"work/gitconfig-work\"\n\
-             [submodule \"x\"]\n\tpath = lib\n",
+             [submodule \"x\"]\n\tpath = lib\n[init]\n\ttemplateDir = ~/git-templates\n\
+             [core] hooksPath = hooks\n",
         )
         .unwrap();
         std::fs::write(
@@ -558,13 +591,15 @@ mod tests {
             "work/gitconfig-work",
             "dotfiles/more.inc",
             "x.inc",
+            "git-templates",
+            "hooks",
         ] {
             assert!(
                 found.contains(&home.join(expected)),
                 "{expected}: {found:?}"
             );
         }
-        assert_eq!(found.len(), 4, "{found:?}");
+        assert_eq!(found.len(), 6, "{found:?}");
         assert!(dotfile_targets(&home, &[]).contains(&home.join("dotfiles/gitconfig")));
     }
 

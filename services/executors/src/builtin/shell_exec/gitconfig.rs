@@ -356,9 +356,7 @@ fn within(path: &Path, workspace: &Path) -> Result<std::path::PathBuf, ()> {
     let lexical = crate::scope::normalize(path);
     // As the kernel goes: links first, then `..` (`lnk/../x` is beside the link's target);
     // what does not exist yet, as far as it does.
-    let real = std::fs::canonicalize(path)
-        .or_else(|_| crate::scope::resolve(&lexical))
-        .unwrap_or_else(|_| lexical.clone());
+    let real = crate::scope::physical(path);
     let readable = |p: &Path| {
         metnos_core::forbidden::first_match(
             &p.to_string_lossy(),

@@ -294,36 +294,9 @@ fn all_values(arg: &str) -> impl Iterator<Item = &str> {
     .filter(|v| !v.is_empty())
 }
 
-/// `value` taken as a path from `cwd` as the kernel will: links followed where they are
-/// (`lnk/../x` is beside the link's target, not beside `lnk`), dangling ones too (writing
-/// one makes its target), the part that does not exist yet as written.
+/// `value` taken as a path from `cwd` as the kernel will ([`crate::scope::physical`]).
 fn real_path(value: &str, cwd: &Path) -> PathBuf {
-    use std::path::Component;
-    let mut path = cwd.join(value);
-    for _ in 0..40 {
-        let parts: Vec<Component<'_>> = path.components().collect();
-        let (i, base) = (1..=parts.len())
-            .rev()
-            .find_map(|i| {
-                let prefix: PathBuf = parts[..i].iter().collect();
-                std::fs::canonicalize(&prefix).ok().map(|real| (i, real))
-            })
-            .unwrap_or((0, PathBuf::new()));
-        let rest: PathBuf = parts[i..].iter().collect();
-        if let Some(next) = parts.get(i)
-            && let Ok(target) = std::fs::read_link(base.join(next))
-        {
-            let after: PathBuf = parts[i + 1..].iter().collect();
-            path = base.join(target).join(after);
-            continue;
-        }
-        return if rest.as_os_str().is_empty() {
-            base
-        } else {
-            normalize(&base.join(rest))
-        };
-    }
-    normalize(&path)
+    crate::scope::physical(&cwd.join(value))
 }
 
 /// The programs that only read the files their arguments name (and `echo`, `date`, `df`,
@@ -686,6 +659,15 @@ fn sort(args: &[String]) -> Result<(), String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A workspace the person chose runs fewer git commands than Metnos's own, never others.
+    #[test]
+    fn the_chosen_workspace_s_git_commands_are_among_the_shell_s() {
+        for command in CHOSEN_GIT {
+            assert!(GIT_COMMANDS.contains(command), "{command}");
+        }
+        assert!(CHOSEN_GIT.len() < GIT_COMMANDS.len());
+    }
 
     fn words(text: &str) -> Vec<String> {
         shell_words::split(text).unwrap()
