@@ -291,16 +291,24 @@ pub fn append(dir: &Path, file: &str, records: &[Value]) -> std::io::Result<End>
         writeln!(days, "{root}")?;
     }
     let mut text = String::new();
+    // A file's first record names the file before it (hashed with it: whoever deletes that
+    // file and edits `ROOTS` to hide it cannot edit this too without a new chain end).
+    let after = (end.seq > 0 && end_file != file).then(|| end_file.clone());
     for (n, record) in records.iter().enumerate() {
-        let line = match (&mark, n) {
-            (Some(mark), 0) => {
+        let line = match (&mark, &after, n) {
+            (None, None, _) | (_, _, 1..) => chained(record, &end),
+            (mark, after, 0) => {
                 let mut record = record.clone();
                 if let Value::Object(fields) = &mut record {
-                    fields.insert(BREAK.to_owned(), mark.clone());
+                    if let Some(mark) = mark {
+                        fields.insert(BREAK.to_owned(), mark.clone());
+                    }
+                    if let Some(after) = after {
+                        fields.insert(AFTER.to_owned(), Value::String(after.clone()));
+                    }
                 }
                 chained(&record, &end)
             }
-            _ => chained(record, &end),
         };
         end = End {
             seq: end.seq + 1,
@@ -324,6 +332,9 @@ pub fn append(dir: &Path, file: &str, records: &[Value]) -> std::io::Result<End>
 
 /// The field a line carries when it was written after its chain's end was cut or edited.
 pub const BREAK: &str = "chain_break";
+
+/// The field of a file's first record naming the file before it.
+pub const AFTER: &str = "chain_after";
 
 /// What the next line must say when `head` (kept beside the chain) does not name the
 /// chain's `end` as found: `None` when it does, or when the chain ran ahead of it (a crash
@@ -413,8 +424,10 @@ pub fn verify(
     // The first and the last seq walked, to hold each daily root to the record it names.
     let mut first_walked: Option<u64> = None;
     let mut walked: Option<u64> = None;
-    // The files walked that held records, to hold each closed file's root to its file.
+    // The files walked that held records, to hold each closed file's root to its file; and
+    // what each file's first record says came before it.
     let mut with_records: Vec<&str> = Vec::new();
+    let mut afters: Vec<(String, String)> = Vec::new();
     for name in &all {
         let stem = name.trim_end_matches(".jsonl");
         let checked = since.is_none_or(|since| stem >= since);
@@ -449,7 +462,20 @@ pub fn verify(
                 continue;
             }
             walked = Some(seq);
+            if first_walked.is_none() && n == 0 && seq > 1 && !line.contains(AFTER) {
+                // The chain's first record, at a file's start, neither the genesis nor
+                // naming the file before it: written by an older version, or what was
+                // before it cut away. Its start is not proven: counted with the lines
+                // from before the chain (NOT CHECKED unless the owner accepts them).
+                report.unchained += 1;
+            }
             first_walked.get_or_insert(seq);
+            if line.contains(AFTER)
+                && let Ok(Value::Object(fields)) = serde_json::from_str::<Value>(line)
+                && let Some(after) = fields.get(AFTER).and_then(Value::as_str)
+            {
+                afters.push((format!("{name}, line {}", n + 1), after.to_owned()));
+            }
             if with_records.last() != Some(&name.as_str()) {
                 with_records.push(name);
             }
@@ -482,6 +508,18 @@ pub fn verify(
         report.broken = Some(format!(
             "{file}: its root says it held the records up to seq {}, but the file is gone or empty (it was deleted or emptied; the retention keeps that file)",
             root.seq
+        ));
+        return Ok(report);
+    }
+    // A file's first record names the file before it: one the retention keeps is there.
+    if let Some((at, after)) = afters.iter().find(|(_, after)| {
+        let stem = after.trim_end_matches(".jsonl");
+        !expired(stem)
+            && since.is_none_or(|since| stem >= since)
+            && !with_records.contains(&after.as_str())
+    }) {
+        report.broken = Some(format!(
+            "{at}: its file follows {after}, which the retention keeps, but that file is gone or empty (it was deleted or emptied)"
         ));
         return Ok(report);
     }
@@ -1034,11 +1072,66 @@ mod tests {
                 .unwrap()
                 .broken
                 .unwrap_or_default();
+            // (The first kept file's first record names the file before it too.)
             assert!(
-                broken.contains("names seq") && broken.contains("the chain now begins at seq 7"),
+                broken.contains("2026-11-25.jsonl") && broken.contains("deleted"),
                 "{days_too}: {broken}"
             );
         }
+    }
+
+    /// Issue 38 (seventeenth review): the oldest files deleted, `ROOTS` rewritten to an
+    /// expired date and the older daily roots deleted, the newest kept as it was: the first
+    /// kept file's first record still names the file before it.
+    #[test]
+    fn a_file_s_first_record_names_the_file_before_it() {
+        let dir = tempfile::tempdir().unwrap();
+        for (file, n) in [
+            ("2026-11-24.jsonl", 0),
+            ("2026-11-25.jsonl", 3),
+            ("2026-11-26.jsonl", 6),
+        ] {
+            for i in 0..3 {
+                append(dir.path(), file, &[json!({"turn": n + i})]).unwrap();
+            }
+        }
+        let first = lines(dir.path(), "2026-11-26.jsonl")[0].clone();
+        assert!(
+            first.contains(r#""chain_after":"2026-11-25.jsonl""#),
+            "{first}"
+        );
+        assert!(!lines(dir.path(), "2026-11-24.jsonl")[0].contains(AFTER));
+        let kept = |stem: &str| stem < "2026-11-01";
+        assert_eq!(verify(dir.path(), None, &kept).unwrap().broken, None);
+        std::fs::remove_file(dir.path().join("2026-11-24.jsonl")).unwrap();
+        std::fs::remove_file(dir.path().join("2026-11-25.jsonl")).unwrap();
+        let sixth = serde_json::from_str::<Value>(&first).unwrap()["prev"].clone();
+        let forged = json!({"file": "2000-01-01.jsonl", "seq": 6, "hash": sixth});
+        std::fs::write(dir.path().join(ROOTS), format!("{forged}\n")).unwrap();
+        std::fs::write(dir.path().join(DAYS), "").unwrap();
+        let broken = verify(dir.path(), None, &kept)
+            .unwrap()
+            .broken
+            .unwrap_or_default();
+        assert!(
+            broken.starts_with("2026-11-26.jsonl, line 1: its file follows 2026-11-25.jsonl"),
+            "{broken}"
+        );
+        // The same files removed by the retention: intact.
+        let removed = |stem: &str| stem < "2026-11-26";
+        let report = verify(dir.path(), None, &removed).unwrap();
+        assert_eq!((report.broken, report.unchained), (None, 0));
+        // The first kept file's first records cut too: its start is not proven.
+        let file = dir.path().join("2026-11-26.jsonl");
+        let rest = lines(dir.path(), "2026-11-26.jsonl")[2..].join("\n") + "\n";
+        std::fs::write(&file, rest).unwrap();
+        let third = serde_json::from_str::<Value>(&lines(dir.path(), "2026-11-26.jsonl")[0])
+            .unwrap()["prev"]
+            .clone();
+        let forged = json!({"file": "2000-01-01.jsonl", "seq": 8, "hash": third});
+        std::fs::write(dir.path().join(ROOTS), format!("{forged}\n")).unwrap();
+        let report = verify(dir.path(), None, &kept).unwrap();
+        assert_eq!((report.broken, report.unchained), (None, 1));
     }
 
     /// Issue 38 (fifteenth review): the oldest files deleted or emptied inside the
