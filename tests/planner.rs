@@ -1808,6 +1808,41 @@ async fn a_hybrid_turn_that_read_a_file_does_not_escalate_to_an_online_model() {
     );
 }
 
+/// Seventeenth review of issue 38: a hybrid turn with no local tier sent the file it read
+/// to the online model its fast tier is.
+#[tokio::test]
+async fn a_hybrid_turn_with_no_local_tier_ends_after_a_private_read() {
+    let s = stack_with(
+        &[
+            ("METNOS_RUNTIME__MODE", "hybrid"),
+            ("METNOS_RUNTIME__LLM__FAST__PROVIDER", "anthropic"),
+            ("METNOS_RUNTIME__LLM__FAST__API_KEY_ENV", "HOME"),
+        ],
+        true,
+    )
+    .await;
+    std::fs::write(s.home().join("salary.txt"), "net 4,210 EUR").unwrap();
+    s.fake
+        .push(tool_calls(&[("fs_read", json!({"path": "~/salary.txt"}))]));
+    s.fake.push(Reply::Text("your salary is 4,210".into()));
+    let events = s.run("read ~/salary.txt", Full).await;
+    assert_eq!(kind(&events), pb::FinalKind::Error, "{events:#?}");
+    let text = &finished(&events).text;
+    assert!(
+        text.contains("a hybrid turn sends what it read to no online model")
+            && text.contains("no local tier is configured"),
+        "{text}"
+    );
+    let sent: Vec<String> = s
+        .fake
+        .received()
+        .into_iter()
+        .map(|r| r.body.to_string())
+        .collect();
+    assert_eq!(sent.len(), 1, "{sent:?}");
+    assert!(sent.iter().all(|body| !body.contains("4,210")), "{sent:?}");
+}
+
 #[tokio::test]
 async fn with_only_an_online_llm_a_read_only_turn_ends_saying_why_and_calls_nothing() {
     let s = stack_with(

@@ -95,9 +95,18 @@ impl Planner {
         // A hybrid turn is the person's local turn: once it has read private data, its
         // history (that data in it) is not sent to an online provider by an escalation.
         if cp.mode == Mode::Hybrid
-            && let Some(local) = llm.local_instead_of(tier)
             && let Some(read) = cp.read_private().first()
         {
+            let Some(local) = llm.local_instead_of(tier) else {
+                // No local tier to stay on: the turn ends rather than send what it read.
+                return Err(finish(
+                    FinalKind::Error,
+                    format!(
+                        "this turn read {read}; a hybrid turn sends what it read to no online model, \
+                         and no local tier is configured: add an Ollama tier, or set runtime.mode to online"
+                    ),
+                ));
+            };
             tracing::info!(
                 read = %read,
                 instead = llm.resolve(local).as_str(),
