@@ -140,7 +140,10 @@ pub fn concession_said(language: Language, territory: Territory, pattern: &str) 
     territory
         .concession()
         .map_or_else(String::new, |concession| {
-            concession.said(language, &sanitize(pattern, SHOWN_SUMMARY))
+            concession.said(
+                language,
+                &sanitize(&crate::describe::spelled(pattern), SHOWN_SUMMARY),
+            )
         })
 }
 
@@ -394,7 +397,7 @@ pub fn render(request: &CardRequest, token: &str) -> Card {
         None => vec![vec![button(approve, "approve"), button(reject, "reject")]],
         Some(pattern) => {
             let (once, session, always) = territory_buttons(language);
-            let pattern = sanitize(pattern, SHOWN_PATTERN_ON_BUTTON);
+            let pattern = sanitize(&crate::describe::spelled(pattern), SHOWN_PATTERN_ON_BUTTON);
             vec![
                 vec![button(once, "approve"), button(reject, "reject")],
                 vec![
@@ -666,6 +669,16 @@ mod tests {
         assert_eq!(italian.buttons[0][0].text, "Approva una volta");
         assert_eq!(italian.buttons[1][0].text, "Per questa sessione");
         assert_eq!(italian.buttons[1][1].text, "Sempre per drive.google.com");
+        // Seventeenth review of issue 38: white space the button would fold is spelled out
+        // (`~/a  b/*` is another folder than `~/a b/*`).
+        assert_eq!(
+            offer(Language::English, "~/a  b/*").buttons[1][1].text,
+            r"Always for ~/a\x20\x20b/*"
+        );
+        assert!(
+            concession_said(Language::English, Territory::Permanent, "~/a  b/*")
+                .contains(r"~/a\x20\x20b/*")
+        );
         // A long pattern is shortened on the button, head and tail, never cut silently.
         let long = format!("~/{}/end/*", "a".repeat(80));
         let button = &offer(Language::English, &long).buttons[1][1].text;

@@ -762,7 +762,7 @@ fn escaped(c: char) -> String {
 /// space at either end, a no-break space) spelled out as escapes, and then its `\` doubled:
 /// `~/report  final.txt` is shown `~/report\x20\x20final.txt`, never as another file's
 /// name. Text with none is shown as it is.
-fn spelled(text: &str) -> std::borrow::Cow<'_, str> {
+pub(crate) fn spelled(text: &str) -> std::borrow::Cow<'_, str> {
     let chars: Vec<char> = text.chars().collect();
     if !(0..chars.len()).any(|i| folded_at(&chars, i)) {
         return std::borrow::Cow::Borrowed(text);
