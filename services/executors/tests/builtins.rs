@@ -1771,6 +1771,42 @@ async fn the_command_reaches_no_local_socket_outside_the_box() {
         "the command connected: {accepted:?}"
     );
     assert_eq!(meta(&o, "sandbox")["no_local_sockets"], json!(true));
+    // Eighteenth review: a datagram pair's end sends to a path's socket (journald's); and
+    // the kernel keyring, which no namespace separates.
+    let datagrams = outside.path().join("journal");
+    let receiver = std::os::unix::net::UnixDatagram::bind(&datagrams).unwrap();
+    receiver.set_nonblocking(true).unwrap();
+    let send = format!(
+        "perl -MSocket -e 'socketpair(my $a, my $b, AF_UNIX, SOCK_DGRAM, 0) or die qq(refused: $!); send($a, qq(MESSAGE=forged), 0, pack_sockaddr_un($ARGV[0])) or die qq(unsent: $!)' {}",
+        datagrams.display()
+    );
+    let control = std::process::Command::new("sh")
+        .args(["-c", &send])
+        .output()
+        .unwrap();
+    assert!(control.status.success(), "{control:?}");
+    let mut got = [0u8; 64];
+    assert_eq!(receiver.recv(&mut got).unwrap(), "MESSAGE=forged".len());
+    let o = shell(&runner, &catalog, &send).await;
+    assert!(
+        format!("{o:?}").contains("refused: Permission denied"),
+        "{o:?}"
+    );
+    assert!(receiver.recv(&mut got).is_err(), "a datagram arrived");
+    // KEYCTL_GET_KEYRING_ID (0) of the session keyring (-3), by its x86_64 number: allowed
+    // outside the box, refused in it.
+    let keyring = "perl -e 'syscall(250, 0, -3, 0) >= 0 or die qq(refused: $!)'";
+    let outside_box = std::process::Command::new("sh")
+        .args(["-c", keyring])
+        .output()
+        .unwrap();
+    if cfg!(target_arch = "x86_64") && outside_box.status.success() {
+        let o = shell(&runner, &catalog, keyring).await;
+        assert!(
+            format!("{o:?}").contains("refused: Permission denied"),
+            "{o:?}"
+        );
+    }
 }
 
 #[tokio::test]

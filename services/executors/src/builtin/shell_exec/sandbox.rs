@@ -159,8 +159,9 @@ pub struct Protections {
     /// The command has no controlling terminal.
     pub no_terminal: bool,
     /// The command cannot open a Unix-domain socket (nor any socket but the network's, empty
-    /// in its namespace) or io_uring: no path to the person's D-Bus, systemd, ssh-agent,
-    /// gpg-agent or Docker socket, which Landlock does not guard.
+    /// in its namespace, nor a datagram pair), io_uring or the kernel keyring: no path to
+    /// the person's D-Bus, systemd, journald, ssh-agent, gpg-agent or Docker socket, which
+    /// Landlock does not guard, nor to her session keys.
     #[serde(default)]
     pub no_local_sockets: bool,
 }
@@ -840,56 +841,72 @@ fn mount_own_proc() -> rustix::io::Result<()> {
     )
 }
 
-/// A seccomp filter, inherited by the command: `socket()` only for the network's families
-/// (IPv4, IPv6, netlink: nothing to reach in the box's empty network namespace), so no
-/// Unix-domain socket is opened and connected to a path outside the box (the person's
-/// D-Bus and systemd at `/run/user/<uid>/bus`, an ssh-agent in `/tmp`, Docker's socket: a
-/// path's socket is no file Landlock guards), nor a VM's vsock; and no io_uring, whose
-/// operations would go around the filter. `socketpair()` stays (it reaches nothing).
+/// A seccomp filter, inherited by the command, for what Landlock and the namespaces do not
+/// keep inside: `socket()` only for the network's families (IPv4, IPv6, netlink: nothing
+/// to reach in the box's empty network namespace), so no Unix-domain socket is connected
+/// to a path outside the box (the person's D-Bus and systemd at `/run/user/<uid>/bus`, an
+/// ssh-agent in `/tmp`, Docker's socket: a path's socket is no file Landlock guards), nor a
+/// VM's vsock; no datagram `socketpair()` (either end may send to such a path: journald's
+/// socket, a user manager's notify socket); no io_uring, whose operations would go around
+/// the filter; no kernel keyring (not namespaced: the person's session keys, and
+/// `request_key` upcalls run as root outside the box). The same calls by their x32 numbers
+/// too. A stream `socketpair()` stays: it reaches nothing.
 #[cfg(target_os = "linux")]
 fn refuse_local_sockets() -> Result<(), String> {
     use seccompiler::{
-        SeccompAction, SeccompCmpArgLen, SeccompCmpOp, SeccompCondition, SeccompFilter, SeccompRule,
+        BackendError, SeccompAction, SeccompCmpArgLen, SeccompCmpOp, SeccompCondition,
+        SeccompFilter, SeccompRule,
     };
-    let not = |family: i32| {
+    let err = |e: BackendError| e.to_string();
+    let arg = |index: u8, op: SeccompCmpOp, value: i32| {
         SeccompCondition::new(
-            0,
+            index,
             SeccompCmpArgLen::Dword,
-            SeccompCmpOp::Ne,
-            u64::from(family.unsigned_abs()),
+            op,
+            u64::from(value.unsigned_abs()),
         )
+        .map_err(err)
     };
-    let other_families = SeccompRule::new(
-        [libc::AF_INET, libc::AF_INET6, libc::AF_NETLINK]
-            .into_iter()
-            .map(not)
-            .collect::<Result<Vec<_>, _>>()
-            .map_err(|e| e.to_string())?,
-    )
-    .map_err(|e| e.to_string())?;
-    let rules = [
+    let other_families = SeccompRule::new(vec![
+        arg(0, SeccompCmpOp::Ne, libc::AF_INET)?,
+        arg(0, SeccompCmpOp::Ne, libc::AF_INET6)?,
+        arg(0, SeccompCmpOp::Ne, libc::AF_NETLINK)?,
+    ])
+    .map_err(err)?;
+    let datagram_pair =
+        SeccompRule::new(vec![arg(1, SeccompCmpOp::MaskedEq(0xf), libc::SOCK_DGRAM)?])
+            .map_err(err)?;
+    let mut rules = std::collections::BTreeMap::new();
+    for (call, when) in [
         (libc::SYS_socket, vec![other_families]),
+        (libc::SYS_socketpair, vec![datagram_pair]),
         (libc::SYS_io_uring_setup, Vec::new()),
         (libc::SYS_io_uring_enter, Vec::new()),
         (libc::SYS_io_uring_register, Vec::new()),
-    ]
-    .into_iter()
-    .collect();
-    let arch = std::env::consts::ARCH
-        .try_into()
-        .map_err(|e: seccompiler::BackendError| e.to_string())?;
+        (libc::SYS_add_key, Vec::new()),
+        (libc::SYS_keyctl, Vec::new()),
+        (libc::SYS_request_key, Vec::new()),
+    ] {
+        // x32's number for the same call: the same architecture in the filter's eyes.
+        #[cfg(target_arch = "x86_64")]
+        rules.insert(call | X32_SYSCALL_BIT, when.clone());
+        rules.insert(call, when);
+    }
+    let arch = std::env::consts::ARCH.try_into().map_err(err)?;
     let filter = SeccompFilter::new(
         rules,
         SeccompAction::Allow,
         SeccompAction::Errno(libc::EACCES.unsigned_abs()),
         arch,
     )
-    .map_err(|e| e.to_string())?;
-    let program: seccompiler::BpfProgram = filter
-        .try_into()
-        .map_err(|e: seccompiler::BackendError| e.to_string())?;
+    .map_err(err)?;
+    let program: seccompiler::BpfProgram = filter.try_into().map_err(err)?;
     seccompiler::apply_filter(&program).map_err(|e| e.to_string())
 }
+
+/// The bit x32 programs set in their system call numbers (x86_64 kernels that enable x32).
+#[cfg(all(target_os = "linux", target_arch = "x86_64"))]
+const X32_SYSCALL_BIT: i64 = 0x4000_0000;
 
 /// Whether the running kernel's release is at least `major.minor`.
 #[cfg(target_os = "linux")]
