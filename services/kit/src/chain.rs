@@ -462,7 +462,8 @@ pub fn verify(
                 continue;
             }
             walked = Some(seq);
-            if first_walked.is_none() && n == 0 && seq > 1 && !line.contains(AFTER) {
+            let after = after_of(line);
+            if first_walked.is_none() && n == 0 && seq > 1 && after.is_none() {
                 // The chain's first record, at a file's start, neither the genesis nor
                 // naming the file before it: written by an older version, or what was
                 // before it cut away. Its start is not proven: counted with the lines
@@ -470,11 +471,8 @@ pub fn verify(
                 report.unchained += 1;
             }
             first_walked.get_or_insert(seq);
-            if line.contains(AFTER)
-                && let Ok(Value::Object(fields)) = serde_json::from_str::<Value>(line)
-                && let Some(after) = fields.get(AFTER).and_then(Value::as_str)
-            {
-                afters.push((format!("{name}, line {}", n + 1), after.to_owned()));
+            if let Some(after) = after {
+                afters.push((format!("{name}, line {}", n + 1), after));
             }
             if with_records.last() != Some(&name.as_str()) {
                 with_records.push(name);
@@ -598,6 +596,15 @@ fn erased(
         })
 }
 
+/// The file a record names as the one before its own (`chain_after`), if it does.
+fn after_of(line: &str) -> Option<String> {
+    if !line.contains(AFTER) {
+        return None;
+    }
+    let record: Value = serde_json::from_str(line).ok()?;
+    record.get(AFTER)?.as_str().map(str::to_owned)
+}
+
 /// The daily roots by the seq they name.
 type DayRoots<'a> = std::collections::HashMap<u64, (&'a str, &'a End)>;
 
@@ -661,8 +668,10 @@ fn walk(
             Some((end, _)) => Some(end.clone()),
             None => first(seq),
         };
+        // Linked to the record before and the next seq: a valid link over a gap in the
+        // seqs (a record left out, the rest relinked) steps around the daily roots.
         if let Some(expected) = expected
-            && prev != expected.hash
+            && (prev != expected.hash || seq != expected.seq + 1)
         {
             let before = previous
                 .as_ref()
@@ -1078,6 +1087,63 @@ mod tests {
                 "{days_too}: {broken}"
             );
         }
+    }
+
+    /// Issue 38 (eighteenth review): records left out and the rest relinked, keeping their
+    /// seqs: every link holds, but the seq jumps (and the daily root naming a left-out seq
+    /// would be stepped over).
+    #[test]
+    fn a_gap_in_the_seqs_is_a_break_however_well_linked() {
+        let dir = tempfile::tempdir().unwrap();
+        for n in 0..5 {
+            append(dir.path(), "2026-11-26.jsonl", &[json!({"n": n})]).unwrap();
+        }
+        let kept = lines(dir.path(), "2026-11-26.jsonl");
+        // Leave out seq 2 and 3; relink seq 4 and 5 to the records now before them.
+        let mut end = End::genesis();
+        let mut out = Vec::new();
+        for line in [&kept[0], &kept[3], &kept[4]] {
+            let mut record: Value = serde_json::from_str(line).unwrap();
+            record["prev"] = Value::String(end.hash.clone());
+            let text = record.to_string();
+            end = End {
+                seq: record["seq"].as_u64().unwrap(),
+                hash: hash(&text),
+            };
+            out.push(text);
+        }
+        write(dir.path(), "2026-11-26.jsonl", &out);
+        let head = json!({"file": "2026-11-26.jsonl", "seq": end.seq, "hash": end.hash});
+        std::fs::write(dir.path().join(HEAD), format!("{head}\n")).unwrap();
+        let broken = verify(dir.path(), None, &|_| false)
+            .unwrap()
+            .broken
+            .unwrap_or_default();
+        assert!(
+            broken.contains("line 2: 2 record(s) before it were removed (seq 2 to 3)"),
+            "{broken}"
+        );
+        // The same in a store's journal.
+        let mut end = End::genesis();
+        let mut rows = Vec::new();
+        for n in 0..4 {
+            let (line, next) = link(&end, &json!({"n": n}));
+            rows.push(line);
+            end = next;
+        }
+        let mut relinked: Value = serde_json::from_str(&rows[2]).unwrap();
+        relinked["prev"] = Value::String(hash(&rows[0]));
+        let gap = vec![rows[0].clone(), relinked.to_string()];
+        let tail = End {
+            seq: 3,
+            hash: hash(&gap[1]),
+        };
+        let report = verify_lines("decisions", &gap, Some(&tail), &[]);
+        assert!(
+            report
+                .broken
+                .is_some_and(|b| b.contains("1 record(s) before it were removed")),
+        );
     }
 
     /// Issue 38 (seventeenth review): the oldest files deleted, `ROOTS` rewritten to an
