@@ -291,15 +291,22 @@ fn interpreter_startup(path: &std::path::Path) -> bool {
         || r_library
         || parts.iter().any(|part| named(part))
         || file.ends_with(".pth")
-        || matches!(
-            file,
-            "sitecustomize.py"
-                | "usercustomize.py"
-                | "pyvenv.cfg"
-                | "pip.conf"
-                | "readline.py"
-                | "rlcompleter.py"
-        )
+        || matches!(file, "pyvenv.cfg" | "pip.conf")
+        || python_module(file).is_some_and(|module| {
+            matches!(
+                module,
+                "sitecustomize" | "usercustomize" | "readline" | "rlcompleter"
+            )
+        })
+}
+
+/// The module a file name is to Python's import system, whatever form it takes: source
+/// (`x.py`), bytecode without its source (`x.pyc`: Python loads it as it is), an extension
+/// (`x.so`, `x.cpython-310-x86_64-linux-gnu.so`, `x.abi3.so`).
+fn python_module(file: &str) -> Option<&str> {
+    let (module, suffix) = file.split_once('.')?;
+    let extension = suffix.ends_with(".so") || suffix == "so";
+    (matches!(suffix, "py" | "pyc" | "pyo" | "pyw") || extension).then_some(module)
 }
 
 /// Whether `below` (a path under the home) is a module Python imports from the home, the
@@ -308,8 +315,11 @@ fn interpreter_startup(path: &std::path::Path) -> bool {
 fn python_in_home(below: &std::path::Path) -> bool {
     let parts: Vec<&std::ffi::OsStr> = below.components().map(|c| c.as_os_str()).collect();
     match parts.as_slice() {
-        [file] => file.to_str().is_some_and(|f| f.ends_with(".py")),
-        [_, file] => matches!(file.to_str(), Some("__init__.py" | "__main__.py")),
+        [file] => file.to_str().and_then(python_module).is_some(),
+        [_, file] => file
+            .to_str()
+            .and_then(python_module)
+            .is_some_and(|module| matches!(module, "__init__" | "__main__")),
         _ => false,
     }
 }
@@ -709,6 +719,15 @@ mod tests {
             ("/home/ada/json/__init__.py", INTERPRETER_STARTUP),
             ("/home/ada/projects/site/readline.py", INTERPRETER_STARTUP),
             ("/home/ada/rlcompleter.py", INTERPRETER_STARTUP),
+            // Nineteenth review: bytecode without its source, and extensions, import too.
+            ("/home/ada/pip.pyc", INTERPRETER_STARTUP),
+            ("/home/ada/readline.pyc", INTERPRETER_STARTUP),
+            ("/home/ada/projects/site/readline.pyc", INTERPRETER_STARTUP),
+            ("/home/ada/json/__init__.pyc", INTERPRETER_STARTUP),
+            (
+                "/home/ada/readline.cpython-310-x86_64-linux-gnu.so",
+                INTERPRETER_STARTUP,
+            ),
             // Sixteenth review: what an installed Python, Node, Perl and the shell's
             // completion load.
             (
@@ -759,7 +778,8 @@ mod tests {
             "/home/ada/projects/bin-tools.md",
             "/home/ada/projects/x/tool.py",
             "/home/ada/projects/site/__main__.py",
-            "/home/ada/notes.pyc",
+            "/home/ada/notes.txt.bak",
+            "/home/ada/projects/site/notes.pyc",
             "/home/ada/projects/site/lib/pythonic.md",
             "/home/ada/projects/site/lib/helpers.py",
             "/home/ada",

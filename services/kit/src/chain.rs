@@ -204,7 +204,7 @@ fn end_before(dir: &Path, file: &str) -> std::io::Result<(End, Option<String>)> 
 /// `record` (a JSON object) as the line after `end`: with `seq` and `prev` first.
 fn chained(record: &Value, end: &End) -> String {
     let mut line = Map::new();
-    line.insert("seq".to_owned(), Value::from(end.seq + 1));
+    line.insert("seq".to_owned(), Value::from(end.seq.saturating_add(1)));
     line.insert("prev".to_owned(), Value::from(end.hash.clone()));
     if let Value::Object(fields) = record {
         for (k, v) in fields {
@@ -311,7 +311,7 @@ pub fn append(dir: &Path, file: &str, records: &[Value]) -> std::io::Result<End>
             }
         };
         end = End {
-            seq: end.seq + 1,
+            seq: end.seq.saturating_add(1),
             hash: hash(&line),
         };
         text.push_str(&line);
@@ -671,25 +671,26 @@ fn walk(
         // Linked to the record before and the next seq: a valid link over a gap in the
         // seqs (a record left out, the rest relinked) steps around the daily roots.
         if let Some(expected) = expected
-            && (prev != expected.hash || seq != expected.seq + 1)
+            && (prev != expected.hash || seq != expected.seq.saturating_add(1))
         {
+            let next = expected.seq.saturating_add(1);
             let before = previous
                 .as_ref()
                 .map_or_else(|| "the record before".to_owned(), |(_, at)| at.clone());
-            let missing = expected.seq + 1..seq;
+            let missing = next..seq;
             let later = seqs.get(n + 1..).unwrap_or_default();
-            let what = if seq == expected.seq + 1 {
+            let what = if seq == next {
                 format!("{before} was edited (this record's link to it no longer holds)")
-            } else if seq > expected.seq + 1 && later.iter().any(|s| missing.contains(s)) {
+            } else if seq > next && later.iter().any(|s| missing.contains(s)) {
                 format!(
                     "records were reordered (seq {seq} comes before seq {})",
-                    expected.seq + 1
+                    next
                 )
-            } else if seq > expected.seq + 1 {
+            } else if seq > next {
                 format!(
                     "{} record(s) before it were removed (seq {} to {})",
-                    seq - expected.seq - 1,
-                    expected.seq + 1,
+                    seq - next,
+                    next,
                     seq - 1
                 )
             } else {
@@ -716,7 +717,7 @@ fn walk(
 pub fn link(end: &End, record: &Value) -> (String, End) {
     let line = chained(record, end);
     let next = End {
-        seq: end.seq + 1,
+        seq: end.seq.saturating_add(1),
         hash: hash(&line),
     };
     (line, next)
