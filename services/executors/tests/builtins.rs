@@ -1792,7 +1792,22 @@ async fn the_command_reaches_no_local_socket_outside_the_box() {
         format!("{o:?}").contains("refused: Permission denied"),
         "{o:?}"
     );
+    // Nineteenth review: a `SOCK_RAW` pair is a datagram pair to the kernel.
+    let raw = send.replace("SOCK_DGRAM", "SOCK_RAW");
+    let o = shell(&runner, &catalog, &raw).await;
+    assert!(
+        format!("{o:?}").contains("refused: Permission denied"),
+        "{o:?}"
+    );
     assert!(receiver.recv(&mut got).is_err(), "a datagram arrived");
+    // A stream pair, which reaches nothing, still works (Python's and Perl's own plumbing).
+    let o = shell(
+        &runner,
+        &catalog,
+        "perl -MSocket -e 'socketpair(my $a, my $b, AF_UNIX, SOCK_STREAM, 0) or die qq(refused: $!); print qq(paired)'",
+    )
+    .await;
+    assert!(o.ok && format!("{o:?}").contains("paired"), "{o:?}");
     // KEYCTL_GET_KEYRING_ID (0) of the session keyring (-3), by its x86_64 number: allowed
     // outside the box, refused in it.
     let keyring = "perl -e 'syscall(250, 0, -3, 0) >= 0 or die qq(refused: $!)'";

@@ -846,11 +846,12 @@ fn mount_own_proc() -> rustix::io::Result<()> {
 /// to reach in the box's empty network namespace), so no Unix-domain socket is connected
 /// to a path outside the box (the person's D-Bus and systemd at `/run/user/<uid>/bus`, an
 /// ssh-agent in `/tmp`, Docker's socket: a path's socket is no file Landlock guards), nor a
-/// VM's vsock; no datagram `socketpair()` (either end may send to such a path: journald's
-/// socket, a user manager's notify socket); no io_uring, whose operations would go around
-/// the filter; no kernel keyring (not namespaced: the person's session keys, and
-/// `request_key` upcalls run as root outside the box). The same calls by their x32 numbers
-/// too. A stream `socketpair()` stays: it reaches nothing.
+/// VM's vsock; no `socketpair()` but a stream or seqpacket one (a datagram pair's end, or
+/// a `SOCK_RAW` one's, may send to such a path: journald's socket, a user manager's notify
+/// socket); no io_uring, whose operations would go around the filter; no kernel keyring
+/// (not namespaced: the person's session keys, and `request_key` upcalls run as root
+/// outside the box). The same calls by their x32 numbers too. A stream or seqpacket
+/// `socketpair()` stays: it reaches nothing.
 #[cfg(target_os = "linux")]
 fn refuse_local_sockets() -> Result<(), String> {
     use seccompiler::{
@@ -873,13 +874,16 @@ fn refuse_local_sockets() -> Result<(), String> {
         arg(0, SeccompCmpOp::Ne, libc::AF_NETLINK)?,
     ])
     .map_err(err)?;
-    let datagram_pair =
-        SeccompRule::new(vec![arg(1, SeccompCmpOp::MaskedEq(0xf), libc::SOCK_DGRAM)?])
-            .map_err(err)?;
+    // socketpair(): a stream or a seqpacket pair only (a `SOCK_RAW` pair is a datagram
+    // pair to the kernel): one rule per other type, the flags above the type masked off.
+    let other_pairs = (0..=0xf)
+        .filter(|kind| ![libc::SOCK_STREAM, libc::SOCK_SEQPACKET].contains(kind))
+        .map(|kind| SeccompRule::new(vec![arg(1, SeccompCmpOp::MaskedEq(0xf), kind)?]).map_err(err))
+        .collect::<Result<Vec<_>, _>>()?;
     let mut rules = std::collections::BTreeMap::new();
     for (call, when) in [
         (libc::SYS_socket, vec![other_families]),
-        (libc::SYS_socketpair, vec![datagram_pair]),
+        (libc::SYS_socketpair, other_pairs),
         (libc::SYS_io_uring_setup, Vec::new()),
         (libc::SYS_io_uring_enter, Vec::new()),
         (libc::SYS_io_uring_register, Vec::new()),
