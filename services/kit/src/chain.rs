@@ -1090,6 +1090,21 @@ mod tests {
         }
     }
 
+    /// Nineteenth review of issue 38: a root edited to the largest seq is a break, never a
+    /// panic (an overflow) of the verifying or the writing process.
+    #[test]
+    fn a_root_at_the_largest_seq_is_a_break_not_a_panic() {
+        let dir = chain();
+        std::fs::remove_file(dir.path().join("2026-11-25.jsonl")).unwrap();
+        let forged = json!({"file": "2000-01-01.jsonl", "seq": u64::MAX, "hash": "x"});
+        std::fs::write(dir.path().join(ROOTS), format!("{forged}\n")).unwrap();
+        let report = verify(dir.path(), None, &|stem: &str| stem < "2026-11-26").unwrap();
+        assert!(report.broken.is_some(), "{report:?}");
+        let head = json!({"file": "2026-11-26.jsonl", "seq": u64::MAX, "hash": "x"});
+        std::fs::write(dir.path().join(HEAD), format!("{head}\n")).unwrap();
+        append(dir.path(), "2026-11-27.jsonl", &[json!({"n": 1})]).unwrap();
+    }
+
     /// Issue 38 (eighteenth review): records left out and the rest relinked, keeping their
     /// seqs: every link holds, but the seq jumps (and the daily root naming a left-out seq
     /// would be stepped over).
