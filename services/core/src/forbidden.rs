@@ -241,7 +241,8 @@ pub fn runs_code_later_beside(
 /// what decides where its code comes from: a venv's `pyvenv.cfg` (`home =` names the
 /// standard library it loads), `pip.conf` (the index the next `pip install` runs from);
 /// `readline.py` and `rlcompleter.py`, which Python's prompt imports from the folder it
-/// opens in; a `node_modules` folder (Node looks for a module in every folder above the
+/// opens in; a `__pycache__` folder (its bytecode is loaded for the source beside it); a
+/// `node_modules` folder (Node looks for a module in every folder above the
 /// program), `perl5` (local::lib), and the completion and plugin folders bash, zsh and fish
 /// load from beside a folder of programs (`share/bash-completion`, `site-functions`,
 /// `vendor_conf.d`).
@@ -255,6 +256,7 @@ fn interpreter_startup(path: &std::path::Path) -> bool {
                     | "activate.d"
                     | "deactivate.d"
                     | "node_modules"
+                    | "__pycache__"
                     | "perl5"
                     | "bash-completion"
                     | "site-functions"
@@ -724,6 +726,16 @@ mod tests {
             ("/home/ada/readline.pyc", INTERPRETER_STARTUP),
             ("/home/ada/projects/site/readline.pyc", INTERPRETER_STARTUP),
             ("/home/ada/json/__init__.pyc", INTERPRETER_STARTUP),
+            // Twentieth review: bytecode Python takes for a module's source (an
+            // unchecked-hash .pyc is loaded whatever the source says).
+            (
+                "/home/ada/__pycache__/notes.cpython-310.pyc",
+                INTERPRETER_STARTUP,
+            ),
+            (
+                "/home/ada/projects/site/__pycache__/app.cpython-312.pyc",
+                INTERPRETER_STARTUP,
+            ),
             (
                 "/home/ada/readline.cpython-310-x86_64-linux-gnu.so",
                 INTERPRETER_STARTUP,
