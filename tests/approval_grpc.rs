@@ -613,6 +613,48 @@ async fn errors_map_to_the_contract_codes() {
         "{:?}",
         card.lines
     );
+
+    // Twenty-first review of issue 38: a stored request re-rendered (the web page's list,
+    // `metnos approvals show`) lost its invisible-characters warning and its reason line.
+    let mut hidden = create(pb::TerritoryConcession::None);
+    hidden.target = "~/todo\u{200B}.md".into();
+    hidden.args_json = r#"{"path":"~/todo\u200b.md","content":"x"}"#.into();
+    let created = client.create_pending(hidden).await.unwrap().into_inner();
+    let sent = created.card.unwrap();
+    assert!(
+        sent.lines
+            .iter()
+            .any(|l| l.contains("invisible characters")),
+        "{:?}",
+        sent.lines
+    );
+    let stored = created.approval.unwrap().request.unwrap();
+    let again = client
+        .render_card(pb::RenderCardRequest {
+            request: Some(stored.clone()),
+            capability: "fs:write".into(),
+        })
+        .await
+        .unwrap()
+        .into_inner()
+        .card
+        .unwrap();
+    assert_eq!(again.lines, sent.lines);
+    // A caller's copy saying otherwise changes nothing of a stored request's card.
+    let mut forged = stored;
+    forged.target_summary = "~/harmless.txt".into();
+    forged.extra_json = String::new();
+    let again = client
+        .render_card(pb::RenderCardRequest {
+            request: Some(forged),
+            capability: "fs:write".into(),
+        })
+        .await
+        .unwrap()
+        .into_inner()
+        .card
+        .unwrap();
+    assert_eq!(again.lines, sent.lines);
 }
 
 /// Issue 38: a path or URL longer than 160 characters was shown as its head and tail; the

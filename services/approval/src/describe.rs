@@ -739,11 +739,16 @@ fn whole(text: &str) -> String {
 }
 
 /// Whether the character at `i` of `chars` is white space or a control character a card
-/// would fold or hide: anything but a single space between two other characters.
+/// would fold or hide: anything but a single space between two other characters. Its
+/// neighbours are the visible characters beside it (an invisible one, taken out of the
+/// card, would otherwise hide a second space or one at the end).
 fn folded_at(chars: &[char], i: usize) -> bool {
     let c = chars[i];
+    let visible = |c: &&char| !metnos_core::html::is_invisible(**c);
+    let before = chars[..i].iter().rev().find(visible);
+    let after = chars[i + 1..].iter().find(visible);
     let plain_space =
-        c == ' ' && i > 0 && i + 1 < chars.len() && chars[i - 1] != ' ' && chars[i + 1] != ' ';
+        c == ' ' && before.is_some_and(|b| *b != ' ') && after.is_some_and(|a| *a != ' ');
     (c.is_whitespace() || c.is_control()) && !plain_space
 }
 
@@ -759,12 +764,14 @@ fn escaped(c: char) -> String {
 }
 
 /// `text` with the white space a card would fold (a run of spaces, a tab, a new line, a
-/// space at either end, a no-break space) spelled out as escapes, and then its `\` doubled:
+/// space at either end, a no-break space) spelled out as escapes, and its `\` doubled:
 /// `~/report  final.txt` is shown `~/report\x20\x20final.txt`, never as another file's
-/// name. Text with none is shown as it is.
+/// name. Text with neither is shown as it is.
 pub(crate) fn spelled(text: &str) -> std::borrow::Cow<'_, str> {
     let chars: Vec<char> = text.chars().collect();
-    if !(0..chars.len()).any(|i| folded_at(&chars, i)) {
+    // A `\` is doubled wherever one is, so an escape on a card is never the text itself
+    // (`~/a b\x20` the file, `~/a b\\x20` the other).
+    if !text.contains('\\') && !(0..chars.len()).any(|i| folded_at(&chars, i)) {
         return std::borrow::Cow::Borrowed(text);
     }
     let mut out = String::with_capacity(text.len() + 8);
@@ -1308,6 +1315,12 @@ mod tests {
             ),
             ("~/notes\t.txt", r"~/notes\t.txt"),
             ("~/a\\b  c", r"~/a\\b\x20\x20c"),
+            // Twentieth review: a name holding what reads as an escape is not the escaped one.
+            ("~/a b ", r"~/a b\x20"),
+            (r"~/a b\x20", r"~/a b\\x20"),
+            // Twenty-first: an invisible neighbour, taken out of the card, hid a space.
+            ("~/a \u{200B}", r"~/a\x20"),
+            ("~/a \u{200B} b", r"~/a\x20\x20b"),
         ] {
             let d = en("fs_write", path, json!({"path": path, "content": "x"}), &[]);
             assert!(d.summary.starts_with(shown), "{path}: {}", d.summary);

@@ -555,7 +555,17 @@ impl ApprovalService for ApprovalApi {
                     limits::EXTRA_JSON,
                 ),
             ])?;
-            let card = card_request(message)?;
+            // A stored request's card is the one its person sees: its reason line and its
+            // invisible-characters warning come from the stored request, never the caller's
+            // copy of it (the web page's list, `metnos approvals show`).
+            if crate::token::is_well_formed(&message.token)
+                && let Ok(pending) = self.approvals.get(&message.token).await
+            {
+                return Ok(self.approvals.card(&pending));
+            }
+            let mut card = card_request(message)?;
+            // A preview: a warning the caller asks for is shown (it can only add one).
+            card.had_invisible = crate::extra::Extra::parse(&message.extra_json).had_invisible;
             // A preview has no token yet: the buttons show a placeholder one.
             let token = if message.token.is_empty() {
                 "0".repeat(crate::token::TOKEN_LEN)
