@@ -45,8 +45,8 @@ impl Described {
         let Some(content) = args.get("content").and_then(Value::as_str) else {
             return self;
         };
-        let lines: Vec<String> = content
-            .lines()
+        let lines: Vec<String> = content_lines(content)
+            .into_iter()
             .map(|l| crate::card::sanitize(l, usize::MAX))
             .collect();
         self.summary = format!("{} — whole: «{}»", self.summary, lines.join(" ⏎ "));
@@ -699,14 +699,29 @@ pub fn reason_read_private(read: &[String], language: Language) -> String {
     }
 }
 
+/// `content`'s lines, broken wherever an interpreter breaks them (Python and Node take a
+/// lone `\r` for a line break, Node U+2028 and U+2029 too: a line that reads as a comment's
+/// tail on a card is not one to them); a final break ends the last line and begins none.
+/// (Other control characters are white space to them, and a card shows them as spaces.)
+fn content_lines(content: &str) -> Vec<&str> {
+    let mut lines: Vec<&str> = content
+        .split("\r\n")
+        .flat_map(|l| l.split(['\n', '\r', '\u{2028}', '\u{2029}']))
+        .collect();
+    if lines.last().is_some_and(|l| l.is_empty()) {
+        lines.pop();
+    }
+    lines
+}
+
 /// The first line of `content`, quoted and shortened, and how many lines follow.
 fn preview(content: &str, it: bool) -> String {
     if content.is_empty() {
         return if it { "vuoto" } else { "empty" }.to_owned();
     }
-    let mut lines = content.lines();
-    let first = lines.next().unwrap_or_default();
-    let more = lines.count();
+    let lines = content_lines(content);
+    let first = lines.first().copied().unwrap_or_default();
+    let more = lines.len().saturating_sub(1);
     let mut out = format!("«{}»", short(first, SHOWN_PREVIEW));
     if more > 0 {
         out.push_str(&if it {
@@ -744,6 +759,11 @@ fn whole(text: &str) -> String {
 /// card, would otherwise hide a second space or one at the end).
 fn folded_at(chars: &[char], i: usize) -> bool {
     let c = chars[i];
+    // Only white space and control characters are looked at (the neighbours' search, at
+    // most to the next visible character, stays linear over a text).
+    if !(c.is_whitespace() || c.is_control()) {
+        return false;
+    }
     let visible = |c: &&char| !metnos_core::html::is_invisible(**c);
     let before = chars[..i].iter().rev().find(visible);
     let after = chars[i + 1..].iter().find(visible);
@@ -1344,6 +1364,32 @@ mod tests {
             let card = rendered(&d, "shell_exec:rm");
             assert!(card.lines[1].contains(shown), "{card}");
         }
+    }
+
+    /// Twenty-second review of issue 38: a lone `\r` (a line break to Python and Node) was
+    /// shown as a space, so the card read one comment where the interpreter ran a second line.
+    #[test]
+    fn a_write_that_runs_code_later_breaks_its_lines_where_an_interpreter_does() {
+        for content in [
+            "# just a note\rimport os; os.system('evil')\n",
+            "// c\u{2028}evil()",
+            "# a\r\nimport os\n",
+        ] {
+            let args = json!({"path": "~/sitecustomize.py", "content": content}).to_string();
+            let d = en(
+                "fs_write",
+                "~/sitecustomize.py",
+                serde_json::from_str(&args).unwrap(),
+                &[],
+            )
+            .whole_content(&args);
+            assert!(d.summary.contains(" ⏎ "), "{content:?}: {}", d.summary);
+            assert!(!d.summary.contains("note import") && !d.summary.contains("c evil"));
+            assert!(!d.summary.ends_with("⏎ »"), "{}", d.summary);
+        }
+        // A long run of invisible characters is judged in linear time (no quadratic scan).
+        let long = format!("a {} b", "\u{AD}".repeat(32_000));
+        assert!(spelled(&long).contains("\\x20"));
     }
 
     /// Review of issue 38: the card of a named write to ~/.gitconfig showed its first line
