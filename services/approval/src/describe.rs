@@ -47,7 +47,7 @@ impl Described {
         };
         let lines: Vec<String> = content_lines(content)
             .into_iter()
-            .map(|l| crate::card::sanitize(l, usize::MAX))
+            .map(|l| crate::card::sanitize(&controls_spelled(l), usize::MAX))
             .collect();
         self.summary = format!("{} — whole: «{}»", self.summary, lines.join(" ⏎ "));
         self.had_invisible |= metnos_core::html::holds_invisible(content);
@@ -714,15 +714,34 @@ fn content_lines(content: &str) -> Vec<&str> {
     lines
 }
 
+/// A content line with every control character but a tab spelled out (`\x0c`, `\x00`,
+/// `\u0085`: Python 3.13 reads a `.pth` with `splitlines`, systemd ends a line at NUL), and
+/// then its `\` doubled, so an escape on the card is never the text itself.
+fn controls_spelled(line: &str) -> std::borrow::Cow<'_, str> {
+    if !line.contains(|c: char| c == '\\' || (c.is_control() && c != '\t')) {
+        return std::borrow::Cow::Borrowed(line);
+    }
+    let mut out = String::with_capacity(line.len() + 8);
+    for c in line.chars() {
+        match c {
+            '\\' => out.push_str("\\\\"),
+            '\t' => out.push('\t'),
+            c if c.is_control() => out.push_str(&escaped(c)),
+            c => out.push(c),
+        }
+    }
+    std::borrow::Cow::Owned(out)
+}
+
 /// The first line of `content`, quoted and shortened, and how many lines follow.
 fn preview(content: &str, it: bool) -> String {
     if content.is_empty() {
         return if it { "vuoto" } else { "empty" }.to_owned();
     }
     let lines = content_lines(content);
-    let first = lines.first().copied().unwrap_or_default();
+    let first = controls_spelled(lines.first().copied().unwrap_or_default());
     let more = lines.len().saturating_sub(1);
-    let mut out = format!("«{}»", short(first, SHOWN_PREVIEW));
+    let mut out = format!("«{}»", short(&first, SHOWN_PREVIEW));
     if more > 0 {
         out.push_str(&if it {
             format!(" +{more} righe")
@@ -759,10 +778,10 @@ fn whole(text: &str) -> String {
 /// card, would otherwise hide a second space or one at the end).
 fn folded_at(chars: &[char], i: usize) -> bool {
     let c = chars[i];
-    // Only white space and control characters are looked at (the neighbours' search, at
-    // most to the next visible character, stays linear over a text).
-    if !(c.is_whitespace() || c.is_control()) {
-        return false;
+    // Only a space may be a plain one: its neighbours are looked for (each search stops at
+    // the next visible character, so the searches stay linear over a text).
+    if c != ' ' {
+        return c.is_whitespace() || c.is_control();
     }
     let visible = |c: &&char| !metnos_core::html::is_invisible(**c);
     let before = chars[..i].iter().rev().find(visible);
@@ -1390,6 +1409,38 @@ mod tests {
         // A long run of invisible characters is judged in linear time (no quadratic scan).
         let long = format!("a {} b", "\u{AD}".repeat(32_000));
         assert!(spelled(&long).contains("\\x20"));
+        let separators = format!("a{}b", "\u{2028}".repeat(200_000));
+        assert!(spelled(&separators).contains("\\u2028"));
+        assert!(shown_arg(&separators).starts_with("$'a"));
+        // Twenty-third review: what Python 3.13's `.pth` reading (splitlines) and systemd
+        // (NUL) take for a line's end is spelled out, never shown as a space.
+        for content in [
+            "# n\x0cimport os\n",
+            "# n\x0bimport os",
+            "# n\u{85}import os",
+            "# n\0ExecStartPre=/bin/sh",
+        ] {
+            let args =
+                json!({"path": "~/.local/lib/python3.13/site-packages/x.pth", "content": content})
+                    .to_string();
+            let d = en(
+                "fs_write",
+                "~/x.pth",
+                serde_json::from_str(&args).unwrap(),
+                &[],
+            )
+            .whole_content(&args);
+            assert!(
+                !d.summary.contains("n import") && !d.summary.contains("n ExecStartPre"),
+                "{content:?}: {}",
+                d.summary
+            );
+            assert!(
+                d.summary.contains(r"# n\x") || d.summary.contains(r"# n\u0085"),
+                "{}",
+                d.summary
+            );
+        }
     }
 
     /// Review of issue 38: the card of a named write to ~/.gitconfig showed its first line
