@@ -156,10 +156,27 @@ async fn fs_write_creates_overwrites_and_appends_atomically() {
         )
         .await;
     assert_eq!(meta(&o, "bytes_written"), &json!(1));
+    // An append begins on a line of its own: the card's appended lines never join the
+    // file's last one (`export PATH=~/bin` and `:~/evil`, issue 38).
+    assert_eq!(meta(&o, "new_line_added"), &json!(true));
     assert_eq!(
         std::fs::read_to_string(f.home().join("out/new.txt")).unwrap(),
-        "bye!"
+        "bye\n!"
     );
+    for (content, added, now) in [("?\n", true, "bye\n!\n?\n"), ("x", false, "bye\n!\n?\nx")] {
+        let o = f
+            .run(
+                &catalog,
+                "fs_write",
+                json!({"path": "~/out/new.txt", "content": content, "mode": "append"}),
+            )
+            .await;
+        assert_eq!(meta(&o, "new_line_added"), &json!(added), "{o:?}");
+        assert_eq!(
+            std::fs::read_to_string(f.home().join("out/new.txt")).unwrap(),
+            now
+        );
+    }
     // No temporary files are left beside it.
     let names: Vec<String> = std::fs::read_dir(f.home().join("out"))
         .unwrap()

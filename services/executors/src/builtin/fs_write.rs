@@ -82,6 +82,7 @@ fn write(args: &Value, context: &ExecContext) -> Result<Observation, String> {
         Some(_) => return Err(format!("{text} is not a regular file")),
     }
     let existed = existing.is_some();
+    let mut new_line = false;
     match mode {
         "create" => {
             if existed {
@@ -121,38 +122,7 @@ fn write(args: &Value, context: &ExecContext) -> Result<Observation, String> {
                 format!("cannot write {text}: {e}")
             })?;
         }
-        _ => {
-            // Non-blocking: a FIFO swapped in since the check fails to open (no reader)
-            // or is refused below, never a wait for a reader.
-            let flags = OFlags::WRONLY
-                | OFlags::APPEND
-                | OFlags::CREATE
-                | OFlags::NOFOLLOW
-                | OFlags::NOCTTY
-                | OFlags::NONBLOCK
-                | OFlags::CLOEXEC;
-            let fd = rfs::openat(&dir, name, flags, Mode::from_raw_mode(0o644)).map_err(|e| {
-                if e == Errno::LOOP {
-                    format!("{text} is a symbolic link; fs_write does not write through links")
-                } else {
-                    format!("cannot append to {text}: {e}")
-                }
-            })?;
-            let opened =
-                crate::open::describe(&fd).map_err(|e| format!("cannot append to {text}: {e}"))?;
-            if opened.kind != FileType::RegularFile {
-                return Err(format!("{text} is not a regular file"));
-            }
-            if opened.links > 1
-                && !crate::open::in_workspace(&path, &super::linked_files_place(context))
-            {
-                return Err(crate::open::hard_link_refusal(text, opened.links));
-            }
-            let mut file = std::fs::File::from(fd);
-            file.write_all(content.as_bytes())
-                .and_then(|()| file.sync_all())
-                .map_err(|e| format!("cannot append to {text}: {e}"))?;
-        }
+        _ => new_line = append(&dir, name, text, &path, content, context)?,
     }
     Ok(Observation::success(
         format!("{} bytes written to {}", content.len(), path.display()),
@@ -161,6 +131,59 @@ fn write(args: &Value, context: &ExecContext) -> Result<Observation, String> {
             ("bytes_written", json!(content.len())),
             ("mode", json!(mode)),
             ("created", json!(!existed)),
+            ("new_line_added", json!(new_line)),
         ]),
     ))
+}
+
+/// Appends `content` to `name` in `dir`, on a line of its own: a file whose last byte is
+/// not a new line gets one first, so what a card showed as appended lines never joins the
+/// file's last line (`export PATH=~/bin` and `:~/evil`). Whether it added one.
+fn append(
+    dir: &OwnedFd,
+    name: &std::ffi::OsStr,
+    text: &str,
+    path: &std::path::Path,
+    content: &str,
+    context: &ExecContext,
+) -> Result<bool, String> {
+    // Non-blocking: a FIFO swapped in since the check fails to open (no reader) or is
+    // refused below, never a wait for a reader. Read and write: its last byte is read.
+    let flags = OFlags::RDWR
+        | OFlags::APPEND
+        | OFlags::CREATE
+        | OFlags::NOFOLLOW
+        | OFlags::NOCTTY
+        | OFlags::NONBLOCK
+        | OFlags::CLOEXEC;
+    let fd = rfs::openat(dir, name, flags, Mode::from_raw_mode(0o644)).map_err(|e| {
+        if e == Errno::LOOP {
+            format!("{text} is a symbolic link; fs_write does not write through links")
+        } else {
+            format!("cannot append to {text}: {e}")
+        }
+    })?;
+    let opened = crate::open::describe(&fd).map_err(|e| format!("cannot append to {text}: {e}"))?;
+    if opened.kind != FileType::RegularFile {
+        return Err(format!("{text} is not a regular file"));
+    }
+    if opened.links > 1 && !crate::open::in_workspace(path, &super::linked_files_place(context)) {
+        return Err(crate::open::hard_link_refusal(text, opened.links));
+    }
+    let mut last = [0u8; 1];
+    let new_line = opened.size > 0
+        && !content.is_empty()
+        && rustix::io::pread(&fd, &mut last, opened.size - 1)
+            .map_err(|e| format!("cannot append to {text}: {e}"))?
+            == 1
+        && last[0] != b'\n';
+    let mut file = std::fs::File::from(fd);
+    if new_line {
+        file.write_all(b"\n")
+            .map_err(|e| format!("cannot append to {text}: {e}"))?;
+    }
+    file.write_all(content.as_bytes())
+        .and_then(|()| file.sync_all())
+        .map_err(|e| format!("cannot append to {text}: {e}"))?;
+    Ok(new_line)
 }
