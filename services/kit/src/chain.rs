@@ -414,30 +414,83 @@ pub fn verify(
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => None,
         Err(e) => return Err(e),
     };
-    let all = files(dir)?;
-    let roots = roots(dir)?;
-    let days = days(dir)?;
-    report.days = days.clone();
+    report.days = days(dir)?;
     report.day_files = day_files(dir)?;
-    let day_roots = by_seq(&days);
-    let mut previous: Option<(End, String)> = None;
-    // The first and the last seq walked, to hold each daily root to the record it names.
-    let mut first_walked: Option<u64> = None;
-    let mut walked: Option<u64> = None;
-    // The files walked that held records, to hold each closed file's root to its file; and
-    // what each file's first record says came before it.
-    let mut with_records: Vec<&str> = Vec::new();
-    let mut afters: Vec<(String, String)> = Vec::new();
-    for name in &all {
+    let kept = Retained {
+        roots: roots(dir)?,
+        days: report.days.clone(),
+        day_files: report.day_files.clone(),
+        since,
+        expired,
+    };
+    let walked = match walk_files(dir, &kept, &mut report)? {
+        Ok(walked) => walked,
+        Err(broken) => {
+            report.broken = Some(broken);
+            return Ok(report);
+        }
+    };
+    if let Some(broken) = kept.gone(&walked) {
+        report.broken = Some(broken);
+        return Ok(report);
+    }
+    // The newest line: HEAD names it. With no record left, only the retention may have
+    // removed them: a HEAD or a daily root naming what it keeps says they were erased.
+    let head = read_head(dir)?;
+    if walked.previous.is_some() {
+        report.broken = head_break(head.as_ref().map(|(_, h)| h), walked.previous.as_ref());
+    } else if since.is_none_or(|since| {
+        head.as_ref()
+            .is_some_and(|(file, _)| file.trim_end_matches(".jsonl") >= since)
+    }) {
+        // Nothing walked from `since` on, though HEAD names a file from then: erased too.
+        report.broken = erased(head.as_ref(), &kept.days, walked.last, expired);
+    }
+    Ok(report)
+}
+
+/// What a folder keeps beside its chain, and which of its files a verification holds to
+/// it: those from `since` on that the retention keeps (`expired` says which it may have
+/// removed by now).
+struct Retained<'a> {
+    roots: Vec<(String, End)>,
+    days: Vec<(String, End)>,
+    day_files: Vec<(String, String)>,
+    since: Option<&'a str>,
+    expired: &'a dyn Fn(&str) -> bool,
+}
+
+/// What walking a folder's files found, for the checks that follow the walk.
+#[derive(Default)]
+struct Walked {
+    /// The last record walked, and where it is.
+    previous: Option<(End, String)>,
+    /// The first and the last seq walked, to hold each daily root to the record it names.
+    first: Option<u64>,
+    last: Option<u64>,
+    /// The files walked that held records, to hold each closed file's root to its file.
+    with_records: Vec<String>,
+    /// What each file's first record says came before it: (where, that file).
+    afters: Vec<(String, String)>,
+}
+
+/// Walks every file of `dir` from `kept.since` on: `Err` with the first break, in words.
+fn walk_files(
+    dir: &Path,
+    kept: &Retained<'_>,
+    report: &mut Report,
+) -> std::io::Result<Result<Walked, String>> {
+    let day_roots = by_seq(&kept.days);
+    let mut walked = Walked::default();
+    for name in &files(dir)? {
         let stem = name.trim_end_matches(".jsonl");
-        let checked = since.is_none_or(|since| stem >= since);
         let text = std::fs::read_to_string(dir.join(name))?;
-        if !checked {
+        if !kept.since.is_none_or(|since| stem >= since) {
             // Not walked, but its end is where the next file's chain starts.
             if let Some(line) = text.lines().rfind(|l| !l.is_empty())
                 && seq_of(line) > 0
             {
-                previous = Some((line_end(line), format!("{name}, its last line")));
+                walked.previous = Some((line_end(line), format!("{name}, its last line")));
             }
             continue;
         }
@@ -446,124 +499,135 @@ pub fn verify(
         let first = |_: u64| {
             // The chain's first line kept: the root of the file before it (the files before
             // it pruned by the retention), else the genesis — a start cut away shows.
-            roots
+            kept.roots
                 .iter()
                 .rfind(|(file, _)| file.as_str() < name.as_str())
                 .map(|(_, end)| end.clone())
                 .or_else(|| Some(End::genesis()))
         };
-        if let Some(broken) = walk(name, &lines, &mut previous, first, &mut report) {
-            report.broken = Some(broken);
-            return Ok(report);
+        if let Some(broken) = walk(name, &lines, &mut walked.previous, first, report) {
+            return Ok(Err(broken));
         }
+        if let Some(broken) = walked.note(name, &lines, &day_roots, report) {
+            return Ok(Err(broken));
+        }
+        // A closed file's root: its last line as it was when the next file began.
+        if let Some((_, root)) = kept.roots.iter().find(|(file, _)| file == name)
+            && let Some((end, at)) = &walked.previous
+            && (end.seq != root.seq || end.hash != root.hash)
+        {
+            return Ok(Err(format!(
+                "{at}: the file's root says its last record is seq {} (records at its end were removed or edited)",
+                root.seq
+            )));
+        }
+    }
+    Ok(Ok(walked))
+}
+
+impl Walked {
+    /// Notes the records of file `name` (walked and found chained): the seqs, the file,
+    /// what its first record says came before it, a first record whose start is not proven
+    /// (counted in `report`). The break a daily root finds, if any.
+    fn note(
+        &mut self,
+        name: &str,
+        lines: &[&str],
+        day_roots: &DayRoots<'_>,
+        report: &mut Report,
+    ) -> Option<String> {
         for (n, line) in lines.iter().enumerate() {
             let seq = seq_of(line);
             if seq == 0 {
                 continue;
             }
-            walked = Some(seq);
+            self.last = Some(seq);
             let after = after_of(line);
-            if first_walked.is_none() && n == 0 && seq > 1 && after.is_none() {
+            if self.first.is_none() && n == 0 && seq > 1 && after.is_none() {
                 // The chain's first record, at a file's start, neither the genesis nor
                 // naming the file before it: written by an older version, or what was
                 // before it cut away. Its start is not proven: counted with the lines
                 // from before the chain (NOT CHECKED unless the owner accepts them).
                 report.unchained += 1;
             }
-            first_walked.get_or_insert(seq);
+            self.first.get_or_insert(seq);
             if let Some(after) = after {
-                afters.push((format!("{name}, line {}", n + 1), after));
+                self.afters.push((format!("{name}, line {}", n + 1), after));
             }
-            if with_records.last() != Some(&name.as_str()) {
-                with_records.push(name);
+            if self.with_records.last().map(String::as_str) != Some(name) {
+                self.with_records.push(name.to_owned());
             }
-            if let Some(broken) = day_root_break(&day_roots, seq, line) {
-                report.broken = Some(format!("{name}, line {}: {broken}", n + 1));
-                return Ok(report);
+            if let Some(broken) = day_root_break(day_roots, seq, line) {
+                return Some(format!("{name}, line {}: {broken}", n + 1));
             }
         }
-        // A closed file's root: its last line as it was when the next file began.
-        if let Some((_, root)) = roots.iter().find(|(file, _)| file == name)
-            && let Some((end, at)) = &previous
-            && (end.seq != root.seq || end.hash != root.hash)
-        {
-            report.broken = Some(format!(
-                "{at}: the file's root says its last record is seq {} (records at its end were removed or edited)",
-                root.seq
-            ));
-            return Ok(report);
-        }
+        None
     }
-    // A closed file the retention keeps is there with its records: the first file kept
-    // links to the root of the one before it, so files cut from the start show only here.
-    if let Some((file, root)) = roots.iter().find(|(file, root)| {
-        let stem = file.trim_end_matches(".jsonl");
-        root.seq > 0
-            && since.is_none_or(|since| stem >= since)
-            && !expired(stem)
-            && !with_records.contains(&file.as_str())
-    }) {
-        report.broken = Some(format!(
+}
+
+impl Retained<'_> {
+    /// Whether a verification holds the file of stem `stem` to be there.
+    fn keeps(&self, stem: &str) -> bool {
+        !(self.expired)(stem) && self.since.is_none_or(|since| stem >= since)
+    }
+
+    /// The break of records gone that the retention keeps, once every file was walked.
+    fn gone(&self, walked: &Walked) -> Option<String> {
+        self.root_gone(walked)
+            .or_else(|| self.after_gone(walked))
+            .or_else(|| self.day_before(walked))
+            .or_else(|| self.day_past(walked))
+    }
+
+    /// A closed file the retention keeps is there with its records: the first file kept
+    /// links to the root of the one before it, so files cut from the start show only here.
+    fn root_gone(&self, walked: &Walked) -> Option<String> {
+        let (file, root) = self.roots.iter().find(|(file, root)| {
+            root.seq > 0
+                && self.keeps(file.trim_end_matches(".jsonl"))
+                && !walked.with_records.contains(file)
+        })?;
+        Some(format!(
             "{file}: its root says it held the records up to seq {}, but the file is gone or empty (it was deleted or emptied; the retention keeps that file)",
             root.seq
-        ));
-        return Ok(report);
+        ))
     }
-    // A file's first record names the file before it: one the retention keeps is there.
-    if let Some((at, after)) = afters.iter().find(|(_, after)| {
-        let stem = after.trim_end_matches(".jsonl");
-        !expired(stem)
-            && since.is_none_or(|since| stem >= since)
-            && !with_records.contains(&after.as_str())
-    }) {
-        report.broken = Some(format!(
+
+    /// A file's first record names the file before it: one the retention keeps is there.
+    fn after_gone(&self, walked: &Walked) -> Option<String> {
+        let (at, after) = walked.afters.iter().find(|(_, after)| {
+            self.keeps(after.trim_end_matches(".jsonl")) && !walked.with_records.contains(after)
+        })?;
+        Some(format!(
             "{at}: its file follows {after}, which the retention keeps, but that file is gone or empty (it was deleted or emptied)"
-        ));
-        return Ok(report);
+        ))
     }
-    // A daily root names the record its day began after, and the file holding it: where
-    // the retention keeps that file, the chain reaches back to that record (the oldest
-    // files deleted, and a root renamed to a date the retention removed, still show).
-    if let Some(first) = first_walked
-        && let Some((day, root, file)) = days.iter().find_map(|(day, root)| {
-            let (_, file) = report.day_files.iter().find(|(d, _)| d == day)?;
-            let stem = file.trim_end_matches(".jsonl");
-            (root.seq > 0
-                && root.seq < first
-                && !expired(stem)
-                && since.is_none_or(|since| stem >= since))
-            .then_some((day, root, file))
-        })
-    {
-        report.broken = Some(format!(
+
+    /// A daily root names the record its day began after, and the file holding it: where
+    /// the retention keeps that file, the chain reaches back to that record (the oldest
+    /// files deleted, and a root renamed to a date the retention removed, still show).
+    fn day_before(&self, walked: &Walked) -> Option<String> {
+        let first = walked.first?;
+        let (day, root, file) = self.days.iter().find_map(|(day, root)| {
+            let (_, file) = self.day_files.iter().find(|(d, _)| d == day)?;
+            (root.seq > 0 && root.seq < first && self.keeps(file.trim_end_matches(".jsonl")))
+                .then_some((day, root, file))
+        })?;
+        Some(format!(
             "the daily root of {day} names seq {} in {file}, which the retention keeps, but the chain now begins at seq {first} (records were removed)",
             root.seq
-        ));
-        return Ok(report);
+        ))
     }
-    // A daily root past the end: records written since that day began were removed.
-    if let Some(last) = walked
-        && let Some((day, root)) = days.iter().find(|(_, root)| root.seq > last)
-    {
-        report.broken = Some(format!(
+
+    /// A daily root past the end: records written since that day began were removed.
+    fn day_past(&self, walked: &Walked) -> Option<String> {
+        let last = walked.last?;
+        let (day, root) = self.days.iter().find(|(_, root)| root.seq > last)?;
+        Some(format!(
             "the daily root of {day} names seq {}, past the chain's end at seq {last} (records were removed)",
             root.seq
-        ));
-        return Ok(report);
+        ))
     }
-    // The newest line: HEAD names it. With no record left, only the retention may have
-    // removed them: a HEAD or a daily root naming what it keeps says they were erased.
-    let head = read_head(dir)?;
-    if previous.is_some() {
-        report.broken = head_break(head.as_ref().map(|(_, h)| h), previous.as_ref());
-    } else if since.is_none_or(|since| {
-        head.as_ref()
-            .is_some_and(|(file, _)| file.trim_end_matches(".jsonl") >= since)
-    }) {
-        // Nothing walked from `since` on, though HEAD names a file from then: erased too.
-        report.broken = erased(head.as_ref(), &days, walked, expired);
-    }
-    Ok(report)
 }
 
 /// The break of a chain with no record left whose `head` or daily roots name records the
