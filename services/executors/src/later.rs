@@ -96,6 +96,18 @@ impl Places<'_> {
 /// How many folders above a written path are looked at for a repository's shape.
 const MAX_ANCESTORS: usize = 64;
 
+/// The first character of `content` that ends a line for some programs that read a file
+/// running code later and not for others, or any other control character but a tab and a
+/// new line: Python's `splitlines` (a `.pth`) and Node break at a lone CR, VT, FF, FS, GS,
+/// RS, NEL, U+2028 and U+2029, bash, git and systemd at LF only, and NUL ends a unit's line.
+/// A card splits such a content at `\n` (where every one of them does): a write with any
+/// other is refused, by the planner before a card and by the file executor at the write.
+pub fn odd_line_end(content: &str) -> Option<char> {
+    content.chars().find(|c| {
+        (c.is_control() && *c != '\t' && *c != '\n') || matches!(c, '\u{2028}' | '\u{2029}')
+    })
+}
+
 /// Whether writing `real` writes into a folder git takes for a repository, or completes
 /// one: a `HEAD` beside `objects` and `refs` (or beside `commondir`), the folder's entry on
 /// the way to `real` counted as there. Git finds such a folder by itself — a bare

@@ -174,6 +174,18 @@ impl Planner {
                 metnos_core::forbidden::runs_code_later_reason(found.rule)
             )));
         }
+        if runs_code_later.is_some()
+            && let Some(c) = args
+                .get("content")
+                .and_then(Value::as_str)
+                .and_then(metnos_executors::later::odd_line_end)
+        {
+            log.validation = Validation::RunsCodeLater;
+            return Err(Refusal::Refused(format!(
+                "`{target}` runs code later, and the content holds U+{:04X}: a line's end to some programs and a letter to others, so no card could show which lines run; write it with \\n line ends and no control character but a tab",
+                u32::from(c)
+            )));
+        }
         let tainted_sink = self.sinks(cp, &executor, &args, &target, &mut log.tainted);
         let (read_private, egress) = read_private(cp, &executor, &target);
         let tainted = log.tainted.clone();

@@ -1651,6 +1651,25 @@ async fn a_write_that_runs_code_later_needs_the_persons_own_words_and_a_card_at_
     let (_, finished) = to_end(&mut rx).await;
     assert_eq!(kind(&finished), pb::FinalKind::Answer, "{finished:?}");
     assert_eq!(h.runs().len(), 1, "{:?}", h.runs());
+
+    // Twenty-fifth review: named, but with a line end the card's lines do not show (a CR
+    // bash keeps in a word, a separator only Python's `.pth` reading honours): refused
+    // before any card.
+    h.llm.call(
+        "fs_write",
+        json!({"path": "~/.gitconfig", "content": "[user]\r\n\tname = Ada"}),
+    );
+    h.llm.answer("done");
+    let mut rx = h.start("put my name in ~/.gitconfig please", AutonomyLevel::Full);
+    let (events, finished) = to_end(&mut rx).await;
+    assert_eq!(kind(&finished), pb::FinalKind::Answer, "{finished:?}");
+    let refused = &observations(&events)[0];
+    assert!(
+        !refused.ok && refused.summary.contains("U+000D"),
+        "{refused:?}"
+    );
+    assert_eq!(h.filters.with(|s| s.created.len()), 1, "no second card");
+    assert_eq!(h.runs().len(), 1, "{:?}", h.runs());
 }
 
 /// Issue 38 (fifteenth review): a bare repository's config (here `~/repos/site.git`, a

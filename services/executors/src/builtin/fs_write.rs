@@ -57,6 +57,14 @@ fn write(args: &Value, context: &ExecContext) -> Result<Observation, String> {
         ));
     }
     let path = scoped_path(text, context, metnos_core::forbidden::Access::Write)?;
+    let lexical = crate::scope::normalize(&crate::scope::expand_home(text, &context.user_home));
+    let code_later = super::runs_code_later_rule(&lexical, &path, context).is_some();
+    if code_later && let Some(c) = crate::later::odd_line_end(content) {
+        return Err(format!(
+            "{text} runs code later, and the content holds U+{:04X}: a line's end to some programs and a letter to others (a card cannot show which lines run); use \\n line ends and no control character but a tab",
+            u32::from(c)
+        ));
+    }
     let parent = path
         .parent()
         .ok_or_else(|| format!("{text} has no parent folder"))?;
@@ -122,7 +130,7 @@ fn write(args: &Value, context: &ExecContext) -> Result<Observation, String> {
                 format!("cannot write {text}: {e}")
             })?;
         }
-        _ => new_line = append(&dir, name, text, &path, content, context)?,
+        _ => new_line = append(&dir, name, text, &path, content, context, code_later)?,
     }
     Ok(Observation::success(
         format!("{} bytes written to {}", content.len(), path.display()),
@@ -138,7 +146,9 @@ fn write(args: &Value, context: &ExecContext) -> Result<Observation, String> {
 
 /// Appends `content` to `name` in `dir`, on a line of its own: a file whose last byte is
 /// not a new line gets one first, so what a card showed as appended lines never joins the
-/// file's last line (`export PATH=~/bin` and `:~/evil`). Whether it added one.
+/// file's last line (`export PATH=~/bin` and `:~/evil`). To a file that runs code later
+/// (`code_later`), not after a line continued by a `\` (the first line appended would run
+/// as its tail). Whether it added a new line.
 fn append(
     dir: &OwnedFd,
     name: &std::ffi::OsStr,
@@ -146,6 +156,7 @@ fn append(
     path: &std::path::Path,
     content: &str,
     context: &ExecContext,
+    code_later: bool,
 ) -> Result<bool, String> {
     // Non-blocking: a FIFO swapped in since the check fails to open (no reader) or is
     // refused below, never a wait for a reader. Read and write: its last byte is read.
@@ -170,19 +181,26 @@ fn append(
     if opened.links > 1 && !crate::open::in_workspace(path, &super::linked_files_place(context)) {
         return Err(crate::open::hard_link_refusal(text, opened.links));
     }
-    let mut last = [0u8; 1];
-    let new_line = opened.size > 0
-        && !content.is_empty()
-        && rustix::io::pread(&fd, &mut last, opened.size - 1)
-            .map_err(|e| format!("cannot append to {text}: {e}"))?
-            == 1
-        && last[0] != b'\n';
-    let mut file = std::fs::File::from(fd);
-    if new_line {
-        file.write_all(b"\n")
-            .map_err(|e| format!("cannot append to {text}: {e}"))?;
+    // The file's last two bytes: whether it ends a line, and whether that line goes on.
+    let mut end = [0u8; 2];
+    let from = opened.size.saturating_sub(2);
+    let read = rustix::io::pread(&fd, &mut end, from)
+        .map_err(|e| format!("cannot append to {text}: {e}"))?;
+    let end = &end[..read];
+    if code_later && (end.ends_with(b"\\") || end.ends_with(b"\\\n")) {
+        return Err(format!(
+            "{text}'s last line ends with `\\`, which continues it: the first line appended would run as its tail; end that line first"
+        ));
     }
-    file.write_all(content.as_bytes())
+    let new_line = !end.is_empty() && !content.is_empty() && !end.ends_with(b"\n");
+    // One write: the new line and the content land together (O_APPEND, at the end).
+    let mut bytes = Vec::with_capacity(content.len() + 1);
+    if new_line {
+        bytes.push(b'\n');
+    }
+    bytes.extend_from_slice(content.as_bytes());
+    let mut file = std::fs::File::from(fd);
+    file.write_all(&bytes)
         .and_then(|()| file.sync_all())
         .map_err(|e| format!("cannot append to {text}: {e}"))?;
     Ok(new_line)
