@@ -73,6 +73,19 @@ impl Client {
         self.owner.render_card(r).await
     }
 
+    /// The card `request` renders to for `capability` (a render that must succeed).
+    async fn card(&mut self, request: pb::ApprovalRequest, capability: &str) -> pb::Card {
+        self.render_card(pb::RenderCardRequest {
+            request: Some(request),
+            capability: capability.into(),
+        })
+        .await
+        .unwrap()
+        .into_inner()
+        .card
+        .unwrap()
+    }
+
     async fn wait_decision(
         &mut self,
         r: pb::WaitDecisionRequest,
@@ -587,27 +600,9 @@ async fn errors_map_to_the_contract_codes() {
     // A preview: code:exec is never granted, so no territory marker.
     let mut preview = create(pb::TerritoryConcession::Permanent).request.unwrap();
     preview.language = Language::Italian as i32;
-    let card = client
-        .render_card(pb::RenderCardRequest {
-            request: Some(preview.clone()),
-            capability: "code:exec".into(),
-        })
-        .await
-        .unwrap()
-        .into_inner()
-        .card
-        .unwrap();
+    let card = client.card(preview.clone(), "code:exec").await;
     assert!(!card.lines[2].contains("territorio"), "{:?}", card.lines);
-    let card = client
-        .render_card(pb::RenderCardRequest {
-            request: Some(preview),
-            capability: "fs:write".into(),
-        })
-        .await
-        .unwrap()
-        .into_inner()
-        .card
-        .unwrap();
+    let card = client.card(preview, "fs:write").await;
     assert!(
         card.lines[2].ends_with("[territorio: permanente]"),
         "{:?}",
@@ -629,31 +624,13 @@ async fn errors_map_to_the_contract_codes() {
         sent.lines
     );
     let stored = created.approval.unwrap().request.unwrap();
-    let again = client
-        .render_card(pb::RenderCardRequest {
-            request: Some(stored.clone()),
-            capability: "fs:write".into(),
-        })
-        .await
-        .unwrap()
-        .into_inner()
-        .card
-        .unwrap();
+    let again = client.card(stored.clone(), "fs:write").await;
     assert_eq!(again.lines, sent.lines);
     // A caller's copy saying otherwise changes nothing of a stored request's card.
     let mut forged = stored;
     forged.target_summary = "~/harmless.txt".into();
     forged.extra_json = String::new();
-    let again = client
-        .render_card(pb::RenderCardRequest {
-            request: Some(forged),
-            capability: "fs:write".into(),
-        })
-        .await
-        .unwrap()
-        .into_inner()
-        .card
-        .unwrap();
+    let again = client.card(forged, "fs:write").await;
     assert_eq!(again.lines, sent.lines);
 }
 

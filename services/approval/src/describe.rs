@@ -169,25 +169,7 @@ pub fn describe(
         whole(target)
     };
     let (verb, summary) = match executor {
-        "fs_write" => {
-            let content = text("content").unwrap_or_default();
-            let mode = text("mode").unwrap_or("create");
-            let (verb, how) = match (mode, it) {
-                ("append", true) => ("aggiunga in fondo a un file", "in fondo"),
-                ("append", false) => ("append to a file", "appended"),
-                ("overwrite", true) => ("sovrascriva un file", "sostituisce il contenuto"),
-                ("overwrite", false) => ("overwrite a file", "replaces its content"),
-                (_, true) => ("crei un file", "nuovo file"),
-                (_, false) => ("create a file", "new file"),
-            };
-            let mut summary = format!(
-                "{place} — {how}, {}: {}",
-                size(content.len()),
-                preview(content, it)
-            );
-            summary.push_str(&carried(from_earlier, &["path", "content"], it));
-            (verb.to_owned(), summary)
-        }
+        "fs_write" => file_write(&args, &place, from_earlier, it),
         "fs_read" | "parse_local" => (
             if it { "legga un file" } else { "read a file" }.to_owned(),
             place,
@@ -202,35 +184,7 @@ pub fn describe(
             place,
         ),
         "web_fetch" => web_fetch(&args, target, from_earlier, it),
-        "shell_exec" => {
-            let command = text("command").unwrap_or_default();
-            let argv = shell_words::split(command)
-                .map(|argv| {
-                    argv.iter()
-                        .map(|arg| shown_arg(arg))
-                        .collect::<Vec<_>>()
-                        .join(" ")
-                })
-                .unwrap_or_else(|_| command.to_owned());
-            // The whole argv, never its head and tail: an argument cut from the middle of
-            // a long command is one the person never saw. The service refuses a command
-            // too long to show whole ([`MAX_SHOWN_COMMAND`]).
-            let mut summary = crate::card::sanitize(&argv, usize::MAX);
-            if let Some(cwd) = text("cwd").filter(|c| !c.is_empty()) {
-                let cwd = whole(cwd);
-                summary.push_str(&format!(" (in {cwd})"));
-            }
-            summary.push_str(&carried(from_earlier, &["command", "cwd"], it));
-            (
-                if it {
-                    "esegua un comando"
-                } else {
-                    "run a command"
-                }
-                .to_owned(),
-                summary,
-            )
-        }
+        "shell_exec" => shell(&args, from_earlier, it),
         other => {
             let name = short(other, 40);
             let args = whole(&args.to_string());
@@ -264,6 +218,57 @@ pub fn describe(
         summary,
         had_invisible: metnos_core::html::holds_invisible(target) || holds_invisible(&args),
     }
+}
+
+/// An `fs_write` card: how the file changes, its size and its first line.
+fn file_write(args: &Value, place: &str, from_earlier: Earlier<'_>, it: bool) -> (String, String) {
+    let text = |key: &str| args.get(key).and_then(Value::as_str);
+    let content = text("content").unwrap_or_default();
+    let mode = text("mode").unwrap_or("create");
+    let (verb, how) = match (mode, it) {
+        ("append", true) => ("aggiunga in fondo a un file", "in fondo"),
+        ("append", false) => ("append to a file", "appended"),
+        ("overwrite", true) => ("sovrascriva un file", "sostituisce il contenuto"),
+        ("overwrite", false) => ("overwrite a file", "replaces its content"),
+        (_, true) => ("crei un file", "nuovo file"),
+        (_, false) => ("create a file", "new file"),
+    };
+    let mut summary = format!(
+        "{place} — {how}, {}: {}",
+        size(content.len()),
+        preview(content, it)
+    );
+    summary.push_str(&carried(from_earlier, &["path", "content"], it));
+    (verb.to_owned(), summary)
+}
+
+/// A `shell_exec` card: the whole argv, each argument exactly ([`shown_arg`]), and where.
+fn shell(args: &Value, from_earlier: Earlier<'_>, it: bool) -> (String, String) {
+    let text = |key: &str| args.get(key).and_then(Value::as_str);
+    let command = text("command").unwrap_or_default();
+    let argv = shell_words::split(command)
+        .map(|argv| {
+            argv.iter()
+                .map(|arg| shown_arg(arg))
+                .collect::<Vec<_>>()
+                .join(" ")
+        })
+        .unwrap_or_else(|_| command.to_owned());
+    // The whole argv, never its head and tail: an argument cut from the middle of a long
+    // command is one the person never saw. The service refuses a command too long to show
+    // whole ([`MAX_SHOWN_COMMAND`]).
+    let mut summary = crate::card::sanitize(&argv, usize::MAX);
+    if let Some(cwd) = text("cwd").filter(|c| !c.is_empty()) {
+        let cwd = whole(cwd);
+        summary.push_str(&format!(" (in {cwd})"));
+    }
+    summary.push_str(&carried(from_earlier, &["command", "cwd"], it));
+    let verb = if it {
+        "esegua un comando"
+    } else {
+        "run a command"
+    };
+    (verb.to_owned(), summary)
 }
 
 /// The planner's standing-order tools, whose cards say the schedule in words.

@@ -195,8 +195,25 @@ pub fn sourced_files(home: &Path) -> Vec<PathBuf> {
         )
         .expect("the source-line pattern is valid")
     });
-    let mut queue: std::collections::VecDeque<PathBuf> =
-        SHELL_STARTUP.iter().map(|name| home.join(name)).collect();
+    let starts = SHELL_STARTUP.iter().map(|name| home.join(name));
+    walk_included(starts, |_, text| {
+        SOURCE
+            .captures_iter(text)
+            .filter_map(|named| sourced_path(&named[1], home))
+            .map(|path| (resolve(&path).unwrap_or(path), true))
+            .collect()
+    })
+}
+
+/// The files and folders named from `starts` and, in turn, from each named file `names`
+/// says to follow: `names` gives, of a file's real path and text, what it names (resolved)
+/// and whether to read it in turn. At most [`SOURCED_FILES`] files read, [`SOURCED_BYTES`]
+/// each; each once (a loop of includes ends).
+fn walk_included(
+    starts: impl Iterator<Item = PathBuf>,
+    names: impl Fn(&Path, &str) -> Vec<(PathBuf, bool)>,
+) -> Vec<PathBuf> {
+    let mut queue: std::collections::VecDeque<PathBuf> = starts.collect();
     let mut read = std::collections::HashSet::new();
     let mut found = Vec::new();
     while let Some(file) = queue.pop_front() {
@@ -212,14 +229,12 @@ pub fn sourced_files(home: &Path) -> Vec<PathBuf> {
         let Some(text) = read_startup_file(&real) else {
             continue;
         };
-        for named in SOURCE.captures_iter(&text) {
-            let Some(path) = sourced_path(&named[1], home) else {
-                continue;
-            };
-            let path = resolve(&path).unwrap_or(path);
+        for (path, follow) in names(&real, &text) {
             if !found.contains(&path) {
                 found.push(path.clone());
-                queue.push_back(path);
+                if follow {
+                    queue.push_back(path);
+                }
             }
         }
     }
@@ -236,40 +251,21 @@ const GIT_CONFIGS: &[&str] = &[".gitconfig", ".config/git/config"];
 /// path taken from the including file's folder, quotes removed; at most [`SOURCED_FILES`]
 /// files read, [`SOURCED_BYTES`] each.
 pub fn git_included_files(home: &Path) -> Vec<PathBuf> {
-    let mut queue: std::collections::VecDeque<PathBuf> =
-        GIT_CONFIGS.iter().map(|name| home.join(name)).collect();
-    let mut read = std::collections::HashSet::new();
-    let mut found = Vec::new();
-    while let Some(file) = queue.pop_front() {
-        if read.len() >= SOURCED_FILES {
-            break;
-        }
-        let Ok(real) = file.canonicalize() else {
-            continue;
-        };
-        if !read.insert(real.clone()) {
-            continue;
-        }
-        let Some(text) = read_startup_file(&real) else {
-            continue;
-        };
+    let starts = GIT_CONFIGS.iter().map(|name| home.join(name));
+    walk_included(starts, |real, text| {
         let folder = real.parent().unwrap_or(home);
-        for (included, value) in include_paths(&text) {
-            let path = match value.strip_prefix("~/") {
-                Some(rest) => home.join(rest),
-                None => folder.join(&value),
-            };
-            let path = normalize(&path);
-            let path = resolve(&path).unwrap_or(path);
-            if !found.contains(&path) {
-                found.push(path.clone());
-                if included {
-                    queue.push_back(path);
-                }
-            }
-        }
-    }
-    found
+        include_paths(text)
+            .into_iter()
+            .map(|(included, value)| {
+                let path = match value.strip_prefix("~/") {
+                    Some(rest) => home.join(rest),
+                    None => folder.join(&value),
+                };
+                let path = normalize(&path);
+                (resolve(&path).unwrap_or(path), included)
+            })
+            .collect()
+    })
 }
 
 /// The paths a git configuration names for git to read or run: its `include` and
