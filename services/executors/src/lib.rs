@@ -15,6 +15,7 @@ pub mod program;
 pub mod runner;
 pub mod scope;
 pub mod signing;
+pub mod started;
 
 pub use catalog::{CallError, Catalog, Executor, Refusal};
 pub use manifest::Manifest;

@@ -117,7 +117,7 @@ pub fn dotfile_targets(home: &Path, own: &[PathBuf]) -> Vec<PathBuf> {
     let mut budget = DOTFILE_ENTRIES;
     let mut folders: std::collections::VecDeque<(PathBuf, usize)> =
         [(home.to_path_buf(), 0)].into();
-    while let Some((dir, depth)) = folders.pop_front() {
+    'walk: while let Some((dir, depth)) = folders.pop_front() {
         let Ok(entries) = std::fs::read_dir(&dir) else {
             continue;
         };
@@ -134,7 +134,9 @@ pub fn dotfile_targets(home: &Path, own: &[PathBuf]) -> Vec<PathBuf> {
                 continue;
             }
             if budget == 0 {
-                return targets;
+                // The links deeper than the budget reaches are not known; what the start-up
+                // files name always is (below).
+                break 'walk;
             }
             budget -= 1;
             let Ok(kind) = entry.file_type() else {
@@ -151,17 +153,21 @@ pub fn dotfile_targets(home: &Path, own: &[PathBuf]) -> Vec<PathBuf> {
             }
         }
     }
+    let sourced = sourced_files(home);
+    let included = git_included_files(home);
+    let started = crate::started::by_path(home, &sourced, &included);
     targets.extend(
-        sourced_files(home)
+        sourced
             .into_iter()
-            .chain(git_included_files(home))
+            .chain(included)
+            .chain(started)
             .filter(|file| file != home && !home.starts_with(file)),
     );
     targets
 }
 
 /// The shell start-up files whose `.` and `source` lines [`sourced_files`] follows.
-const SHELL_STARTUP: &[&str] = &[
+pub(crate) const SHELL_STARTUP: &[&str] = &[
     ".bashrc",
     ".bash_profile",
     ".bash_login",
@@ -209,15 +215,24 @@ pub fn sourced_files(home: &Path) -> Vec<PathBuf> {
 /// says to follow: `names` gives, of a file's real path and text, what it names (resolved)
 /// and whether to read it in turn. At most [`SOURCED_FILES`] files read, [`SOURCED_BYTES`]
 /// each; each once (a loop of includes ends).
-fn walk_included(
+pub(crate) fn walk_included(
     starts: impl Iterator<Item = PathBuf>,
+    names: impl Fn(&Path, &str) -> Vec<(PathBuf, bool)>,
+) -> Vec<PathBuf> {
+    walk_at_most(starts, SOURCED_FILES, names)
+}
+
+/// [`walk_included`], reading at most `max_files` files.
+pub(crate) fn walk_at_most(
+    starts: impl Iterator<Item = PathBuf>,
+    max_files: usize,
     names: impl Fn(&Path, &str) -> Vec<(PathBuf, bool)>,
 ) -> Vec<PathBuf> {
     let mut queue: std::collections::VecDeque<PathBuf> = starts.collect();
     let mut read = std::collections::HashSet::new();
     let mut found = Vec::new();
     while let Some(file) = queue.pop_front() {
-        if read.len() >= SOURCED_FILES {
+        if read.len() >= max_files {
             break;
         }
         let Ok(real) = file.canonicalize() else {
@@ -242,7 +257,7 @@ fn walk_included(
 }
 
 /// The git configuration files of the home whose includes [`git_included_files`] follows.
-const GIT_CONFIGS: &[&str] = &[".gitconfig", ".config/git/config"];
+pub(crate) const GIT_CONFIGS: &[&str] = &[".gitconfig", ".config/git/config"];
 
 /// The files the person's git configuration includes (`[include] path = ~/dotfiles/gitconfig`,
 /// `[includeIf "gitdir:~/work/"] path = …`), and what those include in turn: git reads them
@@ -312,7 +327,7 @@ fn include_paths(text: &str) -> Vec<(bool, String)> {
 
 /// A start-up file's text: a regular file (a FIFO is not waited on), its first
 /// [`SOURCED_BYTES`].
-fn read_startup_file(real: &Path) -> Option<String> {
+pub(crate) fn read_startup_file(real: &Path) -> Option<String> {
     use rustix::fs::{FileType, Mode, OFlags};
     use std::io::Read;
     let flags = OFlags::RDONLY | OFlags::NOCTTY | OFlags::NONBLOCK | OFlags::CLOEXEC;
@@ -362,6 +377,11 @@ const DOTFILE_ENTRIES: usize = 20_000;
 /// at start-up: their links are not followed there (they are refused as hidden anyway).
 const DOTFILE_SKIPPED: &[&str] = &[
     ".cache",
+    ".vscode",
+    ".vscode-server",
+    ".conda",
+    ".dotnet",
+    ".nuget",
     ".cargo",
     ".rustup",
     ".npm",
@@ -689,6 +709,33 @@ mod tests {
             targets.contains(&home.join("dotfiles/x.service")),
             "{targets:?}"
         );
+    }
+
+    /// Twenty-sixth review of issue 38: a hidden tree past the walk's budget (an editor's
+    /// extensions) dropped what the start-up files source and git includes.
+    #[test]
+    fn what_start_up_files_name_counts_however_full_the_hidden_tree_is() {
+        let dir = tempfile::tempdir().unwrap();
+        let home = dir.path().canonicalize().unwrap();
+        let big = home.join(".local/share/big");
+        std::fs::create_dir_all(&big).unwrap();
+        for i in 0..(DOTFILE_ENTRIES + 10) {
+            std::fs::write(big.join(format!("f{i}")), "").unwrap();
+        }
+        std::fs::write(
+            home.join(".bashrc"),
+            "source ~/google-cloud-sdk/path.bash.inc\n",
+        )
+        .unwrap();
+        std::fs::write(
+            home.join(".gitconfig"),
+            "[include]\n\tpath = ~/dotfiles/gitconfig\n",
+        )
+        .unwrap();
+        let targets = dotfile_targets(&home, &[]);
+        for named in ["google-cloud-sdk/path.bash.inc", "dotfiles/gitconfig"] {
+            assert!(targets.contains(&home.join(named)), "{named}: {targets:?}");
+        }
     }
 
     #[test]

@@ -181,13 +181,18 @@ fn append(
     if opened.links > 1 && !crate::open::in_workspace(path, &super::linked_files_place(context)) {
         return Err(crate::open::hard_link_refusal(text, opened.links));
     }
-    // The file's last two bytes: whether it ends a line, and whether that line goes on.
-    let mut end = [0u8; 2];
-    let from = opened.size.saturating_sub(2);
+    // The file's last bytes: whether it ends a line, and whether that line goes on (git
+    // reads a CR LF as a LF).
+    let mut end = [0u8; 3];
+    let from = opened.size.saturating_sub(3);
     let read = rustix::io::pread(&fd, &mut end, from)
         .map_err(|e| format!("cannot append to {text}: {e}"))?;
     let end = &end[..read];
-    if code_later && (end.ends_with(b"\\") || end.ends_with(b"\\\n")) {
+    if code_later
+        && [&b"\\"[..], b"\\\n", b"\\\r\n"]
+            .iter()
+            .any(|e| end.ends_with(e))
+    {
         return Err(format!(
             "{text}'s last line ends with `\\`, which continues it: the first line appended would run as its tail; end that line first"
         ));
