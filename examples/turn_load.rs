@@ -156,6 +156,7 @@ fn main() {
                 query: "what time is it".into(),
                 language: common::Language::English as i32,
                 mode: pb::Mode::Local as i32,
+                forwarded: false,
             };
             let started = Instant::now();
             let mut stream = client.run_turn(request).await.unwrap().into_inner();

@@ -68,6 +68,8 @@ impl TurnOptions {
                 Some(ModeArg::Online) => pb::Mode::Online,
                 Some(ModeArg::Hybrid) => pb::Mode::Hybrid,
             } as i32,
+            // The owner's own words, typed at the terminal.
+            forwarded: false,
         }
     }
 }

@@ -125,6 +125,7 @@ impl Stack {
             query: query.into(),
             language: common_pb::Language::English as i32,
             mode: pb::Mode::Unspecified as i32,
+            forwarded: false,
         };
         self.planner()
             .await
@@ -1207,6 +1208,7 @@ async fn online_mode_plans_in_one_call_and_filters_each_parallel_call() {
         query: "what time is it in UTC and in Rome".into(),
         language: common_pb::Language::English as i32,
         mode: pb::Mode::Online as i32,
+        forwarded: false,
     };
     let mut stream = s
         .planner()
@@ -1691,6 +1693,7 @@ async fn run_online(s: &Stack, query: &str, level: common_pb::AutonomyLevel) -> 
         query: query.into(),
         language: common_pb::Language::English as i32,
         mode: pb::Mode::Online as i32,
+        forwarded: false,
     };
     let mut stream = s
         .planner()

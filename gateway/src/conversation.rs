@@ -38,6 +38,8 @@ pub struct MessageIn {
     /// From their Telegram client (the pairing's language wins once paired).
     pub lang: Language,
     pub text: String,
+    /// Forwarded from someone else: the words are not the person's own.
+    pub forwarded: bool,
 }
 
 /// A click on a card's button.
@@ -637,7 +639,10 @@ impl Conversation {
                     .send_text(chat, &text::say(lang, Says::ConfirmStop))
                     .await;
             }
-            Next::RunTurn => self.run_turn(chat, who, &pairing, message.text).await,
+            Next::RunTurn => {
+                self.run_turn(chat, who, &pairing, message.text, message.forwarded)
+                    .await;
+            }
         }
     }
 
@@ -669,6 +674,7 @@ impl Conversation {
         who: Principal,
         pairing: &Pairing,
         text: String,
+        forwarded: bool,
     ) {
         let lang = pairing.language();
         let request = pb::RunTurnRequest {
@@ -677,6 +683,7 @@ impl Conversation {
             query: text,
             language: lang.to_wire(),
             mode: pb::Mode::Unspecified as i32,
+            forwarded,
         };
         match self.planner.clone().run_turn(request).await {
             Ok(stream) => {

@@ -103,6 +103,7 @@ fn message_in(message: &Message) -> Option<MessageIn> {
         name,
         lang: client_language(from.language_code.as_deref()),
         text: text.to_owned(),
+        forwarded: message.forward_origin().is_some(),
     })
 }
 
@@ -445,8 +446,21 @@ mod tests {
                 name: "Ada (@ada)".to_owned(),
                 lang: Language::English,
                 text: "hello".to_owned(),
+                forwarded: false,
             }))
         );
+        // A forwarded message is someone else's words.
+        let forwarded = update(serde_json::json!({"update_id": 2, "message": {
+            "message_id": 2, "date": 1_795_000_000, "from": from.clone(),
+            "chat": {"id": 42, "type": "private", "first_name": "Ada"},
+            "text": "set a pager in ~/.gitconfig",
+            "forward_origin": {"type": "hidden_user", "sender_user_name": "M",
+                "date": 1_794_999_000},
+            "forward_date": 1_794_999_000}}));
+        let Some(Incoming::Message(said)) = incoming(forwarded) else {
+            panic!("a forwarded text message");
+        };
+        assert!(said.forwarded, "{said:?}");
         let plain = serde_json::json!({"id": 42, "is_bot": false, "first_name": "Ada"});
         let Some(Incoming::Message(said)) = incoming(message(plain, Some("ciao"))) else {
             panic!("a text message");

@@ -127,6 +127,21 @@ impl FakeTelegram {
         self.push("message", message_json(id, chat, from, text))
     }
 
+    /// A text message `from` forwarded into the private chat `chat`, first sent by
+    /// `origin` (Bot API 7's `forward_origin`).
+    pub fn forwarded_message(&self, chat: i64, from: Value, origin: Value, text: &str) -> u64 {
+        let id = {
+            let mut s = self.state.lock().unwrap();
+            s.next_message += 1;
+            s.next_message
+        };
+        let mut message = message_json(id, chat, from, text);
+        message["forward_origin"] =
+            json!({"type": "user", "sender_user": origin, "date": 1_794_999_000});
+        message["forward_date"] = json!(1_794_999_000);
+        self.push("message", message)
+    }
+
     /// A text message from `from` in the group `chat` (a supergroup: its id is negative).
     pub fn group_message(&self, chat: i64, from: Value, text: &str) -> u64 {
         let id = {

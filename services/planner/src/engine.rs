@@ -242,6 +242,7 @@ impl Planner {
             level: request.level,
             language: request.language,
             query: request.query.clone(),
+            forwarded: request.forwarded,
             mode,
             tier: rules::starting_tier(mode, wise_capability_offered),
             tiers_used: BTreeSet::new(),

@@ -133,6 +133,7 @@ impl TryFrom<pb::RunTurnRequest> for TurnRequest {
             query: request.query,
             language: metnos_core::Language::from_wire(request.language),
             mode: mode_from_wire(request.mode),
+            forwarded: request.forwarded,
         })
     }
 }

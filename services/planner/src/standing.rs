@@ -92,6 +92,8 @@ impl Job for StandingOrders {
             query: task.query.clone(),
             language: None,
             mode: None,
+            // The order's request, as the person approved it on its card.
+            forwarded: false,
         };
         let mut cp = planner.start(&request);
         cp.scheduled = true;

@@ -55,6 +55,9 @@ pub struct TurnRequest {
     pub language: Option<Language>,
     /// `None`: the configured mode.
     pub mode: Option<Mode>,
+    /// The query is a message forwarded from someone else: a path it names is not one
+    /// the person named.
+    pub forwarded: bool,
 }
 
 /// How a turn ended.
@@ -355,6 +358,9 @@ pub struct Checkpoint {
     #[serde(with = "wire_language")]
     pub language: Option<Language>,
     pub query: String,
+    /// The query was forwarded from someone else ([`TurnRequest::forwarded`]).
+    #[serde(default)]
+    pub forwarded: bool,
     pub mode: Mode,
     /// The tier now in use.
     pub tier: Tier,

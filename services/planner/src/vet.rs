@@ -166,7 +166,9 @@ impl Planner {
             return Err(Refusal::Stop(stop));
         }
         self.check_schema_and_scope(&executor, &args, log)?;
-        let runs_code_later = self.runs_code_later(&cp.query, &executor, &target);
+        // A forwarded message's words are someone else's: it names nothing for the person.
+        let own_words = if cp.forwarded { "" } else { cp.query.as_str() };
+        let runs_code_later = self.runs_code_later(own_words, &executor, &target);
         if let Some(found) = runs_code_later.as_ref().filter(|found| !found.named) {
             log.validation = Validation::RunsCodeLater;
             return Err(Refusal::Refused(format!(

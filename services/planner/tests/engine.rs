@@ -454,12 +454,23 @@ impl Harness {
     }
 
     fn start(&self, query: &str, level: AutonomyLevel) -> mpsc::Receiver<pb::TurnEvent> {
+        self.start_as(query, level, false)
+    }
+
+    /// [`Harness::start`] of a message the person wrote (`forwarded`: false) or forwarded.
+    fn start_as(
+        &self,
+        query: &str,
+        level: AutonomyLevel,
+        forwarded: bool,
+    ) -> mpsc::Receiver<pb::TurnEvent> {
         let request = TurnRequest {
             principal: Principal::new("telegram", "42").unwrap(),
             level,
             query: query.to_owned(),
             language: None,
             mode: None,
+            forwarded,
         };
         let checkpoint = self.planner.start(&request);
         let (tx, rx) = mpsc::channel(64);
@@ -707,6 +718,7 @@ async fn a_filter_that_cannot_be_asked_ends_the_turn_with_nothing_done() {
             query: "write my notes file".to_owned(),
             language,
             mode: None,
+            forwarded: false,
         };
         let checkpoint = h.planner.start(&request);
         let (tx, mut rx) = mpsc::channel(64);
@@ -979,6 +991,7 @@ fn start_on_task(
         query: query.to_owned(),
         language: None,
         mode: None,
+        forwarded: false,
     };
     let checkpoint = planner.start(&request);
     let (tx, rx) = mpsc::channel(64);
@@ -1186,6 +1199,7 @@ async fn a_turn_left_running_by_a_dead_replica_is_ended_once_and_written_to_the_
         query: query.to_owned(),
         language,
         mode: None,
+        forwarded: false,
     };
     // A stored two turns, a Telegram person's and the terminal's, and died before they
     // ended (no renewals, no end).
@@ -1254,6 +1268,7 @@ async fn a_notice_that_may_have_reached_its_person_is_not_sent_again() {
         query: "read my notes".to_owned(),
         language: None,
         mode: None,
+        forwarded: false,
     };
     left_running(&a, &request).await;
     tokio::time::sleep(Duration::from_millis(400)).await;
@@ -1670,6 +1685,29 @@ async fn a_write_that_runs_code_later_needs_the_persons_own_words_and_a_card_at_
     );
     assert_eq!(h.filters.with(|s| s.created.len()), 1, "no second card");
     assert_eq!(h.runs().len(), 1, "{:?}", h.runs());
+
+    // A message the person forwarded names the path in someone else's words: refused as
+    // unnamed, no card.
+    h.llm.call(
+        "fs_write",
+        json!({"path": "~/.gitconfig", "text": "[user]\n\tname = Ada"}),
+    );
+    h.llm.answer("done");
+    let mut rx = h.start_as(
+        "please put my name in ~/.gitconfig",
+        AutonomyLevel::Full,
+        true,
+    );
+    let (events, _) = to_end(&mut rx).await;
+    let refused = &observations(&events)[0];
+    assert!(
+        !refused.ok
+            && refused
+                .summary
+                .contains("person's own message names that path"),
+        "{refused:?}"
+    );
+    assert_eq!(h.filters.with(|s| s.created.len()), 1, "no second card");
 }
 
 /// Issue 38 (fifteenth review): a bare repository's config (here `~/repos/site.git`, a
