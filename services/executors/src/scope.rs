@@ -123,10 +123,13 @@ pub fn dotfile_targets(home: &Path, own: &[PathBuf]) -> Vec<PathBuf> {
         };
         for entry in entries.flatten() {
             let name = entry.file_name();
-            if depth == 0
-                && (!name.as_encoded_bytes().starts_with(b".")
-                    || DOTFILE_SKIPPED.contains(&name.to_string_lossy().as_ref()))
-            {
+            if depth == 0 && !name.as_encoded_bytes().starts_with(b".") {
+                continue;
+            }
+            // A skipped folder is not walked, but one that is a link counts where it
+            // leads (`~/.cargo → ~/dev/cargo`: its `config.toml` runs at every build).
+            let skipped = depth == 0 && DOTFILE_SKIPPED.contains(&name.to_string_lossy().as_ref());
+            if skipped && !entry.file_type().is_ok_and(|kind| kind.is_symlink()) {
                 continue;
             }
             let path = entry.path();
@@ -217,35 +220,46 @@ pub fn sourced_files(home: &Path) -> Vec<PathBuf> {
 /// each; each once (a loop of includes ends).
 pub(crate) fn walk_included(
     starts: impl Iterator<Item = PathBuf>,
-    names: impl Fn(&Path, &str) -> Vec<(PathBuf, bool)>,
+    names: impl FnMut(&Path, &str) -> Vec<(PathBuf, bool)>,
 ) -> Vec<PathBuf> {
-    walk_at_most(starts, SOURCED_FILES, names)
+    walk_at_most(starts, (SOURCED_FILES, u64::MAX), names).found
 }
 
-/// [`walk_included`], reading at most `max_files` files.
+/// What [`walk_at_most`] found: the paths named, and the files read (their real paths).
+pub(crate) struct Walked {
+    pub found: Vec<PathBuf>,
+    pub read: Vec<PathBuf>,
+}
+
+/// [`walk_included`], reading at most `max_files` files and about `max_bytes` bytes.
 pub(crate) fn walk_at_most(
     starts: impl Iterator<Item = PathBuf>,
-    max_files: usize,
-    names: impl Fn(&Path, &str) -> Vec<(PathBuf, bool)>,
-) -> Vec<PathBuf> {
+    (max_files, max_bytes): (usize, u64),
+    mut names: impl FnMut(&Path, &str) -> Vec<(PathBuf, bool)>,
+) -> Walked {
+    let mut bytes = 0u64;
     let mut queue: std::collections::VecDeque<PathBuf> = starts.collect();
-    let mut read = std::collections::HashSet::new();
+    let mut tried = std::collections::HashSet::new();
+    let mut read = Vec::new();
+    let mut seen = std::collections::HashSet::new();
     let mut found = Vec::new();
     while let Some(file) = queue.pop_front() {
-        if read.len() >= max_files {
+        if tried.len() >= max_files || bytes >= max_bytes {
             break;
         }
         let Ok(real) = file.canonicalize() else {
             continue;
         };
-        if !read.insert(real.clone()) {
+        if !tried.insert(real.clone()) {
             continue;
         }
         let Some(text) = read_startup_file(&real) else {
             continue;
         };
+        bytes += text.len() as u64;
+        read.push(real.clone());
         for (path, follow) in names(&real, &text) {
-            if !found.contains(&path) {
+            if seen.insert(path.clone()) {
                 found.push(path.clone());
                 if follow {
                     queue.push_back(path);
@@ -253,7 +267,7 @@ pub(crate) fn walk_at_most(
             }
         }
     }
-    found
+    Walked { found, read }
 }
 
 /// The git configuration files of the home whose includes [`git_included_files`] follows.
@@ -732,8 +746,15 @@ mod tests {
             "[include]\n\tpath = ~/dotfiles/gitconfig\n",
         )
         .unwrap();
+        // A skipped folder that is a link counts where it leads.
+        std::fs::create_dir_all(home.join("dev/cargo")).unwrap();
+        std::os::unix::fs::symlink(home.join("dev/cargo"), home.join(".cargo")).unwrap();
         let targets = dotfile_targets(&home, &[]);
-        for named in ["google-cloud-sdk/path.bash.inc", "dotfiles/gitconfig"] {
+        for named in [
+            "google-cloud-sdk/path.bash.inc",
+            "dotfiles/gitconfig",
+            "dev/cargo",
+        ] {
             assert!(targets.contains(&home.join(named)), "{named}: {targets:?}");
         }
     }

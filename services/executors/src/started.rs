@@ -2,6 +2,7 @@
 //! git's includes ([`crate::scope::sourced_files`], [`crate::scope::git_included_files`]):
 //! a write there runs code later as much as a write to `~/.bashrc` does (issue 38).
 
+use std::cell::RefCell;
 use std::path::{Path, PathBuf};
 use std::sync::LazyLock;
 
@@ -9,59 +10,110 @@ use regex::Regex;
 
 use crate::scope::{GIT_CONFIGS, SHELL_STARTUP, normalize, resolve, walk_at_most};
 
-/// Folders whose every file runs at login or start-up: user units, autostart and menu
-/// launchers, the session's environment, fish's snippets.
+/// Start-up files beyond the shell's and git's: what an X session, tmux, an editor, ssh,
+/// a window manager, npm, pip, Python's prompt or direnv run or read at start.
+const START_FILES: &[&str] = &[
+    ".bash_logout",
+    ".zlogout",
+    ".xinitrc",
+    ".xsession",
+    ".tmux.conf",
+    ".config/tmux/tmux.conf",
+    ".vimrc",
+    ".config/nvim/init.vim",
+    ".config/nvim/init.lua",
+    ".ssh/config",
+    ".config/i3/config",
+    ".config/sway/config",
+    ".config/hypr/hyprland.conf",
+    ".config/openbox/autostart",
+    ".config/labwc/autostart",
+    ".npmrc",
+    ".config/pip/pip.conf",
+    ".pip/pip.conf",
+    ".pythonrc",
+    ".pythonrc.py",
+    ".config/direnv/direnvrc",
+];
+
+/// Folders whose every file (and the files of their folders: unit drop-ins, launchers in
+/// sub-menus) runs at login or start-up.
 const START_FOLDERS: &[&str] = &[
     ".config/systemd/user",
     ".config/autostart",
+    ".config/autostart-scripts",
+    ".config/plasma-workspace/env",
     ".config/environment.d",
     ".config/fish/conf.d",
+    ".config/fish/functions",
     ".local/share/applications",
 ];
 
-/// The most files of each of [`START_FOLDERS`] read.
-const FOLDER_FILES: usize = 64;
+/// The most files of each of [`START_FOLDERS`] (or a sourced glob's folder) read.
+const FOLDER_FILES: usize = 128;
 
-/// The most files read in all (start-up files, then the scripts they name, in turn).
-const STARTED_FILES: usize = 256;
+/// The most files, and about the most bytes, read in all (start-up files, then what they
+/// name, in turn): the walk runs at each write no other rule decided.
+const STARTED_FILES: usize = 768;
+const STARTED_BYTES: u64 = 8 << 20;
 
-/// The endings of a file that is a program to some interpreter.
-const SCRIPT_ENDINGS: &[&str] = &[
-    "sh", "bash", "zsh", "ksh", "fish", "py", "pyw", "pl", "pm", "rb", "js", "mjs", "cjs", "ts",
-    "lua", "vim", "el", "php", "tcl", "awk", "ps1", "so", "jar",
+/// The most paths taken from one file, and variables remembered in all.
+const NAMED_PER_FILE: usize = 256;
+const VARIABLES: usize = 64;
+
+/// Endings of files that hold what a person reads, never what runs: named in a start-up
+/// file (`alias todo='vim ~/notes/todo.md'`, a launcher's icon) they stay the person's.
+const DOCUMENT_ENDINGS: &[&str] = &[
+    "md", "txt", "pdf", "png", "jpg", "jpeg", "gif", "svg", "ico", "xpm", "webp", "csv", "tsv",
+    "log", "org", "odt", "ods", "odp", "doc", "docx", "xls", "xlsx", "ppt", "pptx", "mp3", "mp4",
+    "mkv", "wav", "ogg", "flac", "epub",
 ];
 
-/// Variables naming files or folders an interpreter loads from (a module there shadows any
-/// other: `PYTHONPATH=$HOME/pylib` makes `~/pylib/requests.py` run at every `import
-/// requests`), or a file a shell runs first.
+/// Variables (and unit and launcher keys) naming files or folders an interpreter loads
+/// from or a program starts in: a module there shadows any other (`PYTHONPATH=$HOME/pylib`
+/// makes `~/pylib/requests.py` run at every `import requests`); a relative `ExecStart`
+/// runs from `WorkingDirectory`.
 static LOAD_PATH: LazyLock<Regex> = LazyLock::new(|| {
     Regex::new(
-        r"\b(?:PYTHONPATH|PYTHONSTARTUP|PYTHONUSERBASE|NODE_PATH|PERL5LIB|PERLLIB|RUBYLIB|BASH_ENV|ENV|ZDOTDIR|LD_PRELOAD|LD_LIBRARY_PATH|GIT_EXEC_PATH|GIT_TEMPLATE_DIR|LUA_PATH|LUA_CPATH|R_LIBS_USER|JULIA_LOAD_PATH|GEM_HOME|GEM_PATH|GUILE_LOAD_PATH)(?:=|\s+)(\S+)",
+        r"\b(?:PYTHONPATH|PYTHONSTARTUP|PYTHONUSERBASE|NODE_PATH|PERL5LIB|PERLLIB|RUBYLIB|BASH_ENV|ENV|ZDOTDIR|LD_PRELOAD|LD_LIBRARY_PATH|GIT_EXEC_PATH|GIT_TEMPLATE_DIR|LUA_PATH|LUA_CPATH|R_LIBS_USER|JULIA_LOAD_PATH|GEM_HOME|GEM_PATH|GUILE_LOAD_PATH|WorkingDirectory|Path)(?:=|\s+)(\S+)",
     )
     .expect("the load-path pattern is valid")
 });
 
-/// A `.`/`source` of a variable (`for f in ~/dotfiles/*; do . "$f"; done`): the globs of
-/// that file are folders whose every file is sourced.
+/// A variable set to a path (`export DOTFILES=$HOME/dotfiles`, fish's `set -gx X ~/x`).
+static ASSIGNMENT: LazyLock<Regex> = LazyLock::new(|| {
+    Regex::new(r"(?:^|[\s;&|])(?:set\s+(?:-\w+\s+)*([A-Za-z_]\w*)\s+|([A-Za-z_]\w*)=)(\S+)")
+        .expect("the assignment pattern is valid")
+});
+
+/// A `.`/`source` of a variable (`. "$f"`, `source $f`).
 static SOURCES_VARIABLE: LazyLock<Regex> = LazyLock::new(|| {
-    Regex::new(r#"(?m)(?:^|[;&|({!]|\bthen|\bdo|\belse)\s*(?:\.|source)[ \t]+["']?\$"#)
+    Regex::new(r#"(?:^|[;&|({!\s])(?:\.|source)[ \t]+["']?\$"#)
         .expect("the sourced-variable pattern is valid")
 });
 
-/// A line of a loop or a source (`for f in ~/dotfiles/*; do`, `. ~/x/*.inc`).
-static LOOP: LazyLock<Regex> = LazyLock::new(|| {
-    Regex::new(r"(?:^|[;&|({!\s])(?:for|source|\.)\s").expect("the loop pattern is valid")
+/// A loop over words (`for f in ~/dotfiles/bash/*; do`).
+static FOR_LOOP: LazyLock<Regex> =
+    LazyLock::new(|| Regex::new(r"\bfor\s+\w+\s+in\s").expect("the loop pattern is valid"));
+
+/// A `.`/`source` of a glob (`. ~/x/*.sh`).
+static SOURCES_GLOB: LazyLock<Regex> = LazyLock::new(|| {
+    Regex::new(r"(?:^|[;&|({!\s])(?:\.|source)[ \t]+\S*[*?\[]")
+        .expect("the sourced-glob pattern is valid")
 });
 
-/// The files and folders of `home` that what runs at start-up runs or loads by path: a
-/// script an alias, a git alias or command setting, a user unit's `Exec*=` or a launcher's
-/// `Exec=` names (`bash ~/scripts/up.sh`, `%h/tools/sync.py`, and what that names in turn),
-/// the folder of a glob of sourced files (`for f in ~/dotfiles/bash/*; do . "$f"`), the
-/// files and folders a load path names (`PYTHONPATH=$HOME/pylib`). A named file counts
-/// when it is a script — its name ends like one, or it begins with `#!` — so `vim
-/// ~/notes/todo.md` does not make a note code.
-/// (`sourced` and `included`: what the shell's start-up files source and git includes,
-/// read as start-up files too.)
+/// The files and folders of `home` that what runs at start-up runs or loads by path, and
+/// the start-up files themselves where they really are:
+/// - every path a start-up file names but a folder or a document (`bash ~/scripts/up.sh`,
+///   `python3 ~/tools/sync`, `%h/backup/run`, `EnvironmentFile=%h/app/env`, there or not
+///   yet), read in turn as a start-up file itself;
+/// - the folders a load path or a working folder names (`PYTHONPATH=$HOME/pylib`);
+/// - the folder of a glob a loop or a `.` sources (`for f in ~/dotfiles/bash/*; do . "$f"`),
+///   its files read in turn.
+///
+/// Paths are read after quotes are taken out and the variables the files set to a path
+/// are put in (`DOTFILES=$HOME/dotfiles` … `. "$DOTFILES/aliases"`). (`sourced` and
+/// `included`: what the shell's start-up files source and git includes, read too.)
 pub fn by_path(home: &Path, sourced: &[PathBuf], included: &[PathBuf]) -> Vec<PathBuf> {
     let Ok(words) = path_words(home) else {
         return Vec::new();
@@ -69,6 +121,7 @@ pub fn by_path(home: &Path, sourced: &[PathBuf], included: &[PathBuf]) -> Vec<Pa
     let starts = SHELL_STARTUP
         .iter()
         .chain(GIT_CONFIGS)
+        .chain(START_FILES)
         .map(|name| home.join(name))
         .chain(sourced.iter().cloned())
         .chain(included.iter().cloned())
@@ -77,27 +130,103 @@ pub fn by_path(home: &Path, sourced: &[PathBuf], included: &[PathBuf]) -> Vec<Pa
                 .iter()
                 .flat_map(|folder| folder_files(&home.join(folder))),
         );
-    walk_at_most(starts, STARTED_FILES, |_, text| {
-        let globs_sourced = SOURCES_VARIABLE.is_match(text);
-        let mut named = Vec::new();
-        for load in LOAD_PATH.captures_iter(text) {
-            named.extend(words_in(&words, &load[1], home).map(|(path, _)| (path, false)));
+    let variables = RefCell::new(Vec::new());
+    let walked = walk_at_most(starts, (STARTED_FILES, STARTED_BYTES), |_, text| {
+        named_in(text, &words, home, &mut variables.borrow_mut())
+    });
+    let mut found = walked.found;
+    found.extend(walked.read);
+    found
+}
+
+/// What one start-up file's `text` names ([`by_path`]): (path, whether to read it in
+/// turn). `variables` are the path variables set so far, and those this file sets.
+fn named_in(
+    text: &str,
+    words: &Regex,
+    home: &Path,
+    variables: &mut Vec<(String, String)>,
+) -> Vec<(PathBuf, bool)> {
+    let lines: Vec<&str> = text.lines().collect();
+    let mut named = Vec::new();
+    for (n, line) in lines.iter().enumerate() {
+        if named.len() >= NAMED_PER_FILE {
+            break;
         }
-        for line in text.lines() {
-            // A glob on a loop's or a source's line, in a file sourcing a variable.
-            let looped = globs_sourced && LOOP.is_match(line);
-            for (path, glob) in words_in(&words, line, home) {
-                if let Some(glob) = glob {
-                    if looped || script_name(&glob) {
-                        named.push((path, false));
-                    }
-                } else if script(&path) {
-                    named.push((path, true));
+        let line = expanded(line, variables).replace(['"', '\''], "");
+        remember(&line, words, variables);
+        for load in LOAD_PATH.captures_iter(&line) {
+            named.extend(words_in(words, &load[1], home).map(|(path, _)| (path, false)));
+        }
+        // A glob is sourced by a loop whose body (here or in the next lines) sources its
+        // variable, or by a `.` of it.
+        let looped = FOR_LOOP.is_match(&line)
+            && lines[n..(n + 4).min(lines.len())]
+                .iter()
+                .any(|l| SOURCES_VARIABLE.is_match(l));
+        let sourced = looped || SOURCES_GLOB.is_match(&line);
+        for (path, glob) in words_in(words, &line, home) {
+            match glob {
+                Some(_) if sourced => {
+                    named.extend(folder_files(&path).into_iter().map(|file| (file, true)));
+                    named.push((path, false));
                 }
+                Some(_) => {}
+                None if runs(&path) => named.push((path, true)),
+                None => {}
             }
         }
-        named
-    })
+    }
+    named.truncate(NAMED_PER_FILE * 2);
+    named
+}
+
+/// Whether a path a start-up file names counts: anything but a folder there or a document.
+fn runs(path: &Path) -> bool {
+    let document = path.extension().is_some_and(|e| {
+        DOCUMENT_ENDINGS.contains(&e.to_string_lossy().to_ascii_lowercase().as_str())
+    });
+    !document && !path.is_dir()
+}
+
+/// `line` with the path variables set so far put in (`$DOTFILES/x`, `${DOTFILES}/x`).
+fn expanded(line: &str, variables: &[(String, String)]) -> String {
+    let mut line = line.to_owned();
+    for (name, value) in variables {
+        line = line.replace(&format!("${{{name}}}"), value);
+        let mut out = String::with_capacity(line.len());
+        let mut rest = line.as_str();
+        let spelled = format!("${name}");
+        while let Some(at) = rest.find(&spelled) {
+            let after = &rest[at + spelled.len()..];
+            out.push_str(&rest[..at]);
+            if after.starts_with(|c: char| c.is_ascii_alphanumeric() || c == '_') {
+                out.push_str(&spelled);
+            } else {
+                out.push_str(value);
+            }
+            rest = after;
+        }
+        out.push_str(rest);
+        line = out;
+    }
+    line
+}
+
+/// Remembers the variables `line` sets to a path under the home (its whole value).
+fn remember(line: &str, words: &Regex, variables: &mut Vec<(String, String)>) {
+    for set in ASSIGNMENT.captures_iter(line) {
+        let name = set.get(1).or(set.get(2)).map_or("", |m| m.as_str());
+        let value = &set[3];
+        let whole = words
+            .find(value)
+            .is_some_and(|w| w.start() == 0 && w.end() == value.len());
+        if name.is_empty() || !whole || variables.len() >= VARIABLES {
+            continue;
+        }
+        variables.retain(|(known, _)| known != name);
+        variables.push((name.to_owned(), value.trim_end_matches('/').to_owned()));
+    }
 }
 
 /// The pattern of a path under `home` as start-up files write it: `~/…`, `$HOME/…`,
@@ -140,43 +269,28 @@ fn words_in<'a>(
     })
 }
 
-/// Whether `name` ends like a script's name.
-fn script_name(name: &str) -> bool {
-    name.rsplit_once('.')
-        .is_some_and(|(_, ending)| SCRIPT_ENDINGS.contains(&ending.to_ascii_lowercase().as_str()))
-}
-
-/// Whether `path` is a script: named like one (there or not yet), or a file beginning `#!`.
-fn script(path: &Path) -> bool {
-    if path
-        .file_name()
-        .is_some_and(|n| script_name(&n.to_string_lossy()))
-    {
-        return true;
-    }
-    // Not waiting on a FIFO: opened non-blocking, read only when a regular file.
-    use rustix::fs::{FileType, Mode, OFlags};
-    let flags = OFlags::RDONLY | OFlags::NOCTTY | OFlags::NONBLOCK | OFlags::CLOEXEC;
-    let Ok(fd) = rustix::fs::open(path, flags, Mode::empty()) else {
-        return false;
-    };
-    let regular = rustix::fs::fstat(&fd)
-        .is_ok_and(|stat| FileType::from_raw_mode(stat.st_mode) == FileType::RegularFile);
-    let mut start = [0u8; 2];
-    regular && rustix::io::pread(&fd, &mut start, 0).is_ok_and(|n| n == 2) && &start == b"#!"
-}
-
-/// The regular files of `folder`, at most [`FOLDER_FILES`], in name order.
+/// The regular files of `folder` and of its folders, at most [`FOLDER_FILES`], in name
+/// order.
 fn folder_files(folder: &Path) -> Vec<PathBuf> {
-    let Ok(entries) = std::fs::read_dir(folder) else {
-        return Vec::new();
+    let listed = |dir: &Path| -> Vec<PathBuf> {
+        let Ok(entries) = std::fs::read_dir(dir) else {
+            return Vec::new();
+        };
+        let mut paths: Vec<PathBuf> = entries.flatten().map(|entry| entry.path()).collect();
+        paths.sort();
+        paths
     };
-    let mut files: Vec<PathBuf> = entries
-        .flatten()
-        .map(|entry| entry.path())
-        .take(FOLDER_FILES * 4)
-        .collect();
-    files.sort();
+    let mut files = Vec::new();
+    for path in listed(folder) {
+        if files.len() >= FOLDER_FILES {
+            break;
+        }
+        if path.is_dir() {
+            files.extend(listed(&path).into_iter().filter(|p| p.is_file()));
+        } else if path.is_file() {
+            files.push(path);
+        }
+    }
     files.truncate(FOLDER_FILES);
     files
 }
@@ -190,9 +304,11 @@ mod tests {
         std::fs::write(path, text).unwrap();
     }
 
-    /// Twenty-sixth review of issue 38: a script an alias, a git alias or a user unit runs,
-    /// the folder a loop sources, a load path's folder were ordinary files: a write there
-    /// ran at the next shell, `git x`, login or `import`, with no card.
+    /// Twenty-sixth and twenty-seventh reviews of issue 38: a script an alias, a git alias
+    /// or a user unit runs, the folder a loop sources, a load path's folder, a file named
+    /// through a variable or in quotes, a unit's drop-in and working folder, what an X
+    /// session starts were ordinary files: a write there ran at the next shell, `git x`,
+    /// login or `import`, with no card.
     #[test]
     fn what_start_up_files_run_or_load_by_path_runs_code_later() {
         let dir = tempfile::tempdir().unwrap();
@@ -201,8 +317,16 @@ mod tests {
         write(
             &home.join(".bashrc"),
             "alias up='bash ~/scripts/up.sh'\nalias todo='vim ~/notes/todo.md'\n\
-             for f in ~/dotfiles/bash/*; do . \"$f\"; done\n\
-             export PYTHONPATH=$HOME/pylib:$PYTHONPATH\nalias pdfs='ls ~/Downloads/*.pdf'\n",
+             alias sync='python3 ~/tools/sync'\n\
+             for f in ~/dotfiles/bash/*; do\n  . \"$f\"\ndone\n\
+             export PYTHONPATH=$HOME/pylib:$PYTHONPATH\nalias pdfs='ls ~/Downloads/*.pdf'\n\
+             export DOTFILES=\"$HOME/dotfiles\"\nsource \"$DOTFILES/aliases\"\n\
+             . \"$HOME\"/dotfiles/quoted.sh\n\
+             for t in ~/Documents/*.txt; do wc \"$t\"; done\nalias cl='rm -f ~/Downloads/*.sh'\n",
+        );
+        write(
+            &home.join("dotfiles/bash/more"),
+            "alias up2='bash ~/scripts/up2'\n",
         );
         write(&home.join("notes/todo.md"), "# my list\n");
         write(
@@ -211,30 +335,56 @@ mod tests {
         );
         write(
             &home.join(".config/systemd/user/sync.service"),
-            "[Service]\nExecStart=/usr/bin/python3 %h/tools/sync.py\n",
+            "[Service]\nExecStart=/usr/bin/python3 %h/tools/sync.py\nWorkingDirectory=%h/app\n",
+        );
+        write(
+            &home.join(".config/systemd/user/sync.service.d/override.conf"),
+            "[Service]\nExecStartPre=/usr/bin/python3 %h/tools/pre.py\n",
         );
         write(
             &home.join(".config/autostart/start.desktop"),
             &format!("[Desktop Entry]\nExec={h}/tools/start\nIcon={h}/Pictures/icon.png\n"),
         );
+        write(&home.join(".xinitrc"), "sh ~/scripts/x11 &\nexec i3\n");
         write(
             &home.join("tools/start"),
             "#!/bin/sh\nexec ~/tools/helper.py\n",
         );
         write(&home.join("tools/sync.py"), "import os\n");
+        std::fs::create_dir_all(home.join("app")).unwrap();
+        write(&home.join("projects/s/s.service"), "[Service]\n");
+        std::os::unix::fs::symlink(
+            home.join("projects/s/s.service"),
+            home.join(".config/systemd/user/s.service"),
+        )
+        .unwrap();
         let found = by_path(&home, &[], &[]);
         for counted in [
             "scripts/up.sh",
             "scripts/x.sh",
+            "tools/sync",
             "dotfiles/bash",
+            "scripts/up2",
+            "dotfiles/aliases",
+            "dotfiles/quoted.sh",
             "pylib",
             "tools/sync.py",
+            "tools/pre.py",
+            "app",
             "tools/start",
             "tools/helper.py",
+            "scripts/x11",
+            "projects/s/s.service",
         ] {
             assert!(found.contains(&home.join(counted)), "{counted}: {found:?}");
         }
-        for ordinary in ["notes/todo.md", "Downloads", "Pictures/icon.png", "notes"] {
+        for ordinary in [
+            "notes/todo.md",
+            "Downloads",
+            "Documents",
+            "Pictures/icon.png",
+            "notes",
+        ] {
             assert!(
                 !found.contains(&home.join(ordinary)),
                 "{ordinary}: {found:?}"
@@ -242,20 +392,21 @@ mod tests {
         }
     }
 
-    /// A FIFO named like a file a start-up file runs is not waited on.
+    /// A FIFO a start-up file names is not waited on when it is read in turn.
     #[test]
     fn a_fifo_named_in_a_start_up_file_is_not_waited_on() {
         let dir = tempfile::tempdir().unwrap();
         let home = dir.path().canonicalize().unwrap();
         rustix::fs::mknodat(
             rustix::fs::CWD,
-            &home.join("pipe"),
+            home.join("pipe"),
             rustix::fs::FileType::Fifo,
             rustix::fs::Mode::from_raw_mode(0o600),
             0,
         )
         .unwrap();
         write(&home.join(".bashrc"), "alias p='cat ~/pipe'\n");
-        assert!(!by_path(&home, &[], &[]).contains(&home.join("pipe")));
+        // Named, it counts; read in turn, it is not waited on (the walk ends).
+        assert!(by_path(&home, &[], &[]).contains(&home.join("pipe")));
     }
 }

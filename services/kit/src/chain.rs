@@ -485,7 +485,7 @@ fn walk_files(
     for name in &files(dir)? {
         let stem = name.trim_end_matches(".jsonl");
         let text = std::fs::read_to_string(dir.join(name))?;
-        if !kept.since.is_none_or(|since| stem >= since) {
+        if kept.since.is_some_and(|since| stem < since) {
             // Not walked, but its end is where the next file's chain starts.
             if let Some(line) = text.lines().rfind(|l| !l.is_empty())
                 && seq_of(line) > 0
