@@ -170,15 +170,16 @@ pub fn dotfile_targets(home: &Path, own: &[PathBuf]) -> Vec<PathBuf> {
 }
 
 /// The shell start-up files whose `.` and `source` lines [`sourced_files`] follows.
+/// In the order a login shell reads them (what sets a variable before what uses it).
 pub(crate) const SHELL_STARTUP: &[&str] = &[
-    ".bashrc",
+    ".zshenv",
+    ".profile",
     ".bash_profile",
     ".bash_login",
-    ".bash_aliases",
-    ".profile",
-    ".zshrc",
-    ".zshenv",
     ".zprofile",
+    ".bashrc",
+    ".bash_aliases",
+    ".zshrc",
     ".zlogin",
     ".kshrc",
     ".xprofile",

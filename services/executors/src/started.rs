@@ -8,7 +8,7 @@ use std::sync::LazyLock;
 
 use regex::Regex;
 
-use crate::scope::{GIT_CONFIGS, SHELL_STARTUP, normalize, resolve, walk_at_most};
+use crate::scope::{GIT_CONFIGS, SHELL_STARTUP, normalize, walk_at_most};
 
 /// Start-up files beyond the shell's and git's: what an X session, tmux, an editor, ssh,
 /// a window manager, npm, pip, Python's prompt or direnv run or read at start.
@@ -34,12 +34,30 @@ const START_FILES: &[&str] = &[
     ".pythonrc",
     ".pythonrc.py",
     ".config/direnv/direnvrc",
+    ".envrc",
+    ".gdbinit",
+    ".lldbinit",
+    ".emacs",
+    ".emacs.d/init.el",
+    ".emacs.d/early-init.el",
+    ".config/emacs/init.el",
+    ".Rprofile",
+    ".psqlrc",
+    ".muttrc",
+    ".config/mutt/muttrc",
+    ".mailcap",
+    ".config/kitty/kitty.conf",
+    ".config/sxhkd/sxhkdrc",
+    ".config/polybar/config.ini",
+    ".config/waybar/config",
 ];
 
 /// Folders whose every file (and the files of their folders: unit drop-ins, launchers in
 /// sub-menus) runs at login or start-up.
 const START_FOLDERS: &[&str] = &[
     ".config/systemd/user",
+    ".local/share/systemd/user",
+    ".config/containers/systemd",
     ".config/autostart",
     ".config/autostart-scripts",
     ".config/plasma-workspace/env",
@@ -75,7 +93,7 @@ const DOCUMENT_ENDINGS: &[&str] = &[
 /// runs from `WorkingDirectory`.
 static LOAD_PATH: LazyLock<Regex> = LazyLock::new(|| {
     Regex::new(
-        r"\b(?:PYTHONPATH|PYTHONSTARTUP|PYTHONUSERBASE|NODE_PATH|PERL5LIB|PERLLIB|RUBYLIB|BASH_ENV|ENV|ZDOTDIR|LD_PRELOAD|LD_LIBRARY_PATH|GIT_EXEC_PATH|GIT_TEMPLATE_DIR|LUA_PATH|LUA_CPATH|R_LIBS_USER|JULIA_LOAD_PATH|GEM_HOME|GEM_PATH|GUILE_LOAD_PATH|WorkingDirectory|Path)(?:=|\s+)(\S+)",
+        r"\b(?:[A-Z][A-Z0-9_]*(?:PATH|_HOME|_DIR|_DIRS|_CUSTOM|_ROOT|LIB|_ENV|STARTUP|USERBASE|_PRELOAD)|ENV|ZDOTDIR|fpath|rtp|runtimepath|packpath|WorkingDirectory|Path)(?:\+?=\(?|\s+)(.*)",
     )
     .expect("the load-path pattern is valid")
 });
@@ -92,15 +110,21 @@ static SOURCES_VARIABLE: LazyLock<Regex> = LazyLock::new(|| {
         .expect("the sourced-variable pattern is valid")
 });
 
-/// A loop over words (`for f in ~/dotfiles/bash/*; do`).
+/// A loop over words (`for f in ~/dotfiles/bash/*; do`, zsh's `for f (~/x/*.zsh)`).
 static FOR_LOOP: LazyLock<Regex> =
-    LazyLock::new(|| Regex::new(r"\bfor\s+\w+\s+in\s").expect("the loop pattern is valid"));
+    LazyLock::new(|| Regex::new(r"\bfor\s+\w+\s*(?:in\s|\()").expect("the loop pattern is valid"));
 
-/// A `.`/`source` of a glob (`. ~/x/*.sh`).
-static SOURCES_GLOB: LazyLock<Regex> = LazyLock::new(|| {
-    Regex::new(r"(?:^|[;&|({!\s])(?:\.|source)[ \t]+\S*[*?\[]")
-        .expect("the sourced-glob pattern is valid")
+/// A line that reads or runs what follows as code: a `.`/`source` (of a shell, vim, tmux,
+/// ssh's `Include`, direnv, gdb, R), or an interpreter given a file (`python3 ~/x.txt`).
+static READS_AS_CODE: LazyLock<Regex> = LazyLock::new(|| {
+    Regex::new(
+        r"(?:^|[;&|({!\s=])(?:\.|source|so|source-file|source_env|source_up|Include|include|runtime|luafile|load|bash|sh|zsh|dash|fish|python[0-9.]*|perl|ruby|node|Rscript|lua|php|exec)[ \t(]+[^;&|]*$",
+    )
+    .expect("the reads-as-code pattern is valid")
 });
+
+/// How many lines after a loop's start its body is looked at for a `.` of its variable.
+const LOOP_LINES: usize = 24;
 
 /// The files and folders of `home` that what runs at start-up runs or loads by path, and
 /// the start-up files themselves where they really are:
@@ -140,15 +164,25 @@ pub fn by_path(home: &Path, sourced: &[PathBuf], included: &[PathBuf]) -> Vec<Pa
 }
 
 /// What one start-up file's `text` names ([`by_path`]): (path, whether to read it in
-/// turn). `variables` are the path variables set so far, and those this file sets.
+/// turn). `variables` are the path variables set so far, and those this file sets. A
+/// binary file (an AppImage a launcher runs) names nothing.
 fn named_in(
     text: &str,
     words: &Regex,
     home: &Path,
     variables: &mut Vec<(String, String)>,
 ) -> Vec<(PathBuf, bool)> {
+    if text.starts_with("\u{7f}ELF") || text.contains('\0') {
+        return Vec::new();
+    }
     let lines: Vec<&str> = text.lines().collect();
     let mut named = Vec::new();
+    let mut seen = std::collections::HashSet::new();
+    let mut add = |named: &mut Vec<(PathBuf, bool)>, path: PathBuf, follow: bool| {
+        if seen.insert(path.clone()) {
+            named.push((path, follow));
+        }
+    };
     for (n, line) in lines.iter().enumerate() {
         if named.len() >= NAMED_PER_FILE {
             break;
@@ -156,42 +190,61 @@ fn named_in(
         let line = expanded(line, variables).replace(['"', '\''], "");
         remember(&line, words, variables);
         for load in LOAD_PATH.captures_iter(&line) {
-            named.extend(words_in(words, &load[1], home).map(|(path, _)| (path, false)));
+            for word in words_in(words, &load[1], home) {
+                add(&mut named, word.path, false);
+            }
         }
-        // A glob is sourced by a loop whose body (here or in the next lines) sources its
-        // variable, or by a `.` of it.
+        // A glob is sourced by a loop whose body sources its variable, or read as code.
         let looped = FOR_LOOP.is_match(&line)
-            && lines[n..(n + 4).min(lines.len())]
+            && lines[n..(n + LOOP_LINES).min(lines.len())]
                 .iter()
+                .take_while(|l| !l.trim_start().starts_with("done"))
+                .chain(lines.get(n))
                 .any(|l| SOURCES_VARIABLE.is_match(l));
-        let sourced = looped || SOURCES_GLOB.is_match(&line);
-        for (path, glob) in words_in(words, &line, home) {
-            match glob {
-                Some(_) if sourced => {
-                    named.extend(folder_files(&path).into_iter().map(|file| (file, true)));
-                    named.push((path, false));
+        for word in words_in(words, &line, home) {
+            let as_code = READS_AS_CODE.is_match(&line[..word.at]);
+            match word {
+                Word { glob: true, .. } if looped || as_code => {
+                    for file in folder_files(&word.path) {
+                        add(&mut named, file, true);
+                    }
+                    add(&mut named, word.path, false);
                 }
-                Some(_) => {}
-                None if runs(&path) => named.push((path, true)),
-                None => {}
+                // Cut by a variable not known or a command's output: the folder before it.
+                Word { cut: true, .. } => add(&mut named, word.path, false),
+                Word { glob: false, .. } if runs(&word.path, as_code) => {
+                    add(&mut named, word.path, true);
+                }
+                _ => {}
             }
         }
     }
-    named.truncate(NAMED_PER_FILE * 2);
     named
 }
 
-/// Whether a path a start-up file names counts: anything but a folder there or a document.
-fn runs(path: &Path) -> bool {
+/// Whether a path a start-up file names counts: anything but a folder there or a document
+/// (a document too when the line reads it as code: `source ~/notes/abbrev.txt`).
+fn runs(path: &Path, as_code: bool) -> bool {
     let document = path.extension().is_some_and(|e| {
         DOCUMENT_ENDINGS.contains(&e.to_string_lossy().to_ascii_lowercase().as_str())
     });
-    !document && !path.is_dir()
+    (as_code || !document) && !path.is_dir()
 }
 
 /// `line` with the path variables set so far put in (`$DOTFILES/x`, `${DOTFILES}/x`).
 fn expanded(line: &str, variables: &[(String, String)]) -> String {
-    let mut line = line.to_owned();
+    // `${NAME:-word}` (and `:=`, `-`, `=`): the known value, else the word.
+    static DEFAULTED: LazyLock<Regex> = LazyLock::new(|| {
+        Regex::new(r"\$\{([A-Za-z_]\w*):?[-=]([^}]*)\}").expect("the default pattern is valid")
+    });
+    let mut line = DEFAULTED
+        .replace_all(line, |c: &regex::Captures<'_>| {
+            variables
+                .iter()
+                .find(|(name, _)| name == &c[1])
+                .map_or_else(|| c[2].to_owned(), |(_, value)| value.clone())
+        })
+        .into_owned();
     for (name, value) in variables {
         line = line.replace(&format!("${{{name}}}"), value);
         let mut out = String::with_capacity(line.len());
@@ -238,15 +291,26 @@ fn path_words(home: &Path) -> Result<Regex, regex::Error> {
     ))
 }
 
-/// The paths `words` finds in `text`, resolved, each with the glob it was when it held one
-/// (then the path is the folder before the glob).
+/// A path a start-up file names.
+struct Word {
+    /// Where it is, as the kernel takes it (a link followed, a dangling one too).
+    path: PathBuf,
+    /// Where it begins in the line.
+    at: usize,
+    /// It held a glob: `path` is the folder before it.
+    glob: bool,
+    /// A variable not known or a command's output follows it: `path` is the folder before.
+    cut: bool,
+}
+
+/// The paths `words` finds in `text`.
 fn words_in<'a>(
     words: &'a Regex,
     text: &'a str,
     home: &'a Path,
-) -> impl Iterator<Item = (PathBuf, Option<String>)> + 'a {
-    words.find_iter(text).filter_map(move |word| {
-        let word = word.as_str();
+) -> impl Iterator<Item = Word> + 'a {
+    words.find_iter(text).filter_map(move |found| {
+        let word = found.as_str();
         let (_, rest) = word.split_once('/')?;
         let rest = if word.starts_with('/') {
             // The home's absolute path: what follows it.
@@ -254,18 +318,27 @@ fn words_in<'a>(
         } else {
             rest
         };
+        let cut = text[found.end()..].starts_with(['$', '`']);
         let (path, glob) = match rest.find(['*', '?', '[']) {
-            Some(at) => {
-                let folder = rest[..at].rsplit_once('/').map_or("", |(folder, _)| folder);
-                (folder, Some(rest.to_owned()))
-            }
-            None => (rest, None),
+            Some(at) => (
+                rest[..at].rsplit_once('/').map_or("", |(folder, _)| folder),
+                true,
+            ),
+            None if cut => (
+                rest.rsplit_once('/').map_or("", |(folder, _)| folder),
+                false,
+            ),
+            None => (rest, false),
         };
         if path.is_empty() {
             return None;
         }
-        let path = normalize(&home.join(path));
-        Some((resolve(&path).unwrap_or(path), glob))
+        Some(Word {
+            path: crate::scope::physical(&normalize(&home.join(path))),
+            at: found.start(),
+            glob,
+            cut,
+        })
     })
 }
 
@@ -358,8 +431,51 @@ mod tests {
             home.join(".config/systemd/user/s.service"),
         )
         .unwrap();
+        // Twenty-eighth review: folders code is loaded from, more start-up files, a
+        // variable set in an earlier file or with a default, a word cut by a variable, a
+        // document read as code, zsh's short loop, ssh's Include, a dangling link.
+        write(
+            &home.join(".zshenv"),
+            "export ZDOT=$HOME/zdot\nexport XDG_CONFIG_HOME=$HOME/cfg\n",
+        );
+        write(
+            &home.join(".zshrc"),
+            "ZSH_CUSTOM=$HOME/dotfiles/omz\nfpath=(~/dotfiles/zfunc $fpath)\n\
+             source $ZDOT/aliases.zsh\nsource ${DF:-$HOME/df}/env.sh\n\
+             source ~/dotfiles/hosts/$HOST.zsh\nfor f (~/dotfiles/zsh/*.zsh) source $f\n\
+             alias p='cd ~/projects'\nalias up3='bash ~/scripts/up3'\n",
+        );
+        write(
+            &home.join(".vimrc"),
+            "set rtp+=~/src/myplugin\nsource ~/notes/abbrev.txt\n",
+        );
+        write(
+            &home.join(".gdbinit"),
+            &format!("source {h}/pwndbg/gdbinit.py\n"),
+        );
+        write(&home.join(".ssh/config"), "Include ~/dotfiles/ssh/*.conf\n");
+        write(
+            &home.join("dotfiles/ssh/a.conf"),
+            "Host x\n  ProxyCommand sh ~/bin2/proxy\n",
+        );
+        std::fs::create_dir_all(home.join("projects")).unwrap();
+        std::fs::create_dir_all(home.join("scripts")).unwrap();
+        std::os::unix::fs::symlink(home.join("other/up3.sh"), home.join("scripts/up3")).unwrap();
         let found = by_path(&home, &[], &[]);
         for counted in [
+            "dotfiles/omz",
+            "dotfiles/zfunc",
+            "cfg",
+            "zdot/aliases.zsh",
+            "df/env.sh",
+            "dotfiles/hosts",
+            "dotfiles/zsh",
+            "src/myplugin",
+            "notes/abbrev.txt",
+            "pwndbg/gdbinit.py",
+            "dotfiles/ssh",
+            "bin2/proxy",
+            "other/up3.sh",
             "scripts/up.sh",
             "scripts/x.sh",
             "tools/sync",
@@ -384,6 +500,7 @@ mod tests {
             "Documents",
             "Pictures/icon.png",
             "notes",
+            "projects",
         ] {
             assert!(
                 !found.contains(&home.join(ordinary)),
