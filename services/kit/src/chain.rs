@@ -446,6 +446,20 @@ pub fn verify(
         // Nothing walked from `since` on, though HEAD names a file from then: erased too.
         report.broken = erased(head.as_ref(), &kept.days, walked.last, expired);
     }
+    // Nothing at all, anchors gone too, where a writer once ran (its LOCK is there): the
+    // whole log was erased (or the very first write stopped before its record).
+    if report.broken.is_none()
+        && _lock.is_some()
+        && since.is_none()
+        && head.is_none()
+        && walked.last.is_none()
+        && kept.days.is_empty()
+        && kept.roots.is_empty()
+    {
+        report.broken = Some(
+            "a writer ran here (its LOCK is there), but no record, head or root is left (the whole log was erased)".to_owned(),
+        );
+    }
     Ok(report)
 }
 
@@ -1525,6 +1539,29 @@ mod end_tests {
             let report = verify(dir.path(), None, &|_| true).unwrap();
             assert_eq!(report.broken, None, "{how}");
         }
+    }
+
+    /// Twenty-ninth review of issue 38: every file of the log erased, its head and roots
+    /// too, read as intact. Where a writer once ran (its LOCK stays) it is a break; a
+    /// folder no writer ever used is not.
+    #[test]
+    fn a_log_erased_with_its_head_and_roots_is_a_break() {
+        let dir = tempfile::tempdir().unwrap();
+        day(dir.path(), "2026-11-26.jsonl", 3);
+        for entry in std::fs::read_dir(dir.path()).unwrap() {
+            let path = entry.unwrap().path();
+            if path.file_name().is_some_and(|n| n != LOCK) {
+                std::fs::remove_file(path).unwrap();
+            }
+        }
+        assert!(dir.path().join(LOCK).exists());
+        for expired in [false, true] {
+            let report = verify(dir.path(), None, &|_| expired).unwrap();
+            let broken = report.broken.unwrap_or_default();
+            assert!(broken.contains("the whole log was erased"), "{broken}");
+        }
+        let fresh = tempfile::tempdir().unwrap();
+        assert_eq!(verify(fresh.path(), None, &|_| false).unwrap().broken, None);
     }
 
     /// The retention removing every file: the chain goes on from HEAD, and verifies.

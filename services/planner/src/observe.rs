@@ -125,7 +125,8 @@ impl Planner {
         }
         log.ok = observation.ok;
         let requested = call.arguments.get("url").and_then(Value::as_str);
-        log.observed = observation.ok || carries_output(&observation, requested);
+        log.observed =
+            observation.ok || reads_a_file(call) || carries_output(&observation, requested);
         log.duration_ms = started.elapsed().as_millis() as u64;
         log.scratchpad_id = scratchpad_id.clone();
         let summary = match (&observation.error, &observation.content) {
@@ -219,6 +220,13 @@ impl Planner {
         }
         cp.tier = Tier::Wise;
     }
+}
+
+/// Whether `call` reads a local file: failed, it still told something of it (that it is
+/// there, its size, a parse error's line and field count), so it counts as read.
+fn reads_a_file(call: &Call) -> bool {
+    matches!(call.name.as_str(), "fs_read" | "fs_list" | "parse_local")
+        && call.arguments.get("path").is_some_and(|p| !p.is_null())
 }
 
 /// Whether a failed observation still carries output of the place it read: content, a

@@ -358,8 +358,9 @@ pub struct Checkpoint {
     #[serde(with = "wire_language")]
     pub language: Option<Language>,
     pub query: String,
-    /// The query was forwarded from someone else ([`TurnRequest::forwarded`]).
-    #[serde(default)]
+    /// The query was forwarded from someone else ([`TurnRequest::forwarded`]). (Left
+    /// out when not: a checkpoint stored before reads and writes the same.)
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub forwarded: bool,
     pub mode: Mode,
     /// The tier now in use.
@@ -414,7 +415,8 @@ impl Checkpoint {
     /// The private data this turn observed (a file, the shell, a private host, a tool's
     /// output), most telling first, each label once. A call that failed with nothing but
     /// its error read nothing of the place (a 503's status line is not the NAS's data); one
-    /// that failed with output did (`cat private.txt missing`).
+    /// that failed with output did (`cat private.txt missing`), and so did a failed read of
+    /// a local file (its error tells something of it: a parse error's line and fields).
     pub fn read_private(&self) -> Vec<metnos_core::provenance::Label> {
         use metnos_core::provenance::Label;
         let mut read: Vec<Label> = self
