@@ -10,6 +10,9 @@
 //!   `.gitconfig` including one.
 //! - `later/rule/walk_kept`: the same write judged with the walk already done (a command's
 //!   second argument).
+//! - `later/started/developers_home`: what the start-up files of a developer's home name,
+//!   read in turn (a `.bashrc` of 200 lines aliasing 60 scripts of 40 lines, a sourced
+//!   loop of 10 files, 20 user units, 100 launchers): part of the cold judgment.
 //! - `later/git_shape`: the repository-shape check alone, for a path eight folders deep.
 //! - `later/pre_check/2k_files`: git's pre-check in the box for a repository of 2 000 files
 //!   (its configuration read, nested repositories looked for).
@@ -51,6 +54,55 @@ fn lived_in_home(home: &Path) {
     std::fs::create_dir_all(home.join("Documents")).unwrap();
 }
 
+/// A home whose start-up files name many things: a `.bashrc` of 200 lines (60 aliases to
+/// scripts of 40 lines each, variables, a sourced loop), 20 user units and 100 launchers.
+fn developers_home(home: &Path) {
+    let mut bashrc = String::from("export DOTFILES=$HOME/dotfiles\nexport GOPATH=$HOME/go\n");
+    bashrc.push_str("for f in ~/dotfiles/bash/*; do\n  . \"$f\"\ndone\n");
+    std::fs::create_dir_all(home.join("scripts")).unwrap();
+    std::fs::create_dir_all(home.join("dotfiles/bash")).unwrap();
+    for i in 0..60 {
+        bashrc.push_str(&format!("alias s{i}='bash ~/scripts/s{i}.sh --verbose'\n"));
+        let script = "echo step; cp ~/notes/a.md ~/notes/b.md; ls ~/Documents\n".repeat(40);
+        std::fs::write(home.join(format!("scripts/s{i}.sh")), script).unwrap();
+    }
+    for i in 0..80 {
+        bashrc.push_str(&format!(
+            "# a comment line {i} about ~/Documents/notes{i}.md\n"
+        ));
+    }
+    for i in 0..10 {
+        std::fs::write(
+            home.join(format!("dotfiles/bash/part{i}")),
+            format!("alias p{i}='cd ~/projects/p{i}'\nsource $DOTFILES/lib{i}.sh\n"),
+        )
+        .unwrap();
+    }
+    std::fs::write(home.join(".bashrc"), bashrc).unwrap();
+    let units = home.join(".config/systemd/user");
+    std::fs::create_dir_all(&units).unwrap();
+    for i in 0..20 {
+        std::fs::write(
+            units.join(format!("u{i}.service")),
+            format!("[Service]\nExecStart=/usr/bin/python3 %h/tools/u{i}.py\nWorkingDirectory=%h/app{i}\n"),
+        )
+        .unwrap();
+    }
+    let launchers = home.join(".local/share/applications");
+    std::fs::create_dir_all(&launchers).unwrap();
+    for i in 0..100 {
+        std::fs::write(
+            launchers.join(format!("app{i}.desktop")),
+            format!(
+                "[Desktop Entry]\nName=App {i}\nExec={}/Applications/app{i}/run %U\nIcon={}/Pictures/app{i}.png\n",
+                home.display(),
+                home.display()
+            ),
+        )
+        .unwrap();
+    }
+}
+
 fn bench(c: &mut Criterion) {
     let dir = tempfile::tempdir().unwrap();
     let home = dir.path().canonicalize().unwrap();
@@ -84,6 +136,13 @@ fn bench(c: &mut Criterion) {
     places.rule(&written, &written, &kept);
     c.bench_function("later/rule/walk_kept", |b| {
         b.iter(|| places.rule(&written, &written, &kept))
+    });
+    // A developer's home: what its start-up files name, read in turn.
+    let dev = tempfile::tempdir().unwrap();
+    let dev_home = dev.path().canonicalize().unwrap();
+    developers_home(&dev_home);
+    c.bench_function("later/started/developers_home", |b| {
+        b.iter(|| metnos_executors::started::by_path(&dev_home, &[], &[]))
     });
     let deep = home.join("Documents/a/b/c/d/e/f/g/report.txt");
     c.bench_function("later/git_shape", |b| b.iter(|| in_git_repository(&deep)));

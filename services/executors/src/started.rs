@@ -155,8 +155,13 @@ pub fn by_path(home: &Path, sourced: &[PathBuf], included: &[PathBuf]) -> Vec<Pa
                 .flat_map(|folder| folder_files(&home.join(folder))),
         );
     let variables = RefCell::new(Vec::new());
+    let places = Places {
+        words,
+        home,
+        known: RefCell::new(std::collections::HashMap::new()),
+    };
     let walked = walk_at_most(starts, (STARTED_FILES, STARTED_BYTES), |_, text| {
-        named_in(text, &words, home, &mut variables.borrow_mut())
+        named_in(text, &places, &mut variables.borrow_mut())
     });
     let mut found = walked.found;
     found.extend(walked.read);
@@ -168,10 +173,10 @@ pub fn by_path(home: &Path, sourced: &[PathBuf], included: &[PathBuf]) -> Vec<Pa
 /// binary file (an AppImage a launcher runs) names nothing.
 fn named_in(
     text: &str,
-    words: &Regex,
-    home: &Path,
+    places: &Places<'_>,
     variables: &mut Vec<(String, String)>,
 ) -> Vec<(PathBuf, bool)> {
+    let words = &places.words;
     if text.starts_with("\u{7f}ELF") || text.contains('\0') {
         return Vec::new();
     }
@@ -187,24 +192,37 @@ fn named_in(
         if named.len() >= NAMED_PER_FILE {
             break;
         }
-        let line = expanded(line, variables).replace(['"', '\''], "");
-        remember(&line, words, variables);
-        for load in LOAD_PATH.captures_iter(&line) {
-            for word in words_in(words, &load[1], home) {
-                add(&mut named, word.path, false);
+        let mut line = expanded(line, variables);
+        if line.contains(['"', '\'']) {
+            line = line.replace(['"', '\''], "");
+        }
+        // A line naming no path under the home names nothing (the cheap test first).
+        if !words.is_match(&line) {
+            continue;
+        }
+        let sets = line.contains('=') || line.contains("set ");
+        if sets {
+            remember(&line, words, variables);
+            for load in LOAD_PATH.captures_iter(&line) {
+                for word in places.words_in(&load[1]) {
+                    add(&mut named, word.path, false);
+                }
             }
         }
         // A glob is sourced by a loop whose body sources its variable, or read as code.
-        let looped = FOR_LOOP.is_match(&line)
+        let looped = line.contains("for")
+            && FOR_LOOP.is_match(&line)
             && lines[n..(n + LOOP_LINES).min(lines.len())]
                 .iter()
                 .take_while(|l| !l.trim_start().starts_with("done"))
                 .chain(lines.get(n))
                 .any(|l| SOURCES_VARIABLE.is_match(l));
-        for word in words_in(words, &line, home) {
-            let as_code = READS_AS_CODE.is_match(&line[..word.at]);
+        for word in places.words_in(&line) {
+            // Asked only of a glob or a document (the regular expression is the costly part).
+            let at = word.at;
+            let as_code = || READS_AS_CODE.is_match(&line[..at]);
             match word {
-                Word { glob: true, .. } if looped || as_code => {
+                Word { glob: true, .. } if looped || as_code() => {
                     for file in folder_files(&word.path) {
                         add(&mut named, file, true);
                     }
@@ -212,7 +230,7 @@ fn named_in(
                 }
                 // Cut by a variable not known or a command's output: the folder before it.
                 Word { cut: true, .. } => add(&mut named, word.path, false),
-                Word { glob: false, .. } if runs(&word.path, as_code) => {
+                Word { glob: false, .. } if runs(&word, as_code) => {
                     add(&mut named, word.path, true);
                 }
                 _ => {}
@@ -224,15 +242,18 @@ fn named_in(
 
 /// Whether a path a start-up file names counts: anything but a folder there or a document
 /// (a document too when the line reads it as code: `source ~/notes/abbrev.txt`).
-fn runs(path: &Path, as_code: bool) -> bool {
-    let document = path.extension().is_some_and(|e| {
+fn runs(word: &Word, as_code: impl Fn() -> bool) -> bool {
+    let document = word.path.extension().is_some_and(|e| {
         DOCUMENT_ENDINGS.contains(&e.to_string_lossy().to_ascii_lowercase().as_str())
     });
-    (as_code || !document) && !path.is_dir()
+    !word.folder && (!document || as_code())
 }
 
 /// `line` with the path variables set so far put in (`$DOTFILES/x`, `${DOTFILES}/x`).
 fn expanded(line: &str, variables: &[(String, String)]) -> String {
+    if !line.contains('$') {
+        return line.to_owned();
+    }
     // `${NAME:-word}` (and `:=`, `-`, `=`): the known value, else the word.
     static DEFAULTED: LazyLock<Regex> = LazyLock::new(|| {
         Regex::new(r"\$\{([A-Za-z_]\w*):?[-=]([^}]*)\}").expect("the default pattern is valid")
@@ -301,45 +322,72 @@ struct Word {
     glob: bool,
     /// A variable not known or a command's output follows it: `path` is the folder before.
     cut: bool,
+    /// `path` is a folder there.
+    folder: bool,
 }
 
-/// The paths `words` finds in `text`.
-fn words_in<'a>(
-    words: &'a Regex,
-    text: &'a str,
+/// How paths under a home are found in start-up files, each resolved once (a script of
+/// forty lines names the same few paths again and again).
+struct Places<'a> {
+    words: Regex,
     home: &'a Path,
-) -> impl Iterator<Item = Word> + 'a {
-    words.find_iter(text).filter_map(move |found| {
-        let word = found.as_str();
-        let (_, rest) = word.split_once('/')?;
-        let rest = if word.starts_with('/') {
-            // The home's absolute path: what follows it.
-            word.strip_prefix(home.to_str()?)?.trim_start_matches('/')
-        } else {
-            rest
-        };
-        let cut = text[found.end()..].starts_with(['$', '`']);
-        let (path, glob) = match rest.find(['*', '?', '[']) {
-            Some(at) => (
-                rest[..at].rsplit_once('/').map_or("", |(folder, _)| folder),
-                true,
-            ),
-            None if cut => (
-                rest.rsplit_once('/').map_or("", |(folder, _)| folder),
-                false,
-            ),
-            None => (rest, false),
-        };
-        if path.is_empty() {
-            return None;
-        }
-        Some(Word {
-            path: crate::scope::physical(&normalize(&home.join(path))),
-            at: found.start(),
-            glob,
-            cut,
+    /// A path as written below the home → where it is, and whether a folder is there.
+    known: RefCell<std::collections::HashMap<String, (PathBuf, bool)>>,
+}
+
+impl Places<'_> {
+    /// The paths under the home `text` names.
+    fn words_in<'t>(&'t self, text: &'t str) -> impl Iterator<Item = Word> + 't {
+        self.words.find_iter(text).filter_map(move |found| {
+            let word = found.as_str();
+            let (_, rest) = word.split_once('/')?;
+            let rest = if word.starts_with('/') {
+                // The home's absolute path: what follows it.
+                word.strip_prefix(self.home.to_str()?)?
+                    .trim_start_matches('/')
+            } else {
+                rest
+            };
+            let cut = text[found.end()..].starts_with(['$', '`']);
+            let (path, glob) = match rest.find(['*', '?', '[']) {
+                Some(at) => (
+                    rest[..at].rsplit_once('/').map_or("", |(folder, _)| folder),
+                    true,
+                ),
+                None if cut => (
+                    rest.rsplit_once('/').map_or("", |(folder, _)| folder),
+                    false,
+                ),
+                None => (rest, false),
+            };
+            if path.is_empty() {
+                return None;
+            }
+            let (path, folder) = self.placed(path);
+            Some(Word {
+                path,
+                at: found.start(),
+                glob,
+                cut,
+                folder,
+            })
         })
-    })
+    }
+
+    /// Where `below` (written below the home) is, as the kernel takes it, and whether a
+    /// folder is there.
+    fn placed(&self, below: &str) -> (PathBuf, bool) {
+        if let Some(known) = self.known.borrow().get(below) {
+            return known.clone();
+        }
+        let path = crate::scope::physical(&normalize(&self.home.join(below)));
+        let folder = path.is_dir();
+        let mut known = self.known.borrow_mut();
+        if known.len() < 4096 {
+            known.insert(below.to_owned(), (path.clone(), folder));
+        }
+        (path, folder)
+    }
 }
 
 /// The regular files of `folder` and of its folders, at most [`FOLDER_FILES`], in name
