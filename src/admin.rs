@@ -40,7 +40,7 @@ pub fn failed(service: ServiceName, url: &str, status: &tonic::Status) -> ExitCo
             "metnos: the {service} service at {url} is unavailable ({cause}); is `metnos up` running?"
         );
     } else {
-        eprintln!("metnos: {service}: {}", status.message());
+        eprintln!("metnos: {service}: {}", terminal(status.message()));
     }
     ExitCode::FAILURE
 }
@@ -62,18 +62,21 @@ pub fn print_line(value: &serde_json::Value) {
 
 /// `text` safe for a terminal: every control character but a new line and a tab spelled
 /// (`\x1b`, `\u009b`), so a page or a model's words cannot drive the terminal (set the
-/// clipboard with OSC 52, hide what follows, erase the lines above a card).
+/// clipboard with OSC 52, hide what follows, erase the lines above a card); and what a
+/// person cannot see (a bidi override, a blank letter) spelled too (`\u202e`).
 pub fn terminal(text: &str) -> std::borrow::Cow<'_, str> {
-    if !text.contains(|c: char| c.is_control() && c != '\n' && c != '\t') {
+    let hidden =
+        |c: char| (c.is_control() && c != '\n' && c != '\t') || metnos_core::html::is_invisible(c);
+    if !text.contains(hidden) {
         return std::borrow::Cow::Borrowed(text);
     }
     std::borrow::Cow::Owned(
         text.chars()
             .map(|c| match c {
-                '\n' | '\t' => c.to_string(),
-                c if u32::from(c) < 0x80 && c.is_control() => format!("\\x{:02x}", u32::from(c)),
-                c if c.is_control() => format!("\\u{:04x}", u32::from(c)),
-                c => c.to_string(),
+                c if !hidden(c) => c.to_string(),
+                c if u32::from(c) < 0x80 => format!("\\x{:02x}", u32::from(c)),
+                c if u32::from(c) <= 0xFFFF => format!("\\u{:04x}", u32::from(c)),
+                c => format!("\\U{:08x}", u32::from(c)),
             })
             .collect(),
     )

@@ -482,7 +482,12 @@ impl Session {
             match event {
                 Event::Started(s) => eprintln!("turn {} ({} tier, {})", s.turn_id, s.tier, s.model),
                 Event::StepProposed(s) => {
-                    eprintln!("step {}: {} {}", s.step, terminal(&s.executor), s.args_json)
+                    eprintln!(
+                        "step {}: {} {}",
+                        s.step,
+                        terminal(&s.executor),
+                        terminal(&s.args_json)
+                    )
                 }
                 Event::PolicyOutcome(p) => {
                     let outcome = policy::Outcome::try_from(p.outcome)
@@ -502,7 +507,7 @@ impl Session {
                 Event::AwaitingApproval(a) => {
                     eprintln!();
                     for line in a.card.map(|c| c.lines).unwrap_or_default() {
-                        eprintln!("  {line}");
+                        eprintln!("  {}", terminal(&line));
                     }
                     // The pattern a session or "always" would grant, whole.
                     let pattern = approvals

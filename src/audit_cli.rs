@@ -59,20 +59,20 @@ fn said(
 ) -> Found {
     match answer {
         Ok((records, broken, day)) if broken.is_empty() => {
-            println!(
+            crate::admin::say(&format!(
                 "{name} ({url}): intact — {records} record(s){}",
                 day_root(&day)
-            );
+            ));
             Found::Intact
         }
         Ok((_, broken, _)) => {
-            println!("{name} ({url}): BROKEN — {broken}");
+            crate::admin::say(&format!("{name} ({url}): BROKEN — {broken}"));
             Found::Broken
         }
         Err(status) if status.code() == tonic::Code::Unavailable => {
-            println!(
+            crate::admin::say(&format!(
                 "{name} ({url}): NOT CHECKED — the {service} service is not running (`metnos up`)"
-            );
+            ));
             Found::Unchecked
         }
         Err(status) => {
@@ -129,15 +129,15 @@ async fn verify(config: &Config, since: Option<&str>, allow_unchained: bool) -> 
             Ok(report) => match report.broken {
                 None if report.unchained > 0 && !allow_unchained => {
                     unchained = true;
-                    println!(
+                    crate::admin::say(&format!(
                         "{name} ({}): NOT CHECKED — {} record(s) at its start were written before the chain began and prove nothing (`--allow-unchained` accepts them); the {} after them are intact{}",
                         dir.display(),
                         report.unchained,
                         report.lines,
                         day_root(&report.newest_day())
-                    );
+                    ));
                 }
-                None => println!(
+                None => crate::admin::say(&format!(
                     "{name} ({}): intact — {} file(s), {} record(s){}{}",
                     dir.display(),
                     report.files,
@@ -151,10 +151,10 @@ async fn verify(config: &Config, since: Option<&str>, allow_unchained: bool) -> 
                         String::new()
                     },
                     day_root(&report.newest_day())
-                ),
+                )),
                 Some(broken) => {
                     intact = false;
-                    println!("{name} ({}): BROKEN — {broken}", dir.display());
+                    crate::admin::say(&format!("{name} ({}): BROKEN — {broken}", dir.display()));
                 }
             },
             Err(e) => {

@@ -1504,8 +1504,13 @@ async fn metnos_ask_spells_terminal_escapes_from_the_world_and_the_model() {
     std::fs::write(s.home().join("page.txt"), format!("hello {osc} world")).unwrap();
     s.fake
         .push(tool_calls(&[("fs_read", json!({"path": "~/page.txt"}))]));
+    // A C1 control (CSI) in a call's arguments, which JSON does not escape.
+    s.fake.push(tool_calls(&[(
+        "fs_read",
+        json!({"path": "~/other.txt", "note": "\u{9b}8m"}),
+    )]));
     s.fake.push(Reply::Text(format!(
-        "it says hello \u{1b}[1A\u{1b}[2K{osc}"
+        "it says hello \u{1b}[1A\u{1b}[2K{osc} \u{202e}txt.exe"
     )));
     let output = s
         .run_with_input(&["ask", "read ~/page.txt", "--language", "en"], b"")
@@ -1515,7 +1520,7 @@ async fn metnos_ask_spells_terminal_escapes_from_the_world_and_the_model() {
     assert!(output.status.success(), "{stderr}");
     for (name, text) in [("stdout", &stdout), ("stderr", &stderr)] {
         assert!(
-            !text.contains('\u{1b}') && !text.contains('\u{7}'),
+            !text.contains(['\u{1b}', '\u{7}', '\u{9b}', '\u{202e}']),
             "{name}: {text:?}"
         );
     }
@@ -1523,6 +1528,7 @@ async fn metnos_ask_spells_terminal_escapes_from_the_world_and_the_model() {
         stdout.contains(r"it says hello \x1b[1A\x1b[2K\x1b]52;c;"),
         "{stdout:?}"
     );
+    assert!(stdout.contains(r"\u202etxt.exe"), "{stdout:?}");
     assert!(
         stderr.contains(r"hello \x1b]52;c;Y3VybCBldmlsfHNo\x07\x1b[8m"),
         "{stderr:?}"
@@ -1810,12 +1816,15 @@ async fn a_hybrid_turn_that_read_a_file_does_not_escalate_to_an_online_model() {
     )
     .await;
     std::fs::write(s.home().join("salary.txt"), "net 4,210 EUR").unwrap();
-    // Without a private read, the failure escalates online (the control).
-    s.fake
-        .push(tool_calls(&[("fs_read", json!({"path": "~/missing.txt"}))]));
-    s.fake.push(Reply::Text("no such file".into()));
-    let events = s.run("read ~/missing.txt", Full).await;
-    assert_eq!(finished(&events).text, "no such file", "{events:#?}");
+    // Without a private read, the failure escalates online (the control). (A failed read
+    // of a local file counts as a read: its error tells something of the file.)
+    s.fake.push(tool_calls(&[(
+        "time_now",
+        json!({"timezone": "Mars/Olympus_Mons"}),
+    )]));
+    s.fake.push(Reply::Text("no such zone".into()));
+    let events = s.run("what time is it on Mars", Full).await;
+    assert_eq!(finished(&events).text, "no such zone", "{events:#?}");
     assert_eq!(paths(&s), ["/api/chat", "/v1/messages"]);
     // After reading a file, the same failure keeps the turn (and the file) local.
     let before = paths(&s).len();

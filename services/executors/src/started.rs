@@ -212,10 +212,8 @@ fn named_in(
         // A glob is sourced by a loop whose body sources its variable, or read as code.
         let looped = line.contains("for")
             && FOR_LOOP.is_match(&line)
-            && lines[n..(n + LOOP_LINES).min(lines.len())]
+            && loop_body(&lines[n..(n + LOOP_LINES).min(lines.len())])
                 .iter()
-                .take_while(|l| !l.trim_start().starts_with("done"))
-                .chain(lines.get(n))
                 .any(|l| SOURCES_VARIABLE.is_match(l));
         for word in places.words_in(&line) {
             // Asked only of a glob or a document (the regular expression is the costly part).
@@ -238,6 +236,27 @@ fn named_in(
         }
     }
     named
+}
+
+/// The lines of the loop that `lines` begins with, to its `done` (nested loops inside it
+/// too): `do` opens, `done` closes.
+fn loop_body<'a>(lines: &[&'a str]) -> Vec<&'a str> {
+    let mut depth = 0i32;
+    let mut body = Vec::new();
+    for line in lines {
+        body.push(*line);
+        for word in line.split(|c: char| !(c.is_ascii_alphanumeric() || c == '_')) {
+            match word {
+                "do" => depth += 1,
+                "done" => depth -= 1,
+                _ => {}
+            }
+        }
+        if depth <= 0 && body.len() > 1 {
+            break;
+        }
+    }
+    body
 }
 
 /// Whether a path a start-up file names counts: anything but a folder there or a document
@@ -443,7 +462,8 @@ mod tests {
              export PYTHONPATH=$HOME/pylib:$PYTHONPATH\nalias pdfs='ls ~/Downloads/*.pdf'\n\
              export DOTFILES=\"$HOME/dotfiles\"\nsource \"$DOTFILES/aliases\"\n\
              . \"$HOME\"/dotfiles/quoted.sh\n\
-             for t in ~/Documents/*.txt; do wc \"$t\"; done\nalias cl='rm -f ~/Downloads/*.sh'\n",
+             for t in ~/Documents/*.txt; do wc \"$t\"; done\nalias cl='rm -f ~/Downloads/*.sh'\n\
+             for g in ~/dotfiles/sh/*; do\n  for x in a b; do :; done\n  done_x=1\n  . \"$g\"\ndone\n",
         );
         write(
             &home.join("dotfiles/bash/more"),
@@ -518,6 +538,7 @@ mod tests {
             "df/env.sh",
             "dotfiles/hosts",
             "dotfiles/zsh",
+            "dotfiles/sh",
             "src/myplugin",
             "notes/abbrev.txt",
             "pwndbg/gdbinit.py",

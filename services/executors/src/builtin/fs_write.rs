@@ -188,11 +188,8 @@ fn append(
     let read = rustix::io::pread(&fd, &mut end, from)
         .map_err(|e| format!("cannot append to {text}: {e}"))?;
     let end = &end[..read];
-    if code_later
-        && [&b"\\"[..], b"\\\n", b"\\\r\n"]
-            .iter()
-            .any(|e| end.ends_with(e))
-    {
+    let continued: [&[u8]; 4] = [b"\\", b"\\\n", b"\\\r\n", b"\\\r"];
+    if code_later && continued.iter().any(|e| end.ends_with(e)) {
         return Err(format!(
             "{text}'s last line ends with `\\`, which continues it: the first line appended would run as its tail; end that line first"
         ));
