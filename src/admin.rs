@@ -70,16 +70,29 @@ pub fn terminal(text: &str) -> std::borrow::Cow<'_, str> {
     if !text.contains(hidden) {
         return std::borrow::Cow::Borrowed(text);
     }
-    std::borrow::Cow::Owned(
-        text.chars()
-            .map(|c| match c {
-                c if !hidden(c) => c.to_string(),
-                c if u32::from(c) < 0x80 => format!("\\x{:02x}", u32::from(c)),
-                c if u32::from(c) <= 0xFFFF => format!("\\u{:04x}", u32::from(c)),
-                c => format!("\\U{:08x}", u32::from(c)),
-            })
-            .collect(),
-    )
+    let mut out = String::with_capacity(text.len() + 16);
+    let mut previous = ' ';
+    for c in text.chars() {
+        // An emoji's joiner or presentation selector after a visible character that is not
+        // ASCII (`👨‍💻`, `⚠️`, a Persian word's ZWNJ) draws nothing by itself.
+        let joins = matches!(c, '\u{200c}' | '\u{200d}' | '\u{fe0e}' | '\u{fe0f}')
+            && !previous.is_ascii()
+            && !hidden(previous);
+        match c {
+            c if !hidden(c) || joins => out.push(c),
+            // DEL as `\u007f`: JSON leaves it raw, and a JSON line stays JSON (the other
+            // ASCII controls never reach a terminal raw from JSON).
+            c if u32::from(c) < 0x7f => out.push_str(&format!("\\x{:02x}", u32::from(c))),
+            // Past the first plane as JSON spells it (a surrogate pair): a tag character.
+            c => {
+                for unit in c.encode_utf16(&mut [0; 2]) {
+                    out.push_str(&format!("\\u{unit:04x}"));
+                }
+            }
+        }
+        previous = c;
+    }
+    std::borrow::Cow::Owned(out)
 }
 
 /// Writes a line to stdout, safe for a terminal ([`terminal`]). A closed pipe (`metnos …
@@ -94,5 +107,33 @@ pub fn say(line: &str) {
         }
         eprintln!("metnos: cannot write to stdout: {e}");
         std::process::exit(1);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::terminal;
+
+    /// A JSON line with what JSON leaves raw (DEL, a C1 control, a bidi override) stays
+    /// JSON with the same value once spelled; plain text keeps its new lines and tabs.
+    #[test]
+    fn what_reaches_a_terminal_is_spelled_and_a_json_line_stays_json() {
+        let value =
+            serde_json::json!({"summary": "a\u{7f}b\u{9b}8m\u{202e}c\u{1b}d\u{e0067}\u{e007f}"});
+        let line = value.to_string();
+        let shown = terminal(&line);
+        assert!(
+            !shown.contains(['\u{7f}', '\u{9b}', '\u{202e}', '\u{1b}', '\u{e0067}']),
+            "{shown}"
+        );
+        assert_eq!(
+            serde_json::from_str::<serde_json::Value>(&shown).unwrap(),
+            value
+        );
+        assert_eq!(terminal("a\tb\nc"), "a\tb\nc");
+        assert_eq!(terminal("\u{1b}[8m"), r"\x1b[8m");
+        // An emoji's joiner and selector stay; alone, after ASCII, a zero width is spelled.
+        assert_eq!(terminal("👨\u{200d}💻 ⚠\u{fe0f}"), "👨\u{200d}💻 ⚠\u{fe0f}");
+        assert_eq!(terminal("a\u{200d}b"), r"a\u200db");
     }
 }

@@ -84,7 +84,7 @@ impl Session {
                         Language::Italian => "le proposte in attesa non sono disponibili ora",
                         Language::English => "waiting proposals are not available now",
                     },
-                    status.message()
+                    crate::admin::terminal(status.message())
                 );
                 return;
             }
@@ -103,7 +103,7 @@ impl Session {
                 }
             );
             for line in proposal.card.map(|c| c.lines).unwrap_or_default() {
-                eprintln!("  {line}");
+                eprintln!("  {}", crate::admin::terminal(&line));
             }
             let Some(answer) = ask(language).await else {
                 // The end of input: nobody answered, nor saw the rest (they come back).
@@ -148,7 +148,7 @@ impl Session {
                 edited_schedule: String::new(),
             };
             if let Err(status) = self.approvals.resolve(resolve).await {
-                eprintln!("metnos: {}", status.message());
+                eprintln!("metnos: {}", crate::admin::terminal(status.message()));
                 continue;
             }
             let kind = match answer {

@@ -513,15 +513,15 @@ async fn edit(config: &Config, person: Option<&str>, yes: bool, accept_changes: 
             "metnos: {} was changed without `metnos telos edit` (or removed, or an older version was put back). What changed since the last version signed here:",
             path.display()
         );
-        eprint!(
-            "{}",
-            similar::TextDiff::from_lines(
-                last_signed.as_deref().unwrap_or(""),
-                current.as_deref().unwrap_or("")
-            )
-            .unified_diff()
-            .header("TELOS.md (last signed)", "TELOS.md (on disk)")
-        );
+        let diff = similar::TextDiff::from_lines(
+            last_signed.as_deref().unwrap_or(""),
+            current.as_deref().unwrap_or(""),
+        )
+        .unified_diff()
+        .header("TELOS.md (last signed)", "TELOS.md (on disk)")
+        .to_string();
+        // What another program wrote is shown as it is: nothing hidden signed unseen.
+        eprint!("{}", crate::admin::terminal(&diff));
         if !accept_changes && (yes || !interactive) {
             eprintln!(
                 "metnos: nothing changed; review it in a terminal, or pass --accept-changes to sign it as it is"
@@ -561,7 +561,7 @@ async fn edit(config: &Config, person: Option<&str>, yes: bool, accept_changes: 
         match file::parse(&text) {
             Ok(parsed) => {
                 for warning in &parsed.warnings {
-                    eprintln!("metnos: note: {warning}");
+                    eprintln!("metnos: note: {}", crate::admin::terminal(warning));
                 }
                 break text;
             }
@@ -595,7 +595,7 @@ async fn edit(config: &Config, person: Option<&str>, yes: bool, accept_changes: 
         .unified_diff()
         .header("TELOS.md (in force)", "TELOS.md (edited)")
         .to_string();
-    eprint!("{diff}");
+    eprint!("{}", crate::admin::terminal(&diff));
     if !yes && !ask("Sign this version and put it in force?") {
         eprintln!("metnos: nothing changed");
         return ExitCode::FAILURE;

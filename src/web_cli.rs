@@ -44,7 +44,7 @@ async fn login(config: &Config) -> ExitCode {
             ExitCode::SUCCESS
         }
         Err(status) if status.code() == tonic::Code::FailedPrecondition => {
-            eprintln!("metnos: {}", status.message());
+            eprintln!("metnos: {}", crate::admin::terminal(status.message()));
             ExitCode::FAILURE
         }
         Err(status) => crate::admin::failed(ServiceName::Gateway, &url, &status),

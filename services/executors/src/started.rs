@@ -123,7 +123,7 @@ static READS_AS_CODE: LazyLock<Regex> = LazyLock::new(|| {
     .expect("the reads-as-code pattern is valid")
 });
 
-/// How many lines after a loop's start its body is looked at for a `.` of its variable.
+/// How many lines from a loop's start are looked at for a `.` of its variable.
 const LOOP_LINES: usize = 24;
 
 /// The files and folders of `home` that what runs at start-up runs or loads by path, and
@@ -238,25 +238,31 @@ fn named_in(
     named
 }
 
-/// The lines of the loop that `lines` begins with, to its `done` (nested loops inside it
-/// too): `do` opens, `done` closes.
-fn loop_body<'a>(lines: &[&'a str]) -> Vec<&'a str> {
-    let mut depth = 0i32;
-    let mut body = Vec::new();
-    for line in lines {
-        body.push(*line);
-        for word in line.split(|c: char| !(c.is_ascii_alphanumeric() || c == '_')) {
-            match word {
-                "do" => depth += 1,
-                "done" => depth -= 1,
-                _ => {}
-            }
-        }
-        if depth <= 0 && body.len() > 1 {
-            break;
-        }
+/// The lines of the loop `lines` begins with: its own line when it ends there (`…; do …;
+/// done`), else to the first `done` or `}` that begins a line indented no more than the
+/// loop's (a nested loop's, more indented, or a `done=…` word does not end it), at most
+/// the lines given.
+fn loop_body<'a, 'b>(lines: &'b [&'a str]) -> &'b [&'a str] {
+    static CLOSES: LazyLock<Regex> = LazyLock::new(|| {
+        Regex::new(r"^(?:done(?:$|[\s;&|)>#])|\})").expect("the loop-end pattern is valid")
+    });
+    static ONE_LINE: LazyLock<Regex> = LazyLock::new(|| {
+        Regex::new(r"\bdo\b.*[;&\s]done\s*(?:$|[;&|>#])").expect("the one-line pattern is valid")
+    });
+    let indent = |line: &str| line.len() - line.trim_start().len();
+    let Some(first) = lines.first() else {
+        return lines;
+    };
+    if ONE_LINE.is_match(first) {
+        return &lines[..1];
     }
-    body
+    let end = lines
+        .iter()
+        .enumerate()
+        .skip(1)
+        .find(|(_, l)| indent(l) <= indent(first) && CLOSES.is_match(l.trim_start()))
+        .map_or(lines.len(), |(at, _)| at + 1);
+    &lines[..end]
 }
 
 /// Whether a path a start-up file names counts: anything but a folder there or a document
@@ -463,7 +469,8 @@ mod tests {
              export DOTFILES=\"$HOME/dotfiles\"\nsource \"$DOTFILES/aliases\"\n\
              . \"$HOME\"/dotfiles/quoted.sh\n\
              for t in ~/Documents/*.txt; do wc \"$t\"; done\nalias cl='rm -f ~/Downloads/*.sh'\n\
-             for g in ~/dotfiles/sh/*; do\n  for x in a b; do :; done\n  done_x=1\n  . \"$g\"\ndone\n",
+             for g in ~/dotfiles/sh/*; do\n  for x in a b; do :; done\n  done=$((done+1)) # done\n  . \"$g\"\ndone\n\
+             for z in ~/dotfiles/braced/*; {\n  [[ -r $z ]] || continue\n  source $z\n}\n",
         );
         write(
             &home.join("dotfiles/bash/more"),
@@ -539,6 +546,7 @@ mod tests {
             "dotfiles/hosts",
             "dotfiles/zsh",
             "dotfiles/sh",
+            "dotfiles/braced",
             "src/myplugin",
             "notes/abbrev.txt",
             "pwndbg/gdbinit.py",
