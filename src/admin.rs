@@ -73,11 +73,11 @@ pub fn terminal(text: &str) -> std::borrow::Cow<'_, str> {
     let mut out = String::with_capacity(text.len() + 16);
     let mut previous = ' ';
     for c in text.chars() {
-        // An emoji's joiner or presentation selector after a visible character that is not
-        // ASCII (`👨‍💻`, `⚠️`, a Persian word's ZWNJ) draws nothing by itself.
-        let joins = matches!(c, '\u{200c}' | '\u{200d}' | '\u{fe0e}' | '\u{fe0f}')
-            && !previous.is_ascii()
-            && !hidden(previous);
+        // An emoji's joiner or presentation selector right after an emoji (`👨‍💻`, `⚠️`,
+        // `❤️‍🔥`): part of the picture. After anything else (a no-break space) it could carry
+        // bits unseen, and is spelled.
+        let joins = matches!(c, '\u{200d}' | '\u{fe0e}' | '\u{fe0f}')
+            && (emoji(previous) || (previous == '\u{fe0f}' && c == '\u{200d}'));
         match c {
             c if !hidden(c) || joins => out.push(c),
             // DEL as `\u007f`: JSON leaves it raw, and a JSON line stays JSON (the other
@@ -93,6 +93,14 @@ pub fn terminal(text: &str) -> std::borrow::Cow<'_, str> {
         previous = c;
     }
     std::borrow::Cow::Owned(out)
+}
+
+/// Whether `c` is drawn as an emoji (the pictographic blocks, arrows and symbols).
+fn emoji(c: char) -> bool {
+    matches!(
+        u32::from(c),
+        0x1F000..=0x1FAFF | 0x2600..=0x27BF | 0x2300..=0x23FF | 0x2B00..=0x2BFF | 0x2190..=0x21FF
+    )
 }
 
 /// Writes a line to stdout, safe for a terminal ([`terminal`]). A closed pipe (`metnos …
@@ -135,5 +143,12 @@ mod tests {
         // An emoji's joiner and selector stay; alone, after ASCII, a zero width is spelled.
         assert_eq!(terminal("👨\u{200d}💻 ⚠\u{fe0f}"), "👨\u{200d}💻 ⚠\u{fe0f}");
         assert_eq!(terminal("a\u{200d}b"), r"a\u200db");
+        // Bits carried after a no-break space or a letter are spelled.
+        assert_eq!(
+            terminal("x\u{a0}\u{200d}\u{a0}\u{200c}"),
+            "x\u{a0}\\u200d\u{a0}\\u200c"
+        );
+        assert_eq!(terminal("é\u{200d}"), r"é\u200d");
+        assert_eq!(terminal("❤\u{fe0f}\u{200d}🔥"), "❤\u{fe0f}\u{200d}🔥");
     }
 }

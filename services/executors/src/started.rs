@@ -239,9 +239,10 @@ fn named_in(
 }
 
 /// The lines of the loop `lines` begins with: its own line when it ends there (`…; do …;
-/// done`), else to the first `done` or `}` that begins a line indented no more than the
-/// loop's (a nested loop's, more indented, or a `done=…` word does not end it), at most
-/// the lines given.
+/// done`), else to the later of two ends, erring toward a longer body: where `do` and
+/// `done` (and `{` `}`) balance, and the first `done` or `}` beginning a line indented no
+/// more than the loop's (a nested loop's or a `done=…` word does not end it); at most the
+/// lines given.
 fn loop_body<'a, 'b>(lines: &'b [&'a str]) -> &'b [&'a str] {
     static CLOSES: LazyLock<Regex> = LazyLock::new(|| {
         Regex::new(r"^(?:done(?:$|[\s;&|)>#])|\})").expect("the loop-end pattern is valid")
@@ -249,20 +250,69 @@ fn loop_body<'a, 'b>(lines: &'b [&'a str]) -> &'b [&'a str] {
     static ONE_LINE: LazyLock<Regex> = LazyLock::new(|| {
         Regex::new(r"\bdo\b.*[;&\s]done\s*(?:$|[;&|>#])").expect("the one-line pattern is valid")
     });
-    let indent = |line: &str| line.len() - line.trim_start().len();
+    // Columns, a tab to the next multiple of eight.
+    let indent = |line: &str| {
+        line.chars()
+            .take_while(|c| c.is_whitespace())
+            .fold(
+                0,
+                |col, c| if c == '\t' { col / 8 * 8 + 8 } else { col + 1 },
+            )
+    };
     let Some(first) = lines.first() else {
         return lines;
     };
-    if ONE_LINE.is_match(first) {
+    if ONE_LINE.is_match(first) && depth(first) <= 0 {
         return &lines[..1];
     }
-    let end = lines
+    let by_indent = lines
         .iter()
         .enumerate()
         .skip(1)
         .find(|(_, l)| indent(l) <= indent(first) && CLOSES.is_match(l.trim_start()))
         .map_or(lines.len(), |(at, _)| at + 1);
-    &lines[..end]
+    let mut open = 0;
+    let by_depth = lines
+        .iter()
+        .position(|l| {
+            open += depth(l);
+            open <= 0
+        })
+        .map_or(lines.len(), |at| at + 1);
+    &lines[..by_indent.max(by_depth).max(1)]
+}
+
+/// What `line` opens less what it closes: `do` and `{` open, `done` and `}` close (a
+/// comment, and a `done=` assignment, left out).
+fn depth(line: &str) -> i32 {
+    let code = line.split('#').next().unwrap_or_default();
+    let mut depth = 0;
+    let mut rest = code;
+    while let Some(at) =
+        rest.find(|c: char| c.is_ascii_alphanumeric() || c == '_' || c == '{' || c == '}')
+    {
+        rest = &rest[at..];
+        if let Some(after) = rest.strip_prefix('{') {
+            depth += 1;
+            rest = after;
+            continue;
+        }
+        if let Some(after) = rest.strip_prefix('}') {
+            depth -= 1;
+            rest = after;
+            continue;
+        }
+        let end = rest
+            .find(|c: char| !(c.is_ascii_alphanumeric() || c == '_'))
+            .unwrap_or(rest.len());
+        match (&rest[..end], rest[end..].starts_with('=')) {
+            ("do", false) => depth += 1,
+            ("done", false) => depth -= 1,
+            _ => {}
+        }
+        rest = &rest[end..];
+    }
+    depth
 }
 
 /// Whether a path a start-up file names counts: anything but a folder there or a document
@@ -470,7 +520,8 @@ mod tests {
              . \"$HOME\"/dotfiles/quoted.sh\n\
              for t in ~/Documents/*.txt; do wc \"$t\"; done\nalias cl='rm -f ~/Downloads/*.sh'\n\
              for g in ~/dotfiles/sh/*; do\n  for x in a b; do :; done\n  done=$((done+1)) # done\n  . \"$g\"\ndone\n\
-             for z in ~/dotfiles/braced/*; {\n  [[ -r $z ]] || continue\n  source $z\n}\n",
+             for z in ~/dotfiles/braced/*; {\n  [[ -r $z ]] || continue\n  source $z\n}\n\
+             for h in ~/dotfiles/flat/*; do\nfor o in a b; do\n:\ndone\n. \"$h\"\ndone\n",
         );
         write(
             &home.join("dotfiles/bash/more"),
@@ -547,6 +598,7 @@ mod tests {
             "dotfiles/zsh",
             "dotfiles/sh",
             "dotfiles/braced",
+            "dotfiles/flat",
             "src/myplugin",
             "notes/abbrev.txt",
             "pwndbg/gdbinit.py",
