@@ -480,30 +480,6 @@ impl Session {
             spinner.pause();
             use pb::turn_event::Event;
             match event {
-                Event::Started(s) => eprintln!("turn {} ({} tier, {})", s.turn_id, s.tier, s.model),
-                Event::StepProposed(s) => {
-                    eprintln!(
-                        "step {}: {} {}",
-                        s.step,
-                        terminal(&s.executor),
-                        terminal(&s.args_json)
-                    )
-                }
-                Event::PolicyOutcome(p) => {
-                    let outcome = policy::Outcome::try_from(p.outcome)
-                        .map(|o| {
-                            o.as_str_name()
-                                .trim_start_matches("OUTCOME_")
-                                .to_lowercase()
-                        })
-                        .unwrap_or_default();
-                    eprintln!("  policy: {outcome} ({})", terminal(&p.reason));
-                }
-                Event::Verdict(v) => {
-                    if let Some(v) = v.verdict {
-                        eprintln!("  vaglio: {}", terminal(&v.reason));
-                    }
-                }
                 Event::AwaitingApproval(a) => {
                     eprintln!();
                     for line in a.card.map(|c| c.lines).unwrap_or_default() {
@@ -556,50 +532,11 @@ impl Session {
                             }
                         }
                         Err(status) => {
-                            // A refusal the approval service classes (expired while the
-                            // person thought, already decided elsewhere) in the turn's
-                            // language; an expired request goes on like an unanswered one.
-                            match status
-                                .metadata()
-                                .get(metnos_core::resolve::METADATA_KEY)
-                                .and_then(|v| v.to_str().ok())
-                                .and_then(metnos_core::resolve::ResolveRefusal::parse)
-                            {
-                                Some(metnos_core::resolve::ResolveRefusal::Expired) => {
-                                    eprintln!(
-                                        "metnos: {}",
-                                        metnos_core::resolve::ResolveRefusal::Expired.say(language)
-                                    );
-                                }
-                                Some(refusal) => {
-                                    eprintln!("metnos: {}", refusal.say(language));
-                                    return ExitCode::FAILURE;
-                                }
-                                None => {
-                                    return failed(ServiceName::Approval, approval_url, &status);
-                                }
+                            if let Some(end) = resolve_refused(&status, language, approval_url) {
+                                return end;
                             }
                         }
                     }
-                }
-                Event::ApprovalDecided(d) => {
-                    let status = approval::ApprovalStatus::try_from(d.status)
-                        .map(|s| {
-                            s.as_str_name()
-                                .trim_start_matches("APPROVAL_STATUS_")
-                                .to_lowercase()
-                        })
-                        .unwrap_or_default();
-                    eprintln!("  approval: {status}");
-                }
-                Event::Observation(o) => {
-                    let mark = if o.ok { "ok" } else { "failed" };
-                    let summary: String = o.summary.chars().take(120).collect();
-                    eprintln!(
-                        "  {mark} ({} ms): {}",
-                        o.duration_ms,
-                        terminal(&summary.replace('\n', " "))
-                    );
                 }
                 Event::Suspended(s) => {
                     eprintln!("metnos: turn {} waits for approval {}", s.turn_id, s.token);
@@ -607,23 +544,108 @@ impl Session {
                 }
                 Event::Finished(f) => {
                     drop(spinner);
-                    let kind = pb::FinalKind::try_from(f.kind).unwrap_or(pb::FinalKind::Error);
-                    if kind == pb::FinalKind::Answer {
-                        say(&f.text);
-                        return ExitCode::SUCCESS;
-                    }
-                    eprintln!(
-                        "metnos: {} — {}",
-                        kind.as_str_name()
-                            .trim_start_matches("FINAL_KIND_")
-                            .to_lowercase(),
-                        terminal(&f.text)
-                    );
-                    return ExitCode::FAILURE;
+                    return finished(&f);
                 }
+                other => progress(other),
             }
             spinner.resume();
         }
+    }
+}
+
+/// Prints one step of a turn's progress (what the planner proposed, what the filters and
+/// the person decided, what came back); other events are the turn loop's.
+fn progress(event: pb::turn_event::Event) {
+    use pb::turn_event::Event;
+    match event {
+        Event::Started(s) => eprintln!("turn {} ({} tier, {})", s.turn_id, s.tier, s.model),
+        Event::StepProposed(s) => {
+            eprintln!(
+                "step {}: {} {}",
+                s.step,
+                terminal(&s.executor),
+                terminal(&s.args_json)
+            )
+        }
+        Event::PolicyOutcome(p) => {
+            let outcome = policy::Outcome::try_from(p.outcome)
+                .map(|o| {
+                    o.as_str_name()
+                        .trim_start_matches("OUTCOME_")
+                        .to_lowercase()
+                })
+                .unwrap_or_default();
+            eprintln!("  policy: {outcome} ({})", terminal(&p.reason));
+        }
+        Event::Verdict(v) => {
+            if let Some(v) = v.verdict {
+                eprintln!("  vaglio: {}", terminal(&v.reason));
+            }
+        }
+        Event::ApprovalDecided(d) => {
+            let status = approval::ApprovalStatus::try_from(d.status)
+                .map(|s| {
+                    s.as_str_name()
+                        .trim_start_matches("APPROVAL_STATUS_")
+                        .to_lowercase()
+                })
+                .unwrap_or_default();
+            eprintln!("  approval: {status}");
+        }
+        Event::Observation(o) => {
+            let mark = if o.ok { "ok" } else { "failed" };
+            let summary: String = o.summary.chars().take(120).collect();
+            eprintln!(
+                "  {mark} ({} ms): {}",
+                o.duration_ms,
+                terminal(&summary.replace('\n', " "))
+            );
+        }
+        _ => {}
+    }
+}
+
+/// How a finished turn ends the command: its answer on stdout, else why on stderr.
+fn finished(f: &pb::TurnFinished) -> ExitCode {
+    let kind = pb::FinalKind::try_from(f.kind).unwrap_or(pb::FinalKind::Error);
+    if kind == pb::FinalKind::Answer {
+        say(&f.text);
+        return ExitCode::SUCCESS;
+    }
+    eprintln!(
+        "metnos: {} — {}",
+        kind.as_str_name()
+            .trim_start_matches("FINAL_KIND_")
+            .to_lowercase(),
+        terminal(&f.text)
+    );
+    ExitCode::FAILURE
+}
+
+/// A resolve the approval service refused: told in the turn's language (expired while the
+/// person thought, already decided elsewhere). `None`: the turn goes on (an expired request
+/// goes on like an unanswered one); else how the command ends.
+fn resolve_refused(
+    status: &tonic::Status,
+    language: metnos_core::Language,
+    approval_url: &str,
+) -> Option<ExitCode> {
+    use metnos_core::resolve::ResolveRefusal;
+    match status
+        .metadata()
+        .get(metnos_core::resolve::METADATA_KEY)
+        .and_then(|v| v.to_str().ok())
+        .and_then(ResolveRefusal::parse)
+    {
+        Some(ResolveRefusal::Expired) => {
+            eprintln!("metnos: {}", ResolveRefusal::Expired.say(language));
+            None
+        }
+        Some(refusal) => {
+            eprintln!("metnos: {}", refusal.say(language));
+            Some(ExitCode::FAILURE)
+        }
+        None => Some(failed(ServiceName::Approval, approval_url, status)),
     }
 }
 
