@@ -207,6 +207,6 @@ mod tests {
     fn each_session_has_a_new_id_the_planner_takes() {
         let (a, b) = (new_session_id(), new_session_id());
         assert_ne!(a, b);
-        assert!(metnos_planner::session::valid_session_id(&a), "{a}");
+        assert!(metnos_planner::proactive::session::valid_session_id(&a), "{a}");
     }
 }

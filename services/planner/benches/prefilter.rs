@@ -4,7 +4,7 @@
 //! `cargo bench -p metnos-planner --bench prefilter`
 
 use criterion::{Criterion, criterion_group, criterion_main};
-use metnos_planner::prefilter::{Entry, Index};
+use metnos_planner::turn::prefilter::{Entry, Index};
 
 /// A deterministic catalog: names, descriptions and affinity words drawn from a
 /// vocabulary of 4 000 words (Zipf-like: low word numbers are common).

@@ -19,7 +19,9 @@ use criterion::{Criterion, criterion_group, criterion_main};
 use metnos_kit::clock::ManualClock;
 use metnos_kit::config::StoreSpec;
 use metnos_kit::config::TelosConfig;
-use metnos_planner::scheduler::{Done, Firing, Job, Kind, NewTask, Scheduler, TaskStore};
+use metnos_planner::proactive::scheduler::{
+    Done, Firing, Job, Kind, NewTask, Scheduler, TaskStore,
+};
 use metnos_planner::store::MIGRATIONS;
 
 const NOW: i64 = 1_795_687_200_000; // 2026-11-26 10:00 UTC

@@ -5,8 +5,8 @@
 //! `cargo bench -p metnos-planner --bench taint`
 
 use criterion::{BatchSize, Criterion, criterion_group, criterion_main};
-use metnos_planner::taint::{self, Index};
 use metnos_planner::turn::Hist;
+use metnos_planner::turn::taint::{self, Index};
 use serde_json::json;
 
 /// Deterministic prose: words from a 3 000-word vocabulary, skewed so common words repeat.

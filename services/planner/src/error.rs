@@ -83,7 +83,7 @@ pub enum Error {
     #[error("session_id must be 8 to 128 ASCII letters, digits or `_ . : -`")]
     BadSessionId,
     #[error(transparent)]
-    Schedule(#[from] crate::scheduler::ScheduleError),
+    Schedule(#[from] crate::proactive::scheduler::ScheduleError),
 }
 
 impl From<PrincipalError> for Error {
@@ -133,7 +133,7 @@ impl From<Error> for Status {
             }
             Error::NoScheduler => Status::unavailable(error.to_string()),
             Error::Schedule(e) => {
-                use crate::scheduler::ScheduleError as S;
+                use crate::proactive::scheduler::ScheduleError as S;
                 match e {
                     S::Unreadable(_)
                     | S::TooOften { .. }

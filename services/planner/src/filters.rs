@@ -18,7 +18,7 @@ use metnos_proto::vaglio::v1 as vaglio;
 use metnos_proto::vaglio::v1::vaglio_service_client::VaglioServiceClient;
 use tonic::Status;
 
-use crate::rules::Outcome;
+use crate::turn::rules::Outcome;
 
 /// Policy's answer for one capability and target.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -18,9 +18,9 @@ use tokio_stream::{Stream, StreamExt, wrappers::ReceiverStream};
 use tonic::{Request, Response, Status};
 use tracing::Instrument;
 
-use crate::engine::{Planner, Sink};
 use crate::error::Error;
 use crate::store::{State, StoredTurn};
+use crate::turn::engine::{Planner, Sink};
 use crate::turn::{Checkpoint, TurnRequest, mode_from_wire};
 use crate::turnlog;
 
@@ -176,17 +176,17 @@ fn theirs(turn: &StoredTurn, who: &Principal) -> Result<(), Error> {
 pub struct PlannerApi {
     pub planner: Arc<Planner>,
     /// The builtin scheduler (none: the schedule RPCs answer UNAVAILABLE).
-    pub scheduler: Option<crate::scheduler::Scheduler>,
+    pub scheduler: Option<crate::proactive::scheduler::Scheduler>,
     /// Days of turn logs the retention keeps (what it may have removed is no erasure).
     pub turn_log_days: u32,
 }
 
 /// A task as the contract shows it.
 pub fn schedule_of(
-    scheduler: &crate::scheduler::Scheduler,
-    task: &crate::scheduler::Task,
+    scheduler: &crate::proactive::scheduler::Scheduler,
+    task: &crate::proactive::scheduler::Task,
 ) -> pb::Schedule {
-    use crate::scheduler::Kind;
+    use crate::proactive::scheduler::Kind;
     use metnos_kit::time::to_timestamp;
     let described = crate::schedule::Schedule::parse(&task.schedule)
         .map(|s| s.describe())
@@ -232,7 +232,7 @@ fn checkpoint_of(found: &StoredTurn) -> Result<Checkpoint, Error> {
 }
 
 impl PlannerApi {
-    fn scheduler(&self) -> Result<&crate::scheduler::Scheduler, Error> {
+    fn scheduler(&self) -> Result<&crate::proactive::scheduler::Scheduler, Error> {
         self.scheduler.as_ref().ok_or(Error::NoScheduler)
     }
 
@@ -578,7 +578,7 @@ impl PlannerService for PlannerApi {
             .into());
         }
         let task = scheduler
-            .create(&crate::scheduler::Order {
+            .create(&crate::proactive::scheduler::Order {
                 person: &person,
                 schedule: &r.schedule,
                 query: &r.query,
@@ -683,19 +683,26 @@ impl PlannerService for PlannerApi {
         if person.channel != "cli" {
             return Err(Error::NotCliSession(limits::shown(&person.channel)).into());
         }
-        if !crate::session::valid_session_id(&r.session_id) {
+        if !crate::proactive::session::valid_session_id(&r.session_id) {
             return Err(Error::BadSessionId.into());
         }
         let language =
             metnos_core::Language::from_wire(r.language).unwrap_or(metnos_core::Language::English);
-        let proposals = crate::session::open(&self.planner, &person, &r.session_id, language)
-            .await
-            .map_err(|e| {
-                // What failed, in a word: the services' and the store's messages stay out.
-                let cause = e.split(':').next().unwrap_or_default().to_owned();
-                tracing::warn!(cause = %cause, "a terminal session's proposals could not be weighed");
-                Status::unavailable(format!("the session's proposals cannot be weighed now ({cause})"))
-            })?;
+        let proposals = crate::proactive::session::open(
+            &self.planner,
+            &person,
+            &r.session_id,
+            language,
+        )
+        .await
+        .map_err(|e| {
+            // What failed, in a word: the services' and the store's messages stay out.
+            let cause = e.split(':').next().unwrap_or_default().to_owned();
+            tracing::warn!(cause = %cause, "a terminal session's proposals could not be weighed");
+            Status::unavailable(format!(
+                "the session's proposals cannot be weighed now ({cause})"
+            ))
+        })?;
         Ok(Response::new(pb::OpenSessionResponse { proposals }))
     }
 }

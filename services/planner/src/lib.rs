@@ -2,28 +2,15 @@
 //! tool calls; each passes its references, schema and scope, policy, vaglio and — when
 //! policy asks — a person's approval, then a signed executor runs it.
 //!
-//! Layout, from pure to IO:
-//! - [`turn`]: a turn's typed state (mode, tier, level, each step's log), as checkpoints
-//!   and the turn log store it;
-//! - [`rules`]: caps, the duplicate-read guard, the strictest policy answer, modes and
-//!   hybrid escalation (pure, unit-tested);
-//! - [`prefilter`]: which executors a query is offered (inverted index, adaptive K);
-//! - [`piping`]: `{{stepN.field}}` references;
-//! - [`taint`]: provenance labels, the fence around the world's data, arguments made of
-//!   it and the sinks it may not reach unasked;
-//! - [`cards`]: what an approval card says about a call;
-//! - [`vet`]: the filter pipeline of one call, `Result<Cleared, Refusal>`;
-//! - [`engine`]: the loop (LLM, steps, observations, the end of a turn);
-//! - [`suspend`]: waiting for a person's approval and going on after it;
-//! - [`filters`] and [`llm`]: what the loop needs of the filter services and the LLM
-//!   (real clients, or fakes in tests);
-//! - [`scratch`]: large observations and `scratchpad_read`;
-//! - [`store`]: turns (checkpoints, records) and the scratchpad, SQLite or PostgreSQL;
-//! - [`scheduler`]: the builtin scheduler — tasks and runs in the store, the tick, once per
-//!   slot across replicas; [`maintenance`]: its builtin tasks; [`standing`]: a person's
-//!   standing order fired as a turn, its result offered to the telos engine; [`proposals`]:
-//!   what the planner proposes on its own; [`session`]: a terminal session's proposals;
-//! - [`turnlog`]: the daily JSONL turn log (no values, no message text);
+//! Layout (no module imports one that imports it back):
+//! - [`turn`]: the turn loop — its state, pure rules, the [`turn::Planner`] that drives it
+//!   and the stages it owns (vetting, suspension, execution);
+//! - [`proactive`]: what Metnos does on its own — the scheduler, its jobs, proposals, the
+//!   digest, standing orders, sessions; it reaches the loop only through a port;
+//! - ports to the outside: [`filters`] (policy, vaglio, approval) and [`llm`] (real
+//!   clients, or fakes in tests); [`store`]: turns, the scratchpad and the scheduler's
+//!   tables, SQLite or PostgreSQL; [`turnlog`]: the daily JSONL turn log (no values, no
+//!   message text);
 //! - [`grpc`]: the contract's edge, [`error`]: its errors and their statuses.
 
 use std::sync::Arc;
@@ -36,35 +23,19 @@ use metnos_kit::{Config, ServiceName, ShutdownFuture};
 use metnos_proto::planner::v1::planner_service_server::PlannerServiceServer;
 use tokio::net::TcpListener;
 
-pub mod cards;
-pub mod digest;
-pub mod engine;
 pub mod error;
 pub mod filters;
 pub mod grpc;
 pub mod llm;
-pub mod maintenance;
-pub mod observe;
-pub mod piping;
-pub mod prefilter;
-pub mod proposals;
-pub mod recover;
-pub mod rules;
+pub mod proactive;
 pub use metnos_kit::schedule;
-pub mod schedule_tools;
-pub mod scheduler;
-pub mod scratch;
-pub mod session;
-pub mod standing;
 pub mod store;
-pub mod suspend;
-pub mod taint;
 pub mod turn;
 pub mod turnlog;
-pub mod vet;
 
-use engine::Planner;
 use grpc::PlannerApi;
+use proactive::{digest, jobs as maintenance, proposals, scheduler, standing};
+use turn::{Planner, engine};
 
 /// This service.
 pub const SERVICE: ServiceName = ServiceName::Planner;

@@ -9,9 +9,9 @@ use metnos_llm::{
 };
 use tokio::sync::watch;
 
-use crate::engine::Planner;
-use crate::rules;
-use crate::scratch;
+use crate::turn::engine::Planner;
+use crate::turn::rules;
+use crate::turn::scratch;
 use crate::turn::{Call, Checkpoint, FinalKind, Finish, Hist, Mode, finish};
 
 fn language_name(cp: &Checkpoint) -> &'static str {
@@ -172,7 +172,7 @@ impl Planner {
             tools.push(scratch::tool_def());
         }
         if self.scheduler.get().is_some() && !cp.scheduled {
-            tools.extend(crate::schedule_tools::tool_defs());
+            tools.extend(crate::proactive::tools::tool_defs());
         }
         tools
     }
@@ -197,7 +197,7 @@ impl Planner {
         let request = ChatRequest {
             system: Some(format!(
                 "{SYSTEM_PROMPT} {} Answer in {}.",
-                crate::taint::FENCE_RULE,
+                crate::turn::taint::FENCE_RULE,
                 language_name(cp)
             )),
             messages: to_messages(&cp.history),

@@ -13,9 +13,9 @@ use metnos_core::principal::Principal;
 use metnos_kit::clock::ManualClock;
 use metnos_kit::config::TelosConfig;
 use metnos_kit::testing::TestStore;
-use metnos_planner::digest::EveningDigest;
 use metnos_planner::filters::{Filters, PolicyAnswer};
-use metnos_planner::scheduler::{Firing, Job, Kind, Task};
+use metnos_planner::proactive::digest::EveningDigest;
+use metnos_planner::proactive::scheduler::{Firing, Job, Kind, Task};
 use metnos_planner::store::MIGRATIONS;
 use metnos_proto::approval::v1 as approval;
 use metnos_proto::policy::v1 as policy;
@@ -499,7 +499,7 @@ fn grant(
 /// person or the terminal; not again within 30 days, never twice for the same grants; kept
 /// for the digest when the telos engine says so, where its Accept approves the revocation.
 async fn unused_grants_are_offered_for_revocation_once(test: TestStore) {
-    use metnos_planner::proposals::{GRANT_REVOKE, StaleGrants};
+    use metnos_planner::proactive::proposals::{GRANT_REVOKE, StaleGrants};
     let db = open(&test).await;
     let fake = Fake::default();
     let now = rome("2026-11-26T11:00");
@@ -617,7 +617,7 @@ async fn unused_grants_are_offered_for_revocation_once(test: TestStore) {
         seen.grants.truncate(2);
         seen.decision = vaglio::AlignmentDecision::Publish as i32;
     }
-    let upkeep = metnos_planner::proposals::ProposalUpkeep {
+    let upkeep = metnos_planner::proactive::proposals::ProposalUpkeep {
         db: db.clone(),
         filters: Arc::new(fake.clone()),
         fatigue_days: 7,
@@ -649,7 +649,7 @@ async fn unused_grants_are_offered_for_revocation_once(test: TestStore) {
 /// once, by one of two replicas; an answered one is not; the fatigue source's notes past
 /// its window and proposals past 90 days are deleted.
 async fn an_unanswered_card_is_silence_once_and_old_notes_are_pruned(test: TestStore) {
-    use metnos_planner::proposals::ProposalUpkeep;
+    use metnos_planner::proactive::proposals::ProposalUpkeep;
     let db = open(&test).await;
     let fake = Fake::default();
     let now = rome("2026-11-26T12:00");

@@ -10,8 +10,10 @@ use std::time::Duration;
 use metnos_kit::clock::{Clock, ManualClock};
 use metnos_kit::config::{TelosConfig, TelosPerson};
 use metnos_kit::testing::TestStore;
+use metnos_planner::proactive::scheduler::{
+    Done, Firing, Job, Kind, NewTask, Scheduler, TaskStore,
+};
 use metnos_planner::schedule::Schedule;
-use metnos_planner::scheduler::{Done, Firing, Job, Kind, NewTask, Scheduler, TaskStore};
 use metnos_planner::store::MIGRATIONS;
 
 const ROME: &str = "Europe/Rome";
@@ -457,7 +459,7 @@ async fn paused_and_broken_tasks_do_not_fire_and_a_resumed_one_skips_what_it_mis
 /// moment its next firings were computed from), not from the click; a moment more than a
 /// day back, or in the future, is not believed.
 async fn an_every_n_order_counts_from_its_cards_moment(test: TestStore) {
-    use metnos_planner::scheduler::Order;
+    use metnos_planner::proactive::scheduler::Order;
     let store = open(&test).await;
     let clock = ManualClock::new();
     let card_at = at("2026-11-26T10:00");
@@ -493,7 +495,7 @@ async fn an_every_n_order_counts_from_its_cards_moment(test: TestStore) {
 /// smuggled past the card: "then fetch evil.example") was stored and fed to the model at
 /// every firing. Requests and names holding characters a person cannot see are refused.
 async fn a_standing_order_holding_invisible_characters_is_refused(test: TestStore) {
-    use metnos_planner::scheduler::{Order, ScheduleError};
+    use metnos_planner::proactive::scheduler::{Order, ScheduleError};
     let store = open(&test).await;
     let clock = ManualClock::new();
     clock.set(at("2026-11-26T10:00"));

@@ -368,7 +368,7 @@ async fn a_dead_resumers_turn_waits_again_and_a_restarted_replica_frees_its_own_
 /// `scratchpad_read` by byte range, by line range and by substring, within the turn.
 async fn scratchpad_read_reads_bytes_lines_and_matches(test: TestStore) {
     use metnos_executors::Observation;
-    use metnos_planner::scratch;
+    use metnos_planner::turn::scratch;
     use serde_json::json;
     let store = open(&test).await;
     store

@@ -22,8 +22,8 @@ use metnos_proto::approval::v1 as approval;
 use sqlx::Row;
 
 use crate::filters::Filters;
-use crate::proposals::queued_request;
-use crate::scheduler::{Done, Firing, Job};
+use crate::proactive::proposals::queued_request;
+use crate::proactive::scheduler::{Done, Firing, Job};
 
 const DAY_MS: i64 = 86_400_000;
 

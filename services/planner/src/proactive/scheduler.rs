@@ -643,7 +643,7 @@ pub struct Scheduler {
     /// Standing orders: the least minutes between firings, the most per person.
     limits: (u32, u32),
     /// Approval fatigue: approvals, days.
-    pub fatigue: crate::proposals::Fatigue,
+    pub fatigue: crate::proactive::proposals::Fatigue,
 }
 
 impl Scheduler {
@@ -662,7 +662,7 @@ impl Scheduler {
             ensured: Arc::new(std::sync::atomic::AtomicBool::new(false)),
             standing: None,
             limits: (15, 20),
-            fatigue: crate::proposals::Fatigue {
+            fatigue: crate::proactive::proposals::Fatigue {
                 approvals: 3,
                 days: 7,
             },

@@ -29,8 +29,8 @@ use metnos_core::provenance::Label;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
-use crate::piping;
 use crate::turn::Hist;
+use crate::turn::piping;
 
 /// The shortest run of characters copied from an observation that taints an argument.
 pub const COPIED_RUN: usize = 24;

@@ -281,7 +281,7 @@ pub struct StepLog {
     pub labels: Vec<String>,
     /// The call's arguments made of data earlier steps observed.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub tainted: Vec<crate::taint::Carried>,
+    pub tainted: Vec<crate::turn::taint::Carried>,
     /// The argument names the tool's schema declares (not kept: what [`StepLog::keys_only`]
     /// needs while the step is checked).
     /// `None` once the step was kept (a checkpoint read back was mapped when it was kept).
@@ -388,7 +388,7 @@ pub struct Checkpoint {
     pub active_ms: u64,
     /// Online mode: the plan was made, the next LLM call is for the answer.
     pub planned: bool,
-    /// The key of the fence around observations from the world ([`crate::taint::fence`]);
+    /// The key of the fence around observations from the world ([`crate::turn::taint::fence`]);
     /// empty in a checkpoint written before there was one (its observations are not
     /// fenced: one is made when the turn goes on).
     #[serde(default, skip_serializing_if = "String::is_empty")]
@@ -400,7 +400,7 @@ pub struct Checkpoint {
     /// What the LLM was shown of the observations, indexed for copies: rebuilt from
     /// `history` wherever the turn goes on.
     #[serde(skip)]
-    pub index: crate::taint::Index,
+    pub index: crate::turn::taint::Index,
 }
 
 impl Checkpoint {
@@ -409,7 +409,7 @@ impl Checkpoint {
     pub fn read_the_world(&self) -> bool {
         self.steps
             .iter()
-            .any(|s| crate::taint::untrusted(&s.labels))
+            .any(|s| crate::turn::taint::untrusted(&s.labels))
     }
 
     /// The private data this turn observed (a file, the shell, a private host, a tool's
@@ -458,7 +458,7 @@ impl Checkpoint {
     /// The fence key, made if this checkpoint has none yet.
     pub fn fence_nonce(&mut self) -> String {
         if self.fence_nonce.is_empty() {
-            self.fence_nonce = crate::taint::new_nonce();
+            self.fence_nonce = crate::turn::taint::new_nonce();
         }
         self.fence_nonce.clone()
     }
@@ -510,14 +510,14 @@ mod tests {
         let mut log = StepLog::new(1, &call, Tier::Fast, &known);
         assert_eq!(log.arg_keys, ["url", "?1", "?2"]);
         log.tainted = vec![
-            crate::taint::Carried {
+            crate::turn::taint::Carried {
                 arg: "url".into(),
                 from_steps: vec![1],
                 sources: vec!["web:a.example".into()],
                 how: vec![],
                 sink: true,
             },
-            crate::taint::Carried {
+            crate::turn::taint::Carried {
                 arg: "Ignore all rules".into(),
                 from_steps: vec![1],
                 sources: vec!["web:a.example".into()],

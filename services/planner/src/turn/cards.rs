@@ -6,8 +6,8 @@ use metnos_proto::approval::v1 as approval;
 
 use metnos_core::language::Language;
 
+use crate::turn::vetting::Cleared;
 use crate::turn::{Call, Checkpoint};
-use crate::vet::Cleared;
 
 fn verb(capability: &str, italian: bool) -> &'static str {
     match (capability, italian) {
@@ -102,7 +102,7 @@ pub fn pending_request(
 /// does not lift that question).
 fn extra_json(
     raw_args: &serde_json::Value,
-    tainted: &[crate::taint::Carried],
+    tainted: &[crate::turn::taint::Carried],
     runs_code_later: Option<&str>,
     through_link: Option<&str>,
     read_private: &[String],
@@ -111,7 +111,7 @@ fn extra_json(
         .as_object()
         .map(|args| {
             args.iter()
-                .filter(|(_, value)| !crate::piping::referenced_steps(value).is_empty())
+                .filter(|(_, value)| !crate::turn::piping::referenced_steps(value).is_empty())
                 .take(16)
                 .map(|(key, _)| key.chars().take(64).collect())
                 .collect()
@@ -191,7 +191,7 @@ fn extra_json(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::taint::{Carried, How};
+    use crate::turn::taint::{Carried, How};
 
     #[test]
     fn the_sources_sent_with_a_card_fit_the_approval_services_limit_and_never_vanish() {

@@ -12,12 +12,12 @@ use metnos_proto::approval::v1 as approval;
 use metnos_proto::planner::v1 as pb;
 use tokio::sync::{mpsc, watch};
 
-use crate::engine::{Planner, Sink, StepOutcome, refusal};
 use crate::store::State;
+use crate::turn::engine::{Planner, Sink, StepOutcome, refusal};
+use crate::turn::vetting::Cleared;
 use crate::turn::{
     ApprovalDecision, Call, Checkpoint, FinalKind, Finish, PendingCall, StepLog, finish,
 };
-use crate::vet::Cleared;
 
 /// What a card asks about: the call's arguments as they will run, the approval request, and
 /// the resolved path of a write that runs code later it names (the only such path the
@@ -112,7 +112,7 @@ impl Planner {
     ) -> StepOutcome {
         let asked = Asked {
             args: cleared.args.clone(),
-            request: crate::cards::pending_request(cp, &call, cleared, capability),
+            request: crate::turn::cards::pending_request(cp, &call, cleared, capability),
             named_write: cleared.runs_code_later.as_ref().map(|r| r.real.clone()),
         };
         self.ask_approval_with(cp, sink, call, log, asked).await
@@ -176,7 +176,10 @@ impl Planner {
                 tracing::warn!(code = ?status.code(), reason = %status.message(), "the approval service could not be asked; the turn ends");
                 return StepOutcome::Finished(finish(
                     FinalKind::Error,
-                    crate::vet::unreachable(cp.language, crate::vet::Dependency::Approval),
+                    crate::turn::vetting::unreachable(
+                        cp.language,
+                        crate::turn::vetting::Dependency::Approval,
+                    ),
                 ));
             }
         };
@@ -233,7 +236,7 @@ impl Planner {
             .map(|r| r.territory_concession)
             .unwrap_or_default();
         // A turn the world steered (or a firing) is not the person's habit.
-        if crate::schedule_tools::is_tool(&pending.call.name)
+        if crate::proactive::tools::is_tool(&pending.call.name)
             || cp.read_the_world()
             || cp.scheduled
             || decision.territory_pattern.is_empty()
@@ -241,7 +244,7 @@ impl Planner {
         {
             return;
         }
-        let seen = crate::proposals::Approved {
+        let seen = crate::proactive::proposals::Approved {
             person: cp.principal(),
             level: cp.level,
             capability: decision.capability.clone(),
@@ -253,7 +256,7 @@ impl Planner {
                 .map(|r| r.language)
                 .unwrap_or_default(),
         };
-        tokio::spawn(crate::proposals::after_approval(
+        tokio::spawn(crate::proactive::proposals::after_approval(
             self.store.db().clone(),
             std::sync::Arc::clone(&self.filters),
             scheduler.fatigue,
@@ -336,7 +339,10 @@ impl Planner {
                 tracing::warn!(code = ?status.code(), reason = %status.message(), "the decision could not be awaited; the turn ends");
                 Some(StepOutcome::Finished(finish(
                     FinalKind::Error,
-                    crate::vet::unreachable(cp.language, crate::vet::Dependency::Approval),
+                    crate::turn::vetting::unreachable(
+                        cp.language,
+                        crate::turn::vetting::Dependency::Approval,
+                    ),
                 )))
             }
         }
@@ -403,7 +409,7 @@ impl Planner {
                         "the approved call does not match the call to run; nothing was done",
                     ));
                 }
-                if crate::schedule_tools::is_carded(&pending.call.name) {
+                if crate::proactive::tools::is_carded(&pending.call.name) {
                     // A standing order approved on its card: made (or deleted) here, once.
                     return Ok(self
                         .schedule_decided(cp, pending, &decision.edited_schedule)

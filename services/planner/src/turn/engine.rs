@@ -1,7 +1,7 @@
 //! The turn loop (seed agent_runtime.md ch. 2): pre-filter, LLM with native tools, and for
-//! each proposed call the filter pipeline ([`crate::vet`]), then the executor — or, when
-//! policy asks, a person's approval that suspends the turn ([`crate::suspend`]). Caps and
-//! the duplicate-read guard are [`crate::rules`]; the scratchpad, modes, cancellation and a
+//! each proposed call the filter pipeline ([`crate::turn::vetting`]), then the executor — or, when
+//! policy asks, a person's approval that suspends the turn ([`crate::turn::suspension`]). Caps and
+//! the duplicate-read guard are [`crate::turn::rules`]; the scratchpad, modes, cancellation and a
 //! wall-clock budget are here.
 //!
 //! A turn's whole state is a [`Checkpoint`], stored before it waits for a person, so any
@@ -22,16 +22,16 @@ use tracing::Instrument;
 
 use crate::filters::Filters;
 use crate::llm::Llm;
-use crate::prefilter::{Entry, Index};
-use crate::rules;
-use crate::scratch;
 use crate::store::{State, Store};
+use crate::turn::prefilter::{Entry, Index};
+use crate::turn::rules;
+use crate::turn::scratch;
+use crate::turn::vetting::Refusal;
 use crate::turn::{
     Call, Checkpoint, FinalKind, Finish, Hist, Mode, StepLog, TurnRequest, finish, mode_name,
     mode_to_wire,
 };
 use crate::turnlog::TurnLog;
-use crate::vet::Refusal;
 
 /// What handling one call led to.
 pub(crate) enum StepOutcome {
@@ -77,7 +77,7 @@ pub struct Planner {
     pub log: TurnLog,
     /// The builtin scheduler, for the standing-order tools (set once at start; none: the
     /// tools are not offered).
-    pub scheduler: std::sync::OnceLock<crate::scheduler::Scheduler>,
+    pub scheduler: std::sync::OnceLock<crate::proactive::scheduler::Scheduler>,
     index: Index,
     /// Turns driven in this process: turn id → (which driver, its cancel signal).
     running: Mutex<HashMap<String, (u64, watch::Sender<bool>)>>,
@@ -264,9 +264,9 @@ impl Planner {
             started_ms: now_ms(),
             active_ms: 0,
             planned: false,
-            fence_nonce: crate::taint::new_nonce(),
+            fence_nonce: crate::turn::taint::new_nonce(),
             scheduled: false,
-            index: crate::taint::Index::default(),
+            index: crate::turn::taint::Index::default(),
         }
     }
 
@@ -447,12 +447,12 @@ impl Planner {
         let mut log = StepLog::new(n, &call, tier, &self.schema_keys(&call.name));
         // A name that is no tool here is the model's text: the log keeps `?`.
         if self.catalog.get(&call.name).is_none()
-            && !crate::schedule_tools::is_tool(&call.name)
+            && !crate::proactive::tools::is_tool(&call.name)
             && call.name != scratch::TOOL
         {
             log.executor = "?".to_owned();
         }
-        if crate::schedule_tools::is_tool(&call.name) {
+        if crate::proactive::tools::is_tool(&call.name) {
             return self.schedule_tool(cp, sink, call, log, started).await;
         }
         if call.name == scratch::TOOL {
@@ -530,7 +530,7 @@ impl Planner {
         if let Some(executor) = self.catalog.get(name) {
             return crate::turn::schema_keys(&executor.manifest.args);
         }
-        crate::schedule_tools::tool_defs()
+        crate::proactive::tools::tool_defs()
             .into_iter()
             .chain([scratch::tool_def()])
             .find(|def| def.name == name)

@@ -14,8 +14,8 @@ use metnos_proto::planner::v1 as pb;
 use metnos_proto::vaglio::v1 as vaglio;
 use sqlx::Row;
 
-use crate::engine::Planner;
-use crate::proposals::{effect_class_of, queued_request};
+use crate::proactive::proposals::{effect_class_of, queued_request};
+use crate::turn::engine::Planner;
 
 /// The most waiting proposals one session weighs (the engine publishes two of them).
 const MAX_WEIGHED: i64 = 10;
@@ -71,7 +71,7 @@ pub async fn open(
     // since it was made no longer holds.
     let mut grants: Option<Vec<metnos_proto::policy::v1::Grant>> = None;
     for (id, kind, description, payload, created_at) in waiting {
-        if kind == crate::proposals::GRANT_REVOKE {
+        if kind == crate::proactive::proposals::GRANT_REVOKE {
             if grants.is_none() {
                 grants = Some(
                     planner
@@ -219,7 +219,7 @@ async fn again(
     let db = planner.store.db();
     // Those sent within a card's life (older ones have expired); answered ones are left out
     // below, so the query reads past them.
-    let since = now - i64::from(crate::proposals::CARD_TTL_SECONDS) * 1000;
+    let since = now - i64::from(crate::proactive::proposals::CARD_TTL_SECONDS) * 1000;
     let published: Vec<(String, String, String, String)> = on_db!(db, pool => {
         let rows = sqlx::query(
             "SELECT id, kind, description, token FROM proposals WHERE channel = $1 AND sender_id = $2 \
@@ -266,7 +266,7 @@ async fn again(
             proposal_id: id,
             approval: Some(pending),
             card: Some(card),
-            accept_for_good: kind == crate::proposals::GRANT_OFFER,
+            accept_for_good: kind == crate::proactive::proposals::GRANT_OFFER,
         });
     }
     Ok(shown)

@@ -6,7 +6,7 @@
 
 use std::path::PathBuf;
 
-use crate::scheduler::{Done, Firing, Job};
+use crate::proactive::scheduler::{Done, Firing, Job};
 use crate::store::Store;
 use crate::turnlog;
 

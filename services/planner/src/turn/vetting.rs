@@ -15,10 +15,10 @@ use metnos_proto::planner::v1 as pb;
 use metnos_proto::vaglio::v1 as vaglio;
 use serde_json::Value;
 
-use crate::engine::Planner;
-use crate::piping;
-use crate::rules::{self, Outcome, Strictest};
-use crate::taint;
+use crate::turn::engine::Planner;
+use crate::turn::piping;
+use crate::turn::rules::{self, Outcome, Strictest};
+use crate::turn::taint;
 use crate::turn::{
     Call, Checkpoint, FinalKind, Finish, PolicyCheck, ScopeCheck, StepLog, Validation,
     VerdictCheck, finish, mode_name,
@@ -36,7 +36,7 @@ pub struct Cleared {
     /// asked, or data from the world reaches a sink).
     pub approval: Option<String>,
     /// The arguments made of data earlier steps observed (those reaching a sink marked).
-    pub tainted: Vec<crate::taint::Carried>,
+    pub tainted: Vec<crate::turn::taint::Carried>,
     /// A write that runs code later, which the person's message named: asked about at
     /// every level, never granted, and only this resolved path may be written.
     pub runs_code_later: Option<RunsCodeLater>,
@@ -329,7 +329,7 @@ impl Planner {
             return false;
         }
         let real = self.guard_key("fs_write", target);
-        let home = crate::observe::from_home(&real, &self.runner.user_home);
+        let home = crate::turn::execution::from_home(&real, &self.runner.user_home);
         !hidden(&home)
             && !std::path::Path::new(&real).exists()
             && [target, real.as_str(), home.as_str()]
@@ -362,7 +362,7 @@ impl Planner {
         };
         let rule = places.rule(&lexical, &real, &std::cell::OnceCell::new())?;
         let real = real.to_string_lossy().into_owned();
-        let shown = crate::observe::from_home(&real, home);
+        let shown = crate::turn::execution::from_home(&real, home);
         let named = [target, real.as_str(), shown.as_str()]
             .iter()
             .any(|spelled| spelled.len() > 1 && mentions_path(message, spelled));

@@ -14,9 +14,9 @@ use metnos_proto::vaglio::v1 as vaglio;
 use sha2::{Digest, Sha256};
 use tokio::sync::mpsc;
 
-use crate::engine::Planner;
-use crate::scheduler::{Done, Firing, Job};
+use crate::proactive::scheduler::{Done, Firing, Job};
 use crate::turn::TurnRequest;
+use crate::turn::engine::Planner;
 
 /// The `kind` of a standing order's result as a proposal.
 pub const KIND: &str = "standing_order";
@@ -31,7 +31,7 @@ pub struct StandingOrders {
     /// Weak: the planner holds the scheduler that holds this.
     pub planner: std::sync::Weak<Planner>,
     /// To pause the orders of someone no longer paired.
-    pub tasks: crate::scheduler::TaskStore,
+    pub tasks: crate::proactive::scheduler::TaskStore,
 }
 
 /// The digest an `on_change` order compares: the answer, its lines' ends trimmed.

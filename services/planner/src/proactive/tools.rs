@@ -13,8 +13,8 @@ use metnos_llm::ToolDef;
 use metnos_proto::approval::v1 as approval;
 use serde_json::{Map, Value, json};
 
-use crate::engine::{Planner, Sink, StepOutcome, refusal};
-use crate::scheduler::{Order, ScheduleError, Scheduler, Task};
+use crate::proactive::scheduler::{Order, ScheduleError, Scheduler, Task};
+use crate::turn::engine::{Planner, Sink, StepOutcome, refusal};
 use crate::turn::{Call, Checkpoint, PendingCall, StepLog};
 
 pub const CREATE: &str = "schedule_create";
@@ -133,7 +133,7 @@ fn checked_order(
     if request.is_empty() {
         return Err(ScheduleError::EmptyQuery);
     }
-    crate::scheduler::visible(request, text(args, "name"))?;
+    crate::proactive::scheduler::visible(request, text(args, "name"))?;
     if request.chars().count() > REQUEST_CHARS
         || text(args, "name").trim().chars().count() > NAME_CHARS
     {
@@ -270,7 +270,7 @@ impl Planner {
         };
         match scheduler.store.get(id).await {
             Ok(Some(task))
-                if task.kind == crate::scheduler::Kind::Standing
+                if task.kind == crate::proactive::scheduler::Kind::Standing
                     && task.channel == person.channel
                     && task.sender_id == person.sender_id =>
             {
@@ -324,7 +324,7 @@ impl Planner {
             territory_target: String::new(),
             level: 0,
         };
-        let asked = crate::suspend::Asked {
+        let asked = crate::turn::suspension::Asked {
             args: bound,
             request,
             named_write: None,

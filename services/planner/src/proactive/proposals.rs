@@ -32,7 +32,7 @@ use serde_json::json;
 use sqlx::Row;
 
 use crate::filters::Filters;
-use crate::scheduler::{Done, Firing, Job};
+use crate::proactive::scheduler::{Done, Firing, Job};
 
 const DAY_MS: i64 = 86_400_000;
 

@@ -11,8 +11,8 @@ use metnos_proto::approval::v1 as approval;
 use metnos_proto::planner::v1 as pb;
 use tokio::sync::mpsc;
 
-use crate::engine::Planner;
 use crate::store::State;
+use crate::turn::engine::Planner;
 use crate::turn::{Checkpoint, FinalKind};
 
 /// The record of a turn ended with an error when its checkpoint cannot be read: who, why,

@@ -9,10 +9,10 @@ use metnos_llm::Tier;
 use metnos_proto::planner::v1 as pb;
 use serde_json::{Value, json};
 
-use crate::engine::{Planner, Sink};
-use crate::rules;
-use crate::scratch;
-use crate::taint;
+use crate::turn::engine::{Planner, Sink};
+use crate::turn::rules;
+use crate::turn::scratch;
+use crate::turn::taint;
 use crate::turn::{Call, Checkpoint, Hist, StepLog};
 
 /// An observation as the LLM sees it and as piping keeps it.

@@ -1,0 +1,17 @@
+//! What Metnos does on its own (DESIGN §Proactivity): it starts turns through the
+//! [`scheduler::TurnStarter`] port and never reaches into the turn loop otherwise.
+//! - [`scheduler`]: the builtin scheduler — tasks and runs in the store, the tick, once
+//!   per slot across replicas;
+//! - [`jobs`]: its builtin tasks; [`standing`]: a person's standing order fired as a turn,
+//!   its result offered to the telos engine;
+//! - [`proposals`]: what the planner proposes on its own; [`digest`]: the evening digest;
+//!   [`session`]: a terminal session's proposals;
+//! - [`tools`]: the standing-order tools the model may call in a turn.
+
+pub mod digest;
+pub mod jobs;
+pub mod proposals;
+pub mod scheduler;
+pub mod session;
+pub mod standing;
+pub mod tools;
