@@ -175,6 +175,13 @@ fn theirs(turn: &StoredTurn, who: &Principal) -> Result<(), Error> {
 #[derive(Debug, Clone)]
 pub struct PlannerApi {
     pub planner: Arc<Planner>,
+    /// The planner's store (turns, the scheduler's tables).
+    pub store: crate::store::Store,
+    /// What a terminal session's proposals need; its filters and the terminal's level are
+    /// the edge's too.
+    pub sessions: crate::proactive::session::Sessions,
+    /// The daily turn log (read by ListTurns, erased by ForgetPerson).
+    pub turn_log: crate::turnlog::TurnLog,
     /// The builtin scheduler (none: the schedule RPCs answer UNAVAILABLE).
     pub scheduler: Option<crate::proactive::scheduler::Scheduler>,
     /// Days of turn logs the retention keeps (what it may have removed is no erasure).
@@ -240,7 +247,7 @@ impl PlannerApi {
     /// not above `turns.cli_level`.
     fn may_run(&self, caller: Identity, request: &TurnRequest) -> Result<(), Error> {
         may_act_for(caller, &request.principal)?;
-        let allowed = self.planner.config.cli_level;
+        let allowed = self.sessions.cli_level;
         if caller == Identity::Owner && request.level > allowed {
             return Err(Error::AboveCliLevel {
                 asked: request.level.to_string(),
@@ -266,7 +273,7 @@ impl PlannerApi {
         if caller != Identity::Gateway {
             return Ok(());
         }
-        match self.planner.filters.pairing_level(principal).await {
+        match self.sessions.filters.pairing_level(principal).await {
             Ok(None) => Err(Error::NotPaired(principal.to_string())),
             Ok(Some(paired)) if level > paired => Err(Error::AbovePairing {
                 principal: principal.to_string(),
@@ -301,7 +308,7 @@ impl PlannerApi {
         target: &pb::resume_turn_request::Target,
         who: &Principal,
     ) -> Result<Checkpoint, Error> {
-        let store = &self.planner.store;
+        let store = &self.store;
         let found = match target {
             pb::resume_turn_request::Target::TurnId(id) => store.get(id).await,
             pb::resume_turn_request::Target::ApprovalToken(token) => store.by_token(token).await,
@@ -399,7 +406,7 @@ impl PlannerService for PlannerApi {
         if let Some(pb::cancel_turn_request::Target::TurnId(id)) = &request.target {
             limits::bytes("turn_id", id, limits::TOKEN).map_err(Error::from)?;
         }
-        let store = &self.planner.store;
+        let store = &self.store;
         let (found, who) = match &request.target {
             Some(pb::cancel_turn_request::Target::TurnId(id)) => {
                 let who = acting(caller, request.on_behalf_of.as_ref())?;
@@ -451,7 +458,6 @@ impl PlannerService for PlannerApi {
         let id = request.into_inner().turn_id;
         limits::bytes("turn_id", &id, limits::TOKEN).map_err(Error::from)?;
         let found = self
-            .planner
             .store
             .get(&id)
             .await
@@ -486,11 +492,7 @@ impl PlannerService for PlannerApi {
         } else {
             request.limit as usize
         };
-        let records = self
-            .planner
-            .log
-            .read(&date, limit)
-            .map_err(Error::TurnLog)?;
+        let records = self.turn_log.read(&date, limit).map_err(Error::TurnLog)?;
         Ok(Response::new(pb::ListTurnsResponse {
             records_json: records
                 .iter()
@@ -512,7 +514,7 @@ impl PlannerService for PlannerApi {
         } else {
             request.limit
         };
-        let store = &self.planner.store;
+        let store = &self.store;
         let changes = if request.unfinished {
             store.unfinished(limit).await
         } else {
@@ -536,7 +538,7 @@ impl PlannerService for PlannerApi {
         &self,
         _: Request<pb::VerifyTurnLogRequest>,
     ) -> Result<Response<pb::VerifyTurnLogResponse>, Status> {
-        let dir = self.planner.log.dir().to_owned();
+        let dir = self.turn_log.dir().to_owned();
         let keep = self.turn_log_days;
         let report = tokio::task::spawn_blocking(move || {
             let now = metnos_kit::time::now_ms();
@@ -568,7 +570,7 @@ impl PlannerService for PlannerApi {
         limits::bytes("query", &r.query, limits::QUERY).map_err(Error::from)?;
         limits::bytes("name", &r.name, 200).map_err(Error::from)?;
         limits::bytes("notify", &r.notify, 32).map_err(Error::from)?;
-        let allowed = self.planner.config.cli_level;
+        let allowed = self.sessions.cli_level;
         let level = AutonomyLevel::from_wire(r.level).unwrap_or(allowed);
         if level > allowed {
             return Err(Error::AboveCliLevel {
@@ -689,7 +691,7 @@ impl PlannerService for PlannerApi {
         let language =
             metnos_core::Language::from_wire(r.language).unwrap_or(metnos_core::Language::English);
         let proposals = crate::proactive::session::open(
-            &self.planner,
+            &self.sessions,
             &person,
             &r.session_id,
             language,

@@ -35,7 +35,7 @@ pub mod turnlog;
 
 use grpc::PlannerApi;
 use proactive::{digest, jobs as maintenance, proposals, scheduler, standing};
-use turn::{Planner, engine};
+use turn::engine::{self, Planner};
 
 /// This service.
 pub const SERVICE: ServiceName = ServiceName::Planner;
@@ -154,125 +154,55 @@ pub async fn serve(
             "executors.allow_unsandboxed is set: where the shell's sandbox cannot be built, shell_exec runs commands without it"
         );
     }
-    let turns = config.turns.clone();
     let replica = replica_name(&config);
     let sweep_every = Duration::from_secs(config.approval.sweep_interval_seconds.get());
-    let mode = config.runtime.mode;
-    let turns_dir = config.data_dir.join(metnos_kit::datadir::TURNS_DIR);
-    let log = turnlog::TurnLog::new(turns_dir.clone());
-    let scheduling = config.scheduler.clone();
-    let turn_log_days = scheduling.turn_log_days.get();
-    let telos = config.telos.clone();
-    let telos_for_digest = config.telos.clone();
+    let shared = config.clone();
     Startup::new(SERVICE, &MIGRATIONS, &grpc::AUTHORIZATION, &config)
         .serve_with_store(listener, shutdown, move |running| {
             let filters =
                 filters::GrpcFilters::connect(running.tls, &filter_urls).map_err(settings)?;
-            let lease = Duration::from_secs(turns.lease_seconds.get());
+            let filters: Arc<dyn filters::Filters> = Arc::new(filters);
+            let lease = Duration::from_secs(shared.turns.lease_seconds.get());
             let holder = store::Holder::new(
                 replica.clone(),
                 i64::try_from(lease.as_millis()).unwrap_or(i64::MAX),
             );
             let tasks = scheduler::TaskStore::new(running.db.clone());
             let store = store::Store::with_holder(running.db, holder);
-            let scheduler = scheduler::Scheduler::new(
-                tasks,
-                Arc::new(metnos_kit::clock::SystemClock),
-                replica.clone(),
-                telos,
-            )
-            .builtin(
-                // Each replica's own turn log (its data directory): one task per replica.
-                &maintenance::turn_log_task(&replica),
-                maintenance::TURN_LOG_RETENTION.1,
-                Arc::new(maintenance::TurnLogRetention {
-                    dir: turns_dir,
-                    keep_days: scheduling.turn_log_days.get(),
-                }),
-            )
-            .and_then(|s| {
-                s.builtin(
-                    maintenance::SCRATCHPAD_PRUNE.0,
-                    maintenance::SCRATCHPAD_PRUNE.1,
-                    Arc::new(maintenance::ScratchpadPrune {
-                        store: store.clone(),
-                        retention_hours: turns.retention_hours.get(),
-                    }),
-                )
-            })
-            .map_err(settings)?;
-            let filters: Arc<dyn filters::Filters> = Arc::new(filters);
-            let scheduler = scheduler
-                .builtin(
-                    digest::EVENING_DIGEST.0,
-                    digest::EVENING_DIGEST.1,
-                    Arc::new(digest::EveningDigest {
-                        db: store.db().clone(),
-                        filters: Arc::clone(&filters),
-                        telos: telos_for_digest,
-                        clock: Arc::new(metnos_kit::clock::SystemClock),
-                    }),
-                )
-                .and_then(|s| {
-                    s.builtin(
-                        proposals::STALE_GRANTS.0,
-                        proposals::STALE_GRANTS.1,
-                        Arc::new(proposals::StaleGrants {
-                            db: store.db().clone(),
-                            filters: Arc::clone(&filters),
-                            unused_days: scheduling.stale_grant_days.get(),
-                            enabled: scheduling.enabled,
-                        }),
-                    )
-                })
-                .and_then(|s| {
-                    s.builtin(
-                        proposals::PROPOSAL_UPKEEP.0,
-                        proposals::PROPOSAL_UPKEEP.1,
-                        Arc::new(proposals::ProposalUpkeep {
-                            db: store.db().clone(),
-                            filters: Arc::clone(&filters),
-                            fatigue_days: scheduling.fatigue_days.get(),
-                        }),
-                    )
-                })
-                .map_err(settings)?;
+            let scheduler =
+                scheduler_of(&shared, &replica, tasks, &store, &filters).map_err(settings)?;
             running.background.spawn(
                 "shell sandbox check",
                 log_shell_sandbox(runner.clone(), catalog.clone(), running.readiness.clone()),
             );
+            let scheduling = &shared.scheduler;
+            let turn_log =
+                turnlog::TurnLog::new(shared.data_dir.join(metnos_kit::datadir::TURNS_DIR));
             let planner = Arc::new(Planner::new(engine::Parts {
-                config: turns,
-                default_mode: mode,
+                config: shared.turns.clone(),
+                default_mode: shared.runtime.mode,
                 llm,
                 catalog,
                 runner,
-                filters,
+                filters: Arc::clone(&filters),
                 store: store.clone(),
-                log,
+                log: turn_log.clone(),
+                orders: scheduling.enabled.then(|| scheduler.clone()),
             }));
             // Standing orders fire only when Metnos may act on its own.
-            let mut scheduler = scheduler.with_limits(
-                scheduling.min_interval_minutes.get(),
-                scheduling.max_per_person.get(),
-            );
-            scheduler.fatigue = proposals::Fatigue {
-                approvals: scheduling.fatigue_approvals.get(),
-                days: scheduling.fatigue_days.get(),
-            };
             let tasks = scheduler.store.clone();
             let scheduler = if scheduling.enabled {
                 scheduler.with_standing(Arc::new(standing::StandingOrders {
-                    planner: Arc::downgrade(&planner),
+                    turns: Arc::clone(&planner) as Arc<dyn proactive::TurnStarter>,
+                    filters: Arc::clone(&filters),
+                    db: store.db().clone(),
+                    cli_level: shared.turns.cli_level,
                     tasks,
                 }))
             } else {
                 scheduler
             };
             let api_scheduler = scheduler.clone();
-            if scheduling.enabled {
-                let _ = planner.scheduler.set(scheduler.clone());
-            }
             // The builtin scheduler: due tasks fired once per slot across replicas; a
             // firing runs on after its tick.
             running
@@ -283,53 +213,133 @@ pub async fn serve(
                         scheduler.tick().await;
                     }
                 });
-            // Leases: renewed every third of their length; the turns of a replica that
-            // stopped are ended, released or resumed once theirs expired (at start, at once
-            // for this replica's own previous process).
-            let renewing = Arc::clone(&planner);
-            running
-                .background
-                .every("turn leases", lease / 3, move || {
-                    let planner = Arc::clone(&renewing);
-                    async move { planner.renew_leases().await }
-                });
-            let freeing = Arc::clone(&planner);
-            running.background.spawn("free previous turns", async move {
-                match freeing.store.expire_previous_runs().await {
-                    Ok(0) => {}
-                    Ok(n) => tracing::warn!(turns = n, "the turns this replica's previous process held are free again"),
-                    Err(e) => tracing::warn!(error = %e, "cannot free the turns of this replica's previous process"),
-                }
-                freeing.sweep_leases().await;
-            });
-            let sweeping = Arc::clone(&planner);
-            running
-                .background
-                .every("lease sweep", lease.min(sweep_every), move || {
-                    let planner = Arc::clone(&sweeping);
-                    async move {
-                        planner.sweep_leases().await;
-                    }
-                });
-            // The terminal's turns whose request expired after the terminal went away; a
-            // terminal still there sees the expiry within a sweep of the approval service.
-            let expiring = Arc::clone(&planner);
-            let grace_ms =
-                i64::try_from(sweep_every.as_millis().saturating_mul(3)).unwrap_or(i64::MAX);
-            running
-                .background
-                .every("expired approvals", sweep_every, move || {
-                    let planner = Arc::clone(&expiring);
-                    async move {
-                        planner.resume_expired_unfollowed(grace_ms).await;
-                    }
-                });
+            keep_leases(running.background, &planner, lease, sweep_every);
             Ok(PlannerServiceServer::new(PlannerApi {
                 planner,
+                sessions: proactive::session::Sessions {
+                    db: store.db().clone(),
+                    filters,
+                    cli_level: shared.turns.cli_level,
+                },
+                store,
+                turn_log,
                 scheduler: Some(api_scheduler),
-                turn_log_days,
+                turn_log_days: scheduling.turn_log_days.get(),
             })
-                .max_decoding_message_size(metnos_kit::edge::MAX_REQUEST_BYTES))
+            .max_decoding_message_size(metnos_kit::edge::MAX_REQUEST_BYTES))
         })
         .await
+}
+
+/// The builtin scheduler with its jobs — each replica's turn-log retention, the
+/// scratchpad's pruning, the evening digest, stale grants, the proposals' upkeep — and
+/// its limits on standing orders.
+fn scheduler_of(
+    config: &Config,
+    replica: &str,
+    tasks: scheduler::TaskStore,
+    store: &store::Store,
+    filters: &Arc<dyn filters::Filters>,
+) -> Result<scheduler::Scheduler, String> {
+    let scheduling = &config.scheduler;
+    let clock = Arc::new(metnos_kit::clock::SystemClock);
+    let mut scheduler =
+        scheduler::Scheduler::new(tasks, clock.clone(), replica, config.telos.clone())
+            // Each replica's own turn log (its data directory): one task per replica.
+            .builtin(
+                &maintenance::turn_log_task(replica),
+                maintenance::TURN_LOG_RETENTION.1,
+                Arc::new(maintenance::TurnLogRetention {
+                    dir: config.data_dir.join(metnos_kit::datadir::TURNS_DIR),
+                    keep_days: scheduling.turn_log_days.get(),
+                }),
+            )?
+            .builtin(
+                maintenance::SCRATCHPAD_PRUNE.0,
+                maintenance::SCRATCHPAD_PRUNE.1,
+                Arc::new(maintenance::ScratchpadPrune {
+                    store: store.clone(),
+                    retention_hours: config.turns.retention_hours.get(),
+                }),
+            )?
+            .builtin(
+                digest::EVENING_DIGEST.0,
+                digest::EVENING_DIGEST.1,
+                Arc::new(digest::EveningDigest {
+                    db: store.db().clone(),
+                    filters: Arc::clone(filters),
+                    telos: config.telos.clone(),
+                    clock,
+                }),
+            )?
+            .builtin(
+                proposals::STALE_GRANTS.0,
+                proposals::STALE_GRANTS.1,
+                Arc::new(proposals::StaleGrants {
+                    db: store.db().clone(),
+                    filters: Arc::clone(filters),
+                    unused_days: scheduling.stale_grant_days.get(),
+                    enabled: scheduling.enabled,
+                }),
+            )?
+            .builtin(
+                proposals::PROPOSAL_UPKEEP.0,
+                proposals::PROPOSAL_UPKEEP.1,
+                Arc::new(proposals::ProposalUpkeep {
+                    db: store.db().clone(),
+                    filters: Arc::clone(filters),
+                    fatigue_days: scheduling.fatigue_days.get(),
+                }),
+            )?
+            .with_limits(
+                scheduling.min_interval_minutes.get(),
+                scheduling.max_per_person.get(),
+            );
+    scheduler.fatigue = proposals::Fatigue {
+        approvals: scheduling.fatigue_approvals.get(),
+        days: scheduling.fatigue_days.get(),
+    };
+    Ok(scheduler)
+}
+
+/// The turns' leases: renewed every third of their length; the turns of a replica that
+/// stopped are ended, released or resumed once theirs expired (at start, at once for this
+/// replica's own previous process); the terminal's turns whose request expired after the
+/// terminal went away taken up (a terminal still there sees the expiry within a sweep of
+/// the approval service).
+fn keep_leases(
+    background: &mut metnos_kit::background::Background,
+    planner: &Arc<Planner>,
+    lease: Duration,
+    sweep_every: Duration,
+) {
+    let renewing = Arc::clone(planner);
+    background.every("turn leases", lease / 3, move || {
+        let planner = Arc::clone(&renewing);
+        async move { planner.renew_leases().await }
+    });
+    let freeing = Arc::clone(planner);
+    background.spawn("free previous turns", async move {
+        match freeing.store().expire_previous_runs().await {
+            Ok(0) => {}
+            Ok(n) => tracing::warn!(turns = n, "the turns this replica's previous process held are free again"),
+            Err(e) => tracing::warn!(error = %e, "cannot free the turns of this replica's previous process"),
+        }
+        freeing.sweep_leases().await;
+    });
+    let sweeping = Arc::clone(planner);
+    background.every("lease sweep", lease.min(sweep_every), move || {
+        let planner = Arc::clone(&sweeping);
+        async move {
+            planner.sweep_leases().await;
+        }
+    });
+    let expiring = Arc::clone(planner);
+    let grace_ms = i64::try_from(sweep_every.as_millis().saturating_mul(3)).unwrap_or(i64::MAX);
+    background.every("expired approvals", sweep_every, move || {
+        let planner = Arc::clone(&expiring);
+        async move {
+            planner.resume_expired_unfollowed(grace_ms).await;
+        }
+    });
 }

@@ -37,10 +37,11 @@ fn expired_before(day: &str, oldest_kept: jiff::civil::Date) -> bool {
             .is_ok_and(|d| d < oldest_kept)
 }
 
-#[derive(Debug)]
+/// Clones share one lock: appends in this process never interleave.
+#[derive(Debug, Clone)]
 pub struct TurnLog {
     dir: PathBuf,
-    lock: Mutex<()>,
+    lock: std::sync::Arc<Mutex<()>>,
 }
 
 /// `YYYY-MM-DD` (UTC) of a time in milliseconds.
@@ -59,7 +60,7 @@ impl TurnLog {
     pub fn new(dir: PathBuf) -> TurnLog {
         TurnLog {
             dir,
-            lock: Mutex::new(()),
+            lock: std::sync::Arc::new(Mutex::new(())),
         }
     }
 

@@ -426,6 +426,7 @@ impl Harness {
                 filters: replica_filters.clone(),
                 store,
                 log: TurnLog::new(log_dir.clone()),
+                orders: None,
             }))
         };
         let planner = replica(Store::new(db.clone()));
@@ -1018,8 +1019,13 @@ async fn resume_on(
 ) -> (mpsc::Receiver<pb::TurnEvent>, tokio::task::JoinHandle<()>) {
     // The client that started it went away: the turn is stored suspended.
     for _ in 0..100 {
-        if planner.store.claim_suspended(turn_id, now()).await.unwrap() {
-            let found = planner.store.get(turn_id).await.unwrap().unwrap();
+        if planner
+            .store()
+            .claim_suspended(turn_id, now())
+            .await
+            .unwrap()
+        {
+            let found = planner.store().get(turn_id).await.unwrap().unwrap();
             let cp = serde_json::from_str(&found.checkpoint).unwrap();
             let (tx, rx) = mpsc::channel(64);
             let task = tokio::spawn(Arc::clone(planner).resume(cp, tx));
@@ -1053,7 +1059,7 @@ fn now() -> i64 {
 /// no end): its id.
 async fn left_running(a: &Planner, request: &TurnRequest) -> String {
     let cp = a.start(request);
-    a.store
+    a.store()
         .insert_turn(
             &cp.turn_id,
             &request.principal.channel,
@@ -1068,7 +1074,7 @@ async fn left_running(a: &Planner, request: &TurnRequest) -> String {
 }
 
 async fn state_of(planner: &Planner, turn_id: &str) -> State {
-    planner.store.get(turn_id).await.unwrap().unwrap().state
+    planner.store().get(turn_id).await.unwrap().unwrap().state
 }
 
 async fn until_finished(planner: &Planner, turn_id: &str) {
@@ -1100,7 +1106,7 @@ async fn a_resumer_that_dies_before_the_decision_loses_nothing_and_the_call_runs
     let (turn_id, token) = resumed_then_killed(&a).await;
     assert_eq!(state_of(&b, &turn_id).await, State::Resuming);
     assert!(
-        !b.store.claim_suspended(&turn_id, now()).await.unwrap(),
+        !b.store().claim_suspended(&turn_id, now()).await.unwrap(),
         "a live lease is not taken over"
     );
     assert_eq!(b.sweep_leases().await, (0, 0, 0));
@@ -1148,7 +1154,7 @@ async fn a_live_wait_is_not_swept_and_a_cancel_on_another_replica_wins_over_a_la
     assert_eq!(state_of(&b, &turn_id).await, State::Resuming);
 
     // The person stops the turn through B.
-    let found = b.store.get(&turn_id).await.unwrap().unwrap();
+    let found = b.store().get(&turn_id).await.unwrap().unwrap();
     assert!(
         b.cancel_turn(&found).await.unwrap(),
         "the cancel reached it"
@@ -1179,7 +1185,7 @@ async fn an_approval_racing_a_cancel_flag_runs_nothing() {
     let (turn_id, token) = waiting(&mut rx).await;
     // Another replica flagged the cancel (its cancel of the request did not get through)
     // just as the person approved.
-    h.planner.store.request_cancel(&turn_id).await.unwrap();
+    h.planner.store().request_cancel(&turn_id).await.unwrap();
     h.filters
         .decide(&token, approval::ApprovalStatus::Approved, None);
     let (_, finished) = to_end(&mut rx).await;
@@ -1245,7 +1251,7 @@ async fn a_turn_left_running_by_a_dead_replica_is_ended_once_and_written_to_the_
         "the Telegram person, once, in their language; the terminal saw its stream end"
     );
     for turn_id in &turn_ids {
-        let found = b.store.get(turn_id).await.unwrap().unwrap();
+        let found = b.store().get(turn_id).await.unwrap().unwrap();
         assert_eq!(found.state, State::Finished);
     }
     let records = h.records();
@@ -1286,7 +1292,13 @@ async fn a_notice_that_may_have_reached_its_person_is_not_sent_again() {
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
     assert_eq!(h.filters.with(|s| s.tell_attempts), 1, "asked once");
-    assert!(b.store.notices(i64::MAX - 1, 10).await.unwrap().is_empty());
+    assert!(
+        b.store()
+            .notices(i64::MAX - 1, 10)
+            .await
+            .unwrap()
+            .is_empty()
+    );
 }
 
 #[tokio::test]
@@ -1301,7 +1313,7 @@ async fn a_replica_restarted_after_a_kill_resumes_a_turn_decided_while_it_was_do
     // The same replica starts again: what its previous process held is free at once (not
     // after the minute-long lease); its first sweep puts the turn back and, decided, resumes it.
     let a2 = h.replica("a", 300);
-    assert_eq!(a2.store.expire_previous_runs().await.unwrap(), 1);
+    assert_eq!(a2.store().expire_previous_runs().await.unwrap(), 1);
     assert_eq!(a2.sweep_leases().await, (0, 1, 1));
     until_finished(&a2, &turn_id).await;
     assert_eq!(h.runs(), [r#"fs_write {"path":"~/a.txt","text":"hi"}"#]);
@@ -1338,7 +1350,7 @@ async fn a_turn_a_sweep_resumed_shows_its_next_card_and_its_answer_to_its_person
     h.filters
         .decide(&token, approval::ApprovalStatus::Approved, None);
     let a2 = h.replica("a", 300);
-    assert_eq!(a2.store.expire_previous_runs().await.unwrap(), 1);
+    assert_eq!(a2.store().expire_previous_runs().await.unwrap(), 1);
     assert_eq!(a2.sweep_leases().await, (0, 1, 1));
     // Nobody follows the turn: its second question reaches its person as a card.
     let mut second = None;

@@ -15,3 +15,15 @@ pub mod scheduler;
 pub mod session;
 pub mod standing;
 pub mod tools;
+
+use std::sync::Arc;
+
+use crate::turn::TurnRequest;
+use crate::turn::flow::Sink;
+
+/// The turn loop as proactivity sees it.
+pub trait TurnStarter: Send + Sync + std::fmt::Debug {
+    /// Starts a scheduled turn (a standing order's firing) for `request`, its events sent
+    /// to `sink`; returns the turn's id.
+    fn start_scheduled(self: Arc<Self>, request: &TurnRequest, sink: Sink) -> String;
+}

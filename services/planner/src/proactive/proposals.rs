@@ -54,12 +54,7 @@ pub struct Approved {
     pub language: i32,
 }
 
-/// The approval-fatigue settings: approvals, days.
-#[derive(Debug, Clone, Copy)]
-pub struct Fatigue {
-    pub approvals: u32,
-    pub days: u32,
-}
+pub use crate::proactive::scheduler::Fatigue;
 
 /// Notes an approved call and, at the N-th under one pattern within D days, offers the
 /// grant (once per pattern per D days). Failures are logged: a proposal is never worth a

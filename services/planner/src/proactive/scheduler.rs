@@ -628,6 +628,13 @@ impl Tick {
 type Jobs = HashMap<String, (Schedule, Arc<dyn Job>)>;
 
 /// The scheduler: the tasks in the store, the jobs that run them.
+/// The approval-fatigue settings: approvals, days.
+#[derive(Debug, Clone, Copy)]
+pub struct Fatigue {
+    pub approvals: u32,
+    pub days: u32,
+}
+
 #[derive(Debug, Clone)]
 pub struct Scheduler {
     pub store: TaskStore,
@@ -643,7 +650,7 @@ pub struct Scheduler {
     /// Standing orders: the least minutes between firings, the most per person.
     limits: (u32, u32),
     /// Approval fatigue: approvals, days.
-    pub fatigue: crate::proactive::proposals::Fatigue,
+    pub fatigue: Fatigue,
 }
 
 impl Scheduler {
@@ -662,7 +669,7 @@ impl Scheduler {
             ensured: Arc::new(std::sync::atomic::AtomicBool::new(false)),
             standing: None,
             limits: (15, 20),
-            fatigue: crate::proactive::proposals::Fatigue {
+            fatigue: Fatigue {
                 approvals: 3,
                 days: 7,
             },

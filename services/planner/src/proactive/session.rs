@@ -15,7 +15,15 @@ use metnos_proto::vaglio::v1 as vaglio;
 use sqlx::Row;
 
 use crate::proactive::proposals::{effect_class_of, queued_request};
-use crate::turn::engine::Planner;
+
+/// What a terminal session's proposals need of the planner.
+#[derive(Debug, Clone)]
+pub struct Sessions {
+    pub db: metnos_kit::store::Db,
+    pub filters: std::sync::Arc<dyn crate::filters::Filters>,
+    /// The terminal's level: what its cards are asked at.
+    pub cli_level: metnos_core::level::AutonomyLevel,
+}
 
 /// The most waiting proposals one session weighs (the engine publishes two of them).
 const MAX_WEIGHED: i64 = 10;
@@ -41,14 +49,14 @@ pub fn valid_session_id(id: &str) -> bool {
 /// The proposals `person`'s new session `session` shows: cards left for later first, then
 /// those the telos engine publishes now. An error names what failed in a word or two.
 pub async fn open(
-    planner: &Planner,
+    sessions: &Sessions,
     person: &Principal,
     session: &str,
     language: Language,
 ) -> Result<Vec<pb::SessionProposal>, String> {
     let now = metnos_kit::time::now_ms();
-    let mut shown = again(planner, person, now).await?;
-    let db = planner.store.db();
+    let mut shown = again(sessions, person, now).await?;
+    let db = &sessions.db;
     let waiting: Vec<(String, String, String, String, i64)> = on_db!(db, pool => {
         sqlx::query(
             "UPDATE proposals SET decision = 'dropped', reason = 'waited too long for a session' \
@@ -74,7 +82,7 @@ pub async fn open(
         if kind == crate::proactive::proposals::GRANT_REVOKE {
             if grants.is_none() {
                 grants = Some(
-                    planner
+                    sessions
                         .filters
                         .list_grants()
                         .await
@@ -83,7 +91,7 @@ pub async fn open(
             }
             if !still_unused(grants.as_deref().unwrap_or_default(), &payload, created_at) {
                 settle(
-                    planner,
+                    sessions,
                     &id,
                     "dropped",
                     "a grant was used or revoked since",
@@ -94,7 +102,7 @@ pub async fn open(
             }
         }
         let Some((request, accept)) = queued_request(person, &id, &kind, &payload, language) else {
-            settle(planner, &id, "dropped", "no card for this kind", None).await?;
+            settle(sessions, &id, "dropped", "no card for this kind", None).await?;
             continue;
         };
         let proposal = vaglio::ActionProposal {
@@ -107,9 +115,9 @@ pub async fn open(
             schedule_id: String::new(),
             principal: Some(person.to_proto()),
             session_id: session.to_owned(),
-            level: planner.config.cli_level.to_proto() as i32,
+            level: sessions.cli_level.to_proto() as i32,
         };
-        let result = match planner
+        let result = match sessions
             .filters
             .evaluate_proposal(vaglio::EvaluateProposalRequest {
                 proposal: Some(proposal),
@@ -128,7 +136,14 @@ pub async fn open(
             {
                 // The engine will never take this one: it must not hold the others back.
                 tracing::warn!(proposal = %id, code = ?status.code(), "the telos engine refuses a waiting proposal; dropped");
-                settle(planner, &id, "dropped", "refused by the telos engine", None).await?;
+                settle(
+                    sessions,
+                    &id,
+                    "dropped",
+                    "refused by the telos engine",
+                    None,
+                )
+                .await?;
                 continue;
             }
             Err(status) => return Err(format!("the telos engine: {:?}", status.code())),
@@ -140,15 +155,15 @@ pub async fn open(
                 vaglio::AlignmentDecision::DeferToSlot | vaglio::AlignmentDecision::DeferToDigest,
             ) => break,
             _ => {
-                settle(planner, &id, "reject", &result.reason, None).await?;
+                settle(sessions, &id, "reject", &result.reason, None).await?;
                 continue;
             }
         }
-        match planner.filters.create_pending(request).await {
+        match sessions.filters.create_pending(request).await {
             Ok(created) => {
                 let pending = created.approval.unwrap_or_default();
                 if !settle(
-                    planner,
+                    sessions,
                     &id,
                     "publish",
                     &result.reason,
@@ -157,7 +172,7 @@ pub async fn open(
                 .await?
                 {
                     // Another terminal of theirs opened at the same moment and showed it.
-                    let _ = planner
+                    let _ = sessions
                         .filters
                         .cancel(&pending.token, "shown in another session")
                         .await;
@@ -178,7 +193,7 @@ pub async fn open(
             {
                 // It no longer holds (a grant revoked since it was made).
                 tracing::info!(proposal = %id, code = ?status.code(), "a waiting proposal no longer holds; dropped");
-                settle(planner, &id, "dropped", "no longer holds", None).await?;
+                settle(sessions, &id, "dropped", "no longer holds", None).await?;
             }
             Err(status) => {
                 // The engine answers this id the same next time (published, no second
@@ -212,11 +227,11 @@ fn still_unused(grants: &[metnos_proto::policy::v1::Grant], payload: &str, made_
 
 /// Cards published to `person` in an earlier session, still pending and not expired.
 async fn again(
-    planner: &Planner,
+    sessions: &Sessions,
     person: &Principal,
     now: i64,
 ) -> Result<Vec<pb::SessionProposal>, String> {
-    let db = planner.store.db();
+    let db = &sessions.db;
     // Those sent within a card's life (older ones have expired); answered ones are left out
     // below, so the query reads past them.
     let since = now - i64::from(crate::proactive::proposals::CARD_TTL_SECONDS) * 1000;
@@ -238,7 +253,7 @@ async fn again(
         if shown.len() >= MAX_AGAIN {
             break;
         }
-        let Ok(pending) = planner.filters.get_pending(&token).await else {
+        let Ok(pending) = sessions.filters.get_pending(&token).await else {
             continue;
         };
         let expired = pending
@@ -256,7 +271,7 @@ async fn again(
         {
             continue;
         }
-        // The approval service's card is made once; the description the planner wrote for
+        // The approval service's card is made once; the description the sessions wrote for
         // it stands in (the same words the digest shows).
         let card = approval::Card {
             lines: vec![metnos_core::html::one_visible_line(&description, 300)],
@@ -275,14 +290,14 @@ async fn again(
 /// Records what became of waiting proposal `id`; `false` when it was not waiting any more
 /// (another session of theirs settled it).
 async fn settle(
-    planner: &Planner,
+    sessions: &Sessions,
     id: &str,
     decision: &str,
     reason: &str,
     token: Option<&str>,
 ) -> Result<bool, String> {
     let now = metnos_kit::time::now_ms();
-    let updated = on_db!(planner.store.db(), pool => {
+    let updated = on_db!(&sessions.db, pool => {
         sqlx::query("UPDATE proposals SET decision = $2, reason = $3, token = $4, sent_at = $5 WHERE id = $1 AND decision = 'session'")
             .bind(id).bind(decision).bind(reason).bind(token).bind(token.map(|_| now))
             .execute(pool).await.map_err(|e| e.to_string())?

@@ -14,9 +14,10 @@ use metnos_proto::vaglio::v1 as vaglio;
 use sha2::{Digest, Sha256};
 use tokio::sync::mpsc;
 
+use crate::filters::Filters;
+use crate::proactive::TurnStarter;
 use crate::proactive::scheduler::{Done, Firing, Job};
 use crate::turn::TurnRequest;
-use crate::turn::engine::Planner;
 
 /// The `kind` of a standing order's result as a proposal.
 pub const KIND: &str = "standing_order";
@@ -28,8 +29,13 @@ pub const NOTIFY_ON_CHANGE: &str = "on_change";
 /// Runs standing orders' firings.
 #[derive(Debug)]
 pub struct StandingOrders {
-    /// Weak: the planner holds the scheduler that holds this.
-    pub planner: std::sync::Weak<Planner>,
+    /// The turn loop, through its port.
+    pub turns: Arc<dyn TurnStarter>,
+    pub filters: Arc<dyn Filters>,
+    /// The planner's store, for results kept for the digest.
+    pub db: metnos_kit::store::Db,
+    /// The terminal's level (its orders never run above it).
+    pub cli_level: AutonomyLevel,
     /// To pause the orders of someone no longer paired.
     pub tasks: crate::proactive::scheduler::TaskStore,
 }
@@ -43,10 +49,6 @@ pub fn digest_of(text: &str) -> String {
 #[tonic::async_trait]
 impl Job for StandingOrders {
     async fn run(&self, firing: &Firing) -> Result<Done, String> {
-        let planner = self
-            .planner
-            .upgrade()
-            .ok_or_else(|| "the planner is stopping".to_owned())?;
         let task = &firing.task;
         let person = Principal {
             channel: task.channel.clone(),
@@ -57,9 +59,9 @@ impl Job for StandingOrders {
         // Never above the person's level now: a level lowered since, or a pairing revoked,
         // holds for their orders too.
         let now_level = if person.channel == "cli" {
-            Some(planner.config.cli_level)
+            Some(self.cli_level)
         } else {
-            match planner.filters.pairing_level(&person).await {
+            match self.filters.pairing_level(&person).await {
                 Ok(level) => level,
                 Err(status) => {
                     return Err(format!(
@@ -95,11 +97,8 @@ impl Job for StandingOrders {
             // The order's request, as the person approved it on its card.
             forwarded: false,
         };
-        let mut cp = planner.start(&request);
-        cp.scheduled = true;
-        let turn_id = cp.turn_id.clone();
         let (tx, mut rx) = mpsc::channel(64);
-        tokio::spawn(Arc::clone(&planner).run(cp, tx));
+        let turn_id = Arc::clone(&self.turns).start_scheduled(&request, tx);
         let mut finished = None;
         while let Some(event) = rx.recv().await {
             match event.event {
@@ -107,7 +106,7 @@ impl Job for StandingOrders {
                 Some(pb::turn_event::Event::AwaitingApproval(asked)) => {
                     if let Some(card) = asked.card
                         && let Err(status) =
-                            planner.filters.show_card(&person, &asked.token, card).await
+                            self.filters.show_card(&person, &asked.token, card).await
                     {
                         tracing::warn!(task = %task.id, code = ?status.code(), "cannot show a standing order's card");
                     }
@@ -133,7 +132,7 @@ impl Job for StandingOrders {
                 digest,
             });
         }
-        let told = publish(&planner, firing, &person, level, &text).await;
+        let told = publish(self, firing, &person, level, &text).await;
         Ok(Done {
             output: format!("{told} (turn {turn_id})\n{text}"),
             digest,
@@ -144,7 +143,7 @@ impl Job for StandingOrders {
 /// Offers the result to the telos engine and tells the person when it says so; returns
 /// what became of it, in words.
 async fn publish(
-    planner: &Planner,
+    orders: &StandingOrders,
     firing: &Firing,
     person: &Principal,
     level: AutonomyLevel,
@@ -182,7 +181,7 @@ async fn publish(
         proposal: Some(proposal),
         ..Default::default()
     };
-    let result = match planner.filters.evaluate_proposal(request).await {
+    let result = match orders.filters.evaluate_proposal(request).await {
         Ok(result) => result,
         Err(status) => {
             tracing::warn!(task = %task.id, code = ?status.code(), "the telos engine was not asked: the result is kept, nobody told");
@@ -193,11 +192,11 @@ async fn publish(
         Ok(vaglio::AlignmentDecision::Publish) if person.channel != "cli" => {
             let message = format!("⏰ {name}\n{text}");
             let key = format!("standing:{}:{}", task.id, firing.slot_at);
-            match planner.filters.tell(person, &message, &key).await {
+            match orders.filters.tell(person, &message, &key).await {
                 Ok(()) => "told".to_owned(),
                 Err(status) => {
                     tracing::warn!(task = %task.id, code = ?status.code(), "a standing order's result did not reach its person; it waits for the digest");
-                    let kept = for_the_digest(planner, firing, person, &name, text).await;
+                    let kept = for_the_digest(orders, firing, person, &name, text).await;
                     format!("not delivered ({}); {kept}", status.message())
                 }
             }
@@ -206,7 +205,7 @@ async fn publish(
         Ok(vaglio::AlignmentDecision::DeferToDigest | vaglio::AlignmentDecision::DeferToSlot)
             if person.channel != "cli" =>
         {
-            let kept = for_the_digest(planner, firing, person, &name, text).await;
+            let kept = for_the_digest(orders, firing, person, &name, text).await;
             format!("{kept} ({})", result.reason)
         }
         Ok(vaglio::AlignmentDecision::DeferToDigest | vaglio::AlignmentDecision::DeferToSlot) => {
@@ -223,7 +222,7 @@ const DIGEST_RESULT_CHARS: usize = 280;
 /// Queues a firing's result for `person`'s evening digest (one line, no buttons); says
 /// what became of it.
 async fn for_the_digest(
-    planner: &Planner,
+    orders: &StandingOrders,
     firing: &Firing,
     person: &Principal,
     name: &str,
@@ -239,7 +238,7 @@ async fn for_the_digest(
         let digest = Sha256::digest(format!("{}\n{}", task.id, firing.slot_at).as_bytes());
         format!("so-{}", &hex::encode(digest)[..16])
     };
-    let queued = metnos_kit::on_db!(planner.store.db(), pool => {
+    let queued = metnos_kit::on_db!(&orders.db, pool => {
         sqlx::query(
             "INSERT INTO proposals (id, channel, sender_id, kind, subject, description, payload, decision, reason, created_at) \
              VALUES ($1, $2, $3, $4, $5, $6, '{}', 'digest', 'deferred', $7) ON CONFLICT (id) DO NOTHING",

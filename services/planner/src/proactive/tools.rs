@@ -6,16 +6,15 @@
 //! person only — the principal and level come from the turn, never from the model — and
 //! on their own orders only.
 
-use std::time::Instant;
-
 use metnos_executors::Observation;
 use metnos_llm::ToolDef;
 use metnos_proto::approval::v1 as approval;
 use serde_json::{Map, Value, json};
 
 use crate::proactive::scheduler::{Order, ScheduleError, Scheduler, Task};
-use crate::turn::engine::{Planner, Sink, StepOutcome, refusal};
-use crate::turn::{Call, Checkpoint, PendingCall, StepLog};
+use crate::turn::cards::Asked;
+use crate::turn::flow::refusal;
+use crate::turn::{Call, Checkpoint, PendingCall};
 
 pub const CREATE: &str = "schedule_create";
 pub const LIST: &str = "schedule_list";
@@ -148,249 +147,224 @@ fn checked_order(
     Ok(schedule)
 }
 
-impl Planner {
-    /// One call of a standing-order tool.
-    pub(crate) async fn schedule_tool(
-        &self,
-        cp: &mut Checkpoint,
-        sink: &Sink,
-        call: Call,
-        log: StepLog,
-        started: Instant,
-    ) -> StepOutcome {
-        let Some(scheduler) = self.scheduler.get() else {
-            self.observe(
-                cp,
-                sink,
-                &call,
-                log,
-                refusal("standing orders are off here (scheduler.enabled)"),
-                Vec::new(),
-                started,
-            )
-            .await;
-            return StepOutcome::Continue;
-        };
-        let person = cp.principal();
-        let args = call.arguments.clone();
-        // Standing orders come from the person's own words: not from a firing's turn, nor
-        // from a turn that has read the world (a page could say "set up …").
-        let refused = if cp.scheduled && call.name != LIST {
-            Some("a standing order's firing cannot set up, change or delete standing orders")
-        } else if cp.read_the_world() && call.name != LIST {
-            Some(
-                "this turn has read data from the world, so it cannot set up, change or delete \
+/// What a standing-order tool call comes to.
+pub(crate) enum Answer {
+    /// Observed now (done, or refused).
+    Observed(Call, Observation),
+    /// A card to ask first: the call as it will run once approved.
+    Ask(Call, Box<Asked>),
+}
+
+/// One call of a standing-order tool: what it observes now, or the card to ask first.
+/// `orders`: none when standing orders are off here.
+pub(crate) async fn answer(orders: Option<&Scheduler>, cp: &Checkpoint, call: Call) -> Answer {
+    let Some(scheduler) = orders else {
+        let why = refusal("standing orders are off here (scheduler.enabled)");
+        return Answer::Observed(call, why);
+    };
+    let person = cp.principal();
+    let args = call.arguments.clone();
+    // Standing orders come from the person's own words: not from a firing's turn, nor
+    // from a turn that has read the world (a page could say "set up …").
+    let refused = if cp.scheduled && call.name != LIST {
+        Some("a standing order's firing cannot set up, change or delete standing orders")
+    } else if cp.read_the_world() && call.name != LIST {
+        Some(
+            "this turn has read data from the world, so it cannot set up, change or delete \
                  standing orders; the person can ask for it in a new message",
-            )
-        } else {
-            None
-        };
-        if let Some(why) = refused {
-            self.observe(cp, sink, &call, log, refusal(why), Vec::new(), started)
-                .await;
-            return StepOutcome::Continue;
-        }
-        let observation = match call.name.as_str() {
-            CREATE => {
-                let key = person.to_string();
-                let notify = match text(&args, "notify") {
-                    "" => "always",
-                    n => n,
-                };
-                let checked = checked_order(scheduler, &args, &key, notify);
-                match checked {
-                    Err(e) => refusal(e.to_string()),
-                    Ok(schedule) => {
-                        // Exactly what will be stored, and what the card says.
-                        // The card's next firings and the order's count from one moment.
-                        let bound = json!({
-                            "schedule": schedule.text(),
-                            "request": text(&args, "request").trim(),
-                            "name": text(&args, "name").trim(),
-                            "notify": notify,
-                            "anchor_at": scheduler.now_ms(),
-                        });
-                        return self
-                            .ask_card(cp, sink, call, log, bound, schedule.text())
-                            .await;
-                    }
-                }
-            }
-            LIST => match scheduler
-                .store
-                .list(Some((&person.channel, &person.sender_id)))
-                .await
-            {
-                Ok(tasks) => ok(json!({
-                    "orders": tasks.iter().map(|t| shown(scheduler, t)).collect::<Vec<_>>()
-                })),
-                Err(e) => {
-                    tracing::warn!(error = %e, "cannot list a person's standing orders");
-                    refusal("the scheduler's store is unavailable")
-                }
-            },
-            PAUSE | RESUME | DELETE => {
-                let id = text(&args, "id");
-                match self.own_order(scheduler, id, &person).await {
-                    Err(why) => refusal(why),
-                    Ok(task)
-                        if call.name == DELETE
-                            || (call.name == RESUME && task.state == "paused") =>
-                    {
-                        let bound =
-                            json!({"id": task.id, "name": task.name, "schedule": task.schedule});
-                        return self.ask_card(cp, sink, call, log, bound, &task.id).await;
-                    }
-                    Ok(task) => match scheduler.set_active(&task.id, call.name == RESUME).await {
-                        Ok(task) => ok(shown(scheduler, &task)),
-                        Err(e) => refusal(e.to_string()),
-                    },
-                }
-            }
-            _ => refusal(format!("nonexistent executor: {}", call.name)),
-        };
-        self.observe(cp, sink, &call, log, observation, Vec::new(), started)
-            .await;
-        StepOutcome::Continue
+        )
+    } else {
+        None
+    };
+    if let Some(why) = refused {
+        return Answer::Observed(call, refusal(why));
     }
-
-    /// `id` if it is `person`'s own standing order; else why not (the same words whether
-    /// it exists for someone else or not at all).
-    async fn own_order(
-        &self,
-        scheduler: &Scheduler,
-        id: &str,
-        person: &metnos_core::principal::Principal,
-    ) -> Result<Task, String> {
-        let not_found = || {
-            format!(
-                "no standing order `{}` of yours",
-                id.chars().take(64).collect::<String>()
-            )
-        };
-        match scheduler.store.get(id).await {
-            Ok(Some(task))
-                if task.kind == crate::proactive::scheduler::Kind::Standing
-                    && task.channel == person.channel
-                    && task.sender_id == person.sender_id =>
-            {
-                Ok(task)
-            }
-            Ok(_) => Err(not_found()),
-            Err(e) => {
-                tracing::warn!(error = %e, "cannot read a standing order");
-                Err("the scheduler's store is unavailable".to_owned())
-            }
-        }
-    }
-
-    /// Asks the person on a card for `call` with the arguments `bound`.
-    async fn ask_card(
-        &self,
-        cp: &mut Checkpoint,
-        sink: &Sink,
-        mut call: Call,
-        log: StepLog,
-        bound: Value,
-        target: &str,
-    ) -> StepOutcome {
-        let italian = cp.language != Some(metnos_core::language::Language::English);
-        call.arguments = bound.clone();
-        let request = approval::CreatePendingRequest {
-            requester: Some(cp.principal().to_proto()),
-            request: Some(approval::ApprovalRequest {
-                // Required, though the approval service says the call from its arguments.
-                action_verb: call.name.clone(),
-                target_summary: target.chars().take(200).collect(),
-                capability_class: format!(
-                    "{}:{}",
-                    call.name,
-                    target.chars().take(200).collect::<String>()
-                ),
-                language: if italian {
-                    metnos_core::language::Language::Italian.to_wire()
-                } else {
-                    metnos_core::language::Language::English.to_wire()
-                },
-                reversibility: approval::Reversibility::Reversible as i32,
-                territory_concession: approval::TerritoryConcession::None as i32,
-                ..Default::default()
-            }),
-            capability: String::new(),
-            target: target.chars().take(512).collect(),
-            executor: call.name.clone(),
-            args_json: bound.to_string(),
-            ttl_seconds: 0,
-            territory_target: String::new(),
-            level: 0,
-        };
-        let asked = crate::turn::suspension::Asked {
-            args: bound,
-            request,
-            named_write: None,
-        };
-        self.ask_approval_with(cp, sink, call, log, asked).await
-    }
-
-    /// What an approved standing-order card does: the order made (its id from the
-    /// approval's token, so applying the same decision twice makes it once) or deleted.
-    /// `edited`: the schedule the person sent with their approval instead of the card's
-    /// (accept with edit), checked here as any schedule is.
-    pub(crate) async fn schedule_decided(
-        &self,
-        cp: &Checkpoint,
-        pending: &PendingCall,
-        edited: &str,
-    ) -> Observation {
-        let Some(scheduler) = self.scheduler.get() else {
-            return refusal("standing orders are off here (scheduler.enabled)");
-        };
-        let person = cp.principal();
-        let args = &pending.args;
-        if pending.call.name == DELETE {
-            let id = text(args, "id");
-            return match self.own_order(scheduler, id, &person).await {
-                Err(why) => refusal(why),
-                Ok(task) => match scheduler.delete(&task.id).await {
-                    Ok(()) => ok(json!({"deleted": task.id, "name": task.name})),
-                    Err(e) => refusal(e.to_string()),
-                },
+    let observation = match call.name.as_str() {
+        CREATE => {
+            let key = person.to_string();
+            let notify = match text(&args, "notify") {
+                "" => "always",
+                n => n,
             };
+            let checked = checked_order(scheduler, &args, &key, notify);
+            match checked {
+                Err(e) => refusal(e.to_string()),
+                Ok(schedule) => {
+                    // Exactly what will be stored, and what the card says.
+                    // The card's next firings and the order's count from one moment.
+                    let bound = json!({
+                        "schedule": schedule.text(),
+                        "request": text(&args, "request").trim(),
+                        "name": text(&args, "name").trim(),
+                        "notify": notify,
+                        "anchor_at": scheduler.now_ms(),
+                    });
+                    return ask_card(cp, call, bound, schedule.text());
+                }
+            }
         }
-        if pending.call.name == RESUME {
-            let id = text(args, "id");
-            return match self.own_order(scheduler, id, &person).await {
+        LIST => match scheduler
+            .store
+            .list(Some((&person.channel, &person.sender_id)))
+            .await
+        {
+            Ok(tasks) => ok(json!({
+                "orders": tasks.iter().map(|t| shown(scheduler, t)).collect::<Vec<_>>()
+            })),
+            Err(e) => {
+                tracing::warn!(error = %e, "cannot list a person's standing orders");
+                refusal("the scheduler's store is unavailable")
+            }
+        },
+        PAUSE | RESUME | DELETE => {
+            let id = text(&args, "id");
+            match own_order(scheduler, id, &person).await {
                 Err(why) => refusal(why),
-                Ok(task) => match scheduler.set_active(&task.id, true).await {
+                Ok(task)
+                    if call.name == DELETE || (call.name == RESUME && task.state == "paused") =>
+                {
+                    let bound =
+                        json!({"id": task.id, "name": task.name, "schedule": task.schedule});
+                    return ask_card(cp, call, bound, &task.id);
+                }
+                Ok(task) => match scheduler.set_active(&task.id, call.name == RESUME).await {
                     Ok(task) => ok(shown(scheduler, &task)),
                     Err(e) => refusal(e.to_string()),
                 },
-            };
-        }
-        let (schedule, anchor_ms) = if edited.is_empty() {
-            (
-                text(args, "schedule").to_owned(),
-                args.get("anchor_at").and_then(Value::as_i64),
-            )
-        } else {
-            match scheduler.check(edited, &person.to_string()) {
-                // Counted from now: the card's firings were of the other schedule.
-                Ok(schedule) => (schedule.text().to_owned(), None),
-                Err(e) => return refusal(format!("the schedule you sent: {e}")),
             }
-        };
-        let order = Order {
-            person: &person,
-            schedule: &schedule,
-            query: text(args, "request"),
-            name: text(args, "name"),
-            notify: text(args, "notify"),
-            level: cp.level,
-            anchor_ms,
-        };
-        match scheduler.create_as(&order, &pending.token).await {
-            Ok(task) => ok(shown(scheduler, &task)),
-            Err(e) => refusal(e.to_string()),
         }
+        _ => refusal(format!("nonexistent executor: {}", call.name)),
+    };
+    Answer::Observed(call, observation)
+}
+
+/// `id` if it is `person`'s own standing order; else why not (the same words whether
+/// it exists for someone else or not at all).
+async fn own_order(
+    scheduler: &Scheduler,
+    id: &str,
+    person: &metnos_core::principal::Principal,
+) -> Result<Task, String> {
+    let not_found = || {
+        format!(
+            "no standing order `{}` of yours",
+            id.chars().take(64).collect::<String>()
+        )
+    };
+    match scheduler.store.get(id).await {
+        Ok(Some(task))
+            if task.kind == crate::proactive::scheduler::Kind::Standing
+                && task.channel == person.channel
+                && task.sender_id == person.sender_id =>
+        {
+            Ok(task)
+        }
+        Ok(_) => Err(not_found()),
+        Err(e) => {
+            tracing::warn!(error = %e, "cannot read a standing order");
+            Err("the scheduler's store is unavailable".to_owned())
+        }
+    }
+}
+
+/// Asks the person on a card for `call` with the arguments `bound`.
+fn ask_card(cp: &Checkpoint, mut call: Call, bound: Value, target: &str) -> Answer {
+    let italian = cp.language != Some(metnos_core::language::Language::English);
+    call.arguments = bound.clone();
+    let request = approval::CreatePendingRequest {
+        requester: Some(cp.principal().to_proto()),
+        request: Some(approval::ApprovalRequest {
+            // Required, though the approval service says the call from its arguments.
+            action_verb: call.name.clone(),
+            target_summary: target.chars().take(200).collect(),
+            capability_class: format!(
+                "{}:{}",
+                call.name,
+                target.chars().take(200).collect::<String>()
+            ),
+            language: if italian {
+                metnos_core::language::Language::Italian.to_wire()
+            } else {
+                metnos_core::language::Language::English.to_wire()
+            },
+            reversibility: approval::Reversibility::Reversible as i32,
+            territory_concession: approval::TerritoryConcession::None as i32,
+            ..Default::default()
+        }),
+        capability: String::new(),
+        target: target.chars().take(512).collect(),
+        executor: call.name.clone(),
+        args_json: bound.to_string(),
+        ttl_seconds: 0,
+        territory_target: String::new(),
+        level: 0,
+    };
+    let asked = Asked {
+        args: bound,
+        request,
+        named_write: None,
+    };
+    Answer::Ask(call, Box::new(asked))
+}
+
+/// What an approved standing-order card does: the order made (its id from the
+/// approval's token, so applying the same decision twice makes it once) or deleted.
+/// `edited`: the schedule the person sent with their approval instead of the card's
+/// (accept with edit), checked here as any schedule is.
+pub(crate) async fn decided(
+    orders: Option<&Scheduler>,
+    cp: &Checkpoint,
+    pending: &PendingCall,
+    edited: &str,
+) -> Observation {
+    let Some(scheduler) = orders else {
+        return refusal("standing orders are off here (scheduler.enabled)");
+    };
+    let person = cp.principal();
+    let args = &pending.args;
+    if pending.call.name == DELETE {
+        let id = text(args, "id");
+        return match own_order(scheduler, id, &person).await {
+            Err(why) => refusal(why),
+            Ok(task) => match scheduler.delete(&task.id).await {
+                Ok(()) => ok(json!({"deleted": task.id, "name": task.name})),
+                Err(e) => refusal(e.to_string()),
+            },
+        };
+    }
+    if pending.call.name == RESUME {
+        let id = text(args, "id");
+        return match own_order(scheduler, id, &person).await {
+            Err(why) => refusal(why),
+            Ok(task) => match scheduler.set_active(&task.id, true).await {
+                Ok(task) => ok(shown(scheduler, &task)),
+                Err(e) => refusal(e.to_string()),
+            },
+        };
+    }
+    let (schedule, anchor_ms) = if edited.is_empty() {
+        (
+            text(args, "schedule").to_owned(),
+            args.get("anchor_at").and_then(Value::as_i64),
+        )
+    } else {
+        match scheduler.check(edited, &person.to_string()) {
+            // Counted from now: the card's firings were of the other schedule.
+            Ok(schedule) => (schedule.text().to_owned(), None),
+            Err(e) => return refusal(format!("the schedule you sent: {e}")),
+        }
+    };
+    let order = Order {
+        person: &person,
+        schedule: &schedule,
+        query: text(args, "request"),
+        name: text(args, "name"),
+        notify: text(args, "notify"),
+        level: cp.level,
+        anchor_ms,
+    };
+    match scheduler.create_as(&order, &pending.token).await {
+        Ok(task) => ok(shown(scheduler, &task)),
+        Err(e) => refusal(e.to_string()),
     }
 }

@@ -26,6 +26,15 @@ fn verb(capability: &str, italian: bool) -> &'static str {
     }
 }
 
+/// What a card asks about: the call's arguments as they will run, the approval request, and
+/// the resolved path of a write that runs code later it names (the only such path the
+/// approved call may write).
+pub(crate) struct Asked {
+    pub args: serde_json::Value,
+    pub request: metnos_proto::approval::v1::CreatePendingRequest,
+    pub named_write: Option<String>,
+}
+
 /// The approval request for `call`, cleared by the filters, that needs a person's yes on
 /// `capability`.
 pub fn pending_request(

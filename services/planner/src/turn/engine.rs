@@ -1,54 +1,44 @@
 //! The turn loop (seed agent_runtime.md ch. 2): pre-filter, LLM with native tools, and for
-//! each proposed call the filter pipeline ([`crate::turn::vetting`]), then the executor — or, when
-//! policy asks, a person's approval that suspends the turn ([`crate::turn::suspension`]). Caps and
-//! the duplicate-read guard are [`crate::turn::rules`]; the scratchpad, modes, cancellation and a
-//! wall-clock budget are here.
+//! each proposed call the filter pipeline ([`crate::turn::vetting`]), then the executor
+//! ([`crate::turn::execution`]) — or, when policy asks, a person's approval that suspends
+//! the turn ([`crate::turn::suspension`]). The [`Planner`] drives the loop and owns its
+//! stages; `step` is the only place a step's outcome is decided.
 //!
 //! A turn's whole state is a [`Checkpoint`], stored before it waits for a person, so any
 //! replica can continue it.
 
-use std::collections::{BTreeMap, BTreeSet, HashMap};
-use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Arc;
+use std::time::Instant;
 
-use metnos_executors::{Catalog, Executor, Observation, Runner};
+use metnos_executors::{Catalog, Runner};
 use metnos_kit::config::TurnsConfig;
 use metnos_kit::time::now_ms;
-use metnos_llm::Tier;
 use metnos_proto::planner::v1 as pb;
-use serde_json::{Value, json};
-use tokio::sync::{mpsc, watch};
+use tokio::sync::watch;
 use tracing::Instrument;
 
 use crate::filters::Filters;
-use crate::llm::Llm;
+use crate::llm::{LlmSlot, model_of, tier_used};
+use crate::proactive::scheduler::Scheduler;
+use crate::proactive::tools::{self as orders, Answer};
 use crate::store::{State, Store};
+use crate::turn::asking::Asking;
+use crate::turn::execution::Execution;
+pub use crate::turn::flow::Sink;
+use crate::turn::flow::{StepOutcome, emit, refusal};
 use crate::turn::prefilter::{Entry, Index};
+use crate::turn::record::Records;
+use crate::turn::recover::Recovery;
 use crate::turn::rules;
+use crate::turn::running::Running;
 use crate::turn::scratch;
-use crate::turn::vetting::Refusal;
+use crate::turn::suspension::Suspension;
+use crate::turn::vetting::{Refusal, Vetting};
 use crate::turn::{
-    Call, Checkpoint, FinalKind, Finish, Hist, Mode, StepLog, TurnRequest, finish, mode_name,
-    mode_to_wire,
+    Call, Checkpoint, FinalKind, Hist, Mode, StepLog, TurnRequest, finish, mode_name, mode_to_wire,
 };
 use crate::turnlog::TurnLog;
-
-/// What handling one call led to.
-pub(crate) enum StepOutcome {
-    Continue,
-    Suspended,
-    Finished(Finish),
-    /// This process no longer holds the turn (its lease expired and another replica took
-    /// it over or closed it): it stops here, writing nothing more.
-    Lost,
-}
-
-/// Where events go: the RunTurn/ResumeTurn stream (a closed stream is a client gone).
-pub type Sink = mpsc::Sender<pb::TurnEvent>;
-
-fn event(e: pb::turn_event::Event) -> pb::TurnEvent {
-    pb::TurnEvent { event: Some(e) }
-}
 
 /// What a planner is made of.
 #[derive(Debug)]
@@ -56,60 +46,107 @@ pub struct Parts {
     pub config: TurnsConfig,
     pub default_mode: Mode,
     /// The LLM, or why there is none (every turn then ends with that error).
-    pub llm: Result<Arc<dyn Llm>, String>,
+    pub llm: LlmSlot,
     pub catalog: Arc<Catalog>,
     pub runner: Runner,
     pub filters: Arc<dyn Filters>,
     pub store: Store,
     pub log: TurnLog,
+    /// The standing orders the model's tools may list, make and change (none: standing
+    /// orders are off here, and the tools are not offered).
+    pub orders: Option<Scheduler>,
 }
 
-/// The planner: everything a turn needs.
+/// The planner: everything a turn needs, and the turns it drives.
 #[derive(Debug)]
 pub struct Planner {
-    pub config: TurnsConfig,
-    pub default_mode: Mode,
-    pub llm: Result<Arc<dyn Llm>, String>,
-    pub catalog: Arc<Catalog>,
-    pub runner: Runner,
-    pub filters: Arc<dyn Filters>,
-    pub store: Store,
-    pub log: TurnLog,
-    /// The builtin scheduler, for the standing-order tools (set once at start; none: the
-    /// tools are not offered).
-    pub scheduler: std::sync::OnceLock<crate::proactive::scheduler::Scheduler>,
+    config: TurnsConfig,
+    default_mode: Mode,
+    llm: LlmSlot,
+    catalog: Arc<Catalog>,
+    runner: Runner,
+    filters: Arc<dyn Filters>,
+    store: Store,
+    log: TurnLog,
+    orders: Option<Scheduler>,
     index: Index,
-    /// Turns driven in this process: turn id → (which driver, its cancel signal).
-    running: Mutex<HashMap<String, (u64, watch::Sender<bool>)>>,
-    generation: std::sync::atomic::AtomicU64,
-    /// Whether notices are being delivered now (one delivery at a time), and whether a
-    /// run was asked for meanwhile.
-    pub(crate) delivering: std::sync::atomic::AtomicBool,
-    pub(crate) deliver_again: std::sync::atomic::AtomicBool,
+    running: Running,
+    recovery: Recovery,
 }
 
-/// A turn driven here: removed from [`Planner::running`] when dropped, if still its entry.
-struct Registered {
-    planner: Arc<Planner>,
-    turn_id: String,
-    generation: u64,
+/// The loop's stages for one use, each holding only what it uses.
+#[derive(Clone, Copy)]
+pub(crate) struct Stages<'a> {
+    pub(crate) vetting: Vetting<'a>,
+    pub(crate) execution: Execution<'a>,
+    pub(crate) suspension: Suspension<'a>,
+    pub(crate) asking: Asking<'a>,
+    pub(crate) records: Records<'a>,
 }
 
-impl Drop for Registered {
-    fn drop(&mut self) {
-        let mut running = self.planner.running();
-        if running
-            .get(&self.turn_id)
-            .is_some_and(|(generation, _)| *generation == self.generation)
-        {
-            running.remove(&self.turn_id);
+/// What a proposed call's name names.
+enum Tool {
+    /// `scratchpad_read`: this turn's large observations.
+    Scratchpad,
+    /// A standing-order tool ([`crate::proactive::tools`]).
+    Orders,
+    /// A signed executor of the catalog.
+    Executor,
+    /// Nothing here: the model's own text (the log keeps `?`).
+    Unknown,
+}
+
+impl Tool {
+    fn of(name: &str, catalog: &Catalog) -> Tool {
+        if orders::is_tool(name) {
+            Tool::Orders
+        } else if name == scratch::TOOL {
+            Tool::Scratchpad
+        } else if catalog.get(name).is_some() {
+            Tool::Executor
+        } else {
+            Tool::Unknown
         }
     }
 }
 
-/// A call refused before it ran, as the LLM sees it.
-pub(crate) fn refusal(error: impl Into<String>) -> Observation {
-    Observation::failure(error)
+/// The argument names the tool `name` declares: an executor's manifest, or the planner's
+/// own tools (none for a name that is neither).
+fn schema_keys(catalog: &Catalog, name: &str) -> Vec<String> {
+    if let Some(executor) = catalog.get(name) {
+        return crate::turn::schema_keys(&executor.manifest.args);
+    }
+    orders::tool_defs()
+        .into_iter()
+        .chain([scratch::tool_def()])
+        .find(|def| def.name == name)
+        .map(|def| crate::turn::schema_keys(&def.parameters))
+        .unwrap_or_default()
+}
+
+/// Records a refused call as its step's observation; the turn goes on unless the refusal
+/// ends it.
+async fn refused(
+    execution: &Execution<'_>,
+    cp: &mut Checkpoint,
+    sink: &Sink,
+    call: &Call,
+    log: StepLog,
+    refusal_of: Refusal,
+    started: Instant,
+) -> StepOutcome {
+    let (why, outcome) = match refusal_of {
+        Refusal::Stop(stop) => return StepOutcome::Finished(stop),
+        Refusal::Refused(why) => (why, StepOutcome::Continue),
+        Refusal::Unavailable {
+            observation,
+            finish,
+        } => (observation, StepOutcome::Finished(finish)),
+    };
+    execution
+        .observe(cp, sink, call, log, refusal(why), Vec::new(), started)
+        .await;
+    outcome
 }
 
 impl Planner {
@@ -123,6 +160,11 @@ impl Planner {
                 affinity: e.manifest.affinity.clone(),
             })
             .collect();
+        let recovery = Recovery::new(
+            parts.store.clone(),
+            Arc::clone(&parts.filters),
+            parts.log.clone(),
+        );
         Planner {
             config: parts.config,
             default_mode: parts.default_mode,
@@ -133,49 +175,59 @@ impl Planner {
             filters: parts.filters,
             store: parts.store,
             log: parts.log,
-            scheduler: std::sync::OnceLock::new(),
-            running: Mutex::new(HashMap::new()),
-            generation: std::sync::atomic::AtomicU64::new(0),
-            delivering: std::sync::atomic::AtomicBool::new(false),
-            deliver_again: std::sync::atomic::AtomicBool::new(false),
+            orders: parts.orders,
+            running: Running::default(),
+            recovery,
         }
     }
 
-    fn running(&self) -> std::sync::MutexGuard<'_, HashMap<String, (u64, watch::Sender<bool>)>> {
-        self.running.lock().unwrap_or_else(|e| e.into_inner())
+    /// The planner's store (turns, the scratchpad, the scheduler's tables).
+    pub fn store(&self) -> &Store {
+        &self.store
     }
 
-    /// Notes a turn as driven here (its cancel signal, its lease renewed) until the guard
-    /// drops — also when the task panics or is aborted. A turn driven twice here (a
-    /// ResumeTurn while its first stream still waits) is one entry per driver: each
-    /// removes only its own.
-    fn register(self: &Arc<Self>, turn_id: &str) -> (watch::Receiver<bool>, Registered) {
-        let (tx, rx) = watch::channel(false);
-        let generation = self
-            .generation
-            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        self.running().insert(turn_id.to_owned(), (generation, tx));
-        let guard = Registered {
-            planner: Arc::clone(self),
-            turn_id: turn_id.to_owned(),
-            generation,
-        };
-        (rx, guard)
-    }
-
-    /// Claims a suspended turn (or one whose resumer's lease expired) for this process,
-    /// while it still waits on the card `token` its checkpoint was read with.
-    pub(crate) async fn claim(&self, turn_id: &str, token: &str) -> bool {
-        self.store
-            .claim_suspended_at(turn_id, Some(token), now_ms())
-            .await
-            .unwrap_or(false)
+    fn stages(&self) -> Stages<'_> {
+        let records = Records::new(&self.store, &self.log);
+        let execution = Execution::new(
+            &self.config,
+            &self.catalog,
+            &self.runner,
+            &self.store,
+            &self.llm,
+            records,
+        );
+        Stages {
+            vetting: Vetting::new(
+                &self.config,
+                &self.catalog,
+                &self.runner,
+                self.filters.as_ref(),
+                &self.store,
+            ),
+            execution,
+            suspension: Suspension::new(
+                &self.filters,
+                &self.store,
+                &self.catalog,
+                self.orders.as_ref(),
+                execution,
+                records,
+            ),
+            asking: Asking::new(
+                &self.llm,
+                &self.catalog,
+                &self.config,
+                self.filters.as_ref(),
+                &self.store,
+                self.orders.is_some(),
+            ),
+            records,
+        }
     }
 
     /// Renews the leases of the turns this process runs or resumes.
     pub async fn renew_leases(&self) {
-        let ids: Vec<String> = self.running().keys().cloned().collect();
-        for id in ids {
+        for id in self.running.ids() {
             if let Err(e) = self.store.renew(&id, now_ms()).await {
                 tracing::warn!(turn_id = %id, error = %e, "cannot renew a turn's lease");
             }
@@ -184,38 +236,76 @@ impl Planner {
 
     /// Signals a turn running here to stop; `false` if it is not running here.
     pub fn signal_cancel(&self, turn_id: &str) -> bool {
-        match self.running().get(turn_id) {
-            Some((_, tx)) => {
-                let _ = tx.send(true);
-                true
-            }
-            None => false,
-        }
+        self.running.signal_cancel(turn_id)
     }
 
-    /// Resolves when the turn is cancelled: here (the watch) or on any replica (the
-    /// store's flag, looked at twice a second).
-    pub(crate) async fn cancelled(&self, turn_id: &str, cancel: &mut watch::Receiver<bool>) {
-        let mut every = tokio::time::interval(Duration::from_millis(500));
-        // A signal dropped (another driver of this turn took its place here) is not a
-        // cancel: the store's flag still is.
-        let mut local = true;
-        loop {
-            tokio::select! {
-                changed = cancel.changed(), if local => {
-                    match changed {
-                        Err(_) => local = false,
-                        Ok(()) if *cancel.borrow() => return,
-                        Ok(()) => {}
-                    }
-                }
-                _ = every.tick() => {
-                    if self.store.cancel_requested(turn_id).await.unwrap_or(false) {
-                        return;
-                    }
-                }
-            }
+    /// Cancels the turn `found`, wherever it runs: signalled here; ended here if it waits
+    /// or its holder's lease expired; else flagged for the replica that holds it, and its
+    /// approval request cancelled now, so a decision that comes later cannot run the call
+    /// (the holder checks the flag again before it runs anything). `false`: it had already
+    /// finished.
+    pub async fn cancel_turn(
+        &self,
+        found: &crate::store::StoredTurn,
+    ) -> Result<bool, crate::error::Error> {
+        let store = &self.store;
+        let turn_id = &found.turn_id;
+        if found.state == State::Finished {
+            return Ok(false);
         }
+        store.request_cancel(turn_id).await?;
+        if self.running.signal_cancel(turn_id) {
+            return Ok(true);
+        }
+        let expired = found.lease_until < now_ms();
+        let takeable =
+            found.state == State::Suspended || (found.state == State::Resuming && expired);
+        if takeable {
+            let mut checkpoint = serde_json::from_str::<Checkpoint>(&found.checkpoint)
+                .map_err(crate::error::Error::UnreadableCheckpoint)?;
+            let token = found.approval_token.as_deref().unwrap_or_default();
+            if store
+                .claim_suspended_at(turn_id, Some(token), now_ms())
+                .await?
+            {
+                self.stages()
+                    .suspension
+                    .cancel_claimed(&mut checkpoint)
+                    .await;
+                return Ok(true);
+            }
+        } else if found.state == State::Running
+            && expired
+            && self.recovery.end_interrupted(found, false).await
+        {
+            return Ok(true);
+        }
+        if let Some(token) = &found.approval_token {
+            let _ = self.filters.cancel(token, "the turn was cancelled").await;
+        }
+        Ok(true)
+    }
+
+    /// Ends the terminal's turns whose request expired while nobody followed them (see
+    /// [`Recovery::resume_expired_unfollowed`]); how many were taken up.
+    pub async fn resume_expired_unfollowed(self: &Arc<Self>, grace_ms: i64) -> usize {
+        let planner = Arc::clone(self);
+        let resume = move |cp, sink| {
+            tokio::spawn(Arc::clone(&planner).resume(cp, sink));
+        };
+        self.recovery
+            .resume_expired_unfollowed(grace_ms, &resume)
+            .await
+    }
+
+    /// Sweeps the turns whose holder's lease expired (see [`Recovery::sweep_leases`]): how
+    /// many were ended, released and resumed.
+    pub async fn sweep_leases(self: &Arc<Self>) -> (usize, usize, usize) {
+        let planner = Arc::clone(self);
+        let resume = move |cp, sink| {
+            tokio::spawn(Arc::clone(&planner).resume(cp, sink));
+        };
+        self.recovery.sweep_leases(&resume).await
     }
 
     /// A new turn's checkpoint.
@@ -270,23 +360,15 @@ impl Planner {
         }
     }
 
-    fn model_of(&self, tier: Tier) -> String {
-        self.llm
-            .as_ref()
-            .map_or_else(|_| String::new(), |l| l.model(tier))
-    }
-
-    /// The tier that really answers for `tier` (an unconfigured tier uses a lower one):
-    /// what events and the turn log show, so they never name a tier that did not run.
-    pub(crate) fn tier_used(&self, tier: Tier) -> Tier {
-        self.llm.as_ref().map_or(tier, |l| l.resolve(tier))
-    }
-
     /// Runs a new turn to its end or its suspension, sending events to `sink`.
     pub async fn run(self: Arc<Self>, mut cp: Checkpoint, sink: Sink) {
         let span = tracing::info_span!("turn", turn_id = %cp.turn_id, mode = mode_name(cp.mode));
         async move {
-            let live = self.record_as(&cp, "running", None).to_string();
+            let live = self
+                .stages()
+                .records
+                .record_as(&cp, "running", None)
+                .to_string();
             let inserted = match serde_json::to_string(&cp) {
                 Ok(checkpoint) => self
                     .store
@@ -310,21 +392,17 @@ impl Planner {
                     text: "the planner's store is unavailable; nothing was done".to_owned(),
                     ..Default::default()
                 };
-                let _ = sink
-                    .send(event(pb::turn_event::Event::Finished(finished)))
-                    .await;
+                emit(&sink, pb::turn_event::Event::Finished(finished)).await;
                 return;
             }
-            let (cancel, _registered) = self.register(&cp.turn_id);
+            let (cancel, _registered) = self.running.register(&cp.turn_id);
             let started = pb::TurnStarted {
                 turn_id: cp.turn_id.clone(),
                 mode: mode_to_wire(cp.mode) as i32,
-                tier: self.tier_used(cp.tier).as_str().to_owned(),
-                model: self.model_of(cp.tier),
+                tier: tier_used(&self.llm, cp.tier).as_str().to_owned(),
+                model: model_of(&self.llm, cp.tier),
             };
-            let _ = sink
-                .send(event(pb::turn_event::Event::Started(started)))
-                .await;
+            emit(&sink, pb::turn_event::Event::Started(started)).await;
             self.drive(&mut cp, &sink, cancel, false).await;
         }
         .instrument(span)
@@ -335,7 +413,7 @@ impl Planner {
     pub async fn resume(self: Arc<Self>, mut cp: Checkpoint, sink: Sink) {
         let span = tracing::info_span!("turn", turn_id = %cp.turn_id, mode = mode_name(cp.mode), resumed = true);
         async move {
-            let (cancel, _registered) = self.register(&cp.turn_id);
+            let (cancel, _registered) = self.running.register(&cp.turn_id);
             self.drive(&mut cp, &sink, cancel, true).await;
         }
         .instrument(span)
@@ -350,12 +428,13 @@ impl Planner {
         mut cancel: watch::Receiver<bool>,
         mut claimed: bool,
     ) {
+        let stages = self.stages();
         let outcome = loop {
             // A turn waiting unclaimed for its decision is stored suspended (nobody's).
             let waiting = cp.pending.is_some() && !claimed;
             let standing = self.store.standing(&cp.turn_id).await.ok();
             if standing.is_some_and(|s| !s.held && !waiting && !s.cancel_requested) {
-                return self.lost(cp, sink).await;
+                return stages.records.lost(cp, sink).await;
             }
             if *cancel.borrow() || standing.is_some_and(|s| s.cancel_requested) {
                 // A waiting turn is ended by whoever claims it (only one does).
@@ -364,7 +443,7 @@ impl Planner {
                     .as_ref()
                     .map(|p| p.token.clone())
                     .unwrap_or_default();
-                if waiting && !self.claim(&cp.turn_id, &token).await {
+                if waiting && !stages.records.claim(&cp.turn_id, &token).await {
                     return;
                 }
                 if let Some(p) = cp.pending.take() {
@@ -386,12 +465,15 @@ impl Planner {
                 );
             }
             if cp.pending.is_some() {
-                let outcome = self.await_decision(cp, sink, &mut cancel, claimed).await;
+                let outcome = stages
+                    .suspension
+                    .await_decision(cp, sink, &mut cancel, claimed)
+                    .await;
                 claimed = false;
                 match outcome {
                     Some(StepOutcome::Continue) => continue,
                     Some(StepOutcome::Finished(f)) => break f,
-                    Some(StepOutcome::Lost) => return self.lost(cp, sink).await,
+                    Some(StepOutcome::Lost) => return stages.records.lost(cp, sink).await,
                     Some(StepOutcome::Suspended) | None => return,
                 }
             }
@@ -403,22 +485,18 @@ impl Planner {
                 match outcome {
                     StepOutcome::Continue | StepOutcome::Suspended => continue,
                     StepOutcome::Finished(f) => break f,
-                    StepOutcome::Lost => return self.lost(cp, sink).await,
+                    StepOutcome::Lost => return stages.records.lost(cp, sink).await,
                 }
             }
             let started = Instant::now();
-            let asked = self.ask_llm(cp, &mut cancel).await;
+            let asked = stages.asking.ask_llm(cp, &mut cancel).await;
             cp.active_ms += started.elapsed().as_millis() as u64;
             match asked {
                 Ok(None) => continue,
                 Ok(Some(f)) | Err(f) => break f,
             }
         };
-        self.close(cp, sink, outcome).await;
-    }
-
-    pub(crate) async fn emit(&self, sink: &Sink, e: pb::turn_event::Event) {
-        let _ = sink.send(event(e)).await;
+        stages.records.close(cp, sink, outcome).await;
     }
 
     /// One proposed call through the filter pipeline; runs it, suspends for a person, or
@@ -435,73 +513,61 @@ impl Planner {
             return StepOutcome::Finished(stop);
         }
         let started = Instant::now();
-        let tier = self.tier_used(cp.tier);
+        let tier = tier_used(&self.llm, cp.tier);
         let proposed = pb::StepProposed {
             step: n,
             executor: call.name.clone(),
             args_json: call.arguments.to_string(),
             tier: tier.as_str().to_owned(),
         };
-        self.emit(sink, pb::turn_event::Event::StepProposed(proposed))
-            .await;
-        let mut log = StepLog::new(n, &call, tier, &self.schema_keys(&call.name));
-        // A name that is no tool here is the model's text: the log keeps `?`.
-        if self.catalog.get(&call.name).is_none()
-            && !crate::proactive::tools::is_tool(&call.name)
-            && call.name != scratch::TOOL
-        {
-            log.executor = "?".to_owned();
-        }
-        if crate::proactive::tools::is_tool(&call.name) {
-            return self.schedule_tool(cp, sink, call, log, started).await;
-        }
-        if call.name == scratch::TOOL {
-            let (observation, labels) = if cp.scratch_ids.is_empty() {
-                (refusal("the scratchpad is empty in this turn"), Vec::new())
-            } else {
-                let observation = scratch::read(&self.store, &cp.turn_id, &call.arguments).await;
-                let labels = self.labels_for(cp, &call, &call.arguments, &observation);
-                (observation, labels)
-            };
-            self.observe(cp, sink, &call, log, observation, labels, started)
-                .await;
-            return StepOutcome::Continue;
+        emit(sink, pb::turn_event::Event::StepProposed(proposed)).await;
+        let mut log = StepLog::new(n, &call, tier, &schema_keys(&self.catalog, &call.name));
+        let Stages {
+            vetting,
+            execution,
+            suspension,
+            ..
+        } = self.stages();
+        match Tool::of(&call.name, &self.catalog) {
+            Tool::Orders => {
+                return match orders::answer(self.orders.as_ref(), cp, call).await {
+                    Answer::Observed(call, observation) => {
+                        execution
+                            .observe(cp, sink, &call, log, observation, Vec::new(), started)
+                            .await;
+                        StepOutcome::Continue
+                    }
+                    Answer::Ask(call, asked) => {
+                        suspension
+                            .ask_approval_with(cp, sink, call, log, *asked)
+                            .await
+                    }
+                };
+            }
+            Tool::Scratchpad => {
+                let (observation, labels) = execution.read_scratch(cp, &call).await;
+                execution
+                    .observe(cp, sink, &call, log, observation, labels, started)
+                    .await;
+                return StepOutcome::Continue;
+            }
+            Tool::Unknown => log.executor = "?".to_owned(),
+            Tool::Executor => {}
         }
         // What the LLM was shown so far, indexed for copies (rebuilt after a resume).
         cp.index.catch_up(&cp.fence_nonce, &cp.history);
         let mut events = Vec::new();
-        let vetted = self.vet(cp, &call, &mut log, &mut events, started).await;
+        let vetted = vetting.vet(cp, &call, &mut log, &mut events, started).await;
         for e in events {
-            self.emit(sink, e).await;
+            emit(sink, e).await;
         }
         let cleared = match vetted {
             Ok(cleared) => cleared,
-            Err(Refusal::Stop(stop)) => return StepOutcome::Finished(stop),
-            Err(Refusal::Refused(why)) => {
-                self.observe(cp, sink, &call, log, refusal(why), Vec::new(), started)
-                    .await;
-                return StepOutcome::Continue;
-            }
-            Err(Refusal::Unavailable {
-                observation,
-                finish,
-            }) => {
-                self.observe(
-                    cp,
-                    sink,
-                    &call,
-                    log,
-                    refusal(observation),
-                    Vec::new(),
-                    started,
-                )
-                .await;
-                return StepOutcome::Finished(finish);
-            }
+            Err(why) => return refused(&execution, cp, sink, &call, log, why, started).await,
         };
         *cp.executor_calls.entry(call.name.clone()).or_insert(0) += 1;
         if let Some(capability) = &cleared.approval {
-            return self
+            return suspension
                 .ask_approval(cp, sink, call, log, &cleared, capability)
                 .await;
         }
@@ -514,198 +580,24 @@ impl Planner {
             Ok(s) if !s.held => return StepOutcome::Lost,
             _ => {}
         }
-        let observation = self
+        let observation = execution
             .execute(&cp.turn_id, &cleared.executor, &cleared.args, &[], cancel)
             .await;
-        self.note_seen(cp, &call.name, &cleared.args, n, &observation);
-        let labels = self.labels_for(cp, &call, &cleared.args, &observation);
-        self.observe(cp, sink, &call, log, observation, labels, started)
+        execution.note_seen(cp, &call.name, &cleared.args, n, &observation);
+        let labels = execution.labels_for(cp, &call, &cleared.args, &observation);
+        execution
+            .observe(cp, sink, &call, log, observation, labels, started)
             .await;
         StepOutcome::Continue
     }
+}
 
-    /// The argument names the tool `name` declares: an executor's manifest, or the
-    /// planner's own tools (none for a name that is neither).
-    fn schema_keys(&self, name: &str) -> Vec<String> {
-        if let Some(executor) = self.catalog.get(name) {
-            return crate::turn::schema_keys(&executor.manifest.args);
-        }
-        crate::proactive::tools::tool_defs()
-            .into_iter()
-            .chain([scratch::tool_def()])
-            .find(|def| def.name == name)
-            .map(|def| crate::turn::schema_keys(&def.parameters))
-            .unwrap_or_default()
-    }
-
-    /// The duplicate-read guard learns a target once a call on it succeeded (a failed
-    /// read, a timed-out fetch or a refused write may be tried again).
-    pub(crate) fn note_seen(
-        &self,
-        cp: &mut Checkpoint,
-        executor: &str,
-        args: &Value,
-        step: u32,
-        observation: &Observation,
-    ) {
-        if !observation.ok {
-            return;
-        }
-        if let Some(key) = self.guard_key_of(executor, args) {
-            cp.seen_targets.push((executor.to_owned(), key, step));
-        }
-    }
-
-    /// The turn was taken from this process (its lease expired): the stream says so and
-    /// ends; the replica that holds it now writes its end.
-    pub(crate) async fn lost(&self, cp: &Checkpoint, sink: &Sink) {
-        tracing::warn!(turn_id = %cp.turn_id, "this planner no longer holds the turn; it stops here");
-        let finished = pb::TurnFinished {
-            turn_id: cp.turn_id.clone(),
-            kind: pb::FinalKind::Error as i32,
-            text: "this planner lost the turn to another replica (its store was out of reach for longer than the lease), so it stopped here".to_owned(),
-            ..Default::default()
-        };
-        self.emit(sink, pb::turn_event::Event::Finished(finished))
-            .await;
-    }
-
-    /// Runs the signed executor, unless the turn is cancelled first. `named_writes`: the
-    /// resolved paths that run code later which the person named and approved.
-    pub(crate) async fn execute(
-        &self,
-        turn_id: &str,
-        executor: &Executor,
-        args: &Value,
-        named_writes: &[std::path::PathBuf],
-        cancel: &mut watch::Receiver<bool>,
-    ) -> Observation {
-        let span = tracing::info_span!("executor", executor = %executor.name());
-        let run = self
-            .runner
-            .run_naming(&self.catalog, executor, args, named_writes)
-            .instrument(span);
-        tokio::select! {
-            observation = run => observation,
-            () = self.cancelled(turn_id, cancel) => Observation::failure("cancelled before the executor finished"),
-        }
-    }
-
-    /// Stores the checkpoint as `state` (with the token it waits on, if any).
-    pub(crate) async fn save(
-        &self,
-        cp: &Checkpoint,
-        state: State,
-        token: Option<&str>,
-    ) -> Result<(), String> {
-        let checkpoint = serde_json::to_string(cp).map_err(|e| e.to_string())?;
-        let status = match state {
-            State::Suspended => "awaiting_approval",
-            _ => "running",
-        };
-        self.show(cp, status).await;
-        match self
-            .store
-            .save(&cp.turn_id, state, token, &checkpoint, now_ms())
-            .await
-        {
-            Ok(true) => Ok(()),
-            Ok(false) => Err("the turn is no longer held by this planner".to_owned()),
-            Err(e) => Err(e.to_string()),
-        }
-    }
-
-    /// Shows the turn as it is now to the spectator (its record so far, `status` for its
-    /// end: `running`, `awaiting_approval`); a failure costs the view, never the turn.
-    pub(crate) async fn show(&self, cp: &Checkpoint, status: &str) {
-        let live = self.record_as(cp, status, None).to_string();
-        if let Err(e) = self.store.set_live(&cp.turn_id, &live, now_ms()).await {
-            tracing::debug!(error = %e, "the turn's live record was not written");
-        }
-    }
-
-    /// The turn's record, as the turn log and the store keep it (no values, no text).
-    pub(crate) fn record(&self, cp: &Checkpoint, kind: FinalKind, reason: Option<&str>) -> Value {
-        self.record_as(cp, kind.as_str(), reason)
-    }
-
-    fn record_as(&self, cp: &Checkpoint, kind: &str, reason: Option<&str>) -> Value {
-        let latency_ms = u64::try_from(now_ms() - cp.started_ms).unwrap_or(0);
-        let mut record = json!({
-            "turn_id": cp.turn_id,
-            "principal": {"channel": cp.channel, "sender_id": cp.sender_id},
-            "level": cp.level.to_proto().as_str_name(),
-            "mode": cp.mode,
-            "tiers": cp.tiers_used,
-            "models": cp.models,
-            "steps": cp.steps,
-            "final_kind": kind,
-            "latency_ms": latency_ms,
-            "active_ms": cp.active_ms,
-            "usage": {"prompt_tokens": cp.prompt_tokens, "completion_tokens": cp.completion_tokens},
-            "started_at": metnos_kit::time::rfc3339(cp.started_ms),
-            "ended_at": metnos_kit::time::rfc3339(now_ms()),
-        });
-        if let Some(reason) = reason {
-            record["reason"] = json!(reason);
-        }
-        record
-    }
-
-    /// Ends the turn: the store, the log, the event. Written once: a turn this process no
-    /// longer holds was ended (or taken over) elsewhere.
-    pub(crate) async fn close(&self, cp: &mut Checkpoint, sink: &Sink, outcome: Finish) {
-        let latency_ms = u64::try_from(now_ms() - cp.started_ms).unwrap_or(0);
-        let kind_name = outcome.kind.as_str();
-        let record = self.record(cp, outcome.kind, None);
-        let mut finished = self
-            .store
-            .finish(&cp.turn_id, &record.to_string(), now_ms())
-            .await;
-        // A store that failed for a moment is asked again while the lease holds: a turn
-        // left to the sweep would be ended as interrupted after its person got the answer.
-        for _ in 0..3 {
-            if finished.is_ok() {
-                break;
-            }
-            tokio::time::sleep(std::time::Duration::from_millis(300)).await;
-            finished = self
-                .store
-                .finish(&cp.turn_id, &record.to_string(), now_ms())
-                .await;
-        }
-        match finished {
-            Ok(true) => self.log.append(&record, now_ms()),
-            Ok(false) => {
-                tracing::warn!(
-                    "the turn is no longer held by this planner; its end is not recorded here"
-                );
-                // Another replica ended it meanwhile, keeping a notice for its person; the
-                // person gets this answer, not "I was restarted".
-                let _ = self.store.answered(&cp.turn_id, now_ms()).await;
-            }
-            Err(e) => {
-                // Its lease lapses: whichever replica sweeps it writes its one line.
-                tracing::warn!(error = %e, "cannot record the finished turn in the store; the lease sweep will end it");
-            }
-        }
-        tracing::info!(
-            final_kind = kind_name,
-            latency_ms,
-            steps = cp.steps.len(),
-            "turn finished"
-        );
-        let finished = pb::TurnFinished {
-            turn_id: cp.turn_id.clone(),
-            kind: outcome.kind.to_wire() as i32,
-            text: outcome.text,
-            latency_ms,
-            usage: Some(pb::TokenUsage {
-                prompt_tokens: cp.prompt_tokens,
-                completion_tokens: cp.completion_tokens,
-            }),
-        };
-        self.emit(sink, pb::turn_event::Event::Finished(finished))
-            .await;
+impl crate::proactive::TurnStarter for Planner {
+    fn start_scheduled(self: Arc<Self>, request: &TurnRequest, sink: Sink) -> String {
+        let mut cp = self.start(request);
+        cp.scheduled = true;
+        let turn_id = cp.turn_id.clone();
+        tokio::spawn(self.run(cp, sink));
+        turn_id
     }
 }

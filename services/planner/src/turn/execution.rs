@@ -9,8 +9,18 @@ use metnos_llm::Tier;
 use metnos_proto::planner::v1 as pb;
 use serde_json::{Value, json};
 
-use crate::turn::engine::{Planner, Sink};
+use metnos_executors::{Catalog, Executor, Runner};
+use metnos_kit::config::TurnsConfig;
+use tokio::sync::watch;
+use tracing::Instrument;
+
+use crate::llm::{LlmSlot, tier_used};
+use crate::store::Store;
+use crate::turn::flow::{Sink, emit, refusal};
+use crate::turn::paths;
+use crate::turn::record::Records;
 use crate::turn::rules;
+use crate::turn::running::cancelled;
 use crate::turn::scratch;
 use crate::turn::taint;
 use crate::turn::{Call, Checkpoint, Hist, StepLog};
@@ -22,7 +32,91 @@ struct Shown {
     scratchpad_id: Option<String>,
 }
 
-impl Planner {
+/// Running a cleared call and completing its step: the observation shown to the LLM (a
+/// large one through the scratchpad), kept for piping, labelled, and told to the stream.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Execution<'a> {
+    config: &'a TurnsConfig,
+    catalog: &'a Catalog,
+    runner: &'a Runner,
+    store: &'a Store,
+    llm: &'a LlmSlot,
+    records: Records<'a>,
+}
+
+impl<'a> Execution<'a> {
+    pub(crate) fn new(
+        config: &'a TurnsConfig,
+        catalog: &'a Catalog,
+        runner: &'a Runner,
+        store: &'a Store,
+        llm: &'a LlmSlot,
+        records: Records<'a>,
+    ) -> Execution<'a> {
+        Execution {
+            config,
+            catalog,
+            runner,
+            store,
+            llm,
+            records,
+        }
+    }
+
+    /// Runs the signed executor, unless the turn is cancelled first. `named_writes`: the
+    /// resolved paths that run code later which the person named and approved.
+    pub(crate) async fn execute(
+        &self,
+        turn_id: &str,
+        executor: &Executor,
+        args: &Value,
+        named_writes: &[std::path::PathBuf],
+        cancel: &mut watch::Receiver<bool>,
+    ) -> Observation {
+        let span = tracing::info_span!("executor", executor = %executor.name());
+        let run = self
+            .runner
+            .run_naming(self.catalog, executor, args, named_writes)
+            .instrument(span);
+        tokio::select! {
+            observation = run => observation,
+            () = cancelled(self.store, turn_id, cancel) => Observation::failure("cancelled before the executor finished"),
+        }
+    }
+
+    /// The duplicate-read guard learns a target once a call on it succeeded (a failed
+    /// read, a timed-out fetch or a refused write may be tried again).
+    pub(crate) fn note_seen(
+        &self,
+        cp: &mut Checkpoint,
+        executor: &str,
+        args: &Value,
+        step: u32,
+        observation: &Observation,
+    ) {
+        if !observation.ok {
+            return;
+        }
+        if let Some(key) = paths::guard_key_of(self.catalog, &self.runner.user_home, executor, args)
+        {
+            cp.seen_targets.push((executor.to_owned(), key, step));
+        }
+    }
+
+    /// `scratchpad_read` of this turn's own pages.
+    pub(crate) async fn read_scratch(
+        &self,
+        cp: &Checkpoint,
+        call: &Call,
+    ) -> (Observation, Vec<String>) {
+        if cp.scratch_ids.is_empty() {
+            return (refusal("the scratchpad is empty in this turn"), Vec::new());
+        }
+        let observation = scratch::read(self.store, &cp.turn_id, &call.arguments).await;
+        let labels = self.labels_for(cp, call, &call.arguments, &observation);
+        (observation, labels)
+    }
+
     /// What the LLM sees of an observation of step `n`, and what piping keeps of it: a
     /// large one goes to the scratchpad and both become its id and summary.
     /// A `scratchpad_read` answer is never stored again: it is already bounded
@@ -44,7 +138,7 @@ impl Planner {
                 scratchpad_id: None,
             };
         }
-        match scratch::store(&self.store, &cp.turn_id, n, observation, size).await {
+        match scratch::store(self.store, &cp.turn_id, n, observation, size).await {
             Ok(synthetic) => {
                 let id = synthetic["scratchpad_id"]
                     .as_str()
@@ -137,7 +231,7 @@ impl Planner {
         };
         let duration_ms = log.duration_ms;
         cp.steps.push(log.keys_only());
-        self.show(cp, "running").await;
+        self.records.show(cp, "running").await;
         let observed = pb::ObservationSummary {
             step: n,
             ok: observation.ok,
@@ -145,8 +239,7 @@ impl Planner {
             scratchpad_id: scratchpad_id.unwrap_or_default(),
             duration_ms,
         };
-        self.emit(sink, pb::turn_event::Event::Observation(observed))
-            .await;
+        emit(sink, pb::turn_event::Event::Observation(observed)).await;
     }
 
     /// Where the observation of `call` (run with `args`) came from.
@@ -180,9 +273,10 @@ impl Planner {
             .and_then(Value::as_str)
             .unwrap_or_default();
         let target = match call.name.as_str() {
-            "fs_read" | "fs_list" | "parse_local" if !target.is_empty() => {
-                from_home(&self.guard_key(&call.name, target), &self.runner.user_home)
-            }
+            "fs_read" | "fs_list" | "parse_local" if !target.is_empty() => paths::from_home(
+                &paths::guard_key(&self.runner.user_home, &call.name, target),
+                &self.runner.user_home,
+            ),
             _ => target.to_owned(),
         };
         let value = serde_json::to_value(observation).unwrap_or(Value::Null);
@@ -207,7 +301,7 @@ impl Planner {
         if !rules::escalates(cp.mode, cp.tier, cp.failures, after) {
             return;
         }
-        if self.tier_used(Tier::Wise) == self.tier_used(cp.tier) {
+        if tier_used(self.llm, Tier::Wise) == tier_used(self.llm, cp.tier) {
             tracing::info!(
                 failures = cp.failures,
                 "hybrid turn would escalate, but no wise tier is configured"
@@ -246,22 +340,6 @@ fn carries_output(observation: &Observation, requested: Option<&str>) -> bool {
         || meta("final_url")
             .and_then(Value::as_str)
             .is_some_and(|url| !url.is_empty() && Some(url) != requested)
-}
-
-/// `path` spelled from the person's home (`~/Documents/x`), as a card shows it.
-pub(crate) fn from_home(path: &str, home: &std::path::Path) -> String {
-    let home = home.to_string_lossy();
-    let home = home.trim_end_matches('/');
-    if home.is_empty() {
-        return path.to_owned();
-    }
-    if path == home {
-        "~".to_owned()
-    } else if let Some(rest) = path.strip_prefix(home).and_then(|r| r.strip_prefix('/')) {
-        format!("~/{rest}")
-    } else {
-        path.to_owned()
-    }
 }
 
 #[cfg(test)]

@@ -15,18 +15,22 @@
 //!   approval and going on after it), [`execution`] (running, observing, the scratchpad);
 //! - [`recover`]: turns whose replica died, and notices kept for their person.
 
+pub mod asking;
 pub mod cards;
 pub mod engine;
 pub mod execution;
+pub(crate) mod flow;
+pub(crate) mod paths;
 pub mod piping;
 pub mod prefilter;
+pub mod record;
 pub mod recover;
 pub mod rules;
+pub(crate) mod running;
 pub mod scratch;
 pub mod state;
 pub mod suspension;
 pub mod taint;
 pub mod vetting;
 
-pub use engine::{Parts, Planner, Sink};
 pub use state::*;

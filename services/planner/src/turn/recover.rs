@@ -12,8 +12,15 @@ use metnos_proto::planner::v1 as pb;
 use tokio::sync::mpsc;
 
 use crate::store::State;
-use crate::turn::engine::Planner;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+
+use crate::filters::Filters;
+use crate::store::Store;
+use crate::turn::flow::Sink;
+use crate::turn::record::Records;
 use crate::turn::{Checkpoint, FinalKind};
+use crate::turnlog::TurnLog;
 
 /// The record of a turn ended with an error when its checkpoint cannot be read: who, why,
 /// when.
@@ -39,15 +46,29 @@ const NOTICE_CLAIM_MS: i64 = 180_000;
 
 /// Clears the "delivering" mark when a delivery ends (even by a panic, or a task dropped
 /// before it ran).
-struct Delivering(std::sync::Arc<Planner>);
+struct Delivering(Arc<AtomicBool>);
 
 impl Drop for Delivering {
     fn drop(&mut self) {
-        self.0
-            .delivering
-            .store(false, std::sync::atomic::Ordering::Release);
+        self.0.store(false, Ordering::Release);
     }
 }
+
+/// What a replica does for the turns others left behind, and for the notices of turns
+/// nobody follows any more. Cheap to clone: its deliveries run on their own.
+#[derive(Debug, Clone)]
+pub(crate) struct Recovery {
+    store: Store,
+    filters: Arc<dyn Filters>,
+    log: TurnLog,
+    /// Whether notices are being delivered now (one delivery at a time), and whether a
+    /// run was asked for meanwhile.
+    delivering: Arc<AtomicBool>,
+    deliver_again: Arc<AtomicBool>,
+}
+
+/// Resumes a turn here (the planner's own loop, for a turn this replica took up).
+pub(crate) type Resume<'r> = &'r (dyn Fn(Checkpoint, Sink) + Send + Sync);
 
 /// What the person of a turn a restart interrupted is told, in their language, naming
 /// their request (its first 80 characters).
@@ -97,14 +118,28 @@ fn within_message(text: &str) -> String {
     format!("{}{NOTE}", &text[..end])
 }
 
-impl Planner {
+impl Recovery {
+    pub(crate) fn new(store: Store, filters: Arc<dyn Filters>, log: TurnLog) -> Recovery {
+        Recovery {
+            store,
+            filters,
+            log,
+            delivering: Arc::new(AtomicBool::new(false)),
+            deliver_again: Arc::new(AtomicBool::new(false)),
+        }
+    }
+
     /// Ends the terminal's turns whose request expired while nobody followed them (the
     /// terminal was closed): each goes on without the call to its final answer, kept in
     /// the turn log. (A channel's turns are resumed by that channel: the gateway, which
     /// can still send the final message.) `grace_ms` after the expiry: a terminal still
     /// following its turn sees the expiry first and goes on itself. Returns how many were
     /// taken up.
-    pub async fn resume_expired_unfollowed(self: &std::sync::Arc<Self>, grace_ms: i64) -> usize {
+    pub(crate) async fn resume_expired_unfollowed(
+        &self,
+        grace_ms: i64,
+        resume: Resume<'_>,
+    ) -> usize {
         let turns = match self.store.suspended_on(CLI, 1000).await {
             Ok(turns) => turns,
             Err(e) => {
@@ -149,8 +184,7 @@ impl Planner {
             tracing::info!(turn_id = %found.turn_id, "a turn whose request expired unfollowed goes on");
             let (sink, mut events) = mpsc::channel(64);
             tokio::spawn(async move { while events.recv().await.is_some() {} });
-            let planner = std::sync::Arc::clone(self);
-            tokio::spawn(planner.resume(cp, sink));
+            resume(cp, sink);
         }
         taken
     }
@@ -164,7 +198,7 @@ impl Planner {
     /// told what became of a turn nobody follows any more (see
     /// [`Planner::deliver_notices`]). Returns how many turns were ended, released and
     /// resumed.
-    pub async fn sweep_leases(self: &std::sync::Arc<Self>) -> (usize, usize, usize) {
+    pub(crate) async fn sweep_leases(&self, resume: Resume<'_>) -> (usize, usize, usize) {
         let now = now_ms();
         let expired = match self.store.expired(now, 200).await {
             Ok(turns) => turns,
@@ -213,17 +247,20 @@ impl Planner {
                 Ok(p) => p.status != approval::ApprovalStatus::Pending as i32,
                 Err(status) => status.code() == tonic::Code::NotFound,
             };
-            if !decided || !self.claim(&found.turn_id, &pending.token).await {
+            if !decided
+                || !Records::new(&self.store, &self.log)
+                    .claim(&found.turn_id, &pending.token)
+                    .await
+            {
                 continue;
             }
             resumed += 1;
             tracing::info!(turn_id = %found.turn_id, "a decided turn nobody resumed goes on here");
             // Nobody follows it: a channel's person gets its final answer as a notice.
             let (sink, events) = mpsc::channel(64);
-            let planner = std::sync::Arc::clone(self);
             let told = (found.channel != CLI).then(|| found.turn_id.clone());
-            tokio::spawn(planner.deliver_final(events, told));
-            tokio::spawn(std::sync::Arc::clone(self).resume(cp, sink));
+            tokio::spawn(self.clone().deliver_final(events, told));
+            resume(cp, sink);
         }
         self.deliver_notices_soon();
         (ended, released, resumed)
@@ -231,11 +268,7 @@ impl Planner {
 
     /// Follows a turn nobody else follows to its end; for `told` (a channel's turn), its
     /// final text becomes the notice its person gets.
-    async fn deliver_final(
-        self: std::sync::Arc<Self>,
-        mut events: mpsc::Receiver<pb::TurnEvent>,
-        told: Option<String>,
-    ) {
+    async fn deliver_final(self, mut events: mpsc::Receiver<pb::TurnEvent>, told: Option<String>) {
         let mut last = None;
         let person = self.person_of(told.as_deref()).await;
         while let Some(event) = events.recv().await {
@@ -311,7 +344,9 @@ impl Planner {
         const REASON: &str = "interrupted: the planner stopped while the turn ran";
         let checkpoint = serde_json::from_str::<Checkpoint>(&turn.checkpoint).ok();
         let record = match &checkpoint {
-            Some(cp) => self.record(cp, FinalKind::Error, Some(REASON)),
+            Some(cp) => {
+                Records::new(&self.store, &self.log).record(cp, FinalKind::Error, Some(REASON))
+            }
             None => bare_record(turn, REASON),
         };
         // A channel's person is told (the terminal saw its stream end).
@@ -347,18 +382,18 @@ impl Planner {
     /// Delivers the notices of turns nobody followed to their end, through the gateway,
     /// on a task of its own (one at a time in this process), so a slow gateway never holds
     /// the lease sweep. See [`Planner::deliver_notices`].
-    pub fn deliver_notices_soon(self: &std::sync::Arc<Self>) {
-        use std::sync::atomic::Ordering;
+    pub(crate) fn deliver_notices_soon(&self) {
         // A run in progress takes this call's notices too: it runs again when it ends.
         self.deliver_again.store(true, Ordering::Release);
         if self.delivering.swap(true, Ordering::AcqRel) {
             return;
         }
-        let guard = Delivering(std::sync::Arc::clone(self));
+        let guard = Delivering(Arc::clone(&self.delivering));
+        let recovery = self.clone();
         tokio::spawn(async move {
-            let planner = &guard.0;
-            while planner.deliver_again.swap(false, Ordering::AcqRel) {
-                planner.deliver_notices().await;
+            let _guard = guard;
+            while recovery.deliver_again.swap(false, Ordering::AcqRel) {
+                recovery.deliver_notices().await;
             }
         });
     }

@@ -13,20 +13,22 @@ use metnos_proto::planner::v1 as pb;
 use tokio::sync::{mpsc, watch};
 
 use crate::store::State;
-use crate::turn::engine::{Planner, Sink, StepOutcome, refusal};
+use std::sync::Arc;
+
+use metnos_executors::Catalog;
+
+use crate::filters::Filters;
+use crate::proactive::scheduler::Scheduler;
+use crate::store::Store;
+use crate::turn::cards::Asked;
+use crate::turn::execution::Execution;
+use crate::turn::flow::{Sink, StepOutcome, emit, refusal};
+use crate::turn::record::Records;
+use crate::turn::running::cancelled;
 use crate::turn::vetting::Cleared;
 use crate::turn::{
     ApprovalDecision, Call, Checkpoint, FinalKind, Finish, PendingCall, StepLog, finish,
 };
-
-/// What a card asks about: the call's arguments as they will run, the approval request, and
-/// the resolved path of a write that runs code later it names (the only such path the
-/// approved call may write).
-pub(crate) struct Asked {
-    pub args: serde_json::Value,
-    pub request: approval::CreatePendingRequest,
-    pub named_write: Option<String>,
-}
 
 fn decision_of(status: approval::ApprovalStatus) -> ApprovalDecision {
     match status {
@@ -40,49 +42,35 @@ fn decision_of(status: approval::ApprovalStatus) -> ApprovalDecision {
     }
 }
 
-impl Planner {
-    /// Cancels the turn `found`, wherever it runs: signalled here; ended here if it waits
-    /// or its holder's lease expired; else flagged for the replica that holds it, and its
-    /// approval request cancelled now, so a decision that comes later cannot run the call
-    /// (the holder checks the flag again before it runs anything). `false`: it had already
-    /// finished.
-    pub async fn cancel_turn(
-        self: &std::sync::Arc<Self>,
-        found: &crate::store::StoredTurn,
-    ) -> Result<bool, crate::error::Error> {
-        let store = &self.store;
-        let turn_id = &found.turn_id;
-        if found.state == State::Finished {
-            return Ok(false);
+/// Waiting for a person's decision on a call and going on after it.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Suspension<'a> {
+    filters: &'a Arc<dyn Filters>,
+    store: &'a Store,
+    catalog: &'a Catalog,
+    /// The standing orders a card may make or delete (none: they are off here).
+    orders: Option<&'a Scheduler>,
+    execution: Execution<'a>,
+    records: Records<'a>,
+}
+
+impl<'a> Suspension<'a> {
+    pub(crate) fn new(
+        filters: &'a Arc<dyn Filters>,
+        store: &'a Store,
+        catalog: &'a Catalog,
+        orders: Option<&'a Scheduler>,
+        execution: Execution<'a>,
+        records: Records<'a>,
+    ) -> Suspension<'a> {
+        Suspension {
+            filters,
+            store,
+            catalog,
+            orders,
+            execution,
+            records,
         }
-        store.request_cancel(turn_id).await?;
-        if self.signal_cancel(turn_id) {
-            return Ok(true);
-        }
-        let expired = found.lease_until < now_ms();
-        let takeable =
-            found.state == State::Suspended || (found.state == State::Resuming && expired);
-        if takeable {
-            let mut checkpoint = serde_json::from_str::<Checkpoint>(&found.checkpoint)
-                .map_err(crate::error::Error::UnreadableCheckpoint)?;
-            let token = found.approval_token.as_deref().unwrap_or_default();
-            if store
-                .claim_suspended_at(turn_id, Some(token), now_ms())
-                .await?
-            {
-                self.cancel_claimed(&mut checkpoint).await;
-                return Ok(true);
-            }
-        } else if found.state == State::Running
-            && expired
-            && self.end_interrupted(found, false).await
-        {
-            return Ok(true);
-        }
-        if let Some(token) = &found.approval_token {
-            let _ = self.filters.cancel(token, "the turn was cancelled").await;
-        }
-        Ok(true)
     }
 
     /// Ends a claimed, suspended turn as cancelled (its approval is cancelled too).
@@ -94,7 +82,8 @@ impl Planner {
                 .await;
         }
         let (sink, _rx) = mpsc::channel(16);
-        self.close(cp, &sink, finish(FinalKind::Cancelled, "cancelled"))
+        self.records
+            .close(cp, &sink, finish(FinalKind::Cancelled, "cancelled"))
             .await;
     }
 
@@ -137,7 +126,8 @@ impl Planner {
             Ok(hash) => hash,
             Err(e) => {
                 let why = refusal(format!("cannot hash the call: {e}"));
-                self.observe(cp, sink, &call, log, why, Vec::new(), Instant::now())
+                self.execution
+                    .observe(cp, sink, &call, log, why, Vec::new(), Instant::now())
                     .await;
                 return StepOutcome::Continue;
             }
@@ -152,7 +142,8 @@ impl Planner {
                     "this call cannot be put on a card, so it was not run: {}",
                     status.message()
                 ));
-                self.observe(cp, sink, &call, log, why, Vec::new(), Instant::now())
+                self.execution
+                    .observe(cp, sink, &call, log, why, Vec::new(), Instant::now())
                     .await;
                 return StepOutcome::Continue;
             }
@@ -163,16 +154,17 @@ impl Planner {
                     status.message()
                 );
                 log.approval_decision = Some(ApprovalDecision::Unavailable);
-                self.observe(
-                    cp,
-                    sink,
-                    &call,
-                    log,
-                    refusal(message.clone()),
-                    Vec::new(),
-                    Instant::now(),
-                )
-                .await;
+                self.execution
+                    .observe(
+                        cp,
+                        sink,
+                        &call,
+                        log,
+                        refusal(message.clone()),
+                        Vec::new(),
+                        Instant::now(),
+                    )
+                    .await;
                 tracing::warn!(code = ?status.code(), reason = %status.message(), "the approval service could not be asked; the turn ends");
                 return StepOutcome::Finished(finish(
                     FinalKind::Error,
@@ -204,7 +196,11 @@ impl Planner {
             expires_at: pending.expires_at.as_ref().map(|t| (t.seconds, t.nanos)),
             named_write,
         });
-        if let Err(e) = self.save(cp, State::Suspended, Some(&pending.token)).await {
+        if let Err(e) = self
+            .records
+            .save(cp, State::Suspended, Some(&pending.token))
+            .await
+        {
             return StepOutcome::Finished(self.withdraw(cp, &pending.token, &e).await);
         }
         let awaiting = pb::AwaitingApproval {
@@ -213,8 +209,7 @@ impl Planner {
             card: created.card,
             expires_at: pending.expires_at,
         };
-        self.emit(sink, pb::turn_event::Event::AwaitingApproval(awaiting))
-            .await;
+        emit(sink, pb::turn_event::Event::AwaitingApproval(awaiting)).await;
         StepOutcome::Suspended
     }
 
@@ -227,7 +222,7 @@ impl Planner {
         pending: &PendingCall,
         decision: &approval::PendingApproval,
     ) {
-        let Some(scheduler) = self.scheduler.get() else {
+        let Some(scheduler) = self.orders else {
             return;
         };
         let chosen = decision
@@ -258,7 +253,7 @@ impl Planner {
         };
         tokio::spawn(crate::proactive::proposals::after_approval(
             self.store.db().clone(),
-            std::sync::Arc::clone(&self.filters),
+            std::sync::Arc::clone(self.filters),
             scheduler.fatigue,
             seen,
             now_ms(),
@@ -284,8 +279,7 @@ impl Planner {
                 .expires_at
                 .map(|(seconds, nanos)| prost_types::Timestamp { seconds, nanos }),
         };
-        self.emit(sink, pb::turn_event::Event::AwaitingApproval(awaiting))
-            .await;
+        emit(sink, pb::turn_event::Event::AwaitingApproval(awaiting)).await;
     }
 
     /// Waits for the pending call's decision while the client listens; applies it.
@@ -305,9 +299,9 @@ impl Planner {
         let decided = tokio::select! {
             decided = self.filters.wait_decision(&pending.token) => decided,
             () = sink.closed() => return self.wait_elsewhere(cp, &pending, claimed).await,
-            () = self.cancelled(&turn_id, cancel) => {
+            () = cancelled(self.store, &turn_id, cancel) => {
                 // A waiting turn is ended by whoever claims it (only one does).
-                if !claimed && !self.claim(&turn_id, &pending.token).await {
+                if !claimed && !self.records.claim(&turn_id, &pending.token).await {
                     return None;
                 }
                 let _ = self.filters.cancel(&pending.token, "the turn was cancelled").await;
@@ -317,19 +311,18 @@ impl Planner {
                     token: pending.token.clone(),
                     status: approval::ApprovalStatus::Cancelled as i32,
                 };
-                self.emit(sink, pb::turn_event::Event::ApprovalDecided(decided)).await;
+                emit(sink, pb::turn_event::Event::ApprovalDecided(decided)).await;
                 cp.pending = None;
                 return Some(StepOutcome::Finished(finish(FinalKind::Cancelled, "cancelled")));
             }
         };
         // Only one caller continues a turn: the one that claims it.
-        if !claimed && !self.claim(&cp.turn_id, &pending.token).await {
+        if !claimed && !self.records.claim(&cp.turn_id, &pending.token).await {
             let suspended = pb::TurnSuspended {
                 turn_id: cp.turn_id.clone(),
                 token: pending.token.clone(),
             };
-            self.emit(sink, pb::turn_event::Event::Suspended(suspended))
-                .await;
+            emit(sink, pb::turn_event::Event::Suspended(suspended)).await;
             return None;
         }
         match decided {
@@ -361,7 +354,11 @@ impl Planner {
         if !claimed {
             return None;
         }
-        let Err(e) = self.save(cp, State::Suspended, Some(&pending.token)).await else {
+        let Err(e) = self
+            .records
+            .save(cp, State::Suspended, Some(&pending.token))
+            .await
+        else {
             return None;
         };
         Some(StepOutcome::Finished(
@@ -411,9 +408,13 @@ impl Planner {
                 }
                 if crate::proactive::tools::is_carded(&pending.call.name) {
                     // A standing order approved on its card: made (or deleted) here, once.
-                    return Ok(self
-                        .schedule_decided(cp, pending, &decision.edited_schedule)
-                        .await);
+                    return Ok(crate::proactive::tools::decided(
+                        self.orders,
+                        cp,
+                        pending,
+                        &decision.edited_schedule,
+                    )
+                    .await);
                 }
                 match self.catalog.get(&pending.call.name).cloned() {
                     Some(executor) => executor,
@@ -455,6 +456,7 @@ impl Planner {
                     .map(std::path::PathBuf::from)
                     .collect();
                 Ok(self
+                    .execution
                     .execute(&cp.turn_id, &executor, &pending.args, &named, cancel)
                     .await)
             }
@@ -495,8 +497,7 @@ impl Planner {
             token: pending.token.clone(),
             status: status as i32,
         };
-        self.emit(sink, pb::turn_event::Event::ApprovalDecided(decided))
-            .await;
+        emit(sink, pb::turn_event::Event::ApprovalDecided(decided)).await;
         let index = pending.step as usize - 1;
         let mut log = cp.steps.get(index).cloned().unwrap_or_default();
         cp.steps.truncate(index);
@@ -512,7 +513,7 @@ impl Planner {
                 return outcome;
             }
         };
-        self.note_seen(
+        self.execution.note_seen(
             cp,
             &pending.call.name,
             &pending.args,
@@ -527,21 +528,23 @@ impl Planner {
         let started_at = started.checked_sub(waited).unwrap_or(started);
         // Only a call that ran observed the world.
         let labels = if status == approval::ApprovalStatus::Approved {
-            self.labels_for(cp, &pending.call, &pending.args, &observation)
+            self.execution
+                .labels_for(cp, &pending.call, &pending.args, &observation)
         } else {
             Vec::new()
         };
-        self.observe(
-            cp,
-            sink,
-            &pending.call,
-            log,
-            observation,
-            labels,
-            started_at,
-        )
-        .await;
-        if let Err(e) = self.save(cp, State::Running, None).await {
+        self.execution
+            .observe(
+                cp,
+                sink,
+                &pending.call,
+                log,
+                observation,
+                labels,
+                started_at,
+            )
+            .await;
+        if let Err(e) = self.records.save(cp, State::Running, None).await {
             tracing::error!(error = %e, "cannot store the turn's progress; it stops here");
             return StepOutcome::Finished(finish(
                 FinalKind::Error,

@@ -15,7 +15,12 @@ use metnos_proto::planner::v1 as pb;
 use metnos_proto::vaglio::v1 as vaglio;
 use serde_json::Value;
 
-use crate::turn::engine::Planner;
+use metnos_executors::{Catalog, Runner};
+use metnos_kit::config::TurnsConfig;
+
+use crate::filters::Filters;
+use crate::store::Store;
+use crate::turn::paths;
 use crate::turn::piping;
 use crate::turn::rules::{self, Outcome, Strictest};
 use crate::turn::taint;
@@ -126,7 +131,33 @@ fn unavailable(
     }
 }
 
-impl Planner {
+/// The filter pipeline of one call: what it needs to ask, and nothing else.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Vetting<'a> {
+    config: &'a TurnsConfig,
+    catalog: &'a Catalog,
+    runner: &'a Runner,
+    filters: &'a dyn Filters,
+    store: &'a Store,
+}
+
+impl<'a> Vetting<'a> {
+    pub(crate) fn new(
+        config: &'a TurnsConfig,
+        catalog: &'a Catalog,
+        runner: &'a Runner,
+        filters: &'a dyn Filters,
+        store: &'a Store,
+    ) -> Vetting<'a> {
+        Vetting {
+            config,
+            catalog,
+            runner,
+            filters,
+            store,
+        }
+    }
+
     /// Puts `call` (step `log.step`) through every filter. `started` is when the step began
     /// (the log's `checks_us` count from it); `events` gets the policy and vaglio answers.
     pub(crate) async fn vet(
@@ -150,7 +181,7 @@ impl Planner {
             .and_then(Value::as_str)
             .unwrap_or_default()
             .to_owned();
-        let key = self.guard_key(&call.name, &target);
+        let key = paths::guard_key(&self.runner.user_home, &call.name, &target);
         if let Some(earlier) = rules::earlier_step(&cp.seen_targets, &call.name, &key) {
             log.validation = Validation::Duplicate;
             return Err(Refusal::Refused(format!(
@@ -328,8 +359,8 @@ impl Planner {
         if target.trim().is_empty() || hidden(target) {
             return false;
         }
-        let real = self.guard_key("fs_write", target);
-        let home = crate::turn::execution::from_home(&real, &self.runner.user_home);
+        let real = paths::guard_key(&self.runner.user_home, "fs_write", target);
+        let home = paths::from_home(&real, &self.runner.user_home);
         !hidden(&home)
             && !std::path::Path::new(&real).exists()
             && [target, real.as_str(), home.as_str()]
@@ -362,7 +393,7 @@ impl Planner {
         };
         let rule = places.rule(&lexical, &real, &std::cell::OnceCell::new())?;
         let real = real.to_string_lossy().into_owned();
-        let shown = crate::turn::execution::from_home(&real, home);
+        let shown = paths::from_home(&real, home);
         let named = [target, real.as_str(), shown.as_str()]
             .iter()
             .any(|spelled| spelled.len() > 1 && mentions_path(message, spelled));
@@ -503,43 +534,6 @@ impl Planner {
             }
         }
         Ok((strictest, started.elapsed()))
-    }
-
-    /// What the duplicate-read guard compares for `executor` on `target`: a path with `~`
-    /// expanded, `.`/`..` folded and symbolic links followed (`~/x`, `/home/u/x` and
-    /// `~/d/../x` are one file); a URL as the URL parser writes it, without its fragment.
-    pub(crate) fn guard_key(&self, executor: &str, target: &str) -> String {
-        use metnos_executors::scope::{expand_home, normalize, resolve};
-        if target.is_empty() {
-            return String::new();
-        }
-        if executor == "web_fetch" {
-            return url::Url::parse(target).map_or_else(
-                |_| target.to_owned(),
-                |mut url| {
-                    url.set_fragment(None);
-                    url.to_string()
-                },
-            );
-        }
-        let lexical = normalize(&expand_home(target, &self.runner.user_home));
-        resolve(&lexical)
-            .unwrap_or(lexical)
-            .to_string_lossy()
-            .into_owned()
-    }
-
-    /// The guard's key of a call about to run, from its executor's target argument.
-    pub(crate) fn guard_key_of(&self, executor: &str, args: &Value) -> Option<String> {
-        let target = self
-            .catalog
-            .get(executor)?
-            .manifest
-            .target_arg
-            .as_deref()
-            .and_then(|k| args.get(k))
-            .and_then(Value::as_str)?;
-        rules::is_duplicate_guarded(executor, target).then(|| self.guard_key(executor, target))
     }
 
     /// Where a path target really leads, when a symbolic link makes that differ from what

@@ -1,0 +1,295 @@
+//! One turn's question to the LLM: the conversation so far, the tools it is offered, its
+//! answer taken in — on a tier policy allows for this person.
+
+use std::time::Duration;
+
+use metnos_executors::Catalog;
+use metnos_kit::config::TurnsConfig;
+use metnos_llm::{ChatRequest, LlmError, Message, Outcome, Tier, ToolCall, ToolDef};
+use tokio::sync::watch;
+
+use crate::filters::Filters;
+use crate::llm::{Llm, LlmSlot};
+use crate::store::Store;
+use crate::turn::rules;
+use crate::turn::running::cancelled;
+use crate::turn::scratch;
+use crate::turn::{Call, Checkpoint, FinalKind, Finish, Hist, Mode, finish};
+
+fn language_name(cp: &Checkpoint) -> &'static str {
+    match cp.language {
+        Some(metnos_core::Language::English) => "English",
+        Some(metnos_core::Language::Italian) => "Italian",
+        None => "the language of the person's request",
+    }
+}
+
+const SYSTEM_PROMPT: &str = "You are Metnos, a personal agent acting for one person. \
+Use the tools to do what they ask, one step at a time; when you have what you need, answer in plain \
+text without calling any tool. To pass a previous step's result to a tool, set an argument's whole \
+value to {{stepN.field}}, for example {{step1.content}} or {{step2.metadata.path}}; it works only as \
+an argument's entire value. In your final answer write the actual values, never {{...}} references. \
+Observations are JSON with their step number; a large one is stored in the scratchpad and shown as a \
+summary with a scratchpad_id: call scratchpad_read with that id to read more of it. If a tool call \
+is refused, do not insist: explain or try another way.";
+
+/// One turn's question to the LLM: the conversation so far, the tools it is offered, its
+/// answer taken in, on a tier policy allows.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Asking<'a> {
+    llm: &'a LlmSlot,
+    catalog: &'a Catalog,
+    config: &'a TurnsConfig,
+    filters: &'a dyn Filters,
+    store: &'a Store,
+    /// Whether the standing-order tools are offered (standing orders are on here).
+    orders: bool,
+}
+
+impl<'a> Asking<'a> {
+    pub(crate) fn new(
+        llm: &'a LlmSlot,
+        catalog: &'a Catalog,
+        config: &'a TurnsConfig,
+        filters: &'a dyn Filters,
+        store: &'a Store,
+        orders: bool,
+    ) -> Asking<'a> {
+        Asking {
+            llm,
+            catalog,
+            config,
+            filters,
+            store,
+            orders,
+        }
+    }
+
+    /// The tier to ask: `tier`, unless its provider is online and policy does not allow
+    /// `llm:online` on that host for this person at this level (the seed's ReadOnly: never
+    /// an online LLM, an outgoing cost; at Supervised only with a grant). Then a local tier
+    /// answers instead, or the turn ends saying why and how to allow it. A hybrid turn that
+    /// has read private data stays on a local tier whatever policy says.
+    async fn tier_allowed(
+        &self,
+        cp: &Checkpoint,
+        llm: &dyn Llm,
+        tier: Tier,
+    ) -> Result<Tier, Finish> {
+        let Some(host) = llm.online_host(tier) else {
+            return Ok(tier);
+        };
+        // A hybrid turn is the person's local turn: once it has read private data, its
+        // history (that data in it) is not sent to an online provider by an escalation.
+        if cp.mode == Mode::Hybrid
+            && let Some(read) = cp.read_private().first()
+        {
+            let Some(local) = llm.local_instead_of(tier) else {
+                // No local tier to stay on: the turn ends rather than send what it read.
+                return Err(finish(
+                    FinalKind::Error,
+                    format!(
+                        "this turn read {read}; a hybrid turn sends what it read to no online model, \
+                         and no local tier is configured: add an Ollama tier, or set runtime.mode to online"
+                    ),
+                ));
+            };
+            tracing::info!(
+                read = %read,
+                instead = llm.resolve(local).as_str(),
+                "a hybrid turn that read private data stays local"
+            );
+            return Ok(local);
+        }
+        let principal = cp.principal();
+        let why = match self
+            .filters
+            .check(cp.level, &principal, "llm:online", &host)
+            .await
+        {
+            Ok(answer) if answer.outcome == rules::Outcome::Allowed => return Ok(tier),
+            Ok(answer) => format!(
+                "policy: llm:online is {} at {}",
+                match answer.outcome {
+                    rules::Outcome::ApprovalRequired => "approval_required",
+                    _ => "denied",
+                },
+                cp.level
+            ),
+            Err(status) => format!(
+                "the policy service could not be asked ({:?})",
+                status.code()
+            ),
+        };
+        match llm.local_instead_of(tier) {
+            Some(local) => {
+                tracing::info!(
+                    tier = llm.resolve(tier).as_str(),
+                    instead = llm.resolve(local).as_str(),
+                    "the online LLM may not be used; a local tier answers"
+                );
+                Ok(local)
+            }
+            None => Err(finish(
+                FinalKind::Error,
+                format!(
+                    "the online model at {host} was not asked ({why}), and no local tier is configured: \
+                     add an Ollama tier, or allow it for {principal}: at Supervised \
+                     `metnos grants add --channel {} --sender {} llm:online {host}`, or the Full level",
+                    principal.channel, principal.sender_id
+                ),
+            )),
+        }
+    }
+
+    /// The LLM's tools for this turn: its candidate executors, and `scratchpad_read` once
+    /// something is in the scratchpad.
+    fn tools(&self, cp: &Checkpoint) -> Vec<ToolDef> {
+        let mut tools: Vec<ToolDef> = cp
+            .candidates
+            .iter()
+            .filter_map(|name| self.catalog.get(name))
+            .map(|e| ToolDef {
+                name: e.manifest.name.clone(),
+                description: e.manifest.description.clone(),
+                parameters: e.manifest.args.clone(),
+            })
+            .collect();
+        if !cp.scratch_ids.is_empty() {
+            tools.push(scratch::tool_def());
+        }
+        if self.orders && !cp.scheduled {
+            tools.extend(crate::proactive::tools::tool_defs());
+        }
+        tools
+    }
+
+    /// One LLM call: tool calls are queued (`Ok(None)`), text finishes the turn.
+    pub(crate) async fn ask_llm(
+        &self,
+        cp: &mut Checkpoint,
+        cancel: &mut watch::Receiver<bool>,
+    ) -> Result<Option<Finish>, Finish> {
+        let llm = self
+            .llm
+            .as_ref()
+            .map_err(|e| finish(FinalKind::Error, e.clone()))?;
+        if self.catalog.is_empty() {
+            return Err(finish(
+                FinalKind::Error,
+                "no executors are available (empty catalog)",
+            ));
+        }
+        let offer_tools = rules::offers_tools(cp.mode, cp.planned);
+        let request = ChatRequest {
+            system: Some(format!(
+                "{SYSTEM_PROMPT} {} Answer in {}.",
+                crate::turn::taint::FENCE_RULE,
+                language_name(cp)
+            )),
+            messages: to_messages(&cp.history),
+            tools: if offer_tools {
+                self.tools(cp)
+            } else {
+                Vec::new()
+            },
+            temperature: Some(0.0),
+            ..ChatRequest::default()
+        };
+        let budget_ms = self.config.budget_seconds.get() * 1000;
+        let remaining = Duration::from_millis(budget_ms.saturating_sub(cp.active_ms));
+        let tier = self.tier_allowed(cp, llm.as_ref(), cp.tier).await?;
+        let answering = llm.resolve(tier);
+        let response = tokio::select! {
+            r = tokio::time::timeout(remaining, llm.chat(tier, &request)) => match r {
+                Ok(Ok(response)) => response,
+                Ok(Err(e)) => {
+                    // The whole error (its address, the OS's words) stays in this log; the
+                    // person gets one sentence in their language.
+                    tracing::warn!(tier = answering.as_str(), error = %e, "the LLM failed");
+                    return Err(finish(FinalKind::Error, llm_failed(cp.language, answering, &e)));
+                }
+                Err(_) => {
+                    return Err(finish(
+                        FinalKind::Timeout,
+                        format!("the turn ran out of its {} s budget waiting for the LLM", self.config.budget_seconds),
+                    ));
+                }
+            },
+            () = cancelled(self.store, &cp.turn_id, cancel) => return Err(finish(FinalKind::Cancelled, "cancelled")),
+        };
+        cp.tiers_used.insert(answering);
+        cp.models.insert(response.model.clone());
+        cp.prompt_tokens += response.usage.prompt_tokens;
+        cp.completion_tokens += response.usage.completion_tokens;
+        match response.outcome {
+            Outcome::Text(text) => Ok(Some(finish(FinalKind::Answer, text))),
+            // The answer call of an online plan asked for more tools: it has what it has.
+            Outcome::ToolCalls(_) if !offer_tools => Err(finish(
+                FinalKind::Error,
+                "the online plan asked for more tool calls after its single plan",
+            )),
+            Outcome::ToolCalls(calls) => {
+                let calls: Vec<Call> = calls.iter().map(Call::from).collect();
+                cp.history.push(Hist::Assistant {
+                    text: String::new(),
+                    calls: calls.clone(),
+                });
+                cp.queued = calls;
+                if cp.mode == Mode::Online {
+                    cp.planned = true;
+                }
+                Ok(None)
+            }
+        }
+    }
+}
+
+fn to_messages(history: &[Hist]) -> Vec<Message> {
+    history
+        .iter()
+        .map(|h| match h {
+            Hist::User { text } => Message::User(text.clone()),
+            Hist::Assistant { text, calls } => Message::Assistant {
+                text: text.clone(),
+                tool_calls: calls
+                    .iter()
+                    .map(|c| ToolCall {
+                        id: c.id.clone(),
+                        name: c.name.clone(),
+                        arguments: c.arguments.clone(),
+                    })
+                    .collect(),
+            },
+            Hist::Tool {
+                call_id,
+                name,
+                content,
+            } => Message::ToolResult {
+                call_id: call_id.clone(),
+                name: name.clone(),
+                content: content.clone(),
+            },
+        })
+        .collect()
+}
+
+/// What the person is told when the LLM failed: one sentence in their language, naming the
+/// provider and what went wrong, never an address or an OS error.
+pub(crate) fn llm_failed(
+    language: Option<metnos_core::Language>,
+    tier: Tier,
+    error: &LlmError,
+) -> String {
+    let what = error.summary();
+    match language {
+        Some(metnos_core::Language::Italian) => format!(
+            "Non riesco a usare il modello linguistico (livello {}: {what}): riprova tra poco.",
+            tier.as_str()
+        ),
+        _ => format!(
+            "I cannot use the language model right now (the LLM ({} tier) failed: {what}): please try again shortly.",
+            tier.as_str()
+        ),
+    }
+}
