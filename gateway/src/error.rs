@@ -76,7 +76,7 @@ impl From<Error> for Status {
             Error::MaybeTaken(_) => Status::aborted(error.to_string()),
             Error::BadChatId => Status::internal(error.to_string()),
             Error::WebOff => Status::failed_precondition(error.to_string()),
-            Error::Store(e) => failure_status(crate::SERVICE, "the gateway store", &e),
+            Error::Store(e) => failure_status(crate::service::SERVICE, "the gateway store", &e),
         }
     }
 }

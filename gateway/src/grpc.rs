@@ -15,10 +15,10 @@ use metnos_proto::gateway::v1 as pb;
 use metnos_proto::gateway::v1::gateway_service_server::GatewayService;
 use tonic::{Request, Response, Status};
 
-use crate::CHANNEL;
 use crate::conversation::Clients;
 use crate::error::Error;
 use crate::outbox::{self, Outbox};
+use crate::service::CHANNEL;
 use crate::store::{Pairing, Store};
 use crate::text::{self, Says};
 use crate::transport::Telegram;
@@ -81,10 +81,6 @@ pub struct GatewayApi {
     pub web: Option<Arc<crate::web::Sessions>>,
 }
 
-fn level_name(level: i32) -> Result<&'static str, Error> {
-    Ok(AutonomyLevel::from_wire(level)?.as_str())
-}
-
 pub fn pairing_msg(p: &Pairing) -> pb::Pairing {
     pb::Pairing {
         principal: Some(common::Principal {
@@ -92,8 +88,8 @@ pub fn pairing_msg(p: &Pairing) -> pb::Pairing {
             sender_id: p.sender_id.clone(),
         }),
         display_name: p.display_name.clone(),
-        level: p.autonomy().to_wire(),
-        language: p.language().to_wire(),
+        level: p.level.to_wire(),
+        language: p.language.to_wire(),
         paired_at: Some(to_timestamp(p.paired_at)),
     }
 }
@@ -334,7 +330,7 @@ impl GatewayService for GatewayApi {
     ) -> Result<Response<pb::ApprovePairingResponse>, Status> {
         let request = request.into_inner();
         limits::bytes("code", &request.code, 32).map_err(Error::from)?;
-        let level = level_name(request.level)?;
+        let level = AutonomyLevel::from_wire(request.level).map_err(Error::from)?;
         let code = request.code.trim().to_uppercase();
         let pairing = self
             .store
@@ -342,9 +338,9 @@ impl GatewayService for GatewayApi {
             .await
             .map_err(Error::from)?
             .ok_or(Error::NoSuchCode)?;
-        tracing::info!(channel = %pairing.channel, sender_id = %pairing.sender_id, level, "paired");
+        tracing::info!(channel = %pairing.channel, sender_id = %pairing.sender_id, %level, "paired");
         if let (Some(telegram), Ok(chat)) = (&self.telegram, pairing.chat_id.parse::<i64>()) {
-            let hello = text::say(pairing.language(), Says::Paired(level));
+            let hello = text::say(pairing.language, Says::Paired(level.as_str()));
             telegram.outbox().send_text(chat, &hello).await;
         }
         Ok(Response::new(pb::ApprovePairingResponse {
@@ -358,7 +354,7 @@ impl GatewayService for GatewayApi {
     ) -> Result<Response<pb::SetLevelResponse>, Status> {
         let request = request.into_inner();
         let principal = principal_of(request.principal)?;
-        let level = level_name(request.level)?;
+        let level = AutonomyLevel::from_wire(request.level).map_err(Error::from)?;
         let before = self.paired(&principal).await?;
         let changed = self
             .store
@@ -369,11 +365,11 @@ impl GatewayService for GatewayApi {
             return Err(Error::NotPaired.into());
         }
         let pairing = self.paired(&principal).await?;
-        if pairing.autonomy() < before.autonomy() {
+        if pairing.level < before.level {
             // What was asked at the old level is not decided at it.
             self.withdraw(
                 &principal,
-                pairing.language(),
+                pairing.language,
                 "the person's level was lowered",
             )
             .await?;
@@ -393,7 +389,7 @@ impl GatewayService for GatewayApi {
             .pairing(&principal.channel, &principal.sender_id)
             .await
             .map_err(Error::from)?
-            .map(|p| p.language());
+            .map(|p| p.language);
         let revoked = self
             .store
             .revoke(&principal.channel, &principal.sender_id)

@@ -23,11 +23,11 @@ use teloxide::types::{
 };
 use teloxide::{ApiError, RequestError};
 
-use crate::CHANNEL;
 use crate::error::Error;
+use crate::service::CHANNEL;
 use crate::store::{SentCard, Store};
+use crate::telegram::TelegramBot;
 use crate::text::{self, Says};
-use crate::transport::TelegramBot;
 
 /// Outgoing rate limits: per chat and overall (on tokio's clock).
 #[derive(Debug)]

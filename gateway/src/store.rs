@@ -2,7 +2,7 @@
 //! updates already handled. SQLite or PostgreSQL, the same SQL.
 
 use metnos_core::language::Language;
-use metnos_core::level::AutonomyLevel;
+use metnos_core::level::{AutonomyLevel, UnknownLevel};
 use metnos_kit::on_db;
 use metnos_kit::store::{Db, EmbeddedMigration, Migrations};
 use sqlx::Row;
@@ -59,24 +59,37 @@ pub struct Pairing {
     /// Where to write to them (the private chat on Telegram).
     pub chat_id: String,
     pub display_name: String,
-    /// `ReadOnly`, `Supervised` or `Full`.
-    pub level: String,
-    /// `it` or `en`.
-    pub language: String,
+    /// How much Metnos may do for them without asking (kept as `ReadOnly`, `Supervised`
+    /// or `Full`).
+    pub level: AutonomyLevel,
+    /// The language to speak to them in (kept as `it` or `en`).
+    pub language: Language,
     pub paired_at: i64,
 }
 
-impl Pairing {
-    /// The pairing's autonomy level (a name the store does not know reads as the default,
-    /// Supervised).
-    pub fn autonomy(&self) -> AutonomyLevel {
-        AutonomyLevel::parse(&self.level).unwrap_or_default()
-    }
+/// A value in the store the gateway does not know: the row is refused, naming it.
+#[derive(Debug, thiserror::Error)]
+pub enum BadValue {
+    #[error(transparent)]
+    Level(#[from] UnknownLevel),
+    #[error("unknown language `{0}`; the languages are it and en")]
+    Language(String),
+}
 
-    /// The language to speak to them in.
-    pub fn language(&self) -> Language {
-        Language::from_tag(&self.language)
-    }
+/// A stored level, parsed (any of its usual spellings).
+fn level_of(text: &str) -> Result<AutonomyLevel, sqlx::Error> {
+    AutonomyLevel::parse(text).map_err(|e| sqlx::Error::ColumnDecode {
+        index: "level".to_owned(),
+        source: Box::new(BadValue::from(e)),
+    })
+}
+
+/// A stored language code, parsed (exactly `it` or `en`).
+fn language_of(code: &str) -> Result<Language, sqlx::Error> {
+    Language::from_code(code).ok_or_else(|| sqlx::Error::ColumnDecode {
+        index: "language".to_owned(),
+        source: Box::new(BadValue::Language(code.chars().take(32).collect())),
+    })
 }
 
 /// A card sent to a chat.
@@ -128,8 +141,8 @@ where
         sender_id: row.try_get("sender_id")?,
         chat_id: row.try_get("chat_id")?,
         display_name: row.try_get("display_name")?,
-        level: row.try_get("level")?,
-        language: row.try_get("language")?,
+        level: level_of(&row.try_get::<String, _>("level")?)?,
+        language: language_of(&row.try_get::<String, _>("language")?)?,
         paired_at: row.try_get("paired_at")?,
     })
 }
@@ -144,7 +157,7 @@ pub struct Stranger<'a> {
     pub sender_id: &'a str,
     pub chat_id: &'a str,
     pub display_name: &'a str,
-    pub language: &'a str,
+    pub language: Language,
 }
 
 /// What asking for a code gave.
@@ -209,7 +222,7 @@ impl Store {
                       VALUES ($1, $2, $3, $4, $5, $6, $7, $8)";
         on_db!(&self.db, pool => {
             sqlx::query(insert)
-                .bind(code).bind(channel).bind(sender_id).bind(chat_id).bind(display_name).bind(language)
+                .bind(code).bind(channel).bind(sender_id).bind(chat_id).bind(display_name).bind(language.code())
                 .bind(now_ms).bind(now_ms + CODE_TTL_MS)
                 .execute(pool).await?;
         });
@@ -220,7 +233,7 @@ impl Store {
     pub async fn approve_code(
         &self,
         code: &str,
-        level: &str,
+        level: AutonomyLevel,
         now_ms: i64,
     ) -> Result<Option<Pairing>, sqlx::Error> {
         let claim = "UPDATE pairing_codes SET used_at = $2 WHERE code = $1 AND used_at IS NULL AND expires_at > $2";
@@ -246,8 +259,8 @@ impl Store {
             sender_id,
             chat_id,
             display_name,
-            level: level.to_owned(),
-            language,
+            level,
+            language: language_of(&language)?,
             paired_at: now_ms,
         };
         let upsert = "INSERT INTO pairings (channel, sender_id, chat_id, display_name, level, language, paired_at) \
@@ -258,7 +271,7 @@ impl Store {
         on_db!(&self.db, pool => {
             sqlx::query(upsert)
                 .bind(&pairing.channel).bind(&pairing.sender_id).bind(&pairing.chat_id)
-                .bind(&pairing.display_name).bind(&pairing.level).bind(&pairing.language).bind(pairing.paired_at)
+                .bind(&pairing.display_name).bind(pairing.level.as_str()).bind(pairing.language.code()).bind(pairing.paired_at)
                 .execute(pool).await?;
         });
         Ok(Some(pairing))
@@ -272,7 +285,7 @@ impl Store {
         on_db!(&self.db, pool => {
             sqlx::query(upsert)
                 .bind(&pairing.channel).bind(&pairing.sender_id).bind(&pairing.chat_id)
-                .bind(&pairing.display_name).bind(&pairing.level).bind(&pairing.language).bind(pairing.paired_at)
+                .bind(&pairing.display_name).bind(pairing.level.as_str()).bind(pairing.language.code()).bind(pairing.paired_at)
                 .execute(pool).await?;
         });
         Ok(())
@@ -282,11 +295,11 @@ impl Store {
         &self,
         channel: &str,
         sender_id: &str,
-        level: &str,
+        level: AutonomyLevel,
     ) -> Result<bool, sqlx::Error> {
         let sql = "UPDATE pairings SET level = $3 WHERE channel = $1 AND sender_id = $2";
         let n = on_db!(&self.db, pool => {
-            sqlx::query(sql).bind(channel).bind(sender_id).bind(level).execute(pool).await?.rows_affected()
+            sqlx::query(sql).bind(channel).bind(sender_id).bind(level.as_str()).execute(pool).await?.rows_affected()
         });
         Ok(n == 1)
     }
@@ -454,5 +467,28 @@ impl Store {
             tx.commit().await?;
         });
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_stored_level_or_language_is_parsed_and_a_bad_one_is_named() {
+        assert_eq!(level_of("Supervised").unwrap(), AutonomyLevel::Supervised);
+        // The spellings an operator may have written by hand.
+        assert_eq!(level_of("readonly").unwrap(), AutonomyLevel::ReadOnly);
+        assert_eq!(language_of("en").unwrap(), Language::English);
+        let level = level_of("root").unwrap_err().to_string();
+        assert!(
+            level.contains("level") && level.contains("`root`"),
+            "{level}"
+        );
+        let language = language_of("de").unwrap_err().to_string();
+        assert!(
+            language.contains("language") && language.contains("`de`"),
+            "{language}"
+        );
     }
 }

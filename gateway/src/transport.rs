@@ -11,51 +11,25 @@ use metnos_kit::client::TracedChannel;
 use metnos_kit::time::now_ms;
 use metnos_proto::approval::v1::approval_service_client::ApprovalServiceClient;
 use metnos_proto::planner::v1::planner_service_client::PlannerServiceClient;
+use teloxide::RequestError;
 use teloxide::payloads::{GetUpdatesSetters, SetWebhookSetters};
 use teloxide::prelude::Requester;
 use teloxide::types::{AllowedUpdate, CallbackQuery, Message, Update, UpdateKind};
-use teloxide::{Bot, RequestError};
 
-use crate::conversation::{Click, Conversation, Incoming, MessageIn};
+use crate::conversation::{Click, Conversation, Incoming, MessageIn, StopDetector};
 use crate::outbox::Outbox;
 use crate::store::Store;
+use crate::telegram::TelegramBot;
 
-/// Replaces every occurrence of the token in `text`.
-pub fn redact(text: &str, token: &str) -> String {
-    if token.is_empty() {
-        text.to_owned()
-    } else {
-        text.replace(token, "***")
-    }
-}
-
-/// The teloxide bot (`Deref`s to it), printed as `***`: teloxide's own `Debug` would show
-/// the token. [`TelegramBot::redact`] cuts the token out of an error's text.
-#[derive(Clone)]
-pub struct TelegramBot {
-    bot: Bot,
-    token: Arc<str>,
-}
-
-impl std::fmt::Debug for TelegramBot {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str("TelegramBot(***)")
-    }
-}
-
-impl std::ops::Deref for TelegramBot {
-    type Target = Bot;
-
-    fn deref(&self) -> &Bot {
-        &self.bot
-    }
-}
-
-impl TelegramBot {
-    /// `error`'s text without the token.
-    pub fn redact(&self, error: &impl std::fmt::Display) -> String {
-        redact(&error.to_string(), &self.token)
-    }
+/// Why the channel could not be set up or its webhook registered.
+#[derive(Debug, thiserror::Error)]
+pub enum SetupError {
+    #[error("telegram.api_url is not a URL: {0}")]
+    ApiUrl(url::ParseError),
+    #[error("cannot build the HTTP client: {0}")]
+    HttpClient(reqwest::Error),
+    #[error("telegram.webhook_url: {0}")]
+    WebhookUrl(url::ParseError),
 }
 
 /// Settings of the channel.
@@ -130,9 +104,9 @@ fn allowed_updates() -> Vec<AllowedUpdate> {
     vec![AllowedUpdate::Message, AllowedUpdate::CallbackQuery]
 }
 
-type Reply = hyper::Response<http_body_util::Full<bytes::Bytes>>;
+type Answer = hyper::Response<http_body_util::Full<bytes::Bytes>>;
 
-fn reply(code: u16) -> Reply {
+fn reply(code: u16) -> Answer {
     hyper::Response::builder()
         .status(code)
         .body(http_body_util::Full::new(bytes::Bytes::new()))
@@ -156,21 +130,17 @@ impl Telegram {
         store: Store,
         planner: PlannerServiceClient<TracedChannel>,
         approval: ApprovalServiceClient<TracedChannel>,
-        stops: crate::conversation::StopDetector,
-    ) -> Result<Telegram, String> {
-        let api = reqwest::Url::parse(&settings.api_url)
-            .map_err(|e| format!("telegram.api_url is not a URL: {e}"))?;
+        stops: StopDetector,
+    ) -> Result<Telegram, SetupError> {
+        let api = reqwest::Url::parse(&settings.api_url).map_err(SetupError::ApiUrl)?;
         // Long polls outlast teloxide's default 17 s client timeout.
         let client = teloxide::net::default_reqwest_settings()
             .timeout(Duration::from_secs(
                 u64::from(settings.poll_timeout_seconds) + 15,
             ))
             .build()
-            .map_err(|e| format!("cannot build the HTTP client: {e}"))?;
-        let bot = TelegramBot {
-            bot: Bot::with_client(token.clone(), client).set_api_url(api),
-            token: token.into(),
-        };
+            .map_err(SetupError::HttpClient)?;
+        let bot = TelegramBot::new(token, client, api);
         let outbox = Arc::new(Outbox::new(
             bot.clone(),
             store.clone(),
@@ -291,8 +261,8 @@ impl Telegram {
         listener: tokio::net::TcpListener,
         url: String,
         shutdown: impl std::future::Future<Output = ()>,
-    ) -> Result<(), String> {
-        let url = reqwest::Url::parse(&url).map_err(|e| format!("telegram.webhook_url: {e}"))?;
+    ) -> Result<(), SetupError> {
+        let url = reqwest::Url::parse(&url).map_err(SetupError::WebhookUrl)?;
         let secret: Arc<str> = crate::pairing::new_secret().into();
         tokio::pin!(shutdown);
         // A shutdown while Telegram is unreachable ends the retries.
@@ -353,7 +323,7 @@ impl Telegram {
         self: Arc<Self>,
         request: hyper::Request<hyper::body::Incoming>,
         secret: &str,
-    ) -> Reply {
+    ) -> Answer {
         use http_body_util::BodyExt;
         if request.method() != hyper::Method::POST {
             return reply(405);
@@ -391,21 +361,6 @@ impl Telegram {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn the_token_is_redacted_wherever_it_appears() {
-        assert_eq!(
-            redact("GET /bot1:abc/getMe failed for 1:abc", "1:abc"),
-            "GET /bot***/getMe failed for ***"
-        );
-        assert_eq!(redact("nothing here", ""), "nothing here");
-        let bot = TelegramBot {
-            bot: Bot::new("1:abc"),
-            token: "1:abc".into(),
-        };
-        assert!(!format!("{bot:?}").contains("1:abc"));
-        assert_eq!(bot.redact(&"bad 1:abc"), "bad ***");
-    }
 
     #[test]
     fn only_the_exact_secret_opens_the_webhook() {

@@ -4,6 +4,8 @@
 
 mod common;
 
+use metnos_core::language::Language;
+use metnos_core::level::AutonomyLevel;
 use metnos_gateway::store::{CODE_TTL_MS, CodeRequest, Store, Stranger};
 use metnos_kit::testing::TestStore;
 
@@ -17,7 +19,7 @@ fn ada() -> Stranger<'static> {
         sender_id: "4242",
         chat_id: "4242",
         display_name: "Ada",
-        language: "en",
+        language: Language::English,
     }
 }
 
@@ -34,16 +36,16 @@ async fn a_code_pairs_once_and_only_in_time(test: TestStore) {
     );
     assert!(store.pairing("telegram", "4242").await.unwrap().is_none());
     let paired = store
-        .approve_code("AAAA2222", "Supervised", 3_000)
+        .approve_code("AAAA2222", AutonomyLevel::Supervised, 3_000)
         .await
         .unwrap()
         .unwrap();
     assert_eq!(paired.display_name, "Ada");
-    assert_eq!(paired.level, "Supervised");
-    assert_eq!(paired.language, "en");
+    assert_eq!(paired.level, AutonomyLevel::Supervised);
+    assert_eq!(paired.language, Language::English);
     assert!(
         store
-            .approve_code("AAAA2222", "Full", 4_000)
+            .approve_code("AAAA2222", AutonomyLevel::Full, 4_000)
             .await
             .unwrap()
             .is_none(),
@@ -56,7 +58,7 @@ async fn a_code_pairs_once_and_only_in_time(test: TestStore) {
             .unwrap()
             .unwrap()
             .level,
-        "Supervised"
+        AutonomyLevel::Supervised
     );
 
     // Expiry: a code older than ten minutes pairs nobody, and a new one can be issued.
@@ -72,7 +74,7 @@ async fn a_code_pairs_once_and_only_in_time(test: TestStore) {
     ));
     assert!(
         store
-            .approve_code("CCCC4444", "Full", 10_000 + CODE_TTL_MS + 1)
+            .approve_code("CCCC4444", AutonomyLevel::Full, 10_000 + CODE_TTL_MS + 1)
             .await
             .unwrap()
             .is_none()
@@ -86,7 +88,7 @@ async fn a_code_pairs_once_and_only_in_time(test: TestStore) {
     ));
     assert!(
         store
-            .approve_code("NOSUCH00", "Full", 5_000)
+            .approve_code("NOSUCH00", AutonomyLevel::Full, 5_000)
             .await
             .unwrap()
             .is_none()
@@ -97,13 +99,26 @@ async fn levels_change_and_revocation_is_idempotent(test: TestStore) {
     let store = open(&test).await;
     store.request_code(&ada(), "EEEE6666", 1).await.unwrap();
     store
-        .approve_code("EEEE6666", "ReadOnly", 2)
+        .approve_code("EEEE6666", AutonomyLevel::ReadOnly, 2)
         .await
         .unwrap()
         .unwrap();
-    assert!(store.set_level("telegram", "4242", "Full").await.unwrap());
-    assert_eq!(store.pairings().await.unwrap()[0].level, "Full");
-    assert!(!store.set_level("telegram", "nobody", "Full").await.unwrap());
+    assert!(
+        store
+            .set_level("telegram", "4242", AutonomyLevel::Full)
+            .await
+            .unwrap()
+    );
+    assert_eq!(
+        store.pairings().await.unwrap()[0].level,
+        AutonomyLevel::Full
+    );
+    assert!(
+        !store
+            .set_level("telegram", "nobody", AutonomyLevel::Full)
+            .await
+            .unwrap()
+    );
     assert!(store.revoke("telegram", "4242").await.unwrap());
     assert!(!store.revoke("telegram", "4242").await.unwrap());
     assert!(store.pairings().await.unwrap().is_empty());

@@ -1,11 +1,24 @@
-//! The page's HTML: every text that came from outside is escaped here ([`esc`]), the
-//! layout every page shares, and the two languages.
+//! The page's HTML, rendered with maud (auto-escaping): the layout every page shares, the
+//! table and the pill, text from outside shown as [`Shown`], and the two languages.
 
 use std::fmt::Write as _;
 
-/// Escapes text for HTML content and quoted attribute values: the channels' escaping
-/// ([`metnos_core::html::escape_html`]), and single quotes and control characters too.
-pub fn esc(text: &str) -> String {
+use maud::{DOCTYPE, Markup, Render, html};
+
+/// Text from outside (a service's, a person's): escaped as every text is, single quotes
+/// too, and its control characters (a log line's, a terminal's escapes) shown, not obeyed.
+#[derive(Debug, Clone, Copy)]
+pub struct Shown<'a>(pub &'a str);
+
+impl Render for Shown<'_> {
+    fn render_to(&self, buffer: &mut String) {
+        buffer.push_str(&esc(self.0));
+    }
+}
+
+/// The escaping behind [`Shown`]: the channels' ([`metnos_core::html::escape_html`]), and
+/// single quotes and control characters too.
+fn esc(text: &str) -> String {
     let escaped = metnos_core::html::escape_html(text);
     let mut out = String::with_capacity(escaped.len());
     for c in escaped.chars() {
@@ -112,44 +125,45 @@ impl Nav {
     }
 }
 
-/// A whole page: the navigation, `body` (already escaped HTML), and a sign-out form
-/// carrying `csrf` when signed in.
-pub fn page(l: Lang, active: Nav, title: &str, csrf: Option<&str>, body: &str) -> String {
-    let mut nav = String::new();
-    if csrf.is_some() {
-        for item in Nav::ALL {
-            let current = if item == active {
-                r#" aria-current="page""#
-            } else {
-                ""
-            };
-            let _ = write!(
-                nav,
-                r#"<a href="{}"{current}>{}</a>"#,
-                item.href(),
-                item.label(l)
-            );
+/// A whole page: the navigation, `body`, and a sign-out form carrying `csrf` when signed
+/// in.
+pub fn page(l: Lang, active: Nav, title: &str, csrf: Option<&str>, body: Markup) -> Markup {
+    html! {
+        (DOCTYPE)
+        html lang=(l.code()) {
+            head {
+                meta charset="utf-8";
+                meta name="viewport" content="width=device-width, initial-scale=1";
+                title { (Shown(title)) " · Metnos" }
+                link rel="stylesheet" href="/static/app.css";
+                script src="/static/app.js" defer {}
+            }
+            body {
+                header {
+                    strong.brand { "Metnos" }
+                    nav {
+                        @if csrf.is_some() {
+                            @for item in Nav::ALL {
+                                a href=(item.href()) aria-current=[(item == active).then_some("page")] {
+                                    (item.label(l))
+                                }
+                            }
+                        }
+                    }
+                    @if let Some(csrf) = csrf {
+                        form.signout method="post" action="/logout" {
+                            input type="hidden" name="csrf" value=(Shown(csrf));
+                            button type="submit" { (l.t("Sign out", "Esci")) }
+                        }
+                    }
+                }
+                main {
+                    h1 { (Shown(title)) }
+                    (body)
+                }
+            }
         }
     }
-    let signout = csrf.map_or(String::new(), |csrf| {
-        format!(
-            r#"<form method="post" action="/logout" class="signout"><input type="hidden" name="csrf" value="{}"><button type="submit">{}</button></form>"#,
-            esc(csrf),
-            l.t("Sign out", "Esci")
-        )
-    });
-    format!(
-        r#"<!doctype html>
-<html lang="{lang}"><head><meta charset="utf-8"><meta name="viewport" content="width=device-width, initial-scale=1">
-<title>{title} · Metnos</title><link rel="stylesheet" href="/static/app.css"><script src="/static/app.js" defer></script></head>
-<body><header><strong class="brand">Metnos</strong><nav>{nav}</nav>{signout}</header>
-<main><h1>{title}</h1>
-{body}
-</main></body></html>
-"#,
-        lang = l.code(),
-        title = esc(title),
-    )
 }
 
 /// A date and time, in UTC, to the second (`2026-11-26 20:41:07`).
@@ -158,31 +172,29 @@ pub fn when(ms: i64) -> String {
     text.get(..19).unwrap_or(&text).replace('T', " ")
 }
 
-/// A table: the header cells (plain text) and rows of cells (already escaped HTML).
-pub fn table(head: &[&str], rows: &[Vec<String>], class: &str) -> String {
-    let mut out = format!(r#"<div class="scroll"><table class="{class}"><thead><tr>"#);
-    for h in head {
-        let _ = write!(out, "<th>{}</th>", esc(h));
-    }
-    out.push_str("</tr></thead><tbody>");
-    for row in rows {
-        out.push_str("<tr>");
-        for cell in row {
-            let _ = write!(out, "<td>{cell}</td>");
+/// A table: the header cells (plain text) and rows of cells.
+pub fn table(head: &[&str], rows: &[Vec<Markup>], class: &str) -> Markup {
+    html! {
+        div.scroll {
+            table class=(class) {
+                thead { tr { @for h in head { th { (h) } } } }
+                tbody {
+                    @for row in rows {
+                        tr { @for cell in row { td { (cell) } } }
+                    }
+                }
+            }
         }
-        out.push_str("</tr>");
     }
-    out.push_str("</tbody></table></div>");
-    out
 }
 
 /// A small labelled mark (`<span class="pill k-…">`).
-pub fn pill(kind: &str, text: &str) -> String {
+pub fn pill(kind: &str, text: &str) -> Markup {
     let class: String = kind
         .chars()
         .map(|c| if c.is_ascii_alphanumeric() { c } else { '-' })
         .collect();
-    format!(r#"<span class="pill k-{class}">{}</span>"#, esc(text))
+    html! { span class={ "pill k-" (class) } { (Shown(text)) } }
 }
 
 /// The stylesheet: readable on a phone, no external fonts.
@@ -238,7 +250,7 @@ mod tests {
         );
         assert_eq!(esc("a\u{1b}[31mb"), "a\\u{1b}[31mb");
         assert_eq!(
-            pill("approval_required", "<b>"),
+            pill("approval_required", "<b>").into_string(),
             r#"<span class="pill k-approval-required">&lt;b&gt;</span>"#
         );
     }

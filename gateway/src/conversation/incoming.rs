@@ -1,0 +1,37 @@
+//! What the transport hands the conversation: a person's text message or a click.
+
+use metnos_core::language::Language;
+use teloxide::types::CallbackQueryId;
+
+/// A text message from a person, as the transport read it off an update.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct MessageIn {
+    pub chat: i64,
+    pub sender: String,
+    /// First name, and `(@username)` when they have one.
+    pub name: String,
+    /// From their Telegram client (the pairing's language wins once paired).
+    pub lang: Language,
+    pub text: String,
+    /// Forwarded from someone else: the words are not the person's own.
+    pub forwarded: bool,
+}
+
+/// A click on a card's button.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Click {
+    pub id: CallbackQueryId,
+    pub clicker: String,
+    pub lang: Language,
+    /// The button's callback data (empty when it had none).
+    pub data: String,
+    /// The chat of the card clicked, when Telegram says.
+    pub chat: Option<i64>,
+}
+
+/// What the conversation is given.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Incoming {
+    Message(MessageIn),
+    Click(Click),
+}

@@ -1,0 +1,330 @@
+//! What the gateway remembers between updates, and the stop clause's decision: pure,
+//! synchronous, held under one lock by the conversation.
+
+use std::collections::{HashMap, HashSet};
+use std::time::Instant;
+
+use crate::text::{self, Stop};
+
+/// What to do with a paired person's message.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Next {
+    /// Cancel their running turn.
+    Stop,
+    /// They were asked whether to stop and did not say yes: say so and go on.
+    CarryOn,
+    /// An ambiguous phrase while a turn runs: ask whether to stop.
+    AskWhetherToStop,
+    /// Anything else starts a turn.
+    RunTurn,
+}
+
+/// The stop clause: what `text` means (`stop`, as the vaglio recognised it), given whether
+/// they were just asked whether to stop and whether a turn of theirs runs here.
+pub fn next(text: &str, stop: Stop, asked_to_stop: bool, has_turn: bool) -> Next {
+    if asked_to_stop {
+        return if text::is_yes(text) {
+            Next::Stop
+        } else {
+            Next::CarryOn
+        };
+    }
+    match stop {
+        Stop::Clear => Next::Stop,
+        Stop::Ambiguous if has_turn => Next::AskWhetherToStop,
+        Stop::Ambiguous | Stop::No => Next::RunTurn,
+    }
+}
+
+/// What the gateway remembers between updates. Held under one lock, never across an
+/// `.await`.
+#[derive(Debug, Default)]
+pub struct Conversations {
+    /// Approval tokens whose turn stream is being followed here.
+    live: HashSet<String>,
+    /// People asked whether to stop.
+    asked_to_stop: HashSet<String>,
+    /// Turns followed here, per sender.
+    busy: HashMap<String, usize>,
+    /// Cards being or already edited to their outcome (the click and the turn's event
+    /// both report it; Telegram is asked once).
+    closed: HashSet<String>,
+    /// People who pressed Edit on a grant offer or a standing order's card: its token, the
+    /// chat they were asked in, until when their next message there (if it is a path, or a
+    /// schedule) is the edit, and which of the two it edits.
+    editing: HashMap<String, (String, i64, Instant, Edits)>,
+}
+
+/// What an Edit button changes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Edits {
+    /// A grant offer's pattern (a path).
+    Pattern,
+    /// A standing order's schedule.
+    Schedule,
+}
+
+impl Conversations {
+    /// What to do with `sender`'s message (see [`next`]); a question asked is remembered
+    /// until their next message, which answers it.
+    pub fn next_for(&mut self, sender: &str, text: &str, stop: Stop) -> Next {
+        let asked = self.asked_to_stop.remove(sender);
+        let next = next(text, stop, asked, self.has_turn(sender));
+        if next == Next::AskWhetherToStop {
+            self.asked_to_stop.insert(sender.to_owned());
+        }
+        next
+    }
+
+    /// Whether a turn of `sender`'s is followed here.
+    pub fn has_turn(&self, sender: &str) -> bool {
+        self.busy.get(sender).is_some_and(|n| *n > 0)
+    }
+
+    /// A turn of `sender`'s is followed from now on.
+    pub fn turn_started(&mut self, sender: &str) {
+        *self.busy.entry(sender.to_owned()).or_insert(0) += 1;
+    }
+
+    /// A turn of `sender`'s ended; the approvals it waited for are followed no more.
+    pub fn turn_ended(&mut self, sender: &str, tokens: &[String]) {
+        for token in tokens {
+            self.live.remove(token);
+        }
+        if let Some(n) = self.busy.get_mut(sender) {
+            *n = n.saturating_sub(1);
+            if *n == 0 {
+                self.busy.remove(sender);
+            }
+        }
+    }
+
+    /// A turn followed here waits for the approval `token`.
+    pub fn awaiting(&mut self, token: &str) {
+        self.live.insert(token.to_owned());
+    }
+
+    /// Whether the turn waiting for `token` is followed here (else a click resumes it).
+    pub fn is_followed(&self, token: &str) -> bool {
+        self.live.contains(token)
+    }
+
+    /// `sender`'s next message in `chat` is their edit of `token`'s card (for 10 minutes).
+    pub fn await_edit(&mut self, sender: &str, token: &str, chat: i64, now: Instant, edits: Edits) {
+        self.editing.insert(
+            sender.to_owned(),
+            (
+                token.to_owned(),
+                chat,
+                now + std::time::Duration::from_secs(600),
+                edits,
+            ),
+        );
+    }
+
+    /// The card `sender`'s message in `chat` edits: they pressed Edit lately, in that chat,
+    /// and the message is what the card's edit takes — a path (`~/…` or `/…`, one word) for
+    /// an offer, a schedule that reads as one for a standing order. Any next message ends
+    /// the wait: anything else (a stop, a request) is handled as it would be.
+    pub fn take_edit(
+        &mut self,
+        sender: &str,
+        chat: i64,
+        text: &str,
+        now: Instant,
+    ) -> Option<(String, Edits)> {
+        let (token, asked_in, until, edits) = self.editing.remove(sender)?;
+        let text = text.trim();
+        let fits = match edits {
+            Edits::Pattern => {
+                (text.starts_with("~/") || text.starts_with('/'))
+                    && !text.contains(char::is_whitespace)
+            }
+            Edits::Schedule => metnos_kit::schedule::Schedule::parse(text).is_ok(),
+        };
+        (now < until && asked_in == chat && fits).then_some((token, edits))
+    }
+
+    /// Ends any Edit wait for `token` (its card was decided).
+    pub fn forget_edit(&mut self, token: &str) {
+        self.editing.retain(|_, (waiting, ..)| waiting != token);
+    }
+
+    /// Claims the editing of `token`'s card to its outcome: true once.
+    pub fn claim_close(&mut self, token: &str) -> bool {
+        self.closed.insert(token.to_owned())
+    }
+
+    /// The edit failed: the next report of the outcome may try again.
+    pub fn release_close(&mut self, token: &str) {
+        self.closed.remove(token);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::time::Duration;
+
+    /// After Edit, only a path sent in the chat where it was asked, within 10 minutes, is
+    /// the edit; anything else (a stop, a request, another chat) ends the wait and is
+    /// handled as it would be.
+    #[test]
+    fn only_a_path_in_the_same_chat_soon_after_is_an_edit() {
+        let now = Instant::now();
+        let mut c = Conversations::default();
+        c.await_edit("42", "tok", 42, now, Edits::Pattern);
+        assert_eq!(
+            c.take_edit("42", 42, " ~/inv/2026/* ", now),
+            Some(("tok".into(), Edits::Pattern))
+        );
+        assert_eq!(
+            c.take_edit("42", 42, "~/inv/2026/*", now),
+            None,
+            "taken once"
+        );
+        for (chat, text) in [(42, "stop"), (42, "~/inv and the rest"), (-100, "~/inv/*")] {
+            c.await_edit("42", "tok", 42, now, Edits::Pattern);
+            assert_eq!(c.take_edit("42", chat, text, now), None, "{chat} {text}");
+            assert_eq!(
+                c.take_edit("42", 42, "~/inv/*", now),
+                None,
+                "the wait ended"
+            );
+        }
+        c.await_edit("42", "tok", 42, now, Edits::Pattern);
+        let later = now + Duration::from_secs(601);
+        assert_eq!(c.take_edit("42", 42, "~/inv/*", later), None, "too late");
+    }
+
+    /// After a standing order's Edit, only a message that reads as a schedule is the edit;
+    /// a request or a stop is handled as it would be.
+    #[test]
+    fn only_a_schedule_is_a_standing_orders_edit() {
+        let now = Instant::now();
+        let mut c = Conversations::default();
+        for text in ["daily@07:30", " every 2 hours ", "0 9 * * MON"] {
+            c.await_edit("42", "tok", 42, now, Edits::Schedule);
+            assert_eq!(
+                c.take_edit("42", 42, text, now),
+                Some(("tok".into(), Edits::Schedule)),
+                "{text}"
+            );
+        }
+        for text in ["stop", "what time is it?", "~/inv/*", "daily@25:00"] {
+            c.await_edit("42", "tok", 42, now, Edits::Schedule);
+            assert_eq!(c.take_edit("42", 42, text, now), None, "{text}");
+            assert_eq!(
+                c.take_edit("42", 42, "daily@07:30", now),
+                None,
+                "the wait ended with {text}"
+            );
+        }
+        // In another chat, too late, or once its card was decided: not an edit.
+        c.await_edit("42", "tok", 42, now, Edits::Schedule);
+        assert_eq!(c.take_edit("42", -100, "daily@07:30", now), None);
+        c.await_edit("42", "tok", 42, now, Edits::Schedule);
+        let later = now + Duration::from_secs(601);
+        assert_eq!(c.take_edit("42", 42, "daily@07:30", later), None);
+        c.await_edit("42", "tok", 42, now, Edits::Schedule);
+        c.await_edit("7", "other", 7, now, Edits::Schedule);
+        c.forget_edit("tok");
+        assert_eq!(c.take_edit("42", 42, "daily@07:30", now), None);
+        assert_eq!(
+            c.take_edit("7", 7, "daily@07:30", now),
+            Some(("other".into(), Edits::Schedule)),
+            "another card's wait stays"
+        );
+    }
+
+    /// [`next`] with the recogniser the vaglio answers with.
+    fn n(text: &str, asked_to_stop: bool, has_turn: bool) -> Next {
+        next(text, text::stop_of(text), asked_to_stop, has_turn)
+    }
+
+    #[test]
+    fn a_clear_stop_stops_and_an_ambiguous_one_asks_only_while_a_turn_runs() {
+        assert_eq!(n("never mind", false, false), Next::Stop);
+        assert_eq!(n("/stop", false, true), Next::Stop);
+        assert_eq!(
+            n("hmm, let's see later", false, true),
+            Next::AskWhetherToStop
+        );
+        assert_eq!(n("hmm, let's see later", false, false), Next::RunTurn);
+        assert_eq!(n("read my notes", false, true), Next::RunTurn);
+    }
+
+    #[test]
+    fn the_answer_to_the_stop_question_is_yes_or_carry_on() {
+        assert_eq!(n("yes", true, true), Next::Stop);
+        assert_eq!(n("Sì!", true, false), Next::Stop);
+        assert_eq!(n("no", true, true), Next::CarryOn);
+        // Asked, any other message is an answer, not a new request (nor a new stop).
+        assert_eq!(n("read my notes", true, true), Next::CarryOn);
+        assert_eq!(n("stop", true, true), Next::CarryOn);
+    }
+
+    #[test]
+    fn a_question_asked_is_answered_by_the_next_message_only() {
+        let mut state = Conversations::default();
+        assert_eq!(
+            state.next_for("ada", "hmm", text::stop_of("hmm")),
+            Next::RunTurn,
+            "no turn runs"
+        );
+        state.turn_started("ada");
+        assert_eq!(
+            state.next_for("ada", "hmm", text::stop_of("hmm")),
+            Next::AskWhetherToStop
+        );
+        // Another person's question is theirs.
+        assert_eq!(
+            state.next_for("bob", "yes", text::stop_of("yes")),
+            Next::RunTurn
+        );
+        assert_eq!(
+            state.next_for("ada", "no", text::stop_of("no")),
+            Next::CarryOn
+        );
+        assert_eq!(
+            state.next_for("ada", "yes", text::stop_of("yes")),
+            Next::RunTurn,
+            "asked once"
+        );
+        assert_eq!(
+            state.next_for("ada", "hmm", text::stop_of("hmm")),
+            Next::AskWhetherToStop
+        );
+        assert_eq!(
+            state.next_for("ada", "yes", text::stop_of("yes")),
+            Next::Stop
+        );
+    }
+
+    #[test]
+    fn turns_are_counted_per_sender_and_their_approvals_followed_while_they_run() {
+        let mut state = Conversations::default();
+        state.turn_started("ada");
+        state.turn_started("ada");
+        state.awaiting("t1");
+        assert!(state.has_turn("ada") && !state.has_turn("bob"));
+        assert!(state.is_followed("t1"));
+        state.turn_ended("ada", &["t1".to_owned()]);
+        assert!(state.has_turn("ada"), "one turn still runs");
+        assert!(!state.is_followed("t1"));
+        state.turn_ended("ada", &[]);
+        assert!(!state.has_turn("ada"));
+        // An end without a start (never expected) does not underflow.
+        state.turn_ended("ada", &[]);
+        assert!(!state.has_turn("ada"));
+    }
+
+    #[test]
+    fn a_card_is_closed_once_unless_the_edit_failed() {
+        let mut state = Conversations::default();
+        assert!(state.claim_close("t1"));
+        assert!(!state.claim_close("t1"), "the second report edits nothing");
+        state.release_close("t1");
+        assert!(state.claim_close("t1"), "a failed edit may be tried again");
+    }
+}
