@@ -20,7 +20,7 @@ use metnos_kit::clock::ManualClock;
 use metnos_kit::config::StoreSpec;
 use metnos_kit::config::TelosConfig;
 use metnos_planner::proactive::scheduler::{
-    Done, Firing, Job, Kind, NewTask, Scheduler, TaskStore,
+    Done, Firing, Job, JobError, Kind, NewTask, Scheduler, TaskStore,
 };
 use metnos_planner::store::MIGRATIONS;
 
@@ -31,7 +31,7 @@ struct Noop(AtomicUsize);
 
 #[tonic::async_trait]
 impl Job for Noop {
-    async fn run(&self, _: &Firing) -> Result<Done, String> {
+    async fn run(&self, _: &Firing) -> Result<Done, JobError> {
         self.0.fetch_add(1, Ordering::Relaxed);
         Ok(Done::default())
     }

@@ -149,15 +149,24 @@ pub struct GrpcFilters {
     gateway: GatewayServiceClient<TracedChannel>,
 }
 
+/// A client that cannot be made (a bad URL or TLS setting), naming the service.
+#[derive(Debug, thiserror::Error)]
+#[error("{who}: {error}")]
+pub struct ConnectError {
+    who: Identity,
+    error: metnos_kit::client::EndpointError,
+}
+
 impl GrpcFilters {
     /// Clients, as the planner (`tls`), for policy, the vaglio, approval and the gateway
     /// at these URLs (connections are made lazily).
     pub fn connect(
         tls: &Tls,
         [policy, vaglio, approval, gateway]: &[String; 4],
-    ) -> Result<GrpcFilters, String> {
-        let make =
-            |who: Identity, url: &str| channel(tls, who, url).map_err(|e| format!("{who}: {e}"));
+    ) -> Result<GrpcFilters, ConnectError> {
+        let make = |who: Identity, url: &str| {
+            channel(tls, who, url).map_err(|error| ConnectError { who, error })
+        };
         Ok(GrpcFilters {
             policy: PolicyServiceClient::new(make(Identity::Policy, policy)?),
             vaglio: VaglioServiceClient::new(make(Identity::Vaglio, vaglio)?),

@@ -699,7 +699,7 @@ impl PlannerService for PlannerApi {
         .await
         .map_err(|e| {
             // What failed, in a word: the services' and the store's messages stay out.
-            let cause = e.split(':').next().unwrap_or_default().to_owned();
+            let cause = e.cause();
             tracing::warn!(cause = %cause, "a terminal session's proposals could not be weighed");
             Status::unavailable(format!(
                 "the session's proposals cannot be weighed now ({cause})"

@@ -138,7 +138,7 @@ pub async fn serve(
     let catalog = Arc::new(Catalog::load(&config.executors.catalog_dir, &trust));
     let llm = metnos_llm::Tiers::from_config(&config.runtime.llm)
         .map(|tiers| Arc::new(tiers) as Arc<dyn llm::Llm>)
-        .map_err(|e| e.to_string());
+        .map_err(|e| llm::NoLlm(e.to_string()));
     if let Err(e) = &llm {
         tracing::warn!(error = %e, "no usable LLM: every turn will end with this error");
     }
@@ -159,8 +159,8 @@ pub async fn serve(
     let shared = config.clone();
     Startup::new(SERVICE, &MIGRATIONS, &grpc::AUTHORIZATION, &config)
         .serve_with_store(listener, shutdown, move |running| {
-            let filters =
-                filters::GrpcFilters::connect(running.tls, &filter_urls).map_err(settings)?;
+            let filters = filters::GrpcFilters::connect(running.tls, &filter_urls)
+                .map_err(|e| settings(e.to_string()))?;
             let filters: Arc<dyn filters::Filters> = Arc::new(filters);
             let lease = Duration::from_secs(shared.turns.lease_seconds.get());
             let holder = store::Holder::new(
@@ -169,8 +169,8 @@ pub async fn serve(
             );
             let tasks = scheduler::TaskStore::new(running.db.clone());
             let store = store::Store::with_holder(running.db, holder);
-            let scheduler =
-                scheduler_of(&shared, &replica, tasks, &store, &filters).map_err(settings)?;
+            let scheduler = scheduler_of(&shared, &replica, tasks, &store, &filters)
+                .map_err(|e| settings(e.to_string()))?;
             running.background.spawn(
                 "shell sandbox check",
                 log_shell_sandbox(runner.clone(), catalog.clone(), running.readiness.clone()),
@@ -193,7 +193,7 @@ pub async fn serve(
             let tasks = scheduler.store.clone();
             let scheduler = if scheduling.enabled {
                 scheduler.with_standing(Arc::new(standing::StandingOrders {
-                    turns: Arc::clone(&planner) as Arc<dyn proactive::TurnStarter>,
+                    turns: Arc::new(Scheduled(Arc::clone(&planner))),
                     filters: Arc::clone(&filters),
                     db: store.db().clone(),
                     cli_level: shared.turns.cli_level,
@@ -231,6 +231,20 @@ pub async fn serve(
         .await
 }
 
+/// The turn loop as the scheduler starts it: a standing order's firing.
+#[derive(Debug)]
+struct Scheduled(Arc<Planner>);
+
+impl proactive::TurnStarter for Scheduled {
+    fn start_scheduled(&self, request: &turn::TurnRequest, sink: turn::engine::Sink) -> String {
+        let mut cp = self.0.start(request);
+        cp.scheduled = true;
+        let turn_id = cp.turn_id.clone();
+        tokio::spawn(Arc::clone(&self.0).run(cp, sink));
+        turn_id
+    }
+}
+
 /// The builtin scheduler with its jobs — each replica's turn-log retention, the
 /// scratchpad's pruning, the evening digest, stale grants, the proposals' upkeep — and
 /// its limits on standing orders.
@@ -240,7 +254,7 @@ fn scheduler_of(
     tasks: scheduler::TaskStore,
     store: &store::Store,
     filters: &Arc<dyn filters::Filters>,
-) -> Result<scheduler::Scheduler, String> {
+) -> Result<scheduler::Scheduler, scheduler::BadBuiltin> {
     let scheduling = &config.scheduler;
     let clock = Arc::new(metnos_kit::clock::SystemClock);
     let mut scheduler =
@@ -248,49 +262,33 @@ fn scheduler_of(
             // Each replica's own turn log (its data directory): one task per replica.
             .builtin(
                 &maintenance::turn_log_task(replica),
-                maintenance::TURN_LOG_RETENTION.1,
+                <maintenance::TurnLogRetention as scheduler::Builtin>::SCHEDULE,
                 Arc::new(maintenance::TurnLogRetention {
                     dir: config.data_dir.join(metnos_kit::datadir::TURNS_DIR),
                     keep_days: scheduling.turn_log_days.get(),
                 }),
             )?
-            .builtin(
-                maintenance::SCRATCHPAD_PRUNE.0,
-                maintenance::SCRATCHPAD_PRUNE.1,
-                Arc::new(maintenance::ScratchpadPrune {
-                    store: store.clone(),
-                    retention_hours: config.turns.retention_hours.get(),
-                }),
-            )?
-            .builtin(
-                digest::EVENING_DIGEST.0,
-                digest::EVENING_DIGEST.1,
-                Arc::new(digest::EveningDigest {
-                    db: store.db().clone(),
-                    filters: Arc::clone(filters),
-                    telos: config.telos.clone(),
-                    clock,
-                }),
-            )?
-            .builtin(
-                proposals::STALE_GRANTS.0,
-                proposals::STALE_GRANTS.1,
-                Arc::new(proposals::StaleGrants {
-                    db: store.db().clone(),
-                    filters: Arc::clone(filters),
-                    unused_days: scheduling.stale_grant_days.get(),
-                    enabled: scheduling.enabled,
-                }),
-            )?
-            .builtin(
-                proposals::PROPOSAL_UPKEEP.0,
-                proposals::PROPOSAL_UPKEEP.1,
-                Arc::new(proposals::ProposalUpkeep {
-                    db: store.db().clone(),
-                    filters: Arc::clone(filters),
-                    fatigue_days: scheduling.fatigue_days.get(),
-                }),
-            )?
+            .with(maintenance::ScratchpadPrune {
+                store: store.clone(),
+                retention_hours: config.turns.retention_hours.get(),
+            })?
+            .with(digest::EveningDigest {
+                db: store.db().clone(),
+                filters: Arc::clone(filters),
+                telos: config.telos.clone(),
+                clock,
+            })?
+            .with(proposals::StaleGrants {
+                db: store.db().clone(),
+                filters: Arc::clone(filters),
+                unused_days: scheduling.stale_grant_days.get(),
+                enabled: scheduling.enabled,
+            })?
+            .with(proposals::ProposalUpkeep {
+                db: store.db().clone(),
+                filters: Arc::clone(filters),
+                fatigue_days: scheduling.fatigue_days.get(),
+            })?
             .with_limits(
                 scheduling.min_interval_minutes.get(),
                 scheduling.max_per_person.get(),

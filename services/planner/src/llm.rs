@@ -52,8 +52,13 @@ impl Llm for Tiers {
     }
 }
 
+/// Why the planner has no LLM: its configuration's error, told at the end of every turn.
+#[derive(Debug, Clone, thiserror::Error)]
+#[error("{0}")]
+pub struct NoLlm(pub String);
+
 /// The planner's LLM, or why there is none (every turn then ends with that error).
-pub type LlmSlot = Result<Arc<dyn Llm>, String>;
+pub type LlmSlot = Result<Arc<dyn Llm>, NoLlm>;
 
 /// The tier that really answers for `tier` (an unconfigured tier uses a lower one): what
 /// events and the turn log show, so they never name a tier that did not run.

@@ -11,7 +11,7 @@ use metnos_kit::clock::{Clock, ManualClock};
 use metnos_kit::config::{TelosConfig, TelosPerson};
 use metnos_kit::testing::TestStore;
 use metnos_planner::proactive::scheduler::{
-    Done, Firing, Job, Kind, NewTask, Scheduler, TaskStore,
+    Done, Firing, Job, JobError, Kind, NewTask, Scheduler, TaskStore,
 };
 use metnos_planner::schedule::Schedule;
 use metnos_planner::store::MIGRATIONS;
@@ -63,7 +63,7 @@ struct Counting(Seen);
 
 #[tonic::async_trait]
 impl Job for Counting {
-    async fn run(&self, f: &Firing) -> Result<Done, String> {
+    async fn run(&self, f: &Firing) -> Result<Done, JobError> {
         self.0
             .0
             .lock()
@@ -78,8 +78,8 @@ struct Failing;
 
 #[tonic::async_trait]
 impl Job for Failing {
-    async fn run(&self, _: &Firing) -> Result<Done, String> {
-        Err("the disk is full".to_owned())
+    async fn run(&self, _: &Firing) -> Result<Done, JobError> {
+        Err("the disk is full".into())
     }
 }
 
@@ -88,7 +88,7 @@ struct Panicking;
 
 #[tonic::async_trait]
 impl Job for Panicking {
-    async fn run(&self, _: &Firing) -> Result<Done, String> {
+    async fn run(&self, _: &Firing) -> Result<Done, JobError> {
         panic!("index out of bounds in a task");
     }
 }

@@ -23,15 +23,12 @@ use sqlx::Row;
 
 use crate::filters::Filters;
 use crate::proactive::proposals::queued_request;
-use crate::proactive::scheduler::{Done, Firing, Job};
+use crate::proactive::scheduler::{Builtin, Done, Firing, Job, JobError};
 
 const DAY_MS: i64 = 86_400_000;
 
 /// How many discarded proposals the weekly line names.
 const CLOSEST: u32 = 5;
-
-/// The task's name and schedule.
-pub const EVENING_DIGEST: (&str, &str) = ("evening_digest", "every 5 minutes");
 
 /// A digest is sent at most this long after its time.
 const LATE_MS: i64 = 3 * 3_600_000;
@@ -48,21 +45,45 @@ pub struct EveningDigest {
     pub clock: Arc<dyn Clock>,
 }
 
+/// Why a person's digest was not sent (the next run tries again).
+#[derive(Debug, thiserror::Error)]
+pub enum DigestError {
+    #[error(transparent)]
+    Store(#[from] sqlx::Error),
+    /// A service answered with this code.
+    #[error("{0}: {1:?}")]
+    Service(&'static str, tonic::Code),
+}
+
+impl DigestError {
+    /// What failed, in a word (services' and the store's messages stay out of the log).
+    fn cause(&self) -> &'static str {
+        match self {
+            DigestError::Store(_) => "the store",
+            DigestError::Service(who, _) => who,
+        }
+    }
+}
+
+/// The task's name and schedule.
+impl Builtin for EveningDigest {
+    const NAME: &'static str = "evening_digest";
+    const SCHEDULE: &'static str = "every 5 minutes";
+}
+
 #[tonic::async_trait]
 impl Job for EveningDigest {
-    async fn run(&self, firing: &Firing) -> Result<Done, String> {
+    async fn run(&self, firing: &Firing) -> Result<Done, JobError> {
         let now = firing.now_ms;
         let mut people: Vec<(String, String)> = on_db!(&self.db, pool => {
             let rows = sqlx::query(
                 "SELECT DISTINCT channel, sender_id FROM proposals WHERE decision = 'digest' AND sent_at IS NULL",
             )
             .fetch_all(pool)
-            .await
-            .map_err(|e| e.to_string())?;
+            .await?;
             rows.iter()
                 .map(|r| Ok((r.try_get(0)?, r.try_get(1)?)))
-                .collect::<Result<_, sqlx::Error>>()
-                .map_err(|e| e.to_string())?
+                .collect::<Result<_, sqlx::Error>>()?
         });
         // Whoever had proposals discarded this week may be owed the weekly line: the journal
         // is read only while someone's digest can go (anyone without a setting of their own
@@ -98,7 +119,7 @@ impl Job for EveningDigest {
                 Ok(false) => {}
                 // What failed, in a word (services' and the store's messages stay out).
                 Err(e) => {
-                    tracing::warn!(person = %person, cause = e.split(':').next().unwrap_or_default(), "a digest was not sent; the next run tries again")
+                    tracing::warn!(person = %person, cause = e.cause(), "a digest was not sent; the next run tries again")
                 }
             }
         }
@@ -108,7 +129,7 @@ impl Job for EveningDigest {
 
 impl EveningDigest {
     /// Sends `person`'s digest if it is its time and nobody sent it yet.
-    async fn digest_of(&self, person: &Principal, now: i64) -> Result<bool, String> {
+    async fn digest_of(&self, person: &Principal, now: i64) -> Result<bool, DigestError> {
         let key = person.to_string();
         let local = self.telos.local_for(&key);
         let slot = local.last_digest(now, self.telos.digest_minute_for(&key));
@@ -119,7 +140,7 @@ impl EveningDigest {
         let claimed = on_db!(&self.db, pool => {
             sqlx::query("INSERT INTO digests (channel, sender_id, slot_at, sent_at) VALUES ($1, $2, $3, $4) ON CONFLICT DO NOTHING")
                 .bind(&person.channel).bind(&person.sender_id).bind(slot).bind(now)
-                .execute(pool).await.map_err(|e| e.to_string())?
+                .execute(pool).await?
                 .rows_affected() == 1
         });
         if !claimed {
@@ -131,8 +152,8 @@ impl EveningDigest {
         let weekly = on_db!(&self.db, pool => {
             sqlx::query("SELECT COUNT(*) FROM digests WHERE channel = $1 AND sender_id = $2 AND weekly = 1 AND slot_at > $3")
                 .bind(&person.channel).bind(&person.sender_id).bind(slot - 7 * DAY_MS + 3_600_000)
-                .fetch_one(pool).await.map_err(|e| e.to_string())?
-                .try_get::<i64, _>(0).map_err(|e| e.to_string())? == 0
+                .fetch_one(pool).await?
+                .try_get::<i64, _>(0)? == 0
         });
         let weekly = if weekly {
             match self
@@ -157,7 +178,7 @@ impl EveningDigest {
             on_db!(&self.db, pool => {
                 sqlx::query("UPDATE digests SET weekly = 1 WHERE channel = $1 AND sender_id = $2 AND slot_at = $3")
                     .bind(&person.channel).bind(&person.sender_id).bind(slot)
-                    .execute(pool).await.map_err(|e| e.to_string())?;
+                    .execute(pool).await?;
             });
         }
         if sent.is_err() {
@@ -177,7 +198,7 @@ impl EveningDigest {
         person: &Principal,
         weekly: Option<&str>,
         lang: Language,
-    ) -> Result<bool, String> {
+    ) -> Result<bool, DigestError> {
         let it = lang == Language::Italian;
         let limit = (self.telos.quotas.digest_items as usize).min(MAX_ITEMS);
         let items: Vec<(String, String, String, String)> = on_db!(&self.db, pool => {
@@ -186,11 +207,10 @@ impl EveningDigest {
                  AND decision = 'digest' AND sent_at IS NULL ORDER BY created_at, id LIMIT $3",
             )
             .bind(&person.channel).bind(&person.sender_id).bind(limit as i64)
-            .fetch_all(pool).await.map_err(|e| e.to_string())?;
+            .fetch_all(pool).await?;
             rows.iter()
                 .map(|r| Ok((r.try_get(0)?, r.try_get(1)?, r.try_get(2)?, r.try_get(3)?)))
-                .collect::<Result<_, sqlx::Error>>()
-                .map_err(|e| e.to_string())?
+                .collect::<Result<_, sqlx::Error>>()?
         });
         // Each item's card request first: one the approval service refuses for good (a grant
         // revoked since the offer was queued) is dropped, not the whole digest; any other
@@ -217,12 +237,12 @@ impl EveningDigest {
                     tracing::info!(proposal = %id, code = ?status.code(), "a queued proposal no longer holds; dropped from the digest");
                     on_db!(&self.db, pool => {
                         sqlx::query("UPDATE proposals SET decision = 'dropped' WHERE id = $1")
-                            .bind(id).execute(pool).await.map_err(|e| e.to_string())?;
+                            .bind(id).execute(pool).await?;
                     });
                 }
                 Err(status) => {
                     self.withdraw(&tokens).await;
-                    return Err(format!("approval: {:?}", status.code()));
+                    return Err(DigestError::Service("approval", status.code()));
                 }
             }
         }
@@ -281,7 +301,7 @@ impl EveningDigest {
         let digest_token = format!("digest-{}", metnos_kit::random::hex(8));
         if let Err(status) = self.filters.show_card(person, &digest_token, card).await {
             self.withdraw(&tokens).await;
-            return Err(format!("gateway: {:?}", status.code()));
+            return Err(DigestError::Service("gateway", status.code()));
         }
         let sent_at = self.clock.now_ms();
         for (id, ..) in &kept {
@@ -292,7 +312,7 @@ impl EveningDigest {
             on_db!(&self.db, pool => {
                 sqlx::query("UPDATE proposals SET sent_at = $2, token = COALESCE($3, token) WHERE id = $1")
                     .bind(id).bind(sent_at).bind(token)
-                    .execute(pool).await.map_err(|e| e.to_string())?;
+                    .execute(pool).await?;
             });
         }
         tracing::info!(person = %person, items = kept.len(), "an evening digest was sent");

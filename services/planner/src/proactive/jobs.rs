@@ -6,9 +6,20 @@
 
 use std::path::PathBuf;
 
-use crate::proactive::scheduler::{Done, Firing, Job};
+use crate::proactive::scheduler::{Builtin, Done, Firing, Job, JobError};
 use crate::store::Store;
 use crate::turnlog;
+
+/// Why a maintenance task failed.
+#[derive(Debug, thiserror::Error)]
+pub enum MaintenanceError {
+    #[error("the pruning task failed: {0}")]
+    Stopped(#[from] tokio::task::JoinError),
+    #[error("cannot prune the turn log: {0}")]
+    TurnLog(#[from] std::io::Error),
+    #[error("cannot prune the scratchpad: {0}")]
+    Scratchpad(#[from] sqlx::Error),
+}
 
 /// `turn_log_retention`: deletes the daily turn logs older than `keep_days`.
 #[derive(Debug)]
@@ -17,27 +28,30 @@ pub struct TurnLogRetention {
     pub keep_days: u32,
 }
 
-/// When it runs.
-pub const TURN_LOG_RETENTION: (&str, &str) = ("turn_log_retention", "daily@03:15");
-
 /// The turn log's retention task of `replica` (each replica prunes the log in its own
 /// data directory): `turn_log_retention.<8 hex of the replica's name>`.
 pub fn turn_log_task(replica: &str) -> String {
     use sha2::{Digest, Sha256};
     let hash = hex::encode(Sha256::digest(replica.as_bytes()));
-    format!("{}.{}", TURN_LOG_RETENTION.0, &hash[..8])
+    format!("{}.{}", TurnLogRetention::NAME, &hash[..8])
+}
+
+/// When it runs.
+impl Builtin for TurnLogRetention {
+    const NAME: &'static str = "turn_log_retention";
+    const SCHEDULE: &'static str = "daily@03:15";
 }
 
 #[tonic::async_trait]
 impl Job for TurnLogRetention {
-    async fn run(&self, firing: &Firing) -> Result<Done, String> {
+    async fn run(&self, firing: &Firing) -> Result<Done, JobError> {
         let dir = self.dir.clone();
         let keep = self.keep_days;
         let now = firing.now_ms;
         let removed = tokio::task::spawn_blocking(move || turnlog::prune(&dir, keep, now))
             .await
-            .map_err(|e| format!("the pruning task failed: {e}"))?
-            .map_err(|e| format!("cannot prune the turn log: {e}"))?;
+            .map_err(MaintenanceError::Stopped)?
+            .map_err(MaintenanceError::TurnLog)?;
         Ok(format!("{} day(s) of turn log removed", removed.len()).into())
     }
 }
@@ -50,18 +64,21 @@ pub struct ScratchpadPrune {
     pub retention_hours: u64,
 }
 
-pub const SCRATCHPAD_PRUNE: (&str, &str) = ("scratchpad_prune", "every 10 minutes");
+impl Builtin for ScratchpadPrune {
+    const NAME: &'static str = "scratchpad_prune";
+    const SCHEDULE: &'static str = "every 10 minutes";
+}
 
 #[tonic::async_trait]
 impl Job for ScratchpadPrune {
-    async fn run(&self, firing: &Firing) -> Result<Done, String> {
+    async fn run(&self, firing: &Firing) -> Result<Done, JobError> {
         let retention_ms =
             i64::try_from(self.retention_hours.saturating_mul(3_600_000)).unwrap_or(i64::MAX);
         let pruned = self
             .store
             .prune_scratch(firing.now_ms.saturating_sub(retention_ms))
             .await
-            .map_err(|e| format!("cannot prune the scratchpad: {e}"))?;
+            .map_err(MaintenanceError::Scratchpad)?;
         Ok(format!("{pruned} scratchpad entries removed").into())
     }
 }

@@ -16,8 +16,6 @@ pub mod session;
 pub mod standing;
 pub mod tools;
 
-use std::sync::Arc;
-
 use crate::turn::TurnRequest;
 use crate::turn::flow::Sink;
 
@@ -25,5 +23,5 @@ use crate::turn::flow::Sink;
 pub trait TurnStarter: Send + Sync + std::fmt::Debug {
     /// Starts a scheduled turn (a standing order's firing) for `request`, its events sent
     /// to `sink`; returns the turn's id.
-    fn start_scheduled(self: Arc<Self>, request: &TurnRequest, sink: Sink) -> String;
+    fn start_scheduled(&self, request: &TurnRequest, sink: Sink) -> String;
 }

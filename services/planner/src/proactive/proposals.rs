@@ -32,7 +32,7 @@ use serde_json::json;
 use sqlx::Row;
 
 use crate::filters::Filters;
-use crate::proactive::scheduler::{Done, Firing, Job};
+use crate::proactive::scheduler::{Builtin, Done, Firing, Job, JobError};
 
 const DAY_MS: i64 = 86_400_000;
 
@@ -56,6 +56,37 @@ pub struct Approved {
 
 pub use crate::proactive::scheduler::Fatigue;
 
+/// Why a proposal was not made, weighed or followed up (the next run tries again, unless
+/// it says otherwise).
+#[derive(Debug, thiserror::Error)]
+pub enum ProposalError {
+    #[error(transparent)]
+    Store(#[from] sqlx::Error),
+    /// A service answered with this code.
+    #[error("{0}: {1:?}")]
+    Service(&'static str, tonic::Code),
+    #[error("the telos engine: {0}")]
+    Telos(String),
+    #[error("approval: no card")]
+    NoCard,
+    /// The vaglio would answer a silence the same way again: the claim stays.
+    #[error("vaglio: {0:?} (not asked again)")]
+    NotAskedAgain(tonic::Code),
+}
+
+impl ProposalError {
+    /// What failed, in a word (services' and the store's messages stay out of the log).
+    fn cause(&self) -> &'static str {
+        match self {
+            ProposalError::Store(_) => "the store",
+            ProposalError::Service(who, _) => who,
+            ProposalError::Telos(_) => "the telos engine",
+            ProposalError::NoCard => "approval",
+            ProposalError::NotAskedAgain(_) => "vaglio",
+        }
+    }
+}
+
 /// Notes an approved call and, at the N-th under one pattern within D days, offers the
 /// grant (once per pattern per D days). Failures are logged: a proposal is never worth a
 /// turn's error.
@@ -68,10 +99,7 @@ pub async fn after_approval(
 ) {
     if let Err(e) = offer_if_tired(&db, filters.as_ref(), fatigue, &seen, now_ms).await {
         // What failed, in a word: the services' and the store's messages stay out.
-        tracing::warn!(
-            cause = e.split(':').next().unwrap_or_default(),
-            "the approval-fatigue source failed"
-        );
+        tracing::warn!(cause = e.cause(), "the approval-fatigue source failed");
     }
 }
 
@@ -81,7 +109,7 @@ async fn offer_if_tired(
     fatigue: Fatigue,
     seen: &Approved,
     now_ms: i64,
-) -> Result<(), String> {
+) -> Result<(), ProposalError> {
     if seen.pattern.is_empty() || seen.pattern.len() > MAX_PATTERN {
         // Nothing grantable.
         return Ok(());
@@ -111,16 +139,16 @@ async fn offer_if_tired(
         )
     };
     let count = on_db!(db, pool => {
-        let mut tx = pool.begin().await.map_err(|e| e.to_string())?;
+        let mut tx = pool.begin().await?;
         sqlx::query("INSERT INTO approvals_seen (person, capability, pattern, target, at) VALUES ($1, $2, $3, $4, $5)")
             .bind(&person).bind(&seen.capability).bind(&seen.pattern).bind(&seen.target).bind(now_ms)
-            .execute(&mut *tx).await.map_err(|e| e.to_string())?;
+            .execute(&mut *tx).await?;
         let count: i64 = sqlx::query("SELECT COUNT(*) FROM approvals_seen WHERE person = $1 AND capability = $2 AND pattern = $3 AND at >= $4")
             .bind(&person).bind(&seen.capability).bind(&seen.pattern).bind(since)
-            .fetch_one(&mut *tx).await.map_err(|e| e.to_string())?
-            .try_get(0).map_err(|e| e.to_string())?;
+            .fetch_one(&mut *tx).await?
+            .try_get(0)?;
         if count < i64::from(fatigue.approvals) {
-            tx.commit().await.map_err(|e| e.to_string())?;
+            tx.commit().await?;
             return Ok(());
         }
         // Once per pattern per window: the row is the claim (two replicas, two approvals
@@ -135,8 +163,8 @@ async fn offer_if_tired(
         .bind(&subject).bind(description.replace("{count}", &count.to_string()))
         .bind(json!({"capability": seen.capability, "pattern": seen.pattern, "target": seen.target, "count": count, "days": fatigue.days}).to_string())
         .bind(now_ms).bind(since)
-        .execute(&mut *tx).await.map_err(|e| e.to_string())?;
-        tx.commit().await.map_err(|e| e.to_string())?;
+        .execute(&mut *tx).await?;
+        tx.commit().await?;
         if offered.rows_affected() != 1 {
             return Ok(());
         }
@@ -207,14 +235,14 @@ impl Weighed<'_> {
         filters: &dyn Filters,
         request: approval::CreatePendingRequest,
         now_ms: i64,
-    ) -> Result<(), String> {
+    ) -> Result<(), ProposalError> {
         let id = self.id.to_owned();
         if self.person.channel == "cli" {
             // The terminal has no push channel and no digest: the proposal waits for the
             // person's next session, which weighs it under that session's quota.
             on_db!(db, pool => {
                 sqlx::query("UPDATE proposals SET decision = 'session', reason = 'waiting for a terminal session' WHERE id = $1")
-                    .bind(&id).execute(pool).await.map_err(|e| e.to_string())?;
+                    .bind(&id).execute(pool).await?;
             });
             tracing::info!(proposal = %id, kind = self.kind, "a proposal waits for the person's next terminal session");
             return Ok(());
@@ -237,7 +265,7 @@ impl Weighed<'_> {
                 ..Default::default()
             })
             .await
-            .map_err(|s| format!("the telos engine: {}", s.message()))?;
+            .map_err(|s| ProposalError::Telos(s.message().to_owned()))?;
         let decision = match vaglio::AlignmentDecision::try_from(result.decision) {
             Ok(vaglio::AlignmentDecision::Publish) => "publish",
             Ok(
@@ -253,7 +281,7 @@ impl Weighed<'_> {
                 Ok(sent) => token = Some(sent),
                 Err(e) => {
                     // Not lost: the evening digest offers it.
-                    tracing::warn!(proposal = %id, cause = e.split(':').next().unwrap_or_default(), "a proposal's card was not shown; it waits for the digest");
+                    tracing::warn!(proposal = %id, cause = e.cause(), "a proposal's card was not shown; it waits for the digest");
                     decision = "digest";
                 }
             }
@@ -262,7 +290,7 @@ impl Weighed<'_> {
             sqlx::query("UPDATE proposals SET decision = $2, reason = $3, token = $4, sent_at = $5 WHERE id = $1")
                 .bind(&id).bind(decision).bind(&result.reason).bind(&token)
                 .bind(token.as_ref().map(|_| now_ms))
-                .execute(pool).await.map_err(|e| e.to_string())?;
+                .execute(pool).await?;
         });
         Ok(())
     }
@@ -322,20 +350,20 @@ async fn publish(
     filters: &dyn Filters,
     person: &Principal,
     request: approval::CreatePendingRequest,
-) -> Result<String, String> {
+) -> Result<String, ProposalError> {
     let created = filters
         .create_pending(request)
         .await
-        .map_err(|s| format!("approval: {:?}", s.code()))?;
+        .map_err(|s| ProposalError::Service("approval", s.code()))?;
     let pending = created.approval.unwrap_or_default();
     let Some(card) = created.card else {
-        return Err("approval: no card".to_owned());
+        return Err(ProposalError::NoCard);
     };
     if let Err(status) = filters.show_card(person, &pending.token, card).await {
         let _ = filters
             .cancel(&pending.token, "the offer's card could not be shown")
             .await;
-        return Err(format!("gateway: {:?}", status.code()));
+        return Err(ProposalError::Service("gateway", status.code()));
     }
     Ok(pending.token)
 }
@@ -461,11 +489,14 @@ pub struct StaleGrants {
 }
 
 /// When it runs.
-pub const STALE_GRANTS: (&str, &str) = ("stale_grants", "daily@11:00");
+impl Builtin for StaleGrants {
+    const NAME: &'static str = "stale_grants";
+    const SCHEDULE: &'static str = "daily@11:00";
+}
 
 #[tonic::async_trait]
 impl Job for StaleGrants {
-    async fn run(&self, firing: &Firing) -> Result<Done, String> {
+    async fn run(&self, firing: &Firing) -> Result<Done, JobError> {
         if !self.enabled {
             return Ok("proposals are off ([scheduler] enabled = false)"
                 .to_owned()
@@ -477,7 +508,7 @@ impl Job for StaleGrants {
             .filters
             .list_grants()
             .await
-            .map_err(|s| format!("policy: {:?}", s.code()))?;
+            .map_err(|s| ProposalError::Service("policy", s.code()))?;
         let ms = |t: &Option<prost_types::Timestamp>| {
             t.as_ref().and_then(metnos_kit::time::from_timestamp)
         };
@@ -512,7 +543,7 @@ impl Job for StaleGrants {
                 Ok(true) => offered += 1,
                 Ok(false) => {}
                 Err(e) => {
-                    tracing::warn!(person = %person, cause = e.split(':').next().unwrap_or_default(), "an unused-grants offer failed");
+                    tracing::warn!(person = %person, cause = e.cause(), "an unused-grants offer failed");
                 }
             }
         }
@@ -528,7 +559,7 @@ impl StaleGrants {
         person: &Principal,
         grants: &[(i64, i64, String)],
         now: i64,
-    ) -> Result<bool, String> {
+    ) -> Result<bool, ProposalError> {
         // A terminal's person has no pairing: their level is their session's.
         let level = if person.channel == "cli" {
             None
@@ -537,7 +568,7 @@ impl StaleGrants {
                 .filters
                 .pairing_level(person)
                 .await
-                .map_err(|s| format!("gateway: {:?}", s.code()))?
+                .map_err(|s| ProposalError::Service("gateway", s.code()))?
             {
                 Some(level) => Some(level),
                 None => return Ok(false),
@@ -583,7 +614,7 @@ impl StaleGrants {
             .bind(&subject).bind(&description)
             .bind(json!({"grants": ids}).to_string())
             .bind(now).bind(now - REASK_DAYS * DAY_MS)
-            .execute(pool).await.map_err(|e| e.to_string())?
+            .execute(pool).await?
             .rows_affected() == 1
         });
         if !stored {
@@ -620,11 +651,14 @@ pub struct ProposalUpkeep {
     pub fatigue_days: u32,
 }
 
-pub const PROPOSAL_UPKEEP: (&str, &str) = ("proposal_upkeep", "every 30 minutes");
+impl Builtin for ProposalUpkeep {
+    const NAME: &'static str = "proposal_upkeep";
+    const SCHEDULE: &'static str = "every 30 minutes";
+}
 
 #[tonic::async_trait]
 impl Job for ProposalUpkeep {
-    async fn run(&self, firing: &Firing) -> Result<Done, String> {
+    async fn run(&self, firing: &Firing) -> Result<Done, JobError> {
         let now = firing.now_ms;
         let due: Vec<(String, String, String, String)> = on_db!(&self.db, pool => {
             let rows = sqlx::query(
@@ -632,11 +666,10 @@ impl Job for ProposalUpkeep {
                  AND followed_up_at IS NULL AND sent_at <= $1 ORDER BY sent_at LIMIT 100",
             )
             .bind(now - i64::from(CARD_TTL_SECONDS) * 1000)
-            .fetch_all(pool).await.map_err(|e| e.to_string())?;
+            .fetch_all(pool).await?;
             rows.iter()
                 .map(|r| Ok((r.try_get(0)?, r.try_get(1)?, r.try_get(2)?, r.try_get(3)?)))
-                .collect::<Result<_, sqlx::Error>>()
-                .map_err(|e| e.to_string())?
+                .collect::<Result<_, sqlx::Error>>()?
         });
         let mut silences = 0;
         for (id, channel, sender_id, token) in due {
@@ -645,7 +678,7 @@ impl Job for ProposalUpkeep {
                 Ok(true) => silences += 1,
                 Ok(false) => {}
                 Err(e) => {
-                    tracing::warn!(proposal = %id, cause = e.split(':').next().unwrap_or_default(), "a proposal's silence was not recorded; the next run tries again");
+                    tracing::warn!(proposal = %id, cause = e.cause(), "a proposal's silence was not recorded; the next run tries again");
                 }
             }
         }
@@ -653,11 +686,11 @@ impl Job for ProposalUpkeep {
         let proposals_before = now - KEEP_PROPOSALS_DAYS * DAY_MS;
         let (seen, proposals) = on_db!(&self.db, pool => {
             let seen = sqlx::query("DELETE FROM approvals_seen WHERE at < $1")
-                .bind(seen_before).execute(pool).await.map_err(|e| e.to_string())?.rows_affected();
+                .bind(seen_before).execute(pool).await?.rows_affected();
             let proposals = sqlx::query("DELETE FROM proposals WHERE created_at < $1")
-                .bind(proposals_before).execute(pool).await.map_err(|e| e.to_string())?.rows_affected();
+                .bind(proposals_before).execute(pool).await?.rows_affected();
             sqlx::query("DELETE FROM digests WHERE slot_at < $1")
-                .bind(proposals_before).execute(pool).await.map_err(|e| e.to_string())?;
+                .bind(proposals_before).execute(pool).await?;
             (seen, proposals)
         });
         Ok(format!(
@@ -675,7 +708,7 @@ impl ProposalUpkeep {
         person: &Principal,
         token: &str,
         now: i64,
-    ) -> Result<bool, String> {
+    ) -> Result<bool, ProposalError> {
         let silent = match self.filters.get_pending(token).await {
             Ok(pending) => match approval::ApprovalStatus::try_from(pending.status) {
                 // Expired by the approval service's own clock: nobody can answer it now.
@@ -686,12 +719,12 @@ impl ProposalUpkeep {
                 _ => false,
             },
             Err(status) if status.code() == tonic::Code::NotFound => false,
-            Err(status) => return Err(format!("approval: {:?}", status.code())),
+            Err(status) => return Err(ProposalError::Service("approval", status.code())),
         };
         // The claim: one replica says it, once.
         let claimed = on_db!(&self.db, pool => {
             sqlx::query("UPDATE proposals SET followed_up_at = $2 WHERE id = $1 AND followed_up_at IS NULL")
-                .bind(id).bind(now).execute(pool).await.map_err(|e| e.to_string())?
+                .bind(id).bind(now).execute(pool).await?
                 .rows_affected() == 1
         });
         if !claimed || !silent {
@@ -707,13 +740,13 @@ impl ProposalUpkeep {
             ) {
                 // Answered already, unknown to the engine or refused: asking again would get
                 // the same answer; the claim stays.
-                return Err(format!("vaglio: {:?} (not asked again)", status.code()));
+                return Err(ProposalError::NotAskedAgain(status.code()));
             }
             on_db!(&self.db, pool => {
                 let _ = sqlx::query("UPDATE proposals SET followed_up_at = NULL WHERE id = $1")
                     .bind(id).execute(pool).await;
             });
-            return Err(format!("vaglio: {:?}", status.code()));
+            return Err(ProposalError::Service("vaglio", status.code()));
         }
         Ok(true)
     }

@@ -9,6 +9,7 @@
 use metnos_core::language::Language;
 use metnos_core::principal::Principal;
 use metnos_kit::on_db;
+use metnos_kit::store::Db;
 use metnos_proto::approval::v1 as approval;
 use metnos_proto::planner::v1 as pb;
 use metnos_proto::vaglio::v1 as vaglio;
@@ -46,164 +47,217 @@ pub fn valid_session_id(id: &str) -> bool {
             .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'_' | b'.' | b':' | b'-'))
 }
 
+/// Why a session's proposals could not be weighed; [`SessionError::cause`] names it in a
+/// word, without the services' or the store's messages.
+#[derive(Debug, thiserror::Error)]
+pub enum SessionError {
+    #[error("the store: {0}")]
+    Store(#[from] sqlx::Error),
+    #[error("policy: {0:?}")]
+    Policy(tonic::Code),
+    #[error("the telos engine: {0:?}")]
+    Telos(tonic::Code),
+}
+
+impl SessionError {
+    /// What failed, in a word or two.
+    pub fn cause(&self) -> &'static str {
+        match self {
+            SessionError::Store(_) => "the store",
+            SessionError::Policy(_) => "policy",
+            SessionError::Telos(_) => "the telos engine",
+        }
+    }
+}
+
+/// A proposal waiting for a session, as stored.
+struct Waiting {
+    id: String,
+    kind: String,
+    description: String,
+    payload: String,
+    created_at: i64,
+}
+
+/// What became of one waiting proposal.
+enum Weighed {
+    Shown(Box<pb::SessionProposal>),
+    /// Settled (dropped, rejected, shown elsewhere): the next one.
+    Next,
+    /// Not now (the session's quota, the engine out of reach): the rest wait.
+    Stop,
+}
+
 /// The proposals `person`'s new session `session` shows: cards left for later first, then
-/// those the telos engine publishes now. An error names what failed in a word or two.
+/// those the telos engine publishes now.
 pub async fn open(
     sessions: &Sessions,
     person: &Principal,
     session: &str,
     language: Language,
-) -> Result<Vec<pb::SessionProposal>, String> {
+) -> Result<Vec<pb::SessionProposal>, SessionError> {
     let now = metnos_kit::time::now_ms();
     let mut shown = again(sessions, person, now).await?;
-    let db = &sessions.db;
-    let waiting: Vec<(String, String, String, String, i64)> = on_db!(db, pool => {
+    // Policy's grants, once, for revocation offers: one that names a grant used (or gone)
+    // since it was made no longer holds.
+    let mut grants: Option<Vec<metnos_proto::policy::v1::Grant>> = None;
+    for waiting in waiting(&sessions.db, person, now).await? {
+        if waiting.kind == crate::proactive::proposals::GRANT_REVOKE {
+            if grants.is_none() {
+                let listed = sessions.filters.list_grants().await;
+                grants = Some(listed.map_err(|s| SessionError::Policy(s.code()))?);
+            }
+            let grants = grants.as_deref().unwrap_or_default();
+            if !still_unused(grants, &waiting.payload, waiting.created_at) {
+                let why = "a grant was used or revoked since";
+                settle(sessions, &waiting.id, "dropped", why, None).await?;
+                continue;
+            }
+        }
+        match weigh(sessions, person, session, language, waiting).await? {
+            Weighed::Shown(proposal) => shown.push(*proposal),
+            Weighed::Next => {}
+            Weighed::Stop => break,
+        }
+    }
+    Ok(shown)
+}
+
+/// The proposals waiting for `person`'s session, oldest first; those that waited too long
+/// are dropped.
+async fn waiting(db: &Db, person: &Principal, now: i64) -> Result<Vec<Waiting>, sqlx::Error> {
+    on_db!(db, pool => {
         sqlx::query(
             "UPDATE proposals SET decision = 'dropped', reason = 'waited too long for a session' \
              WHERE channel = $1 AND sender_id = $2 AND decision = 'session' AND created_at < $3",
         )
         .bind(&person.channel).bind(&person.sender_id).bind(now - WAIT_DAYS * DAY_MS)
-        .execute(pool).await.map_err(|e| e.to_string())?;
+        .execute(pool).await?;
         let rows = sqlx::query(
             "SELECT id, kind, description, payload, created_at FROM proposals WHERE channel = $1 AND sender_id = $2 \
              AND decision = 'session' ORDER BY created_at, id LIMIT $3",
         )
         .bind(&person.channel).bind(&person.sender_id).bind(MAX_WEIGHED)
-        .fetch_all(pool).await.map_err(|e| e.to_string())?;
+        .fetch_all(pool).await?;
         rows.iter()
-            .map(|r| Ok((r.try_get(0)?, r.try_get(1)?, r.try_get(2)?, r.try_get(3)?, r.try_get(4)?)))
-            .collect::<Result<_, sqlx::Error>>()
-            .map_err(|e| e.to_string())?
-    });
-    // Policy's grants, once, for revocation offers: one that names a grant used (or gone)
-    // since it was made no longer holds.
-    let mut grants: Option<Vec<metnos_proto::policy::v1::Grant>> = None;
-    for (id, kind, description, payload, created_at) in waiting {
-        if kind == crate::proactive::proposals::GRANT_REVOKE {
-            if grants.is_none() {
-                grants = Some(
-                    sessions
-                        .filters
-                        .list_grants()
-                        .await
-                        .map_err(|s| format!("policy: {:?}", s.code()))?,
-                );
-            }
-            if !still_unused(grants.as_deref().unwrap_or_default(), &payload, created_at) {
-                settle(
-                    sessions,
-                    &id,
-                    "dropped",
-                    "a grant was used or revoked since",
-                    None,
-                )
-                .await?;
-                continue;
-            }
-        }
-        let Some((request, accept)) = queued_request(person, &id, &kind, &payload, language) else {
-            settle(sessions, &id, "dropped", "no card for this kind", None).await?;
-            continue;
-        };
-        let proposal = vaglio::ActionProposal {
-            proposal_id: id.clone(),
-            effect_class: effect_class_of(&kind, &payload),
-            kind,
-            description,
-            channel: person.channel.clone(),
-            origin: vaglio::ProposalOrigin::Spontaneous as i32,
-            schedule_id: String::new(),
-            principal: Some(person.to_proto()),
-            session_id: session.to_owned(),
-            level: sessions.cli_level.to_proto() as i32,
-        };
-        let result = match sessions
-            .filters
-            .evaluate_proposal(vaglio::EvaluateProposalRequest {
-                proposal: Some(proposal),
-                ..Default::default()
-            })
-            .await
+            .map(|r| Ok(Waiting {
+                id: r.try_get(0)?,
+                kind: r.try_get(1)?,
+                description: r.try_get(2)?,
+                payload: r.try_get(3)?,
+                created_at: r.try_get(4)?,
+            }))
+            .collect::<Result<Vec<_>, sqlx::Error>>()
+    })
+}
+
+/// One waiting proposal through the telos engine and, published, onto a card.
+async fn weigh(
+    sessions: &Sessions,
+    person: &Principal,
+    session: &str,
+    language: Language,
+    waiting: Waiting,
+) -> Result<Weighed, SessionError> {
+    let Waiting {
+        id,
+        kind,
+        description,
+        payload,
+        ..
+    } = waiting;
+    let Some((request, accept)) = queued_request(person, &id, &kind, &payload, language) else {
+        settle(sessions, &id, "dropped", "no card for this kind", None).await?;
+        return Ok(Weighed::Next);
+    };
+    let proposal = vaglio::ActionProposal {
+        proposal_id: id.clone(),
+        effect_class: effect_class_of(&kind, &payload),
+        kind,
+        description,
+        channel: person.channel.clone(),
+        origin: vaglio::ProposalOrigin::Spontaneous as i32,
+        schedule_id: String::new(),
+        principal: Some(person.to_proto()),
+        session_id: session.to_owned(),
+        level: sessions.cli_level.to_proto() as i32,
+    };
+    let asked = vaglio::EvaluateProposalRequest {
+        proposal: Some(proposal),
+        ..Default::default()
+    };
+    let result = match sessions.filters.evaluate_proposal(asked).await {
+        Ok(result) => result,
+        Err(status)
+            if matches!(
+                status.code(),
+                tonic::Code::InvalidArgument
+                    | tonic::Code::AlreadyExists
+                    | tonic::Code::FailedPrecondition
+            ) =>
         {
-            Ok(result) => result,
-            Err(status)
-                if matches!(
-                    status.code(),
-                    tonic::Code::InvalidArgument
-                        | tonic::Code::AlreadyExists
-                        | tonic::Code::FailedPrecondition
-                ) =>
-            {
-                // The engine will never take this one: it must not hold the others back.
-                tracing::warn!(proposal = %id, code = ?status.code(), "the telos engine refuses a waiting proposal; dropped");
-                settle(
-                    sessions,
-                    &id,
-                    "dropped",
-                    "refused by the telos engine",
-                    None,
-                )
-                .await?;
-                continue;
-            }
-            Err(status) => return Err(format!("the telos engine: {:?}", status.code())),
-        };
-        match vaglio::AlignmentDecision::try_from(result.decision) {
-            Ok(vaglio::AlignmentDecision::Publish) => {}
-            // The session's quota is spent (or the moment is wrong): a later session.
-            Ok(
-                vaglio::AlignmentDecision::DeferToSlot | vaglio::AlignmentDecision::DeferToDigest,
-            ) => break,
-            _ => {
-                settle(sessions, &id, "reject", &result.reason, None).await?;
-                continue;
-            }
+            // The engine will never take this one: it must not hold the others back.
+            tracing::warn!(proposal = %id, code = ?status.code(), "the telos engine refuses a waiting proposal; dropped");
+            settle(
+                sessions,
+                &id,
+                "dropped",
+                "refused by the telos engine",
+                None,
+            )
+            .await?;
+            return Ok(Weighed::Next);
         }
-        match sessions.filters.create_pending(request).await {
-            Ok(created) => {
-                let pending = created.approval.unwrap_or_default();
-                if !settle(
-                    sessions,
-                    &id,
-                    "publish",
-                    &result.reason,
-                    Some(&pending.token),
-                )
-                .await?
-                {
-                    // Another terminal of theirs opened at the same moment and showed it.
-                    let _ = sessions
-                        .filters
-                        .cancel(&pending.token, "shown in another session")
-                        .await;
-                    continue;
-                }
-                shown.push(pb::SessionProposal {
-                    proposal_id: id,
-                    approval: Some(pending),
-                    card: created.card,
-                    accept_for_good: accept == "confirm-always",
-                });
-            }
-            Err(status)
-                if matches!(
-                    status.code(),
-                    tonic::Code::InvalidArgument | tonic::Code::FailedPrecondition
-                ) =>
-            {
-                // It no longer holds (a grant revoked since it was made).
-                tracing::info!(proposal = %id, code = ?status.code(), "a waiting proposal no longer holds; dropped");
-                settle(sessions, &id, "dropped", "no longer holds", None).await?;
-            }
-            Err(status) => {
-                // The engine answers this id the same next time (published, no second
-                // place taken): the next session tries again.
-                tracing::warn!(proposal = %id, code = ?status.code(), "a session's proposal could not be made a card");
-                break;
-            }
+        Err(status) => return Err(SessionError::Telos(status.code())),
+    };
+    match vaglio::AlignmentDecision::try_from(result.decision) {
+        Ok(vaglio::AlignmentDecision::Publish) => {}
+        // The session's quota is spent (or the moment is wrong): a later session.
+        Ok(vaglio::AlignmentDecision::DeferToSlot | vaglio::AlignmentDecision::DeferToDigest) => {
+            return Ok(Weighed::Stop);
+        }
+        _ => {
+            settle(sessions, &id, "reject", &result.reason, None).await?;
+            return Ok(Weighed::Next);
         }
     }
-    Ok(shown)
+    match sessions.filters.create_pending(request).await {
+        Ok(created) => {
+            let pending = created.approval.unwrap_or_default();
+            let token = Some(pending.token.as_str());
+            if !settle(sessions, &id, "publish", &result.reason, token).await? {
+                // Another terminal of theirs opened at the same moment and showed it.
+                let _ = sessions
+                    .filters
+                    .cancel(&pending.token, "shown in another session")
+                    .await;
+                return Ok(Weighed::Next);
+            }
+            Ok(Weighed::Shown(Box::new(pb::SessionProposal {
+                proposal_id: id,
+                approval: Some(pending),
+                card: created.card,
+                accept_for_good: accept == "confirm-always",
+            })))
+        }
+        Err(status)
+            if matches!(
+                status.code(),
+                tonic::Code::InvalidArgument | tonic::Code::FailedPrecondition
+            ) =>
+        {
+            // It no longer holds (a grant revoked since it was made).
+            tracing::info!(proposal = %id, code = ?status.code(), "a waiting proposal no longer holds; dropped");
+            settle(sessions, &id, "dropped", "no longer holds", None).await?;
+            Ok(Weighed::Next)
+        }
+        Err(status) => {
+            // The engine answers this id the same next time (published, no second place
+            // taken): the next session tries again.
+            tracing::warn!(proposal = %id, code = ?status.code(), "a session's proposal could not be made a card");
+            Ok(Weighed::Stop)
+        }
+    }
 }
 
 /// Whether every grant a revocation offer (`payload`, made at `made_at`) names is still
@@ -230,7 +284,7 @@ async fn again(
     sessions: &Sessions,
     person: &Principal,
     now: i64,
-) -> Result<Vec<pb::SessionProposal>, String> {
+) -> Result<Vec<pb::SessionProposal>, sqlx::Error> {
     let db = &sessions.db;
     // Those sent within a card's life (older ones have expired); answered ones are left out
     // below, so the query reads past them.
@@ -242,11 +296,10 @@ async fn again(
              ORDER BY sent_at, id LIMIT 50",
         )
         .bind(&person.channel).bind(&person.sender_id).bind(since)
-        .fetch_all(pool).await.map_err(|e| e.to_string())?;
+        .fetch_all(pool).await?;
         rows.iter()
             .map(|r| Ok((r.try_get(0)?, r.try_get(1)?, r.try_get(2)?, r.try_get(3)?)))
-            .collect::<Result<_, sqlx::Error>>()
-            .map_err(|e| e.to_string())?
+            .collect::<Result<_, sqlx::Error>>()?
     });
     let mut shown = Vec::new();
     for (id, kind, description, token) in published {
@@ -271,7 +324,7 @@ async fn again(
         {
             continue;
         }
-        // The approval service's card is made once; the description the sessions wrote for
+        // The approval service's card is made once; the description the planner wrote for
         // it stands in (the same words the digest shows).
         let card = approval::Card {
             lines: vec![metnos_core::html::one_visible_line(&description, 300)],
@@ -295,12 +348,12 @@ async fn settle(
     decision: &str,
     reason: &str,
     token: Option<&str>,
-) -> Result<bool, String> {
+) -> Result<bool, sqlx::Error> {
     let now = metnos_kit::time::now_ms();
     let updated = on_db!(&sessions.db, pool => {
         sqlx::query("UPDATE proposals SET decision = $2, reason = $3, token = $4, sent_at = $5 WHERE id = $1 AND decision = 'session'")
             .bind(id).bind(decision).bind(reason).bind(token).bind(token.map(|_| now))
-            .execute(pool).await.map_err(|e| e.to_string())?
+            .execute(pool).await?
             .rows_affected()
     });
     Ok(updated == 1)

@@ -16,7 +16,7 @@ use tokio::sync::mpsc;
 
 use crate::filters::Filters;
 use crate::proactive::TurnStarter;
-use crate::proactive::scheduler::{Done, Firing, Job};
+use crate::proactive::scheduler::{Done, Firing, Job, JobError};
 use crate::turn::TurnRequest;
 
 /// The `kind` of a standing order's result as a proposal.
@@ -25,6 +25,21 @@ pub const KIND: &str = "standing_order";
 /// Notify when: every firing, or only when the result changed.
 pub const NOTIFY_ALWAYS: &str = "always";
 pub const NOTIFY_ON_CHANGE: &str = "on_change";
+
+/// Why a standing order's firing ran nothing, or ended without a result.
+#[derive(Debug, thiserror::Error)]
+pub enum StandingError {
+    #[error("the order's level cannot be read: {0}")]
+    Level(String),
+    #[error("the person's level could not be read from the gateway ({0}); nothing was run")]
+    Gateway(String),
+    #[error("{0} is no longer paired: the order is paused, nothing was run")]
+    Unpaired(Principal),
+    #[error("turn {0} ended without an answer")]
+    NoAnswer(String),
+    #[error("turn {0}: {1}")]
+    Ended(String, String),
+}
 
 /// Runs standing orders' firings.
 #[derive(Debug)]
@@ -48,14 +63,14 @@ pub fn digest_of(text: &str) -> String {
 
 #[tonic::async_trait]
 impl Job for StandingOrders {
-    async fn run(&self, firing: &Firing) -> Result<Done, String> {
+    async fn run(&self, firing: &Firing) -> Result<Done, JobError> {
         let task = &firing.task;
         let person = Principal {
             channel: task.channel.clone(),
             sender_id: task.sender_id.clone(),
         };
-        let stored = AutonomyLevel::parse(&task.level)
-            .map_err(|e| format!("the order's level cannot be read: {e}"))?;
+        let stored =
+            AutonomyLevel::parse(&task.level).map_err(|e| StandingError::Level(e.to_string()))?;
         // Never above the person's level now: a level lowered since, or a pairing revoked,
         // holds for their orders too.
         let now_level = if person.channel == "cli" {
@@ -64,10 +79,8 @@ impl Job for StandingOrders {
             match self.filters.pairing_level(&person).await {
                 Ok(level) => level,
                 Err(status) => {
-                    return Err(format!(
-                        "the person's level could not be read from the gateway ({}); nothing was run",
-                        status.message()
-                    ));
+                    let why = status.message().to_owned();
+                    return Err(StandingError::Gateway(why).into());
                 }
             }
         };
@@ -83,9 +96,7 @@ impl Job for StandingOrders {
                 )
                 .await;
             tracing::warn!(task = %task.id, "a standing order of someone no longer paired was paused");
-            return Err(format!(
-                "{person} is no longer paired: the order is paused, nothing was run"
-            ));
+            return Err(StandingError::Unpaired(person).into());
         };
         let level = stored.min(now_level);
         let request = TurnRequest {
@@ -98,7 +109,7 @@ impl Job for StandingOrders {
             forwarded: false,
         };
         let (tx, mut rx) = mpsc::channel(64);
-        let turn_id = Arc::clone(&self.turns).start_scheduled(&request, tx);
+        let turn_id = self.turns.start_scheduled(&request, tx);
         let mut finished = None;
         while let Some(event) = rx.recv().await {
             match event.event {
@@ -119,10 +130,10 @@ impl Job for StandingOrders {
             }
         }
         let Some(finished) = finished else {
-            return Err(format!("turn {turn_id} ended without an answer"));
+            return Err(StandingError::NoAnswer(turn_id).into());
         };
         if finished.kind != pb::FinalKind::Answer as i32 {
-            return Err(format!("turn {turn_id}: {}", finished.text));
+            return Err(StandingError::Ended(turn_id, finished.text).into());
         }
         let text = finished.text;
         let digest = (task.notify == NOTIFY_ON_CHANGE).then(|| digest_of(&text));

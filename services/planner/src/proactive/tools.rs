@@ -219,7 +219,7 @@ pub(crate) async fn answer(orders: Option<&Scheduler>, cp: &Checkpoint, call: Ca
         PAUSE | RESUME | DELETE => {
             let id = text(&args, "id");
             match own_order(scheduler, id, &person).await {
-                Err(why) => refusal(why),
+                Err(why) => refusal(why.to_string()),
                 Ok(task)
                     if call.name == DELETE || (call.name == RESUME && task.state == "paused") =>
                 {
@@ -238,19 +238,24 @@ pub(crate) async fn answer(orders: Option<&Scheduler>, cp: &Checkpoint, call: Ca
     Answer::Observed(call, observation)
 }
 
+/// Why a standing order is not the person's to change.
+#[derive(Debug, thiserror::Error)]
+enum NotOwn {
+    /// Not theirs, or not there: the same words either way.
+    #[error("no standing order `{0}` of yours")]
+    NotFound(String),
+    #[error("the scheduler's store is unavailable")]
+    Unavailable,
+}
+
 /// `id` if it is `person`'s own standing order; else why not (the same words whether
 /// it exists for someone else or not at all).
 async fn own_order(
     scheduler: &Scheduler,
     id: &str,
     person: &metnos_core::principal::Principal,
-) -> Result<Task, String> {
-    let not_found = || {
-        format!(
-            "no standing order `{}` of yours",
-            id.chars().take(64).collect::<String>()
-        )
-    };
+) -> Result<Task, NotOwn> {
+    let not_found = || NotOwn::NotFound(id.chars().take(64).collect());
     match scheduler.store.get(id).await {
         Ok(Some(task))
             if task.kind == crate::proactive::scheduler::Kind::Standing
@@ -262,7 +267,7 @@ async fn own_order(
         Ok(_) => Err(not_found()),
         Err(e) => {
             tracing::warn!(error = %e, "cannot read a standing order");
-            Err("the scheduler's store is unavailable".to_owned())
+            Err(NotOwn::Unavailable)
         }
     }
 }
@@ -325,7 +330,7 @@ pub(crate) async fn decided(
     if pending.call.name == DELETE {
         let id = text(args, "id");
         return match own_order(scheduler, id, &person).await {
-            Err(why) => refusal(why),
+            Err(why) => refusal(why.to_string()),
             Ok(task) => match scheduler.delete(&task.id).await {
                 Ok(()) => ok(json!({"deleted": task.id, "name": task.name})),
                 Err(e) => refusal(e.to_string()),
@@ -335,7 +340,7 @@ pub(crate) async fn decided(
     if pending.call.name == RESUME {
         let id = text(args, "id");
         return match own_order(scheduler, id, &person).await {
-            Err(why) => refusal(why),
+            Err(why) => refusal(why.to_string()),
             Ok(task) => match scheduler.set_active(&task.id, true).await {
                 Ok(task) => ok(shown(scheduler, &task)),
                 Err(e) => refusal(e.to_string()),

@@ -1,6 +1,8 @@
 //! The planner's store: turns (checkpoint while running or suspended, log record once
 //! finished) and the scratchpad. SQLite or PostgreSQL, the same SQL.
 
+pub mod tasks;
+
 use metnos_kit::on_db;
 use metnos_kit::store::{Db, EmbeddedMigration, Migrations};
 use sqlx::Row;
@@ -9,74 +11,74 @@ const SQLITE: &[EmbeddedMigration] = &[
     EmbeddedMigration {
         version: 1,
         description: "turns and scratchpad",
-        sql: include_str!("../migrations/sqlite/0001_turns.sql"),
+        sql: include_str!("../../migrations/sqlite/0001_turns.sql"),
     },
     EmbeddedMigration {
         version: 2,
         description: "turn leases",
-        sql: include_str!("../migrations/sqlite/0002_leases.sql"),
+        sql: include_str!("../../migrations/sqlite/0002_leases.sql"),
     },
     EmbeddedMigration {
         version: 3,
         description: "notices",
-        sql: include_str!("../migrations/sqlite/0003_notices.sql"),
+        sql: include_str!("../../migrations/sqlite/0003_notices.sql"),
     },
     EmbeddedMigration {
         version: 4,
         description: "scheduler",
-        sql: include_str!("../migrations/sqlite/0004_scheduler.sql"),
+        sql: include_str!("../../migrations/sqlite/0004_scheduler.sql"),
     },
     EmbeddedMigration {
         version: 5,
         description: "proposals",
-        sql: include_str!("../migrations/sqlite/0005_proposals.sql"),
+        sql: include_str!("../../migrations/sqlite/0005_proposals.sql"),
     },
     EmbeddedMigration {
         version: 6,
         description: "proposal upkeep",
-        sql: include_str!("../migrations/sqlite/0006_proposal_upkeep.sql"),
+        sql: include_str!("../../migrations/sqlite/0006_proposal_upkeep.sql"),
     },
     EmbeddedMigration {
         version: 7,
         description: "live",
-        sql: include_str!("../migrations/sqlite/0007_live.sql"),
+        sql: include_str!("../../migrations/sqlite/0007_live.sql"),
     },
 ];
 const POSTGRES: &[EmbeddedMigration] = &[
     EmbeddedMigration {
         version: 1,
         description: "turns and scratchpad",
-        sql: include_str!("../migrations/postgres/0001_turns.sql"),
+        sql: include_str!("../../migrations/postgres/0001_turns.sql"),
     },
     EmbeddedMigration {
         version: 2,
         description: "turn leases",
-        sql: include_str!("../migrations/postgres/0002_leases.sql"),
+        sql: include_str!("../../migrations/postgres/0002_leases.sql"),
     },
     EmbeddedMigration {
         version: 3,
         description: "notices",
-        sql: include_str!("../migrations/postgres/0003_notices.sql"),
+        sql: include_str!("../../migrations/postgres/0003_notices.sql"),
     },
     EmbeddedMigration {
         version: 4,
         description: "scheduler",
-        sql: include_str!("../migrations/postgres/0004_scheduler.sql"),
+        sql: include_str!("../../migrations/postgres/0004_scheduler.sql"),
     },
     EmbeddedMigration {
         version: 5,
         description: "proposals",
-        sql: include_str!("../migrations/postgres/0005_proposals.sql"),
+        sql: include_str!("../../migrations/postgres/0005_proposals.sql"),
     },
     EmbeddedMigration {
         version: 6,
         description: "proposal upkeep",
-        sql: include_str!("../migrations/postgres/0006_proposal_upkeep.sql"),
+        sql: include_str!("../../migrations/postgres/0006_proposal_upkeep.sql"),
     },
     EmbeddedMigration {
         version: 7,
         description: "live",
-        sql: include_str!("../migrations/postgres/0007_live.sql"),
+        sql: include_str!("../../migrations/postgres/0007_live.sql"),
     },
 ];
 

@@ -173,7 +173,7 @@ impl<'a> Asking<'a> {
         let llm = self
             .llm
             .as_ref()
-            .map_err(|e| finish(FinalKind::Error, e.clone()))?;
+            .map_err(|e| finish(FinalKind::Error, e.0.clone()))?;
         if self.catalog.is_empty() {
             return Err(finish(
                 FinalKind::Error,

@@ -591,13 +591,3 @@ impl Planner {
         StepOutcome::Continue
     }
 }
-
-impl crate::proactive::TurnStarter for Planner {
-    fn start_scheduled(self: Arc<Self>, request: &TurnRequest, sink: Sink) -> String {
-        let mut cp = self.start(request);
-        cp.scheduled = true;
-        let turn_id = cp.turn_id.clone();
-        tokio::spawn(self.run(cp, sink));
-        turn_id
-    }
-}

@@ -10,6 +10,17 @@ use crate::turn::flow::{Sink, emit};
 use crate::turn::{Checkpoint, FinalKind, Finish};
 use crate::turnlog::TurnLog;
 
+/// Why a checkpoint was not saved.
+#[derive(Debug, thiserror::Error)]
+pub(crate) enum SaveError {
+    #[error(transparent)]
+    Encode(#[from] serde_json::Error),
+    #[error("the turn is no longer held by this planner")]
+    NotHeld,
+    #[error(transparent)]
+    Store(sqlx::Error),
+}
+
 /// Where a turn is recorded: the store and the turn log.
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct Records<'a> {
@@ -50,8 +61,8 @@ impl<'a> Records<'a> {
         cp: &Checkpoint,
         state: State,
         token: Option<&str>,
-    ) -> Result<(), String> {
-        let checkpoint = serde_json::to_string(cp).map_err(|e| e.to_string())?;
+    ) -> Result<(), SaveError> {
+        let checkpoint = serde_json::to_string(cp)?;
         let status = match state {
             State::Suspended => "awaiting_approval",
             _ => "running",
@@ -63,8 +74,8 @@ impl<'a> Records<'a> {
             .await
         {
             Ok(true) => Ok(()),
-            Ok(false) => Err("the turn is no longer held by this planner".to_owned()),
-            Err(e) => Err(e.to_string()),
+            Ok(false) => Err(SaveError::NotHeld),
+            Err(e) => Err(SaveError::Store(e)),
         }
     }
 

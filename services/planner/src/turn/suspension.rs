@@ -23,7 +23,7 @@ use crate::store::Store;
 use crate::turn::cards::Asked;
 use crate::turn::execution::Execution;
 use crate::turn::flow::{Sink, StepOutcome, emit, refusal};
-use crate::turn::record::Records;
+use crate::turn::record::{Records, SaveError};
 use crate::turn::running::cancelled;
 use crate::turn::vetting::Cleared;
 use crate::turn::{
@@ -368,9 +368,9 @@ impl<'a> Suspension<'a> {
 
     /// The suspended turn could not be stored: a turn that cannot be resumed must not
     /// leave a card that seems to work, so the approval is withdrawn and the turn ends.
-    async fn withdraw(&self, cp: &mut Checkpoint, token: &str, error: &str) -> Finish {
+    async fn withdraw(&self, cp: &mut Checkpoint, token: &str, error: &SaveError) -> Finish {
         tracing::error!(
-            error,
+            %error,
             "cannot store the suspended turn; the approval is cancelled"
         );
         let _ = self

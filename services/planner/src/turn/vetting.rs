@@ -29,6 +29,15 @@ use crate::turn::{
     VerdictCheck, finish, mode_name,
 };
 
+/// Why a call's `{{stepN…}}` references cannot be resolved.
+#[derive(Debug, thiserror::Error)]
+enum Unresolved {
+    #[error("step {0}'s observation is no longer in the scratchpad")]
+    Gone(u32),
+    #[error(transparent)]
+    Piping(#[from] piping::PipeError),
+}
+
 /// A call every filter let through.
 #[derive(Debug, Clone)]
 pub struct Cleared {
@@ -171,7 +180,7 @@ impl<'a> Vetting<'a> {
         let executor = self.offered_executor(cp, call, log)?;
         let args = self.resolve_refs(cp, &call.arguments).await.map_err(|e| {
             log.validation = Validation::References;
-            Refusal::Refused(e)
+            Refusal::Refused(e.to_string())
         })?;
         let target = executor
             .manifest
@@ -555,7 +564,7 @@ impl<'a> Vetting<'a> {
 
     /// `{{stepN.field}}` references replaced by what those steps observed (large
     /// observations read back from the scratchpad).
-    async fn resolve_refs(&self, cp: &Checkpoint, args: &Value) -> Result<Value, String> {
+    async fn resolve_refs(&self, cp: &Checkpoint, args: &Value) -> Result<Value, Unresolved> {
         let mut found: HashMap<u32, Value> = HashMap::new();
         for step in piping::referenced_steps(args) {
             let Some(value) = step
@@ -572,9 +581,7 @@ impl<'a> Vetting<'a> {
                             serde_json::from_str(&entry.observation).unwrap_or(Value::Null)
                         }
                         _ => {
-                            return Err(format!(
-                                "step {step}'s observation is no longer in the scratchpad"
-                            ));
+                            return Err(Unresolved::Gone(step));
                         }
                     }
                 }
@@ -582,8 +589,11 @@ impl<'a> Vetting<'a> {
             };
             found.insert(step, full);
         }
-        piping::resolve(args, &|n| found.get(&n).cloned(), cp.steps.len() as u32)
-            .map_err(|e| e.to_string())
+        Ok(piping::resolve(
+            args,
+            &|n| found.get(&n).cloned(),
+            cp.steps.len() as u32,
+        )?)
     }
 }
 
