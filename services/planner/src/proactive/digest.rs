@@ -192,32 +192,19 @@ impl EveningDigest {
         sent
     }
 
-    /// Sends `person`'s queued items (and the weekly line) as one message.
-    async fn send(
+    /// Each item's card request first: one the approval service refuses for good (a grant
+    /// revoked since the offer was queued) is dropped, not the whole digest; any other
+    /// failure withdraws the requests made so far and the next run tries again. Returns
+    /// the items kept (with their card's token and accept kind) and the tokens made.
+    async fn request_cards(
         &self,
         person: &Principal,
-        weekly: Option<&str>,
+        items: &[(String, String, String, String)],
         lang: Language,
-    ) -> Result<bool, DigestError> {
-        let it = lang == Language::Italian;
-        let limit = (self.telos.quotas.digest_items as usize).min(MAX_ITEMS);
-        let items: Vec<(String, String, String, String)> = on_db!(&self.db, pool => {
-            let rows = sqlx::query(
-                "SELECT id, kind, description, payload FROM proposals WHERE channel = $1 AND sender_id = $2 \
-                 AND decision = 'digest' AND sent_at IS NULL ORDER BY created_at, id LIMIT $3",
-            )
-            .bind(&person.channel).bind(&person.sender_id).bind(limit as i64)
-            .fetch_all(pool).await?;
-            rows.iter()
-                .map(|r| Ok((r.try_get(0)?, r.try_get(1)?, r.try_get(2)?, r.try_get(3)?)))
-                .collect::<Result<_, sqlx::Error>>()?
-        });
-        // Each item's card request first: one the approval service refuses for good (a grant
-        // revoked since the offer was queued) is dropped, not the whole digest; any other
-        // failure withdraws the requests made so far and the next run tries again.
+    ) -> Result<(Vec<Kept>, Vec<(String, String)>), DigestError> {
         let mut kept = Vec::new();
         let mut tokens: Vec<(String, String)> = Vec::new();
-        for (id, kind, description, payload) in &items {
+        for (id, kind, description, payload) in items {
             let Some((request, accept)) = queued_request(person, id, kind, payload, lang) else {
                 kept.push((id.clone(), description.clone(), None));
                 continue;
@@ -246,58 +233,34 @@ impl EveningDigest {
                 }
             }
         }
+        Ok((kept, tokens))
+    }
+
+    /// Sends `person`'s queued items (and the weekly line) as one message.
+    async fn send(
+        &self,
+        person: &Principal,
+        weekly: Option<&str>,
+        lang: Language,
+    ) -> Result<bool, DigestError> {
+        let it = lang == Language::Italian;
+        let limit = (self.telos.quotas.digest_items as usize).min(MAX_ITEMS);
+        let items: Vec<(String, String, String, String)> = on_db!(&self.db, pool => {
+            let rows = sqlx::query(
+                "SELECT id, kind, description, payload FROM proposals WHERE channel = $1 AND sender_id = $2 \
+                 AND decision = 'digest' AND sent_at IS NULL ORDER BY created_at, id LIMIT $3",
+            )
+            .bind(&person.channel).bind(&person.sender_id).bind(limit as i64)
+            .fetch_all(pool).await?;
+            rows.iter()
+                .map(|r| Ok((r.try_get(0)?, r.try_get(1)?, r.try_get(2)?, r.try_get(3)?)))
+                .collect::<Result<_, sqlx::Error>>()?
+        });
+        let (kept, tokens) = self.request_cards(person, &items, lang).await?;
         if kept.is_empty() && weekly.is_none() {
             return Ok(false);
         }
-        let mut lines = vec![if kept.is_empty() {
-            if it {
-                "Riepilogo serale"
-            } else {
-                "Evening digest"
-            }
-            .to_owned()
-        } else if it {
-            format!("Riepilogo serale — proposte: {}", kept.len())
-        } else {
-            format!("Evening digest — {} proposal(s):", kept.len())
-        }];
-        let mut html = vec![format!("<b>{}</b>", escape_html(&lines[0]))];
-        let mut rows = Vec::new();
-        for (n, (_, description, card)) in kept.iter().enumerate() {
-            let n = n + 1;
-            // A card line is at most 1 KiB: a description is shown shortened (and on one
-            // line), never refused.
-            let shown = metnos_core::html::one_visible_line(description, 300);
-            let line = format!("{n}. {shown}");
-            html.push(escape_html(&line));
-            lines.push(line);
-            let Some((token, accept)) = card else {
-                continue;
-            };
-            let button = |label: &str, kind: &str| approval::Button {
-                text: format!("{n} · {label}"),
-                data: format!("{kind}:{token}"),
-            };
-            rows.push(approval::ButtonRow {
-                buttons: vec![
-                    button(if it { "Accetta" } else { "Accept" }, accept),
-                    button(if it { "Rifiuta" } else { "Reject" }, "reject"),
-                    button(if it { "Mai più" } else { "Never again" }, "never"),
-                ],
-            });
-        }
-        if let Some(weekly) = weekly {
-            for line in weekly.lines() {
-                html.push(escape_html(line));
-                lines.push(line.to_owned());
-            }
-        }
-        let card = approval::Card {
-            lines,
-            buttons: rows,
-            shape: 0,
-            telegram_html: html.join("\n"),
-        };
+        let card = digest_card(&kept, weekly, it);
         let digest_token = format!("digest-{}", metnos_kit::random::hex(8));
         if let Err(status) = self.filters.show_card(person, &digest_token, card).await {
             self.withdraw(&tokens).await;
@@ -373,4 +336,62 @@ fn weekly_line(
         ));
     }
     text
+}
+
+/// An item kept for the digest: its id, description and, when it has a card, the card's
+/// token and accept kind.
+type Kept = (String, String, Option<(String, &'static str)>);
+
+/// The digest's message: a heading, one numbered line per item (with its buttons) and the
+/// weekly lines.
+fn digest_card(kept: &[Kept], weekly: Option<&str>, it: bool) -> approval::Card {
+    let mut lines = vec![if kept.is_empty() {
+        if it {
+            "Riepilogo serale"
+        } else {
+            "Evening digest"
+        }
+        .to_owned()
+    } else if it {
+        format!("Riepilogo serale — proposte: {}", kept.len())
+    } else {
+        format!("Evening digest — {} proposal(s):", kept.len())
+    }];
+    let mut html = vec![format!("<b>{}</b>", escape_html(&lines[0]))];
+    let mut rows = Vec::new();
+    for (n, (_, description, card)) in kept.iter().enumerate() {
+        let n = n + 1;
+        // A card line is at most 1 KiB: a description is shown shortened (and on one
+        // line), never refused.
+        let shown = metnos_core::html::one_visible_line(description, 300);
+        let line = format!("{n}. {shown}");
+        html.push(escape_html(&line));
+        lines.push(line);
+        let Some((token, accept)) = card else {
+            continue;
+        };
+        let button = |label: &str, kind: &str| approval::Button {
+            text: format!("{n} · {label}"),
+            data: format!("{kind}:{token}"),
+        };
+        rows.push(approval::ButtonRow {
+            buttons: vec![
+                button(if it { "Accetta" } else { "Accept" }, accept),
+                button(if it { "Rifiuta" } else { "Reject" }, "reject"),
+                button(if it { "Mai più" } else { "Never again" }, "never"),
+            ],
+        });
+    }
+    if let Some(weekly) = weekly {
+        for line in weekly.lines() {
+            html.push(escape_html(line));
+            lines.push(line.to_owned());
+        }
+    }
+    approval::Card {
+        lines,
+        buttons: rows,
+        shape: 0,
+        telegram_html: html.join("\n"),
+    }
 }
