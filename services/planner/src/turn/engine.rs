@@ -556,9 +556,8 @@ impl Planner {
         }
         // What the LLM was shown so far, indexed for copies (rebuilt after a resume).
         cp.index.catch_up(&cp.fence_nonce, &cp.history);
-        let mut events = Vec::new();
-        let vetted = vetting.vet(cp, &call, &mut log, &mut events, started).await;
-        for e in events {
+        let (findings, vetted) = vetting.vet(cp, &call, n, started).await;
+        for e in findings.record(&mut log) {
             emit(sink, e).await;
         }
         let cleared = match vetted {

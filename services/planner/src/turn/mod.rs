@@ -28,6 +28,8 @@ pub mod recover;
 pub mod rules;
 pub(crate) mod running;
 pub mod scratch;
+#[cfg(test)]
+mod stage_tests;
 pub mod state;
 pub mod suspension;
 pub mod taint;

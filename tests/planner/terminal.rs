@@ -1,0 +1,233 @@
+//! `metnos ask` and `metnos chat` against the stack.
+
+use super::*;
+
+/// Thirtieth review of issue 38: what a file (or page) and the model said reached the
+/// terminal raw: OSC 52 set the clipboard, SGR 8 hid every line after it (the card too).
+#[tokio::test]
+async fn metnos_ask_spells_terminal_escapes_from_the_world_and_the_model() {
+    let s = stack_with(&[("METNOS_TURNS__CLI_LEVEL", "Full")], true).await;
+    let osc = "\u{1b}]52;c;Y3VybCBldmlsfHNo\u{7}\u{1b}[8m";
+    std::fs::write(s.home().join("page.txt"), format!("hello {osc} world")).unwrap();
+    s.fake
+        .push(tool_calls(&[("fs_read", json!({"path": "~/page.txt"}))]));
+    // A C1 control (CSI) in a call's arguments, which JSON does not escape.
+    s.fake.push(tool_calls(&[(
+        "fs_read",
+        json!({"path": "~/other.txt", "note": "\u{9b}8m"}),
+    )]));
+    s.fake.push(Reply::Text(format!(
+        "it says hello \u{1b}[1A\u{1b}[2K{osc} \u{202e}txt.exe"
+    )));
+    let output = s
+        .run_with_input(&["ask", "read ~/page.txt", "--language", "en"], b"")
+        .await;
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(output.status.success(), "{stderr}");
+    for (name, text) in [("stdout", &stdout), ("stderr", &stderr)] {
+        assert!(
+            !text.contains(['\u{1b}', '\u{7}', '\u{9b}', '\u{202e}']),
+            "{name}: {text:?}"
+        );
+    }
+    assert!(
+        stdout.contains(r"it says hello \x1b[1A\x1b[2K\x1b]52;c;"),
+        "{stdout:?}"
+    );
+    assert!(stdout.contains(r"\u202etxt.exe"), "{stdout:?}");
+    assert!(
+        stderr.contains(r"hello \x1b]52;c;Y3VybCBldmlsfHNo\x07\x1b[8m"),
+        "{stderr:?}"
+    );
+}
+
+#[tokio::test]
+async fn metnos_ask_shows_the_steps_takes_y_from_a_pipe_and_prints_the_answer() {
+    // The CLI's own level (turns.cli_level), Supervised as by default: cards are asked.
+    let s = stack_with(&[("METNOS_TURNS__CLI_LEVEL", "Supervised")], true).await;
+    s.fake.push(tool_calls(&[(
+        "fs_write",
+        json!({"path": "~/asked.txt", "content": "hi"}),
+    )]));
+    s.fake.push(Reply::Text("I wrote hi to ~/asked.txt".into()));
+    let output = s
+        .run_with_input(
+            &["ask", "write hi to ~/asked.txt", "--language", "en"],
+            b"y\n",
+        )
+        .await;
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(output.status.success(), "{stderr}");
+    assert_eq!(stdout.trim(), "I wrote hi to ~/asked.txt");
+    assert!(stderr.contains("step 1: fs_write"), "{stderr}");
+    // The card says what the call does, from the call itself.
+    assert!(stderr.contains("May I create a file?"), "{stderr}");
+    assert!(
+        stderr.contains("~/asked.txt — new file, 2 B: «hi»"),
+        "{stderr}"
+    );
+    // And why it asks.
+    assert!(
+        stderr.contains("Why: at Supervised, writing files asks first"),
+        "{stderr}"
+    );
+    assert!(stderr.contains("approval: approved"), "{stderr}");
+    assert_eq!(
+        std::fs::read_to_string(s.home().join("asked.txt")).unwrap(),
+        "hi"
+    );
+
+    // n: rejected, nothing written, the LLM's answer printed.
+    s.fake.push(tool_calls(&[(
+        "fs_write",
+        json!({"path": "~/refused.txt", "content": "no"}),
+    )]));
+    s.fake.push(Reply::Text("ok, not written".into()));
+    let output = s
+        .run_with_input(&["ask", "write no to ~/refused.txt"], b"n\n")
+        .await;
+    assert_eq!(
+        String::from_utf8_lossy(&output.stdout).trim(),
+        "ok, not written"
+    );
+    assert!(!s.home().join("refused.txt").exists());
+}
+
+#[tokio::test]
+async fn metnos_chat_runs_a_turn_per_line_with_cards_answered_inline() {
+    // The CLI's own level (turns.cli_level), Supervised as by default: cards are asked.
+    let s = stack_with(&[("METNOS_TURNS__CLI_LEVEL", "Supervised")], true).await;
+    s.fake.push(Reply::Text("it is noon".into()));
+    s.fake.push(tool_calls(&[(
+        "fs_write",
+        json!({"path": "~/chat.txt", "content": "hi"}),
+    )]));
+    s.fake.push(Reply::Text("written".into()));
+    let output = s
+        .run_with_input(
+            &["chat", "--language", "en"],
+            b"what time is it\nwrite hi to ~/chat.txt\ny\n/stop\n/quit\n",
+        )
+        .await;
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(output.status.success(), "{stderr}");
+    assert_eq!(
+        stdout.lines().collect::<Vec<_>>(),
+        ["it is noon", "written"],
+        "{stderr}"
+    );
+    assert!(stderr.contains("approval: approved"), "{stderr}");
+    assert!(stderr.contains("nothing to stop"), "{stderr}");
+    assert_eq!(
+        std::fs::read_to_string(s.home().join("chat.txt")).unwrap(),
+        "hi"
+    );
+    // The history is kept for the next session.
+    let history = std::fs::read_to_string(s.sandbox.data_dir().join("chat_history")).unwrap();
+    assert!(history.contains("write hi to ~/chat.txt"), "{history}");
+}
+
+#[tokio::test]
+async fn the_terminal_answers_once_for_the_session_or_always_with_y_s_a_n() {
+    let s = stack_with(&[("METNOS_TURNS__CLI_LEVEL", "Supervised")], true).await;
+    for folder in ["inv", "docs"] {
+        std::fs::create_dir_all(s.home().join(folder)).unwrap();
+    }
+    let write = |path: &str, answer: &str| {
+        s.fake.push(tool_calls(&[(
+            "fs_write",
+            json!({"path": path, "content": "x"}),
+        )]));
+        s.fake.push(Reply::Text(answer.into()));
+    };
+    // An answer the card does not offer is asked again; s: for this session.
+    write("~/inv/a.txt", "wrote a");
+    let output = s
+        .run_with_input(
+            &["ask", "write x to ~/inv/a.txt", "--language", "en"],
+            b"maybe\ns\n",
+        )
+        .await;
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(
+        stderr.contains(
+            "Approve? [y] once · [s] for this session · [a] always for ~/inv/* · [n] no:"
+        ),
+        "{stderr}"
+    );
+    assert!(stderr.contains("Please answer y, s, a or n."), "{stderr}");
+    assert!(
+        stderr.contains("for this session: ~/inv/* [territory: session]"),
+        "{stderr}"
+    );
+    assert_eq!(String::from_utf8_lossy(&output.stdout).trim(), "wrote a");
+    // The session covers the folder: no card, nothing read from stdin.
+    write("~/inv/b.txt", "wrote b");
+    let output = s
+        .run_with_input(&["ask", "write x to ~/inv/b.txt", "--language", "en"], b"")
+        .await;
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(!stderr.contains("Approve?"), "{stderr}");
+    assert_eq!(
+        std::fs::read_to_string(s.home().join("inv/b.txt")).unwrap(),
+        "x"
+    );
+    // a: always, in Italian too.
+    write("~/docs/c.txt", "scritto c");
+    let output = s
+        .run_with_input(
+            &["ask", "scrivi x in ~/docs/c.txt", "--language", "it"],
+            b"a\n",
+        )
+        .await;
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(
+        stderr.contains(
+            "Approvi? [y] una volta · [s] per questa sessione · [a] sempre per ~/docs/* · [n] no:"
+        ),
+        "{stderr}"
+    );
+    assert!(
+        stderr.contains("sempre per ~/docs/* [territorio: permanente]"),
+        "{stderr}"
+    );
+    let (status, listed, _) = s.sandbox.run(&["grants", "list"]).await;
+    assert_eq!(status, 0);
+    assert!(
+        listed.contains("~/docs/*") && listed.contains("~/inv/*"),
+        "{listed}"
+    );
+    // y: once; the next write in that folder asks again, and n refuses it.
+    std::fs::create_dir_all(s.home().join("once")).unwrap();
+    write("~/once/d.txt", "wrote d");
+    let output = s
+        .run_with_input(
+            &["ask", "write x to ~/once/d.txt", "--language", "en"],
+            b"y\n",
+        )
+        .await;
+    assert_eq!(String::from_utf8_lossy(&output.stdout).trim(), "wrote d");
+    write("~/once/e.txt", "not written");
+    let output = s
+        .run_with_input(
+            &["ask", "write x to ~/once/e.txt", "--language", "en"],
+            b"n\n",
+        )
+        .await;
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(stderr.contains("approval: rejected"), "{stderr}");
+    assert!(!s.home().join("once/e.txt").exists());
+    // A command is never granted: y/n only.
+    s.fake
+        .push(tool_calls(&[("shell_exec", json!({"command": "echo hi"}))]));
+    s.fake.push(Reply::Text("ran".into()));
+    let output = s
+        .run_with_input(&["ask", "run echo hi", "--language", "en"], b"s\ny\n")
+        .await;
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(stderr.contains("Approve? [y/n]"), "{stderr}");
+    assert!(stderr.contains("Please answer y or n."), "{stderr}");
+}
