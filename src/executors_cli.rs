@@ -120,24 +120,19 @@ fn resign_builtins(
     program: &Path,
     record: &BuiltinsRecord,
     installation: Option<(PathBuf, PathBuf)>,
-) -> ExitCode {
+) -> Result<(), ExitCode> {
     let installer = installation
         .and_then(|(exe, _)| installer_identity(&exe).ok())
         .unwrap_or_else(|| record.installer.clone());
-    let synced = match sync_builtins(&SyncRequest {
+    let synced = sync_builtins(&SyncRequest {
         catalog: dir,
         program,
         signer: &record.signer,
         key_file: &record.key_file,
         installer: &installer,
         force: true,
-    }) {
-        Ok(synced) => synced,
-        Err(e) => {
-            eprintln!("metnos: {e}");
-            return ExitCode::FAILURE;
-        }
-    };
+    })
+    .map_err(failure)?;
     for name in synced.installed.iter().chain(&synced.updated) {
         print_line(
             &json!({"installed": dir.join(name).display().to_string(), "signer": record.signer}),
@@ -155,178 +150,170 @@ fn resign_builtins(
     for note in notes.0 {
         eprintln!("metnos: {note}");
     }
-    ExitCode::SUCCESS
+    Ok(())
 }
 
 pub async fn executors(config: &Config, command: ExecutorsCommand) -> ExitCode {
-    match command {
-        ExecutorsCommand::Keygen { name, out } => {
-            if !metnos_executors::manifest::valid_name(&name.replace('-', "_")) {
-                eprintln!(
-                    "metnos: signer name `{name}` should be a simple word (letters, digits, _ or -)"
-                );
-                return ExitCode::FAILURE;
-            }
-            let path = out.unwrap_or_else(|| crate::setup::default_key_path(config, &name));
-            let key = match signing::generate() {
-                Ok(key) => key,
-                Err(e) => {
-                    eprintln!("metnos: {e}");
-                    return ExitCode::FAILURE;
-                }
-            };
-            if let Err(e) = signing::write_key(&path, &key) {
-                eprintln!("metnos: {e}");
-                return ExitCode::FAILURE;
-            }
-            let public = signing::public_key_text(&key.verifying_key());
-            print_line(
-                &json!({"signer": name, "public_key": public, "key_file": path.display().to_string()}),
-            );
-            eprintln!(
-                "metnos: add to your config to trust it:\n[executors.trusted_keys]\n{name} = \"{public}\""
-            );
-        }
+    let done = match command {
+        ExecutorsCommand::Keygen { name, out } => keygen(config, &name, out),
         ExecutorsCommand::Sign {
             dir,
             key,
             signer,
             keep_digest,
-        } => {
-            let signing_key = match signing::read_key(&key) {
-                Ok(k) => k,
-                Err(e) => {
-                    eprintln!("metnos: {e}");
-                    return ExitCode::FAILURE;
-                }
-            };
-            let signer = signer.unwrap_or_else(|| {
-                key.file_stem()
-                    .map_or_else(|| "owner".to_owned(), |s| s.to_string_lossy().into_owned())
-            });
-            match sign_dir(&dir, &signing_key, &signer, keep_digest) {
-                Ok(signed) => {
-                    for s in signed {
-                        print_line(&json!({
-                            "name": s.name,
-                            "signer": signer,
-                            "program_sha256": s.program_sha256,
-                            "dir": s.dir.display().to_string(),
-                        }));
-                    }
-                }
-                Err(e) => {
-                    eprintln!("metnos: {e}");
-                    return ExitCode::FAILURE;
-                }
-            }
-        }
-        ExecutorsCommand::Verify { dir } => {
-            let trust = match trust(config) {
-                Ok(t) => t,
-                Err(code) => return code,
-            };
-            let dir = dir.unwrap_or_else(|| config.executors.catalog_dir.clone());
-            if !dir.is_dir() {
-                eprintln!("metnos: {} is not a folder", dir.display());
-                return ExitCode::FAILURE;
-            }
-            if !report(&Catalog::load(&dir, &trust)) {
-                return ExitCode::FAILURE;
-            }
-        }
-        ExecutorsCommand::List => {
-            let trust = match trust(config) {
-                Ok(t) => t,
-                Err(code) => return code,
-            };
-            report(&Catalog::load(&config.executors.catalog_dir, &trust));
-        }
-        ExecutorsCommand::Run { name, args } => {
-            let args: Value = match serde_json::from_str(&args) {
-                Ok(v @ Value::Object(_)) => v,
-                Ok(_) => {
-                    eprintln!("metnos: --args must be a JSON object");
-                    return ExitCode::FAILURE;
-                }
-                Err(e) => {
-                    eprintln!("metnos: --args is not JSON: {e}");
-                    return ExitCode::FAILURE;
-                }
-            };
-            let trust = match trust(config) {
-                Ok(t) => t,
-                Err(code) => return code,
-            };
-            let catalog = Catalog::load(&config.executors.catalog_dir, &trust);
-            let observation = one_shot_runner(config)
-                .check_and_run(&catalog, &name, &args)
-                .await;
-            print_line(&serde_json::to_value(&observation).unwrap_or(Value::Null));
-            if !observation.ok {
-                return ExitCode::FAILURE;
-            }
-        }
-        ExecutorsCommand::Sandbox => {
-            let trust = match trust(config) {
-                Ok(t) => t,
-                Err(code) => return code,
-            };
-            let catalog = Catalog::load(&config.executors.catalog_dir, &trust);
-            let observation = one_shot_runner(config).check_shell_sandbox(&catalog).await;
-            let meta = observation.metadata.clone().unwrap_or_default();
-            let available = meta.get("available").and_then(Value::as_bool) == Some(true);
-            print_line(&json!({
-                "available": available,
-                "allow_unsandboxed": config.executors.allow_unsandboxed,
-                "sandbox": meta.get("sandbox").cloned().unwrap_or(Value::Null),
-                "error": observation.error,
-            }));
-            if !available {
-                return ExitCode::FAILURE;
-            }
-        }
-        ExecutorsCommand::Install { dir, program } => {
-            let dir = dir.unwrap_or_else(|| config.executors.catalog_dir.clone());
-            let installation = crate::setup::this_installation();
-            let Some(program) = program.or_else(|| installation.as_ref().map(|(_, p)| p.clone()))
-            else {
-                eprintln!("metnos: cannot tell where this program is installed; pass --program");
-                return ExitCode::FAILURE;
-            };
-            if !Path::new(&program).is_file() {
-                eprintln!(
-                    "metnos: {} not found (build it, or pass --program)",
-                    program.display()
-                );
-                return ExitCode::FAILURE;
-            }
-            match BuiltinsRecord::read(&dir) {
-                // A catalog `metnos up` set up: its built-ins rewritten and re-signed with
-                // the key it made, on the person's word that the programs are theirs.
-                Ok(Some(record)) => return resign_builtins(&dir, &program, &record, installation),
-                Ok(None) => {}
-                Err(e) => {
-                    eprintln!("metnos: {e}");
-                    return ExitCode::FAILURE;
-                }
-            }
-            match install_builtins(&dir, &program) {
-                Ok(dirs) => {
-                    for d in dirs {
-                        print_line(&json!({"installed": d.display().to_string()}));
-                    }
-                    eprintln!(
-                        "metnos: now sign them: metnos executors sign {} --key <your key>",
-                        dir.display()
-                    );
-                }
-                Err(e) => {
-                    eprintln!("metnos: {e}");
-                    return ExitCode::FAILURE;
-                }
-            }
-        }
+        } => sign(&dir, &key, signer, keep_digest),
+        ExecutorsCommand::Verify { dir } => verify(config, dir),
+        ExecutorsCommand::List => list(config),
+        ExecutorsCommand::Run { name, args } => run(config, &name, &args).await,
+        ExecutorsCommand::Sandbox => sandbox(config).await,
+        ExecutorsCommand::Install { dir, program } => install(config, dir, program),
+    };
+    match done {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(code) => code,
     }
-    ExitCode::SUCCESS
+}
+
+/// Prints `e` as the command's failure.
+fn failure(e: impl std::fmt::Display) -> ExitCode {
+    eprintln!("metnos: {e}");
+    ExitCode::FAILURE
+}
+
+/// `metnos executors keygen`.
+fn keygen(config: &Config, name: &str, out: Option<PathBuf>) -> Result<(), ExitCode> {
+    if !metnos_executors::manifest::valid_name(&name.replace('-', "_")) {
+        eprintln!("metnos: signer name `{name}` should be a simple word (letters, digits, _ or -)");
+        return Err(ExitCode::FAILURE);
+    }
+    let path = out.unwrap_or_else(|| crate::setup::default_key_path(config, name));
+    let key = signing::generate().map_err(failure)?;
+    signing::write_key(&path, &key).map_err(failure)?;
+    let public = signing::public_key_text(&key.verifying_key());
+    print_line(
+        &json!({"signer": name, "public_key": public, "key_file": path.display().to_string()}),
+    );
+    eprintln!(
+        "metnos: add to your config to trust it:\n[executors.trusted_keys]\n{name} = \"{public}\""
+    );
+    Ok(())
+}
+
+/// `metnos executors sign`.
+fn sign(dir: &Path, key: &Path, signer: Option<String>, keep_digest: bool) -> Result<(), ExitCode> {
+    let signing_key = signing::read_key(key).map_err(failure)?;
+    let signer = signer.unwrap_or_else(|| {
+        key.file_stem()
+            .map_or_else(|| "owner".to_owned(), |s| s.to_string_lossy().into_owned())
+    });
+    let signed = sign_dir(dir, &signing_key, &signer, keep_digest).map_err(failure)?;
+    for s in signed {
+        print_line(&json!({
+            "name": s.name,
+            "signer": signer,
+            "program_sha256": s.program_sha256,
+            "dir": s.dir.display().to_string(),
+        }));
+    }
+    Ok(())
+}
+
+/// `metnos executors verify`.
+fn verify(config: &Config, dir: Option<PathBuf>) -> Result<(), ExitCode> {
+    let trust = trust(config)?;
+    let dir = dir.unwrap_or_else(|| config.executors.catalog_dir.clone());
+    if !dir.is_dir() {
+        eprintln!("metnos: {} is not a folder", dir.display());
+        return Err(ExitCode::FAILURE);
+    }
+    if !report(&Catalog::load(&dir, &trust)) {
+        return Err(ExitCode::FAILURE);
+    }
+    Ok(())
+}
+
+/// `metnos executors list`.
+fn list(config: &Config) -> Result<(), ExitCode> {
+    let trust = trust(config)?;
+    report(&Catalog::load(&config.executors.catalog_dir, &trust));
+    Ok(())
+}
+
+/// `metnos executors run`.
+async fn run(config: &Config, name: &str, args: &str) -> Result<(), ExitCode> {
+    let args: Value = match serde_json::from_str(args) {
+        Ok(v @ Value::Object(_)) => v,
+        Ok(_) => {
+            eprintln!("metnos: --args must be a JSON object");
+            return Err(ExitCode::FAILURE);
+        }
+        Err(e) => {
+            eprintln!("metnos: --args is not JSON: {e}");
+            return Err(ExitCode::FAILURE);
+        }
+    };
+    let trust = trust(config)?;
+    let catalog = Catalog::load(&config.executors.catalog_dir, &trust);
+    let observation = one_shot_runner(config)
+        .check_and_run(&catalog, name, &args)
+        .await;
+    print_line(&serde_json::to_value(&observation).unwrap_or(Value::Null));
+    if !observation.ok {
+        return Err(ExitCode::FAILURE);
+    }
+    Ok(())
+}
+
+/// `metnos executors sandbox`.
+async fn sandbox(config: &Config) -> Result<(), ExitCode> {
+    let trust = trust(config)?;
+    let catalog = Catalog::load(&config.executors.catalog_dir, &trust);
+    let observation = one_shot_runner(config).check_shell_sandbox(&catalog).await;
+    let meta = observation.metadata.clone().unwrap_or_default();
+    let available = meta.get("available").and_then(Value::as_bool) == Some(true);
+    print_line(&json!({
+        "available": available,
+        "allow_unsandboxed": config.executors.allow_unsandboxed,
+        "sandbox": meta.get("sandbox").cloned().unwrap_or(Value::Null),
+        "error": observation.error,
+    }));
+    if !available {
+        return Err(ExitCode::FAILURE);
+    }
+    Ok(())
+}
+
+/// `metnos executors install`.
+fn install(
+    config: &Config,
+    dir: Option<PathBuf>,
+    program: Option<PathBuf>,
+) -> Result<(), ExitCode> {
+    let dir = dir.unwrap_or_else(|| config.executors.catalog_dir.clone());
+    let installation = crate::setup::this_installation();
+    let Some(program) = program.or_else(|| installation.as_ref().map(|(_, p)| p.clone())) else {
+        eprintln!("metnos: cannot tell where this program is installed; pass --program");
+        return Err(ExitCode::FAILURE);
+    };
+    if !Path::new(&program).is_file() {
+        eprintln!(
+            "metnos: {} not found (build it, or pass --program)",
+            program.display()
+        );
+        return Err(ExitCode::FAILURE);
+    }
+    // A catalog `metnos up` set up: its built-ins rewritten and re-signed with the key it
+    // made, on the person's word that the programs are theirs.
+    if let Some(record) = BuiltinsRecord::read(&dir).map_err(failure)? {
+        return resign_builtins(&dir, &program, &record, installation);
+    }
+    let dirs = install_builtins(&dir, &program).map_err(failure)?;
+    for d in dirs {
+        print_line(&json!({"installed": d.display().to_string()}));
+    }
+    eprintln!(
+        "metnos: now sign them: metnos executors sign {} --key <your key>",
+        dir.display()
+    );
+    Ok(())
 }

@@ -14,6 +14,26 @@ use serde_json::json;
 
 use crate::admin::print_line;
 
+/// Why a `metnos pki` command failed, as the person reads it.
+#[derive(Debug, thiserror::Error)]
+enum PkiError {
+    #[error("give --dir DIR or --k8s")]
+    NoTarget,
+    #[error(transparent)]
+    Tls(#[from] tls::TlsError),
+    /// A file `export` ships is not there to read.
+    #[error("{}: {source} (run `metnos pki init`)", path.display())]
+    Missing {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    #[error("{}: {source}", path.display())]
+    Write {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+}
+
 #[derive(Debug, Subcommand)]
 pub enum PkiCommand {
     /// Creates the CA and the certificates that are missing, in tls.dir (default
@@ -48,7 +68,7 @@ pub fn pki(config: &Config, command: PkiCommand) -> ExitCode {
             namespace,
             ..
         } => export_k8s(dir, &namespace),
-        PkiCommand::Export { .. } => Err("give --dir DIR or --k8s".to_owned()),
+        PkiCommand::Export { .. } => Err(PkiError::NoTarget),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
@@ -59,8 +79,8 @@ pub fn pki(config: &Config, command: PkiCommand) -> ExitCode {
     }
 }
 
-fn init(dir: &Path, rotate: bool) -> Result<(), String> {
-    let created = tls::init(dir, rotate).map_err(|e| e.to_string())?;
+fn init(dir: &Path, rotate: bool) -> Result<(), PkiError> {
+    let created = tls::init(dir, rotate)?;
     if created.ca {
         print_line(&json!({"created": "ca", "path": tls::ca_path(dir).0}));
     }
@@ -90,7 +110,7 @@ fn shipped(identity: Identity) -> &'static [Identity] {
 }
 
 /// The files of one container's folder: the CA and each shipped identity's pair.
-fn files_for(dir: &Path, identity: Identity) -> Result<Vec<(String, Vec<u8>)>, String> {
+fn files_for(dir: &Path, identity: Identity) -> Result<Vec<(String, Vec<u8>)>, PkiError> {
     let mut files = Vec::new();
     for shipped in shipped(identity) {
         for file in files_of(dir, *shipped)? {
@@ -103,10 +123,13 @@ fn files_for(dir: &Path, identity: Identity) -> Result<Vec<(String, Vec<u8>)>, S
 }
 
 /// The three files of one identity: (file name, content).
-fn files_of(dir: &Path, identity: Identity) -> Result<Vec<(String, Vec<u8>)>, String> {
+fn files_of(dir: &Path, identity: Identity) -> Result<Vec<(String, Vec<u8>)>, PkiError> {
     let (crt, key) = tls::cert_path(dir, identity);
     let read = |path: &Path| {
-        std::fs::read(path).map_err(|e| format!("{}: {e} (run `metnos pki init`)", path.display()))
+        std::fs::read(path).map_err(|source| PkiError::Missing {
+            path: path.to_owned(),
+            source,
+        })
     };
     Ok(vec![
         ("ca.crt".to_owned(), read(&tls::ca_path(dir).0)?),
@@ -115,14 +138,14 @@ fn files_of(dir: &Path, identity: Identity) -> Result<Vec<(String, Vec<u8>)>, St
     ])
 }
 
-fn export_dirs(dir: &Path, out: &Path) -> Result<(), String> {
+fn export_dirs(dir: &Path, out: &Path) -> Result<(), PkiError> {
     use std::os::unix::fs::OpenOptionsExt;
     for identity in Identity::ALL {
         if shipped(identity).is_empty() {
             continue;
         }
         let folder = out.join(identity.name());
-        tls::private_dir(&folder).map_err(|e| e.to_string())?;
+        tls::private_dir(&folder)?;
         for (name, bytes) in files_for(dir, identity)? {
             let path = folder.join(name);
             let _ = std::fs::remove_file(&path);
@@ -131,16 +154,21 @@ fn export_dirs(dir: &Path, out: &Path) -> Result<(), String> {
                 .create_new(true)
                 .mode(0o600)
                 .open(&path)
-                .map_err(|e| format!("{}: {e}", path.display()))?;
-            std::io::Write::write_all(&mut file, &bytes)
-                .map_err(|e| format!("{}: {e}", path.display()))?;
+                .map_err(|source| PkiError::Write {
+                    path: path.clone(),
+                    source,
+                })?;
+            std::io::Write::write_all(&mut file, &bytes).map_err(|source| PkiError::Write {
+                path: path.clone(),
+                source,
+            })?;
         }
         print_line(&json!({"exported": identity.name(), "dir": folder}));
     }
     Ok(())
 }
 
-fn export_k8s(dir: &Path, namespace: &str) -> Result<(), String> {
+fn export_k8s(dir: &Path, namespace: &str) -> Result<(), PkiError> {
     let base64 = base64::engine::general_purpose::STANDARD;
     for identity in Identity::ALL {
         if shipped(identity).is_empty() {

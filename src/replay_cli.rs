@@ -32,23 +32,29 @@ fn would(outcome: Outcome) -> &'static str {
     }
 }
 
+/// Why `--since` names no day.
+#[derive(Debug, thiserror::Error)]
+pub enum SinceError {
+    /// `N` days back from today is not a date.
+    #[error(transparent)]
+    Span(#[from] jiff::Error),
+    /// What was given: its first 32 characters.
+    #[error("--since `{0}` is neither N days (`7d`) nor a date (YYYY-MM-DD)")]
+    Neither(String),
+}
+
 /// The first day replayed: `Nd` days back from `today`, or a `YYYY-MM-DD`.
-pub fn since_day(since: &str, today: jiff::civil::Date) -> Result<String, String> {
+pub fn since_day(since: &str, today: jiff::civil::Date) -> Result<String, SinceError> {
     if let Some(days) = since.strip_suffix('d')
         && let Ok(days) = days.parse::<i64>()
         && (0..=3650).contains(&days)
     {
-        let day = today
-            .checked_sub(jiff::Span::new().days(days))
-            .map_err(|e| e.to_string())?;
+        let day = today.checked_sub(jiff::Span::new().days(days))?;
         return Ok(day.to_string());
     }
     match since.parse::<jiff::civil::Date>() {
         Ok(day) if since.len() == 10 => Ok(day.to_string()),
-        _ => Err(format!(
-            "--since `{}` is neither N days (`7d`) nor a date (YYYY-MM-DD)",
-            since.chars().take(32).collect::<String>()
-        )),
+        _ => Err(SinceError::Neither(since.chars().take(32).collect())),
     }
 }
 
@@ -125,7 +131,12 @@ mod tests {
         let today: jiff::civil::Date = "2026-11-26".parse().unwrap();
         assert_eq!(since_day("7d", today).unwrap(), "2026-11-19");
         assert_eq!(since_day("2026-11-01", today).unwrap(), "2026-11-01");
-        assert!(since_day("a week", today).unwrap_err().contains("--since"));
+        assert!(
+            since_day("a week", today)
+                .unwrap_err()
+                .to_string()
+                .contains("--since")
+        );
         assert!(since_day("99999d", today).is_err());
     }
 }

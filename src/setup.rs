@@ -16,11 +16,31 @@ use std::path::{Path, PathBuf};
 
 use metnos_executors::BUILTIN_PROGRAM;
 use metnos_executors::install::{
-    BuiltinsRecord, SyncRequest, Synced, catalog_is_empty, installer_identity, sync_builtins,
+    BuiltinsRecord, InstallError, SyncRequest, Synced, catalog_is_empty, installer_identity,
+    sync_builtins,
 };
-use metnos_executors::signing::{self, Trust};
+use metnos_executors::signing::{self, KeyError, Trust};
 use metnos_kit::Config;
-use metnos_kit::tls;
+use metnos_kit::tls::{self, TlsError};
+
+/// What the stack cannot start without, or a file Metnos must not overwrite.
+#[derive(Debug, thiserror::Error)]
+pub enum SetupError {
+    #[error(transparent)]
+    Tls(#[from] TlsError),
+    #[error(transparent)]
+    Install(#[from] InstallError),
+    /// The running program, whose identity marks an upgrade, cannot be read.
+    #[error("{}: {source}", exe.display())]
+    Installer {
+        exe: PathBuf,
+        source: std::io::Error,
+    },
+    #[error(transparent)]
+    Key(#[from] KeyError),
+    #[error("executors: {0}")]
+    Trust(KeyError),
+}
 
 /// The owner's signer name, as the trust file names the key `metnos up` makes.
 pub const OWNER_SIGNER: &str = "owner";
@@ -65,10 +85,10 @@ impl Notes {
 pub fn first_run(
     config: &Config,
     installation: Option<(PathBuf, PathBuf)>,
-) -> Result<Notes, String> {
+) -> Result<Notes, SetupError> {
     let mut notes = Notes::default();
     if config.tls.ca_file.as_os_str().is_empty() {
-        let created = tls::init(&config.tls.dir, false).map_err(|e| e.to_string())?;
+        let created = tls::init(&config.tls.dir, false)?;
         if created.ca {
             notes.say(format!(
                 "created the installation's CA and certificates in {}",
@@ -84,11 +104,11 @@ fn executors(
     config: &Config,
     installation: Option<(PathBuf, PathBuf)>,
     notes: &mut Notes,
-) -> Result<(), String> {
+) -> Result<(), SetupError> {
     let catalog = &config.executors.catalog_dir;
-    let record = BuiltinsRecord::read(catalog).map_err(|e| e.to_string())?;
+    let record = BuiltinsRecord::read(catalog)?;
     let first = record.is_none();
-    if first && !catalog_is_empty(catalog).map_err(|e| e.to_string())? {
+    if first && !catalog_is_empty(catalog)? {
         // Filled by hand (or by another tool): the person's, not ours.
         return Ok(());
     }
@@ -115,7 +135,10 @@ fn executors(
         Some(record) => (record.signer.clone(), record.key_file.clone()),
         None => owner_key(config, notes)?,
     };
-    let installer = installer_identity(&exe).map_err(|e| format!("{}: {e}", exe.display()))?;
+    let installer = installer_identity(&exe).map_err(|source| SetupError::Installer {
+        exe: exe.clone(),
+        source,
+    })?;
     let synced = sync_builtins(&SyncRequest {
         catalog,
         program,
@@ -123,8 +146,7 @@ fn executors(
         key_file: &key_file,
         installer: &installer,
         force: false,
-    })
-    .map_err(|e| e.to_string())?;
+    })?;
     say_synced(notes, &synced, catalog, program, &signer);
     Ok(())
 }
@@ -162,13 +184,13 @@ pub fn say_synced(
 
 /// The owner's key — the one at the default path, made now if there is none — and the
 /// name it is trusted under, adding it to the trust file when no one trusts it yet.
-fn owner_key(config: &Config, notes: &mut Notes) -> Result<(String, PathBuf), String> {
+fn owner_key(config: &Config, notes: &mut Notes) -> Result<(String, PathBuf), SetupError> {
     let key_file = default_key_path(config, OWNER_SIGNER);
     let key = if key_file.exists() {
-        signing::read_key(&key_file).map_err(|e| e.to_string())?
+        signing::read_key(&key_file)?
     } else {
-        let key = signing::generate().map_err(|e| e.to_string())?;
-        signing::write_key(&key_file, &key).map_err(|e| e.to_string())?;
+        let key = signing::generate()?;
+        signing::write_key(&key_file, &key)?;
         notes.say(format!(
             "made the owner's signing key {} (readable by you only; no executor can reach it)",
             key_file.display()
@@ -176,8 +198,8 @@ fn owner_key(config: &Config, notes: &mut Notes) -> Result<(String, PathBuf), St
         key
     };
     let trust_file = &config.executors.trust_file;
-    let trust = Trust::load(&config.executors.trusted_keys, trust_file)
-        .map_err(|e| format!("executors: {e}"))?;
+    let trust =
+        Trust::load(&config.executors.trusted_keys, trust_file).map_err(SetupError::Trust)?;
     let public = key.verifying_key();
     if let Some(name) = trust.signer_of(&public) {
         return Ok((name.to_owned(), key_file));
@@ -188,7 +210,7 @@ fn owner_key(config: &Config, notes: &mut Notes) -> Result<(String, PathBuf), St
         .chain((2..).map(|n| format!("{OWNER_SIGNER}{n}")))
         .find(|name| !trust.names(name))
         .unwrap_or_else(|| OWNER_SIGNER.to_owned());
-    signing::trust_in_file(trust_file, &name, &public).map_err(|e| e.to_string())?;
+    signing::trust_in_file(trust_file, &name, &public)?;
     notes.say(format!(
         "trusted it as `{name}` in {} (read beside [executors.trusted_keys]; the config is unchanged)",
         trust_file.display()

@@ -9,6 +9,7 @@ use std::process::ExitCode;
 
 use clap::Subcommand;
 use metnos_core::Principal;
+use metnos_kit::client::TracedChannel;
 use metnos_kit::time::{from_timestamp, rfc3339};
 use metnos_kit::{Config, ServiceName};
 use metnos_proto::common::v1 as common;
@@ -204,135 +205,205 @@ pub async fn telos(config: &Config, command: TelosCommand) -> ExitCode {
         Ok(found) => found,
         Err(code) => return code,
     };
-    let mut client = VaglioServiceClient::new(channel);
-    let result = async {
-        match command {
-            TelosCommand::Show { person } => {
-                let person = person_of(person.as_deref())?;
-                let r = client
-                    .get_telos(pb::GetTelosRequest {
-                        principal: Some(person.to_proto()),
-                    })
-                    .await
-                    .map_err(|s| failed(SERVICE, &url, &s))?
-                    .into_inner();
-                print_line(&json!({"version": r.version, "path": r.path, "warnings": r.warnings}));
-                for t in &r.telos {
-                    print_line(&telos_json(t));
-                }
-            }
-            TelosCommand::Evaluate {
+    let mut vaglio = Vaglio {
+        client: VaglioServiceClient::new(channel),
+        url,
+    };
+    let result = match command {
+        TelosCommand::Show { person } => vaglio.show(person.as_deref()).await,
+        TelosCommand::Evaluate {
+            effect_class,
+            summary,
+            kind,
+            person,
+            source,
+            urgency,
+            confidence,
+        } => {
+            let dry_run = DryRun {
                 effect_class,
                 summary,
                 kind,
-                person,
                 source,
                 urgency,
                 confidence,
-            } => {
-                let person = person_of(person.as_deref())?;
-                let origin = match source.as_str() {
-                    "adhoc" => pb::ProposalOrigin::Spontaneous,
-                    "scheduler_in_cadence" => pb::ProposalOrigin::SchedulerInCadence,
-                    "scheduler_off_cadence" => pb::ProposalOrigin::SchedulerOutOfCadence,
-                    other => {
-                        eprintln!(
-                            "metnos: --source `{other}`: adhoc, scheduler_in_cadence or scheduler_off_cadence"
-                        );
-                        return Err(ExitCode::from(2));
-                    }
-                };
-                let r = client
-                    .evaluate_proposal(pb::EvaluateProposalRequest {
-                        proposal: Some(pb::ActionProposal {
-                            proposal_id: format!("dry-{}", metnos_kit::random::hex(8)),
-                            kind,
-                            effect_class,
-                            description: summary,
-                            channel: person.channel.clone(),
-                            origin: origin as i32,
-                            principal: Some(person.to_proto()),
-                            session_id: "dry-run".to_owned(),
-                            ..Default::default()
-                        }),
-                        urgency_hint: urgency,
-                        confidence: Some(confidence),
-                        dry_run: true,
-                    })
-                    .await
-                    .map_err(|s| failed(SERVICE, &url, &s))?
-                    .into_inner();
-                print_line(&result_json(&r.result.unwrap_or_default()));
-            }
-            TelosCommand::Rejected {
-                person,
-                borderline,
-                limit,
-            } => {
-                let principal = match person.as_deref() {
-                    Some(p) => Some(person_of(Some(p))?.to_proto()),
-                    None => None,
-                };
-                let r = client
-                    .list_rejected_proposals(pb::ListRejectedProposalsRequest {
-                        limit,
-                        principal,
-                        borderline: borderline.unwrap_or(0),
-                        since: None,
-                    })
-                    .await
-                    .map_err(|s| failed(SERVICE, &url, &s))?
-                    .into_inner();
-                for result in &r.results {
-                    print_line(&result_json(result));
-                }
-            }
-            TelosCommand::Never { command } => match command {
-                NeverCommand::List { person } => {
-                    let principal = match person.as_deref() {
-                        Some(p) => Some(person_of(Some(p))?.to_proto()),
-                        None => None,
-                    };
-                    let r = client
-                        .list_never(pb::ListNeverRequest { principal })
-                        .await
-                        .map_err(|s| failed(SERVICE, &url, &s))?
-                        .into_inner();
-                    for e in &r.entries {
-                        let person = e.principal.as_ref().map(|p: &common::Principal| {
-                            format!("{}:{}", p.channel, p.sender_id)
-                        });
-                        print_line(&json!({
-                            "person": person,
-                            "effect_class": e.effect_class,
-                            "since": when(e.since.as_ref()),
-                            "proposal_id": e.proposal_id,
-                        }));
-                    }
-                }
+            };
+            vaglio.evaluate(dry_run, person.as_deref()).await
+        }
+        TelosCommand::Rejected {
+            person,
+            borderline,
+            limit,
+        } => vaglio.rejected(person.as_deref(), borderline, limit).await,
+        TelosCommand::Never {
+            command: NeverCommand::List { person },
+        } => vaglio.never_list(person.as_deref()).await,
+        TelosCommand::Never {
+            command:
                 NeverCommand::Remove {
                     person,
                     effect_class,
-                } => {
-                    let person = person_of(person.as_deref())?;
-                    client
-                        .remove_never(pb::RemoveNeverRequest {
-                            principal: Some(person.to_proto()),
-                            effect_class: effect_class.clone(),
-                        })
-                        .await
-                        .map_err(|s| failed(SERVICE, &url, &s))?;
-                    print_line(&json!({"removed": effect_class, "person": person.to_string()}));
-                }
-            },
-            TelosCommand::Edit { .. } | TelosCommand::Verify { .. } => {}
-        }
-        Ok::<(), ExitCode>(())
-    }
-    .await;
+                },
+        } => vaglio.never_remove(person.as_deref(), effect_class).await,
+        TelosCommand::Edit { .. } | TelosCommand::Verify { .. } => Ok(()),
+    };
     match result {
         Ok(()) => ExitCode::SUCCESS,
         Err(code) => code,
+    }
+}
+
+/// The running vaglio, as the commands that ask it see it.
+struct Vaglio {
+    client: VaglioServiceClient<TracedChannel>,
+    url: String,
+}
+
+/// `metnos telos evaluate`'s proposal, before it names a person.
+struct DryRun {
+    effect_class: String,
+    summary: String,
+    kind: String,
+    source: String,
+    urgency: f64,
+    confidence: f64,
+}
+
+/// `--person`, when given, as the proto's principal.
+fn principal_of(person: Option<&str>) -> Result<Option<common::Principal>, ExitCode> {
+    match person {
+        Some(p) => Ok(Some(person_of(Some(p))?.to_proto())),
+        None => Ok(None),
+    }
+}
+
+impl Vaglio {
+    fn failed(&self, status: &tonic::Status) -> ExitCode {
+        failed(SERVICE, &self.url, status)
+    }
+
+    /// `metnos telos show`.
+    async fn show(&mut self, person: Option<&str>) -> Result<(), ExitCode> {
+        let person = person_of(person)?;
+        let r = self
+            .client
+            .get_telos(pb::GetTelosRequest {
+                principal: Some(person.to_proto()),
+            })
+            .await
+            .map_err(|s| self.failed(&s))?
+            .into_inner();
+        print_line(&json!({"version": r.version, "path": r.path, "warnings": r.warnings}));
+        for t in &r.telos {
+            print_line(&telos_json(t));
+        }
+        Ok(())
+    }
+
+    /// `metnos telos evaluate`: a dry run, nothing recorded.
+    async fn evaluate(&mut self, dry_run: DryRun, person: Option<&str>) -> Result<(), ExitCode> {
+        let person = person_of(person)?;
+        let origin = match dry_run.source.as_str() {
+            "adhoc" => pb::ProposalOrigin::Spontaneous,
+            "scheduler_in_cadence" => pb::ProposalOrigin::SchedulerInCadence,
+            "scheduler_off_cadence" => pb::ProposalOrigin::SchedulerOutOfCadence,
+            other => {
+                eprintln!(
+                    "metnos: --source `{other}`: adhoc, scheduler_in_cadence or scheduler_off_cadence"
+                );
+                return Err(ExitCode::from(2));
+            }
+        };
+        let r = self
+            .client
+            .evaluate_proposal(pb::EvaluateProposalRequest {
+                proposal: Some(pb::ActionProposal {
+                    proposal_id: format!("dry-{}", metnos_kit::random::hex(8)),
+                    kind: dry_run.kind,
+                    effect_class: dry_run.effect_class,
+                    description: dry_run.summary,
+                    channel: person.channel.clone(),
+                    origin: origin as i32,
+                    principal: Some(person.to_proto()),
+                    session_id: "dry-run".to_owned(),
+                    ..Default::default()
+                }),
+                urgency_hint: dry_run.urgency,
+                confidence: Some(dry_run.confidence),
+                dry_run: true,
+            })
+            .await
+            .map_err(|s| self.failed(&s))?
+            .into_inner();
+        print_line(&result_json(&r.result.unwrap_or_default()));
+        Ok(())
+    }
+
+    /// `metnos telos rejected`.
+    async fn rejected(
+        &mut self,
+        person: Option<&str>,
+        borderline: Option<u32>,
+        limit: u32,
+    ) -> Result<(), ExitCode> {
+        let principal = principal_of(person)?;
+        let r = self
+            .client
+            .list_rejected_proposals(pb::ListRejectedProposalsRequest {
+                limit,
+                principal,
+                borderline: borderline.unwrap_or(0),
+                since: None,
+            })
+            .await
+            .map_err(|s| self.failed(&s))?
+            .into_inner();
+        for result in &r.results {
+            print_line(&result_json(result));
+        }
+        Ok(())
+    }
+
+    /// `metnos telos never list`.
+    async fn never_list(&mut self, person: Option<&str>) -> Result<(), ExitCode> {
+        let principal = principal_of(person)?;
+        let r = self
+            .client
+            .list_never(pb::ListNeverRequest { principal })
+            .await
+            .map_err(|s| self.failed(&s))?
+            .into_inner();
+        for e in &r.entries {
+            let person = e
+                .principal
+                .as_ref()
+                .map(|p: &common::Principal| format!("{}:{}", p.channel, p.sender_id));
+            print_line(&json!({
+                "person": person,
+                "effect_class": e.effect_class,
+                "since": when(e.since.as_ref()),
+                "proposal_id": e.proposal_id,
+            }));
+        }
+        Ok(())
+    }
+
+    /// `metnos telos never remove`.
+    async fn never_remove(
+        &mut self,
+        person: Option<&str>,
+        effect_class: String,
+    ) -> Result<(), ExitCode> {
+        let person = person_of(person)?;
+        self.client
+            .remove_never(pb::RemoveNeverRequest {
+                principal: Some(person.to_proto()),
+                effect_class: effect_class.clone(),
+            })
+            .await
+            .map_err(|s| self.failed(&s))?;
+        print_line(&json!({"removed": effect_class, "person": person.to_string()}));
+        Ok(())
     }
 }
 
@@ -395,8 +466,30 @@ fn ask(question: &str) -> bool {
     )
 }
 
+/// Why the person's editor did not run to a clean end.
+#[derive(Debug, thiserror::Error)]
+enum EditorError {
+    #[error("$EDITOR `{editor}`: {source}")]
+    Words {
+        editor: String,
+        source: shell_words::ParseError,
+    },
+    #[error("$EDITOR is empty")]
+    Empty,
+    #[error("the editor `{program}` could not be started: {source}")]
+    Start {
+        program: String,
+        source: std::io::Error,
+    },
+    #[error("the editor `{program}` exited with {status}")]
+    Exited {
+        program: String,
+        status: std::process::ExitStatus,
+    },
+}
+
 /// Runs the person's editor on `path`.
-fn run_editor(path: &Path) -> Result<(), String> {
+fn run_editor(path: &Path) -> Result<(), EditorError> {
     let editor = std::env::var("VISUAL")
         .ok()
         .filter(|e| !e.trim().is_empty())
@@ -406,19 +499,26 @@ fn run_editor(path: &Path) -> Result<(), String> {
                 .filter(|e| !e.trim().is_empty())
         })
         .unwrap_or_else(|| "vi".to_owned());
-    let words = shell_words::split(&editor).map_err(|e| format!("$EDITOR `{editor}`: {e}"))?;
-    let (program, args) = words
-        .split_first()
-        .ok_or_else(|| "$EDITOR is empty".to_owned())?;
+    let words = match shell_words::split(&editor) {
+        Ok(words) => words,
+        Err(source) => return Err(EditorError::Words { editor, source }),
+    };
+    let (program, args) = words.split_first().ok_or(EditorError::Empty)?;
     let status = std::process::Command::new(program)
         .args(args)
         .arg(path)
         .status()
-        .map_err(|e| format!("the editor `{program}` could not be started: {e}"))?;
+        .map_err(|source| EditorError::Start {
+            program: program.clone(),
+            source,
+        })?;
     if status.success() {
         Ok(())
     } else {
-        Err(format!("the editor `{program}` exited with {status}"))
+        Err(EditorError::Exited {
+            program: program.clone(),
+            status,
+        })
     }
 }
 
@@ -457,6 +557,60 @@ async fn vaglio_refuses(config: &Config, person: &Principal) -> Option<bool> {
     }
 }
 
+/// The telos file as it stands, against the versions signed beside it.
+struct OnDisk {
+    current: Option<String>,
+    /// The last version signed here: the newest in `.audit/` by its signed date — not
+    /// `.audit/head`, which anyone who can write the folder can change. `(sha256,
+    /// written_at, text)`.
+    newest: Option<(String, jiff::Timestamp, String)>,
+    /// Signed here and the newest signed version (or the same text saved again), and not
+    /// refused by the vaglio, which remembers what it had in force.
+    in_force: bool,
+}
+
+impl OnDisk {
+    async fn read(config: &Config, path: &Path, key: &TelosKey, person: Option<&str>) -> OnDisk {
+        let current = std::fs::read_to_string(path).ok();
+        let newest = signed_versions(path, key)
+            .into_iter()
+            .max_by_key(|(_, at, _)| *at);
+        let signed_now = current
+            .as_deref()
+            .and_then(|c| file::parse_signed(c, key).ok());
+        let mut in_force = match (&signed_now, &newest) {
+            (None, _) => false,
+            (Some(_), None) => true,
+            (Some(now), Some((sha, _, text))) => {
+                &now.version == sha
+                    || file::parse(text).is_ok_and(|kept| {
+                        kept.canonical == now.canonical
+                            && kept.front.signature == now.front.signature
+                    })
+            }
+        };
+        let asked_for = match person {
+            Some(p) => person_of(Some(p)).ok(),
+            None => person_of(None).ok(),
+        };
+        if in_force
+            && let Some(who) = &asked_for
+            && vaglio_refuses(config, who).await == Some(true)
+        {
+            in_force = false;
+        }
+        OnDisk {
+            current,
+            newest,
+            in_force,
+        }
+    }
+
+    fn last_signed(&self) -> Option<&str> {
+        self.newest.as_ref().map(|(_, _, text)| text.as_str())
+    }
+}
+
 async fn edit(config: &Config, person: Option<&str>, yes: bool, accept_changes: bool) -> ExitCode {
     let (path, scope) = match file_for(config, person) {
         Ok(found) => found,
@@ -469,93 +623,93 @@ async fn edit(config: &Config, person: Option<&str>, yes: bool, accept_changes: 
             return ExitCode::FAILURE;
         }
     };
-    let current = std::fs::read_to_string(&path).ok();
-    // The last version signed here: the newest in `.audit/` by its signed date — not
-    // `.audit/head`, which anyone who can write the folder can change.
-    let versions = signed_versions(&path, &key);
-    let newest = versions.iter().max_by_key(|(_, at, _)| *at);
-    let last_signed = newest.map(|(_, _, text)| text.clone());
-    // In force: signed here and the newest signed version (or the same text saved again),
-    // and not refused by the vaglio, which remembers what it had in force.
-    let signed_now = current
-        .as_deref()
-        .and_then(|c| file::parse_signed(c, &key).ok());
-    let mut in_force = match (&signed_now, newest) {
-        (None, _) => false,
-        (Some(_), None) => true,
-        (Some(now), Some((sha, _, text))) => {
-            &now.version == sha
-                || file::parse(text).is_ok_and(|kept| {
-                    kept.canonical == now.canonical && kept.front.signature == now.front.signature
-                })
-        }
-    };
-    let asked_for = match person {
-        Some(p) => person_of(Some(p)).ok(),
-        None => person_of(None).ok(),
-    };
-    if in_force
-        && let Some(who) = &asked_for
-        && vaglio_refuses(config, who).await == Some(true)
-    {
-        in_force = false;
-    }
+    let disk = OnDisk::read(config, &path, &key, person).await;
     let interactive = std::io::stdin().is_terminal();
-    let mut start = current
+    let start = match starting_text(&path, &disk, interactive, yes, accept_changes) {
+        Ok(start) => start,
+        Err(code) => return code,
+    };
+    let text = match edit_copy(&path, &start, interactive, yes) {
+        Ok(text) => text,
+        Err(code) => return code,
+    };
+    sign_edit(&path, &disk, &text, &key, yes)
+}
+
+/// The text the editor opens on: the file, else the last signed version, else the
+/// template. A file changed outside this command is shown as a diff first, and refused
+/// unless the person reviews it in a terminal or passes `--accept-changes`.
+fn starting_text(
+    path: &Path,
+    disk: &OnDisk,
+    interactive: bool,
+    yes: bool,
+    accept_changes: bool,
+) -> Result<String, ExitCode> {
+    let last_signed = disk.last_signed();
+    let start = disk
+        .current
         .clone()
-        .or_else(|| last_signed.clone())
+        .or_else(|| last_signed.map(str::to_owned))
         .unwrap_or_else(|| TEMPLATE.to_owned());
-    let changed = !in_force && (current.is_some() || last_signed.is_some());
-    if changed {
-        // Changed by hand, by another program, removed, or an older version put back:
-        // signing it must be a decision taken on what changed, never a habit.
-        eprintln!(
-            "metnos: {} was changed without `metnos telos edit` (or removed, or an older version was put back). What changed since the last version signed here:",
-            path.display()
-        );
-        let diff = similar::TextDiff::from_lines(
-            last_signed.as_deref().unwrap_or(""),
-            current.as_deref().unwrap_or(""),
-        )
-        .unified_diff()
-        .header("TELOS.md (last signed)", "TELOS.md (on disk)")
-        .to_string();
-        // What another program wrote is shown as it is: nothing hidden signed unseen.
-        eprint!("{}", crate::admin::terminal(&diff));
-        if !accept_changes && (yes || !interactive) {
-            eprintln!(
-                "metnos: nothing changed; review it in a terminal, or pass --accept-changes to sign it as it is"
-            );
-            return ExitCode::FAILURE;
-        }
-        if let Some(signed) = &last_signed
-            && interactive
-            && ask("Start from the last signed version instead?")
-        {
-            start = signed.clone();
-        }
+    let changed = !disk.in_force && (disk.current.is_some() || last_signed.is_some());
+    if !changed {
+        return Ok(start);
     }
+    // Changed by hand, by another program, removed, or an older version put back:
+    // signing it must be a decision taken on what changed, never a habit.
+    eprintln!(
+        "metnos: {} was changed without `metnos telos edit` (or removed, or an older version was put back). What changed since the last version signed here:",
+        path.display()
+    );
+    let diff = similar::TextDiff::from_lines(
+        last_signed.unwrap_or(""),
+        disk.current.as_deref().unwrap_or(""),
+    )
+    .unified_diff()
+    .header("TELOS.md (last signed)", "TELOS.md (on disk)")
+    .to_string();
+    // What another program wrote is shown as it is: nothing hidden signed unseen.
+    eprint!("{}", crate::admin::terminal(&diff));
+    if !accept_changes && (yes || !interactive) {
+        eprintln!(
+            "metnos: nothing changed; review it in a terminal, or pass --accept-changes to sign it as it is"
+        );
+        return Err(ExitCode::FAILURE);
+    }
+    if let Some(signed) = last_signed
+        && interactive
+        && ask("Start from the last signed version instead?")
+    {
+        return Ok(signed.to_owned());
+    }
+    Ok(start)
+}
+
+/// Runs the editor on a copy of `start` beside `path` (same folder, same protection,
+/// 0600) until it parses, and returns what was written; the copy is removed then, and
+/// kept (and named) when the edit is given up.
+fn edit_copy(path: &Path, start: &str, interactive: bool, yes: bool) -> Result<String, ExitCode> {
     let dir = path.parent().unwrap_or(Path::new(".")).to_path_buf();
     if let Err(e) = metnos_kit::datadir::create_dir_all(&dir) {
         eprintln!("metnos: {}: {e}", dir.display());
-        return ExitCode::FAILURE;
+        return Err(ExitCode::FAILURE);
     }
-    // The copy lives beside the file (same folder, same protection), 0600.
     let copy = dir.join(format!(".TELOS.md.edit-{}", metnos_kit::random::hex(4)));
     if let Err(e) = metnos_kit::datadir::write_file(&copy, start.as_bytes()) {
         eprintln!("metnos: {}: {e}", copy.display());
-        return ExitCode::FAILURE;
+        return Err(ExitCode::FAILURE);
     }
     let text = loop {
         if let Err(e) = run_editor(&copy) {
             eprintln!("metnos: {e}; your copy is {}", copy.display());
-            return ExitCode::FAILURE;
+            return Err(ExitCode::FAILURE);
         }
         let text = match std::fs::read_to_string(&copy) {
             Ok(text) => text,
             Err(e) => {
                 eprintln!("metnos: {}: {e}", copy.display());
-                return ExitCode::FAILURE;
+                return Err(ExitCode::FAILURE);
             }
         };
         match file::parse(&text) {
@@ -574,24 +728,31 @@ async fn edit(config: &Config, person: Option<&str>, yes: bool, accept_changes: 
                     "metnos: nothing changed; your edit is kept in {}",
                     copy.display()
                 );
-                return ExitCode::FAILURE;
+                return Err(ExitCode::FAILURE);
             }
         }
     };
     let _ = std::fs::remove_file(&copy);
+    Ok(text)
+}
+
+/// Shows the diff of `text` against what is in force and, on the person's word (or
+/// `--yes`), signs it and puts it in force.
+fn sign_edit(path: &Path, disk: &OnDisk, text: &str, key: &TelosKey, yes: bool) -> ExitCode {
+    let current = disk.current.as_deref();
     // Unchanged and already in force: nothing to sign. A file changed outside this command
     // is signed only after the question (never with --yes, above).
-    if in_force && current.as_deref() == Some(text.as_str()) {
+    if disk.in_force && current == Some(text) {
         eprintln!("metnos: no change");
         return ExitCode::SUCCESS;
     }
     // Against what is really in force: the file, or the last signed version.
-    let base = if in_force {
-        current.as_deref()
+    let base = if disk.in_force {
+        current
     } else {
-        last_signed.as_deref()
+        disk.last_signed()
     };
-    let diff = similar::TextDiff::from_lines(base.unwrap_or(""), &text)
+    let diff = similar::TextDiff::from_lines(base.unwrap_or(""), text)
         .unified_diff()
         .header("TELOS.md (in force)", "TELOS.md (edited)")
         .to_string();
@@ -605,19 +766,19 @@ async fn edit(config: &Config, person: Option<&str>, yes: bool, accept_changes: 
     let mut at = jiff::Timestamp::now()
         .round(jiff::Unit::Second)
         .unwrap_or_else(|_| jiff::Timestamp::now());
-    if let Some((_, newest_at, _)) = newest
+    if let Some((_, newest_at, _)) = &disk.newest
         && *newest_at >= at
     {
         at = newest_at
             .checked_add(jiff::SignedDuration::from_secs(1))
             .unwrap_or(*newest_at);
     }
-    match file::commit(&path, &text, &key, &by, &at.to_string()) {
+    match file::commit(path, text, key, &by, &at.to_string()) {
         Ok(version) => {
             print_line(&json!({
                 "path": path.display().to_string(),
                 "version": version,
-                "previous": current.as_deref().map(|c| file::sha256_hex(c.as_bytes())),
+                "previous": current.map(|c| file::sha256_hex(c.as_bytes())),
             }));
             ExitCode::SUCCESS
         }

@@ -91,20 +91,34 @@ const KNOWN_DRAFTS: &[&str] = &[
     "https://json-schema.org/draft/2020-12/schema",
 ];
 
+/// Why an args schema is not a valid JSON Schema (what the schema holds is masked).
+#[derive(Debug, thiserror::Error)]
+enum SchemaError {
+    #[error("its $schema is not a JSON Schema draft this loader knows")]
+    UnknownDraft,
+    #[error("{message} (at {at})")]
+    Invalid { message: String, at: String },
+    #[error("{0}")]
+    Compile(String),
+}
+
 /// A validator for the args schema, or why it is not a valid JSON Schema.
-fn compile_schema(schema: &Value) -> Result<jsonschema::Validator, String> {
+fn compile_schema(schema: &Value) -> Result<jsonschema::Validator, SchemaError> {
     if let Some(draft) = schema.get("$schema") {
         let known = draft.as_str().is_some_and(|d| {
             KNOWN_DRAFTS.contains(&d.trim_end_matches('#')) || KNOWN_DRAFTS.contains(&d)
         });
         if !known {
-            return Err("its $schema is not a JSON Schema draft this loader knows".to_owned());
+            return Err(SchemaError::UnknownDraft);
         }
     }
     if let Err(e) = jsonschema::meta::validate(schema) {
-        return Err(format!("{} (at {})", e.masked(), e.instance_path()));
+        return Err(SchemaError::Invalid {
+            message: e.masked().to_string(),
+            at: e.instance_path().to_string(),
+        });
     }
-    jsonschema::validator_for(schema).map_err(|e| e.masked().to_string())
+    jsonschema::validator_for(schema).map_err(|e| SchemaError::Compile(e.masked().to_string()))
 }
 
 /// Loads one executor folder.

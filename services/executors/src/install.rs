@@ -83,31 +83,49 @@ fn builtin_manifest(
             ),
         });
     }
-    changeable_by_owner_only(&own).map_err(|message| InstallError::Manifest {
+    changeable_by_owner_only(&own).map_err(|e| InstallError::Manifest {
         path: dir.join(MANIFEST_FILE),
-        message,
+        message: e.to_string(),
     })?;
     doc["program"] = toml_edit::value(own.display().to_string());
     Ok((doc, own))
 }
 
+/// Why a program is not signed: someone but its owner may change it, or it cannot be
+/// looked at.
+#[derive(Debug, thiserror::Error)]
+enum NotOwnersOnly {
+    #[error("{}: {source}", path.display())]
+    Stat {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    #[error(
+        "{} may be changed by another user than its owner (mode {mode:o}, uid {uid}); Metnos signs only programs no one else can change",
+        path.display()
+    )]
+    Open { path: PathBuf, mode: u32, uid: u32 },
+}
+
 /// Refuses a program (or its folder) that someone but its owner — this user or root —
 /// may change: signing it would vouch for whatever they put there.
-fn changeable_by_owner_only(program: &Path) -> Result<(), String> {
+fn changeable_by_owner_only(program: &Path) -> Result<(), NotOwnersOnly> {
     use std::os::unix::fs::MetadataExt;
     let me = rustix::process::geteuid().as_raw();
     for path in [Some(program), program.parent()].into_iter().flatten() {
-        let meta = std::fs::metadata(path).map_err(|e| format!("{}: {e}", path.display()))?;
+        let meta = std::fs::metadata(path).map_err(|source| NotOwnersOnly::Stat {
+            path: path.to_owned(),
+            source,
+        })?;
         let mode = meta.mode();
         // A sticky folder (/tmp) lets others add files, not replace this one.
         let open = mode & 0o022 != 0 && !(meta.is_dir() && mode & 0o1000 != 0);
         if open || (meta.uid() != me && meta.uid() != 0) {
-            return Err(format!(
-                "{} may be changed by another user than its owner (mode {:o}, uid {}); Metnos signs only programs no one else can change",
-                path.display(),
-                mode & 0o7777,
-                meta.uid()
-            ));
+            return Err(NotOwnersOnly::Open {
+                path: path.to_owned(),
+                mode: mode & 0o7777,
+                uid: meta.uid(),
+            });
         }
     }
     Ok(())
@@ -253,118 +271,23 @@ pub fn sync_builtins(request: &SyncRequest<'_>) -> Result<Synced, InstallError> 
     });
     let upgraded = record.installer != request.installer;
     let may_write = request.force || previous.is_none() || upgraded;
-    // The programs the built-ins run, as they are now.
-    let mut programs = BTreeMap::new();
-    for (_, text) in crate::builtin::MANIFESTS {
-        let named = text
-            .parse::<toml_edit::DocumentMut>()
-            .ok()
-            .and_then(|doc| doc["program"].as_str().map(str::to_owned))
-            .unwrap_or_else(|| crate::BUILTIN_PROGRAM.to_owned());
-        let own = program.with_file_name(named);
-        let identity = installer_identity(&own).unwrap_or_default();
-        programs.insert(own, identity);
-    }
+    let programs = builtin_programs(&program);
     if previous.is_some() && !request.force && !upgraded && record.programs == programs {
         return Ok(Synced::default());
     }
-    let mut key: Option<SigningKey> = None;
-    let mut digests: HashMap<PathBuf, String> = HashMap::new();
-    let mut synced = Synced::default();
+    let mut pass = SyncPass {
+        catalog,
+        program: &program,
+        had_record: previous.is_some(),
+        may_write,
+        key: None,
+        digests: HashMap::new(),
+        synced: Synced::default(),
+    };
     for (name, text) in crate::builtin::MANIFESTS {
-        let name = (*name).to_owned();
-        let dir = catalog.join(&name);
-        let path = dir.join(MANIFEST_FILE);
-        let current = match std::fs::read(&path) {
-            Ok(bytes) => Some(bytes),
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => None,
-            Err(e) => return Err(io(&path, e)),
-        };
-        let recorded = record.executors.get(&name).cloned();
-        let fresh = match (&current, &recorded) {
-            // Installed before, then removed by the person: stays removed.
-            (None, Some(_)) if previous.is_some() => continue,
-            (None, _) if dir.exists() => {
-                synced
-                    .kept
-                    .push((name, "a folder without a manifest is there".to_owned()));
-                continue;
-            }
-            (None, _) => true,
-            (Some(bytes), Some(hash)) if crate::digest::sha256_hex(bytes) == *hash => false,
-            (Some(_), Some(_)) => {
-                synced.kept.push((
-                    name,
-                    "changed since Metnos installed it; sign it yourself".to_owned(),
-                ));
-                continue;
-            }
-            (Some(_), None) => {
-                synced
-                    .kept
-                    .push((name, "not installed by Metnos".to_owned()));
-                continue;
-            }
-        };
-        let (mut doc, own) = builtin_manifest(&dir, text, &program)?;
-        let digest = match digests.get(&own) {
-            Some(digest) => digest.clone(),
-            None => {
-                let digest = sha256_file(&own).map_err(|e| io(&own, e))?;
-                digests.insert(own.clone(), digest.clone());
-                digest
-            }
-        };
-        doc["program_sha256"] = toml_edit::value(digest);
-        let manifest_text = doc.to_string();
-        let unchanged = current.as_deref() == Some(manifest_text.as_bytes())
-            && dir.join(SIGNATURE_FILE).is_file();
-        if unchanged {
-            continue;
-        }
-        if !may_write {
-            let why = if fresh {
-                "not in the catalog, and this metnos did not change (no upgrade): not installed; `metnos executors install` installs it".to_owned()
-            } else {
-                format!(
-                    "{} changed while this metnos did not (no upgrade): not re-signed; if you built it yourself, `metnos executors install` signs it",
-                    own.display()
-                )
-            };
-            synced.kept.push((name, why));
-            continue;
-        }
-        let manifest = Manifest::parse(&manifest_text).map_err(|e| InstallError::Manifest {
-            path: path.clone(),
-            message: e.to_string(),
-        })?;
-        let key = match &key {
-            Some(key) => key,
-            None => key.insert(signing::read_key(&record.key_file).map_err(|e| {
-                InstallError::Manifest {
-                    path: path.clone(),
-                    message: format!("cannot sign it: {e}"),
-                }
-            })?),
-        };
-        let signature = signing::sign(&manifest, key, &record.signer);
-        let sig_path = dir.join(SIGNATURE_FILE);
-        let sig_text = toml::to_string(&signature).map_err(|e| io(&sig_path, e))?;
-        create_private_dir(&dir)?;
-        real_folder(catalog)?;
-        real_folder(&dir)?;
-        replace_file(&path, manifest_text.as_bytes()).map_err(|e| io(&path, e))?;
-        replace_file(&sig_path, sig_text.as_bytes()).map_err(|e| io(&sig_path, e))?;
-        record.executors.insert(
-            name.clone(),
-            crate::digest::sha256_hex(manifest_text.as_bytes()),
-        );
-        if fresh {
-            synced.installed.push(name);
-        } else {
-            synced.updated.push(name);
-        }
+        pass.sync_one(name, text, &mut record)?;
     }
+    let synced = pass.synced;
     // The programs' identities are recorded only once they are signed as they are: a
     // program swapped outside an upgrade keeps being reported at every start.
     let all_signed = !synced
@@ -383,6 +306,169 @@ pub fn sync_builtins(request: &SyncRequest<'_>) -> Result<Synced, InstallError> 
         record.write(catalog)?;
     }
     Ok(synced)
+}
+
+/// The programs the built-ins run, as they are now: each one's path beside `program` and
+/// its identity.
+fn builtin_programs(program: &Path) -> BTreeMap<PathBuf, String> {
+    let mut programs = BTreeMap::new();
+    for (_, text) in crate::builtin::MANIFESTS {
+        let named = text
+            .parse::<toml_edit::DocumentMut>()
+            .ok()
+            .and_then(|doc| doc["program"].as_str().map(str::to_owned))
+            .unwrap_or_else(|| crate::BUILTIN_PROGRAM.to_owned());
+        let own = program.with_file_name(named);
+        let identity = installer_identity(&own).unwrap_or_default();
+        programs.insert(own, identity);
+    }
+    programs
+}
+
+/// One pass of [`sync_builtins`] over the built-ins: what it carries from one to the next
+/// (the key, read on first need; each program's digest, computed once) and what it did.
+struct SyncPass<'a> {
+    catalog: &'a Path,
+    program: &'a Path,
+    had_record: bool,
+    may_write: bool,
+    key: Option<SigningKey>,
+    digests: HashMap<PathBuf, String>,
+    synced: Synced,
+}
+
+impl SyncPass<'_> {
+    /// Installs, rewrites or leaves the built-in `name` (manifest `text`), noting it in
+    /// `record` once signed.
+    fn sync_one(
+        &mut self,
+        name: &str,
+        text: &str,
+        record: &mut BuiltinsRecord,
+    ) -> Result<(), InstallError> {
+        let name = name.to_owned();
+        let dir = self.catalog.join(&name);
+        let path = dir.join(MANIFEST_FILE);
+        let current = match std::fs::read(&path) {
+            Ok(bytes) => Some(bytes),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => None,
+            Err(e) => return Err(io(&path, e)),
+        };
+        let recorded = record.executors.get(&name).cloned();
+        let Some(fresh) = self.fresh(&name, &dir, current.as_deref(), recorded.as_deref()) else {
+            return Ok(());
+        };
+        let (mut doc, own) = builtin_manifest(&dir, text, self.program)?;
+        doc["program_sha256"] = toml_edit::value(self.digest(&own)?);
+        let manifest_text = doc.to_string();
+        let unchanged = current.as_deref() == Some(manifest_text.as_bytes())
+            && dir.join(SIGNATURE_FILE).is_file();
+        if unchanged {
+            return Ok(());
+        }
+        if !self.may_write {
+            let why = if fresh {
+                "not in the catalog, and this metnos did not change (no upgrade): not installed; `metnos executors install` installs it".to_owned()
+            } else {
+                format!(
+                    "{} changed while this metnos did not (no upgrade): not re-signed; if you built it yourself, `metnos executors install` signs it",
+                    own.display()
+                )
+            };
+            self.synced.kept.push((name, why));
+            return Ok(());
+        }
+        self.write_signed(&dir, &path, &manifest_text, record)?;
+        record.executors.insert(
+            name.clone(),
+            crate::digest::sha256_hex(manifest_text.as_bytes()),
+        );
+        if fresh {
+            self.synced.installed.push(name);
+        } else {
+            self.synced.updated.push(name);
+        }
+        Ok(())
+    }
+
+    /// Whether `name` is installed afresh (`Some(true)`), rewritten (`Some(false)`) or left
+    /// as it is (`None`; why, in `kept`, when the person should know).
+    fn fresh(
+        &mut self,
+        name: &str,
+        dir: &Path,
+        current: Option<&[u8]>,
+        recorded: Option<&str>,
+    ) -> Option<bool> {
+        let kept = |why: &str| (name.to_owned(), why.to_owned());
+        match (current, recorded) {
+            // Installed before, then removed by the person: stays removed.
+            (None, Some(_)) if self.had_record => None,
+            (None, _) if dir.exists() => {
+                self.synced
+                    .kept
+                    .push(kept("a folder without a manifest is there"));
+                None
+            }
+            (None, _) => Some(true),
+            (Some(bytes), Some(hash)) if crate::digest::sha256_hex(bytes) == hash => Some(false),
+            (Some(_), Some(_)) => {
+                self.synced
+                    .kept
+                    .push(kept("changed since Metnos installed it; sign it yourself"));
+                None
+            }
+            (Some(_), None) => {
+                self.synced.kept.push(kept("not installed by Metnos"));
+                None
+            }
+        }
+    }
+
+    /// The sha256 of the program `own`, computed once per pass.
+    fn digest(&mut self, own: &Path) -> Result<String, InstallError> {
+        if let Some(digest) = self.digests.get(own) {
+            return Ok(digest.clone());
+        }
+        let digest = sha256_file(own).map_err(|e| io(own, e))?;
+        self.digests.insert(own.to_owned(), digest.clone());
+        Ok(digest)
+    }
+
+    /// Signs `manifest_text` with the record's key and writes it and its signature in
+    /// `dir`, a real folder.
+    fn write_signed(
+        &mut self,
+        dir: &Path,
+        path: &Path,
+        manifest_text: &str,
+        record: &BuiltinsRecord,
+    ) -> Result<(), InstallError> {
+        let manifest = Manifest::parse(manifest_text).map_err(|e| InstallError::Manifest {
+            path: path.to_owned(),
+            message: e.to_string(),
+        })?;
+        let key = match &self.key {
+            Some(key) => key,
+            None => self
+                .key
+                .insert(signing::read_key(&record.key_file).map_err(|e| {
+                    InstallError::Manifest {
+                        path: path.to_owned(),
+                        message: format!("cannot sign it: {e}"),
+                    }
+                })?),
+        };
+        let signature = signing::sign(&manifest, key, &record.signer);
+        let sig_path = dir.join(SIGNATURE_FILE);
+        let sig_text = toml::to_string(&signature).map_err(|e| io(&sig_path, e))?;
+        create_private_dir(dir)?;
+        real_folder(self.catalog)?;
+        real_folder(dir)?;
+        replace_file(path, manifest_text.as_bytes()).map_err(|e| io(path, e))?;
+        replace_file(&sig_path, sig_text.as_bytes()).map_err(|e| io(&sig_path, e))?;
+        Ok(())
+    }
 }
 
 /// Refuses to write in `dir` unless it is a real folder, not a symbolic link to one.

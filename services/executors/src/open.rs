@@ -100,13 +100,43 @@ pub fn describe(fd: &OwnedFd) -> std::io::Result<Opened> {
 /// The shared temp folders, where every program on the machine leaves files.
 const SHARED_TEMP: &[&str] = &["/tmp", "/var/tmp", "/dev/shm"];
 
+/// Why a file was not opened to be read; `shown` is the path as the call wrote it.
+#[derive(Debug, thiserror::Error)]
+pub enum OpenError {
+    #[error("no such file: {0}")]
+    NotFound(String),
+    #[error("cannot open {shown}: {source}")]
+    Open {
+        shown: String,
+        source: std::io::Error,
+    },
+    #[error("cannot read {shown}: {source}")]
+    Read {
+        shown: String,
+        source: std::io::Error,
+    },
+    #[error("{0} is a directory, not a file")]
+    Directory(String),
+    #[error("{0} is not a regular file")]
+    NotRegular(String),
+    /// See [`hard_link_refusal`].
+    #[error(
+        "{shown} has {links} names (hard links); outside the workspace a file with more than one name is refused, since another of its names may be a protected file"
+    )]
+    HardLinks { shown: String, links: u64 },
+    #[error("{0} belongs to another user; in the shared temp folder only files you made are read")]
+    OtherUsers(String),
+}
+
 /// Why a file with more than one name is refused outside the workspace: one of its other
 /// names may be a file the checks protect (a hard link to `~/.ssh/id_rsa` reads as the
 /// key, and no path check sees the other name).
 pub fn hard_link_refusal(shown: &str, links: u64) -> String {
-    format!(
-        "{shown} has {links} names (hard links); outside the workspace a file with more than one name is refused, since another of its names may be a protected file"
-    )
+    OpenError::HardLinks {
+        shown: shown.to_owned(),
+        links,
+    }
+    .to_string()
 }
 
 /// Opens `real` to read a regular file, refusing links on the way, a file with other names
@@ -115,31 +145,39 @@ pub fn open_file_to_read(
     real: &Path,
     shown: &str,
     workspace: &Path,
-) -> Result<(File, Opened), String> {
+) -> Result<(File, Opened), OpenError> {
     // Non-blocking: a FIFO put where a file was expected opens at once (and is refused
     // below) instead of waiting for a writer forever; a regular file ignores the flag.
     let flags = OFlags::RDONLY | OFlags::NOCTTY | OFlags::NONBLOCK;
+    let shown_owned = || shown.to_owned();
     let fd = open_beneath_no_links(real, flags, Mode::empty()).map_err(|e| match e.kind() {
-        std::io::ErrorKind::NotFound => format!("no such file: {shown}"),
-        _ => format!("cannot open {shown}: {e}"),
+        std::io::ErrorKind::NotFound => OpenError::NotFound(shown_owned()),
+        _ => OpenError::Open {
+            shown: shown_owned(),
+            source: e,
+        },
     })?;
-    let opened = describe(&fd).map_err(|e| format!("cannot read {shown}: {e}"))?;
+    let opened = describe(&fd).map_err(|source| OpenError::Read {
+        shown: shown_owned(),
+        source,
+    })?;
     match opened.kind {
         FileType::RegularFile => {}
-        FileType::Directory => return Err(format!("{shown} is a directory, not a file")),
-        _ => return Err(format!("{shown} is not a regular file")),
+        FileType::Directory => return Err(OpenError::Directory(shown_owned())),
+        _ => return Err(OpenError::NotRegular(shown_owned())),
     }
     if opened.links > 1 && !in_workspace(real, workspace) {
-        return Err(hard_link_refusal(shown, opened.links));
+        return Err(OpenError::HardLinks {
+            shown: shown_owned(),
+            links: opened.links,
+        });
     }
     // The temp folder holds other programs' and other users' files (ticket caches,
     // sockets, scratch copies): only what this user made there is read.
     if SHARED_TEMP.iter().any(|t| real.starts_with(t))
         && opened.uid != rustix::process::geteuid().as_raw()
     {
-        return Err(format!(
-            "{shown} belongs to another user; in the shared temp folder only files you made are read"
-        ));
+        return Err(OpenError::OtherUsers(shown_owned()));
     }
     Ok((File::from(fd), opened))
 }
@@ -205,12 +243,16 @@ mod tests {
         std::fs::create_dir(&workspace).unwrap();
         std::fs::write(real.join("secret"), "key").unwrap();
         std::fs::hard_link(real.join("secret"), real.join("report.txt")).unwrap();
-        let e = open_file_to_read(&real.join("report.txt"), "report.txt", &workspace).unwrap_err();
+        let e = open_file_to_read(&real.join("report.txt"), "report.txt", &workspace)
+            .unwrap_err()
+            .to_string();
         assert!(e.contains("2 names"), "{e}");
         std::fs::write(workspace.join("a"), "mine").unwrap();
         std::fs::hard_link(workspace.join("a"), workspace.join("b")).unwrap();
         assert!(open_file_to_read(&workspace.join("b"), "b", &workspace).is_ok());
-        let e = open_file_to_read(&workspace, "workspace", &workspace).unwrap_err();
+        let e = open_file_to_read(&workspace, "workspace", &workspace)
+            .unwrap_err()
+            .to_string();
         assert!(e.contains("is a directory"), "{e}");
     }
 }

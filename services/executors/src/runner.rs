@@ -158,8 +158,43 @@ fn kill_group(pid: Option<u32>) {
     }
 }
 
+/// Why an executor's stdout is not one observation.
+#[derive(Debug, thiserror::Error)]
+enum OutputError {
+    /// What it wrote instead: `nothing`, or its first bytes quoted.
+    #[error("non-JSON output: {0}")]
+    NotJson(String),
+    #[error("more than one JSON value on stdout (an executor writes exactly one observation)")]
+    SeveralValues,
+    #[error("the output is JSON but not an observation (no boolean `ok`)")]
+    NoOk,
+    #[error("the output is not a well-formed observation: {0}")]
+    Malformed(serde_json::Error),
+}
+
+/// Why an executor's process was not started.
+#[derive(Debug, thiserror::Error)]
+enum StartError {
+    #[error("{name} not run: {source}")]
+    Program {
+        name: String,
+        source: crate::digest::DigestError,
+    },
+    #[cfg(target_os = "linux")]
+    #[error("{name} not run: {source}")]
+    Descriptor {
+        name: String,
+        source: rustix::io::Errno,
+    },
+    #[error("{name} could not start: {source}")]
+    Spawn {
+        name: String,
+        source: std::io::Error,
+    },
+}
+
 /// Parses stdout as exactly one observation.
-fn parse_observation(stdout: &[u8]) -> Result<Observation, String> {
+fn parse_observation(stdout: &[u8]) -> Result<Observation, OutputError> {
     let head = || {
         let text = String::from_utf8_lossy(&stdout[..stdout.len().min(200)]).into_owned();
         if text.trim().is_empty() {
@@ -171,20 +206,16 @@ fn parse_observation(stdout: &[u8]) -> Result<Observation, String> {
     let mut values = serde_json::Deserializer::from_slice(stdout).into_iter::<Value>();
     let value = match values.next() {
         Some(Ok(value)) => value,
-        _ => return Err(format!("non-JSON output: {}", head())),
+        _ => return Err(OutputError::NotJson(head())),
     };
     if values.next().is_some() {
-        return Err(
-            "more than one JSON value on stdout (an executor writes exactly one observation)"
-                .into(),
-        );
+        return Err(OutputError::SeveralValues);
     }
     let ok = value.get("ok").and_then(Value::as_bool);
     if ok.is_none() {
-        return Err("the output is JSON but not an observation (no boolean `ok`)".into());
+        return Err(OutputError::NoOk);
     }
-    serde_json::from_value::<Observation>(value)
-        .map_err(|e| format!("the output is not a well-formed observation: {e}"))
+    serde_json::from_value::<Observation>(value).map_err(OutputError::Malformed)
 }
 
 impl Runner {
@@ -274,11 +305,12 @@ impl Runner {
         catalog: &Catalog,
         executor: &Executor,
         context: &str,
-    ) -> Result<tokio::process::Child, String> {
+    ) -> Result<tokio::process::Child, StartError> {
         let (program, mut command) = self.command(catalog, executor, context, false)?;
-        let child = command
-            .spawn()
-            .map_err(|e| format!("{} could not start: {e}", executor.manifest.name))?;
+        let child = command.spawn().map_err(|source| StartError::Spawn {
+            name: executor.manifest.name.clone(),
+            source,
+        })?;
         drop(program);
         Ok(child)
     }
@@ -312,17 +344,24 @@ impl Runner {
         executor: &Executor,
         context: &str,
         prestarted: bool,
-    ) -> Result<(std::fs::File, tokio::process::Command), String> {
+    ) -> Result<(std::fs::File, tokio::process::Command), StartError> {
         let m = &executor.manifest;
-        let program = executor.open_program(catalog).map_err(|e| {
-            tracing::error!(executor = %m.name, error = %e, "executor not run");
-            format!("{} not run: {e}", m.name)
+        let program = executor.open_program(catalog).map_err(|source| {
+            tracing::error!(executor = %m.name, error = %source, "executor not run");
+            StartError::Program {
+                name: m.name.clone(),
+                source,
+            }
         })?;
         // The child opens its program through /proc/self/fd/N; an interpreter reading a
         // script does so after exec, so the descriptor must survive it.
         #[cfg(target_os = "linux")]
-        rustix::io::fcntl_setfd(&program, rustix::io::FdFlags::empty())
-            .map_err(|e| format!("{} not run: {e}", m.name))?;
+        rustix::io::fcntl_setfd(&program, rustix::io::FdFlags::empty()).map_err(|source| {
+            StartError::Descriptor {
+                name: m.name.clone(),
+                source,
+            }
+        })?;
         let mut command = tokio::process::Command::new(exec_path(&program, &executor.program));
         command
             .arg0(&m.name)
@@ -393,7 +432,7 @@ impl Runner {
         };
         let mut child = match child {
             Ok(child) => child,
-            Err(error) => return (Observation::failure(error), false),
+            Err(error) => return (Observation::failure(error.to_string()), false),
         };
         let observation = self.observe(&mut child, executor, args).await;
         if self.prestart {
@@ -560,17 +599,25 @@ mod tests {
         assert!(
             parse_observation(b"hello")
                 .unwrap_err()
+                .to_string()
                 .starts_with("non-JSON output: `hello`")
         );
-        assert!(parse_observation(b"").unwrap_err().contains("nothing"));
+        assert!(
+            parse_observation(b"")
+                .unwrap_err()
+                .to_string()
+                .contains("nothing")
+        );
         assert!(
             parse_observation(br#"{"ok": true} {"ok": true}"#)
                 .unwrap_err()
+                .to_string()
                 .contains("more than one")
         );
         assert!(
             parse_observation(br#"{"content": 1}"#)
                 .unwrap_err()
+                .to_string()
                 .contains("no boolean `ok`")
         );
         assert!(parse_observation(br#"{"ok": true, "error": 5}"#).is_err());

@@ -3,7 +3,7 @@
 
 use serde_json::{Value, json};
 
-use super::{count_arg, meta, required, scoped_path, string_arg};
+use super::{BuiltinError, count_arg, meta, required, scoped_path, string_arg};
 use crate::observation::{ExecContext, Observation};
 
 pub const DEFAULT_MAX_ENTRIES: u64 = 200;
@@ -12,11 +12,11 @@ pub const MAX_ENTRIES: u64 = 5000;
 pub fn run(args: &Value, context: &ExecContext) -> Observation {
     match list(args, context) {
         Ok(observation) => observation,
-        Err(error) => Observation::failure(error),
+        Err(error) => Observation::failure(error.to_string()),
     }
 }
 
-fn list(args: &Value, context: &ExecContext) -> Result<Observation, String> {
+fn list(args: &Value, context: &ExecContext) -> Result<Observation, BuiltinError> {
     let text = required(args, "path")?;
     let recursive = match args.get("recursive") {
         None | Some(Value::Null) => false,
@@ -42,7 +42,7 @@ fn list(args: &Value, context: &ExecContext) -> Result<Observation, String> {
         _ => format!("cannot list {text}: {e}"),
     })?;
     if !meta_data.is_dir() {
-        return Err(format!("{text} is a file, not a folder (fs_read reads it)"));
+        return Err(format!("{text} is a file, not a folder (fs_read reads it)").into());
     }
     // Metnos's own folders are not listed (their names and sizes are its business), nor
     // walked into.

@@ -4,7 +4,7 @@ use std::io::{Read, Seek, SeekFrom};
 
 use serde_json::{Value, json};
 
-use super::{count_arg, decode_text, meta, required, scoped_path};
+use super::{BuiltinError, count_arg, decode_text, meta, required, scoped_path};
 use crate::observation::{ExecContext, Observation};
 
 /// What is returned when the call names no limit.
@@ -13,11 +13,11 @@ pub const DEFAULT_MAX_BYTES: u64 = 256 * 1024;
 pub fn run(args: &Value, context: &ExecContext) -> Observation {
     match read(args, context) {
         Ok(observation) => observation,
-        Err(error) => Observation::failure(error),
+        Err(error) => Observation::failure(error.to_string()),
     }
 }
 
-fn read(args: &Value, context: &ExecContext) -> Result<Observation, String> {
+fn read(args: &Value, context: &ExecContext) -> Result<Observation, BuiltinError> {
     let text = required(args, "path")?;
     let head = count_arg(args, "head_bytes")?;
     let tail = count_arg(args, "tail_bytes")?;
@@ -33,12 +33,9 @@ fn read(args: &Value, context: &ExecContext) -> Result<Observation, String> {
     // The checked path, opened with no link on the way: what is read is what was judged.
     let (mut file, opened) =
         crate::open::open_file_to_read(&path, text, &super::linked_files_place(context)).map_err(
-            |e| {
-                if e.ends_with("is a directory, not a file") {
-                    format!("{e} (fs_list lists it)")
-                } else {
-                    e
-                }
+            |e| match e {
+                crate::open::OpenError::Directory(_) => format!("{e} (fs_list lists it)"),
+                e => e.to_string(),
             },
         )?;
     let size = opened.size;
@@ -65,9 +62,9 @@ fn read(args: &Value, context: &ExecContext) -> Result<Observation, String> {
     }
     let cut = (start + bytes.len() as u64) < size;
     let Some((content, encoding)) = decode_text(&bytes[skipped..], cut) else {
-        return Err(format!(
-            "{text} is a binary file ({size} bytes); fs_read returns text only"
-        ));
+        return Err(
+            format!("{text} is a binary file ({size} bytes); fs_read returns text only").into(),
+        );
     };
     let returned = bytes.len() - skipped;
     let truncated = (returned as u64) < size && what == "whole";

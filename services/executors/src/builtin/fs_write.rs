@@ -10,13 +10,13 @@ use rustix::io::Errno;
 
 use serde_json::{Value, json};
 
-use super::{meta, required, scoped_path, string_arg};
+use super::{BuiltinError, meta, required, scoped_path, string_arg};
 use crate::observation::{ExecContext, Observation};
 
 pub fn run(args: &Value, context: &ExecContext) -> Observation {
     match write(args, context) {
         Ok(observation) => observation,
-        Err(error) => Observation::failure(error),
+        Err(error) => Observation::failure(error.to_string()),
     }
 }
 
@@ -46,7 +46,7 @@ fn temp_in(dir: &OwnedFd, content: &[u8]) -> std::io::Result<String> {
     Err(std::io::Error::other("no free temporary name"))
 }
 
-fn write(args: &Value, context: &ExecContext) -> Result<Observation, String> {
+fn write(args: &Value, context: &ExecContext) -> Result<Observation, BuiltinError> {
     let text = required(args, "path")?;
     let content = required(args, "content")?;
     let mode = string_arg(args, "mode")?.unwrap_or("create");
@@ -54,7 +54,8 @@ fn write(args: &Value, context: &ExecContext) -> Result<Observation, String> {
         return Err(format!(
             "mode `{}` is not one of create, overwrite, append",
             mode.chars().take(32).collect::<String>()
-        ));
+        )
+        .into());
     }
     let path = scoped_path(text, context, metnos_core::forbidden::Access::Write)?;
     let lexical = crate::scope::normalize(&crate::scope::expand_home(text, &context.user_home));
@@ -63,7 +64,7 @@ fn write(args: &Value, context: &ExecContext) -> Result<Observation, String> {
         return Err(format!(
             "{text} runs code later, and the content holds U+{:04X}: a line's end to some programs and a letter to others (a card cannot show which lines run); use \\n line ends and no control character but a tab",
             u32::from(c)
-        ));
+        ).into());
     }
     let parent = path
         .parent()
@@ -80,23 +81,24 @@ fn write(args: &Value, context: &ExecContext) -> Result<Observation, String> {
     let existing =
         crate::open::entry_kind(&dir, name).map_err(|e| format!("cannot write {text}: {e}"))?;
     match existing {
-        Some(FileType::Directory) => return Err(format!("{text} is a directory")),
+        Some(FileType::Directory) => return Err(format!("{text} is a directory").into()),
         Some(FileType::Symlink) => {
             return Err(format!(
                 "{text} is a symbolic link; fs_write does not write through links"
-            ));
+            )
+            .into());
         }
         Some(FileType::RegularFile) | None => {}
-        Some(_) => return Err(format!("{text} is not a regular file")),
+        Some(_) => return Err(format!("{text} is not a regular file").into()),
     }
     let existed = existing.is_some();
     let mut new_line = false;
     match mode {
         "create" => {
             if existed {
-                return Err(format!(
-                    "{text} already exists (mode overwrite or append changes it)"
-                ));
+                return Err(
+                    format!("{text} already exists (mode overwrite or append changes it)").into(),
+                );
             }
             let temp = temp_in(&dir, content.as_bytes())
                 .map_err(|e| format!("cannot write {text}: {e}"))?;
@@ -157,7 +159,7 @@ fn append(
     content: &str,
     context: &ExecContext,
     code_later: bool,
-) -> Result<bool, String> {
+) -> Result<bool, BuiltinError> {
     // Non-blocking: a FIFO swapped in since the check fails to open (no reader) or is
     // refused below, never a wait for a reader. Read and write: its last byte is read.
     let flags = OFlags::RDWR
@@ -176,10 +178,10 @@ fn append(
     })?;
     let opened = crate::open::describe(&fd).map_err(|e| format!("cannot append to {text}: {e}"))?;
     if opened.kind != FileType::RegularFile {
-        return Err(format!("{text} is not a regular file"));
+        return Err(format!("{text} is not a regular file").into());
     }
     if opened.links > 1 && !crate::open::in_workspace(path, &super::linked_files_place(context)) {
-        return Err(crate::open::hard_link_refusal(text, opened.links));
+        return Err(crate::open::hard_link_refusal(text, opened.links).into());
     }
     // The file's last bytes: whether it ends a line, and whether that line goes on (git
     // reads a CR LF as a LF).
@@ -192,7 +194,7 @@ fn append(
     if code_later && continued.iter().any(|e| end.ends_with(e)) {
         return Err(format!(
             "{text}'s last line ends with `\\`, which continues it: the first line appended would run as its tail; end that line first"
-        ));
+        ).into());
     }
     let new_line = !end.is_empty() && !content.is_empty() && !end.ends_with(b"\n");
     // One write: the new line and the content land together (O_APPEND, at the end).

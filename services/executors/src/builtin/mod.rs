@@ -97,28 +97,67 @@ pub(crate) fn elsewhere(program: &str, name: &str) -> Observation {
     }
 }
 
+/// Why a built-in refused a call or could not do it: the text becomes the observation's
+/// error, which the planner and the person read.
+#[derive(Debug, thiserror::Error)]
+pub(crate) enum BuiltinError {
+    #[error("`{0}` must be a string")]
+    NotString(String),
+    #[error("`{0}` is required")]
+    Required(String),
+    #[error("`{0}` must be a non-negative integer")]
+    NotCount(String),
+    #[error(transparent)]
+    Scope(#[from] crate::scope::ScopeError),
+    #[error(transparent)]
+    Open(#[from] crate::open::OpenError),
+    #[error(
+        "path `{path}` leads through a link in the shell's workspace to {}, outside it: links there are not followed out of it",
+        real.display()
+    )]
+    LinkOutOfWorkspace {
+        path: String,
+        real: std::path::PathBuf,
+    },
+    /// A refusal or failure of one executor's own, in its words.
+    #[error("{0}")]
+    Refused(String),
+}
+
+impl From<String> for BuiltinError {
+    fn from(message: String) -> BuiltinError {
+        BuiltinError::Refused(message)
+    }
+}
+
+impl From<&str> for BuiltinError {
+    fn from(message: &str) -> BuiltinError {
+        BuiltinError::Refused(message.to_owned())
+    }
+}
+
 /// A string argument.
-pub(crate) fn string_arg<'a>(args: &'a Value, key: &str) -> Result<Option<&'a str>, String> {
+pub(crate) fn string_arg<'a>(args: &'a Value, key: &str) -> Result<Option<&'a str>, BuiltinError> {
     match args.get(key) {
         None | Some(Value::Null) => Ok(None),
         Some(Value::String(s)) => Ok(Some(s)),
-        Some(_) => Err(format!("`{key}` must be a string")),
+        Some(_) => Err(BuiltinError::NotString(key.to_owned())),
     }
 }
 
 /// A required string argument.
-pub(crate) fn required<'a>(args: &'a Value, key: &str) -> Result<&'a str, String> {
-    string_arg(args, key)?.ok_or_else(|| format!("`{key}` is required"))
+pub(crate) fn required<'a>(args: &'a Value, key: &str) -> Result<&'a str, BuiltinError> {
+    string_arg(args, key)?.ok_or_else(|| BuiltinError::Required(key.to_owned()))
 }
 
 /// A non-negative integer argument.
-pub(crate) fn count_arg(args: &Value, key: &str) -> Result<Option<u64>, String> {
+pub(crate) fn count_arg(args: &Value, key: &str) -> Result<Option<u64>, BuiltinError> {
     match args.get(key) {
         None | Some(Value::Null) => Ok(None),
         Some(v) => v
             .as_u64()
             .map(Some)
-            .ok_or_else(|| format!("`{key}` must be a non-negative integer")),
+            .ok_or_else(|| BuiltinError::NotCount(key.to_owned())),
     }
 }
 
@@ -129,10 +168,9 @@ pub(crate) fn scoped_path(
     text: &str,
     context: &ExecContext,
     access: Access,
-) -> Result<std::path::PathBuf, String> {
-    let real = PathScope::new(&context.scope_paths, &context.user_home)
-        .check(text, &context.user_home)
-        .map_err(|e| e.to_string())?;
+) -> Result<std::path::PathBuf, BuiltinError> {
+    let real =
+        PathScope::new(&context.scope_paths, &context.user_home).check(text, &context.user_home)?;
     let lexical = crate::scope::normalize(&crate::scope::expand_home(text, &context.user_home));
     for (path, via_link) in [(&lexical, false), (&real, true)] {
         if let Some(rule) = forbidden::first_match(&path.to_string_lossy(), access) {
@@ -150,7 +188,7 @@ pub(crate) fn scoped_path(
                     Access::Write => "write",
                 },
             }
-            .to_string());
+            .into());
         }
     }
     let forbidden = crate::scope::real_roots(&context.forbidden);
@@ -162,15 +200,15 @@ pub(crate) fn scoped_path(
     if (in_ws(&lexical) || crate::open::in_workspace(&lexical, &context.shell.workspace))
         && !in_ws(&real)
     {
-        return Err(format!(
-            "path `{text}` leads through a link in the shell's workspace to {}, outside it: links there are not followed out of it",
-            real.display()
-        ));
+        return Err(BuiltinError::LinkOutOfWorkspace {
+            path: text.to_owned(),
+            real,
+        });
     }
     if crate::scope::is_forbidden(&real, &forbidden, &workspace)
         || crate::scope::is_forbidden(&lexical, &context.forbidden, &context.shell.workspace)
     {
-        return Err(crate::scope::ScopeError::Forbidden(text.to_owned()).to_string());
+        return Err(crate::scope::ScopeError::Forbidden(text.to_owned()).into());
     }
     if access == Access::Write {
         runs_code_later(text, &lexical, &real, context)?;
@@ -186,7 +224,7 @@ fn runs_code_later(
     lexical: &std::path::Path,
     real: &std::path::Path,
     context: &ExecContext,
-) -> Result<(), String> {
+) -> Result<(), crate::scope::ScopeError> {
     let Some(rule) = runs_code_later_rule(lexical, real, context) else {
         return Ok(());
     };
@@ -202,8 +240,7 @@ fn runs_code_later(
             String::new()
         },
         what: forbidden::runs_code_later_reason(rule),
-    }
-    .to_string())
+    })
 }
 
 /// The rule a write to `lexical` (resolved: `real`) meets because the file runs code later:

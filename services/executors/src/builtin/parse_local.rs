@@ -2,7 +2,7 @@
 
 use serde_json::{Value, json};
 
-use super::{count_arg, meta, scoped_path, string_arg};
+use super::{BuiltinError, count_arg, meta, scoped_path, string_arg};
 use crate::observation::{ExecContext, Observation};
 
 /// The largest input read.
@@ -12,7 +12,7 @@ const DEFAULT_MAX_ROWS: u64 = 500;
 pub fn run(args: &Value, context: &ExecContext) -> Observation {
     match parse(args, context) {
         Ok(observation) => observation,
-        Err(error) => Observation::failure(error),
+        Err(error) => Observation::failure(error.to_string()),
     }
 }
 
@@ -20,7 +20,7 @@ fn format_of(
     format: Option<&str>,
     path: Option<&str>,
     input: &str,
-) -> Result<&'static str, String> {
+) -> Result<&'static str, BuiltinError> {
     if let Some(format) = format {
         return match format.to_ascii_lowercase().as_str() {
             "json" => Ok("json"),
@@ -29,7 +29,8 @@ fn format_of(
             other => Err(format!(
                 "format `{}` is not one of json, csv, html",
                 other.chars().take(32).collect::<String>()
-            )),
+            )
+            .into()),
         };
     }
     if let Some(ext) = path
@@ -59,7 +60,7 @@ fn format_of(
     }
 }
 
-fn parse(args: &Value, context: &ExecContext) -> Result<Observation, String> {
+fn parse(args: &Value, context: &ExecContext) -> Result<Observation, BuiltinError> {
     let path = string_arg(args, "path")?;
     let text = string_arg(args, "text")?;
     let (input, source) = match (path, text) {
@@ -74,7 +75,8 @@ fn parse(args: &Value, context: &ExecContext) -> Result<Observation, String> {
                 return Err(format!(
                     "{p} is {} bytes; parse_local reads at most {MAX_INPUT_BYTES}",
                     opened.size
-                ));
+                )
+                .into());
             }
             let mut bytes = Vec::new();
             std::io::Read::read_to_end(&mut std::io::Read::take(file, MAX_INPUT_BYTES), &mut bytes)
@@ -114,7 +116,7 @@ fn csv_text(
     input: &str,
     max_rows: u64,
     tabs: bool,
-) -> Result<(String, serde_json::Map<String, Value>), String> {
+) -> Result<(String, serde_json::Map<String, Value>), BuiltinError> {
     let delimiter =
         if tabs || (!input.lines().next().unwrap_or("").contains(',') && input.contains('\t')) {
             b'\t'

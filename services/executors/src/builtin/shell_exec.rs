@@ -100,7 +100,7 @@ pub fn program_main() -> ExitCode {
     };
     let observation = match (crate::program::read_args(), context, ready) {
         (Ok(None), _, _) => return ExitCode::SUCCESS,
-        (Err(error), _, _) | (_, Err(error), _) => Observation::failure(error),
+        (Err(error), _, _) | (_, Err(error), _) => Observation::failure(error.to_string()),
         (Ok(Some(args)), Ok(context), Some(ready)) => run_in(ready, &args, &context),
         (Ok(Some(_)), Ok(_), None) => super::elsewhere(PROGRAM, &name),
     };
@@ -118,8 +118,8 @@ pub fn run_named(name: &str, args: &Value, context: &ExecContext) -> Observation
 
 type Failure = (String, Map<String, Value>);
 
-fn fail(error: impl Into<String>) -> Failure {
-    (error.into(), Map::new())
+fn fail(error: impl std::fmt::Display) -> Failure {
+    (error.to_string(), Map::new())
 }
 
 fn find_program(name: &str) -> Option<PathBuf> {

@@ -2,17 +2,17 @@
 
 use serde_json::{Value, json};
 
-use super::{meta, string_arg};
+use super::{BuiltinError, meta, string_arg};
 use crate::observation::{ExecContext, Observation};
 
 pub fn run(args: &Value, _context: &ExecContext) -> Observation {
     match now(args) {
         Ok(observation) => observation,
-        Err(error) => Observation::failure(error),
+        Err(error) => Observation::failure(error.to_string()),
     }
 }
 
-fn now(args: &Value) -> Result<Observation, String> {
+fn now(args: &Value) -> Result<Observation, BuiltinError> {
     let zone = match string_arg(args, "timezone")? {
         Some(name) if !name.trim().is_empty() => jiff::tz::TimeZone::get(name.trim()).map_err(|_| {
             format!(

@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use serde_json::{Value, json};
 
-use super::{count_arg, meta, required, string_arg};
+use super::{BuiltinError, count_arg, meta, required, string_arg};
 use crate::netguard::NetGuard;
 use crate::observation::{ExecContext, Observation};
 use crate::scope::{check_url, host_allowed};
@@ -25,7 +25,7 @@ pub fn run(args: &Value, context: &ExecContext) -> Observation {
     };
     match runtime.block_on(fetch(args, context)) {
         Ok(observation) => observation,
-        Err(error) => Observation::failure(error),
+        Err(error) => Observation::failure(error.to_string()),
     }
 }
 
@@ -49,9 +49,9 @@ fn is_text(content_type: &str) -> bool {
         )
 }
 
-async fn fetch(args: &Value, context: &ExecContext) -> Result<Observation, String> {
+async fn fetch(args: &Value, context: &ExecContext) -> Result<Observation, BuiltinError> {
     let url_text = required(args, "url")?;
-    let url = check_url(url_text, &context.scope_hosts).map_err(|e| e.to_string())?;
+    let url = check_url(url_text, &context.scope_hosts)?;
     let guard = NetGuard::new(&context.local_hosts);
     guard
         .check_url(&url)
@@ -122,7 +122,7 @@ async fn fetch(args: &Value, context: &ExecContext) -> Result<Observation, Strin
 }
 
 /// The call's method: GET (the default) or POST.
-fn method(args: &Value) -> Result<reqwest::Method, String> {
+fn method(args: &Value) -> Result<reqwest::Method, BuiltinError> {
     let method = string_arg(args, "method")?
         .unwrap_or("GET")
         .to_ascii_uppercase();
@@ -132,7 +132,8 @@ fn method(args: &Value) -> Result<reqwest::Method, String> {
         other => Err(format!(
             "method `{}` is not GET or POST",
             other.chars().take(16).collect::<String>()
-        )),
+        )
+        .into()),
     }
 }
 
@@ -179,7 +180,7 @@ fn redirects(
 }
 
 /// The call's headers (`headers`: an object of strings), none of them the connection's.
-fn headers(args: &Value) -> Result<reqwest::header::HeaderMap, String> {
+fn headers(args: &Value) -> Result<reqwest::header::HeaderMap, BuiltinError> {
     let mut map = reqwest::header::HeaderMap::new();
     let Some(headers) = args.get("headers").filter(|h| !h.is_null()) else {
         return Ok(map);
@@ -196,7 +197,7 @@ fn headers(args: &Value) -> Result<reqwest::header::HeaderMap, String> {
         if CONNECTION_HEADERS.contains(&name.as_str()) {
             return Err(format!(
                 "header `{name}` is the connection's, not the call's: the host is the URL's and the client sets the rest"
-            ));
+            ).into());
         }
         let value = reqwest::header::HeaderValue::from_str(value)
             .map_err(|_| format!("the value of header `{name}` is not valid"))?;
@@ -210,7 +211,7 @@ async fn read_capped(
     response: &mut reqwest::Response,
     max: u64,
     url_text: &str,
-) -> Result<(Vec<u8>, bool), String> {
+) -> Result<(Vec<u8>, bool), BuiltinError> {
     let max = usize::try_from(max).unwrap_or(usize::MAX);
     let mut body = Vec::new();
     while let Some(chunk) = response.chunk().await.map_err(|e| describe(&e, url_text))? {

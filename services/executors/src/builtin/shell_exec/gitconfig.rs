@@ -237,7 +237,7 @@ pub fn refused_repository(start: &Path, workspace: &Path) -> Option<String> {
             }
         } else if let Some(text) = match read_inside(&dot_git, workspace) {
             Ok(text) => text,
-            Err(why) => return Some(why),
+            Err(why) => return Some(why.to_string()),
         } && let Some(target) = text.trim().strip_prefix("gitdir:")
         {
             match within(&dir.join(target.trim()), workspace) {
@@ -254,7 +254,7 @@ pub fn refused_repository(start: &Path, workspace: &Path) -> Option<String> {
     for top in &work_trees {
         match work_tree_repositories(top, workspace) {
             Ok(nested) => git_dirs.extend(nested),
-            Err(why) => return Some(why),
+            Err(why) => return Some(why.to_string()),
         }
     }
     let mut seen = Vec::new();
@@ -269,7 +269,7 @@ pub fn refused_repository(start: &Path, workspace: &Path) -> Option<String> {
         }
         let common = match read_inside(&git_dir.join("commondir"), workspace) {
             Ok(common) => common,
-            Err(why) => return Some(why),
+            Err(why) => return Some(why.to_string()),
         };
         if let Some(common) = common {
             match within(&git_dir.join(common.trim()), workspace) {
@@ -285,17 +285,50 @@ pub fn refused_repository(start: &Path, workspace: &Path) -> Option<String> {
     None
 }
 
+/// Why the check cannot read a repository git may go into, so git is not run: what it
+/// names is never read, nor said.
+#[derive(Debug, thiserror::Error)]
+enum Unreadable {
+    /// A pointer that leaves the workspace, as [`leaves`] says it.
+    #[error("{0}")]
+    Leaves(String),
+    #[error("git is not run with the repository's {}: {why}", modules.display())]
+    Modules {
+        modules: std::path::PathBuf,
+        why: String,
+    },
+    #[error(
+        "{} holds more than {MAX_TREE_ENTRIES} files: git runs only where the check can read every repository it may go into",
+        .0.display()
+    )]
+    TooManyFiles(std::path::PathBuf),
+    #[error("{shown}: {source}")]
+    Open {
+        shown: String,
+        source: crate::open::OpenError,
+    },
+    #[error("{shown}: {source}")]
+    Read {
+        shown: String,
+        source: std::io::Error,
+    },
+    #[error(
+        "{shown} is larger than {MAX_READ} bytes: git runs only with files the check reads whole"
+    )]
+    TooLarge { shown: String },
+}
+
 /// The repositories git may go into from the work tree `top`: its `.gitmodules` checked
 /// (an `ignore` there lets git in), the git folders nested in it.
-fn work_tree_repositories(top: &Path, workspace: &Path) -> Result<Vec<std::path::PathBuf>, String> {
+fn work_tree_repositories(
+    top: &Path,
+    workspace: &Path,
+) -> Result<Vec<std::path::PathBuf>, Unreadable> {
     let modules = top.join(".gitmodules");
     if let Some(text) = read_inside(&modules, workspace)?
         && let Some(why) = refused_config(&text)
     {
-        return Err(format!(
-            "git is not run with the repository's {}: {why}",
-            modules.display()
-        ));
+        return Err(Unreadable::Modules { modules, why });
     }
     nested_git(top, workspace)
 }
@@ -310,7 +343,7 @@ const MAX_TREE_ENTRIES: usize = 50_000;
 
 /// The git folders of the repositories nested in the work tree `top` (its own `.git` left
 /// out): a `.git` folder, or the folder a `.git` file's `gitdir:` names.
-fn nested_git(top: &Path, workspace: &Path) -> Result<Vec<std::path::PathBuf>, String> {
+fn nested_git(top: &Path, workspace: &Path) -> Result<Vec<std::path::PathBuf>, Unreadable> {
     let mut found = Vec::new();
     let mut walk = walkdir::WalkDir::new(top).into_iter();
     let mut read = 0;
@@ -318,10 +351,7 @@ fn nested_git(top: &Path, workspace: &Path) -> Result<Vec<std::path::PathBuf>, S
         let Ok(entry) = entry else { continue };
         read += 1;
         if read > MAX_TREE_ENTRIES {
-            return Err(format!(
-                "{} holds more than {MAX_TREE_ENTRIES} files: git runs only where the check can read every repository it may go into",
-                top.display()
-            ));
+            return Err(Unreadable::TooManyFiles(top.to_owned()));
         }
         if entry.depth() == 0 || entry.file_name() != ".git" {
             continue;
@@ -334,14 +364,16 @@ fn nested_git(top: &Path, workspace: &Path) -> Result<Vec<std::path::PathBuf>, S
         }
         let path = entry.path();
         if entry.file_type().is_dir() || entry.file_type().is_symlink() {
-            found.push(within(path, workspace).map_err(|()| leaves(path, "link"))?);
+            found.push(
+                within(path, workspace).map_err(|()| Unreadable::Leaves(leaves(path, "link")))?,
+            );
         } else if let Some(text) = read_inside(path, workspace)?
             && let Some(target) = text.trim().strip_prefix("gitdir:")
         {
             let parent = path.parent().unwrap_or(top);
             found.push(
                 within(&parent.join(target.trim()), workspace)
-                    .map_err(|()| leaves(path, "gitdir"))?,
+                    .map_err(|()| Unreadable::Leaves(leaves(path, "gitdir")))?,
             );
         }
     }
@@ -374,25 +406,25 @@ fn within(path: &Path, workspace: &Path) -> Result<std::path::PathBuf, ()> {
 /// A file the check reads, as git in the box could: inside the workspace (links followed
 /// only that far), a regular file (a FIFO never blocks the check), at most 1 MiB. `Ok(None)`:
 /// there is none; `Err`: the refusal (what it names is never read, nor said).
-fn read_inside(path: &Path, workspace: &Path) -> Result<Option<String>, String> {
+fn read_inside(path: &Path, workspace: &Path) -> Result<Option<String>, Unreadable> {
     use std::io::Read;
     if std::fs::symlink_metadata(path).is_err() {
         return Ok(None);
     }
-    let real = within(path, workspace).map_err(|()| leaves(path, "link"))?;
+    let real = within(path, workspace).map_err(|()| Unreadable::Leaves(leaves(path, "link")))?;
     let shown = path.display().to_string();
-    let (file, _) = crate::open::open_file_to_read(&real, &shown, workspace)
-        .map_err(|why| format!("{shown}: {why}"))?;
+    let (file, _) = match crate::open::open_file_to_read(&real, &shown, workspace) {
+        Ok(opened) => opened,
+        Err(source) => return Err(Unreadable::Open { shown, source }),
+    };
     let mut bytes = Vec::new();
-    file.take(MAX_READ + 1)
-        .read_to_end(&mut bytes)
-        .map_err(|e| format!("{shown}: {e}"))?;
+    if let Err(source) = file.take(MAX_READ + 1).read_to_end(&mut bytes) {
+        return Err(Unreadable::Read { shown, source });
+    }
     // git reads the whole file: one the check could not read whole is refused, never
     // judged by its first part (a filter written past the first MiB).
     if bytes.len() as u64 > MAX_READ {
-        return Err(format!(
-            "{shown} is larger than {MAX_READ} bytes: git runs only with files the check reads whole"
-        ));
+        return Err(Unreadable::TooLarge { shown });
     }
     Ok(Some(String::from_utf8_lossy(&bytes).into_owned()))
 }
@@ -411,7 +443,7 @@ fn refused_git_dir(git_dir: &Path, workspace: &Path) -> Option<String> {
         let path = git_dir.join(todo);
         let text = match read_inside(&path, workspace) {
             Ok(text) => text,
-            Err(why) => return Some(why),
+            Err(why) => return Some(why.to_string()),
         };
         if text.is_some_and(|text| refused_todo(&text)) {
             return Some(format!(
@@ -438,7 +470,7 @@ fn refused_git_dir(git_dir: &Path, workspace: &Path) -> Option<String> {
             ));
         }
         let why = match read_inside(&file, workspace) {
-            Err(why) => return Some(why),
+            Err(why) => return Some(why.to_string()),
             Ok(None) => continue,
             Ok(Some(text)) if text.contains('\u{FFFD}') => Some("it is not UTF-8".to_owned()),
             Ok(Some(text)) => refused_config(&text),

@@ -17,6 +17,110 @@ pub struct Cleared {
     pub git_dir: Option<PathBuf>,
 }
 
+/// Why a command's arguments are refused, naming the form and the rule: the text is the
+/// observation's error, which the planner and the person read.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum Refusal {
+    #[error(
+        "{program}: working inside a repository's .git folder is refused (rule write.git_internals)"
+    )]
+    InsideGitDir { program: String },
+    /// `arg`: its first 120 characters.
+    #[error(
+        "{program}: `{arg}` names a repository's own files (.git): a command may not write there (rule write.git_internals)"
+    )]
+    NamesGitInternals { program: String, arg: String },
+    #[error(
+        "{program}: working inside {} of the workspace you chose is refused: files made there run code later (rule {rule})",
+        cwd.display()
+    )]
+    ChosenCwd {
+        program: String,
+        cwd: PathBuf,
+        rule: &'static str,
+    },
+    /// `arg`: its first 120 characters.
+    #[error(
+        "{program}: `{arg}` names a file in the workspace you chose that runs code later ({reason}); a command does not write there (a file write naming the path asks you first; rule {rule})"
+    )]
+    ChosenRunsLater {
+        program: String,
+        arg: String,
+        reason: &'static str,
+        rule: &'static str,
+    },
+    #[error(
+        "git: `-C {target}` is a hidden folder of the workspace you chose, where files run code later (rule {rule})"
+    )]
+    ChosenHiddenDir { target: String, rule: &'static str },
+    #[error(
+        "git {command}: {why} in the workspace you chose, where a file it leaves (.envrc, a hook, a script, the repository's configuration) runs code at your next command; run it yourself (rule {rule})"
+    )]
+    ChosenGit {
+        command: String,
+        why: &'static str,
+        rule: &'static str,
+    },
+    #[error("git: the `{0}` transport runs a command of its own and is refused")]
+    Transport(&'static str),
+    #[error("git: `-C` needs a folder")]
+    NoFolder,
+    #[error(
+        "git: `-c` sets configuration, which can run programs (aliases, hooks, filters); it is refused"
+    )]
+    SetsConfig,
+    #[error(
+        "git: the option `{0}` before the command is refused (only -C inside the workspace, --no-pager and the pathspec flags are accepted)"
+    )]
+    GlobalOption(String),
+    /// The command: its first 64 characters.
+    #[error(
+        "git: `{0}` is not one of the git commands shell_exec runs (aliases and commands that run other programs are refused)"
+    )]
+    GitCommand(String),
+    #[error("git {command}: `{long}` {why}; it is refused")]
+    GitLong {
+        command: String,
+        long: &'static str,
+        why: &'static str,
+    },
+    #[error("git {command}: `-{letter}` ({why}) is refused")]
+    GitShort {
+        command: String,
+        letter: char,
+        why: &'static str,
+    },
+    #[error("git bisect run: runs the command it is given; it is refused")]
+    BisectRun,
+    #[error("git submodule foreach: runs the command it is given; it is refused")]
+    SubmoduleForeach,
+    /// The subcommand: its first 32 characters.
+    #[error(
+        "git submodule {0}: goes into nested repositories, whose configuration is not checked; it is refused"
+    )]
+    Submodule(String),
+    #[error("git -C `{target}`: {why}")]
+    FolderUnresolved { target: String, why: String },
+    #[error("git: `-C {target}` is outside the workspace {}", workspace.display())]
+    FolderOutside { target: String, workspace: PathBuf },
+    #[error("find: `{name}` {why}; it is refused")]
+    Find {
+        name: &'static str,
+        why: &'static str,
+    },
+    #[error("sort: `--output` writes a file; it is refused")]
+    SortOutput,
+    #[error("sort: `--compress-program` runs a program; it is refused")]
+    SortCompress,
+    #[error("sort: `-o` (--output) writes a file; it is refused")]
+    SortShortOutput,
+}
+
+/// The first `n` characters of `text`.
+fn first(text: &str, n: usize) -> String {
+    text.chars().take(n).collect()
+}
+
 /// Checks `args` of `program` (its name, as allowed); `cwd` is where it runs, inside the
 /// resolved `workspace`.
 pub fn check(
@@ -24,7 +128,7 @@ pub fn check(
     args: &[String],
     workspace: &Path,
     cwd: &Path,
-) -> Result<Cleared, String> {
+) -> Result<Cleared, Refusal> {
     let cleared = match program {
         "git" => git(args, workspace, cwd).map(|dir| Cleared { git_dir: Some(dir) }),
         "find" => find(args).map(|()| Cleared::default()),
@@ -41,18 +145,18 @@ pub fn check(
                 .any(|c| is_git_dir(&c.as_os_str().to_string_lossy()))
         });
         if cwd_inside {
-            return Err(format!(
-                "{program}: working inside a repository's .git folder is refused (rule write.git_internals)"
-            ));
+            return Err(Refusal::InsideGitDir {
+                program: program.to_owned(),
+            });
         }
         if let Some(arg) = args
             .iter()
             .find(|a| names_git_internals(a) || leads_into_git(a, cwd))
         {
-            return Err(format!(
-                "{program}: `{}` names a repository's own files (.git): a command may not write there (rule write.git_internals)",
-                arg.chars().take(120).collect::<String>()
-            ));
+            return Err(Refusal::NamesGitInternals {
+                program: program.to_owned(),
+                arg: first(arg, 120),
+            });
         }
     }
     Ok(cleared)
@@ -74,7 +178,7 @@ pub fn check_chosen_workspace(
     workspace: &Path,
     cwd: &Path,
     runs_later: &dyn Fn(&Path) -> Option<&'static str>,
-) -> Result<(), String> {
+) -> Result<(), Refusal> {
     if READERS.contains(&program) || matches!(program, "find" | "sort") {
         return Ok(());
     }
@@ -85,10 +189,11 @@ pub fn check_chosen_workspace(
         .then_some(hidden)
         .or_else(|| runs_later(&cwd.join("x")))
     {
-        return Err(format!(
-            "{program}: working inside {} of the workspace you chose is refused: files made there run code later (rule {rule})",
-            cwd.display()
-        ));
+        return Err(Refusal::ChosenCwd {
+            program: program.to_owned(),
+            cwd: cwd.to_owned(),
+            rule,
+        });
     }
     // Git's commands that run here write only inside `.git` (and name the person's hidden
     // files as pathspecs: `git add .gitignore`), but for a file an output option names.
@@ -114,11 +219,12 @@ pub fn check_chosen_workspace(
             })
         });
         if let Some(rule) = rule {
-            return Err(format!(
-                "{program}: `{}` names a file in the workspace you chose that runs code later ({}); a command does not write there (a file write naming the path asks you first; rule {rule})",
-                arg.chars().take(120).collect::<String>(),
-                metnos_core::forbidden::runs_code_later_reason(rule)
-            ));
+            return Err(Refusal::ChosenRunsLater {
+                program: program.to_owned(),
+                arg: first(arg, 120),
+                reason: metnos_core::forbidden::runs_code_later_reason(rule),
+                rule,
+            });
         }
     }
     Ok(())
@@ -180,7 +286,12 @@ const CHOSEN_GIT: &[&str] = &[
 /// folder (`-C` from `cwd`), no file written by an option (`--output`), no configuration
 /// written (`config` only reads, `remote` only lists), no `--template` (its hooks land in
 /// `.git/hooks`).
-fn chosen_git(args: &[String], workspace: &Path, cwd: &Path, rule: &str) -> Result<(), String> {
+fn chosen_git(
+    args: &[String],
+    workspace: &Path,
+    cwd: &Path,
+    rule: &'static str,
+) -> Result<(), Refusal> {
     let mut rest = args;
     let mut dir = cwd.to_path_buf();
     while let Some((first, tail)) = rest.split_first() {
@@ -189,9 +300,10 @@ fn chosen_git(args: &[String], workspace: &Path, cwd: &Path, rule: &str) -> Resu
                 if let Some(target) = tail.first() {
                     dir = real_path(target, &dir);
                     if hidden_below(&dir, workspace) {
-                        return Err(format!(
-                            "git: `-C {target}` is a hidden folder of the workspace you chose, where files run code later (rule {rule})"
-                        ));
+                        return Err(Refusal::ChosenHiddenDir {
+                            target: target.clone(),
+                            rule,
+                        });
                     }
                 }
                 rest = tail.get(1..).unwrap_or_default();
@@ -203,10 +315,12 @@ fn chosen_git(args: &[String], workspace: &Path, cwd: &Path, rule: &str) -> Resu
     let Some((command, options)) = rest.split_first() else {
         return Ok(());
     };
-    let refused = |why: &str| {
-        Err(format!(
-            "git {command}: {why} in the workspace you chose, where a file it leaves (.envrc, a hook, a script, the repository's configuration) runs code at your next command; run it yourself (rule {rule})"
-        ))
+    let refused = |why: &'static str| {
+        Err(Refusal::ChosenGit {
+            command: command.clone(),
+            why,
+            rule,
+        })
     };
     if !CHOSEN_GIT.contains(&command.as_str()) {
         return refused("may write files of the work tree");
@@ -523,11 +637,9 @@ fn git_refused_short(command: &str) -> &'static [(char, &'static str)] {
     }
 }
 
-fn git(args: &[String], workspace: &Path, cwd: &Path) -> Result<PathBuf, String> {
+fn git(args: &[String], workspace: &Path, cwd: &Path) -> Result<PathBuf, Refusal> {
     if let Some(transport) = args.iter().find_map(|a| names_a_command_transport(a)) {
-        return Err(format!(
-            "git: the `{transport}` transport runs a command of its own and is refused"
-        ));
+        return Err(Refusal::Transport(transport));
     }
     let mut dir = cwd.to_path_buf();
     let mut rest = args;
@@ -538,23 +650,19 @@ fn git(args: &[String], workspace: &Path, cwd: &Path) -> Result<PathBuf, String>
         match first.as_str() {
             "-C" => {
                 let Some((target, tail)) = tail.split_first() else {
-                    return Err("git: `-C` needs a folder".to_owned());
+                    return Err(Refusal::NoFolder);
                 };
                 dir = inside_workspace(&dir, target, workspace)?;
                 rest = tail;
                 continue;
             }
             "-c" => {
-                return Err(
-                    "git: `-c` sets configuration, which can run programs (aliases, hooks, filters); it is refused".to_owned(),
-                );
+                return Err(Refusal::SetsConfig);
             }
             flag if GIT_GLOBAL_FLAGS.contains(&flag) => {}
             other => {
                 let name = other.split_once('=').map_or(other, |(name, _)| name);
-                return Err(format!(
-                    "git: the option `{name}` before the command is refused (only -C inside the workspace, --no-pager and the pathspec flags are accepted)"
-                ));
+                return Err(Refusal::GlobalOption(name.to_owned()));
             }
         }
         rest = tail;
@@ -563,49 +671,50 @@ fn git(args: &[String], workspace: &Path, cwd: &Path) -> Result<PathBuf, String>
         return Ok(dir);
     };
     if !GIT_COMMANDS.contains(&command.as_str()) {
-        return Err(format!(
-            "git: `{}` is not one of the git commands shell_exec runs (aliases and commands that run other programs are refused)",
-            command.chars().take(64).collect::<String>()
-        ));
+        return Err(Refusal::GitCommand(first(command, 64)));
     }
     for arg in options {
         if let Some((long, why)) = GIT_REFUSED_LONG.iter().find(|(n, _)| abbreviates(arg, n)) {
-            return Err(format!("git {command}: `{long}` {why}; it is refused"));
+            return Err(Refusal::GitLong {
+                command: command.clone(),
+                long,
+                why,
+            });
         }
         let bundle = short_bundle(arg);
         if let Some((letter, why)) = git_refused_short(command)
             .iter()
             .find(|(letter, _)| bundle.contains(*letter))
         {
-            return Err(format!("git {command}: `-{letter}` ({why}) is refused"));
+            return Err(Refusal::GitShort {
+                command: command.clone(),
+                letter: *letter,
+                why,
+            });
         }
     }
     let first_word = options.iter().find(|a| !a.starts_with('-'));
     match (command.as_str(), first_word.map(String::as_str)) {
-        ("bisect", Some("run")) => {
-            Err("git bisect run: runs the command it is given; it is refused".to_owned())
-        }
-        ("submodule", Some("foreach")) => {
-            Err("git submodule foreach: runs the command it is given; it is refused".to_owned())
-        }
+        ("bisect", Some("run")) => Err(Refusal::BisectRun),
+        ("submodule", Some("foreach")) => Err(Refusal::SubmoduleForeach),
         // Only listing: the others check out, fetch or run in the nested repositories.
-        ("submodule", Some(sub)) if sub != "status" => Err(format!(
-            "git submodule {}: goes into nested repositories, whose configuration is not checked; it is refused",
-            sub.chars().take(32).collect::<String>()
-        )),
+        ("submodule", Some(sub)) if sub != "status" => Err(Refusal::Submodule(first(sub, 32))),
         _ => Ok(dir),
     }
 }
 
 /// `target` (relative to `dir`) resolved, when it lies inside `workspace`.
-fn inside_workspace(dir: &Path, target: &str, workspace: &Path) -> Result<PathBuf, String> {
+fn inside_workspace(dir: &Path, target: &str, workspace: &Path) -> Result<PathBuf, Refusal> {
     let joined = dir.join(target);
-    let real = resolve(&normalize(&joined)).map_err(|e| format!("git -C `{target}`: {e}"))?;
+    let real = resolve(&normalize(&joined)).map_err(|e| Refusal::FolderUnresolved {
+        target: target.to_owned(),
+        why: e.to_string(),
+    })?;
     if !real.starts_with(workspace) {
-        return Err(format!(
-            "git: `-C {target}` is outside the workspace {}",
-            workspace.display()
-        ));
+        return Err(Refusal::FolderOutside {
+            target: target.to_owned(),
+            workspace: workspace.to_owned(),
+        });
     }
     Ok(real)
 }
@@ -623,12 +732,12 @@ const FIND_REFUSED: &[(&str, &str)] = &[
     ("-fls", "writes a file"),
 ];
 
-fn find(args: &[String]) -> Result<(), String> {
+fn find(args: &[String]) -> Result<(), Refusal> {
     match args
         .iter()
         .find_map(|a| FIND_REFUSED.iter().find(|(name, _)| a == name))
     {
-        Some((name, why)) => Err(format!("find: `{name}` {why}; it is refused")),
+        Some(&(name, why)) => Err(Refusal::Find { name, why }),
         None => Ok(()),
     }
 }
@@ -636,17 +745,17 @@ fn find(args: &[String]) -> Result<(), String> {
 /// sort's short options whose value may follow in the same bundle (`-k2`, `-t,`).
 const SORT_VALUED: &[char] = &['k', 't', 'S', 'T', 'y'];
 
-fn sort(args: &[String]) -> Result<(), String> {
+fn sort(args: &[String]) -> Result<(), Refusal> {
     for arg in args {
         if abbreviates(arg, "--output") {
-            return Err("sort: `--output` writes a file; it is refused".to_owned());
+            return Err(Refusal::SortOutput);
         }
         if abbreviates(arg, "--compress-program") {
-            return Err("sort: `--compress-program` runs a program; it is refused".to_owned());
+            return Err(Refusal::SortCompress);
         }
         for letter in short_bundle(arg).chars() {
             if letter == 'o' {
-                return Err("sort: `-o` (--output) writes a file; it is refused".to_owned());
+                return Err(Refusal::SortShortOutput);
             }
             if SORT_VALUED.contains(&letter) {
                 break;
@@ -674,7 +783,7 @@ mod tests {
     }
 
     fn git_check(text: &str, workspace: &Path) -> Result<Cleared, String> {
-        check("git", &words(text), workspace, workspace)
+        check("git", &words(text), workspace, workspace).map_err(|e| e.to_string())
     }
 
     #[test]
@@ -777,7 +886,7 @@ mod tests {
             ("find . -fls /tmp/x", "`-fls`"),
         ] {
             let w = words(refused);
-            let error = find(&w[1..]).expect_err(refused);
+            let error = find(&w[1..]).expect_err(refused).to_string();
             assert!(error.contains(named), "{refused}: {error}");
         }
     }
@@ -796,7 +905,7 @@ mod tests {
             ("uniq", "uniq notes.txt .git/info/attributes"),
         ] {
             let args = words(command)[1..].to_vec();
-            let refused = check(program, &args, ws, ws).unwrap_err();
+            let refused = check(program, &args, ws, ws).unwrap_err().to_string();
             assert!(
                 refused.contains("write.git_internals"),
                 "{command}: {refused}"
@@ -821,7 +930,9 @@ mod tests {
             "clone --mirror https://example.com/r.git m",
             "init --separate-git-di=x",
         ] {
-            let refused = check("git", &words(command), ws, ws).unwrap_err();
+            let refused = check("git", &words(command), ws, ws)
+                .unwrap_err()
+                .to_string();
             assert!(refused.contains("is refused"), "{command}: {refused}");
         }
     }
@@ -861,7 +972,8 @@ mod tests {
             &workspace,
             &workspace,
         )
-        .unwrap_err();
+        .unwrap_err()
+        .to_string();
         assert!(why.contains("write.git_internals"), "{why}");
     }
 
@@ -882,7 +994,8 @@ mod tests {
                 &ws,
                 &ws,
             )
-            .unwrap_err();
+            .unwrap_err()
+            .to_string();
             assert!(
                 refused.contains("write.git_internals"),
                 "{command}: {refused}"
@@ -939,6 +1052,7 @@ mod tests {
             .then_some(metnos_core::forbidden::PROGRAM_FOLDER)
         };
         check_chosen_workspace(program, args, workspace, workspace, &runs_later)
+            .map_err(|e| e.to_string())
     }
 
     /// Issue 38: in a workspace the person chose in her home, the box's files are hers,
@@ -1033,12 +1147,14 @@ mod tests {
             &packages,
             &runs_later,
         )
-        .unwrap_err();
+        .unwrap_err()
+        .to_string();
         assert!(why.contains("write.interpreter_startup"), "{why}");
         // Working inside a hidden folder is writing there.
         let inside = workspace.join(".vscode");
         let why = check_chosen_workspace("uniq", &words("a b"), &workspace, &inside, &|_| None)
-            .unwrap_err();
+            .unwrap_err()
+            .to_string();
         assert!(
             why.contains("working inside") && why.contains("write.home_hidden"),
             "{why}"

@@ -279,7 +279,7 @@ pub fn prepare(plan: Plan) -> Prepared {
             protections.namespaces = NAMESPACES.map(str::to_owned).to_vec();
         }
         Err(why) => {
-            protections.namespaces_error = Some(why);
+            protections.namespaces_error = Some(why.to_string());
             if !plan.allow_unsandboxed {
                 let missing = protections.missing().unwrap_or_default();
                 return refused(protections, End::Refused(refusal(&missing)));
@@ -602,8 +602,25 @@ fn wait_readable(fds: [Option<&dyn std::os::fd::AsFd>; 3], wait: Duration) -> [b
 /// Enters new user, PID, network, IPC and mount namespaces, this process's own user and group
 /// mapped to root inside (so the init can set the namespaces' limits; the command gets no
 /// capability). The process must be single-threaded.
+/// Why the box's namespaces could not be entered.
+#[derive(Debug, thiserror::Error)]
+enum NamespaceError {
+    #[cfg(target_os = "linux")]
+    #[error("unshare: {0}")]
+    Unshare(rustix::io::Errno),
+    #[cfg(target_os = "linux")]
+    #[error("{file}: {source}")]
+    Map {
+        file: &'static str,
+        source: std::io::Error,
+    },
+    #[cfg(not(target_os = "linux"))]
+    #[error("not available on this operating system")]
+    Unavailable,
+}
+
 #[cfg(target_os = "linux")]
-fn enter_namespaces() -> Result<(), String> {
+fn enter_namespaces() -> Result<(), NamespaceError> {
     use rustix::thread::UnshareFlags;
     let uid = rustix::process::geteuid().as_raw();
     let gid = rustix::process::getegid().as_raw();
@@ -618,20 +635,20 @@ fn enter_namespaces() -> Result<(), String> {
             | UnshareFlags::NEWIPC
             | UnshareFlags::NEWNS,
     )
-    .map_err(|e| format!("unshare: {e}"))?;
+    .map_err(NamespaceError::Unshare)?;
     for (file, text) in [
         ("/proc/self/setgroups", "deny".to_owned()),
         ("/proc/self/uid_map", format!("0 {uid} 1")),
         ("/proc/self/gid_map", format!("0 {gid} 1")),
     ] {
-        std::fs::write(file, text).map_err(|e| format!("{file}: {e}"))?;
+        std::fs::write(file, text).map_err(|source| NamespaceError::Map { file, source })?;
     }
     Ok(())
 }
 
 #[cfg(not(target_os = "linux"))]
-fn enter_namespaces() -> Result<(), String> {
-    Err("not available on this operating system".to_owned())
+fn enter_namespaces() -> Result<(), NamespaceError> {
+    Err(NamespaceError::Unavailable)
 }
 
 /// The init: builds the box, reports, waits for the command, runs it, reports how it

@@ -133,13 +133,23 @@ fn mount_own_proc() -> rustix::io::Result<()> {
 /// (not namespaced: the person's session keys, and `request_key` upcalls run as root
 /// outside the box). The same calls by their x32 numbers too. A stream or seqpacket
 /// `socketpair()` stays: it reaches nothing.
+/// Why the seccomp filter was not built or not applied (nobody reads it: the protection
+/// is reported as missing).
 #[cfg(target_os = "linux")]
-fn refuse_local_sockets() -> Result<(), String> {
+#[derive(Debug, thiserror::Error)]
+enum SeccompError {
+    #[error(transparent)]
+    Build(#[from] seccompiler::BackendError),
+    #[error(transparent)]
+    Apply(#[from] seccompiler::Error),
+}
+
+#[cfg(target_os = "linux")]
+fn refuse_local_sockets() -> Result<(), SeccompError> {
     use seccompiler::{
-        BackendError, SeccompAction, SeccompCmpArgLen, SeccompCmpOp, SeccompCondition,
-        SeccompFilter, SeccompRule,
+        SeccompAction, SeccompCmpArgLen, SeccompCmpOp, SeccompCondition, SeccompFilter, SeccompRule,
     };
-    let err = |e: BackendError| e.to_string();
+    let err = SeccompError::Build;
     let arg = |index: u8, op: SeccompCmpOp, value: i32| {
         SeccompCondition::new(
             index,
@@ -186,7 +196,7 @@ fn refuse_local_sockets() -> Result<(), String> {
     )
     .map_err(err)?;
     let program: seccompiler::BpfProgram = filter.try_into().map_err(err)?;
-    seccompiler::apply_filter(&program).map_err(|e| e.to_string())
+    Ok(seccompiler::apply_filter(&program)?)
 }
 
 /// The bit x32 programs set in their system call numbers (x86_64 kernels that enable x32).
