@@ -46,8 +46,8 @@ fn order(id: String) -> NewTask {
         sender_id: "42".to_owned(),
         schedule: "every 15 minutes".to_owned(),
         query: "summarise ~/notes/today.md".to_owned(),
-        level: "Supervised".to_owned(),
-        notify: "always".to_owned(),
+        level: Some(metnos_core::level::AutonomyLevel::Supervised),
+        notify: metnos_planner::proactive::scheduler::Notify::Always,
     }
 }
 

@@ -210,11 +210,9 @@ pub fn schedule_of(
         described,
         time_zone: scheduler.zone_name(task),
         query: task.query.clone(),
-        level: AutonomyLevel::parse(&task.level)
-            .map(|l| l.to_proto() as i32)
-            .unwrap_or_default(),
-        notify: task.notify.clone(),
-        state: task.state.clone(),
+        level: task.level.map(|l| l.to_proto() as i32).unwrap_or_default(),
+        notify: task.notify.as_str().to_owned(),
+        state: task.state.as_str().to_owned(),
         next: scheduler
             .upcoming(task, 3)
             .into_iter()

@@ -142,8 +142,8 @@ fn standing(id: &str, sender: &str, schedule: &str) -> NewTask {
         sender_id: sender.to_owned(),
         schedule: schedule.to_owned(),
         query: "summarise ~/notes/today.md".to_owned(),
-        level: "Supervised".to_owned(),
-        notify: "always".to_owned(),
+        level: Some(metnos_core::level::AutonomyLevel::Supervised),
+        notify: metnos_planner::proactive::scheduler::Notify::Always,
     }
 }
 

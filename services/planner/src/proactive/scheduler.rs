@@ -24,7 +24,8 @@ use tokio::task::JoinHandle;
 use crate::schedule::Schedule;
 use crate::store::tasks::next_slot;
 pub use crate::store::tasks::{
-    BUILTIN_PREFIX, Claim, Kind, NewTask, OUTPUT_BYTES, Run, RunEnd, Task, TaskStore,
+    BUILTIN_PREFIX, Claim, Kind, NewTask, Notify, OUTPUT_BYTES, Run, RunEnd, RunStatus, Task,
+    TaskState, TaskStore, UnknownWord,
 };
 
 /// The most tasks one tick fires (the rest are due at the next).
@@ -261,9 +262,9 @@ impl Scheduler {
         }
         visible(order.query, order.name)?;
         let notify = match order.notify {
-            "" | "always" => "always",
-            "on_change" => "on_change",
-            other => return Err(ScheduleError::BadNotify(other.chars().take(32).collect())),
+            "" => Notify::Always,
+            other => Notify::parse(other)
+                .map_err(|_| ScheduleError::BadNotify(other.chars().take(32).collect()))?,
         };
         let max = self.limits.1;
         if self
@@ -291,8 +292,8 @@ impl Scheduler {
             sender_id: person.sender_id.clone(),
             schedule: schedule.text().to_owned(),
             query: query.to_owned(),
-            level: order.level.as_str().to_owned(),
-            notify: notify.to_owned(),
+            level: Some(order.level),
+            notify,
         };
         let now = self.clock.now_ms();
         // `every N` counts from when its card was shown (what the card's next firings were
@@ -323,7 +324,7 @@ impl Scheduler {
     /// Pauses or resumes `id`; a resumed task owes its next slot after now.
     pub async fn set_active(&self, id: &str, active: bool) -> Result<Task, ScheduleError> {
         let task = self.get(id).await?;
-        if (task.state == "active") == active {
+        if (task.state == TaskState::Active) == active {
             // Already so: a slot it owes (or one a window deferred) is kept.
             return Ok(task);
         }
@@ -360,7 +361,7 @@ impl Scheduler {
     /// Fires `id` at the next tick.
     pub async fn run_now(&self, id: &str) -> Result<Task, ScheduleError> {
         let task = self.get(id).await?;
-        if task.state != "active" {
+        if task.state != TaskState::Active {
             return Err(ScheduleError::Paused(task.id));
         }
         if !self.store.run_now(id, self.clock.now_ms()).await? {
@@ -371,7 +372,7 @@ impl Scheduler {
 
     /// `task`'s next `n` firings (none when paused or unreadable).
     pub fn upcoming(&self, task: &Task, n: usize) -> Vec<i64> {
-        if task.state != "active" || task.next_run_at < 0 {
+        if task.state != TaskState::Active || task.next_run_at < 0 {
             return Vec::new();
         }
         let Ok(schedule) = Schedule::parse(&task.schedule) else {
@@ -622,8 +623,8 @@ async fn run_one(job: Arc<dyn Job>, firing: Firing, store: TaskStore, clock: Arc
     }
     .await;
     let (status, output, digest) = match outcome {
-        Ok(Ok(done)) => ("ok", done.output, done.digest),
-        Ok(Err(error)) => ("error", error.to_string(), None),
+        Ok(Ok(done)) => (RunStatus::Ok, done.output, done.digest),
+        Ok(Err(error)) => (RunStatus::Error, error.to_string(), None),
         Err(e) if e.is_panic() => {
             let payload = e.into_panic();
             let message = payload
@@ -631,15 +632,19 @@ async fn run_one(job: Arc<dyn Job>, firing: Firing, store: TaskStore, clock: Arc
                 .map(|s| (*s).to_owned())
                 .or_else(|| payload.downcast_ref::<String>().cloned())
                 .unwrap_or_else(|| "a panic".to_owned());
-            ("error", format!("panicked: {message}"), None)
+            (RunStatus::Error, format!("panicked: {message}"), None)
         }
-        Err(_) => ("error", "cancelled: the planner stopped".to_owned(), None),
+        Err(_) => (
+            RunStatus::Error,
+            "cancelled: the planner stopped".to_owned(),
+            None,
+        ),
     };
     {
         let _entered = span.enter();
         // Its output and error are kept with the run (`metnos schedules list`), not logged:
         // they carry what the person asked and what services said about it.
-        if status == "ok" {
+        if status == RunStatus::Ok {
             tracing::info!("a scheduled task ran");
         } else {
             tracing::warn!("a scheduled task failed");

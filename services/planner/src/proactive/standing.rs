@@ -16,21 +16,17 @@ use tokio::sync::mpsc;
 
 use crate::filters::Filters;
 use crate::proactive::TurnStarter;
-use crate::proactive::scheduler::{Done, Firing, Job, JobError};
+use crate::proactive::scheduler::{Done, Firing, Job, JobError, Notify};
 use crate::turn::TurnRequest;
 
 /// The `kind` of a standing order's result as a proposal.
 pub const KIND: &str = "standing_order";
 
-/// Notify when: every firing, or only when the result changed.
-pub const NOTIFY_ALWAYS: &str = "always";
-pub const NOTIFY_ON_CHANGE: &str = "on_change";
-
 /// Why a standing order's firing ran nothing, or ended without a result.
 #[derive(Debug, thiserror::Error)]
 pub enum StandingError {
-    #[error("the order's level cannot be read: {0}")]
-    Level(String),
+    #[error("the order has no level")]
+    NoLevel,
     #[error("the person's level could not be read from the gateway ({0}); nothing was run")]
     Gateway(String),
     #[error("{0} is no longer paired: the order is paused, nothing was run")]
@@ -69,8 +65,7 @@ impl Job for StandingOrders {
             channel: task.channel.clone(),
             sender_id: task.sender_id.clone(),
         };
-        let stored =
-            AutonomyLevel::parse(&task.level).map_err(|e| StandingError::Level(e.to_string()))?;
+        let stored = task.level.ok_or(StandingError::NoLevel)?;
         // Never above the person's level now: a level lowered since, or a pairing revoked,
         // holds for their orders too.
         let now_level = if person.channel == "cli" {
@@ -136,7 +131,7 @@ impl Job for StandingOrders {
             return Err(StandingError::Ended(turn_id, finished.text).into());
         }
         let text = finished.text;
-        let digest = (task.notify == NOTIFY_ON_CHANGE).then(|| digest_of(&text));
+        let digest = (task.notify == Notify::OnChange).then(|| digest_of(&text));
         if digest.is_some() && digest == task.last_digest {
             return Ok(Done {
                 output: format!("unchanged since the last run; nobody told (turn {turn_id})"),

@@ -11,7 +11,7 @@ use metnos_llm::ToolDef;
 use metnos_proto::approval::v1 as approval;
 use serde_json::{Map, Value, json};
 
-use crate::proactive::scheduler::{Order, ScheduleError, Scheduler, Task};
+use crate::proactive::scheduler::{Notify, Order, ScheduleError, Scheduler, Task, TaskState};
 use crate::turn::cards::Asked;
 use crate::turn::flow::refusal;
 use crate::turn::{Call, Checkpoint, PendingCall};
@@ -141,7 +141,7 @@ fn checked_order(
             name: NAME_CHARS,
         });
     }
-    if !matches!(notify, "always" | "on_change") {
+    if Notify::parse(notify).is_err() {
         return Err(ScheduleError::BadNotify(notify.chars().take(32).collect()));
     }
     Ok(schedule)
@@ -221,7 +221,8 @@ pub(crate) async fn answer(orders: Option<&Scheduler>, cp: &Checkpoint, call: Ca
             match own_order(scheduler, id, &person).await {
                 Err(why) => refusal(why.to_string()),
                 Ok(task)
-                    if call.name == DELETE || (call.name == RESUME && task.state == "paused") =>
+                    if call.name == DELETE
+                        || (call.name == RESUME && task.state == TaskState::Paused) =>
                 {
                     let bound =
                         json!({"id": task.id, "name": task.name, "schedule": task.schedule});

@@ -2,6 +2,7 @@
 //! and their runs, SQLite or PostgreSQL. Every claim is a conditional UPDATE, so a slot
 //! fires once across ticks, replicas and restarts ([`crate::proactive::scheduler`]).
 
+use metnos_core::level::AutonomyLevel;
 use metnos_kit::on_db;
 use metnos_kit::store::Db;
 use sqlx::Row;
@@ -13,6 +14,83 @@ pub const BUILTIN_PREFIX: &str = "builtin:";
 
 /// The most of a task's output kept with its run.
 pub const OUTPUT_BYTES: usize = 4096;
+
+/// A closed set stored and shown as words: `as_str` for the store and the contract,
+/// `parse` at the store's boundary (a word it does not know is an error naming it).
+macro_rules! words {
+    ($(#[$meta:meta])* $name:ident { $($(#[$vmeta:meta])* $variant:ident => $text:literal),+ $(,)? }) => {
+        $(#[$meta])*
+        #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+        pub enum $name { $($(#[$vmeta])* $variant),+ }
+
+        impl $name {
+            pub fn as_str(self) -> &'static str {
+                match self { $($name::$variant => $text),+ }
+            }
+
+            pub fn parse(text: &str) -> Result<$name, UnknownWord> {
+                match text {
+                    $($text => Ok($name::$variant),)+
+                    other => Err(UnknownWord { what: stringify!($name), word: other.chars().take(32).collect() }),
+                }
+            }
+        }
+
+        impl std::fmt::Display for $name {
+            fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.write_str(self.as_str())
+            }
+        }
+
+        impl PartialEq<&str> for $name {
+            fn eq(&self, other: &&str) -> bool {
+                self.as_str() == *other
+            }
+        }
+
+        impl serde::Serialize for $name {
+            fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+                s.serialize_str(self.as_str())
+            }
+        }
+    };
+}
+
+/// A word a closed set does not hold (a store written by something else).
+#[derive(Debug, thiserror::Error)]
+#[error("unknown {what} `{word}`")]
+pub struct UnknownWord {
+    what: &'static str,
+    word: String,
+}
+
+words! {
+    /// Whether a task fires.
+    TaskState { Active => "active", Paused => "paused" }
+}
+
+words! {
+    /// When a standing order's person is told: every firing, or only when its result
+    /// differs from the last.
+    Notify { Always => "always", OnChange => "on_change" }
+}
+
+words! {
+    /// How a run stands.
+    RunStatus { Running => "running", Ok => "ok", Error => "error" }
+}
+
+/// `text` parsed as a word of a closed set, as a column decode error naming it.
+fn word<T>(
+    column: &str,
+    text: &str,
+    parse: fn(&str) -> Result<T, UnknownWord>,
+) -> Result<T, sqlx::Error> {
+    parse(text).map_err(|e| sqlx::Error::ColumnDecode {
+        index: column.to_owned(),
+        source: Box::new(e),
+    })
+}
 
 /// What a task is.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -53,12 +131,10 @@ pub struct Task {
     pub anchor_at: i64,
     /// A standing order's request, in the person's words.
     pub query: String,
-    /// A standing order's autonomy level.
-    pub level: String,
-    /// `always`, or `on_change`: tell the person only when the result differs from the last.
-    pub notify: String,
-    /// `active` or `paused`.
-    pub state: String,
+    /// A standing order's autonomy level (none for maintenance).
+    pub level: Option<AutonomyLevel>,
+    pub notify: Notify,
+    pub state: TaskState,
     /// The slot it owes next (-1: never again).
     pub next_run_at: i64,
     /// When that slot may run (its end of a protected window when deferred).
@@ -93,8 +169,8 @@ pub struct NewTask {
     pub sender_id: String,
     pub schedule: String,
     pub query: String,
-    pub level: String,
-    pub notify: String,
+    pub level: Option<AutonomyLevel>,
+    pub notify: Notify,
 }
 
 /// A run as stored.
@@ -107,7 +183,7 @@ pub struct Run {
     pub replica: String,
     pub started_at: i64,
     pub finished_at: Option<i64>,
-    pub status: String,
+    pub status: RunStatus,
     pub output: Option<String>,
 }
 
@@ -132,9 +208,25 @@ where
         schedule: row.try_get("schedule")?,
         anchor_at: row.try_get("anchor_at")?,
         query: row.try_get("query")?,
-        level: row.try_get("level")?,
-        notify: row.try_get("notify")?,
-        state: row.try_get("state")?,
+        level: match row.try_get::<String, _>("level")?.as_str() {
+            "" => None,
+            level => Some(
+                AutonomyLevel::parse(level).map_err(|e| sqlx::Error::ColumnDecode {
+                    index: "level".to_owned(),
+                    source: Box::new(e),
+                })?,
+            ),
+        },
+        notify: word(
+            "notify",
+            &row.try_get::<String, _>("notify")?,
+            Notify::parse,
+        )?,
+        state: word(
+            "state",
+            &row.try_get::<String, _>("state")?,
+            TaskState::parse,
+        )?,
         next_run_at: row.try_get("next_run_at")?,
         due_at: row.try_get("due_at")?,
         deferred: row.try_get::<i64, _>("deferred")? != 0,
@@ -163,7 +255,11 @@ where
         replica: row.try_get("replica")?,
         started_at: row.try_get("started_at")?,
         finished_at: row.try_get("finished_at")?,
-        status: row.try_get("status")?,
+        status: word(
+            "status",
+            &row.try_get::<String, _>("status")?,
+            RunStatus::parse,
+        )?,
         output: row.try_get("output")?,
     })
 }
@@ -188,8 +284,7 @@ pub struct RunEnd<'a> {
     pub task_id: &'a str,
     /// When it was claimed (the task's `last_run_at`).
     pub started_at: i64,
-    /// `ok` or `error`.
-    pub status: &'a str,
+    pub status: RunStatus,
     pub output: &'a str,
     /// For an `on_change` order: the result's digest.
     pub digest: Option<&'a str>,
@@ -253,8 +348,8 @@ impl TaskStore {
                 .bind(&task.schedule)
                 .bind(now_ms)
                 .bind(&task.query)
-                .bind(&task.level)
-                .bind(&task.notify)
+                .bind(task.level.map_or("", AutonomyLevel::as_str))
+                .bind(task.notify.as_str())
                 .bind(first_slot)
                 .bind(due)
                 .bind(anchor_ms)
@@ -283,8 +378,8 @@ impl TaskStore {
             sender_id: String::new(),
             schedule: schedule.text().to_owned(),
             query: String::new(),
-            level: String::new(),
-            notify: "always".to_owned(),
+            level: None,
+            notify: Notify::Always,
         };
         if self.insert(&task, next, now_ms).await? {
             return Ok(());
@@ -440,11 +535,11 @@ impl TaskStore {
                     WHERE id = $1 AND last_run_at = $2";
         on_db!(&self.db, pool => {
             let mut tx = pool.begin().await?;
-            sqlx::query(run).bind(run_id).bind(now_ms).bind(status).bind(output).execute(&mut *tx).await?;
+            sqlx::query(run).bind(run_id).bind(now_ms).bind(status.as_str()).bind(output).execute(&mut *tx).await?;
             sqlx::query(task)
                 .bind(task_id)
                 .bind(started_at)
-                .bind(status)
+                .bind(status.as_str())
                 .bind(output)
                 .bind(digest)
                 .bind(now_ms)
