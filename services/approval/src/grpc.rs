@@ -1,4 +1,8 @@
-//! The edge: prost types to domain types and back; one exhaustive error conversion.
+//! The edge: requests become domain types in [`request`] (`TryFrom`, INVALID_ARGUMENT
+//! naming the field), answers are built here, and one exhaustive conversion turns errors
+//! into statuses.
+
+mod request;
 
 use metnos_kit::authz::{Caller, Rule, Table};
 use metnos_kit::tls::Identity;
@@ -19,9 +23,10 @@ use tokio_stream::Stream;
 use tokio_stream::wrappers::ReceiverStream;
 use tonic::{Request, Response, Status};
 
-use crate::card::{Card, CardRequest, Language, Reversibility, Shape, Territory};
+use crate::card::{Card, CardRequest, Reversibility, Shape, Territory};
 use crate::service::{Approvals, Decision, Error, NewRequest};
-use crate::store::{Pending, Status as State};
+use crate::store::{Pending, Settled, Status as State};
+use request::{decision_of, principal, territory_of};
 
 /// Who may call which RPC (README, "Security model"): the planner asks and withdraws, the
 /// gateway (for the people it authenticated) and the owner (for `cli`) decide, and the
@@ -98,7 +103,7 @@ impl From<Error> for Status {
             // Expired by the sweep before the click: the person is told it expired.
             Error::NotPending(state) => refused(
                 Status::failed_precondition(error.to_string()),
-                if state == State::Expired.as_str() {
+                if state == Settled::Expired {
                     ResolveRefusal::Expired
                 } else {
                     ResolveRefusal::AlreadyResolved
@@ -129,11 +134,6 @@ fn refused(mut status: Status, refusal: ResolveRefusal) -> Status {
     status
 }
 
-fn principal(message: Option<&PrincipalMsg>, field: &'static str) -> Result<Principal, Error> {
-    let message = message.ok_or(Error::Unspecified(field))?;
-    Ok(Principal::new(&message.channel, &message.sender_id)?)
-}
-
 /// `caller` speaks for `principal` (the gateway for its channel's people, the owner for
 /// `cli`'s); services that speak for nobody (the planner) are refused here — call this
 /// only where a person must be spoken for.
@@ -162,40 +162,6 @@ fn principal_msg(p: &Principal) -> PrincipalMsg {
         channel: p.channel.clone(),
         sender_id: p.sender_id.clone(),
     }
-}
-
-/// A concession on the wire; unspecified or unknown is none (just this call).
-fn territory_of(value: i32) -> Territory {
-    match pb::TerritoryConcession::try_from(value) {
-        Ok(pb::TerritoryConcession::Session) => Territory::Session,
-        Ok(pb::TerritoryConcession::Permanent) => Territory::Permanent,
-        _ => Territory::None,
-    }
-}
-
-fn card_request(message: &pb::ApprovalRequest) -> Result<CardRequest, Error> {
-    let reversibility = match pb::Reversibility::try_from(message.reversibility) {
-        Ok(pb::Reversibility::Reversible) => Reversibility::Reversible,
-        Ok(pb::Reversibility::Irreversible) => Reversibility::Irreversible,
-        Ok(pb::Reversibility::Partial) => Reversibility::Partial,
-        _ => return Err(Error::Unspecified("reversibility")),
-    };
-    // Read by RenderCard's marker only: CreatePending offers territory itself.
-    let territory = territory_of(message.territory_concession);
-    // Unspecified: English.
-    let language = Language::from_wire(message.language).unwrap_or(Language::English);
-    Ok(CardRequest {
-        action_verb: message.action_verb.clone(),
-        target_summary: message.target_summary.clone(),
-        capability_class: message.capability_class.clone(),
-        reversibility,
-        territory,
-        recurrence_count: message.recurrence_count,
-        language,
-        reason: None,
-        territory_offer: None,
-        had_invisible: false,
-    })
 }
 
 fn card_msg(card: &Card) -> pb::Card {
@@ -327,39 +293,7 @@ impl ApprovalService for ApprovalApi {
     ) -> Result<Response<pb::CreatePendingResponse>, Status> {
         let r = request.into_inner();
         let result = async {
-            let message = r.request.as_ref().ok_or(Error::Unspecified("request"))?;
-            limits::all(&[
-                ("capability", &r.capability, limits::CAPABILITY),
-                ("target", &r.target, limits::TARGET),
-                ("territory_target", &r.territory_target, limits::TARGET),
-                ("executor", &r.executor, limits::EXECUTOR),
-                ("args_json", &r.args_json, limits::ARGS_JSON),
-                (
-                    "request.extra_json",
-                    &message.extra_json,
-                    limits::EXTRA_JSON,
-                ),
-                ("request.token", &message.token, limits::TOKEN),
-            ])?;
-            // A negative TTL sent as unsigned arrives as ~136 years.
-            limits::number(
-                "ttl_seconds",
-                u64::from(r.ttl_seconds),
-                u64::from(limits::TTL_SECONDS),
-            )?;
-            let new = NewRequest {
-                requester: principal(r.requester.as_ref(), "requester")?,
-                card: card_request(message)?,
-                capability: r.capability.clone(),
-                target: r.target.clone(),
-                territory_target: r.territory_target.clone(),
-                executor: r.executor.clone(),
-                args_json: r.args_json.clone(),
-                ttl_seconds: r.ttl_seconds,
-                extra_json: message.extra_json.clone(),
-                // Unspecified (an older caller): the card has no reason line.
-                policy_level: metnos_core::level::AutonomyLevel::from_wire(r.level).ok(),
-            };
+            let new = NewRequest::try_from(r)?;
             self.approvals.create(new).await
         }
         .await;
@@ -397,11 +331,7 @@ impl ApprovalService for ApprovalApi {
         let caller = Caller::of(&request).ok_or(Error::Unauthenticated)?;
         let r = request.into_inner();
         let result = async {
-            let decision = match pb::Decision::try_from(r.decision) {
-                Ok(pb::Decision::Approve) => Decision::Approve,
-                Ok(pb::Decision::Reject) => Decision::Reject,
-                _ => return Err(Error::Unspecified("decision")),
-            };
+            let decision = decision_of(r.decision)?;
             let decider = principal(r.decider.as_ref(), "decider")?;
             // Who decides is who the caller authenticated: the gateway for its channel's
             // people, the owner for the local user. Nobody else is believed.
@@ -563,7 +493,7 @@ impl ApprovalService for ApprovalApi {
             {
                 return Ok(self.approvals.card(&pending));
             }
-            let mut card = card_request(message)?;
+            let mut card = CardRequest::try_from(message)?;
             // A preview: a warning the caller asks for is shown (it can only add one).
             card.had_invisible = crate::extra::Extra::parse(&message.extra_json).had_invisible;
             // A preview has no token yet: the buttons show a placeholder one.

@@ -155,6 +155,44 @@ impl Status {
     pub fn is_terminal(self) -> bool {
         self != Status::Pending
     }
+
+    /// The state a request is settled in; `None` while it is pending.
+    pub fn settled(self) -> Option<Settled> {
+        match self {
+            Status::Pending => None,
+            Status::Approved => Some(Settled::Approved),
+            Status::Rejected => Some(Settled::Rejected),
+            Status::Expired => Some(Settled::Expired),
+            Status::Cancelled => Some(Settled::Cancelled),
+        }
+    }
+}
+
+/// A request's state once it is no longer pending: what a late decision or cancel is told.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Settled {
+    Approved,
+    Rejected,
+    Expired,
+    Cancelled,
+}
+
+impl Settled {
+    /// As the store and the messages spell it.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Settled::Approved => Status::Approved.as_str(),
+            Settled::Rejected => Status::Rejected.as_str(),
+            Settled::Expired => Status::Expired.as_str(),
+            Settled::Cancelled => Status::Cancelled.as_str(),
+        }
+    }
+}
+
+impl std::fmt::Display for Settled {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
 }
 
 fn decode_error(column: &str, value: &str) -> sqlx::Error {

@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use metnos_approval::card::{CardRequest, Language, Reversibility, Territory};
 use metnos_approval::service::{Approvals, Decision, Error, NewRequest, Settings};
-use metnos_approval::store::{MIGRATIONS, PendingStore, Status};
+use metnos_approval::store::{MIGRATIONS, PendingStore, Settled, Status};
 use metnos_approval::token;
 use metnos_core::principal::Principal;
 use metnos_kit::clock::ManualClock;
@@ -180,7 +180,7 @@ async fn a_second_resolve_is_refused(store: TestStore) {
         )
         .await
         .unwrap_err();
-    assert!(matches!(err, Error::NotPending("approved")), "{err}");
+    assert!(matches!(err, Error::NotPending(Settled::Approved)), "{err}");
     assert_eq!(
         approvals.get(&pending.token).await.unwrap().status,
         Status::Approved
@@ -230,7 +230,7 @@ async fn another_decider_is_refused_and_expiry_persists(store: TestStore) {
         )
         .await
         .unwrap_err();
-    assert!(matches!(err, Error::NotPending("expired")), "{err}");
+    assert!(matches!(err, Error::NotPending(Settled::Expired)), "{err}");
 }
 
 /// 50 concurrent resolves of one token: exactly one succeeds.
@@ -283,10 +283,13 @@ async fn the_proposer_can_cancel_with_a_reason(store: TestStore) {
         )
         .await
         .unwrap_err();
-    assert!(matches!(err, Error::NotPending("cancelled")), "{err}");
+    assert!(
+        matches!(err, Error::NotPending(Settled::Cancelled)),
+        "{err}"
+    );
     assert!(matches!(
         approvals.cancel(&pending.token, "again").await,
-        Err(Error::NotPending("cancelled"))
+        Err(Error::NotPending(Settled::Cancelled))
     ));
 }
 

@@ -30,8 +30,19 @@ pub struct EndpointError {
 /// How often a `dns:///` target is resolved again.
 pub const DNS_REFRESH: Duration = Duration::from_secs(10);
 
+/// A service URL a channel cannot be made to.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum UrlError {
+    #[error("`{0}` is not dns:///host:port")]
+    NotDnsTarget(String),
+    #[error("the scheme `{0}` is not http, https or dns")]
+    Scheme(String),
+    #[error("the URL has no scheme (http://host:port)")]
+    NoScheme,
+}
+
 /// `dns:///host:port` split into host and port.
-pub fn dns_target(url: &str) -> Option<Result<(String, u16), String>> {
+pub fn dns_target(url: &str) -> Option<Result<(String, u16), UrlError>> {
     let target = url.strip_prefix("dns:///")?;
     let parsed = target
         .rsplit_once(':')
@@ -39,7 +50,7 @@ pub fn dns_target(url: &str) -> Option<Result<(String, u16), String>> {
         .and_then(|(host, port)| {
             Some((host.trim_matches(['[', ']']).to_owned(), port.parse().ok()?))
         });
-    Some(parsed.ok_or_else(|| format!("`{url}` is not dns:///host:port")))
+    Some(parsed.ok_or_else(|| UrlError::NotDnsTarget(url.to_owned())))
 }
 
 /// A lazily connecting, traced, mutually authenticated channel from `tls`'s identity to
@@ -57,7 +68,7 @@ pub fn channel(tls: &Tls, server: Identity, url: &str) -> Result<TracedChannel, 
     };
     let client_tls = tls.client(server);
     if let Some(target) = dns_target(url) {
-        let (host, port) = target.map_err(error)?;
+        let (host, port) = target.map_err(|e| error(e.to_string()))?;
         if tokio::runtime::Handle::try_current().is_err() {
             return Err(error(
                 "a dns:/// target needs a running async runtime".to_owned(),
@@ -73,7 +84,7 @@ pub fn channel(tls: &Tls, server: Identity, url: &str) -> Result<TracedChannel, 
         };
         return Ok(ClientTraceLayer.layer(balanced(resolve, DNS_REFRESH, client_tls)));
     }
-    let endpoint = Endpoint::from_shared(tls_url(url).map_err(error)?)
+    let endpoint = Endpoint::from_shared(tls_url(url).map_err(|e| error(e.to_string()))?)
         .map_err(|e| error(e.to_string()))?
         .tls_config(client_tls)
         .map_err(|e| error(e.to_string()))?;
@@ -85,11 +96,11 @@ pub fn channel(tls: &Tls, server: Identity, url: &str) -> Result<TracedChannel, 
 }
 
 /// `url` with the `https` scheme every hop uses (`http://` in a config means the same).
-fn tls_url(url: &str) -> Result<String, String> {
+fn tls_url(url: &str) -> Result<String, UrlError> {
     match url.split_once("://") {
         Some(("http" | "https", rest)) => Ok(format!("https://{rest}")),
-        Some((scheme, _)) => Err(format!("the scheme `{scheme}` is not http, https or dns")),
-        None => Err("the URL has no scheme (http://host:port)".to_owned()),
+        Some((scheme, _)) => Err(UrlError::Scheme(scheme.to_owned())),
+        None => Err(UrlError::NoScheme),
     }
 }
 

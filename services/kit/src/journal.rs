@@ -9,8 +9,10 @@
 
 use serde_json::Value;
 
+use sqlx::AssertSqlSafe;
+
 use crate::chain::{End, Report};
-use crate::store::{Db, Pool};
+use crate::store::{Db, Finish, Statement, Tx};
 
 /// Where a journal lives in its store.
 #[derive(Debug, Clone, Copy)]
@@ -26,6 +28,16 @@ pub struct Journal {
 impl Journal {
     /// Appends `record` after the journal's head; returns the new end.
     pub async fn append(&self, db: &Db, record: &Value) -> Result<End, sqlx::Error> {
+        // Named for Metnos and the table: another user of the database is not held.
+        let key = format!("metnos.journal.{}", self.table);
+        db.locked_tx(&key, async |tx| {
+            self.append_in(tx, record).await.map(Finish::Commit)
+        })
+        .await
+    }
+
+    /// [`Journal::append`]'s work, inside the transaction that holds the journal.
+    async fn append_in(&self, tx: &mut Tx, record: &Value) -> Result<End, sqlx::Error> {
         let read_head = format!("SELECT seq, hash FROM {} WHERE id = 1", self.head);
         let read_last = format!("SELECT line FROM {} ORDER BY seq DESC LIMIT 1", self.table);
         let insert = format!("INSERT INTO {} (seq, line) VALUES ($1, $2)", self.table);
@@ -39,75 +51,57 @@ impl Journal {
             self.head
         );
         let today = day_id(&crate::time::rfc3339(crate::time::now_ms())[..10]);
-        macro_rules! body {
-            ($tx:ident) => {{
-                let head: Option<(i64, String)> = sqlx::query_as(sqlx::AssertSqlSafe(read_head))
-                    .fetch_optional(&mut *$tx)
-                    .await?;
-                let head = head.map(|(seq, hash)| End {
-                    seq: u64::try_from(seq).unwrap_or(0),
-                    hash,
-                });
-                let last: Option<String> = sqlx::query_scalar(sqlx::AssertSqlSafe(read_last))
-                    .fetch_optional(&mut *$tx)
-                    .await?;
-                // The chain goes on from its last row; a head that does not name it (missing,
-                // or the rows cut or edited) is said in the new row, so it stays visible.
-                let end = last
-                    .as_deref()
-                    .map_or_else(End::genesis, crate::chain::line_end);
-                let marked;
-                let record = match crate::chain::head_mark(head.as_ref(), &end) {
-                    Some(mark) => {
-                        let mut with = record.clone();
-                        if let Value::Object(fields) = &mut with {
-                            fields.insert(crate::chain::BREAK.to_owned(), mark);
-                        }
-                        marked = with;
-                        &marked
-                    }
-                    None => record,
-                };
-                // The day's root, at its first record: the chain as the day began.
-                if end.seq > 0 {
-                    sqlx::query(sqlx::AssertSqlSafe(keep_day))
-                        .bind(today)
-                        .bind(i64::try_from(end.seq).unwrap_or(i64::MAX))
-                        .bind(&end.hash)
-                        .execute(&mut *$tx)
-                        .await?;
+        let head = match tx
+            .fetch_optional(Statement::new(AssertSqlSafe(read_head)))
+            .await?
+        {
+            Some(row) => Some(End {
+                seq: u64::try_from(row.get::<i64, _>(0)?).unwrap_or(0),
+                hash: row.get(1)?,
+            }),
+            None => None,
+        };
+        let last: Option<String> = match tx
+            .fetch_optional(Statement::new(AssertSqlSafe(read_last)))
+            .await?
+        {
+            Some(row) => Some(row.get(0)?),
+            None => None,
+        };
+        // The chain goes on from its last row; a head that does not name it (missing, or the
+        // rows cut or edited) is said in the new row, so it stays visible.
+        let end = last
+            .as_deref()
+            .map_or_else(End::genesis, crate::chain::line_end);
+        let marked;
+        let record = match crate::chain::head_mark(head.as_ref(), &end) {
+            Some(mark) => {
+                let mut with = record.clone();
+                if let Value::Object(fields) = &mut with {
+                    fields.insert(crate::chain::BREAK.to_owned(), mark);
                 }
-                let (line, next) = crate::chain::link(&end, record);
-                let seq = i64::try_from(next.seq).unwrap_or(i64::MAX);
-                sqlx::query(sqlx::AssertSqlSafe(insert))
-                    .bind(seq)
-                    .bind(&line)
-                    .execute(&mut *$tx)
-                    .await?;
-                sqlx::query(sqlx::AssertSqlSafe(move_head))
-                    .bind(seq)
-                    .bind(&next.hash)
-                    .execute(&mut *$tx)
-                    .await?;
-                $tx.commit().await?;
-                Ok(next)
-            }};
-        }
-        match db.pool() {
-            Pool::Sqlite(pool) => {
-                let mut tx = pool.begin_with("BEGIN IMMEDIATE").await?;
-                body!(tx)
+                marked = with;
+                &marked
             }
-            Pool::Postgres(pool) => {
-                let mut tx = pool.begin().await?;
-                // Named for Metnos and the table: another user of the database is not held.
-                sqlx::query("SELECT pg_advisory_xact_lock(hashtext($1))")
-                    .bind(format!("metnos.journal.{}", self.table))
-                    .execute(&mut *tx)
-                    .await?;
-                body!(tx)
-            }
+            None => record,
+        };
+        // The day's root, at its first record: the chain as the day began.
+        if end.seq > 0 {
+            let day = Statement::new(AssertSqlSafe(keep_day))
+                .bind(today)
+                .bind(i64::try_from(end.seq).unwrap_or(i64::MAX))
+                .bind(end.hash.clone());
+            tx.execute(day).await?;
         }
+        let (line, next) = crate::chain::link(&end, record);
+        let seq = i64::try_from(next.seq).unwrap_or(i64::MAX);
+        tx.execute(Statement::new(AssertSqlSafe(insert)).bind(seq).bind(line))
+            .await?;
+        let moved = Statement::new(AssertSqlSafe(move_head))
+            .bind(seq)
+            .bind(next.hash.clone());
+        tx.execute(moved).await?;
+        Ok(next)
     }
 
     /// The journal's daily roots: (day, the chain's end as it began), oldest first.

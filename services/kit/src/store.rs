@@ -4,7 +4,9 @@
 //!
 //! Each store records which service owns it, so two services pointed at one database by
 //! mistake fail at start-up with a clear message instead of mixing their migrations.
-//! Services keep one store trait with a SQLite and a Postgres implementation over [`Db`].
+//! Services keep one store trait with a SQLite and a Postgres implementation over [`Db`];
+//! [`sql`] writes a query once for both, and holds the locked transaction
+//! ([`Db::locked_tx`]) a decision shared by replicas is taken in.
 
 use std::borrow::Cow;
 use std::fs::File;
@@ -20,6 +22,9 @@ use sqlx::sqlite::{
 use sqlx::{AssertSqlSafe, Connection, SqlSafeStr};
 
 use crate::config::{ServiceName, StoreSpec, redact_url};
+
+pub mod sql;
+pub use sql::{Finish, Row, Statement, Tx};
 
 /// One migration, embedded in the binary with `include_str!`.
 #[derive(Debug, Clone, Copy)]

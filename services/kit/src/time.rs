@@ -37,11 +37,22 @@ pub fn rfc3339(ms: i64) -> String {
     }
 }
 
+/// A text that is not an RFC 3339 time, and why.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("`{text}` is not an RFC 3339 time: {reason}")]
+pub struct NotRfc3339 {
+    pub text: String,
+    pub reason: String,
+}
+
 /// Parses RFC 3339 (`2026-12-31T23:00:00Z`, with an offset or `Z`) into milliseconds.
-pub fn parse_rfc3339(text: &str) -> Result<i64, String> {
+pub fn parse_rfc3339(text: &str) -> Result<i64, NotRfc3339> {
     text.parse::<jiff::Timestamp>()
         .map(|ts| ts.as_millisecond())
-        .map_err(|e| format!("`{text}` is not an RFC 3339 time: {e}"))
+        .map_err(|e| NotRfc3339 {
+            text: text.to_owned(),
+            reason: e.to_string(),
+        })
 }
 
 #[cfg(test)]
@@ -76,6 +87,7 @@ mod tests {
         assert!(
             parse_rfc3339("next tuesday")
                 .unwrap_err()
+                .to_string()
                 .contains("next tuesday")
         );
     }

@@ -7,7 +7,9 @@ use std::time::Duration;
 
 use metnos_kit::ServiceName;
 use metnos_kit::config::StoreSpec;
-use metnos_kit::store::{self, Db, EmbeddedMigration, Migrations, Pool, StoreError};
+use metnos_kit::store::{
+    self, Db, EmbeddedMigration, Finish, Migrations, Pool, Statement, StoreError,
+};
 use metnos_kit::testing::TestStore;
 use sqlx::Row;
 
@@ -154,6 +156,84 @@ async fn refuses_a_store_whose_migrations_are_unknown(backend: Backend) {
         .await
         .unwrap_err();
     assert!(matches!(err, StoreError::Migrate { .. }), "{err}");
+}
+
+async fn a_locked_transaction_ends_as_its_work_says_and_holds_its_key(backend: Backend) {
+    let db = store::open(&backend.spec(), "policy", &MIGRATIONS, TIMEOUT)
+        .await
+        .unwrap();
+    let insert = |body: &'static str| {
+        Statement::new("INSERT INTO notes (body, created_ms, tag) VALUES ($1, $2, $3)")
+            .bind(body)
+            .bind(1_700_000_000_000_i64)
+            .bind(Some("t"))
+    };
+    let kept: u64 = db
+        .locked_tx("metnos.test", async |tx| {
+            Ok::<_, sqlx::Error>(Finish::Commit(tx.execute(insert("kept")).await?))
+        })
+        .await
+        .unwrap();
+    assert_eq!(kept, 1);
+    db.locked_tx("metnos.test", async |tx| {
+        tx.execute(insert("rolled back")).await?;
+        Ok::<_, sqlx::Error>(Finish::Rollback(()))
+    })
+    .await
+    .unwrap();
+    let failed = db
+        .locked_tx("metnos.test", async |tx| {
+            tx.execute(insert("failed")).await?;
+            tx.execute(Statement::new("SELECT nothing FROM nowhere"))
+                .await
+                .map(Finish::Commit)
+        })
+        .await;
+    assert!(failed.is_err());
+    let bodies: Vec<String> = notes(&db).await.into_iter().map(|n| n.1).collect();
+    assert_eq!(bodies, vec!["kept".to_owned()]);
+
+    // Read-then-write under one key: eight at once never read the same count.
+    let writers = (0..8).map(|_| {
+        let db = db.clone();
+        tokio::spawn(async move {
+            db.locked_tx("metnos.test", async |tx| {
+                let count = Statement::new("SELECT COUNT(*) FROM notes");
+                let n: i64 = tx.fetch_one(count).await?.get(0)?;
+                let next = Statement::new(
+                    "INSERT INTO notes (body, created_ms, tag) VALUES ('counted', $1, '')",
+                )
+                .bind(n);
+                tx.execute(next).await?;
+                Ok::<_, sqlx::Error>(Finish::Commit(()))
+            })
+            .await
+        })
+    });
+    for done in futures::future::join_all(writers).await {
+        done.unwrap().unwrap();
+    }
+    let counted = db
+        .fetch_all(Statement::new(
+            "SELECT created_ms FROM notes WHERE body = 'counted' ORDER BY created_ms",
+        ))
+        .await
+        .unwrap()
+        .iter()
+        .map(|row| row.get::<i64, _>(0).unwrap())
+        .collect::<Vec<_>>();
+    assert_eq!(counted, (1..=8).collect::<Vec<i64>>());
+    db.close().await;
+}
+
+#[tokio::test]
+async fn sqlite_a_locked_transaction_ends_as_its_work_says_and_holds_its_key() {
+    a_locked_transaction_ends_as_its_work_says_and_holds_its_key(Backend::sqlite()).await;
+}
+
+#[tokio::test]
+async fn postgres_a_locked_transaction_ends_as_its_work_says_and_holds_its_key() {
+    a_locked_transaction_ends_as_its_work_says_and_holds_its_key(Backend::postgres().await).await;
 }
 
 #[tokio::test]

@@ -25,10 +25,10 @@ use metnos_kit::config::{TelosConfig, TelosQuotas};
 use metnos_kit::store::Pool;
 use metnos_vaglio::telos::engine::{self, Bother, Source, Term};
 use metnos_vaglio::telos::file::{self, Telos, TelosKey};
-use metnos_vaglio::telos::fit::{Asked, Fit, FitEstimator};
+use metnos_vaglio::telos::fit::{Asked, Fit, FitError, FitEstimator};
 use metnos_vaglio::telos::store::{LedgerView, MIGRATIONS, TelosStore};
 use metnos_vaglio::telos::{
-    Budget, Decision, Evaluation, Files, Origin, ProposalIn, Settings, TelosEngine,
+    Budget, Decision, Evaluation, Files, Origin, ProposalIn, Reason, Settings, TelosEngine,
 };
 
 const DAY: i64 = 86_400_000;
@@ -104,7 +104,7 @@ fn evaluation() -> Evaluation {
         bother_cost: 0.0,
         expected_alignment: 0.0,
         decision: Decision::Reject,
-        reason: String::new(),
+        reason: Reason::NoTelosDeclared,
         threshold_used: 0.15,
         at_ms: NOW,
         not_before_ms: None,
@@ -118,7 +118,7 @@ struct Instant7;
 
 #[tonic::async_trait]
 impl FitEstimator for Instant7 {
-    async fn estimate(&self, _: &Asked<'_>, telos: &[Telos]) -> Result<Vec<Fit>, String> {
+    async fn estimate(&self, _: &Asked<'_>, telos: &[Telos]) -> Result<Vec<Fit>, FitError> {
         Ok(telos
             .iter()
             .map(|t| Fit {

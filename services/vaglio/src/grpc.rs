@@ -1,4 +1,8 @@
-//! The edge: prost types to domain types and back.
+//! The edge: `metnos.vaglio.v1.VaglioService`. Requests become domain types in
+//! [`request`] (`TryFrom`, INVALID_ARGUMENT naming the field); answers are built here, and
+//! errors become statuses in one exhaustive `From` each.
+
+mod request;
 
 use metnos_kit::authz::{Rule, Table};
 use metnos_kit::tls::Identity;
@@ -12,11 +16,12 @@ use metnos_proto::vaglio::v1 as pb;
 use metnos_proto::vaglio::v1::vaglio_service_server::VaglioService;
 use tonic::{Request, Response, Status};
 
-use crate::service::{BlockedBy, Error, Proposal, Provenance, Vaglio, Verdict};
-use crate::telos::engine::Signal;
+use crate::service::{BlockedBy, Error, Proposal, Vaglio, Verdict};
 use crate::telos::{
     self, Decision, Evaluation, Found, Origin, ProposalIn, TelosEngine, TelosError,
 };
+pub use request::BadRequest;
+use request::{principal_of, signal_of};
 
 /// Who may call which RPC (README, "Security model"): the planner has calls judged, the
 /// owner reads the verdicts; the telos RPCs go to who will need them.
@@ -140,11 +145,6 @@ impl From<TelosError> for Status {
     }
 }
 
-fn principal_of(field: &str, p: Option<&common::Principal>) -> Result<Principal, Status> {
-    let p = p.ok_or_else(|| Status::invalid_argument(format!("{field} is missing")))?;
-    Principal::try_from(p).map_err(|e| Status::invalid_argument(format!("{field}: {e}")))
-}
-
 /// The people a caller may speak for: the gateway for its channels, the owner for the CLI.
 fn speaks_for<T>(request: &Request<T>, person: &Principal) -> Result<(), Status> {
     match Caller::of(request) {
@@ -198,7 +198,7 @@ fn result_msg(e: &Evaluation) -> pb::AlignmentResult {
         decision: decision_msg(e.decision) as i32,
         threshold_used: e.threshold_used,
         at: Some(to_timestamp(e.at_ms)),
-        reason: e.reason.clone(),
+        reason: e.reason.as_str().to_owned(),
         alignment_before_bother: e.alignment_before_bother,
         bother_sum: e.bother_sum,
         not_before: e.not_before_ms.map(to_timestamp),
@@ -216,6 +216,29 @@ fn result_msg(e: &Evaluation) -> pb::AlignmentResult {
         ask_person: e.ask_person.clone().unwrap_or_default(),
         description: e.description.clone(),
     }
+}
+
+/// The decision and its figures on the evaluation's span: ids, scores and the decision,
+/// never the proposal's words.
+fn record_outcome(span: &tracing::Span, evaluation: &Evaluation) {
+    span.record("decision", evaluation.decision.as_str());
+    span.record("reason", evaluation.reason.as_str());
+    span.record("expected_alignment", evaluation.expected_alignment);
+    span.record(
+        "alignment_before_bother",
+        evaluation.alignment_before_bother,
+    );
+    span.record("bother_cost", evaluation.bother_cost);
+    span.record(
+        "telos",
+        evaluation
+            .per_telos
+            .iter()
+            .map(|t| format!("{}={:.3}", t.telos_id, t.fit))
+            .collect::<Vec<_>>()
+            .join(",")
+            .as_str(),
+    );
 }
 
 fn telos_msg(t: &telos::file::Telos, declared: f64, effective: f64, ema: f64) -> pb::Telos {
@@ -237,71 +260,7 @@ impl VaglioService for VaglioApi {
         &self,
         request: Request<pb::JudgeRequest>,
     ) -> Result<Response<pb::JudgeResponse>, Status> {
-        let r = request.into_inner();
-        let context = r.context.unwrap_or_default();
-        limits::all(&[
-            ("intent", &r.intent, limits::INTENT),
-            ("executor", &r.executor, limits::EXECUTOR),
-            ("args_json", &r.args_json, limits::ARGS_JSON),
-            (
-                "context.capability",
-                &context.capability,
-                limits::CAPABILITY,
-            ),
-            ("context.mode", &context.mode, 16),
-        ])
-        .map_err(Error::from)?;
-        limits::entries("context.capabilities", context.capabilities.len(), 64)
-            .map_err(Error::from)?;
-        for capability in &context.capabilities {
-            limits::bytes("context.capabilities[]", capability, limits::CAPABILITY)
-                .map_err(Error::from)?;
-        }
-        limits::entries("context.provenance", context.provenance.len(), 64).map_err(Error::from)?;
-        for entry in &context.provenance {
-            limits::bytes("context.provenance[].arg", &entry.arg, 128).map_err(Error::from)?;
-            limits::entries(
-                "context.provenance[].sources",
-                entry.sources.len(),
-                metnos_core::provenance::MAX_LABELS,
-            )
-            .map_err(Error::from)?;
-            for source in &entry.sources {
-                limits::bytes(
-                    "context.provenance[].sources[]",
-                    source,
-                    metnos_core::provenance::MAX_LABEL,
-                )
-                .map_err(Error::from)?;
-            }
-        }
-        let proposal = Proposal {
-            provenance: context
-                .provenance
-                .into_iter()
-                .map(|p| Provenance {
-                    arg: p.arg,
-                    sources: p.sources,
-                    sink: p.sink,
-                })
-                .collect(),
-            intent: r.intent,
-            executor: r.executor,
-            args_json: r.args_json,
-            mode: context.mode,
-            read_private: context.read_private,
-            step: context.step,
-            capability: context.capability,
-            capabilities: context.capabilities,
-            critical: context.critical,
-            asker: metnos_core::AutonomyLevel::from_wire(context.level)
-                .ok()
-                .zip(
-                    context
-                        .principal
-                        .and_then(|p| metnos_core::Principal::new(&p.channel, &p.sender_id).ok()),
-                ),
-        };
+        let proposal = Proposal::try_from(request.into_inner())?;
         let verdict = self.vaglio.judge(&proposal).await?;
         tracing::info!(
             approved = verdict.approved,
@@ -391,20 +350,21 @@ impl VaglioService for VaglioApi {
     ) -> Result<Response<pb::EvaluateProposalResponse>, Status> {
         let caller = Caller::of(&request);
         let r = request.into_inner();
+        let dry_run = r.dry_run;
         // Real evaluations take quota slots and write the journal: the planner's only.
-        if !r.dry_run && caller != Some(Identity::Planner) {
+        if !dry_run && caller != Some(Identity::Planner) {
             return Err(Status::permission_denied(
                 "only the planner makes real evaluations; the owner may dry-run one",
             ));
         }
-        let proposal = proposal_in(&r)?;
+        let proposal = ProposalIn::try_from(r)?;
         // Ids, scores and the decision — never the proposal's words.
         let span = tracing::info_span!(
             "telos.evaluate",
             proposal_id = %proposal.proposal_id,
             effect_class = %proposal.effect_class,
             channel = %proposal.channel,
-            dry_run = r.dry_run,
+            dry_run,
             decision = tracing::field::Empty,
             reason = tracing::field::Empty,
             expected_alignment = tracing::field::Empty,
@@ -415,28 +375,11 @@ impl VaglioService for VaglioApi {
         let evaluation = {
             use tracing::Instrument;
             self.telos
-                .evaluate(&proposal, r.dry_run)
+                .evaluate(&proposal, dry_run)
                 .instrument(span.clone())
                 .await?
         };
-        span.record("decision", evaluation.decision.as_str());
-        span.record("reason", evaluation.reason.as_str());
-        span.record("expected_alignment", evaluation.expected_alignment);
-        span.record(
-            "alignment_before_bother",
-            evaluation.alignment_before_bother,
-        );
-        span.record("bother_cost", evaluation.bother_cost);
-        span.record(
-            "telos",
-            evaluation
-                .per_telos
-                .iter()
-                .map(|t| format!("{}={:.3}", t.telos_id, t.fit))
-                .collect::<Vec<_>>()
-                .join(",")
-                .as_str(),
-        );
+        record_outcome(&span, &evaluation);
         Ok(Response::new(pb::EvaluateProposalResponse {
             result: Some(result_msg(&evaluation)),
         }))
@@ -500,16 +443,7 @@ impl VaglioService for VaglioApi {
                 "the planner may record only a proposal's silence",
             ));
         }
-        let signal = match pb::FeedbackKind::try_from(r.kind) {
-            Ok(pb::FeedbackKind::Accept) => Signal::Accept,
-            Ok(pb::FeedbackKind::AcceptWithEdit) => Signal::AcceptWithEdit,
-            Ok(pb::FeedbackKind::Reject) => Signal::Reject,
-            Ok(pb::FeedbackKind::RejectNeverAgain) => Signal::NeverAgain,
-            Ok(pb::FeedbackKind::Stop) => Signal::Stop,
-            Ok(pb::FeedbackKind::Silence48h) => Signal::Silence48h,
-            Ok(pb::FeedbackKind::ViewedUndecided) => Signal::ViewedUndecided,
-            _ => return Err(Status::invalid_argument("kind is unspecified")),
-        };
+        let signal = signal_of(r.kind)?;
         let (updated, never_listed) = self.telos.feedback(&r.proposal_id, signal, &by).await?;
         Ok(Response::new(pb::RecordFeedbackResponse {
             updated: updated
@@ -668,144 +602,4 @@ impl VaglioService for VaglioApi {
             )))
         }
     }
-}
-
-/// The proposal an evaluation request carries, each field checked: bounded, in its own
-/// alphabet, a known origin, urgency and confidence in range, the principal's own channel.
-fn proposal_in(r: &pb::EvaluateProposalRequest) -> Result<ProposalIn, Status> {
-    let p = r
-        .proposal
-        .clone()
-        .ok_or_else(|| Status::invalid_argument("proposal is missing"))?;
-    limits::all(&[
-        ("proposal.proposal_id", &p.proposal_id, 128),
-        ("proposal.kind", &p.kind, 128),
-        ("proposal.effect_class", &p.effect_class, 128),
-        ("proposal.description", &p.description, 2048),
-        ("proposal.channel", &p.channel, 64),
-        ("proposal.schedule_id", &p.schedule_id, 128),
-        ("proposal.session_id", &p.session_id, 128),
-    ])
-    .map_err(Error::from)?;
-    check_words(&p)?;
-    if p.description.chars().any(char::is_control) {
-        return Err(Status::invalid_argument(
-            "proposal.description is one line: no control characters",
-        ));
-    }
-    let origin = match pb::ProposalOrigin::try_from(p.origin) {
-        Ok(pb::ProposalOrigin::Spontaneous) => Origin::Adhoc,
-        Ok(pb::ProposalOrigin::SchedulerInCadence) => Origin::SchedulerInCadence,
-        Ok(pb::ProposalOrigin::SchedulerOutOfCadence) => Origin::SchedulerOffCadence,
-        Ok(pb::ProposalOrigin::ExplicitRequest) => Origin::ExplicitRequest,
-        _ => return Err(Status::invalid_argument("proposal.origin is unspecified")),
-    };
-    let urgency = if r.urgency_hint == 0.0 {
-        1.0
-    } else {
-        r.urgency_hint
-    };
-    if !(0.5..=2.0).contains(&urgency) {
-        return Err(Status::invalid_argument(format!(
-            "urgency_hint must be from 0.5 to 2 (or 0 for 1), got {}",
-            r.urgency_hint
-        )));
-    }
-    let confidence = r.confidence.unwrap_or(1.0);
-    if !(0.0..=1.0).contains(&confidence) {
-        return Err(Status::invalid_argument(format!(
-            "confidence must be from 0 to 1, got {confidence}"
-        )));
-    }
-    let person = principal_of("proposal.principal", p.principal.as_ref())?;
-    // A proposal goes to its person on their channel: the quotas are that channel's.
-    if person.channel != p.channel {
-        return Err(Status::invalid_argument(format!(
-            "proposal.channel `{}` is not the channel of proposal.principal (`{}`)",
-            p.channel, person.channel
-        )));
-    }
-    if p.channel == "cli" && p.session_id.is_empty() {
-        return Err(Status::invalid_argument(
-            "proposal.session_id is empty: the CLI's quota is per session",
-        ));
-    }
-    Ok(ProposalIn {
-        proposal_id: p.proposal_id,
-        kind: p.kind,
-        effect_class: p.effect_class,
-        description: p.description,
-        channel: p.channel,
-        origin,
-        schedule_id: p.schedule_id,
-        person,
-        session_id: p.session_id,
-        level: metnos_core::AutonomyLevel::from_wire(p.level).ok(),
-        urgency,
-        confidence,
-    })
-}
-
-/// The words the ledger, the never-list and the logs key on have one spelling each.
-fn check_words(p: &pb::ActionProposal) -> Result<(), Status> {
-    let id_chars = |c: char| c.is_ascii_alphanumeric() || matches!(c, '_' | '.' | ':' | '-');
-    let class_chars = |c: char| {
-        c.is_ascii_lowercase() || c.is_ascii_digit() || matches!(c, '_' | '.' | ':' | '/' | '-')
-    };
-    let channel_chars =
-        |c: char| c.is_ascii_lowercase() || c.is_ascii_digit() || matches!(c, '_' | '-');
-    for (field, value, allowed, required, what) in [
-        (
-            "proposal.proposal_id",
-            &p.proposal_id,
-            &id_chars as &dyn Fn(char) -> bool,
-            true,
-            "letters, digits, _ . : -",
-        ),
-        (
-            "proposal.schedule_id",
-            &p.schedule_id,
-            &id_chars,
-            false,
-            "letters, digits, _ . : -",
-        ),
-        (
-            "proposal.session_id",
-            &p.session_id,
-            &id_chars,
-            false,
-            "letters, digits, _ . : -",
-        ),
-        (
-            "proposal.kind",
-            &p.kind,
-            &class_chars,
-            true,
-            "lower-case letters, digits, _ . : / -",
-        ),
-        (
-            "proposal.effect_class",
-            &p.effect_class,
-            &class_chars,
-            true,
-            "lower-case letters, digits, _ . : / -",
-        ),
-        (
-            "proposal.channel",
-            &p.channel,
-            &channel_chars,
-            true,
-            "lower-case letters, digits, _ -",
-        ),
-    ] {
-        if required && value.is_empty() {
-            return Err(Status::invalid_argument(format!("{field} is empty")));
-        }
-        if !value.chars().all(allowed) {
-            return Err(Status::invalid_argument(format!(
-                "{field} may hold only {what}"
-            )));
-        }
-    }
-    Ok(())
 }

@@ -73,8 +73,9 @@ impl service::OnlineGate for PolicyGate {
         level: metnos_core::AutonomyLevel,
         principal: &metnos_core::Principal,
         host: &str,
-    ) -> Result<(), String> {
+    ) -> Result<(), service::GateRefusal> {
         use metnos_proto::policy::v1 as policy;
+        use service::GateRefusal;
         let request = policy::CheckRequest {
             level: level.to_wire(),
             capability: "llm:online".to_owned(),
@@ -84,12 +85,10 @@ impl service::OnlineGate for PolicyGate {
         match self.0.clone().check(request).await {
             Ok(answer) => match policy::Outcome::try_from(answer.into_inner().outcome) {
                 Ok(policy::Outcome::Allowed) => Ok(()),
-                Ok(policy::Outcome::ApprovalRequired) => Err(format!(
-                    "policy: llm:online is approval_required at {level}"
-                )),
-                _ => Err(format!("policy: llm:online is denied at {level}")),
+                Ok(policy::Outcome::ApprovalRequired) => Err(GateRefusal::ApprovalRequired(level)),
+                _ => Err(GateRefusal::Denied(level)),
             },
-            Err(status) => Err(format!("policy could not be asked ({:?})", status.code())),
+            Err(status) => Err(GateRefusal::Unreachable(status.code())),
         }
     }
 }
@@ -105,8 +104,8 @@ impl telos::fit::FitEstimator for NoEstimator {
         &self,
         _: &telos::fit::Asked<'_>,
         _: &[telos::file::Telos],
-    ) -> Result<Vec<telos::fit::Fit>, String> {
-        Err(self.0.clone())
+    ) -> Result<Vec<telos::fit::Fit>, telos::fit::FitError> {
+        Err(telos::fit::FitError::Unavailable(self.0.clone()))
     }
 }
 

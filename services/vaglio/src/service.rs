@@ -107,7 +107,59 @@ pub trait OnlineGate: Send + Sync + std::fmt::Debug {
         level: metnos_core::AutonomyLevel,
         principal: &metnos_core::Principal,
         host: &str,
-    ) -> Result<(), String>;
+    ) -> Result<(), GateRefusal>;
+}
+
+/// Policy's refusal of `llm:online` on a provider's host.
+#[derive(Debug, Clone, thiserror::Error)]
+pub enum GateRefusal {
+    #[error("policy: llm:online is approval_required at {0}")]
+    ApprovalRequired(metnos_core::AutonomyLevel),
+    #[error("policy: llm:online is denied at {0}")]
+    Denied(metnos_core::AutonomyLevel),
+    #[error("policy could not be asked ({0:?})")]
+    Unreachable(tonic::Code),
+}
+
+/// Why an online provider was not called for a proposal (the verdict or the log says it).
+#[derive(Debug, Clone, thiserror::Error)]
+pub enum NotOnline {
+    /// The turn is kept local (`local`, or its mode) and read private data.
+    #[error("this {0} turn read private data")]
+    ReadPrivate(String),
+    #[error("the caller did not say whose turn it is")]
+    NoAsker,
+    #[error("the proposal names no level")]
+    NoLevel,
+    #[error("policy cannot be asked")]
+    NoPolicy,
+    #[error(transparent)]
+    Refused(#[from] GateRefusal),
+}
+
+/// The LLM judge's online provider was not called.
+#[derive(Debug, Clone, thiserror::Error)]
+#[error("online judge at {host} not called: {why}")]
+pub struct JudgeNotCalled {
+    pub host: String,
+    pub why: NotOnline,
+}
+
+/// How an LLM's answer failed: only the kind of failure, never the provider's words (they
+/// may quote the prompt).
+#[derive(Debug, Clone, thiserror::Error)]
+pub enum LlmFailure {
+    #[error("no answer within {0} s")]
+    Timeout(u64),
+    /// The provider's failure, summarised.
+    #[error("{0}")]
+    Provider(String),
+    #[error("the answer is not JSON")]
+    NotJson,
+    #[error("no score between 0 and 1")]
+    NoScore,
+    #[error("no rationale")]
+    NoRationale,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -196,35 +248,30 @@ impl Vaglio {
 
     /// Whether the LLM judge's provider may be called for this proposal: a local one
     /// always; an online one when policy allows `llm:online` on its host for the asker.
-    async fn judge_may_call(&self, tiers: &Tiers, p: &Proposal) -> Result<(), String> {
+    async fn judge_may_call(&self, tiers: &Tiers, p: &Proposal) -> Result<(), JudgeNotCalled> {
         let Some(host) = tiers.online_host(metnos_llm::Tier::Middle) else {
             return Ok(());
         };
+        self.online_allowed(&host, p)
+            .await
+            .map_err(|why| JudgeNotCalled { host, why })
+    }
+
+    /// [`Vaglio::judge_may_call`]'s checks of an online `host`.
+    async fn online_allowed(&self, host: &str, p: &Proposal) -> Result<(), NotOnline> {
         // The call's arguments may hold what the turn read; a turn the person keeps local
         // does not send them to an online provider through its judge either.
         if p.read_private && p.mode != "online" {
-            return Err(format!(
-                "online judge at {host} not called: this {} turn read private data",
-                if p.mode.is_empty() {
-                    "local"
-                } else {
-                    p.mode.as_str()
-                }
-            ));
+            let mode = if p.mode.is_empty() { "local" } else { &p.mode };
+            return Err(NotOnline::ReadPrivate(mode.to_owned()));
         }
         let Some((level, principal)) = &p.asker else {
-            return Err(format!(
-                "online judge at {host} not called: the caller did not say whose turn it is"
-            ));
+            return Err(NotOnline::NoAsker);
         };
         let Some(gate) = &self.online_gate else {
-            return Err(format!(
-                "online judge at {host} not called: policy cannot be asked"
-            ));
+            return Err(NotOnline::NoPolicy);
         };
-        gate.allowed(*level, principal, &host)
-            .await
-            .map_err(|why| format!("online judge at {host} not called: {why}"))
+        Ok(gate.allowed(*level, principal, host).await?)
     }
 
     /// Also refuses any argument that names Metnos's own folders (its data directory and
@@ -426,7 +473,7 @@ async fn llm_score(
     timeout: Duration,
     p: &Proposal,
     args: &Value,
-) -> Result<judge::Score, String> {
+) -> Result<judge::Score, LlmFailure> {
     let request = ChatRequest {
         system: Some(JUDGE_PROMPT.to_owned()),
         messages: vec![Message::User({
@@ -451,18 +498,18 @@ async fn llm_score(
     };
     let response = tokio::time::timeout(timeout, tiers.chat(Tier::Middle, &request))
         .await
-        .map_err(|_| format!("no answer within {} s", timeout.as_secs()))?
+        .map_err(|_| LlmFailure::Timeout(timeout.as_secs()))?
         // The provider's words may quote the prompt (the intent and the arguments): only
         // what kind of failure it was reaches the log and the verdict.
-        .map_err(|e| e.summary())?;
-    let value = response.json().ok_or("the answer is not JSON")?;
+        .map_err(|e| LlmFailure::Provider(e.summary()))?;
+    let value = response.json().ok_or(LlmFailure::NotJson)?;
     let score = value
         .get("score")
         .and_then(Value::as_f64)
         .filter(|s| (0.0..=1.0).contains(s))
-        .ok_or("no score between 0 and 1")?;
+        .ok_or(LlmFailure::NoScore)?;
     if !value.get("rationale").is_some_and(Value::is_string) {
-        return Err("no rationale".to_owned());
+        return Err(LlmFailure::NoRationale);
     }
     // The rationale may quote argument values: it stays out of the reason and the log.
     Ok(judge::Score {

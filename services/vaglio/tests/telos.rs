@@ -479,7 +479,7 @@ async fn an_in_cadence_firing_is_consented_and_only_its_quota_applies(store: Tes
         firing.effect_class = "standing_order:so-1".into();
         firing.schedule_id = "so-1".into();
         let e = w.evaluate(&firing).await;
-        decided.push((e.decision, e.reason.clone()));
+        decided.push((e.decision, e.reason.to_string()));
         assert!(e.per_telos.is_empty(), "no fit weighed");
         w.clock.advance(MINUTE);
     }

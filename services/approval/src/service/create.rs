@@ -11,10 +11,30 @@ use crate::extra::Extra;
 use crate::store::{Pending, Status};
 use crate::token;
 
+/// A request that passed its own checks: the call's hash, its extra data (parsed too), and
+/// the territory this service offers for it (empty: none).
+struct Checked {
+    call_sha256: String,
+    extra_json: String,
+    extra: Extra,
+    territory_offer: String,
+}
+
 impl Approvals {
-    /// Registers a request and renders its card.
+    /// Registers a request and renders its card: checked, described from the call itself,
+    /// then stored.
     pub async fn create(&self, new: NewRequest) -> Result<(Pending, Card), Error> {
-        let (call_sha256, extra_json) = checked(&new)?;
+        let mut checked = self.validate(&new)?;
+        let mut new = new;
+        let described = self.describe(&mut new, &mut checked).await?;
+        let pending = self.persist(new, checked, described).await?;
+        let card = self.card(&pending);
+        Ok((pending, card))
+    }
+
+    /// The request's checks, and the territory offered for it.
+    fn validate(&self, new: &NewRequest) -> Result<Checked, Error> {
+        let (call_sha256, extra_json) = checked(new)?;
         // What approving may also grant is the person's choice on the card, over a pattern
         // proposed here: the caller's territory and pattern are not taken.
         // A call carrying the world's data into a sink, a write that runs code later (the
@@ -26,22 +46,45 @@ impl Approvals {
         } else {
             String::new()
         };
-        check_proposal(&new, &extra_json, &territory_offer)?;
-        let mut new = new;
-        let described = self.described(&mut new, &extra).await?;
+        check_proposal(new, &extra_json, &territory_offer)?;
+        Ok(Checked {
+            call_sha256,
+            extra_json,
+            extra,
+            territory_offer,
+        })
+    }
+
+    /// What the card will say, refused when it cannot show the call whole; an invisible
+    /// character the description left out is marked in the kept extra data.
+    async fn describe(
+        &self,
+        new: &mut NewRequest,
+        checked: &mut Checked,
+    ) -> Result<Described, Error> {
+        let described = self.described(new, &checked.extra).await?;
         // What the person approves is what they read: a call too long to show whole is
         // refused, never cut.
         uncardable(&new.executor, &new.args_json, &described.summary)?;
         // Invisible characters the description left out are said on every rendering of the
         // card: the flag is kept with the request.
-        let extra_json = if described.had_invisible {
-            crate::extra::mark_invisible(&extra_json)
-        } else {
-            extra_json
-        };
+        if described.had_invisible {
+            checked.extra_json = crate::extra::mark_invisible(&checked.extra_json);
+        }
+        Ok(described)
+    }
+
+    /// Stores the request as pending, with its class and how often its person approved
+    /// that class before.
+    async fn persist(
+        &self,
+        new: NewRequest,
+        checked: Checked,
+        described: Described,
+    ) -> Result<Pending, Error> {
         let capability_class = class_of(&new.executor, &new.capability, &new.target, &self.home);
         // Such a call's card is never shortened by habit: its reason is read every time.
-        let recurrence_count = if !extra.asks_every_time() {
+        let recurrence_count = if !checked.extra.asks_every_time() {
             self.store
                 .count_approved(&new.requester, &capability_class)
                 .await?
@@ -64,9 +107,9 @@ impl Approvals {
             language: new.card.language,
             capability: new.capability,
             target: new.target,
-            territory_target: territory_offer,
+            territory_target: checked.territory_offer,
             executor: new.executor,
-            call_sha256,
+            call_sha256: checked.call_sha256,
             recurrence_count,
             created_at: now,
             expires_at: now + ttl_ms,
@@ -75,7 +118,7 @@ impl Approvals {
             decided_by: None,
             cancel_reason: None,
             grant_id: None,
-            extra_json,
+            extra_json: checked.extra_json,
             policy_level: new.policy_level,
             // The turn's trace (this call's server span is a child of the planner's).
             traceparent: metnos_kit::propagation::current_traceparent(),
@@ -84,8 +127,7 @@ impl Approvals {
         // Names only: the class and the target hold the call's values (a path, a command,
         // a URL with its credentials); those stay in the store and on the card.
         tracing::info!(token = %metnos_kit::chain::token_name(&pending.token), executor = %pending.executor, capability = %pending.capability, recurrence = recurrence_count, "approval requested");
-        let card = self.card(&pending);
-        Ok((pending, card))
+        Ok(pending)
     }
 
     /// What the card says the call does, from the call, not from the caller's words. A

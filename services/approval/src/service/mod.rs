@@ -16,7 +16,7 @@ use metnos_proto::policy::v1::policy_service_client::PolicyServiceClient;
 use tokio::sync::broadcast;
 
 use crate::card::{self, Card, CardError, CardRequest, Territory};
-use crate::store::{Pending, PendingStore, Status};
+use crate::store::{Pending, PendingStore, Settled, Status};
 
 mod create;
 mod grants;
@@ -93,7 +93,7 @@ pub enum Error {
     #[error("unknown token")]
     NotFound,
     #[error("the request is already {0}")]
-    NotPending(&'static str),
+    NotPending(Settled),
     #[error("the request expired")]
     Expired,
     #[error("only the person who was asked may decide")]
@@ -161,6 +161,15 @@ pub struct Approvals {
     /// Notifications to the other replicas in flight (PostgreSQL): a burst of changes
     /// holds at most this many connections; past it, their poll tells them.
     notifying: Arc<tokio::sync::Semaphore>,
+}
+
+/// What a request another caller changed first is now: settled, or (still pending) past
+/// its expiry, which its update refused.
+fn lost_race(status: Status) -> Error {
+    match status.settled() {
+        Some(settled) => Error::NotPending(settled),
+        None => Error::Expired,
+    }
 }
 
 /// At most this many notifications to the other replicas at once.
@@ -397,8 +406,8 @@ impl Approvals {
         (field, edited, max): (&'static str, &str, usize),
     ) -> Result<(Pending, bool), Error> {
         let pending = self.get(token).await?;
-        if pending.status.is_terminal() {
-            return Err(Error::NotPending(pending.status.as_str()));
+        if let Some(settled) = pending.status.settled() {
+            return Err(Error::NotPending(settled));
         }
         if &pending.requester != decider {
             return Err(Error::NotRequester);
@@ -519,8 +528,8 @@ impl Approvals {
         edited: Option<&str>,
     ) -> Result<Pending, Error> {
         let pending = self.get(token).await?;
-        if pending.status.is_terminal() {
-            return Err(Error::NotPending(pending.status.as_str()));
+        if let Some(settled) = pending.status.settled() {
+            return Err(Error::NotPending(settled));
         }
         let now = self.now();
         if pending.expires_at <= now {
@@ -579,11 +588,7 @@ impl Approvals {
         };
         if !decided {
             // Someone else decided first, or it expired in between: say which.
-            let current = self.get(token).await?;
-            return Err(match current.status {
-                Status::Pending => Error::Expired,
-                other => Error::NotPending(other.as_str()),
-            });
+            return Err(lost_race(self.get(token).await?.status));
         }
         self.changed(token);
         tracing::info!(token, decision = status.as_str(), "approval resolved");
@@ -604,13 +609,13 @@ impl Approvals {
             return Err(Error::ReasonTooLong);
         }
         let pending = self.get(token).await?;
-        if pending.status.is_terminal() {
-            return Err(Error::NotPending(pending.status.as_str()));
+        if let Some(settled) = pending.status.settled() {
+            return Err(Error::NotPending(settled));
         }
         let reason = card::sanitize(reason, 300);
         if !self.store.cancel(token, &reason, self.now()).await? {
-            let current = self.get(token).await?;
-            return Err(Error::NotPending(current.status.as_str()));
+            // Decided, cancelled or swept first: it is settled now.
+            return Err(lost_race(self.get(token).await?.status));
         }
         self.changed(token);
         tracing::info!(token, "approval cancelled");

@@ -46,7 +46,9 @@ pub use services::{ApprovalConfig, ServiceConfig};
 pub use store_spec::{StoreSpec, redact_url};
 pub use telegram::{TelegramConfig, TelegramMode};
 pub use telemetry::{LogFormat, TelemetryConfig};
-pub use telos::{Local, TelosConfig, TelosPerson, TelosQuotas, Window, minutes_of};
+pub use telos::{
+    Local, TelosConfig, TelosPerson, TelosQuotas, TimeOfDayError, Window, WindowError, minutes_of,
+};
 pub use tls::TlsConfig;
 pub use topology::{SERVICES, ServiceName, url_for_addr};
 pub use turns::TurnsConfig;

@@ -103,14 +103,19 @@ pub struct Window {
 
 impl Window {
     /// Parses `HH:MM-HH:MM`.
-    pub fn parse(text: &str) -> Result<Window, String> {
+    pub fn parse(text: &str) -> Result<Window, WindowError> {
         let (start, end) = text
             .split_once('-')
-            .ok_or_else(|| format!("`{text}` is not HH:MM-HH:MM"))?;
-        let start = minutes_of(start.trim()).map_err(|e| format!("`{text}`: {e}"))?;
-        let end = minutes_of(end.trim()).map_err(|e| format!("`{text}`: {e}"))?;
+            .ok_or_else(|| WindowError::NotAWindow(text.to_owned()))?;
+        let at = |part: &str| {
+            minutes_of(part.trim()).map_err(|error| WindowError::Time {
+                window: text.to_owned(),
+                error,
+            })
+        };
+        let (start, end) = (at(start)?, at(end)?);
         if start == end {
-            return Err(format!("`{text}` is empty (it starts where it ends)"));
+            return Err(WindowError::Empty(text.to_owned()));
         }
         Ok(Window { start, end })
     }
@@ -125,8 +130,33 @@ impl Window {
     }
 }
 
+/// A time of day that is not `HH:MM`.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum TimeOfDayError {
+    #[error("`{0}` is not HH:MM")]
+    NotHhMm(String),
+    #[error("`{0}`: the hour is not 00-23")]
+    Hour(String),
+    #[error("`{0}`: the minutes are not 00-59")]
+    Minutes(String),
+}
+
+/// A protected window that is not `HH:MM-HH:MM`.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum WindowError {
+    #[error("`{0}` is not HH:MM-HH:MM")]
+    NotAWindow(String),
+    #[error("`{window}`: {error}")]
+    Time {
+        window: String,
+        error: TimeOfDayError,
+    },
+    #[error("`{0}` is empty (it starts where it ends)")]
+    Empty(String),
+}
+
 /// `HH:MM` (or `H:MM`) as minutes after midnight.
-pub fn minutes_of(text: &str) -> Result<u16, String> {
+pub fn minutes_of(text: &str) -> Result<u16, TimeOfDayError> {
     let digits = |part: &str, widths: std::ops::RangeInclusive<usize>| {
         (widths.contains(&part.len()) && part.bytes().all(|b| b.is_ascii_digit()))
             .then(|| part.parse::<u16>().ok())
@@ -134,13 +164,13 @@ pub fn minutes_of(text: &str) -> Result<u16, String> {
     };
     let (h, m) = text
         .split_once(':')
-        .ok_or_else(|| format!("`{text}` is not HH:MM"))?;
+        .ok_or_else(|| TimeOfDayError::NotHhMm(text.to_owned()))?;
     let h = digits(h, 1..=2)
         .filter(|h| *h < 24)
-        .ok_or_else(|| format!("`{text}`: the hour is not 00-23"))?;
+        .ok_or_else(|| TimeOfDayError::Hour(text.to_owned()))?;
     let m = digits(m, 2..=2)
         .filter(|m| *m < 60)
-        .ok_or_else(|| format!("`{text}`: the minutes are not 00-59"))?;
+        .ok_or_else(|| TimeOfDayError::Minutes(text.to_owned()))?;
     Ok(h * 60 + m)
 }
 
@@ -295,7 +325,7 @@ impl TelosConfig {
         )?;
         check_zone("telos.time_zone", &self.time_zone)?;
         check_windows("telos.protected_windows", &self.protected_windows)?;
-        minutes_of(&self.digest_at).map_err(|e| ("telos.digest_at".to_owned(), e))?;
+        minutes_of(&self.digest_at).map_err(|e| ("telos.digest_at".to_owned(), e.to_string()))?;
         for person in &self.owner_principals {
             check_person("telos.owner_principals", person)?;
         }
@@ -309,7 +339,7 @@ impl TelosConfig {
                 check_windows(&format!("{key}.protected_windows"), windows)?;
             }
             if let Some(at) = &settings.digest_at {
-                minutes_of(at).map_err(|e| (format!("{key}.digest_at"), e))?;
+                minutes_of(at).map_err(|e| (format!("{key}.digest_at"), e.to_string()))?;
             }
         }
         Ok(())
@@ -329,7 +359,7 @@ fn check_zone(key: &str, zone: &str) -> Result<(), (String, String)> {
 
 fn check_windows(key: &str, windows: &[String]) -> Result<(), (String, String)> {
     for window in windows {
-        Window::parse(window).map_err(|e| (key.to_owned(), e))?;
+        Window::parse(window).map_err(|e| (key.to_owned(), e.to_string()))?;
     }
     Ok(())
 }

@@ -184,7 +184,8 @@ impl Config {
     }
 
     fn validate_telegram(&self) -> Result<(), ConfigError> {
-        check_url(&self.telegram.api_url).map_err(|m| ConfigError::key("telegram.api_url", m))?;
+        check_url(&self.telegram.api_url)
+            .map_err(|m| ConfigError::key("telegram.api_url", m.to_string()))?;
         if self.telegram.mode == TelegramMode::Webhook
             && !self.telegram.webhook_url.starts_with("https://")
         {
@@ -198,7 +199,8 @@ impl Config {
 
     fn validate_web(&self) -> Result<(), ConfigError> {
         if !self.web.public_url.is_empty() {
-            check_url(&self.web.public_url).map_err(|m| ConfigError::key("web.public_url", m))?;
+            check_url(&self.web.public_url)
+                .map_err(|m| ConfigError::key("web.public_url", m.to_string()))?;
             let path = self
                 .web
                 .public_url
@@ -264,7 +266,8 @@ impl Config {
             let section = self.service(service);
             let key = |k: &str| format!("{service}.{k}");
             if !section.url.is_empty() {
-                check_service_url(&section.url).map_err(|m| ConfigError::key(key("url"), m))?;
+                check_service_url(&section.url)
+                    .map_err(|m| ConfigError::key(key("url"), m.to_string()))?;
             }
             StoreSpec::parse(&section.store, &self.data_dir, service)
                 .map_err(|m| ConfigError::key(key("store"), m))?;
@@ -287,8 +290,9 @@ impl Config {
                 ));
             }
             if !llm.base_url.is_empty() {
-                check_url(&llm.base_url)
-                    .map_err(|m| ConfigError::key(format!("runtime.llm.{tier}.base_url"), m))?;
+                check_url(&llm.base_url).map_err(|m| {
+                    ConfigError::key(format!("runtime.llm.{tier}.base_url"), m.to_string())
+                })?;
             }
             let key_env = format!("runtime.llm.{tier}.api_key_env");
             if !llm.api_key_env.is_empty() && !is_variable_name(&llm.api_key_env) {
@@ -328,25 +332,51 @@ impl Config {
     }
 }
 
+/// What is wrong with a URL in the config.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+enum BadUrl {
+    #[error("not a valid URL ({reason}): {url}")]
+    Invalid { url: String, reason: String },
+    /// Not one of `schemes` (said as they are written in the config).
+    #[error("must start with {schemes}, got {url}")]
+    Scheme { url: String, schemes: &'static str },
+    #[error("has no host: {0}")]
+    NoHost(String),
+    #[error(transparent)]
+    Dns(#[from] crate::client::UrlError),
+}
+
 /// A service URL: http(s), or `dns:///host:port` for every address of a name.
-fn check_service_url(url: &str) -> Result<(), String> {
+fn check_service_url(url: &str) -> Result<(), BadUrl> {
     match crate::client::dns_target(url) {
-        Some(target) => target.map(|_| ()),
-        None => check_url(url)
-            .map_err(|e| e.replace("http:// or https://", "http://, https:// or dns:///")),
+        Some(target) => Ok(target.map(|_| ())?),
+        None => url_of_schemes(url, "http://, https:// or dns:///"),
     }
 }
 
-fn check_url(url: &str) -> Result<(), String> {
+fn check_url(url: &str) -> Result<(), BadUrl> {
+    url_of_schemes(url, "http:// or https://")
+}
+
+/// An http(s) URL with a host; `schemes` is what the message says it must start with.
+fn url_of_schemes(url: &str, schemes: &'static str) -> Result<(), BadUrl> {
     let parsed: http::Uri = url
         .parse()
-        .map_err(|e| format!("not a valid URL ({e}): {url}"))?;
+        .map_err(|e: http::uri::InvalidUri| BadUrl::Invalid {
+            url: url.to_owned(),
+            reason: e.to_string(),
+        })?;
     match parsed.scheme_str() {
         Some("http") | Some("https") => {}
-        _ => return Err(format!("must start with http:// or https://, got {url}")),
+        _ => {
+            return Err(BadUrl::Scheme {
+                url: url.to_owned(),
+                schemes,
+            });
+        }
     }
     if parsed.host().is_none_or(str::is_empty) {
-        return Err(format!("has no host: {url}"));
+        return Err(BadUrl::NoHost(url.to_owned()));
     }
     Ok(())
 }

@@ -10,7 +10,7 @@ use metnos_llm::{ChatRequest, JsonOutput, Message, Tier, Tiers};
 use serde_json::{Value, json};
 
 use super::file::Telos;
-use crate::service::OnlineGate;
+use crate::service::{LlmFailure, NotOnline, OnlineGate};
 
 /// One telos's estimate.
 #[derive(Debug, Clone, PartialEq)]
@@ -34,7 +34,40 @@ pub struct Asked<'a> {
 /// Estimates fits; `Err` says what kind of failure it was (never the proposal's words).
 #[tonic::async_trait]
 pub trait FitEstimator: Send + Sync + std::fmt::Debug {
-    async fn estimate(&self, asked: &Asked<'_>, telos: &[Telos]) -> Result<Vec<Fit>, String>;
+    async fn estimate(&self, asked: &Asked<'_>, telos: &[Telos]) -> Result<Vec<Fit>, FitError>;
+}
+
+/// Why the fits could not be estimated: a failure never publishes.
+#[derive(Debug, Clone, thiserror::Error)]
+pub enum FitError {
+    #[error("the online estimator at {host} was not called: {why}")]
+    NotCalled { host: String, why: NotOnline },
+    #[error(transparent)]
+    Llm(#[from] LlmFailure),
+    #[error(transparent)]
+    Answer(#[from] BadFits),
+    /// No estimator could be built (the LLM tiers): why.
+    #[error("{0}")]
+    Unavailable(String),
+}
+
+/// What is wrong with an answer's fits.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum BadFits {
+    #[error("no `fits` list")]
+    NoList,
+    #[error("an entry without telos_id")]
+    NoTelosId,
+    #[error("a fit for a telos that was not asked about")]
+    NotAsked,
+    #[error("two fits for one telos")]
+    Twice,
+    #[error("a fit that is not a number from 0 to 1")]
+    OutOfRange,
+    #[error("a fit without why")]
+    NoWhy,
+    #[error("fits for {got} of {asked} telos")]
+    Count { got: usize, asked: usize },
 }
 
 const PROMPT: &str = "You estimate how well a proposal that an assistant wants to make on its own \
@@ -55,21 +88,11 @@ pub struct LlmEstimator {
 
 #[tonic::async_trait]
 impl FitEstimator for LlmEstimator {
-    async fn estimate(&self, asked: &Asked<'_>, telos: &[Telos]) -> Result<Vec<Fit>, String> {
+    async fn estimate(&self, asked: &Asked<'_>, telos: &[Telos]) -> Result<Vec<Fit>, FitError> {
         if let Some(host) = self.tiers.online_host(Tier::Middle) {
-            let Some(level) = asked.level else {
-                return Err(format!(
-                    "the online estimator at {host} was not called: the proposal names no level"
-                ));
-            };
-            let Some(gate) = &self.online_gate else {
-                return Err(format!(
-                    "the online estimator at {host} was not called: policy cannot be asked"
-                ));
-            };
-            gate.allowed(level, asked.person, &host)
+            self.online_allowed(asked, &host)
                 .await
-                .map_err(|why| format!("the online estimator at {host} was not called: {why}"))?;
+                .map_err(|why| FitError::NotCalled { host, why })?;
         }
         let key = metnos_kit::random::hex(8);
         let ends: String = telos
@@ -111,40 +134,53 @@ impl FitEstimator for LlmEstimator {
         };
         let response = tokio::time::timeout(self.timeout, self.tiers.chat(Tier::Middle, &request))
             .await
-            .map_err(|_| format!("no answer within {} s", self.timeout.as_secs()))?
-            .map_err(|e| e.summary())?;
-        let value = response.json().ok_or("the answer is not JSON")?;
-        checked(&value, telos)
+            .map_err(|_| LlmFailure::Timeout(self.timeout.as_secs()))?
+            .map_err(|e| LlmFailure::Provider(e.summary()))?;
+        let value = response.json().ok_or(LlmFailure::NotJson)?;
+        Ok(checked(&value, telos)?)
+    }
+}
+
+impl LlmEstimator {
+    /// Whether policy lets the online provider at `host` be asked for this proposal.
+    async fn online_allowed(&self, asked: &Asked<'_>, host: &str) -> Result<(), NotOnline> {
+        let Some(level) = asked.level else {
+            return Err(NotOnline::NoLevel);
+        };
+        let Some(gate) = &self.online_gate else {
+            return Err(NotOnline::NoPolicy);
+        };
+        Ok(gate.allowed(level, asked.person, host).await?)
     }
 }
 
 /// The fits in `value`, exactly one per telos in `telos`, each in [0, 1] with a reason.
-pub fn checked(value: &Value, telos: &[Telos]) -> Result<Vec<Fit>, String> {
+pub fn checked(value: &Value, telos: &[Telos]) -> Result<Vec<Fit>, BadFits> {
     let entries = value
         .get("fits")
         .and_then(Value::as_array)
-        .ok_or("no `fits` list")?;
+        .ok_or(BadFits::NoList)?;
     let mut fits: Vec<Fit> = Vec::with_capacity(telos.len());
     for entry in entries {
         let id = entry
             .get("telos_id")
             .and_then(Value::as_str)
-            .ok_or("an entry without telos_id")?;
+            .ok_or(BadFits::NoTelosId)?;
         if !telos.iter().any(|t| t.id == id) {
-            return Err("a fit for a telos that was not asked about".to_owned());
+            return Err(BadFits::NotAsked);
         }
         if fits.iter().any(|f| f.telos_id == id) {
-            return Err("two fits for one telos".to_owned());
+            return Err(BadFits::Twice);
         }
         let fit = entry
             .get("fit")
             .and_then(Value::as_f64)
             .filter(|f| (0.0..=1.0).contains(f))
-            .ok_or("a fit that is not a number from 0 to 1")?;
+            .ok_or(BadFits::OutOfRange)?;
         let why = entry
             .get("why")
             .and_then(Value::as_str)
-            .ok_or("a fit without why")?;
+            .ok_or(BadFits::NoWhy)?;
         fits.push(Fit {
             telos_id: id.to_owned(),
             fit,
@@ -152,7 +188,10 @@ pub fn checked(value: &Value, telos: &[Telos]) -> Result<Vec<Fit>, String> {
         });
     }
     if fits.len() != telos.len() {
-        return Err(format!("fits for {} of {} telos", fits.len(), telos.len()));
+        return Err(BadFits::Count {
+            got: fits.len(),
+            asked: telos.len(),
+        });
     }
     // In the file's order.
     fits.sort_by_key(|f| telos.iter().position(|t| t.id == f.telos_id));

@@ -12,8 +12,10 @@
 use std::collections::HashMap;
 
 use metnos_kit::on_db;
-use metnos_kit::store::{Db, EmbeddedMigration, Migrations, Pool};
-use sqlx::Row;
+use metnos_kit::store::{Db, EmbeddedMigration, Finish, Migrations, Row, Statement, Tx};
+use sqlx::{AssertSqlSafe, Row as _};
+
+use super::Reason;
 
 const SQLITE: &[EmbeddedMigration] = &[EmbeddedMigration {
     version: 1,
@@ -31,111 +33,6 @@ pub const MIGRATIONS: Migrations = Migrations {
     sqlite: SQLITE,
     postgres: POSTGRES,
 };
-
-/// Inserts a proposal record on `$conn`; `Ok(false)` when its id exists.
-macro_rules! insert_proposal {
-    ($conn:expr, $r:expr) => {{
-        let r: &Recorded = $r;
-        let sql = format!(
-            "INSERT INTO telos_proposals ({PROPOSAL_COLUMNS}) VALUES \
-             ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14) \
-             ON CONFLICT (proposal_id) DO NOTHING"
-        );
-        sqlx::query(sqlx::AssertSqlSafe(sql))
-            .bind(&r.proposal_id)
-            .bind(&r.person)
-            .bind(&r.channel)
-            .bind(&r.effect_class)
-            .bind(&r.decision)
-            .bind(&r.reason)
-            .bind(r.expected_alignment)
-            .bind(r.before_bother)
-            .bind(r.threshold)
-            .bind(r.contributors.join(","))
-            .bind(&r.result_json)
-            .bind(r.at_ms)
-            .bind(&r.answer)
-            .bind(r.viewed)
-            .execute($conn)
-            .await
-            .map(|done| done.rows_affected() == 1)
-    }};
-}
-
-/// Reads a [`LedgerView`] on `$conn`.
-macro_rules! read_view {
-    ($conn:expr, $person:expr, $channel:expr, $session:expr, $span:expr) => {{
-        let span: ViewSpan = $span;
-        let since = span
-            .bother_since_ms
-            .min(span.day_start_ms)
-            .min(span.now_ms - 3_600_000);
-        let rows = sqlx::query(
-            "SELECT place, source, weight, session, at_ms FROM telos_ledger \
-             WHERE person = $1 AND channel = $2 AND at_ms >= $3",
-        )
-        .bind($person)
-        .bind($channel)
-        .bind(since)
-        .fetch_all(&mut *$conn)
-        .await?;
-        let mut view = LedgerView::default();
-        for row in &rows {
-            let place: String = row.try_get(0)?;
-            let source: String = row.try_get(1)?;
-            let weight: f64 = row.try_get(2)?;
-            let at: i64 = row.try_get(4)?;
-            if place == "publish" {
-                if at >= span.bother_since_ms {
-                    view.publications.push((at, weight));
-                }
-                if source == "adhoc" {
-                    if at > span.now_ms - 3_600_000 {
-                        view.adhoc_last_hour += 1;
-                    }
-                    if at >= span.day_start_ms {
-                        view.adhoc_today += 1;
-                    }
-                } else if at >= span.day_start_ms {
-                    view.scheduler_today += 1;
-                }
-            }
-        }
-        // Only the CLI's quota is per session.
-        let session_count: i64 = if $session.is_empty() {
-            0
-        } else {
-            sqlx::query_scalar(
-                "SELECT COUNT(*) FROM telos_ledger WHERE person = $1 AND channel = $2 \
-             AND place = 'publish' AND source = 'adhoc' AND session = $3",
-            )
-            .bind($person)
-            .bind($channel)
-            .bind($session)
-            .fetch_one(&mut *$conn)
-            .await?
-        };
-        view.adhoc_this_session = u32::try_from(session_count).unwrap_or(u32::MAX);
-        let waiting = sqlx::query(
-            "SELECT place, COUNT(*) FROM telos_ledger WHERE person = $1 \
-             AND place IN ('digest', 'window') AND at_ms >= $2 GROUP BY place",
-        )
-        .bind($person)
-        .bind(span.digest_since_ms)
-        .fetch_all(&mut *$conn)
-        .await?;
-        for row in &waiting {
-            let place: String = row.try_get(0)?;
-            let n = u32::try_from(row.try_get::<i64, _>(1)?).unwrap_or(u32::MAX);
-            if place == "digest" {
-                view.digest_pending = n;
-            } else {
-                view.window_pending = n;
-            }
-        }
-        view
-    }};
-}
 
 /// A proposal as recorded.
 #[derive(Debug, Clone, PartialEq)]
@@ -240,45 +137,171 @@ pub type Taken = bool;
 const PROPOSAL_COLUMNS: &str = "proposal_id, person, channel, effect_class, decision, reason, \
      expected_alignment, before_bother, threshold, contributors, result_json, at_ms, answer, viewed";
 
-fn recorded(row: &impl RowLike) -> Result<Recorded, sqlx::Error> {
-    row.recorded()
+/// Inserts a proposal record; changes no row when its id exists.
+fn insert_proposal(r: &Recorded) -> Statement {
+    let sql = format!(
+        "INSERT INTO telos_proposals ({PROPOSAL_COLUMNS}) VALUES \
+         ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14) \
+         ON CONFLICT (proposal_id) DO NOTHING"
+    );
+    Statement::new(AssertSqlSafe(sql))
+        .bind(r.proposal_id.clone())
+        .bind(r.person.clone())
+        .bind(r.channel.clone())
+        .bind(r.effect_class.clone())
+        .bind(r.decision.clone())
+        .bind(r.reason.clone())
+        .bind(r.expected_alignment)
+        .bind(r.before_bother)
+        .bind(r.threshold)
+        .bind(r.contributors.join(","))
+        .bind(r.result_json.clone())
+        .bind(r.at_ms)
+        .bind(r.answer.clone())
+        .bind(r.viewed)
 }
 
-trait RowLike {
-    fn recorded(&self) -> Result<Recorded, sqlx::Error>;
+/// A proposal row as recorded.
+fn recorded(row: &Row) -> Result<Recorded, sqlx::Error> {
+    let contributors: String = row.get("contributors")?;
+    Ok(Recorded {
+        proposal_id: row.get("proposal_id")?,
+        person: row.get("person")?,
+        channel: row.get("channel")?,
+        effect_class: row.get("effect_class")?,
+        decision: row.get("decision")?,
+        reason: row.get("reason")?,
+        expected_alignment: row.get("expected_alignment")?,
+        before_bother: row.get("before_bother")?,
+        threshold: row.get("threshold")?,
+        contributors: contributors
+            .split(',')
+            .filter(|s| !s.is_empty())
+            .map(str::to_owned)
+            .collect(),
+        result_json: row.get("result_json")?,
+        at_ms: row.get("at_ms")?,
+        answer: row.get("answer")?,
+        viewed: row.get("viewed")?,
+    })
 }
 
-macro_rules! impl_row {
-    ($row:ty) => {
-        impl RowLike for $row {
-            fn recorded(&self) -> Result<Recorded, sqlx::Error> {
-                let contributors: String = self.try_get("contributors")?;
-                Ok(Recorded {
-                    proposal_id: self.try_get("proposal_id")?,
-                    person: self.try_get("person")?,
-                    channel: self.try_get("channel")?,
-                    effect_class: self.try_get("effect_class")?,
-                    decision: self.try_get("decision")?,
-                    reason: self.try_get("reason")?,
-                    expected_alignment: self.try_get("expected_alignment")?,
-                    before_bother: self.try_get("before_bother")?,
-                    threshold: self.try_get("threshold")?,
-                    contributors: contributors
-                        .split(',')
-                        .filter(|s| !s.is_empty())
-                        .map(str::to_owned)
-                        .collect(),
-                    result_json: self.try_get("result_json")?,
-                    at_ms: self.try_get("at_ms")?,
-                    answer: self.try_get("answer")?,
-                    viewed: self.try_get("viewed")?,
-                })
-            }
+/// What the ledger says of `person` on `channel` over `span`, read in the decision's
+/// transaction.
+async fn read_view(
+    tx: &mut Tx,
+    person: &str,
+    channel: &str,
+    session: &str,
+    span: ViewSpan,
+) -> Result<LedgerView, sqlx::Error> {
+    let since = span
+        .bother_since_ms
+        .min(span.day_start_ms)
+        .min(span.now_ms - 3_600_000);
+    let rows = tx
+        .fetch_all(
+            Statement::new(
+                "SELECT place, source, weight, session, at_ms FROM telos_ledger \
+                 WHERE person = $1 AND channel = $2 AND at_ms >= $3",
+            )
+            .bind(person)
+            .bind(channel)
+            .bind(since),
+        )
+        .await?;
+    let mut view = LedgerView::default();
+    for row in &rows {
+        let place: String = row.get(0)?;
+        let source: String = row.get(1)?;
+        let weight: f64 = row.get(2)?;
+        let at: i64 = row.get(4)?;
+        if place != "publish" {
+            continue;
         }
+        if at >= span.bother_since_ms {
+            view.publications.push((at, weight));
+        }
+        if source == "adhoc" {
+            if at > span.now_ms - 3_600_000 {
+                view.adhoc_last_hour += 1;
+            }
+            if at >= span.day_start_ms {
+                view.adhoc_today += 1;
+            }
+        } else if at >= span.day_start_ms {
+            view.scheduler_today += 1;
+        }
+    }
+    // Only the CLI's quota is per session.
+    let session_count: i64 = if session.is_empty() {
+        0
+    } else {
+        let count = Statement::new(
+            "SELECT COUNT(*) FROM telos_ledger WHERE person = $1 AND channel = $2 \
+             AND place = 'publish' AND source = 'adhoc' AND session = $3",
+        )
+        .bind(person)
+        .bind(channel)
+        .bind(session);
+        tx.fetch_one(count).await?.get(0)?
     };
+    view.adhoc_this_session = u32::try_from(session_count).unwrap_or(u32::MAX);
+    let waiting = tx
+        .fetch_all(
+            Statement::new(
+                "SELECT place, COUNT(*) FROM telos_ledger WHERE person = $1 \
+                 AND place IN ('digest', 'window') AND at_ms >= $2 GROUP BY place",
+            )
+            .bind(person)
+            .bind(span.digest_since_ms),
+        )
+        .await?;
+    for row in &waiting {
+        let place: String = row.get(0)?;
+        let n = u32::try_from(row.get::<i64, _>(1)?).unwrap_or(u32::MAX);
+        if place == "digest" {
+            view.digest_pending = n;
+        } else {
+            view.window_pending = n;
+        }
+    }
+    Ok(view)
 }
-impl_row!(sqlx::sqlite::SqliteRow);
-impl_row!(sqlx::postgres::PgRow);
+
+/// Takes `entry`'s place if its `quota` allows (the conditional insert); whether it did.
+async fn take_place(
+    tx: &mut Tx,
+    write: &Write,
+    (entry, quota): &(LedgerEntry, Quota),
+    person: &str,
+    channel: &str,
+    span: ViewSpan,
+) -> Result<Taken, sqlx::Error> {
+    let (limit, extra, since) = match *quota {
+        Quota::Adhoc { per_hour, per_day } => (per_hour, per_day, span.day_start_ms),
+        Quota::Session(n) => (n, 0, 0),
+        Quota::Scheduler(n) => (n, 0, span.day_start_ms),
+        Quota::Digest(n) => (n, 0, span.digest_since_ms),
+    };
+    let mut insert = Statement::new(conditional_insert(*quota))
+        .bind(person)
+        .bind(channel)
+        .bind(entry.place)
+        .bind(entry.source)
+        .bind(entry.weight)
+        .bind(entry.session.as_str())
+        .bind(write.record.proposal_id.as_str())
+        .bind(entry.at_ms)
+        .bind(i64::from(limit));
+    if !matches!(quota, Quota::Session(_)) {
+        insert = insert.bind(since);
+    }
+    if matches!(quota, Quota::Adhoc { .. }) {
+        insert = insert.bind(i64::from(extra));
+    }
+    Ok(tx.execute(insert).await? == 1)
+}
 
 /// The telos state.
 #[derive(Debug, Clone)]
@@ -331,19 +354,15 @@ impl TelosStore {
     /// The proposal recorded under `proposal_id`.
     pub async fn find(&self, proposal_id: &str) -> Result<Option<Recorded>, sqlx::Error> {
         let sql = format!("SELECT {PROPOSAL_COLUMNS} FROM telos_proposals WHERE proposal_id = $1");
-        on_db!(&self.db, pool => {
-            let row = sqlx::query(sqlx::AssertSqlSafe(sql)).bind(proposal_id).fetch_optional(pool).await?;
-            row.as_ref().map(recorded).transpose()
-        })
+        let find = Statement::new(AssertSqlSafe(sql)).bind(proposal_id);
+        let row = self.db.fetch_optional(find).await?;
+        row.as_ref().map(recorded).transpose()
     }
 
     /// Records a proposal decided without a place (a rejection, a deferral to a slot).
     /// `false` when its id was recorded already.
     pub async fn record(&self, r: &Recorded) -> Result<bool, sqlx::Error> {
-        on_db!(&self.db, pool => {
-            let mut conn = pool.acquire().await?;
-            insert_proposal!(&mut *conn, r)
-        })
+        Ok(self.db.execute(insert_proposal(r)).await? == 1)
     }
 
     /// Reads `person`'s ledger on `channel` inside one transaction holding it, lets
@@ -358,69 +377,25 @@ impl TelosStore {
         dry_run: bool,
         decide: impl FnOnce(&LedgerView) -> Write,
     ) -> Result<Option<(Write, Taken)>, sqlx::Error> {
-        macro_rules! body {
-            ($tx:ident) => {{
-                let view = read_view!(&mut *$tx, person, channel, session, span);
+        // The person, not the channel: the digest's places are counted per person.
+        self.db
+            .locked_tx(person, async |tx| {
+                let view = read_view(tx, person, channel, session, span).await?;
                 let write = decide(&view);
                 if dry_run || !write.keep {
-                    $tx.rollback().await?;
-                    return Ok(Some((write, true)));
+                    return Ok(Finish::Rollback(Some((write, true))));
                 }
-                let mut taken = true;
-                if let Some((entry, quota)) = &write.place {
-                    let (limit, extra, since) = match *quota {
-                        Quota::Adhoc { per_hour, per_day } => {
-                            (per_hour, per_day, span.day_start_ms)
-                        }
-                        Quota::Session(n) => (n, 0, 0),
-                        Quota::Scheduler(n) => (n, 0, span.day_start_ms),
-                        Quota::Digest(n) => (n, 0, span.digest_since_ms),
-                    };
-                    let mut query = sqlx::query(conditional_insert(*quota))
-                        .bind(person)
-                        .bind(channel)
-                        .bind(entry.place)
-                        .bind(entry.source)
-                        .bind(entry.weight)
-                        .bind(&entry.session)
-                        .bind(&write.record.proposal_id)
-                        .bind(entry.at_ms)
-                        .bind(i64::from(limit));
-                    if !matches!(quota, Quota::Session(_)) {
-                        query = query.bind(since);
-                    }
-                    if matches!(quota, Quota::Adhoc { .. }) {
-                        query = query.bind(i64::from(extra));
-                    }
-                    taken = query.execute(&mut *$tx).await?.rows_affected() == 1;
+                if let Some(place) = &write.place
+                    && !take_place(tx, &write, place, person, channel, span).await?
+                {
+                    return Ok(Finish::Rollback(Some((write, false))));
                 }
-                if !taken {
-                    $tx.rollback().await?;
-                    return Ok(Some((write, false)));
+                if tx.execute(insert_proposal(&write.record)).await? != 1 {
+                    return Ok(Finish::Rollback(None));
                 }
-                if !insert_proposal!(&mut *$tx, &write.record)? {
-                    $tx.rollback().await?;
-                    return Ok(None);
-                }
-                $tx.commit().await?;
-                Ok(Some((write, true)))
-            }};
-        }
-        match self.db.pool() {
-            Pool::Sqlite(pool) => {
-                let mut tx = pool.begin_with("BEGIN IMMEDIATE").await?;
-                body!(tx)
-            }
-            Pool::Postgres(pool) => {
-                let mut tx = pool.begin().await?;
-                // The person, not the channel: the digest's places are counted per person.
-                sqlx::query("SELECT pg_advisory_xact_lock(hashtext($1))")
-                    .bind(person)
-                    .execute(&mut *tx)
-                    .await?;
-                body!(tx)
-            }
-        }
+                Ok(Finish::Commit(Some((write, true))))
+            })
+            .await
     }
 
     /// The fitness EMA of each of `person`'s telos that has one.
@@ -725,25 +700,26 @@ impl TelosStore {
         } else {
             "at_ms DESC"
         };
+        let scored = if borderline {
+            // Scored ones only: a never-listed proposal was never weighed.
+            format!(
+                "AND reason IN ('{}', '{}')",
+                Reason::BelowThreshold,
+                Reason::DigestFull
+            )
+        } else {
+            String::new()
+        };
         let sql = format!(
             "SELECT {PROPOSAL_COLUMNS} FROM telos_proposals \
              WHERE decision = 'reject' AND at_ms >= $1 AND ($2 = '' OR person = $2) \
-             {} ORDER BY {order} LIMIT $3",
-            if borderline {
-                // Scored ones only: a never-listed proposal was never weighed.
-                "AND reason IN ('below_threshold', 'digest_full')"
-            } else {
-                ""
-            }
+             {scored} ORDER BY {order} LIMIT $3"
         );
-        on_db!(&self.db, pool => {
-            let rows = sqlx::query(sqlx::AssertSqlSafe(sql))
-                .bind(since_ms)
-                .bind(person.unwrap_or(""))
-                .bind(i64::from(limit))
-                .fetch_all(pool)
-                .await?;
-            rows.iter().map(recorded).collect()
-        })
+        let journal = Statement::new(AssertSqlSafe(sql))
+            .bind(since_ms)
+            .bind(person.unwrap_or(""))
+            .bind(i64::from(limit));
+        let rows = self.db.fetch_all(journal).await?;
+        rows.iter().map(recorded).collect()
     }
 }
