@@ -44,8 +44,65 @@ impl From<policy::CheckResponse> for PolicyAnswer {
     }
 }
 
-/// What the turn loop asks of policy, the vaglio and approval. A `Status` is a filter that
-/// could not be asked: the call is not run.
+/// Why a service the loop depends on did not answer: the transport's status mapped once,
+/// here, into what the loop decides on.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ClientError {
+    /// The service read the request and found it wrong (INVALID_ARGUMENT): a refusal of
+    /// this call, not an outage.
+    #[error("{0}")]
+    Refused(String),
+    /// What was asked about is not there (a request swept, a pairing gone).
+    #[error("{0}")]
+    NotFound(String),
+    /// Things are not in a state to answer this (answered already, revoked, taken, full).
+    #[error("{message}")]
+    Precondition { code: tonic::Code, message: String },
+    /// The service was out of reach, too slow, or failed: nothing that depends on it runs.
+    #[error("{message}")]
+    Unavailable { code: tonic::Code, message: String },
+}
+
+impl ClientError {
+    /// The status code the service answered with.
+    pub fn code(&self) -> tonic::Code {
+        match self {
+            ClientError::Refused(_) => tonic::Code::InvalidArgument,
+            ClientError::NotFound(_) => tonic::Code::NotFound,
+            ClientError::Precondition { code, .. } | ClientError::Unavailable { code, .. } => *code,
+        }
+    }
+
+    /// What the service said (for logs and the model; never shown to a person as is).
+    pub fn message(&self) -> &str {
+        match self {
+            ClientError::Refused(message)
+            | ClientError::NotFound(message)
+            | ClientError::Precondition { message, .. }
+            | ClientError::Unavailable { message, .. } => message,
+        }
+    }
+}
+
+impl From<Status> for ClientError {
+    fn from(status: Status) -> ClientError {
+        let message = status.message().to_owned();
+        match status.code() {
+            tonic::Code::InvalidArgument => ClientError::Refused(message),
+            tonic::Code::NotFound => ClientError::NotFound(message),
+            code @ (tonic::Code::FailedPrecondition
+            | tonic::Code::AlreadyExists
+            | tonic::Code::PermissionDenied
+            | tonic::Code::ResourceExhausted
+            | tonic::Code::Aborted
+            | tonic::Code::OutOfRange) => ClientError::Precondition { code, message },
+            code => ClientError::Unavailable { code, message },
+        }
+    }
+}
+
+/// What the turn loop asks of policy, the vaglio and approval. A [`ClientError`] is a filter
+/// that could not be asked, or refused the request itself: the call is not run.
 #[tonic::async_trait]
 pub trait Filters: Send + Sync + std::fmt::Debug {
     /// Policy: may `principal` at `level` use `capability` on `target`?
@@ -55,29 +112,29 @@ pub trait Filters: Send + Sync + std::fmt::Debug {
         principal: &Principal,
         capability: &str,
         target: &str,
-    ) -> Result<PolicyAnswer, Status>;
+    ) -> Result<PolicyAnswer, ClientError>;
 
     /// The vaglio's verdict on a proposed call.
-    async fn judge(&self, request: vaglio::JudgeRequest) -> Result<vaglio::Verdict, Status>;
+    async fn judge(&self, request: vaglio::JudgeRequest) -> Result<vaglio::Verdict, ClientError>;
 
     /// Registers an approval request and renders its card.
     async fn create_pending(
         &self,
         request: approval::CreatePendingRequest,
-    ) -> Result<approval::CreatePendingResponse, Status>;
+    ) -> Result<approval::CreatePendingResponse, ClientError>;
 
     /// An approval request as it stands.
-    async fn get_pending(&self, token: &str) -> Result<approval::PendingApproval, Status>;
+    async fn get_pending(&self, token: &str) -> Result<approval::PendingApproval, ClientError>;
 
     /// Waits until `token` is decided (approved, rejected, expired or cancelled).
-    async fn wait_decision(&self, token: &str) -> Result<approval::PendingApproval, Status>;
+    async fn wait_decision(&self, token: &str) -> Result<approval::PendingApproval, ClientError>;
 
     /// Withdraws a request nobody needs to answer any more.
-    async fn cancel(&self, token: &str, reason: &str) -> Result<(), Status>;
+    async fn cancel(&self, token: &str, reason: &str) -> Result<(), ClientError>;
 
     /// Tells `principal` `text` on their channel (the gateway's SendMessage), at most once
     /// under `key`.
-    async fn tell(&self, principal: &Principal, text: &str, key: &str) -> Result<(), Status>;
+    async fn tell(&self, principal: &Principal, text: &str, key: &str) -> Result<(), ClientError>;
 
     /// Shows `principal` the approval card of `token` (the gateway's SendCard).
     async fn show_card(
@@ -85,12 +142,15 @@ pub trait Filters: Send + Sync + std::fmt::Debug {
         principal: &Principal,
         token: &str,
         card: approval::Card,
-    ) -> Result<(), Status>;
+    ) -> Result<(), ClientError>;
 
     /// A channel's person's level now (the gateway's pairing); `None`: not paired.
-    async fn pairing_level(&self, principal: &Principal) -> Result<Option<AutonomyLevel>, Status> {
+    async fn pairing_level(
+        &self,
+        principal: &Principal,
+    ) -> Result<Option<AutonomyLevel>, ClientError> {
         let _ = principal;
-        Err(Status::unimplemented("no gateway here"))
+        Err(ClientError::from(Status::unimplemented("no gateway here")))
     }
 
     /// The vaglio's telos engine on a proactive proposal: publish, the digest, a slot, or
@@ -98,9 +158,11 @@ pub trait Filters: Send + Sync + std::fmt::Debug {
     async fn evaluate_proposal(
         &self,
         request: vaglio::EvaluateProposalRequest,
-    ) -> Result<vaglio::AlignmentResult, Status> {
+    ) -> Result<vaglio::AlignmentResult, ClientError> {
         let _ = request;
-        Err(Status::unimplemented("no telos engine here"))
+        Err(ClientError::from(Status::unimplemented(
+            "no telos engine here",
+        )))
     }
 
     /// The language a channel's person reads (the gateway's pairing); English when unknown.
@@ -110,14 +172,22 @@ pub trait Filters: Send + Sync + std::fmt::Debug {
     }
 
     /// Everyone's active grants (policy), for the unused-grants proposal.
-    async fn list_grants(&self) -> Result<Vec<policy::Grant>, Status> {
-        Err(Status::unimplemented("no grant store here"))
+    async fn list_grants(&self) -> Result<Vec<policy::Grant>, ClientError> {
+        Err(ClientError::from(Status::unimplemented(
+            "no grant store here",
+        )))
     }
 
     /// Tells the telos engine a proposal's card went unanswered (48 h of silence).
-    async fn record_silence(&self, proposal_id: &str, person: &Principal) -> Result<(), Status> {
+    async fn record_silence(
+        &self,
+        proposal_id: &str,
+        person: &Principal,
+    ) -> Result<(), ClientError> {
         let _ = (proposal_id, person);
-        Err(Status::unimplemented("no telos engine here"))
+        Err(ClientError::from(Status::unimplemented(
+            "no telos engine here",
+        )))
     }
 
     /// The proposals the telos engine discarded since `since_ms`, `person`'s or everyone's:
@@ -127,9 +197,11 @@ pub trait Filters: Send + Sync + std::fmt::Debug {
         person: Option<&Principal>,
         since_ms: i64,
         closest: u32,
-    ) -> Result<Discarded, Status> {
+    ) -> Result<Discarded, ClientError> {
         let _ = (person, since_ms, closest);
-        Err(Status::unimplemented("no telos engine here"))
+        Err(ClientError::from(Status::unimplemented(
+            "no telos engine here",
+        )))
     }
 }
 
@@ -184,7 +256,7 @@ impl Filters for GrpcFilters {
         principal: &Principal,
         capability: &str,
         target: &str,
-    ) -> Result<PolicyAnswer, Status> {
+    ) -> Result<PolicyAnswer, ClientError> {
         let request = policy::CheckRequest {
             level: level.to_wire(),
             capability: capability.to_owned(),
@@ -200,17 +272,17 @@ impl Filters for GrpcFilters {
             .into())
     }
 
-    async fn judge(&self, request: vaglio::JudgeRequest) -> Result<vaglio::Verdict, Status> {
+    async fn judge(&self, request: vaglio::JudgeRequest) -> Result<vaglio::Verdict, ClientError> {
         let response = self.vaglio.clone().judge(request).await?.into_inner();
-        response
-            .verdict
-            .ok_or_else(|| Status::internal("the vaglio answered without a verdict"))
+        response.verdict.ok_or_else(|| {
+            ClientError::from(Status::internal("the vaglio answered without a verdict"))
+        })
     }
 
     async fn create_pending(
         &self,
         request: approval::CreatePendingRequest,
-    ) -> Result<approval::CreatePendingResponse, Status> {
+    ) -> Result<approval::CreatePendingResponse, ClientError> {
         Ok(self
             .approval
             .clone()
@@ -219,7 +291,7 @@ impl Filters for GrpcFilters {
             .into_inner())
     }
 
-    async fn get_pending(&self, token: &str) -> Result<approval::PendingApproval, Status> {
+    async fn get_pending(&self, token: &str) -> Result<approval::PendingApproval, ClientError> {
         let request = approval::GetPendingRequest {
             token: token.to_owned(),
         };
@@ -229,10 +301,14 @@ impl Filters for GrpcFilters {
             .await?
             .into_inner()
             .approval
-            .ok_or_else(|| Status::internal("the approval service answered without the request"))
+            .ok_or_else(|| {
+                ClientError::from(Status::internal(
+                    "the approval service answered without the request",
+                ))
+            })
     }
 
-    async fn wait_decision(&self, token: &str) -> Result<approval::PendingApproval, Status> {
+    async fn wait_decision(&self, token: &str) -> Result<approval::PendingApproval, ClientError> {
         let request = approval::WaitDecisionRequest {
             token: token.to_owned(),
         };
@@ -256,7 +332,7 @@ impl Filters for GrpcFilters {
         }
     }
 
-    async fn cancel(&self, token: &str, reason: &str) -> Result<(), Status> {
+    async fn cancel(&self, token: &str, reason: &str) -> Result<(), ClientError> {
         let request = approval::CancelRequest {
             token: token.to_owned(),
             reason: reason.to_owned(),
@@ -265,7 +341,7 @@ impl Filters for GrpcFilters {
         Ok(())
     }
 
-    async fn tell(&self, principal: &Principal, text: &str, key: &str) -> Result<(), Status> {
+    async fn tell(&self, principal: &Principal, text: &str, key: &str) -> Result<(), ClientError> {
         let request = gateway::SendMessageRequest {
             principal: Some(principal.to_proto()),
             text: text.to_owned(),
@@ -284,7 +360,7 @@ impl Filters for GrpcFilters {
         principal: &Principal,
         token: &str,
         card: approval::Card,
-    ) -> Result<(), Status> {
+    ) -> Result<(), ClientError> {
         let request = gateway::SendCardRequest {
             principal: Some(principal.to_proto()),
             token: token.to_owned(),
@@ -296,7 +372,10 @@ impl Filters for GrpcFilters {
         Ok(())
     }
 
-    async fn pairing_level(&self, principal: &Principal) -> Result<Option<AutonomyLevel>, Status> {
+    async fn pairing_level(
+        &self,
+        principal: &Principal,
+    ) -> Result<Option<AutonomyLevel>, ClientError> {
         let request = gateway::GetPairingRequest {
             principal: Some(principal.to_proto()),
         };
@@ -307,26 +386,30 @@ impl Filters for GrpcFilters {
                     .pairing
                     .map(|p| p.level)
                     .unwrap_or_default();
-                AutonomyLevel::from_wire(level)
-                    .map(Some)
-                    .map_err(|_| Status::internal("the gateway answered a pairing without a level"))
+                AutonomyLevel::from_wire(level).map(Some).map_err(|_| {
+                    ClientError::from(Status::internal(
+                        "the gateway answered a pairing without a level",
+                    ))
+                })
             }
             Err(status) if status.code() == tonic::Code::NotFound => Ok(None),
-            Err(status) => Err(status),
+            Err(status) => Err(status.into()),
         }
     }
 
     async fn evaluate_proposal(
         &self,
         request: vaglio::EvaluateProposalRequest,
-    ) -> Result<vaglio::AlignmentResult, Status> {
+    ) -> Result<vaglio::AlignmentResult, ClientError> {
         self.vaglio
             .clone()
             .evaluate_proposal(request)
             .await?
             .into_inner()
             .result
-            .ok_or_else(|| Status::internal("the vaglio answered without a result"))
+            .ok_or_else(|| {
+                ClientError::from(Status::internal("the vaglio answered without a result"))
+            })
     }
 
     async fn pairing_language(&self, principal: &Principal) -> Language {
@@ -346,7 +429,7 @@ impl Filters for GrpcFilters {
             .unwrap_or(Language::English)
     }
 
-    async fn list_grants(&self) -> Result<Vec<policy::Grant>, Status> {
+    async fn list_grants(&self) -> Result<Vec<policy::Grant>, ClientError> {
         let request = policy::ListGrantsRequest {
             channel: String::new(),
             sender_id: String::new(),
@@ -361,7 +444,11 @@ impl Filters for GrpcFilters {
             .grants)
     }
 
-    async fn record_silence(&self, proposal_id: &str, person: &Principal) -> Result<(), Status> {
+    async fn record_silence(
+        &self,
+        proposal_id: &str,
+        person: &Principal,
+    ) -> Result<(), ClientError> {
         let request = vaglio::RecordFeedbackRequest {
             proposal_id: proposal_id.to_owned(),
             kind: vaglio::FeedbackKind::Silence48h as i32,
@@ -376,7 +463,7 @@ impl Filters for GrpcFilters {
         person: Option<&Principal>,
         since_ms: i64,
         closest: u32,
-    ) -> Result<Discarded, Status> {
+    ) -> Result<Discarded, ClientError> {
         let since = Some(metnos_kit::time::to_timestamp(since_ms));
         let all = vaglio::ListRejectedProposalsRequest {
             limit: 1000,

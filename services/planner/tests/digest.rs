@@ -13,7 +13,7 @@ use metnos_core::principal::Principal;
 use metnos_kit::clock::ManualClock;
 use metnos_kit::config::TelosConfig;
 use metnos_kit::testing::TestStore;
-use metnos_planner::filters::{Filters, PolicyAnswer};
+use metnos_planner::filters::{ClientError, Filters, PolicyAnswer};
 use metnos_planner::proactive::digest::EveningDigest;
 use metnos_planner::proactive::scheduler::{Firing, Job, Kind, Task};
 use metnos_planner::store::MIGRATIONS;
@@ -57,23 +57,23 @@ impl Filters for Fake {
         _: &Principal,
         _: &str,
         _: &str,
-    ) -> Result<PolicyAnswer, Status> {
-        Err(Status::unimplemented("not asked"))
+    ) -> Result<PolicyAnswer, ClientError> {
+        Err(Status::unimplemented("not asked").into())
     }
-    async fn judge(&self, _: vaglio::JudgeRequest) -> Result<vaglio::Verdict, Status> {
-        Err(Status::unimplemented("not asked"))
+    async fn judge(&self, _: vaglio::JudgeRequest) -> Result<vaglio::Verdict, ClientError> {
+        Err(Status::unimplemented("not asked").into())
     }
     async fn create_pending(
         &self,
         request: approval::CreatePendingRequest,
-    ) -> Result<approval::CreatePendingResponse, Status> {
+    ) -> Result<approval::CreatePendingResponse, ClientError> {
         let mut seen = self.0.lock().unwrap();
         if seen
             .refuse
             .iter()
             .any(|r| request.args_json.contains(r.as_str()))
         {
-            return Err(Status::invalid_argument("a revocation offer must name …"));
+            return Err(Status::invalid_argument("a revocation offer must name …").into());
         }
         seen.pending.push(request);
         Ok(approval::CreatePendingResponse {
@@ -87,7 +87,7 @@ impl Filters for Fake {
             }),
         })
     }
-    async fn get_pending(&self, token: &str) -> Result<approval::PendingApproval, Status> {
+    async fn get_pending(&self, token: &str) -> Result<approval::PendingApproval, ClientError> {
         let seen = self.0.lock().unwrap();
         let (status, expires) = seen
             .states
@@ -100,13 +100,13 @@ impl Filters for Fake {
             ..Default::default()
         })
     }
-    async fn wait_decision(&self, _: &str) -> Result<approval::PendingApproval, Status> {
-        Err(Status::unimplemented("not asked"))
+    async fn wait_decision(&self, _: &str) -> Result<approval::PendingApproval, ClientError> {
+        Err(Status::unimplemented("not asked").into())
     }
-    async fn cancel(&self, _: &str, _: &str) -> Result<(), Status> {
+    async fn cancel(&self, _: &str, _: &str) -> Result<(), ClientError> {
         Ok(())
     }
-    async fn tell(&self, _: &Principal, _: &str, _: &str) -> Result<(), Status> {
+    async fn tell(&self, _: &Principal, _: &str, _: &str) -> Result<(), ClientError> {
         Ok(())
     }
     async fn show_card(
@@ -114,7 +114,7 @@ impl Filters for Fake {
         principal: &Principal,
         token: &str,
         card: approval::Card,
-    ) -> Result<(), Status> {
+    ) -> Result<(), ClientError> {
         self.0
             .lock()
             .unwrap()
@@ -122,7 +122,10 @@ impl Filters for Fake {
             .push((principal.clone(), token.to_owned(), card));
         Ok(())
     }
-    async fn pairing_level(&self, principal: &Principal) -> Result<Option<AutonomyLevel>, Status> {
+    async fn pairing_level(
+        &self,
+        principal: &Principal,
+    ) -> Result<Option<AutonomyLevel>, ClientError> {
         let paired = self
             .0
             .lock()
@@ -134,7 +137,7 @@ impl Filters for Fake {
     async fn evaluate_proposal(
         &self,
         request: vaglio::EvaluateProposalRequest,
-    ) -> Result<vaglio::AlignmentResult, Status> {
+    ) -> Result<vaglio::AlignmentResult, ClientError> {
         let mut seen = self.0.lock().unwrap();
         seen.weighed.push(request.proposal.unwrap());
         Ok(vaglio::AlignmentResult {
@@ -143,7 +146,7 @@ impl Filters for Fake {
             ..Default::default()
         })
     }
-    async fn list_grants(&self) -> Result<Vec<policy::Grant>, Status> {
+    async fn list_grants(&self) -> Result<Vec<policy::Grant>, ClientError> {
         Ok(self.0.lock().unwrap().grants.clone())
     }
     async fn pairing_language(&self, principal: &Principal) -> metnos_core::language::Language {
@@ -159,7 +162,11 @@ impl Filters for Fake {
             metnos_core::language::Language::English
         }
     }
-    async fn record_silence(&self, proposal_id: &str, person: &Principal) -> Result<(), Status> {
+    async fn record_silence(
+        &self,
+        proposal_id: &str,
+        person: &Principal,
+    ) -> Result<(), ClientError> {
         self.0
             .lock()
             .unwrap()
@@ -172,7 +179,7 @@ impl Filters for Fake {
         person: Option<&Principal>,
         _since_ms: i64,
         closest: u32,
-    ) -> Result<metnos_planner::filters::Discarded, Status> {
+    ) -> Result<metnos_planner::filters::Discarded, ClientError> {
         let seen = self.0.lock().unwrap();
         let of = |r: &&vaglio::AlignmentResult| {
             person.is_none_or(|p| r.principal.as_ref() == Some(&p.to_proto()))

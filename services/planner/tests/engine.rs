@@ -17,7 +17,7 @@ use metnos_executors::{Catalog, Runner, ShellSettings};
 use metnos_kit::config::{PlannerMode, StoreSpec, TurnsConfig};
 use metnos_kit::store::Db;
 use metnos_llm::{ChatRequest, ChatResponse, LlmError, Outcome, Tier, ToolCall, Usage};
-use metnos_planner::filters::{Filters, PolicyAnswer};
+use metnos_planner::filters::{ClientError, Filters, PolicyAnswer};
 use metnos_planner::llm::Llm;
 use metnos_planner::store::{Holder, State, Store};
 use metnos_planner::turn::TurnRequest;
@@ -102,12 +102,12 @@ impl Filters for FakeFilters {
         _principal: &Principal,
         capability: &str,
         target: &str,
-    ) -> Result<PolicyAnswer, Status> {
+    ) -> Result<PolicyAnswer, ClientError> {
         self.with(|s| {
             s.checks
                 .push((capability.to_owned(), target.to_owned(), level));
             if s.policy_down {
-                return Err(Status::unavailable("policy is down"));
+                return Err(Status::unavailable("policy is down").into());
             }
             let denied = s
                 .denied_under
@@ -129,10 +129,10 @@ impl Filters for FakeFilters {
         })
     }
 
-    async fn judge(&self, request: vaglio::JudgeRequest) -> Result<vaglio::Verdict, Status> {
+    async fn judge(&self, request: vaglio::JudgeRequest) -> Result<vaglio::Verdict, ClientError> {
         self.with(|s| {
             if s.vaglio_down {
-                return Err(Status::unavailable("the vaglio is down"));
+                return Err(Status::unavailable("the vaglio is down").into());
             }
             let blocked = s.vaglio_blocks.clone();
             Ok(vaglio::Verdict {
@@ -147,13 +147,13 @@ impl Filters for FakeFilters {
     async fn create_pending(
         &self,
         request: approval::CreatePendingRequest,
-    ) -> Result<approval::CreatePendingResponse, Status> {
+    ) -> Result<approval::CreatePendingResponse, ClientError> {
         let db = self.with(|s| s.close_on_create.take());
         if let Some(db) = db {
             db.close().await;
         }
         if self.with(|s| s.approval_down) {
-            return Err(Status::unavailable("tcp connect error: 127.0.0.1:50053"));
+            return Err(Status::unavailable("tcp connect error: 127.0.0.1:50053").into());
         }
         self.with(|s| {
             let token = format!("{:032x}", s.created.len() + 1);
@@ -177,12 +177,12 @@ impl Filters for FakeFilters {
         })
     }
 
-    async fn get_pending(&self, token: &str) -> Result<approval::PendingApproval, Status> {
+    async fn get_pending(&self, token: &str) -> Result<approval::PendingApproval, ClientError> {
         self.with(|s| s.requests.get(token).cloned())
-            .ok_or_else(|| Status::not_found("no such request"))
+            .ok_or_else(|| Status::not_found("no such request").into())
     }
 
-    async fn wait_decision(&self, token: &str) -> Result<approval::PendingApproval, Status> {
+    async fn wait_decision(&self, token: &str) -> Result<approval::PendingApproval, ClientError> {
         let mut changed = self.decided.subscribe();
         loop {
             let request = self.get_pending(token).await?;
@@ -196,15 +196,15 @@ impl Filters for FakeFilters {
         }
     }
 
-    async fn tell(&self, principal: &Principal, text: &str, key: &str) -> Result<(), Status> {
+    async fn tell(&self, principal: &Principal, text: &str, key: &str) -> Result<(), ClientError> {
         assert!(key.starts_with("notice:") && key.len() <= 128, "{key}");
         self.with(|s| {
             s.tell_attempts += 1;
             if s.gateway_down {
-                return Err(Status::unavailable("the gateway is down"));
+                return Err(Status::unavailable("the gateway is down").into());
             }
             if s.gateway_unsure {
-                return Err(Status::aborted("Telegram may have taken the message"));
+                return Err(Status::aborted("Telegram may have taken the message").into());
             }
             s.told.push((
                 format!("{}:{}", principal.channel, principal.sender_id),
@@ -219,7 +219,7 @@ impl Filters for FakeFilters {
         principal: &Principal,
         token: &str,
         card: approval::Card,
-    ) -> Result<(), Status> {
+    ) -> Result<(), ClientError> {
         self.with(|s| {
             s.told.push((
                 format!("{}:{}", principal.channel, principal.sender_id),
@@ -229,7 +229,7 @@ impl Filters for FakeFilters {
         })
     }
 
-    async fn cancel(&self, token: &str, reason: &str) -> Result<(), Status> {
+    async fn cancel(&self, token: &str, reason: &str) -> Result<(), ClientError> {
         self.with(|s| {
             s.cancelled.push((token.to_owned(), reason.to_owned()));
             if let Some(r) = s.requests.get_mut(token) {

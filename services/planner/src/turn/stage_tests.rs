@@ -14,7 +14,7 @@ use metnos_proto::vaglio::v1 as vaglio;
 use serde_json::json;
 use tonic::Status;
 
-use crate::filters::{Filters, PolicyAnswer};
+use crate::filters::{ClientError, Filters, PolicyAnswer};
 use crate::llm::{LlmSlot, NoLlm};
 use crate::proactive::tools::{self, Answer};
 use crate::store::Store;
@@ -52,7 +52,7 @@ impl Filters for Noted {
         _: &Principal,
         capability: &str,
         _: &str,
-    ) -> Result<PolicyAnswer, Status> {
+    ) -> Result<PolicyAnswer, ClientError> {
         self.note(&format!("policy {capability}"));
         Ok(PolicyAnswer {
             outcome: Outcome::Allowed,
@@ -61,36 +61,41 @@ impl Filters for Noted {
         })
     }
 
-    async fn judge(&self, _: vaglio::JudgeRequest) -> Result<vaglio::Verdict, Status> {
+    async fn judge(&self, _: vaglio::JudgeRequest) -> Result<vaglio::Verdict, ClientError> {
         self.note("vaglio");
-        Err(Status::unimplemented("not in these tests"))
+        Err(Status::unimplemented("not in these tests").into())
     }
 
     async fn create_pending(
         &self,
         _: approval::CreatePendingRequest,
-    ) -> Result<approval::CreatePendingResponse, Status> {
+    ) -> Result<approval::CreatePendingResponse, ClientError> {
         self.note("approval");
-        Err(Status::unimplemented("not in these tests"))
+        Err(Status::unimplemented("not in these tests").into())
     }
 
-    async fn get_pending(&self, _: &str) -> Result<approval::PendingApproval, Status> {
-        Err(Status::unimplemented("not in these tests"))
+    async fn get_pending(&self, _: &str) -> Result<approval::PendingApproval, ClientError> {
+        Err(Status::unimplemented("not in these tests").into())
     }
 
-    async fn wait_decision(&self, _: &str) -> Result<approval::PendingApproval, Status> {
-        Err(Status::unimplemented("not in these tests"))
+    async fn wait_decision(&self, _: &str) -> Result<approval::PendingApproval, ClientError> {
+        Err(Status::unimplemented("not in these tests").into())
     }
 
-    async fn cancel(&self, _: &str, _: &str) -> Result<(), Status> {
+    async fn cancel(&self, _: &str, _: &str) -> Result<(), ClientError> {
         Ok(())
     }
 
-    async fn tell(&self, _: &Principal, _: &str, _: &str) -> Result<(), Status> {
+    async fn tell(&self, _: &Principal, _: &str, _: &str) -> Result<(), ClientError> {
         Ok(())
     }
 
-    async fn show_card(&self, _: &Principal, _: &str, _: approval::Card) -> Result<(), Status> {
+    async fn show_card(
+        &self,
+        _: &Principal,
+        _: &str,
+        _: approval::Card,
+    ) -> Result<(), ClientError> {
         Ok(())
     }
 }

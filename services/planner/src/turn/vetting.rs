@@ -18,7 +18,7 @@ use serde_json::Value;
 use metnos_executors::{Catalog, Runner};
 use metnos_kit::config::TurnsConfig;
 
-use crate::filters::Filters;
+use crate::filters::{ClientError, Filters};
 use crate::store::Store;
 use crate::turn::paths;
 use crate::turn::piping;
@@ -163,7 +163,7 @@ fn unavailable(
     what: &str,
     who: Dependency,
     language: Option<metnos_core::Language>,
-    status: &tonic::Status,
+    status: &ClientError,
 ) -> Refusal {
     // A filter that was reached and found the call itself wrong refused it: the model is
     // told why, and the turn goes on (it is no outage).
@@ -573,7 +573,7 @@ impl<'a> Vetting<'a> {
         cp: &Checkpoint,
         executor: &Executor,
         target: &str,
-    ) -> Result<(Strictest, std::time::Duration), tonic::Status> {
+    ) -> Result<(Strictest, std::time::Duration), ClientError> {
         let started = Instant::now();
         let principal = cp.principal();
         let capabilities = &executor.manifest.capabilities;
