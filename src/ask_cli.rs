@@ -102,7 +102,7 @@ pub fn cli_principal() -> common::Principal {
         .or_else(|_| std::env::var("LOGNAME"))
         .unwrap_or_else(|_| "local".to_owned());
     common::Principal {
-        channel: "cli".to_owned(),
+        channel: metnos_core::principal::TERMINAL.to_owned(),
         sender_id: user,
     }
 }

@@ -77,7 +77,7 @@ pub enum GrantsCommand {
         #[arg(long, value_name = "TIME")]
         expires: Option<String>,
         /// Who is recording it (kept with the grant).
-        #[arg(long, default_value = "cli")]
+        #[arg(long, default_value = metnos_core::principal::TERMINAL)]
         by: String,
     },
     /// Revokes a grant by id; prints whether this call revoked it.

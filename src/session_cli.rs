@@ -111,7 +111,7 @@ impl Session {
             };
             // A grant offer's Accept approves for good (the grant recorded); a revocation
             // offer's approves once (the grants revoked).
-            let for_good = pending.executor == "grant_offer";
+            let for_good = pending.executor == metnos_core::names::proposals::GRANT_OFFER;
             let (decision, territory) = match answer {
                 Answer::Yes if for_good => (
                     approval::Decision::Approve,
@@ -207,6 +207,9 @@ mod tests {
     fn each_session_has_a_new_id_the_planner_takes() {
         let (a, b) = (new_session_id(), new_session_id());
         assert_ne!(a, b);
-        assert!(metnos_planner::proactive::session::valid_session_id(&a), "{a}");
+        assert!(
+            metnos_planner::proactive::session::valid_session_id(&a),
+            "{a}"
+        );
     }
 }

@@ -13,6 +13,7 @@
 //! - [`services`]: the planner, approval and the vaglio as a conversation reaches them;
 //! - this file: [`Conversation`], which asks the services and speaks.
 
+use metnos_core::names::{proposals, tools};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::{Duration, Instant};
 
@@ -430,14 +431,14 @@ impl Conversation {
     /// waiting can be edited.
     async fn ask_edit(&self, click: Click, token: String) -> Reply {
         let offer = self.pending_of(&token).await.filter(|p| {
-            matches!(p.executor.as_str(), "grant_offer" | "schedule_create")
+            [proposals::GRANT_OFFER, tools::SCHEDULE_CREATE].contains(&p.executor.as_str())
                 && p.status == approval::ApprovalStatus::Pending as i32
                 && p.requester.as_ref() == Some(&person(&click.clicker).to_proto())
         });
         let (Some(offer), Ok(chat)) = (offer, click.clicker.parse::<i64>()) else {
             return unknown_button(&click);
         };
-        let (edits, prompt) = if offer.executor == "schedule_create" {
+        let (edits, prompt) = if offer.executor == tools::SCHEDULE_CREATE {
             // The card's target is the schedule it shows.
             let current = metnos_core::html::one_visible_line(&offer.target, 200);
             (
@@ -555,7 +556,7 @@ impl Conversation {
             // A proposal's answer is the telos engine's feedback; no turn waits. A never:
             // button is understood as such, however its data was spaced.
             let never = matches!(action_of(&click.data), Ok(ClickAction::Never(_)));
-            let revocation = pending.executor == "grant_revoke";
+            let revocation = pending.executor == proposals::GRANT_REVOKE;
             feedback_kind(decision, territory, never, revocation).map(|kind| Then::Feedback {
                 proposal_id,
                 kind,

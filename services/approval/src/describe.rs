@@ -283,15 +283,14 @@ fn shell(args: &Value, from_earlier: Earlier<'_>, it: bool) -> (String, String) 
     (verb.to_owned(), summary)
 }
 
-/// The planner's standing-order tools, whose cards say the schedule in words.
-pub const SCHEDULE_CREATE: &str = "schedule_create";
-pub const SCHEDULE_DELETE: &str = "schedule_delete";
-/// Resuming an order the person paused: asked, like setting one up.
-pub const SCHEDULE_RESUME: &str = "schedule_resume";
 /// A proposal of the planner's: allow from now on what the person kept approving.
-pub const GRANT_OFFER: &str = "grant_offer";
+pub use metnos_core::names::proposals::GRANT_OFFER;
 /// A proposal of the planner's: revoke grants the person has not used for long.
-pub const GRANT_REVOKE: &str = "grant_revoke";
+pub use metnos_core::names::proposals::GRANT_REVOKE;
+/// Resuming an order the person paused: asked, like setting one up.
+pub use metnos_core::names::tools::SCHEDULE_RESUME;
+/// The planner's standing-order tools, whose cards say the schedule in words.
+pub use metnos_core::names::tools::{SCHEDULE_CREATE, SCHEDULE_DELETE};
 
 /// A revocation offer's card, from policy's own records of the grants: each grant's
 /// capability, pattern and how long it has gone unused.

@@ -5,7 +5,8 @@
 //! - [`capability`]: the closed registry of thirteen capabilities, each with its target kind;
 //! - [`level`]: the autonomy level, with its contract and config spellings;
 //! - [`limits`]: what a caller may send, at every service's edge;
-//! - [`principal`]: a person as one channel sees them;
+//! - [`principal`]: a person as one channel sees them (and [`principal::TERMINAL`]);
+//! - [`names`]: the planner's own tools and the kinds of proposal, spelled once;
 //! - [`language`]: the language Metnos speaks to a person in;
 //! - [`call`]: the hash of an executor call that an approval binds to;
 //! - [`path`]: `~` as the person's home and lexical normalisation of paths;
@@ -24,6 +25,7 @@ pub mod html;
 pub mod language;
 pub mod level;
 pub mod limits;
+pub mod names;
 pub mod path;
 pub mod principal;
 pub mod provenance;

@@ -4,6 +4,10 @@ use std::fmt;
 
 use metnos_proto::common::v1 as pb;
 
+/// The terminal's channel (`metnos ask`, `metnos chat`): its person is the owner at the
+/// terminal, who follows a turn's stream, has no push channel and no digest.
+pub const TERMINAL: &str = "cli";
+
 /// Longest channel or sender id accepted, in bytes.
 pub const MAX_ID_LEN: usize = 256;
 
@@ -43,6 +47,11 @@ impl Principal {
             channel: channel.to_owned(),
             sender_id: sender_id.to_owned(),
         })
+    }
+
+    /// Whether this is the person at the terminal ([`TERMINAL`]).
+    pub fn is_terminal(&self) -> bool {
+        self.channel == TERMINAL
     }
 
     /// The contract's message.

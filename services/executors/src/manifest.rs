@@ -1,6 +1,7 @@
 //! The executor manifest (`manifest.toml`): what an executor is, what it may touch, and
 //! the program that does it — and its canonical form, which is what a signature covers.
 
+use metnos_core::names::{proposals, tools};
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 
@@ -96,13 +97,13 @@ fn field(field: &'static str, problem: impl Into<String>) -> ManifestError {
 /// executors its proposals' approval cards name (a grant offer, a revocation offer) — the
 /// approval service and the gateway treat requests under these names as those.
 pub const RESERVED_NAMES: &[&str] = &[
-    "schedule_create",
-    "schedule_list",
-    "schedule_pause",
-    "schedule_resume",
-    "schedule_delete",
-    "grant_offer",
-    "grant_revoke",
+    tools::SCHEDULE_CREATE,
+    tools::SCHEDULE_LIST,
+    tools::SCHEDULE_PAUSE,
+    tools::SCHEDULE_RESUME,
+    tools::SCHEDULE_DELETE,
+    proposals::GRANT_OFFER,
+    proposals::GRANT_REVOKE,
 ];
 
 pub fn valid_name(name: &str) -> bool {

@@ -98,7 +98,7 @@ impl Identity {
     pub fn channels(self) -> &'static [&'static str] {
         match self {
             Identity::Gateway => &["telegram"],
-            Identity::Owner => &["cli"],
+            Identity::Owner => &[metnos_core::principal::TERMINAL],
             _ => &[],
         }
     }

@@ -413,7 +413,7 @@ impl Filters for GrpcFilters {
     }
 
     async fn pairing_language(&self, principal: &Principal) -> Language {
-        if principal.channel == "cli" {
+        if principal.is_terminal() {
             return Language::English;
         }
         let request = gateway::GetPairingRequest {

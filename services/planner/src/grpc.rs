@@ -561,7 +561,7 @@ impl PlannerService for PlannerApi {
         let r = request.into_inner();
         let scheduler = self.scheduler()?;
         let person = acting(caller, r.principal.as_ref())?;
-        if person.channel != "cli" {
+        if !person.is_terminal() {
             return Err(Error::NotCliSchedule(limits::shown(&person.channel)).into());
         }
         limits::bytes("schedule", &r.schedule, crate::schedule::MAX_LEN).map_err(Error::from)?;
@@ -680,7 +680,7 @@ impl PlannerService for PlannerApi {
         let caller = Caller::of(&request).ok_or(Error::Unauthenticated)?;
         let r = request.into_inner();
         let person = acting(caller, r.principal.as_ref())?;
-        if person.channel != "cli" {
+        if !person.is_terminal() {
             return Err(Error::NotCliSession(limits::shown(&person.channel)).into());
         }
         if !crate::proactive::session::valid_session_id(&r.session_id) {

@@ -398,7 +398,8 @@ impl VaglioService for VaglioApi {
         let r = request.into_inner();
         let person = match r.principal.as_ref() {
             Some(p) => principal_of("principal", Some(p))?,
-            None => Principal::new("cli", "owner").map_err(|e| Status::internal(e.to_string()))?,
+            None => Principal::new(metnos_core::principal::TERMINAL, "owner")
+                .map_err(|e| Status::internal(e.to_string()))?,
         };
         match self.telos.load(&person).await? {
             Found::None => Err(Status::not_found(format!(

@@ -133,7 +133,7 @@ impl EveningDigest {
         let key = person.to_string();
         let local = self.telos.local_for(&key);
         let slot = local.last_digest(now, self.telos.digest_minute_for(&key));
-        if now - slot > LATE_MS || person.channel == "cli" {
+        if now - slot > LATE_MS || person.is_terminal() {
             return Ok(false);
         }
         // The claim: one digest per person per evening, whichever replica comes first.

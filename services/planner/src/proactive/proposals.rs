@@ -37,7 +37,7 @@ use crate::proactive::scheduler::{Builtin, Done, Firing, Job, JobError};
 const DAY_MS: i64 = 86_400_000;
 
 /// The kind of an approval-fatigue proposal, and its executor on the card.
-pub const GRANT_OFFER: &str = "grant_offer";
+pub const GRANT_OFFER: &str = metnos_core::names::proposals::GRANT_OFFER;
 
 /// How long a proposal's card waits for an answer (then it is silence).
 pub const CARD_TTL_SECONDS: u32 = 48 * 3600;
@@ -237,7 +237,7 @@ impl Weighed<'_> {
         now_ms: i64,
     ) -> Result<(), ProposalError> {
         let id = self.id.to_owned();
-        if self.person.channel == "cli" {
+        if self.person.is_terminal() {
             // The terminal has no push channel and no digest: the proposal waits for the
             // person's next session, which weighs it under that session's quota.
             on_db!(db, pool => {
@@ -369,7 +369,7 @@ async fn publish(
 }
 
 /// The kind of an unused-grants proposal, and its executor on the card.
-pub const GRANT_REVOKE: &str = "grant_revoke";
+pub const GRANT_REVOKE: &str = metnos_core::names::proposals::GRANT_REVOKE;
 
 /// The most grants one revocation offer names (the approval service's limit too: four fit
 /// its card whole).
@@ -561,7 +561,7 @@ impl StaleGrants {
         now: i64,
     ) -> Result<bool, ProposalError> {
         // A terminal's person has no pairing: their level is their session's.
-        let level = if person.channel == "cli" {
+        let level = if person.is_terminal() {
             None
         } else {
             match self

@@ -20,7 +20,7 @@ use crate::proactive::scheduler::{Done, Firing, Job, JobError, Notify};
 use crate::turn::TurnRequest;
 
 /// The `kind` of a standing order's result as a proposal.
-pub const KIND: &str = "standing_order";
+pub const KIND: &str = metnos_core::names::proposals::STANDING_ORDER;
 
 /// Why a standing order's firing ran nothing, or ended without a result.
 #[derive(Debug, thiserror::Error)]
@@ -68,7 +68,7 @@ impl Job for StandingOrders {
         let stored = task.level.ok_or(StandingError::NoLevel)?;
         // Never above the person's level now: a level lowered since, or a pairing revoked,
         // holds for their orders too.
-        let now_level = if person.channel == "cli" {
+        let now_level = if person.is_terminal() {
             Some(self.cli_level)
         } else {
             match self.filters.pairing_level(&person).await {
@@ -176,7 +176,7 @@ async fn publish(
         origin: origin as i32,
         schedule_id: task.id.clone(),
         principal: Some(person.to_proto()),
-        session_id: if person.channel == "cli" {
+        session_id: if person.is_terminal() {
             format!("schedule:{}", task.id)
         } else {
             String::new()
@@ -195,7 +195,7 @@ async fn publish(
         }
     };
     match vaglio::AlignmentDecision::try_from(result.decision) {
-        Ok(vaglio::AlignmentDecision::Publish) if person.channel != "cli" => {
+        Ok(vaglio::AlignmentDecision::Publish) if !person.is_terminal() => {
             let message = format!("⏰ {name}\n{text}");
             let key = format!("standing:{}:{}", task.id, firing.slot_at);
             match orders.filters.tell(person, &message, &key).await {
@@ -209,7 +209,7 @@ async fn publish(
         }
         Ok(vaglio::AlignmentDecision::Publish) => "kept for `metnos schedules`".to_owned(),
         Ok(vaglio::AlignmentDecision::DeferToDigest | vaglio::AlignmentDecision::DeferToSlot)
-            if person.channel != "cli" =>
+            if !person.is_terminal() =>
         {
             let kept = for_the_digest(orders, firing, person, &name, text).await;
             format!("{kept} ({})", result.reason)

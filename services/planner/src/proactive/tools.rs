@@ -16,11 +16,10 @@ use crate::turn::cards::Asked;
 use crate::turn::flow::refusal;
 use crate::turn::{Call, Checkpoint, PendingCall};
 
-pub const CREATE: &str = "schedule_create";
-pub const LIST: &str = "schedule_list";
-pub const PAUSE: &str = "schedule_pause";
-pub const RESUME: &str = "schedule_resume";
-pub const DELETE: &str = "schedule_delete";
+pub use metnos_core::names::tools::{
+    SCHEDULE_CREATE as CREATE, SCHEDULE_DELETE as DELETE, SCHEDULE_LIST as LIST,
+    SCHEDULE_PAUSE as PAUSE, SCHEDULE_RESUME as RESUME,
+};
 
 /// The longest request a standing order from chat may have, and its name: its card shows
 /// them whole (with the schedule and its next firings, within the card's 300 characters).

@@ -35,7 +35,7 @@ fn bare_record(turn: &crate::store::StoredTurn, reason: &str) -> serde_json::Val
 }
 
 /// The terminal's channel: its person follows the turn's stream and sees it end.
-const CLI: &str = "cli";
+const CLI: &str = metnos_core::principal::TERMINAL;
 
 /// How long an undelivered notice is kept (days).
 const NOTICE_DAYS: i64 = 1;

@@ -10,7 +10,7 @@ use serde_json::{Value, json};
 use crate::store::{ScratchEntry, Store};
 
 /// The builtin's tool name.
-pub const TOOL: &str = "scratchpad_read";
+pub const TOOL: &str = metnos_core::names::tools::SCRATCHPAD_READ;
 const HEAD: usize = 500;
 const TAIL: usize = 500;
 /// The most one `scratchpad_read` returns.

@@ -175,7 +175,7 @@ impl TryFrom<pb::EvaluateProposalRequest> for ProposalIn {
                 principal: person.channel,
             });
         }
-        if p.channel == "cli" && p.session_id.is_empty() {
+        if p.channel == metnos_core::principal::TERMINAL && p.session_id.is_empty() {
             return Err(BadRequest::NoSession);
         }
         Ok(ProposalIn {

@@ -222,7 +222,7 @@ pub enum TelosError {
 
 /// The kind of a standing order's firing (the planner's): the only in-cadence proposal
 /// taken as consented.
-pub const STANDING_ORDER: &str = "standing_order";
+pub const STANDING_ORDER: &str = metnos_core::names::proposals::STANDING_ORDER;
 
 /// The message asking a person without a TELOS.md to write one.
 pub const ASK_TO_DECLARE: &str = "Metnos would sometimes propose things on its own, but you have not \

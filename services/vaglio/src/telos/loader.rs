@@ -74,7 +74,7 @@ impl Files {
 
     /// Whether `person` is the owner (every `cli` sender, and the listed principals).
     pub fn is_owner(&self, person: &Principal) -> bool {
-        person.channel == "cli" || self.owner_principals.contains(&person.to_string())
+        person.is_terminal() || self.owner_principals.contains(&person.to_string())
     }
 
     /// The file that holds `person`'s telos — their own, else (for the owner) the owner's —

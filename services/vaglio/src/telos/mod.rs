@@ -226,7 +226,7 @@ impl TelosEngine {
             theta: self.settings.theta,
             quotas: self.settings.config.quotas.clone(),
             source,
-            cli: p.channel == "cli",
+            cli: p.channel == metnos_core::principal::TERMINAL,
             now_ms: now,
         };
         if consented {
@@ -446,7 +446,7 @@ impl TelosEngine {
         dry_run: bool,
         decide: impl Fn(&LedgerView, &mut Evaluation) + Send,
     ) -> Result<Evaluation, TelosError> {
-        let cli = p.channel == "cli";
+        let cli = p.channel == metnos_core::principal::TERMINAL;
         let session = if cli { p.session_id.as_str() } else { "" };
         let placement = Placement {
             source,
