@@ -138,11 +138,13 @@ impl Conversation {
                 kind,
                 who,
             }) => self.stops.feedback(&proposal_id, kind, &who).await,
+            // Looked at now, the card closed: a stream that dropped meanwhile is not waited for.
             Some(Then::Resume {
                 token,
                 sender,
                 lang,
-            }) => self.resume(token, sender, lang).await,
+            }) if !self.state().is_followed(&token) => self.resume(token, sender, lang).await,
+            Some(Then::Resume { .. }) => {}
             Some(Then::Sweep(chat)) => self.sweep_cards(0, Some(&chat.to_string())).await,
             None => {}
         }
@@ -562,16 +564,13 @@ impl Conversation {
                 kind,
                 who: person(&click.clicker),
             })
-        } else if !self.state().is_followed(&token) {
-            // The turn's stream is not followed here (a restart, another replica):
-            // continue it.
+        } else {
+            // A turn's stream not followed here (a restart, another replica) is continued.
             Some(Then::Resume {
                 token: token.clone(),
                 sender: click.clicker.clone(),
                 lang,
             })
-        } else {
-            None
         };
         Reply {
             close: Some(Close {
@@ -652,7 +651,7 @@ impl Conversation {
         };
         let then = match edits {
             // A turn waits for this card: went on here, or resumed by the person.
-            Edits::Schedule => (!self.state().is_followed(&token)).then(|| Then::Resume {
+            Edits::Schedule => Some(Then::Resume {
                 token: token.clone(),
                 sender: who.sender_id.clone(),
                 lang,

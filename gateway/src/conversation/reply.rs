@@ -59,7 +59,9 @@ pub enum Then {
         kind: vaglio_pb::FeedbackKind,
         who: Principal,
     },
-    /// The turn waiting for `token`, not followed here, is continued.
+    /// The turn waiting for `token` is continued here, unless its stream is followed here:
+    /// looked at once the reply was sent and the card closed, so a stream that dropped
+    /// meanwhile is not waited for.
     Resume {
         token: String,
         sender: String,

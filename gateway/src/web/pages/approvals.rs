@@ -64,7 +64,7 @@ fn request(l: Lang, a: &approval::PendingApproval, card: &str) -> Markup {
             header {
                 (pill(status, status)) " " strong { (Shown(&person(a.requester.as_ref()))) }
                 " · " (Shown(&a.executor)) " · "
-                span.muted { (l.t("request", "richiesta")) " " (request_name(&a.token)) }
+                span.muted { (l.t("request", "richiesta")) " " (Shown(&request_name(&a.token))) }
             }
             pre.card { (Shown(card)) }
             p.muted {

@@ -17,7 +17,7 @@ use serde_json::Value;
 
 use super::grants::{all_grants, grant_state};
 use super::{shown, today, unanswered};
-use crate::web::html::{Lang, Nav};
+use crate::web::html::{Lang, Nav, Shown};
 use crate::web::owner::Owner;
 use crate::web::state::Web;
 
@@ -106,7 +106,7 @@ fn summary(l: Lang, tally: &Tally, days: u32, level: AutonomyLevel) -> Markup {
                 @let caps: Vec<String> = change.capabilities.iter().map(|(c, n)| format!("{c} {n}")).collect();
                 li {
                     strong { (change.count) } " " (would_text(l, change.from, change.to)) " "
-                    span.muted { "(" (caps.join(", ")) ")" }
+                    span.muted { "(" (Shown(&caps.join(", "))) ")" }
                 }
             }
             li { (tally.unchanged) " " (l.t("unchanged", "invariate")) }

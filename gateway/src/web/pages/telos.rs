@@ -165,7 +165,7 @@ async fn schedules(web: &Web, l: Lang) -> Markup {
                 html! { (Shown(&person(s.principal.as_ref()))) },
                 html! { (Shown(&s.described)) },
                 pill(&s.state, &s.state),
-                html! { (next.join(", ")) },
+                html! { (Shown(&next.join(", "))) },
                 html! { (Shown(&last)) },
             ]
         })

@@ -150,10 +150,10 @@ fn render_step(l: Lang, step: &Value) -> Markup {
             }
             @if let Some(decision) = step["approval_decision"].as_str() {
                 " · " (l.t("approval", "approvazione")) " " (pill(decision, decision)) " "
-                span.muted { (name) }
+                span.muted { (Shown(&name)) }
             } @else if !token.is_empty() {
                 " · " (pill("awaiting_approval", l.t("card sent", "scheda inviata"))) " "
-                span.muted { (name) }
+                span.muted { (Shown(&name)) }
             }
             " · " (l.t("observation", "osservazione")) " " (pill(ok, ok)) " "
             (step["duration_ms"].as_u64().unwrap_or(0)) " ms "

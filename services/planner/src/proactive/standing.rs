@@ -25,7 +25,7 @@ pub const KIND: &str = metnos_core::names::proposals::STANDING_ORDER;
 /// Why a standing order's firing ran nothing, or ended without a result.
 #[derive(Debug, thiserror::Error)]
 pub enum StandingError {
-    #[error("the order has no level")]
+    #[error("the order's level cannot be read: it has none")]
     NoLevel,
     #[error("the person's level could not be read from the gateway ({0}); nothing was run")]
     Gateway(String),

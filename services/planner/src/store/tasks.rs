@@ -239,6 +239,28 @@ where
     })
 }
 
+/// The rows that read as tasks. One that does not (a word this version does not know) is
+/// logged and left out, so it never holds the others back.
+fn readable<R: Row>(rows: &[R]) -> Vec<Task>
+where
+    for<'r> &'r str: sqlx::ColumnIndex<R>,
+    for<'r> String: sqlx::Decode<'r, R::Database> + sqlx::Type<R::Database>,
+    for<'r> i64: sqlx::Decode<'r, R::Database> + sqlx::Type<R::Database>,
+    for<'r> Option<String>: sqlx::Decode<'r, R::Database>,
+    for<'r> Option<i64>: sqlx::Decode<'r, R::Database>,
+{
+    rows.iter()
+        .filter_map(|row| match task_from_row(row) {
+            Ok(task) => Some(task),
+            Err(e) => {
+                let id: String = row.try_get("id").unwrap_or_default();
+                tracing::warn!(task = %id, error = %e, "a task cannot be read; it is left out");
+                None
+            }
+        })
+        .collect()
+}
+
 fn run_from_row<R: Row>(row: &R) -> Result<Run, sqlx::Error>
 where
     for<'r> &'r str: sqlx::ColumnIndex<R>,
@@ -420,7 +442,7 @@ impl TaskStore {
                     sqlx::query(sqlx::AssertSqlSafe(sql)).fetch_all(pool).await?
                 }
             };
-            rows.iter().map(task_from_row).collect()
+            Ok(readable(&rows))
         })
     }
 
@@ -438,7 +460,7 @@ impl TaskStore {
         );
         on_db!(&self.db, pool => {
             let rows = sqlx::query(sqlx::AssertSqlSafe(sql)).bind(now_ms).bind(i64::from(limit)).bind(i64::from(standing)).fetch_all(pool).await?;
-            rows.iter().map(task_from_row).collect()
+            Ok(readable(&rows))
         })
     }
 

@@ -59,8 +59,13 @@ pub(crate) struct Findings {
 }
 
 impl Findings {
-    /// Writes the findings in the step's log; returns the events to tell.
+    /// Writes the findings in the step's log (fresh from [`StepLog::new`]: vetting owns
+    /// these fields); returns the events to tell.
     pub(crate) fn record(self, log: &mut StepLog) -> Vec<pb::turn_event::Event> {
+        debug_assert!(
+            log.validation == Validation::Ok && log.policy.is_none() && log.verdict.is_none(),
+            "a step's vetting fields are written once, here"
+        );
         log.validation = self.validation;
         log.tainted = self.tainted;
         log.scope = self.scope;
@@ -75,6 +80,20 @@ impl Findings {
         log.vaglio_us = self.vaglio_us;
         self.events
     }
+}
+
+/// A call as vetted so far: what policy and the vaglio are asked about.
+#[derive(Clone, Copy)]
+struct Proposed<'x> {
+    cp: &'x Checkpoint,
+    call: &'x Call,
+    executor: &'x Executor,
+    /// The arguments with their references resolved.
+    args: &'x Value,
+    /// The manifest's target argument's value.
+    target: &'x str,
+    /// The arguments made of data earlier steps observed.
+    tainted: &'x [taint::Carried],
 }
 
 /// A call every filter let through.
@@ -286,11 +305,15 @@ impl<'a> Vetting<'a> {
         let tainted_sink = self.sinks(cp, &executor, &args, &target, &mut found.tainted);
         let (read_private, egress) = read_private(cp, &executor, &target);
         let tainted = found.tainted.clone();
-        let approval = self
-            .ask_policy_and_vaglio(
-                cp, call, &executor, &args, &target, &tainted, found, started,
-            )
-            .await?;
+        let proposed = Proposed {
+            cp,
+            call,
+            executor: &executor,
+            args: &args,
+            target: &target,
+            tainted: &tainted,
+        };
+        let approval = self.ask_policy_and_vaglio(proposed, found, started).await?;
         // Data from the world reaching a sink is asked about at every level, whatever
         // policy's table or a grant says (a denial stays a denial: it refused above).
         let approval = match (approval, tainted_sink) {
@@ -491,19 +514,19 @@ impl<'a> Vetting<'a> {
 
     /// Policy and the vaglio, asked at once (neither depends on the other); policy's
     /// answer is applied first. `Ok(Some(capability))`: approval is needed.
-    #[allow(clippy::too_many_arguments)]
     async fn ask_policy_and_vaglio(
         &self,
-        cp: &Checkpoint,
-        call: &Call,
-        executor: &Executor,
-        args: &Value,
-        target: &str,
-        tainted: &[taint::Carried],
+        proposed: Proposed<'_>,
         found: &mut Findings,
         started: Instant,
     ) -> Result<Option<String>, Refusal> {
-        let request = judge_request(cp, call, executor, args, tainted, found.step);
+        let Proposed {
+            cp,
+            executor,
+            target,
+            ..
+        } = proposed;
+        let request = judge_request(proposed, found.step);
         let ask_vaglio = async {
             let started = Instant::now();
             self.filters
@@ -766,14 +789,15 @@ fn cut(text: &str, max: usize) -> String {
 /// What the vaglio is asked about a call: the person's words, the call, and its context
 /// (mode, step, capabilities, level, principal, whether the turn read private data, where
 /// its arguments' data came from).
-fn judge_request(
-    cp: &Checkpoint,
-    call: &Call,
-    executor: &Executor,
-    args: &Value,
-    tainted: &[taint::Carried],
-    step: u32,
-) -> vaglio::JudgeRequest {
+fn judge_request(proposed: Proposed<'_>, step: u32) -> vaglio::JudgeRequest {
+    let Proposed {
+        cp,
+        call,
+        executor,
+        args,
+        tainted,
+        ..
+    } = proposed;
     vaglio::JudgeRequest {
         intent: cp.query.clone(),
         executor: call.name.clone(),
