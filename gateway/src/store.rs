@@ -193,7 +193,18 @@ impl Store {
         );
         on_db!(&self.db, pool => {
             let rows = sqlx::query(sqlx::AssertSqlSafe(sql)).fetch_all(pool).await?;
-            rows.iter().map(pairing_from_row).collect()
+            // A row this version cannot read (a level or language it does not know) is
+            // logged and left out of the list; that person's own lookups refuse it.
+            Ok(rows
+                .iter()
+                .filter_map(|row| match pairing_from_row(row) {
+                    Ok(pairing) => Some(pairing),
+                    Err(e) => {
+                        tracing::warn!(error = %e, "a pairing cannot be read; it is left out");
+                        None
+                    }
+                })
+                .collect())
         })
     }
 
