@@ -119,6 +119,11 @@ fn within_message(text: &str) -> String {
 }
 
 impl Recovery {
+    /// Where the turns it ends are recorded.
+    fn records(&self) -> Records<'_> {
+        Records::new(&self.store, &self.log)
+    }
+
     pub(crate) fn new(store: Store, filters: Arc<dyn Filters>, log: TurnLog) -> Recovery {
         Recovery {
             store,
@@ -247,11 +252,7 @@ impl Recovery {
                 Ok(p) => p.status != approval::ApprovalStatus::Pending as i32,
                 Err(status) => status.code() == tonic::Code::NotFound,
             };
-            if !decided
-                || !Records::new(&self.store, &self.log)
-                    .claim(&found.turn_id, &pending.token)
-                    .await
-            {
+            if !decided || !self.records().claim(&found.turn_id, &pending.token).await {
                 continue;
             }
             resumed += 1;
@@ -344,9 +345,7 @@ impl Recovery {
         const REASON: &str = "interrupted: the planner stopped while the turn ran";
         let checkpoint = serde_json::from_str::<Checkpoint>(&turn.checkpoint).ok();
         let record = match &checkpoint {
-            Some(cp) => {
-                Records::new(&self.store, &self.log).record(cp, FinalKind::Error, Some(REASON))
-            }
+            Some(cp) => self.records().record(cp, FinalKind::Error, Some(REASON)),
             None => bare_record(turn, REASON),
         };
         // A channel's person is told (the terminal saw its stream end).
