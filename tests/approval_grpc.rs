@@ -634,6 +634,45 @@ async fn errors_map_to_the_contract_codes() {
     assert_eq!(again.lines, sent.lines);
 }
 
+/// A capability outside the registry is refused where the request arrives, naming it, and
+/// nothing is stored or carded.
+#[tokio::test]
+async fn an_unknown_capability_is_refused_at_the_edge_and_nothing_is_stored() {
+    let store = TestStore::sqlite();
+    let stack = stack(&store, false, None).await;
+    let mut client = Client::new(&stack.approval);
+    for spelled in ["fs:delete", "FS:WRITE", "fs:write "] {
+        let mut bad = create(pb::TerritoryConcession::Session);
+        bad.capability = spelled.into();
+        let status = client.create_pending(bad).await.unwrap_err();
+        assert_eq!(status.code(), tonic::Code::InvalidArgument, "{spelled}");
+        assert!(
+            status.message().contains("unknown capability"),
+            "{spelled}: {status:?}"
+        );
+        let preview = create(pb::TerritoryConcession::Session).request;
+        let status = client
+            .render_card(pb::RenderCardRequest {
+                request: preview,
+                capability: spelled.into(),
+            })
+            .await
+            .unwrap_err();
+        assert_eq!(status.code(), tonic::Code::InvalidArgument, "{spelled}");
+    }
+    let listed = client
+        .list_pending(pb::ListPendingRequest {
+            include_resolved: true,
+            limit: 0,
+            requester: None,
+        })
+        .await
+        .unwrap()
+        .into_inner()
+        .approvals;
+    assert!(listed.is_empty(), "{listed:?}");
+}
+
 /// Issue 38: a path or URL longer than 160 characters was shown as its head and tail; the
 /// part in the middle (a folder, a query's payload) was never seen.
 #[tokio::test]

@@ -998,6 +998,33 @@ async fn every_rpc_refuses_an_oversized_field_with_a_short_message() {
         ),
         "context.capabilities[]",
     );
+    // A capability outside the registry (another spelling of code:exec, with a space or in
+    // capitals) would slip past the guard's shell rules: refused, naming the field.
+    for (field, capability, capabilities) in [
+        ("context.capability", "Code:Exec", vec![]),
+        ("context.capabilities[]", "fs:read", vec!["fs:read", "code:exec "]),
+        ("context.capabilities[]", "", vec!["code_exec"]),
+    ] {
+        let mut odd = judge("tidy up".into());
+        odd.context = Some(vaglio::JudgeContext {
+            capability: capability.into(),
+            capabilities: capabilities.into_iter().map(Into::into).collect(),
+            ..Default::default()
+        });
+        let status = call!(
+            s.channel("vaglio", planner_id),
+            VaglioServiceClient,
+            judge,
+            odd
+        )
+        .expect_err(field);
+        assert_eq!(status.code(), Code::InvalidArgument, "{field}: {status:?}");
+        assert!(
+            status.message().contains(field) && status.message().contains("unknown capability"),
+            "{field}: {}",
+            status.message()
+        );
+    }
     let flood = call!(
         s.channel("vaglio", planner_id),
         VaglioServiceClient,

@@ -351,13 +351,13 @@ pub fn standing_order(
             .and_then(Value::as_u64)
             .unwrap_or_default();
         let days = args.get("days").and_then(Value::as_u64).unwrap_or_default();
-        let what = match (text("capability"), it) {
-            ("fs:write", true) => "le scritture",
-            ("fs:write", false) => "writes",
-            ("fs:read", true) => "le letture",
-            ("fs:read", false) => "reads",
-            ("network:http", true) => "le richieste",
-            ("network:http", false) => "requests",
+        let what = match (text("capability").parse::<Capability>().ok(), it) {
+            (Some(Capability::FsWrite), true) => "le scritture",
+            (Some(Capability::FsWrite), false) => "writes",
+            (Some(Capability::FsRead), true) => "le letture",
+            (Some(Capability::FsRead), false) => "reads",
+            (Some(Capability::NetworkHttp), true) => "le richieste",
+            (Some(Capability::NetworkHttp), false) => "requests",
             (_, true) => "queste chiamate",
             (_, false) => "these calls",
         };
@@ -453,28 +453,28 @@ pub fn standing_order(
 
 /// Why the person is asked, in one short line: the level policy judged the call at and
 /// what that level asks about (policy's table; no grant covered the target).
-pub fn reason(level: AutonomyLevel, capability: &str, language: Language) -> String {
+pub fn reason(level: AutonomyLevel, capability: Option<Capability>, language: Language) -> String {
+    use Capability as C;
     let it = language == Language::Italian;
-    let always = Capability::parse(capability)
-        .is_ok_and(|c| c.spec().default_approval == DefaultApproval::Always);
+    let always = capability.is_some_and(|c| c.spec().default_approval == DefaultApproval::Always);
     let what = match (capability, it) {
-        ("fs:write", true) => "scrivere file",
-        ("fs:write", false) => "writing files",
-        ("fs:read", true) => "leggere file",
-        ("fs:read", false) => "reading files",
-        ("network:http", true) => "usare la rete",
-        ("network:http", false) => "using the network",
-        ("code:exec", true) => "eseguire comandi",
-        ("code:exec", false) => "running commands",
-        ("mail:send", true) => "inviare email",
-        ("mail:send", false) => "sending mail",
-        ("mail:read", true) => "leggere la posta",
-        ("mail:read", false) => "reading mail",
-        ("llm:online", true) => "usare un LLM online",
-        ("llm:online", false) => "using an online LLM",
-        ("channel:out", true) => "scrivere ad altri",
-        ("channel:out", false) => "writing to others",
-        (other, _) => other,
+        (Some(C::FsWrite), true) => "scrivere file",
+        (Some(C::FsWrite), false) => "writing files",
+        (Some(C::FsRead), true) => "leggere file",
+        (Some(C::FsRead), false) => "reading files",
+        (Some(C::NetworkHttp), true) => "usare la rete",
+        (Some(C::NetworkHttp), false) => "using the network",
+        (Some(C::CodeExec), true) => "eseguire comandi",
+        (Some(C::CodeExec), false) => "running commands",
+        (Some(C::MailSend), true) => "inviare email",
+        (Some(C::MailSend), false) => "sending mail",
+        (Some(C::MailRead), true) => "leggere la posta",
+        (Some(C::MailRead), false) => "reading mail",
+        (Some(C::LlmOnline), true) => "usare un LLM online",
+        (Some(C::LlmOnline), false) => "using an online LLM",
+        (Some(C::ChannelOut), true) => "scrivere ad altri",
+        (Some(C::ChannelOut), false) => "writing to others",
+        (other, _) => Capability::name_of(other),
     };
     match (always, it) {
         (true, true) => format!("Perché: {what} chiede sempre conferma"),
@@ -935,15 +935,15 @@ mod tests {
     #[test]
     fn the_reason_says_the_level_and_what_it_asks_about() {
         assert_eq!(
-            reason(AutonomyLevel::Supervised, "fs:write", Language::English),
+            reason(AutonomyLevel::Supervised, Some(Capability::FsWrite), Language::English),
             "Why: at Supervised, writing files asks first"
         );
         assert_eq!(
-            reason(AutonomyLevel::Supervised, "network:http", Language::Italian),
+            reason(AutonomyLevel::Supervised, Some(Capability::NetworkHttp), Language::Italian),
             "Perché: al livello Supervised, usare la rete chiede conferma"
         );
         assert_eq!(
-            reason(AutonomyLevel::Full, "mail:send", Language::English),
+            reason(AutonomyLevel::Full, Some(Capability::MailSend), Language::English),
             "Why: sending mail is always asked first"
         );
     }

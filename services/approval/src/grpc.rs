@@ -10,6 +10,7 @@ use std::pin::Pin;
 use std::sync::Arc;
 use std::time::Duration;
 
+use metnos_core::capability::Capability;
 use metnos_core::principal::Principal;
 use metnos_core::resolve::ResolveRefusal;
 use metnos_kit::readiness::Readiness;
@@ -214,7 +215,7 @@ pub fn pending_msg(p: &Pending) -> pb::PendingApproval {
             extra_json: p.extra_json.clone(),
             language: p.language.to_wire(),
         }),
-        capability: p.capability.clone(),
+        capability: Capability::name_of(p.capability).to_owned(),
         target: p.target.clone(),
         status: match p.status {
             State::Pending => pb::ApprovalStatus::Pending,
@@ -504,7 +505,8 @@ impl ApprovalService for ApprovalApi {
             } else {
                 return Err(Error::MalformedToken(limits::shown(&message.token)));
             };
-            self.approvals.render(&card, Some(&r.capability), &token)
+            let capability = Capability::parse_optional(&r.capability)?;
+            self.approvals.render(&card, capability, &token)
         }
         .await;
         match result {

@@ -2,6 +2,7 @@
 //! state change is one conditional UPDATE (`… WHERE token = $1 AND status = 'pending'`),
 //! so concurrent decisions on one token change it exactly once on either backend.
 
+use metnos_core::capability::Capability;
 use metnos_core::level::AutonomyLevel;
 use metnos_core::principal::Principal;
 use metnos_kit::on_db;
@@ -211,7 +212,8 @@ pub struct Pending {
     /// The concession approving makes (none when the capability cannot be granted).
     pub territory: Territory,
     pub language: Language,
-    pub capability: String,
+    /// None: a proposal's request that names no capability (a revocation offer).
+    pub capability: Option<Capability>,
     pub target: String,
     pub territory_target: String,
     pub executor: String,
@@ -274,7 +276,10 @@ where
             .ok_or_else(|| decode_error("territory", &territory))?,
         language: Language::from_code(&language)
             .ok_or_else(|| decode_error("language", &language))?,
-        capability: text("capability")?,
+        capability: {
+            let name = text("capability")?;
+            Capability::parse_optional(&name).map_err(|_| decode_error("capability", &name))?
+        },
         target: text("target")?,
         territory_target: text("territory_target")?,
         executor: text("executor")?,
@@ -345,7 +350,7 @@ impl PendingStore {
                 .bind(p.reversibility.as_str())
                 .bind(p.territory.as_str())
                 .bind(p.language.code())
-                .bind(&p.capability)
+                .bind(Capability::name_of(p.capability))
                 .bind(&p.target)
                 .bind(&p.territory_target)
                 .bind(&p.executor)

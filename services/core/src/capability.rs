@@ -272,6 +272,20 @@ impl Capability {
         self.spec().name
     }
 
+    /// A wire or stored field that may name no capability: empty is none, anything else
+    /// must be a canonical name.
+    pub fn parse_optional(name: &str) -> Result<Option<Capability>, UnknownCapability> {
+        if name.is_empty() {
+            return Ok(None);
+        }
+        Capability::parse(name).map(Some)
+    }
+
+    /// The name of an optional capability, empty when none (its wire spelling).
+    pub fn name_of(capability: Option<Capability>) -> &'static str {
+        capability.map_or("", Capability::name)
+    }
+
     /// Every capability, in registry order.
     pub fn all() -> impl Iterator<Item = Capability> {
         REGISTRY.iter().map(|s| s.capability)
@@ -281,6 +295,29 @@ impl Capability {
 impl fmt::Display for Capability {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(self.name())
+    }
+}
+
+impl std::str::FromStr for Capability {
+    type Err = UnknownCapability;
+
+    fn from_str(name: &str) -> Result<Capability, UnknownCapability> {
+        Capability::parse(name)
+    }
+}
+
+/// Written by its canonical name (`"fs:write"`), as configuration and JSON spell it.
+impl serde::Serialize for Capability {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        serializer.serialize_str(self.name())
+    }
+}
+
+/// Read from its canonical name; any other word is an error naming the known ones.
+impl<'de> serde::Deserialize<'de> for Capability {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Capability, D::Error> {
+        let name = <std::borrow::Cow<'de, str>>::deserialize(deserializer)?;
+        Capability::parse(&name).map_err(serde::de::Error::custom)
     }
 }
 
@@ -339,6 +376,30 @@ mod tests {
         assert!(err.contains("fs:read, fs:write, code:exec"), "{err}");
         assert!(err.ends_with("calendar:read"), "{err}");
         assert!(Capability::parse("FS:READ").is_err(), "names are exact");
+    }
+
+    #[test]
+    fn a_capability_is_written_and_read_by_its_canonical_name() {
+        assert_eq!(
+            serde_json::to_string(&Capability::NetworkHttp).unwrap(),
+            "\"network:http\""
+        );
+        let read: Vec<Capability> = serde_json::from_str(r#"["fs:write","mail:send"]"#).unwrap();
+        assert_eq!(read, vec![Capability::FsWrite, Capability::MailSend]);
+        let err = serde_json::from_str::<Capability>("\"fs:delete\"")
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("fs:delete"), "{err}");
+        assert!(err.contains("fs:write"), "the known names are listed: {err}");
+        assert_eq!("code:exec".parse::<Capability>().unwrap(), Capability::CodeExec);
+        assert_eq!(Capability::parse_optional(""), Ok(None));
+        assert_eq!(
+            Capability::parse_optional("mail:read"),
+            Ok(Some(Capability::MailRead))
+        );
+        assert!(Capability::parse_optional(" ").is_err(), "only empty is none");
+        assert_eq!(Capability::name_of(None), "");
+        assert_eq!(Capability::name_of(Some(Capability::TimeRead)), "time:read");
     }
 
     #[test]

@@ -3,6 +3,7 @@
 //! [`Filters`] is what the turn loop needs of them; [`GrpcFilters`] asks the real services
 //! over gRPC (traced, so one turn is one trace); tests drive the loop with a fake.
 
+use metnos_core::capability::Capability;
 use metnos_core::language::Language;
 use metnos_core::level::AutonomyLevel;
 use metnos_core::principal::Principal;
@@ -110,7 +111,7 @@ pub trait Filters: Send + Sync + std::fmt::Debug {
         &self,
         level: AutonomyLevel,
         principal: &Principal,
-        capability: &str,
+        capability: Capability,
         target: &str,
     ) -> Result<PolicyAnswer, ClientError>;
 
@@ -254,12 +255,12 @@ impl Filters for GrpcFilters {
         &self,
         level: AutonomyLevel,
         principal: &Principal,
-        capability: &str,
+        capability: Capability,
         target: &str,
     ) -> Result<PolicyAnswer, ClientError> {
         let request = policy::CheckRequest {
             level: level.to_wire(),
-            capability: capability.to_owned(),
+            capability: capability.name().to_owned(),
             principal: Some(principal.to_proto()),
             target: target.to_owned(),
         };

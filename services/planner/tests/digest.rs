@@ -55,7 +55,7 @@ impl Filters for Fake {
         &self,
         _: AutonomyLevel,
         _: &Principal,
-        _: &str,
+        _: metnos_core::Capability,
         _: &str,
     ) -> Result<PolicyAnswer, ClientError> {
         Err(Status::unimplemented("not asked").into())

@@ -100,9 +100,10 @@ impl Filters for FakeFilters {
         &self,
         level: AutonomyLevel,
         _principal: &Principal,
-        capability: &str,
+        capability: metnos_core::Capability,
         target: &str,
     ) -> Result<PolicyAnswer, ClientError> {
+        let capability = capability.name();
         self.with(|s| {
             s.checks
                 .push((capability.to_owned(), target.to_owned(), level));

@@ -201,7 +201,7 @@ impl Policy {
         let Some(cache) = &self.cache else {
             return Ok(self
                 .store
-                .candidates(scope.principal, capability.name(), &keys, now)
+                .candidates(scope.principal, capability, &keys, now)
                 .await?);
         };
         let cache_key = (
@@ -217,7 +217,7 @@ impl Policy {
                     .store
                     .load_active(
                         scope.principal,
-                        capability.name(),
+                        capability,
                         now,
                         CACHE_MAX_PER_ENTRY + 1,
                     )
@@ -256,7 +256,7 @@ impl Policy {
             }
             Cached::TooMany => Ok(self
                 .store
-                .candidates(scope.principal, capability.name(), &keys, now)
+                .candidates(scope.principal, capability, &keys, now)
                 .await?),
         }
     }

@@ -6,6 +6,7 @@ use metnos_kit::store::{Db, EmbeddedMigration, Migrations};
 use sqlx::Row;
 
 use crate::grant::{Candidate, Grant, NewGrant};
+use metnos_core::capability::Capability;
 use metnos_core::principal::Principal;
 
 const SQLITE: &[EmbeddedMigration] = &[
@@ -252,7 +253,7 @@ impl GrantStore {
     pub async fn candidates(
         &self,
         principal: &Principal,
-        capability: &str,
+        capability: Capability,
         keys: &[String],
         now_ms: i64,
     ) -> Result<Vec<Candidate>, sqlx::Error> {
@@ -270,7 +271,7 @@ impl GrantStore {
             let mut query = sqlx::query(sqlx::AssertSqlSafe(sql))
                 .bind(&principal.channel)
                 .bind(&principal.sender_id)
-                .bind(capability)
+                .bind(capability.name())
                 .bind(now_ms);
             for key in keys {
                 query = query.bind(key);
@@ -294,7 +295,7 @@ impl GrantStore {
     pub async fn load_active(
         &self,
         principal: &Principal,
-        capability: &str,
+        capability: Capability,
         now_ms: i64,
         limit: i64,
     ) -> Result<Vec<(String, Candidate)>, sqlx::Error> {
@@ -305,7 +306,7 @@ impl GrantStore {
             let rows = sqlx::query(sql)
                 .bind(&principal.channel)
                 .bind(&principal.sender_id)
-                .bind(capability)
+                .bind(capability.name())
                 .bind(now_ms)
                 .bind(limit)
                 .fetch_all(pool)

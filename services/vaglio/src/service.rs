@@ -4,6 +4,7 @@
 use std::path::PathBuf;
 use std::time::Duration;
 
+use metnos_core::capability::Capability;
 use metnos_llm::{ChatRequest, JsonOutput, Message, Tier, Tiers};
 use serde_json::{Value, json};
 
@@ -55,9 +56,10 @@ pub struct Proposal {
     pub args_json: String,
     pub mode: String,
     pub step: u32,
-    pub capability: String,
+    /// The executor's first capability (none: the caller did not say).
+    pub capability: Option<Capability>,
     /// Every capability the executor declares (`capability` is its first).
-    pub capabilities: Vec<String>,
+    pub capabilities: Vec<Capability>,
     pub critical: Option<bool>,
     /// Whose turn and at which level (an online judge asks policy for them); `None` from a
     /// caller that did not say.
@@ -79,15 +81,18 @@ pub struct Provenance {
 }
 
 impl Proposal {
+    /// Whether the executor declares `wanted`, first or anywhere in its list.
+    fn holds(&self, wanted: Capability) -> bool {
+        self.capability == Some(wanted) || self.capabilities.contains(&wanted)
+    }
+
     /// What the rule-based judge knows of the call's context.
     fn context(&self) -> Context<'_> {
-        let holds = |wanted: &str| {
-            self.capability == wanted || self.capabilities.iter().any(|c| c == wanted)
-        };
+        let holds = |wanted| self.holds(wanted);
         Context {
             critical: self.critical,
-            writes: holds("fs:write") || self.executor == "fs_write",
-            network: holds("network:http") || self.executor == "web_fetch",
+            writes: holds(Capability::FsWrite) || self.executor == "fs_write",
+            network: holds(Capability::NetworkHttp) || self.executor == "web_fetch",
             tainted_sink: self.provenance.iter().find(|p| p.sink).map(|p| {
                 (
                     p.arg.as_str(),
@@ -358,11 +363,9 @@ impl Vaglio {
     }
 
     fn guard(&self, p: &Proposal, args: &Value) -> Option<Verdict> {
-        let holds =
-            |wanted: &str| p.capability == wanted || p.capabilities.iter().any(|c| c == wanted);
         // Any executor that runs code is judged as a shell, wherever code:exec sits in its list.
-        let shell = p.executor == "shell_exec" || holds("code:exec");
-        let writes = holds("fs:write");
+        let shell = p.executor == "shell_exec" || p.holds(Capability::CodeExec);
+        let writes = p.holds(Capability::FsWrite);
         let violation = guard::check_call(args, shell, writes, &self.home)?;
         let what = if violation.is_shell() {
             "irrecoverable shell command"
@@ -455,7 +458,7 @@ fn context_keys(p: &Proposal) -> Vec<String> {
     if p.step > 0 {
         keys.push("step".to_owned());
     }
-    if !p.capability.is_empty() {
+    if p.capability.is_some() {
         keys.push("capability".to_owned());
     }
     if p.critical.is_some() {

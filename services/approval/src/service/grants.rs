@@ -1,6 +1,7 @@
 //! The grants an approved concession records in the policy service, and the grants an
 //! approved revocation offer revokes there.
 
+use metnos_core::capability::Capability;
 use metnos_core::principal::Principal;
 use metnos_proto::common::v1::Principal as PrincipalMsg;
 use metnos_proto::policy::v1::RecordGrantRequest;
@@ -15,7 +16,7 @@ impl Approvals {
     pub(super) async fn revocable(
         &self,
         requester: &Principal,
-        capability: &str,
+        capability: Option<Capability>,
         args_json: &str,
     ) -> Result<Vec<metnos_proto::policy::v1::Grant>, Error> {
         let args: serde_json::Value =
@@ -28,7 +29,7 @@ impl Approvals {
         let mut unique = ids.clone();
         unique.sort_unstable();
         unique.dedup();
-        if !capability.is_empty()
+        if capability.is_some()
             || ids.is_empty()
             || ids.len() > MAX_REVOKED
             || unique.len() != ids.len()
@@ -190,7 +191,7 @@ impl Approvals {
                 channel: pending.requester.channel.clone(),
                 sender_id: pending.requester.sender_id.clone(),
             }),
-            capability: pending.capability.clone(),
+            capability: Capability::name_of(pending.capability).to_owned(),
             target: target.clone(),
             expires_at,
             granted_by: format!("approval:{}", pending.token),
@@ -216,13 +217,13 @@ impl Approvals {
                 if permanent(status.code()) {
                     // Asking again would get the same answer (an expiry now past, a key
                     // reused): the approval stands without a grant, and the queue moves on.
-                    tracing::error!(token = %metnos_kit::chain::token_name(&pending.token), capability = %pending.capability, code = ?status.code(), "policy refused the territory grant; it is not asked again");
+                    tracing::error!(token = %metnos_kit::chain::token_name(&pending.token), capability = Capability::name_of(pending.capability), code = ?status.code(), "policy refused the territory grant; it is not asked again");
                     let _ = self
                         .store
                         .give_up_grant(&pending.token, claimed_until)
                         .await;
                 } else {
-                    tracing::warn!(token = %metnos_kit::chain::token_name(&pending.token), capability = %pending.capability, code = ?status.code(), "territory grant not recorded yet");
+                    tracing::warn!(token = %metnos_kit::chain::token_name(&pending.token), capability = Capability::name_of(pending.capability), code = ?status.code(), "territory grant not recorded yet");
                     let _ = self
                         .store
                         .release_grant(&pending.token, claimed_until)

@@ -127,7 +127,8 @@ pub struct NewRequest {
     /// The card fields; its territory is what the caller asks for and its recurrence
     /// count is ignored (the service counts).
     pub card: CardRequest,
-    pub capability: String,
+    /// None: a proposal's request that names no capability (a revocation offer).
+    pub capability: Option<Capability>,
     pub target: String,
     pub territory_target: String,
     pub executor: String,
@@ -191,9 +192,13 @@ pub(crate) fn shown_path(path: &str, home: &std::path::Path) -> String {
 /// path, the host for a URL, the target itself for an exact one. None for a capability
 /// that is never granted (code:exec, mail:send: asked every time) and for a pattern policy
 /// would refuse as too broad (a file directly in `/` or in the home).
-pub fn territory_offer(capability: &str, target: &str, home: &std::path::Path) -> Option<String> {
+pub fn territory_offer(
+    capability: Option<Capability>,
+    target: &str,
+    home: &std::path::Path,
+) -> Option<String> {
     use metnos_core::target::Target;
-    let spec = Capability::parse(capability).ok()?.spec();
+    let spec = capability?.spec();
     if !spec.grantable() {
         return None;
     }
@@ -226,10 +231,15 @@ pub fn territory_offer(capability: &str, target: &str, home: &std::path::Path) -
 /// (`fs_write:~/downloads/**`, the seed's example), a URL's host, a command's program.
 /// Recurrence counts approvals per person and class, so the card shortens as the same kind
 /// of request comes back, not only the very same target.
-pub fn class_of(executor: &str, capability: &str, target: &str, home: &std::path::Path) -> String {
+pub fn class_of(
+    executor: &str,
+    capability: Option<Capability>,
+    target: &str,
+    home: &std::path::Path,
+) -> String {
     use metnos_core::capability::TargetKind;
     use metnos_core::target::Target;
-    let kind = Capability::parse(capability).map_or(TargetKind::None, |c| c.spec().target_kind);
+    let kind = capability.map_or(TargetKind::None, |c| c.spec().target_kind);
     let generalised = match (kind, Target::parse(kind, target, home)) {
         (TargetKind::PathGlob, Ok(Target::Path(path))) => {
             let folder = path.rsplit_once('/').map_or("", |(folder, _)| folder);
@@ -321,14 +331,12 @@ impl Approvals {
     pub fn render(
         &self,
         request: &CardRequest,
-        capability: Option<&str>,
+        capability: Option<Capability>,
         token: &str,
     ) -> Result<Card, Error> {
         request.validate()?;
         let mut request = request.clone();
-        if let Some(capability) = capability.filter(|c| !c.is_empty())
-            && !Capability::parse(capability)?.spec().grantable()
-        {
+        if capability.is_some_and(|c| !c.spec().grantable()) {
             request.territory = Territory::None;
         }
         Ok(card::render(&request, token))
@@ -341,7 +349,7 @@ impl Approvals {
             // A proposal: accept (the territory flow records the grant), reject, never
             // again, and edit a folder's glob (a host or an exact value has nothing
             // narrower) — nothing else.
-            let editable = Capability::parse(&pending.capability).is_ok_and(|c| {
+            let editable = pending.capability.is_some_and(|c| {
                 c.spec().target_kind == metnos_core::capability::TargetKind::PathGlob
             });
             return card::proposal_buttons(
@@ -447,7 +455,13 @@ impl Approvals {
                 offered: shown_path(&pending.territory_target, &self.home),
             });
         }
-        let kind = Capability::parse(&pending.capability)?.spec().target_kind;
+        let kind = pending
+            .capability
+            .ok_or_else(|| UnknownCapability {
+                name: String::new(),
+            })?
+            .spec()
+            .target_kind;
         let not_within = || Error::EditNotWithin {
             edited: metnos_core::limits::shown(edited),
             offered: shown_path(&pending.territory_target, &self.home),
@@ -566,7 +580,7 @@ impl Approvals {
             decision = status.as_str(),
             territory = territory.as_str(),
             executor = %pending.executor,
-            capability = %pending.capability,
+            capability = Capability::name_of(pending.capability),
             decider_channel = %decider.channel,
         );
         {
@@ -726,6 +740,6 @@ fn plain_reason(pending: &Pending, extra: &Extra) -> Option<String> {
     } else {
         pending
             .policy_level
-            .map(|level| crate::describe::reason(level, &pending.capability, language))
+            .map(|level| crate::describe::reason(level, pending.capability, language))
     }
 }

@@ -2,6 +2,7 @@
 
 use std::num::NonZero;
 
+use metnos_core::capability::Capability;
 use metnos_core::level::AutonomyLevel;
 use serde::{Deserialize, Serialize};
 
@@ -26,7 +27,7 @@ pub struct TurnsConfig {
     pub hybrid_escalate_after_failures: u32,
     /// Hybrid mode: escalate to the wise tier when a candidate executor needs one of these
     /// capabilities.
-    pub hybrid_wise_capabilities: Vec<String>,
+    pub hybrid_wise_capabilities: Vec<Capability>,
     /// The autonomy level of the local user in `metnos ask` / `metnos chat`.
     pub cli_level: AutonomyLevel,
     /// How long a replica holds a turn it runs or resumes without renewing its lease

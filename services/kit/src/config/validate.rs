@@ -647,6 +647,31 @@ mod tests {
     }
 
     #[test]
+    fn a_misspelt_capability_for_the_wise_tier_is_refused_not_ignored() {
+        with_env(&[], |jail| {
+            write_file(
+                jail,
+                "[turns]\nhybrid_wise_capabilities = [\"mail:send\", \"network:https\"]\n",
+            )?;
+            let err = load_err();
+            assert!(err.contains("turns.hybrid_wise_capabilities"), "{err}");
+            assert!(err.contains("unknown capability `network:https`"), "{err}");
+            write_file(
+                jail,
+                "[turns]\nhybrid_wise_capabilities = [\"mail:send\", \"network:http\"]\n",
+            )?;
+            assert_eq!(
+                load()?.turns.hybrid_wise_capabilities,
+                vec![
+                    metnos_core::capability::Capability::MailSend,
+                    metnos_core::capability::Capability::NetworkHttp
+                ]
+            );
+            Ok(())
+        });
+    }
+
+    #[test]
     fn without_any_tier_the_fast_one_is_the_seeds_local_ollama() {
         with_env(&[], |jail| {
             let config = load()?;

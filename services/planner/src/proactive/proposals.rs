@@ -22,6 +22,7 @@
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
+use metnos_core::capability::Capability;
 use metnos_core::level::AutonomyLevel;
 use metnos_core::principal::Principal;
 use metnos_kit::on_db;
@@ -47,7 +48,7 @@ pub const CARD_TTL_SECONDS: u32 = 48 * 3600;
 pub struct Approved {
     pub person: Principal,
     pub level: AutonomyLevel,
-    pub capability: String,
+    pub capability: Capability,
     /// The pattern approving for good would grant (the approval service's proposal).
     pub pattern: String,
     pub target: String,
@@ -141,10 +142,10 @@ async fn offer_if_tired(
     let count = on_db!(db, pool => {
         let mut tx = pool.begin().await?;
         sqlx::query("INSERT INTO approvals_seen (person, capability, pattern, target, at) VALUES ($1, $2, $3, $4, $5)")
-            .bind(&person).bind(&seen.capability).bind(&seen.pattern).bind(&seen.target).bind(now_ms)
+            .bind(&person).bind(seen.capability.name()).bind(&seen.pattern).bind(&seen.target).bind(now_ms)
             .execute(&mut *tx).await?;
         let count: i64 = sqlx::query("SELECT COUNT(*) FROM approvals_seen WHERE person = $1 AND capability = $2 AND pattern = $3 AND at >= $4")
-            .bind(&person).bind(&seen.capability).bind(&seen.pattern).bind(since)
+            .bind(&person).bind(seen.capability.name()).bind(&seen.pattern).bind(since)
             .fetch_one(&mut *tx).await?
             .try_get(0)?;
         if count < i64::from(fatigue.approvals) {
@@ -174,7 +175,7 @@ async fn offer_if_tired(
     let request = Offer {
         person: &seen.person,
         id: &id,
-        capability: &seen.capability,
+        capability: seen.capability,
         pattern: &seen.pattern,
         target: &seen.target,
         count: u64::try_from(count).unwrap_or_default(),
@@ -187,7 +188,7 @@ async fn offer_if_tired(
         level: Some(seen.level),
         id: &id,
         kind: GRANT_OFFER,
-        effect_class: offer_class(&seen.capability),
+        effect_class: offer_class(seen.capability.name()),
         description,
     };
     weighed.settle(db, filters, request, now_ms).await
@@ -305,7 +306,7 @@ const MAX_PATTERN: usize = 200;
 pub struct Offer<'a> {
     pub person: &'a Principal,
     pub id: &'a str,
-    pub capability: &'a str,
+    pub capability: Capability,
     pub pattern: &'a str,
     pub target: &'a str,
     pub count: u64,
@@ -334,7 +335,7 @@ impl Offer<'_> {
                 language: self.language,
                 ..Default::default()
             }),
-            capability: self.capability.to_owned(),
+            capability: self.capability.name().to_owned(),
             target: self.target.to_owned(),
             executor: GRANT_OFFER.to_owned(),
             args_json: args.to_string(),
@@ -439,7 +440,7 @@ pub fn queued_request(
             let request = Offer {
                 person,
                 id,
-                capability: text("capability"),
+                capability: text("capability").parse().ok()?,
                 pattern: text("pattern"),
                 target: text("target"),
                 count: payload

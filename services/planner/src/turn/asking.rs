@@ -104,7 +104,7 @@ impl<'a> Asking<'a> {
         let principal = cp.principal();
         let why = match self
             .filters
-            .check(cp.level, &principal, "llm:online", &host)
+            .check(cp.level, &principal, metnos_core::Capability::LlmOnline, &host)
             .await
         {
             Ok(answer) if answer.outcome == rules::Outcome::Allowed => return Ok(tier),

@@ -4,23 +4,24 @@
 use metnos_executors::Executor;
 use metnos_proto::approval::v1 as approval;
 
+use metnos_core::capability::Capability;
 use metnos_core::language::Language;
 
 use crate::turn::vetting::Cleared;
 use crate::turn::{Call, Checkpoint};
 
-fn verb(capability: &str, italian: bool) -> &'static str {
+fn verb(capability: Capability, italian: bool) -> &'static str {
     match (capability, italian) {
-        ("fs:write", true) => "scriva",
-        ("fs:write", false) => "write",
-        ("fs:read", true) => "legga",
-        ("fs:read", false) => "read",
-        ("network:http", true) => "scarichi",
-        ("network:http", false) => "download",
-        ("code:exec", true) => "esegua",
-        ("code:exec", false) => "run",
-        ("mail:send", true) => "invii",
-        ("mail:send", false) => "send",
+        (Capability::FsWrite, true) => "scriva",
+        (Capability::FsWrite, false) => "write",
+        (Capability::FsRead, true) => "legga",
+        (Capability::FsRead, false) => "read",
+        (Capability::NetworkHttp, true) => "scarichi",
+        (Capability::NetworkHttp, false) => "download",
+        (Capability::CodeExec, true) => "esegua",
+        (Capability::CodeExec, false) => "run",
+        (Capability::MailSend, true) => "invii",
+        (Capability::MailSend, false) => "send",
         (_, true) => "usi",
         (_, false) => "use",
     }
@@ -41,7 +42,7 @@ pub fn pending_request(
     cp: &Checkpoint,
     call: &Call,
     cleared: &Cleared,
-    capability: &str,
+    capability: Capability,
 ) -> approval::CreatePendingRequest {
     let executor: &Executor = &cleared.executor;
     // What the call really touches: a link on the way is followed, and the card says so.
@@ -95,7 +96,7 @@ pub fn pending_request(
             ),
             ..Default::default()
         }),
-        capability: capability.to_owned(),
+        capability: capability.name().to_owned(),
         target: target.to_owned(),
         executor: name.to_owned(),
         args_json,

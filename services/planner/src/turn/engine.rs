@@ -319,8 +319,7 @@ impl Planner {
             .collect();
         let wise_capability_offered = candidates.iter().any(|name| {
             self.catalog.get(name).is_some_and(|e| {
-                e.manifest
-                    .capabilities
+                e.capabilities
                     .iter()
                     .any(|c| self.config.hybrid_wise_capabilities.contains(c))
             })
@@ -565,7 +564,7 @@ impl Planner {
             Err(why) => return refused(&execution, cp, sink, &call, log, why, started).await,
         };
         *cp.executor_calls.entry(call.name.clone()).or_insert(0) += 1;
-        if let Some(capability) = &cleared.approval {
+        if let Some(capability) = cleared.approval {
             return suspension
                 .ask_approval(cp, sink, call, log, &cleared, capability)
                 .await;

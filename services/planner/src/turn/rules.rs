@@ -71,11 +71,8 @@ impl Outcome {
 /// `target`; `None` when that capability is not exercised by this call: a secondary
 /// capability that needs a target the call does not give (parse_local on text reads no
 /// file). `several`: the executor declares more than one capability.
-pub fn policy_target(capability: &str, target: &str, several: bool) -> Option<String> {
-    let kind = Capability::parse(capability)
-        .map(|c| c.spec().target_kind)
-        .unwrap_or(TargetKind::Exact);
-    if kind == TargetKind::None {
+pub fn policy_target(capability: Capability, target: &str, several: bool) -> Option<String> {
+    if capability.spec().target_kind == TargetKind::None {
         return Some(String::new());
     }
     if several && target.is_empty() {
@@ -92,8 +89,8 @@ pub struct Strictest {
     pub outcome: Outcome,
     pub reason: String,
     pub grant_id: Option<i64>,
-    /// The first capability that needed approval (empty: none).
-    pub approval_capability: String,
+    /// The first capability that needed approval.
+    pub approval_capability: Option<Capability>,
     /// Whether any capability was asked.
     asked: bool,
 }
@@ -105,7 +102,7 @@ impl Default for Strictest {
             outcome: Outcome::Allowed,
             reason: String::new(),
             grant_id: None,
-            approval_capability: String::new(),
+            approval_capability: None,
             asked: false,
         }
     }
@@ -115,13 +112,13 @@ impl Strictest {
     /// Takes one capability's answer into account.
     pub fn add(
         &mut self,
-        capability: &str,
+        capability: Capability,
         outcome: Outcome,
         reason: String,
         grant_id: Option<i64>,
     ) {
-        if outcome == Outcome::ApprovalRequired && self.approval_capability.is_empty() {
-            self.approval_capability = capability.to_owned();
+        if outcome == Outcome::ApprovalRequired && self.approval_capability.is_none() {
+            self.approval_capability = Some(capability);
         }
         // Decided by what was answered, never by the reason's text: an earlier denial
         // with an empty reason must not give way to a later, laxer answer.
@@ -202,21 +199,24 @@ mod tests {
     fn policy_is_asked_about_the_target_only_where_the_capability_has_one() {
         // fs:read is a path capability: the call's target.
         assert_eq!(
-            policy_target("fs:read", "/tmp/x", false).as_deref(),
+            policy_target(Capability::FsRead, "/tmp/x", false).as_deref(),
             Some("/tmp/x")
         );
         // parse:local has no target kind: asked without one.
         assert_eq!(
-            policy_target("parse:local", "/tmp/x", true).as_deref(),
+            policy_target(Capability::ParseLocal, "/tmp/x", true).as_deref(),
             Some("")
         );
         // A secondary capability that needs a target the call does not give is skipped…
-        assert_eq!(policy_target("fs:read", "", true), None);
+        assert_eq!(policy_target(Capability::FsRead, "", true), None);
         // …but a single capability is always asked.
-        assert_eq!(policy_target("fs:read", "", false).as_deref(), Some(""));
-        // An unknown name is asked as an exact target (policy refuses it).
         assert_eq!(
-            policy_target("teleport:now", "x", false).as_deref(),
+            policy_target(Capability::FsRead, "", false).as_deref(),
+            Some("")
+        );
+        // An exact target is asked as written.
+        assert_eq!(
+            policy_target(Capability::MailSend, "x", false).as_deref(),
             Some("x")
         );
     }
@@ -224,18 +224,18 @@ mod tests {
     #[test]
     fn the_strictest_answer_wins_and_the_first_approval_capability_is_kept() {
         let mut s = Strictest::default();
-        s.add("parse:local", Outcome::Allowed, "table".into(), None);
-        s.add("fs:read", Outcome::ApprovalRequired, "asks".into(), None);
+        s.add(Capability::ParseLocal, Outcome::Allowed, "table".into(), None);
+        s.add(Capability::FsRead, Outcome::ApprovalRequired, "asks".into(), None);
         s.add(
-            "network:http",
+            Capability::NetworkHttp,
             Outcome::ApprovalRequired,
             "asks too".into(),
             Some(7),
         );
         assert_eq!(s.outcome, Outcome::ApprovalRequired);
         assert_eq!(s.reason, "asks");
-        assert_eq!(s.approval_capability, "fs:read");
-        s.add("fs:write", Outcome::Denied, "no".into(), None);
+        assert_eq!(s.approval_capability, Some(Capability::FsRead));
+        s.add(Capability::FsWrite, Outcome::Denied, "no".into(), None);
         assert_eq!(s.outcome, Outcome::Denied);
         assert_eq!(s.reason, "no");
         assert_eq!(Strictest::default().outcome, Outcome::Allowed);
@@ -274,8 +274,8 @@ mod tests {
     #[test]
     fn a_denial_without_a_reason_still_wins() {
         let mut s = Strictest::default();
-        s.add("fs:write", Outcome::Denied, String::new(), None);
-        s.add("parse:local", Outcome::Allowed, "table".into(), None);
+        s.add(Capability::FsWrite, Outcome::Denied, String::new(), None);
+        s.add(Capability::ParseLocal, Outcome::Allowed, "table".into(), None);
         assert_eq!(s.outcome, Outcome::Denied);
     }
 
@@ -289,13 +289,14 @@ mod tests {
             let mut s = Strictest::default();
             for (i, (outcome, has_reason)) in answers.iter().enumerate() {
                 let reason = if *has_reason { format!("reason {i}") } else { String::new() };
-                s.add(&format!("cap{i}"), *outcome, reason, None);
+                let capability = Capability::all().nth(i).unwrap();
+                s.add(capability, *outcome, reason, None);
             }
             let answers: Vec<Outcome> = answers.iter().map(|(o, _)| *o).collect();
             let strictest = answers.iter().map(|o| o.strictness()).max().unwrap();
             prop_assert_eq!(s.outcome.strictness(), strictest);
             let needs_approval = answers.contains(&Outcome::ApprovalRequired);
-            prop_assert_eq!(!s.approval_capability.is_empty(), needs_approval);
+            prop_assert_eq!(s.approval_capability.is_some(), needs_approval);
         }
     }
 }

@@ -50,7 +50,7 @@ impl Filters for Noted {
         &self,
         _: AutonomyLevel,
         _: &Principal,
-        capability: &str,
+        capability: metnos_core::Capability,
         _: &str,
     ) -> Result<PolicyAnswer, ClientError> {
         self.note(&format!("policy {capability}"));

@@ -7,6 +7,7 @@
 use std::time::{Duration, Instant};
 
 use metnos_core::call::value_sha256;
+use metnos_core::capability::Capability;
 use metnos_kit::time::now_ms;
 use metnos_proto::approval::v1 as approval;
 use metnos_proto::planner::v1 as pb;
@@ -97,7 +98,7 @@ impl<'a> Suspension<'a> {
         call: Call,
         log: StepLog,
         cleared: &Cleared,
-        capability: &str,
+        capability: Capability,
     ) -> StepOutcome {
         let asked = Asked {
             args: cleared.args.clone(),
@@ -239,10 +240,15 @@ impl<'a> Suspension<'a> {
         {
             return;
         }
+        // A capability the approval service named and this planner does not know offers
+        // nothing.
+        let Ok(capability) = decision.capability.parse::<Capability>() else {
+            return;
+        };
         let seen = crate::proactive::proposals::Approved {
             person: cp.principal(),
             level: cp.level,
-            capability: decision.capability.clone(),
+            capability,
             pattern: decision.territory_pattern.clone(),
             target: decision.target.clone(),
             language: decision

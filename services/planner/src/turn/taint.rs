@@ -25,6 +25,7 @@
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::hash::BuildHasherDefault;
 
+use metnos_core::capability::Capability;
 use metnos_core::provenance::Label;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
@@ -666,22 +667,18 @@ pub enum Sink {
 impl Sink {
     /// Every sink of an executor declaring `capabilities`, each with the capability its
     /// question is about, strongest first (a command runs anything).
-    pub fn all(capabilities: &[String]) -> Vec<(Sink, &str)> {
+    pub fn all(capabilities: &[Capability]) -> Vec<(Sink, Capability)> {
         [
-            ("code:exec", Sink::Exec),
-            ("mail:send", Sink::Mail),
-            ("network:http", Sink::Egress),
-            ("llm:online", Sink::Egress),
-            ("fs:write", Sink::Write),
-            ("channel:out", Sink::ChannelOut),
+            (Capability::CodeExec, Sink::Exec),
+            (Capability::MailSend, Sink::Mail),
+            (Capability::NetworkHttp, Sink::Egress),
+            (Capability::LlmOnline, Sink::Egress),
+            (Capability::FsWrite, Sink::Write),
+            (Capability::ChannelOut, Sink::ChannelOut),
         ]
         .into_iter()
-        .filter_map(|(wanted, sink)| {
-            capabilities
-                .iter()
-                .find(|c| *c == wanted)
-                .map(|c| (sink, c.as_str()))
-        })
+        .filter(|(wanted, _)| capabilities.contains(wanted))
+        .map(|(capability, sink)| (sink, capability))
         .collect()
     }
 }
@@ -945,14 +942,21 @@ mod tests {
         assert!(!mark_sinks(Sink::ChannelOut, me, &mut [content.clone()]));
         // Every sink of an executor counts, not only its first.
         assert_eq!(
-            Sink::all(&["fs:read".into(), "network:http".into(), "fs:write".into()]),
-            vec![(Sink::Egress, "network:http"), (Sink::Write, "fs:write")]
+            Sink::all(&[
+                Capability::FsRead,
+                Capability::NetworkHttp,
+                Capability::FsWrite
+            ]),
+            vec![
+                (Sink::Egress, Capability::NetworkHttp),
+                (Sink::Write, Capability::FsWrite)
+            ]
         );
         assert_eq!(
-            Sink::all(&["llm:online".into()]),
-            vec![(Sink::Egress, "llm:online")]
+            Sink::all(&[Capability::LlmOnline]),
+            vec![(Sink::Egress, Capability::LlmOnline)]
         );
-        assert!(Sink::all(&["fs:read".into()]).is_empty());
+        assert!(Sink::all(&[Capability::FsRead]).is_empty());
         assert_eq!(
             origin_of("https://A.Example:443/x").as_deref(),
             Some("a.example")

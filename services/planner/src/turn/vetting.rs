@@ -10,6 +10,7 @@ use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Instant;
 
+use metnos_core::capability::Capability;
 use metnos_executors::{CallError, Executor};
 use metnos_proto::planner::v1 as pb;
 use metnos_proto::vaglio::v1 as vaglio;
@@ -106,7 +107,7 @@ pub struct Cleared {
     pub target: String,
     /// `Some(capability)`: a person's approval is needed, for this capability (policy
     /// asked, or data from the world reaches a sink).
-    pub approval: Option<String>,
+    pub approval: Option<Capability>,
     /// The arguments made of data earlier steps observed (those reaching a sink marked).
     pub tainted: Vec<crate::turn::taint::Carried>,
     /// A write that runs code later, which the person's message named: asked about at
@@ -335,19 +336,13 @@ impl<'a> Vetting<'a> {
         };
         // A write that runs code later is asked about every time, whatever a grant says.
         let approval = match (approval, &runs_code_later) {
-            (None, Some(_)) => executor
-                .manifest
-                .capabilities
-                .iter()
-                .find(|c| path_write(c))
-                .cloned(),
+            (None, Some(_)) => executor.capabilities.iter().copied().find(|c| path_write(*c)),
             (approval, _) => approval,
         };
         let resolved_target = executor
-            .manifest
             .capabilities
             .iter()
-            .find_map(|capability| self.resolved_path(capability, &target));
+            .find_map(|capability| self.resolved_path(*capability, &target));
         Ok(Cleared {
             executor,
             args,
@@ -419,13 +414,13 @@ impl<'a> Vetting<'a> {
         args: &Value,
         target: &str,
         tainted: &mut [taint::Carried],
-    ) -> Option<String> {
+    ) -> Option<Capability> {
         if tainted.is_empty() {
             return None;
         }
         let host = taint::origin_of(target);
         let mut asked = None;
-        for (sink, capability) in taint::Sink::all(&executor.manifest.capabilities) {
+        for (sink, capability) in taint::Sink::all(&executor.capabilities) {
             let to = taint::Destination {
                 target_arg: executor.manifest.target_arg.as_deref(),
                 host: host.as_deref(),
@@ -435,7 +430,7 @@ impl<'a> Vetting<'a> {
                 navigation: navigation(args),
             };
             if taint::mark_sinks(sink, to, tainted) && asked.is_none() {
-                asked = Some(capability.to_owned());
+                asked = Some(capability);
             }
         }
         asked
@@ -466,8 +461,7 @@ impl<'a> Vetting<'a> {
         target: &str,
     ) -> Option<RunsCodeLater> {
         use metnos_executors::scope::{expand_home, normalize, resolve};
-        if target.trim().is_empty() || !executor.manifest.capabilities.iter().any(|c| path_write(c))
-        {
+        if target.trim().is_empty() || !executor.capabilities.iter().any(|c| path_write(*c)) {
             return None;
         }
         let home = &self.runner.user_home;
@@ -519,7 +513,7 @@ impl<'a> Vetting<'a> {
         proposed: Proposed<'_>,
         found: &mut Findings,
         started: Instant,
-    ) -> Result<Option<String>, Refusal> {
+    ) -> Result<Option<Capability>, Refusal> {
         let Proposed {
             cp,
             executor,
@@ -537,13 +531,11 @@ impl<'a> Vetting<'a> {
         // The vaglio is not asked about a call policy denies: when the table already denies
         // one of the capabilities policy will be asked about, policy alone is asked; else
         // both at once, and a denial drops the vaglio's call (it is cancelled unanswered).
-        let denied_by_table = executor.manifest.capabilities.iter().any(|capability| {
-            let several = executor.manifest.capabilities.len() > 1;
+        let several = executor.capabilities.len() > 1;
+        let denied_by_table = executor.capabilities.iter().any(|&capability| {
             rules::policy_target(capability, target, several).is_some()
-                && metnos_core::Capability::parse(capability).is_ok_and(|c| {
-                    metnos_core::table::table_outcome(cp.level, c)
-                        == metnos_core::table::Outcome::Denied
-                })
+                && metnos_core::table::table_outcome(cp.level, capability)
+                    == metnos_core::table::Outcome::Denied
         });
         let ask_policy = self.ask_policy(cp, executor, target);
         tokio::pin!(ask_vaglio, ask_policy);
@@ -587,7 +579,9 @@ impl<'a> Vetting<'a> {
         found.vaglio_us = took.as_micros() as u64;
         found.checks_us = started.elapsed().as_micros() as u64;
         note_verdict(verdict, found)?;
-        Ok((policy.outcome == Outcome::ApprovalRequired).then_some(policy.approval_capability))
+        Ok(policy
+            .approval_capability
+            .filter(|_| policy.outcome == Outcome::ApprovalRequired))
     }
 
     /// Every capability the executor declares, the strictest answer winning.
@@ -599,10 +593,10 @@ impl<'a> Vetting<'a> {
     ) -> Result<(Strictest, std::time::Duration), ClientError> {
         let started = Instant::now();
         let principal = cp.principal();
-        let capabilities = &executor.manifest.capabilities;
+        let capabilities = &executor.capabilities;
         let several = capabilities.len() > 1;
         let mut strictest = Strictest::default();
-        for capability in capabilities {
+        for &capability in capabilities {
             let Some(asked) = rules::policy_target(capability, target, several) else {
                 continue;
             };
@@ -626,13 +620,10 @@ impl<'a> Vetting<'a> {
     /// Where a path target really leads, when a symbolic link makes that differ from what
     /// is written (`None` for other targets, or when it cannot be resolved: the executor
     /// refuses those).
-    fn resolved_path(&self, capability: &str, target: &str) -> Option<String> {
+    fn resolved_path(&self, capability: Capability, target: &str) -> Option<String> {
         use metnos_executors::scope::{expand_home, normalize, resolve};
-        let kind = metnos_core::Capability::parse(capability)
-            .ok()?
-            .spec()
-            .target_kind;
-        if kind != metnos_core::TargetKind::PathGlob || target.is_empty() {
+        if capability.spec().target_kind != metnos_core::TargetKind::PathGlob || target.is_empty()
+        {
             return None;
         }
         let lexical = normalize(&expand_home(target, &self.runner.user_home));
@@ -723,15 +714,15 @@ fn read_private(
     cp: &Checkpoint,
     executor: &Executor,
     target: &str,
-) -> (Vec<String>, Option<String>) {
-    let egress = taint::Sink::all(&executor.manifest.capabilities)
+) -> (Vec<String>, Option<Capability>) {
+    let egress = taint::Sink::all(&executor.capabilities)
         .into_iter()
         .find(|(sink, _)| match sink {
             taint::Sink::Egress | taint::Sink::Mail => true,
             taint::Sink::ChannelOut => target != cp.sender_id,
             taint::Sink::Write | taint::Sink::Exec => false,
         })
-        .map(|(_, capability)| capability.to_owned());
+        .map(|(_, capability)| capability);
     if egress.is_none() {
         return (Vec::new(), None);
     }
@@ -752,11 +743,9 @@ fn navigation(args: &Value) -> bool {
 }
 
 /// Whether `capability` writes a path (`fs:write`).
-fn path_write(capability: &str) -> bool {
-    metnos_core::Capability::parse(capability).is_ok_and(|c| {
-        let spec = c.spec();
-        spec.target_kind == metnos_core::TargetKind::PathGlob && !spec.reads_only
-    })
+fn path_write(capability: Capability) -> bool {
+    let spec = capability.spec();
+    spec.target_kind == metnos_core::TargetKind::PathGlob && !spec.reads_only
 }
 
 /// Whether a path names a hidden file or folder (`~/.bashrc`, `~/.config/x`).
@@ -806,13 +795,16 @@ fn judge_request(proposed: Proposed<'_>, step: u32) -> vaglio::JudgeRequest {
             mode: mode_name(cp.mode).to_owned(),
             step,
             capability: executor
-                .manifest
                 .capabilities
                 .first()
-                .cloned()
+                .map(|c| c.name().to_owned())
                 .unwrap_or_default(),
             critical: Some(executor.manifest.critical),
-            capabilities: executor.manifest.capabilities.clone(),
+            capabilities: executor
+                .capabilities
+                .iter()
+                .map(|c| c.name().to_owned())
+                .collect(),
             level: cp.level.to_wire(),
             principal: Some(cp.principal().to_proto()),
             read_private: !cp.read_private().is_empty(),
@@ -845,16 +837,10 @@ fn note_policy(
         Outcome::Denied => PolicyCheck::Denied,
     });
     found.grant_id = policy.grant_id;
-    let decided_on = if policy.approval_capability.is_empty() {
-        executor
-            .manifest
-            .capabilities
-            .first()
-            .cloned()
-            .unwrap_or_default()
-    } else {
-        policy.approval_capability.clone()
-    };
+    let decided_on = policy
+        .approval_capability
+        .or_else(|| executor.capabilities.first().copied())
+        .map_or("", Capability::name);
     found.policy_reason = Some(format!(
         "{} x {decided_on} = {}{}",
         level,

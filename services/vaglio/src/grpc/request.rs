@@ -2,6 +2,7 @@
 //! ([`Proposal`]), a proposal to weigh ([`ProposalIn`]), a person's answer ([`Signal`]). A
 //! request that does not hold is a [`BadRequest`]: INVALID_ARGUMENT, naming the field.
 
+use metnos_core::capability::{Capability, UnknownCapability};
 use metnos_core::limits::{self, TooBig};
 use metnos_core::principal::PrincipalError;
 use metnos_core::{AutonomyLevel, Principal};
@@ -46,6 +47,11 @@ pub enum BadRequest {
     NotItsChannel { channel: String, principal: String },
     #[error("proposal.session_id is empty: the CLI's quota is per session")]
     NoSession,
+    #[error("{field}: {error}")]
+    Capability {
+        field: &'static str,
+        error: UnknownCapability,
+    },
 }
 
 impl From<BadRequest> for Status {
@@ -85,6 +91,23 @@ impl TryFrom<pb::JudgeRequest> for Proposal {
             limits::bytes("context.capabilities[]", capability, limits::CAPABILITY)?;
         }
         provenance_within_bounds(&context.provenance)?;
+        // A name outside the registry would slip past the guard's shell and write rules,
+        // which look for `code:exec` and `fs:write`: it is refused, never ignored.
+        let capability = Capability::parse_optional(&context.capability).map_err(|error| {
+            BadRequest::Capability {
+                field: "context.capability",
+                error,
+            }
+        })?;
+        let capabilities = context
+            .capabilities
+            .iter()
+            .map(|name| Capability::parse(name))
+            .collect::<Result<Vec<_>, _>>()
+            .map_err(|error| BadRequest::Capability {
+                field: "context.capabilities[]",
+                error,
+            })?;
         Ok(Proposal {
             provenance: context
                 .provenance
@@ -101,8 +124,8 @@ impl TryFrom<pb::JudgeRequest> for Proposal {
             mode: context.mode,
             read_private: context.read_private,
             step: context.step,
-            capability: context.capability,
-            capabilities: context.capabilities,
+            capability,
+            capabilities,
             critical: context.critical,
             asker: AutonomyLevel::from_wire(context.level).ok().zip(
                 context
