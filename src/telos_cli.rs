@@ -322,7 +322,7 @@ impl Vaglio {
                     kind: dry_run.kind,
                     effect_class: dry_run.effect_class,
                     description: dry_run.summary,
-                    channel: person.channel.clone(),
+                    channel: person.channel().to_owned(),
                     origin: origin as i32,
                     principal: Some(person.to_proto()),
                     session_id: "dry-run".to_owned(),

@@ -1002,7 +1002,11 @@ async fn every_rpc_refuses_an_oversized_field_with_a_short_message() {
     // capitals) would slip past the guard's shell rules: refused, naming the field.
     for (field, capability, capabilities) in [
         ("context.capability", "Code:Exec", vec![]),
-        ("context.capabilities[]", "fs:read", vec!["fs:read", "code:exec "]),
+        (
+            "context.capabilities[]",
+            "fs:read",
+            vec!["fs:read", "code:exec "],
+        ),
         ("context.capabilities[]", "", vec!["code_exec"]),
     ] {
         let mut odd = judge("tidy up".into());

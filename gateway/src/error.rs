@@ -10,6 +10,8 @@ use tonic::Status;
 pub enum Error {
     #[error("principal is missing (channel and sender_id are required)")]
     MissingPrincipal,
+    #[error(transparent)]
+    Principal(#[from] metnos_core::principal::PrincipalError),
     #[error("text is empty")]
     EmptyText,
     #[error("the card has no lines")]
@@ -60,6 +62,7 @@ impl From<Error> for Status {
     fn from(error: Error) -> Status {
         match error {
             Error::MissingPrincipal
+            | Error::Principal(_)
             | Error::EmptyText
             | Error::EmptyCard
             | Error::MissingMessage

@@ -97,10 +97,9 @@ pub fn pairing_msg(p: &Pairing) -> pb::Pairing {
 /// The principal a request names: both parts present (the store finds the rest).
 fn principal_of(p: Option<common::Principal>) -> Result<Principal, Error> {
     match p {
-        Some(p) if !p.channel.is_empty() && !p.sender_id.is_empty() => Ok(Principal {
-            channel: p.channel,
-            sender_id: p.sender_id,
-        }),
+        Some(p) if !p.channel.is_empty() && !p.sender_id.is_empty() => {
+            Ok(Principal::new(&p.channel, &p.sender_id)?)
+        }
         _ => Err(Error::MissingPrincipal),
     }
 }
@@ -143,7 +142,7 @@ impl GatewayApi {
     /// The principal's pairing, or NOT_FOUND.
     async fn paired(&self, principal: &Principal) -> Result<Pairing, Error> {
         self.store
-            .pairing(&principal.channel, &principal.sender_id)
+            .pairing(principal.channel(), principal.sender_id())
             .await?
             .ok_or(Error::NotPaired)
     }
@@ -197,7 +196,7 @@ impl GatewayService for GatewayApi {
             limits::IDEMPOTENCY_KEY,
         )
         .map_err(Error::from)?;
-        let outbox = self.outbox_for(&principal.channel)?;
+        let outbox = self.outbox_for(principal.channel())?;
         let chat = self.chat_of(&principal).await?;
         let key = (!request.idempotency_key.is_empty()).then_some(request.idempotency_key);
         if let Some(key) = &key
@@ -265,7 +264,7 @@ impl GatewayService for GatewayApi {
         if card.lines.is_empty() {
             return Err(Error::EmptyCard.into());
         }
-        let outbox = self.outbox_for(&principal.channel)?;
+        let outbox = self.outbox_for(principal.channel())?;
         let chat = self.chat_of(&principal).await?;
         // On a task of its own, as a message: a card Telegram showed is remembered even if
         // the caller stopped waiting.
@@ -358,7 +357,7 @@ impl GatewayService for GatewayApi {
         let before = self.paired(&principal).await?;
         let changed = self
             .store
-            .set_level(&principal.channel, &principal.sender_id, level)
+            .set_level(principal.channel(), principal.sender_id(), level)
             .await
             .map_err(Error::from)?;
         if !changed {
@@ -386,13 +385,13 @@ impl GatewayService for GatewayApi {
         let principal = principal_of(request.into_inner().principal)?;
         let language = self
             .store
-            .pairing(&principal.channel, &principal.sender_id)
+            .pairing(principal.channel(), principal.sender_id())
             .await
             .map_err(Error::from)?
             .map(|p| p.language);
         let revoked = self
             .store
-            .revoke(&principal.channel, &principal.sender_id)
+            .revoke(principal.channel(), principal.sender_id())
             .await
             .map_err(Error::from)?;
         // Revoked first, so nothing new starts for them; then what they had under way stops.

@@ -124,6 +124,69 @@ async fn levels_change_and_revocation_is_idempotent(test: TestStore) {
     assert!(store.pairings().await.unwrap().is_empty());
 }
 
+/// A pairing whose level or language this version does not know is left out of the list
+/// (the others still show) and that person's own lookup is an error naming the column,
+/// never a pairing at some other level.
+async fn a_pairing_this_version_cannot_read_is_refused_not_guessed(test: TestStore) {
+    let db = common::open_db(&test).await;
+    let store = Store::new(db.clone());
+    let bob = Stranger {
+        sender_id: "4343",
+        chat_id: "4343",
+        display_name: "Bob",
+        ..ada()
+    };
+    let cy = Stranger {
+        sender_id: "4444",
+        chat_id: "4444",
+        display_name: "Cy",
+        ..ada()
+    };
+    for (who, code) in [(ada(), "AAAA7777"), (bob, "BBBB7777"), (cy, "CCCC7777")] {
+        store.request_code(&who, code, 1).await.unwrap();
+        store
+            .approve_code(code, AutonomyLevel::ReadOnly, 2)
+            .await
+            .unwrap()
+            .unwrap();
+    }
+    metnos_kit::on_db!(&db, pool => {
+        sqlx::query("UPDATE pairings SET level = 'godlike' WHERE sender_id = '4242'")
+            .execute(pool)
+            .await
+            .unwrap();
+        sqlx::query("UPDATE pairings SET language = 'klingon' WHERE sender_id = '4444'")
+            .execute(pool)
+            .await
+            .unwrap();
+    });
+    let listed: Vec<String> = store
+        .pairings()
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|p| p.sender_id)
+        .collect();
+    assert_eq!(listed, ["4343"]);
+    for (sender, column) in [("4242", "level"), ("4444", "language")] {
+        let error = store
+            .pairing("telegram", sender)
+            .await
+            .unwrap_err()
+            .to_string();
+        assert!(error.contains(column), "{sender}: {error}");
+    }
+    assert_eq!(
+        store
+            .pairing("telegram", "4343")
+            .await
+            .unwrap()
+            .unwrap()
+            .level,
+        AutonomyLevel::ReadOnly
+    );
+}
+
 async fn the_offset_moves_with_handled_updates(test: TestStore) {
     let store = open(&test).await;
     assert_eq!(store.setting("telegram.offset").await.unwrap(), None);
@@ -179,6 +242,7 @@ async fn cards_stay_open_until_closed_and_are_reminded_once(test: TestStore) {
 }
 
 metnos_kit::store_suite!(
+    a_pairing_this_version_cannot_read_is_refused_not_guessed,
     cards_stay_open_until_closed_and_are_reminded_once,
     a_code_pairs_once_and_only_in_time,
     levels_change_and_revocation_is_idempotent,

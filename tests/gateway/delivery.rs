@@ -275,6 +275,24 @@ async fn a_message_whose_answer_was_lost_is_not_sent_again_and_its_caller_is_tol
         .await
         .unwrap_err();
     assert_eq!(long_key.code(), tonic::Code::InvalidArgument);
+    // A person whose id is no principal's (a line break, past 256 bytes) is refused by name,
+    // never looked up as someone.
+    for sender_id in [format!("{ADA}\n"), "9".repeat(300)] {
+        let mut odd = send("x", "");
+        odd.principal.as_mut().unwrap().sender_id = sender_id.clone();
+        let refused = client.send_message(odd).await.unwrap_err();
+        assert_eq!(
+            refused.code(),
+            tonic::Code::InvalidArgument,
+            "{sender_id:?}"
+        );
+        assert!(
+            refused.message().starts_with("principal sender_id"),
+            "{sender_id:?}: {}",
+            refused.message()
+        );
+    }
+    assert_eq!(shown("x"), 0, "nothing went");
     let Stack { up, .. } = s;
     let (code, stderr) = up.interrupt().await;
     assert_eq!(code, 0, "{stderr}");

@@ -191,11 +191,10 @@ pub(super) fn click_refusal(
     text::say(lang, said)
 }
 
-pub(super) fn person(sender_id: &str) -> Principal {
-    Principal {
-        channel: CHANNEL.to_owned(),
-        sender_id: sender_id.to_owned(),
-    }
+/// The person a Telegram user id names (none for an id no principal could hold; Telegram's
+/// are numbers).
+pub(super) fn person(sender_id: &str) -> Option<Principal> {
+    Principal::new(CHANNEL, sender_id).ok()
 }
 
 /// What a proposal's answer teaches the telos engine: accept is what recorded the grant (a

@@ -164,7 +164,9 @@ impl Conversation {
             return self.greet_stranger(&message).await;
         };
         let lang = pairing.language;
-        let who = person(&message.sender);
+        let Some(who) = person(&message.sender) else {
+            return Reply::default();
+        };
         // After a grant offer's Edit, their next message is the pattern, not a turn.
         let editing = self
             .state()
@@ -230,7 +232,12 @@ impl Conversation {
         match self.planner.clone().run_turn(request).await {
             Ok(stream) => {
                 let this = Arc::clone(self);
-                tokio::spawn(this.follow(stream.into_inner(), chat, who.sender_id, lang));
+                tokio::spawn(this.follow(
+                    stream.into_inner(),
+                    chat,
+                    who.sender_id().to_owned(),
+                    lang,
+                ));
                 Reply::default()
             }
             Err(status) => {
@@ -435,7 +442,7 @@ impl Conversation {
         let offer = self.pending_of(&token).await.filter(|p| {
             [proposals::GRANT_OFFER, tools::SCHEDULE_CREATE].contains(&p.executor.as_str())
                 && p.status == approval::ApprovalStatus::Pending as i32
-                && p.requester.as_ref() == Some(&person(&click.clicker).to_proto())
+                && p.requester.as_ref() == person(&click.clicker).map(|p| p.to_proto()).as_ref()
         });
         let (Some(offer), Ok(chat)) = (offer, click.clicker.parse::<i64>()) else {
             return unknown_button(&click);
@@ -540,7 +547,7 @@ impl Conversation {
         let request = approval::ResolveRequest {
             token: token.clone(),
             decision: decision as i32,
-            decider: Some(person(&click.clicker).to_proto()),
+            decider: person(&click.clicker).map(|p| p.to_proto()),
             territory: territory as i32,
             edited_pattern: String::new(),
             edited_schedule: String::new(),
@@ -559,11 +566,13 @@ impl Conversation {
             // button is understood as such, however its data was spaced.
             let never = matches!(action_of(&click.data), Ok(ClickAction::Never(_)));
             let revocation = pending.executor == proposals::GRANT_REVOKE;
-            feedback_kind(decision, territory, never, revocation).map(|kind| Then::Feedback {
-                proposal_id,
-                kind,
-                who: person(&click.clicker),
-            })
+            feedback_kind(decision, territory, never, revocation)
+                .zip(person(&click.clicker))
+                .map(|(kind, who)| Then::Feedback {
+                    proposal_id,
+                    kind,
+                    who,
+                })
         } else {
             // A turn's stream not followed here (a restart, another replica) is continued.
             Some(Then::Resume {
@@ -653,7 +662,7 @@ impl Conversation {
             // A turn waits for this card: went on here, or resumed by the person.
             Edits::Schedule => Some(Then::Resume {
                 token: token.clone(),
-                sender: who.sender_id.clone(),
+                sender: who.sender_id().to_owned(),
                 lang,
             }),
             Edits::Pattern => proposal_of(&pending).map(|proposal_id| Then::Feedback {
@@ -683,7 +692,7 @@ impl Conversation {
         // The one who clicked resumes their own turn (the planner checks it is theirs).
         let request = pb::ResumeTurnRequest {
             target: Some(pb::resume_turn_request::Target::ApprovalToken(token)),
-            principal: Some(person(&sender).to_proto()),
+            principal: person(&sender).map(|p| p.to_proto()),
         };
         let this = Arc::clone(self);
         tokio::spawn(async move {

@@ -14,6 +14,7 @@ use std::path::Path;
 use metnos_core::capability::{Capability, DefaultApproval};
 use metnos_core::language::Language;
 use metnos_core::level::AutonomyLevel;
+use metnos_core::names::Builtin;
 use serde_json::Value;
 
 use crate::card::shown;
@@ -84,7 +85,7 @@ impl Described {
         args_json: &str,
         language: Language,
     ) -> Described {
-        if executor != "web_fetch" {
+        if Builtin::of(executor) != Some(Builtin::WebFetch) {
             return self;
         }
         let args = serde_json::from_str::<Value>(args_json).unwrap_or(Value::Null);
@@ -174,19 +175,20 @@ pub fn describe(
     } else {
         target
     };
-    let is_path = matches!(executor, "fs_write" | "fs_read" | "fs_list" | "parse_local");
+    let builtin = Builtin::of(executor);
+    let is_path = builtin.is_some_and(|b| b == Builtin::FsWrite || b.reads_files());
     let place = if is_path {
         whole(&normalized(target, home))
     } else {
         whole(target)
     };
-    let (verb, summary) = match executor {
-        "fs_write" => file_write(&args, &place, from_earlier, it),
-        "fs_read" | "parse_local" => (
+    let (verb, summary) = match builtin {
+        Some(Builtin::FsWrite) => file_write(&args, &place, from_earlier, it),
+        Some(Builtin::FsRead | Builtin::ParseLocal) => (
             if it { "legga un file" } else { "read a file" }.to_owned(),
             place,
         ),
-        "fs_list" => (
+        Some(Builtin::FsList) => (
             if it {
                 "elenchi una cartella"
             } else {
@@ -195,10 +197,10 @@ pub fn describe(
             .to_owned(),
             place,
         ),
-        "web_fetch" => web_fetch(&args, target, from_earlier, it),
-        "shell_exec" => shell(&args, from_earlier, it),
-        other => {
-            let name = short(other, 40);
+        Some(Builtin::WebFetch) => web_fetch(&args, target, from_earlier, it),
+        Some(Builtin::ShellExec) => shell(&args, from_earlier, it),
+        Some(Builtin::TimeNow) | None => {
+            let name = short(executor, 40);
             let args = whole(&args.to_string());
             let mut summary = if target.is_empty() {
                 format!("{name} {args}")
@@ -935,15 +937,27 @@ mod tests {
     #[test]
     fn the_reason_says_the_level_and_what_it_asks_about() {
         assert_eq!(
-            reason(AutonomyLevel::Supervised, Some(Capability::FsWrite), Language::English),
+            reason(
+                AutonomyLevel::Supervised,
+                Some(Capability::FsWrite),
+                Language::English
+            ),
             "Why: at Supervised, writing files asks first"
         );
         assert_eq!(
-            reason(AutonomyLevel::Supervised, Some(Capability::NetworkHttp), Language::Italian),
+            reason(
+                AutonomyLevel::Supervised,
+                Some(Capability::NetworkHttp),
+                Language::Italian
+            ),
             "Perché: al livello Supervised, usare la rete chiede conferma"
         );
         assert_eq!(
-            reason(AutonomyLevel::Full, Some(Capability::MailSend), Language::English),
+            reason(
+                AutonomyLevel::Full,
+                Some(Capability::MailSend),
+                Language::English
+            ),
             "Why: sending mail is always asked first"
         );
     }

@@ -139,7 +139,7 @@ fn refused(mut status: Status, refusal: ResolveRefusal) -> Status {
 /// `cli`'s); services that speak for nobody (the planner) are refused here — call this
 /// only where a person must be spoken for.
 fn speaks_for(caller: Identity, principal: &Principal) -> Result<(), Error> {
-    if Caller::speaks_for(caller, &principal.channel) {
+    if Caller::speaks_for(caller, principal.channel()) {
         return Ok(());
     }
     Err(Error::NotItsPeople {
@@ -160,8 +160,8 @@ fn may_see(caller: Identity, pending: &Pending) -> Result<(), Error> {
 
 fn principal_msg(p: &Principal) -> PrincipalMsg {
     PrincipalMsg {
-        channel: p.channel.clone(),
-        sender_id: p.sender_id.clone(),
+        channel: p.channel().to_owned(),
+        sender_id: p.sender_id().to_owned(),
     }
 }
 

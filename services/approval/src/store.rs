@@ -6,7 +6,7 @@ use metnos_core::capability::Capability;
 use metnos_core::level::AutonomyLevel;
 use metnos_core::principal::Principal;
 use metnos_kit::on_db;
-use metnos_kit::store::{Db, EmbeddedMigration, Migrations, Pool};
+use metnos_kit::store::{Db, EmbeddedMigration, Migrations, Pool, stored_principal};
 use sqlx::Row;
 
 use crate::card::{Language, Reversibility, Territory};
@@ -258,15 +258,12 @@ where
         row.try_get::<Option<String>, _>("decision_by_channel")?,
         row.try_get::<Option<String>, _>("decision_by_sender")?,
     ) {
-        (Some(channel), Some(sender_id)) => Some(Principal { channel, sender_id }),
+        (Some(channel), Some(sender_id)) => Some(stored_principal(&channel, &sender_id)?),
         _ => None,
     };
     Ok(Pending {
         token: text("token")?,
-        requester: Principal {
-            channel: text("channel")?,
-            sender_id: text("sender_id")?,
-        },
+        requester: stored_principal(&text("channel")?, &text("sender_id")?)?,
         action_verb: text("action_verb")?,
         target_summary: text("target_summary")?,
         capability_class: text("capability_class")?,
@@ -342,8 +339,8 @@ impl PendingStore {
         on_db!(&self.db, pool => {
             sqlx::query(sqlx::AssertSqlSafe(sql))
                 .bind(&p.token)
-                .bind(&p.requester.channel)
-                .bind(&p.requester.sender_id)
+                .bind(p.requester.channel())
+                .bind(p.requester.sender_id())
                 .bind(&p.capability_class)
                 .bind(&p.action_verb)
                 .bind(&p.target_summary)
@@ -360,8 +357,8 @@ impl PendingStore {
                 .bind(p.expires_at)
                 .bind(p.status.as_str())
                 .bind(p.decision_at)
-                .bind(p.decided_by.as_ref().map(|d| d.channel.clone()))
-                .bind(p.decided_by.as_ref().map(|d| d.sender_id.clone()))
+                .bind(p.decided_by.as_ref().map(|d| d.channel().to_owned()))
+                .bind(p.decided_by.as_ref().map(|d| d.sender_id().to_owned()))
                 .bind(&p.cancel_reason)
                 .bind(p.grant_id)
                 .bind(&p.extra_json)
@@ -391,8 +388,8 @@ impl PendingStore {
                    AND capability_class = $3 AND status = 'approved'";
         let count: i64 = on_db!(&self.db, pool => {
             sqlx::query_scalar(sql)
-                .bind(&requester.channel)
-                .bind(&requester.sender_id)
+                .bind(requester.channel())
+                .bind(requester.sender_id())
                 .bind(capability_class)
                 .fetch_one(pool)
                 .await?
@@ -419,8 +416,8 @@ impl PendingStore {
             sqlx::query(sql)
                 .bind(status.as_str())
                 .bind(now)
-                .bind(&decider.channel)
-                .bind(&decider.sender_id)
+                .bind(decider.channel())
+                .bind(decider.sender_id())
                 .bind(territory.as_str())
                 .bind(token)
                 .bind(edited)
@@ -533,8 +530,7 @@ impl PendingStore {
             "SELECT {COLUMNS} FROM pending WHERE {status} AND {person} \
              ORDER BY created_at DESC, token LIMIT $1"
         );
-        let (channel, sender) =
-            requester.map_or(("", ""), |p| (p.channel.as_str(), p.sender_id.as_str()));
+        let (channel, sender) = requester.map_or(("", ""), |p| (p.channel(), p.sender_id()));
         on_db!(&self.db, pool => {
             let query = sqlx::query(sqlx::AssertSqlSafe(sql)).bind(i64::from(limit));
             let query = if requester.is_some() { query.bind(channel).bind(sender) } else { query };

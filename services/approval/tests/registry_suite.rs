@@ -159,6 +159,61 @@ async fn an_unknown_or_malformed_token_is_refused(store: TestStore) {
     ));
 }
 
+/// A stored request whose person or capability is not one (a row edited by hand) is an
+/// error naming what is wrong, never a request someone with an empty name could approve.
+async fn a_stored_request_that_names_no_person_is_unreadable(store: TestStore) {
+    let (approvals, _) = open(&store).await;
+    let (pending, _) = approvals.create(request(Territory::None)).await.unwrap();
+    for (column, value, says) in [
+        ("sender_id", "", "principal has an empty sender_id"),
+        (
+            "channel",
+            "tele\ngram",
+            "principal channel contains a control character",
+        ),
+        ("capability", "fs:delete", "unknown capability `fs:delete`"),
+    ] {
+        metnos_kit::on_db!(approvals.store().db(), pool => {
+            sqlx::query(sqlx::AssertSqlSafe(format!(
+                "UPDATE pending SET {column} = $1 WHERE token = $2"
+            )))
+            .bind(value)
+            .bind(&pending.token)
+            .execute(pool)
+            .await
+            .unwrap();
+        });
+        let error = approvals.get(&pending.token).await.unwrap_err().to_string();
+        assert!(error.contains(says), "{column}: {error}");
+        assert!(
+            approvals
+                .resolve(
+                    &pending.token,
+                    Decision::Approve,
+                    Territory::None,
+                    &roberto()
+                )
+                .await
+                .is_err(),
+            "{column}"
+        );
+        // Put back for the next column.
+        metnos_kit::on_db!(approvals.store().db(), pool => {
+            sqlx::query(
+                "UPDATE pending SET channel = $1, sender_id = $2, capability = $3 WHERE token = $4",
+            )
+            .bind(pending.requester.channel())
+            .bind(pending.requester.sender_id())
+            .bind(Capability::name_of(pending.capability))
+            .bind(&pending.token)
+            .execute(pool)
+            .await
+            .unwrap();
+        });
+    }
+    assert_eq!(approvals.get(&pending.token).await.unwrap(), pending);
+}
+
 /// Seed case 5: resolve_doppia_chiamata_e_idempotenza.
 async fn a_second_resolve_is_refused(store: TestStore) {
     let (approvals, _) = open(&store).await;
@@ -966,6 +1021,7 @@ metnos_kit::store_suite!(
     create_issues_a_token_and_a_pending_record,
     the_requester_approves_or_rejects_once,
     an_unknown_or_malformed_token_is_refused,
+    a_stored_request_that_names_no_person_is_unreadable,
     a_second_resolve_is_refused,
     another_decider_is_refused_and_expiry_persists,
     concurrent_resolves_succeed_exactly_once,

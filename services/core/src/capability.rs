@@ -390,14 +390,23 @@ mod tests {
             .unwrap_err()
             .to_string();
         assert!(err.contains("fs:delete"), "{err}");
-        assert!(err.contains("fs:write"), "the known names are listed: {err}");
-        assert_eq!("code:exec".parse::<Capability>().unwrap(), Capability::CodeExec);
+        assert!(
+            err.contains("fs:write"),
+            "the known names are listed: {err}"
+        );
+        assert_eq!(
+            "code:exec".parse::<Capability>().unwrap(),
+            Capability::CodeExec
+        );
         assert_eq!(Capability::parse_optional(""), Ok(None));
         assert_eq!(
             Capability::parse_optional("mail:read"),
             Ok(Some(Capability::MailRead))
         );
-        assert!(Capability::parse_optional(" ").is_err(), "only empty is none");
+        assert!(
+            Capability::parse_optional(" ").is_err(),
+            "only empty is none"
+        );
         assert_eq!(Capability::name_of(None), "");
         assert_eq!(Capability::name_of(Some(Capability::TimeRead)), "time:read");
     }

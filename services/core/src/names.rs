@@ -30,3 +30,77 @@ pub mod proposals {
     /// A standing order's result.
     pub const STANDING_ORDER: &str = "standing_order";
 }
+
+/// The executors Metnos ships (in `metnos-exec`, `metnos-web`, `metnos-shell`), which the
+/// planner, the vaglio and approval's cards know by what they do.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Builtin {
+    FsRead,
+    FsList,
+    FsWrite,
+    ParseLocal,
+    WebFetch,
+    ShellExec,
+    TimeNow,
+}
+
+impl Builtin {
+    /// Every one of them.
+    pub const ALL: [Builtin; 7] = [
+        Builtin::FsRead,
+        Builtin::FsList,
+        Builtin::FsWrite,
+        Builtin::ParseLocal,
+        Builtin::WebFetch,
+        Builtin::ShellExec,
+        Builtin::TimeNow,
+    ];
+
+    /// Its name in the catalog.
+    pub const fn name(self) -> &'static str {
+        match self {
+            Builtin::FsRead => "fs_read",
+            Builtin::FsList => "fs_list",
+            Builtin::FsWrite => "fs_write",
+            Builtin::ParseLocal => "parse_local",
+            Builtin::WebFetch => "web_fetch",
+            Builtin::ShellExec => "shell_exec",
+            Builtin::TimeNow => "time_now",
+        }
+    }
+
+    /// The built-in named `name` (exactly), if it is one.
+    pub fn of(name: &str) -> Option<Builtin> {
+        Builtin::ALL.into_iter().find(|b| b.name() == name)
+    }
+
+    /// Whether it reads the local file its target names (`fs_read`, `fs_list`,
+    /// `parse_local` given a path).
+    pub fn reads_files(self) -> bool {
+        matches!(
+            self,
+            Builtin::FsRead | Builtin::FsList | Builtin::ParseLocal
+        )
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn each_builtin_is_found_by_its_exact_name_only() {
+        for builtin in Builtin::ALL {
+            assert_eq!(Builtin::of(builtin.name()), Some(builtin));
+            assert_eq!(Builtin::of(&builtin.name().to_uppercase()), None);
+            assert_eq!(Builtin::of(&format!("{} ", builtin.name())), None);
+        }
+        assert_eq!(Builtin::of("fs_delete"), None);
+        let readers: Vec<&str> = Builtin::ALL
+            .into_iter()
+            .filter(|b| b.reads_files())
+            .map(Builtin::name)
+            .collect();
+        assert_eq!(readers, ["fs_read", "fs_list", "parse_local"]);
+    }
+}

@@ -11,11 +11,30 @@ pub const TERMINAL: &str = "cli";
 /// Longest channel or sender id accepted, in bytes.
 pub const MAX_ID_LEN: usize = 256;
 
-/// A person as seen by one channel.
-#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
+/// A person as seen by one channel. Its parts are private: every principal went through
+/// [`Principal::new`]'s checks (JSON too: `{"channel", "sender_id"}`, read through them).
+#[derive(
+    Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord, serde::Serialize, serde::Deserialize,
+)]
+#[serde(try_from = "Unchecked")]
 pub struct Principal {
-    pub channel: String,
-    pub sender_id: String,
+    channel: String,
+    sender_id: String,
+}
+
+/// A principal as written, before its checks.
+#[derive(serde::Deserialize)]
+struct Unchecked {
+    channel: String,
+    sender_id: String,
+}
+
+impl TryFrom<Unchecked> for Principal {
+    type Error = PrincipalError;
+
+    fn try_from(written: Unchecked) -> Result<Principal, PrincipalError> {
+        Principal::new(&written.channel, &written.sender_id)
+    }
 }
 
 /// Why a principal cannot be used.
@@ -47,6 +66,16 @@ impl Principal {
             channel: channel.to_owned(),
             sender_id: sender_id.to_owned(),
         })
+    }
+
+    /// The channel that sees this person (`telegram`, [`TERMINAL`]).
+    pub fn channel(&self) -> &str {
+        &self.channel
+    }
+
+    /// Who the person is on that channel (a Telegram user id, the terminal's user).
+    pub fn sender_id(&self) -> &str {
+        &self.sender_id
     }
 
     /// Whether this is the person at the terminal ([`TERMINAL`]).
@@ -113,5 +142,25 @@ mod tests {
         let principal = Principal::try_from(&message).unwrap();
         assert_eq!(principal.to_proto(), message);
         assert_eq!(principal.to_string(), "cli:roberto");
+        assert!(principal.is_terminal());
+        assert_eq!(
+            (principal.channel(), principal.sender_id()),
+            ("cli", "roberto")
+        );
+    }
+
+    #[test]
+    fn a_principal_read_from_json_goes_through_the_same_checks() {
+        let anna = Principal::new("telegram", "42").unwrap();
+        let written = serde_json::to_string(&anna).unwrap();
+        assert_eq!(written, r#"{"channel":"telegram","sender_id":"42"}"#);
+        assert_eq!(serde_json::from_str::<Principal>(&written).unwrap(), anna);
+        for bad in [
+            r#"{"channel":"","sender_id":"42"}"#,
+            r#"{"channel":"telegram","sender_id":"4\n2"}"#,
+        ] {
+            let err = serde_json::from_str::<Principal>(bad).unwrap_err();
+            assert!(err.to_string().contains("principal"), "{bad}: {err}");
+        }
     }
 }

@@ -168,6 +168,16 @@ macro_rules! on_db {
 
 /// Whether a driver error means the store cannot be reached (as opposed to a bad query
 /// or a constraint): the service should answer UNAVAILABLE and report NOT_SERVING.
+/// The person a stored row names, checked as any principal is: a row that names none
+/// (edited by hand, written by a bug) is a decode error, never a person.
+pub fn stored_principal(
+    channel: &str,
+    sender_id: &str,
+) -> Result<metnos_core::Principal, sqlx::Error> {
+    metnos_core::Principal::new(channel, sender_id)
+        .map_err(|e| sqlx::Error::Decode(format!("stored {e}").into()))
+}
+
 pub fn is_unreachable(error: &sqlx::Error) -> bool {
     matches!(
         error,

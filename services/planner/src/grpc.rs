@@ -150,7 +150,7 @@ fn acting(
 
 /// Whether `caller` speaks for people of `principal`'s channel.
 fn may_act_for(caller: Identity, principal: &Principal) -> Result<(), Error> {
-    if Caller::speaks_for(caller, &principal.channel) {
+    if Caller::speaks_for(caller, principal.channel()) {
         return Ok(());
     }
     Err(Error::NotItsPeople {
@@ -162,7 +162,7 @@ fn may_act_for(caller: Identity, principal: &Principal) -> Result<(), Error> {
 
 /// A turn is acted on only for its own person.
 fn theirs(turn: &StoredTurn, who: &Principal) -> Result<(), Error> {
-    if turn.channel == who.channel && turn.sender_id == who.sender_id {
+    if turn.channel == who.channel() && turn.sender_id == who.sender_id() {
         return Ok(());
     }
     Err(Error::NotTheirTurn {
@@ -421,10 +421,10 @@ impl PlannerService for PlannerApi {
             Some(pb::cancel_turn_request::Target::Principal(p)) => {
                 let who = acting(caller, Some(p))?;
                 let turns = if request.all {
-                    store.unfinished_of(&who.channel, &who.sender_id).await
+                    store.unfinished_of(who.channel(), who.sender_id()).await
                 } else {
                     store
-                        .current_of(&who.channel, &who.sender_id)
+                        .current_of(who.channel(), who.sender_id())
                         .await
                         .map(|t| t.into_iter().collect())
                 };
@@ -562,7 +562,7 @@ impl PlannerService for PlannerApi {
         let scheduler = self.scheduler()?;
         let person = acting(caller, r.principal.as_ref())?;
         if !person.is_terminal() {
-            return Err(Error::NotCliSchedule(limits::shown(&person.channel)).into());
+            return Err(Error::NotCliSchedule(limits::shown(person.channel())).into());
         }
         limits::bytes("schedule", &r.schedule, crate::schedule::MAX_LEN).map_err(Error::from)?;
         limits::bytes("query", &r.query, limits::QUERY).map_err(Error::from)?;
@@ -607,11 +607,7 @@ impl PlannerService for PlannerApi {
         };
         let tasks = scheduler
             .store
-            .list(
-                person
-                    .as_ref()
-                    .map(|p| (p.channel.as_str(), p.sender_id.as_str())),
-            )
+            .list(person.as_ref().map(|p| (p.channel(), p.sender_id())))
             .await
             .map_err(Error::from)?;
         Ok(Response::new(pb::ListSchedulesResponse {
@@ -681,7 +677,7 @@ impl PlannerService for PlannerApi {
         let r = request.into_inner();
         let person = acting(caller, r.principal.as_ref())?;
         if !person.is_terminal() {
-            return Err(Error::NotCliSession(limits::shown(&person.channel)).into());
+            return Err(Error::NotCliSession(limits::shown(person.channel())).into());
         }
         if !crate::proactive::session::valid_session_id(&r.session_id) {
             return Err(Error::BadSessionId.into());

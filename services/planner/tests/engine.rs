@@ -208,7 +208,7 @@ impl Filters for FakeFilters {
                 return Err(Status::aborted("Telegram may have taken the message").into());
             }
             s.told.push((
-                format!("{}:{}", principal.channel, principal.sender_id),
+                format!("{}:{}", principal.channel(), principal.sender_id()),
                 text.to_owned(),
             ));
             Ok(())
@@ -223,7 +223,7 @@ impl Filters for FakeFilters {
     ) -> Result<(), ClientError> {
         self.with(|s| {
             s.told.push((
-                format!("{}:{}", principal.channel, principal.sender_id),
+                format!("{}:{}", principal.channel(), principal.sender_id()),
                 format!("card {token}: {}", card.lines.join(" / ")),
             ));
             Ok(())
@@ -1063,8 +1063,8 @@ async fn left_running(a: &Planner, request: &TurnRequest) -> String {
     a.store()
         .insert_turn(
             &cp.turn_id,
-            &request.principal.channel,
-            &request.principal.sender_id,
+            request.principal.channel(),
+            request.principal.sender_id(),
             &serde_json::to_string(&cp).unwrap(),
             "{}",
             now(),

@@ -122,8 +122,8 @@ fn main() {
         level: AutonomyLevel::Supervised.to_wire(),
         capability: "fs:write".to_owned(),
         principal: Some(Principal {
-            channel: f.principal.channel.clone(),
-            sender_id: f.principal.sender_id.clone(),
+            channel: f.principal.channel().to_owned(),
+            sender_id: f.principal.sender_id().to_owned(),
         }),
         target: f.hit.clone(),
     };

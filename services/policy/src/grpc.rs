@@ -117,8 +117,8 @@ fn grant_to(grant: Grant) -> pb::Grant {
     pb::Grant {
         id: grant.id,
         principal: Some(PrincipalMsg {
-            channel: grant.principal.channel,
-            sender_id: grant.principal.sender_id,
+            channel: grant.principal.channel().to_owned(),
+            sender_id: grant.principal.sender_id().to_owned(),
         }),
         capability: grant.capability,
         target: grant.target,

@@ -106,7 +106,9 @@ pub fn decide(
         },
         None => by_table(format!(
             "{cell}; no active grant of {}/{} matches {}",
-            scope.principal.channel, scope.principal.sender_id, scope.raw_target
+            scope.principal.channel(),
+            scope.principal.sender_id(),
+            scope.raw_target
         )),
     }
 }

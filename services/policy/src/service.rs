@@ -98,8 +98,8 @@ impl GrantCache {
     fn invalidate(&self, principal: &Principal, capability: Capability) {
         self.generation.fetch_add(1, Ordering::SeqCst);
         self.entries.remove(&(
-            principal.channel.clone(),
-            principal.sender_id.clone(),
+            principal.channel().to_owned(),
+            principal.sender_id().to_owned(),
             capability,
         ));
     }
@@ -205,8 +205,8 @@ impl Policy {
                 .await?);
         };
         let cache_key = (
-            scope.principal.channel.clone(),
-            scope.principal.sender_id.clone(),
+            scope.principal.channel().to_owned(),
+            scope.principal.sender_id().to_owned(),
             capability,
         );
         let cached = match cache.entries.get(&cache_key) {
@@ -215,12 +215,7 @@ impl Policy {
                 let generation = cache.generation.load(Ordering::SeqCst);
                 let rows = self
                     .store
-                    .load_active(
-                        scope.principal,
-                        capability,
-                        now,
-                        CACHE_MAX_PER_ENTRY + 1,
-                    )
+                    .load_active(scope.principal, capability, now, CACHE_MAX_PER_ENTRY + 1)
                     .await?;
                 let cached = Arc::new(if rows.len() as i64 > CACHE_MAX_PER_ENTRY {
                     Cached::TooMany

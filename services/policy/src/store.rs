@@ -2,7 +2,7 @@
 //! the same on both (`$n` placeholders, BIGINT milliseconds, partial indexes).
 
 use metnos_kit::on_db;
-use metnos_kit::store::{Db, EmbeddedMigration, Migrations};
+use metnos_kit::store::{Db, EmbeddedMigration, Migrations, stored_principal};
 use sqlx::Row;
 
 use crate::grant::{Candidate, Grant, NewGrant};
@@ -111,10 +111,10 @@ where
 {
     Ok(Grant {
         id: row.try_get("id")?,
-        principal: Principal {
-            channel: row.try_get("channel")?,
-            sender_id: row.try_get("sender_id")?,
-        },
+        principal: stored_principal(
+            &row.try_get::<String, _>("channel")?,
+            &row.try_get::<String, _>("sender_id")?,
+        )?,
         capability: row.try_get("capability")?,
         target: row.try_get("target")?,
         pattern: row.try_get("pattern")?,
@@ -146,8 +146,8 @@ impl GrantStore {
                    RETURNING id";
         let id: Option<i64> = on_db!(&self.db, pool => {
             sqlx::query_scalar(sql)
-                .bind(&new.principal.channel)
-                .bind(&new.principal.sender_id)
+                .bind(new.principal.channel())
+                .bind(new.principal.sender_id())
                 .bind(new.capability.name())
                 .bind(&new.target)
                 .bind(&new.pattern.text)
@@ -225,8 +225,8 @@ impl GrantStore {
                 let mut query = sqlx::query(sqlx::AssertSqlSafe(sql));
                 for new in chunk {
                     query = query
-                        .bind(&new.principal.channel)
-                        .bind(&new.principal.sender_id)
+                        .bind(new.principal.channel())
+                        .bind(new.principal.sender_id())
                         .bind(new.capability.name())
                         .bind(&new.target)
                         .bind(&new.pattern.text)
@@ -269,8 +269,8 @@ impl GrantStore {
         );
         on_db!(&self.db, pool => {
             let mut query = sqlx::query(sqlx::AssertSqlSafe(sql))
-                .bind(&principal.channel)
-                .bind(&principal.sender_id)
+                .bind(principal.channel())
+                .bind(principal.sender_id())
                 .bind(capability.name())
                 .bind(now_ms);
             for key in keys {
@@ -304,8 +304,8 @@ impl GrantStore {
                    AND (expires_at IS NULL OR expires_at > $4) ORDER BY id LIMIT $5";
         on_db!(&self.db, pool => {
             let rows = sqlx::query(sql)
-                .bind(&principal.channel)
-                .bind(&principal.sender_id)
+                .bind(principal.channel())
+                .bind(principal.sender_id())
                 .bind(capability.name())
                 .bind(now_ms)
                 .bind(limit)
@@ -379,17 +379,17 @@ impl GrantStore {
                    AND ($3 = 0 OR (channel = $4 AND sender_id = $5)) \
                    RETURNING channel, sender_id, capability";
         let (bound, channel, sender) = match of {
-            Some(p) => (1_i64, p.channel.as_str(), p.sender_id.as_str()),
+            Some(p) => (1_i64, p.channel(), p.sender_id()),
             None => (0, "", ""),
         };
         let revoked: Option<(Principal, String)> = on_db!(&self.db, pool => {
             let row = sqlx::query(sql).bind(now_ms).bind(id).bind(bound).bind(channel).bind(sender).fetch_optional(pool).await?;
             row.map(|row| {
                 Ok::<_, sqlx::Error>((
-                    Principal {
-                        channel: row.try_get("channel")?,
-                        sender_id: row.try_get("sender_id")?,
-                    },
+                    stored_principal(
+                        &row.try_get::<String, _>("channel")?,
+                        &row.try_get::<String, _>("sender_id")?,
+                    )?,
                     row.try_get("capability")?,
                 ))
             })

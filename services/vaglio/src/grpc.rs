@@ -148,10 +148,10 @@ impl From<TelosError> for Status {
 /// The people a caller may speak for: the gateway for its channels, the owner for the CLI.
 fn speaks_for<T>(request: &Request<T>, person: &Principal) -> Result<(), Status> {
     match Caller::of(request) {
-        Some(caller) if Caller::speaks_for(caller, &person.channel) => Ok(()),
+        Some(caller) if Caller::speaks_for(caller, person.channel()) => Ok(()),
         Some(caller) => Err(Status::permission_denied(format!(
             "{caller} does not speak for people of channel `{}`",
-            person.channel
+            person.channel()
         ))),
         // No authorization layer said who called: refused.
         None => Err(Status::permission_denied("the caller is not known")),

@@ -5,6 +5,7 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use metnos_core::capability::Capability;
+use metnos_core::names::Builtin;
 use metnos_llm::{ChatRequest, JsonOutput, Message, Tier, Tiers};
 use serde_json::{Value, json};
 
@@ -81,6 +82,11 @@ pub struct Provenance {
 }
 
 impl Proposal {
+    /// Whether the call is to the built-in `builtin`.
+    fn is(&self, builtin: Builtin) -> bool {
+        self.executor == builtin.name()
+    }
+
     /// Whether the executor declares `wanted`, first or anywhere in its list.
     fn holds(&self, wanted: Capability) -> bool {
         self.capability == Some(wanted) || self.capabilities.contains(&wanted)
@@ -91,8 +97,8 @@ impl Proposal {
         let holds = |wanted| self.holds(wanted);
         Context {
             critical: self.critical,
-            writes: holds(Capability::FsWrite) || self.executor == "fs_write",
-            network: holds(Capability::NetworkHttp) || self.executor == "web_fetch",
+            writes: holds(Capability::FsWrite) || self.is(Builtin::FsWrite),
+            network: holds(Capability::NetworkHttp) || self.is(Builtin::WebFetch),
             tainted_sink: self.provenance.iter().find(|p| p.sink).map(|p| {
                 (
                     p.arg.as_str(),
@@ -364,7 +370,7 @@ impl Vaglio {
 
     fn guard(&self, p: &Proposal, args: &Value) -> Option<Verdict> {
         // Any executor that runs code is judged as a shell, wherever code:exec sits in its list.
-        let shell = p.executor == "shell_exec" || p.holds(Capability::CodeExec);
+        let shell = p.is(Builtin::ShellExec) || p.holds(Capability::CodeExec);
         let writes = p.holds(Capability::FsWrite);
         let violation = guard::check_call(args, shell, writes, &self.home)?;
         let what = if violation.is_shell() {

@@ -498,10 +498,7 @@ async fn an_in_cadence_firing_is_consented_and_only_its_quota_applies(store: Tes
     firing.kind = "standing_order".into();
     firing.effect_class = "standing_order:so-2".into();
     firing.schedule_id = "so-2".into();
-    firing.person = Principal {
-        channel: "telegram".into(),
-        sender_id: "7".into(),
-    };
+    firing.person = Principal::new("telegram", "7").unwrap();
     let e = w.evaluate(&firing).await;
     assert_eq!(
         (e.decision, e.reason.as_str()),

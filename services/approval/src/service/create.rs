@@ -3,6 +3,7 @@
 
 use metnos_core::call::call_sha256;
 use metnos_core::capability::Capability;
+use metnos_core::names::Builtin;
 
 use super::{Approvals, Error, NewRequest, class_of, territory_offer};
 use crate::card::{Card, Territory};
@@ -249,7 +250,7 @@ fn check_proposal(new: &NewRequest, extra_json: &str, offer: &str) -> Result<(),
 /// Why a call's card could not show it whole: a command longer than
 /// [`crate::describe::MAX_SHOWN_COMMAND`], or a summary longer than the card shows.
 fn uncardable(executor: &str, args_json: &str, summary: &str) -> Result<(), Error> {
-    if executor == "shell_exec" {
+    if Builtin::of(executor) == Some(Builtin::ShellExec) {
         let args: serde_json::Value = serde_json::from_str(args_json).unwrap_or_default();
         let command = args
             .get("command")

@@ -43,8 +43,8 @@ impl Approvals {
             ));
         };
         let request = metnos_proto::policy::v1::ListGrantsRequest {
-            channel: requester.channel.clone(),
-            sender_id: requester.sender_id.clone(),
+            channel: requester.channel().to_owned(),
+            sender_id: requester.sender_id().to_owned(),
             include_inactive: false,
         };
         let listed = tokio::time::timeout(POLICY_DEADLINE, policy.list_grants(request))
@@ -55,7 +55,7 @@ impl Approvals {
             .grants;
         let mine = |g: &&metnos_proto::policy::v1::Grant| {
             g.principal.as_ref().is_some_and(|p| {
-                p.channel == requester.channel && p.sender_id == requester.sender_id
+                p.channel == requester.channel() && p.sender_id == requester.sender_id()
             }) && g.revoked_at.is_none()
         };
         ids.iter()
@@ -82,8 +82,8 @@ impl Approvals {
         // Each bound to the requester: policy revokes only their own grant. One deadline for
         // all of them, well within the claim.
         let person = PrincipalMsg {
-            channel: pending.requester.channel.clone(),
-            sender_id: pending.requester.sender_id.clone(),
+            channel: pending.requester.channel().to_owned(),
+            sender_id: pending.requester.sender_id().to_owned(),
         };
         let all = async {
             // A grant used since the offer was made is no longer unused: kept (the person
@@ -188,8 +188,8 @@ impl Approvals {
         };
         let request = RecordGrantRequest {
             principal: Some(PrincipalMsg {
-                channel: pending.requester.channel.clone(),
-                sender_id: pending.requester.sender_id.clone(),
+                channel: pending.requester.channel().to_owned(),
+                sender_id: pending.requester.sender_id().to_owned(),
             }),
             capability: Capability::name_of(pending.capability).to_owned(),
             target: target.clone(),

@@ -581,7 +581,7 @@ impl Approvals {
             territory = territory.as_str(),
             executor = %pending.executor,
             capability = Capability::name_of(pending.capability),
-            decider_channel = %decider.channel,
+            decider_channel = %decider.channel(),
         );
         {
             use opentelemetry::trace::TraceContextExt;

@@ -113,7 +113,10 @@ impl Job for EveningDigest {
         people.dedup();
         let mut sent = 0;
         for (channel, sender_id) in people {
-            let person = Principal { channel, sender_id };
+            let Ok(person) = Principal::new(&channel, &sender_id) else {
+                tracing::warn!("a stored person's name is not a principal; no digest for it");
+                continue;
+            };
             match self.digest_of(&person, now).await {
                 Ok(true) => sent += 1,
                 Ok(false) => {}
@@ -139,7 +142,7 @@ impl EveningDigest {
         // The claim: one digest per person per evening, whichever replica comes first.
         let claimed = on_db!(&self.db, pool => {
             sqlx::query("INSERT INTO digests (channel, sender_id, slot_at, sent_at) VALUES ($1, $2, $3, $4) ON CONFLICT DO NOTHING")
-                .bind(&person.channel).bind(&person.sender_id).bind(slot).bind(now)
+                .bind(person.channel()).bind(person.sender_id()).bind(slot).bind(now)
                 .execute(pool).await?
                 .rows_affected() == 1
         });
@@ -151,7 +154,7 @@ impl EveningDigest {
         // a digest time moved a little).
         let weekly = on_db!(&self.db, pool => {
             sqlx::query("SELECT COUNT(*) FROM digests WHERE channel = $1 AND sender_id = $2 AND weekly = 1 AND slot_at > $3")
-                .bind(&person.channel).bind(&person.sender_id).bind(slot - 7 * DAY_MS + 3_600_000)
+                .bind(person.channel()).bind(person.sender_id()).bind(slot - 7 * DAY_MS + 3_600_000)
                 .fetch_one(pool).await?
                 .try_get::<i64, _>(0)? == 0
         });
@@ -177,7 +180,7 @@ impl EveningDigest {
         if let (Ok(true), Some(_)) = (&sent, &weekly) {
             on_db!(&self.db, pool => {
                 sqlx::query("UPDATE digests SET weekly = 1 WHERE channel = $1 AND sender_id = $2 AND slot_at = $3")
-                    .bind(&person.channel).bind(&person.sender_id).bind(slot)
+                    .bind(person.channel()).bind(person.sender_id()).bind(slot)
                     .execute(pool).await?;
             });
         }
@@ -185,7 +188,7 @@ impl EveningDigest {
             // Released: the next run (within the three hours) tries again.
             on_db!(&self.db, pool => {
                 let _ = sqlx::query("DELETE FROM digests WHERE channel = $1 AND sender_id = $2 AND slot_at = $3")
-                    .bind(&person.channel).bind(&person.sender_id).bind(slot)
+                    .bind(person.channel()).bind(person.sender_id()).bind(slot)
                     .execute(pool).await;
             });
         }
@@ -250,7 +253,7 @@ impl EveningDigest {
                 "SELECT id, kind, description, payload FROM proposals WHERE channel = $1 AND sender_id = $2 \
                  AND decision = 'digest' AND sent_at IS NULL ORDER BY created_at, id LIMIT $3",
             )
-            .bind(&person.channel).bind(&person.sender_id).bind(limit as i64)
+            .bind(person.channel()).bind(person.sender_id()).bind(limit as i64)
             .fetch_all(pool).await?;
             rows.iter()
                 .map(|r| Ok((r.try_get(0)?, r.try_get(1)?, r.try_get(2)?, r.try_get(3)?)))

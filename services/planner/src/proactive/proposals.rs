@@ -160,7 +160,7 @@ async fn offer_if_tired(
              WHERE NOT EXISTS (SELECT 1 FROM proposals WHERE channel = $2 AND sender_id = $3 AND kind = $4 AND subject = $5 AND created_at >= $9) \
              ON CONFLICT (id) DO NOTHING",
         )
-        .bind(&id).bind(&seen.person.channel).bind(&seen.person.sender_id).bind(GRANT_OFFER)
+        .bind(&id).bind(seen.person.channel()).bind(seen.person.sender_id()).bind(GRANT_OFFER)
         .bind(&subject).bind(description.replace("{count}", &count.to_string()))
         .bind(json!({"capability": seen.capability, "pattern": seen.pattern, "target": seen.target, "count": count, "days": fatigue.days}).to_string())
         .bind(now_ms).bind(since)
@@ -253,7 +253,7 @@ impl Weighed<'_> {
             kind: self.kind.to_owned(),
             effect_class: self.effect_class,
             description: self.description,
-            channel: self.person.channel.clone(),
+            channel: self.person.channel().to_owned(),
             origin: vaglio::ProposalOrigin::Spontaneous as i32,
             schedule_id: String::new(),
             principal: Some(self.person.to_proto()),
@@ -611,7 +611,7 @@ impl StaleGrants {
                  WHERE NOT EXISTS (SELECT 1 FROM proposals WHERE channel = $2 AND sender_id = $3 AND kind = $4 AND (created_at >= $9 OR subject = $5)) \
                  ON CONFLICT (id) DO NOTHING",
             )
-            .bind(&id).bind(&person.channel).bind(&person.sender_id).bind(GRANT_REVOKE)
+            .bind(&id).bind(person.channel()).bind(person.sender_id()).bind(GRANT_REVOKE)
             .bind(&subject).bind(&description)
             .bind(json!({"grants": ids}).to_string())
             .bind(now).bind(now - REASK_DAYS * DAY_MS)
@@ -674,7 +674,10 @@ impl Job for ProposalUpkeep {
         });
         let mut silences = 0;
         for (id, channel, sender_id, token) in due {
-            let person = Principal { channel, sender_id };
+            let Ok(person) = Principal::new(&channel, &sender_id) else {
+                tracing::warn!(proposal = %id, "a proposal's person is not a principal; its silence is not followed up");
+                continue;
+            };
             match self.follow_up(&id, &person, &token, now).await {
                 Ok(true) => silences += 1,
                 Ok(false) => {}

@@ -244,8 +244,8 @@ impl Scheduler {
             &hex::encode(Sha256::digest(token.as_bytes()))[..12]
         );
         if let Some(task) = self.store.get(&id).await?
-            && task.channel == order.person.channel
-            && task.sender_id == order.person.sender_id
+            && task.channel == order.person.channel()
+            && task.sender_id == order.person.sender_id()
         {
             return Ok(task);
         }
@@ -269,7 +269,7 @@ impl Scheduler {
         let max = self.limits.1;
         if self
             .store
-            .count_of(&person.channel, &person.sender_id)
+            .count_of(person.channel(), person.sender_id())
             .await?
             >= i64::from(max)
         {
@@ -288,8 +288,8 @@ impl Scheduler {
             id,
             kind: Kind::Standing,
             name,
-            channel: person.channel.clone(),
-            sender_id: person.sender_id.clone(),
+            channel: person.channel().to_owned(),
+            sender_id: person.sender_id().to_owned(),
             schedule: schedule.text().to_owned(),
             query: query.to_owned(),
             level: Some(order.level),

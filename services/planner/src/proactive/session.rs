@@ -131,13 +131,13 @@ async fn waiting(db: &Db, person: &Principal, now: i64) -> Result<Vec<Waiting>, 
             "UPDATE proposals SET decision = 'dropped', reason = 'waited too long for a session' \
              WHERE channel = $1 AND sender_id = $2 AND decision = 'session' AND created_at < $3",
         )
-        .bind(&person.channel).bind(&person.sender_id).bind(now - WAIT_DAYS * DAY_MS)
+        .bind(person.channel()).bind(person.sender_id()).bind(now - WAIT_DAYS * DAY_MS)
         .execute(pool).await?;
         let rows = sqlx::query(
             "SELECT id, kind, description, payload, created_at FROM proposals WHERE channel = $1 AND sender_id = $2 \
              AND decision = 'session' ORDER BY created_at, id LIMIT $3",
         )
-        .bind(&person.channel).bind(&person.sender_id).bind(MAX_WEIGHED)
+        .bind(person.channel()).bind(person.sender_id()).bind(MAX_WEIGHED)
         .fetch_all(pool).await?;
         rows.iter()
             .map(|r| Ok(Waiting {
@@ -175,7 +175,7 @@ async fn weigh(
         effect_class: effect_class_of(&kind, &payload),
         kind,
         description,
-        channel: person.channel.clone(),
+        channel: person.channel().to_owned(),
         origin: vaglio::ProposalOrigin::Spontaneous as i32,
         schedule_id: String::new(),
         principal: Some(person.to_proto()),
@@ -295,7 +295,7 @@ async fn again(
              AND decision = 'publish' AND token IS NOT NULL AND followed_up_at IS NULL AND sent_at > $3 \
              ORDER BY sent_at, id LIMIT 50",
         )
-        .bind(&person.channel).bind(&person.sender_id).bind(since)
+        .bind(person.channel()).bind(person.sender_id()).bind(since)
         .fetch_all(pool).await?;
         rows.iter()
             .map(|r| Ok((r.try_get(0)?, r.try_get(1)?, r.try_get(2)?, r.try_get(3)?)))

@@ -35,6 +35,8 @@ pub enum StandingError {
     NoAnswer(String),
     #[error("turn {0}: {1}")]
     Ended(String, String),
+    #[error("the order's person cannot be read: {0}")]
+    Person(#[from] metnos_core::principal::PrincipalError),
 }
 
 /// Runs standing orders' firings.
@@ -61,10 +63,7 @@ pub fn digest_of(text: &str) -> String {
 impl Job for StandingOrders {
     async fn run(&self, firing: &Firing) -> Result<Done, JobError> {
         let task = &firing.task;
-        let person = Principal {
-            channel: task.channel.clone(),
-            sender_id: task.sender_id.clone(),
-        };
+        let person = Principal::new(&task.channel, &task.sender_id)?;
         let stored = task.level.ok_or(StandingError::NoLevel)?;
         // Never above the person's level now: a level lowered since, or a pairing revoked,
         // holds for their orders too.
@@ -172,7 +171,7 @@ async fn publish(
         kind: KIND.to_owned(),
         effect_class: format!("{KIND}:{}", task.id),
         description: format!("The result of the standing order \"{name}\" the person set up"),
-        channel: person.channel.clone(),
+        channel: person.channel().to_owned(),
         origin: origin as i32,
         schedule_id: task.id.clone(),
         principal: Some(person.to_proto()),
@@ -249,7 +248,7 @@ async fn for_the_digest(
             "INSERT INTO proposals (id, channel, sender_id, kind, subject, description, payload, decision, reason, created_at) \
              VALUES ($1, $2, $3, $4, $5, $6, '{}', 'digest', 'deferred', $7) ON CONFLICT (id) DO NOTHING",
         )
-        .bind(&id).bind(&person.channel).bind(&person.sender_id).bind(KIND)
+        .bind(&id).bind(person.channel()).bind(person.sender_id()).bind(KIND)
         .bind(&task.id).bind(format!("⏰ {name}: {shown}")).bind(firing.now_ms)
         .execute(pool).await.map(|_| ())
     });

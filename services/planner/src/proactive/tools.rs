@@ -204,7 +204,7 @@ pub(crate) async fn answer(orders: Option<&Scheduler>, cp: &Checkpoint, call: Ca
         }
         LIST => match scheduler
             .store
-            .list(Some((&person.channel, &person.sender_id)))
+            .list(Some((person.channel(), person.sender_id())))
             .await
         {
             Ok(tasks) => ok(json!({
@@ -259,8 +259,8 @@ async fn own_order(
     match scheduler.store.get(id).await {
         Ok(Some(task))
             if task.kind == crate::proactive::scheduler::Kind::Standing
-                && task.channel == person.channel
-                && task.sender_id == person.sender_id =>
+                && task.channel == person.channel()
+                && task.sender_id == person.sender_id() =>
         {
             Ok(task)
         }

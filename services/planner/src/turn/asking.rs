@@ -104,7 +104,12 @@ impl<'a> Asking<'a> {
         let principal = cp.principal();
         let why = match self
             .filters
-            .check(cp.level, &principal, metnos_core::Capability::LlmOnline, &host)
+            .check(
+                cp.level,
+                &principal,
+                metnos_core::Capability::LlmOnline,
+                &host,
+            )
             .await
         {
             Ok(answer) if answer.outcome == rules::Outcome::Allowed => return Ok(tier),
@@ -136,7 +141,8 @@ impl<'a> Asking<'a> {
                     "the online model at {host} was not asked ({why}), and no local tier is configured: \
                      add an Ollama tier, or allow it for {principal}: at Supervised \
                      `metnos grants add --channel {} --sender {} llm:online {host}`, or the Full level",
-                    principal.channel, principal.sender_id
+                    principal.channel(),
+                    principal.sender_id()
                 ),
             )),
         }

@@ -326,8 +326,7 @@ impl Planner {
         });
         Checkpoint {
             turn_id: metnos_kit::random::hex(16),
-            channel: request.principal.channel.clone(),
-            sender_id: request.principal.sender_id.clone(),
+            person: request.principal.clone(),
             level: request.level,
             language: request.language,
             query: request.query.clone(),
@@ -373,8 +372,8 @@ impl Planner {
                     .store
                     .insert_turn(
                         &cp.turn_id,
-                        &cp.channel,
-                        &cp.sender_id,
+                        cp.person.channel(),
+                        cp.person.sender_id(),
                         &checkpoint,
                         &live,
                         now_ms(),

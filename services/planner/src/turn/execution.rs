@@ -4,6 +4,7 @@
 
 use std::time::Instant;
 
+use metnos_core::names::Builtin;
 use metnos_executors::Observation;
 use metnos_llm::Tier;
 use metnos_proto::planner::v1 as pb;
@@ -272,8 +273,9 @@ impl<'a> Execution<'a> {
             .and_then(|k| args.get(k))
             .and_then(Value::as_str)
             .unwrap_or_default();
-        let target = match call.name.as_str() {
-            "fs_read" | "fs_list" | "parse_local" if !target.is_empty() => paths::from_home(
+        let builtin = Builtin::of(&call.name);
+        let target = match builtin {
+            Some(b) if b.reads_files() && !target.is_empty() => paths::from_home(
                 &paths::guard_key(&self.runner.user_home, &call.name, target),
                 &self.runner.user_home,
             ),
@@ -285,7 +287,7 @@ impl<'a> Execution<'a> {
             .and_then(|m| m.get("final_url"))
             .and_then(Value::as_str)
             .unwrap_or_default();
-        let private = call.name == "web_fetch"
+        let private = builtin == Some(Builtin::WebFetch)
             && taint::private_page(
                 &[target.as_str(), final_url],
                 args.get("headers"),
@@ -319,7 +321,7 @@ impl<'a> Execution<'a> {
 /// Whether `call` reads a local file: failed, it still told something of it (that it is
 /// there, its size, a parse error's line and field count), so it counts as read.
 fn reads_a_file(call: &Call) -> bool {
-    matches!(call.name.as_str(), "fs_read" | "fs_list" | "parse_local")
+    Builtin::of(&call.name).is_some_and(Builtin::reads_files)
         && call.arguments.get("path").is_some_and(|p| !p.is_null())
 }
 

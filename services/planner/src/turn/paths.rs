@@ -15,7 +15,7 @@ pub(crate) fn guard_key(user_home: &Path, executor: &str, target: &str) -> Strin
     if target.is_empty() {
         return String::new();
     }
-    if executor == "web_fetch" {
+    if executor == metnos_core::names::Builtin::WebFetch.name() {
         return url::Url::parse(target).map_or_else(
             |_| target.to_owned(),
             |mut url| {

@@ -97,7 +97,7 @@ impl<'a> Records<'a> {
         let latency_ms = u64::try_from(now_ms() - cp.started_ms).unwrap_or(0);
         let mut record = json!({
             "turn_id": cp.turn_id,
-            "principal": {"channel": cp.channel, "sender_id": cp.sender_id},
+            "principal": cp.person,
             "level": cp.level.to_proto().as_str_name(),
             "mode": cp.mode,
             "tiers": cp.tiers_used,

@@ -312,10 +312,7 @@ impl Recovery {
     /// Whose turn `turn_id` is (none for none, or an unknown turn).
     async fn person_of(&self, turn_id: Option<&str>) -> Option<Principal> {
         let found = self.store.get(turn_id?).await.ok()??;
-        Some(Principal {
-            channel: found.channel,
-            sender_id: found.sender_id,
-        })
+        Principal::new(&found.channel, &found.sender_id).ok()
     }
 
     /// Ends a suspended turn whose checkpoint cannot be read, with a minimal line in the
@@ -413,6 +410,10 @@ impl Recovery {
         };
         let mut sent = 0;
         for notice in notices {
+            let Ok(person) = Principal::new(&notice.channel, &notice.sender_id) else {
+                tracing::warn!(turn_id = %notice.turn_id, "a notice's person is not a principal; it is not sent");
+                continue;
+            };
             let now = now_ms();
             let claimed_until = now.saturating_add(NOTICE_CLAIM_MS);
             if !self
@@ -423,10 +424,6 @@ impl Recovery {
             {
                 continue;
             }
-            let person = Principal {
-                channel: notice.channel.clone(),
-                sender_id: notice.sender_id.clone(),
-            };
             let age = now.saturating_sub(notice.since_ms);
             // The gateway sends it at most once under this key (the turn and this text):
             // asking again after a lost answer or a deadline is safe.

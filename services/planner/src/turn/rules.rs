@@ -4,12 +4,17 @@
 //! these, tests pin them down.
 
 use metnos_core::capability::{Capability, TargetKind};
+use metnos_core::names::Builtin;
 use metnos_llm::Tier;
 
 use crate::turn::{FinalKind, Finish, Mode, finish};
 
 /// Executors whose repeated use on the same target is intercepted (seed ch. 10).
-pub const DUPLICATE_GUARDED: &[&str] = &["fs_read", "fs_write", "web_fetch"];
+pub const DUPLICATE_GUARDED: &[&str] = &[
+    Builtin::FsRead.name(),
+    Builtin::FsWrite.name(),
+    Builtin::WebFetch.name(),
+];
 
 /// Whether `executor` on `target` is watched for repeats.
 pub fn is_duplicate_guarded(executor: &str, target: &str) -> bool {
@@ -224,8 +229,18 @@ mod tests {
     #[test]
     fn the_strictest_answer_wins_and_the_first_approval_capability_is_kept() {
         let mut s = Strictest::default();
-        s.add(Capability::ParseLocal, Outcome::Allowed, "table".into(), None);
-        s.add(Capability::FsRead, Outcome::ApprovalRequired, "asks".into(), None);
+        s.add(
+            Capability::ParseLocal,
+            Outcome::Allowed,
+            "table".into(),
+            None,
+        );
+        s.add(
+            Capability::FsRead,
+            Outcome::ApprovalRequired,
+            "asks".into(),
+            None,
+        );
         s.add(
             Capability::NetworkHttp,
             Outcome::ApprovalRequired,
@@ -275,7 +290,12 @@ mod tests {
     fn a_denial_without_a_reason_still_wins() {
         let mut s = Strictest::default();
         s.add(Capability::FsWrite, Outcome::Denied, String::new(), None);
-        s.add(Capability::ParseLocal, Outcome::Allowed, "table".into(), None);
+        s.add(
+            Capability::ParseLocal,
+            Outcome::Allowed,
+            "table".into(),
+            None,
+        );
         assert_eq!(s.outcome, Outcome::Denied);
     }
 

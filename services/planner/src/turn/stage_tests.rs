@@ -149,10 +149,7 @@ impl Bench {
             orders: None,
         });
         planner.start(&TurnRequest {
-            principal: Principal {
-                channel: "telegram".to_owned(),
-                sender_id: "42".to_owned(),
-            },
+            principal: Principal::new("telegram", "42").unwrap(),
             level: AutonomyLevel::Supervised,
             query: query.to_owned(),
             language: None,

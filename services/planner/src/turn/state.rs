@@ -351,8 +351,10 @@ pub fn schema_keys(schema: &Value) -> Vec<String> {
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
 pub struct Checkpoint {
     pub turn_id: String,
-    pub channel: String,
-    pub sender_id: String,
+    /// Whose turn it is (stored as `channel` and `sender_id` beside the other fields, and
+    /// checked again when read back).
+    #[serde(flatten)]
+    pub person: Principal,
     #[serde(with = "wire_level")]
     pub level: AutonomyLevel,
     #[serde(with = "wire_language")]
@@ -434,10 +436,7 @@ impl Checkpoint {
 
     /// The person the turn acts for.
     pub fn principal(&self) -> Principal {
-        Principal {
-            channel: self.channel.clone(),
-            sender_id: self.sender_id.clone(),
-        }
+        self.person.clone()
     }
 
     /// The step number the next call gets.
@@ -602,6 +601,34 @@ mod tests {
         let bad = json!({"level": 0});
         let error = wire_level::deserialize(&bad["level"]).unwrap_err();
         assert!(error.to_string().contains("unspecified"), "{error}");
+    }
+
+    /// A checkpoint is read back through the principal's checks: a stored person that is
+    /// no principal (a row edited by hand) is an unreadable checkpoint, never a turn run for
+    /// somebody with an empty or multi-line name.
+    #[test]
+    fn a_checkpoint_whose_person_is_no_principal_is_refused() {
+        let stored = |channel: &str, sender_id: &str| {
+            json!({
+                "turn_id": "t", "channel": channel, "sender_id": sender_id, "level": 3,
+                "language": 0, "query": "q", "mode": "hybrid", "tier": "fast",
+                "tiers_used": [], "models": [], "candidates": [], "history": [], "steps": [],
+                "observations": [], "queued": [], "pending": null, "scratch_ids": [],
+                "failures": 0, "seen_targets": [], "executor_calls": {}, "prompt_tokens": 0,
+                "completion_tokens": 0, "started_ms": 0, "active_ms": 0, "planned": false
+            })
+        };
+        let cp: Checkpoint = serde_json::from_value(stored("telegram", "42")).unwrap();
+        assert_eq!(cp.principal().to_string(), "telegram:42");
+        for (channel, sender_id) in [("telegram", ""), ("", "42"), ("telegram", "4\n2")] {
+            let error = serde_json::from_value::<Checkpoint>(stored(channel, sender_id))
+                .unwrap_err()
+                .to_string();
+            assert!(
+                error.contains("principal"),
+                "{channel:?} {sender_id:?}: {error}"
+            );
+        }
     }
 
     #[test]

@@ -90,8 +90,10 @@ pub struct Carried {
 /// [`MAX_LABEL`]: metnos_core::provenance::MAX_LABEL
 pub fn labels_of(executor: &str, target: &str, observation: &Value, private: bool) -> Vec<String> {
     let ok = observation.get("ok").and_then(Value::as_bool) != Some(false);
-    let label = match executor {
-        "web_fetch" => {
+    use metnos_core::names::Builtin;
+    let builtin = Builtin::of(executor);
+    let label = match builtin {
+        Some(Builtin::WebFetch) => {
             let final_url = observation
                 .get("metadata")
                 .and_then(|m| m.get("final_url"))
@@ -106,13 +108,11 @@ pub fn labels_of(executor: &str, target: &str, observation: &Value, private: boo
                 None => Label::Tool(executor.to_owned()),
             }
         }
-        "fs_read" | "fs_list" | "parse_local" if ok && !target.is_empty() => {
-            Label::File(target.to_owned())
-        }
-        "parse_local" if target.is_empty() => return Vec::new(),
-        "shell_exec" => Label::Shell,
-        "time_now" => Label::Clock,
-        other => Label::Tool(other.to_owned()),
+        Some(b) if b.reads_files() && ok && !target.is_empty() => Label::File(target.to_owned()),
+        Some(Builtin::ParseLocal) if target.is_empty() => return Vec::new(),
+        Some(Builtin::ShellExec) => Label::Shell,
+        Some(Builtin::TimeNow) => Label::Clock,
+        _ => Label::Tool(executor.to_owned()),
     };
     vec![cut_label(label.to_string())]
 }

@@ -336,7 +336,11 @@ impl<'a> Vetting<'a> {
         };
         // A write that runs code later is asked about every time, whatever a grant says.
         let approval = match (approval, &runs_code_later) {
-            (None, Some(_)) => executor.capabilities.iter().copied().find(|c| path_write(*c)),
+            (None, Some(_)) => executor
+                .capabilities
+                .iter()
+                .copied()
+                .find(|c| path_write(*c)),
             (approval, _) => approval,
         };
         let resolved_target = executor
@@ -426,7 +430,7 @@ impl<'a> Vetting<'a> {
                 host: host.as_deref(),
                 named_by_person: sink == taint::Sink::Write
                     && self.new_file_named(&cp.query, target),
-                to_the_person: target == cp.sender_id,
+                to_the_person: target == cp.person.sender_id(),
                 navigation: navigation(args),
             };
             if taint::mark_sinks(sink, to, tainted) && asked.is_none() {
@@ -442,7 +446,11 @@ impl<'a> Vetting<'a> {
         if target.trim().is_empty() || hidden(target) {
             return false;
         }
-        let real = paths::guard_key(&self.runner.user_home, "fs_write", target);
+        let real = paths::guard_key(
+            &self.runner.user_home,
+            metnos_core::names::Builtin::FsWrite.name(),
+            target,
+        );
         let home = paths::from_home(&real, &self.runner.user_home);
         !hidden(&home)
             && !std::path::Path::new(&real).exists()
@@ -622,8 +630,7 @@ impl<'a> Vetting<'a> {
     /// refuses those).
     fn resolved_path(&self, capability: Capability, target: &str) -> Option<String> {
         use metnos_executors::scope::{expand_home, normalize, resolve};
-        if capability.spec().target_kind != metnos_core::TargetKind::PathGlob || target.is_empty()
-        {
+        if capability.spec().target_kind != metnos_core::TargetKind::PathGlob || target.is_empty() {
             return None;
         }
         let lexical = normalize(&expand_home(target, &self.runner.user_home));
@@ -719,7 +726,7 @@ fn read_private(
         .into_iter()
         .find(|(sink, _)| match sink {
             taint::Sink::Egress | taint::Sink::Mail => true,
-            taint::Sink::ChannelOut => target != cp.sender_id,
+            taint::Sink::ChannelOut => target != cp.person.sender_id(),
             taint::Sink::Write | taint::Sink::Exec => false,
         })
         .map(|(_, capability)| capability);

@@ -192,10 +192,10 @@ impl TryFrom<pb::EvaluateProposalRequest> for ProposalIn {
         }
         let person = principal_of("proposal.principal", p.principal.as_ref())?;
         // A proposal goes to its person on their channel: the quotas are that channel's.
-        if person.channel != p.channel {
+        if person.channel() != p.channel {
             return Err(BadRequest::NotItsChannel {
                 channel: p.channel,
-                principal: person.channel,
+                principal: person.channel().to_owned(),
             });
         }
         if p.channel == metnos_core::principal::TERMINAL && p.session_id.is_empty() {

@@ -95,8 +95,8 @@ impl Files {
 pub fn scope_of(person: &Principal) -> String {
     format!(
         "{}_{}",
-        component(&person.channel),
-        component(&person.sender_id)
+        component(person.channel()),
+        component(person.sender_id())
     )
 }
 
