@@ -166,8 +166,6 @@ macro_rules! on_db {
     };
 }
 
-/// Whether a driver error means the store cannot be reached (as opposed to a bad query
-/// or a constraint): the service should answer UNAVAILABLE and report NOT_SERVING.
 /// The person a stored row names, checked as any principal is: a row that names none
 /// (edited by hand, written by a bug) is a decode error, never a person.
 pub fn stored_principal(
@@ -178,6 +176,8 @@ pub fn stored_principal(
         .map_err(|e| sqlx::Error::Decode(format!("stored {e}").into()))
 }
 
+/// Whether a driver error means the store cannot be reached (as opposed to a bad query
+/// or a constraint): the service should answer UNAVAILABLE and report NOT_SERVING.
 pub fn is_unreachable(error: &sqlx::Error) -> bool {
     matches!(
         error,

@@ -208,7 +208,7 @@ impl PolicyService for PolicyApi {
     ) -> Result<Response<pb::CheckResponse>, Status> {
         // The vaglio asks only about an online judge: never about anyone's other grants.
         if metnos_kit::authz::Caller::of(&request) == Some(Identity::Vaglio)
-            && request.get_ref().capability != "llm:online"
+            && request.get_ref().capability != metnos_core::Capability::LlmOnline.name()
         {
             return Err(Status::permission_denied(
                 "the vaglio may ask policy only about llm:online",

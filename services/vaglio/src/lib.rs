@@ -78,7 +78,7 @@ impl service::OnlineGate for PolicyGate {
         use service::GateRefusal;
         let request = policy::CheckRequest {
             level: level.to_wire(),
-            capability: "llm:online".to_owned(),
+            capability: metnos_core::Capability::LlmOnline.name().to_owned(),
             principal: Some(principal.to_proto()),
             target: host.to_owned(),
         };

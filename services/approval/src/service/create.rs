@@ -127,7 +127,7 @@ impl Approvals {
         self.store.insert(&pending).await?;
         // Names only: the class and the target hold the call's values (a path, a command,
         // a URL with its credentials); those stay in the store and on the card.
-        tracing::info!(token = %metnos_kit::chain::token_name(&pending.token), executor = %pending.executor, capability = Capability::name_of(pending.capability), recurrence = recurrence_count, "approval requested");
+        tracing::info!(token = %metnos_kit::chain::token_name(&pending.token), executor = %pending.executor, capability = %Capability::name_of(pending.capability), recurrence = recurrence_count, "approval requested");
         Ok(pending)
     }
 

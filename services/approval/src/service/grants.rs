@@ -217,13 +217,13 @@ impl Approvals {
                 if permanent(status.code()) {
                     // Asking again would get the same answer (an expiry now past, a key
                     // reused): the approval stands without a grant, and the queue moves on.
-                    tracing::error!(token = %metnos_kit::chain::token_name(&pending.token), capability = Capability::name_of(pending.capability), code = ?status.code(), "policy refused the territory grant; it is not asked again");
+                    tracing::error!(token = %metnos_kit::chain::token_name(&pending.token), capability = %Capability::name_of(pending.capability), code = ?status.code(), "policy refused the territory grant; it is not asked again");
                     let _ = self
                         .store
                         .give_up_grant(&pending.token, claimed_until)
                         .await;
                 } else {
-                    tracing::warn!(token = %metnos_kit::chain::token_name(&pending.token), capability = Capability::name_of(pending.capability), code = ?status.code(), "territory grant not recorded yet");
+                    tracing::warn!(token = %metnos_kit::chain::token_name(&pending.token), capability = %Capability::name_of(pending.capability), code = ?status.code(), "territory grant not recorded yet");
                     let _ = self
                         .store
                         .release_grant(&pending.token, claimed_until)

@@ -580,7 +580,7 @@ impl Approvals {
             decision = status.as_str(),
             territory = territory.as_str(),
             executor = %pending.executor,
-            capability = Capability::name_of(pending.capability),
+            capability = %Capability::name_of(pending.capability),
             decider_channel = %decider.channel(),
         );
         {

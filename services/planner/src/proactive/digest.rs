@@ -209,6 +209,16 @@ impl EveningDigest {
         let mut tokens: Vec<(String, String)> = Vec::new();
         for (id, kind, description, payload) in items {
             let Some((request, accept)) = queued_request(person, id, kind, payload, lang) else {
+                if kind == crate::proactive::proposals::GRANT_OFFER {
+                    // An offer whose payload no longer reads (a capability this version
+                    // does not know) offers nothing: dropped, as one approval refuses.
+                    tracing::info!(proposal = %id, "a queued grant offer cannot be read; dropped from the digest");
+                    on_db!(&self.db, pool => {
+                        sqlx::query("UPDATE proposals SET decision = 'dropped' WHERE id = $1")
+                            .bind(id).execute(pool).await?;
+                    });
+                    continue;
+                }
                 kept.push((id.clone(), description.clone(), None));
                 continue;
             };

@@ -675,7 +675,13 @@ impl Job for ProposalUpkeep {
         let mut silences = 0;
         for (id, channel, sender_id, token) in due {
             let Ok(person) = Principal::new(&channel, &sender_id) else {
+                // Nobody to follow up with (a row edited by hand): marked, so it never
+                // comes back ahead of the others.
                 tracing::warn!(proposal = %id, "a proposal's person is not a principal; its silence is not followed up");
+                on_db!(&self.db, pool => {
+                    sqlx::query("UPDATE proposals SET followed_up_at = $2 WHERE id = $1 AND followed_up_at IS NULL")
+                        .bind(&id).bind(now).execute(pool).await?;
+                });
                 continue;
             };
             match self.follow_up(&id, &person, &token, now).await {

@@ -410,10 +410,6 @@ impl Recovery {
         };
         let mut sent = 0;
         for notice in notices {
-            let Ok(person) = Principal::new(&notice.channel, &notice.sender_id) else {
-                tracing::warn!(turn_id = %notice.turn_id, "a notice's person is not a principal; it is not sent");
-                continue;
-            };
             let now = now_ms();
             let claimed_until = now.saturating_add(NOTICE_CLAIM_MS);
             if !self
@@ -424,6 +420,15 @@ impl Recovery {
             {
                 continue;
             }
+            // A stored person that is no principal (a row edited by hand) is nobody to tell:
+            // dropped, as a notice the gateway refuses is, so it never holds the others back.
+            let Ok(person) = Principal::new(&notice.channel, &notice.sender_id) else {
+                tracing::warn!(turn_id = %notice.turn_id, "a notice's person is not a principal; it is dropped");
+                if let Err(e) = self.store.drop_notice(&notice.turn_id, claimed_until).await {
+                    tracing::warn!(turn_id = %notice.turn_id, error = %e, "cannot drop a notice");
+                }
+                continue;
+            };
             let age = now.saturating_sub(notice.since_ms);
             // The gateway sends it at most once under this key (the turn and this text):
             // asking again after a lost answer or a deadline is safe.
