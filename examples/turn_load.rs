@@ -7,7 +7,11 @@
 //! gRPC, no LLM and no executor time — and whole turns per second.
 //!
 //! cargo build --release -p metnos-executors --bin metnos-exec
-//! cargo run --release --example turn_load -- [--turns N] [--concurrency C]
+//! cargo run --release --example turn_load -- [--turns N] [--concurrency C] [--thread none|new|continue]
+//!
+//! `--thread`: each turn one-shot (none, the default), in a new thread of its person
+//! (new: an empty history read, the exchange written), or going on with its person's
+//! thread (continue: the newest exchanges within the budget read in, fenced).
 
 use std::num::NonZero;
 use std::time::{Duration, Instant};
@@ -35,6 +39,22 @@ fn number(name: &str, default: usize) -> usize {
         })
 }
 
+/// The `--thread` option.
+fn thread() -> pb::Thread {
+    let args: Vec<String> = std::env::args().collect();
+    match args
+        .iter()
+        .position(|a| a == "--thread")
+        .and_then(|i| args.get(i + 1))
+        .map(String::as_str)
+    {
+        None | Some("none") => pb::Thread::Unspecified,
+        Some("new") => pb::Thread::New,
+        Some("continue") => pb::Thread::Continue,
+        Some(other) => panic!("--thread takes none, new or continue, not {other}"),
+    }
+}
+
 fn report(label: &str, h: &Histogram<u64>) {
     let us = |q: f64| h.value_at_quantile(q) as f64 / 1000.0;
     println!(
@@ -49,6 +69,7 @@ fn report(label: &str, h: &Histogram<u64>) {
 
 fn main() {
     let turns = number("--turns", 500);
+    let thread = thread();
     let concurrency = number("--concurrency", 1).max(1);
     let exe = std::env::current_exe().unwrap();
     let program = exe.parent().unwrap().parent().unwrap().join("metnos-exec");
@@ -157,6 +178,7 @@ fn main() {
                 language: common::Language::English as i32,
                 mode: pb::Mode::Local as i32,
                 forwarded: false,
+                thread: thread as i32,
             };
             let started = Instant::now();
             let mut stream = client.run_turn(request).await.unwrap().into_inner();

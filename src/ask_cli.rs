@@ -70,6 +70,8 @@ impl TurnOptions {
             } as i32,
             // The owner's own words, typed at the terminal.
             forwarded: false,
+            // One-shot unless the command says otherwise.
+            thread: pb::Thread::Unspecified as i32,
         }
     }
 }
@@ -78,6 +80,10 @@ impl TurnOptions {
 pub struct AskArgs {
     /// What to do, in your words.
     pub query: String,
+    /// Go on with your conversation at the terminal (what you asked and were answered
+    /// lately, as `metnos chat` sees it); without it, `ask` is one-shot.
+    #[arg(long = "continue")]
+    pub continue_thread: bool,
     #[command(flatten)]
     pub options: TurnOptions,
 }
@@ -654,7 +660,10 @@ pub async fn ask(config: &Config, args: AskArgs) -> ExitCode {
         Ok(s) => s,
         Err(code) => return code,
     };
-    let request = args.options.request(config, &session.principal, args.query);
+    let mut request = args.options.request(config, &session.principal, args.query);
+    if args.continue_thread {
+        request.thread = pb::Thread::Continue as i32;
+    }
     session.turn(request).await
 }
 

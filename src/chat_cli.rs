@@ -27,6 +27,35 @@ enum Line {
     End,
 }
 
+/// The next line the person typed (or a script piped), off the runtime's threads; the
+/// editor comes back with it. `None`: the reading task died.
+async fn next_line(
+    mut editor: rustyline::DefaultEditor,
+    piped: bool,
+) -> Option<(rustyline::DefaultEditor, Line)> {
+    tokio::task::spawn_blocking(move || {
+        // Piped input is read as the card prompts read it, so neither takes lines
+        // buffered for the other; a terminal goes through the line editor.
+        if piped {
+            return (
+                editor,
+                match crate::ask_cli::read_line(None) {
+                    Some(text) => Line::Text(text),
+                    None => Line::End,
+                },
+            );
+        }
+        let line = match editor.readline("you> ") {
+            Ok(text) => Line::Text(text),
+            Err(rustyline::error::ReadlineError::Interrupted) => Line::Interrupted,
+            Err(_) => Line::End,
+        };
+        (editor, line)
+    })
+    .await
+    .ok()
+}
+
 pub async fn chat(config: &Config, args: ChatArgs) -> ExitCode {
     let mut session = match Session::connect(config) {
         Ok(s) => s,
@@ -67,30 +96,11 @@ pub async fn chat(config: &Config, args: ChatArgs) -> ExitCode {
         .unwrap_or(metnos_core::Language::Italian);
         session.offer_proposals(language, &stops).await;
     }
+    // Each message goes on with the conversation, unless `/new` started another.
+    let mut thread = pb::Thread::Continue;
     loop {
-        let (back, line) = match tokio::task::spawn_blocking(move || {
-            // Piped input is read as the card prompts read it, so neither takes lines
-            // buffered for the other; a terminal goes through the line editor.
-            if piped {
-                return (
-                    editor,
-                    match crate::ask_cli::read_line(None) {
-                        Some(text) => Line::Text(text),
-                        None => Line::End,
-                    },
-                );
-            }
-            let line = match editor.readline("you> ") {
-                Ok(text) => Line::Text(text),
-                Err(rustyline::error::ReadlineError::Interrupted) => Line::Interrupted,
-                Err(_) => Line::End,
-            };
-            (editor, line)
-        })
-        .await
-        {
-            Ok(result) => result,
-            Err(_) => return ExitCode::FAILURE,
+        let Some((back, line)) = next_line(editor, piped).await else {
+            return ExitCode::FAILURE;
         };
         editor = back;
         let text = match line {
@@ -105,6 +115,12 @@ pub async fn chat(config: &Config, args: ChatArgs) -> ExitCode {
         let _ = editor.add_history_entry(text.as_str());
         if matches!(text.as_str(), "/quit" | "/exit") {
             break;
+        }
+        if text == "/new" {
+            // The next message starts a new conversation; nothing is sent now.
+            thread = pb::Thread::New;
+            eprintln!("a new conversation starts with your next message");
+            continue;
         }
         let me = metnos_core::Principal::try_from(&session.principal);
         let stop = match &me {
@@ -123,7 +139,9 @@ pub async fn chat(config: &Config, args: ChatArgs) -> ExitCode {
             );
             continue;
         }
-        let request = args.options.request(config, &session.principal, text);
+        let mut request = args.options.request(config, &session.principal, text);
+        request.thread = thread as i32;
+        thread = pb::Thread::Continue;
         let (mut canceller, principal) = session.canceller();
         tokio::select! {
             _ = session.turn(request) => {}

@@ -10,6 +10,7 @@
 //! - [`cards`]: approval cards answered, rejected, granted, expired and cancelled.
 //! - [`delivery`]: stop and long answers, polling and the webhook, lost answers, restarts
 //!   and outages.
+//! - [`threads`]: a follow-up carries the conversation; two people keep theirs apart.
 
 #[path = "../common/mod.rs"]
 mod common;
@@ -19,6 +20,7 @@ mod delivery;
 mod offers;
 mod pairing;
 mod standing;
+mod threads;
 
 use std::num::NonZero;
 

@@ -148,6 +148,7 @@ impl Stack {
             language: common_pb::Language::English as i32,
             mode: pb::Mode::Unspecified as i32,
             forwarded: false,
+            thread: pb::Thread::Unspecified as i32,
         };
         self.planner()
             .await

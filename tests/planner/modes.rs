@@ -27,6 +27,7 @@ async fn online_mode_plans_in_one_call_and_filters_each_parallel_call() {
         language: common_pb::Language::English as i32,
         mode: pb::Mode::Online as i32,
         forwarded: false,
+        thread: pb::Thread::Unspecified as i32,
     };
     let mut stream = s
         .planner()

@@ -11,6 +11,7 @@ async fn run_online(s: &Stack, query: &str, level: common_pb::AutonomyLevel) -> 
         language: common_pb::Language::English as i32,
         mode: pb::Mode::Online as i32,
         forwarded: false,
+        thread: pb::Thread::Unspecified as i32,
     };
     let mut stream = s
         .planner()

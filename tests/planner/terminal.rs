@@ -231,3 +231,97 @@ async fn the_terminal_answers_once_for_the_session_or_always_with_y_s_a_n() {
     assert!(stderr.contains("Approve? [y/n]"), "{stderr}");
     assert!(stderr.contains("Please answer y or n."), "{stderr}");
 }
+
+/// The roles and texts of the messages the LLM received in its `n`th request (the wire
+/// format's own `messages`).
+fn roles_and_texts(s: &Stack, n: usize) -> Vec<(String, String)> {
+    s.llm_request(n)["messages"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|m| m["role"] != "system")
+        .map(|m| {
+            (
+                m["role"].as_str().unwrap_or_default().to_owned(),
+                m["content"].as_str().unwrap_or_default().to_owned(),
+            )
+        })
+        .collect()
+}
+
+/// Issue 40, on the terminal: a follow-up in `metnos chat` sends the exchange before it
+/// (the answer fenced as data); `/new` starts over; `metnos ask` is one-shot unless
+/// `--continue`.
+#[tokio::test]
+async fn a_follow_up_at_the_terminal_carries_the_conversation_and_new_starts_over() {
+    let s = stack_with(&[], true).await;
+    for answer in [
+        "it is noon",
+        "Rome too: noon",
+        "hello",
+        "fine",
+        "noon, as said",
+    ] {
+        s.fake.push(Reply::Text(answer.into()));
+    }
+    let output = s
+        .run_with_input(
+            &["chat", "--language", "en"],
+            b"what time is it\nand in Rome?\n/new\nhi\n/quit\n",
+        )
+        .await;
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(output.status.success(), "{stderr}");
+    assert_eq!(
+        roles_and_texts(&s, 0),
+        [("user".to_owned(), "what time is it".to_owned())]
+    );
+    let second = roles_and_texts(&s, 1);
+    assert_eq!(second.len(), 3, "{second:#?}");
+    assert_eq!(second[0], ("user".to_owned(), "what time is it".to_owned()));
+    assert_eq!(second[1].0, "assistant");
+    assert!(
+        second[1].1.starts_with("<<untrusted-data ") && second[1].1.contains("it is noon"),
+        "{}",
+        second[1].1
+    );
+    assert_eq!(second[2], ("user".to_owned(), "and in Rome?".to_owned()));
+    // After /new: only the new message.
+    assert_eq!(
+        roles_and_texts(&s, 2),
+        [("user".to_owned(), "hi".to_owned())]
+    );
+    // `ask` alone is one-shot; with --continue it goes on with the terminal's thread.
+    let output = s
+        .run_with_input(&["ask", "--language", "en", "and now?"], b"")
+        .await;
+    assert!(
+        output.status.success(),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    assert_eq!(
+        roles_and_texts(&s, 3),
+        [("user".to_owned(), "and now?".to_owned())]
+    );
+    let output = s
+        .run_with_input(
+            &["ask", "--continue", "--language", "en", "what did I say?"],
+            b"",
+        )
+        .await;
+    assert!(
+        output.status.success(),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    let last = roles_and_texts(&s, 4);
+    assert_eq!(
+        last.iter()
+            .filter(|(role, _)| role == "user")
+            .map(|(_, t)| t.as_str())
+            .collect::<Vec<_>>(),
+        ["hi", "what did I say?"],
+        "{last:#?}"
+    );
+}

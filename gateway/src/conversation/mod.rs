@@ -165,6 +165,7 @@ impl Conversation {
         };
         let lang = pairing.language;
         let Some(who) = person(&message.sender) else {
+            tracing::warn!("a paired sender's id is not a principal; the message is not taken");
             return Reply::default();
         };
         // After a grant offer's Edit, their next message is the pattern, not a turn.
@@ -228,6 +229,7 @@ impl Conversation {
             language: lang.to_wire(),
             mode: pb::Mode::Unspecified as i32,
             forwarded,
+            thread: pb::Thread::Continue as i32,
         };
         match self.planner.clone().run_turn(request).await {
             Ok(stream) => {
@@ -442,7 +444,8 @@ impl Conversation {
         let offer = self.pending_of(&token).await.filter(|p| {
             [proposals::GRANT_OFFER, tools::SCHEDULE_CREATE].contains(&p.executor.as_str())
                 && p.status == approval::ApprovalStatus::Pending as i32
-                && p.requester.as_ref() == person(&click.clicker).map(|p| p.to_proto()).as_ref()
+                && person(&click.clicker)
+                    .is_some_and(|who| p.requester.as_ref() == Some(&who.to_proto()))
         });
         let (Some(offer), Ok(chat)) = (offer, click.clicker.parse::<i64>()) else {
             return unknown_button(&click);

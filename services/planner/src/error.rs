@@ -19,6 +19,8 @@ pub enum Error {
     TooBig(#[from] metnos_core::limits::TooBig),
     #[error("level is unspecified")]
     UnspecifiedLevel,
+    #[error("thread {0} is not one of unspecified (one-shot), continue, new")]
+    UnknownThread(i32),
     #[error("give a turn_id or an approval_token")]
     NoResumeTarget,
     #[error("give a turn_id or a principal")]
@@ -102,6 +104,7 @@ impl From<Error> for Status {
             | Error::MissingPrincipal
             | Error::BadPrincipal(_)
             | Error::UnspecifiedLevel
+            | Error::UnknownThread(_)
             | Error::NoResumeTarget
             | Error::NoCancelTarget
             | Error::TooBig(_)

@@ -20,6 +20,7 @@ use tracing::Instrument;
 
 use crate::error::Error;
 use crate::store::{State, StoredTurn};
+use crate::turn::conversation::Threading;
 use crate::turn::engine::{Planner, Sink};
 use crate::turn::{Checkpoint, TurnRequest, mode_from_wire};
 use crate::turnlog;
@@ -127,6 +128,12 @@ impl TryFrom<pb::RunTurnRequest> for TurnRequest {
         let principal = request.principal.unwrap_or_default();
         let principal = Principal::try_from(&principal)?;
         let level = AutonomyLevel::from_wire(request.level).map_err(|_| Error::UnspecifiedLevel)?;
+        let thread = match pb::Thread::try_from(request.thread) {
+            Ok(pb::Thread::Unspecified) => Threading::None,
+            Ok(pb::Thread::Continue) => Threading::Continue,
+            Ok(pb::Thread::New) => Threading::New,
+            Err(_) => return Err(Error::UnknownThread(request.thread)),
+        };
         Ok(TurnRequest {
             principal,
             level,
@@ -134,6 +141,7 @@ impl TryFrom<pb::RunTurnRequest> for TurnRequest {
             language: metnos_core::Language::from_wire(request.language),
             mode: mode_from_wire(request.mode),
             forwarded: request.forwarded,
+            thread,
         })
     }
 }
@@ -364,7 +372,10 @@ impl PlannerService for PlannerApi {
         self.may_run(caller, &request)?;
         self.paired_at(caller, &request.principal, request.level)
             .await?;
-        let checkpoint = self.planner.start(&request);
+        let mut checkpoint = self.planner.start(&request);
+        self.planner
+            .attach_thread(&mut checkpoint, request.thread)
+            .await;
         let rx = self.spawn(|planner, sink| planner.run(checkpoint, sink));
         Ok(Response::new(stream_of(rx, |e| pb::RunTurnResponse {
             event: Some(e),

@@ -8,8 +8,9 @@
 //! - [`proactive`]: what Metnos does on its own — the scheduler, its jobs, proposals, the
 //!   digest, standing orders, sessions; it reaches the loop only through a port;
 //! - ports to the outside: [`filters`] (policy, vaglio, approval) and [`llm`] (real
-//!   clients, or fakes in tests); [`store`]: turns, the scratchpad and the scheduler's
-//!   tables, SQLite or PostgreSQL; [`turnlog`]: the daily JSONL turn log (no values, no
+//!   clients, or fakes in tests); [`store`]: turns, the scratchpad, the scheduler's
+//!   tables and each person's conversation threads (`store::threads`), SQLite or
+//!   PostgreSQL; [`turnlog`]: the daily JSONL turn log (no values, no
 //!   message text);
 //! - [`grpc`]: the contract's edge, [`error`]: its errors and their statuses.
 
@@ -187,6 +188,7 @@ pub async fn serve(
                 filters: Arc::clone(&filters),
                 store: store.clone(),
                 log: turn_log.clone(),
+                conversation: shared.conversation.clone(),
                 orders: scheduling.enabled.then(|| scheduler.clone()),
             }));
             // Standing orders fire only when Metnos may act on its own.

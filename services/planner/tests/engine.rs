@@ -14,13 +14,14 @@ use metnos_core::principal::Principal;
 use metnos_executors::install::sign_dir;
 use metnos_executors::signing::{self, Trust};
 use metnos_executors::{Catalog, Runner, ShellSettings};
-use metnos_kit::config::{PlannerMode, StoreSpec, TurnsConfig};
+use metnos_kit::config::{ConversationConfig, PlannerMode, StoreSpec, TurnsConfig};
 use metnos_kit::store::Db;
-use metnos_llm::{ChatRequest, ChatResponse, LlmError, Outcome, Tier, ToolCall, Usage};
+use metnos_llm::{ChatRequest, ChatResponse, LlmError, Message, Outcome, Tier, ToolCall, Usage};
 use metnos_planner::filters::{ClientError, Filters, PolicyAnswer};
 use metnos_planner::llm::Llm;
 use metnos_planner::store::{Holder, State, Store};
 use metnos_planner::turn::TurnRequest;
+use metnos_planner::turn::conversation::Threading;
 use metnos_planner::turn::engine::{Parts, Planner};
 use metnos_planner::turn::rules;
 use metnos_planner::turnlog::TurnLog;
@@ -427,6 +428,7 @@ impl Harness {
                 filters: replica_filters.clone(),
                 store,
                 log: TurnLog::new(log_dir.clone()),
+                conversation: ConversationConfig::default(),
                 orders: None,
             }))
         };
@@ -459,6 +461,47 @@ impl Harness {
         self.start_as(query, level, false)
     }
 
+    /// A message of the person `who` on Telegram, in their conversation as `thread` says,
+    /// at Supervised.
+    async fn start_threaded(
+        &self,
+        who: &str,
+        query: &str,
+        thread: Threading,
+    ) -> mpsc::Receiver<pb::TurnEvent> {
+        let request = TurnRequest {
+            principal: Principal::new("telegram", who).unwrap(),
+            level: AutonomyLevel::Supervised,
+            query: query.to_owned(),
+            language: None,
+            mode: None,
+            forwarded: false,
+            thread,
+        };
+        let mut checkpoint = self.planner.start(&request);
+        self.planner.attach_thread(&mut checkpoint, thread).await;
+        let (tx, rx) = mpsc::channel(64);
+        tokio::spawn(Arc::clone(&self.planner).run(checkpoint, tx));
+        rx
+    }
+
+    /// What the model was sent in its last chat: each message as `role: text`.
+    fn last_messages(&self) -> Vec<String> {
+        let asked = self.llm.asked.lock().unwrap();
+        asked
+            .last()
+            .unwrap()
+            .1
+            .messages
+            .iter()
+            .map(|m| match m {
+                Message::User(text) => format!("user: {text}"),
+                Message::Assistant { text, .. } => format!("assistant: {text}"),
+                Message::ToolResult { content, .. } => format!("tool: {content}"),
+            })
+            .collect()
+    }
+
     /// [`Harness::start`] of a message the person wrote (`forwarded`: false) or forwarded.
     fn start_as(
         &self,
@@ -473,6 +516,7 @@ impl Harness {
             language: None,
             mode: None,
             forwarded,
+            thread: Threading::None,
         };
         let checkpoint = self.planner.start(&request);
         let (tx, rx) = mpsc::channel(64);
@@ -721,6 +765,7 @@ async fn a_filter_that_cannot_be_asked_ends_the_turn_with_nothing_done() {
             language,
             mode: None,
             forwarded: false,
+            thread: Threading::None,
         };
         let checkpoint = h.planner.start(&request);
         let (tx, mut rx) = mpsc::channel(64);
@@ -994,6 +1039,7 @@ fn start_on_task(
         language: None,
         mode: None,
         forwarded: false,
+        thread: Threading::None,
     };
     let checkpoint = planner.start(&request);
     let (tx, rx) = mpsc::channel(64);
@@ -1207,6 +1253,7 @@ async fn a_turn_left_running_by_a_dead_replica_is_ended_once_and_written_to_the_
         language,
         mode: None,
         forwarded: false,
+        thread: Threading::None,
     };
     // A stored two turns, a Telegram person's and the terminal's, and died before they
     // ended (no renewals, no end).
@@ -1276,6 +1323,7 @@ async fn a_notice_that_may_have_reached_its_person_is_not_sent_again() {
         language: None,
         mode: None,
         forwarded: false,
+        thread: Threading::None,
     };
     left_running(&a, &request).await;
     tokio::time::sleep(Duration::from_millis(400)).await;
@@ -1813,4 +1861,103 @@ async fn a_card_names_the_file_a_link_leads_to() {
     let (_, finished) = to_end(&mut rx).await;
     assert_eq!(kind(&finished), pb::FinalKind::Answer);
     assert!(h.runs().is_empty());
+}
+
+/// Issue 40: a follow-up message carries the conversation so far (the person's words as
+/// theirs, Metnos's answers fenced as data); a one-shot turn and another person see none of
+/// it, and `/new` starts over.
+#[tokio::test]
+async fn a_follow_up_sees_the_exchange_before_it_and_nobody_else_does() {
+    let h = Harness::local().await;
+    h.llm.answer("It is 10:00 in Milan.");
+    let mut rx = h
+        .start_threaded("42", "what time is it?", Threading::Continue)
+        .await;
+    to_end(&mut rx).await;
+    h.llm.answer("Rome is on the same time: 10:00.");
+    let mut rx = h
+        .start_threaded("42", "and in Rome?", Threading::Continue)
+        .await;
+    let (_, finished) = to_end(&mut rx).await;
+    assert_eq!(finished.text, "Rome is on the same time: 10:00.");
+    let sent = h.last_messages();
+    assert_eq!(sent.len(), 3, "{sent:#?}");
+    assert_eq!(sent[0], "user: what time is it?");
+    assert!(
+        sent[1].starts_with("assistant: <<untrusted-data ")
+            && sent[1].contains("It is 10:00 in Milan."),
+        "an earlier answer reaches the model fenced: {}",
+        sent[1]
+    );
+    assert_eq!(sent[2], "user: and in Rome?");
+    // A one-shot turn of the same person, and a turn of someone else: only their message.
+    h.llm.answer("ok");
+    let mut rx = h.start_threaded("42", "hello", Threading::None).await;
+    to_end(&mut rx).await;
+    assert_eq!(h.last_messages(), ["user: hello"]);
+    h.llm.answer("ok");
+    let mut rx = h
+        .start_threaded("43", "what did they ask?", Threading::Continue)
+        .await;
+    to_end(&mut rx).await;
+    assert_eq!(h.last_messages(), ["user: what did they ask?"]);
+    // The one-shot turn wrote nothing: the thread still holds two exchanges; `/new` starts
+    // an empty one.
+    h.llm.answer("ok");
+    let mut rx = h
+        .start_threaded("42", "and now?", Threading::Continue)
+        .await;
+    to_end(&mut rx).await;
+    assert_eq!(h.last_messages().len(), 5);
+    h.llm.answer("ok");
+    let mut rx = h.start_threaded("42", "fresh start", Threading::New).await;
+    to_end(&mut rx).await;
+    assert_eq!(h.last_messages(), ["user: fresh start"]);
+}
+
+/// Issue 40's first attack: a turn reads a private file and its answer repeats it; the
+/// next message asks to write that elsewhere. The copy carries the file's label across the
+/// turns: carded naming the file, and rejected, nothing is written.
+#[tokio::test]
+async fn what_an_earlier_answer_read_is_still_that_data_in_the_next_turn() {
+    const SECRET: &str = "sk-live-4f9a8b7c6d5e4f3a2b1c0d9e8f7a6b5c";
+    let h = Harness::local().await;
+    std::fs::write(h.home.join("page.txt"), format!("key {SECRET}")).unwrap();
+    h.llm.call("fs_read", json!({"path": "~/notes.txt"}));
+    h.llm.answer(&format!("Your notes hold the key {SECRET}."));
+    let mut rx = h
+        .start_threaded("42", "what is in my notes?", Threading::Continue)
+        .await;
+    to_end(&mut rx).await;
+    h.llm.call(
+        "fs_write",
+        json!({"path": "~/shared/key.txt", "text": format!("the key: {SECRET}")}),
+    );
+    h.llm.answer("done");
+    let mut rx = h
+        .start_threaded(
+            "42",
+            "save what you just told me in a file",
+            Threading::Continue,
+        )
+        .await;
+    let events = until(&mut rx, |e| matches!(e, Event::AwaitingApproval(_))).await;
+    let Some(Event::AwaitingApproval(card)) = events.last() else {
+        unreachable!()
+    };
+    let created = h.filters.with(|s| s.created[0].clone());
+    let extra: Value = serde_json::from_str(&created.request.as_ref().unwrap().extra_json).unwrap();
+    assert_eq!(
+        extra["tainted_sink"],
+        json!([{"arg": "text", "sources": ["file:~/notes.txt"]}]),
+        "{extra}"
+    );
+    h.filters
+        .decide(&card.token, approval::ApprovalStatus::Rejected, None);
+    to_end(&mut rx).await;
+    assert_eq!(
+        h.runs(),
+        [r#"fs_read {"path":"~/notes.txt"}"#.to_owned()],
+        "nothing was written"
+    );
 }

@@ -34,7 +34,7 @@ pub const ENV_ALIASES: [(&str, &str); 3] = [
 
 /// Top-level keys an environment variable may override; any other `METNOS_*` variable
 /// (`METNOS_CONFIG`, test settings) is not configuration.
-const TOP_LEVEL_KEYS: [&str; 16] = [
+const TOP_LEVEL_KEYS: [&str; 17] = [
     "data_dir",
     "telemetry",
     "server",
@@ -46,6 +46,7 @@ const TOP_LEVEL_KEYS: [&str; 16] = [
     "runtime",
     "executors",
     "turns",
+    "conversation",
     "telegram",
     "telos",
     "scheduler",

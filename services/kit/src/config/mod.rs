@@ -14,6 +14,7 @@
 //! and store, and `[approval]`), `vaglio.rs` (with `[vaglio.judge]`), `runtime.rs` (with
 //! the LLM tiers), `turns.rs`, `executors.rs`, `telegram.rs`, `tls.rs`.
 
+mod conversation;
 mod executors;
 mod load;
 mod runtime;
@@ -37,6 +38,7 @@ use std::path::PathBuf;
 
 use serde::{Deserialize, Serialize};
 
+pub use conversation::ConversationConfig;
 pub use executors::ExecutorsConfig;
 pub use load::{CONFIG_ENV, ConfigError, ConfigSource, ENV_ALIASES, ENV_PREFIX};
 pub use runtime::{LLM_TIERS, LlmProvider, LlmTierConfig, PlannerMode, RuntimeConfig};
@@ -72,6 +74,7 @@ pub struct Config {
     pub runtime: RuntimeConfig,
     pub executors: ExecutorsConfig,
     pub turns: TurnsConfig,
+    pub conversation: ConversationConfig,
     pub telegram: TelegramConfig,
     pub tls: TlsConfig,
     pub telos: TelosConfig,
@@ -101,6 +104,7 @@ impl Default for Config {
             runtime: RuntimeConfig::default(),
             executors: ExecutorsConfig::default(),
             turns: TurnsConfig::default(),
+            conversation: ConversationConfig::default(),
             telegram: TelegramConfig::default(),
             tls: TlsConfig::default(),
             telos: TelosConfig::default(),

@@ -101,6 +101,8 @@ impl Job for StandingOrders {
             mode: None,
             // The order's request, as the person approved it on its card.
             forwarded: false,
+            // A schedule's turn is never steered by chat: no thread, read or written.
+            thread: crate::turn::conversation::Threading::None,
         };
         let (tx, mut rx) = mpsc::channel(64);
         let turn_id = self.turns.start_scheduled(&request, tx);

@@ -2,6 +2,7 @@
 //! finished) and the scratchpad. SQLite or PostgreSQL, the same SQL.
 
 pub mod tasks;
+pub mod threads;
 
 use metnos_kit::on_db;
 use metnos_kit::store::{Db, EmbeddedMigration, Migrations};
@@ -43,6 +44,11 @@ const SQLITE: &[EmbeddedMigration] = &[
         description: "live",
         sql: include_str!("../../migrations/sqlite/0007_live.sql"),
     },
+    EmbeddedMigration {
+        version: 8,
+        description: "threads",
+        sql: include_str!("../../migrations/sqlite/0008_threads.sql"),
+    },
 ];
 const POSTGRES: &[EmbeddedMigration] = &[
     EmbeddedMigration {
@@ -79,6 +85,11 @@ const POSTGRES: &[EmbeddedMigration] = &[
         version: 7,
         description: "live",
         sql: include_str!("../../migrations/postgres/0007_live.sql"),
+    },
+    EmbeddedMigration {
+        version: 8,
+        description: "threads",
+        sql: include_str!("../../migrations/postgres/0008_threads.sql"),
     },
 ];
 

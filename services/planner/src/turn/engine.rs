@@ -12,7 +12,7 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use metnos_executors::{Catalog, Runner};
-use metnos_kit::config::TurnsConfig;
+use metnos_kit::config::{ConversationConfig, TurnsConfig};
 use metnos_kit::time::now_ms;
 use metnos_proto::planner::v1 as pb;
 use tokio::sync::watch;
@@ -22,8 +22,10 @@ use crate::filters::Filters;
 use crate::llm::{LlmSlot, model_of, tier_used};
 use crate::proactive::scheduler::Scheduler;
 use crate::proactive::tools::{self as orders, Answer};
+use crate::store::threads::ThreadStore;
 use crate::store::{State, Store};
 use crate::turn::asking::Asking;
+use crate::turn::conversation::{self, Threading};
 use crate::turn::execution::Execution;
 pub use crate::turn::flow::Sink;
 use crate::turn::flow::{StepOutcome, emit, refusal};
@@ -52,6 +54,8 @@ pub struct Parts {
     pub filters: Arc<dyn Filters>,
     pub store: Store,
     pub log: TurnLog,
+    /// How much of a person's thread a turn sees, and when silence starts a new one.
+    pub conversation: ConversationConfig,
     /// The standing orders the model's tools may list, make and change (none: standing
     /// orders are off here, and the tools are not offered).
     pub orders: Option<Scheduler>,
@@ -68,6 +72,7 @@ pub struct Planner {
     filters: Arc<dyn Filters>,
     store: Store,
     log: TurnLog,
+    conversation: ConversationConfig,
     orders: Option<Scheduler>,
     index: Index,
     running: Running,
@@ -175,6 +180,7 @@ impl Planner {
             filters: parts.filters,
             store: parts.store,
             log: parts.log,
+            conversation: parts.conversation,
             orders: parts.orders,
             running: Running::default(),
             recovery,
@@ -354,7 +360,44 @@ impl Planner {
             planned: false,
             fence_nonce: crate::turn::taint::new_nonce(),
             scheduled: false,
+            thread_id: None,
+            earlier: Vec::new(),
             index: crate::turn::taint::Index::default(),
+        }
+    }
+
+    /// Reads the person's thread into a new turn `cp` (as `threading` says), before its
+    /// message: the newest exchanges within `conversation.history_tokens`. A thread that
+    /// cannot be read leaves the turn one-shot, said in the log: the person still gets an
+    /// answer.
+    pub async fn attach_thread(&self, cp: &mut Checkpoint, threading: Threading) {
+        let threads = ThreadStore::new(self.store.db().clone());
+        let now = now_ms();
+        let thread = match threading {
+            Threading::None => return,
+            Threading::Continue => {
+                threads
+                    .current(&cp.person, now, self.conversation.idle_ms())
+                    .await
+            }
+            Threading::New => threads.start_new(&cp.person, now).await,
+        };
+        let budget = self.conversation.history_tokens.get() as usize;
+        let read = match thread {
+            Ok(thread) => threads
+                .history(&cp.person, &thread.id, budget)
+                .await
+                .map(|history| (thread, history)),
+            Err(e) => Err(e),
+        };
+        match read {
+            Ok((thread, history)) => {
+                conversation::read_in(cp, &history.exchanges);
+                cp.thread_id = Some(thread.id);
+            }
+            Err(e) => {
+                tracing::warn!(turn_id = %cp.turn_id, error = %e, "the person's thread cannot be read; this turn is one-shot");
+            }
         }
     }
 

@@ -17,6 +17,7 @@
 
 pub mod asking;
 pub mod cards;
+pub mod conversation;
 pub mod engine;
 pub mod execution;
 pub(crate) mod flow;

@@ -5,6 +5,7 @@ use metnos_kit::time::now_ms;
 use metnos_proto::planner::v1 as pb;
 use serde_json::{Value, json};
 
+use crate::store::threads::ThreadStore;
 use crate::store::{State, Store};
 use crate::turn::flow::{Sink, emit};
 use crate::turn::{Checkpoint, FinalKind, Finish};
@@ -116,6 +117,22 @@ impl<'a> Records<'a> {
         record
     }
 
+    /// Writes the turn's exchange in its person's thread, if it has one: once, whichever
+    /// replica ends it (the person's answer is what they got, however the turn ended).
+    async fn keep_in_thread(&self, cp: &Checkpoint, answer: &str) {
+        let Some(thread_id) = &cp.thread_id else {
+            return;
+        };
+        let threads = ThreadStore::new(self.store.db().clone());
+        let exchange = crate::turn::conversation::exchange_of(cp, answer);
+        if let Err(e) = threads
+            .append(&cp.person, thread_id, &exchange, now_ms())
+            .await
+        {
+            tracing::warn!(turn_id = %cp.turn_id, error = %e, "the turn's exchange was not kept in its thread");
+        }
+    }
+
     /// Ends the turn: the store, the log, the event. Written once: a turn this process no
     /// longer holds was ended (or taken over) elsewhere.
     pub(crate) async fn close(&self, cp: &mut Checkpoint, sink: &Sink, outcome: Finish) {
@@ -137,6 +154,9 @@ impl<'a> Records<'a> {
                 .store
                 .finish(&cp.turn_id, &record.to_string(), now_ms())
                 .await;
+        }
+        if finished.is_ok() {
+            self.keep_in_thread(cp, &outcome.text).await;
         }
         match finished {
             Ok(true) => self.log.append(&record, now_ms()),

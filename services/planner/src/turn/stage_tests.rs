@@ -146,6 +146,7 @@ impl Bench {
             filters: self.filters.clone(),
             store: self.store.clone(),
             log: self.log.clone(),
+            conversation: metnos_kit::config::ConversationConfig::default(),
             orders: None,
         });
         planner.start(&TurnRequest {
@@ -155,6 +156,7 @@ impl Bench {
             language: None,
             mode: None,
             forwarded: false,
+            thread: crate::turn::conversation::Threading::None,
         })
     }
 

@@ -58,6 +58,8 @@ pub struct TurnRequest {
     /// The query is a message forwarded from someone else: a path it names is not one
     /// the person named.
     pub forwarded: bool,
+    /// Which conversation the turn belongs to (none: one-shot).
+    pub thread: crate::turn::conversation::Threading,
 }
 
 /// How a turn ended.
@@ -399,6 +401,14 @@ pub struct Checkpoint {
     /// no standing order.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub scheduled: bool,
+    /// The person's thread this turn belongs to (none: a one-shot turn); its exchange is
+    /// written there when it ends.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub thread_id: Option<String>,
+    /// The earlier answers of the thread this turn sees, in order (their text is in
+    /// `history`, fenced as steps from [`crate::turn::conversation::EARLIER_STEP`]).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub earlier: Vec<crate::turn::conversation::Earlier>,
     /// What the LLM was shown of the observations, indexed for copies: rebuilt from
     /// `history` wherever the turn goes on.
     #[serde(skip)]
@@ -408,6 +418,12 @@ pub struct Checkpoint {
 impl Checkpoint {
     /// Whether the turn has read anything from the world (a page, a file, a command's
     /// output) so far.
+    ///
+    /// This turn's own steps only: the earlier answers of its thread were read by earlier
+    /// turns (a new message is the person's own request, as the standing-order tools tell
+    /// the model). Their data still counts where it goes: copied or piped into a call it
+    /// carries their labels, and the private data they came from is read by this turn too
+    /// ([`Checkpoint::read_private`]).
     pub fn read_the_world(&self) -> bool {
         self.steps
             .iter()
@@ -428,9 +444,11 @@ impl Checkpoint {
             .flat_map(|step| step.labels.iter())
             .filter_map(|l| Label::parse(l))
             .filter(|l| l.is_private())
+            .chain(crate::turn::conversation::earlier_private(self))
             .collect();
         read.sort_by_key(Label::rank);
-        read.dedup();
+        let mut seen = std::collections::HashSet::new();
+        read.retain(|label| seen.insert(label.to_string()));
         read
     }
 
@@ -446,6 +464,9 @@ impl Checkpoint {
 
     /// The provenance labels of step `n`'s observation.
     pub fn labels_of(&self, n: u32) -> Vec<String> {
+        if let Some(labels) = crate::turn::conversation::earlier_labels(self, n) {
+            return labels;
+        }
         self.steps
             .iter()
             .rev()

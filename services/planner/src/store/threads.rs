@@ -1,0 +1,569 @@
+//! Threads (issue 40): each person's conversation on one channel, kept in the planner's
+//! store. An exchange is one turn: the person's message and Metnos's final answer verbatim,
+//! the answer's provenance labels, and each step as one line — never an observation's
+//! content. A thread is one person's on one channel: every read names both.
+//!
+//! Silence longer than the idle time, or the person asking for it (`/new`), starts a new
+//! thread; the old one stays until the retention prunes it or the person forgets it.
+
+use metnos_core::Principal;
+use metnos_kit::store::Db;
+use metnos_kit::store::sql::{Finish, Row, Statement};
+use serde::{Deserialize, Serialize};
+
+/// The longest message or answer an exchange keeps, in bytes: a turn's query and answer are
+/// bounded well below it; a longer one is refused whole, never cut silently.
+pub const MAX_TEXT: usize = 64 * 1024;
+
+/// Most provenance labels an answer or a step keeps.
+pub const MAX_LABELS: usize = 64;
+
+/// Most steps an exchange keeps (a turn's step cap is far below).
+pub const MAX_STEPS: usize = 64;
+
+/// Most exchanges [`ThreadStore::recent`] reads back: the history budget holds far fewer.
+pub const MAX_RECENT: u32 = 200;
+
+/// A person's conversation on one channel.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Thread {
+    pub id: String,
+    pub person: Principal,
+    pub started_at: i64,
+    /// When its last exchange was written (or it was started).
+    pub last_at: i64,
+}
+
+/// One step of a turn, as its thread keeps it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct StepLine {
+    pub executor: String,
+    pub ok: bool,
+    /// Where what it observed came from.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub labels: Vec<String>,
+    /// Where a large observation was kept (the scratchpad), if it was.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub scratchpad_id: Option<String>,
+}
+
+/// A turn's exchange, to be written.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct NewExchange {
+    pub turn_id: String,
+    /// The person's message, verbatim.
+    pub message: String,
+    /// Metnos's final answer, verbatim.
+    pub answer: String,
+    /// The sources the answer's text came from (the labels of what the model saw).
+    pub labels: Vec<String>,
+    pub steps: Vec<StepLine>,
+}
+
+/// An exchange as the thread keeps it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Exchange {
+    /// Its place in the thread, from 1.
+    pub seq: i64,
+    pub turn_id: String,
+    pub at: i64,
+    pub message: String,
+    pub answer: String,
+    pub labels: Vec<String>,
+    pub steps: Vec<StepLine>,
+}
+
+/// What a turn sees of its thread.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct History {
+    /// The newest exchanges within the budget, oldest first.
+    pub exchanges: Vec<Exchange>,
+    /// Older exchanges did not fit (a summary may stand for them).
+    pub older_left_out: bool,
+}
+
+/// Why a thread could not be read or written.
+#[derive(Debug, thiserror::Error)]
+pub enum ThreadError {
+    #[error("the {field} is {len} bytes; a thread keeps at most {MAX_TEXT}")]
+    TooLong { field: &'static str, len: usize },
+    #[error("the {field} has {count} entries; a thread keeps at most {max}")]
+    TooMany {
+        field: &'static str,
+        count: usize,
+        max: usize,
+    },
+    #[error("no such thread")]
+    NoSuchThread,
+    #[error("thread store: {0}")]
+    Store(#[from] sqlx::Error),
+}
+
+impl NewExchange {
+    fn check(&self) -> Result<(), ThreadError> {
+        for (field, text) in [("message", &self.message), ("answer", &self.answer)] {
+            if text.len() > MAX_TEXT {
+                return Err(ThreadError::TooLong {
+                    field,
+                    len: text.len(),
+                });
+            }
+        }
+        let many = |field, count, max| ThreadError::TooMany { field, count, max };
+        if self.labels.len() > MAX_LABELS {
+            return Err(many("answer's labels", self.labels.len(), MAX_LABELS));
+        }
+        if self.steps.len() > MAX_STEPS {
+            return Err(many("steps", self.steps.len(), MAX_STEPS));
+        }
+        if let Some(step) = self.steps.iter().find(|s| s.labels.len() > MAX_LABELS) {
+            return Err(many("step's labels", step.labels.len(), MAX_LABELS));
+        }
+        Ok(())
+    }
+}
+
+/// The planner's threads, on SQLite or PostgreSQL alike.
+#[derive(Debug, Clone)]
+pub struct ThreadStore {
+    db: Db,
+}
+
+/// The key that holds one person's threads against another writer (replicas included).
+fn person_key(person: &Principal) -> String {
+    format!("metnos.threads.{person}")
+}
+
+fn thread_from_row(row: &Row) -> Result<Thread, sqlx::Error> {
+    Ok(Thread {
+        id: row.get("id")?,
+        person: metnos_kit::store::stored_principal(
+            &row.get::<String, _>("channel")?,
+            &row.get::<String, _>("sender_id")?,
+        )?,
+        started_at: row.get("started_at")?,
+        last_at: row.get("last_at")?,
+    })
+}
+
+fn json_column<T: for<'de> Deserialize<'de>>(row: &Row, column: &str) -> Result<T, sqlx::Error> {
+    let text: String = row.get(column)?;
+    serde_json::from_str(&text).map_err(|e| sqlx::Error::ColumnDecode {
+        index: column.to_owned(),
+        source: Box::new(e),
+    })
+}
+
+fn exchange_from_row(row: &Row) -> Result<Exchange, sqlx::Error> {
+    Ok(Exchange {
+        seq: row.get("seq")?,
+        turn_id: row.get("turn_id")?,
+        at: row.get("at")?,
+        message: row.get("message")?,
+        answer: row.get("answer")?,
+        labels: json_column(row, "labels")?,
+        steps: json_column(row, "steps")?,
+    })
+}
+
+const THREAD_COLUMNS: &str = "id, channel, sender_id, started_at, last_at";
+
+impl ThreadStore {
+    pub fn new(db: Db) -> ThreadStore {
+        ThreadStore { db }
+    }
+
+    /// The thread `person` talks in now: their latest open one, unless it has been silent
+    /// for longer than `idle_ms`; else a new one.
+    pub async fn current(
+        &self,
+        person: &Principal,
+        now_ms: i64,
+        idle_ms: i64,
+    ) -> Result<Thread, ThreadError> {
+        let latest = format!(
+            "SELECT {THREAD_COLUMNS} FROM threads WHERE channel = $1 AND sender_id = $2 \
+             AND closed = 0 ORDER BY last_at DESC, started_at DESC LIMIT 1"
+        );
+        let key = person_key(person);
+        Ok(self
+            .db
+            .locked_tx(&key, async |tx| {
+                let found = tx
+                    .fetch_optional(
+                        Statement::new(sqlx::AssertSqlSafe(latest))
+                            .bind(person.channel().to_owned())
+                            .bind(person.sender_id().to_owned()),
+                    )
+                    .await?;
+                if let Some(row) = found {
+                    let thread = thread_from_row(&row)?;
+                    if thread.last_at.saturating_add(idle_ms) >= now_ms {
+                        return Ok::<_, sqlx::Error>(Finish::Rollback(thread));
+                    }
+                }
+                start_in(tx, person, now_ms).await.map(Finish::Commit)
+            })
+            .await?)
+    }
+
+    /// Starts a new thread for `person` (`/new`): the ones before are closed, never read
+    /// into a turn again.
+    pub async fn start_new(&self, person: &Principal, now_ms: i64) -> Result<Thread, ThreadError> {
+        let key = person_key(person);
+        Ok(self
+            .db
+            .locked_tx(&key, async |tx| {
+                tx.execute(
+                    Statement::new(
+                        "UPDATE threads SET closed = 1 WHERE channel = $1 AND sender_id = $2",
+                    )
+                    .bind(person.channel().to_owned())
+                    .bind(person.sender_id().to_owned()),
+                )
+                .await?;
+                start_in(tx, person, now_ms).await.map(Finish::Commit)
+            })
+            .await?)
+    }
+
+    /// Writes a turn's exchange at the end of `person`'s thread `thread_id`: `false` when
+    /// that turn's exchange is there already (its end recorded twice). A thread of someone
+    /// else is no such thread.
+    pub async fn append(
+        &self,
+        person: &Principal,
+        thread_id: &str,
+        exchange: &NewExchange,
+        now_ms: i64,
+    ) -> Result<bool, ThreadError> {
+        exchange.check()?;
+        let labels = serde_json::to_string(&exchange.labels).unwrap_or_else(|_| "[]".into());
+        let steps = serde_json::to_string(&exchange.steps).unwrap_or_else(|_| "[]".into());
+        let key = person_key(person);
+        self.db
+            .locked_tx(&key, async |tx| {
+                let owned = tx
+                    .fetch_optional(
+                        Statement::new(
+                            "SELECT id FROM threads WHERE id = $1 AND channel = $2 AND sender_id = $3",
+                        )
+                        .bind(thread_id.to_owned())
+                        .bind(person.channel().to_owned())
+                        .bind(person.sender_id().to_owned()),
+                    )
+                    .await?;
+                if owned.is_none() {
+                    return Err(ThreadError::NoSuchThread);
+                }
+                let written = tx
+                    .fetch_optional(
+                        Statement::new("SELECT seq FROM exchanges WHERE turn_id = $1")
+                            .bind(exchange.turn_id.clone()),
+                    )
+                    .await?;
+                if written.is_some() {
+                    return Ok(Finish::Rollback(false));
+                }
+                let last: i64 = tx
+                    .fetch_one(
+                        Statement::new(
+                            "SELECT COALESCE(MAX(seq), 0) FROM exchanges WHERE thread_id = $1",
+                        )
+                        .bind(thread_id.to_owned()),
+                    )
+                    .await?
+                    .get(0)?;
+                tx.execute(
+                    Statement::new(
+                        "INSERT INTO exchanges (thread_id, seq, turn_id, at, message, answer, labels, steps) \
+                         VALUES ($1, $2, $3, $4, $5, $6, $7, $8)",
+                    )
+                    .bind(thread_id.to_owned())
+                    .bind(last + 1)
+                    .bind(exchange.turn_id.clone())
+                    .bind(now_ms)
+                    .bind(exchange.message.clone())
+                    .bind(exchange.answer.clone())
+                    .bind(labels)
+                    .bind(steps),
+                )
+                .await?;
+                tx.execute(
+                    Statement::new("UPDATE threads SET last_at = $1 WHERE id = $2")
+                        .bind(now_ms)
+                        .bind(thread_id.to_owned()),
+                )
+                .await?;
+                Ok(Finish::Commit(true))
+            })
+            .await
+    }
+
+    /// The newest `limit` exchanges of `person`'s thread `thread_id` (at most
+    /// [`MAX_RECENT`]), oldest first. Another person's thread reads as empty.
+    pub async fn recent(
+        &self,
+        person: &Principal,
+        thread_id: &str,
+        limit: u32,
+    ) -> Result<Vec<Exchange>, ThreadError> {
+        let rows = self
+            .db
+            .fetch_all(
+                Statement::new(
+                    "SELECT e.seq, e.turn_id, e.at, e.message, e.answer, e.labels, e.steps \
+                     FROM exchanges e JOIN threads t ON t.id = e.thread_id \
+                     WHERE e.thread_id = $1 AND t.channel = $2 AND t.sender_id = $3 \
+                     ORDER BY e.seq DESC LIMIT $4",
+                )
+                .bind(thread_id.to_owned())
+                .bind(person.channel().to_owned())
+                .bind(person.sender_id().to_owned())
+                .bind(i64::from(limit.min(MAX_RECENT))),
+            )
+            .await?;
+        let mut exchanges = rows
+            .iter()
+            .map(exchange_from_row)
+            .collect::<Result<Vec<_>, _>>()?;
+        exchanges.reverse();
+        Ok(exchanges)
+    }
+
+    /// What a turn of `person` sees of thread `thread_id`: its newest exchanges whose
+    /// messages and answers fit in `budget` tokens, oldest first, and whether older ones
+    /// were left out. Read newest first a page at a time, so a long thread costs what its
+    /// budget holds, not its length.
+    pub async fn history(
+        &self,
+        person: &Principal,
+        thread_id: &str,
+        budget: usize,
+    ) -> Result<History, ThreadError> {
+        const PAGE: i64 = 32;
+        let mut kept: Vec<Exchange> = Vec::new();
+        let mut spent = 0usize;
+        let mut before = i64::MAX;
+        loop {
+            let rows = self
+                .db
+                .fetch_all(
+                    Statement::new(
+                        "SELECT e.seq, e.turn_id, e.at, e.message, e.answer, e.labels, e.steps \
+                         FROM exchanges e JOIN threads t ON t.id = e.thread_id \
+                         WHERE e.thread_id = $1 AND t.channel = $2 AND t.sender_id = $3 \
+                         AND e.seq < $4 ORDER BY e.seq DESC LIMIT $5",
+                    )
+                    .bind(thread_id.to_owned())
+                    .bind(person.channel().to_owned())
+                    .bind(person.sender_id().to_owned())
+                    .bind(before)
+                    .bind(PAGE),
+                )
+                .await?;
+            let page = rows.len();
+            for row in &rows {
+                let exchange = exchange_from_row(row)?;
+                spent = spent.saturating_add(exchange_tokens(&exchange));
+                if spent > budget {
+                    kept.reverse();
+                    return Ok(History {
+                        exchanges: kept,
+                        older_left_out: true,
+                    });
+                }
+                before = exchange.seq;
+                kept.push(exchange);
+            }
+            if page < PAGE as usize {
+                kept.reverse();
+                return Ok(History {
+                    exchanges: kept,
+                    older_left_out: false,
+                });
+            }
+        }
+    }
+
+    /// Erases every thread of `person` (their channel's; a person on another channel is
+    /// another principal): how many exchanges went.
+    pub async fn forget(&self, person: &Principal) -> Result<u64, ThreadError> {
+        let key = person_key(person);
+        Ok(self
+            .db
+            .locked_tx(&key, async |tx| {
+                let gone = tx
+                    .execute(
+                        Statement::new(
+                            "DELETE FROM exchanges WHERE thread_id IN \
+                             (SELECT id FROM threads WHERE channel = $1 AND sender_id = $2)",
+                        )
+                        .bind(person.channel().to_owned())
+                        .bind(person.sender_id().to_owned()),
+                    )
+                    .await?;
+                tx.execute(
+                    Statement::new("DELETE FROM threads WHERE channel = $1 AND sender_id = $2")
+                        .bind(person.channel().to_owned())
+                        .bind(person.sender_id().to_owned()),
+                )
+                .await?;
+                Ok::<_, sqlx::Error>(Finish::Commit(gone))
+            })
+            .await?)
+    }
+
+    /// Removes the threads silent since before `before_ms` (the retention): how many
+    /// exchanges went.
+    pub async fn prune(&self, before_ms: i64) -> Result<u64, ThreadError> {
+        let gone = self
+            .db
+            .execute(
+                Statement::new(
+                    "DELETE FROM exchanges WHERE thread_id IN \
+                     (SELECT id FROM threads WHERE last_at < $1)",
+                )
+                .bind(before_ms),
+            )
+            .await?;
+        self.db
+            .execute(Statement::new("DELETE FROM threads WHERE last_at < $1").bind(before_ms))
+            .await?;
+        Ok(gone)
+    }
+}
+
+/// A new thread of `person`, inside the transaction that holds their threads.
+async fn start_in(
+    tx: &mut metnos_kit::store::sql::Tx,
+    person: &Principal,
+    now_ms: i64,
+) -> Result<Thread, sqlx::Error> {
+    let thread = Thread {
+        id: metnos_kit::random::hex(16),
+        person: person.clone(),
+        started_at: now_ms,
+        last_at: now_ms,
+    };
+    tx.execute(
+        Statement::new(
+            "INSERT INTO threads (id, channel, sender_id, started_at, last_at) VALUES ($1, $2, $3, $4, $5)",
+        )
+        .bind(thread.id.clone())
+        .bind(person.channel().to_owned())
+        .bind(person.sender_id().to_owned())
+        .bind(now_ms)
+        .bind(now_ms),
+    )
+    .await?;
+    Ok(thread)
+}
+
+/// A text's length in tokens, estimated as the common tokenizers come out on mixed prose
+/// and code: about four bytes a token, never less than one per word.
+pub fn estimate_tokens(text: &str) -> usize {
+    text.len().div_ceil(4).max(text.split_whitespace().count())
+}
+
+/// What one exchange costs of the history budget: its message and answer, and a few tokens
+/// of each message's framing.
+pub fn exchange_tokens(exchange: &Exchange) -> usize {
+    const FRAMING: usize = 8;
+    estimate_tokens(&exchange.message) + estimate_tokens(&exchange.answer) + 2 * FRAMING
+}
+
+/// How many of `exchanges` (oldest first) fit in `budget` tokens, newest kept: the last
+/// that many. The rest are older than what the turn sees.
+pub fn fitting(exchanges: &[Exchange], budget: usize) -> usize {
+    let mut spent = 0usize;
+    let mut kept = 0;
+    for exchange in exchanges.iter().rev() {
+        spent = spent.saturating_add(exchange_tokens(exchange));
+        if spent > budget {
+            break;
+        }
+        kept += 1;
+    }
+    kept
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn exchange(seq: i64, message: &str, answer: &str) -> Exchange {
+        Exchange {
+            seq,
+            turn_id: format!("t{seq}"),
+            at: seq,
+            message: message.to_owned(),
+            answer: answer.to_owned(),
+            labels: Vec::new(),
+            steps: Vec::new(),
+        }
+    }
+
+    #[test]
+    fn the_newest_exchanges_are_kept_within_the_budget() {
+        let thread: Vec<Exchange> = (1..=10)
+            .map(|i| exchange(i, &"m".repeat(400), &"a".repeat(400)))
+            .collect();
+        // Each costs 100 + 100 + 16 tokens.
+        assert_eq!(exchange_tokens(&thread[0]), 216);
+        assert_eq!(fitting(&thread, 216 * 3), 3);
+        assert_eq!(fitting(&thread, 216 * 3 - 1), 2);
+        assert_eq!(fitting(&thread, 0), 0);
+        assert_eq!(fitting(&thread, usize::MAX), 10);
+        // One huge old exchange does not hide the newer ones, and stops the count.
+        let mut thread = thread;
+        thread[7] = exchange(8, &"x".repeat(40_000), "");
+        assert_eq!(fitting(&thread, 6_000), 2);
+    }
+
+    #[test]
+    fn tokens_are_estimated_from_bytes_and_words() {
+        assert_eq!(estimate_tokens(""), 0);
+        assert_eq!(estimate_tokens("abcd"), 1);
+        assert_eq!(estimate_tokens("abcde"), 2);
+        assert_eq!(estimate_tokens("a b c d e f"), 6, "one per word at least");
+    }
+
+    #[test]
+    fn an_exchange_beyond_its_bounds_is_refused_whole() {
+        let ok = NewExchange {
+            turn_id: "t".into(),
+            message: "hi".into(),
+            answer: "hello".into(),
+            labels: vec!["file:~/a".into()],
+            steps: vec![StepLine {
+                executor: "fs_read".into(),
+                ok: true,
+                labels: vec!["file:~/a".into()],
+                scratchpad_id: None,
+            }],
+        };
+        assert!(ok.check().is_ok());
+        let long = NewExchange {
+            message: "x".repeat(MAX_TEXT + 1),
+            ..ok.clone()
+        };
+        assert_eq!(
+            long.check().unwrap_err().to_string(),
+            format!(
+                "the message is {} bytes; a thread keeps at most {MAX_TEXT}",
+                MAX_TEXT + 1
+            )
+        );
+        let many = NewExchange {
+            labels: vec!["web:a.example".into(); MAX_LABELS + 1],
+            ..ok
+        };
+        assert!(
+            many.check()
+                .unwrap_err()
+                .to_string()
+                .contains("answer's labels")
+        );
+    }
+}

@@ -1,0 +1,122 @@
+//! A turn in its conversation (issue 40): the person's thread on this channel read in
+//! before the new message, and the turn's exchange written at its end.
+//!
+//! Earlier answers reach the model fenced, as data, each with the labels of the sources
+//! its text came from; they are indexed like observations under their own step numbers
+//! (from [`EARLIER_STEP`]), so text of an earlier answer copied into a call carries those
+//! labels, and the private data they came from counts as read by this turn: "send what you
+//! just read to x@y", one message after reading `~/secret.txt`, is carded naming it, as it
+//! is within one turn. The person's own earlier messages are theirs, never fenced.
+
+use metnos_core::provenance::Label;
+use serde::{Deserialize, Serialize};
+
+use crate::store::threads::{Exchange, MAX_LABELS, MAX_STEPS, MAX_TEXT, NewExchange, StepLine};
+use crate::turn::{Checkpoint, Hist, taint};
+
+/// The first step number of the earlier answers a turn sees (the `n`th is
+/// `EARLIER_STEP + n`): far above any step a turn takes.
+pub const EARLIER_STEP: u32 = 100_000;
+
+/// Which conversation a turn belongs to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Threading {
+    /// A one-shot turn: it reads and writes no thread.
+    #[default]
+    None,
+    /// The person's current thread (a new one after the idle time).
+    Continue,
+    /// A new thread at once (`/new`).
+    New,
+}
+
+/// An earlier answer this turn sees: where its text came from.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Earlier {
+    pub labels: Vec<String>,
+}
+
+/// Puts `exchanges` (oldest first) before the turn's new message: each of the person's
+/// messages as theirs, each answer fenced with its sources.
+pub fn read_in(cp: &mut Checkpoint, exchanges: &[Exchange]) {
+    let nonce = cp.fence_nonce();
+    let mut before = Vec::with_capacity(2 * exchanges.len());
+    for exchange in exchanges {
+        let step = EARLIER_STEP + cp.earlier.len() as u32;
+        let answer = serde_json::Value::from(exchange.answer.as_str()).to_string();
+        before.push(Hist::User {
+            text: exchange.message.clone(),
+        });
+        before.push(Hist::Assistant {
+            text: taint::fence(&nonce, step, &exchange.labels, &answer),
+            calls: Vec::new(),
+        });
+        cp.earlier.push(Earlier {
+            labels: exchange.labels.clone(),
+        });
+    }
+    cp.history.splice(0..0, before);
+}
+
+/// The labels of earlier answer `n` (a step number from [`EARLIER_STEP`]), if it is one.
+pub fn earlier_labels(cp: &Checkpoint, n: u32) -> Option<Vec<String>> {
+    let index = n.checked_sub(EARLIER_STEP)?;
+    cp.earlier.get(index as usize).map(|e| e.labels.clone())
+}
+
+/// The turn's exchange, as its thread keeps it: the person's message, the final text the
+/// person got (cut to what a thread keeps), the sources the model saw (its observations'
+/// and the earlier answers'), and a line per step.
+pub fn exchange_of(cp: &Checkpoint, answer: &str) -> NewExchange {
+    let mut labels: Vec<String> = Vec::new();
+    let seen = cp
+        .steps
+        .iter()
+        .filter(|s| s.ok || s.observed)
+        .flat_map(|s| s.labels.iter())
+        .chain(cp.earlier.iter().flat_map(|e| e.labels.iter()));
+    for label in seen {
+        if !labels.contains(label) {
+            labels.push(label.clone());
+        }
+    }
+    // Files and commands first, so a list cut short keeps the most telling.
+    metnos_core::provenance::sort(&mut labels);
+    labels.truncate(MAX_LABELS);
+    let steps = cp
+        .steps
+        .iter()
+        .take(MAX_STEPS)
+        .map(|s| StepLine {
+            executor: s.executor.clone(),
+            ok: s.ok,
+            labels: s.labels.iter().take(MAX_LABELS).cloned().collect(),
+            scratchpad_id: s.scratchpad_id.clone(),
+        })
+        .collect();
+    NewExchange {
+        turn_id: cp.turn_id.clone(),
+        message: cut(&cp.query, MAX_TEXT),
+        answer: cut(answer, MAX_TEXT),
+        labels,
+        steps,
+    }
+}
+
+/// The private data the earlier answers this turn sees came from.
+pub fn earlier_private(cp: &Checkpoint) -> impl Iterator<Item = Label> + '_ {
+    cp.earlier
+        .iter()
+        .flat_map(|e| e.labels.iter())
+        .filter_map(|l| Label::parse(l))
+        .filter(Label::is_private)
+}
+
+/// `text` cut to at most `max` bytes, on a character boundary.
+fn cut(text: &str, max: usize) -> String {
+    let mut end = text.len().min(max);
+    while !text.is_char_boundary(end) {
+        end -= 1;
+    }
+    text[..end].to_owned()
+}

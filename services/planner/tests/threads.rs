@@ -1,0 +1,314 @@
+//! Threads on SQLite and on a real PostgreSQL server (issue 40): one person's conversation
+//! on one channel, never another's; silence or `/new` starts a new one; a turn's exchange is
+//! written once however often its end is recorded, also by two replicas at once; forgetting
+//! and the retention leave nothing of what they remove.
+
+use std::time::Duration;
+
+use metnos_core::Principal;
+use metnos_kit::testing::TestStore;
+use metnos_planner::store::MIGRATIONS;
+use metnos_planner::store::threads::{MAX_TEXT, NewExchange, StepLine, ThreadError, ThreadStore};
+
+const HOUR: i64 = 3_600_000;
+const IDLE: i64 = 4 * HOUR;
+
+async fn open(store: &TestStore) -> ThreadStore {
+    let db = metnos_kit::store::open(
+        &store.spec(),
+        "planner",
+        &MIGRATIONS,
+        Duration::from_secs(10),
+    )
+    .await
+    .unwrap();
+    ThreadStore::new(db)
+}
+
+/// A second replica's store: its own pool on PostgreSQL; on SQLite (one process owns the
+/// file) the same one.
+async fn open_again(test: &TestStore, first: &ThreadStore) -> ThreadStore {
+    match test {
+        TestStore::Sqlite(_) => first.clone(),
+        TestStore::Postgres { .. } => open(test).await,
+    }
+}
+
+fn ada() -> Principal {
+    Principal::new("telegram", "4242").unwrap()
+}
+
+fn bob() -> Principal {
+    Principal::new("telegram", "4343").unwrap()
+}
+
+fn said(turn: &str, message: &str, answer: &str) -> NewExchange {
+    NewExchange {
+        turn_id: turn.to_owned(),
+        message: message.to_owned(),
+        answer: answer.to_owned(),
+        labels: vec!["file:~/notes/today.md".to_owned()],
+        steps: vec![StepLine {
+            executor: "fs_read".to_owned(),
+            ok: true,
+            labels: vec!["file:~/notes/today.md".to_owned()],
+            scratchpad_id: None,
+        }],
+    }
+}
+
+fn messages(exchanges: &[metnos_planner::store::threads::Exchange]) -> Vec<&str> {
+    exchanges.iter().map(|e| e.message.as_str()).collect()
+}
+
+async fn a_thread_goes_on_until_silence_or_new_and_is_its_person_s_alone(test: TestStore) {
+    let threads = open(&test).await;
+    let first = threads.current(&ada(), 1_000, IDLE).await.unwrap();
+    assert_eq!(first.person, ada());
+    assert!(
+        threads
+            .append(
+                &ada(),
+                &first.id,
+                &said("t1", "what time is it?", "10:00"),
+                2_000
+            )
+            .await
+            .unwrap()
+    );
+    // Within the idle time: the same thread, counted from its last exchange.
+    let again = threads.current(&ada(), 2_000 + IDLE, IDLE).await.unwrap();
+    assert_eq!(again.id, first.id);
+    assert_eq!(again.last_at, 2_000);
+    // Another person, another channel: their own threads.
+    let bobs = threads.current(&bob(), 3_000, IDLE).await.unwrap();
+    assert_ne!(bobs.id, first.id);
+    let on_cli = Principal::new("cli", "4242").unwrap();
+    assert_ne!(
+        threads.current(&on_cli, 3_000, IDLE).await.unwrap().id,
+        first.id
+    );
+    // Bob cannot write into or read Ada's thread.
+    assert!(matches!(
+        threads
+            .append(
+                &bob(),
+                &first.id,
+                &said("t2", "send me her notes", "no"),
+                3_000
+            )
+            .await,
+        Err(ThreadError::NoSuchThread)
+    ));
+    assert!(
+        threads
+            .recent(&bob(), &first.id, 10)
+            .await
+            .unwrap()
+            .is_empty()
+    );
+    assert_eq!(
+        messages(&threads.recent(&ada(), &first.id, 10).await.unwrap()),
+        ["what time is it?"]
+    );
+    // Silence longer than the idle time: a new thread.
+    let later = threads
+        .current(&ada(), 2_000 + IDLE + 1, IDLE)
+        .await
+        .unwrap();
+    assert_ne!(later.id, first.id);
+    assert!(
+        threads
+            .recent(&ada(), &later.id, 10)
+            .await
+            .unwrap()
+            .is_empty()
+    );
+    // `/new`: a new thread at once, and the ones before are never current again.
+    let fresh = threads.start_new(&ada(), 2_000 + IDLE + 2).await.unwrap();
+    assert_ne!(fresh.id, later.id);
+    assert_eq!(
+        threads
+            .current(&ada(), 2_000 + IDLE + 3, IDLE)
+            .await
+            .unwrap()
+            .id,
+        fresh.id
+    );
+}
+
+async fn a_turn_s_exchange_is_written_once_in_order_and_read_back_whole(test: TestStore) {
+    let threads = open(&test).await;
+    let thread = threads.current(&ada(), 1_000, IDLE).await.unwrap();
+    for (i, turn) in ["t1", "t2", "t3"].iter().enumerate() {
+        let at = 2_000 + i as i64;
+        let exchange = said(turn, &format!("message {turn}"), &format!("answer {turn}"));
+        assert!(
+            threads
+                .append(&ada(), &thread.id, &exchange, at)
+                .await
+                .unwrap()
+        );
+        // The same turn's end recorded again (a replica took it over): nothing more.
+        assert!(
+            !threads
+                .append(&ada(), &thread.id, &exchange, at + 10)
+                .await
+                .unwrap()
+        );
+    }
+    let all = threads.recent(&ada(), &thread.id, 10).await.unwrap();
+    assert_eq!(messages(&all), ["message t1", "message t2", "message t3"]);
+    assert_eq!(all.iter().map(|e| e.seq).collect::<Vec<_>>(), [1, 2, 3]);
+    assert_eq!(all[2].answer, "answer t3");
+    assert_eq!(all[2].labels, ["file:~/notes/today.md"]);
+    assert_eq!(all[2].steps, said("x", "", "").steps);
+    // The newest ones, oldest first.
+    assert_eq!(
+        messages(&threads.recent(&ada(), &thread.id, 2).await.unwrap()),
+        ["message t2", "message t3"]
+    );
+    // What a turn sees: the newest within its budget (each exchange here costs 22 tokens).
+    let seen = threads.history(&ada(), &thread.id, 50).await.unwrap();
+    assert_eq!(messages(&seen.exchanges), ["message t2", "message t3"]);
+    assert!(seen.older_left_out);
+    let seen = threads.history(&ada(), &thread.id, 6_000).await.unwrap();
+    assert_eq!(seen.exchanges.len(), 3);
+    assert!(!seen.older_left_out);
+    assert!(
+        threads
+            .history(&bob(), &thread.id, 6_000)
+            .await
+            .unwrap()
+            .exchanges
+            .is_empty()
+    );
+    // A message too long to keep is refused whole, naming it; nothing is written.
+    let huge = said("t4", &"x".repeat(MAX_TEXT + 1), "ok");
+    let refused = threads
+        .append(&ada(), &thread.id, &huge, 3_000)
+        .await
+        .unwrap_err()
+        .to_string();
+    assert!(refused.starts_with("the message is"), "{refused}");
+    assert_eq!(
+        threads.recent(&ada(), &thread.id, 10).await.unwrap().len(),
+        3
+    );
+}
+
+async fn two_replicas_ending_turns_at_once_write_every_exchange_once(test: TestStore) {
+    let a = open(&test).await;
+    let b = open_again(&test, &a).await;
+    let thread = a.current(&ada(), 1_000, IDLE).await.unwrap();
+    let mut writes = Vec::new();
+    for i in 0..20 {
+        let store = if i % 2 == 0 { a.clone() } else { b.clone() };
+        let id = thread.id.clone();
+        writes.push(tokio::spawn(async move {
+            // Each turn's end recorded by both replicas.
+            let exchange = said(&format!("t{}", i / 2), &format!("m{}", i / 2), "a");
+            store
+                .append(&ada(), &id, &exchange, 2_000 + i)
+                .await
+                .unwrap()
+        }));
+    }
+    let mut written = 0;
+    for write in writes {
+        written += usize::from(write.await.unwrap());
+    }
+    assert_eq!(written, 10);
+    let all = a.recent(&ada(), &thread.id, 100).await.unwrap();
+    assert_eq!(all.len(), 10);
+    assert_eq!(
+        all.iter().map(|e| e.seq).collect::<Vec<_>>(),
+        (1..=10).collect::<Vec<i64>>()
+    );
+    // Two replicas asking for the current thread at once agree on it.
+    let bob = bob();
+    let (one, two) = tokio::join!(a.current(&bob, 5_000, IDLE), b.current(&bob, 5_000, IDLE));
+    assert_eq!(one.unwrap().id, two.unwrap().id);
+}
+
+async fn forgetting_and_the_retention_remove_only_what_they_name(test: TestStore) {
+    let threads = open(&test).await;
+    let adas = threads.current(&ada(), 1_000, IDLE).await.unwrap();
+    let bobs = threads.current(&bob(), 1_000, IDLE).await.unwrap();
+    threads
+        .append(
+            &ada(),
+            &adas.id,
+            &said("a1", "my sister's birthday", "noted"),
+            2_000,
+        )
+        .await
+        .unwrap();
+    threads
+        .append(&bob(), &bobs.id, &said("b1", "hello", "hi"), 50 * HOUR)
+        .await
+        .unwrap();
+    assert_eq!(threads.forget(&ada()).await.unwrap(), 1);
+    assert!(
+        threads
+            .recent(&ada(), &adas.id, 10)
+            .await
+            .unwrap()
+            .is_empty()
+    );
+    assert_eq!(threads.recent(&bob(), &bobs.id, 10).await.unwrap().len(), 1);
+    // A new thread after forgetting starts empty.
+    let after = threads.current(&ada(), 3_000, IDLE).await.unwrap();
+    assert_ne!(after.id, adas.id);
+    // The retention: threads silent since before the cut go, newer ones stay.
+    assert_eq!(threads.prune(10 * HOUR).await.unwrap(), 0);
+    assert_eq!(threads.recent(&bob(), &bobs.id, 10).await.unwrap().len(), 1);
+    assert_eq!(threads.prune(51 * HOUR).await.unwrap(), 1);
+    assert!(
+        threads
+            .recent(&bob(), &bobs.id, 10)
+            .await
+            .unwrap()
+            .is_empty()
+    );
+    assert_ne!(
+        threads.current(&bob(), 51 * HOUR, IDLE).await.unwrap().id,
+        bobs.id
+    );
+}
+
+/// A thread longer than a page: what a turn sees is still its newest, in order, however
+/// many pages the budget spans.
+async fn a_long_thread_is_read_newest_first_across_pages(test: TestStore) {
+    let threads = open(&test).await;
+    let thread = threads.current(&ada(), 1_000, IDLE).await.unwrap();
+    for i in 1..=70 {
+        let exchange = said(&format!("t{i}"), &format!("m{i:02}"), "ok");
+        threads
+            .append(&ada(), &thread.id, &exchange, 1_000 + i)
+            .await
+            .unwrap();
+    }
+    let all = threads
+        .history(&ada(), &thread.id, usize::MAX)
+        .await
+        .unwrap();
+    assert_eq!(all.exchanges.len(), 70);
+    assert!(!all.older_left_out);
+    assert_eq!(all.exchanges[0].message, "m01");
+    assert_eq!(all.exchanges[69].message, "m70");
+    // Each costs 1 + 1 + 16 tokens: 40 of them fit in 720.
+    let some = threads.history(&ada(), &thread.id, 720).await.unwrap();
+    assert_eq!(some.exchanges.len(), 40);
+    assert!(some.older_left_out);
+    assert_eq!(some.exchanges[0].message, "m31");
+    assert_eq!(some.exchanges[39].message, "m70");
+}
+
+metnos_kit::store_suite!(
+    a_thread_goes_on_until_silence_or_new_and_is_its_person_s_alone,
+    a_turn_s_exchange_is_written_once_in_order_and_read_back_whole,
+    two_replicas_ending_turns_at_once_write_every_exchange_once,
+    forgetting_and_the_retention_remove_only_what_they_name,
+    a_long_thread_is_read_newest_first_across_pages,
+);
