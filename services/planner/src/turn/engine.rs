@@ -569,6 +569,8 @@ impl Planner {
             suspension,
             ..
         } = self.stages();
+        // What the LLM was shown so far, indexed for copies (rebuilt after a resume).
+        cp.index.catch_up(&cp.fence_nonce, &cp.history);
         match Tool::of(&call.name, &self.catalog) {
             Tool::Orders => {
                 return match orders::answer(self.orders.as_ref(), cp, call).await {
@@ -595,8 +597,6 @@ impl Planner {
             Tool::Unknown => log.executor = "?".to_owned(),
             Tool::Executor => {}
         }
-        // What the LLM was shown so far, indexed for copies (rebuilt after a resume).
-        cp.index.catch_up(&cp.fence_nonce, &cp.history);
         let (findings, vetted) = vetting.vet(cp, &call, n, started).await;
         for e in findings.record(&mut log) {
             emit(sink, e).await;

@@ -251,6 +251,11 @@ impl<'a> Execution<'a> {
         args: &Value,
         observation: &Observation,
     ) -> Vec<String> {
+        // The planner's own tools (a standing order set up on the person's yes) answer
+        // with the planner's data, never the world's.
+        if crate::proactive::tools::is_tool(&call.name) {
+            return Vec::new();
+        }
         if call.name == scratch::TOOL {
             let id = args.get("id").and_then(Value::as_str).unwrap_or_default();
             // Only this turn's own ids are labels (an id the model made up is its text).

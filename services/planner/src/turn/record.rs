@@ -119,14 +119,14 @@ impl<'a> Records<'a> {
 
     /// Writes the turn's exchange in its person's thread, if it has one: once, whichever
     /// replica ends it (the person's answer is what they got, however the turn ended).
-    async fn keep_in_thread(&self, cp: &Checkpoint, answer: &str) {
-        let Some(thread_id) = &cp.thread_id else {
+    async fn keep_in_thread(&self, cp: &mut Checkpoint, answer: &str) {
+        let Some(thread_id) = cp.thread_id.clone() else {
             return;
         };
         let threads = ThreadStore::new(self.store.db().clone());
         let exchange = crate::turn::conversation::exchange_of(cp, answer);
         if let Err(e) = threads
-            .append(&cp.person, thread_id, &exchange, now_ms())
+            .append(&cp.person, &thread_id, &exchange, now_ms())
             .await
         {
             tracing::warn!(turn_id = %cp.turn_id, error = %e, "the turn's exchange was not kept in its thread");

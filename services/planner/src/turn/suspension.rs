@@ -231,9 +231,11 @@ impl<'a> Suspension<'a> {
             .as_ref()
             .map(|r| r.territory_concession)
             .unwrap_or_default();
-        // A turn the world steered (or a firing) is not the person's habit.
+        // A turn the world steered (or a firing), or a call carrying the words of an earlier
+        // answer made from the world, is not the person's habit.
         if crate::proactive::tools::is_tool(&pending.call.name)
             || cp.read_the_world()
+            || crate::turn::conversation::carries_the_world(cp, &pending.args)
             || cp.scheduled
             || decision.territory_pattern.is_empty()
             || chosen == approval::TerritoryConcession::Permanent as i32
