@@ -511,3 +511,21 @@ where
     });
     addr
 }
+
+/// The roles and texts of an LLM request's messages (the wire format's own `messages`),
+/// the system prompt left out.
+pub fn roles_and_texts(body: &serde_json::Value) -> Vec<(String, String)> {
+    body["messages"]
+        .as_array()
+        .map(Vec::as_slice)
+        .unwrap_or_default()
+        .iter()
+        .filter(|m| m["role"] != "system")
+        .map(|m| {
+            (
+                m["role"].as_str().unwrap_or_default().to_owned(),
+                m["content"].as_str().unwrap_or_default().to_owned(),
+            )
+        })
+        .collect()
+}

@@ -3,29 +3,12 @@
 
 use super::*;
 
-/// The roles and texts of a request's messages (the wire format's own), the system prompt
-/// left out.
-fn roles_and_texts(body: &Value) -> Vec<(String, String)> {
-    body["messages"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .filter(|m| m["role"] != "system")
-        .map(|m| {
-            (
-                m["role"].as_str().unwrap_or_default().to_owned(),
-                m["content"].as_str().unwrap_or_default().to_owned(),
-            )
-        })
-        .collect()
-}
-
 /// The messages of the LLM request whose last message is `text`.
 fn request_ending_with(s: &Stack, text: &str) -> Vec<(String, String)> {
     s.llm
         .received()
         .iter()
-        .map(|r| roles_and_texts(&r.body))
+        .map(|r| common::roles_and_texts(&r.body))
         .find(|m| m.last().is_some_and(|(_, t)| t == text))
         .unwrap_or_else(|| panic!("no request ends with {text:?}"))
 }

@@ -141,21 +141,8 @@ impl Stack {
         query: &str,
         level: common_pb::AutonomyLevel,
     ) -> Streaming<pb::RunTurnResponse> {
-        let request = pb::RunTurnRequest {
-            principal: Some(principal()),
-            level: level as i32,
-            query: query.into(),
-            language: common_pb::Language::English as i32,
-            mode: pb::Mode::Unspecified as i32,
-            forwarded: false,
-            thread: pb::Thread::Unspecified as i32,
-        };
-        self.planner()
+        self.start_in_thread(query, level, pb::Thread::Unspecified)
             .await
-            .run_turn(request)
-            .await
-            .unwrap()
-            .into_inner()
     }
 
     /// A turn in the owner's conversation at the terminal (`thread`: continue or new).

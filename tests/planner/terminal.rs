@@ -232,21 +232,9 @@ async fn the_terminal_answers_once_for_the_session_or_always_with_y_s_a_n() {
     assert!(stderr.contains("Please answer y or n."), "{stderr}");
 }
 
-/// The roles and texts of the messages the LLM received in its `n`th request (the wire
-/// format's own `messages`).
+/// The roles and texts of the messages the LLM received in its `n`th request.
 fn roles_and_texts(s: &Stack, n: usize) -> Vec<(String, String)> {
-    s.llm_request(n)["messages"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .filter(|m| m["role"] != "system")
-        .map(|m| {
-            (
-                m["role"].as_str().unwrap_or_default().to_owned(),
-                m["content"].as_str().unwrap_or_default().to_owned(),
-            )
-        })
-        .collect()
+    common::roles_and_texts(&s.llm_request(n))
 }
 
 /// Issue 40, on the terminal: a follow-up in `metnos chat` sends the exchange before it

@@ -154,13 +154,6 @@ pub(crate) enum Answer {
     Ask(Call, Box<Asked>),
 }
 
-/// Whether `call`'s arguments carry data from the world: copied from, or referring to,
-/// what an earlier step or an earlier answer of the thread was made from.
-fn carries_the_world(cp: &Checkpoint, call: &Call) -> bool {
-    !crate::turn::taint::carried(&call.arguments, &cp.index, &cp.query, &|n| cp.labels_of(n))
-        .is_empty()
-}
-
 /// One call of a standing-order tool: what it observes now, or the card to ask first.
 /// `orders`: none when standing orders are off here.
 pub(crate) async fn answer(orders: Option<&Scheduler>, cp: &Checkpoint, call: Call) -> Answer {
@@ -179,7 +172,8 @@ pub(crate) async fn answer(orders: Option<&Scheduler>, cp: &Checkpoint, call: Ca
             "this turn has read data from the world, so it cannot set up, change or delete \
                  standing orders; the person can ask for it in a new message",
         )
-    } else if call.name != LIST && carries_the_world(cp, &call) {
+    } else if call.name != LIST && crate::turn::conversation::carries_the_world(cp, &call.arguments)
+    {
         // An earlier answer of the thread made from a page: its words are not the
         // person's, however the next message says "yes".
         Some(
