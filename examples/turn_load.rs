@@ -179,6 +179,7 @@ fn main() {
                 mode: pb::Mode::Local as i32,
                 forwarded: false,
                 thread: thread as i32,
+                thread_id: String::new(),
             };
             let started = Instant::now();
             let mut stream = client.run_turn(request).await.unwrap().into_inner();

@@ -72,6 +72,7 @@ impl TurnOptions {
             forwarded: false,
             // One-shot unless the command says otherwise.
             thread: pb::Thread::Unspecified as i32,
+            thread_id: String::new(),
         }
     }
 }

@@ -25,6 +25,7 @@ pub mod approvals_cli;
 pub mod ask_cli;
 pub mod audit_cli;
 pub mod chat_cli;
+pub mod conversations_cli;
 pub mod doctor;
 pub mod executors_cli;
 pub mod pair_cli;

@@ -8,6 +8,7 @@ use metnos::approvals_cli::{self, ApprovalsCommand};
 use metnos::ask_cli::{self, AskArgs, TurnsCommand};
 use metnos::audit_cli::{self, AuditCommand};
 use metnos::chat_cli::{self, ChatArgs};
+use metnos::conversations_cli::{self, ConversationsCommand};
 use metnos::executors_cli::{self, ExecutorsCommand};
 use metnos::pair_cli::{self, PairCommand};
 use metnos::pki_cli::{self, PkiCommand};
@@ -86,6 +87,12 @@ enum Command {
     Ask(AskArgs),
     /// An interactive session: one request per line, history, cards answered inline.
     Chat(ChatArgs),
+    /// Your conversations with Metnos (the threads a follow-up message sees): `forget`
+    /// erases a person's.
+    Conversations {
+        #[command(subcommand)]
+        command: ConversationsCommand,
+    },
     /// The turn log: one turn, or a day's turns.
     Turns {
         #[command(subcommand)]
@@ -165,6 +172,9 @@ fn main() -> ExitCode {
             Command::Ask(args) => ask_cli::ask(&config, args).await,
             Command::Chat(args) => chat_cli::chat(&config, args).await,
             Command::Pair { command } => pair_cli::pair(&config, command).await,
+            Command::Conversations { command } => {
+                conversations_cli::conversations(&config, command).await
+            }
             Command::Turns { command } => ask_cli::turns(&config, command).await,
             Command::Schedules { command } => schedules_cli::schedules(&config, command).await,
             Command::Audit { command } => audit_cli::audit(&config, command).await,

@@ -107,7 +107,7 @@ pub enum NeverCommand {
 }
 
 /// `<channel>:<sender>`, or the CLI's own person.
-fn person_of(arg: Option<&str>) -> Result<Principal, ExitCode> {
+pub(crate) fn person_of(arg: Option<&str>) -> Result<Principal, ExitCode> {
     match arg {
         None => {
             let p = crate::ask_cli::cli_principal();
@@ -453,7 +453,7 @@ activation_threshold: 0.10
 notes: try other ways before answering \"I cannot\"; stop when I say stop.
 ";
 
-fn ask(question: &str) -> bool {
+pub(crate) fn ask(question: &str) -> bool {
     eprint!("{question} [y/N] ");
     let _ = std::io::stderr().flush();
     let mut line = String::new();

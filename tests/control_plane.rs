@@ -195,6 +195,18 @@ async fn every_attack_of_issue_15_is_refused_and_changes_nothing() {
         ),
         "RunTurn as the gateway for the local user",
     );
+    // Issue 40: the gateway erases conversations only of its own channel's people.
+    not_their_person(
+        call!(
+            p(As::Identity(Identity::Gateway)),
+            PlannerServiceClient,
+            forget_conversations,
+            planner::ForgetConversationsRequest {
+                principal: person("cli", "root")
+            }
+        ),
+        "ForgetConversations as the gateway for the local user",
+    );
     refused(
         call!(
             p(As::Identity(Identity::Owner)),
@@ -909,6 +921,24 @@ async fn every_rpc_refuses_an_oversized_field_with_a_short_message() {
             run
         ),
         "query",
+    );
+    // Issue 40: the thread a reply continues.
+    let run = planner::RunTurnRequest {
+        principal: person("cli", "alice"),
+        level: common_pb::AutonomyLevel::Supervised as i32,
+        query: "and in Rome?".into(),
+        thread: planner::Thread::Continue as i32,
+        thread_id: z(1000),
+        ..Default::default()
+    };
+    too_big(
+        call!(
+            s.channel("planner", owner),
+            PlannerServiceClient,
+            run_turn,
+            run
+        ),
+        "thread_id",
     );
     let get = planner::GetTurnRequest { turn_id: z(1000) };
     too_big(

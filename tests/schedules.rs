@@ -73,7 +73,11 @@ async fn the_owners_standing_order_is_added_fired_paused_and_deleted() {
     assert_eq!(order["state"], "active");
     assert_eq!(order["name"], "morning clock");
     assert_eq!(order["next"].as_array().unwrap().len(), 3);
-    for builtin in ["builtin:turn_log_retention.", "builtin:scratchpad_prune"] {
+    for builtin in [
+        "builtin:turn_log_retention.",
+        "builtin:scratchpad_prune",
+        "builtin:thread_retention",
+    ] {
         assert!(
             all.iter()
                 .any(|s| s["id"].as_str().unwrap().starts_with(builtin)

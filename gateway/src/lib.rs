@@ -223,15 +223,19 @@ fn start_web(
     Ok(sessions)
 }
 
-/// What became of keyed messages is kept two days.
-fn prune_keyed_messages(store: &store::Store, background: &mut Background) {
+/// What became of keyed messages is kept two days; which thread a sent answer belonged to,
+/// as long as the conversation's retention.
+fn prune_keyed_messages(store: &store::Store, retention_ms: i64, background: &mut Background) {
     let pruning = store.clone();
     background.every("keyed messages", Duration::from_secs(3600), move || {
         let store = pruning.clone();
         async move {
-            let before = metnos_kit::time::now_ms() - 2 * 86_400_000;
-            if let Err(e) = store.prune_sent(before).await {
+            let now = metnos_kit::time::now_ms();
+            if let Err(e) = store.prune_sent(now - 2 * 86_400_000).await {
                 tracing::warn!(error = %e, "cannot forget old keyed messages");
+            }
+            if let Err(e) = store.prune_answers(now - retention_ms).await {
+                tracing::warn!(error = %e, "cannot forget which thread old answers belonged to");
             }
         }
     });
@@ -313,6 +317,7 @@ pub async fn serve(
     } = prepare(&config).await?;
     let urls = Urls::of(&config);
     let web_config = config.web.clone();
+    let retention_ms = config.conversation.retention_ms();
     let channel_plan = TelegramPlan::of(&config, token, webhook);
     Startup::new(SERVICE, &MIGRATIONS, &grpc::AUTHORIZATION, &config)
         .serve_with_store(listener, shutdown, move |running| {
@@ -338,7 +343,7 @@ pub async fn serve(
                 None => None,
             };
             let store = store::Store::new(running.db);
-            prune_keyed_messages(&store, running.background);
+            prune_keyed_messages(&store, retention_ms, running.background);
             let telegram = channel_plan.start(&store, &clients, stops, running.background);
             Ok(GatewayServiceServer::new(grpc::GatewayApi {
                 store,

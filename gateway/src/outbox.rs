@@ -311,6 +311,35 @@ impl Outbox {
         }
     }
 
+    /// Sends `text` with inline `buttons`: a question of the conversation's own (`/forget`),
+    /// not a card. The message's id, if it went.
+    pub async fn send_buttons(
+        &self,
+        chat: i64,
+        text: &str,
+        buttons: &[approval::ButtonRow],
+    ) -> Option<i32> {
+        let html = text::escape_html(text);
+        let buttons = keyboard(buttons);
+        let sent = self
+            .attempt(chat, Again::IfNotSent, || {
+                self.bot
+                    .send_message(ChatId(chat), html.clone())
+                    .parse_mode(ParseMode::Html)
+                    .link_preview_options(NO_PREVIEW)
+                    .reply_markup(buttons.clone())
+                    .into_future()
+            })
+            .await;
+        match sent {
+            Ok(message) => Some(message.id.0),
+            Err(e) => {
+                tracing::warn!(error = %self.bot.redact(&e), "cannot send a question with buttons");
+                None
+            }
+        }
+    }
+
     /// Sends an approval card with its buttons and remembers where it went.
     pub async fn send_card(&self, chat: i64, token: &str, card: &approval::Card) -> Option<i32> {
         let html = if card.telegram_html.is_empty() {

@@ -1,5 +1,6 @@
-//! The gateway's store: pairings, pairing codes, sent cards, the Telegram offset and the
-//! updates already handled. SQLite or PostgreSQL, the same SQL.
+//! The gateway's store: pairings, pairing codes, sent cards, the Telegram offset, the
+//! updates already handled and which thread each answer belongs to. SQLite or PostgreSQL,
+//! the same SQL.
 
 use metnos_core::language::Language;
 use metnos_core::level::{AutonomyLevel, UnknownLevel};
@@ -23,6 +24,11 @@ const SQLITE: &[EmbeddedMigration] = &[
         description: "sent messages",
         sql: include_str!("../migrations/sqlite/0003_sent_messages.sql"),
     },
+    EmbeddedMigration {
+        version: 4,
+        description: "answer threads",
+        sql: include_str!("../migrations/sqlite/0004_answer_threads.sql"),
+    },
 ];
 const POSTGRES: &[EmbeddedMigration] = &[
     EmbeddedMigration {
@@ -39,6 +45,11 @@ const POSTGRES: &[EmbeddedMigration] = &[
         version: 3,
         description: "sent messages",
         sql: include_str!("../migrations/postgres/0003_sent_messages.sql"),
+    },
+    EmbeddedMigration {
+        version: 4,
+        description: "answer threads",
+        sql: include_str!("../migrations/postgres/0004_answer_threads.sql"),
     },
 ];
 
@@ -453,6 +464,68 @@ impl Store {
             sqlx::query(sql).bind(key).bind(value).execute(pool).await?;
         });
         Ok(())
+    }
+
+    /// Takes the setting `key`: whether it was there (it is gone now).
+    pub async fn take_setting(&self, key: &str) -> Result<bool, sqlx::Error> {
+        let sql = "DELETE FROM settings WHERE key = $1";
+        let n = on_db!(&self.db, pool => {
+            sqlx::query(sql).bind(key).execute(pool).await?.rows_affected()
+        });
+        Ok(n > 0)
+    }
+
+    /// Remembers that the messages `message_ids` sent to `chat` answered `sender_id` in
+    /// their thread `thread_id`.
+    pub async fn note_answer(
+        &self,
+        chat: &str,
+        message_ids: &[i32],
+        sender_id: &str,
+        thread_id: &str,
+        now_ms: i64,
+    ) -> Result<(), sqlx::Error> {
+        let sql = "INSERT INTO answer_threads (chat_id, message_id, sender_id, thread_id, sent_at) \
+                   VALUES ($1, $2, $3, $4, $5) ON CONFLICT (chat_id, message_id) DO NOTHING";
+        for id in message_ids {
+            on_db!(&self.db, pool => {
+                sqlx::query(sql).bind(chat).bind(i64::from(*id)).bind(sender_id).bind(thread_id).bind(now_ms)
+                    .execute(pool).await?;
+            });
+        }
+        Ok(())
+    }
+
+    /// The thread of `sender_id`'s that the message `message_id` in `chat` answered, if
+    /// it was one of their answers and is still remembered.
+    pub async fn answer_thread(
+        &self,
+        chat: &str,
+        message_id: i32,
+        sender_id: &str,
+    ) -> Result<Option<String>, sqlx::Error> {
+        let sql = "SELECT thread_id FROM answer_threads \
+                   WHERE chat_id = $1 AND message_id = $2 AND sender_id = $3";
+        on_db!(&self.db, pool => {
+            Ok(sqlx::query_scalar(sql).bind(chat).bind(i64::from(message_id)).bind(sender_id)
+                .fetch_optional(pool).await?)
+        })
+    }
+
+    /// Forgets which thread `sender_id`'s answers belonged to (`/forget`): how many.
+    pub async fn forget_answers(&self, sender_id: &str) -> Result<u64, sqlx::Error> {
+        let sql = "DELETE FROM answer_threads WHERE sender_id = $1";
+        Ok(on_db!(&self.db, pool => {
+            sqlx::query(sql).bind(sender_id).execute(pool).await?.rows_affected()
+        }))
+    }
+
+    /// Forgets answers sent before `before_ms` (the conversation's retention).
+    pub async fn prune_answers(&self, before_ms: i64) -> Result<u64, sqlx::Error> {
+        let sql = "DELETE FROM answer_threads WHERE sent_at < $1";
+        Ok(on_db!(&self.db, pool => {
+            sqlx::query(sql).bind(before_ms).execute(pool).await?.rows_affected()
+        }))
     }
 
     /// Whether an update was already handled.

@@ -123,11 +123,18 @@ pub enum CallbackData {
     Never(String),
     /// A grant offer's "edit": the person's next message is the pattern to allow instead.
     Edit(String),
+    /// `/forget` confirmed: the person's conversations are erased (the confirmation's id).
+    Forget(String),
+    /// `/forget` declined: nothing is erased.
+    Keep(String),
 }
 
 /// The data of the confirmation's buttons.
 pub const CONFIRM_ALWAYS: &str = "confirm-always";
 pub const BACK: &str = "back";
+/// The data of `/forget`'s buttons.
+pub const FORGET: &str = "forget";
+pub const KEEP: &str = "keep";
 
 /// Parses `<kind>:<token>` (approve, reject, session, always, confirm-always, back);
 /// `Err` names what is wrong.
@@ -147,6 +154,8 @@ pub fn parse_callback(data: &str) -> Result<CallbackData, &'static str> {
         BACK => Ok(CallbackData::Back(token)),
         "never" => Ok(CallbackData::Never(token)),
         "edit" => Ok(CallbackData::Edit(token)),
+        FORGET => Ok(CallbackData::Forget(token)),
+        KEEP => Ok(CallbackData::Keep(token)),
         _ => Err("unknown callback"),
     }
 }
@@ -192,6 +201,16 @@ pub fn say(lang: Language, what: Says<'_>) -> String {
         (Language::English, Says::ConfirmStop) => "Do you want me to stop? (yes/no)".to_owned(),
         (Language::Italian, Says::GoingOn) => "Ok, continuo.".to_owned(),
         (Language::English, Says::GoingOn) => "OK, I carry on.".to_owned(),
+        (lang, Says::NewThread) => new_thread(lang),
+        (lang, Says::ConfirmForget) => confirm_forget(lang),
+        (Language::Italian, Says::ForgetButton) => "🗑 Cancella tutto".to_owned(),
+        (Language::English, Says::ForgetButton) => "🗑 Erase everything".to_owned(),
+        (Language::Italian, Says::KeepButton) => "Tieni".to_owned(),
+        (Language::English, Says::KeepButton) => "Keep".to_owned(),
+        (lang, Says::Forgotten(n)) => forgotten(lang, n),
+        (Language::Italian, Says::Kept) => "Va bene: non ho cancellato niente.".to_owned(),
+        (Language::English, Says::Kept) => "All right: nothing was erased.".to_owned(),
+        (lang, Says::ForgetExpired) => forget_expired(lang),
         (Language::Italian, Says::Approved) => "approvato".to_owned(),
         (Language::English, Says::Approved) => "approved".to_owned(),
         (Language::Italian, Says::Rejected) => "rifiutato".to_owned(),
@@ -278,6 +297,49 @@ pub fn say(lang: Language, what: Says<'_>) -> String {
     }
 }
 
+/// `/forget`'s question, above its buttons.
+fn confirm_forget(lang: Language) -> String {
+    match lang {
+        Language::Italian => "Cancello tutte le nostre conversazioni? Quello che ci siamo detti qui sparisce per sempre: non potrò più rileggerlo, né tu riprenderlo rispondendo a un mio messaggio.",
+        Language::English => "Erase all our conversations? What we said here goes for good: I can no longer read it back, nor can you take it up again by replying to a message of mine.",
+    }
+    .to_owned()
+}
+
+/// `/forget` done: how many exchanges went.
+fn forgotten(lang: Language, exchanges: u64) -> String {
+    match lang {
+        Language::Italian => {
+            format!("🗑 Fatto: ho cancellato {exchanges} scambi delle nostre conversazioni.")
+        }
+        Language::English => {
+            format!("🗑 Done: I erased {exchanges} exchange(s) of our conversations.")
+        }
+    }
+}
+
+/// A `/forget` button pressed after its time, or twice.
+fn forget_expired(lang: Language) -> String {
+    match lang {
+        Language::Italian => {
+            "Questa conferma non vale più: niente è stato cancellato. Scrivi di nuovo /forget."
+        }
+        Language::English => {
+            "This confirmation is no longer valid: nothing was erased. Send /forget again."
+        }
+    }
+    .to_owned()
+}
+
+/// After `/new`.
+fn new_thread(lang: Language) -> String {
+    match lang {
+        Language::Italian => "🆕 Nuova conversazione: da qui non guardo più quello che ci siamo detti prima (rispondi a un mio messaggio vecchio per riprenderla).",
+        Language::English => "🆕 New conversation: from here I no longer look at what we said before (reply to an older message of mine to take it up again).",
+    }
+    .to_owned()
+}
+
 /// The sentences.
 #[derive(Debug, Clone, Copy)]
 pub enum Says<'a> {
@@ -287,6 +349,18 @@ pub enum Says<'a> {
     NothingToStop,
     ConfirmStop,
     GoingOn,
+    /// `/new`: the next message starts a new thread.
+    NewThread,
+    /// `/forget`: the question, and its two buttons.
+    ConfirmForget,
+    ForgetButton,
+    KeepButton,
+    /// `/forget` confirmed: how many exchanges were erased.
+    Forgotten(u64),
+    /// `/forget` declined.
+    Kept,
+    /// A `/forget` button pressed after its time, or twice.
+    ForgetExpired,
     Approved,
     Rejected,
     Expired,

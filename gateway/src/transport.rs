@@ -78,6 +78,7 @@ fn message_in(message: &Message) -> Option<MessageIn> {
         lang: client_language(from.language_code.as_deref()),
         text: text.to_owned(),
         forwarded: message.forward_origin().is_some(),
+        reply_to: message.reply_to_message().map(|replied| replied.id.0),
     })
 }
 
@@ -87,6 +88,7 @@ fn click(query: CallbackQuery) -> Click {
         lang: client_language(query.from.language_code.as_deref()),
         data: query.data.unwrap_or_default(),
         chat: query.message.as_ref().map(|m| m.chat().id.0),
+        message: query.message.as_ref().map(|m| m.id().0),
         id: query.id,
     }
 }
@@ -402,6 +404,7 @@ mod tests {
                 lang: Language::English,
                 text: "hello".to_owned(),
                 forwarded: false,
+                reply_to: None,
             }))
         );
         // A forwarded message is someone else's words.
@@ -416,6 +419,19 @@ mod tests {
             panic!("a forwarded text message");
         };
         assert!(said.forwarded, "{said:?}");
+        // A reply says which message of the chat it answers.
+        let reply = update(serde_json::json!({"update_id": 3, "message": {
+            "message_id": 3, "date": 1_795_000_000, "from": from.clone(),
+            "chat": {"id": 42, "type": "private", "first_name": "Ada"},
+            "text": "and in Rome?",
+            "reply_to_message": {"message_id": 77, "date": 1_794_999_000,
+                "chat": {"id": 42, "type": "private", "first_name": "Ada"},
+                "from": {"id": 9, "is_bot": true, "first_name": "Metnos"},
+                "text": "It is 10:00 in Milan."}}}));
+        let Some(Incoming::Message(said)) = incoming(reply) else {
+            panic!("a reply");
+        };
+        assert_eq!(said.reply_to, Some(77), "{said:?}");
         let plain = serde_json::json!({"id": 42, "is_bot": false, "first_name": "Ada"});
         let Some(Incoming::Message(said)) = incoming(message(plain, Some("ciao"))) else {
             panic!("a text message");

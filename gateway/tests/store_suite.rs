@@ -241,7 +241,49 @@ async fn cards_stay_open_until_closed_and_are_reminded_once(test: TestStore) {
     assert_eq!(store.card("t1").await.unwrap().unwrap().message_id, "12");
 }
 
+/// Issue 40: which thread an answer belongs to, per chat and person; a `/new` waits once;
+/// `/forget` and the retention remove what they name.
+async fn an_answer_s_thread_is_its_person_s_until_forgotten_or_pruned(test: TestStore) {
+    let store = open(&test).await;
+    store
+        .note_answer("4242", &[7, 8], "4242", "thread-a", 1_000)
+        .await
+        .unwrap();
+    store
+        .note_answer("4343", &[9], "4343", "thread-b", 5_000)
+        .await
+        .unwrap();
+    let thread = async |chat: &str, id: i32, sender: &str| {
+        store.answer_thread(chat, id, sender).await.unwrap()
+    };
+    assert_eq!(thread("4242", 8, "4242").await.as_deref(), Some("thread-a"));
+    assert_eq!(
+        thread("4343", 8, "4343").await,
+        None,
+        "another chat's message"
+    );
+    assert_eq!(
+        thread("4242", 8, "4343").await,
+        None,
+        "another person's answer"
+    );
+    assert_eq!(thread("4242", 10, "4242").await, None);
+    assert!(!store.take_setting("thread.new.4242").await.unwrap());
+    store.set_setting("thread.new.4242", "1").await.unwrap();
+    assert!(store.take_setting("thread.new.4242").await.unwrap());
+    assert!(
+        !store.take_setting("thread.new.4242").await.unwrap(),
+        "once"
+    );
+    assert_eq!(store.prune_answers(2_000).await.unwrap(), 2);
+    assert_eq!(thread("4242", 7, "4242").await, None);
+    assert_eq!(thread("4343", 9, "4343").await.as_deref(), Some("thread-b"));
+    assert_eq!(store.forget_answers("4343").await.unwrap(), 1);
+    assert_eq!(thread("4343", 9, "4343").await, None);
+}
+
 metnos_kit::store_suite!(
+    an_answer_s_thread_is_its_person_s_until_forgotten_or_pruned,
     a_pairing_this_version_cannot_read_is_refused_not_guessed,
     cards_stay_open_until_closed_and_are_reminded_once,
     a_code_pairs_once_and_only_in_time,

@@ -127,6 +127,31 @@ impl FakeTelegram {
         self.push("message", message_json(id, chat, from, text))
     }
 
+    /// A text message from `from` in the private chat `chat` that replies to the message
+    /// `replied` there (one the bot sent: `reply_to_message` holds it as Telegram does).
+    pub fn reply(&self, chat: i64, from: Value, replied: i64, text: &str) -> u64 {
+        let (id, replied_text) = {
+            let mut s = self.state.lock().unwrap();
+            s.next_message += 1;
+            (
+                s.next_message,
+                s.texts.get(&replied).cloned().unwrap_or_default(),
+            )
+        };
+        let mut message = message_json(id, chat, from, text);
+        let bot = json!({"id": 777, "is_bot": true, "first_name": "Metnos"});
+        message["reply_to_message"] = message_json(replied, chat, bot, &replied_text);
+        self.push("message", message)
+    }
+
+    /// The id of the message the bot sent to `chat` whose text is `text`.
+    pub fn sent_id(&self, chat: i64, text: &str) -> Option<i64> {
+        self.calls("sendMessage")
+            .into_iter()
+            .find(|c| c.body["chat_id"] == json!(chat) && c.body["text"] == json!(text))
+            .and_then(|c| c.message_id)
+    }
+
     /// A text message `from` forwarded into the private chat `chat`, first sent by
     /// `origin` (Bot API 7's `forward_origin`).
     pub fn forwarded_message(&self, chat: i64, from: Value, origin: Value, text: &str) -> u64 {

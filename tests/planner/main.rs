@@ -160,6 +160,7 @@ impl Stack {
             mode: pb::Mode::Unspecified as i32,
             forwarded: false,
             thread: thread as i32,
+            thread_id: String::new(),
         };
         self.planner()
             .await

@@ -28,6 +28,7 @@ async fn online_mode_plans_in_one_call_and_filters_each_parallel_call() {
         mode: pb::Mode::Online as i32,
         forwarded: false,
         thread: pb::Thread::Unspecified as i32,
+        thread_id: String::new(),
     };
     let mut stream = s
         .planner()

@@ -12,6 +12,7 @@ async fn run_online(s: &Stack, query: &str, level: common_pb::AutonomyLevel) -> 
         mode: pb::Mode::Online as i32,
         forwarded: false,
         thread: pb::Thread::Unspecified as i32,
+        thread_id: String::new(),
     };
     let mut stream = s
         .planner()

@@ -313,3 +313,44 @@ async fn a_follow_up_at_the_terminal_carries_the_conversation_and_new_starts_ove
         "{last:#?}"
     );
 }
+
+/// Issue 40: `metnos conversations forget` asks first (without a terminal it needs
+/// `--yes`), then erases the terminal person's threads: the next `--continue` sees none of
+/// them, and the turn log counts what went.
+#[tokio::test]
+async fn conversations_forget_asks_first_then_erases_the_thread() {
+    let s = stack_with(&[], true).await;
+    for answer in ["noted: 4417", "no idea"] {
+        s.fake.push(Reply::Text(answer.into()));
+    }
+    let ask = async |args: &[&str]| {
+        let output = s.run_with_input(args, b"").await;
+        let stderr = String::from_utf8_lossy(&output.stderr).into_owned();
+        (
+            output.status.code(),
+            String::from_utf8_lossy(&output.stdout).into_owned(),
+            stderr,
+        )
+    };
+    let (code, _, err) = ask(&["ask", "--continue", "--language", "en", "my locker is 4417"]).await;
+    assert_eq!(code, Some(0), "{err}");
+    let (code, _, err) = ask(&["conversations", "forget"]).await;
+    assert_eq!(code, Some(2), "{err}");
+    assert!(err.contains("add --yes"), "{err}");
+    let (code, out, err) = ask(&["conversations", "forget", "--yes"]).await;
+    assert_eq!(code, Some(0), "{err}");
+    assert!(out.contains("erased 1 exchange(s) of cli:"), "{out}");
+    let (code, _, err) = ask(&["ask", "--continue", "--language", "en", "my locker?"]).await;
+    assert_eq!(code, Some(0), "{err}");
+    assert_eq!(
+        roles_and_texts(&s, 1),
+        [("user".to_owned(), "my locker?".to_owned())]
+    );
+    let (_, turns, _) = s.sandbox.run(&["turns", "list"]).await;
+    assert!(turns.contains("\"conversations_forgotten\""), "{turns}");
+    assert!(!turns.contains("4417"), "{turns}");
+    // A person that is not one is named.
+    let (code, _, err) = ask(&["conversations", "forget", "--person", "nobody", "--yes"]).await;
+    assert_eq!(code, Some(2), "{err}");
+    assert!(err.contains("--person `nobody`"), "{err}");
+}

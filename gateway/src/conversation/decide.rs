@@ -30,6 +30,8 @@ pub enum ClickAction {
     Never(String),
     /// A grant offer's Edit: ask for the pattern; the next message is it.
     Edit(String),
+    /// `/forget`'s answer: erase (true) or keep, for the confirmation with this id.
+    Forget { id: String, erase: bool },
 }
 
 /// The proposal a card asks about (a planner's grant offer, whose request carries its
@@ -59,6 +61,8 @@ pub fn action_of(data: &str) -> Result<ClickAction, &'static str> {
         D::Back(token) => ClickAction::Back(token),
         D::Never(token) => ClickAction::Never(token),
         D::Edit(token) => ClickAction::Edit(token),
+        D::Forget(id) => ClickAction::Forget { id, erase: true },
+        D::Keep(id) => ClickAction::Forget { id, erase: false },
     })
 }
 
@@ -109,8 +113,9 @@ pub enum Step {
     },
     /// An approval was decided: close its card.
     Decided { token: String, status: i32 },
-    /// The turn ended: say this, and stop following.
-    Finished(String),
+    /// The turn ended: say `text`, and stop following; the answer belongs to `thread` (empty
+    /// for a one-shot turn).
+    Finished { text: String, thread: String },
     /// Nothing to show.
     Nothing,
 }
@@ -127,7 +132,10 @@ pub fn step_of(event: Event, lang: Language) -> Step {
             token: decided.token,
             status: decided.status,
         },
-        Event::Finished(finished) => Step::Finished(final_text(finished.kind, finished.text, lang)),
+        Event::Finished(finished) => Step::Finished {
+            thread: finished.thread_id,
+            text: final_text(finished.kind, finished.text, lang),
+        },
         _ => Step::Nothing,
     }
 }
@@ -357,18 +365,23 @@ mod tests {
                 Event::Finished(pb::TurnFinished {
                     kind: kind as i32,
                     text: text.to_owned(),
+                    thread_id: "t1".to_owned(),
                     ..Default::default()
                 }),
                 Language::English,
             )
         };
+        let step = |text: &str| Step::Finished {
+            text: text.to_owned(),
+            thread: "t1".to_owned(),
+        };
         assert_eq!(
             finished(pb::FinalKind::Answer, "hello Ada"),
-            Step::Finished("hello Ada".to_owned())
+            step("hello Ada")
         );
         assert_eq!(
             finished(pb::FinalKind::Cancelled, "stopped by Ada"),
-            Step::Finished("I stopped (cancelled). stopped by Ada".to_owned())
+            step("I stopped (cancelled). stopped by Ada")
         );
         assert_eq!(
             final_text(99, "?".to_owned(), Language::Italian),

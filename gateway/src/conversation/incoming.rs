@@ -15,6 +15,8 @@ pub struct MessageIn {
     pub text: String,
     /// Forwarded from someone else: the words are not the person's own.
     pub forwarded: bool,
+    /// The message of this chat it replies to, if it is a reply.
+    pub reply_to: Option<i32>,
 }
 
 /// A click on a card's button.
@@ -27,6 +29,8 @@ pub struct Click {
     pub data: String,
     /// The chat of the card clicked, when Telegram says.
     pub chat: Option<i64>,
+    /// The message clicked, when Telegram says.
+    pub message: Option<i32>,
 }
 
 /// What the conversation is given.

@@ -38,6 +38,7 @@ mod incoming;
 mod reply;
 mod services;
 mod state;
+mod threads;
 
 pub use decide::{ClickAction, Step, action_of, closing_line, proposal_of, step_of};
 use decide::{
@@ -168,6 +169,9 @@ impl Conversation {
             tracing::warn!("a paired sender's id is not a principal; the message is not taken");
             return Reply::default();
         };
+        if let Some(command) = threads::command_of(&message.text) {
+            return self.on_command(chat, &message.sender, command, lang).await;
+        }
         // After a grant offer's Edit, their next message is the pattern, not a turn.
         let editing = self
             .state()
@@ -183,10 +187,7 @@ impl Conversation {
             Next::Stop => self.stop(chat, &who, lang).await,
             Next::CarryOn => Reply::say(chat, text::say(lang, Says::GoingOn)),
             Next::AskWhetherToStop => Reply::say(chat, text::say(lang, Says::ConfirmStop)),
-            Next::RunTurn => {
-                self.run_turn(chat, who, &pairing, message.text, message.forwarded)
-                    .await
-            }
+            Next::RunTurn => self.run_turn(chat, who, &pairing, message).await,
         }
     }
 
@@ -218,18 +219,20 @@ impl Conversation {
         chat: i64,
         who: Principal,
         pairing: &Pairing,
-        text: String,
-        forwarded: bool,
+        message: MessageIn,
     ) -> Reply {
         let lang = pairing.language;
+        let (thread, thread_id) =
+            threads::thread_of(&self.store, chat, &message.sender, message.reply_to).await;
         let request = pb::RunTurnRequest {
             principal: Some(who.to_proto()),
             level: pairing.level.to_wire(),
-            query: text,
+            query: message.text,
             language: lang.to_wire(),
             mode: pb::Mode::Unspecified as i32,
-            forwarded,
-            thread: pb::Thread::Continue as i32,
+            forwarded: message.forwarded,
+            thread: thread as i32,
+            thread_id,
         };
         match self.planner.clone().run_turn(request).await {
             Ok(stream) => {
@@ -415,6 +418,7 @@ impl Conversation {
             ClickAction::Never(token) => self.never(click, token).await,
             ClickAction::Edit(token) => self.ask_edit(click, token).await,
             ClickAction::Back(token) => self.back(click, token).await,
+            ClickAction::Forget { id, erase } => self.answer_forget(click, id, erase).await,
         }
     }
 
@@ -816,8 +820,9 @@ impl Conversation {
                     tokens.push(token);
                 }
                 Step::Decided { token, status } => self.close_card(&token, status, lang).await,
-                Step::Finished(text) => {
-                    self.outbox.send_text(chat, &text).await;
+                Step::Finished { text, thread } => {
+                    let sent = self.outbox.send_text(chat, &text).await;
+                    threads::note_answer(&self.store, chat, &sent, &sender, &thread).await;
                     break;
                 }
                 Step::Nothing => {}

@@ -86,6 +86,8 @@ pub enum Error {
     BadSessionId,
     #[error(transparent)]
     Schedule(#[from] crate::proactive::scheduler::ScheduleError),
+    #[error(transparent)]
+    Thread(#[from] crate::store::threads::ThreadError),
 }
 
 impl From<PrincipalError> for Error {
@@ -135,6 +137,16 @@ impl From<Error> for Status {
                 Status::invalid_argument(error.to_string())
             }
             Error::NoScheduler => Status::unavailable(error.to_string()),
+            Error::Thread(e) => {
+                use crate::store::threads::ThreadError as T;
+                match e {
+                    T::Store(e) => failure_status(crate::SERVICE, "the planner store", &e),
+                    T::NoSuchThread => Status::not_found(e.to_string()),
+                    T::TooLong { .. } | T::TooMany { .. } => {
+                        Status::invalid_argument(e.to_string())
+                    }
+                }
+            }
             Error::Schedule(e) => {
                 use crate::proactive::scheduler::ScheduleError as S;
                 match e {

@@ -111,6 +111,12 @@ pub const AUTHORIZATION: Table = Table {
             method: "OpenSession",
             callers: &[Identity::Owner],
         },
+        // Erasing a person's conversations: the gateway for its own people (checked
+        // below), the owner for anyone.
+        Rule {
+            method: "ForgetConversations",
+            callers: &[Identity::Gateway, Identity::Owner],
+        },
     ],
 };
 
@@ -130,7 +136,11 @@ impl TryFrom<pb::RunTurnRequest> for TurnRequest {
         let level = AutonomyLevel::from_wire(request.level).map_err(|_| Error::UnspecifiedLevel)?;
         let thread = match pb::Thread::try_from(request.thread) {
             Ok(pb::Thread::Unspecified) => Threading::None,
-            Ok(pb::Thread::Continue) => Threading::Continue,
+            Ok(pb::Thread::Continue) if request.thread_id.is_empty() => Threading::Continue,
+            Ok(pb::Thread::Continue) => {
+                limits::bytes("thread_id", &request.thread_id, limits::TOKEN)?;
+                Threading::Older(request.thread_id)
+            }
             Ok(pb::Thread::New) => Threading::New,
             Err(_) => return Err(Error::UnknownThread(request.thread)),
         };
@@ -168,6 +178,21 @@ fn may_act_for(caller: Identity, principal: &Principal) -> Result<(), Error> {
     })
 }
 
+/// The turn log's line for an erasure: who, at whose request, how much — never the words.
+fn forgotten_record(person: &Principal, caller: Identity, exchanges: u64) -> serde_json::Value {
+    let at = metnos_kit::time::rfc3339(now_ms());
+    serde_json::json!({
+        "turn_id": format!("forget-{}", metnos_kit::random::hex(8)),
+        "principal": person,
+        "final_kind": "conversations_forgotten",
+        "forgotten": {"exchanges": exchanges},
+        "by": caller.spiffe_id(),
+        "steps": [],
+        "started_at": at,
+        "ended_at": at,
+    })
+}
+
 /// A turn is acted on only for its own person.
 fn theirs(turn: &StoredTurn, who: &Principal) -> Result<(), Error> {
     if turn.channel == who.channel() && turn.sender_id == who.sender_id() {
@@ -188,7 +213,7 @@ pub struct PlannerApi {
     /// What a terminal session's proposals need; its filters and the terminal's level are
     /// the edge's too.
     pub sessions: crate::proactive::session::Sessions,
-    /// The daily turn log (read by ListTurns, erased by ForgetPerson).
+    /// The daily turn log (read by ListTurns; ForgetConversations writes its count there).
     pub turn_log: crate::turnlog::TurnLog,
     /// The builtin scheduler (none: the schedule RPCs answer UNAVAILABLE).
     pub scheduler: Option<crate::proactive::scheduler::Scheduler>,
@@ -374,7 +399,7 @@ impl PlannerService for PlannerApi {
             .await?;
         let mut checkpoint = self.planner.start(&request);
         self.planner
-            .attach_thread(&mut checkpoint, request.thread)
+            .attach_thread(&mut checkpoint, &request.thread)
             .await;
         let rx = self.spawn(|planner, sink| planner.run(checkpoint, sink));
         Ok(Response::new(stream_of(rx, |e| pb::RunTurnResponse {
@@ -678,6 +703,25 @@ impl PlannerService for PlannerApi {
         Ok(Response::new(pb::RunScheduleResponse {
             schedule: Some(schedule_of(scheduler, &task)),
         }))
+    }
+
+    async fn forget_conversations(
+        &self,
+        request: Request<pb::ForgetConversationsRequest>,
+    ) -> Result<Response<pb::ForgetConversationsResponse>, Status> {
+        let caller = Caller::of(&request).ok_or(Error::Unauthenticated)?;
+        let request = request.into_inner();
+        let person =
+            Principal::try_from(&request.principal.unwrap_or_default()).map_err(Error::from)?;
+        if caller != Identity::Owner {
+            may_act_for(caller, &person)?;
+        }
+        let threads = crate::store::threads::ThreadStore::new(self.store.db().clone());
+        let exchanges = threads.forget(&person).await.map_err(Error::from)?;
+        tracing::info!(principal = %person, exchanges, "a person's conversations were erased");
+        self.turn_log
+            .append(&forgotten_record(&person, caller, exchanges), now_ms());
+        Ok(Response::new(pb::ForgetConversationsResponse { exchanges }))
     }
 
     async fn open_session(

@@ -248,7 +248,7 @@ impl proactive::TurnStarter for Scheduled {
 }
 
 /// The builtin scheduler with its jobs — each replica's turn-log retention, the
-/// scratchpad's pruning, the evening digest, stale grants, the proposals' upkeep — and
+/// scratchpad's pruning, the conversations' retention, the evening digest, stale grants, the proposals' upkeep — and
 /// its limits on standing orders.
 fn scheduler_of(
     config: &Config,
@@ -273,6 +273,10 @@ fn scheduler_of(
             .with(maintenance::ScratchpadPrune {
                 store: store.clone(),
                 retention_hours: config.turns.retention_hours.get(),
+            })?
+            .with(maintenance::ThreadRetention {
+                db: store.db().clone(),
+                retention_ms: config.conversation.retention_ms(),
             })?
             .with(digest::EveningDigest {
                 db: store.db().clone(),

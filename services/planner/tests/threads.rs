@@ -305,7 +305,139 @@ async fn a_long_thread_is_read_newest_first_across_pages(test: TestStore) {
     assert_eq!(some.exchanges[39].message, "m70");
 }
 
+/// A reply to an older answer: its thread of the person's becomes the current one again,
+/// after `/new` or silence; another person's thread, or one forgotten, is no such thread.
+async fn a_thread_replied_to_is_taken_up_again_by_its_person_only(test: TestStore) {
+    let threads = open(&test).await;
+    let first = threads.current(&ada(), 1_000, IDLE).await.unwrap();
+    let exchange = said("t1", "what time is it?", "10:00");
+    threads
+        .append(&ada(), &first.id, &exchange, 2_000)
+        .await
+        .unwrap();
+    let fresh = threads.start_new(&ada(), 3_000).await.unwrap();
+    let later = 3_000 + 2 * IDLE;
+    let again = threads.reopen(&ada(), &first.id, later).await.unwrap();
+    assert_eq!(
+        (again.id.as_str(), again.last_at),
+        (first.id.as_str(), later)
+    );
+    let current = threads.current(&ada(), later + 1, IDLE).await.unwrap();
+    assert_eq!(
+        current.id, first.id,
+        "the thread replied to is the current one"
+    );
+    assert_ne!(current.id, fresh.id);
+    assert!(matches!(
+        threads.reopen(&bob(), &first.id, later).await,
+        Err(ThreadError::NoSuchThread)
+    ));
+    assert_ne!(
+        threads.current(&bob(), later, IDLE).await.unwrap().id,
+        first.id
+    );
+    threads.forget(&ada()).await.unwrap();
+    assert!(matches!(
+        threads.reopen(&ada(), &first.id, later).await,
+        Err(ThreadError::NoSuchThread)
+    ));
+}
+
+/// A thread's summary: its person's alone; a fold covering less than the one kept is not
+/// kept (two replicas folding at once); forgetting and the retention take it with the
+/// thread.
+async fn a_summary_is_its_thread_s_and_only_grows(test: TestStore) {
+    use metnos_planner::store::summaries::{MAX_SUMMARY, Summary};
+    let threads = open(&test).await;
+    let thread = threads.current(&ada(), 1_000, IDLE).await.unwrap();
+    for i in 1..=6 {
+        let exchange = said(&format!("t{i}"), &format!("m{i}"), "ok");
+        threads
+            .append(&ada(), &thread.id, &exchange, 1_000 + i)
+            .await
+            .unwrap();
+    }
+    let between = threads.between(&ada(), &thread.id, 1, 5, 10).await.unwrap();
+    assert_eq!(messages(&between), ["m2", "m3", "m4"]);
+    assert_eq!(
+        threads
+            .between(&ada(), &thread.id, 0, 9, 2)
+            .await
+            .unwrap()
+            .len(),
+        2
+    );
+    assert!(
+        threads
+            .between(&bob(), &thread.id, 0, 9, 10)
+            .await
+            .unwrap()
+            .is_empty()
+    );
+    let summary = |upto: i64, text: &str| Summary {
+        upto_seq: upto,
+        made_at_seq: 6,
+        text: text.to_owned(),
+        labels: vec!["web:example.com".to_owned()],
+        made_at: 2_000,
+    };
+    assert_eq!(threads.summary(&ada(), &thread.id).await.unwrap(), None);
+    assert!(
+        threads
+            .put_summary(&ada(), &thread.id, &summary(3, "one to three"))
+            .await
+            .unwrap()
+    );
+    assert!(
+        !threads
+            .put_summary(&ada(), &thread.id, &summary(2, "one to two"))
+            .await
+            .unwrap()
+    );
+    assert_eq!(
+        threads.summary(&ada(), &thread.id).await.unwrap(),
+        Some(summary(3, "one to three"))
+    );
+    assert!(
+        threads
+            .put_summary(&ada(), &thread.id, &summary(4, "one to four"))
+            .await
+            .unwrap()
+    );
+    assert_eq!(threads.summary(&bob(), &thread.id).await.unwrap(), None);
+    assert!(matches!(
+        threads
+            .put_summary(&bob(), &thread.id, &summary(5, "mine now"))
+            .await,
+        Err(ThreadError::NoSuchThread)
+    ));
+    let long = summary(5, &"x".repeat(MAX_SUMMARY + 1));
+    assert!(matches!(
+        threads.put_summary(&ada(), &thread.id, &long).await,
+        Err(ThreadError::TooLong {
+            field: "summary",
+            ..
+        })
+    ));
+    // The retention takes it with its thread; so does forgetting.
+    threads.prune(1_000 + 7).await.unwrap();
+    assert_eq!(threads.summary(&ada(), &thread.id).await.unwrap(), None);
+    let again = threads.current(&ada(), 5_000, IDLE).await.unwrap();
+    threads
+        .append(&ada(), &again.id, &said("t9", "m9", "ok"), 5_001)
+        .await
+        .unwrap();
+    threads
+        .put_summary(&ada(), &again.id, &summary(1, "nine"))
+        .await
+        .unwrap();
+    threads.forget(&ada()).await.unwrap();
+    assert_eq!(threads.summary(&ada(), &again.id).await.unwrap(), None);
+}
+
 metnos_kit::store_suite!(
+    a_summary_is_its_thread_s_and_only_grows,
+    a_thread_replied_to_is_taken_up_again_by_its_person_only,
     a_thread_goes_on_until_silence_or_new_and_is_its_person_s_alone,
     a_turn_s_exchange_is_written_once_in_order_and_read_back_whole,
     two_replicas_ending_turns_at_once_write_every_exchange_once,

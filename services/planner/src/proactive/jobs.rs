@@ -1,5 +1,5 @@
-//! The scheduler's builtin maintenance tasks: the turn log's retention and the
-//! scratchpad's pruning. (The vaglio prunes its verdict log and the approval service
+//! The scheduler's builtin maintenance tasks: the turn log's retention, the scratchpad's
+//! pruning and the conversations' retention. (The vaglio prunes its verdict log and the approval service
 //! expires its requests where their files and rows are; the per-replica recovery loops —
 //! leases, turns whose approval expired — run every few seconds in [`crate::serve`], too
 //! often for a scheduler with a minute's tick.)
@@ -19,6 +19,8 @@ pub enum MaintenanceError {
     TurnLog(#[from] std::io::Error),
     #[error("cannot prune the scratchpad: {0}")]
     Scratchpad(#[from] sqlx::Error),
+    #[error("cannot prune the conversations: {0}")]
+    Threads(#[from] crate::store::threads::ThreadError),
 }
 
 /// `turn_log_retention`: deletes the daily turn logs older than `keep_days`.
@@ -80,5 +82,30 @@ impl Job for ScratchpadPrune {
             .await
             .map_err(MaintenanceError::Scratchpad)?;
         Ok(format!("{pruned} scratchpad entries removed").into())
+    }
+}
+
+/// `thread_retention`: removes the threads silent for longer than
+/// `conversation.retention_days` (issue 40), with their exchanges.
+#[derive(Debug)]
+pub struct ThreadRetention {
+    pub db: metnos_kit::store::Db,
+    pub retention_ms: i64,
+}
+
+impl Builtin for ThreadRetention {
+    const NAME: &'static str = "thread_retention";
+    const SCHEDULE: &'static str = "daily@03:45";
+}
+
+#[tonic::async_trait]
+impl Job for ThreadRetention {
+    async fn run(&self, firing: &Firing) -> Result<Done, JobError> {
+        let threads = crate::store::threads::ThreadStore::new(self.db.clone());
+        let gone = threads
+            .prune(firing.now_ms.saturating_sub(self.retention_ms))
+            .await
+            .map_err(MaintenanceError::Threads)?;
+        Ok(format!("{gone} exchange(s) of silent threads removed").into())
     }
 }

@@ -1,6 +1,7 @@
 //! The planner's store: turns (checkpoint while running or suspended, log record once
 //! finished) and the scratchpad. SQLite or PostgreSQL, the same SQL.
 
+pub mod summaries;
 pub mod tasks;
 pub mod threads;
 
@@ -49,6 +50,11 @@ const SQLITE: &[EmbeddedMigration] = &[
         description: "threads",
         sql: include_str!("../../migrations/sqlite/0008_threads.sql"),
     },
+    EmbeddedMigration {
+        version: 9,
+        description: "thread summaries",
+        sql: include_str!("../../migrations/sqlite/0009_thread_summaries.sql"),
+    },
 ];
 const POSTGRES: &[EmbeddedMigration] = &[
     EmbeddedMigration {
@@ -90,6 +96,11 @@ const POSTGRES: &[EmbeddedMigration] = &[
         version: 8,
         description: "threads",
         sql: include_str!("../../migrations/postgres/0008_threads.sql"),
+    },
+    EmbeddedMigration {
+        version: 9,
+        description: "thread summaries",
+        sql: include_str!("../../migrations/postgres/0009_thread_summaries.sql"),
     },
 ];
 

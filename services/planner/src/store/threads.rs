@@ -126,11 +126,11 @@ impl NewExchange {
 /// The planner's threads, on SQLite or PostgreSQL alike.
 #[derive(Debug, Clone)]
 pub struct ThreadStore {
-    db: Db,
+    pub(super) db: Db,
 }
 
 /// The key that holds one person's threads against another writer (replicas included).
-fn person_key(person: &Principal) -> String {
+pub(super) fn person_key(person: &Principal) -> String {
     format!("metnos.threads.{person}")
 }
 
@@ -146,7 +146,10 @@ fn thread_from_row(row: &Row) -> Result<Thread, sqlx::Error> {
     })
 }
 
-fn json_column<T: for<'de> Deserialize<'de>>(row: &Row, column: &str) -> Result<T, sqlx::Error> {
+pub(super) fn json_column<T: for<'de> Deserialize<'de>>(
+    row: &Row,
+    column: &str,
+) -> Result<T, sqlx::Error> {
     let text: String = row.get(column)?;
     serde_json::from_str(&text).map_err(|e| sqlx::Error::ColumnDecode {
         index: column.to_owned(),
@@ -154,7 +157,7 @@ fn json_column<T: for<'de> Deserialize<'de>>(row: &Row, column: &str) -> Result<
     })
 }
 
-fn exchange_from_row(row: &Row) -> Result<Exchange, sqlx::Error> {
+pub(super) fn exchange_from_row(row: &Row) -> Result<Exchange, sqlx::Error> {
     Ok(Exchange {
         seq: row.get("seq")?,
         turn_id: row.get("turn_id")?,
@@ -225,6 +228,45 @@ impl ThreadStore {
                 start_in(tx, person, now_ms).await.map(Finish::Commit)
             })
             .await?)
+    }
+
+    /// Takes up `person`'s thread `thread_id` again (a reply to one of its answers): it
+    /// becomes the one they talk in now, even after `/new` or the idle time. A thread of
+    /// someone else, or one no longer kept, is no such thread.
+    pub async fn reopen(
+        &self,
+        person: &Principal,
+        thread_id: &str,
+        now_ms: i64,
+    ) -> Result<Thread, ThreadError> {
+        let select = format!(
+            "SELECT {THREAD_COLUMNS} FROM threads WHERE id = $1 AND channel = $2 AND sender_id = $3"
+        );
+        let key = person_key(person);
+        self.db
+            .locked_tx(&key, async |tx| {
+                let Some(row) = tx
+                    .fetch_optional(
+                        Statement::new(sqlx::AssertSqlSafe(select))
+                            .bind(thread_id.to_owned())
+                            .bind(person.channel().to_owned())
+                            .bind(person.sender_id().to_owned()),
+                    )
+                    .await?
+                else {
+                    return Err(ThreadError::NoSuchThread);
+                };
+                let mut thread = thread_from_row(&row)?;
+                thread.last_at = thread.last_at.max(now_ms);
+                tx.execute(
+                    Statement::new("UPDATE threads SET closed = 0, last_at = $1 WHERE id = $2")
+                        .bind(thread.last_at)
+                        .bind(thread.id.clone()),
+                )
+                .await?;
+                Ok(Finish::Commit(thread))
+            })
+            .await
     }
 
     /// Writes a turn's exchange at the end of `person`'s thread `thread_id`: `false` when
@@ -387,12 +429,21 @@ impl ThreadStore {
     }
 
     /// Erases every thread of `person` (their channel's; a person on another channel is
-    /// another principal): how many exchanges went.
+    /// another principal), with its summary: how many exchanges went.
     pub async fn forget(&self, person: &Principal) -> Result<u64, ThreadError> {
         let key = person_key(person);
         Ok(self
             .db
             .locked_tx(&key, async |tx| {
+                tx.execute(
+                    Statement::new(
+                        "DELETE FROM thread_summaries WHERE thread_id IN \
+                         (SELECT id FROM threads WHERE channel = $1 AND sender_id = $2)",
+                    )
+                    .bind(person.channel().to_owned())
+                    .bind(person.sender_id().to_owned()),
+                )
+                .await?;
                 let gone = tx
                     .execute(
                         Statement::new(
@@ -417,6 +468,15 @@ impl ThreadStore {
     /// Removes the threads silent since before `before_ms` (the retention): how many
     /// exchanges went.
     pub async fn prune(&self, before_ms: i64) -> Result<u64, ThreadError> {
+        self.db
+            .execute(
+                Statement::new(
+                    "DELETE FROM thread_summaries WHERE thread_id IN \
+                     (SELECT id FROM threads WHERE last_at < $1)",
+                )
+                .bind(before_ms),
+            )
+            .await?;
         let gone = self
             .db
             .execute(

@@ -1,5 +1,6 @@
 //! A turn in its conversation (issue 40): the person's thread on this channel read in
-//! before the new message, and the turn's exchange written at its end.
+//! before the new message (what [`crate::turn::summary`] says it sees), and the turn's
+//! exchange written at its end.
 //!
 //! Earlier answers reach the model fenced, as data, each with the labels of the sources
 //! its text came from; they are indexed like observations under their own step numbers
@@ -11,7 +12,8 @@
 use metnos_core::provenance::Label;
 use serde::{Deserialize, Serialize};
 
-use crate::store::threads::{Exchange, MAX_LABELS, MAX_STEPS, MAX_TEXT, NewExchange, StepLine};
+use crate::store::threads::{MAX_LABELS, MAX_STEPS, MAX_TEXT, NewExchange, StepLine};
+use crate::turn::summary::Seen;
 use crate::turn::{Checkpoint, Hist, taint};
 
 /// The first step number of the earlier answers a turn sees (the `n`th is
@@ -19,7 +21,7 @@ use crate::turn::{Checkpoint, Hist, taint};
 pub const EARLIER_STEP: u32 = 100_000;
 
 /// Which conversation a turn belongs to.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub enum Threading {
     /// A one-shot turn: it reads and writes no thread.
     #[default]
@@ -28,20 +30,36 @@ pub enum Threading {
     Continue,
     /// A new thread at once (`/new`).
     New,
+    /// This thread of the person's, which becomes their current one (a reply to an older
+    /// answer); their current thread when it is not theirs or no longer kept.
+    Older(String),
 }
 
-/// An earlier answer this turn sees: where its text came from.
+/// An earlier answer (or the summary of older exchanges) this turn sees: where its text
+/// came from.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Earlier {
     pub labels: Vec<String>,
 }
 
-/// Puts `exchanges` (oldest first) before the turn's new message: each of the person's
-/// messages as theirs, each answer fenced with its sources.
-pub fn read_in(cp: &mut Checkpoint, exchanges: &[Exchange]) {
+/// Puts the thread as `seen` before the turn's new message: the summary of older
+/// exchanges, if any, fenced with its sources; then each exchange (oldest first), the
+/// person's message as theirs and the answer fenced with its sources.
+pub fn read_in(cp: &mut Checkpoint, seen: &Seen) {
     let nonce = cp.fence_nonce();
-    let mut before = Vec::with_capacity(2 * exchanges.len());
-    for exchange in exchanges {
+    let mut before = Vec::with_capacity(2 * seen.exchanges.len() + 1);
+    if let Some(summary) = &seen.summary {
+        let step = EARLIER_STEP + cp.earlier.len() as u32;
+        let notes = serde_json::json!({"summary_of_earlier_exchanges": summary.text}).to_string();
+        before.push(Hist::Assistant {
+            text: taint::fence(&nonce, step, &summary.labels, &notes),
+            calls: Vec::new(),
+        });
+        cp.earlier.push(Earlier {
+            labels: summary.labels.clone(),
+        });
+    }
+    for exchange in &seen.exchanges {
         let step = EARLIER_STEP + cp.earlier.len() as u32;
         let answer = serde_json::Value::from(exchange.answer.as_str()).to_string();
         before.push(Hist::User {
@@ -142,6 +160,7 @@ fn cut(text: &str, max: usize) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::store::threads::Exchange;
     use serde_json::json;
 
     fn checkpoint(query: &str) -> Checkpoint {
@@ -171,7 +190,11 @@ mod tests {
             labels: vec!["file:~/post.txt".into()],
             steps: Vec::new(),
         };
-        read_in(&mut cp, &[earlier]);
+        let seen = Seen {
+            exchanges: vec![earlier],
+            ..Seen::default()
+        };
+        read_in(&mut cp, &seen);
         assert_eq!(cp.history.len(), 3);
         assert!(matches!(&cp.history[2], Hist::User { text } if text == "yes"));
         let nonce = cp.fence_nonce.clone();

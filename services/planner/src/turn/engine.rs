@@ -22,7 +22,7 @@ use crate::filters::Filters;
 use crate::llm::{LlmSlot, model_of, tier_used};
 use crate::proactive::scheduler::Scheduler;
 use crate::proactive::tools::{self as orders, Answer};
-use crate::store::threads::ThreadStore;
+use crate::store::threads::{ThreadError, ThreadStore};
 use crate::store::{State, Store};
 use crate::turn::asking::Asking;
 use crate::turn::conversation::{self, Threading};
@@ -35,6 +35,7 @@ use crate::turn::recover::Recovery;
 use crate::turn::rules;
 use crate::turn::running::Running;
 use crate::turn::scratch;
+use crate::turn::summary;
 use crate::turn::suspension::Suspension;
 use crate::turn::vetting::{Refusal, Vetting};
 use crate::turn::{
@@ -367,32 +368,45 @@ impl Planner {
     }
 
     /// Reads the person's thread into a new turn `cp` (as `threading` says), before its
-    /// message: the newest exchanges within `conversation.history_tokens`. A thread that
+    /// message: the newest exchanges within `conversation.history_tokens`, and the summary
+    /// of older ones (folded first when due: the turn pays its tokens). A thread that
     /// cannot be read leaves the turn one-shot, said in the log: the person still gets an
     /// answer.
-    pub async fn attach_thread(&self, cp: &mut Checkpoint, threading: Threading) {
+    pub async fn attach_thread(&self, cp: &mut Checkpoint, threading: &Threading) {
         let threads = ThreadStore::new(self.store.db().clone());
         let now = now_ms();
+        let idle_ms = self.conversation.idle_ms();
         let thread = match threading {
             Threading::None => return,
-            Threading::Continue => {
-                threads
-                    .current(&cp.person, now, self.conversation.idle_ms())
-                    .await
-            }
+            Threading::Continue => threads.current(&cp.person, now, idle_ms).await,
             Threading::New => threads.start_new(&cp.person, now).await,
+            Threading::Older(id) => match threads.reopen(&cp.person, id, now).await {
+                Err(ThreadError::NoSuchThread) => {
+                    tracing::info!(turn_id = %cp.turn_id, "the thread replied to is not kept (or not theirs); the turn continues the current one");
+                    threads.current(&cp.person, now, idle_ms).await
+                }
+                reopened => reopened,
+            },
         };
-        let budget = self.conversation.history_tokens.get() as usize;
+        let llm = self.llm.as_ref().ok().map(|llm| llm.as_ref());
         let read = match thread {
-            Ok(thread) => threads
-                .history(&cp.person, &thread.id, budget)
-                .await
-                .map(|history| (thread, history)),
+            Ok(thread) => summary::seen(
+                &threads,
+                llm,
+                &cp.person,
+                &thread.id,
+                &self.conversation,
+                now,
+            )
+            .await
+            .map(|seen| (thread, seen)),
             Err(e) => Err(e),
         };
         match read {
-            Ok((thread, history)) => {
-                conversation::read_in(cp, &history.exchanges);
+            Ok((thread, seen)) => {
+                cp.prompt_tokens += seen.usage.prompt_tokens;
+                cp.completion_tokens += seen.usage.completion_tokens;
+                conversation::read_in(cp, &seen);
                 cp.thread_id = Some(thread.id);
             }
             Err(e) => {

@@ -32,6 +32,7 @@ pub mod scratch;
 #[cfg(test)]
 mod stage_tests;
 pub mod state;
+pub mod summary;
 pub mod suspension;
 pub mod taint;
 pub mod vetting;

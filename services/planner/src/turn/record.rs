@@ -188,6 +188,7 @@ impl<'a> Records<'a> {
                 prompt_tokens: cp.prompt_tokens,
                 completion_tokens: cp.completion_tokens,
             }),
+            thread_id: cp.thread_id.clone().unwrap_or_default(),
         };
         emit(sink, pb::turn_event::Event::Finished(finished)).await;
     }
