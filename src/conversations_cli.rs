@@ -1,6 +1,7 @@
 //! `metnos conversations forget`: erases a person's conversations with Metnos (their
-//! threads and every exchange in them) for good, after a confirmation; the planner's
-//! turn log records that it happened and how much, never the words.
+//! threads and every exchange in them; with `--memory` what Metnos remembers for them too)
+//! for good, after a confirmation; the planner's turn log records that it happened and how
+//! much, never the words.
 
 use std::io::IsTerminal;
 use std::process::ExitCode;
@@ -21,6 +22,9 @@ pub enum ConversationsCommand {
         /// left out.
         #[arg(long)]
         person: Option<String>,
+        /// What Metnos remembers for them (memory_save) too.
+        #[arg(long)]
+        memory: bool,
         /// Without asking (needed when stdin is not a terminal).
         #[arg(long)]
         yes: bool,
@@ -29,13 +33,15 @@ pub enum ConversationsCommand {
 
 pub async fn conversations(config: &Config, command: ConversationsCommand) -> ExitCode {
     match command {
-        ConversationsCommand::Forget { person, yes } => {
-            forget(config, person.as_deref(), yes).await
-        }
+        ConversationsCommand::Forget {
+            person,
+            memory,
+            yes,
+        } => forget(config, person.as_deref(), memory, yes).await,
     }
 }
 
-async fn forget(config: &Config, person: Option<&str>, yes: bool) -> ExitCode {
+async fn forget(config: &Config, person: Option<&str>, memory: bool, yes: bool) -> ExitCode {
     let person = match crate::telos_cli::person_of(person) {
         Ok(person) => person,
         Err(code) => return code,
@@ -45,7 +51,13 @@ async fn forget(config: &Config, person: Option<&str>, yes: bool) -> ExitCode {
             eprintln!("metnos: erasing conversations asks first; without a terminal, add --yes");
             return ExitCode::from(2);
         }
-        let question = format!("Erase every conversation of {person} for good?");
+        let question = if memory {
+            format!(
+                "Erase every conversation of {person}, and what Metnos remembers for them, for good?"
+            )
+        } else {
+            format!("Erase every conversation of {person} for good?")
+        };
         if !crate::telos_cli::ask(&question) {
             eprintln!("nothing was erased");
             return ExitCode::FAILURE;
@@ -57,16 +69,21 @@ async fn forget(config: &Config, person: Option<&str>, yes: bool) -> ExitCode {
     };
     let request = pb::ForgetConversationsRequest {
         principal: Some(person.to_proto()),
+        memory,
     };
     match PlannerServiceClient::new(channel)
         .forget_conversations(request)
         .await
     {
         Ok(answer) => {
-            let exchanges = answer.into_inner().exchanges;
+            let answer = answer.into_inner();
+            let exchanges = answer.exchanges;
             say(&format!(
                 "erased {exchanges} exchange(s) of {person}'s conversations"
             ));
+            if memory {
+                say(&format!("erased {} remembered entries", answer.memories));
+            }
             ExitCode::SUCCESS
         }
         Err(status) => failed(ServiceName::Planner, &url, &status),

@@ -28,6 +28,7 @@ pub mod chat_cli;
 pub mod conversations_cli;
 pub mod doctor;
 pub mod executors_cli;
+pub mod memory_cli;
 pub mod pair_cli;
 pub mod pki_cli;
 pub mod policy_cli;

@@ -10,6 +10,7 @@ use metnos::audit_cli::{self, AuditCommand};
 use metnos::chat_cli::{self, ChatArgs};
 use metnos::conversations_cli::{self, ConversationsCommand};
 use metnos::executors_cli::{self, ExecutorsCommand};
+use metnos::memory_cli::{self, MemoryCommand};
 use metnos::pair_cli::{self, PairCommand};
 use metnos::pki_cli::{self, PkiCommand};
 use metnos::policy_cli::{self, GrantsCommand, PolicyCommand};
@@ -93,6 +94,11 @@ enum Command {
         #[command(subcommand)]
         command: ConversationsCommand,
     },
+    /// What Metnos remembers for a person (memory_save): list, search, forget an entry.
+    Memory {
+        #[command(subcommand)]
+        command: MemoryCommand,
+    },
     /// The turn log: one turn, or a day's turns.
     Turns {
         #[command(subcommand)]
@@ -175,6 +181,7 @@ fn main() -> ExitCode {
             Command::Conversations { command } => {
                 conversations_cli::conversations(&config, command).await
             }
+            Command::Memory { command } => memory_cli::memory(&config, command).await,
             Command::Turns { command } => ask_cli::turns(&config, command).await,
             Command::Schedules { command } => schedules_cli::schedules(&config, command).await,
             Command::Audit { command } => audit_cli::audit(&config, command).await,

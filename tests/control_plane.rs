@@ -202,7 +202,8 @@ async fn every_attack_of_issue_15_is_refused_and_changes_nothing() {
             PlannerServiceClient,
             forget_conversations,
             planner::ForgetConversationsRequest {
-                principal: person("cli", "root")
+                principal: person("cli", "root"),
+                memory: true,
             }
         ),
         "ForgetConversations as the gateway for the local user",
@@ -922,6 +923,28 @@ async fn every_rpc_refuses_an_oversized_field_with_a_short_message() {
         ),
         "query",
     );
+    // Issue 40: a 10 MB message into a thread is refused whole, saying why (the server's
+    // limit on a message, before any handler), never cut, never a hang.
+    let huge = planner::RunTurnRequest {
+        principal: person("cli", "alice"),
+        level: common_pb::AutonomyLevel::Supervised as i32,
+        query: z(10 * 1024 * 1024),
+        thread: planner::Thread::Continue as i32,
+        ..Default::default()
+    };
+    let got = call!(
+        s.channel("planner", owner),
+        PlannerServiceClient,
+        run_turn,
+        huge
+    )
+    .unwrap_err();
+    assert_eq!(got.code(), Code::OutOfRange, "{got:?}");
+    assert!(
+        got.message().contains("too large") && got.message().len() < 200,
+        "{}",
+        got.message()
+    );
     // Issue 40: the thread a reply continues.
     let run = planner::RunTurnRequest {
         principal: person("cli", "alice"),
@@ -1207,4 +1230,57 @@ async fn an_undecodable_body_is_invalid_argument_not_internal() {
         );
     }
     s.up.interrupt().await;
+}
+
+/// Issue 40: the spectator page's identity lists a person's memory as ids, dates and
+/// sources, never the words; searching and forgetting are the owner's; the owner's
+/// terminal sees the words.
+#[tokio::test]
+async fn the_page_sees_a_memory_s_sources_never_its_words() {
+    let s = Stack::start().await;
+    s.llm.push(Reply::ToolCalls(vec![(
+        "memory_save".into(),
+        json!({"text": "Locker code 4417"}),
+    )]));
+    s.llm.push(Reply::Text("Noted.".into()));
+    let (code, _, err) = s
+        .sandbox
+        .run(&["ask", "--language", "en", "remember: locker code 4417"])
+        .await;
+    assert_eq!(code, 0, "{err}");
+    let me = metnos::ask_cli::cli_principal();
+    let list = planner::ListMemoriesRequest {
+        principal: Some(me.clone()),
+        limit: 0,
+    };
+    let page = s.up.channel_as("planner", Identity::Web);
+    let seen = PlannerServiceClient::new(page.clone())
+        .list_memories(list.clone())
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!((seen.total, seen.entries.len()), (1, 1));
+    assert_eq!(seen.entries[0].text, "", "never the words");
+    assert!(seen.entries[0].id.starts_with("m-"));
+    let owner = s.up.channel_as("planner", Identity::Owner);
+    let whole = PlannerServiceClient::new(owner)
+        .list_memories(list)
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(whole.entries[0].text, "Locker code 4417");
+    let search = planner::SearchMemoriesRequest {
+        principal: Some(me),
+        query: "locker".into(),
+        limit: 0,
+    };
+    not_for(
+        call!(
+            Channel::Traced(page),
+            PlannerServiceClient,
+            search_memories,
+            search
+        ),
+        "SearchMemories as the page",
+    );
 }

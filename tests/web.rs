@@ -191,6 +191,7 @@ async fn only_the_owner_sees_the_page_and_nothing_from_elsewhere_changes_a_thing
         "/approvals",
         "/verdicts",
         "/telos",
+        "/memory",
         "/record",
         "/replay",
         "/turns/events",
@@ -931,4 +932,48 @@ async fn the_live_feed_shows_a_turn_waiting_on_its_card_then_its_decision() {
         }
     }
     assert!(buffer.contains("event: end"), "{buffer}");
+}
+
+/// Issue 40: the memory page counts a person's entries and shows each one's id, dates and
+/// sources, never its words (the planner does not send them to the page's identity).
+#[tokio::test]
+async fn the_memory_page_counts_entries_and_shows_sources_never_words() {
+    let page = Page::start().await;
+    page.llm.push(Reply::ToolCalls(vec![(
+        "memory_save".into(),
+        json!({"text": "Locker code 4417"}),
+    )]));
+    page.llm.push(Reply::Text("Noted.".into()));
+    let (code, _, err) = page
+        .sandbox
+        .run(&["ask", "--language", "en", "remember: locker code 4417"])
+        .await;
+    assert_eq!(code, 0, "{err}");
+    let http = http();
+    let cookie = page.sign_in(&http).await;
+    let me = metnos::ask_cli::cli_principal();
+    let shown = http
+        .get(format!("{}/memory?person=cli:{}", page.base, me.sender_id))
+        .headers(with_cookie(&cookie))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(shown.status(), 200);
+    let body = shown.text().await.unwrap();
+    assert!(body.contains("1 entries, 0 from the world"), "{body}");
+    assert!(
+        body.contains("their own words") && body.contains("m-"),
+        "{body}"
+    );
+    assert!(!body.contains("4417") && !body.contains("Locker"), "{body}");
+    let nobody = http
+        .get(format!("{}/memory?person=telegram:999", page.base))
+        .headers(with_cookie(&cookie))
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    assert!(nobody.contains("0 entries, 0 from the world"), "{nobody}");
 }

@@ -125,6 +125,8 @@ pub enum CallbackData {
     Edit(String),
     /// `/forget` confirmed: the person's conversations are erased (the confirmation's id).
     Forget(String),
+    /// `/forget` confirmed: their conversations and what Metnos remembers for them.
+    ForgetAll(String),
     /// `/forget` declined: nothing is erased.
     Keep(String),
 }
@@ -134,6 +136,7 @@ pub const CONFIRM_ALWAYS: &str = "confirm-always";
 pub const BACK: &str = "back";
 /// The data of `/forget`'s buttons.
 pub const FORGET: &str = "forget";
+pub const FORGET_ALL: &str = "forget-all";
 pub const KEEP: &str = "keep";
 
 /// Parses `<kind>:<token>` (approve, reject, session, always, confirm-always, back);
@@ -155,6 +158,7 @@ pub fn parse_callback(data: &str) -> Result<CallbackData, &'static str> {
         "never" => Ok(CallbackData::Never(token)),
         "edit" => Ok(CallbackData::Edit(token)),
         FORGET => Ok(CallbackData::Forget(token)),
+        FORGET_ALL => Ok(CallbackData::ForgetAll(token)),
         KEEP => Ok(CallbackData::Keep(token)),
         _ => Err("unknown callback"),
     }
@@ -202,15 +206,7 @@ pub fn say(lang: Language, what: Says<'_>) -> String {
         (Language::Italian, Says::GoingOn) => "Ok, continuo.".to_owned(),
         (Language::English, Says::GoingOn) => "OK, I carry on.".to_owned(),
         (lang, Says::NewThread) => new_thread(lang),
-        (lang, Says::ConfirmForget) => confirm_forget(lang),
-        (Language::Italian, Says::ForgetButton) => "🗑 Cancella tutto".to_owned(),
-        (Language::English, Says::ForgetButton) => "🗑 Erase everything".to_owned(),
-        (Language::Italian, Says::KeepButton) => "Tieni".to_owned(),
-        (Language::English, Says::KeepButton) => "Keep".to_owned(),
-        (lang, Says::Forgotten(n)) => forgotten(lang, n),
-        (Language::Italian, Says::Kept) => "Va bene: non ho cancellato niente.".to_owned(),
-        (Language::English, Says::Kept) => "All right: nothing was erased.".to_owned(),
-        (lang, Says::ForgetExpired) => forget_expired(lang),
+        (lang, Says::Forget(said)) => forget_says(lang, said),
         (Language::Italian, Says::Approved) => "approvato".to_owned(),
         (Language::English, Says::Approved) => "approved".to_owned(),
         (Language::Italian, Says::Rejected) => "rifiutato".to_owned(),
@@ -297,24 +293,70 @@ pub fn say(lang: Language, what: Says<'_>) -> String {
     }
 }
 
+/// What the gateway says about `/forget`.
+#[derive(Debug, Clone, Copy)]
+pub enum ForgetSays {
+    /// The question, above its buttons.
+    Question,
+    ConversationsButton,
+    EverythingButton,
+    KeepButton,
+    /// Confirmed: how many exchanges were erased, and how many remembered entries (when
+    /// they were asked to go too).
+    Forgotten {
+        exchanges: u64,
+        memories: Option<u64>,
+    },
+    /// Declined.
+    Kept,
+    /// A button pressed after its time, or twice.
+    Expired,
+}
+
+fn forget_says(lang: Language, said: ForgetSays) -> String {
+    let it = lang == Language::Italian;
+    match said {
+        ForgetSays::Question => confirm_forget(lang),
+        ForgetSays::ConversationsButton if it => "🗑 Le conversazioni".to_owned(),
+        ForgetSays::ConversationsButton => "🗑 The conversations".to_owned(),
+        ForgetSays::EverythingButton if it => "🗑 Anche ciò che ricordi".to_owned(),
+        ForgetSays::EverythingButton => "🗑 And what you remember".to_owned(),
+        ForgetSays::KeepButton if it => "Tieni".to_owned(),
+        ForgetSays::KeepButton => "Keep".to_owned(),
+        ForgetSays::Forgotten {
+            exchanges,
+            memories,
+        } => forgotten(lang, exchanges, memories),
+        ForgetSays::Kept if it => "Va bene: non ho cancellato niente.".to_owned(),
+        ForgetSays::Kept => "All right: nothing was erased.".to_owned(),
+        ForgetSays::Expired => forget_expired(lang),
+    }
+}
+
 /// `/forget`'s question, above its buttons.
 fn confirm_forget(lang: Language) -> String {
     match lang {
-        Language::Italian => "Cancello tutte le nostre conversazioni? Quello che ci siamo detti qui sparisce per sempre: non potrò più rileggerlo, né tu riprenderlo rispondendo a un mio messaggio.",
-        Language::English => "Erase all our conversations? What we said here goes for good: I can no longer read it back, nor can you take it up again by replying to a message of mine.",
+        Language::Italian => "Cancello tutte le nostre conversazioni? Quello che ci siamo detti qui sparisce per sempre: non potrò più rileggerlo, né tu riprenderlo rispondendo a un mio messaggio. Con il secondo pulsante dimentico anche ciò che mi hai chiesto di ricordare.",
+        Language::English => "Erase all our conversations? What we said here goes for good: I can no longer read it back, nor can you take it up again by replying to a message of mine. With the second button I also forget what you asked me to remember.",
     }
     .to_owned()
 }
 
-/// `/forget` done: how many exchanges went.
-fn forgotten(lang: Language, exchanges: u64) -> String {
-    match lang {
-        Language::Italian => {
+/// `/forget` done: how many exchanges went, and how many remembered entries (when asked).
+fn forgotten(lang: Language, exchanges: u64, memories: Option<u64>) -> String {
+    match (lang, memories) {
+        (Language::Italian, None) => {
             format!("🗑 Fatto: ho cancellato {exchanges} scambi delle nostre conversazioni.")
         }
-        Language::English => {
+        (Language::Italian, Some(m)) => format!(
+            "🗑 Fatto: ho cancellato {exchanges} scambi delle nostre conversazioni e {m} cose che ricordavo."
+        ),
+        (Language::English, None) => {
             format!("🗑 Done: I erased {exchanges} exchange(s) of our conversations.")
         }
+        (Language::English, Some(m)) => format!(
+            "🗑 Done: I erased {exchanges} exchange(s) of our conversations and {m} thing(s) I remembered."
+        ),
     }
 }
 
@@ -351,16 +393,8 @@ pub enum Says<'a> {
     GoingOn,
     /// `/new`: the next message starts a new thread.
     NewThread,
-    /// `/forget`: the question, and its two buttons.
-    ConfirmForget,
-    ForgetButton,
-    KeepButton,
-    /// `/forget` confirmed: how many exchanges were erased.
-    Forgotten(u64),
-    /// `/forget` declined.
-    Kept,
-    /// A `/forget` button pressed after its time, or twice.
-    ForgetExpired,
+    /// About `/forget`.
+    Forget(ForgetSays),
     Approved,
     Rejected,
     Expired,

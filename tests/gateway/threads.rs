@@ -143,9 +143,9 @@ async fn a_reply_to_another_person_s_answer_reaches_nothing_of_theirs() {
     assert!(!format!("{bobs:?}").contains("4417"), "{bobs:#?}");
 }
 
-/// The `/forget` question sent to `chat` last: its message id and its buttons' data
-/// (erase, keep).
-async fn forget_question(s: &Stack, chat: i64, n: usize) -> (i64, String, String) {
+/// The `n`-th `/forget` question sent to `chat`: its message id and its buttons' data
+/// (the conversations, everything, keep).
+async fn forget_question(s: &Stack, chat: i64, n: usize) -> (i64, [String; 3]) {
     let questions = |tg: &common::telegram::FakeTelegram| {
         tg.calls("sendMessage")
             .into_iter()
@@ -162,10 +162,14 @@ async fn forget_question(s: &Stack, chat: i64, n: usize) -> (i64, String, String
         .await;
     let call = questions(&s.tg)[n - 1].clone();
     let buttons = rows(&call.body["reply_markup"]);
-    assert_eq!(buttons[0][0].0, "🗑 Erase everything");
-    assert_eq!(buttons[0][1].0, "Keep");
+    let texts: Vec<&str> = buttons.iter().flatten().map(|(t, _)| t.as_str()).collect();
+    assert_eq!(
+        texts,
+        ["🗑 The conversations", "🗑 And what you remember", "Keep"]
+    );
     let id = s.tg.message_id_of(&call).unwrap();
-    (id, buttons[0][0].1.clone(), buttons[0][1].1.clone())
+    let data = |row: usize, i: usize| buttons[row][i].1.clone();
+    (id, [data(0, 0), data(0, 1), data(1, 0)])
 }
 
 /// What Telegram shows for message `id` once it says `what`.
@@ -174,16 +178,19 @@ async fn shows(s: &Stack, id: i64, what: &str) {
         .await;
 }
 
-/// Issue 40: `/forget` erases a person's conversations only once they confirm with the
-/// question's own button, pressed by them, in time, once; "Keep" erases nothing. The turn
-/// log records the count, never the words; afterwards nothing of it reaches the model,
-/// not even through a reply to an old answer.
+/// Issue 40: `/forget` erases a person's conversations (and, with its second button, what
+/// Metnos remembers for them) only once they confirm with the question's own button,
+/// pressed by them, in time, once; "Keep" erases nothing. The turn log records the counts,
+/// never the words; afterwards nothing of it reaches the model, not even through a reply
+/// to an old answer, and a memory search finds nothing.
 #[tokio::test]
 async fn forget_asks_first_and_then_erases_everything_of_theirs_only() {
     let s = stack().await;
     s.pair(ADA, "Ada", "supervised").await;
     s.pair(BOB, "Bob", "supervised").await;
     let ada = || user(ADA, "Ada", "en");
+    s.llm
+        .push(tool_calls("memory_save", json!({"text": "Locker 4417"})));
     for (text, answer) in [
         ("my locker is 4417", "Noted."),
         ("and the gym?", "Open at 7."),
@@ -200,7 +207,7 @@ async fn forget_asks_first_and_then_erases_everything_of_theirs_only() {
     .await;
     // Asked, then kept: nothing goes.
     s.tg.message(ADA, ada(), "/forget");
-    let (question, erase, keep) = forget_question(&s, ADA, 1).await;
+    let (question, [erase, _, keep]) = forget_question(&s, ADA, 1).await;
     assert!(
         erase.starts_with("forget:") && keep.starts_with("keep:"),
         "{erase} {keep}"
@@ -210,8 +217,9 @@ async fn forget_asks_first_and_then_erases_everything_of_theirs_only() {
     // The old question's erase button works no more, and Bob's click on Ada's never did.
     s.tg.click(ADA, question, ada(), &erase);
     s.tg.message(ADA, ada(), "/forget");
-    let (second, erase, _) = forget_question(&s, ADA, 2).await;
-    s.tg.click(ADA, second, user(BOB, "Bob", "en"), &erase);
+    let (second, [_, everything, _]) = forget_question(&s, ADA, 2).await;
+    assert!(everything.starts_with("forget-all:"), "{everything}");
+    s.tg.click(ADA, second, user(BOB, "Bob", "en"), &everything);
     let answers = |tg: &common::telegram::FakeTelegram| {
         tg.calls("answerCallbackQuery")
             .iter()
@@ -235,8 +243,13 @@ async fn forget_asks_first_and_then_erases_everything_of_theirs_only() {
         "nothing erased yet"
     );
     // Ada confirms (her second question is still open: Bob's click did not take it).
-    s.tg.click(ADA, second, ada(), &erase);
-    shows(&s, second, "I erased 3 exchange(s)").await;
+    s.tg.click(ADA, second, ada(), &everything);
+    shows(
+        &s,
+        second,
+        "I erased 3 exchange(s) of our conversations and 1 thing(s) I remembered",
+    )
+    .await;
     let (_, turns, _) = s.sandbox.run(&["turns", "list"]).await;
     let forgotten: Vec<Value> = turns
         .lines()
@@ -245,6 +258,7 @@ async fn forget_asks_first_and_then_erases_everything_of_theirs_only() {
         .collect();
     assert_eq!(forgotten.len(), 1, "{turns}");
     assert_eq!(forgotten[0]["forgotten"]["exchanges"], 3, "{turns}");
+    assert_eq!(forgotten[0]["forgotten"]["memories"], 1, "{turns}");
     assert_eq!(forgotten[0]["principal"]["sender_id"], ADA.to_string());
     assert!(
         !turns.contains("4417"),
@@ -259,6 +273,11 @@ async fn forget_asks_first_and_then_erases_everything_of_theirs_only() {
         request_ending_with(&s, "so, the locker?"),
         [("user".to_owned(), "so, the locker?".to_owned())]
     );
+    let (_, out, _) = s
+        .sandbox
+        .run(&["memory", "list", "--person", &format!("telegram:{ADA}")])
+        .await;
+    assert!(out.starts_with("0 entries"), "{out}");
     // Bob's conversation is untouched.
     s.llm.push(Reply::Text("Yes.".into()));
     s.tg.message(BOB, user(BOB, "Bob", "en"), "still there?");

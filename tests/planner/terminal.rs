@@ -354,3 +354,67 @@ async fn conversations_forget_asks_first_then_erases_the_thread() {
     assert_eq!(code, Some(2), "{err}");
     assert!(err.contains("--person `nobody`"), "{err}");
 }
+
+/// Issue 40: `metnos memory` lists, searches and forgets what the model saved, each entry
+/// with where its words came from; `conversations forget --memory` erases the rest, and
+/// the turn log counts it.
+#[tokio::test]
+async fn metnos_memory_lists_searches_and_forgets_what_was_remembered() {
+    let s = stack_with(&[], true).await;
+    let save = |text: &str| {
+        s.fake.push(Reply::ToolCalls(vec![(
+            "memory_save".into(),
+            json!({"text": text}),
+        )]));
+        s.fake.push(Reply::Text("Noted.".into()));
+    };
+    save("My sister's birthday is on 3 May");
+    save("The gym opens at 7");
+    for asked in [
+        "remember: my sister's birthday is on 3 May",
+        "remember: the gym opens at 7",
+    ] {
+        let output = s
+            .run_with_input(&["ask", "--language", "en", asked], b"")
+            .await;
+        assert!(
+            output.status.success(),
+            "{}",
+            String::from_utf8_lossy(&output.stderr)
+        );
+    }
+    let (code, out, err) = s.sandbox.run(&["memory", "list"]).await;
+    assert_eq!(code, 0, "{err}");
+    assert!(out.starts_with("2 entries (0 from the world)"), "{out}");
+    assert!(
+        out.contains("«My sister's birthday is on 3 May»  (your words)"),
+        "{out}"
+    );
+    let (code, out, err) = s
+        .sandbox
+        .run(&["memory", "search", "sister birthday"])
+        .await;
+    assert_eq!(code, 0, "{err}");
+    assert_eq!(out.lines().count(), 1, "{out}");
+    let id = out.split_whitespace().next().unwrap().to_owned();
+    assert!(id.starts_with("m-"), "{out}");
+    let (code, out, err) = s.sandbox.run(&["memory", "forget", &id]).await;
+    assert_eq!(code, 0, "{err}");
+    assert!(out.contains(&format!("forgot {id}")), "{out}");
+    let (code, _, err) = s.sandbox.run(&["memory", "forget", &id]).await;
+    assert_eq!(code, 1);
+    assert!(err.contains("no memory"), "{err}");
+    let (_, out, _) = s.sandbox.run(&["memory", "search", "sister"]).await;
+    assert!(out.contains("nothing found"), "{out}");
+    let (code, out, err) = s
+        .sandbox
+        .run(&["conversations", "forget", "--memory", "--yes"])
+        .await;
+    assert_eq!(code, 0, "{err}");
+    assert!(out.contains("erased 1 remembered entries"), "{out}");
+    let (_, out, _) = s.sandbox.run(&["memory", "list"]).await;
+    assert!(out.starts_with("0 entries"), "{out}");
+    let (_, turns, _) = s.sandbox.run(&["turns", "list"]).await;
+    assert!(turns.contains(r#""memories":1"#), "{turns}");
+    assert!(!turns.contains("gym"), "{turns}");
+}

@@ -30,8 +30,19 @@ pub enum ClickAction {
     Never(String),
     /// A grant offer's Edit: ask for the pattern; the next message is it.
     Edit(String),
-    /// `/forget`'s answer: erase (true) or keep, for the confirmation with this id.
-    Forget { id: String, erase: bool },
+    /// `/forget`'s answer, for the confirmation with this id.
+    Forget { id: String, what: Forgetting },
+}
+
+/// What `/forget`'s answer erases.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Forgetting {
+    /// "Keep".
+    Nothing,
+    /// The person's threads.
+    Conversations,
+    /// Their threads and their long-term memory.
+    Everything,
 }
 
 /// The proposal a card asks about (a planner's grant offer, whose request carries its
@@ -61,8 +72,18 @@ pub fn action_of(data: &str) -> Result<ClickAction, &'static str> {
         D::Back(token) => ClickAction::Back(token),
         D::Never(token) => ClickAction::Never(token),
         D::Edit(token) => ClickAction::Edit(token),
-        D::Forget(id) => ClickAction::Forget { id, erase: true },
-        D::Keep(id) => ClickAction::Forget { id, erase: false },
+        D::Forget(id) => ClickAction::Forget {
+            id,
+            what: Forgetting::Conversations,
+        },
+        D::ForgetAll(id) => ClickAction::Forget {
+            id,
+            what: Forgetting::Everything,
+        },
+        D::Keep(id) => ClickAction::Forget {
+            id,
+            what: Forgetting::Nothing,
+        },
     })
 }
 

@@ -40,7 +40,7 @@ mod services;
 mod state;
 mod threads;
 
-pub use decide::{ClickAction, Step, action_of, closing_line, proposal_of, step_of};
+pub use decide::{ClickAction, Forgetting, Step, action_of, closing_line, proposal_of, step_of};
 use decide::{
     after_cancel, always_confirmation, click_refusal, confirm_refusal, feedback_kind, language_of,
     person, planner_name, store_name,
@@ -418,7 +418,7 @@ impl Conversation {
             ClickAction::Never(token) => self.never(click, token).await,
             ClickAction::Edit(token) => self.ask_edit(click, token).await,
             ClickAction::Back(token) => self.back(click, token).await,
-            ClickAction::Forget { id, erase } => self.answer_forget(click, id, erase).await,
+            ClickAction::Forget { id, what } => self.answer_forget(click, id, what).await,
         }
     }
 

@@ -14,9 +14,9 @@ use metnos_proto::approval::v1 as approval;
 use metnos_proto::planner::v1 as pb;
 
 use super::decide::{person, planner_name, store_name};
-use super::{Click, Conversation, Reply};
+use super::{Click, Conversation, Forgetting, Reply};
 use crate::store::Store;
-use crate::text::{self, Says};
+use crate::text::{self, ForgetSays, Says};
 
 /// How long a `/forget` question can be answered.
 const FORGET_WITHIN_MS: i64 = 5 * 60_000;
@@ -134,12 +134,17 @@ fn forget_buttons(lang: Language, id: &str) -> Vec<approval::ButtonRow> {
         text: text::say(lang, says),
         data: format!("{kind}:{id}"),
     };
-    vec![approval::ButtonRow {
-        buttons: vec![
-            button(Says::ForgetButton, text::FORGET),
-            button(Says::KeepButton, text::KEEP),
-        ],
-    }]
+    vec![
+        approval::ButtonRow {
+            buttons: vec![
+                button(Says::Forget(ForgetSays::ConversationsButton), text::FORGET),
+                button(Says::Forget(ForgetSays::EverythingButton), text::FORGET_ALL),
+            ],
+        },
+        approval::ButtonRow {
+            buttons: vec![button(Says::Forget(ForgetSays::KeepButton), text::KEEP)],
+        },
+    ]
 }
 
 impl Conversation {
@@ -166,7 +171,7 @@ impl Conversation {
                 if let Err(e) = self.store.set_setting(&forget_key(sender), &open).await {
                     return unavailable(e);
                 }
-                let question = text::say(lang, Says::ConfirmForget);
+                let question = text::say(lang, Says::Forget(ForgetSays::Question));
                 let buttons = forget_buttons(lang, &id);
                 self.outbox.send_buttons(chat, &question, &buttons).await;
                 Reply::default()
@@ -174,13 +179,13 @@ impl Conversation {
         }
     }
 
-    /// A click on `/forget`'s question: erase everything of the clicker's, or keep it.
-    /// The question loses its buttons and says what came of it.
+    /// A click on `/forget`'s question: erase the clicker's conversations (and their
+    /// memory), or keep them. The question loses its buttons and says what came of it.
     pub(super) async fn answer_forget(
         self: &Arc<Self>,
         click: Click,
         id: String,
-        erase: bool,
+        what: Forgetting,
     ) -> Reply {
         let lang = click.lang;
         let said = match forget_confirmed(&self.store, &click.clicker, &id, now_ms()).await {
@@ -188,12 +193,26 @@ impl Conversation {
                 tracing::error!(error = %e, "cannot read the /forget question");
                 text::say(lang, Says::Unavailable(store_name(lang)))
             }
-            Ok(false) => text::say(lang, Says::ForgetExpired),
-            Ok(true) if !erase => text::say(lang, Says::Kept),
-            Ok(true) => match self.forget_all(&click.clicker).await {
-                Some(exchanges) => text::say(lang, Says::Forgotten(exchanges)),
-                None => text::say(lang, Says::Unavailable(planner_name(lang))),
-            },
+            Ok(false) => text::say(lang, Says::Forget(ForgetSays::Expired)),
+            Ok(true) if what == Forgetting::Nothing => {
+                text::say(lang, Says::Forget(ForgetSays::Kept))
+            }
+            Ok(true) => {
+                let memory = what == Forgetting::Everything;
+                match self.forget_all(&click.clicker, memory).await {
+                    Some((exchanges, memories)) => {
+                        let memories = memory.then_some(memories);
+                        text::say(
+                            lang,
+                            Says::Forget(ForgetSays::Forgotten {
+                                exchanges,
+                                memories,
+                            }),
+                        )
+                    }
+                    None => text::say(lang, Says::Unavailable(planner_name(lang))),
+                }
+            }
         };
         if let (Some(chat), Some(message)) = (click.chat, click.message) {
             // Without buttons: the question cannot be answered twice.
@@ -205,15 +224,17 @@ impl Conversation {
         Reply::answer(&click.id, Some(said))
     }
 
-    /// Erases `sender`'s conversations: the planner's threads, then which thread each
-    /// answer here belonged to. How many exchanges went; `None` when the planner could not.
-    async fn forget_all(&self, sender: &str) -> Option<u64> {
+    /// Erases `sender`'s conversations (and with `memory` their long-term memory): the
+    /// planner's threads, then which thread each answer here belonged to. How many
+    /// exchanges and entries went; `None` when the planner could not.
+    async fn forget_all(&self, sender: &str, memory: bool) -> Option<(u64, u64)> {
         let who = person(sender)?;
         let request = pb::ForgetConversationsRequest {
             principal: Some(who.to_proto()),
+            memory,
         };
-        let exchanges = match self.planner.clone().forget_conversations(request).await {
-            Ok(answer) => answer.into_inner().exchanges,
+        let erased = match self.planner.clone().forget_conversations(request).await {
+            Ok(answer) => answer.into_inner(),
             Err(status) => {
                 tracing::warn!(code = ?status.code(), message = %status.message(), "the planner did not erase the conversations");
                 return None;
@@ -223,7 +244,7 @@ impl Conversation {
             tracing::warn!(error = %e, "cannot forget which thread the answers belonged to");
         }
         let _ = self.store.take_setting(&new_key(sender)).await;
-        Some(exchanges)
+        Some((erased.exchanges, erased.memories))
     }
 }
 

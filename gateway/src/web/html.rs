@@ -84,18 +84,20 @@ pub enum Nav {
     Grants,
     Verdicts,
     Telos,
+    Memory,
     Record,
     Replay,
     None,
 }
 
 impl Nav {
-    const ALL: [Nav; 7] = [
+    const ALL: [Nav; 8] = [
         Nav::Turns,
         Nav::Approvals,
         Nav::Grants,
         Nav::Verdicts,
         Nav::Telos,
+        Nav::Memory,
         Nav::Record,
         Nav::Replay,
     ];
@@ -107,6 +109,7 @@ impl Nav {
             Nav::Grants => "/grants",
             Nav::Verdicts => "/verdicts",
             Nav::Telos => "/telos",
+            Nav::Memory => "/memory",
             Nav::Record => "/record",
             Nav::Replay => "/replay",
         }
@@ -119,6 +122,7 @@ impl Nav {
             Nav::Grants => l.t("Grants", "Permessi"),
             Nav::Verdicts => l.t("Verdicts", "Verdetti"),
             Nav::Telos => l.t("Telos & schedules", "Telos e pianificazioni"),
+            Nav::Memory => l.t("Memory", "Memoria"),
             Nav::Record => l.t("Record", "Registro"),
             Nav::Replay => l.t("What-if", "E se…"),
         }

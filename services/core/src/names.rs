@@ -19,6 +19,10 @@ pub mod tools {
     ];
     /// Large observations read back a page at a time.
     pub const SCRATCHPAD_READ: &str = "scratchpad_read";
+    /// The person's long-term memory (issue 40).
+    pub const MEMORY_SAVE: &str = "memory_save";
+    pub const MEMORY_SEARCH: &str = "memory_search";
+    pub const MEMORY_FORGET: &str = "memory_forget";
 }
 
 /// The kinds of what Metnos proposes on its own.

@@ -12,9 +12,13 @@
 //! | `shell`                 | a command's output (`shell_exec`)                         |
 //! | `scratchpad:<id>`       | a page of a stored observation (with its origin's labels) |
 //! | `tool:<executor>`       | any other executor's output                               |
+//! | `forwarded`             | a message the person forwarded from someone else          |
+//! | `memory`                | the person's long-term memory, an entry in their own words |
 //!
-//! `person` and `clock` are trusted: nobody outside can write them. Every other label is
-//! the world's, and data carrying one is *tainted*.
+//! `person`, `clock` and `memory` are trusted: nobody outside can write them (an entry
+//! made from the world's data keeps that data's labels beside it). Every other label is
+//! the world's, and data carrying one is *tainted*. `memory` is private all the same: what
+//! the person asked to be remembered does not leave unasked.
 
 use crate::language::Language;
 
@@ -35,6 +39,10 @@ pub enum Label {
     Shell,
     Scratchpad(String),
     Tool(String),
+    /// A message the person forwarded: someone else's words.
+    Forwarded,
+    /// An entry of the person's long-term memory in their own words.
+    Memory,
 }
 
 impl Label {
@@ -44,6 +52,8 @@ impl Label {
             "person" => return Some(Label::Person),
             "clock" => return Some(Label::Clock),
             "shell" => return Some(Label::Shell),
+            "forwarded" => return Some(Label::Forwarded),
+            "memory" => return Some(Label::Memory),
             _ => {}
         }
         let (kind, rest) = text.split_once(':')?;
@@ -63,7 +73,7 @@ impl Label {
 
     /// Whether data with this label comes from the world (anyone may have written it).
     pub fn is_untrusted(&self) -> bool {
-        !matches!(self, Label::Person | Label::Clock)
+        !matches!(self, Label::Person | Label::Clock | Label::Memory)
     }
 
     /// Where the data came from, as a card says it after "contains text": "from web page
@@ -82,6 +92,10 @@ impl Label {
             (Label::Shell, true) => "dall'output di un comando".to_owned(),
             (Label::Tool(name), false) => format!("from what {name} returned"),
             (Label::Tool(name), true) => format!("da quanto ha restituito {name}"),
+            (Label::Forwarded, false) => "from a forwarded message".to_owned(),
+            (Label::Forwarded, true) => "da un messaggio inoltrato".to_owned(),
+            (Label::Memory, false) => "from what you asked me to remember".to_owned(),
+            (Label::Memory, true) => "da ciò che mi hai chiesto di ricordare".to_owned(),
             (Label::Person | Label::Clock | Label::Scratchpad(_), _) => return None,
         })
     }
@@ -95,8 +109,9 @@ impl Label {
             Label::File(_) => 0,
             Label::Private(_) => 1,
             Label::Shell => 2,
+            Label::Memory => 1,
             Label::Tool(_) => 3,
-            Label::Web(_) => 4,
+            Label::Web(_) | Label::Forwarded => 4,
             Label::Scratchpad(_) => 5,
             Label::Person | Label::Clock => 6,
         }
@@ -136,6 +151,8 @@ impl std::fmt::Display for Label {
             Label::File(path) => write!(f, "file:{path}"),
             Label::Scratchpad(id) => write!(f, "scratchpad:{id}"),
             Label::Tool(name) => write!(f, "tool:{name}"),
+            Label::Forwarded => f.write_str("forwarded"),
+            Label::Memory => f.write_str("memory"),
         }
     }
 }
@@ -239,7 +256,7 @@ impl Label {
     pub fn is_private(&self) -> bool {
         matches!(
             self,
-            Label::File(_) | Label::Shell | Label::Private(_) | Label::Tool(_)
+            Label::File(_) | Label::Shell | Label::Private(_) | Label::Tool(_) | Label::Memory
         )
     }
 }
@@ -264,6 +281,8 @@ mod tests {
             "file:~/Documents/report.txt",
             "scratchpad:ab12",
             "tool:mail_read",
+            "forwarded",
+            "memory",
         ] {
             assert_eq!(Label::parse(text).unwrap().to_string(), text);
         }
@@ -271,6 +290,9 @@ mod tests {
             assert_eq!(Label::parse(bad), None, "{bad}");
         }
         assert!(!Label::Person.is_untrusted());
+        // The person's memory is theirs, and private; a forwarded message is neither.
+        assert!(!Label::Memory.is_untrusted() && Label::Memory.is_private());
+        assert!(Label::Forwarded.is_untrusted() && !Label::Forwarded.is_private());
         assert!(!Label::Clock.is_untrusted());
         assert!(Label::Web("a".into()).is_untrusted());
         assert!(Label::Shell.is_untrusted());

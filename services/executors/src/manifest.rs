@@ -102,6 +102,10 @@ pub const RESERVED_NAMES: &[&str] = &[
     tools::SCHEDULE_PAUSE,
     tools::SCHEDULE_RESUME,
     tools::SCHEDULE_DELETE,
+    tools::SCRATCHPAD_READ,
+    tools::MEMORY_SAVE,
+    tools::MEMORY_SEARCH,
+    tools::MEMORY_FORGET,
     proposals::GRANT_OFFER,
     proposals::GRANT_REVOKE,
 ];

@@ -88,6 +88,8 @@ pub enum Error {
     Schedule(#[from] crate::proactive::scheduler::ScheduleError),
     #[error(transparent)]
     Thread(#[from] crate::store::threads::ThreadError),
+    #[error(transparent)]
+    Memory(#[from] crate::store::memories::MemoryError),
 }
 
 impl From<PrincipalError> for Error {
@@ -137,6 +139,14 @@ impl From<Error> for Status {
                 Status::invalid_argument(error.to_string())
             }
             Error::NoScheduler => Status::unavailable(error.to_string()),
+            Error::Memory(e) => {
+                use crate::store::memories::MemoryError as M;
+                match e {
+                    M::Store(e) => failure_status(crate::SERVICE, "the planner store", &e),
+                    M::NotFound(_) => Status::not_found(e.to_string()),
+                    _ => Status::invalid_argument(e.to_string()),
+                }
+            }
             Error::Thread(e) => {
                 use crate::store::threads::ThreadError as T;
                 match e {

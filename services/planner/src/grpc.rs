@@ -117,6 +117,20 @@ pub const AUTHORIZATION: Table = Table {
             method: "ForgetConversations",
             callers: &[Identity::Gateway, Identity::Owner],
         },
+        // A person's long-term memory: the owner's terminal; the spectator page lists it
+        // without the words.
+        Rule {
+            method: "ListMemories",
+            callers: &[Identity::Web, Identity::Owner],
+        },
+        Rule {
+            method: "SearchMemories",
+            callers: &[Identity::Owner],
+        },
+        Rule {
+            method: "ForgetMemory",
+            callers: &[Identity::Owner],
+        },
     ],
 };
 
@@ -179,13 +193,22 @@ fn may_act_for(caller: Identity, principal: &Principal) -> Result<(), Error> {
 }
 
 /// The turn log's line for an erasure: who, at whose request, how much — never the words.
-fn forgotten_record(person: &Principal, caller: Identity, exchanges: u64) -> serde_json::Value {
+fn forgotten_record(
+    person: &Principal,
+    caller: Identity,
+    exchanges: u64,
+    memories: Option<u64>,
+) -> serde_json::Value {
     let at = metnos_kit::time::rfc3339(now_ms());
+    let mut forgotten = serde_json::json!({"exchanges": exchanges});
+    if let Some(memories) = memories {
+        forgotten["memories"] = memories.into();
+    }
     serde_json::json!({
         "turn_id": format!("forget-{}", metnos_kit::random::hex(8)),
         "principal": person,
         "final_kind": "conversations_forgotten",
-        "forgotten": {"exchanges": exchanges},
+        "forgotten": forgotten,
         "by": caller.spiffe_id(),
         "steps": [],
         "started_at": at,
@@ -718,10 +741,45 @@ impl PlannerService for PlannerApi {
         }
         let threads = crate::store::threads::ThreadStore::new(self.store.db().clone());
         let exchanges = threads.forget(&person).await.map_err(Error::from)?;
-        tracing::info!(principal = %person, exchanges, "a person's conversations were erased");
-        self.turn_log
-            .append(&forgotten_record(&person, caller, exchanges), now_ms());
-        Ok(Response::new(pb::ForgetConversationsResponse { exchanges }))
+        let memories = if request.memory {
+            let memories = self.planner.memories();
+            memories.forget_all(&person).await.map_err(Error::from)?
+        } else {
+            0
+        };
+        tracing::info!(principal = %person, exchanges, memories, "a person's conversations were erased");
+        let record = forgotten_record(
+            &person,
+            caller,
+            exchanges,
+            request.memory.then_some(memories),
+        );
+        self.turn_log.append(&record, now_ms());
+        Ok(Response::new(pb::ForgetConversationsResponse {
+            exchanges,
+            memories,
+        }))
+    }
+
+    async fn list_memories(
+        &self,
+        request: Request<pb::ListMemoriesRequest>,
+    ) -> Result<Response<pb::ListMemoriesResponse>, Status> {
+        crate::grpc_memory::list(self.planner.memories(), request).await
+    }
+
+    async fn search_memories(
+        &self,
+        request: Request<pb::SearchMemoriesRequest>,
+    ) -> Result<Response<pb::SearchMemoriesResponse>, Status> {
+        crate::grpc_memory::search(self.planner.memories(), request).await
+    }
+
+    async fn forget_memory(
+        &self,
+        request: Request<pb::ForgetMemoryRequest>,
+    ) -> Result<Response<pb::ForgetMemoryResponse>, Status> {
+        crate::grpc_memory::forget(self.planner.memories(), request).await
     }
 
     async fn open_session(

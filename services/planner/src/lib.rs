@@ -27,6 +27,7 @@ use tokio::net::TcpListener;
 pub mod error;
 pub mod filters;
 pub mod grpc;
+mod grpc_memory;
 pub mod llm;
 pub mod proactive;
 pub use metnos_kit::schedule;
@@ -189,6 +190,7 @@ pub async fn serve(
                 store: store.clone(),
                 log: turn_log.clone(),
                 conversation: shared.conversation.clone(),
+                memory: shared.memory.clone(),
                 orders: scheduling.enabled.then(|| scheduler.clone()),
             }));
             // Standing orders fire only when Metnos may act on its own.

@@ -54,6 +54,7 @@ fn said(turn: &str, message: &str, answer: &str) -> NewExchange {
             labels: vec!["file:~/notes/today.md".to_owned()],
             scratchpad_id: None,
         }],
+        forwarded: false,
     }
 }
 
@@ -435,7 +436,135 @@ async fn a_summary_is_its_thread_s_and_only_grows(test: TestStore) {
     assert_eq!(threads.summary(&ada(), &again.id).await.unwrap(), None);
 }
 
+/// Issue 40's long-term memory: found by full text, best first, in the same order on
+/// both backends; a person's alone; at the cap the oldest unused go; forgetting leaves
+/// nothing to find; a card's save applied twice keeps one entry.
+async fn memories_are_ranked_alike_kept_apart_capped_and_forgotten(test: TestStore) {
+    use metnos_planner::store::memories::{MemoryError, MemoryStore};
+    let db = metnos_kit::store::open(
+        &test.spec(),
+        "planner",
+        &MIGRATIONS,
+        Duration::from_secs(10),
+    )
+    .await
+    .unwrap();
+    let memories = MemoryStore::new(db, 4);
+    let web = vec!["web:example.com".to_owned()];
+    let save = async |who: &Principal, text: &str, sources: &[String], at: i64| {
+        memories
+            .save(who, text, sources, "t1", None, at)
+            .await
+            .unwrap()
+    };
+    save(&ada(), "My sister's birthday is on 3 May", &[], 1_000).await;
+    save(
+        &ada(),
+        "The office birthday party is on Friday",
+        &web,
+        2_000,
+    )
+    .await;
+    save(&ada(), "Buy milk", &[], 3_000).await;
+    save(&bob(), "My sister Anna's birthday is in June", &[], 4_000).await;
+    let texts = |found: &[metnos_planner::store::memories::Memory]| {
+        found.iter().map(|m| m.text.clone()).collect::<Vec<_>>()
+    };
+    let found = memories
+        .search(&ada(), "sister birthday", 10, 5_000)
+        .await
+        .unwrap();
+    assert_eq!(
+        texts(&found),
+        [
+            "My sister's birthday is on 3 May",
+            "The office birthday party is on Friday"
+        ],
+        "both words first, one word next, none never; Bob's never"
+    );
+    assert_eq!(found[0].labels, Vec::<String>::new());
+    assert_eq!(found[1].labels, web);
+    assert_eq!(found[0].used_at, 5_000);
+    assert_eq!(
+        texts(
+            &memories
+                .search(&bob(), "birthday", 10, 5_000)
+                .await
+                .unwrap()
+        ),
+        ["My sister Anna's birthday is in June"]
+    );
+    // Query syntax of either backend is only ever words (Bob's: Ada's stay unused).
+    for sly in [
+        r#"sister" OR "milk"#,
+        "milk) | (birthday",
+        "NEAR(milk birthday)",
+        "'; DROP TABLE memories; --",
+    ] {
+        assert!(
+            memories.search(&bob(), sly, 10, 5_000).await.is_ok(),
+            "{sly}"
+        );
+    }
+    assert!(matches!(
+        memories.search(&ada(), "*", 10, 5_000).await,
+        Err(MemoryError::NoWords)
+    ));
+    assert_eq!(memories.count(&ada()).await.unwrap(), (3, 1));
+    // The cap (4): a fifth entry drops the oldest unused one (the milk, never searched).
+    save(&ada(), "Pin of the gym locker: 4417", &[], 6_000).await;
+    let saved = save(&ada(), "Car service on 12 June", &[], 7_000).await;
+    assert_eq!(saved.dropped, 1);
+    let all = memories.list(&ada(), 50).await.unwrap();
+    assert_eq!(all.len(), 4);
+    assert!(!texts(&all).contains(&"Buy milk".to_owned()), "{all:?}");
+    // Bob cannot forget Ada's entries; Ada forgets one, then all.
+    let gym = all
+        .iter()
+        .find(|m| m.text.contains("4417"))
+        .unwrap()
+        .id
+        .clone();
+    assert!(matches!(
+        memories.forget(&bob(), &gym).await,
+        Err(MemoryError::NotFound(_))
+    ));
+    memories.forget(&ada(), &gym).await.unwrap();
+    assert!(
+        memories
+            .search(&ada(), "locker 4417", 10, 8_000)
+            .await
+            .unwrap()
+            .is_empty()
+    );
+    assert_eq!(memories.forget_all(&ada()).await.unwrap(), 3);
+    assert!(
+        memories
+            .search(&ada(), "sister birthday", 10, 8_000)
+            .await
+            .unwrap()
+            .is_empty()
+    );
+    assert_eq!(memories.count(&bob()).await.unwrap(), (1, 0));
+    // A card's save applied twice keeps one entry.
+    for _ in 0..2 {
+        memories
+            .save(
+                &ada(),
+                "Dentist on 2 July",
+                &web,
+                "t9",
+                Some("m-card"),
+                9_000,
+            )
+            .await
+            .unwrap();
+    }
+    assert_eq!(memories.count(&ada()).await.unwrap(), (1, 1));
+}
+
 metnos_kit::store_suite!(
+    memories_are_ranked_alike_kept_apart_capped_and_forgotten,
     a_summary_is_its_thread_s_and_only_grows,
     a_thread_replied_to_is_taken_up_again_by_its_person_only,
     a_thread_goes_on_until_silence_or_new_and_is_its_person_s_alone,

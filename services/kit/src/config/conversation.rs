@@ -1,5 +1,6 @@
 //! `[conversation]`: each person's thread on a channel (issue 40) — how much of it a turn
-//! sees, when silence starts a new one, and how long threads are kept.
+//! sees, when silence starts a new one, and how long threads are kept; `[memory]`: each
+//! person's long-term memory.
 
 use std::num::NonZero;
 
@@ -42,5 +43,21 @@ impl ConversationConfig {
     /// The retention in milliseconds.
     pub fn retention_ms(&self) -> i64 {
         i64::from(self.retention_days.get()) * 86_400_000
+    }
+}
+
+/// Each person's long-term memory (`memory_save`, `memory_search`, `memory_forget`).
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields, default)]
+pub struct MemoryConfig {
+    /// Most entries a person keeps; a save beyond drops their oldest unused ones.
+    pub max_entries: NonZero<u32>,
+}
+
+impl Default for MemoryConfig {
+    fn default() -> Self {
+        MemoryConfig {
+            max_entries: const { NonZero::new(5_000).unwrap() },
+        }
     }
 }

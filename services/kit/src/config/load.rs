@@ -34,7 +34,7 @@ pub const ENV_ALIASES: [(&str, &str); 3] = [
 
 /// Top-level keys an environment variable may override; any other `METNOS_*` variable
 /// (`METNOS_CONFIG`, test settings) is not configuration.
-const TOP_LEVEL_KEYS: [&str; 17] = [
+const TOP_LEVEL_KEYS: [&str; 18] = [
     "data_dir",
     "telemetry",
     "server",
@@ -47,6 +47,7 @@ const TOP_LEVEL_KEYS: [&str; 17] = [
     "executors",
     "turns",
     "conversation",
+    "memory",
     "telegram",
     "telos",
     "scheduler",

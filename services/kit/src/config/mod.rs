@@ -38,7 +38,7 @@ use std::path::PathBuf;
 
 use serde::{Deserialize, Serialize};
 
-pub use conversation::ConversationConfig;
+pub use conversation::{ConversationConfig, MemoryConfig};
 pub use executors::ExecutorsConfig;
 pub use load::{CONFIG_ENV, ConfigError, ConfigSource, ENV_ALIASES, ENV_PREFIX};
 pub use runtime::{LLM_TIERS, LlmProvider, LlmTierConfig, PlannerMode, RuntimeConfig};
@@ -75,6 +75,7 @@ pub struct Config {
     pub executors: ExecutorsConfig,
     pub turns: TurnsConfig,
     pub conversation: ConversationConfig,
+    pub memory: MemoryConfig,
     pub telegram: TelegramConfig,
     pub tls: TlsConfig,
     pub telos: TelosConfig,
@@ -105,6 +106,7 @@ impl Default for Config {
             executors: ExecutorsConfig::default(),
             turns: TurnsConfig::default(),
             conversation: ConversationConfig::default(),
+            memory: MemoryConfig::default(),
             telegram: TelegramConfig::default(),
             tls: TlsConfig::default(),
             telos: TelosConfig::default(),

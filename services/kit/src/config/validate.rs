@@ -74,6 +74,14 @@ impl Config {
                 format!("not a valid log filter: {e}"),
             ));
         }
+        // A turn's steps are numbered below the earlier answers it sees (from 100,000): a
+        // cap that reached them would let a step pass for an earlier answer.
+        if self.turns.cap_steps.get() > 1_000 {
+            return Err(ConfigError::key(
+                "turns.cap_steps",
+                format!("{} is more than 1000 steps a turn", self.turns.cap_steps),
+            ));
+        }
         self.validate_telegram()?;
         self.validate_web()?;
         self.validate_executors()?;
@@ -667,6 +675,22 @@ mod tests {
                     metnos_core::capability::Capability::NetworkHttp
                 ]
             );
+            Ok(())
+        });
+    }
+
+    /// Issue 40: a turn's steps stay below the earlier answers' numbers.
+    #[test]
+    fn a_step_cap_past_a_thousand_is_refused() {
+        with_env(&[], |jail| {
+            write_file(jail, "[turns]\ncap_steps = 100001\n")?;
+            let err = load_err();
+            assert!(
+                err.contains("`turns.cap_steps`") && err.contains("1000"),
+                "{err}"
+            );
+            write_file(jail, "[turns]\ncap_steps = 1000\n")?;
+            assert_eq!(load()?.turns.cap_steps.get(), 1000);
             Ok(())
         });
     }

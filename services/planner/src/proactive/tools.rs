@@ -283,19 +283,29 @@ async fn own_order(
 
 /// Asks the person on a card for `call` with the arguments `bound`.
 fn ask_card(cp: &Checkpoint, mut call: Call, bound: Value, target: &str) -> Answer {
-    let italian = cp.language != Some(metnos_core::language::Language::English);
     call.arguments = bound.clone();
+    let asked = asked(cp, &call.name, bound, target, String::new());
+    Answer::Ask(call, Box::new(asked))
+}
+
+/// The card for one of the planner's own tools, `name` with the arguments `bound` (the
+/// approval service says the call from them), about `target`, with `extra_json` (where
+/// its text came from, for a memory); no territory.
+pub(crate) fn asked(
+    cp: &Checkpoint,
+    name: &str,
+    bound: Value,
+    target: &str,
+    extra_json: String,
+) -> Asked {
+    let italian = cp.language != Some(metnos_core::language::Language::English);
     let request = approval::CreatePendingRequest {
         requester: Some(cp.principal().to_proto()),
         request: Some(approval::ApprovalRequest {
             // Required, though the approval service says the call from its arguments.
-            action_verb: call.name.clone(),
+            action_verb: name.to_owned(),
             target_summary: target.chars().take(200).collect(),
-            capability_class: format!(
-                "{}:{}",
-                call.name,
-                target.chars().take(200).collect::<String>()
-            ),
+            capability_class: format!("{name}:{}", target.chars().take(200).collect::<String>()),
             language: if italian {
                 metnos_core::language::Language::Italian.to_wire()
             } else {
@@ -303,22 +313,22 @@ fn ask_card(cp: &Checkpoint, mut call: Call, bound: Value, target: &str) -> Answ
             },
             reversibility: approval::Reversibility::Reversible as i32,
             territory_concession: approval::TerritoryConcession::None as i32,
+            extra_json,
             ..Default::default()
         }),
         capability: String::new(),
         target: target.chars().take(512).collect(),
-        executor: call.name.clone(),
+        executor: name.to_owned(),
         args_json: bound.to_string(),
         ttl_seconds: 0,
         territory_target: String::new(),
         level: 0,
     };
-    let asked = Asked {
+    Asked {
         args: bound,
         request,
         named_write: None,
-    };
-    Answer::Ask(call, Box::new(asked))
+    }
 }
 
 /// What an approved standing-order card does: the order made (its id from the

@@ -1,6 +1,7 @@
 //! The planner's store: turns (checkpoint while running or suspended, log record once
 //! finished) and the scratchpad. SQLite or PostgreSQL, the same SQL.
 
+pub mod memories;
 pub mod summaries;
 pub mod tasks;
 pub mod threads;
@@ -55,6 +56,11 @@ const SQLITE: &[EmbeddedMigration] = &[
         description: "thread summaries",
         sql: include_str!("../../migrations/sqlite/0009_thread_summaries.sql"),
     },
+    EmbeddedMigration {
+        version: 10,
+        description: "memories",
+        sql: include_str!("../../migrations/sqlite/0010_memories.sql"),
+    },
 ];
 const POSTGRES: &[EmbeddedMigration] = &[
     EmbeddedMigration {
@@ -101,6 +107,11 @@ const POSTGRES: &[EmbeddedMigration] = &[
         version: 9,
         description: "thread summaries",
         sql: include_str!("../../migrations/postgres/0009_thread_summaries.sql"),
+    },
+    EmbeddedMigration {
+        version: 10,
+        description: "memories",
+        sql: include_str!("../../migrations/postgres/0010_memories.sql"),
     },
 ];
 

@@ -137,7 +137,7 @@ impl ThreadStore {
             .db
             .fetch_all(
                 Statement::new(
-                    "SELECT e.seq, e.turn_id, e.at, e.message, e.answer, e.labels, e.steps \
+                    "SELECT e.seq, e.turn_id, e.at, e.message, e.answer, e.labels, e.steps, e.forwarded \
                      FROM exchanges e JOIN threads t ON t.id = e.thread_id \
                      WHERE e.thread_id = $1 AND t.channel = $2 AND t.sender_id = $3 \
                      AND e.seq > $4 AND e.seq < $5 ORDER BY e.seq LIMIT $6",

@@ -58,6 +58,8 @@ pub struct NewExchange {
     /// The sources the answer's text came from (the labels of what the model saw).
     pub labels: Vec<String>,
     pub steps: Vec<StepLine>,
+    /// The message was forwarded from someone else: not the person's words.
+    pub forwarded: bool,
 }
 
 /// An exchange as the thread keeps it.
@@ -71,6 +73,8 @@ pub struct Exchange {
     pub answer: String,
     pub labels: Vec<String>,
     pub steps: Vec<StepLine>,
+    /// The message was forwarded from someone else: not the person's words.
+    pub forwarded: bool,
 }
 
 /// What a turn sees of its thread.
@@ -166,6 +170,7 @@ pub(super) fn exchange_from_row(row: &Row) -> Result<Exchange, sqlx::Error> {
         answer: row.get("answer")?,
         labels: json_column(row, "labels")?,
         steps: json_column(row, "steps")?,
+        forwarded: row.get::<i64, _>("forwarded")? != 0,
     })
 }
 
@@ -318,8 +323,8 @@ impl ThreadStore {
                     .get(0)?;
                 tx.execute(
                     Statement::new(
-                        "INSERT INTO exchanges (thread_id, seq, turn_id, at, message, answer, labels, steps) \
-                         VALUES ($1, $2, $3, $4, $5, $6, $7, $8)",
+                        "INSERT INTO exchanges (thread_id, seq, turn_id, at, message, answer, labels, steps, forwarded) \
+                         VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)",
                     )
                     .bind(thread_id.to_owned())
                     .bind(last + 1)
@@ -328,7 +333,8 @@ impl ThreadStore {
                     .bind(exchange.message.clone())
                     .bind(exchange.answer.clone())
                     .bind(labels)
-                    .bind(steps),
+                    .bind(steps)
+                    .bind(i64::from(exchange.forwarded)),
                 )
                 .await?;
                 tx.execute(
@@ -354,7 +360,7 @@ impl ThreadStore {
             .db
             .fetch_all(
                 Statement::new(
-                    "SELECT e.seq, e.turn_id, e.at, e.message, e.answer, e.labels, e.steps \
+                    "SELECT e.seq, e.turn_id, e.at, e.message, e.answer, e.labels, e.steps, e.forwarded \
                      FROM exchanges e JOIN threads t ON t.id = e.thread_id \
                      WHERE e.thread_id = $1 AND t.channel = $2 AND t.sender_id = $3 \
                      ORDER BY e.seq DESC LIMIT $4",
@@ -383,7 +389,9 @@ impl ThreadStore {
         thread_id: &str,
         budget: usize,
     ) -> Result<History, ThreadError> {
-        const PAGE: i64 = 32;
+        // The default budget (6,000 tokens) holds about 35 exchanges of a few hundred bytes:
+        // one page of 64 reads them in one query.
+        const PAGE: i64 = 64;
         let mut kept: Vec<Exchange> = Vec::new();
         let mut spent = 0usize;
         let mut before = i64::MAX;
@@ -392,7 +400,7 @@ impl ThreadStore {
                 .db
                 .fetch_all(
                     Statement::new(
-                        "SELECT e.seq, e.turn_id, e.at, e.message, e.answer, e.labels, e.steps \
+                        "SELECT e.seq, e.turn_id, e.at, e.message, e.answer, e.labels, e.steps, e.forwarded \
                          FROM exchanges e JOIN threads t ON t.id = e.thread_id \
                          WHERE e.thread_id = $1 AND t.channel = $2 AND t.sender_id = $3 \
                          AND e.seq < $4 ORDER BY e.seq DESC LIMIT $5",
@@ -561,6 +569,7 @@ mod tests {
             answer: answer.to_owned(),
             labels: Vec::new(),
             steps: Vec::new(),
+            forwarded: false,
         }
     }
 
@@ -602,6 +611,7 @@ mod tests {
                 labels: vec!["file:~/a".into()],
                 scratchpad_id: None,
             }],
+            forwarded: false,
         };
         assert!(ok.check().is_ok());
         let long = NewExchange {

@@ -167,6 +167,7 @@ impl<'a> Asking<'a> {
         if self.orders && !cp.scheduled {
             tools.extend(crate::proactive::tools::tool_defs());
         }
+        tools.extend(crate::turn::remember::tool_defs());
         tools
     }
 

@@ -44,7 +44,8 @@ pub struct Earlier {
 
 /// Puts the thread as `seen` before the turn's new message: the summary of older
 /// exchanges, if any, fenced with its sources; then each exchange (oldest first), the
-/// person's message as theirs and the answer fenced with its sources.
+/// person's message as theirs (one they forwarded is someone else's words: fenced too, as
+/// `forwarded`) and the answer fenced with its sources.
 pub fn read_in(cp: &mut Checkpoint, seen: &Seen) {
     let nonce = cp.fence_nonce();
     let mut before = Vec::with_capacity(2 * seen.exchanges.len() + 1);
@@ -60,11 +61,22 @@ pub fn read_in(cp: &mut Checkpoint, seen: &Seen) {
         });
     }
     for exchange in &seen.exchanges {
+        if exchange.forwarded {
+            // Someone else's words, forwarded: data, like an answer made from the world.
+            let step = EARLIER_STEP + cp.earlier.len() as u32;
+            let labels = vec![Label::Forwarded.to_string()];
+            let words = serde_json::json!({"forwarded_message": exchange.message}).to_string();
+            before.push(Hist::User {
+                text: taint::fence(&nonce, step, &labels, &words),
+            });
+            cp.earlier.push(Earlier { labels });
+        } else {
+            before.push(Hist::User {
+                text: exchange.message.clone(),
+            });
+        }
         let step = EARLIER_STEP + cp.earlier.len() as u32;
         let answer = serde_json::Value::from(exchange.answer.as_str()).to_string();
-        before.push(Hist::User {
-            text: exchange.message.clone(),
-        });
         before.push(Hist::Assistant {
             text: taint::fence(&nonce, step, &exchange.labels, &answer),
             calls: Vec::new(),
@@ -128,6 +140,7 @@ pub fn exchange_of(cp: &mut Checkpoint, answer: &str) -> NewExchange {
         answer: cut(answer, MAX_TEXT),
         labels,
         steps,
+        forwarded: cp.forwarded,
     }
 }
 
@@ -189,6 +202,7 @@ mod tests {
             answer: format!("Want me to set this up: {asked}?"),
             labels: vec!["file:~/post.txt".into()],
             steps: Vec::new(),
+            forwarded: false,
         };
         let seen = Seen {
             exchanges: vec![earlier],

@@ -12,7 +12,7 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use metnos_executors::{Catalog, Runner};
-use metnos_kit::config::{ConversationConfig, TurnsConfig};
+use metnos_kit::config::{ConversationConfig, MemoryConfig, TurnsConfig};
 use metnos_kit::time::now_ms;
 use metnos_proto::planner::v1 as pb;
 use tokio::sync::watch;
@@ -22,6 +22,7 @@ use crate::filters::Filters;
 use crate::llm::{LlmSlot, model_of, tier_used};
 use crate::proactive::scheduler::Scheduler;
 use crate::proactive::tools::{self as orders, Answer};
+use crate::store::memories::MemoryStore;
 use crate::store::threads::{ThreadError, ThreadStore};
 use crate::store::{State, Store};
 use crate::turn::asking::Asking;
@@ -32,6 +33,7 @@ use crate::turn::flow::{StepOutcome, emit, refusal};
 use crate::turn::prefilter::{Entry, Index};
 use crate::turn::record::Records;
 use crate::turn::recover::Recovery;
+use crate::turn::remember::{self, Remembered};
 use crate::turn::rules;
 use crate::turn::running::Running;
 use crate::turn::scratch;
@@ -57,6 +59,8 @@ pub struct Parts {
     pub log: TurnLog,
     /// How much of a person's thread a turn sees, and when silence starts a new one.
     pub conversation: ConversationConfig,
+    /// How many entries a person's long-term memory keeps.
+    pub memory: MemoryConfig,
     /// The standing orders the model's tools may list, make and change (none: standing
     /// orders are off here, and the tools are not offered).
     pub orders: Option<Scheduler>,
@@ -74,6 +78,7 @@ pub struct Planner {
     store: Store,
     log: TurnLog,
     conversation: ConversationConfig,
+    memories: MemoryStore,
     orders: Option<Scheduler>,
     index: Index,
     running: Running,
@@ -96,6 +101,8 @@ enum Tool {
     Scratchpad,
     /// A standing-order tool ([`crate::proactive::tools`]).
     Orders,
+    /// A memory tool ([`crate::turn::remember`]).
+    Memory,
     /// A signed executor of the catalog.
     Executor,
     /// Nothing here: the model's own text (the log keeps `?`).
@@ -106,6 +113,8 @@ impl Tool {
     fn of(name: &str, catalog: &Catalog) -> Tool {
         if orders::is_tool(name) {
             Tool::Orders
+        } else if remember::is_tool(name) {
+            Tool::Memory
         } else if name == scratch::TOOL {
             Tool::Scratchpad
         } else if catalog.get(name).is_some() {
@@ -124,6 +133,7 @@ fn schema_keys(catalog: &Catalog, name: &str) -> Vec<String> {
     }
     orders::tool_defs()
         .into_iter()
+        .chain(remember::tool_defs())
         .chain([scratch::tool_def()])
         .find(|def| def.name == name)
         .map(|def| crate::turn::schema_keys(&def.parameters))
@@ -171,6 +181,7 @@ impl Planner {
             Arc::clone(&parts.filters),
             parts.log.clone(),
         );
+        let memories = MemoryStore::new(parts.store.db().clone(), parts.memory.max_entries.get());
         Planner {
             config: parts.config,
             default_mode: parts.default_mode,
@@ -182,6 +193,7 @@ impl Planner {
             store: parts.store,
             log: parts.log,
             conversation: parts.conversation,
+            memories,
             orders: parts.orders,
             running: Running::default(),
             recovery,
@@ -191,6 +203,11 @@ impl Planner {
     /// The planner's store (turns, the scratchpad, the scheduler's tables).
     pub fn store(&self) -> &Store {
         &self.store
+    }
+
+    /// The people's long-term memory.
+    pub fn memories(&self) -> &MemoryStore {
+        &self.memories
     }
 
     fn stages(&self) -> Stages<'_> {
@@ -217,6 +234,7 @@ impl Planner {
                 &self.store,
                 &self.catalog,
                 self.orders.as_ref(),
+                &self.memories,
                 execution,
                 records,
             ),
@@ -595,6 +613,21 @@ impl Planner {
                         StepOutcome::Continue
                     }
                     Answer::Ask(call, asked) => {
+                        suspension
+                            .ask_approval_with(cp, sink, call, log, *asked)
+                            .await
+                    }
+                };
+            }
+            Tool::Memory => {
+                return match remember::answer(&self.memories, cp, call).await {
+                    Remembered::Observed(call, observation, labels) => {
+                        execution
+                            .observe(cp, sink, &call, log, observation, labels, started)
+                            .await;
+                        StepOutcome::Continue
+                    }
+                    Remembered::Ask(call, asked) => {
                         suspension
                             .ask_approval_with(cp, sink, call, log, *asked)
                             .await

@@ -256,6 +256,10 @@ impl<'a> Execution<'a> {
         if crate::proactive::tools::is_tool(&call.name) {
             return Vec::new();
         }
+        // An approved memory repeats its words: they are still where they came from.
+        if crate::turn::remember::is_tool(&call.name) {
+            return crate::turn::remember::labels_of_saved(args);
+        }
         if call.name == scratch::TOOL {
             let id = args.get("id").and_then(Value::as_str).unwrap_or_default();
             // Only this turn's own ids are labels (an id the model made up is its text).

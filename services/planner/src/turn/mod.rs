@@ -26,6 +26,7 @@ pub mod piping;
 pub mod prefilter;
 pub mod record;
 pub mod recover;
+pub mod remember;
 pub mod rules;
 pub(crate) mod running;
 pub mod scratch;

@@ -147,6 +147,7 @@ impl Bench {
             store: self.store.clone(),
             log: self.log.clone(),
             conversation: metnos_kit::config::ConversationConfig::default(),
+            memory: metnos_kit::config::MemoryConfig::default(),
             orders: None,
         });
         planner.start(&TurnRequest {

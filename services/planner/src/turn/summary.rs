@@ -250,6 +250,7 @@ mod tests {
             answer: format!("answer {seq}"),
             labels: labels.iter().map(|l| (*l).to_owned()).collect(),
             steps: Vec::new(),
+            forwarded: false,
         }
     }
 

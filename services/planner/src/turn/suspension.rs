@@ -21,6 +21,7 @@ use metnos_executors::Catalog;
 use crate::filters::Filters;
 use crate::proactive::scheduler::Scheduler;
 use crate::store::Store;
+use crate::store::memories::MemoryStore;
 use crate::turn::cards::Asked;
 use crate::turn::execution::Execution;
 use crate::turn::flow::{Sink, StepOutcome, emit, refusal};
@@ -51,6 +52,8 @@ pub(crate) struct Suspension<'a> {
     catalog: &'a Catalog,
     /// The standing orders a card may make or delete (none: they are off here).
     orders: Option<&'a Scheduler>,
+    /// The long-term memory an approved save is kept in.
+    memories: &'a MemoryStore,
     execution: Execution<'a>,
     records: Records<'a>,
 }
@@ -61,6 +64,7 @@ impl<'a> Suspension<'a> {
         store: &'a Store,
         catalog: &'a Catalog,
         orders: Option<&'a Scheduler>,
+        memories: &'a MemoryStore,
         execution: Execution<'a>,
         records: Records<'a>,
     ) -> Suspension<'a> {
@@ -69,6 +73,7 @@ impl<'a> Suspension<'a> {
             store,
             catalog,
             orders,
+            memories,
             execution,
             records,
         }
@@ -234,6 +239,7 @@ impl<'a> Suspension<'a> {
         // A turn the world steered (or a firing), or a call carrying the words of an earlier
         // answer made from the world, is not the person's habit.
         if crate::proactive::tools::is_tool(&pending.call.name)
+            || crate::turn::remember::is_tool(&pending.call.name)
             || cp.read_the_world()
             || crate::turn::conversation::carries_the_world(cp, &pending.args)
             || cp.scheduled
@@ -413,6 +419,10 @@ impl<'a> Suspension<'a> {
                     return Ok(refusal(
                         "the approved call does not match the call to run; nothing was done",
                     ));
+                }
+                if crate::turn::remember::is_carded(&pending.call.name) {
+                    // A memory from the world's data approved on its card: kept here, once.
+                    return Ok(crate::turn::remember::decided(self.memories, cp, pending).await);
                 }
                 if crate::proactive::tools::is_carded(&pending.call.name) {
                     // A standing order approved on its card: made (or deleted) here, once.

@@ -1,0 +1,91 @@
+//! The planner's RPCs on a person's long-term memory (issue 40): the owner's terminal lists,
+//! searches and forgets entries (`metnos memory`); the spectator page lists them without
+//! their words.
+
+use metnos_core::limits;
+use metnos_core::principal::Principal;
+use metnos_kit::authz::Caller;
+use metnos_kit::time::{now_ms, to_timestamp};
+use metnos_kit::tls::Identity;
+use metnos_proto::planner::v1 as pb;
+use tonic::{Request, Response, Status};
+
+use crate::error::Error;
+use crate::store::memories::{MAX_FOUND, Memory, MemoryStore};
+
+/// The longest query `SearchMemories` takes, in bytes.
+const QUERY: usize = 1024;
+
+/// An entry as `spectator` (the page) may see it: never its words.
+fn entry(memory: Memory, spectator: bool) -> pb::MemoryEntry {
+    pb::MemoryEntry {
+        id: memory.id,
+        text: if spectator {
+            String::new()
+        } else {
+            memory.text
+        },
+        sources: memory.labels,
+        turn_id: memory.turn_id,
+        saved_at: Some(to_timestamp(memory.saved_at)),
+        used_at: Some(to_timestamp(memory.used_at)),
+    }
+}
+
+fn person(principal: Option<metnos_proto::common::v1::Principal>) -> Result<Principal, Error> {
+    Ok(Principal::try_from(&principal.unwrap_or_default())?)
+}
+
+fn limit(asked: u32, default: u32) -> Result<u32, Error> {
+    limits::number("limit", u64::from(asked), u64::from(MAX_FOUND))?;
+    Ok(if asked == 0 { default } else { asked })
+}
+
+pub async fn list(
+    memories: &MemoryStore,
+    request: Request<pb::ListMemoriesRequest>,
+) -> Result<Response<pb::ListMemoriesResponse>, Status> {
+    let spectator = Caller::of(&request) == Some(Identity::Web);
+    let request = request.into_inner();
+    let who = person(request.principal)?;
+    let limit = limit(request.limit, 20)?;
+    let found = memories.list(&who, limit).await.map_err(Error::from)?;
+    let (total, from_the_world) = memories.count(&who).await.map_err(Error::from)?;
+    Ok(Response::new(pb::ListMemoriesResponse {
+        entries: found.into_iter().map(|m| entry(m, spectator)).collect(),
+        total,
+        from_the_world,
+    }))
+}
+
+pub async fn search(
+    memories: &MemoryStore,
+    request: Request<pb::SearchMemoriesRequest>,
+) -> Result<Response<pb::SearchMemoriesResponse>, Status> {
+    let request = request.into_inner();
+    let who = person(request.principal)?;
+    limits::bytes("query", &request.query, QUERY).map_err(Error::from)?;
+    let limit = limit(request.limit, 10)?;
+    let found = memories
+        .search(&who, &request.query, limit, now_ms())
+        .await
+        .map_err(Error::from)?;
+    Ok(Response::new(pb::SearchMemoriesResponse {
+        entries: found.into_iter().map(|m| entry(m, false)).collect(),
+    }))
+}
+
+pub async fn forget(
+    memories: &MemoryStore,
+    request: Request<pb::ForgetMemoryRequest>,
+) -> Result<Response<pb::ForgetMemoryResponse>, Status> {
+    let request = request.into_inner();
+    let who = person(request.principal)?;
+    limits::bytes("id", &request.id, limits::TOKEN).map_err(Error::from)?;
+    memories
+        .forget(&who, &request.id)
+        .await
+        .map_err(Error::from)?;
+    tracing::info!(principal = %who, "a memory was forgotten at the owner's request");
+    Ok(Response::new(pb::ForgetMemoryResponse {}))
+}
