@@ -7,7 +7,7 @@
 //! - `threads/history/1000_exchanges`: SQLite, one person's thread of 1,000 exchanges (a
 //!   message of about 120 bytes and an answer of about 600, two step lines each) among ten
 //!   people's threads; what a turn sees within the default budget of 6,000 tokens, read
-//!   newest first.
+//!   newest first (one page of 64).
 //! - `memory/search/10000` and `…/100000`: SQLite, one person's memory of that many entries
 //!   (eight words each from a vocabulary of 500, so each word is in about 1.6 % of them)
 //!   beside another person's 10,000; a two-word search for the best five, each found

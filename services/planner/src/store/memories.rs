@@ -227,9 +227,12 @@ impl MemoryStore {
         }
         let limit = i64::from(limit.clamp(1, MAX_FOUND));
         let statement = match self.db.pool() {
+            // CROSS JOIN keeps the full-text match the outer loop: joined the other way,
+            // SQLite would run the match again for each of the person's entries (700 ms
+            // instead of 2 at 10,000 entries).
             Pool::Sqlite(_) => Statement::new(sqlx::AssertSqlSafe(format!(
                 "SELECT {COLUMNS}, bm25(memories_fts) AS rank FROM memories_fts \
-                 JOIN memories m ON m.seq = memories_fts.rowid \
+                 CROSS JOIN memories m ON m.seq = memories_fts.rowid \
                  WHERE memories_fts MATCH $1 AND m.channel = $2 AND m.sender_id = $3 \
                  ORDER BY rank, m.saved_at DESC LIMIT $4"
             )))

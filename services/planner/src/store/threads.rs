@@ -224,7 +224,8 @@ impl ThreadStore {
             .locked_tx(&key, async |tx| {
                 tx.execute(
                     Statement::new(
-                        "UPDATE threads SET closed = 1 WHERE channel = $1 AND sender_id = $2",
+                        "UPDATE threads SET closed = 1 \
+                         WHERE channel = $1 AND sender_id = $2 AND closed = 0",
                     )
                     .bind(person.channel().to_owned())
                     .bind(person.sender_id().to_owned()),
