@@ -319,17 +319,8 @@ impl Outbox {
         text: &str,
         buttons: &[approval::ButtonRow],
     ) -> Option<i32> {
-        let html = text::escape_html(text);
-        let buttons = keyboard(buttons);
         let sent = self
-            .attempt(chat, Again::IfNotSent, || {
-                self.bot
-                    .send_message(ChatId(chat), html.clone())
-                    .parse_mode(ParseMode::Html)
-                    .link_preview_options(NO_PREVIEW)
-                    .reply_markup(buttons.clone())
-                    .into_future()
-            })
+            .send_with_buttons(chat, text::escape_html(text), keyboard(buttons))
             .await;
         match sent {
             Ok(message) => Some(message.id.0),
@@ -340,6 +331,24 @@ impl Outbox {
         }
     }
 
+    /// Sends `html` with inline `buttons`, tried again only when it cannot have gone.
+    async fn send_with_buttons(
+        &self,
+        chat: i64,
+        html: String,
+        buttons: InlineKeyboardMarkup,
+    ) -> Result<teloxide::types::Message, RequestError> {
+        self.attempt(chat, Again::IfNotSent, || {
+            self.bot
+                .send_message(ChatId(chat), html.clone())
+                .parse_mode(ParseMode::Html)
+                .link_preview_options(NO_PREVIEW)
+                .reply_markup(buttons.clone())
+                .into_future()
+        })
+        .await
+    }
+
     /// Sends an approval card with its buttons and remembers where it went.
     pub async fn send_card(&self, chat: i64, token: &str, card: &approval::Card) -> Option<i32> {
         let html = if card.telegram_html.is_empty() {
@@ -347,16 +356,8 @@ impl Outbox {
         } else {
             card.telegram_html.clone()
         };
-        let buttons = keyboard(&card.buttons);
         let sent = self
-            .attempt(chat, Again::IfNotSent, || {
-                self.bot
-                    .send_message(ChatId(chat), html.clone())
-                    .parse_mode(ParseMode::Html)
-                    .link_preview_options(NO_PREVIEW)
-                    .reply_markup(buttons.clone())
-                    .into_future()
-            })
+            .send_with_buttons(chat, html.clone(), keyboard(&card.buttons))
             .await;
         let message = match sent {
             Ok(message) => message,

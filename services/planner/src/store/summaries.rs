@@ -7,7 +7,7 @@ use metnos_core::Principal;
 use metnos_kit::store::sql::{Finish, Statement};
 
 use super::threads::{
-    Exchange, ThreadError, ThreadStore, exchange_from_row, json_column, person_key,
+    Exchange, ThreadError, ThreadStore, exchange_from_row, json_column, owned_in, person_key,
 };
 
 /// The longest summary kept, in bytes (a longer answer of the model is cut).
@@ -88,19 +88,7 @@ impl ThreadStore {
         let labels = serde_json::to_string(&summary.labels).unwrap_or_else(|_| "[]".into());
         self.db
             .locked_tx(&person_key(person), async |tx| {
-                let owned = tx
-                    .fetch_optional(
-                        Statement::new(
-                            "SELECT id FROM threads WHERE id = $1 AND channel = $2 AND sender_id = $3",
-                        )
-                        .bind(thread_id.to_owned())
-                        .bind(person.channel().to_owned())
-                        .bind(person.sender_id().to_owned()),
-                    )
-                    .await?;
-                if owned.is_none() {
-                    return Err(ThreadError::NoSuchThread);
-                }
+                owned_in(tx, person, thread_id).await?;
                 let written = tx
                     .execute(
                         Statement::new(

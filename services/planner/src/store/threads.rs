@@ -291,19 +291,7 @@ impl ThreadStore {
         let key = person_key(person);
         self.db
             .locked_tx(&key, async |tx| {
-                let owned = tx
-                    .fetch_optional(
-                        Statement::new(
-                            "SELECT id FROM threads WHERE id = $1 AND channel = $2 AND sender_id = $3",
-                        )
-                        .bind(thread_id.to_owned())
-                        .bind(person.channel().to_owned())
-                        .bind(person.sender_id().to_owned()),
-                    )
-                    .await?;
-                if owned.is_none() {
-                    return Err(ThreadError::NoSuchThread);
-                }
+                owned_in(tx, person, thread_id).await?;
                 let written = tx
                     .fetch_optional(
                         Statement::new("SELECT seq FROM exchanges WHERE turn_id = $1")
@@ -501,6 +489,26 @@ impl ThreadStore {
             .await?;
         Ok(gone)
     }
+}
+
+/// Whether `thread_id` is `person`'s thread, inside the transaction that holds their
+/// threads: someone else's, or none, is [`ThreadError::NoSuchThread`].
+pub(super) async fn owned_in(
+    tx: &mut metnos_kit::store::sql::Tx,
+    person: &Principal,
+    thread_id: &str,
+) -> Result<(), ThreadError> {
+    let owned = tx
+        .fetch_optional(
+            Statement::new(
+                "SELECT id FROM threads WHERE id = $1 AND channel = $2 AND sender_id = $3",
+            )
+            .bind(thread_id.to_owned())
+            .bind(person.channel().to_owned())
+            .bind(person.sender_id().to_owned()),
+        )
+        .await?;
+    owned.map(|_| ()).ok_or(ThreadError::NoSuchThread)
 }
 
 /// A new thread of `person`, inside the transaction that holds their threads.
