@@ -65,16 +65,13 @@ fn bench(c: &mut Criterion) {
             for turn in 0..100 {
                 let mut e = exchange(turn);
                 e.turn_id = format!("other-{other}-{turn}");
-                threads
-                    .append(&person, &theirs.id, &e, 1_000)
-                    .await
-                    .unwrap();
+                threads.append(&theirs, &e, 1_000).await.unwrap();
             }
         }
         let thread = threads.current(&ada, 1_000, i64::MAX).await.unwrap();
         for turn in 0..1_000 {
             threads
-                .append(&ada, &thread.id, &exchange(turn), 2_000 + turn as i64)
+                .append(&thread, &exchange(turn), 2_000 + turn as i64)
                 .await
                 .unwrap();
         }

@@ -192,30 +192,6 @@ fn may_act_for(caller: Identity, principal: &Principal) -> Result<(), Error> {
     })
 }
 
-/// The turn log's line for an erasure: who, at whose request, how much — never the words.
-fn forgotten_record(
-    person: &Principal,
-    caller: Identity,
-    exchanges: u64,
-    memories: Option<u64>,
-) -> serde_json::Value {
-    let at = metnos_kit::time::rfc3339(now_ms());
-    let mut forgotten = serde_json::json!({"exchanges": exchanges});
-    if let Some(memories) = memories {
-        forgotten["memories"] = memories.into();
-    }
-    serde_json::json!({
-        "turn_id": format!("forget-{}", metnos_kit::random::hex(8)),
-        "principal": person,
-        "final_kind": "conversations_forgotten",
-        "forgotten": forgotten,
-        "by": caller.spiffe_id(),
-        "steps": [],
-        "started_at": at,
-        "ended_at": at,
-    })
-}
-
 /// A turn is acted on only for its own person.
 fn theirs(turn: &StoredTurn, who: &Principal) -> Result<(), Error> {
     if turn.channel == who.channel() && turn.sender_id == who.sender_id() {
@@ -739,26 +715,14 @@ impl PlannerService for PlannerApi {
         if caller != Identity::Owner {
             may_act_for(caller, &person)?;
         }
-        let threads = crate::store::threads::ThreadStore::new(self.store.db().clone());
-        let exchanges = threads.forget(&person).await.map_err(Error::from)?;
-        let memories = if request.memory {
-            let memories = self.planner.memories();
-            memories.forget_all(&person).await.map_err(Error::from)?
-        } else {
-            0
-        };
-        tracing::info!(principal = %person, exchanges, memories, "a person's conversations were erased");
-        let record = forgotten_record(
-            &person,
+        crate::grpc_memory::forget_conversations(
+            &self.planner,
+            &self.turn_log,
             caller,
-            exchanges,
-            request.memory.then_some(memories),
-        );
-        self.turn_log.append(&record, now_ms());
-        Ok(Response::new(pb::ForgetConversationsResponse {
-            exchanges,
-            memories,
-        }))
+            &person,
+            request.memory,
+        )
+        .await
     }
 
     async fn list_memories(

@@ -1,6 +1,7 @@
 //! The planner's RPCs on a person's long-term memory (issue 40): the owner's terminal lists,
 //! searches and forgets entries (`metnos memory`); the spectator page lists them without
-//! their words.
+//! their words. And forgetting a person's conversations (`/forget`, `metnos conversations
+//! forget`).
 
 use metnos_core::limits;
 use metnos_core::principal::Principal;
@@ -88,4 +89,57 @@ pub async fn forget(
         .map_err(Error::from)?;
     tracing::info!(principal = %who, "a memory was forgotten at the owner's request");
     Ok(Response::new(pb::ForgetMemoryResponse {}))
+}
+
+/// Erases `person`'s conversations (and their memory when `memory` says), in one
+/// transaction, and stops their turns that carry a thread: a waiting turn's checkpoint
+/// holds the thread's words, and a running one would write its exchange back. Recorded in
+/// the turn log as counts, never the words.
+pub async fn forget_conversations(
+    planner: &crate::Planner,
+    turn_log: &crate::turnlog::TurnLog,
+    caller: Identity,
+    person: &Principal,
+    memory: bool,
+) -> Result<Response<pb::ForgetConversationsResponse>, Status> {
+    let threads = crate::store::threads::ThreadStore::new(planner.store().db().clone());
+    let forgotten = threads
+        .forget(person, now_ms(), memory)
+        .await
+        .map_err(Error::from)?;
+    let stopped = planner.cancel_threaded(person).await;
+    tracing::info!(principal = %person, exchanges = forgotten.exchanges, memories = forgotten.memories, stopped, "a person's conversations were erased");
+    let record = forgotten_record(person, caller, forgotten, memory, stopped);
+    turn_log.append(&record, now_ms());
+    Ok(Response::new(pb::ForgetConversationsResponse {
+        exchanges: forgotten.exchanges,
+        memories: forgotten.memories,
+    }))
+}
+
+fn forgotten_record(
+    person: &Principal,
+    caller: Identity,
+    forgotten: crate::store::threads::Forgotten,
+    memory: bool,
+    stopped: usize,
+) -> serde_json::Value {
+    let at = metnos_kit::time::rfc3339(now_ms());
+    let mut counts = serde_json::json!({"exchanges": forgotten.exchanges});
+    if memory {
+        counts["memories"] = forgotten.memories.into();
+    }
+    if stopped > 0 {
+        counts["turns_stopped"] = stopped.into();
+    }
+    serde_json::json!({
+        "turn_id": format!("forget-{}", metnos_kit::random::hex(8)),
+        "principal": person,
+        "final_kind": "conversations_forgotten",
+        "forgotten": counts,
+        "by": caller.spiffe_id(),
+        "steps": [],
+        "started_at": at,
+        "ended_at": at,
+    })
 }

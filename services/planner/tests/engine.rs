@@ -2018,6 +2018,64 @@ async fn an_answer_keeps_the_sources_it_came_from_and_no_others() {
     assert_eq!(kept[0].steps[0].executor, "fs_read");
 }
 
+/// Issue 40: forgetting a person's conversations stops their turn that waits for an
+/// approval holding the thread's words: its checkpoint is erased, its card withdrawn, its
+/// end writes nothing back into a thread.
+#[tokio::test]
+async fn forgetting_stops_the_waiting_turn_that_holds_the_conversation() {
+    use metnos_planner::store::threads::ThreadStore;
+    let h = Harness::local().await;
+    h.llm.answer("Noted: locker 4417.");
+    let mut rx = h
+        .start_threaded("42", "my locker is 4417", Threading::Continue)
+        .await;
+    to_end(&mut rx).await;
+    approvals_required(&h);
+    let mut rx = h
+        .start_threaded("42", "write it down", Threading::Continue)
+        .await;
+    let events = until(&mut rx, |e| matches!(e, Event::AwaitingApproval(_))).await;
+    let Some(Event::AwaitingApproval(card)) = events.last() else {
+        unreachable!()
+    };
+    let waiting = h
+        .planner
+        .store()
+        .unfinished_of("telegram", "42")
+        .await
+        .unwrap();
+    assert_eq!(waiting.len(), 1);
+    assert!(
+        waiting[0].checkpoint.contains("4417"),
+        "it holds the thread"
+    );
+    let ada = Principal::new("telegram", "42").unwrap();
+    let threads = ThreadStore::new(h.db.clone());
+    let forgotten = threads.forget(&ada, now(), false).await.unwrap();
+    assert_eq!(forgotten.exchanges, 1);
+    assert_eq!(h.planner.cancel_threaded(&ada).await, 1);
+    let (_, finished) = to_end(&mut rx).await;
+    assert_eq!(kind(&finished), pb::FinalKind::Cancelled);
+    assert!(
+        h.filters
+            .with(|s| s.cancelled.iter().any(|(t, _)| *t == card.token)),
+        "its card was withdrawn"
+    );
+    let turn = h
+        .planner
+        .store()
+        .get(&waiting[0].turn_id)
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(turn.state, State::Finished);
+    assert!(!turn.checkpoint.contains("4417"));
+    assert!(h.runs().is_empty(), "nothing was written");
+    // Its end wrote nothing back: no thread of theirs is kept.
+    let thread = threads.current(&ada, now(), 3_600_000).await.unwrap();
+    assert!(thread.opening.is_some(), "{thread:?}");
+}
+
 /// The summary calls the LLM was asked (their prompt is the summary's own).
 fn summary_calls(h: &Harness) -> Vec<ChatRequest> {
     h.llm

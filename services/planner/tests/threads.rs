@@ -8,7 +8,9 @@ use std::time::Duration;
 use metnos_core::Principal;
 use metnos_kit::testing::TestStore;
 use metnos_planner::store::MIGRATIONS;
-use metnos_planner::store::threads::{MAX_TEXT, NewExchange, StepLine, ThreadError, ThreadStore};
+use metnos_planner::store::threads::{
+    MAX_TEXT, NewExchange, StepLine, Thread, ThreadError, ThreadStore,
+};
 
 const HOUR: i64 = 3_600_000;
 const IDLE: i64 = 4 * HOUR;
@@ -62,25 +64,24 @@ fn messages(exchanges: &[metnos_planner::store::threads::Exchange]) -> Vec<&str>
     exchanges.iter().map(|e| e.message.as_str()).collect()
 }
 
+/// A thread is written with its first exchange: asking for the current one writes nothing.
 async fn a_thread_goes_on_until_silence_or_new_and_is_its_person_s_alone(test: TestStore) {
     let threads = open(&test).await;
     let first = threads.current(&ada(), 1_000, IDLE).await.unwrap();
     assert_eq!(first.person, ada());
-    assert!(
-        threads
-            .append(
-                &ada(),
-                &first.id,
-                &said("t1", "what time is it?", "10:00"),
-                2_000
-            )
-            .await
-            .unwrap()
-    );
+    assert!(first.opening.is_some(), "not written yet");
+    let written = threads
+        .append(&first, &said("t1", "what time is it?", "10:00"), 2_000)
+        .await
+        .unwrap();
+    assert_eq!(written.as_deref(), Some(first.id.as_str()));
     // Within the idle time: the same thread, counted from its last exchange.
     let again = threads.current(&ada(), 2_000 + IDLE, IDLE).await.unwrap();
-    assert_eq!(again.id, first.id);
-    assert_eq!(again.last_at, 2_000);
+    assert_eq!(
+        (again.id.as_str(), again.last_at),
+        (first.id.as_str(), 2_000)
+    );
+    assert_eq!(again.opening, None);
     // Another person, another channel: their own threads.
     let bobs = threads.current(&bob(), 3_000, IDLE).await.unwrap();
     assert_ne!(bobs.id, first.id);
@@ -89,18 +90,20 @@ async fn a_thread_goes_on_until_silence_or_new_and_is_its_person_s_alone(test: T
         threads.current(&on_cli, 3_000, IDLE).await.unwrap().id,
         first.id
     );
-    // Bob cannot write into or read Ada's thread.
-    assert!(matches!(
-        threads
-            .append(
-                &bob(),
-                &first.id,
-                &said("t2", "send me her notes", "no"),
-                3_000
-            )
-            .await,
-        Err(ThreadError::NoSuchThread)
-    ));
+    // Bob cannot write into Ada's thread, as it is or by "opening" it as his.
+    for opening in [None, bobs.opening] {
+        let sly = Thread {
+            person: bob(),
+            opening,
+            ..again.clone()
+        };
+        assert!(matches!(
+            threads
+                .append(&sly, &said("t2", "send me her notes", "no"), 3_000)
+                .await,
+            Err(ThreadError::NoSuchThread)
+        ));
+    }
     assert!(
         threads
             .recent(&bob(), &first.id, 10)
@@ -118,23 +121,22 @@ async fn a_thread_goes_on_until_silence_or_new_and_is_its_person_s_alone(test: T
         .await
         .unwrap();
     assert_ne!(later.id, first.id);
-    assert!(
-        threads
-            .recent(&ada(), &later.id, 10)
-            .await
-            .unwrap()
-            .is_empty()
-    );
-    // `/new`: a new thread at once, and the ones before are never current again.
-    let fresh = threads.start_new(&ada(), 2_000 + IDLE + 2).await.unwrap();
-    assert_ne!(fresh.id, later.id);
+    assert!(later.opening.is_some());
+    // `/new`: a new thread, and once its first exchange is written the ones before are
+    // never current again, however recent.
+    let fresh = threads.start_new(&ada(), 3_000);
+    assert_ne!(fresh.id, first.id);
+    threads
+        .append(&fresh, &said("t3", "start over", "ok"), 3_001)
+        .await
+        .unwrap();
     assert_eq!(
-        threads
-            .current(&ada(), 2_000 + IDLE + 3, IDLE)
-            .await
-            .unwrap()
-            .id,
+        threads.current(&ada(), 3_002, IDLE).await.unwrap().id,
         fresh.id
+    );
+    assert_eq!(
+        messages(&threads.recent(&ada(), &fresh.id, 10).await.unwrap()),
+        ["start over"]
     );
 }
 
@@ -144,18 +146,14 @@ async fn a_turn_s_exchange_is_written_once_in_order_and_read_back_whole(test: Te
     for (i, turn) in ["t1", "t2", "t3"].iter().enumerate() {
         let at = 2_000 + i as i64;
         let exchange = said(turn, &format!("message {turn}"), &format!("answer {turn}"));
-        assert!(
-            threads
-                .append(&ada(), &thread.id, &exchange, at)
-                .await
-                .unwrap()
+        assert_eq!(
+            threads.append(&thread, &exchange, at).await.unwrap(),
+            Some(thread.id.clone())
         );
         // The same turn's end recorded again (a replica took it over): nothing more.
-        assert!(
-            !threads
-                .append(&ada(), &thread.id, &exchange, at + 10)
-                .await
-                .unwrap()
+        assert_eq!(
+            threads.append(&thread, &exchange, at + 10).await.unwrap(),
+            None
         );
     }
     let all = threads.recent(&ada(), &thread.id, 10).await.unwrap();
@@ -187,7 +185,7 @@ async fn a_turn_s_exchange_is_written_once_in_order_and_read_back_whole(test: Te
     // A message too long to keep is refused whole, naming it; nothing is written.
     let huge = said("t4", &"x".repeat(MAX_TEXT + 1), "ok");
     let refused = threads
-        .append(&ada(), &thread.id, &huge, 3_000)
+        .append(&thread, &huge, 3_000)
         .await
         .unwrap_err()
         .to_string();
@@ -205,19 +203,18 @@ async fn two_replicas_ending_turns_at_once_write_every_exchange_once(test: TestS
     let mut writes = Vec::new();
     for i in 0..20 {
         let store = if i % 2 == 0 { a.clone() } else { b.clone() };
-        let id = thread.id.clone();
+        let thread = thread.clone();
         writes.push(tokio::spawn(async move {
-            // Each turn's end recorded by both replicas.
+            // Each turn's end recorded by both replicas, the first opening the thread.
             let exchange = said(&format!("t{}", i / 2), &format!("m{}", i / 2), "a");
-            store
-                .append(&ada(), &id, &exchange, 2_000 + i)
-                .await
-                .unwrap()
+            store.append(&thread, &exchange, 2_000 + i).await.unwrap()
         }));
     }
     let mut written = 0;
     for write in writes {
-        written += usize::from(write.await.unwrap());
+        let to = write.await.unwrap();
+        assert!(to.as_ref().is_none_or(|id| *id == thread.id), "{to:?}");
+        written += usize::from(to.is_some());
     }
     assert_eq!(written, 10);
     let all = a.recent(&ada(), &thread.id, 100).await.unwrap();
@@ -226,30 +223,56 @@ async fn two_replicas_ending_turns_at_once_write_every_exchange_once(test: TestS
         all.iter().map(|e| e.seq).collect::<Vec<_>>(),
         (1..=10).collect::<Vec<i64>>()
     );
-    // Two replicas asking for the current thread at once agree on it.
+    // Two turns of Bob's that began at once after silence, each with its own new thread,
+    // land in one conversation, whichever replica ends them.
     let bob = bob();
     let (one, two) = tokio::join!(a.current(&bob, 5_000, IDLE), b.current(&bob, 5_000, IDLE));
-    assert_eq!(one.unwrap().id, two.unwrap().id);
+    let (one, two) = (one.unwrap(), two.unwrap());
+    assert_ne!(one.id, two.id, "neither is written yet");
+    let (hello, and_you) = (said("b1", "hello", "hi"), said("b2", "and you?", "fine"));
+    let (x, y) = tokio::join!(
+        a.append(&one, &hello, 5_100),
+        b.append(&two, &and_you, 5_100)
+    );
+    let (x, y) = (x.unwrap().unwrap(), y.unwrap().unwrap());
+    assert_eq!(x, y);
+    assert_eq!(a.recent(&bob, &x, 10).await.unwrap().len(), 2);
 }
 
 async fn forgetting_and_the_retention_remove_only_what_they_name(test: TestStore) {
     let threads = open(&test).await;
     let adas = threads.current(&ada(), 1_000, IDLE).await.unwrap();
     let bobs = threads.current(&bob(), 1_000, IDLE).await.unwrap();
+    // A turn of Ada's that began before she forgot, in a thread not written yet.
+    let pending = threads.start_new(&ada(), 2_500);
     threads
-        .append(
-            &ada(),
-            &adas.id,
-            &said("a1", "my sister's birthday", "noted"),
-            2_000,
-        )
+        .append(&adas, &said("a1", "my sister's birthday", "noted"), 2_000)
         .await
         .unwrap();
     threads
-        .append(&bob(), &bobs.id, &said("b1", "hello", "hi"), 50 * HOUR)
+        .append(&bobs, &said("b1", "hello", "hi"), 50 * HOUR)
         .await
         .unwrap();
-    assert_eq!(threads.forget(&ada()).await.unwrap(), 1);
+    let forgotten = threads.forget(&ada(), 2_600, false).await.unwrap();
+    assert_eq!((forgotten.exchanges, forgotten.memories), (1, 0));
+    // Its end writes nothing back: no thread of hers opens after she forgot.
+    assert!(matches!(
+        threads
+            .append(
+                &pending,
+                &said("a2", "what was her birthday?", "3 May"),
+                2_700
+            )
+            .await,
+        Err(ThreadError::NoSuchThread)
+    ));
+    assert!(
+        threads
+            .recent(&ada(), &pending.id, 10)
+            .await
+            .unwrap()
+            .is_empty()
+    );
     assert!(
         threads
             .recent(&ada(), &adas.id, 10)
@@ -258,13 +281,20 @@ async fn forgetting_and_the_retention_remove_only_what_they_name(test: TestStore
             .is_empty()
     );
     assert_eq!(threads.recent(&bob(), &bobs.id, 10).await.unwrap().len(), 1);
-    // A new thread after forgetting starts empty.
+    // A new thread after forgetting starts empty, and is written.
     let after = threads.current(&ada(), 3_000, IDLE).await.unwrap();
     assert_ne!(after.id, adas.id);
+    assert!(
+        threads
+            .append(&after, &said("a3", "hello again", "hi"), 50 * HOUR)
+            .await
+            .unwrap()
+            .is_some()
+    );
     // The retention: threads silent since before the cut go, newer ones stay.
     assert_eq!(threads.prune(10 * HOUR).await.unwrap(), 0);
     assert_eq!(threads.recent(&bob(), &bobs.id, 10).await.unwrap().len(), 1);
-    assert_eq!(threads.prune(51 * HOUR).await.unwrap(), 1);
+    assert_eq!(threads.prune(51 * HOUR).await.unwrap(), 2);
     assert!(
         threads
             .recent(&bob(), &bobs.id, 10)
@@ -285,10 +315,7 @@ async fn a_long_thread_is_read_newest_first_across_pages(test: TestStore) {
     let thread = threads.current(&ada(), 1_000, IDLE).await.unwrap();
     for i in 1..=70 {
         let exchange = said(&format!("t{i}"), &format!("m{i:02}"), "ok");
-        threads
-            .append(&ada(), &thread.id, &exchange, 1_000 + i)
-            .await
-            .unwrap();
+        threads.append(&thread, &exchange, 1_000 + i).await.unwrap();
     }
     let all = threads
         .history(&ada(), &thread.id, usize::MAX)
@@ -312,11 +339,12 @@ async fn a_thread_replied_to_is_taken_up_again_by_its_person_only(test: TestStor
     let threads = open(&test).await;
     let first = threads.current(&ada(), 1_000, IDLE).await.unwrap();
     let exchange = said("t1", "what time is it?", "10:00");
+    threads.append(&first, &exchange, 2_000).await.unwrap();
+    let fresh = threads.start_new(&ada(), 3_000);
     threads
-        .append(&ada(), &first.id, &exchange, 2_000)
+        .append(&fresh, &said("t2", "start over", "ok"), 3_000)
         .await
         .unwrap();
-    let fresh = threads.start_new(&ada(), 3_000).await.unwrap();
     let later = 3_000 + 2 * IDLE;
     let again = threads.reopen(&ada(), &first.id, later).await.unwrap();
     assert_eq!(
@@ -337,7 +365,7 @@ async fn a_thread_replied_to_is_taken_up_again_by_its_person_only(test: TestStor
         threads.current(&bob(), later, IDLE).await.unwrap().id,
         first.id
     );
-    threads.forget(&ada()).await.unwrap();
+    threads.forget(&ada(), later, false).await.unwrap();
     assert!(matches!(
         threads.reopen(&ada(), &first.id, later).await,
         Err(ThreadError::NoSuchThread)
@@ -353,10 +381,7 @@ async fn a_summary_is_its_thread_s_and_only_grows(test: TestStore) {
     let thread = threads.current(&ada(), 1_000, IDLE).await.unwrap();
     for i in 1..=6 {
         let exchange = said(&format!("t{i}"), &format!("m{i}"), "ok");
-        threads
-            .append(&ada(), &thread.id, &exchange, 1_000 + i)
-            .await
-            .unwrap();
+        threads.append(&thread, &exchange, 1_000 + i).await.unwrap();
     }
     let between = threads.between(&ada(), &thread.id, 1, 5, 10).await.unwrap();
     assert_eq!(messages(&between), ["m2", "m3", "m4"]);
@@ -425,14 +450,14 @@ async fn a_summary_is_its_thread_s_and_only_grows(test: TestStore) {
     assert_eq!(threads.summary(&ada(), &thread.id).await.unwrap(), None);
     let again = threads.current(&ada(), 5_000, IDLE).await.unwrap();
     threads
-        .append(&ada(), &again.id, &said("t9", "m9", "ok"), 5_001)
+        .append(&again, &said("t9", "m9", "ok"), 5_001)
         .await
         .unwrap();
     threads
         .put_summary(&ada(), &again.id, &summary(1, "nine"))
         .await
         .unwrap();
-    threads.forget(&ada()).await.unwrap();
+    threads.forget(&ada(), 6_000, false).await.unwrap();
     assert_eq!(threads.summary(&ada(), &again.id).await.unwrap(), None);
 }
 
@@ -449,7 +474,7 @@ async fn memories_are_ranked_alike_kept_apart_capped_and_forgotten(test: TestSto
     )
     .await
     .unwrap();
-    let memories = MemoryStore::new(db, 4);
+    let memories = MemoryStore::new(db.clone(), 4);
     let web = vec!["web:example.com".to_owned()];
     let save = async |who: &Principal, text: &str, sources: &[String], at: i64| {
         memories
@@ -561,6 +586,14 @@ async fn memories_are_ranked_alike_kept_apart_capped_and_forgotten(test: TestSto
             .unwrap();
     }
     assert_eq!(memories.count(&ada()).await.unwrap(), (1, 1));
+    // Forgetting her conversations with her memory takes both at once; Bob's stay.
+    let forgotten = ThreadStore::new(db)
+        .forget(&ada(), 10_000, true)
+        .await
+        .unwrap();
+    assert_eq!(forgotten.memories, 1);
+    assert_eq!(memories.count(&ada()).await.unwrap(), (0, 0));
+    assert_eq!(memories.count(&bob()).await.unwrap(), (1, 0));
 }
 
 metnos_kit::store_suite!(

@@ -344,15 +344,23 @@ impl MemoryStore {
 
     /// Forgets every entry of `person`: how many went.
     pub async fn forget_all(&self, person: &Principal) -> Result<u64, MemoryError> {
-        Ok(self
-            .db
-            .execute(
-                Statement::new("DELETE FROM memories WHERE channel = $1 AND sender_id = $2")
-                    .bind(person.channel().to_owned())
-                    .bind(person.sender_id().to_owned()),
-            )
-            .await?)
+        Ok(self.db.execute(forget_all_statement(person)).await?)
     }
+}
+
+fn forget_all_statement(person: &Principal) -> Statement {
+    Statement::new("DELETE FROM memories WHERE channel = $1 AND sender_id = $2")
+        .bind(person.channel().to_owned())
+        .bind(person.sender_id().to_owned())
+}
+
+/// Forgets every entry of `person` inside a transaction (with their conversations: see
+/// [`super::threads::ThreadStore::forget`]): how many went.
+pub(super) async fn forget_all_in(
+    tx: &mut metnos_kit::store::sql::Tx,
+    person: &Principal,
+) -> Result<u64, sqlx::Error> {
+    tx.execute(forget_all_statement(person)).await
 }
 
 #[cfg(test)]

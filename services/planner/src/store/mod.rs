@@ -61,6 +61,11 @@ const SQLITE: &[EmbeddedMigration] = &[
         description: "memories",
         sql: include_str!("../../migrations/sqlite/0010_memories.sql"),
     },
+    EmbeddedMigration {
+        version: 11,
+        description: "thread forgets",
+        sql: include_str!("../../migrations/sqlite/0011_thread_forgets.sql"),
+    },
 ];
 const POSTGRES: &[EmbeddedMigration] = &[
     EmbeddedMigration {
@@ -112,6 +117,11 @@ const POSTGRES: &[EmbeddedMigration] = &[
         version: 10,
         description: "memories",
         sql: include_str!("../../migrations/postgres/0010_memories.sql"),
+    },
+    EmbeddedMigration {
+        version: 11,
+        description: "thread forgets",
+        sql: include_str!("../../migrations/postgres/0011_thread_forgets.sql"),
     },
 ];
 

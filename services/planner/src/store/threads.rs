@@ -32,6 +32,19 @@ pub struct Thread {
     pub started_at: i64,
     /// When its last exchange was written (or it was started).
     pub last_at: i64,
+    /// Not written yet: a thread is written with its first exchange (one write for a turn
+    /// in a new thread), as this says.
+    pub opening: Option<Opening>,
+}
+
+/// How a thread not written yet is opened with its first exchange.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Opening {
+    /// `/new`: the person's other threads are closed, never read into a turn again.
+    /// Otherwise (their first message, or one after the idle time) a thread of theirs
+    /// written to since this one was decided on (another turn of theirs that began after
+    /// silence, too) takes the exchange instead: one conversation, not two.
+    pub close_others: bool,
 }
 
 /// One step of a turn, as its thread keeps it.
@@ -84,6 +97,14 @@ pub struct History {
     pub exchanges: Vec<Exchange>,
     /// Older exchanges did not fit (a summary may stand for them).
     pub older_left_out: bool,
+}
+
+/// What forgetting a person's conversations erased.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct Forgotten {
+    pub exchanges: u64,
+    /// Their long-term memory's entries (when it was asked for).
+    pub memories: u64,
 }
 
 /// Why a thread could not be read or written.
@@ -147,6 +168,7 @@ fn thread_from_row(row: &Row) -> Result<Thread, sqlx::Error> {
         )?,
         started_at: row.get("started_at")?,
         last_at: row.get("last_at")?,
+        opening: None,
     })
 }
 
@@ -182,7 +204,8 @@ impl ThreadStore {
     }
 
     /// The thread `person` talks in now: their latest open one, unless it has been silent
-    /// for longer than `idle_ms`; else a new one.
+    /// for longer than `idle_ms`; else a new one, written with its first exchange. Reads
+    /// only: asking costs a turn no write.
     pub async fn current(
         &self,
         person: &Principal,
@@ -193,47 +216,27 @@ impl ThreadStore {
             "SELECT {THREAD_COLUMNS} FROM threads WHERE channel = $1 AND sender_id = $2 \
              AND closed = 0 ORDER BY last_at DESC, started_at DESC LIMIT 1"
         );
-        let key = person_key(person);
-        Ok(self
+        let found = self
             .db
-            .locked_tx(&key, async |tx| {
-                let found = tx
-                    .fetch_optional(
-                        Statement::new(sqlx::AssertSqlSafe(latest))
-                            .bind(person.channel().to_owned())
-                            .bind(person.sender_id().to_owned()),
-                    )
-                    .await?;
-                if let Some(row) = found {
-                    let thread = thread_from_row(&row)?;
-                    if thread.last_at.saturating_add(idle_ms) >= now_ms {
-                        return Ok::<_, sqlx::Error>(Finish::Rollback(thread));
-                    }
-                }
-                start_in(tx, person, now_ms).await.map(Finish::Commit)
-            })
-            .await?)
-    }
-
-    /// Starts a new thread for `person` (`/new`): the ones before are closed, never read
-    /// into a turn again.
-    pub async fn start_new(&self, person: &Principal, now_ms: i64) -> Result<Thread, ThreadError> {
-        let key = person_key(person);
-        Ok(self
-            .db
-            .locked_tx(&key, async |tx| {
-                tx.execute(
-                    Statement::new(
-                        "UPDATE threads SET closed = 1 \
-                         WHERE channel = $1 AND sender_id = $2 AND closed = 0",
-                    )
+            .fetch_optional(
+                Statement::new(sqlx::AssertSqlSafe(latest))
                     .bind(person.channel().to_owned())
                     .bind(person.sender_id().to_owned()),
-                )
-                .await?;
-                start_in(tx, person, now_ms).await.map(Finish::Commit)
-            })
-            .await?)
+            )
+            .await?;
+        if let Some(row) = found {
+            let thread = thread_from_row(&row)?;
+            if thread.last_at.saturating_add(idle_ms) >= now_ms {
+                return Ok(thread);
+            }
+        }
+        Ok(opening(person, now_ms, false))
+    }
+
+    /// A new thread for `person` (`/new`), written with its first exchange: the ones
+    /// before are closed then, never read into a turn again.
+    pub fn start_new(&self, person: &Principal, now_ms: i64) -> Thread {
+        opening(person, now_ms, true)
     }
 
     /// Takes up `person`'s thread `thread_id` again (a reply to one of its answers): it
@@ -275,64 +278,45 @@ impl ThreadStore {
             .await
     }
 
-    /// Writes a turn's exchange at the end of `person`'s thread `thread_id`: `false` when
-    /// that turn's exchange is there already (its end recorded twice). A thread of someone
-    /// else is no such thread.
+    /// Writes a turn's exchange at the end of `thread` (opened first if it is not written
+    /// yet): the id of the thread it went to, or `None` when that turn's exchange is there
+    /// already (its end recorded twice). A thread of someone else, or one forgotten since,
+    /// is no such thread: nothing is written.
     pub async fn append(
         &self,
-        person: &Principal,
-        thread_id: &str,
+        thread: &Thread,
         exchange: &NewExchange,
         now_ms: i64,
-    ) -> Result<bool, ThreadError> {
+    ) -> Result<Option<String>, ThreadError> {
         exchange.check()?;
-        let labels = serde_json::to_string(&exchange.labels).unwrap_or_else(|_| "[]".into());
-        let steps = serde_json::to_string(&exchange.steps).unwrap_or_else(|_| "[]".into());
-        let key = person_key(person);
+        let key = person_key(&thread.person);
         self.db
             .locked_tx(&key, async |tx| {
-                owned_in(tx, person, thread_id).await?;
-                let written = tx
-                    .fetch_optional(
-                        Statement::new("SELECT seq FROM exchanges WHERE turn_id = $1")
-                            .bind(exchange.turn_id.clone()),
+                let (id, opened) = match thread.opening {
+                    Some(opening) => open_in(tx, thread, opening, now_ms).await?,
+                    None => (thread.id.clone(), false),
+                };
+                if !insert_exchange(tx, &thread.person, &id, exchange, now_ms).await? {
+                    let written = tx
+                        .fetch_optional(
+                            Statement::new("SELECT seq FROM exchanges WHERE turn_id = $1")
+                                .bind(exchange.turn_id.clone()),
+                        )
+                        .await?;
+                    return match written {
+                        Some(_) => Ok(Finish::Rollback(None)),
+                        None => Err(ThreadError::NoSuchThread),
+                    };
+                }
+                if !opened {
+                    tx.execute(
+                        Statement::new("UPDATE threads SET last_at = $1 WHERE id = $2")
+                            .bind(now_ms)
+                            .bind(id.clone()),
                     )
                     .await?;
-                if written.is_some() {
-                    return Ok(Finish::Rollback(false));
                 }
-                let last: i64 = tx
-                    .fetch_one(
-                        Statement::new(
-                            "SELECT COALESCE(MAX(seq), 0) FROM exchanges WHERE thread_id = $1",
-                        )
-                        .bind(thread_id.to_owned()),
-                    )
-                    .await?
-                    .get(0)?;
-                tx.execute(
-                    Statement::new(
-                        "INSERT INTO exchanges (thread_id, seq, turn_id, at, message, answer, labels, steps, forwarded) \
-                         VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)",
-                    )
-                    .bind(thread_id.to_owned())
-                    .bind(last + 1)
-                    .bind(exchange.turn_id.clone())
-                    .bind(now_ms)
-                    .bind(exchange.message.clone())
-                    .bind(exchange.answer.clone())
-                    .bind(labels)
-                    .bind(steps)
-                    .bind(i64::from(exchange.forwarded)),
-                )
-                .await?;
-                tx.execute(
-                    Statement::new("UPDATE threads SET last_at = $1 WHERE id = $2")
-                        .bind(now_ms)
-                        .bind(thread_id.to_owned()),
-                )
-                .await?;
-                Ok(Finish::Commit(true))
+                Ok(Finish::Commit(Some(id)))
             })
             .await
     }
@@ -426,38 +410,28 @@ impl ThreadStore {
     }
 
     /// Erases every thread of `person` (their channel's; a person on another channel is
-    /// another principal), with its summary: how many exchanges went.
-    pub async fn forget(&self, person: &Principal) -> Result<u64, ThreadError> {
+    /// another principal), with its summary, and their long-term memory too when `memory`
+    /// says: all in one transaction, or nothing. A turn of theirs that began before
+    /// `now_ms` opens no thread after it.
+    pub async fn forget(
+        &self,
+        person: &Principal,
+        now_ms: i64,
+        memory: bool,
+    ) -> Result<Forgotten, ThreadError> {
         let key = person_key(person);
         Ok(self
             .db
             .locked_tx(&key, async |tx| {
-                tx.execute(
-                    Statement::new(
-                        "DELETE FROM thread_summaries WHERE thread_id IN \
-                         (SELECT id FROM threads WHERE channel = $1 AND sender_id = $2)",
-                    )
-                    .bind(person.channel().to_owned())
-                    .bind(person.sender_id().to_owned()),
-                )
-                .await?;
-                let gone = tx
-                    .execute(
-                        Statement::new(
-                            "DELETE FROM exchanges WHERE thread_id IN \
-                             (SELECT id FROM threads WHERE channel = $1 AND sender_id = $2)",
-                        )
-                        .bind(person.channel().to_owned())
-                        .bind(person.sender_id().to_owned()),
-                    )
-                    .await?;
-                tx.execute(
-                    Statement::new("DELETE FROM threads WHERE channel = $1 AND sender_id = $2")
-                        .bind(person.channel().to_owned())
-                        .bind(person.sender_id().to_owned()),
-                )
-                .await?;
-                Ok::<_, sqlx::Error>(Finish::Commit(gone))
+                let exchanges = forget_in(tx, person, now_ms).await?;
+                let memories = match memory {
+                    true => super::memories::forget_all_in(tx, person).await?,
+                    false => 0,
+                };
+                Ok::<_, sqlx::Error>(Finish::Commit(Forgotten {
+                    exchanges,
+                    memories,
+                }))
             })
             .await?)
     }
@@ -491,6 +465,52 @@ impl ThreadStore {
     }
 }
 
+/// Erases `person`'s threads and summaries inside the transaction that holds them, and
+/// notes when (see [`ThreadStore::forget`]): how many exchanges went.
+async fn forget_in(
+    tx: &mut metnos_kit::store::sql::Tx,
+    person: &Principal,
+    now_ms: i64,
+) -> Result<u64, sqlx::Error> {
+    let (channel, sender) = (person.channel().to_owned(), person.sender_id().to_owned());
+    tx.execute(
+        Statement::new(
+            "DELETE FROM thread_summaries WHERE thread_id IN \
+             (SELECT id FROM threads WHERE channel = $1 AND sender_id = $2)",
+        )
+        .bind(channel.clone())
+        .bind(sender.clone()),
+    )
+    .await?;
+    let gone = tx
+        .execute(
+            Statement::new(
+                "DELETE FROM exchanges WHERE thread_id IN \
+                 (SELECT id FROM threads WHERE channel = $1 AND sender_id = $2)",
+            )
+            .bind(channel.clone())
+            .bind(sender.clone()),
+        )
+        .await?;
+    tx.execute(
+        Statement::new("DELETE FROM threads WHERE channel = $1 AND sender_id = $2")
+            .bind(channel.clone())
+            .bind(sender.clone()),
+    )
+    .await?;
+    tx.execute(
+        Statement::new(
+            "INSERT INTO thread_forgets (channel, sender_id, at) VALUES ($1, $2, $3) \
+             ON CONFLICT (channel, sender_id) DO UPDATE SET at = excluded.at",
+        )
+        .bind(channel)
+        .bind(sender)
+        .bind(now_ms),
+    )
+    .await?;
+    Ok(gone)
+}
+
 /// Whether `thread_id` is `person`'s thread, inside the transaction that holds their
 /// threads: someone else's, or none, is [`ThreadError::NoSuchThread`].
 pub(super) async fn owned_in(
@@ -511,30 +531,108 @@ pub(super) async fn owned_in(
     owned.map(|_| ()).ok_or(ThreadError::NoSuchThread)
 }
 
-/// A new thread of `person`, inside the transaction that holds their threads.
-async fn start_in(
-    tx: &mut metnos_kit::store::sql::Tx,
-    person: &Principal,
-    now_ms: i64,
-) -> Result<Thread, sqlx::Error> {
-    let thread = Thread {
+/// A thread of `person`'s not written yet, decided on at `now_ms`.
+fn opening(person: &Principal, now_ms: i64, close_others: bool) -> Thread {
+    Thread {
         id: metnos_kit::random::hex(16),
         person: person.clone(),
         started_at: now_ms,
         last_at: now_ms,
-    };
-    tx.execute(
-        Statement::new(
-            "INSERT INTO threads (id, channel, sender_id, started_at, last_at) VALUES ($1, $2, $3, $4, $5)",
+        opening: Some(Opening { close_others }),
+    }
+}
+
+/// Opens `thread` inside the transaction that holds its person's threads, as `opening`
+/// says: the id the exchange goes to, and whether this wrote the thread (its `last_at` is
+/// the exchange's then). Nothing is opened for a person who forgot since it was decided
+/// on (the exchange then finds no thread).
+async fn open_in(
+    tx: &mut metnos_kit::store::sql::Tx,
+    thread: &Thread,
+    opening: Opening,
+    now_ms: i64,
+) -> Result<(String, bool), sqlx::Error> {
+    let (channel, sender) = (thread.person.channel(), thread.person.sender_id());
+    if opening.close_others {
+        tx.execute(
+            Statement::new(
+                "UPDATE threads SET closed = 1 \
+                 WHERE channel = $1 AND sender_id = $2 AND closed = 0 AND id <> $3",
+            )
+            .bind(channel.to_owned())
+            .bind(sender.to_owned())
+            .bind(thread.id.clone()),
         )
-        .bind(thread.id.clone())
-        .bind(person.channel().to_owned())
-        .bind(person.sender_id().to_owned())
-        .bind(now_ms)
-        .bind(now_ms),
-    )
-    .await?;
-    Ok(thread)
+        .await?;
+    } else {
+        let live = tx
+            .fetch_optional(
+                Statement::new(
+                    "SELECT id FROM threads WHERE channel = $1 AND sender_id = $2 \
+                     AND closed = 0 AND last_at >= $3 ORDER BY last_at DESC LIMIT 1",
+                )
+                .bind(channel.to_owned())
+                .bind(sender.to_owned())
+                .bind(thread.started_at),
+            )
+            .await?;
+        if let Some(row) = live {
+            return Ok((row.get("id")?, false));
+        }
+    }
+    let opened = tx
+        .execute(
+            Statement::new(
+                "INSERT INTO threads (id, channel, sender_id, started_at, last_at) \
+                 SELECT $1, $2, $3, $4, $5 WHERE NOT EXISTS (SELECT 1 FROM thread_forgets \
+                 WHERE channel = $2 AND sender_id = $3 AND at >= $4) \
+                 ON CONFLICT (id) DO NOTHING",
+            )
+            .bind(thread.id.clone())
+            .bind(channel.to_owned())
+            .bind(sender.to_owned())
+            .bind(thread.started_at)
+            .bind(now_ms),
+        )
+        .await?;
+    Ok((thread.id.clone(), opened == 1))
+}
+
+/// Writes `exchange` at the end of `person`'s thread `thread_id` inside the transaction
+/// that holds their threads: `false` when nothing was (the thread is not theirs or not
+/// kept, or the turn's exchange is there already).
+async fn insert_exchange(
+    tx: &mut metnos_kit::store::sql::Tx,
+    person: &Principal,
+    thread_id: &str,
+    exchange: &NewExchange,
+    now_ms: i64,
+) -> Result<bool, sqlx::Error> {
+    let labels = serde_json::to_string(&exchange.labels).unwrap_or_else(|_| "[]".into());
+    let steps = serde_json::to_string(&exchange.steps).unwrap_or_else(|_| "[]".into());
+    let written = tx
+        .execute(
+            Statement::new(
+                "INSERT INTO exchanges \
+                 (thread_id, seq, turn_id, at, message, answer, labels, steps, forwarded) \
+                 SELECT t.id, COALESCE((SELECT MAX(e.seq) FROM exchanges e WHERE e.thread_id = t.id), 0) + 1, \
+                 $4, $5, $6, $7, $8, $9, $10 FROM threads t \
+                 WHERE t.id = $1 AND t.channel = $2 AND t.sender_id = $3 \
+                 ON CONFLICT (turn_id) DO NOTHING",
+            )
+            .bind(thread_id.to_owned())
+            .bind(person.channel().to_owned())
+            .bind(person.sender_id().to_owned())
+            .bind(exchange.turn_id.clone())
+            .bind(now_ms)
+            .bind(exchange.message.clone())
+            .bind(exchange.answer.clone())
+            .bind(labels)
+            .bind(steps)
+            .bind(i64::from(exchange.forwarded)),
+        )
+        .await?;
+    Ok(written == 1)
 }
 
 /// A text's length in tokens, estimated as the common tokenizers come out on mixed prose

@@ -311,6 +311,40 @@ impl Planner {
         Ok(true)
     }
 
+    /// Cancels `person`'s unfinished turns that carry a thread (see
+    /// [`Planner::cancel_turn`]): their conversation was forgotten, and a waiting turn's
+    /// checkpoint holds its words. How many were; one that cannot be is said in the log.
+    pub async fn cancel_threaded(&self, person: &metnos_core::Principal) -> usize {
+        let turns = match self
+            .store
+            .unfinished_of(person.channel(), person.sender_id())
+            .await
+        {
+            Ok(turns) => turns,
+            Err(e) => {
+                tracing::warn!(error = %e, "cannot list the turns of a person who forgot their conversations");
+                return 0;
+            }
+        };
+        let mut stopped = 0;
+        for turn in &turns {
+            // A checkpoint that cannot be read may hold a thread too.
+            let carries = serde_json::from_str::<Checkpoint>(&turn.checkpoint)
+                .map_or(true, |cp| cp.thread_id.is_some());
+            if !carries {
+                continue;
+            }
+            match self.cancel_turn(turn).await {
+                Ok(true) => stopped += 1,
+                Ok(false) => {}
+                Err(e) => {
+                    tracing::warn!(turn_id = %turn.turn_id, error = %e, "cannot stop a turn that holds a forgotten conversation")
+                }
+            }
+        }
+        stopped
+    }
+
     /// Ends the terminal's turns whose request expired while nobody followed them (see
     /// [`Recovery::resume_expired_unfollowed`]); how many were taken up.
     pub async fn resume_expired_unfollowed(self: &Arc<Self>, grace_ms: i64) -> usize {
@@ -380,6 +414,7 @@ impl Planner {
             fence_nonce: crate::turn::taint::new_nonce(),
             scheduled: false,
             thread_id: None,
+            thread_opening: None,
             earlier: Vec::new(),
             index: crate::turn::taint::Index::default(),
         }
@@ -397,7 +432,7 @@ impl Planner {
         let thread = match threading {
             Threading::None => return,
             Threading::Continue => threads.current(&cp.person, now, idle_ms).await,
-            Threading::New => threads.start_new(&cp.person, now).await,
+            Threading::New => Ok(threads.start_new(&cp.person, now)),
             Threading::Older(id) => match threads.reopen(&cp.person, id, now).await {
                 Err(ThreadError::NoSuchThread) => {
                     tracing::info!(turn_id = %cp.turn_id, "the thread replied to is not kept (or not theirs); the turn continues the current one");
@@ -408,6 +443,8 @@ impl Planner {
         };
         let llm = self.llm.as_ref().ok().map(|llm| llm.as_ref());
         let read = match thread {
+            // A thread not written yet has nothing to read.
+            Ok(thread) if thread.opening.is_some() => Ok((thread, summary::Seen::default())),
             Ok(thread) => summary::seen(
                 &threads,
                 llm,
@@ -426,6 +463,7 @@ impl Planner {
                 cp.completion_tokens += seen.usage.completion_tokens;
                 conversation::read_in(cp, &seen);
                 cp.thread_id = Some(thread.id);
+                cp.thread_opening = thread.opening;
             }
             Err(e) => {
                 tracing::warn!(turn_id = %cp.turn_id, error = %e, "the person's thread cannot be read; this turn is one-shot");

@@ -5,7 +5,7 @@ use metnos_kit::time::now_ms;
 use metnos_proto::planner::v1 as pb;
 use serde_json::{Value, json};
 
-use crate::store::threads::ThreadStore;
+use crate::store::threads::{Thread, ThreadStore};
 use crate::store::{State, Store};
 use crate::turn::flow::{Sink, emit};
 use crate::turn::{Checkpoint, FinalKind, Finish};
@@ -119,17 +119,30 @@ impl<'a> Records<'a> {
 
     /// Writes the turn's exchange in its person's thread, if it has one: once, whichever
     /// replica ends it (the person's answer is what they got, however the turn ended).
+    /// The thread it went to is the turn's from then on (another turn of the person's
+    /// may have opened their conversation first).
     async fn keep_in_thread(&self, cp: &mut Checkpoint, answer: &str) {
         let Some(thread_id) = cp.thread_id.clone() else {
             return;
         };
         let threads = ThreadStore::new(self.store.db().clone());
         let exchange = crate::turn::conversation::exchange_of(cp, answer);
-        if let Err(e) = threads
-            .append(&cp.person, &thread_id, &exchange, now_ms())
-            .await
-        {
-            tracing::warn!(turn_id = %cp.turn_id, error = %e, "the turn's exchange was not kept in its thread");
+        let thread = Thread {
+            id: thread_id,
+            person: cp.person.clone(),
+            started_at: cp.started_ms,
+            last_at: cp.started_ms,
+            opening: cp.thread_opening,
+        };
+        match threads.append(&thread, &exchange, now_ms()).await {
+            Ok(Some(id)) => {
+                cp.thread_id = Some(id);
+                cp.thread_opening = None;
+            }
+            Ok(None) => {}
+            Err(e) => {
+                tracing::warn!(turn_id = %cp.turn_id, error = %e, "the turn's exchange was not kept in its thread");
+            }
         }
     }
 

@@ -405,6 +405,9 @@ pub struct Checkpoint {
     /// written there when it ends.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub thread_id: Option<String>,
+    /// How that thread is opened with this turn's exchange, when it is not written yet.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub thread_opening: Option<crate::store::threads::Opening>,
     /// The earlier answers of the thread this turn sees, in order (their text is in
     /// `history`, fenced as steps from [`crate::turn::conversation::EARLIER_STEP`]).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
