@@ -243,8 +243,10 @@ async fn forgetting_and_the_retention_remove_only_what_they_name(test: TestStore
     let threads = open(&test).await;
     let adas = threads.current(&ada(), 1_000, IDLE).await.unwrap();
     let bobs = threads.current(&bob(), 1_000, IDLE).await.unwrap();
-    // A turn of Ada's that began before she forgot, in a thread not written yet.
+    // Turns of Ada's that began before she forgot, in threads not written yet.
     let pending = threads.start_new(&ada(), 2_500);
+    let pending_too = threads.current(&ada(), 2_550, 0).await.unwrap();
+    assert!(pending_too.opening.is_some());
     threads
         .append(&adas, &said("a1", "my sister's birthday", "noted"), 2_000)
         .await
@@ -290,6 +292,21 @@ async fn forgetting_and_the_retention_remove_only_what_they_name(test: TestStore
             .await
             .unwrap()
             .is_some()
+    );
+    // Nor does the other one's end join the conversation she began after forgetting.
+    assert!(matches!(
+        threads
+            .append(
+                &pending_too,
+                &said("a4", "my locker?", "4417"),
+                50 * HOUR + 1
+            )
+            .await,
+        Err(ThreadError::NoSuchThread)
+    ));
+    assert_eq!(
+        messages(&threads.recent(&ada(), &after.id, 10).await.unwrap()),
+        ["hello again"]
     );
     // The retention: threads silent since before the cut go, newer ones stay.
     assert_eq!(threads.prune(10 * HOUR).await.unwrap(), 0);

@@ -63,8 +63,8 @@ const SQLITE: &[EmbeddedMigration] = &[
     },
     EmbeddedMigration {
         version: 11,
-        description: "thread forgets",
-        sql: include_str!("../../migrations/sqlite/0011_thread_forgets.sql"),
+        description: "thread choice",
+        sql: include_str!("../../migrations/sqlite/0011_thread_choice.sql"),
     },
 ];
 const POSTGRES: &[EmbeddedMigration] = &[
@@ -120,8 +120,8 @@ const POSTGRES: &[EmbeddedMigration] = &[
     },
     EmbeddedMigration {
         version: 11,
-        description: "thread forgets",
-        sql: include_str!("../../migrations/postgres/0011_thread_forgets.sql"),
+        description: "thread choice",
+        sql: include_str!("../../migrations/postgres/0011_thread_choice.sql"),
     },
 ];
 

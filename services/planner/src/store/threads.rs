@@ -40,10 +40,11 @@ pub struct Thread {
 /// How a thread not written yet is opened with its first exchange.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Opening {
-    /// `/new`: the person's other threads are closed, never read into a turn again.
-    /// Otherwise (their first message, or one after the idle time) a thread of theirs
-    /// written to since this one was decided on (another turn of theirs that began after
-    /// silence, too) takes the exchange instead: one conversation, not two.
+    /// `/new`: it is the person's current thread once written, whatever they said
+    /// elsewhere meanwhile. Otherwise (their first message, or one after the idle time) a
+    /// thread of theirs written to since this one was decided on (another turn of theirs
+    /// that began after silence, too) takes the exchange instead: one conversation, not
+    /// two.
     pub close_others: bool,
 }
 
@@ -203,9 +204,9 @@ impl ThreadStore {
         ThreadStore { db }
     }
 
-    /// The thread `person` talks in now: their latest open one, unless it has been silent
-    /// for longer than `idle_ms`; else a new one, written with its first exchange. Reads
-    /// only: asking costs a turn no write.
+    /// The thread `person` talks in now: the one chosen last (started, or taken up again
+    /// by a reply), unless it has been silent for longer than `idle_ms`; else a new one,
+    /// written with its first exchange. Reads only: asking costs a turn no write.
     pub async fn current(
         &self,
         person: &Principal,
@@ -214,7 +215,7 @@ impl ThreadStore {
     ) -> Result<Thread, ThreadError> {
         let latest = format!(
             "SELECT {THREAD_COLUMNS} FROM threads WHERE channel = $1 AND sender_id = $2 \
-             AND closed = 0 ORDER BY last_at DESC, started_at DESC LIMIT 1"
+             ORDER BY chosen_at DESC, last_at DESC LIMIT 1"
         );
         let found = self
             .db
@@ -233,8 +234,8 @@ impl ThreadStore {
         Ok(opening(person, now_ms, false))
     }
 
-    /// A new thread for `person` (`/new`), written with its first exchange: the ones
-    /// before are closed then, never read into a turn again.
+    /// A new thread for `person` (`/new`), written with its first exchange: from then on
+    /// the ones before are never read into a turn again (unless a reply takes one up).
     pub fn start_new(&self, person: &Principal, now_ms: i64) -> Thread {
         opening(person, now_ms, true)
     }
@@ -268,7 +269,7 @@ impl ThreadStore {
                 let mut thread = thread_from_row(&row)?;
                 thread.last_at = thread.last_at.max(now_ms);
                 tx.execute(
-                    Statement::new("UPDATE threads SET closed = 0, last_at = $1 WHERE id = $2")
+                    Statement::new("UPDATE threads SET chosen_at = $1, last_at = $1 WHERE id = $2")
                         .bind(thread.last_at)
                         .bind(thread.id.clone()),
                 )
@@ -553,49 +554,47 @@ async fn open_in(
     now_ms: i64,
 ) -> Result<(String, bool), sqlx::Error> {
     let (channel, sender) = (thread.person.channel(), thread.person.sender_id());
-    if opening.close_others {
-        tx.execute(
-            Statement::new(
-                "UPDATE threads SET closed = 1 \
-                 WHERE channel = $1 AND sender_id = $2 AND closed = 0 AND id <> $3",
-            )
-            .bind(channel.to_owned())
-            .bind(sender.to_owned())
-            .bind(thread.id.clone()),
-        )
-        .await?;
-    } else {
-        let live = tx
-            .fetch_optional(
-                Statement::new(
-                    "SELECT id FROM threads WHERE channel = $1 AND sender_id = $2 \
-                     AND closed = 0 AND last_at >= $3 ORDER BY last_at DESC LIMIT 1",
-                )
-                .bind(channel.to_owned())
-                .bind(sender.to_owned())
-                .bind(thread.started_at),
-            )
-            .await?;
-        if let Some(row) = live {
-            return Ok((row.get("id")?, false));
-        }
-    }
+    // One statement: the thread, unless the person forgot since, or (not `/new`) another
+    // thread of theirs was written to since.
     let opened = tx
         .execute(
             Statement::new(
-                "INSERT INTO threads (id, channel, sender_id, started_at, last_at) \
-                 SELECT $1, $2, $3, $4, $5 WHERE NOT EXISTS (SELECT 1 FROM thread_forgets \
+                "INSERT INTO threads (id, channel, sender_id, started_at, last_at, chosen_at) \
+                 SELECT $1, $2, $3, $4, $5, $5 \
+                 WHERE NOT EXISTS (SELECT 1 FROM thread_forgets \
                  WHERE channel = $2 AND sender_id = $3 AND at >= $4) \
+                 AND ($6 = 1 OR NOT EXISTS (SELECT 1 FROM threads \
+                 WHERE channel = $2 AND sender_id = $3 AND last_at >= $4)) \
                  ON CONFLICT (id) DO NOTHING",
             )
             .bind(thread.id.clone())
             .bind(channel.to_owned())
             .bind(sender.to_owned())
             .bind(thread.started_at)
-            .bind(now_ms),
+            .bind(now_ms)
+            .bind(i64::from(opening.close_others)),
         )
         .await?;
-    Ok((thread.id.clone(), opened == 1))
+    if opened == 1 || opening.close_others {
+        return Ok((thread.id.clone(), opened == 1));
+    }
+    let live = tx
+        .fetch_optional(
+            Statement::new(
+                "SELECT id FROM threads WHERE channel = $1 AND sender_id = $2 \
+                 AND last_at >= $3 AND NOT EXISTS (SELECT 1 FROM thread_forgets \
+                 WHERE channel = $1 AND sender_id = $2 AND at >= $3) \
+                 ORDER BY chosen_at DESC, last_at DESC LIMIT 1",
+            )
+            .bind(channel.to_owned())
+            .bind(sender.to_owned())
+            .bind(thread.started_at),
+        )
+        .await?;
+    Ok(match live {
+        Some(row) => (row.get("id")?, false),
+        None => (thread.id.clone(), false),
+    })
 }
 
 /// Writes `exchange` at the end of `person`'s thread `thread_id` inside the transaction
