@@ -126,7 +126,7 @@ pub enum ThreadError {
 }
 
 impl NewExchange {
-    fn check(&self) -> Result<(), ThreadError> {
+    pub(crate) fn check(&self) -> Result<(), ThreadError> {
         for (field, text) in [("message", &self.message), ("answer", &self.answer)] {
             if text.len() > MAX_TEXT {
                 return Err(ThreadError::TooLong {

@@ -161,13 +161,24 @@ pub fn earlier_private(cp: &Checkpoint) -> impl Iterator<Item = Label> + '_ {
         .filter(Label::is_private)
 }
 
-/// `text` cut to at most `max` bytes, on a character boundary.
+/// `text` within `max` bytes: whole if it fits; else its beginning, on a character
+/// boundary, and a note saying it was cut and how long it was (a later turn, and the
+/// person reading a summary, know it is not all of it).
 fn cut(text: &str, max: usize) -> String {
-    let mut end = text.len().min(max);
+    if text.len() <= max {
+        return text.to_owned();
+    }
+    let note = format!(" […cut: {} bytes in all]", text.len());
+    let mut end = max.saturating_sub(note.len());
     while !text.is_char_boundary(end) {
         end -= 1;
     }
-    text[..end].to_owned()
+    tracing::info!(
+        bytes = text.len(),
+        kept = end,
+        "a turn's text is longer than a thread keeps; its beginning is kept"
+    );
+    format!("{}{note}", &text[..end])
 }
 
 #[cfg(test)]
@@ -188,6 +199,29 @@ mod tests {
             "fence_nonce": "kabc123"
         }))
         .unwrap()
+    }
+
+    #[test]
+    fn an_answer_longer_than_a_thread_keeps_is_cut_saying_so() {
+        let mut cp = checkpoint("write me a long story");
+        let long = format!("{}é", "a".repeat(MAX_TEXT));
+        let exchange = exchange_of(&mut cp, &long);
+        assert!(
+            exchange.answer.len() <= MAX_TEXT,
+            "{}",
+            exchange.answer.len()
+        );
+        let note = format!(" […cut: {} bytes in all]", MAX_TEXT + 2);
+        assert!(
+            exchange.answer.ends_with(&note),
+            "{}",
+            &exchange.answer[MAX_TEXT - 60..]
+        );
+        assert!(exchange.answer.starts_with("aaaa"));
+        assert!(exchange.check().is_ok(), "the thread takes it");
+        // What fits is kept whole.
+        let exchange = exchange_of(&mut cp, "short");
+        assert_eq!(exchange.answer, "short");
     }
 
     #[test]

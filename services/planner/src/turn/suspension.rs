@@ -398,6 +398,21 @@ impl<'a> Suspension<'a> {
         )
     }
 
+    /// An approved call of the planner's own tools, applied here once the turn is
+    /// committed to it: a memory from the world's data kept, a standing order made (or
+    /// deleted) as its card says.
+    async fn apply_here(
+        &self,
+        cp: &Checkpoint,
+        pending: &PendingCall,
+        decision: &approval::PendingApproval,
+    ) -> metnos_executors::Observation {
+        if crate::turn::remember::is_carded(&pending.call.name) {
+            return crate::turn::remember::decided(self.memories, cp, pending).await;
+        }
+        crate::proactive::tools::decided(self.orders, cp, pending, &decision.edited_schedule).await
+    }
+
     /// What a decision leads to: the approved call run (exactly that one, once), or why
     /// not. Before it runs, the turn is stored running without its pending call — only if
     /// this process still holds it and nobody cancelled it — so no other replica can apply
@@ -420,27 +435,17 @@ impl<'a> Suspension<'a> {
                         "the approved call does not match the call to run; nothing was done",
                     ));
                 }
-                if crate::turn::remember::is_carded(&pending.call.name) {
-                    // A memory from the world's data approved on its card: kept here, once.
-                    return Ok(crate::turn::remember::decided(self.memories, cp, pending).await);
-                }
-                if crate::proactive::tools::is_carded(&pending.call.name) {
-                    // A standing order approved on its card: made (or deleted) here, once.
-                    return Ok(crate::proactive::tools::decided(
-                        self.orders,
-                        cp,
-                        pending,
-                        &decision.edited_schedule,
-                    )
-                    .await);
-                }
-                match self.catalog.get(&pending.call.name).cloned() {
-                    Some(executor) => executor,
-                    None => {
-                        return Ok(refusal(format!(
-                            "nonexistent executor: {}",
-                            pending.call.name
-                        )));
+                if is_applied_here(&pending.call.name) {
+                    None
+                } else {
+                    match self.catalog.get(&pending.call.name).cloned() {
+                        Some(executor) => Some(executor),
+                        None => {
+                            return Ok(refusal(format!(
+                                "nonexistent executor: {}",
+                                pending.call.name
+                            )));
+                        }
                     }
                 }
             }
@@ -468,6 +473,9 @@ impl<'a> Suspension<'a> {
             .await
         {
             Ok(true) => {
+                let Some(executor) = executor else {
+                    return Ok(self.apply_here(cp, pending, decision).await);
+                };
                 let named: Vec<std::path::PathBuf> = pending
                     .named_write
                     .iter()
@@ -571,4 +579,10 @@ impl<'a> Suspension<'a> {
         }
         StepOutcome::Continue
     }
+}
+
+/// Whether an approved call is the planner's own tool, applied here rather than run by an
+/// executor (see `Suspension::apply_here`).
+fn is_applied_here(name: &str) -> bool {
+    crate::turn::remember::is_carded(name) || crate::proactive::tools::is_carded(name)
 }
