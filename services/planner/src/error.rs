@@ -44,6 +44,12 @@ pub enum Error {
     HeldElsewhere { turn_id: String, seconds: u64 },
     #[error("the turn's checkpoint is unreadable")]
     UnreadableCheckpoint(#[source] serde_json::Error),
+    /// Written by a newer planner (a rolling upgrade): a replica of that version takes it.
+    #[error(
+        "the turn was stored by a newer planner (checkpoint version {0}; this one reads up to {max}); a planner of that version takes it",
+        max = crate::turn::CHECKPOINT_VERSION
+    )]
+    NewerCheckpoint(u32),
     #[error("the planner store failed")]
     Store(#[from] sqlx::Error),
     #[error("the turn log cannot be read")]
@@ -125,7 +131,9 @@ impl From<Error> for Status {
                 Status::failed_precondition(error.to_string())
             }
             // A conflict that ends by itself (the holder finishes or its lease expires).
-            Error::HeldElsewhere { .. } => Status::aborted(error.to_string()),
+            Error::HeldElsewhere { .. } | Error::NewerCheckpoint(_) => {
+                Status::aborted(error.to_string())
+            }
             Error::UnreadableCheckpoint(e) => {
                 tracing::error!(error = %e, "a stored checkpoint cannot be read");
                 Status::internal("the turn's checkpoint is unreadable; see the planner's log")

@@ -265,7 +265,7 @@ fn stream_of<T: Send + 'static>(
 }
 
 fn checkpoint_of(found: &StoredTurn) -> Result<Checkpoint, Error> {
-    serde_json::from_str(&found.checkpoint).map_err(Error::UnreadableCheckpoint)
+    Ok(Checkpoint::read(&found.checkpoint)?)
 }
 
 impl PlannerApi {

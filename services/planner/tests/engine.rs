@@ -1429,6 +1429,97 @@ async fn a_replica_restarted_after_a_kill_resumes_a_turn_decided_while_it_was_do
     );
 }
 
+/// Review of issue 40 (rolling upgrades): a turn stored by a newer planner is left to a
+/// replica of its version: an older one neither resumes it (it would drop what it does
+/// not know, a thread's earlier answers among them) nor closes it as unreadable.
+#[tokio::test]
+async fn a_turn_stored_by_a_newer_planner_is_left_to_one_of_its_version() {
+    use metnos_kit::store::sql::Statement;
+    let h = Harness::local().await;
+    approvals_required(&h);
+    let a = h.replica("a", 60_000);
+    let (turn_id, token) = resumed_then_killed(&a).await;
+    h.filters
+        .decide(&token, approval::ApprovalStatus::Approved, None);
+    let current = format!("\"version\":{}", metnos_planner::turn::CHECKPOINT_VERSION);
+    let newer = format!(
+        "\"version\":{}",
+        metnos_planner::turn::CHECKPOINT_VERSION + 1
+    );
+    let set_version = async |from: &str, to: &str| {
+        h.db.execute(
+            Statement::new(
+                "UPDATE turns SET checkpoint = REPLACE(checkpoint, $1, $2) WHERE turn_id = $3",
+            )
+            .bind(from.to_owned())
+            .bind(to.to_owned())
+            .bind(turn_id.clone()),
+        )
+        .await
+        .unwrap()
+    };
+    assert_eq!(set_version(&current, &newer).await, 1);
+    let a2 = h.replica("a", 300);
+    assert_eq!(a2.store().expire_previous_runs().await.unwrap(), 1);
+    assert_eq!(a2.sweep_leases().await, (0, 1, 0), "put back, not resumed");
+    assert_eq!(a2.sweep_leases().await, (0, 0, 0));
+    assert_eq!(
+        state_of(&a2, &turn_id).await,
+        State::Suspended,
+        "not closed"
+    );
+    assert!(h.runs().is_empty());
+    // A planner of its version takes it up.
+    set_version(&newer, &current).await;
+    assert_eq!(a2.sweep_leases().await, (0, 0, 1));
+    until_finished(&a2, &turn_id).await;
+    assert_eq!(h.runs(), [r#"fs_write {"path":"~/a.txt","text":"hi"}"#]);
+}
+
+/// A cancel through an older replica still wins over a turn stored by a newer one: its
+/// card is withdrawn at once, and the planner that takes the turn up ends it.
+#[tokio::test]
+async fn a_cancel_through_an_older_planner_still_ends_a_newer_planner_s_turn() {
+    use metnos_kit::store::sql::Statement;
+    let h = Harness::local().await;
+    approvals_required(&h);
+    let mut rx = h.start("write my notes file", AutonomyLevel::Supervised);
+    let (turn_id, token) = waiting(&mut rx).await;
+    drop(rx);
+    let current = format!("\"version\":{}", metnos_planner::turn::CHECKPOINT_VERSION);
+    let newer = format!(
+        "\"version\":{}",
+        metnos_planner::turn::CHECKPOINT_VERSION + 1
+    );
+    let set_version = async |from: &str, to: &str| {
+        h.db.execute(
+            Statement::new(
+                "UPDATE turns SET checkpoint = REPLACE(checkpoint, $1, $2) WHERE turn_id = $3",
+            )
+            .bind(from.to_owned())
+            .bind(to.to_owned())
+            .bind(turn_id.clone()),
+        )
+        .await
+        .unwrap()
+    };
+    set_version(&current, &newer).await;
+    let found = h.planner.store().get(&turn_id).await.unwrap().unwrap();
+    assert!(h.planner.cancel_turn(&found).await.unwrap());
+    assert!(
+        h.filters
+            .with(|s| s.cancelled.iter().any(|(t, _)| *t == token)),
+        "its card was withdrawn at once"
+    );
+    assert_eq!(state_of(&h.planner, &turn_id).await, State::Suspended);
+    set_version(&newer, &current).await;
+    let found = h.planner.store().get(&turn_id).await.unwrap().unwrap();
+    h.planner.cancel_turn(&found).await.unwrap();
+    until_finished(&h.planner, &turn_id).await;
+    assert!(h.runs().is_empty());
+    assert_eq!(h.records()[0]["final_kind"], "cancelled");
+}
+
 #[tokio::test]
 async fn a_turn_a_sweep_resumed_shows_its_next_card_and_its_answer_to_its_person() {
     let h = Harness::local().await;

@@ -285,9 +285,14 @@ impl Planner {
         let expired = found.lease_until < now_ms();
         let takeable =
             found.state == State::Suspended || (found.state == State::Resuming && expired);
-        if takeable {
-            let mut checkpoint = serde_json::from_str::<Checkpoint>(&found.checkpoint)
-                .map_err(crate::error::Error::UnreadableCheckpoint)?;
+        // One stored by a newer planner is ended by a planner of its version, which sees
+        // the flag: its card is withdrawn below all the same.
+        let readable = match Checkpoint::read(&found.checkpoint) {
+            Err(crate::turn::CheckpointError::Newer(_)) => None,
+            read => Some(read),
+        };
+        if let (true, Some(read)) = (takeable, readable) {
+            let mut checkpoint = read?;
             let token = found.approval_token.as_deref().unwrap_or_default();
             if store
                 .claim_suspended_at(turn_id, Some(token), now_ms())
@@ -329,8 +334,8 @@ impl Planner {
         let mut stopped = 0;
         for turn in &turns {
             // A checkpoint that cannot be read may hold a thread too.
-            let carries = serde_json::from_str::<Checkpoint>(&turn.checkpoint)
-                .map_or(true, |cp| cp.thread_id.is_some());
+            let carries =
+                Checkpoint::read(&turn.checkpoint).map_or(true, |cp| cp.thread_id.is_some());
             if !carries {
                 continue;
             }
@@ -384,6 +389,7 @@ impl Planner {
             })
         });
         Checkpoint {
+            version: crate::turn::CHECKPOINT_VERSION,
             turn_id: metnos_kit::random::hex(16),
             person: request.principal.clone(),
             level: request.level,

@@ -19,7 +19,7 @@ use crate::filters::Filters;
 use crate::store::Store;
 use crate::turn::flow::Sink;
 use crate::turn::record::Records;
-use crate::turn::{Checkpoint, FinalKind};
+use crate::turn::{Checkpoint, CheckpointError, FinalKind};
 use crate::turnlog::TurnLog;
 
 /// The record of a turn ended with an error when its checkpoint cannot be read: who, why,
@@ -154,12 +154,17 @@ impl Recovery {
         };
         let mut taken = 0;
         for found in turns {
-            let Ok(cp) = serde_json::from_str::<Checkpoint>(&found.checkpoint) else {
-                // Nothing can resume it: ended, so it neither waits forever nor keeps the
-                // sweep's place from the turns after it.
-                tracing::error!(turn_id = %found.turn_id, "a suspended turn's checkpoint cannot be read; it is closed");
-                self.close_unreadable(&found).await;
-                continue;
+            let cp = match Checkpoint::read(&found.checkpoint) {
+                Ok(cp) => cp,
+                // A replica of its version takes it (a rolling upgrade).
+                Err(CheckpointError::Newer(_)) => continue,
+                Err(CheckpointError::Unreadable(_)) => {
+                    // Nothing can resume it: ended, so it neither waits forever nor keeps
+                    // the sweep's place from the turns after it.
+                    tracing::error!(turn_id = %found.turn_id, "a suspended turn's checkpoint cannot be read; it is closed");
+                    self.close_unreadable(&found).await;
+                    continue;
+                }
             };
             let Some(pending) = &cp.pending else {
                 continue;
@@ -241,9 +246,13 @@ impl Recovery {
             .await
             .unwrap_or_default();
         for found in waiting {
-            let Ok(cp) = serde_json::from_str::<Checkpoint>(&found.checkpoint) else {
-                self.close_unreadable(&found).await;
-                continue;
+            let cp = match Checkpoint::read(&found.checkpoint) {
+                Ok(cp) => cp,
+                Err(CheckpointError::Newer(_)) => continue,
+                Err(CheckpointError::Unreadable(_)) => {
+                    self.close_unreadable(&found).await;
+                    continue;
+                }
             };
             let Some(pending) = &cp.pending else {
                 continue;
@@ -340,7 +349,7 @@ impl Recovery {
         tell: bool,
     ) -> bool {
         const REASON: &str = "interrupted: the planner stopped while the turn ran";
-        let checkpoint = serde_json::from_str::<Checkpoint>(&turn.checkpoint).ok();
+        let checkpoint = Checkpoint::read(&turn.checkpoint).ok();
         let record = match &checkpoint {
             Some(cp) => self.records().record(cp, FinalKind::Error, Some(REASON)),
             None => bare_record(turn, REASON),

@@ -349,9 +349,18 @@ pub fn schema_keys(schema: &Value) -> Vec<String> {
         .unwrap_or_default()
 }
 
+/// The checkpoint format this planner writes. A checkpoint of a newer one is left to a
+/// replica that knows it (during a rolling upgrade): going on with it here would drop what
+/// this one does not know — a thread's earlier answers and their sources, for one.
+/// Raise it whenever a field is added that a turn cannot safely go on without.
+pub const CHECKPOINT_VERSION: u32 = 1;
+
 /// Everything a turn needs to go on, on any replica.
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
 pub struct Checkpoint {
+    /// Its format ([`CHECKPOINT_VERSION`]); none in one written before there was one.
+    #[serde(default = "checkpoint_version")]
+    pub version: u32,
     pub turn_id: String,
     /// Whose turn it is (stored as `channel` and `sender_id` beside the other fields, and
     /// checked again when read back).
@@ -418,7 +427,43 @@ pub struct Checkpoint {
     pub index: crate::turn::taint::Index,
 }
 
+fn checkpoint_version() -> u32 {
+    0
+}
+
+/// Why a stored checkpoint cannot be gone on with here.
+#[derive(Debug, thiserror::Error)]
+pub enum CheckpointError {
+    #[error("the turn's checkpoint is unreadable: {0}")]
+    Unreadable(#[from] serde_json::Error),
+    /// Written by a newer planner: left to one of its version.
+    #[error("the turn's checkpoint is of a newer planner (version {0})")]
+    Newer(u32),
+}
+
+impl From<CheckpointError> for crate::error::Error {
+    fn from(e: CheckpointError) -> Self {
+        match e {
+            CheckpointError::Unreadable(e) => crate::error::Error::UnreadableCheckpoint(e),
+            CheckpointError::Newer(v) => crate::error::Error::NewerCheckpoint(v),
+        }
+    }
+}
+
 impl Checkpoint {
+    /// A stored checkpoint, if this planner can go on with it.
+    pub fn read(text: &str) -> Result<Checkpoint, CheckpointError> {
+        #[derive(Deserialize)]
+        struct Version {
+            #[serde(default)]
+            version: u32,
+        }
+        let Version { version } = serde_json::from_str(text)?;
+        if version > CHECKPOINT_VERSION {
+            return Err(CheckpointError::Newer(version));
+        }
+        Ok(serde_json::from_str(text)?)
+    }
     /// Whether the turn has read anything from the world (a page, a file, a command's
     /// output) so far.
     ///
