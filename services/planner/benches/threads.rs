@@ -143,7 +143,13 @@ fn memory_bench(c: &mut Criterion) {
             })
             .await
             .unwrap();
-            MemoryStore::new(db, 1_000_000)
+            // Indexed as a planner does entries it finds without words when it starts.
+            let memories = MemoryStore::new(db, 1_000_000);
+            assert_eq!(
+                memories.index_missing().await.unwrap(),
+                10_000 + entries as u64
+            );
+            memories
         });
         group.bench_function(entries.to_string(), |b| {
             b.iter(|| {

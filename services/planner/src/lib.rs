@@ -333,6 +333,14 @@ fn keep_leases(
         }
         freeing.sweep_leases().await;
     });
+    let indexing = Arc::clone(planner);
+    background.spawn("memory index", async move {
+        match indexing.memories().index_missing().await {
+            Ok(0) => {}
+            Ok(n) => tracing::info!(entries = n, "memory entries indexed for search"),
+            Err(e) => tracing::warn!(error = %e, "cannot index the memory's entries for search"),
+        }
+    });
     let sweeping = Arc::clone(planner);
     background.every("lease sweep", lease.min(sweep_every), move || {
         let planner = Arc::clone(&sweeping);

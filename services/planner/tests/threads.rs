@@ -603,6 +603,40 @@ async fn memories_are_ranked_alike_kept_apart_capped_and_forgotten(test: TestSto
             .unwrap();
     }
     assert_eq!(memories.count(&ada()).await.unwrap(), (1, 1));
+    // An entry written without the search index (by an older planner, or by hand) is
+    // found once the planner indexes what it lacks (as it does when it starts); the
+    // index of one deleted goes with it.
+    db.execute(
+        metnos_kit::store::sql::Statement::new(
+            "INSERT INTO memories (id, channel, sender_id, text, labels, turn_id, saved_at, used_at) \
+             VALUES ('m-old', 'telegram', '4343', 'Passport renewal due in August', '[]', 't0', 1, 1)",
+        ),
+    )
+    .await
+    .unwrap();
+    let missing = memories.index_missing().await.unwrap();
+    assert_eq!(missing, u64::from(matches!(test, TestStore::Sqlite(_))));
+    assert_eq!(memories.index_missing().await.unwrap(), 0, "once");
+    let found = memories
+        .search(&bob(), "passport", 10, 9_500)
+        .await
+        .unwrap();
+    assert_eq!(texts(&found), ["Passport renewal due in August"]);
+    assert!(
+        memories
+            .search(&ada(), "passport", 10, 9_500)
+            .await
+            .unwrap()
+            .is_empty()
+    );
+    memories.forget(&bob(), "m-old").await.unwrap();
+    assert!(
+        memories
+            .search(&bob(), "passport", 10, 9_500)
+            .await
+            .unwrap()
+            .is_empty()
+    );
     // Forgetting her conversations with her memory takes both at once; Bob's stay.
     let forgotten = ThreadStore::new(db)
         .forget(&ada(), 10_000, true)

@@ -66,6 +66,11 @@ const SQLITE: &[EmbeddedMigration] = &[
         description: "thread choice",
         sql: include_str!("../../migrations/sqlite/0011_thread_choice.sql"),
     },
+    EmbeddedMigration {
+        version: 12,
+        description: "memory words",
+        sql: include_str!("../../migrations/sqlite/0012_memory_words.sql"),
+    },
 ];
 const POSTGRES: &[EmbeddedMigration] = &[
     EmbeddedMigration {
@@ -122,6 +127,11 @@ const POSTGRES: &[EmbeddedMigration] = &[
         version: 11,
         description: "thread choice",
         sql: include_str!("../../migrations/postgres/0011_thread_choice.sql"),
+    },
+    EmbeddedMigration {
+        version: 12,
+        description: "memory words",
+        sql: include_str!("../../migrations/postgres/0012_memory_words.sql"),
     },
 ];
 

@@ -359,7 +359,7 @@ pub const CHECKPOINT_VERSION: u32 = 1;
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
 pub struct Checkpoint {
     /// Its format ([`CHECKPOINT_VERSION`]); none in one written before there was one.
-    #[serde(default = "checkpoint_version")]
+    #[serde(default, skip_serializing_if = "unversioned")]
     pub version: u32,
     pub turn_id: String,
     /// Whose turn it is (stored as `channel` and `sender_id` beside the other fields, and
@@ -427,8 +427,9 @@ pub struct Checkpoint {
     pub index: crate::turn::taint::Index,
 }
 
-fn checkpoint_version() -> u32 {
-    0
+/// A checkpoint written before there was a version reads and writes as it was.
+fn unversioned(version: &u32) -> bool {
+    *version == 0
 }
 
 /// Why a stored checkpoint cannot be gone on with here.
@@ -634,6 +635,19 @@ mod tests {
             Some(ApprovalDecision::Expired)
         );
         assert_eq!(serde_json::to_value(&cp).unwrap(), stored);
+        // It has no version: this planner goes on with it; one of a newer planner's is
+        // left alone, and so, naming what is wrong, is one that is no checkpoint.
+        assert_eq!(Checkpoint::read(&stored.to_string()).unwrap(), cp);
+        let mut newer = stored.clone();
+        newer["version"] = json!(CHECKPOINT_VERSION + 1);
+        assert!(matches!(
+            Checkpoint::read(&newer.to_string()),
+            Err(CheckpointError::Newer(v)) if v == CHECKPOINT_VERSION + 1
+        ));
+        assert!(matches!(
+            Checkpoint::read("{\"turn_id\": 1}"),
+            Err(CheckpointError::Unreadable(_))
+        ));
     }
 
     /// Review of issue 38: `cat private.txt missing` prints the file and fails; a failed
