@@ -82,6 +82,16 @@ async fn a_thread_goes_on_until_silence_or_new_and_is_its_person_s_alone(test: T
         (first.id.as_str(), 2_000)
     );
     assert_eq!(again.opening, None);
+    // Going on with it moves its last exchange (the idle time counts from there).
+    threads
+        .append(&again, &said("t1b", "and in Rome?", "10:00 too"), 2_500)
+        .await
+        .unwrap();
+    let still = threads.current(&ada(), 2_500 + IDLE, IDLE).await.unwrap();
+    assert_eq!(
+        (still.id.as_str(), still.last_at),
+        (first.id.as_str(), 2_500)
+    );
     // Another person, another channel: their own threads.
     let bobs = threads.current(&bob(), 3_000, IDLE).await.unwrap();
     assert_ne!(bobs.id, first.id);
@@ -113,11 +123,11 @@ async fn a_thread_goes_on_until_silence_or_new_and_is_its_person_s_alone(test: T
     );
     assert_eq!(
         messages(&threads.recent(&ada(), &first.id, 10).await.unwrap()),
-        ["what time is it?"]
+        ["what time is it?", "and in Rome?"]
     );
     // Silence longer than the idle time: a new thread.
     let later = threads
-        .current(&ada(), 2_000 + IDLE + 1, IDLE)
+        .current(&ada(), 2_500 + IDLE + 1, IDLE)
         .await
         .unwrap();
     assert_ne!(later.id, first.id);

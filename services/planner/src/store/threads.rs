@@ -290,6 +290,9 @@ impl ThreadStore {
         now_ms: i64,
     ) -> Result<Option<String>, ThreadError> {
         exchange.check()?;
+        if let metnos_kit::store::Pool::Sqlite(_) = self.db.pool() {
+            return self.append_at_once(thread, exchange, now_ms).await;
+        }
         let key = person_key(&thread.person);
         self.db
             .locked_tx(&key, async |tx| {
@@ -320,6 +323,54 @@ impl ThreadStore {
                 Ok(Finish::Commit(Some(id)))
             })
             .await
+    }
+
+    /// [`ThreadStore::append`] on SQLite, in one round trip to its connection: three
+    /// statements, each atomic on its own (SQLite has one writer), and right in any order
+    /// another writer may come between them — a thread opened but not written to is an
+    /// empty conversation, and forgetting removes what it finds either way.
+    async fn append_at_once(
+        &self,
+        thread: &Thread,
+        exchange: &NewExchange,
+        now_ms: i64,
+    ) -> Result<Option<String>, ThreadError> {
+        let labels = serde_json::to_string(&exchange.labels).unwrap_or_else(|_| "[]".into());
+        let steps = serde_json::to_string(&exchange.steps).unwrap_or_else(|_| "[]".into());
+        // All of it read: every statement runs (a first row taken alone may stop the rest).
+        let written = self
+            .db
+            .fetch_all(
+                Statement::new(APPEND_AT_ONCE)
+                    .bind(thread.id.clone())
+                    .bind(thread.person.channel().to_owned())
+                    .bind(thread.person.sender_id().to_owned())
+                    .bind(thread.started_at)
+                    .bind(now_ms)
+                    .bind(i64::from(thread.opening.is_some_and(|o| o.close_others)))
+                    .bind(exchange.turn_id.clone())
+                    .bind(exchange.message.clone())
+                    .bind(exchange.answer.clone())
+                    .bind(labels)
+                    .bind(i64::from(thread.opening.is_some()))
+                    .bind(steps)
+                    .bind(i64::from(exchange.forwarded)),
+            )
+            .await?;
+        if let Some(row) = written.first() {
+            return Ok(Some(row.get("thread_id")?));
+        }
+        let before = self
+            .db
+            .fetch_optional(
+                Statement::new("SELECT seq FROM exchanges WHERE turn_id = $1")
+                    .bind(exchange.turn_id.clone()),
+            )
+            .await?;
+        match before {
+            Some(_) => Ok(None),
+            None => Err(ThreadError::NoSuchThread),
+        }
     }
 
     /// The newest `limit` exchanges of `person`'s thread `thread_id` (at most
@@ -542,6 +593,32 @@ fn opening(person: &Principal, now_ms: i64, close_others: bool) -> Thread {
         opening: Some(Opening { close_others }),
     }
 }
+
+/// [`ThreadStore::append_at_once`]: `$1` the thread, `$2` `$3` its person, `$4` when it
+/// was decided on, `$5` now, `$6` `/new`, `$7` the turn, `$8`–`$10` the message, answer and
+/// labels, `$11` whether the thread is to be opened, `$12` the steps, `$13` forwarded. As
+/// [`open_in`], [`insert_exchange`] and the `last_at` update do in a transaction: the
+/// thread opened (unless the person forgot since, or — not `/new` — another thread of
+/// theirs was written to since); the exchange written at the end of that one or of this;
+/// the thread's `last_at` moved to it. The exchange's thread comes back when it was
+/// written.
+const APPEND_AT_ONCE: &str = "\
+    INSERT INTO threads (id, channel, sender_id, started_at, last_at, chosen_at) \
+    SELECT $1, $2, $3, $4, $5, $5 WHERE $11 = 1 \
+    AND NOT EXISTS (SELECT 1 FROM thread_forgets WHERE channel = $2 AND sender_id = $3 AND at >= $4) \
+    AND ($6 = 1 OR NOT EXISTS (SELECT 1 FROM threads \
+    WHERE channel = $2 AND sender_id = $3 AND last_at >= $4)) \
+    ON CONFLICT (id) DO NOTHING; \
+    INSERT INTO exchanges (thread_id, seq, turn_id, at, message, answer, labels, steps, forwarded) \
+    SELECT t.id, COALESCE((SELECT MAX(e.seq) FROM exchanges e WHERE e.thread_id = t.id), 0) + 1, \
+    $7, $5, $8, $9, $10, $12, $13 FROM threads t \
+    WHERE t.channel = $2 AND t.sender_id = $3 AND (t.id = $1 OR ($11 = 1 AND $6 = 0 \
+    AND t.last_at >= $4 AND NOT EXISTS (SELECT 1 FROM thread_forgets \
+    WHERE channel = $2 AND sender_id = $3 AND at >= $4))) \
+    ORDER BY t.chosen_at DESC, t.last_at DESC LIMIT 1 \
+    ON CONFLICT (turn_id) DO NOTHING RETURNING thread_id; \
+    UPDATE threads SET last_at = $5 \
+    WHERE id = (SELECT thread_id FROM exchanges WHERE turn_id = $7 AND at = $5) AND last_at < $5";
 
 /// Opens `thread` inside the transaction that holds its person's threads, as `opening`
 /// says: the id the exchange goes to, and whether this wrote the thread (its `last_at` is
