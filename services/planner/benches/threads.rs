@@ -8,6 +8,8 @@
 //!   message of about 120 bytes and an answer of about 600, two step lines each) among ten
 //!   people's threads; what a turn sees within the default budget of 6,000 tokens, read
 //!   newest first (one page of 64).
+//! - `threads/append/new_thread`: a turn's exchange written in a new thread of its person
+//!   (`/new`), in the store above; eight people taking turns.
 //! - `memory/search/10000` and `…/100000`: SQLite, one person's memory of that many entries
 //!   (eight words each from a vocabulary of 500, so each word is in about 1.6 % of them)
 //!   beside another person's 10,000; a two-word search for the best five, each found
@@ -84,6 +86,25 @@ fn bench(c: &mut Criterion) {
                 let seen = threads.history(&ada, &thread.id, 6_000).await.unwrap();
                 assert!(seen.older_left_out && !seen.exchanges.is_empty());
                 seen
+            })
+        });
+    });
+    group.finish();
+    // A turn's exchange written in a new thread of its person (`/new`: the thread opened
+    // with it), in the same store.
+    let mut group = c.benchmark_group("threads/append");
+    let mut turn = 10_000usize;
+    group.bench_function("new_thread", |b| {
+        b.iter(|| {
+            turn += 1;
+            let person = Principal::new("cli", &format!("bench{}", turn % 8)).unwrap();
+            runtime.block_on(async {
+                let thread = threads.start_new(&person, 1_000_000 + turn as i64);
+                let written = threads
+                    .append(&thread, &exchange(turn), 1_000_000 + turn as i64)
+                    .await
+                    .unwrap();
+                assert!(written.is_some());
             })
         });
     });

@@ -1483,9 +1483,12 @@ async fn a_cancel_through_an_older_planner_still_ends_a_newer_planner_s_turn() {
     use metnos_kit::store::sql::Statement;
     let h = Harness::local().await;
     approvals_required(&h);
-    let mut rx = h.start("write my notes file", AutonomyLevel::Supervised);
-    let (turn_id, token) = waiting(&mut rx).await;
-    drop(rx);
+    // Nothing runs it here: its replica was killed, and the one that starts again finds
+    // it suspended.
+    let a = h.replica("a", 60_000);
+    let (turn_id, token) = resumed_then_killed(&a).await;
+    let a2 = h.replica("a", 300);
+    assert_eq!(a2.store().expire_previous_runs().await.unwrap(), 1);
     let current = format!("\"version\":{}", metnos_planner::turn::CHECKPOINT_VERSION);
     let newer = format!(
         "\"version\":{}",
@@ -1504,18 +1507,22 @@ async fn a_cancel_through_an_older_planner_still_ends_a_newer_planner_s_turn() {
         .unwrap()
     };
     set_version(&current, &newer).await;
-    let found = h.planner.store().get(&turn_id).await.unwrap().unwrap();
-    assert!(h.planner.cancel_turn(&found).await.unwrap());
+    let found = a2.store().get(&turn_id).await.unwrap().unwrap();
+    assert!(a2.cancel_turn(&found).await.unwrap());
     assert!(
         h.filters
             .with(|s| s.cancelled.iter().any(|(t, _)| *t == token)),
         "its card was withdrawn at once"
     );
-    assert_eq!(state_of(&h.planner, &turn_id).await, State::Suspended);
+    assert_ne!(
+        state_of(&a2, &turn_id).await,
+        State::Finished,
+        "left to a planner of its version"
+    );
     set_version(&newer, &current).await;
-    let found = h.planner.store().get(&turn_id).await.unwrap().unwrap();
-    h.planner.cancel_turn(&found).await.unwrap();
-    until_finished(&h.planner, &turn_id).await;
+    let found = a2.store().get(&turn_id).await.unwrap().unwrap();
+    a2.cancel_turn(&found).await.unwrap();
+    until_finished(&a2, &turn_id).await;
     assert!(h.runs().is_empty());
     assert_eq!(h.records()[0]["final_kind"], "cancelled");
 }

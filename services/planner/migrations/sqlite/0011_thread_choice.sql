@@ -6,6 +6,11 @@ ALTER TABLE threads ADD COLUMN chosen_at BIGINT NOT NULL DEFAULT 0;
 UPDATE threads SET chosen_at = CASE WHEN closed = 0 THEN last_at ELSE 0 END;
 ALTER TABLE threads DROP COLUMN closed;
 CREATE INDEX threads_chosen ON threads (channel, sender_id, chosen_at);
+-- Every index is written with each new thread: the person's threads by last_at and all of
+-- them by last_at go (the current one is found by chosen_at; the daily retention reads
+-- the table through once).
+DROP INDEX threads_person;
+DROP INDEX threads_last_at;
 -- When each person last had their conversations forgotten: a turn that began before
 -- opens no thread of theirs after it.
 CREATE TABLE thread_forgets (

@@ -325,10 +325,9 @@ impl ThreadStore {
             .await
     }
 
-    /// [`ThreadStore::append`] on SQLite, in one round trip to its connection: three
-    /// statements, each atomic on its own (SQLite has one writer), and right in any order
-    /// another writer may come between them — a thread opened but not written to is an
-    /// empty conversation, and forgetting removes what it finds either way.
+    /// [`ThreadStore::append`] on SQLite: its three statements in one round trip to the
+    /// connection, in one transaction (one commit: what a write costs here is mostly its
+    /// commit).
     async fn append_at_once(
         &self,
         thread: &Thread,
@@ -337,40 +336,39 @@ impl ThreadStore {
     ) -> Result<Option<String>, ThreadError> {
         let labels = serde_json::to_string(&exchange.labels).unwrap_or_else(|_| "[]".into());
         let steps = serde_json::to_string(&exchange.steps).unwrap_or_else(|_| "[]".into());
-        // All of it read: every statement runs (a first row taken alone may stop the rest).
-        let written = self
-            .db
-            .fetch_all(
-                Statement::new(APPEND_AT_ONCE)
-                    .bind(thread.id.clone())
-                    .bind(thread.person.channel().to_owned())
-                    .bind(thread.person.sender_id().to_owned())
-                    .bind(thread.started_at)
-                    .bind(now_ms)
-                    .bind(i64::from(thread.opening.is_some_and(|o| o.close_others)))
-                    .bind(exchange.turn_id.clone())
-                    .bind(exchange.message.clone())
-                    .bind(exchange.answer.clone())
-                    .bind(labels)
-                    .bind(i64::from(thread.opening.is_some()))
-                    .bind(steps)
-                    .bind(i64::from(exchange.forwarded)),
-            )
-            .await?;
-        if let Some(row) = written.first() {
-            return Ok(Some(row.get("thread_id")?));
-        }
-        let before = self
-            .db
-            .fetch_optional(
-                Statement::new("SELECT seq FROM exchanges WHERE turn_id = $1")
-                    .bind(exchange.turn_id.clone()),
-            )
-            .await?;
-        match before {
-            Some(_) => Ok(None),
-            None => Err(ThreadError::NoSuchThread),
-        }
+        let statement = Statement::new(APPEND_AT_ONCE)
+            .bind(thread.id.clone())
+            .bind(thread.person.channel().to_owned())
+            .bind(thread.person.sender_id().to_owned())
+            .bind(thread.started_at)
+            .bind(now_ms)
+            .bind(i64::from(thread.opening.is_some_and(|o| o.close_others)))
+            .bind(exchange.turn_id.clone())
+            .bind(exchange.message.clone())
+            .bind(exchange.answer.clone())
+            .bind(labels)
+            .bind(i64::from(thread.opening.is_some()))
+            .bind(steps)
+            .bind(i64::from(exchange.forwarded));
+        self.db
+            .locked_tx(&person_key(&thread.person), async |tx| {
+                // All of it read: every statement runs (a first row taken alone may stop
+                // the rest).
+                if let Some(row) = tx.fetch_all(statement).await?.first() {
+                    return Ok(Finish::Commit(Some(row.get("thread_id")?)));
+                }
+                let before = tx
+                    .fetch_optional(
+                        Statement::new("SELECT seq FROM exchanges WHERE turn_id = $1")
+                            .bind(exchange.turn_id.clone()),
+                    )
+                    .await?;
+                match before {
+                    Some(_) => Ok(Finish::Rollback(None)),
+                    None => Err(ThreadError::NoSuchThread),
+                }
+            })
+            .await
     }
 
     /// The newest `limit` exchanges of `person`'s thread `thread_id` (at most
@@ -612,10 +610,12 @@ const APPEND_AT_ONCE: &str = "\
     INSERT INTO exchanges (thread_id, seq, turn_id, at, message, answer, labels, steps, forwarded) \
     SELECT t.id, COALESCE((SELECT MAX(e.seq) FROM exchanges e WHERE e.thread_id = t.id), 0) + 1, \
     $7, $5, $8, $9, $10, $12, $13 FROM threads t \
-    WHERE t.channel = $2 AND t.sender_id = $3 AND (t.id = $1 OR ($11 = 1 AND $6 = 0 \
-    AND t.last_at >= $4 AND NOT EXISTS (SELECT 1 FROM thread_forgets \
-    WHERE channel = $2 AND sender_id = $3 AND at >= $4))) \
-    ORDER BY t.chosen_at DESC, t.last_at DESC LIMIT 1 \
+    WHERE t.channel = $2 AND t.sender_id = $3 AND t.id = COALESCE( \
+    (SELECT id FROM threads WHERE id = $1 AND channel = $2 AND sender_id = $3), \
+    (SELECT id FROM threads WHERE $11 = 1 AND $6 = 0 AND channel = $2 AND sender_id = $3 \
+    AND last_at >= $4 AND NOT EXISTS (SELECT 1 FROM thread_forgets \
+    WHERE channel = $2 AND sender_id = $3 AND at >= $4) \
+    ORDER BY chosen_at DESC, last_at DESC LIMIT 1)) \
     ON CONFLICT (turn_id) DO NOTHING RETURNING thread_id; \
     UPDATE threads SET last_at = $5 \
     WHERE id = (SELECT thread_id FROM exchanges WHERE turn_id = $7 AND at = $5) AND last_at < $5";
