@@ -103,11 +103,12 @@ pub async fn forget_conversations(
     memory: bool,
 ) -> Result<Response<pb::ForgetConversationsResponse>, Status> {
     let threads = crate::store::threads::ThreadStore::new(planner.store().db().clone());
+    let forgot_at = now_ms();
     let forgotten = threads
-        .forget(person, now_ms(), memory)
+        .forget(person, forgot_at, memory)
         .await
         .map_err(Error::from)?;
-    let stopped = planner.cancel_threaded(person).await;
+    let stopped = planner.cancel_threaded(person, forgot_at).await;
     tracing::info!(principal = %person, exchanges = forgotten.exchanges, memories = forgotten.memories, stopped, "a person's conversations were erased");
     let record = forgotten_record(person, caller, forgotten, memory, stopped);
     turn_log.append(&record, now_ms());

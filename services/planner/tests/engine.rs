@@ -2183,9 +2183,10 @@ async fn forgetting_stops_the_waiting_turn_that_holds_the_conversation() {
     );
     let ada = Principal::new("telegram", "42").unwrap();
     let threads = ThreadStore::new(h.db.clone());
-    let forgotten = threads.forget(&ada, now(), false).await.unwrap();
+    let forgot_at = now();
+    let forgotten = threads.forget(&ada, forgot_at, false).await.unwrap();
     assert_eq!(forgotten.exchanges, 1);
-    assert_eq!(h.planner.cancel_threaded(&ada).await, 1);
+    assert_eq!(h.planner.cancel_threaded(&ada, forgot_at).await, 1);
     let (_, finished) = to_end(&mut rx).await;
     assert_eq!(kind(&finished), pb::FinalKind::Cancelled);
     assert!(
@@ -2206,6 +2207,62 @@ async fn forgetting_stops_the_waiting_turn_that_holds_the_conversation() {
     // Its end wrote nothing back: no thread of theirs is kept.
     let thread = threads.current(&ada, now(), 3_600_000).await.unwrap();
     assert!(thread.opening.is_some(), "{thread:?}");
+}
+
+/// Review of issue 40: a message whose turn read its thread just before the person
+/// forgot it (before the turn was stored, where forgetting stops turns) does not go on
+/// with what it read: it stops, saying why, and the LLM never sees the forgotten words.
+#[tokio::test]
+async fn a_turn_that_read_its_thread_just_before_a_forget_does_not_go_on() {
+    use metnos_planner::store::threads::ThreadStore;
+    let h = Harness::local().await;
+    h.llm.answer("Noted: locker 4417.");
+    let mut rx = h
+        .start_threaded("42", "my locker is 4417", Threading::Continue)
+        .await;
+    to_end(&mut rx).await;
+    let asked = h.llm.asked.lock().unwrap().len();
+    let request = TurnRequest {
+        principal: Principal::new("telegram", "42").unwrap(),
+        level: AutonomyLevel::Supervised,
+        query: "what is my locker?".to_owned(),
+        language: None,
+        mode: None,
+        forwarded: false,
+        thread: Threading::Continue,
+    };
+    let mut checkpoint = h.planner.start(&request);
+    h.planner
+        .attach_thread(&mut checkpoint, &request.thread)
+        .await;
+    assert!(
+        serde_json::to_string(&checkpoint).unwrap().contains("4417"),
+        "it read the thread"
+    );
+    let ada = Principal::new("telegram", "42").unwrap();
+    ThreadStore::new(h.db.clone())
+        .forget(&ada, now(), false)
+        .await
+        .unwrap();
+    h.llm.answer("Your locker is 4417.");
+    let (tx, mut rx) = mpsc::channel(64);
+    tokio::spawn(Arc::clone(&h.planner).run(checkpoint, tx));
+    let (_, finished) = to_end(&mut rx).await;
+    assert_eq!(kind(&finished), pb::FinalKind::Cancelled);
+    assert!(finished.text.contains("forgotten"), "{}", finished.text);
+    assert_eq!(
+        h.llm.asked.lock().unwrap().len(),
+        asked,
+        "the LLM was not asked"
+    );
+    let turn = h
+        .planner
+        .store()
+        .get(&finished.turn_id)
+        .await
+        .unwrap()
+        .unwrap();
+    assert!(!turn.checkpoint.contains("4417"));
 }
 
 /// The summary calls the LLM was asked (their prompt is the summary's own).

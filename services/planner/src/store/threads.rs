@@ -486,6 +486,27 @@ impl ThreadStore {
             .await?)
     }
 
+    /// Whether `person` forgot their conversations at `since_ms` or later (a turn that
+    /// began then must not go on with what it read of them).
+    pub async fn forgotten_since(
+        &self,
+        person: &Principal,
+        since_ms: i64,
+    ) -> Result<bool, ThreadError> {
+        Ok(self
+            .db
+            .fetch_optional(
+                Statement::new(
+                    "SELECT at FROM thread_forgets WHERE channel = $1 AND sender_id = $2 AND at >= $3",
+                )
+                .bind(person.channel().to_owned())
+                .bind(person.sender_id().to_owned())
+                .bind(since_ms),
+            )
+            .await?
+            .is_some())
+    }
+
     /// Removes the threads silent since before `before_ms` (the retention): how many
     /// exchanges went.
     pub async fn prune(&self, before_ms: i64) -> Result<u64, ThreadError> {
@@ -551,7 +572,8 @@ async fn forget_in(
     tx.execute(
         Statement::new(
             "INSERT INTO thread_forgets (channel, sender_id, at) VALUES ($1, $2, $3) \
-             ON CONFLICT (channel, sender_id) DO UPDATE SET at = excluded.at",
+             ON CONFLICT (channel, sender_id) DO UPDATE SET at = CASE \
+             WHEN excluded.at > thread_forgets.at THEN excluded.at ELSE thread_forgets.at END",
         )
         .bind(channel)
         .bind(sender)

@@ -319,7 +319,7 @@ impl Planner {
     /// Cancels `person`'s unfinished turns that carry a thread (see
     /// [`Planner::cancel_turn`]): their conversation was forgotten, and a waiting turn's
     /// checkpoint holds its words. How many were; one that cannot be is said in the log.
-    pub async fn cancel_threaded(&self, person: &metnos_core::Principal) -> usize {
+    pub async fn cancel_threaded(&self, person: &metnos_core::Principal, forgot_at: i64) -> usize {
         let turns = match self
             .store
             .unfinished_of(person.channel(), person.sender_id())
@@ -334,8 +334,10 @@ impl Planner {
         let mut stopped = 0;
         for turn in &turns {
             // A checkpoint that cannot be read may hold a thread too.
-            let carries =
-                Checkpoint::read(&turn.checkpoint).map_or(true, |cp| cp.thread_id.is_some());
+            // (One begun after the forget reads only what is kept since.)
+            let carries = Checkpoint::read(&turn.checkpoint).map_or(true, |cp| {
+                cp.thread_id.is_some() && cp.started_ms < forgot_at
+            });
             if !carries {
                 continue;
             }
@@ -520,10 +522,33 @@ impl Planner {
                 model: model_of(&self.llm, cp.tier),
             };
             emit(&sink, pb::turn_event::Event::Started(started)).await;
+            if self.forgotten_meanwhile(&cp).await {
+                let text = "your conversations were forgotten as this message arrived, so it was not answered: send it again";
+                let ended = finish(FinalKind::Cancelled, text);
+                self.stages().records.close(&mut cp, &sink, ended).await;
+                return;
+            }
             self.drive(&mut cp, &sink, cancel, false).await;
         }
         .instrument(span)
         .await;
+    }
+
+    /// Whether the person forgot their conversations after this turn began, once it read
+    /// its thread and before it was stored (where forgetting would have stopped it): it
+    /// must not go on with what it read. A store that cannot say counts as yes.
+    async fn forgotten_meanwhile(&self, cp: &Checkpoint) -> bool {
+        if cp.thread_id.is_none() {
+            return false;
+        }
+        let threads = ThreadStore::new(self.store.db().clone());
+        match threads.forgotten_since(&cp.person, cp.started_ms).await {
+            Ok(forgotten) => forgotten,
+            Err(e) => {
+                tracing::warn!(turn_id = %cp.turn_id, error = %e, "cannot tell whether the person forgot their conversations; the turn stops");
+                true
+            }
+        }
     }
 
     /// Continues a claimed, suspended turn: applies the decision on its pending call.
