@@ -1429,36 +1429,47 @@ async fn a_replica_restarted_after_a_kill_resumes_a_turn_decided_while_it_was_do
     );
 }
 
+/// Which planner's checkpoint format a stored turn is made to carry.
+enum Format {
+    This,
+    Newer,
+}
+
+/// Rewrites `turn_id`'s stored checkpoint as `planner`'s (its version only): how many
+/// turns changed.
+async fn stored_by(h: &Harness, turn_id: &str, planner: Format) -> u64 {
+    use metnos_kit::store::sql::Statement;
+    use metnos_planner::turn::CHECKPOINT_VERSION;
+    let version = |v: u32| format!("\"version\":{v}");
+    let (this, newer) = (version(CHECKPOINT_VERSION), version(CHECKPOINT_VERSION + 1));
+    let (from, to) = match planner {
+        Format::Newer => (this, newer),
+        Format::This => (newer, this),
+    };
+    h.db.execute(
+        Statement::new(
+            "UPDATE turns SET checkpoint = REPLACE(checkpoint, $1, $2) WHERE turn_id = $3",
+        )
+        .bind(from)
+        .bind(to)
+        .bind(turn_id.to_owned()),
+    )
+    .await
+    .unwrap()
+}
+
 /// Review of issue 40 (rolling upgrades): a turn stored by a newer planner is left to a
 /// replica of its version: an older one neither resumes it (it would drop what it does
 /// not know, a thread's earlier answers among them) nor closes it as unreadable.
 #[tokio::test]
 async fn a_turn_stored_by_a_newer_planner_is_left_to_one_of_its_version() {
-    use metnos_kit::store::sql::Statement;
     let h = Harness::local().await;
     approvals_required(&h);
     let a = h.replica("a", 60_000);
     let (turn_id, token) = resumed_then_killed(&a).await;
     h.filters
         .decide(&token, approval::ApprovalStatus::Approved, None);
-    let current = format!("\"version\":{}", metnos_planner::turn::CHECKPOINT_VERSION);
-    let newer = format!(
-        "\"version\":{}",
-        metnos_planner::turn::CHECKPOINT_VERSION + 1
-    );
-    let set_version = async |from: &str, to: &str| {
-        h.db.execute(
-            Statement::new(
-                "UPDATE turns SET checkpoint = REPLACE(checkpoint, $1, $2) WHERE turn_id = $3",
-            )
-            .bind(from.to_owned())
-            .bind(to.to_owned())
-            .bind(turn_id.clone()),
-        )
-        .await
-        .unwrap()
-    };
-    assert_eq!(set_version(&current, &newer).await, 1);
+    assert_eq!(stored_by(&h, &turn_id, Format::Newer).await, 1);
     let a2 = h.replica("a", 300);
     assert_eq!(a2.store().expire_previous_runs().await.unwrap(), 1);
     assert_eq!(a2.sweep_leases().await, (0, 1, 0), "put back, not resumed");
@@ -1470,7 +1481,7 @@ async fn a_turn_stored_by_a_newer_planner_is_left_to_one_of_its_version() {
     );
     assert!(h.runs().is_empty());
     // A planner of its version takes it up.
-    set_version(&newer, &current).await;
+    stored_by(&h, &turn_id, Format::This).await;
     assert_eq!(a2.sweep_leases().await, (0, 0, 1));
     until_finished(&a2, &turn_id).await;
     assert_eq!(h.runs(), [r#"fs_write {"path":"~/a.txt","text":"hi"}"#]);
@@ -1480,7 +1491,6 @@ async fn a_turn_stored_by_a_newer_planner_is_left_to_one_of_its_version() {
 /// card is withdrawn at once, and the planner that takes the turn up ends it.
 #[tokio::test]
 async fn a_cancel_through_an_older_planner_still_ends_a_newer_planner_s_turn() {
-    use metnos_kit::store::sql::Statement;
     let h = Harness::local().await;
     approvals_required(&h);
     // Nothing runs it here: its replica was killed, and the one that starts again finds
@@ -1489,24 +1499,7 @@ async fn a_cancel_through_an_older_planner_still_ends_a_newer_planner_s_turn() {
     let (turn_id, token) = resumed_then_killed(&a).await;
     let a2 = h.replica("a", 300);
     assert_eq!(a2.store().expire_previous_runs().await.unwrap(), 1);
-    let current = format!("\"version\":{}", metnos_planner::turn::CHECKPOINT_VERSION);
-    let newer = format!(
-        "\"version\":{}",
-        metnos_planner::turn::CHECKPOINT_VERSION + 1
-    );
-    let set_version = async |from: &str, to: &str| {
-        h.db.execute(
-            Statement::new(
-                "UPDATE turns SET checkpoint = REPLACE(checkpoint, $1, $2) WHERE turn_id = $3",
-            )
-            .bind(from.to_owned())
-            .bind(to.to_owned())
-            .bind(turn_id.clone()),
-        )
-        .await
-        .unwrap()
-    };
-    set_version(&current, &newer).await;
+    stored_by(&h, &turn_id, Format::Newer).await;
     let found = a2.store().get(&turn_id).await.unwrap().unwrap();
     assert!(a2.cancel_turn(&found).await.unwrap());
     assert!(
@@ -1519,7 +1512,7 @@ async fn a_cancel_through_an_older_planner_still_ends_a_newer_planner_s_turn() {
         State::Finished,
         "left to a planner of its version"
     );
-    set_version(&newer, &current).await;
+    stored_by(&h, &turn_id, Format::This).await;
     let found = a2.store().get(&turn_id).await.unwrap().unwrap();
     a2.cancel_turn(&found).await.unwrap();
     until_finished(&a2, &turn_id).await;
