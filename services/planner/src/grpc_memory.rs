@@ -108,7 +108,7 @@ pub async fn forget_conversations(
         .forget(person, forgot_at, memory)
         .await
         .map_err(Error::from)?;
-    let stopped = planner.cancel_threaded(person, forgot_at).await;
+    let stopped = planner.cancel_threaded(person, forgot_at, memory).await;
     tracing::info!(principal = %person, exchanges = forgotten.exchanges, memories = forgotten.memories, stopped, "a person's conversations were erased");
     let record = forgotten_record(person, caller, forgotten, memory, stopped);
     turn_log.append(&record, now_ms());

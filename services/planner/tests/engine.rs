@@ -2179,7 +2179,7 @@ async fn forgetting_stops_the_waiting_turn_that_holds_the_conversation() {
     let forgot_at = now();
     let forgotten = threads.forget(&ada, forgot_at, false).await.unwrap();
     assert_eq!(forgotten.exchanges, 1);
-    assert_eq!(h.planner.cancel_threaded(&ada, forgot_at).await, 1);
+    assert_eq!(h.planner.cancel_threaded(&ada, forgot_at, false).await, 1);
     let (_, finished) = to_end(&mut rx).await;
     assert_eq!(kind(&finished), pb::FinalKind::Cancelled);
     assert!(
@@ -2200,6 +2200,41 @@ async fn forgetting_stops_the_waiting_turn_that_holds_the_conversation() {
     // Its end wrote nothing back: no thread of theirs is kept.
     let thread = threads.current(&ada, now(), 3_600_000).await.unwrap();
     assert!(thread.opening.is_some(), "{thread:?}");
+}
+
+/// Review of issue 40: a turn begun before its person forgot their memory adds nothing to
+/// it. A one-shot turn waiting for a save's approval holds no conversation (forgetting
+/// only those leaves it), but may hold what it read for the save: forgetting the memory
+/// stops it and withdraws its card; nothing is kept.
+#[tokio::test]
+async fn forgetting_the_memory_stops_a_one_shot_turn_waiting_to_save() {
+    use metnos_planner::store::threads::ThreadStore;
+    let h = Harness::local().await;
+    h.llm.call("fs_read", json!({"path": "~/notes.txt"}));
+    h.llm
+        .call("memory_save", json!({"text": "the locker is 4417"}));
+    h.llm.answer("ok");
+    let mut rx = h.start("read my notes", AutonomyLevel::Full);
+    let events = until(&mut rx, |e| matches!(e, Event::AwaitingApproval(_))).await;
+    let Some(Event::AwaitingApproval(card)) = events.last().cloned() else {
+        unreachable!()
+    };
+    let ada = Principal::new("telegram", "42").unwrap();
+    let threads = ThreadStore::new(h.db.clone());
+    let at = now();
+    threads.forget(&ada, at, false).await.unwrap();
+    assert_eq!(h.planner.cancel_threaded(&ada, at, false).await, 0);
+    let at = now();
+    threads.forget(&ada, at, true).await.unwrap();
+    assert_eq!(h.planner.cancel_threaded(&ada, at, true).await, 1);
+    let (_, finished) = to_end(&mut rx).await;
+    assert_eq!(kind(&finished), pb::FinalKind::Cancelled);
+    assert!(
+        h.filters
+            .with(|s| s.cancelled.iter().any(|(t, _)| *t == card.token)),
+        "its card was withdrawn"
+    );
+    assert_eq!(h.planner.memories().count(&ada).await.unwrap(), (0, 0));
 }
 
 /// Review of issue 40: a message whose turn read its thread just before the person

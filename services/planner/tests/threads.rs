@@ -60,6 +60,11 @@ fn said(turn: &str, message: &str, answer: &str) -> NewExchange {
     }
 }
 
+/// A save by turn `id`, begun at `begun_ms`.
+fn by(id: &str, begun_ms: i64) -> metnos_planner::store::memories::ByTurn<'_> {
+    metnos_planner::store::memories::ByTurn { id, begun_ms }
+}
+
 fn messages(exchanges: &[metnos_planner::store::threads::Exchange]) -> Vec<&str> {
     exchanges.iter().map(|e| e.message.as_str()).collect()
 }
@@ -505,7 +510,7 @@ async fn memories_are_ranked_alike_kept_apart_capped_and_forgotten(test: TestSto
     let web = vec!["web:example.com".to_owned()];
     let save = async |who: &Principal, text: &str, sources: &[String], at: i64| {
         memories
-            .save(who, text, sources, "t1", None, at)
+            .save(who, text, sources, by("t1", at), None, at)
             .await
             .unwrap()
     };
@@ -589,7 +594,7 @@ async fn memories_are_ranked_alike_kept_apart_capped_and_forgotten(test: TestSto
             .unwrap()
             .is_empty()
     );
-    assert_eq!(memories.forget_all(&ada()).await.unwrap(), 3);
+    assert_eq!(memories.forget_all(&ada(), 8_000).await.unwrap(), 3);
     assert!(
         memories
             .search(&ada(), "sister birthday", 10, 8_000)
@@ -605,7 +610,7 @@ async fn memories_are_ranked_alike_kept_apart_capped_and_forgotten(test: TestSto
                 &ada(),
                 "Dentist on 2 July",
                 &web,
-                "t9",
+                by("t9", 9_000),
                 Some("m-card"),
                 9_000,
             )
@@ -657,7 +662,199 @@ async fn memories_are_ranked_alike_kept_apart_capped_and_forgotten(test: TestSto
     assert_eq!(memories.count(&bob()).await.unwrap(), (1, 0));
 }
 
+/// Review of issue 40: a turn begun before its person forgot their memory saves nothing
+/// after the forget (a one-shot turn, or a card approved later): what it would add to was
+/// forgotten. Forgetting only the conversations leaves saves alone; another person's too.
+async fn a_save_by_a_turn_begun_before_a_memory_forget_is_refused(test: TestStore) {
+    use metnos_planner::store::memories::{MemoryError, MemoryStore};
+    let db = threads_db(&test).await;
+    let threads = ThreadStore::new(db.clone());
+    let memories = MemoryStore::new(db, 100);
+    let save = async |who: &Principal, text: &str, begun: i64, id: Option<&str>| {
+        memories
+            .save(who, text, &[], by("t", begun), id, begun + 500)
+            .await
+    };
+    save(&ada(), "My locker is 4417", 500, None).await.unwrap();
+    threads.forget(&ada(), 2_000, false).await.unwrap();
+    save(&ada(), "My bike is blue", 1_500, None).await.unwrap();
+    assert_eq!(memories.count(&ada()).await.unwrap().0, 2);
+    // Her memory forgotten at 3 000: a turn begun then or before saves nothing.
+    let forgotten = threads.forget(&ada(), 3_000, true).await.unwrap();
+    assert_eq!(forgotten.memories, 2);
+    for (begun, id) in [(2_500, None), (3_000, None), (2_900, Some("m-card"))] {
+        assert!(
+            matches!(
+                save(&ada(), "My car is red", begun, id).await,
+                Err(MemoryError::Forgotten)
+            ),
+            "begun at {begun}"
+        );
+    }
+    assert_eq!(memories.count(&ada()).await.unwrap().0, 0);
+    save(&bob(), "My car is green", 2_500, None).await.unwrap();
+    save(&ada(), "My car is red", 3_001, None).await.unwrap();
+    // Forgetting the memory alone moves the same mark (never back).
+    assert_eq!(memories.forget_all(&ada(), 5_000).await.unwrap(), 1);
+    assert!(matches!(
+        save(&ada(), "My hat is grey", 4_000, None).await,
+        Err(MemoryError::Forgotten)
+    ));
+    memories.forget_all(&ada(), 4_500).await.unwrap();
+    assert!(matches!(
+        save(&ada(), "My hat is grey", 4_800, None).await,
+        Err(MemoryError::Forgotten)
+    ));
+    save(&ada(), "My hat is grey", 5_001, None).await.unwrap();
+    assert_eq!(memories.count(&bob()).await.unwrap().0, 1);
+}
+
+/// Review of issue 40: a word SQLite's index would have split where the planner does not
+/// (at a letter-like symbol: "ⓐ") let one person index tokens under another's tag, and
+/// fill the few best places a search ranks before it reads rows: the other's own entry
+/// was never found. Each indexed token is now one of the planner's words.
+async fn another_person_s_entries_never_crowd_a_search(test: TestStore) {
+    use metnos_planner::store::memories::{MAX_FOUND, MemoryStore};
+    use sha2::{Digest, Sha256};
+    const BOBS: &str =
+        "Notes of the alpha meeting: the budget, the plans and the dates for next year";
+    let memories = MemoryStore::new(threads_db(&test).await, 100);
+    memories
+        .save(&bob(), BOBS, &[], by("t0", 1_000), None, 1_000)
+        .await
+        .unwrap();
+    let bobs_tag = format!(
+        "p{}",
+        &hex::encode(Sha256::digest(bob().to_string().as_bytes()))[..16]
+    );
+    for n in 0..MAX_FOUND {
+        let at = 2_000 + i64::from(n);
+        // One word to the planner; three tokens to a tokenizer that splits at "ⓐ".
+        let text = format!("ⓐ{bobs_tag}alphaⓐ{bobs_tag}notes");
+        memories
+            .save(&ada(), &text, &[], by("t1", at), None, at)
+            .await
+            .unwrap();
+    }
+    let found = memories
+        .search(&bob(), "alpha notes", MAX_FOUND, 3_000)
+        .await
+        .unwrap();
+    let texts: Vec<&str> = found.iter().map(|m| m.text.as_str()).collect();
+    assert_eq!(texts, [BOBS]);
+    assert!(
+        memories
+            .search(&ada(), "alpha", MAX_FOUND, 3_000)
+            .await
+            .unwrap()
+            .is_empty(),
+        "Ada's words are hers as she wrote them"
+    );
+}
+
+/// Review of issue 40: a turn's end and its exchange are one write. Where the exchange
+/// cannot be kept (the person forgot their conversations since the turn began), the end
+/// is still written, and no empty thread is left; an end recorded twice keeps one
+/// exchange; a turn another replica holds is not ended by this one, its exchange kept.
+async fn a_turn_s_end_and_its_exchange_are_written_together(test: TestStore) {
+    use metnos_planner::store::threads::{Ending, Kept};
+    use metnos_planner::store::{Holder, State, Store};
+    let db = threads_db(&test).await;
+    let threads = ThreadStore::new(db.clone());
+    let holder = Holder::new("a", 10_000);
+    let store = Store::with_holder(db, holder.clone());
+    let ending = Ending {
+        record: "{\"final_kind\":\"answer\"}",
+        run: &holder.run,
+    };
+    for turn in ["t1", "t2", "t3"] {
+        store
+            .insert_turn(turn, "telegram", "4242", "{}", "{}", 1_000)
+            .await
+            .unwrap();
+    }
+    let thread = threads.current(&ada(), 1_000, IDLE).await.unwrap();
+    let written = threads
+        .append_ending(&thread, &said("t1", "hi", "hello"), 2_000, Some(&ending))
+        .await
+        .unwrap();
+    assert_eq!(written, (true, Kept::In(thread.id.clone())));
+    let turn = store.get("t1").await.unwrap().unwrap();
+    assert_eq!(turn.state, State::Finished);
+    assert_eq!(turn.record.as_deref(), Some(ending.record));
+    // Recorded twice: one exchange, and the end was written already.
+    let again = threads
+        .append_ending(&thread, &said("t1", "hi", "hello"), 2_100, Some(&ending))
+        .await
+        .unwrap();
+    assert_eq!(again, (false, Kept::Already));
+    assert_eq!(
+        messages(&threads.recent(&ada(), &thread.id, 10).await.unwrap()),
+        ["hi"]
+    );
+    // Held by another replica's run: not ended here, the exchange kept all the same.
+    let theirs = Ending {
+        run: "another run",
+        ..ending
+    };
+    let current = threads.current(&ada(), 2_200, IDLE).await.unwrap();
+    let kept = threads
+        .append_ending(&current, &said("t2", "and?", "so"), 2_300, Some(&theirs))
+        .await
+        .unwrap();
+    assert_eq!(kept, (false, Kept::In(thread.id.clone())));
+    assert_eq!(
+        store.get("t2").await.unwrap().unwrap().state,
+        State::Running
+    );
+    // Forgotten since the turn began: ended, nothing of the thread kept.
+    let fresh = threads.start_new(&ada(), 3_000);
+    threads.forget(&ada(), 3_500, false).await.unwrap();
+    let lost = threads
+        .append_ending(&fresh, &said("t3", "secret", "noted"), 4_000, Some(&ending))
+        .await
+        .unwrap();
+    assert_eq!(lost, (true, Kept::Nowhere));
+    assert_eq!(
+        store.get("t3").await.unwrap().unwrap().state,
+        State::Finished
+    );
+    let rows = store
+        .db()
+        .fetch_optional(metnos_kit::store::sql::Statement::new(
+            "SELECT COUNT(*) FROM threads WHERE sender_id = '4242'",
+        ))
+        .await
+        .unwrap()
+        .unwrap()
+        .get::<i64, _>(0)
+        .unwrap();
+    assert_eq!(rows, 0, "no empty thread is kept");
+    // Without an end, the same write is refused whole.
+    assert!(matches!(
+        threads
+            .append(&fresh, &said("t4", "secret", "noted"), 4_100)
+            .await,
+        Err(ThreadError::NoSuchThread)
+    ));
+}
+
+/// The database of a test store (the planner's migrations run).
+async fn threads_db(test: &TestStore) -> metnos_kit::store::Db {
+    metnos_kit::store::open(
+        &test.spec(),
+        "planner",
+        &MIGRATIONS,
+        Duration::from_secs(10),
+    )
+    .await
+    .unwrap()
+}
+
 metnos_kit::store_suite!(
+    a_save_by_a_turn_begun_before_a_memory_forget_is_refused,
+    another_person_s_entries_never_crowd_a_search,
+    a_turn_s_end_and_its_exchange_are_written_together,
     memories_are_ranked_alike_kept_apart_capped_and_forgotten,
     a_summary_is_its_thread_s_and_only_grows,
     a_thread_replied_to_is_taken_up_again_by_its_person_only,

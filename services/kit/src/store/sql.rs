@@ -112,6 +112,18 @@ pub enum Tx {
 }
 
 impl Tx {
+    /// Also holds `key` until this transaction ends, as [`Db::locked_tx`] holds its own
+    /// (a PostgreSQL advisory lock; SQLite's `BEGIN IMMEDIATE` holds the whole store).
+    pub async fn lock(&mut self, key: &str) -> Result<(), sqlx::Error> {
+        if let Tx::Postgres(tx) = self {
+            sqlx::query("SELECT pg_advisory_xact_lock(hashtext($1))")
+                .bind(key)
+                .execute(&mut **tx)
+                .await?;
+        }
+        Ok(())
+    }
+
     /// Runs `statement`; the number of rows it changed.
     pub async fn execute(&mut self, statement: Statement) -> Result<u64, sqlx::Error> {
         Ok(match self {

@@ -50,6 +50,8 @@ pub enum MemoryError {
     NotFound(String),
     #[error("the search has no words to look for")]
     NoWords,
+    #[error("your memory was forgotten after this message arrived: nothing was saved")]
+    Forgotten,
     #[error("memory store: {0}")]
     Store(#[from] sqlx::Error),
 }
@@ -81,8 +83,16 @@ fn memory_from_row(row: &Row) -> Result<Memory, sqlx::Error> {
     })
 }
 
+/// The turn a save is made by: its id, and when it began (a save by a turn begun before
+/// its person last forgot their memory is refused).
+#[derive(Debug, Clone, Copy)]
+pub struct ByTurn<'a> {
+    pub id: &'a str,
+    pub begun_ms: i64,
+}
+
 /// The key that holds one person's memory against another writer (replicas included).
-fn person_key(person: &Principal) -> String {
+pub(super) fn person_key(person: &Principal) -> String {
     format!("metnos.memories.{person}")
 }
 
@@ -146,8 +156,9 @@ impl MemoryStore {
         MemoryStore { db, max_entries }
     }
 
-    /// Saves `text` (checked: [`checked_text`]) as `person`'s, from `sources`, by turn
-    /// `turn_id`; beyond `memory.max_entries` their oldest unused entries go. `id`: the
+    /// Saves `text` (checked: [`checked_text`]) as `person`'s, from `sources`, by `turn`
+    /// (refused, [`MemoryError::Forgotten`], when they forgot their memory since it
+    /// began); beyond `memory.max_entries` their oldest unused entries go. `id`: the
     /// entry's, when the save must happen once however often it is applied (an approved
     /// card's), else a new one.
     pub async fn save(
@@ -155,7 +166,7 @@ impl MemoryStore {
         person: &Principal,
         text: &str,
         sources: &[String],
-        turn_id: &str,
+        turn: ByTurn<'_>,
         id: Option<&str>,
         now_ms: i64,
     ) -> Result<Saved, MemoryError> {
@@ -173,7 +184,7 @@ impl MemoryStore {
             ),
             text: text.to_owned(),
             labels: sources.to_vec(),
-            turn_id: turn_id.to_owned(),
+            turn_id: turn.id.to_owned(),
             saved_at: now_ms,
             used_at: now_ms,
         };
@@ -187,7 +198,8 @@ impl MemoryStore {
                     .execute(
                     Statement::new(
                         "INSERT INTO memories (id, channel, sender_id, text, labels, turn_id, saved_at, used_at) \
-                         VALUES ($1, $2, $3, $4, $5, $6, $7, $7) ON CONFLICT (id) DO NOTHING",
+                         SELECT $1, $2, $3, $4, $5, $6, $7, $7 WHERE NOT EXISTS (SELECT 1 FROM memory_forgets \
+                         WHERE channel = $2 AND sender_id = $3 AND at >= $8) ON CONFLICT (id) DO NOTHING",
                     )
                     .bind(memory.id.clone())
                     .bind(person.channel().to_owned())
@@ -195,12 +207,22 @@ impl MemoryStore {
                     .bind(memory.text.clone())
                     .bind(labels)
                     .bind(memory.turn_id.clone())
-                    .bind(now_ms),
+                    .bind(now_ms)
+                    .bind(turn.begun_ms),
                 )
                 .await?;
                 if inserted == 0 {
-                    // Saved before (the same card applied again): once.
-                    return Ok::<_, sqlx::Error>(Finish::Rollback(0));
+                    // Saved before (the same card applied again): once. Else forgotten.
+                    let before = tx
+                        .fetch_optional(
+                            Statement::new("SELECT id FROM memories WHERE id = $1")
+                                .bind(memory.id.clone()),
+                        )
+                        .await?;
+                    return match before {
+                        Some(_) => Ok(Finish::Rollback(0)),
+                        None => Err(MemoryError::Forgotten),
+                    };
                 }
                 if sqlite {
                     index_in(tx, &memory.id, &tagged_words(person, &memory.text)).await?;
@@ -406,9 +428,15 @@ impl MemoryStore {
         }
     }
 
-    /// Forgets every entry of `person`: how many went.
-    pub async fn forget_all(&self, person: &Principal) -> Result<u64, MemoryError> {
-        Ok(self.db.execute(forget_all_statement(person)).await?)
+    /// Forgets every entry of `person` at `now_ms`: how many went. A turn begun before
+    /// saves nothing after.
+    pub async fn forget_all(&self, person: &Principal, now_ms: i64) -> Result<u64, MemoryError> {
+        Ok(self
+            .db
+            .locked_tx(&person_key(person), async |tx| {
+                forget_all_in(tx, person, now_ms).await.map(Finish::Commit)
+            })
+            .await?)
     }
 }
 
@@ -430,19 +458,33 @@ async fn index_in(
     Ok(())
 }
 
-fn forget_all_statement(person: &Principal) -> Statement {
-    Statement::new("DELETE FROM memories WHERE channel = $1 AND sender_id = $2")
-        .bind(person.channel().to_owned())
-        .bind(person.sender_id().to_owned())
-}
-
-/// Forgets every entry of `person` inside a transaction (with their conversations: see
-/// [`super::threads::ThreadStore::forget`]): how many went.
+/// Forgets every entry of `person` at `now_ms` inside a transaction that holds their
+/// memory (alone, or with their conversations: see
+/// [`super::threads::ThreadStore::forget`]): how many went. When they forgot moves only
+/// forward.
 pub(super) async fn forget_all_in(
     tx: &mut metnos_kit::store::sql::Tx,
     person: &Principal,
+    now_ms: i64,
 ) -> Result<u64, sqlx::Error> {
-    tx.execute(forget_all_statement(person)).await
+    let (channel, sender) = (person.channel().to_owned(), person.sender_id().to_owned());
+    tx.execute(
+        Statement::new(
+            "INSERT INTO memory_forgets (channel, sender_id, at) VALUES ($1, $2, $3) \
+             ON CONFLICT (channel, sender_id) DO UPDATE SET at = CASE \
+             WHEN excluded.at > memory_forgets.at THEN excluded.at ELSE memory_forgets.at END",
+        )
+        .bind(channel.clone())
+        .bind(sender.clone())
+        .bind(now_ms),
+    )
+    .await?;
+    tx.execute(
+        Statement::new("DELETE FROM memories WHERE channel = $1 AND sender_id = $2")
+            .bind(channel)
+            .bind(sender),
+    )
+    .await
 }
 
 #[cfg(test)]

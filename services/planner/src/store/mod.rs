@@ -1,6 +1,17 @@
 //! The planner's store: turns (checkpoint while running or suspended, log record once
 //! finished) and the scratchpad. SQLite or PostgreSQL, the same SQL.
 
+/// Ends a running turn its holder still holds, with its log record: `$1` the turn, `$2`
+/// its record, `$3` now, `$4` the holder's run. A macro, so that the thread store writes
+/// the same text with a turn's exchange ([`threads::ThreadStore::append_ending`]).
+macro_rules! finish_turn_sql {
+    () => {
+        "UPDATE turns SET state = 'finished', approval_token = NULL, record = $2, checkpoint = '', \
+         updated_at = $3, lease_until = 0, live = NULL, live_at = $3 \
+         WHERE turn_id = $1 AND owner_run = $4 AND state IN ('running', 'resuming')"
+    };
+}
+
 pub mod memories;
 pub mod summaries;
 pub mod tasks;
@@ -71,6 +82,11 @@ const SQLITE: &[EmbeddedMigration] = &[
         description: "memory words",
         sql: include_str!("../../migrations/sqlite/0012_memory_words.sql"),
     },
+    EmbeddedMigration {
+        version: 13,
+        description: "memory forgets",
+        sql: include_str!("../../migrations/sqlite/0013_memory_forgets.sql"),
+    },
 ];
 const POSTGRES: &[EmbeddedMigration] = &[
     EmbeddedMigration {
@@ -132,6 +148,11 @@ const POSTGRES: &[EmbeddedMigration] = &[
         version: 12,
         description: "memory words",
         sql: include_str!("../../migrations/postgres/0012_memory_words.sql"),
+    },
+    EmbeddedMigration {
+        version: 13,
+        description: "memory forgets",
+        sql: include_str!("../../migrations/postgres/0013_memory_forgets.sql"),
     },
 ];
 
@@ -548,12 +569,9 @@ impl Store {
         record: &str,
         now_ms: i64,
     ) -> Result<Held, sqlx::Error> {
-        let sql = "UPDATE turns SET state = 'finished', approval_token = NULL, record = $2, checkpoint = '', \
-                   updated_at = $3, lease_until = 0, live = NULL, live_at = $3 \
-                   WHERE turn_id = $1 AND owner_run = $4 AND state IN ('running', 'resuming')";
         let affected = self
             .execute(
-                sql,
+                finish_turn_sql!(),
                 Binds(&[
                     Bind::Text(turn_id),
                     Bind::Text(record),

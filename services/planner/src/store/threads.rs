@@ -11,6 +11,8 @@ use metnos_kit::store::Db;
 use metnos_kit::store::sql::{Finish, Row, Statement};
 use serde::{Deserialize, Serialize};
 
+use super::Held;
+
 /// The longest message or answer an exchange keeps, in bytes: a turn's query and answer are
 /// bounded well below it; a longer one is refused whole, never cut silently.
 pub const MAX_TEXT: usize = 64 * 1024;
@@ -147,6 +149,36 @@ impl NewExchange {
         }
         Ok(())
     }
+}
+
+/// How a turn ends, written with its exchange ([`ThreadStore::append_ending`]): its log
+/// record, and the run of the planner that holds it (only its holder ends it).
+#[derive(Debug, Clone, Copy)]
+pub struct Ending<'a> {
+    pub record: &'a str,
+    pub run: &'a str,
+}
+
+impl Ending<'_> {
+    /// The turn's end alone (as [`super::Store::finish`] writes it).
+    fn statement(&self, turn_id: &str, now_ms: i64) -> Statement {
+        Statement::new(finish_turn_sql!())
+            .bind(turn_id.to_owned())
+            .bind(self.record.to_owned())
+            .bind(now_ms)
+            .bind(self.run.to_owned())
+    }
+}
+
+/// Where a turn's exchange went.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Kept {
+    /// At the end of this thread.
+    In(String),
+    /// It was there already (the turn's end recorded twice).
+    Already,
+    /// Nowhere: the thread is not the person's, or they forgot it since.
+    Nowhere,
 }
 
 /// The planner's threads, on SQLite or PostgreSQL alike.
@@ -289,28 +321,45 @@ impl ThreadStore {
         exchange: &NewExchange,
         now_ms: i64,
     ) -> Result<Option<String>, ThreadError> {
+        match self.append_ending(thread, exchange, now_ms, None).await?.1 {
+            Kept::In(id) => Ok(Some(id)),
+            Kept::Already => Ok(None),
+            Kept::Nowhere => Err(ThreadError::NoSuchThread),
+        }
+    }
+
+    /// [`ThreadStore::append`], and the turn's end in the same transaction when `ending`
+    /// says how: a turn in a thread pays one commit for both, as a one-shot turn pays for
+    /// its end. Whether the end was its holder's to write (`false` without `ending`), and
+    /// where the exchange went; the end is written whether or not the exchange is.
+    pub async fn append_ending(
+        &self,
+        thread: &Thread,
+        exchange: &NewExchange,
+        now_ms: i64,
+        ending: Option<&Ending<'_>>,
+    ) -> Result<(Held, Kept), ThreadError> {
         exchange.check()?;
         if let metnos_kit::store::Pool::Sqlite(_) = self.db.pool() {
-            return self.append_at_once(thread, exchange, now_ms).await;
+            return self.append_at_once(thread, exchange, now_ms, ending).await;
         }
         let key = person_key(&thread.person);
         self.db
             .locked_tx(&key, async |tx| {
+                let held = match ending {
+                    Some(ending) => {
+                        tx.execute(ending.statement(&exchange.turn_id, now_ms))
+                            .await?
+                            == 1
+                    }
+                    None => false,
+                };
                 let (id, opened) = match thread.opening {
                     Some(opening) => open_in(tx, thread, opening, now_ms).await?,
                     None => (thread.id.clone(), false),
                 };
                 if !insert_exchange(tx, &thread.person, &id, exchange, now_ms).await? {
-                    let written = tx
-                        .fetch_optional(
-                            Statement::new("SELECT seq FROM exchanges WHERE turn_id = $1")
-                                .bind(exchange.turn_id.clone()),
-                        )
-                        .await?;
-                    return match written {
-                        Some(_) => Ok(Finish::Rollback(None)),
-                        None => Err(ThreadError::NoSuchThread),
-                    };
+                    return not_kept(tx, thread, exchange, held, ending.is_some()).await;
                 }
                 if !opened {
                     tx.execute(
@@ -320,12 +369,12 @@ impl ThreadStore {
                     )
                     .await?;
                 }
-                Ok(Finish::Commit(Some(id)))
+                Ok(Finish::Commit((held, Kept::In(id))))
             })
             .await
     }
 
-    /// [`ThreadStore::append`] on SQLite: its three statements in one round trip to the
+    /// [`ThreadStore::append_ending`] on SQLite: its statements in one round trip to the
     /// connection, in one transaction (one commit: what a write costs here is mostly its
     /// commit).
     async fn append_at_once(
@@ -333,17 +382,24 @@ impl ThreadStore {
         thread: &Thread,
         exchange: &NewExchange,
         now_ms: i64,
-    ) -> Result<Option<String>, ThreadError> {
+        ending: Option<&Ending<'_>>,
+    ) -> Result<(Held, Kept), ThreadError> {
         let labels = serde_json::to_string(&exchange.labels).unwrap_or_else(|_| "[]".into());
         let steps = serde_json::to_string(&exchange.steps).unwrap_or_else(|_| "[]".into());
-        let statement = Statement::new(APPEND_AT_ONCE)
+        let (sql, record, run) = match ending {
+            Some(ending) => (END_AND_APPEND, ending.record, ending.run),
+            None => (APPEND_AT_ONCE, "", ""),
+        };
+        let statement = Statement::new(sql)
+            .bind(exchange.turn_id.clone())
+            .bind(record.to_owned())
+            .bind(now_ms)
+            .bind(run.to_owned())
             .bind(thread.id.clone())
             .bind(thread.person.channel().to_owned())
             .bind(thread.person.sender_id().to_owned())
             .bind(thread.started_at)
-            .bind(now_ms)
             .bind(i64::from(thread.opening.is_some_and(|o| o.close_others)))
-            .bind(exchange.turn_id.clone())
             .bind(exchange.message.clone())
             .bind(exchange.answer.clone())
             .bind(labels)
@@ -354,18 +410,16 @@ impl ThreadStore {
             .locked_tx(&person_key(&thread.person), async |tx| {
                 // All of it read: every statement runs (a first row taken alone may stop
                 // the rest).
-                if let Some(row) = tx.fetch_all(statement).await?.first() {
-                    return Ok(Finish::Commit(Some(row.get("thread_id")?)));
+                let (mut held, mut kept) = (false, None);
+                for row in tx.fetch_all(statement).await? {
+                    match row.get::<String, _>("what")?.as_str() {
+                        "ended" => held = true,
+                        _ => kept = Some(row.get::<String, _>("thread_id")?),
+                    }
                 }
-                let before = tx
-                    .fetch_optional(
-                        Statement::new("SELECT seq FROM exchanges WHERE turn_id = $1")
-                            .bind(exchange.turn_id.clone()),
-                    )
-                    .await?;
-                match before {
-                    Some(_) => Ok(Finish::Rollback(None)),
-                    None => Err(ThreadError::NoSuchThread),
+                match kept {
+                    Some(id) => Ok(Finish::Commit((held, Kept::In(id)))),
+                    None => not_kept(tx, thread, exchange, held, ending.is_some()).await,
                 }
             })
             .await
@@ -475,7 +529,11 @@ impl ThreadStore {
             .locked_tx(&key, async |tx| {
                 let exchanges = forget_in(tx, person, now_ms).await?;
                 let memories = match memory {
-                    true => super::memories::forget_all_in(tx, person).await?,
+                    true => {
+                        // Their memory's writers hold its key: a save waits for this.
+                        tx.lock(&super::memories::person_key(person)).await?;
+                        super::memories::forget_all_in(tx, person, now_ms).await?
+                    }
                     false => 0,
                 };
                 Ok::<_, sqlx::Error>(Finish::Commit(Forgotten {
@@ -614,33 +672,82 @@ fn opening(person: &Principal, now_ms: i64, close_others: bool) -> Thread {
     }
 }
 
-/// [`ThreadStore::append_at_once`]: `$1` the thread, `$2` `$3` its person, `$4` when it
-/// was decided on, `$5` now, `$6` `/new`, `$7` the turn, `$8`–`$10` the message, answer and
-/// labels, `$11` whether the thread is to be opened, `$12` the steps, `$13` forwarded. As
-/// [`open_in`], [`insert_exchange`] and the `last_at` update do in a transaction: the
-/// thread opened (unless the person forgot since, or — not `/new` — another thread of
-/// theirs was written to since); the exchange written at the end of that one or of this;
-/// the thread's `last_at` moved to it. The exchange's thread comes back when it was
-/// written.
-const APPEND_AT_ONCE: &str = "\
-    INSERT INTO threads (id, channel, sender_id, started_at, last_at, chosen_at) \
-    SELECT $1, $2, $3, $4, $5, $5 WHERE $11 = 1 \
-    AND NOT EXISTS (SELECT 1 FROM thread_forgets WHERE channel = $2 AND sender_id = $3 AND at >= $4) \
-    AND ($6 = 1 OR NOT EXISTS (SELECT 1 FROM threads \
-    WHERE channel = $2 AND sender_id = $3 AND last_at >= $4)) \
-    ON CONFLICT (id) DO NOTHING; \
-    INSERT INTO exchanges (thread_id, seq, turn_id, at, message, answer, labels, steps, forwarded) \
-    SELECT t.id, COALESCE((SELECT MAX(e.seq) FROM exchanges e WHERE e.thread_id = t.id), 0) + 1, \
-    $7, $5, $8, $9, $10, $12, $13 FROM threads t \
-    WHERE t.channel = $2 AND t.sender_id = $3 AND t.id = COALESCE( \
-    (SELECT id FROM threads WHERE id = $1 AND channel = $2 AND sender_id = $3), \
-    (SELECT id FROM threads WHERE $11 = 1 AND $6 = 0 AND channel = $2 AND sender_id = $3 \
-    AND last_at >= $4 AND NOT EXISTS (SELECT 1 FROM thread_forgets \
-    WHERE channel = $2 AND sender_id = $3 AND at >= $4) \
-    ORDER BY chosen_at DESC, last_at DESC LIMIT 1)) \
-    ON CONFLICT (turn_id) DO NOTHING RETURNING thread_id; \
-    UPDATE threads SET last_at = $5 \
-    WHERE id = (SELECT thread_id FROM exchanges WHERE turn_id = $7 AND at = $5) AND last_at < $5";
+/// [`ThreadStore::append_at_once`]: `$1` the turn, `$3` now, `$5` the thread, `$6` `$7` its
+/// person, `$8` when it was decided on, `$9` `/new`, `$10`–`$12` the message, answer and
+/// labels, `$13` whether the thread is to be opened, `$14` the steps, `$15` forwarded (`$2`
+/// and `$4` are the turn's end's, [`END_AND_APPEND`]). As [`open_in`], [`insert_exchange`]
+/// and the `last_at` update do in a transaction: the thread opened (unless the person forgot
+/// since, or — not `/new` — another thread of theirs was written to since); the exchange
+/// written at the end of that one or of this; the thread's `last_at` moved to it. The
+/// exchange's thread comes back (`what` = `kept`) when it was written.
+macro_rules! append_sql {
+    () => {
+        "INSERT INTO threads (id, channel, sender_id, started_at, last_at, chosen_at) \
+         SELECT $5, $6, $7, $8, $3, $3 WHERE $13 = 1 \
+         AND NOT EXISTS (SELECT 1 FROM thread_forgets WHERE channel = $6 AND sender_id = $7 AND at >= $8) \
+         AND ($9 = 1 OR NOT EXISTS (SELECT 1 FROM threads \
+         WHERE channel = $6 AND sender_id = $7 AND last_at >= $8)) \
+         ON CONFLICT (id) DO NOTHING; \
+         INSERT INTO exchanges (thread_id, seq, turn_id, at, message, answer, labels, steps, forwarded) \
+         SELECT t.id, COALESCE((SELECT MAX(e.seq) FROM exchanges e WHERE e.thread_id = t.id), 0) + 1, \
+         $1, $3, $10, $11, $12, $14, $15 FROM threads t \
+         WHERE t.channel = $6 AND t.sender_id = $7 AND t.id = COALESCE( \
+         (SELECT id FROM threads WHERE id = $5 AND channel = $6 AND sender_id = $7), \
+         (SELECT id FROM threads WHERE $13 = 1 AND $9 = 0 AND channel = $6 AND sender_id = $7 \
+         AND last_at >= $8 AND NOT EXISTS (SELECT 1 FROM thread_forgets \
+         WHERE channel = $6 AND sender_id = $7 AND at >= $8) \
+         ORDER BY chosen_at DESC, last_at DESC LIMIT 1)) \
+         ON CONFLICT (turn_id) DO NOTHING RETURNING 'kept' AS what, thread_id; \
+         UPDATE threads SET last_at = $3 \
+         WHERE id = (SELECT thread_id FROM exchanges WHERE turn_id = $1 AND at = $3) AND last_at < $3"
+    };
+}
+
+const APPEND_AT_ONCE: &str = append_sql!();
+
+/// The turn's end (`$1` the turn, `$2` its record, `$3` now, `$4` its holder's run; a row
+/// `what` = `ended` when it was this holder's), then [`APPEND_AT_ONCE`].
+const END_AND_APPEND: &str = concat!(
+    finish_turn_sql!(),
+    " RETURNING 'ended' AS what, '' AS thread_id; ",
+    append_sql!()
+);
+
+/// A turn's exchange that was not written, in `tx` (after its end, when `ending`): there
+/// already, or nowhere. Without an end, nothing of the write stays; with one, the end
+/// stays and a thread opened for the exchange goes (a thread is never kept empty).
+async fn not_kept(
+    tx: &mut metnos_kit::store::sql::Tx,
+    thread: &Thread,
+    exchange: &NewExchange,
+    held: Held,
+    ending: bool,
+) -> Result<Finish<(Held, Kept)>, ThreadError> {
+    let before = tx
+        .fetch_optional(
+            Statement::new("SELECT seq FROM exchanges WHERE turn_id = $1")
+                .bind(exchange.turn_id.clone()),
+        )
+        .await?;
+    let kept = match before {
+        Some(_) => Kept::Already,
+        None => Kept::Nowhere,
+    };
+    if !ending {
+        return Ok(Finish::Rollback((held, kept)));
+    }
+    if thread.opening.is_some() {
+        tx.execute(
+            Statement::new(
+                "DELETE FROM threads WHERE id = $1 \
+                 AND NOT EXISTS (SELECT 1 FROM exchanges WHERE thread_id = $1)",
+            )
+            .bind(thread.id.clone()),
+        )
+        .await?;
+    }
+    Ok(Finish::Commit((held, kept)))
+}
 
 /// Opens `thread` inside the transaction that holds its person's threads, as `opening`
 /// says: the id the exchange goes to, and whether this wrote the thread (its `last_at` is

@@ -316,10 +316,16 @@ impl Planner {
         Ok(true)
     }
 
-    /// Cancels `person`'s unfinished turns that carry a thread (see
-    /// [`Planner::cancel_turn`]): their conversation was forgotten, and a waiting turn's
-    /// checkpoint holds its words. How many were; one that cannot be is said in the log.
-    pub async fn cancel_threaded(&self, person: &metnos_core::Principal, forgot_at: i64) -> usize {
+    /// Cancels `person`'s unfinished turns begun before `forgot_at` that carry a thread
+    /// (all of them when their `memory` went too; see [`Planner::cancel_turn`]): their
+    /// conversation was forgotten, and a waiting turn's checkpoint holds its words. How
+    /// many were; one that cannot be is said in the log.
+    pub async fn cancel_threaded(
+        &self,
+        person: &metnos_core::Principal,
+        forgot_at: i64,
+        memory: bool,
+    ) -> usize {
         let turns = match self
             .store
             .unfinished_of(person.channel(), person.sender_id())
@@ -333,10 +339,11 @@ impl Planner {
         };
         let mut stopped = 0;
         for turn in &turns {
-            // A checkpoint that cannot be read may hold a thread too.
-            // (One begun after the forget reads only what is kept since.)
+            // A checkpoint that cannot be read may hold a thread too; any turn may hold
+            // what it recalled of their memory. (One begun after the forget reads only
+            // what is kept since.)
             let carries = Checkpoint::read(&turn.checkpoint).map_or(true, |cp| {
-                cp.thread_id.is_some() && cp.started_ms < forgot_at
+                (cp.thread_id.is_some() || memory) && cp.started_ms < forgot_at
             });
             if !carries {
                 continue;
@@ -536,9 +543,11 @@ impl Planner {
 
     /// Whether the person forgot their conversations after this turn began, once it read
     /// its thread and before it was stored (where forgetting would have stopped it): it
-    /// must not go on with what it read. A store that cannot say counts as yes.
+    /// must not go on with what it read. A store that cannot say counts as yes. A turn
+    /// that read nothing (one-shot, or a thread not written yet) has nothing to forget:
+    /// its exchange is not written after the forget ([`ThreadStore::append`] refuses).
     async fn forgotten_meanwhile(&self, cp: &Checkpoint) -> bool {
-        if cp.thread_id.is_none() {
+        if cp.thread_id.is_none() || cp.thread_opening.is_some() {
             return false;
         }
         let threads = ThreadStore::new(self.store.db().clone());

@@ -5,8 +5,8 @@ use metnos_kit::time::now_ms;
 use metnos_proto::planner::v1 as pb;
 use serde_json::{Value, json};
 
-use crate::store::threads::{Thread, ThreadStore};
-use crate::store::{State, Store};
+use crate::store::threads::{Ending, Kept, Thread, ThreadStore};
+use crate::store::{Held, State, Store};
 use crate::turn::flow::{Sink, emit};
 use crate::turn::{Checkpoint, FinalKind, Finish};
 use crate::turnlog::TurnLog;
@@ -117,16 +117,22 @@ impl<'a> Records<'a> {
         record
     }
 
-    /// Writes the turn's exchange in its person's thread, if it has one: once, whichever
-    /// replica ends it (the person's answer is what they got, however the turn ended).
-    /// The thread it went to is the turn's from then on (another turn of the person's
-    /// may have opened their conversation first).
-    async fn keep_in_thread(&self, cp: &mut Checkpoint, answer: &str) {
+    /// Writes the turn's end, and its exchange in its person's thread if it has one (in
+    /// the same transaction: once, whichever replica ends it; the person's answer is what
+    /// they got, however the turn ended). The thread the exchange went to is the turn's
+    /// from then on (another turn of the person's may have opened their conversation
+    /// first). `false`: the end was not this holder's to write.
+    async fn end(&self, cp: &mut Checkpoint, record: &str, answer: &str) -> Result<Held, String> {
         let Some(thread_id) = cp.thread_id.clone() else {
-            return;
+            let finished = self.store.finish(&cp.turn_id, record, now_ms()).await;
+            return finished.map_err(|e| e.to_string());
         };
-        let threads = ThreadStore::new(self.store.db().clone());
         let exchange = crate::turn::conversation::exchange_of(cp, answer);
+        if let Err(e) = exchange.check() {
+            tracing::warn!(turn_id = %cp.turn_id, error = %e, "the turn's exchange was not kept in its thread");
+            let finished = self.store.finish(&cp.turn_id, record, now_ms()).await;
+            return finished.map_err(|e| e.to_string());
+        }
         let thread = Thread {
             id: thread_id,
             person: cp.person.clone(),
@@ -134,16 +140,26 @@ impl<'a> Records<'a> {
             last_at: cp.started_ms,
             opening: cp.thread_opening,
         };
-        match threads.append(&thread, &exchange, now_ms()).await {
-            Ok(Some(id)) => {
+        let ending = Ending {
+            record,
+            run: &self.store.holder().run,
+        };
+        let threads = ThreadStore::new(self.store.db().clone());
+        let (held, kept) = threads
+            .append_ending(&thread, &exchange, now_ms(), Some(&ending))
+            .await
+            .map_err(|e| e.to_string())?;
+        match kept {
+            Kept::In(id) => {
                 cp.thread_id = Some(id);
                 cp.thread_opening = None;
             }
-            Ok(None) => {}
-            Err(e) => {
-                tracing::warn!(turn_id = %cp.turn_id, error = %e, "the turn's exchange was not kept in its thread");
+            Kept::Already => {}
+            Kept::Nowhere => {
+                tracing::info!(turn_id = %cp.turn_id, "the turn's thread was forgotten (or is not its person's); its exchange is not kept");
             }
         }
+        Ok(held)
     }
 
     /// Ends the turn: the store, the log, the event. Written once: a turn this process no
@@ -152,10 +168,8 @@ impl<'a> Records<'a> {
         let latency_ms = u64::try_from(now_ms() - cp.started_ms).unwrap_or(0);
         let kind_name = outcome.kind.as_str();
         let record = self.record(cp, outcome.kind, None);
-        let mut finished = self
-            .store
-            .finish(&cp.turn_id, &record.to_string(), now_ms())
-            .await;
+        let written = record.to_string();
+        let mut finished = self.end(cp, &written, &outcome.text).await;
         // A store that failed for a moment is asked again while the lease holds: a turn
         // left to the sweep would be ended as interrupted after its person got the answer.
         for _ in 0..3 {
@@ -163,13 +177,7 @@ impl<'a> Records<'a> {
                 break;
             }
             tokio::time::sleep(std::time::Duration::from_millis(300)).await;
-            finished = self
-                .store
-                .finish(&cp.turn_id, &record.to_string(), now_ms())
-                .await;
-        }
-        if finished.is_ok() {
-            self.keep_in_thread(cp, &outcome.text).await;
+            finished = self.end(cp, &written, &outcome.text).await;
         }
         match finished {
             Ok(true) => self.log.append(&record, now_ms()),

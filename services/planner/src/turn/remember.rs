@@ -20,7 +20,7 @@ use metnos_executors::Observation;
 use metnos_llm::ToolDef;
 use serde_json::{Map, Value, json};
 
-use crate::store::memories::{MAX_CHARS, Memory, MemoryError, MemoryStore};
+use crate::store::memories::{ByTurn, MAX_CHARS, Memory, MemoryError, MemoryStore};
 use crate::store::threads::MAX_LABELS;
 use crate::turn::cards::Asked;
 use crate::turn::flow::refusal;
@@ -174,7 +174,7 @@ async fn save(memories: &MemoryStore, cp: &Checkpoint, mut call: Call, now: i64)
     }
     if sources.is_empty() {
         let saved = memories
-            .save(&cp.principal(), &words, &[], &cp.turn_id, None, now)
+            .save(&cp.principal(), &words, &[], by_turn(cp), None, now)
             .await;
         return match saved {
             Ok(saved) => {
@@ -246,6 +246,14 @@ fn shown(memory: &Memory) -> Value {
 }
 
 /// A store failure said without the database's words.
+/// The turn `cp` as the memory knows a save's turn.
+fn by_turn(cp: &Checkpoint) -> ByTurn<'_> {
+    ByTurn {
+        id: &cp.turn_id,
+        begun_ms: cp.started_ms,
+    }
+}
+
 fn said(error: &MemoryError) -> String {
     match error {
         MemoryError::Store(e) => {
@@ -291,7 +299,7 @@ pub(crate) async fn decided(
             &cp.principal(),
             text(args, "text"),
             &sources,
-            &cp.turn_id,
+            by_turn(cp),
             Some(&id),
             now,
         )
