@@ -7,11 +7,13 @@
 //! gRPC, no LLM and no executor time — and whole turns per second.
 //!
 //! cargo build --release -p metnos-executors --bin metnos-exec
-//! cargo run --release --example turn_load -- [--turns N] [--concurrency C] [--thread none|new|continue]
+//! cargo run --release --example turn_load -- [--turns N] [--concurrency C] [--thread none|new|continue|both]
 //!
 //! `--thread`: each turn one-shot (none, the default), in a new thread of its person
 //! (new: an empty history read, the exchange written), or going on with its person's
-//! thread (continue: the newest exchanges within the budget read in, fenced).
+//! thread (continue: the newest exchanges within the budget read in, fenced); `both`
+//! alternates one-shot turns and turns in a new thread in one run, and reports each
+//! apart: the side-by-side under the same load and the same noise of the machine.
 
 use std::num::NonZero;
 use std::time::{Duration, Instant};
@@ -39,8 +41,9 @@ fn number(name: &str, default: usize) -> usize {
         })
 }
 
-/// The `--thread` option.
-fn thread() -> pb::Thread {
+/// The `--thread` option: `None` for `both` (turn `n` one-shot when even, in a new thread
+/// when odd).
+fn thread() -> Option<pb::Thread> {
     let args: Vec<String> = std::env::args().collect();
     match args
         .iter()
@@ -48,10 +51,11 @@ fn thread() -> pb::Thread {
         .and_then(|i| args.get(i + 1))
         .map(String::as_str)
     {
-        None | Some("none") => pb::Thread::Unspecified,
-        Some("new") => pb::Thread::New,
-        Some("continue") => pb::Thread::Continue,
-        Some(other) => panic!("--thread takes none, new or continue, not {other}"),
+        None | Some("none") => Some(pb::Thread::Unspecified),
+        Some("new") => Some(pb::Thread::New),
+        Some("continue") => Some(pb::Thread::Continue),
+        Some("both") => None,
+        Some(other) => panic!("--thread takes none, new, continue or both, not {other}"),
     }
 }
 
@@ -168,6 +172,11 @@ fn main() {
         let mut client = PlannerServiceClient::new(channel);
         let one_turn = |mut client: PlannerServiceClient<metnos_kit::client::TracedChannel>,
                         n: usize| async move {
+            let thread = thread.unwrap_or(if n % 2 == 0 {
+                pb::Thread::Unspecified
+            } else {
+                pb::Thread::New
+            });
             let request = pb::RunTurnRequest {
                 principal: Some(common::Principal {
                     channel: "cli".into(),
@@ -196,7 +205,7 @@ fn main() {
                 }
             }
             let overhead = judged.unwrap() - proposed.unwrap();
-            (overhead, started.elapsed())
+            (overhead, started.elapsed(), thread)
         };
         // Warm-up.
         for n in 0..20 {
@@ -204,6 +213,7 @@ fn main() {
         }
         let mut overhead = Histogram::<u64>::new(3).unwrap();
         let mut turn = Histogram::<u64>::new(3).unwrap();
+        let (mut one_shot, mut threaded) = (turn.clone(), turn.clone());
         let started = Instant::now();
         let mut n = 0;
         while n < turns {
@@ -211,15 +221,25 @@ fn main() {
                 .map(|i| tokio::spawn(one_turn(client.clone(), n + i)))
                 .collect();
             for task in batch {
-                let (o, t) = task.await.unwrap();
+                let (o, t, thread) = task.await.unwrap();
                 overhead.record(o.as_nanos() as u64).unwrap();
                 turn.record(t.as_nanos() as u64).unwrap();
+                match thread {
+                    pb::Thread::Unspecified => &mut one_shot,
+                    _ => &mut threaded,
+                }
+                .record(t.as_nanos() as u64)
+                .unwrap();
                 n += 1;
             }
         }
         let elapsed = started.elapsed();
         report("client: proposed→verdict", &overhead);
         report("whole turn (2 LLM calls)", &turn);
+        if thread.is_none() {
+            report("  of which one-shot", &one_shot);
+            report("  of which in a new thread", &threaded);
+        }
         println!(
             "{:.1} turns/s with {concurrency} client(s), {turns} turns",
             turns as f64 / elapsed.as_secs_f64()

@@ -226,6 +226,75 @@ async fn a_locked_transaction_ends_as_its_work_says_and_holds_its_key(backend: B
     db.close().await;
 }
 
+/// A transaction in one round trip (SQLite) keeps all of its statements or none: one that
+/// fails, or a caller that stops waiting mid-way, leaves nothing behind, and the pool's
+/// connections go on working (none is reused inside the transaction left open). On
+/// PostgreSQL it is refused, saying so.
+async fn a_transaction_in_one_round_trip_is_all_or_nothing(backend: Backend) {
+    let db = store::open(&backend.spec(), "policy", &MIGRATIONS, TIMEOUT)
+        .await
+        .unwrap();
+    let both = |a: &'static str, b: &'static str| {
+        Statement::new(
+            "INSERT INTO notes (body, created_ms, tag) VALUES ($1, 1, 't') RETURNING id; \
+             INSERT INTO notes (body, created_ms, tag) VALUES ($2, 2, 't') RETURNING id",
+        )
+        .bind(a)
+        .bind(b)
+    };
+    if let TestStore::Postgres { .. } = backend {
+        let refused = db.sqlite_tx_at_once(both("a", "b")).await.unwrap_err();
+        assert!(refused.to_string().contains("SQLite"), "{refused}");
+        assert!(notes(&db).await.is_empty());
+        return db.close().await;
+    }
+    assert_eq!(db.sqlite_tx_at_once(both("a", "b")).await.unwrap().len(), 2);
+    let failing = Statement::new(
+        "INSERT INTO notes (body, created_ms, tag) VALUES ('failed', 3, 't'); \
+         SELECT nothing FROM nowhere",
+    );
+    assert!(db.sqlite_tx_at_once(failing).await.is_err());
+    // The caller stops waiting while its second statement runs.
+    let slow = Statement::new(
+        "INSERT INTO notes (body, created_ms, tag) VALUES ('dropped', 4, 't'); \
+         WITH RECURSIVE c(x) AS (SELECT 1 UNION ALL SELECT x + 1 FROM c WHERE x < 3000000) \
+         SELECT COUNT(*) FROM c",
+    );
+    let waited = tokio::time::timeout(Duration::from_millis(20), db.sqlite_tx_at_once(slow));
+    assert!(waited.await.is_err(), "it was still running");
+    for round in 0..8 {
+        let rows = db.sqlite_tx_at_once(both("c", "d")).await.unwrap();
+        assert_eq!(rows.len(), 2, "round {round}");
+        db.locked_tx("metnos.test", async |tx| {
+            tx.execute(Statement::new(
+                "INSERT INTO notes (body, created_ms, tag) VALUES ('locked', 5, 't')",
+            ))
+            .await
+            .map(Finish::Commit)
+        })
+        .await
+        .unwrap();
+    }
+    let bodies: Vec<String> = notes(&db).await.into_iter().map(|n| n.1).collect();
+    assert_eq!(&bodies[..2], ["a", "b"]);
+    assert!(
+        !bodies.iter().any(|b| b == "failed" || b == "dropped"),
+        "{bodies:?}"
+    );
+    assert_eq!(bodies.len(), 2 + 8 * 3);
+    db.close().await;
+}
+
+#[tokio::test]
+async fn sqlite_a_transaction_in_one_round_trip_is_all_or_nothing() {
+    a_transaction_in_one_round_trip_is_all_or_nothing(Backend::sqlite()).await;
+}
+
+#[tokio::test]
+async fn postgres_a_transaction_in_one_round_trip_is_all_or_nothing() {
+    a_transaction_in_one_round_trip_is_all_or_nothing(Backend::postgres().await).await;
+}
+
 #[tokio::test]
 async fn sqlite_a_locked_transaction_ends_as_its_work_says_and_holds_its_key() {
     a_locked_transaction_ends_as_its_work_says_and_holds_its_key(Backend::sqlite()).await;

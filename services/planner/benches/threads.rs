@@ -10,6 +10,9 @@
 //!   newest first (one page of 64).
 //! - `threads/append/new_thread`: a turn's exchange written in a new thread of its person
 //!   (`/new`), in the store above; eight people taking turns.
+//! - `threads/end/one_shot` and `threads/end/new_thread`: a running turn's end written
+//!   alone, and with its exchange in a new thread of its person (one transaction), in the
+//!   same store: what a thread adds to the write a turn makes anyway.
 //! - `memory/search/10000` and `…/100000`: SQLite, one person's memory of that many entries
 //!   (eight words each from a vocabulary of 500, so each word is in about 1.6 % of them)
 //!   beside another person's 10,000; a two-word search for the best five, each found
@@ -17,12 +20,12 @@
 
 use std::time::Duration;
 
-use criterion::{Criterion, criterion_group, criterion_main};
+use criterion::{BatchSize, Criterion, criterion_group, criterion_main};
 use metnos_core::Principal;
 use metnos_kit::config::StoreSpec;
 use metnos_kit::store::sql::{Finish, Statement};
-use metnos_planner::store::MIGRATIONS;
-use metnos_planner::store::threads::{NewExchange, StepLine, ThreadStore};
+use metnos_planner::store::threads::{Ending, Kept, NewExchange, StepLine, ThreadStore};
+use metnos_planner::store::{Holder, MIGRATIONS, Store};
 
 fn exchange(turn: usize) -> NewExchange {
     let step = |executor: &str, label: &str| StepLine {
@@ -52,14 +55,14 @@ fn bench(c: &mut Criterion) {
     let runtime = tokio::runtime::Runtime::new().unwrap();
     let dir = tempfile::tempdir().unwrap();
     let ada = Principal::new("telegram", "4242").unwrap();
-    let (threads, thread) = runtime.block_on(async {
+    let (threads, thread, db) = runtime.block_on(async {
         let spec = StoreSpec::Sqlite {
             path: dir.path().join("planner.db"),
         };
         let db = metnos_kit::store::open(&spec, "planner", &MIGRATIONS, Duration::from_secs(10))
             .await
             .unwrap();
-        let threads = ThreadStore::new(db);
+        let threads = ThreadStore::new(db.clone());
         // Nine other people's threads beside hers.
         for other in 0..9 {
             let person = Principal::new("telegram", &format!("10{other}")).unwrap();
@@ -77,7 +80,7 @@ fn bench(c: &mut Criterion) {
                 .await
                 .unwrap();
         }
-        (threads, thread)
+        (threads, thread, db)
     });
     let mut group = c.benchmark_group("threads/history");
     group.bench_function("1000_exchanges", |b| {
@@ -107,6 +110,69 @@ fn bench(c: &mut Criterion) {
                 assert!(written.is_some());
             })
         });
+    });
+    group.finish();
+    bench_end(
+        c,
+        &runtime,
+        &threads,
+        Store::with_holder(db, Holder::new("bench", 1 << 40)),
+    );
+}
+
+/// A turn's end, alone and with its exchange in a new thread (see the module's doc).
+fn bench_end(
+    c: &mut Criterion,
+    runtime: &tokio::runtime::Runtime,
+    threads: &ThreadStore,
+    store: Store,
+) {
+    // About what a one-step turn's record holds.
+    let record = serde_json::json!({
+        "turn_id": "t", "principal": "cli:bench", "level": "FULL", "mode": "local",
+        "tiers": ["fast"], "models": ["fake"], "final_kind": "answer", "latency_ms": 7,
+        "steps": [{"executor": "time_now", "ok": true, "checks_us": 700, "policy_us": 200,
+                   "vaglio_us": 300, "labels": []}],
+        "usage": {"prompt_tokens": 420, "completion_tokens": 30},
+        "started_at": "2026-11-29T08:00:00Z", "ended_at": "2026-11-29T08:00:00Z",
+    })
+    .to_string();
+    let mut group = c.benchmark_group("threads/end");
+    let mut turn = 100_000usize;
+    let running = |turn: &mut usize| {
+        *turn += 1;
+        let exchange = exchange(*turn);
+        runtime
+            .block_on(store.insert_turn(&exchange.turn_id, "cli", "bench", "{}", "{}", 1))
+            .unwrap();
+        (exchange, *turn)
+    };
+    group.bench_function("one_shot", |b| {
+        b.iter_batched(
+            || running(&mut turn),
+            |(exchange, _)| {
+                let held = runtime.block_on(store.finish(&exchange.turn_id, &record, 2));
+                assert!(held.unwrap());
+            },
+            BatchSize::SmallInput,
+        );
+    });
+    let ending = Ending {
+        record: &record,
+        run: &store.holder().run,
+    };
+    group.bench_function("new_thread", |b| {
+        b.iter_batched(
+            || running(&mut turn),
+            |(exchange, n)| {
+                let person = Principal::new("cli", &format!("end{}", n % 8)).unwrap();
+                let thread = threads.start_new(&person, 2);
+                let ended =
+                    runtime.block_on(threads.append_ending(&thread, &exchange, 3, Some(&ending)));
+                assert!(matches!(ended.unwrap(), (true, Kept::In(_))));
+            },
+            BatchSize::SmallInput,
+        );
     });
     group.finish();
 }

@@ -208,7 +208,44 @@ pub enum Finish<T> {
     Rollback(T),
 }
 
+/// A SQLite connection that, unless the work on it finished, is closed instead of going
+/// back to the pool: SQLite rolls back what it had not committed.
+struct Closing(sqlx::pool::PoolConnection<Sqlite>, bool);
+
+impl Drop for Closing {
+    fn drop(&mut self) {
+        if !self.1 {
+            self.0.close_on_drop();
+        }
+    }
+}
+
 impl Db {
+    /// Runs `statement` — several `;`-separated statements — as one `BEGIN IMMEDIATE`
+    /// transaction in one round trip to a SQLite connection, and returns their rows (those
+    /// of `RETURNING` clauses). A small write on SQLite costs mostly its round trips to the
+    /// connection's worker thread, three for a [`Db::locked_tx`]; this pays one. All or
+    /// nothing: a statement that fails, or a caller that stops waiting, leaves the
+    /// transaction uncommitted, and its connection is closed rather than reused (SQLite
+    /// rolls back). On PostgreSQL it is refused: use [`Db::locked_tx`].
+    pub async fn sqlite_tx_at_once(&self, statement: Statement) -> Result<Vec<Row>, sqlx::Error> {
+        let Pool::Sqlite(pool) = self.pool() else {
+            return Err(sqlx::Error::Configuration(
+                "a transaction in one round trip is SQLite's alone".into(),
+            ));
+        };
+        let sql = format!("BEGIN IMMEDIATE; {}; COMMIT", statement.sql.as_str());
+        let statement = Statement {
+            sql: sqlx::SqlSafeStr::into_sql_str(sqlx::AssertSqlSafe(sql)),
+            ..statement
+        };
+        let query = statement.for_sqlite()?;
+        let mut conn = Closing(pool.acquire().await?, false);
+        let found = query.fetch_all(&mut *conn.0).await?;
+        conn.1 = true;
+        Ok(rows(found, Row::Sqlite))
+    }
+
     /// Runs `work` in one transaction that holds `key` against every other holder of it,
     /// in this process or a replica: `BEGIN IMMEDIATE` on SQLite (the whole file, one
     /// writer at a time), a transaction-scoped advisory lock on `hashtext(key)` on

@@ -374,9 +374,9 @@ impl ThreadStore {
             .await
     }
 
-    /// [`ThreadStore::append_ending`] on SQLite: its statements in one round trip to the
-    /// connection, in one transaction (one commit: what a write costs here is mostly its
-    /// commit).
+    /// [`ThreadStore::append_ending`] on SQLite: its statements in one transaction, in one
+    /// round trip to the connection ([`Db::sqlite_tx_at_once`]: a turn in a thread pays
+    /// the round trip a one-shot turn pays to end).
     async fn append_at_once(
         &self,
         thread: &Thread,
@@ -406,23 +406,30 @@ impl ThreadStore {
             .bind(i64::from(thread.opening.is_some()))
             .bind(steps)
             .bind(i64::from(exchange.forwarded));
-        self.db
-            .locked_tx(&person_key(&thread.person), async |tx| {
-                // All of it read: every statement runs (a first row taken alone may stop
-                // the rest).
-                let (mut held, mut kept) = (false, None);
-                for row in tx.fetch_all(statement).await? {
-                    match row.get::<String, _>("what")?.as_str() {
-                        "ended" => held = true,
-                        _ => kept = Some(row.get::<String, _>("thread_id")?),
-                    }
-                }
-                match kept {
-                    Some(id) => Ok(Finish::Commit((held, Kept::In(id)))),
-                    None => not_kept(tx, thread, exchange, held, ending.is_some()).await,
-                }
-            })
-            .await
+        // All of it read: every statement runs (a first row taken alone may stop the
+        // rest).
+        let (mut held, mut kept) = (false, None);
+        for row in self.db.sqlite_tx_at_once(statement).await? {
+            match row.get::<String, _>("what")?.as_str() {
+                "ended" => held = true,
+                _ => kept = Some(row.get::<String, _>("thread_id")?),
+            }
+        }
+        if let Some(id) = kept {
+            return Ok((held, Kept::In(id)));
+        }
+        // Nothing else was written: no thread is opened for an exchange kept already.
+        let before = self
+            .db
+            .fetch_optional(
+                Statement::new("SELECT seq FROM exchanges WHERE turn_id = $1")
+                    .bind(exchange.turn_id.clone()),
+            )
+            .await?;
+        Ok(match before {
+            Some(_) => (held, Kept::Already),
+            None => (held, Kept::Nowhere),
+        })
     }
 
     /// The newest `limit` exchanges of `person`'s thread `thread_id` (at most
@@ -676,14 +683,16 @@ fn opening(person: &Principal, now_ms: i64, close_others: bool) -> Thread {
 /// person, `$8` when it was decided on, `$9` `/new`, `$10`–`$12` the message, answer and
 /// labels, `$13` whether the thread is to be opened, `$14` the steps, `$15` forwarded (`$2`
 /// and `$4` are the turn's end's, [`END_AND_APPEND`]). As [`open_in`], [`insert_exchange`]
-/// and the `last_at` update do in a transaction: the thread opened (unless the person forgot
-/// since, or — not `/new` — another thread of theirs was written to since); the exchange
+/// and the `last_at` update do in a transaction: the thread opened (unless the exchange is
+/// kept already, the person forgot since, or — not `/new` — another thread of theirs was
+/// written to since); the exchange
 /// written at the end of that one or of this; the thread's `last_at` moved to it. The
 /// exchange's thread comes back (`what` = `kept`) when it was written.
 macro_rules! append_sql {
     () => {
         "INSERT INTO threads (id, channel, sender_id, started_at, last_at, chosen_at) \
          SELECT $5, $6, $7, $8, $3, $3 WHERE $13 = 1 \
+         AND NOT EXISTS (SELECT 1 FROM exchanges WHERE turn_id = $1) \
          AND NOT EXISTS (SELECT 1 FROM thread_forgets WHERE channel = $6 AND sender_id = $7 AND at >= $8) \
          AND ($9 = 1 OR NOT EXISTS (SELECT 1 FROM threads \
          WHERE channel = $6 AND sender_id = $7 AND last_at >= $8)) \
