@@ -172,7 +172,7 @@ fn main() {
         let mut client = PlannerServiceClient::new(channel);
         let one_turn = |mut client: PlannerServiceClient<metnos_kit::client::TracedChannel>,
                         n: usize| async move {
-            let thread = thread.unwrap_or(if n % 2 == 0 {
+            let thread = thread.unwrap_or(if n.is_multiple_of(2) {
                 pb::Thread::Unspecified
             } else {
                 pb::Thread::New
