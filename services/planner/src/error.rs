@@ -160,7 +160,7 @@ impl From<Error> for Status {
                 match e {
                     T::Store(e) => failure_status(crate::SERVICE, "the planner store", &e),
                     T::NoSuchThread => Status::not_found(e.to_string()),
-                    T::TooLong { .. } | T::TooMany { .. } => {
+                    T::TooLong { .. } | T::TooMany { .. } | T::Nul(_) => {
                         Status::invalid_argument(e.to_string())
                     }
                 }

@@ -103,11 +103,16 @@ pub async fn forget_conversations(
     memory: bool,
 ) -> Result<Response<pb::ForgetConversationsResponse>, Status> {
     let threads = crate::store::threads::ThreadStore::new(planner.store().db().clone());
-    let forgot_at = now_ms();
     let forgotten = threads
-        .forget(person, forgot_at, memory)
+        .forget(person, now_ms(), memory)
         .await
         .map_err(Error::from)?;
+    // Committed now: a turn that began before may have read what was erased (its start
+    // after the time the forget took, before its commit): it counts as begun before.
+    let forgot_at = now_ms();
+    if let Err(e) = threads.mark_forgotten(person, forgot_at, memory).await {
+        tracing::warn!(principal = %person, error = %e, "when the person forgot could not be moved to the forget's commit");
+    }
     let stopped = planner.cancel_threaded(person, forgot_at, memory).await;
     tracing::info!(principal = %person, exchanges = forgotten.exchanges, memories = forgotten.memories, stopped, "a person's conversations were erased");
     let record = forgotten_record(person, caller, forgotten, memory, stopped);

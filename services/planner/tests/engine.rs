@@ -2237,6 +2237,39 @@ async fn forgetting_the_memory_stops_a_one_shot_turn_waiting_to_save() {
     assert_eq!(h.planner.memories().count(&ada).await.unwrap(), (0, 0));
 }
 
+/// Review of issue 40: a message that starts a new thread has read nothing: a forget
+/// between its start and its being stored does not stop it (the person gets their
+/// answer), and its exchange is not kept after the forget.
+#[tokio::test]
+async fn a_turn_in_a_new_thread_goes_on_through_a_forget_and_keeps_nothing() {
+    use metnos_planner::store::threads::ThreadStore;
+    let h = Harness::local().await;
+    let request = TurnRequest {
+        principal: Principal::new("telegram", "42").unwrap(),
+        level: AutonomyLevel::Supervised,
+        query: "what time is it?".to_owned(),
+        language: None,
+        mode: None,
+        forwarded: false,
+        thread: Threading::New,
+    };
+    let mut checkpoint = h.planner.start(&request);
+    h.planner
+        .attach_thread(&mut checkpoint, &request.thread)
+        .await;
+    let ada = Principal::new("telegram", "42").unwrap();
+    let threads = ThreadStore::new(h.db.clone());
+    threads.forget(&ada, now(), false).await.unwrap();
+    h.llm.answer("It is ten.");
+    let (tx, mut rx) = mpsc::channel(64);
+    tokio::spawn(Arc::clone(&h.planner).run(checkpoint, tx));
+    let (_, finished) = to_end(&mut rx).await;
+    assert_eq!(kind(&finished), pb::FinalKind::Answer);
+    assert_eq!(finished.text, "It is ten.");
+    let current = threads.current(&ada, now(), 3_600_000).await.unwrap();
+    assert!(current.opening.is_some(), "nothing kept: {current:?}");
+}
+
 /// Review of issue 40: a message whose turn read its thread just before the person
 /// forgot it (before the turn was stored, where forgetting stops turns) does not go on
 /// with what it read: it stops, saying why, and the LLM never sees the forgotten words.

@@ -792,6 +792,23 @@ async fn a_turn_s_end_and_its_exchange_are_written_together(test: TestStore) {
         messages(&threads.recent(&ada(), &thread.id, 10).await.unwrap()),
         ["hi"]
     );
+    // Recorded again by a replica that had chosen a new thread for it: none is opened.
+    let other = threads.start_new(&ada(), 2_050);
+    let elsewhere = threads
+        .append_ending(&other, &said("t1", "hi", "hello"), 2_150, Some(&ending))
+        .await
+        .unwrap();
+    assert_eq!(elsewhere, (false, Kept::Already));
+    assert_eq!(
+        threads.current(&ada(), 2_160, IDLE).await.unwrap().id,
+        thread.id
+    );
+    // Text no store keeps is refused whole, saying which.
+    let nul = said("t9", "a\0b", "ok");
+    assert!(matches!(
+        threads.append(&thread, &nul, 2_170).await,
+        Err(ThreadError::Nul("message"))
+    ));
     // Held by another replica's run: not ended here, the exchange kept all the same.
     let theirs = Ending {
         run: "another run",
@@ -839,6 +856,49 @@ async fn a_turn_s_end_and_its_exchange_are_written_together(test: TestStore) {
     ));
 }
 
+/// Review of issue 40: a forget's mark moves to when it was committed (a turn that began
+/// while it ran counts as begun before it), never back, for conversations and memory
+/// alike, and erases nothing by itself.
+async fn a_forget_s_mark_moves_to_its_commit_and_never_back(test: TestStore) {
+    use metnos_planner::store::memories::{MemoryError, MemoryStore};
+    let db = threads_db(&test).await;
+    let threads = ThreadStore::new(db.clone());
+    let memories = MemoryStore::new(db, 100);
+    let thread = threads.current(&ada(), 1_000, IDLE).await.unwrap();
+    threads
+        .append(&thread, &said("t1", "my locker is 4417", "noted"), 1_100)
+        .await
+        .unwrap();
+    threads.forget(&bob(), 2_000, true).await.unwrap();
+    threads.mark_forgotten(&bob(), 2_500, true).await.unwrap();
+    assert!(threads.forgotten_since(&bob(), 2_400).await.unwrap());
+    assert!(!threads.forgotten_since(&bob(), 2_501).await.unwrap());
+    assert!(matches!(
+        memories
+            .save(&bob(), "my bike is blue", &[], by("t2", 2_400), None, 3_000)
+            .await,
+        Err(MemoryError::Forgotten)
+    ));
+    threads.mark_forgotten(&bob(), 1_500, true).await.unwrap();
+    assert!(
+        threads.forgotten_since(&bob(), 2_400).await.unwrap(),
+        "never back"
+    );
+    // Conversations only: Bob's memory mark stays where it was.
+    threads.mark_forgotten(&bob(), 4_000, false).await.unwrap();
+    assert!(threads.forgotten_since(&bob(), 3_500).await.unwrap());
+    memories
+        .save(&bob(), "my bike is blue", &[], by("t3", 3_500), None, 4_100)
+        .await
+        .unwrap();
+    // Nobody else's mark moved, and Ada's thread is still there.
+    assert!(!threads.forgotten_since(&ada(), 0).await.unwrap());
+    assert_eq!(
+        messages(&threads.recent(&ada(), &thread.id, 10).await.unwrap()),
+        ["my locker is 4417"]
+    );
+}
+
 /// The database of a test store (the planner's migrations run).
 async fn threads_db(test: &TestStore) -> metnos_kit::store::Db {
     metnos_kit::store::open(
@@ -852,6 +912,7 @@ async fn threads_db(test: &TestStore) -> metnos_kit::store::Db {
 }
 
 metnos_kit::store_suite!(
+    a_forget_s_mark_moves_to_its_commit_and_never_back,
     a_save_by_a_turn_begun_before_a_memory_forget_is_refused,
     another_person_s_entries_never_crowd_a_search,
     a_turn_s_end_and_its_exchange_are_written_together,

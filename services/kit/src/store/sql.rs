@@ -208,6 +208,9 @@ pub enum Finish<T> {
     Rollback(T),
 }
 
+/// The column of the row that ends a [`Db::sqlite_tx_at_once`] batch.
+const COMMITTED: &str = "metnos_committed";
+
 /// A SQLite connection that, unless the work on it finished, is closed instead of going
 /// back to the pool: SQLite rolls back what it had not committed.
 struct Closing(sqlx::pool::PoolConnection<Sqlite>, bool);
@@ -234,14 +237,29 @@ impl Db {
                 "a transaction in one round trip is SQLite's alone".into(),
             ));
         };
-        let sql = format!("BEGIN IMMEDIATE; {}; COMMIT", statement.sql.as_str());
+        // The last row says the COMMIT ran: a batch cut short (its worker gone) ends its
+        // stream as one that finished would.
+        let sql = format!(
+            "BEGIN IMMEDIATE; {}; COMMIT; SELECT 'committed' AS {COMMITTED}",
+            statement.sql.as_str()
+        );
         let statement = Statement {
             sql: sqlx::SqlSafeStr::into_sql_str(sqlx::AssertSqlSafe(sql)),
             ..statement
         };
         let query = statement.for_sqlite()?;
         let mut conn = Closing(pool.acquire().await?, false);
-        let found = query.fetch_all(&mut *conn.0).await?;
+        let mut found = query.fetch_all(&mut *conn.0).await?;
+        let committed = found.pop().filter(|row| {
+            use sqlx::Row as _;
+            row.try_get::<String, _>(COMMITTED)
+                .is_ok_and(|c| c == "committed")
+        });
+        if committed.is_none() {
+            return Err(sqlx::Error::Protocol(
+                "the transaction's batch stopped before its end".into(),
+            ));
+        }
         conn.1 = true;
         Ok(rows(found, Row::Sqlite))
     }

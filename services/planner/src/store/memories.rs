@@ -467,22 +467,12 @@ pub(super) async fn forget_all_in(
     person: &Principal,
     now_ms: i64,
 ) -> Result<u64, sqlx::Error> {
-    let (channel, sender) = (person.channel().to_owned(), person.sender_id().to_owned());
-    tx.execute(
-        Statement::new(
-            "INSERT INTO memory_forgets (channel, sender_id, at) VALUES ($1, $2, $3) \
-             ON CONFLICT (channel, sender_id) DO UPDATE SET at = CASE \
-             WHEN excluded.at > memory_forgets.at THEN excluded.at ELSE memory_forgets.at END",
-        )
-        .bind(channel.clone())
-        .bind(sender.clone())
-        .bind(now_ms),
-    )
-    .await?;
+    use super::threads::{Forgets, mark};
+    tx.execute(mark(Forgets::Memory, person, now_ms)).await?;
     tx.execute(
         Statement::new("DELETE FROM memories WHERE channel = $1 AND sender_id = $2")
-            .bind(channel)
-            .bind(sender),
+            .bind(person.channel().to_owned())
+            .bind(person.sender_id().to_owned()),
     )
     .await
 }

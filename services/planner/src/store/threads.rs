@@ -121,6 +121,8 @@ pub enum ThreadError {
         count: usize,
         max: usize,
     },
+    #[error("the {0} holds a NUL character, which a thread cannot keep")]
+    Nul(&'static str),
     #[error("no such thread")]
     NoSuchThread,
     #[error("thread store: {0}")]
@@ -135,6 +137,9 @@ impl NewExchange {
                     field,
                     len: text.len(),
                 });
+            }
+            if text.contains('\0') {
+                return Err(ThreadError::Nul(field));
             }
         }
         let many = |field, count, max| ThreadError::TooMany { field, count, max };
@@ -406,30 +411,17 @@ impl ThreadStore {
             .bind(i64::from(thread.opening.is_some()))
             .bind(steps)
             .bind(i64::from(exchange.forwarded));
-        // All of it read: every statement runs (a first row taken alone may stop the
-        // rest).
-        let (mut held, mut kept) = (false, None);
+        // Nothing is read after the commit: what was written is said by the batch's rows
+        // (and no thread is opened for an exchange kept already).
+        let (mut held, mut kept) = (false, Kept::Nowhere);
         for row in self.db.sqlite_tx_at_once(statement).await? {
             match row.get::<String, _>("what")?.as_str() {
                 "ended" => held = true,
-                _ => kept = Some(row.get::<String, _>("thread_id")?),
+                "already" => kept = Kept::Already,
+                _ => kept = Kept::In(row.get("thread_id")?),
             }
         }
-        if let Some(id) = kept {
-            return Ok((held, Kept::In(id)));
-        }
-        // Nothing else was written: no thread is opened for an exchange kept already.
-        let before = self
-            .db
-            .fetch_optional(
-                Statement::new("SELECT seq FROM exchanges WHERE turn_id = $1")
-                    .bind(exchange.turn_id.clone()),
-            )
-            .await?;
-        Ok(match before {
-            Some(_) => (held, Kept::Already),
-            None => (held, Kept::Nowhere),
-        })
+        Ok((held, kept))
     }
 
     /// The newest `limit` exchanges of `person`'s thread `thread_id` (at most
@@ -551,6 +543,23 @@ impl ThreadStore {
             .await?)
     }
 
+    /// Moves the marks of when `person` forgot (their conversations; their memory too
+    /// when `memory`) to `at`, never back. Called with the time a forget was committed:
+    /// a turn that began after [`ThreadStore::forget`] read its clock, but before the
+    /// commit, may have read what it erased — it then counts as begun before.
+    pub async fn mark_forgotten(
+        &self,
+        person: &Principal,
+        at: i64,
+        memory: bool,
+    ) -> Result<(), ThreadError> {
+        self.db.execute(mark(Forgets::Threads, person, at)).await?;
+        if memory {
+            self.db.execute(mark(Forgets::Memory, person, at)).await?;
+        }
+        Ok(())
+    }
+
     /// Whether `person` forgot their conversations at `since_ms` or later (a turn that
     /// began then must not go on with what it read of them).
     pub async fn forgotten_since(
@@ -634,18 +643,32 @@ async fn forget_in(
             .bind(sender.clone()),
     )
     .await?;
-    tx.execute(
-        Statement::new(
-            "INSERT INTO thread_forgets (channel, sender_id, at) VALUES ($1, $2, $3) \
-             ON CONFLICT (channel, sender_id) DO UPDATE SET at = CASE \
-             WHEN excluded.at > thread_forgets.at THEN excluded.at ELSE thread_forgets.at END",
-        )
-        .bind(channel)
-        .bind(sender)
-        .bind(now_ms),
-    )
-    .await?;
+    tx.execute(mark(Forgets::Threads, person, now_ms)).await?;
     Ok(gone)
+}
+
+/// What a person forgot: the mark of when is kept per kind.
+#[derive(Debug, Clone, Copy)]
+pub(super) enum Forgets {
+    Threads,
+    Memory,
+}
+
+/// Moves `person`'s mark of when they last forgot `what` to `at` (never back): a turn
+/// begun then or before writes nothing of it after.
+pub(super) fn mark(what: Forgets, person: &Principal, at: i64) -> Statement {
+    let table = match what {
+        Forgets::Threads => "thread_forgets",
+        Forgets::Memory => "memory_forgets",
+    };
+    Statement::new(sqlx::AssertSqlSafe(format!(
+        "INSERT INTO {table} (channel, sender_id, at) VALUES ($1, $2, $3) \
+         ON CONFLICT (channel, sender_id) DO UPDATE SET at = CASE \
+         WHEN excluded.at > {table}.at THEN excluded.at ELSE {table}.at END"
+    )))
+    .bind(person.channel().to_owned())
+    .bind(person.sender_id().to_owned())
+    .bind(at)
 }
 
 /// Whether `thread_id` is `person`'s thread, inside the transaction that holds their
@@ -687,10 +710,13 @@ fn opening(person: &Principal, now_ms: i64, close_others: bool) -> Thread {
 /// kept already, the person forgot since, or — not `/new` — another thread of theirs was
 /// written to since); the exchange
 /// written at the end of that one or of this; the thread's `last_at` moved to it. The
-/// exchange's thread comes back (`what` = `kept`) when it was written.
+/// exchange's thread comes back (`what` = `kept`) when it was written; a row `what` =
+/// `already` says it was there before.
 macro_rules! append_sql {
     () => {
-        "INSERT INTO threads (id, channel, sender_id, started_at, last_at, chosen_at) \
+        "SELECT 'already' AS what, '' AS thread_id \
+         WHERE EXISTS (SELECT 1 FROM exchanges WHERE turn_id = $1); \
+         INSERT INTO threads (id, channel, sender_id, started_at, last_at, chosen_at) \
          SELECT $5, $6, $7, $8, $3, $3 WHERE $13 = 1 \
          AND NOT EXISTS (SELECT 1 FROM exchanges WHERE turn_id = $1) \
          AND NOT EXISTS (SELECT 1 FROM thread_forgets WHERE channel = $6 AND sender_id = $7 AND at >= $8) \

@@ -165,6 +165,8 @@ pub fn earlier_private(cp: &Checkpoint) -> impl Iterator<Item = Label> + '_ {
 /// boundary, and a note saying it was cut and how long it was (a later turn, and the
 /// person reading a summary, know it is not all of it).
 fn cut(text: &str, max: usize) -> String {
+    // A NUL is nothing a person reads, and PostgreSQL's text refuses it.
+    let text = &text.replace('\0', "\u{FFFD}");
     if text.len() <= max {
         return text.to_owned();
     }
@@ -199,6 +201,11 @@ mod tests {
             "fence_nonce": "kabc123"
         }))
         .unwrap()
+    }
+
+    #[test]
+    fn a_nul_is_kept_as_a_replacement_character() {
+        assert_eq!(cut("a\0b", 64), "a\u{FFFD}b");
     }
 
     #[test]

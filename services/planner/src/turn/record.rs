@@ -145,10 +145,20 @@ impl<'a> Records<'a> {
             run: &self.store.holder().run,
         };
         let threads = ThreadStore::new(self.store.db().clone());
-        let (held, kept) = threads
+        let (held, kept) = match threads
             .append_ending(&thread, &exchange, now_ms(), Some(&ending))
             .await
-            .map_err(|e| e.to_string())?;
+        {
+            Ok(written) => written,
+            Err(e) => {
+                // The end alone, so that an exchange that cannot be written never costs
+                // the turn its end (a store failing for a moment fails this too, and the
+                // caller asks again).
+                tracing::warn!(turn_id = %cp.turn_id, error = %e, "the turn's exchange was not kept in its thread");
+                let finished = self.store.finish(&cp.turn_id, record, now_ms()).await;
+                return finished.map_err(|e| e.to_string());
+            }
+        };
         match kept {
             Kept::In(id) => {
                 cp.thread_id = Some(id);
