@@ -551,6 +551,19 @@ async fn memories_are_ranked_alike_kept_apart_capped_and_forgotten(test: TestSto
         ),
         ["My sister Anna's birthday is in June"]
     );
+    // An accent typed composed or as a combining mark is the same word, both ways.
+    save(&bob(), "Caffe\u{300} with Anna on Sunday", &[], 4_100).await;
+    let found = memories
+        .search(&bob(), "caff\u{E8}", 10, 4_200)
+        .await
+        .unwrap();
+    assert_eq!(texts(&found), ["Caff\u{E8} with Anna on Sunday"]);
+    let found = memories
+        .search(&bob(), "caffe\u{300}", 10, 4_200)
+        .await
+        .unwrap();
+    assert_eq!(found.len(), 1);
+    memories.forget(&bob(), &found[0].id).await.unwrap();
     // Query syntax of either backend is only ever words (Bob's: Ada's stay unused).
     for sly in [
         r#"sister" OR "milk"#,

@@ -114,11 +114,15 @@ pub fn checked_text(text: &str) -> Result<&str, MemoryError> {
     Ok(text)
 }
 
-/// The words of `text`: runs of letters and digits, lowercased.
-fn words(text: &str) -> impl Iterator<Item = String> + '_ {
+/// The words of `text`: runs of letters and digits, lowercased, in Unicode's composed
+/// form (an "è" typed as "e" and a combining accent is the same word).
+fn words(text: &str) -> Vec<String> {
+    use unicode_normalization::UnicodeNormalization;
+    let text: String = text.nfc().collect();
     text.split(|c: char| !c.is_alphanumeric())
         .filter(|w| !w.is_empty())
         .map(str::to_lowercase)
+        .collect()
 }
 
 /// The words of `query` a search looks for: letters and digits, lowercased, once each, at
@@ -146,6 +150,7 @@ fn person_tag(person: &Principal) -> String {
 fn tagged_words(person: &Principal, text: &str) -> String {
     let tag = person_tag(person);
     words(text)
+        .into_iter()
         .map(|w| format!("{tag}{w}"))
         .collect::<Vec<_>>()
         .join(" ")
@@ -170,7 +175,11 @@ impl MemoryStore {
         id: Option<&str>,
         now_ms: i64,
     ) -> Result<Saved, MemoryError> {
-        let text = checked_text(text)?;
+        // Kept composed: PostgreSQL's index reads the text itself.
+        let text: String = {
+            use unicode_normalization::UnicodeNormalization;
+            checked_text(text)?.nfc().collect()
+        };
         if sources.len() > super::threads::MAX_LABELS {
             return Err(MemoryError::TooManyLabels {
                 count: sources.len(),
@@ -182,7 +191,7 @@ impl MemoryStore {
                 || format!("m-{}", metnos_kit::random::hex(8)),
                 str::to_owned,
             ),
-            text: text.to_owned(),
+            text,
             labels: sources.to_vec(),
             turn_id: turn.id.to_owned(),
             saved_at: now_ms,

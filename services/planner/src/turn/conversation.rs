@@ -161,6 +161,19 @@ pub fn earlier_private(cp: &Checkpoint) -> impl Iterator<Item = Label> + '_ {
         .filter(Label::is_private)
 }
 
+/// What a person is told of their message whose turn read a conversation they forgot as it
+/// arrived (the turn stops before the model sees it).
+pub fn forgotten_meanwhile_text(language: Option<metnos_core::Language>) -> &'static str {
+    match language {
+        Some(metnos_core::Language::Italian) => {
+            "le tue conversazioni sono state cancellate mentre arrivava questo messaggio, quindi non ho risposto: mandamelo di nuovo"
+        }
+        _ => {
+            "your conversations were forgotten as this message arrived, so it was not answered: send it again"
+        }
+    }
+}
+
 /// `text` within `max` bytes: whole if it fits; else its beginning, on a character
 /// boundary, and a note saying it was cut and how long it was (a later turn, and the
 /// person reading a summary, know it is not all of it).
@@ -201,6 +214,13 @@ mod tests {
             "fence_nonce": "kabc123"
         }))
         .unwrap()
+    }
+
+    #[test]
+    fn a_message_stopped_by_a_forget_is_told_in_its_language() {
+        use metnos_core::Language;
+        assert!(forgotten_meanwhile_text(Some(Language::Italian)).contains("mandamelo di nuovo"));
+        assert!(forgotten_meanwhile_text(None).contains("send it again"));
     }
 
     #[test]

@@ -530,7 +530,7 @@ impl Planner {
             };
             emit(&sink, pb::turn_event::Event::Started(started)).await;
             if self.forgotten_meanwhile(&cp).await {
-                let text = "your conversations were forgotten as this message arrived, so it was not answered: send it again";
+                let text = conversation::forgotten_meanwhile_text(cp.language);
                 let ended = finish(FinalKind::Cancelled, text);
                 self.stages().records.close(&mut cp, &sink, ended).await;
                 return;
