@@ -16,15 +16,7 @@ const HOUR: i64 = 3_600_000;
 const IDLE: i64 = 4 * HOUR;
 
 async fn open(store: &TestStore) -> ThreadStore {
-    let db = metnos_kit::store::open(
-        &store.spec(),
-        "planner",
-        &MIGRATIONS,
-        Duration::from_secs(10),
-    )
-    .await
-    .unwrap();
-    ThreadStore::new(db)
+    ThreadStore::new(threads_db(store).await)
 }
 
 /// A second replica's store: its own pool on PostgreSQL; on SQLite (one process owns the
@@ -498,14 +490,7 @@ async fn a_summary_is_its_thread_s_and_only_grows(test: TestStore) {
 /// nothing to find; a card's save applied twice keeps one entry.
 async fn memories_are_ranked_alike_kept_apart_capped_and_forgotten(test: TestStore) {
     use metnos_planner::store::memories::{MemoryError, MemoryStore};
-    let db = metnos_kit::store::open(
-        &test.spec(),
-        "planner",
-        &MIGRATIONS,
-        Duration::from_secs(10),
-    )
-    .await
-    .unwrap();
+    let db = threads_db(&test).await;
     let memories = MemoryStore::new(db.clone(), 4);
     let web = vec!["web:example.com".to_owned()];
     let save = async |who: &Principal, text: &str, sources: &[String], at: i64| {
