@@ -2,8 +2,9 @@
 //! verdict log, [`metnos_kit::chain`]; the grant store's changes and the approval decisions'
 //! journals, through the running policy and approval services) and names the first record edited, removed or reordered; exit 1 on any
 //! break, or when a log cannot be read; exit 3 when nothing is broken but a journal could not
-//! be checked (its service is not running: stopping one must not pass for intact), or when a
-//! log starts with records written before the chain began (unless `--allow-unchained`).
+//! be checked (its service is not running: stopping one must not pass for intact), when a
+//! log starts with records written before the chain began (unless `--allow-unchained`), or
+//! when a log's gap records say records were answered but never written (issue 41).
 
 use std::process::ExitCode;
 
@@ -123,10 +124,21 @@ async fn verify(config: &Config, since: Option<&str>, allow_unchained: bool) -> 
     ];
     let mut intact = true;
     let mut unchained = false;
+    let mut gaps = false;
     for (name, folder, since, expired) in logs {
         let dir = config.data_dir.join(folder);
         match metnos_kit::chain::verify(&dir, since, expired) {
             Ok(report) => match report.broken {
+                None if report.not_logged > 0 => {
+                    gaps = true;
+                    crate::admin::say(&format!(
+                        "{name} ({}): GAPS — the chain is intact, but {} record(s) were answered and never written (the disk refused them; the first gap record is at {}){}",
+                        dir.display(),
+                        report.not_logged,
+                        report.first_gap.as_deref().unwrap_or("?"),
+                        day_root(&report.newest_day())
+                    ));
+                }
                 None if report.unchained > 0 && !allow_unchained => {
                     unchained = true;
                     crate::admin::say(&format!(
@@ -196,7 +208,7 @@ async fn verify(config: &Config, since: Option<&str>, allow_unchained: bool) -> 
     ));
     if !intact || found.contains(&Found::Broken) {
         ExitCode::FAILURE
-    } else if unchained || found.contains(&Found::Unchecked) {
+    } else if unchained || gaps || found.contains(&Found::Unchecked) {
         ExitCode::from(3)
     } else {
         ExitCode::SUCCESS

@@ -188,6 +188,27 @@ async fn audit_verify_passes_an_untouched_store_and_names_each_kind_of_tampering
         let (status, out) = verify().await;
         assert_eq!(status, 0, "{folder}: {out}");
     }
+    // Issue 41: records answered but never written (the disk refused them) leave a gap
+    // record. The chain is intact, and the gap is reported: no pass (exit 3).
+    let verdicts = sandbox.data_dir().join("vaglio");
+    let (path, _) = the_file(&verdicts);
+    let mut gap = metnos_kit::chain::Gap::default();
+    gap.add(
+        2,
+        "No space left on device (os error 28)",
+        metnos_kit::time::now_ms(),
+    );
+    let name = path.file_name().unwrap().to_string_lossy().into_owned();
+    metnos_kit::chain::append(&verdicts, &name, &[gap.record().unwrap()]).unwrap();
+    let (status, out, _) = sandbox.run(&["audit", "verify"]).await;
+    assert_eq!(status, 3, "{out}");
+    assert!(
+        out.contains("verdict log")
+            && out.contains(
+                "GAPS — the chain is intact, but 2 record(s) were answered and never written"
+            ),
+        "{out}"
+    );
     // The approval decisions' journal, edited in its store: named too.
     let db = sandbox.data_dir().join("approval.db");
     let pool = sqlx::SqlitePool::connect(&format!("sqlite://{}", db.display()))

@@ -793,6 +793,143 @@ fn too_big(result: Result<(), tonic::Status>, field: &str) {
     assert!(!message.contains("ZZZZ"), "{field} echoed: {message}");
 }
 
+/// The call was refused for its principal: INVALID_ARGUMENT naming the field and the limit,
+/// without echoing the value.
+fn bad_principal(result: Result<(), tonic::Status>, field: &str, what: &str) {
+    let status = result.expect_err(what);
+    assert_eq!(status.code(), Code::InvalidArgument, "{what}: {status:?}");
+    let message = status.message();
+    assert!(
+        message.contains(field) && message.contains("limit of 256 bytes"),
+        "{what}: {message}"
+    );
+    assert!(!message.contains("7777"), "{what} echoed: {message}");
+}
+
+/// Issue 41: a 100 KiB principal (limit 256 bytes) was answered OK by the gateway's
+/// RevokePairing and NOT_FOUND by GetPairing/SetLevel, and the vaglio's Judge dropped an
+/// invalid context.principal and judged the call as nobody's. Every edge now refuses it the
+/// same way, naming the field.
+#[tokio::test]
+async fn a_principal_over_its_limit_is_refused_at_every_edge_naming_the_field() {
+    use metnos_proto::vaglio::v1 as vaglio;
+    use metnos_proto::vaglio::v1::vaglio_service_client::VaglioServiceClient;
+    let s = Stack::start().await;
+    let huge = person("telegram", &"7".repeat(100 * 1024));
+    let owner = As::Identity(Identity::Owner);
+    let planner_id = As::Identity(Identity::Planner);
+    let gateway_id = As::Identity(Identity::Gateway);
+    let principal = huge.clone();
+    bad_principal(
+        call!(
+            s.channel("gateway", owner),
+            GatewayServiceClient,
+            revoke_pairing,
+            gateway::RevokePairingRequest { principal }
+        ),
+        "principal",
+        "RevokePairing",
+    );
+    let principal = huge.clone();
+    bad_principal(
+        call!(
+            s.channel("gateway", owner),
+            GatewayServiceClient,
+            get_pairing,
+            gateway::GetPairingRequest { principal }
+        ),
+        "principal",
+        "GetPairing",
+    );
+    let principal = huge.clone();
+    bad_principal(
+        call!(
+            s.channel("gateway", owner),
+            GatewayServiceClient,
+            set_level,
+            gateway::SetLevelRequest {
+                principal,
+                level: common_pb::AutonomyLevel::Supervised as i32,
+            }
+        ),
+        "principal",
+        "SetLevel",
+    );
+    let judge = vaglio::JudgeRequest {
+        intent: "read my notes".into(),
+        executor: "fs_read".into(),
+        args_json: r#"{"path":"/tmp/notes.txt"}"#.into(),
+        context: Some(vaglio::JudgeContext {
+            principal: huge.clone(),
+            level: common_pb::AutonomyLevel::Supervised as i32,
+            ..Default::default()
+        }),
+    };
+    bad_principal(
+        call!(
+            s.channel("vaglio", planner_id),
+            VaglioServiceClient,
+            judge,
+            judge
+        ),
+        "context.principal",
+        "Judge",
+    );
+    let turn = planner::RunTurnRequest {
+        principal: huge.clone(),
+        level: common_pb::AutonomyLevel::Supervised as i32,
+        query: "hello".into(),
+        ..Default::default()
+    };
+    let status = PlannerServiceClient::new(s.up.channel_as("planner", Identity::Gateway))
+        .run_turn(turn)
+        .await
+        .map(|_| ());
+    bad_principal(status, "principal", "RunTurn");
+    let revoke = policy::RevokeGrantRequest {
+        grant_id: 1,
+        principal: huge.clone(),
+    };
+    bad_principal(
+        call!(
+            s.channel("policy", As::Identity(Identity::Approval)),
+            PolicyServiceClient,
+            revoke_grant,
+            revoke
+        ),
+        "principal",
+        "RevokeGrant",
+    );
+    let resolve = approval::ResolveRequest {
+        token: "t".repeat(32),
+        decision: approval::Decision::Approve as i32,
+        decider: huge.clone(),
+        ..Default::default()
+    };
+    bad_principal(
+        call!(
+            s.channel("approval", gateway_id),
+            ApprovalServiceClient,
+            resolve,
+            resolve
+        ),
+        "decider",
+        "Resolve",
+    );
+    // Nothing was judged for nobody: the verdict log holds no line.
+    let verdicts = s.home().join("data/vaglio");
+    let lines: usize = std::fs::read_dir(&verdicts)
+        .map(|entries| {
+            entries
+                .flatten()
+                .filter(|e| e.file_name().to_string_lossy().ends_with(".jsonl"))
+                .map(|e| std::fs::read_to_string(e.path()).unwrap().lines().count())
+                .sum()
+        })
+        .unwrap_or(0);
+    assert_eq!(lines, 0, "a refused call leaves no verdict");
+}
+
 #[tokio::test]
 async fn every_rpc_refuses_an_oversized_field_with_a_short_message() {
     use metnos_proto::vaglio::v1 as vaglio;

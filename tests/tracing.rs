@@ -313,7 +313,9 @@ mod metrics {
                 context_keys: vec![],
                 rule_id: None,
                 arg_key: None,
-            });
+            })
+            .await
+            .expect("a line the disk refuses does not fail its verdict");
         }
         log.flush().await;
         assert_eq!(log.failures(), 3, "every lost line is counted");
@@ -408,5 +410,32 @@ async fn turns_under_metnos_up_export_every_service_s_spans_and_no_thread_panics
             "no span of {service} among {services:?}"
         );
     }
+    // Issue 41: each span carries the service that emitted it. The planner's client calls
+    // were started by the first service's tracer and exported as metnos-policy.
+    let spans = collector.spans.lock().unwrap().clone();
+    for (rpc, server) in [
+        ("metnos.policy.v1.PolicyService/Check", "metnos-policy"),
+        ("metnos.vaglio.v1.VaglioService/Judge", "metnos-vaglio"),
+    ] {
+        let of = |kind: &str| -> std::collections::BTreeSet<String> {
+            spans
+                .iter()
+                .filter(|r| r.span.name == rpc && r.attr("otel.kind").is_none())
+                .filter(|r| kind_name(r.span.kind) == kind)
+                .map(|r| r.service.clone())
+                .collect()
+        };
+        assert_eq!(of("client"), ["metnos-planner".to_owned()].into(), "{rpc}");
+        assert_eq!(of("server"), [server.to_owned()].into(), "{rpc}");
+    }
     server.abort();
+}
+
+/// A span kind's name in the OTLP enum.
+fn kind_name(kind: i32) -> &'static str {
+    match kind {
+        2 => "server",
+        3 => "client",
+        _ => "other",
+    }
 }

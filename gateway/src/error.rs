@@ -8,10 +8,8 @@ use tonic::Status;
 /// Why a gateway call failed.
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
-    #[error("principal is missing (channel and sender_id are required)")]
-    MissingPrincipal,
     #[error(transparent)]
-    Principal(#[from] metnos_core::principal::PrincipalError),
+    Principal(#[from] metnos_core::principal::BadPrincipal),
     #[error("text is empty")]
     EmptyText,
     #[error("the card has no lines")]
@@ -61,8 +59,7 @@ pub enum Error {
 impl From<Error> for Status {
     fn from(error: Error) -> Status {
         match error {
-            Error::MissingPrincipal
-            | Error::Principal(_)
+            Error::Principal(_)
             | Error::EmptyText
             | Error::EmptyCard
             | Error::MissingMessage

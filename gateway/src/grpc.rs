@@ -94,14 +94,9 @@ pub fn pairing_msg(p: &Pairing) -> pb::Pairing {
     }
 }
 
-/// The principal a request names: both parts present (the store finds the rest).
+/// The principal a request names, checked as at every edge (the store finds the rest).
 fn principal_of(p: Option<common::Principal>) -> Result<Principal, Error> {
-    match p {
-        Some(p) if !p.channel.is_empty() && !p.sender_id.is_empty() => {
-            Ok(Principal::new(&p.channel, &p.sender_id)?)
-        }
-        _ => Err(Error::MissingPrincipal),
-    }
+    Ok(Principal::required("principal", p.as_ref())?)
 }
 
 fn message_ref(chat: i64, id: i32) -> pb::MessageRef {

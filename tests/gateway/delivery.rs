@@ -287,7 +287,7 @@ async fn a_message_whose_answer_was_lost_is_not_sent_again_and_its_caller_is_tol
             "{sender_id:?}"
         );
         assert!(
-            refused.message().starts_with("principal sender_id"),
+            refused.message().starts_with("principal.sender_id"),
             "{sender_id:?}: {}",
             refused.message()
         );

@@ -82,6 +82,7 @@ impl From<Error> for Status {
             Error::Card(_)
             | Error::Args(_)
             | Error::Principal(_)
+            | Error::BadPrincipal(_)
             | Error::Capability(_)
             | Error::TerritoryWithReject
             | Error::NoTerritoryOffered

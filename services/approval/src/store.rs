@@ -6,7 +6,7 @@ use metnos_core::capability::Capability;
 use metnos_core::level::AutonomyLevel;
 use metnos_core::principal::Principal;
 use metnos_kit::on_db;
-use metnos_kit::store::{Db, EmbeddedMigration, Migrations, Pool, stored_principal};
+use metnos_kit::store::{Db, EmbeddedMigration, Migrations, Pool, Statement, stored_principal};
 use sqlx::Row;
 
 use crate::card::{Language, Reversibility, Territory};
@@ -65,6 +65,25 @@ const POSTGRES: &[EmbeddedMigration] = &[
         sql: include_str!("../migrations/postgres/0005_decisions.sql"),
     },
 ];
+
+/// A decision as the journal keeps it: when, which request (its token's hash, not the
+/// token), what became of it and who decided. Written in the transaction that makes the
+/// decision (issue 41): a decision the journal cannot hold is not made.
+fn decision(
+    token: &str,
+    status: Status,
+    by: Option<&Principal>,
+    territory: Territory,
+    now: i64,
+) -> serde_json::Value {
+    serde_json::json!({
+        "at": now,
+        "request": metnos_kit::chain::token_name(token),
+        "status": status.as_str(),
+        "by": by.map(ToString::to_string),
+        "territory": territory.as_str(),
+    })
+}
 
 /// The approval decisions' chained journal (issue 23).
 pub const DECISIONS: metnos_kit::journal::Journal = metnos_kit::journal::Journal {
@@ -411,90 +430,67 @@ impl PendingStore {
     ) -> Result<bool, sqlx::Error> {
         let sql = "UPDATE pending SET status = $1, decision_at = $2, decision_by_channel = $3, \
                    decision_by_sender = $4, territory = $5, territory_target = COALESCE($7, territory_target) \
-                   WHERE token = $6 AND status = 'pending' AND expires_at > $2";
-        let changed = on_db!(&self.db, pool => {
-            sqlx::query(sql)
-                .bind(status.as_str())
-                .bind(now)
-                .bind(decider.channel())
-                .bind(decider.sender_id())
-                .bind(territory.as_str())
-                .bind(token)
-                .bind(edited)
-                .execute(pool)
-                .await?
-                .rows_affected()
-        });
-        if changed == 1 {
-            self.journal(token, status, Some(decider), territory, now)
-                .await;
-        }
-        Ok(changed == 1)
+                   WHERE token = $6 AND status = 'pending' AND expires_at > $2 RETURNING token";
+        let change = Statement::new(sql)
+            .bind(status.as_str())
+            .bind(now)
+            .bind(decider.channel().to_owned())
+            .bind(decider.sender_id().to_owned())
+            .bind(territory.as_str())
+            .bind(token.to_owned())
+            .bind(edited.map(str::to_owned));
+        let record = |token: &str| decision(token, status, Some(decider), territory, now);
+        Ok(!self.journalled(change, record).await?.is_empty())
     }
 
     /// Pending → expired, if its time has come at `now`.
     pub async fn expire(&self, token: &str, now: i64) -> Result<bool, sqlx::Error> {
         let sql = "UPDATE pending SET status = 'expired', decision_at = $1 \
-                   WHERE token = $2 AND status = 'pending' AND expires_at <= $1";
-        let changed = on_db!(&self.db, pool => {
-            sqlx::query(sql).bind(now).bind(token).execute(pool).await?.rows_affected()
-        });
-        if changed == 1 {
-            self.journal(token, Status::Expired, None, Territory::None, now)
-                .await;
-        }
-        Ok(changed == 1)
+                   WHERE token = $2 AND status = 'pending' AND expires_at <= $1 RETURNING token";
+        let change = Statement::new(sql).bind(now).bind(token.to_owned());
+        let record = |token: &str| decision(token, Status::Expired, None, Territory::None, now);
+        Ok(!self.journalled(change, record).await?.is_empty())
     }
 
     /// Pending → cancelled, with the reason.
     pub async fn cancel(&self, token: &str, reason: &str, now: i64) -> Result<bool, sqlx::Error> {
         let sql = "UPDATE pending SET status = 'cancelled', decision_at = $1, cancel_reason = $2 \
-                   WHERE token = $3 AND status = 'pending'";
-        let changed = on_db!(&self.db, pool => {
-            sqlx::query(sql).bind(now).bind(reason).bind(token).execute(pool).await?.rows_affected()
-        });
-        if changed == 1 {
-            self.journal(token, Status::Cancelled, None, Territory::None, now)
-                .await;
-        }
-        Ok(changed == 1)
+                   WHERE token = $3 AND status = 'pending' RETURNING token";
+        let change = Statement::new(sql)
+            .bind(now)
+            .bind(reason.to_owned())
+            .bind(token.to_owned());
+        let record = |token: &str| decision(token, Status::Cancelled, None, Territory::None, now);
+        Ok(!self.journalled(change, record).await?.is_empty())
     }
 
     /// Marks every pending request past its expiry as expired; returns their tokens.
     pub async fn sweep(&self, now: i64) -> Result<Vec<String>, sqlx::Error> {
         let sql = "UPDATE pending SET status = 'expired', decision_at = $1 \
                    WHERE status = 'pending' AND expires_at <= $1 RETURNING token";
-        let expired: Vec<String> = on_db!(&self.db, pool => {
-            sqlx::query_scalar(sql).bind(now).fetch_all(pool).await?
-        });
-        for token in &expired {
-            self.journal(token, Status::Expired, None, Territory::None, now)
-                .await;
-        }
-        Ok(expired)
+        let change = Statement::new(sql).bind(now);
+        let record = |token: &str| decision(token, Status::Expired, None, Territory::None, now);
+        self.journalled(change, record).await
     }
 
-    /// Writes a decision into the journal (chained after its head, under a lock across
-    /// replicas): when, which request (its token's hash, not the token), what became of it
-    /// and who decided. A failure is logged; the decision stands.
-    async fn journal(
+    /// Runs `change` (an UPDATE `RETURNING token`) and journals `record(token)` for each
+    /// request it changed, in one transaction: the tokens changed.
+    async fn journalled(
         &self,
-        token: &str,
-        status: Status,
-        by: Option<&Principal>,
-        territory: Territory,
-        now: i64,
-    ) {
-        let record = serde_json::json!({
-            "at": now,
-            "request": metnos_kit::chain::token_name(token),
-            "status": status.as_str(),
-            "by": by.map(ToString::to_string),
-            "territory": territory.as_str(),
-        });
-        if let Err(e) = DECISIONS.append(&self.db, &record).await {
-            tracing::error!(error = %e, "an approval decision was not journalled (it stands)");
-        }
+        change: Statement,
+        record: impl Fn(&str) -> serde_json::Value,
+    ) -> Result<Vec<String>, sqlx::Error> {
+        let tokens = |rows: &[metnos_kit::store::Row]| {
+            rows.iter()
+                .map(|row| row.get::<String, _>(0))
+                .collect::<Result<Vec<_>, _>>()
+        };
+        let rows = DECISIONS
+            .change(&self.db, change, |rows| {
+                Ok(tokens(rows)?.iter().map(|t| record(t)).collect())
+            })
+            .await?;
+        tokens(&rows)
     }
 
     /// The decisions journal, in seq order, and its head.

@@ -861,6 +861,46 @@ async fn a_standing_orders_card_is_approved_with_the_schedule_the_person_sends(s
 /// Every decision — approved, rejected, cancelled, expired, also many at once from two
 /// callers — is one chained record of the decisions journal, which verifies whole; no
 /// token or argument is in it.
+/// Issue 41: a decision whose journal record could not be written used to stand anyway
+/// (logged, never in the chain). Now the decision and its record are one transaction: the
+/// journal unwritable, nothing is decided; writable again, decided once, recorded once.
+async fn a_decision_the_journal_cannot_hold_is_not_made(store: TestStore) {
+    let (approvals, clock) = open(&store).await;
+    let (a, _) = approvals.create(request(Territory::None)).await.unwrap();
+    let (b, _) = approvals.create(request(Territory::None)).await.unwrap();
+    let db = approvals.store().db().clone();
+    let rename = async |from: &str, to: &str| {
+        let sql = format!("ALTER TABLE {from} RENAME TO {to}");
+        metnos_kit::on_db!(&db, pool => {
+            sqlx::query(sqlx::AssertSqlSafe(sql)).execute(pool).await.unwrap();
+        });
+    };
+    rename("decisions", "decisions_away").await;
+    let me = roberto();
+    assert!(
+        approvals
+            .resolve(&a.token, Decision::Approve, Territory::None, &me)
+            .await
+            .is_err()
+    );
+    assert!(approvals.cancel(&b.token, "changed plans").await.is_err());
+    rename("decisions_away", "decisions").await;
+    // Neither happened: both still pending, the journal empty.
+    for token in [&a.token, &b.token] {
+        let pending = approvals.get(token).await.unwrap();
+        assert_eq!(pending.status, Status::Pending, "{token}");
+    }
+    assert_eq!(approvals.verify_decisions().await.unwrap().lines, 0);
+    approvals
+        .resolve(&a.token, Decision::Approve, Territory::None, &me)
+        .await
+        .unwrap();
+    clock.advance(TTL_MS + 1);
+    approvals.sweep().await.unwrap();
+    let report = approvals.verify_decisions().await.unwrap();
+    assert_eq!((report.lines, report.broken), (2, None));
+}
+
 async fn each_decision_is_one_chained_record_of_the_journal(store: TestStore) {
     let (approvals, clock) = open(&store).await;
     let report = approvals.verify_decisions().await.unwrap();
@@ -1014,6 +1054,7 @@ async fn each_decision_is_one_chained_record_of_the_journal(store: TestStore) {
 }
 
 metnos_kit::store_suite!(
+    a_decision_the_journal_cannot_hold_is_not_made,
     each_decision_is_one_chained_record_of_the_journal,
     a_standing_orders_card_is_approved_with_the_schedule_the_person_sends,
     a_grant_offer_names_exactly_what_accept_grants,

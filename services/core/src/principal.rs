@@ -42,13 +42,71 @@ impl TryFrom<Unchecked> for Principal {
 pub enum PrincipalError {
     #[error("principal has an empty {0}")]
     Empty(&'static str),
-    #[error("principal {0} is longer than {MAX_ID_LEN} bytes")]
+    #[error("principal {0} is longer than its limit of {MAX_ID_LEN} bytes")]
     TooLong(&'static str),
     #[error("principal {0} contains a control character")]
     ControlCharacter(&'static str),
 }
 
+/// A request's principal that does not hold, naming the field that carried it: what every
+/// edge answers INVALID_ARGUMENT.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum BadPrincipal {
+    Missing(&'static str),
+    Invalid {
+        field: &'static str,
+        error: PrincipalError,
+    },
+}
+
+impl std::error::Error for BadPrincipal {}
+
+impl fmt::Display for BadPrincipal {
+    /// The field's path and what is wrong (`context.principal.sender_id is longer than its
+    /// limit of 256 bytes`), never the value.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            BadPrincipal::Missing(field) => {
+                write!(f, "{field} is missing (channel and sender_id are required)")
+            }
+            BadPrincipal::Invalid { field, error } => match error {
+                PrincipalError::Empty(part) => write!(f, "{field}.{part} is empty"),
+                PrincipalError::TooLong(part) => write!(
+                    f,
+                    "{field}.{part} is longer than its limit of {MAX_ID_LEN} bytes"
+                ),
+                PrincipalError::ControlCharacter(part) => {
+                    write!(f, "{field}.{part} contains a control character")
+                }
+            },
+        }
+    }
+}
+
 impl Principal {
+    /// The principal a request carries in `field`, which must be there: the one conversion
+    /// at every edge, with the same limits everywhere.
+    pub fn required(
+        field: &'static str,
+        message: Option<&pb::Principal>,
+    ) -> Result<Principal, BadPrincipal> {
+        Principal::optional(field, message)?.ok_or(BadPrincipal::Missing(field))
+    }
+
+    /// The principal a request may carry in `field`: none when absent, refused when given
+    /// and not valid (never quietly dropped).
+    pub fn optional(
+        field: &'static str,
+        message: Option<&pb::Principal>,
+    ) -> Result<Option<Principal>, BadPrincipal> {
+        message
+            .map(|p| {
+                Principal::new(&p.channel, &p.sender_id)
+                    .map_err(|error| BadPrincipal::Invalid { field, error })
+            })
+            .transpose()
+    }
+
     /// A checked principal: both parts non-empty, short, without control characters.
     pub fn new(channel: &str, sender_id: &str) -> Result<Principal, PrincipalError> {
         for (field, value) in [("channel", channel), ("sender_id", sender_id)] {
@@ -134,6 +192,23 @@ mod tests {
         assert_eq!(
             Principal::new("tele\ngram", "42"),
             Err(PrincipalError::ControlCharacter("channel"))
+        );
+        // At an edge, the field is named; absent and present-but-invalid are told apart.
+        let long = pb::Principal {
+            channel: "telegram".into(),
+            sender_id: "7".repeat(100 * 1024),
+        };
+        let error = Principal::optional("context.principal", Some(&long)).unwrap_err();
+        assert_eq!(
+            error.to_string(),
+            "context.principal.sender_id is longer than its limit of 256 bytes"
+        );
+        assert_eq!(Principal::optional("principal", None), Ok(None));
+        assert_eq!(
+            Principal::required("principal", None)
+                .unwrap_err()
+                .to_string(),
+            "principal is missing (channel and sender_id are required)"
         );
         let message = pb::Principal {
             channel: "cli".into(),

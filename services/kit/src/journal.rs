@@ -12,7 +12,7 @@ use serde_json::Value;
 use sqlx::AssertSqlSafe;
 
 use crate::chain::{End, Report};
-use crate::store::{Db, Finish, Statement, Tx};
+use crate::store::{Db, Finish, Row, Statement, Tx};
 
 /// Where a journal lives in its store.
 #[derive(Debug, Clone, Copy)]
@@ -28,16 +28,42 @@ pub struct Journal {
 impl Journal {
     /// Appends `record` after the journal's head; returns the new end.
     pub async fn append(&self, db: &Db, record: &Value) -> Result<End, sqlx::Error> {
-        // Named for Metnos and the table: another user of the database is not held.
-        let key = format!("metnos.journal.{}", self.table);
-        db.locked_tx(&key, async |tx| {
+        db.locked_tx(&self.key(), async |tx| {
             self.append_in(tx, record).await.map(Finish::Commit)
         })
         .await
     }
 
-    /// [`Journal::append`]'s work, inside the transaction that holds the journal.
-    async fn append_in(&self, tx: &mut Tx, record: &Value) -> Result<End, sqlx::Error> {
+    /// Runs `change` (a statement `RETURNING` a row per thing it changed) and journals the
+    /// records `record` makes of those rows, all in one transaction under the journal's
+    /// lock (issue 41): nothing is changed without its record, nor recorded without being
+    /// changed. Returns the rows.
+    pub async fn change(
+        &self,
+        db: &Db,
+        change: Statement,
+        record: impl Fn(&[Row]) -> Result<Vec<Value>, sqlx::Error>,
+    ) -> Result<Vec<Row>, sqlx::Error> {
+        db.locked_tx(&self.key(), async |tx| {
+            let rows = tx.fetch_all(change).await?;
+            for line in record(&rows)? {
+                self.append_in(tx, &line).await?;
+            }
+            Ok(Finish::Commit(rows))
+        })
+        .await
+    }
+
+    /// The journal's lock, for a transaction of [`Db::locked_tx`] that writes to it
+    /// ([`Journal::append_in`]); named for Metnos and the table: another user of the
+    /// database is not held.
+    pub fn key(&self) -> String {
+        format!("metnos.journal.{}", self.table)
+    }
+
+    /// [`Journal::append`]'s work, inside a transaction that holds the journal's lock
+    /// ([`Journal::key`]).
+    pub async fn append_in(&self, tx: &mut Tx, record: &Value) -> Result<End, sqlx::Error> {
         let read_head = format!("SELECT seq, hash FROM {} WHERE id = 1", self.head);
         let read_last = format!("SELECT line FROM {} ORDER BY seq DESC LIMIT 1", self.table);
         let insert = format!("INSERT INTO {} (seq, line) VALUES ($1, $2)", self.table);

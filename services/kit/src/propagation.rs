@@ -222,7 +222,11 @@ where
 
     fn call(&mut self, mut request: Request<B>) -> Self::Future {
         let span = rpc_span("client", request.uri().path());
-        let context = span.context();
+        // Entered first, so the export layer that took the span starts it (issue 41):
+        // asked for the context of a span not yet started, the subscriber starts it with
+        // the first export layer it finds — under `metnos up`, the first service's, which
+        // exported the planner's client calls as `metnos-policy`.
+        let context = span.in_scope(|| tracing::Span::current().context());
         opentelemetry::global::get_text_map_propagator(|propagator| {
             propagator.inject_context(&context, &mut HeaderInjector(request.headers_mut()));
         });

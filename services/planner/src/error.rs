@@ -16,6 +16,8 @@ pub enum Error {
     #[error("{0}")]
     BadPrincipal(PrincipalError),
     #[error(transparent)]
+    Principal(#[from] metnos_core::principal::BadPrincipal),
+    #[error(transparent)]
     TooBig(#[from] metnos_core::limits::TooBig),
     #[error("level is unspecified")]
     UnspecifiedLevel,
@@ -113,6 +115,7 @@ impl From<Error> for Status {
             Error::EmptyQuery
             | Error::MissingPrincipal
             | Error::BadPrincipal(_)
+            | Error::Principal(_)
             | Error::UnspecifiedLevel
             | Error::UnknownThread(_)
             | Error::NoResumeTarget

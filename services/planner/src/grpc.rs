@@ -145,8 +145,7 @@ impl TryFrom<pb::RunTurnRequest> for TurnRequest {
         if request.query.trim().is_empty() {
             return Err(Error::EmptyQuery);
         }
-        let principal = request.principal.unwrap_or_default();
-        let principal = Principal::try_from(&principal)?;
+        let principal = Principal::required("principal", request.principal.as_ref())?;
         let level = AutonomyLevel::from_wire(request.level).map_err(|_| Error::UnspecifiedLevel)?;
         let thread = match pb::Thread::try_from(request.thread) {
             Ok(pb::Thread::Unspecified) => Threading::None,
@@ -175,7 +174,7 @@ fn acting(
     caller: Identity,
     principal: Option<&metnos_proto::common::v1::Principal>,
 ) -> Result<Principal, Error> {
-    let principal = Principal::try_from(&principal.cloned().unwrap_or_default())?;
+    let principal = Principal::required("principal", principal)?;
     may_act_for(caller, &principal)?;
     Ok(principal)
 }
@@ -636,10 +635,7 @@ impl PlannerService for PlannerApi {
         let spectator = Caller::of(&request) == Some(Identity::Web);
         let r = request.into_inner();
         let scheduler = self.scheduler()?;
-        let person = match r.principal {
-            Some(p) => Some(Principal::try_from(&p).map_err(Error::from)?),
-            None => None,
-        };
+        let person = Principal::optional("principal", r.principal.as_ref()).map_err(Error::from)?;
         let tasks = scheduler
             .store
             .list(person.as_ref().map(|p| (p.channel(), p.sender_id())))
@@ -711,7 +707,7 @@ impl PlannerService for PlannerApi {
         let caller = Caller::of(&request).ok_or(Error::Unauthenticated)?;
         let request = request.into_inner();
         let person =
-            Principal::try_from(&request.principal.unwrap_or_default()).map_err(Error::from)?;
+            Principal::required("principal", request.principal.as_ref()).map_err(Error::from)?;
         if caller != Identity::Owner {
             may_act_for(caller, &person)?;
         }

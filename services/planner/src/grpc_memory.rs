@@ -34,7 +34,7 @@ fn entry(memory: Memory, spectator: bool) -> pb::MemoryEntry {
 }
 
 fn person(principal: Option<metnos_proto::common::v1::Principal>) -> Result<Principal, Error> {
-    Ok(Principal::try_from(&principal.unwrap_or_default())?)
+    Ok(Principal::required("principal", principal.as_ref())?)
 }
 
 fn limit(asked: u32, default: u32) -> Result<u32, Error> {

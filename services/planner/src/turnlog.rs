@@ -37,11 +37,12 @@ fn expired_before(day: &str, oldest_kept: jiff::civil::Date) -> bool {
             .is_ok_and(|d| d < oldest_kept)
 }
 
-/// Clones share one lock: appends in this process never interleave.
+/// Clones share one lock: appends in this process never interleave. It holds the turns
+/// whose lines could not be written, until a gap record saying so is in the chain.
 #[derive(Debug, Clone)]
 pub struct TurnLog {
     dir: PathBuf,
-    lock: std::sync::Arc<Mutex<()>>,
+    lock: std::sync::Arc<Mutex<metnos_kit::chain::Gap>>,
 }
 
 /// `YYYY-MM-DD` (UTC) of a time in milliseconds.
@@ -60,7 +61,7 @@ impl TurnLog {
     pub fn new(dir: PathBuf) -> TurnLog {
         TurnLog {
             dir,
-            lock: std::sync::Arc::new(Mutex::new(())),
+            lock: std::sync::Arc::new(Mutex::new(metnos_kit::chain::Gap::default())),
         }
     }
 
@@ -69,19 +70,22 @@ impl TurnLog {
         &self.dir
     }
 
-    /// Appends a record; a failure is logged, never fatal to the turn.
+    /// Appends a record; a failure is logged, never fatal to the turn, and never silent:
+    /// the next line written is a gap record counting the turns not written
+    /// (`metnos audit verify` reports it).
     pub fn append(&self, record: &Value, now_ms: i64) {
-        let _guard = self.lock.lock().unwrap_or_else(|e| e.into_inner());
-        let path = self.dir.join(format!("{}.jsonl", date_of(now_ms)));
+        let mut gap = self.lock.lock().unwrap_or_else(|e| e.into_inner());
+        let file = format!("{}.jsonl", date_of(now_ms));
+        let mut records = Vec::from_iter(gap.record());
+        records.push(record.clone());
         // Turns hold what was asked and what files said: the owner's alone (0600 in a
         // 0700 folder); each line chained to the one before it (`metnos audit verify`).
-        let result = metnos_kit::chain::append(
-            &self.dir,
-            &format!("{}.jsonl", date_of(now_ms)),
-            std::slice::from_ref(record),
-        );
-        if let Err(e) = result {
-            tracing::warn!(path = %path.display(), error = %e, "turn log line not written");
+        match metnos_kit::chain::append(&self.dir, &file, &records) {
+            Ok(_) => gap.clear(),
+            Err(e) => {
+                gap.add(1, &e.to_string(), now_ms);
+                tracing::error!(path = %self.dir.join(&file).display(), error = %e, not_logged = gap.count(), "turn log line not written (a gap record will say so)");
+            }
         }
     }
 
@@ -105,6 +109,30 @@ impl TurnLog {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_turn_the_disk_refused_is_counted_by_a_gap_record_in_the_chain() {
+        let dir = tempfile::tempdir().unwrap();
+        let log = TurnLog::new(dir.path().join("turns"));
+        let now = 1_795_694_400_000;
+        log.append(&serde_json::json!({"turn": "a"}), now);
+        // The disk refuses two turns (the lock cannot be opened): the turns stand.
+        let lock = dir.path().join("turns/LOCK");
+        std::fs::remove_file(&lock).unwrap();
+        std::fs::create_dir(&lock).unwrap();
+        log.append(&serde_json::json!({"turn": "b"}), now);
+        log.append(&serde_json::json!({"turn": "c"}), now);
+        std::fs::remove_dir(&lock).unwrap();
+        log.append(&serde_json::json!({"turn": "d"}), now);
+        log.append(&serde_json::json!({"turn": "e"}), now);
+        let report =
+            metnos_kit::chain::verify(&dir.path().join("turns"), None, &|_| false).unwrap();
+        assert_eq!(report.broken, None);
+        // a, the gap record (2 missing), d, e.
+        assert_eq!((report.lines, report.not_logged), (4, 2), "{report:?}");
+        let day = log.read("2026-11-26", 10).unwrap();
+        assert_eq!(day[2]["not_logged"], 2, "{day:?}");
+    }
 
     #[test]
     fn retention_removes_only_the_days_older_than_it() {

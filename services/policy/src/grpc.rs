@@ -6,7 +6,7 @@ use metnos_kit::tls::Identity;
 use std::sync::Arc;
 
 use metnos_core::level::AutonomyLevel;
-use metnos_core::principal::{Principal, PrincipalError};
+use metnos_core::principal::Principal;
 use metnos_kit::readiness::Readiness;
 use metnos_kit::store::{failure_status, is_unreachable};
 use metnos_kit::time::{from_timestamp, to_timestamp};
@@ -83,6 +83,7 @@ impl From<Error> for Status {
             | Error::UnspecifiedLevel
             | Error::Target(_)
             | Error::Principal(_)
+            | Error::BadPrincipal(_)
             | Error::Grant(_)
             | Error::InvalidGrantId(_)
             | Error::InvalidUnusedDays
@@ -109,7 +110,7 @@ fn outcome_to(outcome: Outcome) -> pb::Outcome {
 fn principal_from(message: Option<&PrincipalMsg>) -> Result<Option<Principal>, Error> {
     match message {
         None => Ok(None),
-        Some(p) => Ok(Some(Principal::new(&p.channel, &p.sender_id)?)),
+        Some(p) => Ok(Some(Principal::required("principal", Some(p))?)),
     }
 }
 
@@ -260,8 +261,7 @@ impl PolicyService for PolicyApi {
                     limits::IDEMPOTENCY_KEY,
                 ),
             ])?;
-            let principal = principal_from(request.principal.as_ref())?
-                .ok_or(PrincipalError::Empty("channel"))?;
+            let principal = Principal::required("principal", request.principal.as_ref())?;
             let expires_at = match &request.expires_at {
                 None => None,
                 Some(ts) => Some(from_timestamp(ts).ok_or(Error::InvalidExpiry)?),
@@ -329,12 +329,8 @@ impl PolicyService for PolicyApi {
         request: Request<pb::RevokeGrantRequest>,
     ) -> Result<Response<pb::RevokeGrantResponse>, Status> {
         let r = request.into_inner();
-        let of = match r.principal.as_ref() {
-            Some(p) => {
-                Some(Principal::try_from(p).map_err(|e| Status::invalid_argument(e.to_string()))?)
-            }
-            None => None,
-        };
+        let of = Principal::optional("principal", r.principal.as_ref())
+            .map_err(|e| Status::invalid_argument(e.to_string()))?;
         match self.policy.revoke(r.grant_id, of.as_ref()).await {
             Ok(revoked) => Ok(Response::new(pb::RevokeGrantResponse { revoked })),
             Err(e) => Err(self.status(e).await),

@@ -32,6 +32,8 @@ pub enum Error {
     #[error(transparent)]
     Principal(#[from] PrincipalError),
     #[error(transparent)]
+    BadPrincipal(#[from] metnos_core::principal::BadPrincipal),
+    #[error(transparent)]
     Grant(#[from] GrantError),
     #[error("grant id must be positive, got {0}")]
     InvalidGrantId(i64),

@@ -2,7 +2,7 @@
 //! the same on both (`$n` placeholders, BIGINT milliseconds, partial indexes).
 
 use metnos_kit::on_db;
-use metnos_kit::store::{Db, EmbeddedMigration, Migrations, stored_principal};
+use metnos_kit::store::{Db, EmbeddedMigration, Finish, Migrations, Statement, stored_principal};
 use sqlx::Row;
 
 use crate::grant::{Candidate, Grant, NewGrant};
@@ -95,6 +95,65 @@ pub struct ListFilter {
     pub include_inactive: bool,
 }
 
+/// A new grant as the changes' journal keeps it: keys only, the pattern (a path, a host)
+/// and an approval's token as hashes.
+fn granted(new: &NewGrant, id: i64, now_ms: i64) -> serde_json::Value {
+    serde_json::json!({
+        "at": now_ms,
+        "change": "granted",
+        "grant": id,
+        "principal": new.principal.to_string(),
+        "capability": new.capability.name(),
+        "pattern": &metnos_kit::chain::hash(&new.pattern.text)[..16],
+        "expires_at": new.expires_at,
+        "granted_by": match new.granted_by.split_once(':') {
+            Some((kind, rest)) => format!("{kind}:{}", &metnos_kit::chain::hash(rest)[..16]),
+            None => new.granted_by.clone(),
+        },
+    })
+}
+
+/// One INSERT of several grants: far fewer round trips than one insert per grant.
+fn insert_many(chunk: &[NewGrant], now_ms: i64) -> Statement {
+    let values: Vec<String> = (0..chunk.len())
+        .map(|r| {
+            let b = r * 9;
+            format!(
+                "(${}, ${}, ${}, ${}, ${}, ${}, ${}, ${}, ${})",
+                b + 1,
+                b + 2,
+                b + 3,
+                b + 4,
+                b + 5,
+                b + 6,
+                b + 7,
+                b + 8,
+                b + 9
+            )
+        })
+        .collect();
+    let sql = format!(
+        "INSERT INTO grants (channel, sender_id, capability, target, pattern, \
+         match_key, granted_at, expires_at, granted_by) VALUES {}",
+        values.join(", ")
+    );
+    chunk.iter().fold(
+        Statement::new(sqlx::AssertSqlSafe(sql)),
+        |statement, new| {
+            statement
+                .bind(new.principal.channel().to_owned())
+                .bind(new.principal.sender_id().to_owned())
+                .bind(new.capability.name())
+                .bind(new.target.clone())
+                .bind(new.pattern.text.clone())
+                .bind(new.pattern.key.clone())
+                .bind(now_ms)
+                .bind(new.expires_at)
+                .bind(new.granted_by.clone())
+        },
+    )
+}
+
 /// Grants, persisted.
 #[derive(Debug, Clone)]
 pub struct GrantStore {
@@ -144,38 +203,32 @@ impl GrantStore {
                    VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10) \
                    ON CONFLICT (idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING \
                    RETURNING id";
-        let id: Option<i64> = on_db!(&self.db, pool => {
-            sqlx::query_scalar(sql)
-                .bind(new.principal.channel())
-                .bind(new.principal.sender_id())
-                .bind(new.capability.name())
-                .bind(&new.target)
-                .bind(&new.pattern.text)
-                .bind(&new.pattern.key)
-                .bind(now_ms)
-                .bind(new.expires_at)
-                .bind(&new.granted_by)
-                .bind(new.idempotency_key.as_deref())
-                .fetch_optional(pool)
-                .await?
-        });
-        if let Some(id) = id {
-            self.journal(&serde_json::json!({
-                "at": now_ms,
-                "change": "granted",
-                "grant": id,
-                "principal": new.principal.to_string(),
-                "capability": new.capability.name(),
-                // Keys only: the pattern (a path, a host) and an approval's token as hashes.
-                "pattern": &metnos_kit::chain::hash(&new.pattern.text)[..16],
-                "expires_at": new.expires_at,
-                "granted_by": match new.granted_by.split_once(':') {
-                    Some((kind, rest)) => format!("{kind}:{}", &metnos_kit::chain::hash(rest)[..16]),
-                    None => new.granted_by.clone(),
-                },
-            }))
-            .await;
-        }
+        let change = Statement::new(sql)
+            .bind(new.principal.channel().to_owned())
+            .bind(new.principal.sender_id().to_owned())
+            .bind(new.capability.name())
+            .bind(new.target.clone())
+            .bind(new.pattern.text.clone())
+            .bind(new.pattern.key.clone())
+            .bind(now_ms)
+            .bind(new.expires_at)
+            .bind(new.granted_by.clone())
+            .bind(new.idempotency_key.clone());
+        // Granted and journalled in one transaction: no grant the journal does not hold.
+        let ids = |rows: &[metnos_kit::store::Row]| {
+            rows.iter()
+                .map(|row| row.get::<i64, _>(0))
+                .collect::<Result<Vec<_>, _>>()
+        };
+        let rows = CHANGES
+            .change(&self.db, change, |rows| {
+                Ok(ids(rows)?
+                    .into_iter()
+                    .map(|id| granted(new, id, now_ms))
+                    .collect())
+            })
+            .await?;
+        let id = ids(&rows)?.pop();
         let Some(id) = id else {
             let sql = format!("SELECT {GRANT_COLUMNS} FROM grants WHERE idempotency_key = $1");
             let existing = on_db!(&self.db, pool => {
@@ -205,46 +258,20 @@ impl GrantStore {
     pub async fn record_many(&self, grants: &[NewGrant], now_ms: i64) -> Result<u64, sqlx::Error> {
         // Several rows per statement: far fewer round trips than one insert per grant.
         const ROWS: usize = 500;
-        on_db!(&self.db, pool => {
-            let mut tx = pool.begin().await?;
-            for chunk in grants.chunks(ROWS) {
-                let values: Vec<String> = (0..chunk.len())
-                    .map(|r| {
-                        let b = r * 9;
-                        format!(
-                            "(${}, ${}, ${}, ${}, ${}, ${}, ${}, ${}, ${})",
-                            b + 1, b + 2, b + 3, b + 4, b + 5, b + 6, b + 7, b + 8, b + 9
-                        )
-                    })
-                    .collect();
-                let sql = format!(
-                    "INSERT INTO grants (channel, sender_id, capability, target, pattern, \
-                     match_key, granted_at, expires_at, granted_by) VALUES {}",
-                    values.join(", ")
-                );
-                let mut query = sqlx::query(sqlx::AssertSqlSafe(sql));
-                for new in chunk {
-                    query = query
-                        .bind(new.principal.channel())
-                        .bind(new.principal.sender_id())
-                        .bind(new.capability.name())
-                        .bind(&new.target)
-                        .bind(&new.pattern.text)
-                        .bind(&new.pattern.key)
-                        .bind(now_ms)
-                        .bind(new.expires_at)
-                        .bind(&new.granted_by);
-                }
-                query.execute(&mut *tx).await?;
-            }
-            tx.commit().await?;
-        });
-        self.journal(&serde_json::json!({
+        let imported = serde_json::json!({
             "at": now_ms,
             "change": "imported",
             "count": grants.len(),
-        }))
-        .await;
+        });
+        self.db
+            .locked_tx(&CHANGES.key(), async |tx| {
+                for chunk in grants.chunks(ROWS) {
+                    tx.execute(insert_many(chunk, now_ms)).await?;
+                }
+                CHANGES.append_in(tx, &imported).await?;
+                Ok::<_, sqlx::Error>(Finish::Commit(()))
+            })
+            .await?;
         Ok(grants.len() as u64)
     }
 
@@ -382,37 +409,36 @@ impl GrantStore {
             Some(p) => (1_i64, p.channel(), p.sender_id()),
             None => (0, "", ""),
         };
-        let revoked: Option<(Principal, String)> = on_db!(&self.db, pool => {
-            let row = sqlx::query(sql).bind(now_ms).bind(id).bind(bound).bind(channel).bind(sender).fetch_optional(pool).await?;
-            row.map(|row| {
-                Ok::<_, sqlx::Error>((
-                    stored_principal(
-                        &row.try_get::<String, _>("channel")?,
-                        &row.try_get::<String, _>("sender_id")?,
-                    )?,
-                    row.try_get("capability")?,
-                ))
+        let change = Statement::new(sql)
+            .bind(now_ms)
+            .bind(id)
+            .bind(bound)
+            .bind(channel.to_owned())
+            .bind(sender.to_owned());
+        let revoked_of = |row: &metnos_kit::store::Row| {
+            Ok::<_, sqlx::Error>((
+                stored_principal(&row.get::<String, _>(0)?, &row.get::<String, _>(1)?)?,
+                row.get::<String, _>(2)?,
+            ))
+        };
+        let rows = CHANGES
+            .change(&self.db, change, |rows| {
+                rows.iter()
+                    .map(|row| {
+                        let (principal, capability) = revoked_of(row)?;
+                        Ok(serde_json::json!({
+                            "at": now_ms,
+                            "change": "revoked",
+                            "grant": id,
+                            "principal": principal.to_string(),
+                            "capability": capability,
+                        }))
+                    })
+                    .collect()
             })
-            .transpose()?
-        });
-        if let Some((principal, capability)) = &revoked {
-            self.journal(&serde_json::json!({
-                "at": now_ms,
-                "change": "revoked",
-                "grant": id,
-                "principal": principal.to_string(),
-                "capability": capability,
-            }))
-            .await;
-        }
+            .await?;
+        let revoked = rows.first().map(revoked_of).transpose()?;
         Ok(revoked)
-    }
-
-    /// Writes a change into the chained journal; a failure is logged (the change stands).
-    async fn journal(&self, record: &serde_json::Value) {
-        if let Err(e) = CHANGES.append(&self.db, record).await {
-            tracing::error!(error = %e, "a grant change was not journalled (it stands)");
-        }
     }
 
     /// Walks the changes' journal (`metnos audit verify`).
@@ -428,23 +454,34 @@ impl GrantStore {
              WHERE revoked_at IS NULL AND (expires_at IS NULL OR expires_at > $1) \
              AND COALESCE(last_used_at, granted_at) < $2 RETURNING {GRANT_COLUMNS}"
         );
-        let mut grants: Vec<Grant> = on_db!(&self.db, pool => {
-            let rows = sqlx::query(sqlx::AssertSqlSafe(sql))
-                .bind(now_ms)
-                .bind(cutoff_ms)
-                .fetch_all(pool)
-                .await?;
-            rows.iter().map(grant_from_row).collect::<Result<_, _>>()?
-        });
-        grants.sort_by_key(|g| g.id);
-        if !grants.is_empty() {
-            self.journal(&serde_json::json!({
-                "at": now_ms,
-                "change": "pruned",
-                "grants": grants.iter().map(|g| g.id).collect::<Vec<_>>(),
-            }))
-            .await;
-        }
+        let change = Statement::new(sqlx::AssertSqlSafe(sql))
+            .bind(now_ms)
+            .bind(cutoff_ms);
+        let grants_of = |rows: &[metnos_kit::store::Row]| {
+            let mut grants = rows
+                .iter()
+                .map(|row| match row {
+                    metnos_kit::store::Row::Sqlite(row) => grant_from_row(row),
+                    metnos_kit::store::Row::Postgres(row) => grant_from_row(row),
+                })
+                .collect::<Result<Vec<_>, _>>()?;
+            grants.sort_by_key(|g| g.id);
+            Ok::<_, sqlx::Error>(grants)
+        };
+        // Revoked and journalled in one transaction.
+        let rows = CHANGES
+            .change(&self.db, change, |rows| {
+                let grants = grants_of(rows)?;
+                Ok(Vec::from_iter((!grants.is_empty()).then(|| {
+                    serde_json::json!({
+                        "at": now_ms,
+                        "change": "pruned",
+                        "grants": grants.iter().map(|g| g.id).collect::<Vec<_>>(),
+                    })
+                })))
+            })
+            .await?;
+        let grants = grants_of(&rows)?;
         Ok(grants)
     }
 

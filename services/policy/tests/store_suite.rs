@@ -609,6 +609,37 @@ async fn an_approval_s_old_twins_are_revoked_by_the_migration(store: TestStore) 
 
 /// Every change of the grant store — recorded (once per idempotency key), revoked, pruned —
 /// is one chained record of its journal, which verifies whole; an edited record is named.
+/// Issue 41: a grant change whose journal record could not be written used to stand
+/// anyway. Now the change and its record are one transaction.
+async fn a_grant_change_the_journal_cannot_hold_is_not_made(store: TestStore) {
+    let (policy, grants) = open(&store).await;
+    let kept = policy
+        .record(roberto(), "fs:read", "~/notes/*", None, "cli", "")
+        .await
+        .unwrap();
+    let rename = async |from: &str, to: &str| {
+        let sql = format!("ALTER TABLE {from} RENAME TO {to}");
+        metnos_kit::on_db!(grants.db(), pool => {
+            sqlx::query(sqlx::AssertSqlSafe(sql)).execute(pool).await.unwrap();
+        });
+    };
+    rename("grant_changes", "grant_changes_away").await;
+    let granted = policy
+        .record(roberto(), "fs:write", "~/inv/*", None, "cli", "")
+        .await;
+    assert!(granted.is_err(), "{granted:?}");
+    assert!(policy.revoke(kept.id, None).await.is_err());
+    rename("grant_changes_away", "grant_changes").await;
+    // Neither happened: one grant, still active; one record.
+    let all = policy.list(&ListFilter::default()).await.unwrap();
+    assert_eq!(all.len(), 1, "{all:?}");
+    assert_eq!(all[0].revoked_at, None);
+    assert_eq!(policy.verify_changes().await.unwrap().lines, 1);
+    assert!(policy.revoke(kept.id, None).await.unwrap());
+    let report = policy.verify_changes().await.unwrap();
+    assert_eq!((report.lines, report.broken), (2, None));
+}
+
 async fn each_grant_change_is_one_chained_record_of_the_journal(store: TestStore) {
     let (policy, grants) = open(&store).await;
     let first = policy
@@ -678,6 +709,7 @@ async fn each_grant_change_is_one_chained_record_of_the_journal(store: TestStore
 }
 
 metnos_kit::store_suite!(
+    a_grant_change_the_journal_cannot_hold_is_not_made,
     each_grant_change_is_one_chained_record_of_the_journal,
     an_approval_s_old_twins_are_revoked_by_the_migration,
     changes_take_effect_at_the_next_check,

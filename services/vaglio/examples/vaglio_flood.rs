@@ -1,7 +1,8 @@
 //! The vaglio's memory under a flood of huge intents (issue 18, F6): the real
 //! `metnos-vaglio` binary in its own process, C clients each sending Judge calls with an
 //! intent of B bytes for S seconds; the server's resident memory is sampled every 100 ms
-//! from /proc and its peak (VmHWM) reported at the end.
+//! from /proc and its peak (VmHWM) reported at the end. Then the server is killed (-9) and
+//! the verdict log's lines counted against the verdicts answered (issue 41: every one).
 //!
 //! cargo build --release -p metnos-vaglio --bins --examples
 //! target/release/examples/vaglio_flood [--clients 8] [--intent-bytes 3145728] [--seconds 30]
@@ -30,6 +31,24 @@ fn status_kib(pid: u32, field: &str) -> u64 {
         .and_then(|rest| rest.split_whitespace().next())
         .and_then(|n| n.parse().ok())
         .unwrap_or(0)
+}
+
+/// The verdict lines of a log folder (gap records left out).
+fn logged_lines(dir: &std::path::Path) -> u64 {
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return 0;
+    };
+    entries
+        .flatten()
+        .filter(|e| e.file_name().to_string_lossy().ends_with(".jsonl"))
+        .map(|e| {
+            std::fs::read_to_string(e.path())
+                .unwrap_or_default()
+                .lines()
+                .filter(|l| l.contains("\"approved\""))
+                .count() as u64
+        })
+        .sum()
 }
 
 fn main() {
@@ -120,10 +139,16 @@ fn main() {
     let hwm = status_kib(pid, "VmHWM:");
     let _ = server.kill();
     let _ = server.wait();
+    // The probe's one verdict answered, and every call not refused.
+    let answered = calls - refused + 1;
+    let logged = logged_lines(&data.path().join(metnos_kit::datadir::VERDICTS_DIR));
     println!(
         "{clients} clients x {intent_bytes} B intents for {seconds} s: {calls} calls ({refused} refused), \
-         RSS peak sampled {:.1} MiB, VmHWM {:.1} MiB",
+         {:.0} verdicts/s; RSS peak sampled {:.1} MiB, VmHWM {:.1} MiB; \
+         verdicts answered {answered}, logged {logged} ({} missing)",
+        calls as f64 / seconds as f64,
         peak_sampled as f64 / 1024.0,
-        hwm as f64 / 1024.0
+        hwm as f64 / 1024.0,
+        answered.saturating_sub(logged)
     );
 }

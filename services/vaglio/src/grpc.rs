@@ -87,6 +87,8 @@ impl From<Error> for Status {
                 tracing::error!(error = %e, "verdict log unreadable");
                 Status::internal("the verdict log cannot be read; see the vaglio service log")
             }
+            // Fail closed: no verdict is answered that the log does not hold.
+            Error::LogBehind(_) => Status::unavailable(error.to_string()),
         }
     }
 }

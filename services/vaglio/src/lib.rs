@@ -142,6 +142,7 @@ pub async fn serve_with_clock(
     let log_limits = log::LogLimits {
         intent_bytes: config.vaglio.log_intent_bytes.get() as usize,
         queue_lines: config.vaglio.log_queue_lines.get() as usize,
+        wait: std::time::Duration::from_millis(config.vaglio.log_wait_ms.get()),
     };
     let policy_url = config.service_url(ServiceName::Policy);
     let telos_settings = telos::Settings::from_config(&config.telos);

@@ -1,11 +1,18 @@
 //! The private verdict log (seed vaglio.md ch. 6): one JSON line per verdict in monthly
 //! files `vaglio/YYYY-MM.jsonl` under the data directory. Argument and context KEYS only,
-//! never values. Writing happens on a task of its own: a verdict never waits for the disk
-//! and never fails because of it; a line that cannot be written is counted and reported.
+//! never values. Writing happens on a task of its own, a batch at a time, behind a bounded
+//! queue. A verdict is answered once its line is in the queue (issue 41: never dropped):
+//! a full queue makes it wait for room, and a log that has no room within
+//! `vaglio.log_wait_ms` fails it closed rather than answering it unlogged. A disk that
+//! refuses a line does not fail the verdict (the seed): the lines lost are counted and the
+//! next line written is a gap record saying how many (`metnos audit verify` reports it).
+//! Waiting for the disk itself would cost each verdict a write (p50 106 → 859 µs on one
+//! client, BENCHMARKS.md); what a kill -9 can lose is the queue of that instant.
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 use tokio::sync::{mpsc, oneshot};
@@ -36,14 +43,25 @@ enum Message {
     Flush(oneshot::Sender<()>),
 }
 
+/// A verdict whose line the log could not take in time: the verdict must not be answered.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error(
+    "the verdict log had no room for the verdict within {} ms (the disk is slower than the verdicts): refused unanswered",
+    .0.as_millis()
+)]
+pub struct Behind(pub Duration);
+
 /// What the log keeps and how much may wait to be written.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct LogLimits {
     /// The intent is cut to this many bytes in a line (`vaglio.log_intent_bytes`).
     pub intent_bytes: usize,
-    /// Lines waiting for the disk at most (`vaglio.log_queue_lines`); beyond, a line is
-    /// dropped and counted — the verdict still stands.
+    /// Lines waiting for the disk at most (`vaglio.log_queue_lines`); beyond, a verdict
+    /// waits for room.
     pub queue_lines: usize,
+    /// How long a verdict waits for room in the queue (`vaglio.log_wait_ms`); past it the
+    /// verdict fails closed.
+    pub wait: Duration,
 }
 
 impl Default for LogLimits {
@@ -51,6 +69,7 @@ impl Default for LogLimits {
         LogLimits {
             intent_bytes: 2048,
             queue_lines: 1024,
+            wait: Duration::from_secs(5),
         }
     }
 }
@@ -111,43 +130,15 @@ impl VerdictLog {
 
     /// Starts the writer for `dir` with `limits`.
     pub fn with_limits(dir: PathBuf, limits: LogLimits) -> VerdictLog {
-        let (tx, mut rx) = mpsc::channel::<Message>(limits.queue_lines.max(1));
+        let (tx, rx) = mpsc::channel::<Message>(limits.queue_lines.max(1));
         let failures = Arc::new(AtomicU64::new(0));
-        // The same count as an OpenTelemetry counter, exported with the traces.
-        let counter = opentelemetry::global::meter("metnos-vaglio")
-            .u64_counter("metnos.vaglio.log_write_failures")
-            .with_description("Verdict log lines that could not be written (the verdicts stood)")
-            .build();
         let failing = Arc::new(std::sync::atomic::AtomicBool::new(false));
-        {
-            let dir = dir.clone();
-            let failures = Arc::clone(&failures);
-            let failing = Arc::clone(&failing);
-            tokio::spawn(async move {
-                while let Some(message) = rx.recv().await {
-                    // Take what else is waiting too, and write it in one go.
-                    let mut batch = vec![message];
-                    while let Ok(more) = rx.try_recv() {
-                        batch.push(more);
-                    }
-                    let dir = dir.clone();
-                    let failures = Arc::clone(&failures);
-                    let (lost, flushes) =
-                        tokio::task::spawn_blocking(move || write_batch(&dir, batch, &failures))
-                            .await
-                            .unwrap_or_default();
-                    if lost > 0 {
-                        counter.add(lost, &[]);
-                    }
-                    failing.store(lost > 0, Ordering::Relaxed);
-                    // Answered once the batch is counted everywhere: a flush that returned
-                    // before the counter moved would let an export miss lost lines.
-                    for done in flushes {
-                        let _ = done.send(());
-                    }
-                }
-            });
-        }
+        tokio::spawn(write_lines(
+            dir.clone(),
+            rx,
+            Arc::clone(&failures),
+            Arc::clone(&failing),
+        ));
         VerdictLog {
             dir,
             tx,
@@ -161,19 +152,28 @@ impl VerdictLog {
         &self.dir
     }
 
-    /// Queues a record, its intent cut to the configured length; never waits. A full
-    /// queue (the disk slower than the verdicts) drops the line and counts it.
-    pub fn append(&self, mut record: Record) {
+    /// Queues a record, its intent cut to the configured length, waiting for room when the
+    /// queue is full. A log that has no room within `wait` is [`Behind`]: the verdict must
+    /// not be answered.
+    pub async fn append(&self, mut record: Record) -> Result<(), Behind> {
         cut(&mut record.intent, self.limits.intent_bytes);
-        if self.tx.try_send(Message::Record(Box::new(record))).is_err() {
-            let total = self.failures.fetch_add(1, Ordering::Relaxed) + 1;
-            // Once per thousand, so a flood does not become a flood of log lines too.
-            if total % 1000 == 1 {
-                tracing::warn!(
-                    failures_total = total,
-                    "verdict log queue full: a line was dropped (the verdict stood)"
-                );
-            }
+        let queued = match self.tx.try_send(Message::Record(Box::new(record))) {
+            Ok(()) => return Ok(()),
+            Err(mpsc::error::TrySendError::Full(message)) => self
+                .tx
+                .send_timeout(message, self.limits.wait)
+                .await
+                .is_ok(),
+            Err(mpsc::error::TrySendError::Closed(_)) => false,
+        };
+        if queued {
+            Ok(())
+        } else {
+            tracing::warn!(
+                wait_ms = self.limits.wait.as_millis() as u64,
+                "verdict log behind: a verdict was refused unanswered"
+            );
+            Err(Behind(self.limits.wait))
         }
     }
 
@@ -291,47 +291,110 @@ fn tail_lines_within(
     Ok(())
 }
 
-/// Writes a batch; returns how many lines were lost and the flushes it held.
-fn write_batch(
-    dir: &Path,
-    batch: Vec<Message>,
-    failures: &AtomicU64,
-) -> (u64, Vec<oneshot::Sender<()>>) {
-    let mut lost = 0;
-    let mut flushes = Vec::new();
+/// The writer: takes what is waiting and writes it in one go, a gap record first when
+/// lines were lost before; answers the flushes it held once the batch is written or lost.
+async fn write_lines(
+    dir: PathBuf,
+    mut rx: mpsc::Receiver<Message>,
+    failures: Arc<AtomicU64>,
+    failing: Arc<std::sync::atomic::AtomicBool>,
+) {
+    // The same count as an OpenTelemetry counter, exported with the traces.
+    let counter = opentelemetry::global::meter("metnos-vaglio")
+        .u64_counter("metnos.vaglio.log_write_failures")
+        .with_description("Verdict log lines that could not be written (the verdicts stood; a gap record says how many)")
+        .build();
+    let mut gap = metnos_kit::chain::Gap::default();
+    while let Some(message) = rx.recv().await {
+        let mut batch = vec![message];
+        while let Ok(more) = rx.try_recv() {
+            batch.push(more);
+        }
+        let dir = dir.clone();
+        let pending = gap.clone();
+        let written = tokio::task::spawn_blocking(move || write_batch(&dir, batch, pending)).await;
+        let Ok(written) = written else {
+            // The batch's answers were dropped with it: those verdicts fail closed.
+            continue;
+        };
+        gap = written.gap;
+        if written.lost > 0 {
+            let total = failures.fetch_add(written.lost, Ordering::Relaxed) + written.lost;
+            counter.add(written.lost, &[]);
+            tracing::error!(lines = written.lost, failures_total = total, error = %written.why, "verdict log lines could not be written (a gap record will say so)");
+        }
+        failing.store(written.lost > 0, Ordering::Relaxed);
+        // Answered once the batch is counted everywhere: a flush that returned before the
+        // counter moved would let an export miss lost lines.
+        for done in written.answers {
+            let _ = done.send(());
+        }
+    }
+}
+
+/// What writing a batch did.
+struct Written {
+    lost: u64,
+    why: String,
+    /// The lines still missing from the chain (none once a gap record is in).
+    gap: metnos_kit::chain::Gap,
+    answers: Vec<oneshot::Sender<()>>,
+}
+
+/// Writes a batch, a gap record first if `gap` holds lost lines.
+fn write_batch(dir: &Path, batch: Vec<Message>, mut gap: metnos_kit::chain::Gap) -> Written {
+    let mut written = Written {
+        lost: 0,
+        why: String::new(),
+        gap: metnos_kit::chain::Gap::default(),
+        answers: Vec::new(),
+    };
+    let now_ms = metnos_kit::time::now_ms();
     let mut by_month: Vec<(String, Vec<serde_json::Value>)> = Vec::new();
     for message in batch {
-        match message {
-            Message::Flush(done) => flushes.push(done),
-            Message::Record(record) => {
-                let month = month_of(record.ts);
-                let line = match serde_json::to_value(&record) {
-                    Ok(line) => line,
-                    Err(_) => {
-                        failures.fetch_add(1, Ordering::Relaxed);
-                        lost += 1;
-                        continue;
-                    }
-                };
-                match by_month.iter_mut().find(|(m, _)| *m == month) {
-                    Some((_, lines)) => lines.push(line),
-                    None => by_month.push((month, vec![line])),
-                }
+        let record = match message {
+            Message::Flush(done) => {
+                written.answers.push(done);
+                continue;
+            }
+            Message::Record(record) => record,
+        };
+        let month = month_of(record.ts);
+        let Ok(line) = serde_json::to_value(&record) else {
+            written.lost += 1;
+            gap.add(1, "a record that is not JSON", now_ms);
+            continue;
+        };
+        match by_month.iter_mut().find(|(m, _)| *m == month) {
+            Some((_, lines)) => lines.push(line),
+            None => by_month.push((month, vec![line])),
+        }
+    }
+    // The gap record goes first in the first file written; once it is in, the gap is closed.
+    let carried = match (gap.record(), by_month.first_mut()) {
+        (Some(record), Some((_, lines))) => {
+            lines.insert(0, record);
+            true
+        }
+        _ => false,
+    };
+    for (n, (month, records)) in by_month.into_iter().enumerate() {
+        let with_gap = carried && n == 0;
+        // Verdicts quote the calls they judged: the owner's alone (0600 in a 0700
+        // folder); each line chained to the one before it (`metnos audit verify`).
+        match metnos_kit::chain::append(dir, &format!("{month}.jsonl"), &records) {
+            Ok(_) if with_gap => gap.clear(),
+            Ok(_) => {}
+            Err(e) => {
+                let lines = records.len() as u64 - u64::from(with_gap);
+                written.lost += lines;
+                written.why = e.to_string();
+                gap.add(lines, &written.why, now_ms);
             }
         }
     }
-    for (month, records) in by_month {
-        let lines = records.len() as u64;
-        // Verdicts quote the calls they judged: the owner's alone (0600 in a 0700
-        // folder); each line chained to the one before it (`metnos audit verify`).
-        let written = metnos_kit::chain::append(dir, &format!("{month}.jsonl"), &records);
-        if let Err(e) = written {
-            lost += lines;
-            let total = failures.fetch_add(lines, Ordering::Relaxed) + lines;
-            tracing::error!(error = %e, lines, failures_total = total, "verdict log lines could not be written");
-        }
-    }
-    (lost, flushes)
+    written.gap = gap;
+    written
 }
 
 #[cfg(test)]

@@ -185,6 +185,8 @@ pub enum Error {
     LogRead(std::io::Error),
     #[error(transparent)]
     TooBig(#[from] metnos_core::limits::TooBig),
+    #[error(transparent)]
+    LogBehind(#[from] crate::log::Behind),
 }
 
 /// The vaglio.
@@ -303,7 +305,8 @@ impl Vaglio {
         }
     }
 
-    /// Judges one proposed call and logs the verdict (keys only).
+    /// Judges one proposed call and logs the verdict (keys only): answered only once its
+    /// line is written (or known lost, a gap record saying so).
     pub async fn judge(&self, p: &Proposal) -> Result<Verdict, Error> {
         if p.executor.trim().is_empty() {
             return Err(Error::EmptyExecutor);
@@ -314,26 +317,28 @@ impl Vaglio {
             return Err(Error::Args("it is not an object".to_owned()));
         }
         let verdict = self.decide(p, &args).await;
-        self.log.append(Record {
-            approved: verdict.approved,
-            reason: verdict.reason.clone(),
-            ts: verdict.ts,
-            judge_kind: verdict.judge_kind.to_owned(),
-            score: verdict.score,
-            blocked_by: verdict.blocked_by.map(|b| match b {
-                BlockedBy::Guard => "guard".to_owned(),
-                BlockedBy::Judge => "judge".to_owned(),
-            }),
-            intent: p.intent.clone(),
-            executor: p.executor.clone(),
-            args_keys: args
-                .as_object()
-                .map(|m| m.keys().cloned().collect())
-                .unwrap_or_default(),
-            context_keys: context_keys(p),
-            rule_id: verdict.rule_id.map(str::to_owned),
-            arg_key: verdict.arg_key.clone(),
-        });
+        self.log
+            .append(Record {
+                approved: verdict.approved,
+                reason: verdict.reason.clone(),
+                ts: verdict.ts,
+                judge_kind: verdict.judge_kind.to_owned(),
+                score: verdict.score,
+                blocked_by: verdict.blocked_by.map(|b| match b {
+                    BlockedBy::Guard => "guard".to_owned(),
+                    BlockedBy::Judge => "judge".to_owned(),
+                }),
+                intent: p.intent.clone(),
+                executor: p.executor.clone(),
+                args_keys: args
+                    .as_object()
+                    .map(|m| m.keys().cloned().collect())
+                    .unwrap_or_default(),
+                context_keys: context_keys(p),
+                rule_id: verdict.rule_id.map(str::to_owned),
+                arg_key: verdict.arg_key.clone(),
+            })
+            .await?;
         Ok(verdict)
     }
 

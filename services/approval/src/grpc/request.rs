@@ -13,8 +13,7 @@ use crate::service::{Decision, Error, NewRequest};
 
 /// The person in `field`, which must be there.
 pub fn principal(message: Option<&PrincipalMsg>, field: &'static str) -> Result<Principal, Error> {
-    let message = message.ok_or(Error::Unspecified(field))?;
-    Ok(Principal::new(&message.channel, &message.sender_id)?)
+    Ok(Principal::required(field, message)?)
 }
 
 /// A concession on the wire; unspecified or unknown is none (just this call).

@@ -46,6 +46,8 @@ pub enum Error {
     #[error(transparent)]
     Principal(#[from] PrincipalError),
     #[error(transparent)]
+    BadPrincipal(#[from] metnos_core::principal::BadPrincipal),
+    #[error(transparent)]
     Capability(#[from] UnknownCapability),
     #[error("a rejection concedes no territory")]
     TerritoryWithReject,

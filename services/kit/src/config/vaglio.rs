@@ -22,9 +22,11 @@ pub struct VaglioConfig {
     pub log_retention_months: NonZero<u32>,
     /// A verdict log line keeps at most this many bytes of the intent.
     pub log_intent_bytes: NonZero<u32>,
-    /// Lines waiting for the disk at most; beyond, a line is dropped and counted (the
-    /// verdict still stands).
+    /// Lines waiting for the disk at most; beyond, a verdict waits for room.
     pub log_queue_lines: NonZero<u32>,
+    /// How long a verdict waits for room in the full queue; past it the call fails closed
+    /// (UNAVAILABLE), never answered unlogged.
+    pub log_wait_ms: NonZero<u64>,
 }
 
 impl Default for VaglioConfig {
@@ -38,6 +40,7 @@ impl Default for VaglioConfig {
             log_retention_months: const { NonZero::new(12).unwrap() },
             log_intent_bytes: const { NonZero::new(2048).unwrap() },
             log_queue_lines: const { NonZero::new(1024).unwrap() },
+            log_wait_ms: const { NonZero::new(5000).unwrap() },
         }
     }
 }

@@ -4,7 +4,7 @@
 
 use metnos_core::capability::{Capability, UnknownCapability};
 use metnos_core::limits::{self, TooBig};
-use metnos_core::principal::PrincipalError;
+use metnos_core::principal::BadPrincipal;
 use metnos_core::{AutonomyLevel, Principal};
 use metnos_proto::common::v1 as common;
 use metnos_proto::vaglio::v1 as pb;
@@ -21,11 +21,8 @@ pub enum BadRequest {
     TooBig(#[from] TooBig),
     #[error("{0} is missing")]
     Missing(&'static str),
-    #[error("{field}: {error}")]
-    Principal {
-        field: &'static str,
-        error: PrincipalError,
-    },
+    #[error(transparent)]
+    Principal(#[from] BadPrincipal),
     #[error("{0} is empty")]
     Empty(&'static str),
     #[error("{field} may hold only {allowed}")]
@@ -65,8 +62,7 @@ pub fn principal_of(
     field: &'static str,
     p: Option<&common::Principal>,
 ) -> Result<Principal, BadRequest> {
-    let p = p.ok_or(BadRequest::Missing(field))?;
-    Principal::try_from(p).map_err(|error| BadRequest::Principal { field, error })
+    Ok(Principal::required(field, p)?)
 }
 
 impl TryFrom<pb::JudgeRequest> for Proposal {
@@ -91,6 +87,9 @@ impl TryFrom<pb::JudgeRequest> for Proposal {
             limits::bytes("context.capabilities[]", capability, limits::CAPABILITY)?;
         }
         provenance_within_bounds(&context.provenance)?;
+        // Whose call it is, when the planner says: an invalid one is refused, never dropped
+        // (a dropped principal would judge the call as nobody's).
+        let asker = Principal::optional("context.principal", context.principal.as_ref())?;
         // A name outside the registry would slip past the guard's shell and write rules,
         // which look for `code:exec` and `fs:write`: it is refused, never ignored.
         let capability = Capability::parse_optional(&context.capability).map_err(|error| {
@@ -127,11 +126,7 @@ impl TryFrom<pb::JudgeRequest> for Proposal {
             capability,
             capabilities,
             critical: context.critical,
-            asker: AutonomyLevel::from_wire(context.level).ok().zip(
-                context
-                    .principal
-                    .and_then(|p| Principal::new(&p.channel, &p.sender_id).ok()),
-            ),
+            asker: AutonomyLevel::from_wire(context.level).ok().zip(asker),
         })
     }
 }
