@@ -493,10 +493,12 @@ impl Session {
                         eprintln!("  {}", terminal(&line));
                     }
                     // The pattern a session or "always" would grant, whole.
+                    // Asked and answered in the turn's trace: one message, one trace.
+                    let asked = approval::GetPendingRequest {
+                        token: a.token.clone(),
+                    };
                     let pattern = approvals
-                        .get_pending(approval::GetPendingRequest {
-                            token: a.token.clone(),
-                        })
+                        .get_pending(metnos_kit::propagation::in_trace(asked, &a.traceparent))
                         .await
                         .ok()
                         .and_then(|r| r.into_inner().approval)
@@ -523,13 +525,14 @@ impl Session {
                         };
                     let (decision, territory) = answer.resolution();
                     let resolve = approval::ResolveRequest {
-                        token: a.token,
+                        token: a.token.clone(),
                         decision: decision as i32,
                         decider: Some(principal.clone()),
                         territory: territory as i32,
                         edited_pattern: String::new(),
                         edited_schedule: String::new(),
                     };
+                    let resolve = metnos_kit::propagation::in_trace(resolve, &a.traceparent);
                     match approvals.resolve(resolve).await {
                         Ok(response) => {
                             if let Some(granted) = response.into_inner().approval

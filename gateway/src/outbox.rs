@@ -374,6 +374,8 @@ impl Outbox {
             lines: card.lines.join("\n"),
             html,
             buttons: buttons_json(&card.buttons),
+            // The turn's trace, which the click answering the card joins.
+            traceparent: metnos_kit::propagation::current_traceparent(),
         };
         if let Err(e) = self.store.put_card(&sent, now_ms()).await {
             tracing::error!(error = %e, "cannot remember a sent card");

@@ -29,6 +29,11 @@ const SQLITE: &[EmbeddedMigration] = &[
         description: "answer threads",
         sql: include_str!("../migrations/sqlite/0004_answer_threads.sql"),
     },
+    EmbeddedMigration {
+        version: 5,
+        description: "card trace",
+        sql: include_str!("../migrations/sqlite/0005_card_trace.sql"),
+    },
 ];
 const POSTGRES: &[EmbeddedMigration] = &[
     EmbeddedMigration {
@@ -50,6 +55,11 @@ const POSTGRES: &[EmbeddedMigration] = &[
         version: 4,
         description: "answer threads",
         sql: include_str!("../migrations/postgres/0004_answer_threads.sql"),
+    },
+    EmbeddedMigration {
+        version: 5,
+        description: "card trace",
+        sql: include_str!("../migrations/postgres/0005_card_trace.sql"),
     },
 ];
 
@@ -116,6 +126,9 @@ pub struct SentCard {
     /// show them again after a declined confirmation).
     pub html: String,
     pub buttons: String,
+    /// The W3C traceparent of the call that sent it (empty: none): the click answering it
+    /// joins that trace.
+    pub traceparent: String,
 }
 
 fn card_from_row<R>(row: &R) -> Result<SentCard, sqlx::Error>
@@ -132,6 +145,7 @@ where
         lines: row.try_get("lines")?,
         html: row.try_get("html")?,
         buttons: row.try_get("buttons")?,
+        traceparent: row.try_get("traceparent")?,
     })
 }
 
@@ -404,19 +418,19 @@ impl Store {
     }
 
     pub async fn put_card(&self, card: &SentCard, now_ms: i64) -> Result<(), sqlx::Error> {
-        let sql = "INSERT INTO cards (token, channel, chat_id, message_id, lines, created_at, html, buttons) VALUES ($1, $2, $3, $4, $5, $6, $7, $8) \
+        let sql = "INSERT INTO cards (token, channel, chat_id, message_id, lines, created_at, html, buttons, traceparent) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9) \
                    ON CONFLICT (token) DO UPDATE SET chat_id = excluded.chat_id, message_id = excluded.message_id, lines = excluded.lines, \
-                   html = excluded.html, buttons = excluded.buttons, closed_at = NULL";
+                   html = excluded.html, buttons = excluded.buttons, traceparent = excluded.traceparent, closed_at = NULL";
         on_db!(&self.db, pool => {
             sqlx::query(sql).bind(&card.token).bind(&card.channel).bind(&card.chat_id).bind(&card.message_id).bind(&card.lines).bind(now_ms)
-                .bind(&card.html).bind(&card.buttons)
+                .bind(&card.html).bind(&card.buttons).bind(&card.traceparent)
                 .execute(pool).await?;
         });
         Ok(())
     }
 
     pub async fn card(&self, token: &str) -> Result<Option<SentCard>, sqlx::Error> {
-        let sql = "SELECT token, channel, chat_id, message_id, lines, html, buttons FROM cards WHERE token = $1";
+        let sql = "SELECT token, channel, chat_id, message_id, lines, html, buttons, traceparent FROM cards WHERE token = $1";
         on_db!(&self.db, pool => {
             let row = sqlx::query(sql).bind(token).fetch_optional(pool).await?;
             row.as_ref().map(card_from_row).transpose()
@@ -425,7 +439,7 @@ impl Store {
 
     /// Cards not yet closed to their outcome, oldest first (at most `limit`).
     pub async fn open_cards(&self, limit: u32) -> Result<Vec<SentCard>, sqlx::Error> {
-        let sql = "SELECT token, channel, chat_id, message_id, lines, html, buttons FROM cards \
+        let sql = "SELECT token, channel, chat_id, message_id, lines, html, buttons, traceparent FROM cards \
                    WHERE closed_at IS NULL ORDER BY created_at LIMIT $1";
         on_db!(&self.db, pool => {
             let rows = sqlx::query(sql).bind(i64::from(limit)).fetch_all(pool).await?;

@@ -213,6 +213,7 @@ async fn cards_stay_open_until_closed_and_are_reminded_once(test: TestStore) {
         lines: "May I create a file?\n~/a.txt".to_owned(),
         html: "<b>May I create a file?</b>\n~/a.txt".to_owned(),
         buttons: r#"[[["Approve once","approve:t1"]]]"#.to_owned(),
+        traceparent: "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01".to_owned(),
     };
     store.put_card(&card("t1", "10"), 1_000).await.unwrap();
     store.put_card(&card("t2", "11"), 2_000).await.unwrap();

@@ -417,3 +417,27 @@ async fn handle(
         ),
     })
 }
+
+/// Pairs `id` through the real flow: a message, the code it is given, `metnos pair approve`
+/// at `level`; returns once the welcome is sent.
+pub async fn pair(sandbox: &super::Sandbox, tg: &FakeTelegram, id: i64, level: &str) {
+    tg.message(id, user(id, "Ada", "en"), "hello");
+    let has_code = |t: &String| t.contains("metnos pair approve");
+    tg.until("a pairing code", |tg| tg.texts_to(id).iter().any(has_code))
+        .await;
+    let text = tg.texts_to(id).into_iter().find(has_code).unwrap();
+    let code = text
+        .split("approve ")
+        .nth(1)
+        .and_then(|rest| rest.split_whitespace().next())
+        .unwrap()
+        .to_owned();
+    let (status, _, stderr) = sandbox
+        .run(&["pair", "approve", &code, "--level", level])
+        .await;
+    assert_eq!(status, 0, "{stderr}");
+    tg.until("the welcome", |tg| {
+        tg.texts_to(id).iter().any(|t| t.starts_with("Paired"))
+    })
+    .await;
+}

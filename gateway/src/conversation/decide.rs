@@ -34,6 +34,20 @@ pub enum ClickAction {
     Forget { id: String, what: Forgetting },
 }
 
+impl ClickAction {
+    /// The card's token the click is about (`/forget`'s answer is about none).
+    pub fn token(&self) -> Option<&str> {
+        match self {
+            ClickAction::Resolve { token, .. }
+            | ClickAction::ConfirmAlways(token)
+            | ClickAction::Back(token)
+            | ClickAction::Never(token)
+            | ClickAction::Edit(token) => Some(token),
+            ClickAction::Forget { .. } => None,
+        }
+    }
+}
+
 /// What `/forget`'s answer erases.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Forgetting {

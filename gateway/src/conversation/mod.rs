@@ -94,13 +94,40 @@ impl Conversation {
         self.state.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
-    /// One message or click: decided, then said.
+    /// One message or click: decided, then said, in the span of [`Conversation::span_of`].
     pub async fn handle(self: &Arc<Self>, incoming: Incoming) {
-        let reply = match incoming {
-            Incoming::Click(click) => self.on_click(click).await,
-            Incoming::Message(message) => self.on_message(message).await,
+        use tracing::Instrument;
+        let span = self.span_of(&incoming).await;
+        async {
+            let reply = match incoming {
+                Incoming::Click(click) => self.on_click(click).await,
+                Incoming::Message(message) => self.on_message(message).await,
+            };
+            self.speak(reply).await;
+        }
+        .instrument(span)
+        .await;
+    }
+
+    /// The span a message or a click is handled in (issue 41, one message, one trace): a
+    /// message starts its turn's trace; a click on a card joins the trace of the call that
+    /// sent the card, so the decision and what follows are in the turn's trace. Names
+    /// only: no words, no ids.
+    async fn span_of(&self, incoming: &Incoming) -> tracing::Span {
+        let click = match incoming {
+            Incoming::Message(_) => {
+                return tracing::info_span!("telegram.message", otel.kind = "internal");
+            }
+            Incoming::Click(click) => click,
         };
-        self.speak(reply).await;
+        let span = tracing::info_span!("telegram.click", otel.kind = "internal");
+        let action = action_of(&click.data).ok();
+        if let Some(token) = action.as_ref().and_then(ClickAction::token)
+            && let Ok(Some(card)) = self.store.card(token).await
+        {
+            metnos_kit::propagation::continue_trace(&span, &card.traceparent);
+        }
+        span
     }
 
     /// Carries out a reply, in its order: the card shown again, the click's answer, the
@@ -237,12 +264,10 @@ impl Conversation {
         match self.planner.clone().run_turn(request).await {
             Ok(stream) => {
                 let this = Arc::clone(self);
-                tokio::spawn(this.follow(
-                    stream.into_inner(),
-                    chat,
-                    who.sender_id().to_owned(),
-                    lang,
-                ));
+                // In the message's span: the turn's cards and answers are in its trace.
+                let follow =
+                    this.follow(stream.into_inner(), chat, who.sender_id().to_owned(), lang);
+                tokio::spawn(tracing::Instrument::in_current_span(follow));
                 Reply::default()
             }
             Err(status) => {
@@ -702,7 +727,7 @@ impl Conversation {
             principal: person(&sender).map(|p| p.to_proto()),
         };
         let this = Arc::clone(self);
-        tokio::spawn(async move {
+        let resumed = async move {
             // ABORTED: another planner replica holds the turn. It applies the decision
             // itself if it lives; if it died, its lease expires and the turn is ours to
             // continue — so the person still gets its answer.
@@ -725,7 +750,9 @@ impl Conversation {
                     }
                 }
             }
-        });
+        };
+        // In the click's span: what the resumed turn does is in the turn's trace.
+        tokio::spawn(tracing::Instrument::in_current_span(resumed));
     }
 
     /// Edits the card of `token` to its final state, once: a click and the turn's event

@@ -60,15 +60,45 @@ pub fn current_traceparent() -> String {
 }
 
 /// The context a kept `traceparent` names (an empty context for an empty or malformed one:
-/// a span given it as parent starts a trace of its own).
+/// a span given it as parent starts a trace of its own). Read as W3C trace context whatever
+/// propagator the process installed (the terminal installs none).
 pub fn context_of(traceparent: &str) -> opentelemetry::Context {
+    use opentelemetry::propagation::TextMapPropagator;
     let mut headers = HeaderMap::new();
     if let Ok(value) = HeaderValue::from_str(traceparent) {
         headers.insert("traceparent", value);
     }
-    opentelemetry::global::get_text_map_propagator(|propagator| {
-        propagator.extract(&HeaderExtractor(&headers))
-    })
+    opentelemetry_sdk::propagation::TraceContextPropagator::new()
+        .extract(&HeaderExtractor(&headers))
+}
+
+/// Makes `span` (not entered yet) a child of the span a kept `traceparent` names: work that
+/// answers something (a click on a card) joins the trace of what it answers. An empty or
+/// malformed one leaves the span a trace of its own.
+pub fn continue_trace(span: &tracing::Span, traceparent: &str) {
+    use tracing_opentelemetry::OpenTelemetrySpanExt;
+    let context = context_of(traceparent);
+    {
+        use opentelemetry::trace::TraceContextExt;
+        if !context.span().span_context().is_valid() {
+            return;
+        }
+    }
+    let _ = span.set_parent(context);
+}
+
+/// `message` as a request in the trace a kept `traceparent` names, for a caller with no
+/// trace of its own (the terminal answering a card: issue 41, one message, one trace). A
+/// malformed or empty one is left out.
+pub fn in_trace<T>(message: T, traceparent: &str) -> tonic::Request<T> {
+    use opentelemetry::trace::TraceContextExt;
+    let mut request = tonic::Request::new(message);
+    if context_of(traceparent).span().span_context().is_valid()
+        && let Ok(value) = traceparent.parse()
+    {
+        request.metadata_mut().insert("traceparent", value);
+    }
+    request
 }
 
 /// Splits `/pkg.Service/Method` into (`pkg.Service`, `Method`).

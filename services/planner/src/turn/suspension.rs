@@ -214,6 +214,7 @@ impl<'a> Suspension<'a> {
             token: pending.token.clone(),
             card: created.card,
             expires_at: pending.expires_at,
+            traceparent: metnos_kit::propagation::current_traceparent(),
         };
         emit(sink, pb::turn_event::Event::AwaitingApproval(awaiting)).await;
         StepOutcome::Suspended
@@ -292,6 +293,7 @@ impl<'a> Suspension<'a> {
             expires_at: pending
                 .expires_at
                 .map(|(seconds, nanos)| prost_types::Timestamp { seconds, nanos }),
+            traceparent: metnos_kit::propagation::current_traceparent(),
         };
         emit(sink, pb::turn_event::Event::AwaitingApproval(awaiting)).await;
     }
