@@ -290,6 +290,12 @@ pub fn say(lang: Language, what: Says<'_>) -> String {
         (Language::English, Says::NotPaired) => {
             "You are not paired (any more): this request is not yours to decide.".to_owned()
         }
+        (Language::Italian, Says::WritePrivately) => {
+            "Nei gruppi non rispondo: quello che scrivo lo leggerebbero tutti. Scrivimi in privato.".to_owned()
+        }
+        (Language::English, Says::WritePrivately) => {
+            "I do not answer in groups: everyone here would read what I write. Write to me privately.".to_owned()
+        }
     }
 }
 
@@ -410,6 +416,8 @@ pub enum Says<'a> {
     Withdrawn,
     /// A click from someone who is not (or no longer) paired.
     NotPaired,
+    /// Said in a group: Metnos answers only in a private chat.
+    WritePrivately,
     /// "Always for …" shown in full before it is granted.
     ConfirmAlways {
         pattern: &'a str,

@@ -16,7 +16,7 @@ use teloxide::payloads::{GetUpdatesSetters, SetWebhookSetters};
 use teloxide::prelude::Requester;
 use teloxide::types::{AllowedUpdate, CallbackQuery, Message, Update, UpdateKind};
 
-use crate::conversation::{Click, Conversation, Incoming, MessageIn, StopDetector};
+use crate::conversation::{Click, Conversation, GroupMessage, Incoming, MessageIn, StopDetector};
 use crate::outbox::Outbox;
 use crate::store::Store;
 use crate::telegram::TelegramBot;
@@ -46,7 +46,7 @@ pub struct Settings {
 pub fn incoming(update: Update) -> Option<Incoming> {
     match update.kind {
         UpdateKind::CallbackQuery(query) => Some(Incoming::Click(click(query))),
-        UpdateKind::Message(message) => message_in(&message).map(Incoming::Message),
+        UpdateKind::Message(message) => message_in(&message),
         _ => None,
     }
 }
@@ -56,13 +56,21 @@ fn client_language(code: Option<&str>) -> Language {
     Language::from_tag(code.unwrap_or("it"))
 }
 
-/// A text message a person sent the bot in their own private chat; a message in a group,
-/// a supergroup or a channel is not for the conversation (an answer, a card or a pairing
-/// code would be read there by everyone in it).
-fn message_in(message: &Message) -> Option<MessageIn> {
+/// A text message a person sent the bot in their own private chat. The rule for the rest
+/// (issue 41): a message in a group or a supergroup is never answered there — an answer, a
+/// card, a later notice or a pairing code would be read by everyone in it — and nobody is
+/// paired from one; the group is told to write privately ([`GroupMessage`]). Anything else
+/// (a channel, another chat's id) is not for the conversation.
+fn message_in(message: &Message) -> Option<Incoming> {
     let (Some(from), Some(text)) = (message.from.as_ref(), message.text()) else {
         return None;
     };
+    if (message.chat.is_group() || message.chat.is_supergroup()) && !from.is_bot {
+        return Some(Incoming::Group(GroupMessage {
+            chat: message.chat.id.0,
+            lang: client_language(from.language_code.as_deref()),
+        }));
+    }
     if !message.chat.is_private() || i64::try_from(from.id.0).ok() != Some(message.chat.id.0) {
         tracing::debug!("a message outside its sender's private chat is ignored");
         return None;
@@ -71,7 +79,7 @@ fn message_in(message: &Message) -> Option<MessageIn> {
         Some(username) => format!("{} (@{username})", from.first_name),
         None => from.first_name.clone(),
     };
-    Some(MessageIn {
+    Some(Incoming::Message(MessageIn {
         chat: message.chat.id.0,
         sender: from.id.0.to_string(),
         name,
@@ -79,7 +87,7 @@ fn message_in(message: &Message) -> Option<MessageIn> {
         text: text.to_owned(),
         forwarded: message.forward_origin().is_some(),
         reply_to: message.reply_to_message().map(|replied| replied.id.0),
-    })
+    }))
 }
 
 fn click(query: CallbackQuery) -> Click {
@@ -442,18 +450,28 @@ mod tests {
             None,
             "no text, nothing to do"
         );
-        // Outside the sender's own private chat: a group, or another chat's id.
-        for chat in [
-            serde_json::json!({"id": -100_777, "type": "supergroup", "title": "Friends"}),
-            serde_json::json!({"id": -777, "type": "group", "title": "Friends"}),
-            serde_json::json!({"id": 7, "type": "private", "first_name": "Bob"}),
-        ] {
+        // Outside the sender's own private chat: a group or a supergroup is told to write
+        // privately (never a conversation); another chat's id is nothing.
+        let in_chat = |chat: &serde_json::Value| {
             let mut update = message(from.clone(), Some("hello"));
             if let UpdateKind::Message(m) = &mut update.kind {
                 m.chat = serde_json::from_value(chat.clone()).unwrap();
             }
-            assert_eq!(incoming(update), None, "{chat}");
+            incoming(update)
+        };
+        for (id, kind) in [(-100_777, "supergroup"), (-777, "group")] {
+            let chat = serde_json::json!({"id": id, "type": kind, "title": "Friends"});
+            assert_eq!(
+                in_chat(&chat),
+                Some(Incoming::Group(GroupMessage {
+                    chat: id,
+                    lang: Language::English
+                })),
+                "{chat}"
+            );
         }
+        let other = serde_json::json!({"id": 7, "type": "private", "first_name": "Bob"});
+        assert_eq!(in_chat(&other), None);
     }
 
     #[test]

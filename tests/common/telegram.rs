@@ -169,13 +169,18 @@ impl FakeTelegram {
 
     /// A text message from `from` in the group `chat` (a supergroup: its id is negative).
     pub fn group_message(&self, chat: i64, from: Value, text: &str) -> u64 {
+        self.message_in(chat, "supergroup", from, text)
+    }
+
+    /// A text message from `from` in `chat` of Telegram's `kind` (`group`, `supergroup`).
+    pub fn message_in(&self, chat: i64, kind: &str, from: Value, text: &str) -> u64 {
         let id = {
             let mut s = self.state.lock().unwrap();
             s.next_message += 1;
             s.next_message
         };
         let mut message = message_json(id, chat, from, text);
-        message["chat"] = json!({"id": chat, "type": "supergroup", "title": "Friends"});
+        message["chat"] = json!({"id": chat, "type": kind, "title": "Friends"});
         self.push("message", message)
     }
 

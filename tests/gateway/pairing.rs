@@ -84,13 +84,23 @@ async fn strangers_get_one_code_and_nothing_reaches_the_planner_until_paired() {
 #[tokio::test]
 async fn messages_in_a_group_start_nothing_and_no_message_shows_a_link_preview() {
     const GROUP: i64 = -100_777;
+    const SMALL_GROUP: i64 = -777;
     let s = stack().await;
     s.pair(ADA, "Ada", "full").await;
-    // In a group, neither a paired person's message nor a stranger's reaches the planner,
-    // and nothing (an answer, a card, a pairing code) is said where everyone reads it.
+    // In a supergroup and in a group, neither a paired person's message nor a stranger's
+    // reaches the planner, and nothing of theirs (an answer, a card, a pairing code) is
+    // said where everyone reads it: the group is told once, in the writer's language, to
+    // write privately (issue 41).
     s.tg.group_message(GROUP, user(ADA, "Ada", "en"), "/x summarise my notes");
     s.tg.group_message(GROUP, user(MALLORY, "Mallory", "en"), "hello bot");
-    s.tg.until("both confirmed", FakeTelegram::all_confirmed)
+    s.tg.message_in(
+        SMALL_GROUP,
+        "group",
+        user(MALLORY, "Mallory", "it"),
+        "ciao bot",
+    );
+    s.tg.message_in(SMALL_GROUP, "group", user(ADA, "Ada", "en"), "approve 1234");
+    s.tg.until("all confirmed", FakeTelegram::all_confirmed)
         .await;
     // Ada's private message after them is answered: the group's were read and dropped.
     s.llm.push(Reply::Text(
@@ -102,11 +112,19 @@ async fn messages_in_a_group_start_nothing_and_no_message_shows_a_link_preview()
     })
     .await;
     tokio::time::sleep(std::time::Duration::from_millis(300)).await;
-    assert!(
-        s.tg.texts_to(GROUP).is_empty(),
-        "{:?}",
-        s.tg.texts_to(GROUP)
+    assert_eq!(
+        s.tg.texts_to(GROUP),
+        [
+            "I do not answer in groups: everyone here would read what I write. Write to me privately."
+        ],
+        "once per group, in the first writer's language"
     );
+    assert_eq!(
+        s.tg.texts_to(SMALL_GROUP),
+        ["Nei gruppi non rispondo: quello che scrivo lo leggerebbero tutti. Scrivimi in privato."]
+    );
+    // No pairing code to the stranger, in the group or privately: nobody is paired from a
+    // group.
     assert!(s.tg.texts_to(MALLORY).is_empty());
     let received = s.llm.received();
     assert_eq!(

@@ -1,7 +1,17 @@
-//! What the transport hands the conversation: a person's text message or a click.
+//! What the transport hands the conversation: a person's text message, a click, or a
+//! message written in a group.
 
 use metnos_core::language::Language;
 use teloxide::types::CallbackQueryId;
+
+/// A text message written in a group or a supergroup: never answered there (everyone in it
+/// would read the answer, a card, a code); the group is told, in the writer's language, to
+/// write privately.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct GroupMessage {
+    pub chat: i64,
+    pub lang: Language,
+}
 
 /// A text message from a person, as the transport read it off an update.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -38,4 +48,5 @@ pub struct Click {
 pub enum Incoming {
     Message(MessageIn),
     Click(Click),
+    Group(GroupMessage),
 }

@@ -45,7 +45,7 @@ use decide::{
     after_cancel, always_confirmation, click_refusal, confirm_refusal, feedback_kind, language_of,
     person, planner_name, store_name,
 };
-pub use incoming::{Click, Incoming, MessageIn};
+pub use incoming::{Click, GroupMessage, Incoming, MessageIn};
 pub use reply::{Answer, Close, Reply, ShowCard, Then};
 pub use services::{Clients, StopDetector, TurnMessage};
 pub use state::{Conversations, Edits, Next, next};
@@ -102,6 +102,7 @@ impl Conversation {
             let reply = match incoming {
                 Incoming::Click(click) => self.on_click(click).await,
                 Incoming::Message(message) => self.on_message(message).await,
+                Incoming::Group(group) => self.on_group(group),
             };
             self.speak(reply).await;
         }
@@ -115,7 +116,7 @@ impl Conversation {
     /// only: no words, no ids.
     async fn span_of(&self, incoming: &Incoming) -> tracing::Span {
         let click = match incoming {
-            Incoming::Message(_) => {
+            Incoming::Message(_) | Incoming::Group(_) => {
                 return tracing::info_span!("telegram.message", otel.kind = "internal");
             }
             Incoming::Click(click) => click,
@@ -128,6 +129,17 @@ impl Conversation {
             metnos_kit::propagation::continue_trace(&span, &card.traceparent);
         }
         span
+    }
+
+    /// A message written in a group: nothing reaches the planner and nobody is paired; the
+    /// group is told, in the writer's language, to write privately (once an hour at most).
+    fn on_group(&self, group: GroupMessage) -> Reply {
+        tracing::info!("a message in a group: told to write privately, nothing done");
+        if self.state().tell_group(group.chat, Instant::now()) {
+            Reply::say(group.chat, text::say(group.lang, Says::WritePrivately))
+        } else {
+            Reply::default()
+        }
     }
 
     /// Carries out a reply, in its order: the card shown again, the click's answer, the

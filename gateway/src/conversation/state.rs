@@ -53,7 +53,16 @@ pub struct Conversations {
     /// chat they were asked in, until when their next message there (if it is a path, or a
     /// schedule) is the edit, and which of the two it edits.
     editing: HashMap<String, (String, i64, Instant, Edits)>,
+    /// Groups told to write privately, and when: once per [`GROUP_NOTICE_EVERY`] each, so a
+    /// busy group is not answered message for message.
+    groups_told: HashMap<i64, Instant>,
 }
+
+/// How often a group is told, at most, that Metnos answers only in private chats.
+pub const GROUP_NOTICE_EVERY: std::time::Duration = std::time::Duration::from_secs(3600);
+
+/// Groups remembered at most (the oldest notice is forgotten first).
+const GROUPS_KEPT: usize = 1024;
 
 /// What an Edit button changes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -65,6 +74,29 @@ pub enum Edits {
 }
 
 impl Conversations {
+    /// Whether group `chat` is to be told now (not told within [`GROUP_NOTICE_EVERY`]);
+    /// notes it when it is.
+    pub fn tell_group(&mut self, chat: i64, now: Instant) -> bool {
+        if self
+            .groups_told
+            .get(&chat)
+            .is_some_and(|told| now.duration_since(*told) < GROUP_NOTICE_EVERY)
+        {
+            return false;
+        }
+        if self.groups_told.len() >= GROUPS_KEPT
+            && let Some(oldest) = self
+                .groups_told
+                .iter()
+                .min_by_key(|(_, told)| **told)
+                .map(|(chat, _)| *chat)
+        {
+            self.groups_told.remove(&oldest);
+        }
+        self.groups_told.insert(chat, now);
+        true
+    }
+
     /// What to do with `sender`'s message (see [`next`]); a question asked is remembered
     /// until their next message, which answers it.
     pub fn next_for(&mut self, sender: &str, text: &str, stop: Stop) -> Next {
