@@ -222,8 +222,12 @@ pub fn say(lang: Language, what: Says<'_>) -> String {
         (Language::English, Says::CannotResolve) => {
             "Approval cannot be resolved: the service does not answer, try again shortly".to_owned()
         }
-        (Language::Italian, Says::TurnEnded(kind)) => format!("Mi sono fermato ({kind})."),
-        (Language::English, Says::TurnEnded(kind)) => format!("I stopped ({kind})."),
+        (Language::Italian, Says::TurnEndedSilently) => {
+            "Ho smesso di lavorare a questa richiesta.".to_owned()
+        }
+        (Language::English, Says::TurnEndedSilently) => {
+            "I stopped working on this request.".to_owned()
+        }
         (Language::Italian, Says::Paired(level)) => {
             format!("Fatto: ora puoi parlarmi (livello {level}).")
         }
@@ -267,7 +271,7 @@ pub fn say(lang: Language, what: Says<'_>) -> String {
             "Send me what to allow instead of {offered}: files or a folder within it, e.g. a subfolder with /* at the end. (Your next message here, if it is a path, within 10 minutes.)"
         ),
         (Language::Italian, Says::EditSchedulePrompt(current)) => format!(
-            "Scrivimi quando invece di {current}: daily@HH:MM, every N minutes|hours, oppure un'espressione cron di cinque campi (ora locale). (Vale il tuo prossimo messaggio qui, se è un orario, entro 10 minuti.)"
+            "Scrivimi quando invece di {current}: daily@HH:MM, ogni N minuti|ore, oppure un'espressione cron di cinque campi (ora locale). (Vale il tuo prossimo messaggio qui, se è un orario, entro 10 minuti.)"
         ),
         (Language::English, Says::EditSchedulePrompt(current)) => format!(
             "Send me when instead of {current}: daily@HH:MM, every N minutes|hours, or a five-field cron expression (local time). (Your next message here, if it is a schedule, within 10 minutes.)"
@@ -409,7 +413,8 @@ pub enum Says<'a> {
     ResolveRefused(metnos_core::resolve::ResolveRefusal),
     /// A click that reached no decision for another reason (the service unavailable).
     CannotResolve,
-    TurnEnded(&'a str),
+    /// A turn that ended without a word.
+    TurnEndedSilently,
     /// Welcome, at the level (its store name).
     Paired(&'a str),
     /// A card whose person's pairing was revoked or whose level was lowered.
@@ -443,6 +448,129 @@ pub enum Says<'a> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// One of each thing the gateway says. A new kind fails to compile in `kind_of` until
+    /// it is listed there, and is to be added here too.
+    fn every_saying() -> Vec<Says<'static>> {
+        use metnos_core::resolve::ResolveRefusal as R;
+        let mut all = vec![
+            Says::PairingCode("K7Q2MX"),
+            Says::Unavailable("X"),
+            Says::Stopped,
+            Says::NothingToStop,
+            Says::ConfirmStop,
+            Says::GoingOn,
+            Says::NewThread,
+            Says::Approved,
+            Says::Rejected,
+            Says::Expired,
+            Says::Cancelled,
+            Says::CannotResolve,
+            Says::TurnEndedSilently,
+            Says::Paired("supervised"),
+            Says::Withdrawn,
+            Says::NotPaired,
+            Says::WritePrivately,
+            Says::ConfirmAlways {
+                pattern: "~/x/*",
+                capability: "fs:write",
+            },
+            Says::ConfirmButton,
+            Says::BackButton,
+            Says::UnknownButton,
+            Says::EditPrompt("~/x/*"),
+            Says::EditSchedulePrompt("daily@08:00"),
+            Says::EditRefused("X"),
+            Says::Reminder {
+                minutes: 5,
+                question: "X",
+            },
+        ];
+        for refusal in [
+            R::UnknownToken,
+            R::AlreadyResolved,
+            R::Expired,
+            R::NotRequester,
+        ] {
+            all.push(Says::ResolveRefused(refusal));
+        }
+        for forget in [
+            ForgetSays::Question,
+            ForgetSays::ConversationsButton,
+            ForgetSays::EverythingButton,
+            ForgetSays::KeepButton,
+            ForgetSays::Forgotten {
+                exchanges: 3,
+                memories: Some(2),
+            },
+            ForgetSays::Forgotten {
+                exchanges: 3,
+                memories: None,
+            },
+            ForgetSays::Kept,
+            ForgetSays::Expired,
+        ] {
+            all.push(Says::Forget(forget));
+        }
+        for saying in &all {
+            kind_of(saying);
+        }
+        all
+    }
+
+    /// Every kind of saying, by name: no wildcard, so a new one must be listed.
+    fn kind_of(saying: &Says<'_>) -> &'static str {
+        match saying {
+            Says::PairingCode(_) => "pairing code",
+            Says::Unavailable(_) => "unavailable",
+            Says::Stopped => "stopped",
+            Says::NothingToStop => "nothing to stop",
+            Says::ConfirmStop => "confirm stop",
+            Says::GoingOn => "going on",
+            Says::NewThread => "new thread",
+            Says::Forget(_) => "forget",
+            Says::Approved => "approved",
+            Says::Rejected => "rejected",
+            Says::Expired => "expired",
+            Says::Cancelled => "cancelled",
+            Says::ResolveRefused(_) => "resolve refused",
+            Says::CannotResolve => "cannot resolve",
+            Says::TurnEndedSilently => "turn ended",
+            Says::Paired(_) => "paired",
+            Says::Withdrawn => "withdrawn",
+            Says::NotPaired => "not paired",
+            Says::WritePrivately => "write privately",
+            Says::ConfirmAlways { .. } => "confirm always",
+            Says::ConfirmButton => "confirm button",
+            Says::BackButton => "back button",
+            Says::UnknownButton => "unknown button",
+            Says::EditPrompt(_) => "edit prompt",
+            Says::EditSchedulePrompt(_) => "edit schedule prompt",
+            Says::EditRefused(_) => "edit refused",
+            Says::Reminder { .. } => "reminder",
+        }
+    }
+
+    /// Issue 41: every text a person can receive from the gateway, in both languages,
+    /// holds no word of the other.
+    #[test]
+    fn every_saying_speaks_one_language_only() {
+        for lang in [Language::Italian, Language::English] {
+            let mut texts: Vec<(String, String)> = every_saying()
+                .into_iter()
+                .map(|saying| (kind_of(&saying).to_owned(), say(lang, saying)))
+                .collect();
+            texts.push(("edit not taken".into(), edit_not_taken(lang).to_owned()));
+            texts.push(("edit too long".into(), edit_too_long(lang).to_owned()));
+            for (kind, text) in texts {
+                let foreign = metnos_core::language::words_of_the_other(&text, lang);
+                assert!(
+                    foreign.is_empty(),
+                    "{lang:?} {kind}: {text:?} has {foreign:?}"
+                );
+            }
+        }
+    }
 
     #[test]
     fn long_answers_are_split_on_lines_and_escaped() {

@@ -28,7 +28,7 @@ async fn failures_end_the_turn_cleanly_with_a_clear_message() {
     assert_eq!(kind(&events), pb::FinalKind::Error);
     assert_eq!(
         finished(&events).text,
-        "no executors are available (empty catalog)"
+        "I have no tools to use: the executor catalog is empty."
     );
 
     // Policy, vaglio or approval unreachable: the step fails closed, nothing runs.

@@ -154,8 +154,8 @@ async fn a_hybrid_turn_with_no_local_tier_ends_after_a_private_read() {
     assert_eq!(kind(&events), pb::FinalKind::Error, "{events:#?}");
     let text = &finished(&events).text;
     assert!(
-        text.contains("a hybrid turn sends what it read to no online model")
-            && text.contains("no local tier is configured"),
+        text.contains("in hybrid mode what I read goes to no online model")
+            && text.contains("no local model is set up"),
         "{text}"
     );
     let sent: Vec<String> = s
@@ -183,8 +183,8 @@ async fn with_only_an_online_llm_a_read_only_turn_ends_saying_why_and_calls_noth
     let text = &finished(&events).text;
     assert!(
         text.contains(
-            "the online model at 127.0.0.1 was not asked (policy: llm:online is denied at ReadOnly)"
-        ) && text.contains("no local tier is configured")
+            "I did not ask the online model at 127.0.0.1 (policy: llm:online is denied at ReadOnly)"
+        ) && text.contains("no local model is set up")
             && text.contains("metnos grants add --channel cli --sender alice llm:online 127.0.0.1"),
         "{text}"
     );

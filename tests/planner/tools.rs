@@ -360,5 +360,11 @@ async fn a_turn_never_outlives_its_budget() {
     ));
     let events = s.run("think for a long time", Full).await;
     assert_eq!(kind(&events), pb::FinalKind::Timeout, "{events:#?}");
-    assert!(finished(&events).text.contains("1 s budget"));
+    assert!(
+        finished(&events)
+            .text
+            .contains("the 1 seconds this request may take ran out"),
+        "{}",
+        finished(&events).text
+    );
 }

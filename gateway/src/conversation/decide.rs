@@ -149,8 +149,13 @@ pub enum Step {
     /// An approval was decided: close its card.
     Decided { token: String, status: i32 },
     /// The turn ended: say `text`, and stop following; the answer belongs to `thread` (empty
-    /// for a one-shot turn).
-    Finished { text: String, thread: String },
+    /// for a one-shot turn). `cancelled`: it was stopped (after the person's own stop, the
+    /// gateway already said so: nothing more is said).
+    Finished {
+        text: String,
+        thread: String,
+        cancelled: bool,
+    },
     /// Nothing to show.
     Nothing,
 }
@@ -169,23 +174,21 @@ pub fn step_of(event: Event, lang: Language) -> Step {
         },
         Event::Finished(finished) => Step::Finished {
             thread: finished.thread_id,
-            text: final_text(finished.kind, finished.text, lang),
+            cancelled: finished.kind == pb::FinalKind::Cancelled as i32,
+            text: final_text(finished.text, lang),
         },
         _ => Step::Nothing,
     }
 }
 
-/// A turn's last message: the answer as it is, any other end said as such.
-pub(super) fn final_text(kind: i32, text: String, lang: Language) -> String {
-    let kind = pb::FinalKind::try_from(kind).unwrap_or(pb::FinalKind::Error);
-    if kind == pb::FinalKind::Answer {
-        return text;
+/// A turn's last message: the answer, or why it ended, as the planner said it in the
+/// person's language (issue 41: the planner's endings are one table in both languages; the
+/// kind is never shown untranslated). An empty one says the turn ended.
+pub(super) fn final_text(text: String, lang: Language) -> String {
+    if text.trim().is_empty() {
+        return text::say(lang, Says::TurnEndedSilently);
     }
-    let name = kind
-        .as_str_name()
-        .trim_start_matches("FINAL_KIND_")
-        .to_lowercase();
-    format!("{} {text}", text::say(lang, Says::TurnEnded(&name)))
+    text
 }
 
 /// What to say after asking the planner to cancel: whether it cancelled, or its error.
@@ -406,21 +409,23 @@ mod tests {
                 Language::English,
             )
         };
-        let step = |text: &str| Step::Finished {
+        let step = |text: &str, cancelled| Step::Finished {
             text: text.to_owned(),
             thread: "t1".to_owned(),
+            cancelled,
         };
         assert_eq!(
             finished(pb::FinalKind::Answer, "hello Ada"),
-            step("hello Ada")
+            step("hello Ada", false)
+        );
+        // The planner's words, in the person's language, as they are: no English kind.
+        assert_eq!(
+            finished(pb::FinalKind::Cancelled, "Mi sono fermato."),
+            step("Mi sono fermato.", true)
         );
         assert_eq!(
-            finished(pb::FinalKind::Cancelled, "stopped by Ada"),
-            step("I stopped (cancelled). stopped by Ada")
-        );
-        assert_eq!(
-            final_text(99, "?".to_owned(), Language::Italian),
-            "Mi sono fermato (error). ?"
+            final_text(String::new(), Language::Italian),
+            "Ho smesso di lavorare a questa richiesta."
         );
     }
 

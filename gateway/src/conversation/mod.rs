@@ -304,6 +304,9 @@ impl Conversation {
                 .map_err(|status| status.code()),
             lang,
         );
+        if matches!(said, Says::Stopped) {
+            self.state().stopped(who.sender_id());
+        }
         Reply::say(chat, text::say(lang, said)).then(Then::Sweep(chat))
     }
 
@@ -859,9 +862,17 @@ impl Conversation {
                     tokens.push(token);
                 }
                 Step::Decided { token, status } => self.close_card(&token, status, lang).await,
-                Step::Finished { text, thread } => {
-                    let sent = self.outbox.send_text(chat, &text).await;
-                    threads::note_answer(&self.store, chat, &sent, &sender, &thread).await;
+                Step::Finished {
+                    text,
+                    thread,
+                    cancelled,
+                } => {
+                    // After the person's own stop, "I stop" was the last word: one message.
+                    let told = self.state().take_stopped(&sender);
+                    if !(cancelled && told) {
+                        let sent = self.outbox.send_text(chat, &text).await;
+                        threads::note_answer(&self.store, chat, &sent, &sender, &thread).await;
+                    }
                     break;
                 }
                 Step::Nothing => {}

@@ -53,6 +53,8 @@ pub struct Conversations {
     /// chat they were asked in, until when their next message there (if it is a path, or a
     /// schedule) is the edit, and which of the two it edits.
     editing: HashMap<String, (String, i64, Instant, Edits)>,
+    /// People told "I stop" after their own stop: their cancelled turn says nothing more.
+    stopped: HashSet<String>,
     /// Groups told to write privately, and when: once per [`GROUP_NOTICE_EVERY`] each, so a
     /// busy group is not answered message for message.
     groups_told: HashMap<i64, Instant>,
@@ -74,6 +76,16 @@ pub enum Edits {
 }
 
 impl Conversations {
+    /// `sender` was told "I stop": their turn's cancelled end is not said again.
+    pub fn stopped(&mut self, sender: &str) {
+        self.stopped.insert(sender.to_owned());
+    }
+
+    /// Whether `sender` was told "I stop" since their last turn ended (and forgets it).
+    pub fn take_stopped(&mut self, sender: &str) -> bool {
+        self.stopped.remove(sender)
+    }
+
     /// Whether group `chat` is to be told now (not told within [`GROUP_NOTICE_EVERY`]);
     /// notes it when it is.
     pub fn tell_group(&mut self, chat: i64, now: Instant) -> bool {

@@ -409,7 +409,11 @@ pub fn standing_order(
             summary: format!(
                 "{} ({}) — {}",
                 short(text("name"), 80),
-                short(text("schedule"), 60),
+                // In the person's words: "ogni 2 ore", not "every 2 hours".
+                match metnos_kit::schedule::Schedule::parse(text("schedule")) {
+                    Ok(schedule) => short(&schedule.describe_in(language), 80),
+                    Err(_) => short(text("schedule"), 60),
+                },
                 short(text("id"), 40)
             ),
             had_invisible: holds_invisible(&args),
@@ -427,14 +431,11 @@ pub fn standing_order(
                 .upcoming(now_ms, anchor, &local.zone, 3)
                 .into_iter()
                 .filter_map(|ms| jiff::Timestamp::from_millisecond(ms).ok())
-                .map(|t| {
-                    t.to_zoned(local.zone.clone())
-                        .strftime("%a %d %b %H:%M")
-                        .to_string()
-                })
+                .map(|t| metnos_kit::schedule::when_in(&t.to_zoned(local.zone.clone()), language))
                 .collect();
-            (schedule.describe(), next.join(", "))
+            (schedule.describe_in(language), next.join(", "))
         }
+        Err(e) if it => (format!("orario non leggibile: {e}"), String::new()),
         Err(e) => (format!("unreadable schedule: {e}"), String::new()),
     };
     let on_change = text("notify") == "on_change";
@@ -1388,6 +1389,140 @@ mod tests {
             "only if it changes",
         ] {
             assert!(shown.contains(part), "{part:?} not in {shown}");
+        }
+    }
+
+    /// Issue 41: every card a person can be shown for a built-in call — its verb, its
+    /// summary, why they are asked at each level, its reversibility, its offer and its
+    /// buttons — in both languages, each without a word of the other.
+    #[test]
+    fn every_card_speaks_the_person_s_language_only() {
+        use crate::card::{CardRequest, Reversibility, Territory, render};
+        let calls = [
+            (
+                "fs_write",
+                "~/report.md",
+                json!({"path": "~/report.md", "content": "ciao"}),
+            ),
+            ("fs_read", "~/report.md", json!({"path": "~/report.md"})),
+            ("fs_list", "~/docs", json!({"path": "~/docs"})),
+            ("shell_exec", "ls", json!({"command": "ls -la"})),
+            (
+                "web_fetch",
+                "https://example.org/",
+                json!({"url": "https://example.org/"}),
+            ),
+        ];
+        for language in [Language::Italian, Language::English] {
+            let check = |what: &str, text: &str| {
+                let foreign = metnos_core::language::words_of_the_other(text, language);
+                assert!(
+                    foreign.is_empty(),
+                    "{language:?} {what}: {text:?} has {foreign:?}"
+                );
+            };
+            for level in [
+                AutonomyLevel::ReadOnly,
+                AutonomyLevel::Supervised,
+                AutonomyLevel::Full,
+            ] {
+                for capability in Capability::all() {
+                    check("reason", &reason(level, Some(capability), language));
+                }
+            }
+            for (executor, target, args) in &calls {
+                let d = describe(
+                    executor,
+                    target,
+                    &args.to_string(),
+                    &[],
+                    &[],
+                    language,
+                    Path::new("/home/roberto"),
+                );
+                for (reversibility, territory) in [
+                    (Reversibility::Reversible, Territory::None),
+                    (Reversibility::Irreversible, Territory::Session),
+                    (Reversibility::Partial, Territory::Permanent),
+                ] {
+                    let card = render(
+                        &CardRequest {
+                            action_verb: d.verb.clone(),
+                            target_summary: d.summary.clone(),
+                            capability_class: String::new(),
+                            reversibility,
+                            territory,
+                            recurrence_count: 3,
+                            language,
+                            reason: Some(reason(
+                                AutonomyLevel::Supervised,
+                                Some(Capability::FsWrite),
+                                language,
+                            )),
+                            territory_offer: Some("~/docs/*".into()),
+                            had_invisible: true,
+                        },
+                        "t",
+                    );
+                    for line in &card.lines {
+                        check(executor, line);
+                    }
+                    for button in card.all_buttons() {
+                        check(executor, &button.text);
+                    }
+                }
+            }
+        }
+    }
+
+    /// Issue 41: an Italian standing order's card said "every day at 08:00 (UTC);
+    /// prossime: Sat 28 Nov…". Its schedule and dates are said in the person's language,
+    /// every kind of standing-order card, each without a word of the other.
+    #[test]
+    fn a_standing_order_s_card_speaks_the_person_s_language_only() {
+        let local = metnos_kit::config::Local {
+            zone: jiff::tz::TimeZone::get("Europe/Rome").unwrap(),
+            windows: Vec::new(),
+        };
+        // 2026-11-26 10:00 UTC, a Thursday.
+        let now = 1_795_687_200_000;
+        let describe = |executor: &str, schedule: &str, language: Language, request: &str| {
+            let args = json!({"schedule": schedule, "request": request, "name": "", "notify": "on_change", "id": "o1"});
+            standing_order(
+                executor,
+                &args.to_string(),
+                &local,
+                "Europe/Rome",
+                now,
+                language,
+            )
+        };
+        let it = describe(
+            SCHEDULE_CREATE,
+            "daily@08:00",
+            Language::Italian,
+            "riassumi le note",
+        );
+        assert_eq!(
+            it.summary,
+            "\"riassumi le note\" — ogni giorno alle 08:00 (Europe/Rome); prossime: ven 27 nov 08:00, sab 28 nov 08:00, dom 29 nov 08:00; solo se cambia"
+        );
+        for executor in [SCHEDULE_CREATE, SCHEDULE_RESUME, SCHEDULE_DELETE] {
+            for schedule in ["daily@08:00", "every 2 hours", "30 8 * * MON-FRI"] {
+                for (language, request) in [
+                    (Language::Italian, "riassumi le note"),
+                    (Language::English, "summarise my notes"),
+                ] {
+                    let d = describe(executor, schedule, language, request);
+                    for text in [&d.verb, &d.summary] {
+                        let foreign = metnos_core::language::words_of_the_other(text, language);
+                        assert!(
+                            foreign.is_empty(),
+                            "{language:?} {executor} {schedule}: {text:?} has {foreign:?}"
+                        );
+                    }
+                }
+            }
         }
     }
 

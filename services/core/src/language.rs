@@ -73,3 +73,106 @@ mod tests {
         assert_eq!(Language::from_wire(0), None);
     }
 }
+
+/// Words that give a text away as the other language's: a text meant for `language` that
+/// holds one of these (as a whole word, any case) speaks the other language, at least in
+/// part. The tests that walk every message kind in both languages look for them
+/// (issue 41: "Mi sono fermato (cancelled)"). Short, common, unambiguous words only.
+pub fn words_of_the_other(text: &str, language: Language) -> Vec<String> {
+    const ENGLISH: &[&str] = &[
+        "the",
+        "you",
+        "your",
+        "is",
+        "are",
+        "and",
+        "not",
+        "with",
+        "was",
+        "this",
+        "that",
+        "every",
+        "next",
+        "cancelled",
+        "stopped",
+        "approved",
+        "rejected",
+        "expired",
+        "request",
+        "please",
+        "only",
+        "if",
+        "changes",
+        "day",
+        "hours",
+        "minutes",
+        "what",
+        "nothing",
+        "here",
+        "again",
+    ];
+    const ITALIAN: &[&str] = &[
+        "il",
+        "gli",
+        "non",
+        "che",
+        "sono",
+        "è",
+        "questa",
+        "questo",
+        "ogni",
+        "giorno",
+        "prossime",
+        "alle",
+        "della",
+        "annullato",
+        "annullata",
+        "scaduto",
+        "approvato",
+        "rifiutato",
+        "richiesta",
+        "solo",
+        "se",
+        "cambia",
+        "ore",
+        "minuti",
+        "niente",
+        "qui",
+        "di",
+        "un",
+        "una",
+    ];
+    let other = match language {
+        Language::Italian => ENGLISH,
+        Language::English => ITALIAN,
+    };
+    text.split(|c: char| !c.is_alphanumeric())
+        .map(str::to_lowercase)
+        .filter(|word| other.contains(&word.as_str()))
+        .collect()
+}
+
+#[cfg(test)]
+mod telltale_tests {
+    use super::*;
+
+    #[test]
+    fn a_half_english_italian_sentence_is_caught_and_a_whole_one_is_not() {
+        assert_eq!(
+            words_of_the_other("Mi sono fermato (cancelled). cancelled", Language::Italian),
+            ["cancelled", "cancelled"]
+        );
+        assert!(words_of_the_other("Mi sono fermato.", Language::Italian).is_empty());
+        assert_eq!(
+            words_of_the_other(
+                "every day at 08:00; prossime: Sat 28 Nov",
+                Language::Italian
+            ),
+            ["every", "day"]
+        );
+        assert_eq!(
+            words_of_the_other("next: sab 28 nov; solo se cambia", Language::English),
+            ["solo", "se", "cambia"]
+        );
+    }
+}

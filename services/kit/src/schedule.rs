@@ -63,7 +63,10 @@ impl Schedule {
                 minute,
                 cron: Box::new(cron(&format!("{} {} * * *", minute % 60, minute / 60))?),
             }
-        } else if let Some(rest) = lower.strip_prefix("every ") {
+        } else if let Some(rest) = lower
+            .strip_prefix("every ")
+            .or_else(|| lower.strip_prefix("ogni "))
+        {
             let mut words = rest.split_whitespace();
             let (n, unit) = match (words.next(), words.next(), words.next()) {
                 (Some(n), Some(unit), None) => (n, unit),
@@ -80,8 +83,9 @@ impl Schedule {
                 .filter(|n| *n > 0)
                 .ok_or_else(|| format!("`{text}`: N must be a whole number above 0"))?;
             let minutes = match unit {
-                "minute" | "minutes" | "min" | "mins" => n,
-                "hour" | "hours" | "h" => n.saturating_mul(60),
+                // Italian too: `ogni 2 ore`, as an Italian card says it.
+                "minute" | "minutes" | "min" | "mins" | "minuto" | "minuti" => n,
+                "hour" | "hours" | "h" | "ora" | "ore" => n.saturating_mul(60),
                 _ => {
                     return Err(format!(
                         "`{text}`: the unit is minutes or hours, not `{unit}`"
@@ -161,6 +165,15 @@ impl Schedule {
 
     /// The schedule in words, e.g. "every day at 08:00".
     pub fn describe(&self) -> String {
+        self.describe_in(metnos_core::Language::English)
+    }
+
+    /// The schedule in words in `language` ("ogni giorno alle 08:00"). A cron expression
+    /// is said in Italian as the expression itself, named as one.
+    pub fn describe_in(&self, language: metnos_core::Language) -> String {
+        if language == metnos_core::Language::Italian {
+            return self.italian();
+        }
         match &self.form {
             Form::Daily { minute, .. } => {
                 format!("every day at {:02}:{:02}", minute / 60, minute % 60)
@@ -177,6 +190,43 @@ impl Schedule {
             Form::Cron(cron) => cron.describe(),
         }
     }
+
+    fn italian(&self) -> String {
+        match &self.form {
+            Form::Daily { minute, .. } => {
+                format!("ogni giorno alle {:02}:{:02}", minute / 60, minute % 60)
+            }
+            Form::Every { ms } => {
+                let minutes = ms / 60_000;
+                match (minutes % 60, minutes / 60) {
+                    (0, 1) => "ogni ora".to_owned(),
+                    (0, h) => format!("ogni {h} ore"),
+                    (_, _) if minutes == 1 => "ogni minuto".to_owned(),
+                    (_, _) => format!("ogni {minutes} minuti"),
+                }
+            }
+            Form::Cron(_) => format!("secondo la regola cron «{}»", self.text),
+        }
+    }
+}
+
+/// A firing's time in `language`, in its zone: `sab 28 nov 08:00`, `Sat 28 Nov 08:00`.
+pub fn when_in(at: &jiff::Zoned, language: metnos_core::Language) -> String {
+    if language == metnos_core::Language::English {
+        return at.strftime("%a %d %b %H:%M").to_string();
+    }
+    const DAYS: [&str; 7] = ["lun", "mar", "mer", "gio", "ven", "sab", "dom"];
+    const MONTHS: [&str; 12] = [
+        "gen", "feb", "mar", "apr", "mag", "giu", "lug", "ago", "set", "ott", "nov", "dic",
+    ];
+    let day = DAYS[usize::from(at.weekday().to_monday_zero_offset().unsigned_abs())];
+    let month = MONTHS[usize::from(at.month().unsigned_abs()).saturating_sub(1) % 12];
+    format!(
+        "{day} {:02} {month} {:02}:{:02}",
+        at.day(),
+        at.hour(),
+        at.minute()
+    )
 }
 
 /// A five-field cron expression (no seconds, no year).
@@ -258,6 +308,47 @@ mod tests {
             let e = Schedule::parse(bad).unwrap_err();
             assert!(e.contains(says), "{bad:?}: {e}");
         }
+    }
+
+    /// Issue 41: a schedule is said in the person's language, and an Italian one typed as
+    /// the Italian card says it is the same schedule.
+    #[test]
+    fn a_schedule_is_said_and_read_in_italian_too() {
+        use metnos_core::Language::{English, Italian};
+        for (typed, italian, english) in [
+            (
+                "daily@08:00",
+                "ogni giorno alle 08:00",
+                "every day at 08:00",
+            ),
+            ("every 2 hours", "ogni 2 ore", "every 2 hours"),
+            ("ogni 2 ore", "ogni 2 ore", "every 2 hours"),
+            ("ogni ora", "ogni ora", "every hour"),
+            ("ogni 15 minuti", "ogni 15 minuti", "every 15 minutes"),
+            ("every minute", "ogni minuto", "every minute"),
+            (
+                "30 8 * * MON-FRI",
+                "secondo la regola cron «30 8 * * MON-FRI»",
+                "At 08:30, on Monday, Tuesday",
+            ),
+        ] {
+            let schedule = Schedule::parse(typed).unwrap();
+            assert_eq!(schedule.describe_in(Italian), italian, "{typed}");
+            assert!(
+                schedule.describe_in(English).starts_with(english),
+                "{typed}: {}",
+                schedule.describe_in(English)
+            );
+            for (language, text) in [(Italian, italian), (English, english)] {
+                let foreign = metnos_core::language::words_of_the_other(text, language);
+                assert!(foreign.is_empty(), "{text}: {foreign:?}");
+            }
+        }
+        let saturday = jiff::civil::datetime(2026, 11, 28, 8, 0, 0, 0)
+            .to_zoned(rome())
+            .unwrap();
+        assert_eq!(when_in(&saturday, Italian), "sab 28 nov 08:00");
+        assert_eq!(when_in(&saturday, English), "Sat 28 Nov 08:00");
     }
 
     #[test]

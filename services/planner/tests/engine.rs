@@ -878,7 +878,9 @@ async fn a_checkpoint_that_cannot_be_stored_withdraws_the_approval_and_ends_the_
     let (events, finished) = to_end(&mut rx).await;
     assert_eq!(kind(&finished), pb::FinalKind::Error);
     assert!(
-        finished.text.contains("the approval was withdrawn"),
+        finished
+            .text
+            .contains("I withdrew the approval request and did nothing"),
         "{}",
         finished.text
     );
@@ -915,7 +917,7 @@ async fn the_same_read_twice_is_refused_and_the_same_executor_is_capped() {
     );
     assert_eq!(kind(&finished), pb::FinalKind::CapSameExecutor);
     assert!(
-        finished.text.contains("fs_read was called 2 times"),
+        finished.text.contains("I used fs_read 2 times"),
         "{}",
         finished.text
     );

@@ -86,13 +86,11 @@ impl<'a> Asking<'a> {
         {
             let Some(local) = llm.local_instead_of(tier) else {
                 // No local tier to stay on: the turn ends rather than send what it read.
-                return Err(finish(
-                    FinalKind::Error,
-                    format!(
-                        "this turn read {read}; a hybrid turn sends what it read to no online model, \
-                         and no local tier is configured: add an Ollama tier, or set runtime.mode to online"
-                    ),
-                ));
+                let read = read.to_string();
+                return Err(
+                    crate::turn::endings::Ending::HybridWithoutLocal { read: &read }
+                        .finish(cp.language),
+                );
             };
             tracing::info!(
                 read = %read,
@@ -135,16 +133,13 @@ impl<'a> Asking<'a> {
                 );
                 Ok(local)
             }
-            None => Err(finish(
-                FinalKind::Error,
-                format!(
-                    "the online model at {host} was not asked ({why}), and no local tier is configured: \
-                     add an Ollama tier, or allow it for {principal}: at Supervised \
-                     `metnos grants add --channel {} --sender {} llm:online {host}`, or the Full level",
-                    principal.channel(),
-                    principal.sender_id()
-                ),
-            )),
+            None => Err(crate::turn::endings::Ending::OnlineNotAsked {
+                host: &host,
+                why: &why,
+                channel: principal.channel(),
+                sender: principal.sender_id(),
+            }
+            .finish(cp.language)),
         }
     }
 
@@ -182,10 +177,7 @@ impl<'a> Asking<'a> {
             .as_ref()
             .map_err(|e| finish(FinalKind::Error, e.0.clone()))?;
         if self.catalog.is_empty() {
-            return Err(finish(
-                FinalKind::Error,
-                "no executors are available (empty catalog)",
-            ));
+            return Err(crate::turn::endings::Ending::EmptyCatalog.finish(cp.language));
         }
         let offer_tools = rules::offers_tools(cp.mode, cp.planned);
         let request = ChatRequest {
@@ -217,13 +209,14 @@ impl<'a> Asking<'a> {
                     return Err(finish(FinalKind::Error, llm_failed(cp.language, answering, &e)));
                 }
                 Err(_) => {
-                    return Err(finish(
-                        FinalKind::Timeout,
-                        format!("the turn ran out of its {} s budget waiting for the LLM", self.config.budget_seconds),
-                    ));
+                    return Err(crate::turn::endings::Ending::OutOfTime {
+                        seconds: self.config.budget_seconds.get(),
+                        waiting_llm: true,
+                    }
+                    .finish(cp.language));
                 }
             },
-            () = cancelled(self.store, &cp.turn_id, cancel) => return Err(finish(FinalKind::Cancelled, "cancelled")),
+            () = cancelled(self.store, &cp.turn_id, cancel) => return Err(crate::turn::endings::Ending::Cancelled.finish(cp.language)),
         };
         cp.tiers_used.insert(answering);
         cp.models.insert(response.model.clone());
@@ -232,10 +225,9 @@ impl<'a> Asking<'a> {
         match response.outcome {
             Outcome::Text(text) => Ok(Some(finish(FinalKind::Answer, text))),
             // The answer call of an online plan asked for more tools: it has what it has.
-            Outcome::ToolCalls(_) if !offer_tools => Err(finish(
-                FinalKind::Error,
-                "the online plan asked for more tool calls after its single plan",
-            )),
+            Outcome::ToolCalls(_) if !offer_tools => {
+                Err(crate::turn::endings::Ending::OnlinePlanAskedMore.finish(cp.language))
+            }
             Outcome::ToolCalls(calls) => {
                 let calls: Vec<Call> = calls.iter().map(Call::from).collect();
                 cp.history.push(Hist::Assistant {

@@ -515,7 +515,10 @@ impl Planner {
                 let finished = pb::TurnFinished {
                     turn_id: cp.turn_id.clone(),
                     kind: pb::FinalKind::Error as i32,
-                    text: "the planner's store is unavailable; nothing was done".to_owned(),
+                    text: crate::turn::endings::Ending::StoreDown(
+                        crate::turn::endings::StoreDown::NothingDone,
+                    )
+                    .say(cp.language.unwrap_or(metnos_core::Language::English)),
                     ..Default::default()
                 };
                 emit(&sink, pb::turn_event::Event::Finished(finished)).await;
@@ -603,17 +606,15 @@ impl Planner {
                         .cancel(&p.token, "the turn was cancelled")
                         .await;
                 }
-                break finish(FinalKind::Cancelled, "cancelled");
+                break crate::turn::endings::Ending::Cancelled.finish(cp.language);
             }
             // (A turn waiting unclaimed is nobody's to end: its budget counts no waiting.)
             if !waiting && cp.active_ms >= self.config.budget_seconds.get() * 1000 {
-                break finish(
-                    FinalKind::Timeout,
-                    format!(
-                        "the turn ran out of its {} s budget",
-                        self.config.budget_seconds
-                    ),
-                );
+                break crate::turn::endings::Ending::OutOfTime {
+                    seconds: self.config.budget_seconds.get(),
+                    waiting_llm: false,
+                }
+                .finish(cp.language);
             }
             if cp.pending.is_some() {
                 let outcome = stages
@@ -660,7 +661,7 @@ impl Planner {
         cancel: &mut watch::Receiver<bool>,
     ) -> StepOutcome {
         let n = cp.next_step();
-        if let Some(stop) = rules::over_cap_steps(n, self.config.cap_steps.get()) {
+        if let Some(stop) = rules::over_cap_steps(n, self.config.cap_steps.get(), cp.language) {
             return StepOutcome::Finished(stop);
         }
         let started = Instant::now();
@@ -740,7 +741,9 @@ impl Planner {
         // runs nothing more.
         match self.store.standing(&cp.turn_id).await {
             Ok(s) if s.cancel_requested => {
-                return StepOutcome::Finished(finish(FinalKind::Cancelled, "cancelled"));
+                return StepOutcome::Finished(
+                    crate::turn::endings::Ending::Cancelled.finish(cp.language),
+                );
             }
             Ok(s) if !s.held => return StepOutcome::Lost,
             _ => {}

@@ -18,6 +18,7 @@
 pub mod asking;
 pub mod cards;
 pub mod conversation;
+pub mod endings;
 pub mod engine;
 pub mod execution;
 pub(crate) mod flow;

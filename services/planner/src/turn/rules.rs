@@ -7,7 +7,8 @@ use metnos_core::capability::{Capability, TargetKind};
 use metnos_core::names::Builtin;
 use metnos_llm::Tier;
 
-use crate::turn::{FinalKind, Finish, Mode, finish};
+use crate::turn::endings::Ending;
+use crate::turn::{Finish, Mode};
 
 /// Executors whose repeated use on the same target is intercepted (seed ch. 10).
 pub const DUPLICATE_GUARDED: &[&str] = &[
@@ -31,26 +32,23 @@ pub fn earlier_step(seen: &[(String, String, u32)], executor: &str, target: &str
         .map(|(_, _, step)| *step)
 }
 
-/// Step `step` would go over `cap_steps`: the turn stops.
-pub fn over_cap_steps(step: u32, cap_steps: u32) -> Option<Finish> {
-    (step > cap_steps).then(|| {
-        finish(
-            FinalKind::CapSteps,
-            format!("stopped after {cap_steps} steps (cap_steps) without an answer"),
-        )
-    })
+/// Step `step` would go over `cap_steps`: the turn stops (said in `language`).
+pub fn over_cap_steps(
+    step: u32,
+    cap_steps: u32,
+    language: Option<metnos_core::Language>,
+) -> Option<Finish> {
+    (step > cap_steps).then(|| Ending::CapSteps { cap: cap_steps }.finish(language))
 }
 
 /// `executor` was already called `calls_so_far` times, the cap: the turn stops.
-pub fn over_cap_same_executor(executor: &str, calls_so_far: u32, cap: u32) -> Option<Finish> {
-    (calls_so_far >= cap).then(|| {
-        finish(
-            FinalKind::CapSameExecutor,
-            format!(
-                "stopped: {executor} was called {cap} times (cap_same_executor) without an answer"
-            ),
-        )
-    })
+pub fn over_cap_same_executor(
+    executor: &str,
+    calls_so_far: u32,
+    cap: u32,
+    language: Option<metnos_core::Language>,
+) -> Option<Finish> {
+    (calls_so_far >= cap).then(|| Ending::CapSameExecutor { executor, cap }.finish(language))
 }
 
 /// Policy's three answers.
@@ -183,18 +181,25 @@ mod tests {
 
     #[test]
     fn the_caps_stop_the_turn_with_their_kind_and_a_reason() {
-        assert_eq!(over_cap_steps(5, 5), None);
-        let stop = over_cap_steps(6, 5).unwrap();
+        use crate::turn::FinalKind;
+        use metnos_core::Language::{English, Italian};
+        assert_eq!(over_cap_steps(5, 5, None), None);
+        let stop = over_cap_steps(6, 5, None).unwrap();
         assert_eq!(stop.kind, FinalKind::CapSteps);
         assert_eq!(
             stop.text,
-            "stopped after 5 steps (cap_steps) without an answer"
+            "I stopped after 5 steps without finding an answer."
         );
-        assert_eq!(over_cap_same_executor("fs_read", 1, 2), None);
-        let stop = over_cap_same_executor("fs_read", 2, 2).unwrap();
+        let stop = over_cap_steps(6, 5, Some(Italian)).unwrap();
+        assert_eq!(
+            stop.text,
+            "Mi sono fermato dopo 5 passi senza trovare una risposta."
+        );
+        assert_eq!(over_cap_same_executor("fs_read", 1, 2, None), None);
+        let stop = over_cap_same_executor("fs_read", 2, 2, Some(English)).unwrap();
         assert_eq!(stop.kind, FinalKind::CapSameExecutor);
         assert!(
-            stop.text.contains("fs_read was called 2 times"),
+            stop.text.contains("I used fs_read 2 times"),
             "{}",
             stop.text
         );

@@ -14,6 +14,7 @@ use metnos_proto::planner::v1 as pb;
 use tokio::sync::{mpsc, watch};
 
 use crate::store::State;
+use crate::turn::endings::{Ending, StoreDown};
 use std::sync::Arc;
 
 use metnos_executors::Catalog;
@@ -89,7 +90,7 @@ impl<'a> Suspension<'a> {
         }
         let (sink, _rx) = mpsc::channel(16);
         self.records
-            .close(cp, &sink, finish(FinalKind::Cancelled, "cancelled"))
+            .close(cp, &sink, Ending::Cancelled.finish(cp.language))
             .await;
     }
 
@@ -329,7 +330,7 @@ impl<'a> Suspension<'a> {
                 };
                 emit(sink, pb::turn_event::Event::ApprovalDecided(decided)).await;
                 cp.pending = None;
-                return Some(StepOutcome::Finished(finish(FinalKind::Cancelled, "cancelled")));
+                return Some(StepOutcome::Finished(Ending::Cancelled.finish(cp.language)));
             }
         };
         // Only one caller continues a turn: the one that claims it.
@@ -394,10 +395,7 @@ impl<'a> Suspension<'a> {
             .cancel(token, "the planner could not store the turn")
             .await;
         cp.pending = None;
-        finish(
-            FinalKind::Error,
-            "the planner's store is unavailable, so the approval was withdrawn and nothing was done",
-        )
+        Ending::StoreDown(StoreDown::Withdrawn).finish(cp.language)
     }
 
     /// An approved call of the planner's own tools, applied here once the turn is
@@ -489,18 +487,16 @@ impl<'a> Suspension<'a> {
                     .await)
             }
             Ok(false) => match self.store.standing(&cp.turn_id).await {
-                Ok(s) if s.cancel_requested => Err(StepOutcome::Finished(finish(
-                    FinalKind::Cancelled,
-                    "cancelled",
-                ))),
+                Ok(s) if s.cancel_requested => {
+                    Err(StepOutcome::Finished(Ending::Cancelled.finish(cp.language)))
+                }
                 _ => Err(StepOutcome::Lost),
             },
             Err(e) => {
                 tracing::error!(error = %e, "cannot store the turn before running the approved call");
-                Err(StepOutcome::Finished(finish(
-                    FinalKind::Error,
-                    "the planner's store is unavailable, so the approved call was not run",
-                )))
+                Err(StepOutcome::Finished(
+                    Ending::StoreDown(StoreDown::NotRun).finish(cp.language),
+                ))
             }
         }
     }
@@ -574,10 +570,9 @@ impl<'a> Suspension<'a> {
             .await;
         if let Err(e) = self.records.save(cp, State::Running, None).await {
             tracing::error!(error = %e, "cannot store the turn's progress; it stops here");
-            return StepOutcome::Finished(finish(
-                FinalKind::Error,
-                "the planner's store is unavailable, so the turn stopped after this step",
-            ));
+            return StepOutcome::Finished(
+                Ending::StoreDown(StoreDown::StoppedAfterStep).finish(cp.language),
+            );
         }
         StepOutcome::Continue
     }

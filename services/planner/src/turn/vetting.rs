@@ -277,6 +277,7 @@ impl<'a> Vetting<'a> {
             &call.name,
             calls_so_far,
             self.config.cap_same_executor.get(),
+            cp.language,
         ) {
             return Err(Refusal::Stop(stop));
         }
