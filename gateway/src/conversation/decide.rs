@@ -155,6 +155,7 @@ pub enum Step {
         text: String,
         thread: String,
         cancelled: bool,
+        turn: String,
     },
     /// Nothing to show.
     Nothing,
@@ -173,6 +174,7 @@ pub fn step_of(event: Event, lang: Language) -> Step {
             status: decided.status,
         },
         Event::Finished(finished) => Step::Finished {
+            turn: finished.turn_id,
             thread: finished.thread_id,
             cancelled: finished.kind == pb::FinalKind::Cancelled as i32,
             text: final_text(finished.text, lang),
@@ -413,6 +415,7 @@ mod tests {
             text: text.to_owned(),
             thread: "t1".to_owned(),
             cancelled,
+            turn: String::new(),
         };
         assert_eq!(
             finished(pb::FinalKind::Answer, "hello Ada"),

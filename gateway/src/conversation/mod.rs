@@ -297,16 +297,21 @@ impl Conversation {
             reason: "stop from Telegram".to_owned(),
             ..Default::default()
         };
+        // Noted before asking: the turn's end may come back before the planner's answer.
+        self.state().stopping(who.sender_id(), Instant::now());
         let result = self.planner.clone().cancel_turn(request).await;
+        let cancelled = result
+            .as_ref()
+            .ok()
+            .filter(|r| r.get_ref().cancelled)
+            .map(|r| r.get_ref().turn_id.clone());
+        self.state().stopped(who.sender_id(), cancelled.as_deref());
         let said = after_cancel(
             result
                 .map(|r| r.get_ref().cancelled)
                 .map_err(|status| status.code()),
             lang,
         );
-        if matches!(said, Says::Stopped) {
-            self.state().stopped(who.sender_id());
-        }
         Reply::say(chat, text::say(lang, said)).then(Then::Sweep(chat))
     }
 
@@ -427,6 +432,13 @@ impl Conversation {
     /// click included, reaches Metnos), in the pairing's language; then what the button
     /// asks for.
     async fn on_click(self: &Arc<Self>, mut click: Click) -> Reply {
+        // Cards are sent only to a person's private chat: a click in a group (Telegram's
+        // group and supergroup ids are negative, a person's are not) is answered to the
+        // clicker alone, and nothing is said where others read.
+        if click.chat.is_some_and(|chat| chat < 0) {
+            tracing::info!("a click outside the clicker's private chat: nothing done");
+            return Reply::answer(&click.id, Some(text::say(click.lang, Says::WritePrivately)));
+        }
         match self.store.pairing(CHANNEL, &click.clicker).await {
             // Their cards are in the pairing's language: so is what a click is told.
             Ok(Some(pairing)) => click.lang = pairing.language,
@@ -866,10 +878,12 @@ impl Conversation {
                     text,
                     thread,
                     cancelled,
+                    turn,
                 } => {
                     // After the person's own stop, "I stop" was the last word: one message.
-                    let told = self.state().take_stopped(&sender);
-                    if !(cancelled && told) {
+                    let told =
+                        cancelled && self.state().take_stopped(&sender, &turn, Instant::now());
+                    if !told {
                         let sent = self.outbox.send_text(chat, &text).await;
                         threads::note_answer(&self.store, chat, &sent, &sender, &thread).await;
                     }

@@ -53,17 +53,21 @@ pub struct Conversations {
     /// chat they were asked in, until when their next message there (if it is a path, or a
     /// schedule) is the edit, and which of the two it edits.
     editing: HashMap<String, (String, i64, Instant, Edits)>,
-    /// People told "I stop" after their own stop: their cancelled turn says nothing more.
-    stopped: HashSet<String>,
+    /// People who asked to stop, since when, and the turn the stop cancelled once the
+    /// planner says: that turn's cancelled end says nothing more ("I stop" was said).
+    stopping: HashMap<String, (Instant, Option<String>)>,
     /// Groups told to write privately, and when: once per [`GROUP_NOTICE_EVERY`] each, so a
     /// busy group is not answered message for message.
     groups_told: HashMap<i64, Instant>,
 }
 
+/// How long after a person's stop the turn's cancelled end is taken as said by it.
+const STOP_SAID_FOR: std::time::Duration = std::time::Duration::from_secs(60);
+
 /// How often a group is told, at most, that Metnos answers only in private chats.
 pub const GROUP_NOTICE_EVERY: std::time::Duration = std::time::Duration::from_secs(3600);
 
-/// Groups remembered at most (the oldest notice is forgotten first).
+/// Groups remembered at most (past it, until notices age out, no new group is told).
 const GROUPS_KEPT: usize = 1024;
 
 /// What an Edit button changes.
@@ -76,14 +80,40 @@ pub enum Edits {
 }
 
 impl Conversations {
-    /// `sender` was told "I stop": their turn's cancelled end is not said again.
-    pub fn stopped(&mut self, sender: &str) {
-        self.stopped.insert(sender.to_owned());
+    /// `sender` asks to stop (before the planner is asked: its answer may come after the
+    /// turn's end does).
+    pub fn stopping(&mut self, sender: &str, now: Instant) {
+        self.stopping
+            .retain(|_, (since, _)| now.duration_since(*since) < STOP_SAID_FOR);
+        self.stopping.insert(sender.to_owned(), (now, None));
     }
 
-    /// Whether `sender` was told "I stop" since their last turn ended (and forgets it).
-    pub fn take_stopped(&mut self, sender: &str) -> bool {
-        self.stopped.remove(sender)
+    /// What the stop did: `turn` cancelled ("I stop" said), or nothing (`None`: forgotten).
+    pub fn stopped(&mut self, sender: &str, turn: Option<&str>) {
+        match turn {
+            Some(turn) => {
+                if let Some((_, cancelled)) = self.stopping.get_mut(sender) {
+                    *cancelled = Some(turn.to_owned());
+                }
+            }
+            None => {
+                self.stopping.remove(sender);
+            }
+        }
+    }
+
+    /// Whether the cancelled end of `sender`'s `turn` was already said by "I stop" (and
+    /// forgets the stop): a stop of theirs in the last minute that cancelled this turn, or
+    /// whose answer is not in yet.
+    pub fn take_stopped(&mut self, sender: &str, turn: &str, now: Instant) -> bool {
+        let said = self.stopping.get(sender).is_some_and(|(since, cancelled)| {
+            now.duration_since(*since) < STOP_SAID_FOR
+                && cancelled.as_deref().is_none_or(|t| t == turn)
+        });
+        if said {
+            self.stopping.remove(sender);
+        }
+        said
     }
 
     /// Whether group `chat` is to be told now (not told within [`GROUP_NOTICE_EVERY`]);
@@ -96,14 +126,14 @@ impl Conversations {
         {
             return false;
         }
-        if self.groups_told.len() >= GROUPS_KEPT
-            && let Some(oldest) = self
-                .groups_told
-                .iter()
-                .min_by_key(|(_, told)| **told)
-                .map(|(chat, _)| *chat)
-        {
-            self.groups_told.remove(&oldest);
+        if self.groups_told.len() >= GROUPS_KEPT {
+            self.groups_told
+                .retain(|_, told| now.duration_since(*told) < GROUP_NOTICE_EVERY);
+        }
+        // Still full: a flood of groups is told nothing more (forgetting one would tell it
+        // again at once).
+        if self.groups_told.len() >= GROUPS_KEPT {
+            return false;
         }
         self.groups_told.insert(chat, now);
         true
@@ -209,6 +239,44 @@ impl Conversations {
 mod tests {
     use super::*;
     use std::time::Duration;
+
+    /// Issue 41: after a person's stop, "I stop" is the cancelled turn's last word; the
+    /// planner's answer may come before or after the turn's end. Only that turn's end, and
+    /// only for a minute, is taken as said: another turn's, or a later one, is told.
+    #[test]
+    fn a_stop_swallows_only_the_end_of_the_turn_it_cancelled() {
+        let now = Instant::now();
+        let mut c = Conversations::default();
+        // The end arrives before the planner's answer: taken as said.
+        c.stopping("ada", now);
+        assert!(c.take_stopped("ada", "t1", now));
+        assert!(!c.take_stopped("ada", "t1", now), "once");
+        // The answer first: only the cancelled turn's end.
+        c.stopping("ada", now);
+        c.stopped("ada", Some("t2"));
+        assert!(
+            !c.take_stopped("ada", "t9", now),
+            "another turn's end is told"
+        );
+        assert!(c.take_stopped("ada", "t2", now));
+        // A stop that cancelled nothing, or an old one, swallows nothing.
+        c.stopping("ada", now);
+        c.stopped("ada", None);
+        assert!(!c.take_stopped("ada", "t3", now));
+        c.stopping("bob", now);
+        c.stopped("bob", Some("t4"));
+        assert!(!c.take_stopped("bob", "t4", now + Duration::from_secs(61)));
+        // A flood of groups is told at most once each, and past the limit no more.
+        for chat in 0..GROUPS_KEPT as i64 {
+            assert!(c.tell_group(-chat - 1, now));
+        }
+        assert!(!c.tell_group(-1, now), "once an hour");
+        assert!(!c.tell_group(-999_999, now), "full: nobody new is told");
+        assert!(
+            c.tell_group(-999_999, now + GROUP_NOTICE_EVERY),
+            "the old ones aged out"
+        );
+    }
 
     /// After Edit, only a path sent in the chat where it was asked, within 10 minutes, is
     /// the edit; anything else (a stop, a request, another chat) ends the wait and is

@@ -858,9 +858,6 @@ async fn a_standing_orders_card_is_approved_with_the_schedule_the_person_sends(s
     ));
 }
 
-/// Every decision — approved, rejected, cancelled, expired, also many at once from two
-/// callers — is one chained record of the decisions journal, which verifies whole; no
-/// token or argument is in it.
 /// Issue 41: a decision whose journal record could not be written used to stand anyway
 /// (logged, never in the chain). Now the decision and its record are one transaction: the
 /// journal unwritable, nothing is decided; writable again, decided once, recorded once.
@@ -901,6 +898,9 @@ async fn a_decision_the_journal_cannot_hold_is_not_made(store: TestStore) {
     assert_eq!((report.lines, report.broken), (2, None));
 }
 
+/// Every decision — approved, rejected, cancelled, expired, also many at once from two
+/// callers — is one chained record of the decisions journal, which verifies whole; no
+/// token or argument is in it.
 async fn each_decision_is_one_chained_record_of_the_journal(store: TestStore) {
     let (approvals, clock) = open(&store).await;
     let report = approvals.verify_decisions().await.unwrap();

@@ -580,6 +580,7 @@ impl PlannerService for PlannerApi {
         .map_err(|e| Status::internal(format!("walking the turn log failed: {e}")))?
         .map_err(|e| Status::unavailable(format!("the turn log cannot be read: {e}")))?;
         Ok(Response::new(pb::VerifyTurnLogResponse {
+            not_logged: report.not_logged,
             records: report.lines,
             newest_day_root: report.newest_day(),
             broken: report.broken.unwrap_or_default(),

@@ -180,6 +180,26 @@ pub async fn serve(
             let scheduling = &shared.scheduler;
             let turn_log =
                 turnlog::TurnLog::new(shared.data_dir.join(metnos_kit::datadir::TURNS_DIR));
+            // Turns the disk refused: their gap record is tried again on its own, and once
+            // more as the planner stops, not left to a turn that may never come.
+            let gaps = turn_log.clone();
+            running
+                .background
+                .every("turn log gaps", Duration::from_secs(5), move || {
+                    let gaps = gaps.clone();
+                    async move {
+                        let _ = tokio::task::spawn_blocking(move || {
+                            gaps.write_gap(metnos_kit::time::now_ms())
+                        })
+                        .await;
+                    }
+                });
+            let last = turn_log.clone();
+            running.background.on_stop("turn log gaps", async move {
+                let _ =
+                    tokio::task::spawn_blocking(move || last.write_gap(metnos_kit::time::now_ms()))
+                        .await;
+            });
             let planner = Arc::new(Planner::new(engine::Parts {
                 config: shared.turns.clone(),
                 default_mode: shared.runtime.mode,

@@ -607,8 +607,6 @@ async fn an_approval_s_old_twins_are_revoked_by_the_migration(store: TestStore) 
     );
 }
 
-/// Every change of the grant store — recorded (once per idempotency key), revoked, pruned —
-/// is one chained record of its journal, which verifies whole; an edited record is named.
 /// Issue 41: a grant change whose journal record could not be written used to stand
 /// anyway. Now the change and its record are one transaction.
 async fn a_grant_change_the_journal_cannot_hold_is_not_made(store: TestStore) {
@@ -640,6 +638,8 @@ async fn a_grant_change_the_journal_cannot_hold_is_not_made(store: TestStore) {
     assert_eq!((report.lines, report.broken), (2, None));
 }
 
+/// Every change of the grant store — recorded (once per idempotency key), revoked, pruned —
+/// is one chained record of its journal, which verifies whole; an edited record is named.
 async fn each_grant_change_is_one_chained_record_of_the_journal(store: TestStore) {
     let (policy, grants) = open(&store).await;
     let first = policy

@@ -291,6 +291,7 @@ impl VaglioService for VaglioApi {
         .map_err(|e| Status::internal(format!("walking the verdict log failed: {e}")))?
         .map_err(|e| Status::unavailable(format!("the verdict log cannot be read: {e}")))?;
         Ok(Response::new(pb::VerifyVerdictLogResponse {
+            not_logged: report.not_logged,
             records: report.lines,
             newest_day_root: report.newest_day(),
             broken: report.broken.unwrap_or_default(),

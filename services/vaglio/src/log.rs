@@ -305,32 +305,68 @@ async fn write_lines(
         .with_description("Verdict log lines that could not be written (the verdicts stood; a gap record says how many)")
         .build();
     let mut gap = metnos_kit::chain::Gap::default();
-    while let Some(message) = rx.recv().await {
-        let mut batch = vec![message];
+    loop {
+        // While lines are missing from the chain, the writer also wakes on its own to write
+        // the gap record alone: a gap is never left to a later verdict that may not come.
+        let mut batch = if gap.count() > 0 {
+            match tokio::time::timeout(GAP_RETRY, rx.recv()).await {
+                Ok(Some(message)) => vec![message],
+                Ok(None) | Err(_) => Vec::new(),
+            }
+        } else {
+            match rx.recv().await {
+                Some(message) => vec![message],
+                None => break,
+            }
+        };
         while let Ok(more) = rx.try_recv() {
             batch.push(more);
         }
-        let dir = dir.clone();
-        let pending = gap.clone();
-        let written = tokio::task::spawn_blocking(move || write_batch(&dir, batch, pending)).await;
-        let Ok(written) = written else {
-            // The batch's answers were dropped with it: those verdicts fail closed.
-            continue;
-        };
+        let closed = batch.is_empty() && rx.is_closed();
+        let records = batch
+            .iter()
+            .filter(|m| matches!(m, Message::Record(_)))
+            .count() as u64;
+        let (folder, pending) = (dir.clone(), gap.clone());
+        let written =
+            tokio::task::spawn_blocking(move || write_batch(&folder, batch, pending)).await;
+        let written = written.unwrap_or_else(|_| {
+            // The writer panicked: its lines are missing, and said so.
+            let mut lost = gap.clone();
+            lost.add(
+                records,
+                "the log's writer failed",
+                metnos_kit::time::now_ms(),
+            );
+            Written {
+                lost: records,
+                why: "the log's writer failed".to_owned(),
+                gap: lost,
+                answers: Vec::new(),
+            }
+        });
         gap = written.gap;
         if written.lost > 0 {
             let total = failures.fetch_add(written.lost, Ordering::Relaxed) + written.lost;
             counter.add(written.lost, &[]);
             tracing::error!(lines = written.lost, failures_total = total, error = %written.why, "verdict log lines could not be written (a gap record will say so)");
         }
-        failing.store(written.lost > 0, Ordering::Relaxed);
+        // Failing while any line is missing from the chain (its gap record not in yet).
+        failing.store(gap.count() > 0, Ordering::Relaxed);
         // Answered once the batch is counted everywhere: a flush that returned before the
         // counter moved would let an export miss lost lines.
         for done in written.answers {
             let _ = done.send(());
         }
+        if closed {
+            // Every handle is gone (the service stops) and the last try is made.
+            break;
+        }
     }
 }
+
+/// How often a gap record not yet in the chain is tried again on its own.
+const GAP_RETRY: Duration = Duration::from_secs(5);
 
 /// What writing a batch did.
 struct Written {
@@ -370,7 +406,11 @@ fn write_batch(dir: &Path, batch: Vec<Message>, mut gap: metnos_kit::chain::Gap)
             None => by_month.push((month, vec![line])),
         }
     }
-    // The gap record goes first in the first file written; once it is in, the gap is closed.
+    // The gap record goes first in the first file written (alone, in this month's, when no
+    // line comes with it); once it is in, the gap is closed.
+    if gap.count() > 0 && by_month.is_empty() {
+        by_month.push((month_of(now_ms as f64 / 1000.0), Vec::new()));
+    }
     let carried = match (gap.record(), by_month.first_mut()) {
         (Some(record), Some((_, lines))) => {
             lines.insert(0, record);

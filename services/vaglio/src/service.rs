@@ -306,7 +306,7 @@ impl Vaglio {
     }
 
     /// Judges one proposed call and logs the verdict (keys only): answered only once its
-    /// line is written (or known lost, a gap record saying so).
+    /// line is in the log's queue (a full queue: it waits, and fails closed past the wait).
     pub async fn judge(&self, p: &Proposal) -> Result<Verdict, Error> {
         if p.executor.trim().is_empty() {
             return Err(Error::EmptyExecutor);

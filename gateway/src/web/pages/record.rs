@@ -50,6 +50,16 @@ fn chain_row(l: Lang, name: &str, answer: Walked) -> Vec<Markup> {
     }
 }
 
+/// What a log's walk found wrong: its break, else its gap records (issue 41: records
+/// answered but never written leave an intact chain that is not a whole record).
+fn with_gaps(broken: String, not_logged: u64) -> String {
+    if broken.is_empty() && not_logged > 0 {
+        format!("{not_logged} record(s) answered but never written (the disk refused them)")
+    } else {
+        broken
+    }
+}
+
 /// The four chains, walked one after the other.
 async fn walk(web: &Web) -> [Walked; 4] {
     let up = &web.upstream;
@@ -60,7 +70,11 @@ async fn walk(web: &Web) -> [Walked; 4] {
         .await
         .map(|r| {
             let r = r.into_inner();
-            (r.records, r.broken, r.newest_day_root)
+            (
+                r.records,
+                with_gaps(r.broken, r.not_logged),
+                r.newest_day_root,
+            )
         });
     let verdicts = up
         .vaglio
@@ -69,7 +83,11 @@ async fn walk(web: &Web) -> [Walked; 4] {
         .await
         .map(|r| {
             let r = r.into_inner();
-            (r.records, r.broken, r.newest_day_root)
+            (
+                r.records,
+                with_gaps(r.broken, r.not_logged),
+                r.newest_day_root,
+            )
         });
     let grants = up
         .policy
@@ -128,4 +146,23 @@ pub async fn record(State(web): State<Arc<Web>>, owner: Owner) -> Response {
         (table(&head, &rows, "chains"))
     };
     shown(&owner, Nav::Record, l.t("Record", "Registro"), body)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_log_with_gap_records_is_not_shown_whole() {
+        assert_eq!(with_gaps(String::new(), 0), "");
+        assert_eq!(
+            with_gaps(String::new(), 3),
+            "3 record(s) answered but never written (the disk refused them)"
+        );
+        // A break says more than a gap: it is shown.
+        assert_eq!(
+            with_gaps("line 2 was edited".into(), 3),
+            "line 2 was edited"
+        );
+    }
 }

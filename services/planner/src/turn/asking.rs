@@ -111,6 +111,15 @@ impl<'a> Asking<'a> {
             .await
         {
             Ok(answer) if answer.outcome == rules::Outcome::Allowed => return Ok(tier),
+            // Said in the person's language with the rest of the ending.
+            Ok(answer) if cp.language == Some(metnos_core::Language::Italian) => format!(
+                "le regole: llm:online {} al livello {}",
+                match answer.outcome {
+                    rules::Outcome::ApprovalRequired => "chiede un'approvazione",
+                    _ => "è negato",
+                },
+                cp.level
+            ),
             Ok(answer) => format!(
                 "policy: llm:online is {} at {}",
                 match answer.outcome {
@@ -118,6 +127,10 @@ impl<'a> Asking<'a> {
                     _ => "denied",
                 },
                 cp.level
+            ),
+            Err(status) if cp.language == Some(metnos_core::Language::Italian) => format!(
+                "il servizio delle regole non ha risposto ({:?})",
+                status.code()
             ),
             Err(status) => format!(
                 "the policy service could not be asked ({:?})",
