@@ -561,6 +561,14 @@ mod tests {
                 .map(|saying| (kind_of(&saying).to_owned(), say(lang, saying)))
                 .collect();
             texts.push(("edit not taken".into(), edit_not_taken(lang).to_owned()));
+            for refusal in [
+                metnos_core::resolve::EditRefusal::NotOffered,
+                metnos_core::resolve::EditRefusal::NotWithin,
+                metnos_core::resolve::EditRefusal::BadSchedule,
+            ] {
+                let why = refusal.say(lang);
+                texts.push(("edit refused".into(), say(lang, Says::EditRefused(why))));
+            }
             texts.push(("edit too long".into(), edit_too_long(lang).to_owned()));
             for (kind, text) in texts {
                 let foreign = metnos_core::language::words_of_the_other(&text, lang);

@@ -272,7 +272,7 @@ async fn an_offer_is_accepted_with_a_narrower_pattern_the_person_sends() {
     s.tg.until("refused", |tg| {
         tg.texts_to(ADA)
             .iter()
-            .any(|t| t.starts_with("Not accepted:") && t.contains("not within"))
+            .any(|t| t.starts_with("Not accepted: what you sent is not within what was offered"))
     })
     .await;
     s.tg.click(ADA, 2, user(ADA, "Ada", "en"), &edit);

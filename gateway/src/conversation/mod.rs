@@ -706,12 +706,16 @@ impl Conversation {
         let pending = match self.approval.clone().resolve(request).await {
             Ok(response) => response.into_inner().approval.unwrap_or_default(),
             Err(status) => {
-                // The approval service's own words only for what was wrong with the edit
-                // (it names the offer, which is theirs); otherwise what became of the card.
-                let why = match status.code() {
-                    tonic::Code::InvalidArgument => {
-                        metnos_core::html::one_visible_line(status.message(), 300)
-                    }
+                // What was wrong with the edit, as the approval service's closed set says
+                // it, in the person's language (never its English words); otherwise what
+                // became of the card.
+                let refusal = status
+                    .metadata()
+                    .get(metnos_core::resolve::EDIT_METADATA_KEY)
+                    .and_then(|v| v.to_str().ok())
+                    .and_then(metnos_core::resolve::EditRefusal::parse);
+                let why = match (status.code(), refusal) {
+                    (tonic::Code::InvalidArgument, Some(refusal)) => refusal.say(lang).to_owned(),
                     _ => text::edit_not_taken(lang).to_owned(),
                 };
                 return Reply::say(chat, text::say(lang, Says::EditRefused(&why)));

@@ -435,7 +435,8 @@ pub fn standing_order(
                 .collect();
             (schedule.describe_in(language), next.join(", "))
         }
-        Err(e) if it => (format!("orario non leggibile: {e}"), String::new()),
+        // The parser's words are English: in Italian, what is wrong is said without them.
+        Err(_) if it => ("orario non leggibile".to_owned(), String::new()),
         Err(e) => (format!("unreadable schedule: {e}"), String::new()),
     };
     let on_change = text("notify") == "on_change";

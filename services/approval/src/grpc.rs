@@ -12,7 +12,7 @@ use std::time::Duration;
 
 use metnos_core::capability::Capability;
 use metnos_core::principal::Principal;
-use metnos_core::resolve::ResolveRefusal;
+use metnos_core::resolve::{EditRefusal, ResolveRefusal};
 use metnos_kit::readiness::Readiness;
 use metnos_kit::store::{failure_status, is_unreachable};
 use metnos_kit::time::to_timestamp;
@@ -94,10 +94,12 @@ impl From<Error> for Status {
             | Error::Uncardable { .. }
             | Error::BadGrantOffer
             | Error::BadRevokeOffer
-            | Error::EditNotOffered
-            | Error::EditNotWithin { .. }
-            | Error::BadSchedule(_)
             | Error::ReasonTooLong => Status::invalid_argument(error.to_string()),
+            // An edit's refusal travels as a closed set too: the channel says it in the
+            // person's language (issue 41).
+            Error::EditNotOffered => edit_refused(&error, EditRefusal::NotOffered),
+            Error::EditNotWithin { .. } => edit_refused(&error, EditRefusal::NotWithin),
+            Error::BadSchedule(_) => edit_refused(&error, EditRefusal::BadSchedule),
             Error::NotFound => refused(
                 Status::not_found(error.to_string()),
                 ResolveRefusal::UnknownToken,
@@ -125,6 +127,16 @@ impl From<Error> for Status {
             Error::Store(e) => failure_status(crate::SERVICE, "the approval store", &e),
         }
     }
+}
+
+/// INVALID_ARGUMENT for an edit not taken, with why as a closed set.
+fn edit_refused(error: &Error, refusal: EditRefusal) -> Status {
+    let mut status = Status::invalid_argument(error.to_string());
+    status.metadata_mut().insert(
+        metnos_core::resolve::EDIT_METADATA_KEY,
+        tonic::metadata::MetadataValue::from_static(refusal.as_str()),
+    );
+    status
 }
 
 /// `status` with the seed's reason for a refused resolve, for the channel to say.
