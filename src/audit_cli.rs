@@ -83,6 +83,54 @@ fn said(
     }
 }
 
+/// Says what a file log's walk found: broken; gaps (records answered and never written) or
+/// records from before the chain (unless accepted), not wholly checked; else intact.
+fn said_log(
+    name: &str,
+    dir: &std::path::Path,
+    report: metnos_kit::chain::Report,
+    allow_unchained: bool,
+) -> Found {
+    let dir = dir.display();
+    let root = day_root(&report.newest_day());
+    match report.broken {
+        Some(broken) => {
+            crate::admin::say(&format!("{name} ({dir}): BROKEN — {broken}"));
+            Found::Broken
+        }
+        None if report.not_logged > 0 => {
+            crate::admin::say(&format!(
+                "{name} ({dir}): GAPS — the chain is intact, but {} record(s) were answered and never written (the disk refused them; the first gap record is at {}){root}",
+                report.not_logged,
+                report.first_gap.as_deref().unwrap_or("?"),
+            ));
+            Found::Unchecked
+        }
+        None if report.unchained > 0 && !allow_unchained => {
+            crate::admin::say(&format!(
+                "{name} ({dir}): NOT CHECKED — {} record(s) at its start were written before the chain began and prove nothing (`--allow-unchained` accepts them); the {} after them are intact{root}",
+                report.unchained, report.lines,
+            ));
+            Found::Unchecked
+        }
+        None => {
+            let accepted = if report.unchained > 0 {
+                format!(
+                    "; {} from before the chain, accepted unchecked",
+                    report.unchained
+                )
+            } else {
+                String::new()
+            };
+            crate::admin::say(&format!(
+                "{name} ({dir}): intact — {} file(s), {} record(s){accepted}{root}",
+                report.files, report.lines,
+            ));
+            Found::Intact
+        }
+    }
+}
+
 pub async fn audit(config: &Config, command: AuditCommand) -> ExitCode {
     match command {
         AuditCommand::Verify {
@@ -122,55 +170,13 @@ async fn verify(config: &Config, since: Option<&str>, allow_unchained: bool) -> 
             &verdicts_expired,
         ),
     ];
-    let mut intact = true;
-    let mut unchained = false;
-    let mut gaps = false;
+    let mut found = Vec::new();
     for (name, folder, since, expired) in logs {
         let dir = config.data_dir.join(folder);
         match metnos_kit::chain::verify(&dir, since, expired) {
-            Ok(report) => match report.broken {
-                None if report.not_logged > 0 => {
-                    gaps = true;
-                    crate::admin::say(&format!(
-                        "{name} ({}): GAPS — the chain is intact, but {} record(s) were answered and never written (the disk refused them; the first gap record is at {}){}",
-                        dir.display(),
-                        report.not_logged,
-                        report.first_gap.as_deref().unwrap_or("?"),
-                        day_root(&report.newest_day())
-                    ));
-                }
-                None if report.unchained > 0 && !allow_unchained => {
-                    unchained = true;
-                    crate::admin::say(&format!(
-                        "{name} ({}): NOT CHECKED — {} record(s) at its start were written before the chain began and prove nothing (`--allow-unchained` accepts them); the {} after them are intact{}",
-                        dir.display(),
-                        report.unchained,
-                        report.lines,
-                        day_root(&report.newest_day())
-                    ));
-                }
-                None => crate::admin::say(&format!(
-                    "{name} ({}): intact — {} file(s), {} record(s){}{}",
-                    dir.display(),
-                    report.files,
-                    report.lines,
-                    if report.unchained > 0 {
-                        format!(
-                            "; {} from before the chain, accepted unchecked",
-                            report.unchained
-                        )
-                    } else {
-                        String::new()
-                    },
-                    day_root(&report.newest_day())
-                )),
-                Some(broken) => {
-                    intact = false;
-                    crate::admin::say(&format!("{name} ({}): BROKEN — {broken}", dir.display()));
-                }
-            },
+            Ok(report) => found.push(said_log(name, &dir, report, allow_unchained)),
             Err(e) => {
-                intact = false;
+                found.push(Found::Broken);
                 eprintln!("metnos: the {name} cannot be read ({}): {e}", dir.display());
             }
         }
@@ -188,7 +194,7 @@ async fn verify(config: &Config, since: Option<&str>, allow_unchained: bool) -> 
             let a = a.into_inner();
             (a.records, a.broken, a.newest_day_root)
         });
-    let mut found = vec![said("grant changes", ServiceName::Policy, &url, answer)];
+    found.push(said("grant changes", ServiceName::Policy, &url, answer));
     let (channel, url) = match crate::admin::connect(config, ServiceName::Approval) {
         Ok(found) => found,
         Err(code) => return code,
@@ -206,9 +212,9 @@ async fn verify(config: &Config, since: Option<&str>, allow_unchained: bool) -> 
         &url,
         answer,
     ));
-    if !intact || found.contains(&Found::Broken) {
+    if found.contains(&Found::Broken) {
         ExitCode::FAILURE
-    } else if unchained || gaps || found.contains(&Found::Unchecked) {
+    } else if found.contains(&Found::Unchecked) {
         ExitCode::from(3)
     } else {
         ExitCode::SUCCESS

@@ -294,13 +294,21 @@ pub fn say(lang: Language, what: Says<'_>) -> String {
         (Language::English, Says::NotPaired) => {
             "You are not paired (any more): this request is not yours to decide.".to_owned()
         }
-        (Language::Italian, Says::WritePrivately) => {
-            "Nei gruppi non rispondo: quello che scrivo lo leggerebbero tutti. Scrivimi in privato.".to_owned()
+        (lang, Says::WritePrivately) => write_privately(lang),
+    }
+}
+
+/// Said in a group (issue 41): Metnos answers only in a private chat.
+fn write_privately(lang: Language) -> String {
+    match lang {
+        Language::Italian => {
+            "Nei gruppi non rispondo: quello che scrivo lo leggerebbero tutti. Scrivimi in privato."
         }
-        (Language::English, Says::WritePrivately) => {
-            "I do not answer in groups: everyone here would read what I write. Write to me privately.".to_owned()
+        Language::English => {
+            "I do not answer in groups: everyone here would read what I write. Write to me privately."
         }
     }
+    .to_owned()
 }
 
 /// What the gateway says about `/forget`.

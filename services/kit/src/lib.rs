@@ -26,6 +26,7 @@ pub mod clock;
 pub mod config;
 pub mod datadir;
 pub mod edge;
+pub mod gap;
 pub mod journal;
 pub mod launch;
 pub mod propagation;

@@ -180,26 +180,7 @@ pub async fn serve(
             let scheduling = &shared.scheduler;
             let turn_log =
                 turnlog::TurnLog::new(shared.data_dir.join(metnos_kit::datadir::TURNS_DIR));
-            // Turns the disk refused: their gap record is tried again on its own, and once
-            // more as the planner stops, not left to a turn that may never come.
-            let gaps = turn_log.clone();
-            running
-                .background
-                .every("turn log gaps", Duration::from_secs(5), move || {
-                    let gaps = gaps.clone();
-                    async move {
-                        let _ = tokio::task::spawn_blocking(move || {
-                            gaps.write_gap(metnos_kit::time::now_ms())
-                        })
-                        .await;
-                    }
-                });
-            let last = turn_log.clone();
-            running.background.on_stop("turn log gaps", async move {
-                let _ =
-                    tokio::task::spawn_blocking(move || last.write_gap(metnos_kit::time::now_ms()))
-                        .await;
-            });
+            keep_turn_log_gaps(running.background, &turn_log);
             let planner = Arc::new(Planner::new(engine::Parts {
                 config: shared.turns.clone(),
                 default_mode: shared.runtime.mode,
@@ -326,6 +307,27 @@ fn scheduler_of(
         days: scheduling.fatigue_days.get(),
     };
     Ok(scheduler)
+}
+
+/// Turns the disk refused: their gap record is tried again on its own every few seconds,
+/// and once more as the planner stops, not left to a turn that may never come.
+fn keep_turn_log_gaps(
+    background: &mut metnos_kit::background::Background,
+    turn_log: &turnlog::TurnLog,
+) {
+    let gaps = turn_log.clone();
+    background.every("turn log gaps", Duration::from_secs(5), move || {
+        let gaps = gaps.clone();
+        async move {
+            let now = metnos_kit::time::now_ms();
+            let _ = tokio::task::spawn_blocking(move || gaps.write_gap(now)).await;
+        }
+    });
+    let last = turn_log.clone();
+    background.on_stop("turn log gaps", async move {
+        let now = metnos_kit::time::now_ms();
+        let _ = tokio::task::spawn_blocking(move || last.write_gap(now)).await;
+    });
 }
 
 /// The turns' leases: renewed every third of their length; the turns of a replica that
