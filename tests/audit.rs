@@ -249,19 +249,9 @@ async fn audit_verify_passes_an_untouched_store_and_names_each_kind_of_tampering
 
 /// Runs `metnos ask <query>` answering the card prompts with `input`.
 async fn ask(sandbox: &Sandbox, query: &str, input: &[u8]) {
-    use tokio::io::AsyncWriteExt;
-    let mut child = sandbox
-        .metnos()
-        .args(["ask", "--language", "en", query])
-        .stdin(std::process::Stdio::piped())
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .unwrap();
-    let mut stdin = child.stdin.take().unwrap();
-    stdin.write_all(input).await.unwrap();
-    drop(stdin);
-    let output = child.wait_with_output().await.unwrap();
+    let output = sandbox
+        .run_with_input(&["ask", "--language", "en", query], input)
+        .await;
     assert!(
         output.status.success(),
         "{}",

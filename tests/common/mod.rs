@@ -86,6 +86,24 @@ impl Sandbox {
         )
     }
 
+    /// Runs `metnos <args>` to completion with `input` on its stdin (a pipe, as a script
+    /// would give it, closed after it).
+    pub async fn run_with_input(&self, args: &[&str], input: &[u8]) -> std::process::Output {
+        use tokio::io::AsyncWriteExt;
+        let mut child = self
+            .metnos()
+            .args(args)
+            .stdin(std::process::Stdio::piped())
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        let mut stdin = child.stdin.take().unwrap();
+        stdin.write_all(input).await.unwrap();
+        drop(stdin);
+        child.wait_with_output().await.unwrap()
+    }
+
     /// `metnos pki init`: the certificates a service binary started on its own needs.
     pub async fn pki_init(&self) {
         let (code, _, stderr) = self.run(&["pki", "init"]).await;

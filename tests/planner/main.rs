@@ -108,22 +108,8 @@ impl Stack {
     /// Runs `metnos <args>` against the stack with `input` on its stdin (a pipe, as a
     /// script would give it), within the event limit.
     async fn run_with_input(&self, args: &[&str], input: &[u8]) -> std::process::Output {
-        use tokio::io::AsyncWriteExt;
-        let mut child = self
-            .sandbox
-            .metnos()
-            .args(args)
-            .stdin(std::process::Stdio::piped())
-            .stdout(std::process::Stdio::piped())
-            .stderr(std::process::Stdio::piped())
-            .spawn()
-            .unwrap();
-        let mut stdin = child.stdin.take().unwrap();
-        stdin.write_all(input).await.unwrap();
-        drop(stdin);
-        tokio::time::timeout(EVENT_LIMIT, child.wait_with_output())
+        tokio::time::timeout(EVENT_LIMIT, self.sandbox.run_with_input(args, input))
             .await
-            .unwrap()
             .unwrap()
     }
 

@@ -139,19 +139,22 @@ fn insert_many(chunk: &[NewGrant], now_ms: i64) -> Statement {
     );
     chunk.iter().fold(
         Statement::new(sqlx::AssertSqlSafe(sql)),
-        |statement, new| {
-            statement
-                .bind(new.principal.channel().to_owned())
-                .bind(new.principal.sender_id().to_owned())
-                .bind(new.capability.name())
-                .bind(new.target.clone())
-                .bind(new.pattern.text.clone())
-                .bind(new.pattern.key.clone())
-                .bind(now_ms)
-                .bind(new.expires_at)
-                .bind(new.granted_by.clone())
-        },
+        |statement, new| bind_grant(statement, new, now_ms),
     )
+}
+
+/// A grant's nine columns, bound in the order of the inserts' column lists.
+fn bind_grant(statement: Statement, new: &NewGrant, now_ms: i64) -> Statement {
+    statement
+        .bind(new.principal.channel().to_owned())
+        .bind(new.principal.sender_id().to_owned())
+        .bind(new.capability.name())
+        .bind(new.target.clone())
+        .bind(new.pattern.text.clone())
+        .bind(new.pattern.key.clone())
+        .bind(now_ms)
+        .bind(new.expires_at)
+        .bind(new.granted_by.clone())
 }
 
 /// Grants, persisted.
@@ -203,17 +206,7 @@ impl GrantStore {
                    VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10) \
                    ON CONFLICT (idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING \
                    RETURNING id";
-        let change = Statement::new(sql)
-            .bind(new.principal.channel().to_owned())
-            .bind(new.principal.sender_id().to_owned())
-            .bind(new.capability.name())
-            .bind(new.target.clone())
-            .bind(new.pattern.text.clone())
-            .bind(new.pattern.key.clone())
-            .bind(now_ms)
-            .bind(new.expires_at)
-            .bind(new.granted_by.clone())
-            .bind(new.idempotency_key.clone());
+        let change = bind_grant(Statement::new(sql), new, now_ms).bind(new.idempotency_key.clone());
         // Granted and journalled in one transaction: no grant the journal does not hold.
         let ids = |rows: &[metnos_kit::store::Row]| {
             rows.iter()
