@@ -185,10 +185,12 @@ impl<'a> Asking<'a> {
         cp: &mut Checkpoint,
         cancel: &mut watch::Receiver<bool>,
     ) -> Result<Option<Finish>, Finish> {
-        let llm = self
-            .llm
-            .as_ref()
-            .map_err(|e| finish(FinalKind::Error, e.0.clone()))?;
+        let llm = self.llm.as_ref().map_err(|e| {
+            // The configuration's words are the owner's, in the planner's log; the
+            // person is told in their language.
+            tracing::error!(error = %e.0, "no LLM tier: the turn cannot run");
+            crate::turn::endings::Ending::NoModel.finish(cp.language)
+        })?;
         if self.catalog.is_empty() {
             return Err(crate::turn::endings::Ending::EmptyCatalog.finish(cp.language));
         }

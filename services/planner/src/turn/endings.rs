@@ -38,6 +38,8 @@ pub enum Ending<'a> {
         executor: &'a str,
         cap: u32,
     },
+    /// No language model is set up (the configuration's words are in the planner's log).
+    NoModel,
     /// No executor to call.
     EmptyCatalog,
     /// An online plan's answer asked for more tools.
@@ -100,6 +102,7 @@ impl Ending<'_> {
             Ending::CapSameExecutor { executor, cap } => format!(
                 "Mi sono fermato: ho usato {executor} {cap} volte senza trovare una risposta."
             ),
+            Ending::NoModel => "Non posso rispondere: nessun modello linguistico è configurato (chi gestisce Metnos trova il motivo nel log del pianificatore).".to_owned(),
             Ending::EmptyCatalog => {
                 "Non ho strumenti a disposizione: il catalogo degli esecutori è vuoto.".to_owned()
             }
@@ -138,6 +141,7 @@ impl Ending<'_> {
             Ending::CapSameExecutor { executor, cap } => {
                 format!("I stopped: I used {executor} {cap} times without finding an answer.")
             }
+            Ending::NoModel => "I cannot answer: no language model is set up (whoever runs Metnos finds why in the planner's log).".to_owned(),
             Ending::EmptyCatalog => {
                 "I have no tools to use: the executor catalog is empty.".to_owned()
             }
@@ -175,6 +179,7 @@ impl Ending<'_> {
                 executor: "fs_read",
                 cap: 3,
             },
+            Ending::NoModel,
             Ending::EmptyCatalog,
             Ending::OnlinePlanAskedMore,
             Ending::StoreDown(StoreDown::Withdrawn),

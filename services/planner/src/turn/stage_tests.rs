@@ -267,7 +267,11 @@ async fn a_planner_without_an_llm_ends_the_turn_saying_why() {
         panic!("the turn ends")
     };
     assert_eq!(finish.kind, FinalKind::Error);
-    assert_eq!(finish.text, "no tier is configured ([runtime.llm])");
+    // Said in the person's language; the configuration's words stay in the log.
+    assert_eq!(
+        finish.text,
+        "I cannot answer: no language model is set up (whoever runs Metnos finds why in the planner's log)."
+    );
 }
 
 #[tokio::test]
