@@ -11,6 +11,7 @@
 //! - [`online`]: where an online LLM may be called, and the judge's order.
 //! - [`provenance`]: what a turn read, carried to what it sends (issue 19).
 //! - [`proposals`]: proposals at the opening of a chat session.
+//! - [`quirks`]: what small local models really send, repaired (issue 42).
 
 #[path = "../common/mod.rs"]
 mod common;
@@ -21,6 +22,7 @@ mod modes;
 mod online;
 mod proposals;
 mod provenance;
+mod quirks;
 mod terminal;
 mod tools;
 

@@ -11,18 +11,11 @@ use tokio::sync::watch;
 use crate::filters::Filters;
 use crate::llm::{Llm, LlmSlot};
 use crate::store::Store;
+use crate::turn::repair::{self, Repair};
 use crate::turn::rules;
 use crate::turn::running::cancelled;
 use crate::turn::scratch;
 use crate::turn::{Call, Checkpoint, FinalKind, Finish, Hist, Mode, finish};
-
-fn language_name(cp: &Checkpoint) -> &'static str {
-    match cp.language {
-        Some(metnos_core::Language::English) => "English",
-        Some(metnos_core::Language::Italian) => "Italian",
-        None => "the language of the person's request",
-    }
-}
 
 const SYSTEM_PROMPT: &str = "You are Metnos, a personal agent acting for one person. \
 Use the tools to do what they ask, one step at a time; when you have what you need, answer in plain \
@@ -196,11 +189,7 @@ impl<'a> Asking<'a> {
         }
         let offer_tools = rules::offers_tools(cp.mode, cp.planned);
         let request = ChatRequest {
-            system: Some(format!(
-                "{SYSTEM_PROMPT} {} Answer in {}.",
-                crate::turn::taint::FENCE_RULE,
-                language_name(cp)
-            )),
+            system: Some(system_prompt(cp.language)),
             messages: to_messages(&cp.history),
             tools: if offer_tools {
                 self.tools(cp)
@@ -238,25 +227,121 @@ impl<'a> Asking<'a> {
         cp.prompt_tokens += response.usage.prompt_tokens;
         cp.completion_tokens += response.usage.completion_tokens;
         match response.outcome {
-            Outcome::Text(text) => Ok(Some(finish(FinalKind::Answer, text))),
+            Outcome::Text(text) => Ok(take_text(cp, text, &request.tools)),
             // The answer call of an online plan asked for more tools: it has what it has.
             Outcome::ToolCalls(_) if !offer_tools => {
                 Err(crate::turn::endings::Ending::OnlinePlanAskedMore.finish(cp.language))
             }
             Outcome::ToolCalls(calls) => {
                 let calls: Vec<Call> = calls.iter().map(Call::from).collect();
-                cp.history.push(Hist::Assistant {
-                    text: String::new(),
-                    calls: calls.clone(),
-                });
-                cp.queued = calls;
-                if cp.mode == Mode::Online {
-                    cp.planned = true;
-                }
+                let text = String::new();
+                queue(cp, text, calls, &request.tools);
                 Ok(None)
             }
         }
     }
+}
+
+/// The system prompt of a turn in `language`.
+pub fn system_prompt(language: Option<metnos_core::Language>) -> String {
+    let language = match language {
+        Some(metnos_core::Language::English) => "English",
+        Some(metnos_core::Language::Italian) => "Italian",
+        None => "the language of the person's request",
+    };
+    format!(
+        "{SYSTEM_PROMPT} {} Answer in {language}.",
+        crate::turn::taint::FENCE_RULE
+    )
+}
+
+/// The model's calls queued to run, their arguments coerced to each offered tool's schema
+/// where one reading fits ([`repair::coerce`]), and kept in the turn's history as the
+/// model's (with any `text` it wrote beside them).
+fn queue(cp: &mut Checkpoint, text: String, mut calls: Vec<Call>, tools: &[ToolDef]) {
+    let mut coerced = false;
+    for call in &mut calls {
+        if let Some(tool) = tools.iter().find(|t| t.name == call.name) {
+            coerced |= repair::coerce(&mut call.arguments, &tool.parameters);
+        }
+    }
+    if coerced {
+        cp.repaired(Repair::ArgsCoerced);
+    }
+    cp.history.push(Hist::Assistant {
+        text,
+        calls: calls.clone(),
+    });
+    cp.queued = calls;
+    if cp.mode == Mode::Online {
+        cp.planned = true;
+    }
+}
+
+/// A text answer taken in: its thinking taken out; tool calls written in it queued (when
+/// the tool was offered, the JSON parses, and the call is not copied from the world's
+/// data); an empty answer or one holding `{{step…}}` asked again once. `None`: the loop
+/// goes on; else the turn's answer.
+fn take_text(cp: &mut Checkpoint, text: String, tools: &[ToolDef]) -> Option<Finish> {
+    let text = match repair::strip_think(&text) {
+        Some(stripped) => {
+            cp.repaired(Repair::Think);
+            stripped
+        }
+        None => text,
+    };
+    let offered: Vec<&str> = tools.iter().map(|t| t.name.as_str()).collect();
+    if let Some(found) = repair::calls_in_text(&text, &offered) {
+        cp.index.catch_up(&cp.fence_nonce, &cp.history);
+        let step = cp.history.len();
+        let own: Vec<Call> = found
+            .calls
+            .into_iter()
+            .filter(|call| {
+                // A call whose opening a page (a file, a command's output) holds is the
+                // model repeating the world, not asking.
+                let mut copied = std::collections::BTreeSet::new();
+                cp.index.copied(&call.head, &cp.query, &mut copied);
+                if !copied.is_empty() {
+                    tracing::info!(turn_id = %cp.turn_id, "a tool call written in the answer copies the world's data: not taken");
+                }
+                copied.is_empty()
+            })
+            .enumerate()
+            .map(|(i, call)| Call {
+                id: format!("text_{step}_{i}"),
+                name: call.name,
+                arguments: call.arguments,
+            })
+            .collect();
+        if !own.is_empty() {
+            cp.repaired(Repair::TextToolCall);
+            queue(cp, found.rest, own, tools);
+            return None;
+        }
+    }
+    if text.trim().is_empty() && !cp.has_repaired(Repair::EmptyAnswer) {
+        cp.repaired(Repair::EmptyAnswer);
+        cp.history.push(Hist::User {
+            text: repair::EMPTY_NOTE.to_owned(),
+        });
+        return None;
+    }
+    if repair::has_placeholder(&text) && !cp.has_repaired(Repair::Placeholder) {
+        cp.repaired(Repair::Placeholder);
+        cp.history.push(Hist::Assistant {
+            text,
+            calls: Vec::new(),
+        });
+        cp.history.push(Hist::User {
+            text: repair::PLACEHOLDER_NOTE.to_owned(),
+        });
+        return None;
+    }
+    if text.trim().is_empty() {
+        return Some(crate::turn::endings::Ending::NoAnswer.finish(cp.language));
+    }
+    Some(finish(FinalKind::Answer, text))
 }
 
 fn to_messages(history: &[Hist]) -> Vec<Message> {

@@ -42,6 +42,8 @@ pub enum Ending<'a> {
     NoModel,
     /// No executor to call.
     EmptyCatalog,
+    /// The model answered nothing, twice (issue 42).
+    NoAnswer,
     /// An online plan's answer asked for more tools.
     OnlinePlanAskedMore,
     StoreDown(StoreDown),
@@ -103,6 +105,7 @@ impl Ending<'_> {
                 "Mi sono fermato: ho usato {executor} {cap} volte senza trovare una risposta."
             ),
             Ending::NoModel => "Non posso rispondere: nessun modello linguistico è configurato (chi gestisce Metnos trova il motivo nel log del pianificatore).".to_owned(),
+            Ending::NoAnswer => "Il modello linguistico non ha dato nessuna risposta, nemmeno alla seconda domanda: riprova, magari con parole diverse.".to_owned(),
             Ending::EmptyCatalog => {
                 "Non ho strumenti a disposizione: il catalogo degli esecutori è vuoto.".to_owned()
             }
@@ -142,6 +145,7 @@ impl Ending<'_> {
                 format!("I stopped: I used {executor} {cap} times without finding an answer.")
             }
             Ending::NoModel => "I cannot answer: no language model is set up (whoever runs Metnos finds why in the planner's log).".to_owned(),
+            Ending::NoAnswer => "The language model gave no answer, not even when asked again: please try again, perhaps in other words.".to_owned(),
             Ending::EmptyCatalog => {
                 "I have no tools to use: the executor catalog is empty.".to_owned()
             }
@@ -181,6 +185,7 @@ impl Ending<'_> {
             },
             Ending::NoModel,
             Ending::EmptyCatalog,
+            Ending::NoAnswer,
             Ending::OnlinePlanAskedMore,
             Ending::StoreDown(StoreDown::Withdrawn),
             Ending::StoreDown(StoreDown::NotRun),

@@ -34,6 +34,7 @@ use crate::turn::prefilter::{Entry, Index};
 use crate::turn::record::Records;
 use crate::turn::recover::Recovery;
 use crate::turn::remember::{self, Remembered};
+use crate::turn::repair::Repair;
 use crate::turn::rules;
 use crate::turn::running::Running;
 use crate::turn::scratch;
@@ -138,6 +139,22 @@ fn schema_keys(catalog: &Catalog, name: &str) -> Vec<String> {
         .find(|def| def.name == name)
         .map(|def| crate::turn::schema_keys(&def.parameters))
         .unwrap_or_default()
+}
+
+/// Whether the model asked for `call` (the same tool, the same arguments) three times or
+/// more in this turn, this one included.
+fn asked_thrice(cp: &Checkpoint, call: &Call) -> bool {
+    let asked = cp
+        .history
+        .iter()
+        .filter_map(|h| match h {
+            Hist::Assistant { calls, .. } => Some(calls),
+            _ => None,
+        })
+        .flatten()
+        .filter(|c| c.name == call.name && c.arguments == call.arguments)
+        .count();
+    asked >= 3
 }
 
 /// Records a refused call as its step's observation; the turn goes on unless the refusal
@@ -432,6 +449,7 @@ impl Planner {
             thread_opening: None,
             earlier: Vec::new(),
             index: crate::turn::taint::Index::default(),
+            repairs: Vec::new(),
         }
     }
 
@@ -682,6 +700,18 @@ impl Planner {
         } = self.stages();
         // What the LLM was shown so far, indexed for copies (rebuilt after a resume).
         cp.index.catch_up(&cp.fence_nonce, &cp.history);
+        if asked_thrice(cp, &call) {
+            cp.repaired(Repair::RepeatedCall);
+            log.validation = crate::turn::Validation::Repeated;
+            let why = format!(
+                "you called {} with these same arguments three times in this turn: it is not run again; answer with what you have, or try another way",
+                call.name.chars().take(64).collect::<String>()
+            );
+            execution
+                .observe(cp, sink, &call, log, refusal(why), Vec::new(), started)
+                .await;
+            return StepOutcome::Continue;
+        }
         match Tool::of(&call.name, &self.catalog) {
             Tool::Orders => {
                 return match orders::answer(self.orders.as_ref(), cp, call).await {
@@ -720,7 +750,10 @@ impl Planner {
                     .await;
                 return StepOutcome::Continue;
             }
-            Tool::Unknown => log.executor = "?".to_owned(),
+            Tool::Unknown => {
+                log.executor = "?".to_owned();
+                cp.repaired(Repair::UnknownTool);
+            }
             Tool::Executor => {}
         }
         let (findings, vetted) = vetting.vet(cp, &call, n, started).await;

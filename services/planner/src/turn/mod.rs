@@ -28,6 +28,7 @@ pub mod prefilter;
 pub mod record;
 pub mod recover;
 pub mod remember;
+pub mod repair;
 pub mod rules;
 pub(crate) mod running;
 pub mod scratch;

@@ -111,6 +111,9 @@ impl<'a> Records<'a> {
             "started_at": metnos_kit::time::rfc3339(cp.started_ms),
             "ended_at": metnos_kit::time::rfc3339(now_ms()),
         });
+        if !cp.repairs.is_empty() {
+            record["repairs"] = json!(cp.repairs);
+        }
         if let Some(reason) = reason {
             record["reason"] = json!(reason);
         }

@@ -192,6 +192,8 @@ pub enum Validation {
     /// that the person's message did not name (issue 38).
     #[serde(rename = "runs code later")]
     RunsCodeLater,
+    /// The same call with the same arguments a third time in the turn (issue 42).
+    Repeated,
 }
 
 /// The scope hints' answer.
@@ -425,6 +427,9 @@ pub struct Checkpoint {
     /// `history` wherever the turn goes on.
     #[serde(skip)]
     pub index: crate::turn::taint::Index,
+    /// What was repaired of the model's answers in this turn, in order (kinds only).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub repairs: Vec<crate::turn::repair::Repair>,
 }
 
 /// A checkpoint written before there was a version reads and writes as it was.
@@ -507,6 +512,17 @@ impl Checkpoint {
     }
 
     /// The step number the next call gets.
+    /// Notes a repair of the model's answer (the turn log keeps its kind).
+    pub fn repaired(&mut self, repair: crate::turn::repair::Repair) {
+        tracing::info!(turn_id = %self.turn_id, repair = repair.as_str(), "the model's answer was repaired");
+        self.repairs.push(repair);
+    }
+
+    /// Whether `repair` was made in this turn already.
+    pub fn has_repaired(&self, repair: crate::turn::repair::Repair) -> bool {
+        self.repairs.contains(&repair)
+    }
+
     pub fn next_step(&self) -> u32 {
         self.steps.len() as u32 + 1
     }

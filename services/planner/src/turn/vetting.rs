@@ -387,11 +387,7 @@ impl<'a> Vetting<'a> {
         }
         let Some(executor) = self.catalog.get(&call.name).cloned() else {
             found.validation = Validation::UnknownExecutor;
-            return Err(Refusal::Refused(format!(
-                "nonexistent executor: {} (available: {})",
-                call.name.chars().take(64).collect::<String>(),
-                cp.candidates.join(", ")
-            )));
+            return Err(Refusal::Refused(unknown_tool(cp, &call.name)));
         };
         // Only what was offered runs: the LLM (or text injected into it) naming another
         // executor of the catalog gets an observation, never a run.
@@ -671,6 +667,26 @@ impl<'a> Vetting<'a> {
             &|n| found.get(&n).cloned(),
             cp.steps.len() as u32,
         )?)
+    }
+}
+
+/// What the model is told of a tool name that does not exist: the closest offered tools
+/// first (`read_file`: fs_read), then all of them.
+fn unknown_tool(cp: &Checkpoint, name: &str) -> String {
+    let shown: String = name.chars().take(64).collect();
+    let offered: Vec<&str> = cp.candidates.iter().map(String::as_str).collect();
+    let closest = crate::turn::repair::closest(name, &offered);
+    if closest.is_empty() {
+        format!(
+            "nonexistent executor: {shown} (available: {})",
+            offered.join(", ")
+        )
+    } else {
+        format!(
+            "nonexistent executor: {shown}; did you mean {}? Call it by its exact name (available: {})",
+            closest.join(" or "),
+            offered.join(", ")
+        )
     }
 }
 
