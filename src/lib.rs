@@ -13,6 +13,7 @@
 //! - [`pair_cli`]: `metnos pair …`.
 //! - [`chat_cli`]: `metnos chat`; [`session_cli`]: the proposals a chat session opens with.
 //! - [`doctor`]: `metnos doctor`.
+//! - [`eval`]: `metnos eval`, how well Metnos works with a model.
 //! - [`admin`]: what the admin commands share.
 //! - [`runfile`]: how every command finds the running stack.
 //! - [`setup`]: what the first `metnos up` sets up by itself.
@@ -27,6 +28,7 @@ pub mod audit_cli;
 pub mod chat_cli;
 pub mod conversations_cli;
 pub mod doctor;
+pub mod eval;
 pub mod executors_cli;
 pub mod memory_cli;
 pub mod pair_cli;

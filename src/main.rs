@@ -86,6 +86,9 @@ enum Command {
     },
     /// One turn: ask Metnos to do something, see its steps, answer its approval cards.
     Ask(AskArgs),
+    /// Measure how well Metnos works with a model: a suite of tasks through a throwaway
+    /// stack; a table on stderr, JSON lines on stdout, exit 1 below --min-pass.
+    Eval(metnos::eval::EvalArgs),
     /// An interactive session: one request per line, history, cards answered inline.
     Chat(ChatArgs),
     /// Your conversations with Metnos (the threads a follow-up message sees): `forget`
@@ -176,6 +179,7 @@ fn main() -> ExitCode {
             Command::Approvals { command } => approvals_cli::approvals(&config, command).await,
             Command::Executors { command } => executors_cli::executors(&config, command).await,
             Command::Ask(args) => ask_cli::ask(&config, args).await,
+            Command::Eval(args) => metnos::eval::eval(&config, args).await,
             Command::Chat(args) => chat_cli::chat(&config, args).await,
             Command::Pair { command } => pair_cli::pair(&config, command).await,
             Command::Conversations { command } => {

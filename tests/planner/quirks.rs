@@ -73,7 +73,8 @@ async fn python_tag_and_lone_json_calls_run_with_their_arguments_coerced() {
         "<|python_tag|>{\"name\": \"fs_list\", \"parameters\": {\"path\": \"~/notes\", \"max_entries\": \"5\", \"recursive\": \"false\"}}<|eom_id|>".into(),
     ));
     s.fake.push(Reply::Text(
-        "```json\n{\"name\": \"fs_read\", \"arguments\": {\"path\": \"~/notes/a.txt\"}}\n```".into(),
+        "```json\n{\"name\": \"fs_read\", \"arguments\": {\"path\": \"~/notes/a.txt\"}}\n```"
+            .into(),
     ));
     s.fake.push(Reply::Text("The note says alpha.".into()));
     let events = s.run("list my notes and read the first", Full).await;

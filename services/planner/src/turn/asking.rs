@@ -226,6 +226,7 @@ impl<'a> Asking<'a> {
         cp.models.insert(response.model.clone());
         cp.prompt_tokens += response.usage.prompt_tokens;
         cp.completion_tokens += response.usage.completion_tokens;
+        cp.llm_ms += u64::try_from(response.latency.as_millis()).unwrap_or(u64::MAX);
         match response.outcome {
             Outcome::Text(text) => Ok(take_text(cp, text, &request.tools)),
             // The answer call of an online plan asked for more tools: it has what it has.

@@ -449,6 +449,7 @@ impl Planner {
             thread_opening: None,
             earlier: Vec::new(),
             index: crate::turn::taint::Index::default(),
+            llm_ms: 0,
             repairs: Vec::new(),
         }
     }

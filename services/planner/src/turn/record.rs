@@ -107,6 +107,7 @@ impl<'a> Records<'a> {
             "final_kind": kind,
             "latency_ms": latency_ms,
             "active_ms": cp.active_ms,
+            "llm_ms": cp.llm_ms,
             "usage": {"prompt_tokens": cp.prompt_tokens, "completion_tokens": cp.completion_tokens},
             "started_at": metnos_kit::time::rfc3339(cp.started_ms),
             "ended_at": metnos_kit::time::rfc3339(now_ms()),

@@ -101,8 +101,9 @@ pub struct Found {
 /// The tool calls written in `text`, in the common text forms: Qwen/Hermes
 /// `<tool_call>{…}</tool_call>`, Llama 3.1 `<|python_tag|>{…}`, and a lone JSON object
 /// (or array of them, or one in a code fence) that is the whole text. A call is
-/// `{"name": …, "arguments"|"parameters": {…}}`; it is taken only when its name is in
-/// `offered` and its JSON parses. Text inside a fence of world data
+/// `{"name": …, "arguments"|"parameters": {…}}`; it is taken only when its JSON parses and
+/// its name is in `offered` — or, inside the tags that say it is a call, a name close to an
+/// offered one ([`closest`]: the model is then told which it meant). Text inside a fence of world data
 /// (`<<untrusted-data …>>` to its end) is the model quoting the world: never searched.
 /// Nothing found: `None`.
 pub fn calls_in_text(text: &str, offered: &[&str]) -> Option<Found> {
@@ -134,7 +135,8 @@ fn tagged(text: &str, offered: &[&str]) -> Option<Found> {
             let body = block.get(1).map_or("", |m| m.as_str());
             // Llama may write several calls after one tag, separated by `;`.
             for value in json_values(strip_code_fence(body)) {
-                if let Some(call) = call_of(&value, whole, offered) {
+                let near = |name: &str| !closest(name, offered).is_empty();
+                if let Some(call) = call_of(&value, whole, offered, &near) {
                     calls.push(call);
                 }
             }
@@ -160,7 +162,7 @@ fn lone_json(text: &str, offered: &[&str]) -> Option<Found> {
     };
     let calls: Option<Vec<TextCall>> = items
         .iter()
-        .map(|item| call_of(item, body, offered))
+        .map(|item| call_of(item, body, offered, &|_| false))
         .collect();
     Some(Found {
         calls: calls?,
@@ -203,10 +205,18 @@ fn strip_code_fence(text: &str) -> &str {
 
 /// A call from `{"name", "arguments"|"parameters"}` (or `{"function": {…}}`), when the
 /// name is offered and the arguments are an object (or a string holding one).
-fn call_of(value: &Value, raw: &str, offered: &[&str]) -> Option<TextCall> {
-    let value = value.get("function").filter(|f| f.is_object()).unwrap_or(value);
+fn call_of(
+    value: &Value,
+    raw: &str,
+    offered: &[&str],
+    near: &dyn Fn(&str) -> bool,
+) -> Option<TextCall> {
+    let value = value
+        .get("function")
+        .filter(|f| f.is_object())
+        .unwrap_or(value);
     let name = value.get("name")?.as_str()?;
-    if !offered.contains(&name) {
+    if !offered.contains(&name) && !near(name) {
         return None;
     }
     let arguments = match value.get("arguments").or_else(|| value.get("parameters")) {
@@ -267,7 +277,9 @@ fn coerced(value: &Value, property: &Value) -> Option<Value> {
             .ok()
             .filter(Value::is_object),
         ("array", Value::String(s)) if s.trim_start().starts_with('[') => {
-            serde_json::from_str::<Value>(s).ok().filter(Value::is_array)
+            serde_json::from_str::<Value>(s)
+                .ok()
+                .filter(Value::is_array)
         }
         ("array", Value::Array(_)) => None,
         ("array", one) => {
@@ -362,7 +374,8 @@ mod tests {
         assert_eq!(found.calls.len(), 2);
         assert_eq!(found.calls[0].arguments, json!({"path": "~/a"}));
         assert_eq!(found.rest, "Sure.");
-        let llama = "<|python_tag|>{\"name\": \"fs_read\", \"parameters\": {\"path\": \"~/b\"}}<|eom_id|>";
+        let llama =
+            "<|python_tag|>{\"name\": \"fs_read\", \"parameters\": {\"path\": \"~/b\"}}<|eom_id|>";
         let found = calls_in_text(llama, &offered).unwrap();
         assert_eq!(found.calls[0].arguments, json!({"path": "~/b"}));
         let lone = "```json\n{\"name\": \"time_now\", \"arguments\": {}}\n```";
@@ -370,16 +383,35 @@ mod tests {
             calls_in_text(lone, &offered).unwrap().calls[0].name,
             "time_now"
         );
-        let function = "{\"type\": \"function\", \"function\": {\"name\": \"time_now\", \"arguments\": {}}}";
+        let function =
+            "{\"type\": \"function\", \"function\": {\"name\": \"time_now\", \"arguments\": {}}}";
         assert_eq!(calls_in_text(function, &offered).unwrap().calls.len(), 1);
     }
 
     #[test]
     fn text_that_is_not_an_offered_call_stays_text() {
         let offered = ["time_now"];
-        // Not offered.
+        // Not offered, nor near an offered name.
         assert_eq!(
             calls_in_text("{\"name\": \"shell_exec\", \"arguments\": {}}", &offered),
+            None
+        );
+        assert_eq!(
+            calls_in_text(
+                "<tool_call>{\"name\": \"shell_exec\"}</tool_call>",
+                &offered
+            ),
+            None
+        );
+        // Near one inside the tags: taken, for the model to be told the name it meant; a
+        // lone JSON object must name an offered tool exactly.
+        let near = calls_in_text(
+            "<tool_call>{\"name\": \"get_time_now\"}</tool_call>",
+            &offered,
+        );
+        assert_eq!(near.unwrap().calls[0].name, "get_time_now");
+        assert_eq!(
+            calls_in_text("{\"name\": \"get_time_now\"}", &offered),
             None
         );
         // JSON that is an answer, not a call; prose mentioning a call.

@@ -427,9 +427,17 @@ pub struct Checkpoint {
     /// `history` wherever the turn goes on.
     #[serde(skip)]
     pub index: crate::turn::taint::Index,
+    /// How long the model took to answer, over the turn (what `metnos eval` sets beside
+    /// the turn's time).
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub llm_ms: u64,
     /// What was repaired of the model's answers in this turn, in order (kinds only).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub repairs: Vec<crate::turn::repair::Repair>,
+}
+
+fn is_zero(n: &u64) -> bool {
+    *n == 0
 }
 
 /// A checkpoint written before there was a version reads and writes as it was.

@@ -674,7 +674,16 @@ impl<'a> Vetting<'a> {
 /// first (`read_file`: fs_read), then all of them.
 fn unknown_tool(cp: &Checkpoint, name: &str) -> String {
     let shown: String = name.chars().take(64).collect();
-    let offered: Vec<&str> = cp.candidates.iter().map(String::as_str).collect();
+    let mut offered: Vec<&str> = cp.candidates.iter().map(String::as_str).collect();
+    // The planner's own tools offered in every turn (the memory's; the scratchpad's once
+    // it holds something) are names a model reaches for too.
+    {
+        use metnos_core::names::tools::{MEMORY_FORGET, MEMORY_SAVE, MEMORY_SEARCH};
+        offered.extend([MEMORY_SAVE, MEMORY_SEARCH, MEMORY_FORGET]);
+    }
+    if !cp.scratch_ids.is_empty() {
+        offered.push(crate::turn::scratch::TOOL);
+    }
     let closest = crate::turn::repair::closest(name, &offered);
     if closest.is_empty() {
         format!(

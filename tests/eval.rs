@@ -1,0 +1,363 @@
+//! `metnos eval` (issue 42) against the repository's scripted model — the suite's ground
+//! truth, served over the Ollama wire by a real HTTP server — and against a quirky one that
+//! does what small local models really do: every call written as text the server did not
+//! parse, `<think>` blocks, and per task one more quirk (Llama's `<|python_tag|>`, a lone
+//! JSON call, a name that almost exists, an empty answer, `{{step…}}` left in an answer, the
+//! same call in a loop). Every task passes both: the repairs make each one pass.
+
+mod common;
+
+use std::collections::BTreeMap;
+
+use common::Sandbox;
+use metnos::eval::suite::{self, Suite};
+use metnos_llm::fake::{FakeLlm, Reply};
+use serde_json::{Value, json};
+
+/// The quirk a task's model has besides text calls and thinking.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Quirk {
+    None,
+    PythonTag,
+    LoneJson,
+    NearName,
+    EmptyAnswer,
+    Placeholder,
+    Loop,
+}
+
+/// Which quirk each task's model has: the loop where a call is not a read (a repeated read
+/// is stopped sooner, by the duplicate guard), the others in turn.
+fn quirks(suite: &Suite) -> BTreeMap<String, Quirk> {
+    let cycle = [
+        Quirk::PythonTag,
+        Quirk::NearName,
+        Quirk::EmptyAnswer,
+        Quirk::Placeholder,
+        Quirk::LoneJson,
+    ];
+    suite
+        .tasks
+        .iter()
+        .enumerate()
+        .map(|(i, task)| {
+            let quirk = if task.id.starts_with("time-") {
+                Quirk::Loop
+            } else {
+                cycle[i % cycle.len()]
+            };
+            (task.id.clone(), quirk)
+        })
+        .collect()
+}
+
+/// The messages of an Ollama request.
+fn messages(request: &Value) -> Vec<Value> {
+    request["messages"].as_array().cloned().unwrap_or_default()
+}
+
+/// Whether `text` is the suite's `say`, `{site}` standing for any address.
+fn says(say: &str, text: &str) -> bool {
+    match say.split_once(suite::SITE) {
+        None => say == text,
+        Some((before, after)) => {
+            let after = after.rsplit(suite::SITE).next().unwrap_or(after);
+            text.starts_with(before) && text.ends_with(after)
+        }
+    }
+}
+
+/// The observation a tool message holds (inside the turn's fence when from the world).
+fn observation(content: &str) -> Value {
+    let body = match content.strip_prefix("<<untrusted-data ") {
+        Some(fenced) => {
+            let rest = fenced.split_once('\n').map_or("", |(_, r)| r);
+            rest.rsplit_once('\n').map_or(rest, |(b, _)| b)
+        }
+        None => content,
+    };
+    serde_json::from_str(body).unwrap_or(Value::Null)
+}
+
+/// `{last}`, `{last.FIELD}` and `{site}` filled in `text`.
+fn fill(text: &str, last: &Value, site: &str) -> String {
+    let mut out = text.replace(suite::SITE, site);
+    while let Some(start) = out.find("{last") {
+        let Some(len) = out[start..].find('}') else {
+            break;
+        };
+        let key = &out[start + 1..start + len];
+        let value = match key.strip_prefix("last.") {
+            Some(field) => last.get(field).cloned().unwrap_or(Value::Null),
+            None if last["ok"] == true => last["content"].clone(),
+            None => last["error"].clone(),
+        };
+        let value = match value {
+            Value::String(s) => s,
+            other => other.to_string(),
+        };
+        out.replace_range(start..start + len + 1, &value);
+    }
+    out
+}
+
+fn fill_args(args: &Value, last: &Value, site: &str) -> Value {
+    match args {
+        Value::String(s) => Value::String(fill(s, last, site)),
+        Value::Object(map) => Value::Object(
+            map.iter()
+                .map(|(k, v)| (k.clone(), fill_args(v, last, site)))
+                .collect(),
+        ),
+        other => other.clone(),
+    }
+}
+
+/// A name that almost exists, as small models write them.
+fn near(name: &str) -> String {
+    match name {
+        "fs_read" => "read_file".to_owned(),
+        "fs_write" => "write_file".to_owned(),
+        "fs_list" => "list_files".to_owned(),
+        "web_fetch" => "fetch_url".to_owned(),
+        "time_now" => "get_time_now".to_owned(),
+        other => format!("{other}s"),
+    }
+}
+
+/// What the scripted model answers to `request`: the step of its turn's script that comes
+/// next; with `quirks`, as a quirky model would write it.
+fn answer(suite: &Suite, quirks: Option<&BTreeMap<String, Quirk>>, request: &Value) -> Reply {
+    let messages = messages(request);
+    let Some((at, task, turn)) = messages.iter().enumerate().rev().find_map(|(i, m)| {
+        let text = m["content"].as_str()?;
+        (m["role"] == "user").then_some(())?;
+        suite.tasks.iter().find_map(|task| {
+            let turn = task.turns.iter().find(|t| says(&t.say, text))?;
+            Some((i, task, turn))
+        })
+    }) else {
+        return Reply::Text("I do not know this task.".into());
+    };
+    let after = &messages[at + 1..];
+    let results: Vec<Value> = after
+        .iter()
+        .filter(|m| m["role"] == "tool")
+        .map(|m| observation(m["content"].as_str().unwrap_or_default()))
+        .collect();
+    let site = messages[at]["content"]
+        .as_str()
+        .and_then(|t| t.find("http://127.0.0.1:").map(|i| &t[i..]))
+        .map(|t| t.split(['/', ' ']).take(3).collect::<Vec<_>>().join("/"))
+        .unwrap_or_default();
+    let quirk = quirks.map_or(Quirk::None, |q| q[&task.id]);
+    let said = |what: &str| {
+        after
+            .iter()
+            .any(|m| m["content"].as_str().unwrap_or_default().contains(what))
+    };
+    let errors = |what: &str| {
+        results
+            .iter()
+            .filter(|r| r["error"].as_str().unwrap_or_default().contains(what))
+            .count()
+    };
+    // The script's place: one step per result, but for what the quirks cost.
+    let mut k = results.len() - errors("nonexistent executor");
+    if quirk == Quirk::Loop && k > 0 {
+        if errors("not run again") == 0 {
+            k = 0;
+        } else {
+            k = 1;
+        }
+    }
+    // What the model writes from: the last answer of a tool, not the planner's notes.
+    let last = results
+        .iter()
+        .rev()
+        .find(|r| {
+            let error = r["error"].as_str().unwrap_or_default();
+            !error.contains("nonexistent executor") && !error.contains("not run again")
+        })
+        .cloned()
+        .unwrap_or(Value::Null);
+    let step = &turn.scripted[k.min(turn.scripted.len() - 1)];
+    if let Some(text) = step.get("answer").and_then(Value::as_str) {
+        let text = fill(text, &last, &site);
+        let Some(_) = quirks else {
+            return Reply::Text(text);
+        };
+        let text = match quirk {
+            Quirk::EmptyAnswer if !said("Your answer was empty") => String::new(),
+            Quirk::Placeholder if k > 0 && !said("{{step…}} references") => {
+                format!("Here it is: {{{{step{k}.content}}}}")
+            }
+            _ => text,
+        };
+        return Reply::Text(format!("<think>I have what I need.</think>\n{text}"));
+    }
+    let name = step["call"].as_str().unwrap_or_default().to_owned();
+    let mut args = fill_args(step.get("args").unwrap_or(&json!({})), &last, &site);
+    // A step refused for its name took a number: the model pipes from the one that ran.
+    let refused = errors("nonexistent executor");
+    if refused > 0 {
+        let renumbered = args
+            .to_string()
+            .replace("{{step1.", &format!("{{{{step{}.", 1 + refused));
+        args = serde_json::from_str(&renumbered).unwrap();
+    }
+    let Some(_) = quirks else {
+        return Reply::ToolCalls(vec![(name, args)]);
+    };
+    let name = if quirk == Quirk::NearName && errors("nonexistent executor") == 0 {
+        near(&name)
+    } else {
+        name
+    };
+    let call = json!({"name": name, "arguments": args});
+    let written = match quirk {
+        Quirk::PythonTag => format!(
+            "<|python_tag|>{}<|eom_id|>",
+            json!({"name": name, "parameters": args})
+        ),
+        Quirk::LoneJson => format!("```json\n{call}\n```"),
+        _ => format!("<tool_call>\n{call}\n</tool_call>"),
+    };
+    Reply::Text(format!(
+        "<think>The person asked: I should call {name}.</think>\n\n{written}"
+    ))
+}
+
+async fn scripted_model(quirky: bool) -> FakeLlm {
+    let suite = Suite::parse(suite::DEFAULT, "eval/suite.toml").unwrap();
+    let fake = FakeLlm::start().await;
+    fake.keep_requests(false);
+    let quirks = quirky.then(|| quirks(&suite));
+    fake.always(Reply::from_request(move |request| {
+        answer(&suite, quirks.as_ref(), request)
+    }));
+    fake
+}
+
+/// `metnos eval` against `fake`: (exit code, the JSON lines, stderr).
+async fn eval(fake: &FakeLlm, extra: &[&str]) -> (i32, Vec<Value>, String) {
+    let sandbox = Sandbox::new();
+    let mut args = vec![
+        "eval",
+        "--provider",
+        "ollama",
+        "--model",
+        "qwen3:8b",
+        "--base-url",
+        fake.url(),
+        "--turn-timeout",
+        "120",
+    ];
+    args.extend_from_slice(extra);
+    let (code, stdout, stderr) = sandbox.run(&args).await;
+    let lines = stdout
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("{e}: {l}")))
+        .collect();
+    (code, lines, stderr)
+}
+
+fn failures(lines: &[Value]) -> Vec<&Value> {
+    lines.iter().filter(|l| l["passed"] == false).collect()
+}
+
+#[tokio::test]
+async fn the_scripted_model_passes_every_task_of_the_default_suite() {
+    let fake = scripted_model(false).await;
+    let (code, lines, stderr) = eval(&fake, &[]).await;
+    assert!(
+        failures(&lines).is_empty(),
+        "{:#?}\n{stderr}",
+        failures(&lines)
+    );
+    assert_eq!(code, 0, "{stderr}");
+    let summary = &lines.last().unwrap()["summary"];
+    assert_eq!(summary["passed"], 20, "{stderr}");
+    assert_eq!(summary["failed"], 0);
+    assert!(
+        stderr.contains("20 passed, 0 failed; median turn "),
+        "{stderr}"
+    );
+    // What a task line says: the steps it took, its tokens, and no repairs to make.
+    let read = lines.iter().find(|l| l["task"] == "read-en").unwrap();
+    assert_eq!(read["steps"], 1);
+    assert!(read["prompt_tokens"].as_u64().unwrap() > 0);
+    assert_eq!(read["repairs"], json!([]));
+    let scratch = lines.iter().find(|l| l["task"] == "scratchpad-en").unwrap();
+    assert_eq!(scratch["steps"], 2);
+}
+
+#[tokio::test]
+async fn the_quirky_model_passes_every_task_through_the_repairs() {
+    let fake = scripted_model(true).await;
+    let (code, lines, stderr) = eval(&fake, &[]).await;
+    assert!(
+        failures(&lines).is_empty(),
+        "{:#?}\n{stderr}",
+        failures(&lines)
+    );
+    assert_eq!(code, 0, "{stderr}");
+    let repairs: std::collections::BTreeSet<&str> = lines
+        .iter()
+        .filter_map(|l| l["repairs"].as_array())
+        .flatten()
+        .filter_map(Value::as_str)
+        .collect();
+    for kind in [
+        "think",
+        "text_tool_call",
+        "unknown_tool",
+        "repeated_call",
+        "empty_answer",
+        "placeholder",
+    ] {
+        assert!(repairs.contains(kind), "no {kind} in {repairs:?}");
+    }
+}
+
+/// A model that answers every question with words only does what a broken one would:
+/// the tasks that need a tool fail, each named with why, and the exit is 1 below the bar.
+#[tokio::test]
+async fn a_model_that_never_calls_a_tool_fails_with_reasons() {
+    let fake = FakeLlm::start().await;
+    fake.always(Reply::Text("I cannot do that.".into()));
+    let (code, lines, stderr) = eval(&fake, &["--task", "read-en", "--task", "no-tool-en"]).await;
+    assert_eq!(code, 1, "{stderr}");
+    let read = lines.iter().find(|l| l["task"] == "read-en").unwrap();
+    assert_eq!(read["passed"], false);
+    assert_eq!(
+        read["why"],
+        json!(["fs_read was not called", "the answer lacks \"casa-metnos\""])
+    );
+    let honest = lines.iter().find(|l| l["task"] == "no-tool-en").unwrap();
+    assert_eq!(honest["passed"], true, "{honest}");
+    assert!(stderr.contains("1 passed, 1 failed"), "{stderr}");
+}
+
+#[tokio::test]
+async fn a_bad_suite_or_model_is_refused_before_anything_starts() {
+    let sandbox = Sandbox::new();
+    let suite = sandbox.dir.path().join("mine.toml");
+    std::fs::write(&suite, "[[task]]\nid = \"x\"\nlanguage = \"en\"\n").unwrap();
+    let (code, _, stderr) = sandbox
+        .run(&["eval", "--suite", suite.to_str().unwrap()])
+        .await;
+    assert_eq!(code, 2, "{stderr}");
+    assert!(
+        stderr.contains("mine.toml") && stderr.contains("turn"),
+        "{stderr}"
+    );
+    let (code, _, stderr) = sandbox
+        .run(&["eval", "--provider", "olama", "--model", "x"])
+        .await;
+    assert_eq!(code, 2, "{stderr}");
+    assert!(stderr.contains("--provider `olama`"), "{stderr}");
+    let (code, _, stderr) = sandbox.run(&["eval", "--task", "nope"]).await;
+    assert_eq!(code, 2, "{stderr}");
+    assert!(stderr.contains("no task `nope`"), "{stderr}");
+}
