@@ -12,7 +12,7 @@
 //! - [`ask_cli`]: `metnos ask …` and `metnos turns …`.
 //! - [`pair_cli`]: `metnos pair …`.
 //! - [`chat_cli`]: `metnos chat`; [`session_cli`]: the proposals a chat session opens with.
-//! - [`doctor`]: `metnos doctor`.
+//! - [`doctor`]: `metnos doctor`; [`prompt_size`]: its word on the planner's prompt.
 //! - [`eval`]: `metnos eval`, how well Metnos works with a model.
 //! - [`admin`]: what the admin commands share.
 //! - [`runfile`]: how every command finds the running stack.
@@ -34,6 +34,7 @@ pub mod memory_cli;
 pub mod pair_cli;
 pub mod pki_cli;
 pub mod policy_cli;
+pub mod prompt_size;
 pub mod replay_cli;
 pub mod runfile;
 pub mod schedules_cli;

@@ -280,3 +280,50 @@ async fn a_bad_config_and_an_open_data_directory_fail_with_their_fix() {
         "{failure}"
     );
 }
+
+/// Issue 42: the doctor says how big the planner's prompt is, against the context the fast
+/// tier's server gives its model; and a model that writes its tool call as text (a server
+/// that did not parse it) is a warning now, not a failure: Metnos takes such calls.
+#[tokio::test]
+async fn the_prompt_is_weighed_against_the_context_and_a_text_call_is_a_warning() {
+    let (sandbox, fake) = healthy().await;
+    fake.set_context(1_000_000);
+    let (_, checks) = doctor(&sandbox).await;
+    let prompt = checks.iter().find(|c| c["check"] == "prompt").unwrap();
+    assert_eq!(prompt["level"], "ok", "{prompt}");
+    let message = prompt["message"].as_str().unwrap();
+    assert!(
+        message.starts_with("the system prompt and the 16 tools a turn may be offered are about ")
+            && message.ends_with("% of the fast tier's context of 1000000 tokens"),
+        "{message}"
+    );
+    let total: u64 = message
+        .split("are about ")
+        .nth(1)
+        .and_then(|r| r.split(' ').next())
+        .and_then(|n| n.parse().ok())
+        .unwrap();
+    // Too small a context for it: a warning with what to do.
+    fake.set_context(total);
+    let (code, checks) = doctor(&sandbox).await;
+    assert_eq!(code, 0, "{checks:#?}");
+    let prompt = checks.iter().find(|c| c["check"] == "prompt").unwrap();
+    assert_eq!(prompt["level"], "warn", "{prompt}");
+    assert!(
+        prompt["message"].as_str().unwrap().contains("100% of the fast tier's context"),
+        "{prompt}"
+    );
+    assert!(prompt["fix"].as_str().unwrap().contains("num_ctx"), "{prompt}");
+
+    fake.always(Reply::Text(
+        "<tool_call>\n{\"name\": \"ping\", \"arguments\": {}}\n</tool_call>".into(),
+    ));
+    let (code, checks) = doctor(&sandbox).await;
+    assert_eq!(code, 0, "{checks:#?}");
+    let llm = checks.iter().find(|c| c["check"] == "llm:fast").unwrap();
+    assert_eq!(llm["level"], "warn", "{llm}");
+    assert!(
+        llm["message"].as_str().unwrap().contains("wrote its tool call as text"),
+        "{llm}"
+    );
+}

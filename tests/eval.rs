@@ -290,6 +290,8 @@ async fn the_scripted_model_passes_every_task_of_the_default_suite() {
     assert_eq!(read["repairs"], json!([]));
     let scratch = lines.iter().find(|l| l["task"] == "scratchpad-en").unwrap();
     assert_eq!(scratch["steps"], 2);
+    // The table, for the run's log (BENCHMARKS.md: the eval's own time per task).
+    eprintln!("{stderr}");
 }
 
 #[tokio::test]
@@ -360,4 +362,37 @@ async fn a_bad_suite_or_model_is_refused_before_anything_starts() {
     let (code, _, stderr) = sandbox.run(&["eval", "--task", "nope"]).await;
     assert_eq!(code, 2, "{stderr}");
     assert!(stderr.contains("no task `nope`"), "{stderr}");
+}
+
+/// Opt-in: `metnos eval` against the real server `METNOS_LLM_SMOKE_URL` names (with
+/// `METNOS_LLM_SMOKE_PROVIDER`, ollama or openai, and `METNOS_LLM_SMOKE_MODEL`): every task
+/// is run and reported. How many pass is the model's measure, not this test's.
+#[tokio::test]
+#[ignore = "opt-in: needs a real LLM server named by METNOS_LLM_SMOKE_URL"]
+async fn smoke_metnos_eval_runs_against_a_real_server() {
+    let url = std::env::var("METNOS_LLM_SMOKE_URL")
+        .expect("set METNOS_LLM_SMOKE_URL to a running OpenAI-compatible or Ollama server");
+    let provider =
+        std::env::var("METNOS_LLM_SMOKE_PROVIDER").unwrap_or_else(|_| "openai".to_owned());
+    let model = std::env::var("METNOS_LLM_SMOKE_MODEL").unwrap_or_else(|_| "default".to_owned());
+    let sandbox = Sandbox::new();
+    let (code, stdout, stderr) = sandbox
+        .run(&[
+            "eval",
+            "--provider",
+            &provider,
+            "--model",
+            &model,
+            "--base-url",
+            &url,
+        ])
+        .await;
+    eprintln!("{stderr}");
+    assert!(code == 0 || code == 1, "{stderr}");
+    let lines: Vec<Value> = stdout
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    assert_eq!(lines.iter().filter(|l| l.get("task").is_some()).count(), 20);
+    assert!(lines.last().unwrap()["summary"]["passed"].is_u64());
 }

@@ -79,6 +79,8 @@ struct State {
     /// What the model listings answer, and with which status.
     models: Vec<String>,
     models_status: u16,
+    /// What Ollama's `/api/show` and llama.cpp's `/props` say of the context (none: 404).
+    context: Option<u64>,
 }
 
 /// The models a fake lists unless told otherwise: the seeds' default and the tests' own.
@@ -93,6 +95,7 @@ impl Default for State {
             keep_requests: true,
             models: FAKE_MODELS.map(str::to_owned).to_vec(),
             models_status: 200,
+            context: None,
         }
     }
 }
@@ -163,6 +166,11 @@ impl FakeLlm {
         self.lock().models_status = status;
     }
 
+    /// The context length `/api/show` and `/props` answer from now on.
+    pub fn set_context(&self, tokens: u64) {
+        self.lock().context = Some(tokens);
+    }
+
     /// Every request received so far, in order.
     pub fn received(&self) -> Vec<Received> {
         self.lock().received.clone()
@@ -217,6 +225,22 @@ async fn handle(
         && (path == "/api/tags" || path == "/v1/models" || path.starts_with("/v1/models/"))
     {
         return Ok(listing(&state, &path));
+    }
+    if path == "/api/show" || path == "/props" {
+        let context = state.lock().unwrap_or_else(|e| e.into_inner()).context;
+        return Ok(match context {
+            Some(n) if path == "/props" => respond(
+                StatusCode::OK,
+                json!({"default_generation_settings": {"n_ctx": n}}).to_string(),
+                None,
+            ),
+            Some(n) => respond(
+                StatusCode::OK,
+                json!({"parameters": format!("num_ctx {n}"), "model_info": {"qwen3.context_length": 40960}}).to_string(),
+                None,
+            ),
+            None => respond(StatusCode::NOT_FOUND, "{\"error\":\"not found\"}".into(), None),
+        });
     }
     let headers = request.headers().clone();
     let bytes = match request.into_body().collect().await {

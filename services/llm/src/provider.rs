@@ -73,6 +73,32 @@ fn home_host(host: &url::Host<&str>) -> bool {
     }
 }
 
+/// The context length in an Ollama `/api/show` or a llama.cpp `/props` answer.
+fn context_of(value: &Value) -> Option<u64> {
+    let num_ctx = value
+        .get("parameters")
+        .and_then(Value::as_str)
+        .and_then(|p| {
+            p.lines().find_map(|line| {
+                let mut words = line.split_whitespace();
+                (words.next() == Some("num_ctx")).then(|| words.next()?.parse().ok())?
+            })
+        });
+    let trained = value
+        .get("model_info")
+        .and_then(Value::as_object)
+        .and_then(|info| {
+            info.iter()
+                .find(|(k, _)| k.ends_with(".context_length"))
+                .and_then(|(_, v)| v.as_u64())
+        });
+    let llama_cpp = value
+        .pointer("/default_generation_settings/n_ctx")
+        .or_else(|| value.get("n_ctx"))
+        .and_then(Value::as_u64);
+    num_ctx.or(llama_cpp).or(trained)
+}
+
 /// An API key: never printed.
 #[derive(Clone)]
 struct Secret(String);
@@ -445,6 +471,32 @@ impl Provider {
             .collect())
     }
 
+    /// The context the server gives this model, in tokens, when it says: Ollama's
+    /// `/api/show` (the model's `num_ctx` parameter, else its `…context_length`), llama.cpp's
+    /// `/props` (`n_ctx`). `None`: the server does not say (or is not asked: Anthropic). One
+    /// attempt within `timeout`.
+    pub async fn context_length(&self, timeout: Duration) -> Option<u64> {
+        let request = match self.kind {
+            LlmProvider::Ollama => self
+                .http
+                .post(format!("{}/api/show", self.base_url))
+                .json(&serde_json::json!({"model": self.model})),
+            LlmProvider::Openai => self.http.get(format!("{}/props", self.base_url)),
+            LlmProvider::Anthropic => return None,
+        };
+        let response = self
+            .authorized(request.timeout(timeout))
+            .send()
+            .await
+            .ok()?;
+        if !response.status().is_success() {
+            return None;
+        }
+        let bytes = read_capped(response, 4 << 20).await.ok()?.ok()?;
+        let value: Value = serde_json::from_slice(&bytes).ok()?;
+        context_of(&value)
+    }
+
     /// Whether `listed` (a name from [`Provider::list_models`]) is this provider's model:
     /// the same name, or for Ollama the name with its implicit `:latest` tag.
     pub fn is_model(&self, listed: &str) -> bool {
@@ -492,5 +544,22 @@ impl Provider {
             url: url.to_owned(),
             cause: cause.to_lowercase(),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    #[test]
+    fn the_context_is_read_from_ollama_and_llama_cpp_answers() {
+        let ollama = json!({"parameters": "stop \"<|im_end|>\"\nnum_ctx 8192",
+            "model_info": {"qwen3.context_length": 40960}});
+        assert_eq!(super::context_of(&ollama), Some(8192));
+        let trained = json!({"model_info": {"llama.context_length": 131072}});
+        assert_eq!(super::context_of(&trained), Some(131072));
+        let llama_cpp = json!({"default_generation_settings": {"n_ctx": 4096}});
+        assert_eq!(super::context_of(&llama_cpp), Some(4096));
+        assert_eq!(super::context_of(&json!({"x": 1})), None);
     }
 }
