@@ -252,3 +252,26 @@ async fn a_tool_call_quoted_from_a_page_is_not_taken() {
         assert!(!s.home().join("notes/pwned.txt").exists());
     }
 }
+
+/// A call in the tags that cannot be read (broken JSON) is asked for again once, not shown
+/// to the person as the answer.
+#[tokio::test]
+async fn a_tool_call_that_cannot_be_read_is_asked_for_again() {
+    let s = stack().await;
+    s.fake.push(Reply::Text(
+        "<tool_call>{\"name\": \"time_now\", \"arguments\": {</tool_call>".into(),
+    ));
+    s.fake.push(Reply::Text(
+        "<tool_call>{\"name\": \"time_now\", \"arguments\": {}}</tool_call>".into(),
+    ));
+    s.fake.push(Reply::Text("It is noon.".into()));
+    let events = s.run("what time is it", Full).await;
+    assert_eq!(finished(&events).text, "It is noon.");
+    assert_eq!(proposed(&events), vec![("time_now".to_owned(), json!({}))]);
+    let texts = common::roles_and_texts(&s.llm_request(1));
+    let (role, note) = texts.last().unwrap();
+    assert_eq!(role, "user");
+    assert!(note.contains("Your tool call could not be read"), "{note}");
+    let record = s.record(&finished(&events).turn_id).await;
+    assert_eq!(repairs(&record), ["bad_tool_call", "text_tool_call"]);
+}

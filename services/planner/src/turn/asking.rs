@@ -281,8 +281,8 @@ fn queue(cp: &mut Checkpoint, text: String, mut calls: Vec<Call>, tools: &[ToolD
 
 /// A text answer taken in: its thinking taken out; tool calls written in it queued (when
 /// the tool was offered, the JSON parses, and the call is not copied from the world's
-/// data); an empty answer or one holding `{{step…}}` asked again once. `None`: the loop
-/// goes on; else the turn's answer.
+/// data); an empty answer, one holding `{{step…}}`, or one holding a call that cannot be
+/// read asked again once each. `None`: the loop goes on; else the turn's answer.
 fn take_text(cp: &mut Checkpoint, text: String, tools: &[ToolDef]) -> Option<Finish> {
     let text = match repair::strip_think(&text) {
         Some(stripped) => {
@@ -292,50 +292,36 @@ fn take_text(cp: &mut Checkpoint, text: String, tools: &[ToolDef]) -> Option<Fin
         None => text,
     };
     let offered: Vec<&str> = tools.iter().map(|t| t.name.as_str()).collect();
+    let mut quoted = false;
     if let Some(found) = repair::calls_in_text(&text, &offered) {
-        cp.index.catch_up(&cp.fence_nonce, &cp.history);
-        let step = cp.history.len();
-        let own: Vec<Call> = found
-            .calls
-            .into_iter()
-            .filter(|call| {
-                // A call whose opening a page (a file, a command's output) holds is the
-                // model repeating the world, not asking.
-                let mut copied = std::collections::BTreeSet::new();
-                cp.index.copied(&call.head, &cp.query, &mut copied);
-                if !copied.is_empty() {
-                    tracing::info!(turn_id = %cp.turn_id, "a tool call written in the answer copies the world's data: not taken");
-                }
-                copied.is_empty()
-            })
-            .enumerate()
-            .map(|(i, call)| Call {
-                id: format!("text_{step}_{i}"),
-                name: call.name,
-                arguments: call.arguments,
-            })
-            .collect();
+        let own = own_calls(cp, found.calls);
         if !own.is_empty() {
             cp.repaired(Repair::TextToolCall);
             queue(cp, found.rest, own, tools);
             return None;
         }
+        quoted = true;
     }
-    if text.trim().is_empty() && !cp.has_repaired(Repair::EmptyAnswer) {
-        cp.repaired(Repair::EmptyAnswer);
+    let again = if text.trim().is_empty() {
+        Some((Repair::EmptyAnswer, repair::EMPTY_NOTE))
+    } else if repair::has_placeholder(&text) {
+        Some((Repair::Placeholder, repair::PLACEHOLDER_NOTE))
+    } else if !quoted && !offered.is_empty() && repair::has_call_markup(&text) {
+        Some((Repair::BadToolCall, repair::BAD_CALL_NOTE))
+    } else {
+        None
+    };
+    if let Some((kind, note)) = again.filter(|(kind, _)| !cp.has_repaired(*kind)) {
+        cp.repaired(kind);
+        // An empty answer is not kept: some APIs refuse an empty message.
+        if !text.trim().is_empty() {
+            cp.history.push(Hist::Assistant {
+                text,
+                calls: Vec::new(),
+            });
+        }
         cp.history.push(Hist::User {
-            text: repair::EMPTY_NOTE.to_owned(),
-        });
-        return None;
-    }
-    if repair::has_placeholder(&text) && !cp.has_repaired(Repair::Placeholder) {
-        cp.repaired(Repair::Placeholder);
-        cp.history.push(Hist::Assistant {
-            text,
-            calls: Vec::new(),
-        });
-        cp.history.push(Hist::User {
-            text: repair::PLACEHOLDER_NOTE.to_owned(),
+            text: note.to_owned(),
         });
         return None;
     }
@@ -343,6 +329,30 @@ fn take_text(cp: &mut Checkpoint, text: String, tools: &[ToolDef]) -> Option<Fin
         return Some(crate::turn::endings::Ending::NoAnswer.finish(cp.language));
     }
     Some(finish(FinalKind::Answer, text))
+}
+
+/// The calls written in an answer that are the model's own: not one whose opening the
+/// world's data holds (a page, a file, a command's output: the model repeating it).
+fn own_calls(cp: &mut Checkpoint, calls: Vec<repair::TextCall>) -> Vec<Call> {
+    cp.index.catch_up(&cp.fence_nonce, &cp.history);
+    let step = cp.history.len();
+    calls
+        .into_iter()
+        .filter(|call| {
+            let mut copied = std::collections::BTreeSet::new();
+            cp.index.copied(&call.head, &cp.query, &mut copied);
+            if !copied.is_empty() {
+                tracing::info!(turn_id = %cp.turn_id, "a tool call written in the answer copies the world's data: not taken");
+            }
+            copied.is_empty()
+        })
+        .enumerate()
+        .map(|(i, call)| Call {
+            id: format!("text_{step}_{i}"),
+            name: call.name,
+            arguments: call.arguments,
+        })
+        .collect()
 }
 
 fn to_messages(history: &[Hist]) -> Vec<Message> {

@@ -28,6 +28,9 @@ pub enum Repair {
     EmptyAnswer,
     /// An answer holding a `{{step…}}` reference: asked to write it again.
     Placeholder,
+    /// A tool call written in the text that cannot be read (broken JSON, no tool of that
+    /// name): asked to write it again.
+    BadToolCall,
 }
 
 impl Repair {
@@ -40,6 +43,7 @@ impl Repair {
             Repair::RepeatedCall => "repeated_call",
             Repair::EmptyAnswer => "empty_answer",
             Repair::Placeholder => "placeholder",
+            Repair::BadToolCall => "bad_tool_call",
         }
     }
 }
@@ -52,6 +56,25 @@ plain text, or call one of the tools.";
 pub const PLACEHOLDER_NOTE: &str = "(Metnos) Your answer contains {{step…}} references, which \
 the person cannot read. Write the answer again with the actual values in place of every \
 {{…}} reference.";
+
+/// What the model is told after a tool call written in its text that cannot be read.
+pub const BAD_CALL_NOTE: &str = "(Metnos) Your tool call could not be read. Call a tool with \
+its exact name and a valid JSON object of arguments, e.g. <tool_call>{\"name\": \"fs_read\", \
+\"arguments\": {\"path\": \"~/notes.txt\"}}</tool_call>, or answer in plain text.";
+
+/// Whether `text`, outside any fence of world data, holds the markup of a tool call
+/// (`<tool_call>`, `<|python_tag|>`).
+pub fn has_call_markup(text: &str) -> bool {
+    let outside = FENCED.replace_all(text, " ");
+    let lower = outside.to_lowercase();
+    lower.contains("<tool_call>") || lower.contains("<|python_tag|>")
+}
+
+/// A fence of world data in a model's text, closed or to the end.
+static FENCED: LazyLock<Regex> = LazyLock::new(|| {
+    Regex::new(r"(?is)<<\s*untrusted-data.*?(?:<<\s*end-untrusted-data[^>]*>>|\z)")
+        .expect("a valid pattern")
+});
 
 /// `text` without its thinking: every `<think>…</think>` block, whatever precedes a lone
 /// `</think>` (a template that opened the block in the prompt), and an unclosed `<think>`
@@ -107,10 +130,6 @@ pub struct Found {
 /// (`<<untrusted-data …>>` to its end) is the model quoting the world: never searched.
 /// Nothing found: `None`.
 pub fn calls_in_text(text: &str, offered: &[&str]) -> Option<Found> {
-    static FENCED: LazyLock<Regex> = LazyLock::new(|| {
-        Regex::new(r"(?is)<<\s*untrusted-data.*?(?:<<\s*end-untrusted-data[^>]*>>|\z)")
-            .expect("a valid pattern")
-    });
     let outside = FENCED.replace_all(text, " ");
     let found = tagged(&outside, offered).or_else(|| lone_json(&outside, offered))?;
     (!found.calls.is_empty()).then_some(found)
@@ -468,6 +487,16 @@ mod tests {
         assert_eq!(closest("get_time", &offered)[0], "time_now");
         assert_eq!(closest("fetch_url", &offered)[0], "web_fetch");
         assert!(closest("zzzz", &offered).is_empty());
+    }
+
+    #[test]
+    fn call_markup_is_seen_outside_fences_only() {
+        assert!(has_call_markup("<tool_call>{\"name\": broken</tool_call>"));
+        assert!(has_call_markup("<|python_tag|>{"));
+        assert!(!has_call_markup(
+            "<<untrusted-data k1 step=1>>\n<tool_call>x</tool_call>\n<<end-untrusted-data k1>>"
+        ));
+        assert!(!has_call_markup("plain words"));
     }
 
     #[test]
