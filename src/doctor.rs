@@ -57,11 +57,19 @@ impl Check {
         Check::new(name, Level::Ok, message)
     }
 
-    pub(crate) fn warn(name: impl Into<String>, message: impl Into<String>, fix: impl Into<String>) -> Check {
+    pub(crate) fn warn(
+        name: impl Into<String>,
+        message: impl Into<String>,
+        fix: impl Into<String>,
+    ) -> Check {
         Check::new(name, Level::Warn, message).with_fix(fix)
     }
 
-    pub(crate) fn fail(name: impl Into<String>, message: impl Into<String>, fix: impl Into<String>) -> Check {
+    pub(crate) fn fail(
+        name: impl Into<String>,
+        message: impl Into<String>,
+        fix: impl Into<String>,
+    ) -> Check {
         Check::new(name, Level::Fail, message).with_fix(fix)
     }
 
@@ -217,7 +225,9 @@ async fn tool_call(
             {
                 Check::warn(
                     name,
-                    format!("{at} wrote its tool call as text: Metnos takes it, the server did not parse it"),
+                    format!(
+                        "{at} wrote its tool call as text: Metnos takes it, the server did not parse it"
+                    ),
                     "let the server parse tool calls (llama-server --jinja; a recent Ollama and the model's own template); `metnos eval` measures the difference",
                 )
             }

@@ -22,8 +22,7 @@ fn tokens(chars: usize) -> u64 {
 
 /// The check: "prompt", ok or warn.
 pub async fn check(config: &Config, catalog: Option<&Catalog>) -> Check {
-    let system =
-        metnos_planner::turn::asking::system_prompt(Some(metnos_core::Language::English));
+    let system = metnos_planner::turn::asking::system_prompt(Some(metnos_core::Language::English));
     let mut tools: Vec<ToolDef> = catalog
         .map(|c| {
             c.executors()

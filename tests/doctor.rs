@@ -310,10 +310,16 @@ async fn the_prompt_is_weighed_against_the_context_and_a_text_call_is_a_warning(
     let prompt = checks.iter().find(|c| c["check"] == "prompt").unwrap();
     assert_eq!(prompt["level"], "warn", "{prompt}");
     assert!(
-        prompt["message"].as_str().unwrap().contains("100% of the fast tier's context"),
+        prompt["message"]
+            .as_str()
+            .unwrap()
+            .contains("100% of the fast tier's context"),
         "{prompt}"
     );
-    assert!(prompt["fix"].as_str().unwrap().contains("num_ctx"), "{prompt}");
+    assert!(
+        prompt["fix"].as_str().unwrap().contains("num_ctx"),
+        "{prompt}"
+    );
 
     fake.always(Reply::Text(
         "<tool_call>\n{\"name\": \"ping\", \"arguments\": {}}\n</tool_call>".into(),
@@ -323,7 +329,10 @@ async fn the_prompt_is_weighed_against_the_context_and_a_text_call_is_a_warning(
     let llm = checks.iter().find(|c| c["check"] == "llm:fast").unwrap();
     assert_eq!(llm["level"], "warn", "{llm}");
     assert!(
-        llm["message"].as_str().unwrap().contains("wrote its tool call as text"),
+        llm["message"]
+            .as_str()
+            .unwrap()
+            .contains("wrote its tool call as text"),
         "{llm}"
     );
 }

@@ -333,12 +333,19 @@ async fn the_caps_and_the_duplicate_read_guard_end_loops() {
     );
     assert_eq!(kind(&events), pb::FinalKind::Answer);
 
-    // A model that keeps asking the clock: cap_same_executor (2).
+    // A model that keeps asking the clock: the third same call is answered with a note
+    // (issue 42), once; asked again, cap_same_executor (2) ends the turn.
     s.fake
         .always(tool_calls(&[("time_now", json!({"timezone": "UTC"}))]));
     let events = s.run("what time is it", Full).await;
     assert_eq!(kind(&events), pb::FinalKind::CapSameExecutor, "{events:#?}");
-    assert_eq!(observations(&events).len(), 2);
+    let obs = observations(&events);
+    assert_eq!(obs.len(), 3);
+    assert!(obs[0].ok && obs[1].ok && !obs[2].ok, "{obs:?}");
+    assert!(
+        obs[2].summary.contains("three times in this turn"),
+        "{obs:?}"
+    );
 }
 
 #[tokio::test]

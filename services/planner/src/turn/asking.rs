@@ -19,12 +19,11 @@ use crate::turn::{Call, Checkpoint, FinalKind, Finish, Hist, Mode, finish};
 
 const SYSTEM_PROMPT: &str = "You are Metnos, a personal agent acting for one person. \
 Use the tools to do what they ask, one step at a time; when you have what you need, answer in plain \
-text without calling any tool. To pass a previous step's result to a tool, set an argument's whole \
-value to {{stepN.field}}, for example {{step1.content}} or {{step2.metadata.path}}; it works only as \
-an argument's entire value. In your final answer write the actual values, never {{...}} references. \
-Observations are JSON with their step number; a large one is stored in the scratchpad and shown as a \
-summary with a scratchpad_id: call scratchpad_read with that id to read more of it. If a tool call \
-is refused, do not insist: explain or try another way.";
+text without calling any tool. To pass a step's result to a tool, make an argument's whole value \
+{{stepN.field}}, e.g. {{step1.content}}; in your final answer write the actual values, never {{…}}. \
+Observations are JSON with their step number; a large one is summarised with a scratchpad_id: \
+call scratchpad_read with it to read more. If a call is refused, do not insist: explain or try \
+another way.";
 
 /// One turn's question to the LLM: the conversation so far, the tools it is offered, its
 /// answer taken in, on a tier policy allows.
@@ -261,9 +260,17 @@ pub fn system_prompt(language: Option<metnos_core::Language>) -> String {
 /// model's (with any `text` it wrote beside them).
 fn queue(cp: &mut Checkpoint, text: String, mut calls: Vec<Call>, tools: &[ToolDef]) {
     let mut coerced = false;
+    cp.index.catch_up(&cp.fence_nonce, &cp.history);
+    let person = if cp.forwarded { "" } else { cp.query.as_str() };
+    let index = &cp.index;
+    let copied = |text: &str| {
+        let mut found = std::collections::BTreeSet::new();
+        index.copied(text, person, &mut found);
+        !found.is_empty()
+    };
     for call in &mut calls {
         if let Some(tool) = tools.iter().find(|t| t.name == call.name) {
-            coerced |= repair::coerce(&mut call.arguments, &tool.parameters);
+            coerced |= repair::coerce(&mut call.arguments, &tool.parameters, &copied);
         }
     }
     if coerced {
@@ -331,6 +338,13 @@ fn take_text(cp: &mut Checkpoint, text: String, tools: &[ToolDef]) -> Option<Fin
     Some(finish(FinalKind::Answer, text))
 }
 
+/// The shortest head of a call that a forwarded message holding it counts as copied.
+const COPIED_HEAD: usize = crate::turn::taint::COPIED_RUN;
+
+/// The id a call taken from the model's text has: `text_<history>_<n>` (the vetting asks
+/// the person about such a call once the turn has read the world's data).
+pub(crate) const TEXT_CALL: &str = "text_";
+
 /// The calls written in an answer that are the model's own: not one whose opening the
 /// world's data holds (a page, a file, a command's output: the model repeating it).
 fn own_calls(cp: &mut Checkpoint, calls: Vec<repair::TextCall>) -> Vec<Call> {
@@ -339,8 +353,15 @@ fn own_calls(cp: &mut Checkpoint, calls: Vec<repair::TextCall>) -> Vec<Call> {
     calls
         .into_iter()
         .filter(|call| {
+            // A forwarded message's words are the world's too.
+            let person = if cp.forwarded { "" } else { cp.query.as_str() };
             let mut copied = std::collections::BTreeSet::new();
-            cp.index.copied(&call.head, &cp.query, &mut copied);
+            for head in &call.heads {
+                cp.index.copied(head, person, &mut copied);
+                if cp.forwarded && head.len() >= COPIED_HEAD && cp.query.contains(head.as_str()) {
+                    copied.insert(0);
+                }
+            }
             if !copied.is_empty() {
                 tracing::info!(turn_id = %cp.turn_id, "a tool call written in the answer copies the world's data: not taken");
             }
@@ -348,7 +369,7 @@ fn own_calls(cp: &mut Checkpoint, calls: Vec<repair::TextCall>) -> Vec<Call> {
         })
         .enumerate()
         .map(|(i, call)| Call {
-            id: format!("text_{step}_{i}"),
+            id: format!("{TEXT_CALL}{step}_{i}"),
             name: call.name,
             arguments: call.arguments,
         })

@@ -142,8 +142,10 @@ fn schema_keys(catalog: &Catalog, name: &str) -> Vec<String> {
 }
 
 /// Whether the model asked for `call` (the same tool, the same arguments) three times or
-/// more in this turn, this one included.
+/// more in this turn, up to this one (calls it asked for after, in the same answer, are
+/// not counted against it).
 fn asked_thrice(cp: &Checkpoint, call: &Call) -> bool {
+    let same = |c: &&Call| c.name == call.name && c.arguments == call.arguments;
     let asked = cp
         .history
         .iter()
@@ -152,9 +154,11 @@ fn asked_thrice(cp: &Checkpoint, call: &Call) -> bool {
             _ => None,
         })
         .flatten()
-        .filter(|c| c.name == call.name && c.arguments == call.arguments)
+        .filter(same)
         .count();
-    asked >= 3
+    // This one is out of the queue; the same calls still in it come after it.
+    let after = cp.queued.iter().filter(same).count();
+    asked.saturating_sub(after) >= 3
 }
 
 /// Records a refused call as its step's observation; the turn goes on unless the refusal
@@ -670,6 +674,27 @@ impl Planner {
         stages.records.close(cp, sink, outcome).await;
     }
 
+    /// What the model is told of `call` asked for a third time with the same arguments
+    /// (issue 42); `None`: it goes on. The note comes once: a model that asks again meets
+    /// the seed's cap on one executor (in the vetting), which ends the turn.
+    fn repeated(&self, cp: &Checkpoint, call: &Call) -> Option<String> {
+        let capped = self.catalog.get(&call.name).is_some()
+            && rules::over_cap_same_executor(
+                &call.name,
+                cp.executor_calls.get(&call.name).copied().unwrap_or(0),
+                self.config.cap_same_executor.get(),
+                cp.language,
+            )
+            .is_some();
+        let noted = capped && cp.has_repaired(Repair::RepeatedCall);
+        (!noted && asked_thrice(cp, call)).then(|| {
+            format!(
+                "you called {} with these same arguments three times in this turn: it is not run again; answer with what you have, or try another way",
+                call.name.chars().take(64).collect::<String>()
+            )
+        })
+    }
+
     /// One proposed call through the filter pipeline; runs it, suspends for a person, or
     /// records why not — here, and only here.
     async fn step(
@@ -701,13 +726,9 @@ impl Planner {
         } = self.stages();
         // What the LLM was shown so far, indexed for copies (rebuilt after a resume).
         cp.index.catch_up(&cp.fence_nonce, &cp.history);
-        if asked_thrice(cp, &call) {
+        if let Some(why) = self.repeated(cp, &call) {
             cp.repaired(Repair::RepeatedCall);
             log.validation = crate::turn::Validation::Repeated;
-            let why = format!(
-                "you called {} with these same arguments three times in this turn: it is not run again; answer with what you have, or try another way",
-                call.name.chars().take(64).collect::<String>()
-            );
             execution
                 .observe(cp, sink, &call, log, refusal(why), Vec::new(), started)
                 .await;

@@ -48,6 +48,12 @@ impl Repair {
     }
 }
 
+/// How much of a call's text is checked for a copy of the world's data.
+const HEAD: usize = 64;
+
+/// The longest tool name compared for closeness.
+pub const MAX_NAME: usize = 64;
+
 /// What the model is told after an empty answer.
 pub const EMPTY_NOTE: &str = "(Metnos) Your answer was empty. Answer the person's request in \
 plain text, or call one of the tools.";
@@ -58,9 +64,9 @@ the person cannot read. Write the answer again with the actual values in place o
 {{…}} reference.";
 
 /// What the model is told after a tool call written in its text that cannot be read.
-pub const BAD_CALL_NOTE: &str = "(Metnos) Your tool call could not be read. Call a tool with \
-its exact name and a valid JSON object of arguments, e.g. <tool_call>{\"name\": \"fs_read\", \
-\"arguments\": {\"path\": \"~/notes.txt\"}}</tool_call>, or answer in plain text.";
+pub const BAD_CALL_NOTE: &str = "(Metnos) Your tool call could not be read. Call an offered \
+tool by its exact name with a valid JSON object of arguments, as \
+<tool_call>{\"name\": \"<tool>\", \"arguments\": {…}}</tool_call>, or answer in plain text.";
 
 /// Whether `text`, outside any fence of world data, holds the markup of a tool call
 /// (`<tool_call>`, `<|python_tag|>`).
@@ -76,25 +82,28 @@ static FENCED: LazyLock<Regex> = LazyLock::new(|| {
         .expect("a valid pattern")
 });
 
-/// `text` without its thinking: every `<think>…</think>` block, whatever precedes a lone
-/// `</think>` (a template that opened the block in the prompt), and an unclosed `<think>`
-/// to the end. `None`: there was none.
+/// `text` without its thinking, which a model writes first: the `<think>…</think>` blocks
+/// it opens with, whatever precedes the first `</think>` when no block was opened (a
+/// template that opened it in the prompt), and a `<think>` it opens with and never closes
+/// (cut off while thinking). Tags further on are the answer's own words (the world's are
+/// disarmed in its fence): never a way to hide the answer's end. `None`: there was none.
 pub fn strip_think(text: &str) -> Option<String> {
-    static BLOCK: LazyLock<Regex> = LazyLock::new(|| {
-        Regex::new(r"(?is)<think(?:ing)?>.*?</think(?:ing)?>").expect("a valid pattern")
+    static LEADING: LazyLock<Regex> = LazyLock::new(|| {
+        Regex::new(r"(?is)\A(?:\s*<think(?:ing)?>.*?</think(?:ing)?>)+").expect("a valid pattern")
     });
     static CLOSE: LazyLock<Regex> =
         LazyLock::new(|| Regex::new(r"(?i)</think(?:ing)?>").expect("a valid pattern"));
     static OPEN: LazyLock<Regex> =
-        LazyLock::new(|| Regex::new(r"(?i)<think(?:ing)?>").expect("a valid pattern"));
-    let mut out = BLOCK.replace_all(text, "").into_owned();
-    if let Some(last) = CLOSE.find_iter(&out).last() {
-        out = out[last.end()..].to_owned();
+        LazyLock::new(|| Regex::new(r"(?i)\A\s*<think(?:ing)?>").expect("a valid pattern"));
+    if let Some(block) = LEADING.find(text) {
+        return Some(text[block.end()..].trim().to_owned());
     }
-    if let Some(open) = OPEN.find(&out) {
-        out.truncate(open.start());
+    if OPEN.is_match(text) {
+        return Some(String::new());
     }
-    (out.len() != text.len()).then(|| out.trim().to_owned())
+    CLOSE
+        .find(text)
+        .map(|close| text[close.end()..].trim().to_owned())
 }
 
 /// Whether an answer still holds a `{{stepN…}}` reference.
@@ -109,9 +118,11 @@ pub fn has_placeholder(text: &str) -> bool {
 pub struct TextCall {
     pub name: String,
     pub arguments: Value,
-    /// Where the call's text begins: the opening of the block, the name and the first
-    /// argument (what a page that carried the call would hold too).
-    pub head: String,
+    /// How the call's own JSON text begins, as written and as compact JSON (the name, the
+    /// first arguments): what a page that carried the call would hold too, checked for a
+    /// copy of the world's data. (Its later arguments may copy the world: what a call
+    /// carries is checked like any call's.)
+    pub heads: [String; 2],
 }
 
 /// What a model's text held: its calls, and the text left around them.
@@ -153,9 +164,9 @@ fn tagged(text: &str, offered: &[&str]) -> Option<Found> {
             let whole = block.get(0).map_or("", |m| m.as_str());
             let body = block.get(1).map_or("", |m| m.as_str());
             // Llama may write several calls after one tag, separated by `;`.
-            for value in json_values(strip_code_fence(body)) {
+            for (value, raw) in json_values(strip_code_fence(body)) {
                 let near = |name: &str| !closest(name, offered).is_empty();
-                if let Some(call) = call_of(&value, whole, offered, &near) {
+                if let Some(call) = call_of(&value, raw, offered, &near) {
                     calls.push(call);
                 }
             }
@@ -179,9 +190,10 @@ fn lone_json(text: &str, offered: &[&str]) -> Option<Found> {
         Value::Array(items) => items,
         one => vec![one],
     };
+    // Each item's own text, as compact JSON (the array's text is one).
     let calls: Option<Vec<TextCall>> = items
         .iter()
-        .map(|item| call_of(item, body, offered, &|_| false))
+        .map(|item| call_of(item, &item.to_string(), offered, &|_| false))
         .collect();
     Some(Found {
         calls: calls?,
@@ -190,15 +202,15 @@ fn lone_json(text: &str, offered: &[&str]) -> Option<Found> {
 }
 
 /// The JSON values one after another in `text` (separated by blanks, `;` or `,`), as many
-/// as parse from its start.
-fn json_values(text: &str) -> Vec<Value> {
+/// as parse from its start, each with its own text.
+fn json_values(text: &str) -> Vec<(Value, &str)> {
     let mut out = Vec::new();
     let mut rest = text.trim();
     while !rest.is_empty() {
         let mut values = serde_json::Deserializer::from_str(rest).into_iter::<Value>();
         match values.next() {
             Some(Ok(value)) => {
-                out.push(value);
+                out.push((value, rest[..values.byte_offset()].trim()));
                 rest = rest[values.byte_offset()..]
                     .trim_start_matches(|c: char| c.is_whitespace() || c == ';' || c == ',');
             }
@@ -246,10 +258,17 @@ fn call_of(
     if !arguments.is_object() {
         return None;
     }
+    let compact = format!(
+        "{{\"name\":{},\"arguments\":{arguments}}}",
+        Value::from(name)
+    );
     Some(TextCall {
         name: name.to_owned(),
         arguments,
-        head: raw.chars().take(64).collect(),
+        heads: [
+            raw.chars().take(HEAD).collect(),
+            compact.chars().take(HEAD).collect(),
+        ],
     })
 }
 
@@ -257,7 +276,10 @@ fn call_of(
 /// a number or a boolean written as a string, a number where a string is asked, one value
 /// where an array is asked, an object or array written as a JSON string. Whether anything
 /// changed. What does not fit one reading is left for the schema's own complaint.
-pub fn coerce(args: &mut Value, schema: &Value) -> bool {
+///
+/// A string `copied(text)` says came from the world is never read as JSON: its pieces
+/// would each be too short to be seen as a copy, where the string is.
+pub fn coerce(args: &mut Value, schema: &Value, copied: &dyn Fn(&str) -> bool) -> bool {
     let (Some(map), Some(properties)) = (
         args.as_object_mut(),
         schema.get("properties").and_then(Value::as_object),
@@ -266,6 +288,9 @@ pub fn coerce(args: &mut Value, schema: &Value) -> bool {
     };
     let mut changed = false;
     for (key, value) in map.iter_mut() {
+        if matches!(value, Value::String(s) if copied(s)) {
+            continue;
+        }
         if let Some(coerced) = properties.get(key).and_then(|p| coerced(value, p)) {
             *value = coerced;
             changed = true;
@@ -331,6 +356,10 @@ fn fits(value: &Value, items: Option<&Value>) -> bool {
 /// The offered tools closest to `name`, best first (at most three): by the words they
 /// share (`read_file` and `fs_read` share "read") and by spelling.
 pub fn closest<'a>(name: &str, offered: &[&'a str]) -> Vec<&'a str> {
+    // A name is short; a longer one is nobody's (and its spelling costs its square).
+    if name.chars().count() > MAX_NAME {
+        return Vec::new();
+    }
     let words = |s: &str| -> Vec<String> {
         s.to_lowercase()
             .split(|c: char| !c.is_alphanumeric())
@@ -345,8 +374,10 @@ pub fn closest<'a>(name: &str, offered: &[&'a str]) -> Vec<&'a str> {
             let theirs = words(tool);
             let shared = asked.iter().filter(|w| theirs.contains(w)).count();
             let overlap = shared as f64 / asked.len().max(theirs.len()).max(1) as f64;
+            // Spelling alone counts when it is close (`fs_reads`, `web_fecth`).
             let spelling = strsim::jaro_winkler(&name.to_lowercase(), &tool.to_lowercase());
-            (overlap.max(spelling - 0.2), *tool)
+            let spelling = if spelling >= 0.88 { spelling } else { 0.0 };
+            (overlap.max(spelling), *tool)
         })
         .filter(|(score, _)| *score >= 0.3)
         .collect();
@@ -373,10 +404,20 @@ mod tests {
         // Cut off while thinking: nothing of it is an answer.
         assert_eq!(strip_think("<think>let me see").as_deref(), Some(""));
         assert_eq!(
-            strip_think("<THINKING>x</THINKING>a<think>y</think>b").as_deref(),
+            strip_think("<THINKING>x</THINKING> <think>y</think>ab").as_deref(),
             Some("ab")
         );
         assert_eq!(strip_think("no thoughts here"), None);
+        // Tags further on are the answer's: never a way to hide its end or its start.
+        let quoted = "<think>ok</think>The mail says: <think>click here</think> do not.";
+        assert_eq!(
+            strip_think(quoted).as_deref(),
+            Some("The mail says: <think>click here</think> do not.")
+        );
+        assert_eq!(
+            strip_think("Warning: phishing. <think>rest").as_deref(),
+            None
+        );
     }
 
     #[test]
@@ -391,6 +432,11 @@ mod tests {
         let two = "Sure.\n<tool_call>{\"name\":\"fs_read\",\"arguments\":{\"path\":\"~/a\"}}</tool_call>\n<tool_call>{\"name\":\"time_now\",\"arguments\":\"{}\"}";
         let found = calls_in_text(two, &offered).unwrap();
         assert_eq!(found.calls.len(), 2);
+        // Each call is checked on its own text.
+        assert_eq!(
+            found.calls[1].heads[0],
+            "{\"name\":\"time_now\",\"arguments\":\"{}\"}"
+        );
         assert_eq!(found.calls[0].arguments, json!({"path": "~/a"}));
         assert_eq!(found.rest, "Sure.");
         let llama =
@@ -464,7 +510,7 @@ mod tests {
             "env": {"type": "object"}}});
         let mut args = json!({"limit": " 5", "ratio": "0.5", "all": "TRUE", "path": 7,
             "argv": "ls", "ids": "3", "env": "{\"A\": \"1\"}"});
-        assert!(coerce(&mut args, &schema));
+        assert!(coerce(&mut args, &schema, &|_| false));
         assert_eq!(
             args,
             json!({"limit": 5, "ratio": 0.5, "all": true, "path": "7",
@@ -472,11 +518,15 @@ mod tests {
         );
         // Nothing to fit, or more than one reading: left to the schema's complaint.
         let mut args = json!({"limit": "five", "all": "yes", "ids": "x", "argv": ["ok"]});
-        assert!(!coerce(&mut args, &schema));
+        assert!(!coerce(&mut args, &schema, &|_| false));
         assert_eq!(
             args,
             json!({"limit": "five", "all": "yes", "ids": "x", "argv": ["ok"]})
         );
+        // A string copied from the world stays one string (its copy stays visible).
+        let mut args = json!({"env": "{\"A\": \"1\"}", "limit": "5"});
+        assert!(coerce(&mut args, &schema, &|s| s.starts_with('{')));
+        assert_eq!(args, json!({"env": "{\"A\": \"1\"}", "limit": 5}));
     }
 
     #[test]
@@ -487,6 +537,9 @@ mod tests {
         assert_eq!(closest("get_time", &offered)[0], "time_now");
         assert_eq!(closest("fetch_url", &offered)[0], "web_fetch");
         assert!(closest("zzzz", &offered).is_empty());
+        assert_eq!(closest("web_fecth", &offered)[0], "web_fetch");
+        assert!(closest("no_such_tool", &["memory_save", "fs_read"]).is_empty());
+        assert!(closest(&"fs_read".repeat(100_000), &offered).is_empty());
     }
 
     #[test]

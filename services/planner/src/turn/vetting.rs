@@ -335,6 +335,10 @@ impl<'a> Vetting<'a> {
             }
             (approval, _) => approval,
         };
+        // A call to a sink taken from the model's text once the turn has read the world's
+        // data (or carries a forwarded message) may be the model repeating what it read:
+        // the person is asked, whatever policy or a grant says (issue 42).
+        let approval = approval.or_else(|| text_call_to_sink(cp, call, &executor));
         // A write that runs code later is asked about every time, whatever a grant says.
         let approval = match (approval, &runs_code_later) {
             (None, Some(_)) => executor
@@ -668,6 +672,23 @@ impl<'a> Vetting<'a> {
             cp.steps.len() as u32,
         )?)
     }
+}
+
+/// The sink a call taken from the model's text reaches, once the turn has read the world's
+/// data or carries a forwarded message (the capability the person is asked about).
+fn text_call_to_sink(cp: &Checkpoint, call: &Call, executor: &Executor) -> Option<Capability> {
+    if !call.id.starts_with(crate::turn::asking::TEXT_CALL)
+        || !(cp.read_the_world() || cp.forwarded)
+    {
+        return None;
+    }
+    let sink = taint::Sink::all(&executor.capabilities)
+        .first()
+        .map(|(_, capability)| *capability);
+    if sink.is_some() {
+        tracing::info!(executor = %call.name, "a call to a sink written as text after the world's data: the person is asked");
+    }
+    sink
 }
 
 /// What the model is told of a tool name that does not exist: the closest offered tools
