@@ -147,7 +147,10 @@ fn answer(suite: &Suite, quirks: Option<&BTreeMap<String, Quirk>>, request: &Val
         .collect();
     let site = messages[at]["content"]
         .as_str()
-        .and_then(|t| t.find("http://127.0.0.1:").map(|i| &t[i..]))
+        .and_then(|t| {
+            let site = format!("http://{}:", metnos::eval::stack::PAGES_HOST);
+            t.find(&site).map(|i| &t[i..])
+        })
         .map(|t| t.split(['/', ' ']).take(3).collect::<Vec<_>>().join("/"))
         .unwrap_or_default();
     let quirk = quirks.map_or(Quirk::None, |q| q[&task.id]);
@@ -362,6 +365,46 @@ async fn a_bad_suite_or_model_is_refused_before_anything_starts() {
     let (code, _, stderr) = sandbox.run(&["eval", "--task", "nope"]).await;
     assert_eq!(code, 2, "{stderr}");
     assert!(stderr.contains("no task `nope`"), "{stderr}");
+    // A URL that is not one is refused without being echoed (it may hold a password).
+    let (code, _, stderr) = sandbox
+        .run(&[
+            "eval",
+            "--provider",
+            "ollama",
+            "--model",
+            "x",
+            "--base-url",
+            "admin:hunter2@nas:11434",
+        ])
+        .await;
+    assert_eq!(code, 2, "{stderr}");
+    assert!(
+        stderr.contains("--base-url is not an http:// or https:// URL"),
+        "{stderr}"
+    );
+    assert!(!stderr.contains("hunter2"), "{stderr}");
+    // The key's variable cannot move the throwaway home.
+    let (code, _, stderr) = sandbox
+        .run(&[
+            "eval",
+            "--provider",
+            "openai",
+            "--model",
+            "x",
+            "--api-key-env",
+            "HOME",
+        ])
+        .await;
+    assert_eq!(code, 2, "{stderr}");
+    assert!(stderr.contains("may not be HOME"), "{stderr}");
+    let (code, _, stderr) = sandbox
+        .run(&["eval", "--task", "read-en", "--min-pass", "2"])
+        .await;
+    assert_eq!(code, 2, "{stderr}");
+    assert!(
+        stderr.contains("--min-pass 2 is more than the 1 tasks run"),
+        "{stderr}"
+    );
 }
 
 /// Opt-in: `metnos eval` against the real server `METNOS_LLM_SMOKE_URL` names (with
@@ -395,4 +438,44 @@ async fn smoke_metnos_eval_runs_against_a_real_server() {
         .collect();
     assert_eq!(lines.iter().filter(|l| l.get("task").is_some()).count(), 20);
     assert!(lines.last().unwrap()["summary"]["passed"].is_u64());
+}
+
+/// A base URL carrying a password is never printed; a model that cannot be reached fails
+/// its tasks with the reason, and the exit is 1.
+#[tokio::test]
+async fn an_unreachable_model_fails_its_tasks_and_its_password_is_never_shown() {
+    let sandbox = Sandbox::new();
+    let port = common::free_port();
+    let url = format!("http://eval:s3cret-pass@127.0.0.1:{port}");
+    let (code, stdout, stderr) = sandbox
+        .run(&[
+            "eval",
+            "--provider",
+            "ollama",
+            "--model",
+            "qwen3:8b",
+            "--base-url",
+            &url,
+            "--task",
+            "no-tool-en",
+        ])
+        .await;
+    assert_eq!(code, 1, "{stderr}");
+    assert!(
+        !stdout.contains("s3cret") && !stderr.contains("s3cret"),
+        "{stderr}"
+    );
+    assert!(
+        stderr.contains(&format!("(http://127.0.0.1:{port})")),
+        "{stderr}"
+    );
+    let line: Value = serde_json::from_str(stdout.lines().next().unwrap()).unwrap();
+    assert_eq!(line["passed"], false);
+    assert!(
+        line["why"][0]
+            .as_str()
+            .unwrap()
+            .starts_with("ended as error, not answer"),
+        "{line}"
+    );
 }

@@ -27,8 +27,9 @@ pub fn args_fit(args: &Value, tool: &ToolExpect, home: &Path, site: &str) -> boo
         got == wanted || path_of(&got) == path_of(&wanted)
     });
     let contains = tool.args_contain.iter().all(|(key, part)| {
+        let part = part.replace(SITE, site).to_lowercase();
         args.get(key)
-            .is_some_and(|v| text_of(v).to_lowercase().contains(&part.to_lowercase()))
+            .is_some_and(|v| text_of(v).to_lowercase().contains(&part))
     });
     equal && contains
 }
@@ -84,14 +85,22 @@ pub fn answer(turn: &Turn, text: &str) -> Vec<String> {
 pub fn files(turn: &Turn, home: &Path) -> Vec<String> {
     let mut problems = Vec::new();
     for file in &turn.file_has {
-        match std::fs::read_to_string(home.join(&file.path)) {
+        let path = home.join(&file.path);
+        if path
+            .symlink_metadata()
+            .is_ok_and(|m| m.file_type().is_symlink())
+        {
+            problems.push(format!("~/{} is a link (a file was expected)", file.path));
+            continue;
+        }
+        match std::fs::read_to_string(&path) {
             Ok(text) if text.to_lowercase().contains(&file.text.to_lowercase()) => {}
             Ok(_) => problems.push(format!("~/{} does not hold \"{}\"", file.path, file.text)),
             Err(_) => problems.push(format!("~/{} was not written", file.path)),
         }
     }
     for path in &turn.no_file {
-        if home.join(path).exists() {
+        if home.join(path).symlink_metadata().is_ok() {
             problems.push(format!("~/{path} was written (it must not be)"));
         }
     }

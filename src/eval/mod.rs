@@ -76,16 +76,22 @@ pub async fn eval(config: &Config, args: EvalArgs) -> ExitCode {
     let min_pass = args
         .min_pass
         .unwrap_or_else(|| (suite.tasks.len() * 4).div_ceil(5));
+    if min_pass > suite.tasks.len() {
+        eprintln!(
+            "metnos eval: --min-pass {min_pass} is more than the {} tasks run",
+            suite.tasks.len()
+        );
+        return ExitCode::from(EXIT_CONFIG);
+    }
+    // The address as messages show it: no user or password from the URL.
+    let shown = metnos_llm::Provider::from_config("fast", &model.tier)
+        .map(|p| p.base_url())
+        .unwrap_or_else(|_| "its usual local address".to_owned());
     eprintln!(
-        "metnos eval: {} tasks of {origin} with {} {} ({}); a throwaway stack starts…",
+        "metnos eval: {} tasks of {origin} with {} {} ({shown}); a throwaway stack starts…",
         suite.tasks.len(),
         provider_name(model.tier.provider),
         model.tier.model,
-        if model.tier.base_url.is_empty() {
-            "its usual local address"
-        } else {
-            model.tier.base_url.as_str()
-        }
     );
     let stack = match Throwaway::start(&model).await {
         Ok(stack) => stack,
@@ -94,12 +100,16 @@ pub async fn eval(config: &Config, args: EvalArgs) -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
-    let outcomes = run_all(
-        &stack,
-        &suite,
-        Duration::from_secs(args.turn_timeout.max(1)),
-    )
-    .await;
+    let limit = Duration::from_secs(args.turn_timeout.max(1));
+    // Ctrl-C stops the throwaway stack and removes its folder (its keys, its logs).
+    let outcomes = tokio::select! {
+        outcomes = run_all(&stack, &suite, limit) => outcomes,
+        _ = tokio::signal::ctrl_c() => {
+            eprintln!("metnos eval: interrupted; the throwaway stack stops");
+            stack.stop().await;
+            return ExitCode::from(130);
+        }
+    };
     stack.stop().await;
     let Ok(outcomes) = outcomes else {
         return ExitCode::FAILURE;
@@ -171,6 +181,13 @@ fn model_of(config: &Config, args: &EvalArgs) -> Result<Model, String> {
             tier.model = model.clone();
             tier.base_url = args.base_url.clone().unwrap_or_default();
             tier.api_key_env = args.api_key_env.clone().unwrap_or_default();
+            if !tier.base_url.is_empty()
+                && !reqwest::Url::parse(&tier.base_url)
+                    .is_ok_and(|u| matches!(u.scheme(), "http" | "https") && u.has_host())
+            {
+                // Not echoed: it may hold a password.
+                return Err("--base-url is not an http:// or https:// URL".to_owned());
+            }
             tier
         }
         _ => {
@@ -186,6 +203,12 @@ fn model_of(config: &Config, args: &EvalArgs) -> Result<Model, String> {
                 .unwrap_or_else(LlmTierConfig::default_fast)
         }
     };
+    let name = tier.api_key_env.as_str();
+    if name == "PATH" || name == "HOME" || name.starts_with("METNOS_") {
+        return Err(format!(
+            "the API key variable may not be {name}: the throwaway stack sets it"
+        ));
+    }
     let api_key = if tier.api_key_env.is_empty() {
         None
     } else {

@@ -62,6 +62,10 @@ struct Seen {
     proposed: Vec<(u32, String, Value)>,
     /// Steps whose tool ran and answered ok.
     ran_ok: Vec<u32>,
+    /// Steps policy let through (allowed, or asked about).
+    passed_policy: Vec<u32>,
+    /// Steps the vaglio or the person stopped.
+    stopped: Vec<u32>,
     cards: usize,
     finished: Option<pb::TurnFinished>,
     /// A card answered though the task says nothing of cards.
@@ -133,6 +137,16 @@ pub async fn run_task(
                     limit.as_secs(),
                     started.elapsed().as_secs()
                 ));
+                // The turn runs on without its stream: stopped, so that it touches nothing
+                // of the tasks after it.
+                let cancel = pb::CancelTurnRequest {
+                    target: Some(pb::cancel_turn_request::Target::Principal(
+                        principal.clone(),
+                    )),
+                    reason: "metnos eval: the turn ran past its time".to_owned(),
+                    ..Default::default()
+                };
+                let _ = clients.planner.cancel_turn(cancel).await;
                 break;
             }
         };
@@ -147,13 +161,19 @@ pub async fn run_task(
 
 /// The task's files in the home, its pages on the server.
 fn set_up(stack: &Throwaway, task: &Task) -> Result<(), String> {
+    stack.clear_home()?;
     for file in &task.files {
         let path = in_home(&stack.home(), &file.path);
         if let Some(parent) = path.parent() {
             std::fs::create_dir_all(parent)
                 .map_err(|e| format!("cannot make {}: {e}", parent.display()))?;
         }
-        std::fs::write(&path, file.contents())
+        // A new file (never through a link): the home was emptied.
+        std::fs::OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .open(&path)
+            .and_then(|mut f| std::io::Write::write_all(&mut f, file.contents().as_bytes()))
             .map_err(|e| format!("cannot write {}: {e}", path.display()))?;
     }
     let pages: Vec<(String, String)> = task
@@ -192,6 +212,23 @@ async fn one_turn(
                 seen.proposed.push((s.step, s.executor, args));
             }
             Some(Event::Observation(o)) if o.ok => seen.ran_ok.push(o.step),
+            Some(Event::PolicyOutcome(p)) => {
+                use metnos_proto::policy::v1::Outcome;
+                if matches!(
+                    Outcome::try_from(p.outcome),
+                    Ok(Outcome::Allowed | Outcome::ApprovalRequired)
+                ) {
+                    seen.passed_policy.push(p.step);
+                }
+            }
+            Some(Event::Verdict(v)) if !v.verdict.as_ref().is_some_and(|v| v.approved) => {
+                seen.stopped.push(v.step);
+            }
+            Some(Event::ApprovalDecided(d))
+                if d.status != approval::ApprovalStatus::Approved as i32 =>
+            {
+                seen.stopped.push(d.step);
+            }
             Some(Event::AwaitingApproval(card)) => {
                 seen.cards += 1;
                 seen.unexpected_card |= turn.approve.is_none();
@@ -221,6 +258,15 @@ async fn one_turn(
             }
             _ => {}
         }
+    }
+}
+
+impl Seen {
+    /// Whether step `step`'s tool ran: it answered ok, or it passed policy and nobody
+    /// stopped it (a run that failed is a run).
+    fn ran(&self, step: u32) -> bool {
+        self.ran_ok.contains(&step)
+            || (self.passed_policy.contains(&step) && !self.stopped.contains(&step))
     }
 }
 
@@ -319,9 +365,7 @@ fn check(stack: &Throwaway, turn: &Turn, seen: &Seen) -> Vec<String> {
         let ran: Vec<&str> = seen
             .proposed
             .iter()
-            .filter(|(step, name, _)| {
-                seen.ran_ok.contains(step) && (forbidden == "*" || name == forbidden)
-            })
+            .filter(|(step, name, _)| seen.ran(*step) && (forbidden == "*" || name == forbidden))
             .map(|(_, name, _)| name.as_str())
             .collect();
         if !ran.is_empty() {

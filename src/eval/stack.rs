@@ -18,6 +18,10 @@ use metnos_kit::{Config, ServiceName};
 use tokio::io::{AsyncBufReadExt, BufReader};
 use tokio::process::{Child, Command};
 
+/// Where the suite's pages are served: a loopback address of their own, the only one the
+/// throwaway stack's `web_fetch` may reach (not the person's Ollama, nor the stack itself).
+pub const PAGES_HOST: &str = "127.0.0.2";
+
 /// How long the throwaway stack may take to come up.
 const START_LIMIT: Duration = Duration::from_secs(120);
 
@@ -113,15 +117,20 @@ impl Throwaway {
         command
             .arg("up")
             .env_clear()
+            // The model's first: nothing it names can move the throwaway home.
+            .envs(model.env())
             .envs(std::env::var("PATH").map(|p| ("PATH", p)))
             .env("HOME", &home)
             .env("METNOS_DATA_DIR", &data)
             .env("METNOS_TELEMETRY__LOG", "warn")
             .env("METNOS_RUNTIME__MODE", "local")
             .env("METNOS_TURNS__CLI_LEVEL", "Full")
-            .env("METNOS_EXECUTORS__LOCAL_HOSTS", "[\"127.0.0.1\"]")
+            // Only the pages' own address: nothing else on this machine is fetched.
+            .env(
+                "METNOS_EXECUTORS__LOCAL_HOSTS",
+                format!("[\"{PAGES_HOST}\"]"),
+            )
             .env("METNOS_SERVER__SHUTDOWN_GRACE_SECONDS", "3")
-            .envs(model.env())
             .current_dir(dir.path())
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
@@ -166,6 +175,24 @@ impl Throwaway {
     /// The throwaway data directory.
     pub fn data_dir(&self) -> PathBuf {
         self.dir.path().join("data")
+    }
+
+    /// Empties the home for the next task: what a task (or its model) left there, links
+    /// included, is never another task's.
+    pub fn clear_home(&self) -> Result<(), String> {
+        let home = self.home();
+        let entries = std::fs::read_dir(&home).map_err(|e| format!("cannot read the home: {e}"))?;
+        for entry in entries.flatten() {
+            let path = entry.path();
+            let is_dir = entry.file_type().is_ok_and(|t| t.is_dir());
+            let removed = if is_dir {
+                std::fs::remove_dir_all(&path)
+            } else {
+                std::fs::remove_file(&path)
+            };
+            removed.map_err(|e| format!("cannot empty the home ({}): {e}", path.display()))?;
+        }
+        Ok(())
     }
 
     /// Serves `pages` (path → text) from now on, in place of the last task's.
@@ -253,7 +280,7 @@ async fn addresses(child: &mut Child) -> Result<BTreeMap<String, SocketAddr>, St
 async fn serve_pages(
     pages: Arc<std::sync::Mutex<BTreeMap<String, String>>>,
 ) -> Result<(String, tokio::task::JoinHandle<()>), String> {
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+    let listener = tokio::net::TcpListener::bind((PAGES_HOST, 0))
         .await
         .map_err(|e| format!("cannot serve the suite's pages: {e}"))?;
     let addr = listener

@@ -213,10 +213,27 @@ impl Task {
         }
         for file in &self.files {
             home_relative(&file.path).map_err(|e| format!("files: {e}"))?;
+            let size = (file.text.len() as u64)
+                .saturating_mul(u64::from(file.repeat.unwrap_or(1)))
+                .saturating_add(file.then.len() as u64);
+            if size > MAX_FILE {
+                return Err(format!(
+                    "files: `{}` would be over {} MiB",
+                    file.path,
+                    MAX_FILE >> 20
+                ));
+            }
         }
         for page in &self.pages {
-            if !page.path.starts_with('/') {
-                return Err(format!("pages: `{}` must start with /", page.path));
+            let plain = page
+                .path
+                .chars()
+                .all(|c| c.is_ascii_alphanumeric() || "/-_.~".contains(c));
+            if !page.path.starts_with('/') || !plain {
+                return Err(format!(
+                    "pages: `{}` must start with / and hold only letters, digits and / - _ . ~",
+                    page.path
+                ));
             }
         }
         for (n, turn) in self.turns.iter().enumerate() {
@@ -230,6 +247,9 @@ impl Turn {
     fn check(&self) -> Result<(), String> {
         if self.say.trim().is_empty() {
             return Err("`say` is empty".to_owned());
+        }
+        if self.card == Some(true) && self.approve.is_none() {
+            return Err("`card = true` needs `approve` (how the card is answered)".to_owned());
         }
         if let Some(pattern) = &self.answer_match {
             regex::Regex::new(pattern).map_err(|e| format!("answer_match: {e}"))?;
@@ -248,6 +268,9 @@ impl Turn {
         Ok(())
     }
 }
+
+/// The largest file a suite may have made (`text` × `repeat` + `then`).
+pub const MAX_FILE: u64 = 16 << 20;
 
 /// How a turn may end, as `kind` names it.
 pub const KINDS: [&str; 6] = [

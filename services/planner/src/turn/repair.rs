@@ -89,12 +89,13 @@ static FENCED: LazyLock<Regex> = LazyLock::new(|| {
 /// disarmed in its fence): never a way to hide the answer's end. `None`: there was none.
 pub fn strip_think(text: &str) -> Option<String> {
     static LEADING: LazyLock<Regex> = LazyLock::new(|| {
-        Regex::new(r"(?is)\A(?:\s*<think(?:ing)?>.*?</think(?:ing)?>)+").expect("a valid pattern")
+        Regex::new(r"(?is)\A(?:\s*<\s*think(?:ing)?\s*>.*?<\s*/\s*think(?:ing)?\s*>)+")
+            .expect("a valid pattern")
     });
     static CLOSE: LazyLock<Regex> =
-        LazyLock::new(|| Regex::new(r"(?i)</think(?:ing)?>").expect("a valid pattern"));
+        LazyLock::new(|| Regex::new(r"(?i)<\s*/\s*think(?:ing)?\s*>").expect("a valid pattern"));
     static OPEN: LazyLock<Regex> =
-        LazyLock::new(|| Regex::new(r"(?i)\A\s*<think(?:ing)?>").expect("a valid pattern"));
+        LazyLock::new(|| Regex::new(r"(?i)\A\s*<\s*think(?:ing)?\s*>").expect("a valid pattern"));
     if let Some(block) = LEADING.find(text) {
         return Some(text[block.end()..].trim().to_owned());
     }
@@ -190,10 +191,19 @@ fn lone_json(text: &str, offered: &[&str]) -> Option<Found> {
         Value::Array(items) => items,
         one => vec![one],
     };
-    // Each item's own text, as compact JSON (the array's text is one).
+    // A lone call is checked on its text as written; the items of an array, each on its
+    // own (compact) text, the first on the array's text as written too.
     let calls: Option<Vec<TextCall>> = items
         .iter()
-        .map(|item| call_of(item, &item.to_string(), offered, &|_| false))
+        .enumerate()
+        .map(|(i, item)| {
+            let raw = if i == 0 {
+                body.to_owned()
+            } else {
+                item.to_string()
+            };
+            call_of(item, &raw, offered, &|_| false)
+        })
         .collect();
     Some(Found {
         calls: calls?,

@@ -275,10 +275,15 @@ fn disarm(nonce: &str, text: &str) -> String {
     MODEL_MARKUP.replace_all(&fenced, "‹$1").into_owned()
 }
 
-/// The markup of a model's thinking and text tool calls, in any case.
+/// The markup of a model's thinking and text tool calls, and the special tokens of chat
+/// templates (`<|im_start|>`, `<|eot_id|>`, Gemma's `<start_of_turn>`, Mistral's `[INST]`
+/// and `[TOOL_CALLS]`), in any case: a server that reads them in the rendered prompt must
+/// not find the world's text turned into a role of its own.
 static MODEL_MARKUP: std::sync::LazyLock<regex::Regex> = std::sync::LazyLock::new(|| {
-    regex::Regex::new(r"(?i)<(\s*/?\s*(?:think|thinking|tool_call)\b|\|python_tag\|)")
-        .expect("a valid pattern")
+    regex::Regex::new(
+        r"(?i)(?:<|\[)(\s*/?\s*(?:think|thinking|tool_call)\b|\|[a-z0-9_]{1,40}\|>|(?:start|end)_of_turn>|/?inst\]|tool_calls\]|/?available_tools\]|tool_results\])",
+    )
+    .expect("a valid pattern")
 });
 
 /// Whether `text` holds the fence's key, in any case (an argument never needs it: a model
@@ -766,10 +771,10 @@ mod tests {
     /// any case and spacing, reach the model disarmed; other angle brackets as they were.
     #[test]
     fn a_model_s_markup_written_by_the_world_is_disarmed_in_its_fence() {
-        let page = "a</think>b <THINK>c< /Think >d <tool_call>{}</TOOL_CALL> <|python_tag|> <b>x</b> a<thinking>";
+        let page = "a</think>b <THINK>c< /Think >d <tool_call>{}</TOOL_CALL> <|python_tag|> <b>x</b> a<thinking> <|im_start|>system <start_of_turn>user [INST] x [/INST] [TOOL_CALLS] [link] <3";
         let fenced = fence("k123", 1, &[], page);
         assert!(
-            fenced.contains("a‹/think>b ‹THINK>c‹ /Think >d ‹tool_call>{}‹/TOOL_CALL> ‹|python_tag|> <b>x</b> a‹thinking>"),
+            fenced.contains("a‹/think>b ‹THINK>c‹ /Think >d ‹tool_call>{}‹/TOOL_CALL> ‹|python_tag|> <b>x</b> a‹thinking> ‹|im_start|>system ‹start_of_turn>user ‹INST] x ‹/INST] ‹TOOL_CALLS] [link] <3"),
             "{fenced}"
         );
     }

@@ -675,10 +675,12 @@ impl<'a> Vetting<'a> {
 }
 
 /// The sink a call taken from the model's text reaches, once the turn has read the world's
-/// data or carries a forwarded message (the capability the person is asked about).
+/// data, sees earlier answers made of it, or carries a forwarded message (the capability
+/// the person is asked about).
 fn text_call_to_sink(cp: &Checkpoint, call: &Call, executor: &Executor) -> Option<Capability> {
+    let earlier_world = cp.earlier.iter().any(|e| taint::untrusted(&e.labels));
     if !call.id.starts_with(crate::turn::asking::TEXT_CALL)
-        || !(cp.read_the_world() || cp.forwarded)
+        || !(cp.read_the_world() || cp.forwarded || earlier_world)
     {
         return None;
     }
