@@ -257,7 +257,23 @@ async fn eval(fake: &FakeLlm, extra: &[&str]) -> (i32, Vec<Value>, String) {
         "120",
     ];
     args.extend_from_slice(extra);
-    let (code, stdout, stderr) = sandbox.run(&args).await;
+    // `METNOS_EVAL_BIN`: another build of `metnos` to measure (BENCHMARKS.md: a release one).
+    let (code, stdout, stderr) = match std::env::var("METNOS_EVAL_BIN") {
+        Ok(program) => {
+            let output = sandbox
+                .command(std::path::Path::new(&program))
+                .args(&args)
+                .output()
+                .await
+                .unwrap();
+            (
+                output.status.code().unwrap_or(-1),
+                String::from_utf8_lossy(&output.stdout).into_owned(),
+                String::from_utf8_lossy(&output.stderr).into_owned(),
+            )
+        }
+        Err(_) => sandbox.run(&args).await,
+    };
     let lines = stdout
         .lines()
         .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("{e}: {l}")))

@@ -1,6 +1,8 @@
 //! LLM providers for Metnos (DESIGN.md §7; seed agent_runtime.md ch. 3, 4, 6): Ollama
 //! `/api/chat`, OpenAI-compatible `/v1/chat/completions` and Anthropic `/v1/messages`,
-//! each with its native tool calling — tool calls are never parsed out of free text.
+//! each with its native tool calling. A call a server hands over as text (it did not parse
+//! the model's template) is the planner's to take or not (`metnos_planner::turn::repair`,
+//! issue 42): this crate reports what the server said.
 //!
 //! Layout: [`types`] is the provider-neutral request and answer; [`wire`] the three
 //! formats as pure functions; [`provider`] one model over HTTP with retries and spans;
