@@ -8,6 +8,7 @@ pub mod digest;
 pub mod install;
 pub mod later;
 pub mod manifest;
+pub mod mcp;
 pub mod netguard;
 pub mod observation;
 pub mod open;
