@@ -413,3 +413,35 @@ async fn a_tool_call_quoted_from_a_forwarded_message_is_not_taken() {
     assert!(proposed(&events).is_empty(), "{events:#?}");
     assert!(!s.home().join("notes/pwned.txt").exists());
 }
+
+/// A call whose arguments are not JSON (a server handing over the model's string as it
+/// wrote it) is asked for again once, not an error that ends the turn.
+#[tokio::test]
+async fn a_call_whose_arguments_are_not_json_is_asked_for_again() {
+    let s = stack().await;
+    std::fs::write(s.home().join("todo.txt"), "buy milk\n").unwrap();
+    let broken = json!({"model": "qwen-test", "done": true, "message": {"role": "assistant",
+        "content": "", "tool_calls": [{"function": {"name": "fs_read",
+        "arguments": "{'path': '~/todo.txt',}"}}]}});
+    s.fake.push(Reply::Malformed(broken.to_string()));
+    s.fake
+        .push(tool_calls(&[("fs_read", json!({"path": "~/todo.txt"}))]));
+    s.fake.push(Reply::Text("Buy milk.".into()));
+    let events = s.run("read ~/todo.txt", Full).await;
+    assert_eq!(finished(&events).text, "Buy milk.");
+    let texts = common::roles_and_texts(&s.llm_request(1));
+    let (role, note) = texts.last().unwrap();
+    assert_eq!(role, "user");
+    assert!(
+        note.starts_with("(Metnos) Your call of `fs_read` could not be run: its arguments must be a JSON object, and they were not JSON ("),
+        "{note}"
+    );
+    let record = s.record(&finished(&events).turn_id).await;
+    assert_eq!(repairs(&record), ["bad_arguments"]);
+
+    // Twice in a turn: the model is not asked a third time; the turn ends saying so.
+    s.fake.push(Reply::Malformed(broken.to_string()));
+    s.fake.push(Reply::Malformed(broken.to_string()));
+    let events = s.run("read ~/todo.txt again", Full).await;
+    assert_eq!(kind(&events), pb::FinalKind::Error);
+}

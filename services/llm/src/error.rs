@@ -38,6 +38,16 @@ pub enum LlmError {
         provider: &'static str,
         message: String,
     },
+    /// A tool call whose arguments are not a JSON object (a small model's slip): the
+    /// planner may ask the model again (issue 42).
+    #[error(
+        "{provider}: the model's call of `{tool}` has arguments that are not a JSON object: {message}"
+    )]
+    BadArguments {
+        provider: &'static str,
+        tool: String,
+        message: String,
+    },
     #[error("LLM configuration: {0}")]
     Config(String),
 }
@@ -62,6 +72,9 @@ impl LlmError {
             }
             LlmError::Malformed { provider, .. } => {
                 format!("{provider} answered something malformed")
+            }
+            LlmError::BadArguments { provider, .. } => {
+                format!("{provider}: a tool call's arguments were not a JSON object")
             }
             LlmError::Config(_) => "LLM configuration error".to_owned(),
         }

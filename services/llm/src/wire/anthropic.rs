@@ -290,7 +290,7 @@ mod tests {
                 &json!({"content": [{"type": "tool_use", "name": "x", "id": "1", "input": "no"}]}),
                 None
             ),
-            Err(LlmError::Malformed { .. })
+            Err(LlmError::BadArguments { .. })
         ));
     }
 }

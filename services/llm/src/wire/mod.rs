@@ -18,17 +18,21 @@ pub(crate) fn arguments(
     name: &str,
     raw: &Value,
 ) -> Result<Value, LlmError> {
+    // The model's words, cut: a tool name is short.
+    let tool: String = name.chars().take(64).collect();
     let value = match raw {
-        Value::String(text) => serde_json::from_str(text).map_err(|e| LlmError::Malformed {
+        Value::String(text) => serde_json::from_str(text).map_err(|e| LlmError::BadArguments {
             provider,
-            message: format!("arguments of tool call `{name}` are not JSON: {e}"),
+            tool: tool.clone(),
+            message: format!("not JSON ({e})"),
         })?,
         other => other.clone(),
     };
     if !value.is_object() {
-        return Err(LlmError::Malformed {
+        return Err(LlmError::BadArguments {
             provider,
-            message: format!("arguments of tool call `{name}` are not a JSON object"),
+            tool,
+            message: "not an object".to_owned(),
         });
     }
     Ok(value)

@@ -229,7 +229,10 @@ mod tests {
         ));
         let bad_args =
             json!({"message": {"tool_calls": [{"function": {"name": "x", "arguments": [1]}}]}});
-        assert!(matches!(parse(&bad_args), Err(LlmError::Malformed { .. })));
+        assert!(matches!(
+            parse(&bad_args),
+            Err(LlmError::BadArguments { .. })
+        ));
         assert!(matches!(
             error(404, r#"{"error":"model 'qwen9' not found"}"#, "qwen9"),
             LlmError::ModelNotFound { .. }

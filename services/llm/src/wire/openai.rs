@@ -204,7 +204,7 @@ mod tests {
         );
         assert_eq!(usage.prompt_tokens, 5);
         let bad = json!({"choices": [{"message": {"tool_calls": [{"function": {"name": "x", "arguments": "{oops"}}]}}]});
-        assert!(matches!(parse(&bad), Err(LlmError::Malformed { .. })));
+        assert!(matches!(parse(&bad), Err(LlmError::BadArguments { .. })));
         assert!(matches!(
             parse(&json!({"choices": []})),
             Err(LlmError::Malformed { .. })

@@ -205,6 +205,17 @@ impl<'a> Asking<'a> {
         let response = tokio::select! {
             r = tokio::time::timeout(remaining, llm.chat(tier, &request)) => match r {
                 Ok(Ok(response)) => response,
+                // A small model's slip: its call's arguments were not JSON. Asked again, once.
+                Ok(Err(LlmError::BadArguments { tool, message, .. }))
+                    if !cp.has_repaired(Repair::BadArguments) =>
+                {
+                    cp.tiers_used.insert(answering);
+                    cp.repaired(Repair::BadArguments);
+                    cp.history.push(Hist::User {
+                        text: repair::bad_arguments_note(&tool, &message),
+                    });
+                    return Ok(None);
+                }
                 Ok(Err(e)) => {
                     // The whole error (its address, the OS's words) stays in this log; the
                     // person gets one sentence in their language.

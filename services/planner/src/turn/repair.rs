@@ -31,6 +31,8 @@ pub enum Repair {
     /// A tool call written in the text that cannot be read (broken JSON, no tool of that
     /// name): asked to write it again.
     BadToolCall,
+    /// A native tool call whose arguments are not a JSON object: asked again.
+    BadArguments,
 }
 
 impl Repair {
@@ -44,6 +46,7 @@ impl Repair {
             Repair::EmptyAnswer => "empty_answer",
             Repair::Placeholder => "placeholder",
             Repair::BadToolCall => "bad_tool_call",
+            Repair::BadArguments => "bad_arguments",
         }
     }
 }
@@ -67,6 +70,19 @@ the person cannot read. Write the answer again with the actual values in place o
 pub const BAD_CALL_NOTE: &str = "(Metnos) Your tool call could not be read. Call an offered \
 tool by its exact name with a valid JSON object of arguments, as \
 <tool_call>{\"name\": \"<tool>\", \"arguments\": {…}}</tool_call>, or answer in plain text.";
+
+/// What the model is told of a call whose arguments were not a JSON object: the tool's
+/// name as it wrote it (cut short) and the parser's word (a place, never a value).
+pub fn bad_arguments_note(tool: &str, why: &str) -> String {
+    let tool: String = tool
+        .chars()
+        .take(MAX_NAME)
+        .filter(|c| !c.is_control())
+        .collect();
+    format!(
+        "(Metnos) Your call of `{tool}` could not be run: its arguments must be a JSON object, and they were {why}. Call it again with valid JSON arguments, or answer in plain text."
+    )
+}
 
 /// Whether `text`, outside any fence of world data, holds the markup of a tool call
 /// (`<tool_call>`, `<|python_tag|>`).
