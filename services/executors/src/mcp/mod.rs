@@ -3,8 +3,10 @@
 //! keys sorted, no spaces), the name the model sees for it, and the review of what a server
 //! lists against what the owner admitted. A changed description or schema, a renamed tool,
 //! a new one or one listed twice is not enabled until the owner reviews it (the "rug pull"
-//! of MCP); a removed one is reported. Pure: the client that lists the tools, the manifests
-//! that hold the pins and the box a server runs in come next.
+//! of MCP); a removed one is reported. [`client`] lists a server's tools with the `rmcp`
+//! SDK; admission, the box a server runs in and the calls come next.
+
+pub mod client;
 
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
