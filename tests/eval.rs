@@ -258,22 +258,17 @@ async fn eval(fake: &FakeLlm, extra: &[&str]) -> (i32, Vec<Value>, String) {
     ];
     args.extend_from_slice(extra);
     // `METNOS_EVAL_BIN`: another build of `metnos` to measure (BENCHMARKS.md: a release one).
-    let (code, stdout, stderr) = match std::env::var("METNOS_EVAL_BIN") {
-        Ok(program) => {
-            let output = sandbox
-                .command(std::path::Path::new(&program))
-                .args(&args)
-                .output()
-                .await
-                .unwrap();
-            (
-                output.status.code().unwrap_or(-1),
-                String::from_utf8_lossy(&output.stdout).into_owned(),
-                String::from_utf8_lossy(&output.stderr).into_owned(),
-            )
-        }
-        Err(_) => sandbox.run(&args).await,
-    };
+    let program = std::env::var("METNOS_EVAL_BIN")
+        .unwrap_or_else(|_| env!("CARGO_BIN_EXE_metnos").to_owned());
+    let output = sandbox
+        .command(std::path::Path::new(&program))
+        .args(&args)
+        .output()
+        .await
+        .unwrap();
+    let code = output.status.code().unwrap_or(-1);
+    let stdout = String::from_utf8_lossy(&output.stdout).into_owned();
+    let stderr = String::from_utf8_lossy(&output.stderr).into_owned();
     let lines = stdout
         .lines()
         .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("{e}: {l}")))
@@ -281,20 +276,19 @@ async fn eval(fake: &FakeLlm, extra: &[&str]) -> (i32, Vec<Value>, String) {
     (code, lines, stderr)
 }
 
-fn failures(lines: &[Value]) -> Vec<&Value> {
-    lines.iter().filter(|l| l["passed"] == false).collect()
+/// The default suite against `fake`, every task passing: (the JSON lines, stderr).
+async fn every_task_passes(fake: &FakeLlm) -> (Vec<Value>, String) {
+    let (code, lines, stderr) = eval(fake, &[]).await;
+    let failures: Vec<&Value> = lines.iter().filter(|l| l["passed"] == false).collect();
+    assert!(failures.is_empty(), "{failures:#?}\n{stderr}");
+    assert_eq!(code, 0, "{stderr}");
+    (lines, stderr)
 }
 
 #[tokio::test]
 async fn the_scripted_model_passes_every_task_of_the_default_suite() {
     let fake = scripted_model(false).await;
-    let (code, lines, stderr) = eval(&fake, &[]).await;
-    assert!(
-        failures(&lines).is_empty(),
-        "{:#?}\n{stderr}",
-        failures(&lines)
-    );
-    assert_eq!(code, 0, "{stderr}");
+    let (lines, stderr) = every_task_passes(&fake).await;
     let summary = &lines.last().unwrap()["summary"];
     assert_eq!(summary["passed"], 20, "{stderr}");
     assert_eq!(summary["failed"], 0);
@@ -316,13 +310,7 @@ async fn the_scripted_model_passes_every_task_of_the_default_suite() {
 #[tokio::test]
 async fn the_quirky_model_passes_every_task_through_the_repairs() {
     let fake = scripted_model(true).await;
-    let (code, lines, stderr) = eval(&fake, &[]).await;
-    assert!(
-        failures(&lines).is_empty(),
-        "{:#?}\n{stderr}",
-        failures(&lines)
-    );
-    assert_eq!(code, 0, "{stderr}");
+    let (lines, _) = every_task_passes(&fake).await;
     let repairs: std::collections::BTreeSet<&str> = lines
         .iter()
         .filter_map(|l| l["repairs"].as_array())
@@ -493,5 +481,43 @@ async fn an_unreachable_model_fails_its_tasks_and_its_password_is_never_shown() 
             .unwrap()
             .starts_with("ended as error, not answer"),
         "{line}"
+    );
+}
+
+/// The person's own suite, against the fast tier of their config (no model named on the
+/// command line): run as written, the default bar four in five.
+#[tokio::test]
+async fn your_own_suite_runs_against_your_config_s_tier() {
+    let fake = FakeLlm::start().await;
+    fake.always(Reply::Text("Hello there!".into()));
+    let mut sandbox = Sandbox::new();
+    sandbox.with_fake_llm(fake.url());
+    let suite = sandbox.dir.path().join("mine.toml");
+    std::fs::write(
+        &suite,
+        "[[task]]\nid = \"greet\"\nlanguage = \"en\"\n[[task.turn]]\nsay = \"Say hello.\"\nforbid = [\"*\"]\nanswer_has = [\"hello\"]\n",
+    )
+    .unwrap();
+    let (code, stdout, stderr) = sandbox
+        .run(&["eval", "--suite", suite.to_str().unwrap()])
+        .await;
+    assert_eq!(code, 0, "{stderr}");
+    assert!(
+        stderr.contains("1 tasks of ") && stderr.contains("with ollama qwen-test"),
+        "{stderr}"
+    );
+    let lines: Vec<Value> = stdout
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    assert_eq!(lines[0]["task"], "greet");
+    assert_eq!(lines[0]["passed"], true, "{}", lines[0]);
+    assert_eq!(lines[1]["summary"]["min_pass"], 1);
+    // The model was asked the suite's words.
+    let asked = fake.received();
+    assert!(
+        asked
+            .iter()
+            .any(|r| r.body.to_string().contains("Say hello."))
     );
 }

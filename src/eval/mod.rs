@@ -219,7 +219,8 @@ fn model_of(config: &Config, args: &EvalArgs) -> Result<Model, String> {
     Ok(Model { tier, api_key })
 }
 
-fn provider_name(provider: LlmProvider) -> String {
+/// A provider's name as the config writes it (`ollama`, `openai`, `anthropic`).
+pub(crate) fn provider_name(provider: LlmProvider) -> String {
     serde_json::to_value(provider)
         .ok()
         .and_then(|v| v.as_str().map(str::to_owned))

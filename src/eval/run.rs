@@ -2,7 +2,6 @@
 //! run as a person at the terminal would (cards answered as the task says), and each
 //! turn's checks.
 
-use std::path::Path;
 use std::time::{Duration, Instant};
 
 use metnos_kit::ServiceName;
@@ -16,7 +15,7 @@ use metnos_proto::planner::v1::turn_event::Event;
 use serde::Serialize;
 use serde_json::Value;
 
-use super::stack::{Throwaway, in_home};
+use super::stack::Throwaway;
 use super::suite::{SITE, Task, ThreadArg, Turn};
 
 /// How one task fared.
@@ -150,7 +149,7 @@ pub async fn run_task(
                 break;
             }
         };
-        tally(stack, &mut outcome, &seen);
+        tally(clients, &mut outcome, &seen).await;
         for problem in check(stack, turn, &seen) {
             outcome.why.push(format!("{prefix}{problem}"));
         }
@@ -163,7 +162,7 @@ pub async fn run_task(
 fn set_up(stack: &Throwaway, task: &Task) -> Result<(), String> {
     stack.clear_home()?;
     for file in &task.files {
-        let path = in_home(&stack.home(), &file.path);
+        let path = stack.home().join(&file.path);
         if let Some(parent) = path.parent() {
             std::fs::create_dir_all(parent)
                 .map_err(|e| format!("cannot make {}: {e}", parent.display()))?;
@@ -270,8 +269,9 @@ impl Seen {
     }
 }
 
-/// The turn's figures added to the task's, and its repairs from the turn log.
-fn tally(stack: &Throwaway, outcome: &mut Outcome, seen: &Seen) {
+/// The turn's figures added to the task's, and its repairs from its record (as
+/// `metnos turns show` reads it).
+async fn tally(clients: &mut Clients, outcome: &mut Outcome, seen: &Seen) {
     outcome.steps += seen.proposed.len();
     let Some(finished) = &seen.finished else {
         return;
@@ -281,48 +281,23 @@ fn tally(stack: &Throwaway, outcome: &mut Outcome, seen: &Seen) {
         outcome.prompt_tokens += usage.prompt_tokens;
         outcome.completion_tokens += usage.completion_tokens;
     }
-    if let Some(record) = logged(&stack.data_dir(), &finished.turn_id) {
-        outcome.llm_ms += record["llm_ms"].as_u64().unwrap_or(0);
-        if let Some(repairs) = record["repairs"].as_array() {
-            outcome
-                .repairs
-                .extend(repairs.iter().filter_map(Value::as_str).map(str::to_owned));
-        }
-    }
-}
-
-/// The turn log's record of `turn_id` (today's or yesterday's file: a turn may cross
-/// midnight).
-fn logged(data_dir: &Path, turn_id: &str) -> Option<Value> {
-    let dir = data_dir.join("turns");
-    let mut files: Vec<_> = std::fs::read_dir(&dir)
-        .ok()?
-        .filter_map(|e| e.ok().map(|e| e.path()))
-        .filter(|p| p.extension().is_some_and(|x| x == "jsonl"))
-        .collect();
-    files.sort();
-    for file in files.iter().rev().take(2) {
-        let text = std::fs::read_to_string(file).ok()?;
-        for line in text.lines().rev().filter(|l| l.contains(turn_id)) {
-            if let Some(record) = serde_json::from_str::<Value>(line)
-                .ok()
-                .and_then(|v| find_turn(v, turn_id))
-            {
-                return Some(record);
-            }
-        }
-    }
-    None
-}
-
-/// The object in `value` whose `turn_id` is `turn_id` (a chained line wraps its record).
-fn find_turn(value: Value, turn_id: &str) -> Option<Value> {
-    match value {
-        Value::Object(map) if map.get("turn_id").and_then(Value::as_str) == Some(turn_id) => {
-            Some(Value::Object(map))
-        }
-        Value::Object(map) => map.into_iter().find_map(|(_, v)| find_turn(v, turn_id)),
-        _ => None,
+    let request = pb::GetTurnRequest {
+        turn_id: finished.turn_id.clone(),
+    };
+    let Some(record) = clients
+        .planner
+        .get_turn(request)
+        .await
+        .ok()
+        .and_then(|r| serde_json::from_str::<Value>(&r.into_inner().record_json).ok())
+    else {
+        return;
+    };
+    outcome.llm_ms += record["llm_ms"].as_u64().unwrap_or(0);
+    if let Some(repairs) = record["repairs"].as_array() {
+        outcome
+            .repairs
+            .extend(repairs.iter().filter_map(Value::as_str).map(str::to_owned));
     }
 }
 

@@ -4,7 +4,7 @@
 
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::process::Stdio;
 use std::sync::Arc;
 use std::time::Duration;
@@ -37,10 +37,7 @@ pub struct Model {
 impl Model {
     /// The environment that makes it the stack's fast tier.
     fn env(&self) -> Vec<(String, String)> {
-        let provider = serde_json::to_value(self.tier.provider)
-            .ok()
-            .and_then(|v| v.as_str().map(str::to_owned))
-            .unwrap_or_default();
+        let provider = super::provider_name(self.tier.provider);
         let mut env = vec![
             ("METNOS_RUNTIME__LLM__FAST__PROVIDER".to_owned(), provider),
             (
@@ -170,11 +167,6 @@ impl Throwaway {
     /// The throwaway home (the person's `~` in every task).
     pub fn home(&self) -> PathBuf {
         self.dir.path().join("home")
-    }
-
-    /// The throwaway data directory.
-    pub fn data_dir(&self) -> PathBuf {
-        self.dir.path().join("data")
     }
 
     /// Empties the home for the next task: what a task (or its model) left there, links
@@ -319,9 +311,4 @@ fn page_response(page: Option<String>) -> hyper::Response<Full<Bytes>> {
         hyper::header::HeaderValue::from_static("text/plain; charset=utf-8"),
     );
     response
-}
-
-/// A home path as the suite names it (`notes/x.txt`), under `home`.
-pub fn in_home(home: &Path, path: &str) -> PathBuf {
-    home.join(path)
 }

@@ -272,13 +272,7 @@ pub fn system_prompt(language: Option<metnos_core::Language>) -> String {
 fn queue(cp: &mut Checkpoint, text: String, mut calls: Vec<Call>, tools: &[ToolDef]) {
     let mut coerced = false;
     cp.index.catch_up(&cp.fence_nonce, &cp.history);
-    let person = if cp.forwarded { "" } else { cp.query.as_str() };
-    let index = &cp.index;
-    let copied = |text: &str| {
-        let mut found = std::collections::BTreeSet::new();
-        index.copied(text, person, &mut found);
-        !found.is_empty()
-    };
+    let copied = |text: &str| copies_world(cp, text);
     for call in &mut calls {
         if let Some(tool) = tools.iter().find(|t| t.name == call.name) {
             coerced |= repair::coerce(&mut call.arguments, &tool.parameters, &copied);
@@ -356,6 +350,15 @@ const COPIED_HEAD: usize = crate::turn::taint::COPIED_RUN;
 /// the person about such a call once the turn has read the world's data).
 pub(crate) const TEXT_CALL: &str = "text_";
 
+/// Whether `text` copies the world's data the turn was shown (its index caught up), or a
+/// forwarded message: someone else's words too.
+fn copies_world(cp: &Checkpoint, text: &str) -> bool {
+    let person = if cp.forwarded { "" } else { cp.query.as_str() };
+    let mut found = std::collections::BTreeSet::new();
+    cp.index.copied(text, person, &mut found);
+    !found.is_empty() || (cp.forwarded && text.len() >= COPIED_HEAD && cp.query.contains(text))
+}
+
 /// The calls written in an answer that are the model's own: not one whose opening the
 /// world's data holds (a page, a file, a command's output: the model repeating it).
 fn own_calls(cp: &mut Checkpoint, calls: Vec<repair::TextCall>) -> Vec<Call> {
@@ -364,19 +367,11 @@ fn own_calls(cp: &mut Checkpoint, calls: Vec<repair::TextCall>) -> Vec<Call> {
     calls
         .into_iter()
         .filter(|call| {
-            // A forwarded message's words are the world's too.
-            let person = if cp.forwarded { "" } else { cp.query.as_str() };
-            let mut copied = std::collections::BTreeSet::new();
-            for head in &call.heads {
-                cp.index.copied(head, person, &mut copied);
-                if cp.forwarded && head.len() >= COPIED_HEAD && cp.query.contains(head.as_str()) {
-                    copied.insert(0);
-                }
-            }
-            if !copied.is_empty() {
+            let copied = call.heads.iter().any(|head| copies_world(cp, head));
+            if copied {
                 tracing::info!(turn_id = %cp.turn_id, "a tool call written in the answer copies the world's data: not taken");
             }
-            copied.is_empty()
+            !copied
         })
         .enumerate()
         .map(|(i, call)| Call {
