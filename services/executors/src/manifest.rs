@@ -47,7 +47,10 @@ pub struct Manifest {
     /// Where the target may point.
     #[serde(default)]
     pub scope: Scope,
-    /// The arguments, as a JSON Schema (passed verbatim to LLMs as tool parameters).
+    /// The arguments, as a JSON Schema (passed verbatim to LLMs as tool parameters): a
+    /// table, or the schema's JSON as a string (what an MCP tool's manifest holds when its
+    /// schema has a `null`, which TOML cannot write).
+    #[serde(deserialize_with = "table_or_json")]
     pub args: Value,
     /// For a tool of an MCP server (issue 43): the server, the tool's own name there and
     /// the SHA-256 of its definition as the owner admitted it — the name, this manifest's
@@ -57,6 +60,15 @@ pub struct Manifest {
     pub mcp: Option<McpPin>,
 }
 
+/// A TOML table as it is, or a string holding JSON, parsed.
+fn table_or_json<'de, D: serde::Deserializer<'de>>(deserializer: D) -> Result<Value, D::Error> {
+    match Value::deserialize(deserializer)? {
+        Value::String(text) => serde_json::from_str(&text)
+            .map_err(|e| serde::de::Error::custom(format!("`args` is a string but not JSON: {e}"))),
+        other => Ok(other),
+    }
+}
+
 /// The pin of an MCP tool's manifest.
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
 #[serde(deny_unknown_fields)]
@@ -64,6 +76,10 @@ pub struct McpPin {
     pub server: String,
     pub tool: String,
     pub definition_sha256: String,
+    /// Folders the server may read besides the system's program and library folders
+    /// (absolute; its own folder it may also write). The same on every tool of a server.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub read: Vec<String>,
 }
 
 /// Scope hints: what the target argument may name. Empty lists mean no restriction of
@@ -255,6 +271,12 @@ impl Manifest {
                     "must be the server's and the tool's names as `<server>__<tool>` ({})",
                     expected.as_deref().unwrap_or("too long for a tool name")
                 ),
+            ));
+        }
+        if let Some(dir) = pin.read.iter().find(|d| !d.starts_with('/')) {
+            return Err(field(
+                "mcp.read",
+                format!("`{dir}` must be an absolute folder"),
             ));
         }
         let admitted = crate::mcp::definition_sha256(&pin.tool, &self.description, &self.args);

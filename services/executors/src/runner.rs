@@ -43,6 +43,10 @@ pub struct Runner {
     pub prestart: bool,
     /// The processes started ahead, one per executor (shared by the runner's clones).
     pub waiting: Prestarted,
+    /// Where each MCP server gets its own folder (`<data_dir>/mcp`).
+    pub mcp_dir: PathBuf,
+    /// The MCP servers started so far (shared by the runner's clones).
+    pub mcp: crate::mcp::pool::Pool,
 }
 
 /// Executor processes started ahead of their call, one per executor, each kept with what
@@ -147,7 +151,7 @@ impl Drop for KillGroupOnDrop {
     }
 }
 
-fn kill_group(pid: Option<u32>) {
+pub(crate) fn kill_group(pid: Option<u32>) {
     #[cfg(unix)]
     if let Some(pid) = pid
         .and_then(|p| i32::try_from(p).ok())
@@ -278,10 +282,25 @@ impl Runner {
         args: &Value,
         named_writes: &[PathBuf],
     ) -> Observation {
+        let m = &executor.manifest;
+        if m.mcp.is_some() {
+            let mut observation = self.mcp.call(self, catalog, executor, args).await;
+            let protections = serde_json::json!({
+                "server": "one process per server, in shell_exec's box, its program checked against its signed digest",
+                "definition": "pinned; a changed tool is disabled until reviewed",
+                "timeout_seconds": m.timeout_seconds,
+                "output_cap_bytes": m.max_output_bytes,
+            });
+            observation
+                .metadata
+                .get_or_insert_with(Default::default)
+                .entry("protections")
+                .or_insert(protections);
+            return observation;
+        }
         let (mut observation, ahead) = self
             .spawn_and_observe(catalog, executor, args, named_writes)
             .await;
-        let m = &executor.manifest;
         let protections = serde_json::json!({
             "program": "signed; exactly the verified file is executed",
             "started": if ahead { "ahead of the call, for this call only" } else { "at the call" },
@@ -538,6 +557,14 @@ impl Runner {
             )),
         }
     }
+}
+
+/// The path that executes exactly `file` (opened and verified), its descriptor kept open
+/// across the exec.
+pub(crate) fn verified_exec_path(file: &std::fs::File) -> Result<PathBuf, std::io::Error> {
+    #[cfg(target_os = "linux")]
+    rustix::io::fcntl_setfd(file, rustix::io::FdFlags::empty())?;
+    Ok(exec_path(file, Path::new("")))
 }
 
 /// The path that executes exactly the open, verified file: `/proc/self/fd/N` on Linux

@@ -82,3 +82,99 @@ async fn a_server_that_never_answers_times_out_and_a_missing_one_does_not_start(
         "{err}"
     );
 }
+
+mod common;
+
+use std::path::PathBuf;
+
+use common::Fixture;
+use metnos_executors::Runner;
+use metnos_executors::mcp::admit;
+use metnos_executors::mcp::pool::{self, Launch};
+use serde_json::json;
+
+/// The time server as the owner admits it: its program's digest, its virtual environment
+/// readable.
+fn time_launch() -> Launch {
+    let program = PathBuf::from(std::env::var("METNOS_TEST_MCP_TIME").expect(
+        "METNOS_TEST_MCP_TIME is not set: run the tests with `make test`, which installs mcp-server-time",
+    ));
+    let read = admit::default_read(&program);
+    Launch {
+        server: "time".into(),
+        program_sha256: metnos_executors::digest::sha256_file(&program).unwrap(),
+        program,
+        args: vec!["--local-timezone=Europe/Rome".into()],
+        read,
+    }
+}
+
+fn mcp_runner(f: &Fixture) -> Runner {
+    Runner {
+        mcp_dir: f.root.path().join("mcp"),
+        ..f.runner()
+    }
+}
+
+/// Admits every tool `launch`'s server lists, as proposed, and signs the catalog.
+async fn admit_all(f: &Fixture, runner: &Runner, launch: &Launch) -> Vec<String> {
+    let catalog = f.load();
+    let connection = pool::connect(runner, &catalog, launch).await.unwrap();
+    let mut names = Vec::new();
+    for tool in &connection.tools {
+        let manifest = admit::manifest_for(launch, tool, &admit::propose(tool)).unwrap();
+        admit::write(&f.catalog_dir(), &manifest).unwrap();
+        names.push(manifest.name);
+    }
+    f.sign();
+    names
+}
+
+#[tokio::test]
+async fn an_admitted_tool_of_a_real_server_runs_in_the_box_through_the_runner() {
+    let f = Fixture::with_builtins();
+    let runner = mcp_runner(&f);
+    let launch = time_launch();
+    let names = admit_all(&f, &runner, &launch).await;
+    assert!(
+        names.contains(&"time__get_current_time".to_owned()),
+        "{names:?}"
+    );
+    let catalog = f.load();
+    assert!(catalog.refused().is_empty(), "{:?}", catalog.refused());
+    let now = catalog.get("time__get_current_time").unwrap();
+    assert_eq!(now.manifest.capabilities, ["time:read"]);
+
+    let seen = runner
+        .check_and_run(
+            &catalog,
+            "time__get_current_time",
+            &json!({"timezone": "Asia/Tokyo"}),
+        )
+        .await;
+    assert!(seen.ok, "{seen:?}");
+    let text = seen.content.unwrap();
+    assert!(text.as_str().unwrap().contains("Asia/Tokyo"), "{text}");
+    let meta = seen.metadata.unwrap();
+    assert_eq!(meta["mcp_server"], "time");
+    // One process serves the next call too.
+    let states = runner.mcp.states().await;
+    assert_eq!(states.len(), 1);
+    assert!(states[0].connected);
+    assert!(states[0].disabled.is_empty(), "{states:?}");
+    let again = runner
+        .check_and_run(
+            &catalog,
+            "time__get_current_time",
+            &json!({"timezone": "UTC"}),
+        )
+        .await;
+    assert!(again.ok, "{again:?}");
+
+    // The pinned schema is checked before the server sees anything.
+    let bad = runner
+        .check_and_run(&catalog, "time__get_current_time", &json!({"timezone": 5}))
+        .await;
+    assert!(!bad.ok);
+    assert!(bad.error.unwrap().contains("do not match its schema"));
+}

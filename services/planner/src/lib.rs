@@ -66,6 +66,8 @@ pub fn runner_from_config(config: &Config) -> Runner {
         },
         prestart: e.prestart,
         waiting: Default::default(),
+        mcp_dir: config.data_dir.join("mcp"),
+        mcp: Default::default(),
     }
 }
 

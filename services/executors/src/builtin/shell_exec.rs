@@ -92,6 +92,9 @@ pub fn program_main() -> ExitCode {
     if std::env::args().nth(1).as_deref() == Some(BOX_ARG) {
         return init_main();
     }
+    if std::env::args().nth(1).as_deref() == Some(sandbox::serve::SERVE_ARG) {
+        return sandbox::serve::serve_main();
+    }
     let name = std::env::args().nth(1).unwrap_or_default();
     let context = crate::program::read_context();
     let ready = match &context {
@@ -236,13 +239,14 @@ fn plan_for(context: &ExecContext, workspace: &Path, home: &Path) -> sandbox::Pl
         allow_unsandboxed: shell.allow_unsandboxed,
         namespaces: false,
         outer_uid: outer_uid(),
+        serve: None,
     }
 }
 
 /// What the box hides, by real path. Most usual places do not exist on a given machine:
 /// those keep their lexical path (nothing to grant there), and only the ones that exist
 /// are resolved (a `~/.ssh` that is a link hides what it points to).
-fn hidden_paths(context: &ExecContext) -> Vec<PathBuf> {
+pub(crate) fn hidden_paths(context: &ExecContext) -> Vec<PathBuf> {
     context
         .forbidden
         .iter()
@@ -259,7 +263,7 @@ fn hidden_paths(context: &ExecContext) -> Vec<PathBuf> {
         .collect()
 }
 
-fn outer_uid() -> u32 {
+pub(crate) fn outer_uid() -> u32 {
     rustix::process::geteuid().as_raw()
 }
 

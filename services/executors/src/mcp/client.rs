@@ -22,6 +22,11 @@ pub enum ClientError {
     Timeout(Duration),
     #[error("the MCP server listed a tool Metnos cannot read: {0}")]
     Tool(String),
+    #[error("{error}; it said: {said}")]
+    Said {
+        error: Box<ClientError>,
+        said: String,
+    },
 }
 
 /// The tools the server `command` starts lists, within `timeout` for the whole exchange

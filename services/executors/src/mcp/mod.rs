@@ -6,7 +6,10 @@
 //! of MCP); a removed one is reported. [`client`] lists a server's tools with the `rmcp`
 //! SDK; admission, the box a server runs in and the calls come next.
 
+pub mod admit;
 pub mod client;
+pub mod connection;
+pub mod pool;
 
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};

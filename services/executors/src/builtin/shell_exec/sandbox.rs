@@ -27,6 +27,7 @@ use std::time::{Duration, Instant};
 use serde::{Deserialize, Serialize};
 
 mod confine;
+pub mod serve;
 
 use confine::confine;
 pub use confine::{granted_beneath, readable_roots};
@@ -110,6 +111,11 @@ pub struct Plan {
     pub namespaces: bool,
     /// The outer's user id outside the namespaces (root is exempt from RLIMIT_NPROC).
     pub outer_uid: u32,
+    /// A long-lived server ([`serve`]): the init reports on its standard error and runs
+    /// this command at once with its own standard input and output (the server's
+    /// protocol), instead of waiting for a command on its channel.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub serve: Option<Run>,
 }
 
 /// The command, sent to the init once the box is ready (one JSON line on its channel).
@@ -316,7 +322,7 @@ pub fn prepare(plan: Plan) -> Prepared {
         }
     };
     // The first report says whether the box holds.
-    let first = read_line(&channel, READY_WITHIN);
+    let first = read_line(&mut &channel, READY_WITHIN);
     let end = match first.as_deref().map(serde_json::from_slice::<Report>) {
         Some(Ok(Report::Ready(p))) => {
             merge(&mut protections, p);
@@ -410,13 +416,13 @@ impl Prepared {
 /// One line from `channel` within `wait` (without its newline); `None` at its end, on an
 /// error, or when the time runs out. The init sends nothing after its first report until
 /// it is sent the command, so nothing after the line is taken from the channel.
-fn read_line(mut channel: &UnixStream, wait: Duration) -> Option<Vec<u8>> {
+fn read_line<R: Read + std::os::fd::AsFd>(channel: &mut R, wait: Duration) -> Option<Vec<u8>> {
     let deadline = Instant::now() + wait;
     let mut line = Vec::new();
     let mut buffer = [0u8; 4096];
     loop {
         let left = deadline.saturating_duration_since(Instant::now());
-        if left.is_zero() || !wait_readable([Some(&channel), None, None], left)[0] {
+        if left.is_zero() || !wait_readable([Some(&*channel), None, None], left)[0] {
             return None;
         }
         match channel.read(&mut buffer) {
@@ -674,12 +680,23 @@ pub fn init_main() -> ExitCode {
         }
     };
     let protections = confine(&plan);
+    let serving = plan.serve.is_some();
+    let report = |report: &Report| {
+        if serving {
+            send_on(report, std::io::stderr())
+        } else {
+            send(report)
+        }
+    };
     if protections.missing().is_some() && !plan.allow_unsandboxed {
-        let _ = send(&Report::Refused(protections));
+        let _ = report(&Report::Refused(protections));
         return ExitCode::SUCCESS;
     }
-    if send(&Report::Ready(protections)).is_err() {
+    if report(&Report::Ready(protections)).is_err() {
         return ExitCode::FAILURE;
+    }
+    if let Some(run) = &plan.serve {
+        return serve::run_server(&plan, run);
     }
     // Then the command, once it is known; the end of the channel means none.
     let mut line = Vec::new();
@@ -736,12 +753,16 @@ fn keep_private() {
 
 /// One report line on the pipe that is this process's standard input.
 fn send(report: &Report) -> std::io::Result<()> {
+    send_on(report, std::io::stdin())
+}
+
+/// One report line on `channel`.
+fn send_on(report: &Report, channel: impl std::os::fd::AsFd) -> std::io::Result<()> {
     let mut line = serde_json::to_vec(report).map_err(std::io::Error::other)?;
     line.push(b'\n');
-    let stdin = std::io::stdin();
     let mut rest = line.as_slice();
     while !rest.is_empty() {
-        let n = rustix::io::write(&stdin, rest)?;
+        let n = rustix::io::write(&channel, rest)?;
         rest = &rest[n..];
     }
     Ok(())
@@ -835,6 +856,7 @@ mod tests {
             allow_unsandboxed: false,
             namespaces: true,
             outer_uid: 0,
+            serve: None,
         };
         let text = serde_json::to_string(&plan).unwrap();
         assert_eq!(serde_json::from_str::<Plan>(&text).unwrap(), plan);
@@ -895,6 +917,7 @@ mod tests {
             allow_unsandboxed: false,
             namespaces: true,
             outer_uid: 0,
+            serve: None,
         };
         let roots = readable_roots(&plan);
         for whole in ["/usr", "/bin", "/proc"] {
