@@ -178,3 +178,218 @@ async fn an_admitted_tool_of_a_real_server_runs_in_the_box_through_the_runner() 
     assert!(!bad.ok);
     assert!(bad.error.unwrap().contains("do not match its schema"));
 }
+
+/// The hostile server (tests/mcp_hostile.py, on the Python `mcp` SDK) as admitted.
+fn hostile_launch() -> Launch {
+    let python = PathBuf::from(std::env::var("METNOS_TEST_MCP_PYTHON").expect(
+        "METNOS_TEST_MCP_PYTHON is not set: run the tests with `make test`, which installs the mcp SDK",
+    ));
+    let script = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/mcp_hostile.py");
+    let mut read = admit::default_read(&python);
+    read.push(script.parent().unwrap().to_owned());
+    Launch {
+        server: "hostile".into(),
+        program_sha256: metnos_executors::digest::sha256_file(&python).unwrap(),
+        program: python,
+        args: vec![script.display().to_string()],
+        read,
+    }
+}
+
+/// A catalog with the hostile server's tools admitted (`hang` given 3 s), its runner.
+async fn hostile(f: &Fixture) -> (Runner, metnos_executors::Catalog) {
+    let runner = Runner {
+        forbidden: vec![f.root.path().join("keys")],
+        ..mcp_runner(f)
+    };
+    let names = admit_all(f, &runner, &hostile_launch()).await;
+    assert!(
+        names.contains(&"hostile__notes_search".to_owned()),
+        "{names:?}"
+    );
+    for slow in ["hang"] {
+        let file = f
+            .catalog_dir()
+            .join(format!("mcp.hostile.{slow}/manifest.toml"));
+        let text = std::fs::read_to_string(&file).unwrap();
+        std::fs::write(
+            &file,
+            text.replace("timeout_seconds = 30", "timeout_seconds = 3"),
+        )
+        .unwrap();
+    }
+    f.sign();
+    let catalog = f.load();
+    assert!(catalog.refused().is_empty(), "{:?}", catalog.refused());
+    (runner, catalog)
+}
+
+fn set_mode(runner: &Runner, mode: &str) {
+    std::fs::write(runner.mcp_dir.join("hostile/mode"), mode).unwrap();
+    // As after a restart of Metnos: the next call connects again.
+    runner.mcp.clear();
+}
+
+async fn call(
+    runner: &Runner,
+    catalog: &metnos_executors::Catalog,
+    tool: &str,
+    args: serde_json::Value,
+) -> metnos_executors::Observation {
+    runner
+        .check_and_run(catalog, &format!("hostile__{tool}"), &args)
+        .await
+}
+
+#[tokio::test]
+async fn a_rug_pull_a_new_schema_a_rename_and_a_new_tool_are_disabled_until_reviewed() {
+    let f = Fixture::with_builtins();
+    let (runner, catalog) = hostile(&f).await;
+    let search = json!({"query": "tax"});
+    let seen = call(&runner, &catalog, "notes_search", search.clone()).await;
+    assert_eq!(
+        seen.content,
+        Some(json!("Nothing found for tax.")),
+        "{seen:?}"
+    );
+
+    for (mode, why) in [
+        ("rug", "its description changed since you admitted it"),
+        ("schema", "its input schema changed since you admitted it"),
+        ("rename", "it is now listed as `notes_find`"),
+    ] {
+        set_mode(&runner, mode);
+        let seen = call(&runner, &catalog, "notes_search", search.clone()).await;
+        assert!(!seen.ok, "{mode}: {seen:?}");
+        let error = seen.error.unwrap();
+        assert!(error.contains(why), "{mode}: {error}");
+        assert!(error.contains("metnos mcp review hostile"), "{error}");
+        assert!(runner.mcp.is_disabled("hostile", "notes_search"));
+        // The server's other tools, unchanged, still run.
+        assert!(call(&runner, &catalog, "inject", json!({})).await.ok);
+    }
+    set_mode(&runner, "extra");
+    assert!(
+        call(&runner, &catalog, "notes_search", search.clone())
+            .await
+            .ok
+    );
+    let states = runner.mcp.states().await;
+    assert_eq!(
+        states[0].disabled,
+        [("backup".to_owned(), "new: not admitted".to_owned())]
+    );
+    assert!(!runner.mcp.is_disabled("hostile", "notes_search"));
+
+    // Told by the server itself that its tools changed: listed and reviewed before the next call.
+    set_mode(&runner, "");
+    assert_eq!(
+        call(&runner, &catalog, "poke", json!({})).await.content,
+        Some(json!("poked"))
+    );
+    let seen = call(&runner, &catalog, "notes_search", search).await;
+    assert!(!seen.ok, "{seen:?}");
+    assert!(seen.error.unwrap().contains("its description changed"));
+}
+
+#[tokio::test]
+async fn what_a_hostile_server_answers_or_asks_is_bounded_and_refused() {
+    let f = Fixture::with_builtins();
+    let (runner, catalog) = hostile(&f).await;
+    // Its words come back as they are (the planner fences and labels them).
+    let seen = call(&runner, &catalog, "inject", json!({})).await;
+    assert!(seen.ok);
+    assert!(
+        seen.content
+            .unwrap()
+            .as_str()
+            .unwrap()
+            .contains("IMPORTANT SYSTEM INSTRUCTION")
+    );
+    // Asked for the person's model: refused, with why.
+    let seen = call(&runner, &catalog, "sample", json!({})).await;
+    let text = seen.content.unwrap().as_str().unwrap().to_owned();
+    assert!(text.starts_with("sampling refused"), "{text}");
+    assert!(text.contains("Metnos refuses sampling"), "{text}");
+    // A flood of notifications does not stop the answer.
+    let seen = call(&runner, &catalog, "flood", json!({})).await;
+    assert_eq!(seen.content, Some(json!("flooded")), "{seen:?}");
+    // A call that never ends times out and is cancelled; the server goes on.
+    let seen = call(&runner, &catalog, "hang", json!({})).await;
+    assert_eq!(
+        seen.error.as_deref(),
+        Some("`hang` did not answer within 3 s; the server was told to cancel the call")
+    );
+    assert!(call(&runner, &catalog, "inject", json!({})).await.ok);
+    // 20 MB is over the cap: the server is stopped at once rather than waited for.
+    let seen = call(&runner, &catalog, "blob", json!({})).await;
+    let error = seen.error.unwrap();
+    assert!(
+        error.contains("the server sent a message of more than 2162688 bytes for `blob`"),
+        "{error}"
+    );
+    // Stopped, it is started again only after a wait; so after a crash.
+    let seen = call(&runner, &catalog, "inject", json!({})).await;
+    let error = seen.error.unwrap();
+    assert!(
+        error.contains("the server ended") && error.contains("started again in"),
+        "{error}"
+    );
+    assert!(!runner.mcp.states().await[0].connected);
+}
+
+#[tokio::test]
+async fn a_crashed_server_is_started_again_after_a_wait() {
+    let f = Fixture::with_builtins();
+    let (runner, catalog) = hostile(&f).await;
+    let seen = call(&runner, &catalog, "crash", json!({})).await;
+    assert!(!seen.ok, "{seen:?}");
+    let seen = call(&runner, &catalog, "inject", json!({})).await;
+    let error = seen.error.unwrap();
+    assert!(
+        error.contains("the server ended") && error.contains("started again in 2 s"),
+        "{error}"
+    );
+    assert!(!runner.mcp.states().await[0].connected);
+    tokio::time::sleep(std::time::Duration::from_secs(3)).await;
+    assert!(call(&runner, &catalog, "inject", json!({})).await.ok);
+}
+
+#[tokio::test]
+async fn a_server_cannot_read_keys_write_outside_its_folder_or_open_a_socket() {
+    let f = Fixture::with_builtins();
+    let (runner, catalog) = hostile(&f).await;
+    let home = f.home();
+    std::fs::create_dir_all(home.join(".ssh")).unwrap();
+    std::fs::write(home.join(".ssh/id_rsa"), "PRIVATE").unwrap();
+    let keys = f.root.path().join("keys");
+    std::fs::create_dir_all(&keys).unwrap();
+    std::fs::write(keys.join("owner.key"), "SIGNING KEY").unwrap();
+    let outside = f.root.path().join("outside.txt");
+    let seen = call(
+        &runner,
+        &catalog,
+        "escape",
+        json!({"home": home, "outside": outside, "secret": keys.join("owner.key")}),
+    )
+    .await;
+    let text = seen.content.unwrap().as_str().unwrap().to_owned();
+    for refused in [
+        "read_ssh",
+        "read_metnos_key",
+        "write_outside",
+        "tcp",
+        "unix",
+    ] {
+        assert!(
+            text.contains(&format!("{refused}=refused")),
+            "{refused}: {text}"
+        );
+    }
+    assert!(text.contains("write_own=allowed"), "{text}");
+    assert!(!outside.exists());
+    assert_eq!(
+        std::fs::read_to_string(runner.mcp_dir.join("hostile/own.txt")).unwrap(),
+        "mine"
+    );
+}

@@ -187,7 +187,11 @@ pub fn manifest_for(
             args.join(", ")
         }
     };
-    let needs_target = capability.spec().target_kind != TargetKind::None;
+    // A capability asked about every time needs no target for its grants: a tool of it
+    // may have none (the card shows its arguments).
+    let spec = capability.spec();
+    let needs_target = spec.target_kind != TargetKind::None
+        && spec.default_approval != metnos_core::capability::DefaultApproval::Always;
     match &choice.target_arg {
         None if needs_target => {
             return Err(AdmitError::NoTarget {
@@ -222,10 +226,10 @@ pub fn manifest_for(
         description: tool.description.clone(),
         affinity,
         capabilities: vec![choice.capability.clone()],
-        target_arg: if needs_target {
-            choice.target_arg.clone()
-        } else {
+        target_arg: if spec.target_kind == TargetKind::None {
             None
+        } else {
+            choice.target_arg.clone()
         },
         critical: capability.spec().critical,
         timeout_seconds: 30,

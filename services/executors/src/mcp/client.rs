@@ -4,10 +4,8 @@
 
 use std::time::Duration;
 
-use rmcp::ServiceExt;
-use rmcp::transport::TokioChildProcess;
-
 use super::ToolDefinition;
+use super::connection::Connection;
 
 /// Why a server's tools could not be listed.
 #[derive(Debug, thiserror::Error)]
@@ -35,25 +33,8 @@ pub async fn list_tools(
     command: tokio::process::Command,
     timeout: Duration,
 ) -> Result<Vec<ToolDefinition>, ClientError> {
-    let transport = TokioChildProcess::new(command).map_err(ClientError::Start)?;
-    let exchange = async {
-        let client = ().serve(transport).await.map_err(|e| ClientError::Handshake(e.to_string()))?;
-        let listed = client
-            .list_all_tools()
-            .await
-            .map_err(|e| ClientError::List(e.to_string()));
-        let _ = client.cancel().await;
-        listed
-    };
-    let tools = tokio::time::timeout(timeout, exchange)
-        .await
-        .map_err(|_| ClientError::Timeout(timeout))??;
-    tools
-        .into_iter()
-        .map(|tool| {
-            let value =
-                serde_json::to_value(&tool).map_err(|e| ClientError::Tool(e.to_string()))?;
-            serde_json::from_value(value).map_err(|e| ClientError::Tool(e.to_string()))
-        })
-        .collect()
+    let connection = Connection::start(command, timeout, 16 * 1024 * 1024).await?;
+    let tools = connection.tools.clone();
+    connection.close();
+    Ok(tools)
 }

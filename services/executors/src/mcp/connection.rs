@@ -19,7 +19,6 @@ use rmcp::model::{
     CreateMessageResult, ElicitRequestParams, ElicitResult, ErrorCode, ErrorData, ListRootsResult,
 };
 use rmcp::service::{NotificationContext, RequestContext, RoleClient, RunningService};
-use rmcp::transport::TokioChildProcess;
 use rmcp::{ClientHandler, ServiceExt};
 use serde_json::{Map, Value, json};
 use tokio::io::AsyncReadExt;
@@ -156,6 +155,48 @@ async fn failed(group: Option<u32>, stderr: &Stderr, error: ClientError) -> Clie
     }
 }
 
+/// A server's output, each message (one line) at most `limit` bytes: a longer one is an
+/// error that closes the connection, so nothing waits for an answer that would be dropped
+/// and no server makes Metnos hold more than that.
+struct LineCap<R> {
+    inner: R,
+    limit: usize,
+    since_newline: usize,
+    tripped: Arc<AtomicBool>,
+}
+
+impl<R: tokio::io::AsyncRead + Unpin> tokio::io::AsyncRead for LineCap<R> {
+    fn poll_read(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+        buf: &mut tokio::io::ReadBuf<'_>,
+    ) -> std::task::Poll<std::io::Result<()>> {
+        let before = buf.filled().len();
+        let polled = std::pin::Pin::new(&mut self.inner).poll_read(cx, buf);
+        if let std::task::Poll::Ready(Ok(())) = &polled {
+            let fresh = &buf.filled()[before..];
+            let mut run = self.since_newline;
+            let mut longest = 0;
+            for chunk in fresh.split_inclusive(|b| *b == b'\n') {
+                run += chunk.len();
+                longest = longest.max(run);
+                if chunk.ends_with(b"\n") {
+                    run = 0;
+                }
+            }
+            self.since_newline = run;
+            if longest > self.limit {
+                self.tripped.store(true, Ordering::SeqCst);
+                return std::task::Poll::Ready(Err(std::io::Error::new(
+                    std::io::ErrorKind::InvalidData,
+                    "a message over the limit",
+                )));
+            }
+        }
+        polled
+    }
+}
+
 /// A server, started and listing its tools.
 pub struct Connection {
     service: RunningService<RoleClient, Handler>,
@@ -165,6 +206,11 @@ pub struct Connection {
     pub stderr: Stderr,
     /// Its process group (the box's outer leads it).
     group: Option<u32>,
+    /// Its process (killed when dropped).
+    _child: tokio::process::Child,
+    /// The most bytes of one message, and whether one was longer.
+    max_message: usize,
+    oversized: Arc<AtomicBool>,
 }
 
 impl std::fmt::Debug for Connection {
@@ -196,24 +242,41 @@ fn definitions(tools: Vec<rmcp::model::Tool>) -> Result<Vec<ToolDefinition>, Cli
 
 impl Connection {
     /// Starts `command` (in a process group of its own, killed with the connection),
-    /// completes the handshake and lists the tools, all within `timeout`.
+    /// completes the handshake and lists the tools, all within `timeout`; a message of
+    /// the server's over `max_message` bytes closes the connection.
     pub async fn start(
         mut command: tokio::process::Command,
         timeout: Duration,
+        max_message: usize,
     ) -> Result<Connection, ClientError> {
-        command.process_group(0).kill_on_drop(true);
-        let (transport, stderr_pipe) = TokioChildProcess::builder(command)
-            .stderr(std::process::Stdio::piped())
-            .spawn()
-            .map_err(ClientError::Start)?;
-        let group = transport.id();
+        use std::process::Stdio;
+        command
+            .process_group(0)
+            .kill_on_drop(true)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped());
+        let mut child = command.spawn().map_err(ClientError::Start)?;
+        let group = child.id();
         let stderr = Stderr::default();
-        stderr.drain(stderr_pipe);
+        stderr.drain(child.stderr.take());
+        let (Some(output), Some(input)) = (child.stdout.take(), child.stdin.take()) else {
+            return Err(ClientError::Start(std::io::Error::other(
+                "no standard input or output",
+            )));
+        };
+        let oversized = Arc::new(AtomicBool::new(false));
+        let output = LineCap {
+            inner: output,
+            limit: max_message,
+            since_newline: 0,
+            tripped: oversized.clone(),
+        };
         let handler = Handler::default();
         let exchange = async {
             let service = handler
                 .clone()
-                .serve(transport)
+                .serve((output, input))
                 .await
                 .map_err(|e| ClientError::Handshake(e.to_string()))?;
             let tools = service
@@ -236,6 +299,9 @@ impl Connection {
             tools: definitions(tools)?,
             stderr,
             group,
+            _child: child,
+            max_message,
+            oversized,
         })
     }
 
@@ -281,6 +347,12 @@ impl Connection {
         let mut params = CallToolRequestParams::new(Cow::Owned(tool.to_owned()));
         params.arguments = arguments;
         let answer = tokio::time::timeout(timeout, self.service.call_tool_once(params)).await;
+        if self.oversized.load(Ordering::SeqCst) {
+            return Observation::failure(format!(
+                "the server sent a message of more than {} bytes for `{tool}`; it was dropped and the server stopped",
+                self.max_message
+            ));
+        }
         match answer {
             Err(_) => Observation::failure(format!(
                 "`{tool}` did not answer within {} s; the server was told to cancel the call",

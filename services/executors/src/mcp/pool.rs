@@ -154,6 +154,7 @@ pub fn server_folder(dir: &Path, server: &str) -> std::io::Result<PathBuf> {
 pub async fn start_boxed(
     box_program: &Path,
     plan: &sandbox::Plan,
+    max_message: usize,
 ) -> Result<Connection, ClientError> {
     let text = serde_json::to_string(plan).map_err(|e| ClientError::Handshake(e.to_string()))?;
     let mut command = tokio::process::Command::new(box_program);
@@ -162,7 +163,7 @@ pub async fn start_boxed(
         .env_clear()
         .env(sandbox::serve::SERVE_VAR, text)
         .current_dir("/");
-    Connection::start(command, START_WITHIN).await
+    Connection::start(command, START_WITHIN, max_message).await
 }
 
 /// Why a call found no server to make it.
@@ -180,6 +181,22 @@ struct Slot {
     crashes: u32,
     retry_at: Option<Instant>,
     last_error: Option<String>,
+}
+
+impl Slot {
+    /// A start failed, or the server ended: the next start waits 2, 4 … 60 s.
+    fn failed(&mut self, why: String) {
+        self.crashes += 1;
+        let wait = Duration::from_secs(1 << self.crashes.min(6)).min(BACKOFF_MAX);
+        self.retry_at = Some(Instant::now() + wait);
+        self.last_error = Some(why);
+    }
+
+    fn ended(&mut self, connection: Connection) {
+        let why = format!("the server ended{}", tail_note(&connection));
+        connection.close();
+        self.failed(why);
+    }
 }
 
 /// What `metnos doctor` and the planner say of a server.
@@ -305,8 +322,10 @@ impl Pool {
         let metadata = observation.metadata.get_or_insert_with(Default::default);
         metadata.insert("mcp_server".to_owned(), Value::from(pin.server.clone()));
         metadata.insert("mcp_tool".to_owned(), Value::from(pin.tool.clone()));
-        if connection.is_closed() {
-            slot.connection = None;
+        if connection.is_closed()
+            && let Some(ended) = slot.connection.take()
+        {
+            slot.ended(ended);
         }
         observation
     }
@@ -326,15 +345,16 @@ impl Pool {
         if stale {
             if let Some(old) = slot.connection.take() {
                 if old.is_closed() {
-                    slot.crashes += 1;
-                    let wait = Duration::from_secs(1 << slot.crashes.min(6)).min(BACKOFF_MAX);
-                    slot.retry_at = Some(Instant::now() + wait);
-                    slot.last_error = Some(format!("the server ended{}", tail_note(&old)));
+                    slot.ended(old);
+                } else {
+                    old.close();
                 }
-                old.close();
             }
             if let Some(at) = slot.retry_at.filter(|at| *at > Instant::now()) {
-                let left = at.saturating_duration_since(Instant::now()).as_secs() + 1;
+                let left = at
+                    .saturating_duration_since(Instant::now())
+                    .as_secs_f64()
+                    .ceil();
                 return Err(format!(
                     "{}; it is started again in {left} s",
                     slot.last_error.as_deref().unwrap_or("it failed")
@@ -343,10 +363,7 @@ impl Pool {
             let connection = match connect(runner, catalog, &wanted.0).await {
                 Ok(connection) => connection,
                 Err(why) => {
-                    slot.crashes += 1;
-                    let wait = Duration::from_secs(1 << slot.crashes.min(6)).min(BACKOFF_MAX);
-                    slot.retry_at = Some(Instant::now() + wait);
-                    slot.last_error = Some(why.clone());
+                    slot.failed(why.clone());
                     return Err(why);
                 }
             };
@@ -376,7 +393,12 @@ impl Pool {
 
 fn tail_note(connection: &Connection) -> String {
     let tail = connection.stderr.tail();
-    let last: Vec<&str> = tail.lines().rev().take(3).collect();
+    let last: Vec<&str> = tail
+        .lines()
+        .filter(|l| !l.starts_with(sandbox::serve::READY_PREFIX))
+        .rev()
+        .take(3)
+        .collect();
     if last.is_empty() {
         String::new()
     } else {
@@ -391,6 +413,21 @@ fn log_findings(server: &str, findings: &[Finding]) {
     for (tool, why) in findings.iter().filter_map(why_disabled) {
         tracing::warn!(server, tool, %why, "MCP tool disabled until reviewed");
     }
+}
+
+/// The most bytes one message of `server` may have: twice its tools' largest output cap
+/// (JSON escapes text) and room for the rest, at most the SDK's own 16 MiB.
+pub fn max_message(catalog: &Catalog, server: &str) -> usize {
+    let cap = catalog
+        .executors()
+        .filter(|e| e.manifest.mcp.as_ref().is_some_and(|p| p.server == server))
+        .map(|e| e.manifest.max_output_bytes)
+        .max()
+        .unwrap_or(crate::manifest::MAX_OUTPUT_BYTES);
+    let cap = usize::try_from(cap).unwrap_or(usize::MAX);
+    cap.saturating_mul(2)
+        .saturating_add(64 * 1024)
+        .min(16 * 1024 * 1024)
 }
 
 /// Starts `launch`'s server in the box, through the catalog's verified `metnos-shell`
@@ -412,7 +449,7 @@ pub async fn connect(
         .map_err(|e| format!("cannot make the server's folder: {e}"))?;
     let plan = plan(runner, launch, &folder);
     let path = crate::runner::verified_exec_path(&box_file).map_err(|e| e.to_string())?;
-    let started = start_boxed(&path, &plan).await;
+    let started = start_boxed(&path, &plan, max_message(catalog, &launch.server)).await;
     drop(box_file);
     started.map_err(|e| e.to_string())
 }
