@@ -30,6 +30,7 @@ pub mod conversations_cli;
 pub mod doctor;
 pub mod eval;
 pub mod executors_cli;
+pub mod mcp_cli;
 pub mod memory_cli;
 pub mod pair_cli;
 pub mod pki_cli;

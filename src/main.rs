@@ -10,6 +10,7 @@ use metnos::audit_cli::{self, AuditCommand};
 use metnos::chat_cli::{self, ChatArgs};
 use metnos::conversations_cli::{self, ConversationsCommand};
 use metnos::executors_cli::{self, ExecutorsCommand};
+use metnos::mcp_cli::{self, McpCommand};
 use metnos::memory_cli::{self, MemoryCommand};
 use metnos::pair_cli::{self, PairCommand};
 use metnos::pki_cli::{self, PkiCommand};
@@ -133,6 +134,11 @@ enum Command {
         #[command(subcommand)]
         command: ExecutorsCommand,
     },
+    /// Tools from MCP servers: add (admit and sign), list, review, disable, enable, remove.
+    Mcp {
+        #[command(subcommand)]
+        command: McpCommand,
+    },
     /// The installation's CA and certificates (mutual TLS between every part).
     Pki {
         #[command(subcommand)]
@@ -178,6 +184,7 @@ fn main() -> ExitCode {
             Command::Telos { command } => telos_cli::telos(&config, command).await,
             Command::Approvals { command } => approvals_cli::approvals(&config, command).await,
             Command::Executors { command } => executors_cli::executors(&config, command).await,
+            Command::Mcp { command } => mcp_cli::mcp(&config, command).await,
             Command::Ask(args) => ask_cli::ask(&config, args).await,
             Command::Eval(args) => metnos::eval::eval(&config, args).await,
             Command::Chat(args) => chat_cli::chat(&config, args).await,

@@ -715,6 +715,12 @@ pub fn reason_read_private(read: &[String], language: Language) -> String {
             (Label::Private(host), true) => format!("la pagina privata {}", short(&host, 40)),
             (Label::Tool(name), false) => format!("what {} returned", short(&name, 40)),
             (Label::Tool(name), true) => format!("quanto ha restituito {}", short(&name, 40)),
+            (Label::Mcp(server), false) => {
+                format!("what MCP server {} returned", short(&server, 40))
+            }
+            (Label::Mcp(server), true) => {
+                format!("quanto ha restituito il server MCP {}", short(&server, 40))
+            }
             (_, false) => "a command's output".to_owned(),
             (_, true) => "l'output di un comando".to_owned(),
         })

@@ -12,6 +12,7 @@
 //! | `shell`                 | a command's output (`shell_exec`)                         |
 //! | `scratchpad:<id>`       | a page of a stored observation (with its origin's labels) |
 //! | `tool:<executor>`       | any other executor's output                               |
+//! | `mcp:<server>`          | what a tool of this MCP server returned                   |
 //! | `forwarded`             | a message the person forwarded from someone else          |
 //! | `memory`                | the person's long-term memory, an entry in their own words |
 //!
@@ -39,6 +40,8 @@ pub enum Label {
     Shell,
     Scratchpad(String),
     Tool(String),
+    /// What a tool of an MCP server returned (the server's name).
+    Mcp(String),
     /// A message the person forwarded: someone else's words.
     Forwarded,
     /// An entry of the person's long-term memory in their own words.
@@ -67,6 +70,7 @@ impl Label {
             "file" => Some(Label::File(rest)),
             "scratchpad" => Some(Label::Scratchpad(rest)),
             "tool" => Some(Label::Tool(rest)),
+            "mcp" => Some(Label::Mcp(rest)),
             _ => None,
         }
     }
@@ -92,6 +96,8 @@ impl Label {
             (Label::Shell, true) => "dall'output di un comando".to_owned(),
             (Label::Tool(name), false) => format!("from what {name} returned"),
             (Label::Tool(name), true) => format!("da quanto ha restituito {name}"),
+            (Label::Mcp(server), false) => format!("from what MCP server {server} returned"),
+            (Label::Mcp(server), true) => format!("da quanto ha restituito il server MCP {server}"),
             (Label::Forwarded, false) => "from a forwarded message".to_owned(),
             (Label::Forwarded, true) => "da un messaggio inoltrato".to_owned(),
             (Label::Memory, false) => "from what you asked me to remember".to_owned(),
@@ -110,7 +116,7 @@ impl Label {
             Label::Private(_) => 1,
             Label::Shell => 2,
             Label::Memory => 1,
-            Label::Tool(_) => 3,
+            Label::Tool(_) | Label::Mcp(_) => 3,
             Label::Web(_) | Label::Forwarded => 4,
             Label::Scratchpad(_) => 5,
             Label::Person | Label::Clock => 6,
@@ -151,6 +157,7 @@ impl std::fmt::Display for Label {
             Label::File(path) => write!(f, "file:{path}"),
             Label::Scratchpad(id) => write!(f, "scratchpad:{id}"),
             Label::Tool(name) => write!(f, "tool:{name}"),
+            Label::Mcp(server) => write!(f, "mcp:{server}"),
             Label::Forwarded => f.write_str("forwarded"),
             Label::Memory => f.write_str("memory"),
         }
@@ -172,6 +179,7 @@ pub fn carried(arg: &str, labels: &[String], language: Language) -> Option<Strin
             Label::Private(host) => Label::Private(shortened(&host, SAID_CHARS)),
             Label::File(path) => Label::File(shortened(&path, SAID_CHARS)),
             Label::Tool(name) => Label::Tool(shortened(&name, SAID_CHARS)),
+            Label::Mcp(server) => Label::Mcp(shortened(&server, SAID_CHARS)),
             other => other,
         };
         if let Some(text) = label.said(language)
@@ -256,7 +264,12 @@ impl Label {
     pub fn is_private(&self) -> bool {
         matches!(
             self,
-            Label::File(_) | Label::Shell | Label::Private(_) | Label::Tool(_) | Label::Memory
+            Label::File(_)
+                | Label::Shell
+                | Label::Private(_)
+                | Label::Tool(_)
+                | Label::Mcp(_)
+                | Label::Memory
         )
     }
 }
@@ -268,6 +281,30 @@ pub const THROUGH_LINK: &str = "through_link";
 
 #[cfg(test)]
 mod tests {
+
+    #[test]
+    fn an_mcp_server_s_answer_is_the_world_s_and_private_and_cards_name_the_server() {
+        let label = Label::parse("mcp:notes").unwrap();
+        assert_eq!(label, Label::Mcp("notes".into()));
+        assert_eq!(label.to_string(), "mcp:notes");
+        assert!(label.is_untrusted());
+        assert!(label.is_private());
+        assert_eq!(
+            label.said(Language::English).as_deref(),
+            Some("from what MCP server notes returned")
+        );
+        assert_eq!(
+            carried(
+                "body",
+                &["web:a.example".into(), "mcp:notes".into()],
+                Language::Italian
+            )
+            .unwrap(),
+            "body contiene testo da quanto ha restituito il server MCP notes e dalla pagina web a.example"
+        );
+        assert_eq!(Label::parse("mcp:"), None);
+    }
+
     use super::*;
 
     #[test]

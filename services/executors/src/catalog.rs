@@ -16,6 +16,8 @@ use crate::signing::{self, Trust};
 
 /// The manifest file of an executor folder.
 pub const MANIFEST_FILE: &str = "manifest.toml";
+/// A file whose presence keeps an executor folder out of the catalog (`metnos mcp disable`).
+pub const DISABLED_FILE: &str = "disabled";
 
 /// A loaded, verified executor.
 #[derive(Debug)]
@@ -204,6 +206,10 @@ impl Catalog {
             }
         };
         for folder in dirs {
+            if folder.join(DISABLED_FILE).exists() {
+                tracing::info!(dir = %folder.display(), "executor disabled by the owner; not loaded");
+                continue;
+            }
             match load_one(&folder, trust, &catalog.digests) {
                 Ok(executor) => {
                     let name = executor.manifest.name.clone();

@@ -410,6 +410,11 @@ impl Planner {
             .select(&request.query, self.config.prefilter_max.get() as usize)
             .into_iter()
             .map(|c| c.name)
+            // An MCP tool whose server changed it since it was admitted is not offered.
+            .filter(|name| {
+                let pin = self.catalog.get(name).and_then(|e| e.manifest.mcp.as_ref());
+                !pin.is_some_and(|p| self.runner.mcp.is_disabled(&p.server, &p.tool))
+            })
             .collect();
         let wise_capability_offered = candidates.iter().any(|name| {
             self.catalog.get(name).is_some_and(|e| {

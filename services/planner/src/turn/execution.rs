@@ -275,6 +275,15 @@ impl<'a> Execution<'a> {
                 None => vec![format!("tool:{}", scratch::TOOL)],
             };
         }
+        // An MCP server's answer is its own words, whichever tool gave it.
+        if let Some(pin) = self
+            .catalog
+            .get(&call.name)
+            .and_then(|e| e.manifest.mcp.as_ref())
+        {
+            let label = metnos_core::provenance::Label::Mcp(pin.server.clone());
+            return vec![taint::cut_label(label.to_string())];
+        }
         let target = self
             .catalog
             .get(&call.name)
