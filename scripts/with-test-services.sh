@@ -90,5 +90,13 @@ fi
 export METNOS_TEST_MCP_TIME="$PWD/$tools/mcp-venv/bin/mcp-server-time"
 export METNOS_TEST_MCP_FETCH="$PWD/$tools/mcp-venv/bin/mcp-server-fetch"
 export METNOS_TEST_MCP_PYTHON="$PWD/$tools/mcp-venv/bin/python3"
+# And the reference servers from npm: `everything` (every protocol feature) and `filesystem`.
+if [ ! -x "$tools/npm/node_modules/.bin/mcp-server-filesystem" ]; then
+  log "installing @modelcontextprotocol/server-everything and server-filesystem (npm) into $tools/npm"
+  npm install --silent --no-audit --no-fund --prefix "$tools/npm" \
+    @modelcontextprotocol/server-everything @modelcontextprotocol/server-filesystem
+fi
+export METNOS_TEST_MCP_EVERYTHING="$PWD/$tools/npm/node_modules/.bin/mcp-server-everything"
+export METNOS_TEST_MCP_FILESYSTEM="$PWD/$tools/npm/node_modules/.bin/mcp-server-filesystem"
 
 "$@"

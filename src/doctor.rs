@@ -145,6 +145,7 @@ pub async fn doctor(config: &Config, json: bool) -> ExitCode {
     checks.extend(catalog_checks);
     checks.push(crate::prompt_size::check(config, catalog.as_ref()).await);
     checks.push(sandbox(config, catalog.as_ref()).await);
+    checks.extend(crate::mcp_cli::doctor_checks(config, catalog.as_ref()).await);
     checks.extend(ports(config));
     checks.extend(telegram(config).await);
     checks.extend(data_dir(config));

@@ -26,7 +26,8 @@ pub const DISABLED_FILE: &str = metnos_executors::catalog::DISABLED_FILE;
 
 #[derive(Debug, Subcommand)]
 pub enum McpCommand {
-    /// Admits a stdio server's tools: `metnos mcp add NAME -- COMMAND ARGS…`.
+    /// Admits a server's tools: `metnos mcp add NAME -- COMMAND ARGS…` (stdio, run in the
+    /// box) or `metnos mcp add NAME --url https://…` (streamable HTTP).
     Add {
         /// The server's name in Metnos: lower-case words joined by `_`.
         name: String,
@@ -42,8 +43,19 @@ pub enum McpCommand {
         /// A folder the server may read besides the system's (default: its installation).
         #[arg(long = "read", value_name = "DIR")]
         read: Vec<PathBuf>,
+        /// Hosts a stdio server would reach: refused, the box cannot limit a server's
+        /// network to hosts (it has none); reach such a server over HTTP instead.
+        #[arg(long = "allow-host", value_name = "HOST")]
+        allow_hosts: Vec<String>,
+        /// A server reached over streamable HTTP: https, or http on loopback.
+        #[arg(long, conflicts_with = "command")]
+        url: Option<String>,
+        /// The file holding its bearer token (readable by you only); never put the token
+        /// in the config.
+        #[arg(long, value_name = "FILE", requires = "url")]
+        token_file: Option<PathBuf>,
         /// The command that starts the server, and its arguments.
-        #[arg(last = true, required = true)]
+        #[arg(last = true, required_unless_present = "url")]
         command: Vec<String>,
     },
     /// The admitted servers and their tools, with their pins.
@@ -75,8 +87,17 @@ pub async fn mcp(config: &Config, command: McpCommand) -> ExitCode {
             capabilities,
             targets,
             read,
+            allow_hosts,
+            url,
+            token_file,
             command,
         } => {
+            if let Some(host) = allow_hosts.first() {
+                eprintln!(
+                    "metnos: mcp: --allow-host {host}: a stdio server runs in a box without network, which cannot be opened to chosen hosts only; run the server yourself and add it with --url"
+                );
+                return ExitCode::from(EXIT_CONFIG);
+            }
             let request = AddRequest {
                 name,
                 tools,
@@ -84,6 +105,8 @@ pub async fn mcp(config: &Config, command: McpCommand) -> ExitCode {
                 targets,
                 read,
                 command,
+                url,
+                token_file,
             };
             add(config, request).await
         }
@@ -122,6 +145,8 @@ struct AddRequest {
     targets: Vec<String>,
     read: Vec<PathBuf>,
     command: Vec<String>,
+    url: Option<String>,
+    token_file: Option<PathBuf>,
 }
 
 /// `text` with every invisible or control character shown as `⟨U+XXXX⟩`.
@@ -251,6 +276,49 @@ fn sign(config: &Config, folder: &Path) -> Result<(), Failure> {
     Ok(())
 }
 
+/// How the server of `request` is reached: the program (resolved, its digest, what it may
+/// read), or the URL and the token file.
+fn launch_of(request: &AddRequest) -> Result<Launch, Failure> {
+    if let Some(url) = &request.url {
+        metnos_executors::mcp::http::check_url(url).map_err(|e| Failure::Config(e.to_string()))?;
+        let token_file =
+            match &request.token_file {
+                Some(file) => Some(std::path::absolute(file).map_err(|e| {
+                    Failure::Config(format!("--token-file {}: {e}", file.display()))
+                })?),
+                None => None,
+            };
+        return Ok(Launch {
+            server: request.name.clone(),
+            program: PathBuf::new(),
+            program_sha256: String::new(),
+            args: Vec::new(),
+            read: Vec::new(),
+            url: Some(url.clone()),
+            token_file,
+        });
+    }
+    let (first, rest) = request
+        .command
+        .split_first()
+        .ok_or_else(|| Failure::Config("no command".into()))?;
+    let program = resolve_program(first)?;
+    let read = if request.read.is_empty() {
+        admit::default_read(&program)
+    } else {
+        request.read.clone()
+    };
+    Ok(Launch {
+        server: request.name.clone(),
+        program_sha256: metnos_executors::digest::sha256_file(&program).map_err(other)?,
+        program,
+        args: rest.to_vec(),
+        read,
+        url: None,
+        token_file: None,
+    })
+}
+
 async fn add(config: &Config, request: AddRequest) -> Result<(), Failure> {
     if !valid_server_name(&request.name) {
         return Err(Failure::Config(format!(
@@ -265,35 +333,22 @@ async fn add(config: &Config, request: AddRequest) -> Result<(), Failure> {
             request.name
         )));
     }
-    let (first, rest) = request
-        .command
-        .split_first()
-        .ok_or_else(|| Failure::Config("no command".into()))?;
-    let program = resolve_program(first)?;
-    let read = if request.read.is_empty() {
-        admit::default_read(&program)
-    } else {
-        request.read.clone()
-    };
-    let launch = Launch {
-        server: request.name.clone(),
-        program_sha256: metnos_executors::digest::sha256_file(&program).map_err(other)?,
-        program,
-        args: rest.to_vec(),
-        read,
-    };
-    println!(
-        "server {}: {} {} (reads {})",
-        launch.server,
-        launch.program.display(),
-        launch.args.join(" "),
-        launch
-            .read
-            .iter()
-            .map(|p| p.display().to_string())
-            .collect::<Vec<_>>()
-            .join(", ")
-    );
+    let launch = launch_of(&request)?;
+    match &launch.url {
+        Some(url) => println!("server {}: {url} (streamable HTTP)", launch.server),
+        None => println!(
+            "server {}: {} {} (reads {})",
+            launch.server,
+            launch.program.display(),
+            launch.args.join(" "),
+            launch
+                .read
+                .iter()
+                .map(|p| p.display().to_string())
+                .collect::<Vec<_>>()
+                .join(", ")
+        ),
+    }
     let runner = metnos_planner::runner_from_config(config);
     let connection = pool::connect(&runner, &catalog, &launch)
         .await
@@ -538,4 +593,80 @@ fn remove(config: &Config, name: &str) -> Result<(), Failure> {
         println!("removed {}", folder.display());
     }
     Ok(())
+}
+
+/// `metnos doctor`'s word on each admitted MCP server: started in its box as a call would,
+/// its tools listed and reviewed against their pins.
+pub async fn doctor_checks(
+    config: &Config,
+    catalog: Option<&Catalog>,
+) -> Vec<crate::doctor::Check> {
+    use crate::doctor::Check;
+    let Some(catalog) = catalog else {
+        return Vec::new();
+    };
+    let servers: std::collections::BTreeSet<String> = catalog
+        .executors()
+        .filter_map(|e| e.manifest.mcp.as_ref().map(|p| p.server.clone()))
+        .collect();
+    let runner = metnos_planner::runner_from_config(config);
+    let mut checks = Vec::new();
+    for server in servers {
+        let name = format!("mcp:{server}");
+        let fix = format!("metnos mcp review {server}");
+        let (launch, pins) = match Launch::of(catalog, &server) {
+            Ok(found) => found,
+            Err(why) => {
+                checks.push(Check::fail(name, why, fix));
+                continue;
+            }
+        };
+        let connection = match pool::connect(&runner, catalog, &launch).await {
+            Ok(connection) => connection,
+            Err(why) => {
+                let fix = match &launch.url {
+                    Some(url) => format!("check that {url} answers"),
+                    None => format!(
+                        "run it by hand: {} {}",
+                        launch.program.display(),
+                        launch.args.join(" ")
+                    ),
+                };
+                checks.push(Check::warn(name, format!("does not answer: {why}"), fix));
+                continue;
+            }
+        };
+        let findings = pool::review_owned(&pins, &connection.tools);
+        connection.close();
+        let enabled: Vec<&str> = findings.iter().filter_map(|f| f.enabled()).collect();
+        let disabled: Vec<String> = findings
+            .iter()
+            .filter(|f| !matches!(f, metnos_executors::mcp::Finding::New(_)))
+            .filter_map(why_disabled)
+            .map(|(tool, why)| format!("{tool} ({why})"))
+            .collect();
+        let reached = if launch.url.is_some() {
+            "reached over HTTP"
+        } else {
+            "connected in its box"
+        };
+        let message = format!(
+            "{reached}; {} tool(s) enabled: {}",
+            enabled.len(),
+            enabled.join(", ")
+        );
+        checks.push(if disabled.is_empty() {
+            Check::ok(name, message)
+        } else {
+            Check::warn(
+                name,
+                format!(
+                    "{message}; disabled until reviewed: {}",
+                    disabled.join(", ")
+                ),
+                fix,
+            )
+        });
+    }
+    checks
 }

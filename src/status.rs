@@ -50,6 +50,12 @@ pub async fn status(config: &Config, json: bool) -> ExitCode {
     if let Some(row) = sandbox_row(&results) {
         rows.push(row);
     }
+    let planner_serves = results
+        .iter()
+        .any(|(service, _, health, _, _)| *service == ServiceName::Planner && health.is_serving());
+    if planner_serves {
+        rows.extend(mcp_rows(config).await);
+    }
     print_rows(rows, json);
     if all_serving {
         ExitCode::SUCCESS
@@ -148,6 +154,58 @@ fn sandbox_row(results: &[Probed]) -> Option<Row> {
         None => ("UNKNOWN", Some("the planner does not answer".to_owned())),
     };
     Some(("sandbox".to_owned(), url.clone(), word, detail))
+}
+
+/// One row per admitted MCP server, as the planner holds it: its tools, and its standing
+/// once the planner started it (issue 43).
+async fn mcp_rows(config: &Config) -> Vec<Row> {
+    use metnos_proto::planner::v1 as pb;
+    let Ok((channel, _)) = crate::admin::connect(config, ServiceName::Planner) else {
+        return Vec::new();
+    };
+    let mut client = pb::planner_service_client::PlannerServiceClient::new(channel);
+    let Ok(listed) = client.list_mcp_servers(pb::ListMcpServersRequest {}).await else {
+        return Vec::new();
+    };
+    let listed = listed.into_inner();
+    let mut servers: std::collections::BTreeMap<String, Vec<String>> = Default::default();
+    for tool in listed.tools {
+        servers.entry(tool.server).or_default().push(tool.tool);
+    }
+    servers
+        .into_iter()
+        .map(|(server, tools)| {
+            let state = listed.servers.iter().find(|s| s.server == server);
+            let (word, detail) = match state {
+                None => (
+                    "ADMITTED",
+                    format!(
+                        "{} tool(s): {}; not started yet",
+                        tools.len(),
+                        tools.join(", ")
+                    ),
+                ),
+                Some(s) if !s.disabled.is_empty() => (
+                    "WARN",
+                    format!(
+                        "{} enabled; disabled until `metnos mcp review {server}`: {}",
+                        s.enabled.len(),
+                        s.disabled.join("; ")
+                    ),
+                ),
+                Some(s) if s.connected => (
+                    "CONNECTED",
+                    format!(
+                        "{} tool(s) enabled: {}",
+                        s.enabled.len(),
+                        s.enabled.join(", ")
+                    ),
+                ),
+                Some(s) => ("DOWN", s.last_error.clone()),
+            };
+            (format!("mcp:{server}"), String::new(), word, Some(detail))
+        })
+        .collect()
 }
 
 /// Prints the rows as a table, or as JSON lines.

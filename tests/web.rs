@@ -40,6 +40,11 @@ struct Page {
 
 impl Page {
     async fn start() -> Page {
+        Page::start_with(&[]).await
+    }
+
+    /// With `metnos <admit>` run before `metnos up` (an MCP server admitted).
+    async fn start_with(admit: &[&str]) -> Page {
         let llm = FakeLlm::start().await;
         let mut sandbox = Sandbox::new();
         let port = free_port();
@@ -48,6 +53,10 @@ impl Page {
             .with_builtins()
             .set("METNOS_WEB__ENABLED", "true")
             .set("METNOS_WEB__LISTEN", &format!("127.0.0.1:{port}"));
+        if !admit.is_empty() {
+            let (code, out, err) = sandbox.run(admit).await;
+            assert_eq!(code, 0, "{out}\n{err}");
+        }
         let up = sandbox.up().await;
         Page {
             sandbox,
@@ -192,6 +201,7 @@ async fn only_the_owner_sees_the_page_and_nothing_from_elsewhere_changes_a_thing
         "/verdicts",
         "/telos",
         "/memory",
+        "/tools",
         "/record",
         "/replay",
         "/turns/events",
@@ -976,4 +986,65 @@ async fn the_memory_page_counts_entries_and_shows_sources_never_words() {
         .await
         .unwrap();
     assert!(nobody.contains("0 entries, 0 from the world"), "{nobody}");
+}
+
+/// Issue 43: the tools page lists each admitted MCP server's tools with their pins, and the
+/// server's standing once the planner started it.
+#[tokio::test]
+async fn the_tools_page_lists_mcp_servers_and_their_pins() {
+    let time = std::env::var("METNOS_TEST_MCP_TIME").expect(
+        "METNOS_TEST_MCP_TIME is not set: run the tests with `make test`, which installs mcp-server-time",
+    );
+    let page = Page::start_with(&[
+        "mcp",
+        "add",
+        "time",
+        "--tools",
+        "get_current_time",
+        "--",
+        &time,
+    ])
+    .await;
+    let http = http();
+    let cookie = page.sign_in(&http).await;
+    let get = || async {
+        http.get(format!("{}/tools", page.base))
+            .headers(with_cookie(&cookie))
+            .send()
+            .await
+            .unwrap()
+            .text()
+            .await
+            .unwrap()
+    };
+    let body = get().await;
+    assert!(body.contains("MCP time"), "{body}");
+    assert!(
+        body.contains("time__get_current_time") && body.contains("time:read"),
+        "{body}"
+    );
+    assert!(body.contains("not started yet"), "{body}");
+    let (code, out, _) = page.sandbox.run(&["mcp", "list"]).await;
+    assert_eq!(code, 0);
+    let pin_head = out.split("pin ").nth(1).unwrap().trim().to_owned();
+    assert!(body.contains(&pin_head), "{pin_head}: {body}");
+    // A call starts it: connected.
+    page.llm.push(Reply::ToolCalls(vec![(
+        "time__get_current_time".to_owned(),
+        json!({"timezone": "Asia/Tokyo"}),
+    )]));
+    page.llm.push(Reply::Text("noon in Tokyo".into()));
+    let (code, _, err) = page
+        .sandbox
+        .run(&["ask", "--language", "en", "what time is it in Tokyo?"])
+        .await;
+    assert_eq!(code, 0, "{err}");
+    let body = get().await;
+    assert!(body.contains("connected"), "{body}");
+    // `metnos status` says so too.
+    let (_, out, _) = page.sandbox.run(&["status"]).await;
+    assert!(
+        out.contains("mcp:time") && out.contains("CONNECTED"),
+        "{out}"
+    );
 }

@@ -415,6 +415,10 @@ impl Sandbox {
             .unwrap();
         let key = metnos_executors::signing::generate().unwrap();
         metnos_executors::install::sign_dir(&catalog, &key, "owner", false).unwrap();
+        // Where `metnos mcp add` and `metnos up` look for the owner's key.
+        let key_file = self.dir.path().join(".config/metnos/keys/owner.key");
+        std::fs::create_dir_all(key_file.parent().unwrap()).unwrap();
+        metnos_executors::signing::write_key(&key_file, &key).unwrap();
         let public = metnos_executors::signing::public_key_text(&key.verifying_key());
         self.set("METNOS_EXECUTORS__TRUSTED_KEYS__OWNER", &public)
     }

@@ -12,12 +12,14 @@
 //! - [`provenance`]: what a turn read, carried to what it sends (issue 19).
 //! - [`proposals`]: proposals at the opening of a chat session.
 //! - [`quirks`]: what small local models really send, repaired (issue 42).
+//! - [`mcp`]: tools from an MCP server, through the filters (issue 43).
 
 #[path = "../common/mod.rs"]
 mod common;
 
 mod approvals;
 mod failures;
+mod mcp;
 mod modes;
 mod online;
 mod proposals;

@@ -85,19 +85,21 @@ pub enum Nav {
     Verdicts,
     Telos,
     Memory,
+    Tools,
     Record,
     Replay,
     None,
 }
 
 impl Nav {
-    const ALL: [Nav; 8] = [
+    const ALL: [Nav; 9] = [
         Nav::Turns,
         Nav::Approvals,
         Nav::Grants,
         Nav::Verdicts,
         Nav::Telos,
         Nav::Memory,
+        Nav::Tools,
         Nav::Record,
         Nav::Replay,
     ];
@@ -110,6 +112,7 @@ impl Nav {
             Nav::Verdicts => "/verdicts",
             Nav::Telos => "/telos",
             Nav::Memory => "/memory",
+            Nav::Tools => "/tools",
             Nav::Record => "/record",
             Nav::Replay => "/replay",
         }
@@ -123,6 +126,7 @@ impl Nav {
             Nav::Verdicts => l.t("Verdicts", "Verdetti"),
             Nav::Telos => l.t("Telos & schedules", "Telos e pianificazioni"),
             Nav::Memory => l.t("Memory", "Memoria"),
+            Nav::Tools => l.t("Tools", "Strumenti"),
             Nav::Record => l.t("Record", "Registro"),
             Nav::Replay => l.t("What-if", "E se…"),
         }

@@ -74,6 +74,7 @@ pub fn router(web: Arc<Web>) -> Router {
         .route("/verdicts", get(pages::verdicts::verdicts))
         .route("/telos", get(pages::telos::telos))
         .route("/memory", get(pages::memory::memory))
+        .route("/tools", get(pages::tools::tools))
         .route("/record", get(pages::record::record))
         .route("/replay", get(pages::replay::replay))
         .fallback(|owner: Owner| async move {

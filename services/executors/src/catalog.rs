@@ -145,6 +145,17 @@ fn load_one(
         .map_err(|e| fail(format!("args is not a valid JSON Schema: {e}")))?;
     let signature = signing::read_signature(dir).map_err(|e| fail(e.to_string()))?;
     let signer = signing::verify(&manifest, &signature, trust).map_err(|e| fail(e.to_string()))?;
+    if manifest.reached_over_http() {
+        // An MCP server reached over HTTP: no program here to check.
+        return Ok(Executor {
+            manifest,
+            dir: dir.to_owned(),
+            program: PathBuf::new(),
+            signer,
+            capabilities,
+            validator,
+        });
+    }
     if manifest.program_sha256.is_empty() {
         return Err(fail(
             "no program_sha256 (sign it with `metnos executors sign`)".into(),

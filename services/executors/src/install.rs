@@ -546,8 +546,9 @@ pub fn sign_dir(
         let text = std::fs::read_to_string(&path).map_err(|e| io(&path, e))?;
         let manifest = Manifest::parse(&text).map_err(|e| bad(e.to_string()))?;
         let program = crate::catalog::resolve_program(&manifest.program, &folder);
-        // The built-ins share one program: hash it once.
+        // The built-ins share one program: hash it once. A server reached over HTTP has none.
         let digest = match hashed.get(&program) {
+            _ if manifest.reached_over_http() => String::new(),
             Some(digest) => digest.clone(),
             None => {
                 let digest = sha256_file(&program).map_err(|e| {

@@ -80,6 +80,13 @@ pub struct McpPin {
     /// (absolute; its own folder it may also write). The same on every tool of a server.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub read: Vec<String>,
+    /// A server reached over streamable HTTP at this URL (https, or http on loopback),
+    /// instead of a program run in the box: the manifest's `program` is then empty.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub url: Option<String>,
+    /// The file holding the bearer token sent to `url` (never the token itself).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub token_file: Option<String>,
 }
 
 /// Scope hints: what the target argument may name. Empty lists mean no restriction of
@@ -195,8 +202,14 @@ impl Manifest {
                 format!("must be between 1 and {MAX_OUTPUT_BYTES}"),
             ));
         }
-        if self.program.trim().is_empty() {
+        if self.program.trim().is_empty() && !self.reached_over_http() {
             return Err(field("program", "must not be empty"));
+        }
+        if self.reached_over_http() && !self.program.is_empty() {
+            return Err(field(
+                "program",
+                "must be empty for a server reached over HTTP (mcp.url)",
+            ));
         }
         let hex_digest = self.program_sha256.len() == 64
             && self
@@ -273,6 +286,15 @@ impl Manifest {
                 ),
             ));
         }
+        if let Some(url) = &pin.url {
+            crate::mcp::http::check_url(url).map_err(|e| field("mcp.url", e.to_string()))?;
+        }
+        if let Some(file) = pin.token_file.as_deref().filter(|f| !f.starts_with('/')) {
+            return Err(field(
+                "mcp.token_file",
+                format!("`{file}` must be an absolute path"),
+            ));
+        }
         if let Some(dir) = pin.read.iter().find(|d| !d.starts_with('/')) {
             return Err(field(
                 "mcp.read",
@@ -287,6 +309,11 @@ impl Manifest {
             ));
         }
         Ok(())
+    }
+
+    /// Whether this is an MCP server's tool reached over HTTP (no program of its own).
+    pub fn reached_over_http(&self) -> bool {
+        self.mcp.as_ref().is_some_and(|p| p.url.is_some())
     }
 
     /// The bytes a signature covers: a domain tag and the manifest's content as JSON

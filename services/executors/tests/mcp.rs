@@ -106,6 +106,8 @@ fn time_launch() -> Launch {
         program,
         args: vec!["--local-timezone=Europe/Rome".into()],
         read,
+        url: None,
+        token_file: None,
     }
 }
 
@@ -193,6 +195,8 @@ fn hostile_launch() -> Launch {
         program: python,
         args: vec![script.display().to_string()],
         read,
+        url: None,
+        token_file: None,
     }
 }
 
@@ -268,10 +272,8 @@ async fn a_rug_pull_a_new_schema_a_rename_and_a_new_tool_are_disabled_until_revi
             .ok
     );
     let states = runner.mcp.states().await;
-    assert_eq!(
-        states[0].disabled,
-        [("backup".to_owned(), "new: not admitted".to_owned())]
-    );
+    assert!(states[0].disabled.is_empty(), "{states:?}");
+    assert_eq!(states[0].not_admitted, ["backup"]);
     assert!(!runner.mcp.is_disabled("hostile", "notes_search"));
 
     // Told by the server itself that its tools changed: listed and reviewed before the next call.
@@ -385,4 +387,279 @@ async fn a_server_cannot_read_keys_write_outside_its_folder_or_open_a_socket() {
         std::fs::read_to_string(runner.mcp_dir.join("hostile/own.txt")).unwrap(),
         "mine"
     );
+}
+
+/// A server from npm as the owner admits it (`env`: its variable naming the program).
+fn npm_launch(server: &str, env: &str, args: Vec<String>, extra_read: Vec<PathBuf>) -> Launch {
+    let program = PathBuf::from(std::env::var(env).unwrap_or_else(|_| {
+        panic!("{env} is not set: run the tests with `make test`, which installs it from npm")
+    }));
+    let mut read = admit::default_read(&program);
+    read.extend(extra_read);
+    Launch {
+        server: server.into(),
+        program_sha256: metnos_executors::digest::sha256_file(&program).unwrap(),
+        program,
+        args,
+        read,
+        url: None,
+        token_file: None,
+    }
+}
+
+#[tokio::test]
+async fn the_reference_everything_server_runs_boxed_with_text_only_and_no_secrets() {
+    let f = Fixture::with_builtins();
+    let runner = mcp_runner(&f);
+    let launch = npm_launch(
+        "everything",
+        "METNOS_TEST_MCP_EVERYTHING",
+        Vec::new(),
+        Vec::new(),
+    );
+    let names = admit_all(&f, &runner, &launch).await;
+    for tool in [
+        "everything__echo",
+        "everything__get_tiny_image",
+        "everything__get_env",
+    ] {
+        assert!(names.contains(&tool.to_owned()), "{tool}: {names:?}");
+    }
+    let catalog = f.load();
+    let echo = runner
+        .check_and_run(&catalog, "everything__echo", &json!({"message": "ciao"}))
+        .await;
+    assert!(echo.ok, "{echo:?}");
+    assert!(echo.content.unwrap().as_str().unwrap().contains("ciao"));
+    // An image is left out, with a note saying so.
+    let image = runner
+        .check_and_run(&catalog, "everything__get_tiny_image", &json!({}))
+        .await;
+    let left_out = image.metadata.unwrap()["left_out"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    assert!(left_out.starts_with("an image left out"), "{left_out}");
+    // The server's environment is the box's: nothing of Metnos's or the person's.
+    let env = runner
+        .check_and_run(&catalog, "everything__get_env", &json!({}))
+        .await;
+    let text = env.content.unwrap().as_str().unwrap().to_owned();
+    assert!(text.contains("\"HOME\""), "{text}");
+    assert!(
+        !text.contains("METNOS_") && !text.contains("CARGO"),
+        "{text}"
+    );
+}
+
+#[tokio::test]
+async fn the_reference_filesystem_server_reads_its_root_and_nothing_of_the_person_s_keys() {
+    let f = Fixture::with_builtins();
+    let runner = mcp_runner(&f);
+    let root = f.root.path().join("shared-notes");
+    std::fs::create_dir_all(&root).unwrap();
+    std::fs::write(root.join("todo.txt"), "buy milk\n").unwrap();
+    let home = f.home();
+    std::fs::create_dir_all(home.join(".ssh")).unwrap();
+    std::fs::write(home.join(".ssh/id_rsa"), "PRIVATE").unwrap();
+    // Rooted in the folder and in the home: the box still refuses the keys.
+    let launch = npm_launch(
+        "files",
+        "METNOS_TEST_MCP_FILESYSTEM",
+        vec![root.display().to_string(), home.display().to_string()],
+        vec![root.clone(), home.clone()],
+    );
+    let names = admit_all(&f, &runner, &launch).await;
+    assert!(
+        names.contains(&"files__read_text_file".to_owned()),
+        "{names:?}"
+    );
+    let catalog = f.load();
+    let read = catalog.get("files__read_text_file").unwrap();
+    assert_eq!(read.manifest.capabilities, ["fs:read"]);
+    assert_eq!(read.manifest.target_arg.as_deref(), Some("path"));
+    let seen = runner
+        .check_and_run(
+            &catalog,
+            "files__read_text_file",
+            &json!({"path": root.join("todo.txt")}),
+        )
+        .await;
+    assert!(seen.ok, "{seen:?}");
+    assert_eq!(seen.content, Some(json!("buy milk\n")));
+    let keys = runner
+        .check_and_run(
+            &catalog,
+            "files__read_text_file",
+            &json!({"path": home.join(".ssh/id_rsa")}),
+        )
+        .await;
+    assert!(!keys.ok, "{keys:?}");
+    assert!(!format!("{keys:?}").contains("PRIVATE"));
+}
+
+#[tokio::test]
+async fn the_reference_fetch_server_has_no_network_in_its_box() {
+    let f = Fixture::with_builtins();
+    let runner = mcp_runner(&f);
+    let program = PathBuf::from(std::env::var("METNOS_TEST_MCP_FETCH").expect(
+        "METNOS_TEST_MCP_FETCH is not set: run the tests with `make test`, which installs mcp-server-fetch",
+    ));
+    let launch = Launch {
+        server: "fetch".into(),
+        program_sha256: metnos_executors::digest::sha256_file(&program).unwrap(),
+        read: admit::default_read(&program),
+        program,
+        args: Vec::new(),
+        url: None,
+        token_file: None,
+    };
+    let names = admit_all(&f, &runner, &launch).await;
+    assert_eq!(names, ["fetch__fetch"]);
+    let catalog = f.load();
+    assert_eq!(
+        catalog.get("fetch__fetch").unwrap().manifest.capabilities,
+        ["network:http"]
+    );
+    // A page on this machine: the box has no network to reach it with.
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let url = format!("http://{}/page", listener.local_addr().unwrap());
+    let seen = runner
+        .check_and_run(&catalog, "fetch__fetch", &json!({"url": url}))
+        .await;
+    assert!(!seen.ok, "{seen:?}");
+    listener.set_nonblocking(true).unwrap();
+    assert!(
+        listener.accept().is_err(),
+        "the boxed server reached the host's loopback"
+    );
+}
+
+/// The hostile server serving streamable HTTP on 127.0.0.1 (killed when dropped), and its URL.
+async fn hostile_over_http() -> (tokio::process::Child, String) {
+    let python = std::env::var("METNOS_TEST_MCP_PYTHON").expect("METNOS_TEST_MCP_PYTHON");
+    let script = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/mcp_hostile.py");
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let child = tokio::process::Command::new(python)
+        .arg(&script)
+        .args(["--http", &port.to_string()])
+        .current_dir(std::env::temp_dir())
+        .stderr(std::process::Stdio::null())
+        .kill_on_drop(true)
+        .spawn()
+        .unwrap();
+    // A hang guard while Python starts, not a timing assertion.
+    for _ in 0..200 {
+        if tokio::net::TcpStream::connect(("127.0.0.1", port))
+            .await
+            .is_ok()
+        {
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+    (child, format!("http://127.0.0.1:{port}/mcp"))
+}
+
+fn http_launch(url: &str, token_file: Option<PathBuf>) -> Launch {
+    Launch {
+        server: "remote".into(),
+        program: PathBuf::new(),
+        program_sha256: String::new(),
+        args: Vec::new(),
+        read: Vec::new(),
+        url: Some(url.to_owned()),
+        token_file,
+    }
+}
+
+#[tokio::test]
+async fn a_server_over_http_gets_its_token_and_nothing_else_does() {
+    use std::os::unix::fs::PermissionsExt;
+    let f = Fixture::with_builtins();
+    let runner = mcp_runner(&f);
+    let (_server, url) = hostile_over_http().await;
+    let token = f.root.path().join("remote.token");
+    std::fs::write(&token, "s3cret-token\n").unwrap();
+    std::fs::set_permissions(&token, std::fs::Permissions::from_mode(0o600)).unwrap();
+    let launch = http_launch(&url, Some(token.clone()));
+    let names = admit_all(&f, &runner, &launch).await;
+    assert!(names.contains(&"remote__whoami".to_owned()), "{names:?}");
+    let catalog = f.load();
+    assert!(catalog.refused().is_empty(), "{:?}", catalog.refused());
+    let whoami = catalog.get("remote__whoami").unwrap();
+    assert_eq!(whoami.manifest.program, "");
+    assert_eq!(
+        whoami.manifest.mcp.as_ref().unwrap().url.as_deref(),
+        Some(url.as_str())
+    );
+    let seen = runner
+        .check_and_run(&catalog, "remote__whoami", &json!({}))
+        .await;
+    assert_eq!(
+        seen.content,
+        Some(json!("auth=Bearer s3cret-token")),
+        "{seen:?}"
+    );
+    // Its words are world data like a boxed server's; the token is in no observation.
+    let seen = runner
+        .check_and_run(&catalog, "remote__inject", &json!({}))
+        .await;
+    assert!(seen.ok && !format!("{seen:?}").contains("s3cret"));
+
+    // A token file others may read is refused before anything is sent.
+    std::fs::set_permissions(&token, std::fs::Permissions::from_mode(0o644)).unwrap();
+    let err = pool::connect(&runner, &catalog, &launch).await.unwrap_err();
+    assert!(err.contains("readable by others"), "{err}");
+    assert!(!err.contains("s3cret"));
+}
+
+#[tokio::test]
+async fn a_server_redirecting_elsewhere_gets_no_token_sent_there() {
+    use std::io::{Read, Write};
+    use std::os::unix::fs::PermissionsExt;
+    let f = Fixture::with_builtins();
+    let runner = mcp_runner(&f);
+    // Where the redirect points: another origin on this machine, which must hear nothing.
+    let elsewhere = std::net::TcpListener::bind("127.0.0.2:0").unwrap();
+    let target = format!("http://{}/mcp", elsewhere.local_addr().unwrap());
+    let redirector = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let url = format!("http://{}/mcp", redirector.local_addr().unwrap());
+    std::thread::spawn(move || {
+        for stream in redirector.incoming().flatten() {
+            let mut stream = stream;
+            let mut head = [0u8; 4096];
+            let _ = stream.read(&mut head);
+            let answer = format!(
+                "HTTP/1.1 307 Temporary Redirect\r\nLocation: {target}\r\nContent-Length: 0\r\nConnection: close\r\n\r\n"
+            );
+            let _ = stream.write_all(answer.as_bytes());
+        }
+    });
+    let token = f.root.path().join("remote.token");
+    std::fs::write(&token, "s3cret-token").unwrap();
+    std::fs::set_permissions(&token, std::fs::Permissions::from_mode(0o600)).unwrap();
+    let catalog = f.load();
+    let err = pool::connect(&runner, &catalog, &http_launch(&url, Some(token)))
+        .await
+        .unwrap_err();
+    assert!(!err.contains("s3cret"), "{err}");
+    elsewhere.set_nonblocking(true).unwrap();
+    assert!(
+        elsewhere.accept().is_err(),
+        "the redirect was followed to another origin"
+    );
+    // Plain http to a host on the network is refused before any request.
+    let err = pool::connect(
+        &runner,
+        &catalog,
+        &http_launch("http://mcp.example.com/mcp", None),
+    )
+    .await
+    .unwrap_err();
+    assert!(err.contains("https"), "{err}");
 }

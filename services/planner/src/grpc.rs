@@ -131,6 +131,11 @@ pub const AUTHORIZATION: Table = Table {
             method: "ForgetMemory",
             callers: &[Identity::Owner],
         },
+        // What the catalog holds of MCP servers: the owner's terminal and the spectator page.
+        Rule {
+            method: "ListMcpServers",
+            callers: &[Identity::Web, Identity::Owner],
+        },
     ],
 };
 
@@ -741,6 +746,13 @@ impl PlannerService for PlannerApi {
         request: Request<pb::ForgetMemoryRequest>,
     ) -> Result<Response<pb::ForgetMemoryResponse>, Status> {
         crate::grpc_memory::forget(self.planner.memories(), request).await
+    }
+
+    async fn list_mcp_servers(
+        &self,
+        _request: Request<pb::ListMcpServersRequest>,
+    ) -> Result<Response<pb::ListMcpServersResponse>, Status> {
+        Ok(Response::new(self.planner.mcp_servers().await))
     }
 
     async fn open_session(

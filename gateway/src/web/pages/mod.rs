@@ -1,6 +1,6 @@
 //! The spectator's pages, one file each: [`turns`] (live), [`approvals`], [`grants`]
 //! (revoke), [`verdicts`], [`telos`] and schedules, [`memory`] (counts and sources, never
-//! the words), the [`record`]'s chains, [`replay`] (what-if). Each reads the services as the gateway and renders what it got with maud; a
+//! the words), the [`record`]'s chains, [`replay`] (what-if), the MCP [`tools`] and their pins. Each reads the services as the gateway and renders what it got with maud; a
 //! service that does not answer is said on the page. This file holds what they share.
 
 use axum::response::{Html, IntoResponse, Response};
@@ -17,6 +17,7 @@ pub mod memory;
 pub mod record;
 pub mod replay;
 pub mod telos;
+pub mod tools;
 pub mod turns;
 pub mod verdicts;
 

@@ -40,13 +40,15 @@ const WRITE_WORDS: &[&str] = &[
     "append", "save", "mkdir",
 ];
 
-/// The argument names of `schema`'s top level.
+/// The argument names of `schema`'s top level, sorted.
 fn arg_names(schema: &Value) -> Vec<String> {
-    schema
+    let mut names: Vec<String> = schema
         .get("properties")
         .and_then(Value::as_object)
         .map(|p| p.keys().cloned().collect())
-        .unwrap_or_default()
+        .unwrap_or_default();
+    names.sort();
+    names
 }
 
 /// What Metnos proposes for `tool`: a path argument is a file read (a write when the tool's
@@ -83,8 +85,9 @@ pub fn propose(tool: &ToolDefinition) -> Choice {
 }
 
 /// The folders a server started by `program` needs to read, beyond the system's: the
-/// installation `program` is part of (the folder above its `bin`), and for a script the
-/// installation of its interpreter (a virtual environment's Python lives elsewhere).
+/// installation `program` is part of (the folder above its `bin`, or the `node_modules`
+/// an npm package lies in), and for a script the installation of its interpreter (a
+/// virtual environment's Python lives elsewhere).
 /// Proposed to the owner, who sees and may change them.
 pub fn default_read(program: &Path) -> Vec<PathBuf> {
     let system = |p: &Path| {
@@ -93,6 +96,14 @@ pub fn default_read(program: &Path) -> Vec<PathBuf> {
             .any(|root| p.starts_with(root))
     };
     let prefix = |p: &Path| -> Option<PathBuf> {
+        // A package of npm's: its whole `node_modules` (its dependencies are beside it).
+        if let Some(modules) = p
+            .ancestors()
+            .filter(|a| a.file_name().is_some_and(|n| n == "node_modules"))
+            .last()
+        {
+            return Some(modules.to_owned());
+        }
         let dir = p.parent()?;
         let top = if dir.file_name().is_some_and(|n| n == "bin") {
             dir.parent()?
@@ -234,7 +245,11 @@ pub fn manifest_for(
         critical: capability.spec().critical,
         timeout_seconds: 30,
         max_output_bytes: 1024 * 1024,
-        program: launch.program.display().to_string(),
+        program: if launch.url.is_some() {
+            String::new()
+        } else {
+            launch.program.display().to_string()
+        },
         program_args: launch.args.clone(),
         program_sha256: String::new(),
         scope: Scope::default(),
@@ -248,6 +263,8 @@ pub fn manifest_for(
                 .iter()
                 .map(|p| p.display().to_string())
                 .collect(),
+            url: launch.url.clone(),
+            token_file: launch.token_file.as_ref().map(|p| p.display().to_string()),
         }),
     };
     let text = manifest_text(&manifest).map_err(|why| AdmitError::Manifest {
@@ -338,6 +355,8 @@ mod tests {
             args: vec!["--stdio".into()],
             program_sha256: String::new(),
             read: vec!["/opt/notes".into()],
+            url: None,
+            token_file: None,
         }
     }
 

@@ -206,8 +206,8 @@ pub struct Connection {
     pub stderr: Stderr,
     /// Its process group (the box's outer leads it).
     group: Option<u32>,
-    /// Its process (killed when dropped).
-    _child: tokio::process::Child,
+    /// Its process (killed when dropped); none for a server reached over HTTP.
+    _child: Option<tokio::process::Child>,
     /// The most bytes of one message, and whether one was longer.
     max_message: usize,
     oversized: Arc<AtomicBool>,
@@ -299,9 +299,58 @@ impl Connection {
             tools: definitions(tools)?,
             stderr,
             group,
-            _child: child,
+            _child: Some(child),
             max_message,
             oversized,
+        })
+    }
+
+    /// Reaches the server at `url` over streamable HTTP ([`super::http`]), with `token` as
+    /// its bearer token, completes the handshake and lists the tools within `timeout`; an
+    /// answer over `max_message` bytes is refused.
+    pub async fn start_http(
+        url: &url::Url,
+        token: Option<String>,
+        timeout: Duration,
+        max_message: usize,
+    ) -> Result<Connection, ClientError> {
+        use rmcp::transport::StreamableHttpClientTransport;
+        use rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig;
+        let client = super::http::Http::new(url, max_message)
+            .map_err(|e| ClientError::Start(std::io::Error::other(e.without_url())))?;
+        let mut config = StreamableHttpClientTransportConfig::with_uri(url.as_str())
+            .max_json_response_size(max_message)
+            .max_sse_event_size(max_message);
+        if let Some(token) = token {
+            config = config.auth_header(token);
+        }
+        let transport = StreamableHttpClientTransport::with_client(client, config);
+        let handler = Handler::default();
+        let exchange = async {
+            let service = handler
+                .clone()
+                .serve(transport)
+                .await
+                .map_err(|e| ClientError::Handshake(e.to_string()))?;
+            let tools = service
+                .list_all_tools()
+                .await
+                .map_err(|e| ClientError::List(e.to_string()))?;
+            Ok::<_, ClientError>((service, tools))
+        };
+        let (service, tools) = tokio::time::timeout(timeout, exchange)
+            .await
+            .map_err(|_| ClientError::Timeout(timeout))??;
+        handler.list_changed.store(false, Ordering::SeqCst);
+        Ok(Connection {
+            service,
+            handler,
+            tools: definitions(tools)?,
+            stderr: Stderr::default(),
+            group: None,
+            _child: None,
+            max_message,
+            oversized: Arc::new(AtomicBool::new(false)),
         })
     }
 

@@ -9,6 +9,7 @@
 pub mod admit;
 pub mod client;
 pub mod connection;
+pub mod http;
 pub mod pool;
 
 use serde::{Deserialize, Serialize};

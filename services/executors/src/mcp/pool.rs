@@ -38,6 +38,10 @@ pub struct Launch {
     pub program_sha256: String,
     /// Folders it may read besides the system's.
     pub read: Vec<PathBuf>,
+    /// A server reached over streamable HTTP instead (no program, no box), and the file
+    /// holding its bearer token.
+    pub url: Option<String>,
+    pub token_file: Option<PathBuf>,
 }
 
 /// A pinned tool, owned.
@@ -65,6 +69,8 @@ impl Launch {
                 args: m.program_args.clone(),
                 program_sha256: m.program_sha256.clone(),
                 read: pin.read.iter().map(PathBuf::from).collect(),
+                url: pin.url.clone(),
+                token_file: pin.token_file.as_ref().map(PathBuf::from),
             };
             match &launch {
                 Some(first) if *first != this => {
@@ -205,8 +211,10 @@ pub struct ServerState {
     pub server: String,
     pub connected: bool,
     pub enabled: Vec<String>,
-    /// Tools not offered, each with why.
+    /// Admitted tools not offered, each with why.
     pub disabled: Vec<(String, String)>,
+    /// Tools the server lists that the owner did not admit (new, or skipped).
+    pub not_admitted: Vec<String>,
     pub last_error: Option<String>,
 }
 
@@ -277,7 +285,20 @@ impl Pool {
                     .iter()
                     .filter_map(|f| f.enabled().map(str::to_owned))
                     .collect(),
-                disabled: slot.findings.iter().filter_map(why_disabled).collect(),
+                disabled: slot
+                    .findings
+                    .iter()
+                    .filter(|f| !matches!(f, Finding::New(_)))
+                    .filter_map(why_disabled)
+                    .collect(),
+                not_admitted: slot
+                    .findings
+                    .iter()
+                    .filter_map(|f| match f {
+                        Finding::New(tool) => Some(tool.clone()),
+                        _ => None,
+                    })
+                    .collect(),
                 last_error: slot.last_error.clone(),
             });
         }
@@ -430,13 +451,40 @@ pub fn max_message(catalog: &Catalog, server: &str) -> usize {
         .min(16 * 1024 * 1024)
 }
 
-/// Starts `launch`'s server in the box, through the catalog's verified `metnos-shell`
-/// (shell_exec's program) after checking the server's own program against its digest.
+/// The bearer token in `file`: refused when others may read the file.
+fn read_token(file: &Path) -> Result<String, String> {
+    use std::os::unix::fs::PermissionsExt;
+    let shown = file.display();
+    let meta = std::fs::metadata(file).map_err(|e| format!("the token file {shown}: {e}"))?;
+    if meta.permissions().mode() & 0o077 != 0 {
+        return Err(format!(
+            "the token file {shown} is readable by others: chmod 600 it"
+        ));
+    }
+    let text = std::fs::read_to_string(file).map_err(|e| format!("the token file {shown}: {e}"))?;
+    let token = text.trim();
+    if token.is_empty() || token.contains(char::is_whitespace) {
+        return Err(format!("the token file {shown} holds no single token"));
+    }
+    Ok(token.to_owned())
+}
+
+/// Reaches `launch`'s server: over HTTP at its URL, or started in the box through the
+/// catalog's verified `metnos-shell` (shell_exec's program) after checking the server's
+/// own program against its digest.
 pub async fn connect(
     runner: &Runner,
     catalog: &Catalog,
     launch: &Launch,
 ) -> Result<Connection, String> {
+    if let Some(url) = &launch.url {
+        let url = super::http::check_url(url).map_err(|e| e.to_string())?;
+        let token = launch.token_file.as_deref().map(read_token).transpose()?;
+        let max = max_message(catalog, &launch.server);
+        return Connection::start_http(&url, token, START_WITHIN, max)
+            .await
+            .map_err(|e| e.to_string());
+    }
     let shell = catalog.get(SHELL_EXEC).ok_or_else(|| {
         "MCP servers run in shell_exec's box, and no shell_exec is in the catalog (metnos executors install)".to_owned()
     })?;

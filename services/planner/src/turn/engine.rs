@@ -231,6 +231,46 @@ impl Planner {
         &self.memories
     }
 
+    /// What the catalog holds of MCP servers, and each started server's standing.
+    pub async fn mcp_servers(&self) -> metnos_proto::planner::v1::ListMcpServersResponse {
+        use metnos_proto::planner::v1 as pb;
+        let tools = self
+            .catalog
+            .executors()
+            .filter_map(|e| {
+                let pin = e.manifest.mcp.as_ref()?;
+                Some(pb::McpTool {
+                    server: pin.server.clone(),
+                    tool: pin.tool.clone(),
+                    name: e.manifest.name.clone(),
+                    capabilities: e.manifest.capabilities.clone(),
+                    target_arg: e.manifest.target_arg.clone().unwrap_or_default(),
+                    definition_sha256: pin.definition_sha256.clone(),
+                })
+            })
+            .collect();
+        let servers = self
+            .runner
+            .mcp
+            .states()
+            .await
+            .into_iter()
+            .map(|s| pb::McpServerState {
+                server: s.server,
+                connected: s.connected,
+                enabled: s.enabled,
+                disabled: s
+                    .disabled
+                    .into_iter()
+                    .map(|(t, why)| format!("{t}: {why}"))
+                    .collect(),
+                last_error: s.last_error.unwrap_or_default(),
+                not_admitted: s.not_admitted,
+            })
+            .collect();
+        pb::ListMcpServersResponse { tools, servers }
+    }
+
     fn stages(&self) -> Stages<'_> {
         let records = Records::new(&self.store, &self.log);
         let execution = Execution::new(

@@ -58,7 +58,7 @@ pub const SYSTEM_READABLE: &[&str] = &[
 
 /// What programs read in `/etc`: the loader's cache, users and groups (for names), the
 /// clock's zone, name-service and locale settings, the alternatives' links, MIME and
-/// magic tables, and the CA certificates.
+/// magic tables, the CA certificates and OpenSSL's settings (Node.js reads them at start).
 pub const ETC_READABLE: &[&str] = &[
     "ld.so.cache",
     "ld.so.conf",
@@ -81,6 +81,7 @@ pub const ETC_READABLE: &[&str] = &[
     "magic.mime",
     "terminfo",
     "ssl/certs",
+    "ssl/openssl.cnf",
     "ca-certificates",
     "os-release",
     "debian_version",

@@ -35,6 +35,9 @@ fn refuse(why: impl std::fmt::Display) -> ExitCode {
 
 /// The outer's `main`.
 pub fn serve_main() -> ExitCode {
+    // Dead with whoever started it (the planner), even when that one is killed outright.
+    #[cfg(target_os = "linux")]
+    let _ = rustix::process::set_parent_process_death_signal(Some(rustix::process::Signal::KILL));
     let plan: Result<Plan, String> = std::env::var(SERVE_VAR)
         .map_err(|e| e.to_string())
         .and_then(|text| serde_json::from_str(&text).map_err(|e| e.to_string()));
