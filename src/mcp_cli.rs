@@ -349,6 +349,13 @@ async fn add(config: &Config, request: AddRequest) -> Result<(), Failure> {
                 .join(", ")
         ),
     }
+    // Asked at a terminal, nothing of the server runs before the owner agrees to what it
+    // may read (with --tools, the command line said so).
+    if request.tools.is_empty()
+        && !ask("start it to list its tools? [y/N] ").eq_ignore_ascii_case("y")
+    {
+        return Err(other("not started"));
+    }
     let runner = metnos_planner::runner_from_config(config);
     let connection = pool::connect(&runner, &catalog, &launch)
         .await
@@ -362,6 +369,12 @@ async fn add(config: &Config, request: AddRequest) -> Result<(), Failure> {
             continue;
         };
         let manifest = admit::manifest_for(&launch, tool, &choice).map_err(other)?;
+        if written.contains(&manifest.name) {
+            return Err(other(format!(
+                "two of its tools would both be `{}` to the model; admit one of them (--tools)",
+                manifest.name
+            )));
+        }
         let folder = admit::write(catalog.dir(), &manifest).map_err(other)?;
         sign(config, &folder)?;
         println!("  enabled as {} ({})", manifest.name, folder.display());
@@ -451,7 +464,7 @@ async fn review(
         if !matches!(finding, metnos_executors::mcp::Finding::New(_)) {
             changes += 1;
         }
-        println!("{tool}: {why}");
+        println!("{}: {}", visible(&tool), visible(&why));
         let listed = connection.tools.iter().find(|t| match finding {
             metnos_executors::mcp::Finding::Renamed { to, .. } => &t.name == to,
             _ => t.name == tool,
@@ -462,8 +475,8 @@ async fn review(
                 println!("  description now: {}", visible(&now.description));
             }
             if pin.input_schema != now.input_schema {
-                println!("  schema was: {}", pin.input_schema);
-                println!("  schema now: {}", now.input_schema);
+                println!("  schema was: {}", visible(&pin.input_schema.to_string()));
+                println!("  schema now: {}", visible(&now.input_schema.to_string()));
             }
         } else if let Some(now) = listed {
             show_tool(now, &admit::propose(now));
@@ -524,7 +537,7 @@ fn apply_review(
             Finding::Removed(tool) => {
                 if let Some(dir) = folder_of(tool) {
                     std::fs::remove_dir_all(&dir).map_err(other)?;
-                    println!("{tool}: removed from the catalog");
+                    println!("{}: removed from the catalog", visible(tool));
                 }
                 continue;
             }
@@ -535,12 +548,31 @@ fn apply_review(
         };
         let choice = choice.unwrap_or_else(|| admit::propose(now));
         let manifest = admit::manifest_for(launch, now, &choice).map_err(other)?;
+        // The name the model sees may belong to another admitted tool (`Read-File` and
+        // `read_file` are both `read_file`): that one is never replaced by a review.
+        let taken = catalog
+            .get(&manifest.name)
+            .and_then(|e| e.manifest.mcp.as_ref())
+            .is_some_and(|pin| {
+                let renamed_from = match finding {
+                    Finding::Renamed { from, .. } => Some(from.as_str()),
+                    _ => None,
+                };
+                pin.tool != tool && Some(pin.tool.as_str()) != renamed_from
+            });
+        if taken {
+            return Err(other(format!(
+                "`{}` would take `{}`, the name of another admitted tool: remove that one first",
+                visible(&tool),
+                manifest.name
+            )));
+        }
         if let Some(old) = old {
             std::fs::remove_dir_all(&old).map_err(other)?;
         }
         let folder = admit::write(catalog.dir(), &manifest).map_err(other)?;
         sign(config, &folder)?;
-        println!("{tool}: pinned again as {}", manifest.name);
+        println!("{}: pinned again as {}", visible(&tool), manifest.name);
     }
     Ok(())
 }

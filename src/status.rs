@@ -203,6 +203,7 @@ async fn mcp_rows(config: &Config) -> Vec<Row> {
                 ),
                 Some(s) => ("DOWN", s.last_error.clone()),
             };
+            let detail = crate::mcp_cli::visible(&detail);
             (format!("mcp:{server}"), String::new(), word, Some(detail))
         })
         .collect()

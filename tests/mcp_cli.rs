@@ -53,6 +53,8 @@ async fn a_server_is_admitted_signed_run_disabled_reviewed_and_removed() {
             "time",
             "--tools",
             "get_current_time",
+            "--capability",
+            "get_current_time=time:read",
             "--",
             &time,
             "--local-timezone=Europe/Rome",
@@ -172,4 +174,47 @@ async fn a_bad_name_or_command_is_a_clear_error() {
         stderr.contains("`no-such-mcp-server` is not found"),
         "{stderr}"
     );
+}
+
+#[tokio::test]
+async fn at_a_terminal_the_owner_agrees_to_start_then_chooses_tool_by_tool() {
+    let sandbox = with_builtins().await;
+    let time = std::env::var("METNOS_TEST_MCP_TIME").expect("METNOS_TEST_MCP_TIME");
+    // No: nothing starts, nothing is written.
+    let out = sandbox
+        .run_with_input(&["mcp", "add", "time", "--", &time], b"n\n")
+        .await;
+    assert_eq!(out.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("not started"));
+    assert!(
+        !sandbox
+            .data_dir()
+            .join("executors/mcp.time.get_current_time")
+            .exists()
+    );
+    // Yes; the first tool enabled as time:read with no target, the second skipped.
+    let out = sandbox
+        .run_with_input(
+            &["mcp", "add", "time", "--", &time],
+            b"y\ny\ntime:read\n\nn\n",
+        )
+        .await;
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{stdout}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        stdout.contains("enabled as time__get_current_time"),
+        "{stdout}"
+    );
+    assert!(stdout.contains("skipped"), "{stdout}");
+    let (_, listed, _) = sandbox.run(&["mcp", "list"]).await;
+    assert!(
+        listed.starts_with("time\tget_current_time\ttime:read\t-\t"),
+        "{listed}"
+    );
+    assert!(!listed.contains("convert_time"), "{listed}");
 }

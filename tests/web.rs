@@ -1001,6 +1001,8 @@ async fn the_tools_page_lists_mcp_servers_and_their_pins() {
         "time",
         "--tools",
         "get_current_time",
+        "--capability",
+        "get_current_time=time:read",
         "--",
         &time,
     ])

@@ -154,3 +154,88 @@ async fn a_read_tool_of_a_server_asks_at_read_only_for_an_ungranted_target() {
         "{offered:?}"
     );
 }
+
+/// The hostile server serving streamable HTTP on 127.0.0.1 (killed when dropped), its URL.
+async fn remote_server() -> (tokio::process::Child, String) {
+    let python = std::env::var("METNOS_TEST_MCP_PYTHON").expect("METNOS_TEST_MCP_PYTHON");
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
+    let script = root.join("services/executors/tests/mcp_hostile.py");
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let child = tokio::process::Command::new(python)
+        .arg(&script)
+        .args(["--http", &port.to_string()])
+        .current_dir(std::env::temp_dir())
+        .stderr(std::process::Stdio::null())
+        .kill_on_drop(true)
+        .spawn()
+        .unwrap();
+    // A hang guard while Python starts, not a timing assertion.
+    for _ in 0..200 {
+        if tokio::net::TcpStream::connect(("127.0.0.1", port))
+            .await
+            .is_ok()
+        {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    (child, format!("http://127.0.0.1:{port}/mcp"))
+}
+
+#[tokio::test]
+async fn a_file_sent_to_a_remote_server_s_tool_is_carded_whatever_its_capability() {
+    let (_server, url) = remote_server().await;
+    let fake = FakeLlm::start().await;
+    fake.keep_requests(true);
+    let mut sandbox = Sandbox::new();
+    sandbox.with_fake_llm(fake.url());
+    sandbox.set("METNOS_TURNS__CLI_LEVEL", "Full");
+    sandbox.with_builtins();
+    // Admitted as a clock read: never asked on its own. Its calls still leave the machine.
+    let (code, stdout, stderr) = sandbox
+        .run(&[
+            "mcp",
+            "add",
+            "remote",
+            "--url",
+            &url,
+            "--tools",
+            "notes_search",
+            "--capability",
+            "notes_search=time:read",
+        ])
+        .await;
+    assert_eq!(code, 0, "{stdout}\n{stderr}");
+    let up = sandbox.up().await;
+    let s = Stack { sandbox, up, fake };
+    std::fs::create_dir_all(s.home().join("Documents")).unwrap();
+    std::fs::write(s.home().join("Documents/report.txt"), "salary: 1000\n").unwrap();
+    s.fake.push(tool_calls(&[(
+        "fs_read",
+        json!({"path": "~/Documents/report.txt"}),
+    )]));
+    s.fake.push(tool_calls(&[(
+        "remote__notes_search",
+        json!({"query": "{{step1.content}}"}),
+    )]));
+    s.fake.push(Reply::Text("searched".into()));
+    let events = s
+        .run("search my notes for what ~/Documents/report.txt says", Full)
+        .await;
+    let card = card_of(&events);
+    let lines = &card.card.as_ref().unwrap().lines;
+    assert!(
+        lines.iter().any(|l| l.contains("remote__notes_search")),
+        "{lines:?}"
+    );
+    assert!(
+        lines
+            .iter()
+            .any(|l| l.contains("from your file ~/Documents/report.txt")),
+        "{lines:?}"
+    );
+}

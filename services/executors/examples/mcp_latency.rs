@@ -63,7 +63,7 @@ fn main() {
             other => panic!("unknown argument {other}"),
         }
     }
-    let server = server.expect("--server PATH (mcp-server-time)");
+    let server = std::path::absolute(server.expect("--server PATH (mcp-server-time)")).unwrap();
     let exe = std::env::current_exe().unwrap();
     let program = exe.parent().unwrap().parent().unwrap().join("metnos-exec");
     assert!(

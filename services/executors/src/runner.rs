@@ -286,7 +286,11 @@ impl Runner {
         if m.mcp.is_some() {
             let mut observation = self.mcp.call(self, catalog, executor, args).await;
             let protections = serde_json::json!({
-                "server": "one process per server, in shell_exec's box, its program checked against its signed digest",
+                "server": if m.reached_over_http() {
+                    "reached over HTTP at its manifest's origin only, no redirect followed"
+                } else {
+                    "one process per server, in shell_exec's box, its program checked against its signed digest"
+                },
                 "definition": "pinned; a changed tool is disabled until reviewed",
                 "timeout_seconds": m.timeout_seconds,
                 "output_cap_bytes": m.max_output_bytes,

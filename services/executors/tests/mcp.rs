@@ -145,7 +145,8 @@ async fn an_admitted_tool_of_a_real_server_runs_in_the_box_through_the_runner() 
     let catalog = f.load();
     assert!(catalog.refused().is_empty(), "{:?}", catalog.refused());
     let now = catalog.get("time__get_current_time").unwrap();
-    assert_eq!(now.manifest.capabilities, ["time:read"]);
+    // A name is no reason to ask less: proposed as a program run until the owner chooses.
+    assert_eq!(now.manifest.capabilities, ["code:exec"]);
 
     let seen = runner
         .check_and_run(
@@ -387,6 +388,35 @@ async fn a_server_cannot_read_keys_write_outside_its_folder_or_open_a_socket() {
         std::fs::read_to_string(runner.mcp_dir.join("hostile/own.txt")).unwrap(),
         "mine"
     );
+    // It cannot make its next start's home a way out: its folder is its only grant, and it
+    // cannot replace that folder.
+    let relinked = call(&runner, &catalog, "relink_home", json!({})).await;
+    let said = relinked.content.unwrap().as_str().unwrap().to_owned();
+    assert!(
+        said.contains("remove=refused") && said.contains("link_parent=refused"),
+        "{said}"
+    );
+    runner.mcp.clear();
+    let seen = call(
+        &runner,
+        &catalog,
+        "escape",
+        json!({"home": home, "outside": outside, "secret": keys.join("owner.key")}),
+    )
+    .await;
+    let text = seen.content.unwrap().as_str().unwrap().to_owned();
+    for refused in [
+        "read_ssh",
+        "read_metnos_key",
+        "write_outside",
+        "tcp",
+        "unix",
+    ] {
+        assert!(
+            text.contains(&format!("{refused}=refused")),
+            "after relinking, {refused}: {text}"
+        );
+    }
 }
 
 /// A server from npm as the owner admits it (`env`: its variable naming the program).
@@ -462,12 +492,20 @@ async fn the_reference_filesystem_server_reads_its_root_and_nothing_of_the_perso
     let home = f.home();
     std::fs::create_dir_all(home.join(".ssh")).unwrap();
     std::fs::write(home.join(".ssh/id_rsa"), "PRIVATE").unwrap();
-    // Rooted in the folder and in the home: the box still refuses the keys.
+    // A server may not be given the whole home to read: that would open the keys.
+    let wide = npm_launch(
+        "files",
+        "METNOS_TEST_MCP_FILESYSTEM",
+        vec![home.display().to_string()],
+        vec![home.clone()],
+    );
+    let err = pool::connect(&runner, &f.load(), &wide).await.unwrap_err();
+    assert!(err.contains("too wide for a server to read"), "{err}");
     let launch = npm_launch(
         "files",
         "METNOS_TEST_MCP_FILESYSTEM",
-        vec![root.display().to_string(), home.display().to_string()],
-        vec![root.clone(), home.clone()],
+        vec![root.display().to_string()],
+        vec![root.clone()],
     );
     let names = admit_all(&f, &runner, &launch).await;
     assert!(

@@ -321,16 +321,29 @@ impl Telemetry {
     }
 }
 
-/// The log filter: `RUST_LOG` when set, else `telemetry.log`.
+/// The log filter: `RUST_LOG` when set, else `telemetry.log`. The MCP SDK logs every
+/// message a server sends at `info`: a server's words (and a flood of them) stay out of
+/// the log unless the directives name `rmcp` themselves.
 fn log_filter(config: &TelemetryConfig) -> Result<EnvFilter, TelemetryError> {
-    match std::env::var("RUST_LOG") {
-        Ok(directives) if !directives.is_empty() => EnvFilter::builder()
-            .parse(&directives)
-            .map_err(|e| TelemetryError::Filter(format!("RUST_LOG: {e}"))),
-        _ => EnvFilter::builder()
-            .parse(&config.log)
-            .map_err(|e| TelemetryError::Filter(e.to_string())),
+    let (directives, from_env) = match std::env::var("RUST_LOG") {
+        Ok(directives) if !directives.is_empty() => (directives, true),
+        _ => (config.log.clone(), false),
+    };
+    let filter = EnvFilter::builder().parse(&directives).map_err(|e| {
+        let e = e.to_string();
+        TelemetryError::Filter(if from_env {
+            format!("RUST_LOG: {e}")
+        } else {
+            e
+        })
+    })?;
+    if directives.contains("rmcp") {
+        return Ok(filter);
     }
+    let quiet = "rmcp=warn"
+        .parse()
+        .map_err(|e| TelemetryError::Filter(format!("{e}")))?;
+    Ok(filter.add_directive(quiet))
 }
 
 /// `metnos up`'s log file: every service's and the command's lines at the configured

@@ -45,6 +45,7 @@ pub async fn tools(State(web): State<Arc<Web>>, owner: Owner) -> Response {
         Ok(listed) => {
             let listed = listed.into_inner();
             let mut servers: Vec<&str> = listed.tools.iter().map(|t| t.server.as_str()).collect();
+            servers.sort_unstable();
             servers.dedup();
             let head = [
                 l.t("Tool", "Strumento"),

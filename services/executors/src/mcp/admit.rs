@@ -53,8 +53,9 @@ fn arg_names(schema: &Value) -> Vec<String> {
 
 /// What Metnos proposes for `tool`: a path argument is a file read (a write when the tool's
 /// name says it changes something), a URL argument a network call, a recipient a mail
-/// sent, a tool about time with no target a clock read, anything else a program run —
-/// asked every time. The annotations are shown to the owner and never used here.
+/// sent — each asked per target —, anything else a program run, asked every time until
+/// the owner says otherwise (a name is the server's to choose: it never lowers what is
+/// asked). The annotations are shown to the owner and never used here.
 pub fn propose(tool: &ToolDefinition) -> Choice {
     let names = arg_names(&tool.input_schema);
     let find = |wanted: &[&str]| {
@@ -73,8 +74,6 @@ pub fn propose(tool: &ToolDefinition) -> Choice {
         ("network:http", Some(arg))
     } else if let Some(arg) = find(MAIL_ARGS) {
         ("mail:send", Some(arg))
-    } else if lower.contains("time") && !writes {
-        ("time:read", None)
     } else {
         ("code:exec", None)
     };
@@ -374,10 +373,12 @@ mod tests {
         assert_eq!(propose(&tool("read_file", path)).capability, "fs:read");
         let url = json!({"type": "object", "properties": {"url": {"type": "string"}}});
         assert_eq!(propose(&tool("fetch", url)).capability, "network:http");
+        // A name says nothing Metnos trusts: a clock tool is asked about until the owner
+        // chooses time:read.
         let tz = json!({"type": "object", "properties": {"timezone": {"type": "string"}}});
         assert_eq!(
             propose(&tool("get_current_time", tz)).capability,
-            "time:read"
+            "code:exec"
         );
         let other = json!({"type": "object", "properties": {"q": {"type": "string"}}});
         assert_eq!(propose(&tool("do_magic", other)).capability, "code:exec");

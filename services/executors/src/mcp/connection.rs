@@ -228,6 +228,41 @@ impl Drop for Connection {
     }
 }
 
+/// The most pages of a tool listing Metnos reads, and the most tools.
+const MAX_PAGES: usize = 50;
+pub const MAX_TOOLS: usize = 2000;
+
+/// Every page of the server's tools, within [`MAX_PAGES`] and [`MAX_TOOLS`]: a server
+/// whose listing never ends is refused, not followed.
+async fn list_bounded(
+    service: &RunningService<RoleClient, Handler>,
+) -> Result<Vec<rmcp::model::Tool>, ClientError> {
+    let mut tools = Vec::new();
+    let mut cursor: Option<String> = None;
+    for _ in 0..MAX_PAGES {
+        let params = cursor
+            .take()
+            .map(|c| rmcp::model::PaginatedRequestParams::default().with_cursor(Some(c)));
+        let page = service
+            .list_tools(params)
+            .await
+            .map_err(|e| ClientError::List(e.to_string()))?;
+        tools.extend(page.tools);
+        if tools.len() > MAX_TOOLS {
+            return Err(ClientError::List(format!(
+                "it lists more than {MAX_TOOLS} tools"
+            )));
+        }
+        match page.next_cursor {
+            Some(next) if !next.is_empty() => cursor = Some(next),
+            _ => return Ok(tools),
+        }
+    }
+    Err(ClientError::List(format!(
+        "its listing goes on past {MAX_PAGES} pages"
+    )))
+}
+
 /// `tools` as Metnos reads them.
 fn definitions(tools: Vec<rmcp::model::Tool>) -> Result<Vec<ToolDefinition>, ClientError> {
     tools
@@ -279,10 +314,7 @@ impl Connection {
                 .serve((output, input))
                 .await
                 .map_err(|e| ClientError::Handshake(e.to_string()))?;
-            let tools = service
-                .list_all_tools()
-                .await
-                .map_err(|e| ClientError::List(e.to_string()))?;
+            let tools = list_bounded(&service).await?;
             Ok::<_, ClientError>((service, tools))
         };
         let outcome = tokio::time::timeout(timeout, exchange).await;
@@ -332,10 +364,7 @@ impl Connection {
                 .serve(transport)
                 .await
                 .map_err(|e| ClientError::Handshake(e.to_string()))?;
-            let tools = service
-                .list_all_tools()
-                .await
-                .map_err(|e| ClientError::List(e.to_string()))?;
+            let tools = list_bounded(&service).await?;
             Ok::<_, ClientError>((service, tools))
         };
         let (service, tools) = tokio::time::timeout(timeout, exchange)
@@ -371,10 +400,9 @@ impl Connection {
 
     /// Lists the tools again within `timeout`.
     pub async fn relist(&mut self, timeout: Duration) -> Result<(), ClientError> {
-        let listed = tokio::time::timeout(timeout, self.service.list_all_tools())
+        let listed = tokio::time::timeout(timeout, list_bounded(&self.service))
             .await
-            .map_err(|_| ClientError::Timeout(timeout))?
-            .map_err(|e| ClientError::List(e.to_string()))?;
+            .map_err(|_| ClientError::Timeout(timeout))??;
         self.tools = definitions(listed)?;
         Ok(())
     }

@@ -69,6 +69,9 @@ impl Http {
     pub fn new(url: &url::Url, max_message: usize) -> Result<Http, reqwest::Error> {
         let client = reqwest::Client::builder()
             .redirect(reqwest::redirect::Policy::none())
+            // Straight to the server: no proxy from the environment hears the token.
+            .no_proxy()
+            .connect_timeout(std::time::Duration::from_secs(10))
             .https_only(url.scheme() == "https")
             .build()?;
         Ok(Http {
@@ -135,8 +138,32 @@ fn status_failure(status: reqwest::StatusCode) -> Failure {
     StreamableHttpError::UnexpectedServerResponse(Cow::Owned(format!("HTTP {status}")))
 }
 
-fn events(response: reqwest::Response) -> BoxStream<'static, Result<Sse, SseError>> {
-    SseStream::from_bytes_stream(response.bytes_stream()).boxed()
+/// The events of `response`, each at most `limit` bytes: past it the stream fails and
+/// nothing more of that event is kept (a server sending one endless event holds no memory).
+fn events(response: reqwest::Response, limit: usize) -> BoxStream<'static, Result<Sse, SseError>> {
+    let mut in_event = 0usize;
+    let mut last = 0u8;
+    let bounded = response.bytes_stream().map(move |chunk| {
+        let chunk = chunk.map_err(std::io::Error::other)?;
+        for &byte in chunk.iter() {
+            if byte == b'\r' {
+                continue;
+            }
+            in_event = if byte == b'\n' && last == b'\n' {
+                0
+            } else {
+                in_event + 1
+            };
+            last = byte;
+        }
+        if in_event > limit {
+            return Err(std::io::Error::other(format!(
+                "an event of more than {limit} bytes"
+            )));
+        }
+        Ok(chunk)
+    });
+    SseStream::from_bytes_stream(bounded).boxed()
 }
 
 impl StreamableHttpClient for Http {
@@ -181,7 +208,10 @@ impl StreamableHttpClient for Http {
             .map(str::to_owned);
         let awaits_nothing = !matches!(message, ClientJsonRpcMessage::Request(_));
         match media(&response).as_deref() {
-            Some(EVENTS) => Ok(StreamableHttpPostResponse::Sse(events(response), session)),
+            Some(EVENTS) => Ok(StreamableHttpPostResponse::Sse(
+                events(response, self.max_message),
+                session,
+            )),
             Some(JSON) => {
                 let body = self.bounded(response).await?;
                 match serde_json::from_slice::<ServerJsonRpcMessage>(&body) {
@@ -245,7 +275,7 @@ impl StreamableHttpClient for Http {
             return Err(status_failure(status));
         }
         match media(&response).as_deref() {
-            Some(EVENTS) => Ok(events(response)),
+            Some(EVENTS) => Ok(events(response, self.max_message)),
             other => Err(StreamableHttpError::UnexpectedContentType(
                 other.map(str::to_owned),
             )),

@@ -106,12 +106,53 @@ pub fn review_owned(pins: &[OwnedPin], listed: &[super::ToolDefinition]) -> Vec<
     review(&pins, listed)
 }
 
-/// The box a server runs in: its own folder (`folder`, its home beneath), what it may read,
+/// The box a server runs in: its own folder (`folder`, also its home), what it may read,
 /// Metnos's own files and the credential stores hidden, the shell's process and file-size
 /// limits. No CPU-time limit (a server lives long) and no address-space limit (runtimes
 /// such as V8 reserve far more than they use).
+/// The folders a server of `launch` may read, resolved: each must be a folder, and none may
+/// be `/`, the person's home or a folder above it, or a folder holding what the box hides
+/// (credential stores, Metnos's own files): those would open them.
+pub fn readable(runner: &Runner, launch: &Launch) -> Result<Vec<PathBuf>, String> {
+    let context = ExecContext {
+        user_home: runner.user_home.clone(),
+        forbidden: runner.forbidden.clone(),
+        ..ExecContext::default()
+    };
+    let hidden = shell_exec::hidden_paths(&context);
+    let home = runner
+        .user_home
+        .canonicalize()
+        .unwrap_or_else(|_| runner.user_home.clone());
+    launch
+        .read
+        .iter()
+        .map(|dir| {
+            let real = dir
+                .canonicalize()
+                .map_err(|e| format!("the folder {} it may read: {e}", dir.display()))?;
+            if !real.is_dir() {
+                return Err(format!("{} (which it may read) is not a folder", dir.display()));
+            }
+            let opens = real == Path::new("/")
+                || home.starts_with(&real)
+                || hidden.iter().any(|h| h.starts_with(&real));
+            if opens {
+                return Err(format!(
+                    "{} is too wide for a server to read: it holds your home, credential stores or Metnos's own files (--read a narrower folder)",
+                    real.display()
+                ));
+            }
+            Ok(real)
+        })
+        .collect()
+}
+
 pub fn plan(runner: &Runner, launch: &Launch, folder: &Path) -> sandbox::Plan {
-    let home = folder.join("home");
+    // Its folder is its home: one path granted, which the server cannot replace (its
+    // parent is not its to write). A home beneath it would be a second grant, made by path
+    // at the next start, and the server could have made that path a link to `/`.
+    let home = folder.to_owned();
     let context = ExecContext {
         user_home: runner.user_home.clone(),
         forbidden: runner.forbidden.clone(),
@@ -146,13 +187,29 @@ pub fn plan(runner: &Runner, launch: &Launch, folder: &Path) -> sandbox::Plan {
 }
 
 /// The server's own folder under `dir`, made (0700) with its home.
+/// The server's own folder under `dir`, made (0700): a real folder, never a link (the box
+/// grants it whole).
 pub fn server_folder(dir: &Path, server: &str) -> std::io::Result<PathBuf> {
     let folder = dir.join(server);
     std::fs::DirBuilder::new()
         .recursive(true)
         .mode(0o700)
-        .create(folder.join("home"))?;
-    folder.canonicalize()
+        .create(&folder)?;
+    if !std::fs::symlink_metadata(&folder)?.file_type().is_dir() {
+        return Err(std::io::Error::other(format!(
+            "{} is not a folder (a link?)",
+            folder.display()
+        )));
+    }
+    let real = folder.canonicalize()?;
+    if !real.starts_with(dir.canonicalize()?) {
+        return Err(std::io::Error::other(format!(
+            "{} leads outside {}",
+            folder.display(),
+            dir.display()
+        )));
+    }
+    Ok(real)
 }
 
 /// Starts `launch` in the box through `metnos-shell` (`box_program`, the path that executes
@@ -244,64 +301,72 @@ pub fn why_disabled(finding: &Finding) -> Option<(String, String)> {
 
 /// The servers of a runner (its clones share them).
 #[derive(Debug, Clone, Default)]
-pub struct Pool(Arc<Mutex<HashMap<String, Arc<tokio::sync::Mutex<Slot>>>>>);
+pub struct Pool {
+    slots: Arc<Mutex<HashMap<String, Arc<tokio::sync::Mutex<Slot>>>>>,
+    /// Each server's standing as its last start, listing or call left it: read without
+    /// waiting for a call in progress.
+    shown: Arc<Mutex<HashMap<String, ServerState>>>,
+}
+
+impl Slot {
+    fn state(&self, server: &str) -> ServerState {
+        ServerState {
+            server: server.to_owned(),
+            connected: self.connection.as_ref().is_some_and(|c| !c.is_closed()),
+            enabled: self
+                .findings
+                .iter()
+                .filter_map(|f| f.enabled().map(str::to_owned))
+                .collect(),
+            disabled: self
+                .findings
+                .iter()
+                .filter(|f| !matches!(f, Finding::New(_)))
+                .filter_map(why_disabled)
+                .collect(),
+            not_admitted: self
+                .findings
+                .iter()
+                .filter_map(|f| match f {
+                    Finding::New(tool) => Some(tool.clone()),
+                    _ => None,
+                })
+                .collect(),
+            last_error: self.last_error.clone(),
+        }
+    }
+}
 
 impl Pool {
     fn slot(&self, server: &str) -> Arc<tokio::sync::Mutex<Slot>> {
-        let mut map = self.0.lock().unwrap_or_else(|e| e.into_inner());
+        let mut map = self.slots.lock().unwrap_or_else(|e| e.into_inner());
         map.entry(server.to_owned()).or_default().clone()
+    }
+
+    fn publish(&self, server: &str, slot: &Slot) {
+        let mut shown = self.shown.lock().unwrap_or_else(|e| e.into_inner());
+        shown.insert(server.to_owned(), slot.state(server));
     }
 
     /// Stops every server.
     pub fn clear(&self) {
-        self.0.lock().unwrap_or_else(|e| e.into_inner()).clear();
+        self.slots.lock().unwrap_or_else(|e| e.into_inner()).clear();
+        self.shown.lock().unwrap_or_else(|e| e.into_inner()).clear();
     }
 
-    /// Whether a connection found `tool` of `server` changed (it is not offered).
+    /// Whether the last listing of `server` found `tool` changed, renamed or gone (it is
+    /// not offered).
     pub fn is_disabled(&self, server: &str, tool: &str) -> bool {
-        let slot = self.slot(server);
-        let Ok(slot) = slot.try_lock() else {
-            return false;
-        };
-        slot.findings
-            .iter()
-            .any(|f| f.enabled().is_none() && why_disabled(f).is_some_and(|(t, _)| t == tool))
+        let shown = self.shown.lock().unwrap_or_else(|e| e.into_inner());
+        shown
+            .get(server)
+            .is_some_and(|s| s.disabled.iter().any(|(t, _)| t == tool))
     }
 
     /// What is known of every server started so far.
     pub async fn states(&self) -> Vec<ServerState> {
-        let slots: Vec<(String, Arc<tokio::sync::Mutex<Slot>>)> = {
-            let map = self.0.lock().unwrap_or_else(|e| e.into_inner());
-            map.iter().map(|(k, v)| (k.clone(), v.clone())).collect()
-        };
-        let mut states = Vec::new();
-        for (server, slot) in slots {
-            let slot = slot.lock().await;
-            states.push(ServerState {
-                server,
-                connected: slot.connection.as_ref().is_some_and(|c| !c.is_closed()),
-                enabled: slot
-                    .findings
-                    .iter()
-                    .filter_map(|f| f.enabled().map(str::to_owned))
-                    .collect(),
-                disabled: slot
-                    .findings
-                    .iter()
-                    .filter(|f| !matches!(f, Finding::New(_)))
-                    .filter_map(why_disabled)
-                    .collect(),
-                not_admitted: slot
-                    .findings
-                    .iter()
-                    .filter_map(|f| match f {
-                        Finding::New(tool) => Some(tool.clone()),
-                        _ => None,
-                    })
-                    .collect(),
-                last_error: slot.last_error.clone(),
-            });
-        }
+        let shown = self.shown.lock().unwrap_or_else(|e| e.into_inner());
+        let mut states: Vec<ServerState> = shown.values().cloned().collect();
         states.sort_by(|a, b| a.server.cmp(&b.server));
         states
     }
@@ -319,7 +384,9 @@ impl Pool {
         };
         let slot = self.slot(&pin.server);
         let mut slot = slot.lock().await;
-        if let Err(why) = self.ready(&mut slot, runner, catalog, &pin.server).await {
+        let ready = self.ready(&mut slot, runner, catalog, &pin.server).await;
+        self.publish(&pin.server, &slot);
+        if let Err(why) = ready {
             return not_started(&pin.server, &why);
         }
         let Some(connection) = slot.connection.as_ref() else {
@@ -348,6 +415,7 @@ impl Pool {
         {
             slot.ended(ended);
         }
+        self.publish(&pin.server, &slot);
         observation
     }
 
@@ -400,10 +468,16 @@ impl Pool {
             return Err("not connected".to_owned());
         };
         if connection.take_list_changed() {
-            connection
-                .relist(START_WITHIN)
-                .await
-                .map_err(|e| e.to_string())?;
+            // Told its tools changed and not listing them: nothing of it is called until
+            // a new connection lists and reviews them.
+            if let Err(e) = connection.relist(START_WITHIN).await {
+                let why = format!("its tools changed and it did not list them: {e}");
+                if let Some(ended) = slot.connection.take() {
+                    ended.close();
+                }
+                slot.failed(why.clone());
+                return Err(why);
+            }
             slot.findings = review_owned(&wanted.1, &connection.tools);
             log_findings(server, &slot.findings);
         }
@@ -455,7 +529,17 @@ pub fn max_message(catalog: &Catalog, server: &str) -> usize {
 fn read_token(file: &Path) -> Result<String, String> {
     use std::os::unix::fs::PermissionsExt;
     let shown = file.display();
-    let meta = std::fs::metadata(file).map_err(|e| format!("the token file {shown}: {e}"))?;
+    let meta =
+        std::fs::symlink_metadata(file).map_err(|e| format!("the token file {shown}: {e}"))?;
+    if !meta.file_type().is_file() {
+        return Err(format!(
+            "the token file {shown} is not a plain file (a link?)"
+        ));
+    }
+    use std::os::unix::fs::MetadataExt;
+    if meta.uid() != rustix::process::geteuid().as_raw() {
+        return Err(format!("the token file {shown} is not yours"));
+    }
     if meta.permissions().mode() & 0o077 != 0 {
         return Err(format!(
             "the token file {shown} is readable by others: chmod 600 it"
@@ -495,7 +579,11 @@ pub async fn connect(
         .map_err(|e| format!("the server's program: {e}"))?;
     let folder = server_folder(&runner.mcp_dir, &launch.server)
         .map_err(|e| format!("cannot make the server's folder: {e}"))?;
-    let plan = plan(runner, launch, &folder);
+    let checked = Launch {
+        read: readable(runner, launch)?,
+        ..launch.clone()
+    };
+    let plan = plan(runner, &checked, &folder);
     let path = crate::runner::verified_exec_path(&box_file).map_err(|e| e.to_string())?;
     let started = start_boxed(&path, &plan, max_message(catalog, &launch.server)).await;
     drop(box_file);

@@ -702,6 +702,25 @@ impl Sink {
     }
 }
 
+/// Every sink of `executor`: its capabilities' ([`Sink::all`]), and for a tool of an MCP
+/// server reached over HTTP network egress to that server whatever capability it was
+/// admitted with (each call sends its arguments there), with the server's origin.
+pub fn sinks_of(
+    executor: &metnos_executors::Executor,
+) -> (Vec<(Sink, Capability)>, Option<String>) {
+    let mut sinks = Sink::all(&executor.capabilities);
+    let remote = executor
+        .manifest
+        .mcp
+        .as_ref()
+        .and_then(|pin| pin.url.as_deref())
+        .and_then(origin_of);
+    if remote.is_some() && !sinks.iter().any(|(sink, _)| *sink == Sink::Egress) {
+        sinks.push((Sink::Egress, Capability::NetworkHttp));
+    }
+    (sinks, remote)
+}
+
 /// What the sink rule needs to know of the call.
 #[derive(Debug, Clone, Copy)]
 pub struct Destination<'a> {

@@ -423,9 +423,10 @@ impl<'a> Vetting<'a> {
         if tainted.is_empty() {
             return None;
         }
-        let host = taint::origin_of(target);
+        let (sinks, remote) = taint::sinks_of(executor);
+        let host = remote.or_else(|| taint::origin_of(target));
         let mut asked = None;
-        for (sink, capability) in taint::Sink::all(&executor.capabilities) {
+        for (sink, capability) in sinks {
             let to = taint::Destination {
                 target_arg: executor.manifest.target_arg.as_deref(),
                 host: host.as_deref(),
@@ -684,7 +685,8 @@ fn text_call_to_sink(cp: &Checkpoint, call: &Call, executor: &Executor) -> Optio
     {
         return None;
     }
-    let sink = taint::Sink::all(&executor.capabilities)
+    let sink = taint::sinks_of(executor)
+        .0
         .first()
         .map(|(_, capability)| *capability);
     if sink.is_some() {
@@ -771,7 +773,8 @@ fn read_private(
     executor: &Executor,
     target: &str,
 ) -> (Vec<String>, Option<Capability>) {
-    let egress = taint::Sink::all(&executor.capabilities)
+    let egress = taint::sinks_of(executor)
+        .0
         .into_iter()
         .find(|(sink, _)| match sink {
             taint::Sink::Egress | taint::Sink::Mail => true,
