@@ -48,9 +48,13 @@ impl Page {
         let llm = FakeLlm::start().await;
         let mut sandbox = Sandbox::new();
         let port = free_port();
+        if admit.is_empty() {
+            sandbox.with_builtins();
+        } else {
+            sandbox.with_owner_builtins();
+        }
         sandbox
             .with_fake_llm(llm.url())
-            .with_builtins()
             .set("METNOS_WEB__ENABLED", "true")
             .set("METNOS_WEB__LISTEN", &format!("127.0.0.1:{port}"));
         if !admit.is_empty() {

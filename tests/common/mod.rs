@@ -410,15 +410,26 @@ impl Sandbox {
     /// The built-in executors installed in the data directory's catalog, signed with a
     /// fresh key that the config trusts.
     pub fn with_builtins(&mut self) -> &mut Self {
+        self.builtins(false)
+    }
+
+    /// [`Sandbox::with_builtins`], the key kept where `metnos mcp add` (and `metnos up`)
+    /// find the owner's key.
+    pub fn with_owner_builtins(&mut self) -> &mut Self {
+        self.builtins(true)
+    }
+
+    fn builtins(&mut self, keep_key: bool) -> &mut Self {
         let catalog = self.data_dir().join("executors");
         metnos_executors::install::install_builtins(&catalog, &sibling_binary("metnos-exec"))
             .unwrap();
         let key = metnos_executors::signing::generate().unwrap();
         metnos_executors::install::sign_dir(&catalog, &key, "owner", false).unwrap();
-        // Where `metnos mcp add` and `metnos up` look for the owner's key.
-        let key_file = self.dir.path().join(".config/metnos/keys/owner.key");
-        std::fs::create_dir_all(key_file.parent().unwrap()).unwrap();
-        metnos_executors::signing::write_key(&key_file, &key).unwrap();
+        if keep_key {
+            let key_file = self.dir.path().join(".config/metnos/keys/owner.key");
+            std::fs::create_dir_all(key_file.parent().unwrap()).unwrap();
+            metnos_executors::signing::write_key(&key_file, &key).unwrap();
+        }
         let public = metnos_executors::signing::public_key_text(&key.verifying_key());
         self.set("METNOS_EXECUTORS__TRUSTED_KEYS__OWNER", &public)
     }

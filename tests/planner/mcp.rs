@@ -14,7 +14,7 @@ async fn mcp_stack() -> Stack {
     sandbox.with_fake_llm(fake.url());
     sandbox.set("METNOS_TURNS__CLI_LEVEL", "Full");
     sandbox.set("METNOS_EXECUTORS__LOCAL_HOSTS", "[\"127.0.0.1\"]");
-    sandbox.with_builtins();
+    sandbox.with_owner_builtins();
     let python = std::env::var("METNOS_TEST_MCP_PYTHON").expect(
         "METNOS_TEST_MCP_PYTHON is not set: run the tests with `make test`, which installs the mcp SDK",
     );
@@ -194,7 +194,7 @@ async fn a_file_sent_to_a_remote_server_s_tool_is_carded_whatever_its_capability
     let mut sandbox = Sandbox::new();
     sandbox.with_fake_llm(fake.url());
     sandbox.set("METNOS_TURNS__CLI_LEVEL", "Full");
-    sandbox.with_builtins();
+    sandbox.with_owner_builtins();
     // Admitted as a clock read: never asked on its own. Its calls still leave the machine.
     let (code, stdout, stderr) = sandbox
         .run(&[
