@@ -477,6 +477,19 @@ async fn review(
             if pin.input_schema != now.input_schema {
                 println!("  schema was: {}", visible(&pin.input_schema.to_string()));
                 println!("  schema now: {}", visible(&now.input_schema.to_string()));
+                let kept = catalog
+                    .executors()
+                    .filter_map(|e| e.manifest.mcp.as_ref().map(|p| (p, &e.manifest)))
+                    .find(|(p, _)| p.server == name && p.tool == tool)
+                    .map(|(_, m)| m.capabilities.join(","))
+                    .unwrap_or_default();
+                let proposed = admit::propose(now);
+                if proposed.capability != kept {
+                    println!(
+                        "  --yes keeps {kept}; for this schema Metnos would propose {} (metnos mcp remove and add to choose again)",
+                        proposed.capability
+                    );
+                }
             }
         } else if let Some(now) = listed {
             show_tool(now, &admit::propose(now));

@@ -131,6 +131,29 @@ async fn a_server_s_instructions_cannot_read_keys_and_their_copy_is_carded_namin
         "{seen_by_model:?}"
     );
     assert!(!seen_by_model.iter().any(|m| m.contains("PRIVATE KEY")));
+    // The server, started for the first call, stops when `metnos up` stops.
+    let folder = s
+        .sandbox
+        .data_dir()
+        .join("mcp/hostile")
+        .canonicalize()
+        .unwrap();
+    assert!(
+        !serving_in(&folder).is_empty(),
+        "no server process ran in {folder:?}"
+    );
+    let (code, stderr) = s.up.interrupt().await;
+    assert_eq!(code, 0, "{stderr}");
+    for _ in 0..100 {
+        if serving_in(&folder).is_empty() {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    panic!(
+        "still running after metnos up stopped: {:?}",
+        serving_in(&folder)
+    );
 }
 
 #[tokio::test]
@@ -153,6 +176,23 @@ async fn a_read_tool_of_a_server_asks_at_read_only_for_an_ungranted_target() {
         offered.contains(&"hostile__read_note".to_owned()),
         "{offered:?}"
     );
+}
+
+/// The processes whose working folder is `folder` (a boxed server's own).
+fn serving_in(folder: &std::path::Path) -> Vec<String> {
+    std::fs::read_dir("/proc")
+        .into_iter()
+        .flatten()
+        .flatten()
+        .filter(|e| {
+            e.file_name()
+                .to_string_lossy()
+                .bytes()
+                .all(|b| b.is_ascii_digit())
+        })
+        .filter(|e| std::fs::read_link(e.path().join("cwd")).is_ok_and(|cwd| cwd == folder))
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .collect()
 }
 
 /// The hostile server serving streamable HTTP on 127.0.0.1 (killed when dropped), its URL.

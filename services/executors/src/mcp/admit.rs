@@ -52,7 +52,7 @@ fn arg_names(schema: &Value) -> Vec<String> {
 }
 
 /// What Metnos proposes for `tool`: a path argument is a file read (a write when the tool's
-/// name says it changes something), a URL argument a network call, a recipient a mail
+/// name or its hints say it changes something — hints only ever make it stricter), a URL argument a network call, a recipient a mail
 /// sent — each asked per target —, anything else a program run, asked every time until
 /// the owner says otherwise (a name is the server's to choose: it never lowers what is
 /// asked). The annotations are shown to the owner and never used here.
@@ -65,9 +65,20 @@ pub fn propose(tool: &ToolDefinition) -> Choice {
             .cloned()
     };
     let lower = tool.name.to_ascii_lowercase();
-    let writes = lower
-        .split(|c: char| !c.is_ascii_alphanumeric())
-        .any(|w| WRITE_WORDS.contains(&w));
+    // The server's own hints may only make the proposal stricter: a tool that says it
+    // changes or destroys something writes; one that says it only reads is not believed.
+    let hint = |key: &str| {
+        tool.annotations
+            .as_ref()
+            .and_then(|a| a.get(key))
+            .and_then(Value::as_bool)
+    };
+    let says_it_writes =
+        hint("readOnlyHint") == Some(false) || hint("destructiveHint") == Some(true);
+    let writes = says_it_writes
+        || lower
+            .split(|c: char| !c.is_ascii_alphanumeric())
+            .any(|w| WRITE_WORDS.contains(&w));
     let (capability, target_arg) = if let Some(arg) = find(PATH_ARGS) {
         (if writes { "fs:write" } else { "fs:read" }, Some(arg))
     } else if let Some(arg) = find(URL_ARGS) {
@@ -370,7 +381,14 @@ mod tests {
                 target_arg: Some("path".into())
             }
         );
-        assert_eq!(propose(&tool("read_file", path)).capability, "fs:read");
+        assert_eq!(
+            propose(&tool("read_file", path.clone())).capability,
+            "fs:read"
+        );
+        // A hint that it changes things is believed (it only asks more).
+        let mut tidy = tool("tidy_notes", path);
+        tidy.annotations = Some(json!({"readOnlyHint": false, "destructiveHint": true}));
+        assert_eq!(propose(&tidy).capability, "fs:write");
         let url = json!({"type": "object", "properties": {"url": {"type": "string"}}});
         assert_eq!(propose(&tool("fetch", url)).capability, "network:http");
         // A name says nothing Metnos trusts: a clock tool is asked about until the owner
