@@ -283,6 +283,10 @@ async fn metnos_up_as_pid_1_starts_again_after_a_kill_9() {
     // `docker kill`: SIGKILL, no clean-up; the run file stays behind.
     first.child.start_kill().unwrap();
     first.child.wait().await.unwrap();
+    // The kernel kills the rest of the namespace after its pid 1 dies, not before
+    // `unshare` is reaped (docker waits for the whole container): wait until no store of
+    // the first run is still held, as a restarted container would find them.
+    stores_released(&sandbox.data_dir()).await;
     assert!(
         sandbox
             .data_dir()
@@ -303,6 +307,30 @@ async fn metnos_up_as_pid_1_starts_again_after_a_kill_9() {
     // (unshare does not pass a Ctrl-C on: it is stopped as it was started.)
     second.child.start_kill().unwrap();
     second.child.wait().await.unwrap();
+}
+
+/// Waits (a hang guard, not a timing assertion) until every SQLite store lock in `dir` can
+/// be taken: the processes that held them are gone.
+async fn stores_released(dir: &std::path::Path) {
+    let locks: Vec<std::path::PathBuf> = std::fs::read_dir(dir)
+        .unwrap()
+        .flatten()
+        .map(|e| e.path())
+        .filter(|p| p.extension().is_some_and(|x| x == "lock"))
+        .collect();
+    for _ in 0..200 {
+        let free = locks.iter().all(|lock| {
+            std::fs::OpenOptions::new()
+                .write(true)
+                .open(lock)
+                .is_ok_and(|file| file.try_lock().is_ok())
+        });
+        if free {
+            return;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+    panic!("the first run's stores are still held: {locks:?}");
 }
 
 #[tokio::test]
