@@ -161,7 +161,7 @@ async fn an_admitted_tool_of_a_real_server_runs_in_the_box_through_the_runner() 
     let meta = seen.metadata.unwrap();
     assert_eq!(meta["mcp_server"], "time");
     // One process serves the next call too.
-    let states = runner.mcp.states().await;
+    let states = runner.mcp.states();
     assert_eq!(states.len(), 1);
     assert!(states[0].connected);
     assert!(states[0].disabled.is_empty(), "{states:?}");
@@ -272,7 +272,7 @@ async fn a_rug_pull_a_new_schema_a_rename_and_a_new_tool_are_disabled_until_revi
             .await
             .ok
     );
-    let states = runner.mcp.states().await;
+    let states = runner.mcp.states();
     assert!(states[0].disabled.is_empty(), "{states:?}");
     assert_eq!(states[0].not_admitted, ["backup"]);
     assert!(!runner.mcp.is_disabled("hostile", "notes_search"));
@@ -331,7 +331,7 @@ async fn what_a_hostile_server_answers_or_asks_is_bounded_and_refused() {
         error.contains("the server ended") && error.contains("started again in"),
         "{error}"
     );
-    assert!(!runner.mcp.states().await[0].connected);
+    assert!(!runner.mcp.states()[0].connected);
 }
 
 #[tokio::test]
@@ -346,7 +346,7 @@ async fn a_crashed_server_is_started_again_after_a_wait() {
         error.contains("the server ended") && error.contains("started again in 2 s"),
         "{error}"
     );
-    assert!(!runner.mcp.states().await[0].connected);
+    assert!(!runner.mcp.states()[0].connected);
     tokio::time::sleep(std::time::Duration::from_secs(3)).await;
     assert!(call(&runner, &catalog, "inject", json!({})).await.ok);
 }

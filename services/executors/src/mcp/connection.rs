@@ -7,7 +7,7 @@
 //! is killed when the connection is dropped.
 
 use std::borrow::Cow;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -47,10 +47,6 @@ pub struct Handler {
     /// Set by `notifications/tools/list_changed`: the tools are listed and pinned again
     /// before the next call.
     list_changed: Arc<AtomicBool>,
-    /// Every notification the server sent (a flood is only counted).
-    notifications: Arc<AtomicU64>,
-    /// Requests it made of Metnos, all refused.
-    requests: Arc<AtomicU64>,
 }
 
 #[allow(deprecated)]
@@ -60,7 +56,6 @@ impl ClientHandler for Handler {
         _params: CreateMessageRequestParams,
         _context: RequestContext<RoleClient>,
     ) -> Result<CreateMessageResult, ErrorData> {
-        self.requests.fetch_add(1, Ordering::Relaxed);
         Err(refused("sampling"))
     }
 
@@ -68,7 +63,6 @@ impl ClientHandler for Handler {
         &self,
         _context: RequestContext<RoleClient>,
     ) -> Result<ListRootsResult, ErrorData> {
-        self.requests.fetch_add(1, Ordering::Relaxed);
         Err(refused("roots"))
     }
 
@@ -77,12 +71,10 @@ impl ClientHandler for Handler {
         _request: ElicitRequestParams,
         _context: RequestContext<RoleClient>,
     ) -> Result<ElicitResult, ErrorData> {
-        self.requests.fetch_add(1, Ordering::Relaxed);
         Err(refused("elicitation"))
     }
 
     async fn on_tool_list_changed(&self, _context: NotificationContext<RoleClient>) {
-        self.notifications.fetch_add(1, Ordering::Relaxed);
         self.list_changed.store(true, Ordering::SeqCst);
     }
 
@@ -386,11 +378,6 @@ impl Connection {
     /// Whether the server said its tools changed since they were last listed (and forgets it).
     pub fn take_list_changed(&self) -> bool {
         self.handler.list_changed.swap(false, Ordering::SeqCst)
-    }
-
-    /// The requests the server made of Metnos (each refused).
-    pub fn requests_refused(&self) -> u64 {
-        self.handler.requests.load(Ordering::Relaxed)
     }
 
     /// Whether the server is gone (it crashed, or closed its output).

@@ -364,7 +364,7 @@ impl Pool {
     }
 
     /// What is known of every server started so far.
-    pub async fn states(&self) -> Vec<ServerState> {
+    pub fn states(&self) -> Vec<ServerState> {
         let shown = self.shown.lock().unwrap_or_else(|e| e.into_inner());
         let mut states: Vec<ServerState> = shown.values().cloned().collect();
         states.sort_by(|a, b| a.server.cmp(&b.server));

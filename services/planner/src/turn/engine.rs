@@ -253,7 +253,6 @@ impl Planner {
             .runner
             .mcp
             .states()
-            .await
             .into_iter()
             .map(|s| pb::McpServerState {
                 server: s.server,
