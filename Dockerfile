@@ -1,6 +1,6 @@
 # syntax=docker/dockerfile:1
 # One image with every Metnos binary: the five services, `metnos` (up, status, admin) and
-# `metnos-exec`, `metnos-web` and `metnos-shell` (the built-in executors). Dependencies are built in their own layer
+# `metnos-exec`, `metnos-web`, `metnos-shell` and `metnos-mail` (the built-in executors). Dependencies are built in their own layer
 # (cargo-chef), so a source change rebuilds only the workspace.
 
 ARG RUST_IMAGE=rust:1.95.0-slim-bookworm
@@ -44,7 +44,7 @@ RUN cargo build --release --locked --workspace --bins \
 FROM runtime-base AS prebuilt
 # `bin` is a named build context, not a stage.
 # hadolint ignore=DL3022
-COPY --from=bin metnos metnos-policy metnos-vaglio metnos-approval metnos-planner metnos-gateway metnos-exec metnos-web metnos-shell /usr/local/bin/
+COPY --from=bin metnos metnos-policy metnos-vaglio metnos-approval metnos-planner metnos-gateway metnos-exec metnos-web metnos-shell metnos-mail /usr/local/bin/
 USER 10001:10001
 
 FROM runtime-base AS runtime

@@ -41,7 +41,7 @@ test: build-all
 
 # Every binary the stack runs: the command, the five services, the executors' programs
 # (tests/crate_graph.rs checks this list against the workspace's binaries).
-BINS := metnos metnos-policy metnos-vaglio metnos-approval metnos-planner metnos-gateway metnos-exec metnos-web metnos-shell
+BINS := metnos metnos-policy metnos-vaglio metnos-approval metnos-planner metnos-gateway metnos-exec metnos-web metnos-shell metnos-mail
 PREFIX ?= $(HOME)/.local
 
 # Every binary, release build: `cargo run --bin metnos` built the root package only, so

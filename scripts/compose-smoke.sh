@@ -85,7 +85,7 @@ build_image() {
 log "image: the Dockerfile's runtime stage with the $profile binaries"
 build_image metnos-runtime-base --network host --target runtime-base .
 rm -rf "$work/image" && mkdir -p "$work/image"
-for b in metnos metnos-policy metnos-vaglio metnos-approval metnos-planner metnos-gateway metnos-exec metnos-web metnos-shell; do
+for b in metnos metnos-policy metnos-vaglio metnos-approval metnos-planner metnos-gateway metnos-exec metnos-web metnos-shell metnos-mail; do
   cp "target/$profile/$b" "$work/image/"
 done
 printf 'FROM metnos-runtime-base\nCOPY metnos* /usr/local/bin/\nUSER 10001:10001\n' > "$work/image/Dockerfile"

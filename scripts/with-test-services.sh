@@ -98,5 +98,20 @@ if [ ! -x "$tools/npm/node_modules/.bin/mcp-server-filesystem" ]; then
 fi
 export METNOS_TEST_MCP_EVERYTHING="$PWD/$tools/npm/node_modules/.bin/mcp-server-everything"
 export METNOS_TEST_MCP_FILESYSTEM="$PWD/$tools/npm/node_modules/.bin/mcp-server-filesystem"
+# Real mail and calendar servers (issue 44): Dovecot from the system packages (not started
+# as a service: each test runs its own with a throwaway config), and aiosmtpd and Radicale
+# from PyPI.
+if [ ! -x /usr/sbin/dovecot ]; then
+  log "dovecot not found; installing dovecot-imapd from the system packages"
+  export DEBIAN_FRONTEND=noninteractive
+  { apt-get update -qq && apt-get install -y -qq --no-install-recommends dovecot-imapd; } >&2
+fi
+export METNOS_TEST_DOVECOT=/usr/sbin/dovecot
+if [ ! -x "$tools/mail-venv/bin/radicale" ]; then
+  log "installing aiosmtpd and radicale (PyPI) into $tools/mail-venv"
+  "$mcp_python" -m venv "$tools/mail-venv"
+  "$tools/mail-venv/bin/pip" install --quiet --disable-pip-version-check aiosmtpd radicale
+fi
+export METNOS_TEST_MAIL_PYTHON="$PWD/$tools/mail-venv/bin/python3"
 
 "$@"

@@ -25,7 +25,9 @@ pub async fn check(config: &Config, catalog: Option<&Catalog>) -> Check {
     let system = metnos_planner::turn::asking::system_prompt(Some(metnos_core::Language::English));
     let mut tools: Vec<ToolDef> = catalog
         .map(|c| {
+            let accounts = config.accounts();
             c.executors()
+                .filter(|e| metnos_executors::builtin::usable_with(&e.manifest.name, &accounts))
                 .map(|e| ToolDef {
                     name: e.manifest.name.clone(),
                     description: e.manifest.description.clone(),

@@ -85,7 +85,7 @@ async fn a_set_up_installation_passes_every_check() {
         catalog["message"]
             .as_str()
             .unwrap()
-            .starts_with("7 executors load"),
+            .starts_with("12 executors load"),
         "{catalog}"
     );
     // The same in lines for a person.
@@ -170,7 +170,7 @@ async fn an_unsigned_catalog_fails_executor_by_executor() {
     let (code, checks) = doctor(&sandbox).await;
     assert_eq!(code, 1);
     let failed = failing(&checks);
-    assert_eq!(failed.len(), 7, "{checks:#?}");
+    assert_eq!(failed.len(), 12, "{checks:#?}");
     let read = failed
         .iter()
         .find(|c| c["check"] == "executor:fs_read")

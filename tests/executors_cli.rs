@@ -46,7 +46,7 @@ async fn keygen_install_sign_list_and_run() {
         .run(&["executors", "install", "--program", &exec_text])
         .await;
     assert_eq!(code, 0, "{stderr}");
-    assert_eq!(lines(&stdout).len(), 7);
+    assert_eq!(lines(&stdout).len(), 12);
 
     // Not yet signed and not yet trusted: listed as refused, with reasons.
     let (code, stdout, _) = sandbox.run(&["executors", "list"]).await;
@@ -59,7 +59,7 @@ async fn keygen_install_sign_list_and_run() {
         .await;
     assert_eq!(code, 0, "{stderr}");
     let signed = lines(&stdout);
-    assert_eq!(signed.len(), 7);
+    assert_eq!(signed.len(), 12);
     assert!(
         signed
             .iter()
@@ -80,7 +80,7 @@ async fn keygen_install_sign_list_and_run() {
     let (code, stdout, stderr) = sandbox.run(&["executors", "list"]).await;
     assert_eq!(code, 0, "{stderr}");
     let listed = lines(&stdout);
-    assert_eq!(listed.len(), 7);
+    assert_eq!(listed.len(), 12);
     let fs_read = listed.iter().find(|l| l["name"] == "fs_read").unwrap();
     assert_eq!(fs_read["capabilities"], serde_json::json!(["fs:read"]));
     assert_eq!(fs_read["signer"], "owner");

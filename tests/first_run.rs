@@ -11,10 +11,15 @@ use common::{Sandbox, sibling_binary};
 use metnos_llm::fake::{FakeLlm, Reply};
 use serde_json::Value;
 
-const BUILTINS: [&str; 7] = [
+const BUILTINS: [&str; 12] = [
+    "calendar_add",
+    "calendar_list",
     "fs_list",
     "fs_read",
     "fs_write",
+    "mail_read",
+    "mail_search",
+    "mail_send",
     "parse_local",
     "shell_exec",
     "time_now",
@@ -94,7 +99,7 @@ async fn the_first_up_sets_itself_up_and_says_so_once() {
         format!("made the owner's signing key {}", key.display()),
         format!("trusted it as `owner` in {}", trust.display()),
         format!(
-            "installed the built-in executors fs_read, fs_write, fs_list, web_fetch, time_now, parse_local, shell_exec in {} and signed them as `owner`",
+            "installed the built-in executors fs_read, fs_write, fs_list, web_fetch, time_now, parse_local, shell_exec, mail_search, mail_read, mail_send, calendar_list, calendar_add in {} and signed them as `owner`",
             catalog.display()
         ),
         "created the installation's CA and certificates".to_owned(),
@@ -140,6 +145,7 @@ fn installed_copy(sandbox: &Sandbox) -> PathBuf {
         sibling_binary("metnos-exec"),
         sibling_binary("metnos-web"),
         sibling_binary("metnos-shell"),
+        sibling_binary("metnos-mail"),
     ] {
         let to = bin.join(program.file_name().unwrap());
         std::fs::copy(&program, &to).unwrap();

@@ -21,7 +21,7 @@ async fn registry_table_and_check_print_json_lines() {
     let (code, stdout, stderr) = sandbox.run(&["policy", "registry"]).await;
     assert_eq!(code, 0, "{stderr}");
     let registry = lines(&stdout);
-    assert_eq!(registry.len(), 13);
+    assert_eq!(registry.len(), 14);
     assert_eq!(registry[1]["name"], "fs:write");
     assert_eq!(registry[1]["critical"], true);
     assert_eq!(registry[1]["default_approval"], "per_target");
@@ -37,8 +37,8 @@ async fn registry_table_and_check_print_json_lines() {
     assert_eq!(table[2]["code:exec"], "approval_required");
     assert_eq!(
         table[2].as_object().unwrap().len(),
-        14,
-        "level + 13 capabilities"
+        15,
+        "level + 14 capabilities"
     );
 
     let (code, stdout, _) = sandbox.run(&["policy", "check", "full", "mail:send"]).await;

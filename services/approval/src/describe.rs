@@ -721,6 +721,10 @@ pub fn reason_read_private(read: &[String], language: Language) -> String {
             (Label::Mcp(server), true) => {
                 format!("quanto ha restituito il server MCP {}", short(&server, 40))
             }
+            (Label::Mail(from), false) => format!("a mail ({})", short(&from, 60)),
+            (Label::Mail(from), true) => format!("una mail ({})", short(&from, 60)),
+            (Label::Calendar(source), false) => format!("calendar {}", short(&source, 40)),
+            (Label::Calendar(source), true) => format!("il calendario {}", short(&source, 40)),
             (_, false) => "a command's output".to_owned(),
             (_, true) => "l'output di un comando".to_owned(),
         })

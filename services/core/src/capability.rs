@@ -49,7 +49,7 @@ impl TargetKind {
     }
 }
 
-/// One of the thirteen capabilities.
+/// One of the fourteen capabilities.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub enum Capability {
     FsRead,
@@ -65,6 +65,7 @@ pub enum Capability {
     TimeRead,
     ParseLocal,
     CalendarRead,
+    CalendarWrite,
 }
 
 /// A registry entry: the seed's four attributes plus `reads_only`, which the ReadOnly
@@ -114,7 +115,11 @@ use DefaultApproval as A;
 use TargetKind as K;
 
 /// The registry, in the seed's order.
-pub const REGISTRY: [CapabilitySpec; 13] = [
+/// `calendar:write` (issue 44) comes last, after the seed's thirteen: adding an event to
+/// one of the person's calendars changes nothing irreversibly (the event can be deleted),
+/// so it is not critical; it is per target (the calendar) and writes, so the three rules
+/// put it beside `network:http`: denied at ReadOnly, asked at Supervised, allowed at Full.
+pub const REGISTRY: [CapabilitySpec; 14] = [
     spec(
         Capability::FsRead,
         "fs:read",
@@ -234,6 +239,15 @@ pub const REGISTRY: [CapabilitySpec; 13] = [
         true,
         "read events from an authorised calendar",
     ),
+    spec(
+        Capability::CalendarWrite,
+        "calendar:write",
+        false,
+        A::PerTarget,
+        K::Exact,
+        false,
+        "add events to an authorised calendar",
+    ),
 ];
 
 /// A capability name that is not in the registry.
@@ -325,9 +339,9 @@ impl<'de> serde::Deserialize<'de> for Capability {
 mod tests {
     use super::*;
 
-    /// Seed case 1: registry_contiene_13_capability_canoniche.
+    /// Seed case 1: registry_contiene_13_capability_canoniche, and issue 44's fourteenth.
     #[test]
-    fn the_registry_has_the_thirteen_canonical_capabilities_with_their_attributes() {
+    fn the_registry_has_the_fourteen_canonical_capabilities_with_their_attributes() {
         let rows: Vec<(&str, bool, &str, &str)> = REGISTRY
             .iter()
             .map(|s| {
@@ -355,6 +369,7 @@ mod tests {
                 ("time:read", false, "none", "none"),
                 ("parse:local", false, "none", "none"),
                 ("calendar:read", false, "per_target", "exact"),
+                ("calendar:write", false, "per_target", "exact"),
             ]
         );
         assert!(REGISTRY.iter().all(|s| !s.description.is_empty()));
@@ -374,7 +389,7 @@ mod tests {
         let err = Capability::parse("fs:delete").unwrap_err().to_string();
         assert!(err.starts_with("unknown capability `fs:delete`"), "{err}");
         assert!(err.contains("fs:read, fs:write, code:exec"), "{err}");
-        assert!(err.ends_with("calendar:read"), "{err}");
+        assert!(err.ends_with("calendar:read, calendar:write"), "{err}");
         assert!(Capability::parse("FS:READ").is_err(), "names are exact");
     }
 
@@ -427,7 +442,8 @@ mod tests {
                 "llm:online",
                 "mail:read",
                 "channel:out",
-                "calendar:read"
+                "calendar:read",
+                "calendar:write"
             ]
         );
     }

@@ -2,7 +2,8 @@
 //! other only through the contracts in `metnos-proto`; what they must agree on beyond the
 //! wire lives here, once, so no service crate depends on another.
 //!
-//! - [`capability`]: the closed registry of thirteen capabilities, each with its target kind;
+//! - [`accounts`]: the person's mail accounts and calendars, as config names them;
+//! - [`capability`]: the closed registry of fourteen capabilities, each with its target kind;
 //! - [`level`]: the autonomy level, with its contract and config spellings;
 //! - [`limits`]: what a caller may send, at every service's edge;
 //! - [`principal`]: a person as one channel sees them (and [`principal::TERMINAL`]);
@@ -18,6 +19,7 @@
 //! - [`territory`]: what approving concedes beyond the call, as every channel says it;
 //! - [`provenance`]: where a turn's data came from, as labels every service spells alike.
 
+pub mod accounts;
 pub mod call;
 pub mod capability;
 pub mod forbidden;

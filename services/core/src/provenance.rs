@@ -13,6 +13,8 @@
 //! | `scratchpad:<id>`       | a page of a stored observation (with its origin's labels) |
 //! | `tool:<executor>`       | any other executor's output                               |
 //! | `mcp:<server>`          | what a tool of this MCP server returned                   |
+//! | `mail:<account>:<sender>` | a message of this account from this sender's address (`mail_search`, `mail_read`) |
+//! | `calendar:<source>`     | an event of this calendar (`calendar_list`)               |
 //! | `forwarded`             | a message the person forwarded from someone else          |
 //! | `memory`                | the person's long-term memory, an entry in their own words |
 //!
@@ -42,6 +44,12 @@ pub enum Label {
     Tool(String),
     /// What a tool of an MCP server returned (the server's name).
     Mcp(String),
+    /// Mail read from an account: `<account>:<sender address>` (a message's text is its
+    /// sender's words, whoever the sender claims to be).
+    Mail(String),
+    /// An event of one of the person's calendars (the source's name): anyone who may
+    /// invite the person wrote its title.
+    Calendar(String),
     /// A message the person forwarded: someone else's words.
     Forwarded,
     /// An entry of the person's long-term memory in their own words.
@@ -71,6 +79,8 @@ impl Label {
             "scratchpad" => Some(Label::Scratchpad(rest)),
             "tool" => Some(Label::Tool(rest)),
             "mcp" => Some(Label::Mcp(rest)),
+            "mail" => Some(Label::Mail(rest)),
+            "calendar" => Some(Label::Calendar(rest)),
             _ => None,
         }
     }
@@ -98,6 +108,16 @@ impl Label {
             (Label::Tool(name), true) => format!("da quanto ha restituito {name}"),
             (Label::Mcp(server), false) => format!("from what MCP server {server} returned"),
             (Label::Mcp(server), true) => format!("da quanto ha restituito il server MCP {server}"),
+            (Label::Mail(from), false) => match from.split_once(':') {
+                Some((account, sender)) => format!("from a mail of {sender} ({account})"),
+                None => format!("from mail ({from})"),
+            },
+            (Label::Mail(from), true) => match from.split_once(':') {
+                Some((account, sender)) => format!("da una mail di {sender} ({account})"),
+                None => format!("dalla posta ({from})"),
+            },
+            (Label::Calendar(source), false) => format!("from an event of calendar {source}"),
+            (Label::Calendar(source), true) => format!("da un evento del calendario {source}"),
             (Label::Forwarded, false) => "from a forwarded message".to_owned(),
             (Label::Forwarded, true) => "da un messaggio inoltrato".to_owned(),
             (Label::Memory, false) => "from what you asked me to remember".to_owned(),
@@ -117,7 +137,7 @@ impl Label {
             Label::Shell => 2,
             Label::Memory => 1,
             Label::Tool(_) | Label::Mcp(_) => 3,
-            Label::Web(_) | Label::Forwarded => 4,
+            Label::Web(_) | Label::Forwarded | Label::Mail(_) | Label::Calendar(_) => 4,
             Label::Scratchpad(_) => 5,
             Label::Person | Label::Clock => 6,
         }
@@ -158,6 +178,8 @@ impl std::fmt::Display for Label {
             Label::Scratchpad(id) => write!(f, "scratchpad:{id}"),
             Label::Tool(name) => write!(f, "tool:{name}"),
             Label::Mcp(server) => write!(f, "mcp:{server}"),
+            Label::Mail(from) => write!(f, "mail:{from}"),
+            Label::Calendar(source) => write!(f, "calendar:{source}"),
             Label::Forwarded => f.write_str("forwarded"),
             Label::Memory => f.write_str("memory"),
         }
@@ -180,6 +202,8 @@ pub fn carried(arg: &str, labels: &[String], language: Language) -> Option<Strin
             Label::File(path) => Label::File(shortened(&path, SAID_CHARS)),
             Label::Tool(name) => Label::Tool(shortened(&name, SAID_CHARS)),
             Label::Mcp(server) => Label::Mcp(shortened(&server, SAID_CHARS)),
+            Label::Mail(from) => Label::Mail(shortened(&from, SAID_CHARS * 2)),
+            Label::Calendar(source) => Label::Calendar(shortened(&source, SAID_CHARS)),
             other => other,
         };
         if let Some(text) = label.said(language)
@@ -259,7 +283,8 @@ pub const READ_PRIVATE: &str = "read_private";
 
 impl Label {
     /// Whether data with this label is the person's own, not everyone's: a file, a
-    /// command's output, a private page, another tool's answer. (Not a public page, the
+    /// command's output, a private page, another tool's answer, mail, a calendar's
+    /// events. (Not a public page, the
     /// person's words, the clock, or a scratchpad id, whose origin is named beside it.)
     pub fn is_private(&self) -> bool {
         matches!(
@@ -269,6 +294,8 @@ impl Label {
                 | Label::Private(_)
                 | Label::Tool(_)
                 | Label::Mcp(_)
+                | Label::Mail(_)
+                | Label::Calendar(_)
                 | Label::Memory
         )
     }

@@ -15,6 +15,7 @@ pub mod open;
 pub mod program;
 pub mod runner;
 pub mod scope;
+pub mod secret;
 pub mod signing;
 pub mod started;
 

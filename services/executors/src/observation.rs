@@ -72,6 +72,10 @@ pub struct ExecContext {
     /// The resolved paths of that kind this one call may write: the person's message named
     /// each and the person approved its card. Set by the planner, never by a caller.
     pub named_writes: Vec<PathBuf>,
+    /// The person's mail accounts and calendars: given only to the mail program's
+    /// executors (`metnos-mail`), empty for every other. Names the password files, never
+    /// a password.
+    pub accounts: metnos_core::accounts::Accounts,
 }
 
 impl Default for ExecContext {
@@ -90,6 +94,7 @@ impl Default for ExecContext {
             forbidden: Vec::new(),
             program_dirs: Vec::new(),
             named_writes: Vec::new(),
+            accounts: Default::default(),
         }
     }
 }

@@ -47,6 +47,8 @@ pub struct Runner {
     pub mcp_dir: PathBuf,
     /// The MCP servers started so far (shared by the runner's clones).
     pub mcp: crate::mcp::pool::Pool,
+    /// The person's mail accounts and calendars, told to the mail program only.
+    pub accounts: Arc<metnos_core::accounts::Accounts>,
 }
 
 /// Executor processes started ahead of their call, one per executor, each kept with what
@@ -238,6 +240,11 @@ impl Runner {
             forbidden: self.forbidden.clone(),
             program_dirs: self.program_dirs.clone(),
             named_writes: Vec::new(),
+            accounts: if crate::builtin::is_mail_program(executor) {
+                (*self.accounts).clone()
+            } else {
+                Default::default()
+            },
         }
     }
 

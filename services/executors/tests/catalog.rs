@@ -16,9 +16,14 @@ fn the_signed_builtins_all_load() {
     assert_eq!(
         names,
         [
+            "calendar_add",
+            "calendar_list",
             "fs_list",
             "fs_read",
             "fs_write",
+            "mail_read",
+            "mail_search",
+            "mail_send",
             "parse_local",
             "shell_exec",
             "time_now",
@@ -33,6 +38,7 @@ fn the_signed_builtins_all_load() {
         let program = match executor.name() {
             "shell_exec" => SHELL,
             "web_fetch" | "parse_local" => WEB,
+            n if n.starts_with("mail_") || n.starts_with("calendar_") => MAIL,
             _ => EXEC,
         };
         assert_eq!(
@@ -151,7 +157,7 @@ fn each_bad_executor_is_refused_with_its_reason_and_the_others_load() {
     .unwrap();
 
     let catalog = f.load();
-    assert_eq!(catalog.len(), 7, "the built-ins still load");
+    assert_eq!(catalog.len(), 12, "the built-ins still load");
     assert!(refusal_of(&catalog, "malformed").starts_with("malformed manifest"));
     assert!(refusal_of(&catalog, "bad_schema").contains("not a valid JSON Schema"));
     assert!(refusal_of(&catalog, "unknown_cap").contains("unknown capability `teleport:now`"));

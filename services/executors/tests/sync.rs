@@ -9,7 +9,7 @@ use std::io::Write;
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 
-use common::{EXEC, SHELL, WEB, make_executable};
+use common::{EXEC, MAIL, SHELL, WEB, make_executable};
 use metnos_executors::Catalog;
 use metnos_executors::install::{BuiltinsRecord, SyncRequest, Synced, sign_dir, sync_builtins};
 use metnos_executors::signing::{self, Trust};
@@ -30,7 +30,7 @@ impl Install {
         let root = tempfile::tempdir().unwrap();
         let bin = root.path().join("bin");
         std::fs::create_dir_all(&bin).unwrap();
-        for program in [EXEC, WEB, SHELL] {
+        for program in [EXEC, WEB, SHELL, MAIL] {
             let to = bin.join(Path::new(program).file_name().unwrap());
             std::fs::copy(program, &to).unwrap();
             make_executable(&to);

@@ -68,6 +68,7 @@ pub fn runner_from_config(config: &Config) -> Runner {
         waiting: Default::default(),
         mcp_dir: config.data_dir.join("mcp"),
         mcp: Default::default(),
+        accounts: Arc::new(config.accounts()),
     }
 }
 

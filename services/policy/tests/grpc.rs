@@ -210,7 +210,7 @@ async fn the_registry_and_the_table_are_served() {
         .into_inner()
         .capabilities;
     let names: Vec<&str> = capabilities.iter().map(|c| c.name.as_str()).collect();
-    assert_eq!(names.len(), 13);
+    assert_eq!(names.len(), 14);
     assert_eq!(names[0], "fs:read");
     assert!(
         capabilities

@@ -1,4 +1,5 @@
-//! The built-in executors, in three programs (`metnos-exec`, `metnos-web`, `metnos-shell`;
+//! The built-in executors, in four programs (`metnos-exec`, `metnos-web`, `metnos-shell`,
+//! `metnos-mail`;
 //! the first argument names the executor), each with its manifest under `services/executors/manifests/`.
 //!
 //! Every built-in resolves symlinks before touching a path and refuses one that leads out
@@ -14,6 +15,7 @@ use crate::scope::PathScope;
 pub mod fs_list;
 pub mod fs_read;
 pub mod fs_write;
+pub mod mail;
 pub mod parse_local;
 pub mod shell_exec;
 pub mod time_now;
@@ -34,6 +36,20 @@ pub const MANIFESTS: &[(&str, &str)] = &[
         "shell_exec",
         include_str!("../../manifests/shell_exec.toml"),
     ),
+    (
+        "mail_search",
+        include_str!("../../manifests/mail_search.toml"),
+    ),
+    ("mail_read", include_str!("../../manifests/mail_read.toml")),
+    ("mail_send", include_str!("../../manifests/mail_send.toml")),
+    (
+        "calendar_list",
+        include_str!("../../manifests/calendar_list.toml"),
+    ),
+    (
+        "calendar_add",
+        include_str!("../../manifests/calendar_add.toml"),
+    ),
 ];
 
 /// The program of the everyday built-ins: files and the clock.
@@ -41,6 +57,9 @@ pub const EXEC_PROGRAM: &str = crate::BUILTIN_PROGRAM;
 /// The program of the built-ins that read documents from the world: web pages, and local
 /// files parsed as HTML or CSV (the HTTP client and the parsers load only here).
 pub const WEB_PROGRAM: &str = "metnos-web";
+/// The program of the mail and calendar built-ins: the only one that is told the person's
+/// accounts and reads their passwords (IMAP, SMTP, MIME and iCalendar load only here).
+pub const MAIL_PROGRAM: &str = "metnos-mail";
 
 /// The program that holds the built-in `name`: each program loads only what its own
 /// executors need, so a run starts a small program.
@@ -48,6 +67,9 @@ pub fn program_of(name: &str) -> Option<&'static str> {
     match name {
         "fs_read" | "fs_write" | "fs_list" | "time_now" => Some(EXEC_PROGRAM),
         "web_fetch" | "parse_local" => Some(WEB_PROGRAM),
+        "mail_search" | "mail_read" | "mail_send" | "calendar_list" | "calendar_add" => {
+            Some(MAIL_PROGRAM)
+        }
         shell_exec::NAME => Some(shell_exec::PROGRAM),
         _ => None,
     }
@@ -58,6 +80,7 @@ pub fn run(name: &str, args: &Value, context: &ExecContext) -> Observation {
     match program_of(name) {
         Some(EXEC_PROGRAM) => run_exec(name, args, context),
         Some(WEB_PROGRAM) => run_web(name, args, context),
+        Some(MAIL_PROGRAM) => mail::run(name, args, context),
         Some(_) => shell_exec::run_named(name, args, context),
         None => elsewhere(EXEC_PROGRAM, name),
     }
@@ -81,6 +104,26 @@ pub fn run_web(name: &str, args: &Value, context: &ExecContext) -> Observation {
         "parse_local" => parse_local::run(args, context),
         other => elsewhere(WEB_PROGRAM, other),
     }
+}
+
+/// Whether the built-in `name` can do anything with `accounts`: a mail built-in needs a
+/// mail account, a calendar one a calendar (without one it is not offered to the model).
+pub fn usable_with(name: &str, accounts: &metnos_core::accounts::Accounts) -> bool {
+    match name {
+        "mail_search" | "mail_read" | "mail_send" => !accounts.mail.is_empty(),
+        "calendar_list" | "calendar_add" => !accounts.calendar.is_empty(),
+        _ => true,
+    }
+}
+
+/// Whether `executor` is a mail built-in run by the mail program: only such a call is
+/// told the person's accounts.
+pub fn is_mail_program(executor: &crate::Executor) -> bool {
+    let m = &executor.manifest;
+    program_of(&m.name) == Some(MAIL_PROGRAM)
+        && std::path::Path::new(&m.program)
+            .file_name()
+            .is_some_and(|f| f == MAIL_PROGRAM)
 }
 
 /// The observation of a program asked for an executor it does not hold: a catalog

@@ -17,6 +17,8 @@ pub const EXEC: &str = env!("CARGO_BIN_EXE_metnos-exec");
 pub const SHELL: &str = env!("CARGO_BIN_EXE_metnos-shell");
 /// `web_fetch` and `parse_local`'s program.
 pub const WEB: &str = env!("CARGO_BIN_EXE_metnos-web");
+/// The mail and calendar built-ins' program.
+pub const MAIL: &str = env!("CARGO_BIN_EXE_metnos-mail");
 
 pub struct Fixture {
     pub root: tempfile::TempDir,

@@ -34,7 +34,7 @@ pub const ENV_ALIASES: [(&str, &str); 3] = [
 
 /// Top-level keys an environment variable may override; any other `METNOS_*` variable
 /// (`METNOS_CONFIG`, test settings) is not configuration.
-const TOP_LEVEL_KEYS: [&str; 18] = [
+const TOP_LEVEL_KEYS: [&str; 20] = [
     "data_dir",
     "telemetry",
     "server",
@@ -53,6 +53,8 @@ const TOP_LEVEL_KEYS: [&str; 18] = [
     "scheduler",
     "tls",
     "web",
+    "mail",
+    "calendar",
 ];
 
 /// The name figment gives the values of [`ENV_ALIASES`], so an error can name the alias.

@@ -12,11 +12,12 @@
 //! names, ports, dependencies and URLs; `store_spec.rs` parses a `store` key. Each section
 //! has a file of its own: `telemetry.rs`, `server.rs`, `services.rs` (a service's address
 //! and store, and `[approval]`), `vaglio.rs` (with `[vaglio.judge]`), `runtime.rs` (with
-//! the LLM tiers), `turns.rs`, `executors.rs`, `telegram.rs`, `tls.rs`.
+//! the LLM tiers), `turns.rs`, `executors.rs`, `telegram.rs`, `tls.rs`, `mail.rs` (with `[calendar]`).
 
 mod conversation;
 mod executors;
 mod load;
+mod mail;
 mod runtime;
 mod scheduler;
 mod server;
@@ -41,6 +42,7 @@ use serde::{Deserialize, Serialize};
 pub use conversation::{ConversationConfig, MemoryConfig};
 pub use executors::ExecutorsConfig;
 pub use load::{CONFIG_ENV, ConfigError, ConfigSource, ENV_ALIASES, ENV_PREFIX};
+pub use mail::{CalendarConfig, MailConfig};
 pub use runtime::{LLM_TIERS, LlmProvider, LlmTierConfig, PlannerMode, RuntimeConfig};
 pub use scheduler::SchedulerConfig;
 pub use server::ServerConfig;
@@ -81,6 +83,8 @@ pub struct Config {
     pub telos: TelosConfig,
     pub scheduler: SchedulerConfig,
     pub web: WebConfig,
+    pub mail: MailConfig,
+    pub calendar: CalendarConfig,
     /// Metnos's own configuration folder (`$XDG_CONFIG_HOME/metnos`, else
     /// `~/.config/metnos`; the signing keys live there). Resolved by [`Config::load`], never
     /// read from a file.
@@ -112,6 +116,8 @@ impl Default for Config {
             telos: TelosConfig::default(),
             scheduler: SchedulerConfig::default(),
             web: WebConfig::default(),
+            mail: MailConfig::default(),
+            calendar: CalendarConfig::default(),
             config_dir: PathBuf::new(),
             config_file: None,
         }
@@ -121,7 +127,8 @@ impl Default for Config {
 impl Config {
     /// Metnos's own files, which no executor may touch and the guard refuses to see named:
     /// the data directory, the certificates (and a mesh's key file), the executor catalog,
-    /// the configuration folder (keys included) and the config file in use.
+    /// the configuration folder (keys included), the config file in use and the password
+    /// files of mail accounts and calendars.
     pub fn own_paths(&self) -> Vec<PathBuf> {
         let mut own = vec![
             self.data_dir.clone(),
@@ -132,6 +139,15 @@ impl Config {
             self.config_dir.clone(),
         ];
         own.extend(self.config_file.clone());
+        // The passwords of mail accounts and calendars, wherever the person keeps them: only
+        // the one mail call that logs in reads one.
+        own.extend(self.mail.accounts.values().map(|a| a.password_file.clone()));
+        own.extend(
+            self.calendar
+                .sources
+                .values()
+                .map(|s| s.password_file.clone()),
+        );
         own.retain(|p| !p.as_os_str().is_empty());
         own.dedup();
         own

@@ -85,6 +85,7 @@ impl Config {
         self.validate_telegram()?;
         self.validate_web()?;
         self.validate_executors()?;
+        self.validate_accounts()?;
         self.validate_services()?;
         self.telos
             .check()

@@ -188,9 +188,13 @@ async fn refused(
 
 impl Planner {
     pub fn new(parts: Parts) -> Planner {
+        // A mail or calendar built-in without an account is never a candidate.
         let entries: Vec<Entry> = parts
             .catalog
             .executors()
+            .filter(|e| {
+                metnos_executors::builtin::usable_with(&e.manifest.name, &parts.runner.accounts)
+            })
             .map(|e| Entry {
                 name: e.manifest.name.clone(),
                 description: e.manifest.description.clone(),
@@ -441,6 +445,13 @@ impl Planner {
         self.recovery.sweep_leases(&resume).await
     }
 
+    /// Whether `name` may be offered to the model: not an MCP tool its server changed since
+    /// it was admitted (a mail built-in without an account is not in the index at all).
+    fn offerable(&self, name: &str) -> bool {
+        let pin = self.catalog.get(name).and_then(|e| e.manifest.mcp.as_ref());
+        !pin.is_some_and(|p| self.runner.mcp.is_disabled(&p.server, &p.tool))
+    }
+
     /// A new turn's checkpoint.
     pub fn start(&self, request: &TurnRequest) -> Checkpoint {
         let mode = rules::mode_of(request.mode, self.default_mode);
@@ -449,11 +460,7 @@ impl Planner {
             .select(&request.query, self.config.prefilter_max.get() as usize)
             .into_iter()
             .map(|c| c.name)
-            // An MCP tool whose server changed it since it was admitted is not offered.
-            .filter(|name| {
-                let pin = self.catalog.get(name).and_then(|e| e.manifest.mcp.as_ref());
-                !pin.is_some_and(|p| self.runner.mcp.is_disabled(&p.server, &p.tool))
-            })
+            .filter(|name| self.offerable(name))
             .collect();
         let wise_capability_offered = candidates.iter().any(|name| {
             self.catalog.get(name).is_some_and(|e| {

@@ -90,6 +90,9 @@ pub struct Carried {
 /// [`MAX_LABEL`]: metnos_core::provenance::MAX_LABEL
 pub fn labels_of(executor: &str, target: &str, observation: &Value, private: bool) -> Vec<String> {
     let ok = observation.get("ok").and_then(Value::as_bool) != Some(false);
+    if let Some(labels) = mail_labels(executor, target, observation) {
+        return labels;
+    }
     use metnos_core::names::Builtin;
     let builtin = Builtin::of(executor);
     let label = match builtin {
@@ -115,6 +118,40 @@ pub fn labels_of(executor: &str, target: &str, observation: &Value, private: boo
         _ => Label::Tool(executor.to_owned()),
     };
     vec![cut_label(label.to_string())]
+}
+
+/// The labels of what the mail built-ins read: a message is its sender's words
+/// (`mail:<account>:<sender address>`, one per sender a search listed, at most
+/// [`metnos_core::provenance::MAX_LABELS`]), an event its calendar's (`calendar:<source>`).
+/// `None` for any other executor.
+fn mail_labels(executor: &str, target: &str, observation: &Value) -> Option<Vec<String>> {
+    let target = if target.is_empty() { "?" } else { target };
+    match executor {
+        "mail_search" | "mail_read" => {
+            let senders: Vec<&str> = observation
+                .get("metadata")
+                .and_then(|m| m.get("senders"))
+                .and_then(Value::as_array)
+                .map(|list| list.iter().filter_map(Value::as_str).collect())
+                .unwrap_or_default();
+            let mut labels: Vec<String> = senders
+                .iter()
+                .take(metnos_core::provenance::MAX_LABELS)
+                .map(|sender| {
+                    let sender = if sender.is_empty() { "unknown" } else { sender };
+                    cut_label(Label::Mail(format!("{target}:{sender}")).to_string())
+                })
+                .collect();
+            if labels.is_empty() {
+                labels.push(cut_label(Label::Mail(target.to_owned()).to_string()));
+            }
+            Some(labels)
+        }
+        "calendar_list" => Some(vec![cut_label(
+            Label::Calendar(target.to_owned()).to_string(),
+        )]),
+        _ => None,
+    }
 }
 
 /// A label cut to [`metnos_core::provenance::MAX_LABEL`] bytes on a character boundary.
