@@ -13,12 +13,14 @@
 //! - [`proposals`]: proposals at the opening of a chat session.
 //! - [`quirks`]: what small local models really send, repaired (issue 42).
 //! - [`mcp`]: tools from an MCP server, through the filters (issue 43).
+//! - [`mail`]: mail and calendars against real servers, through the filters (issue 44).
 
 #[path = "../common/mod.rs"]
 mod common;
 
 mod approvals;
 mod failures;
+mod mail;
 mod mcp;
 mod modes;
 mod online;

@@ -56,6 +56,24 @@ impl Described {
     /// A path call whose `written` path leads through a symbolic link to `target` (what the
     /// call really touches, and what this description named): the summary names both,
     /// "…/scratch/report.txt → ~/Documents/report.txt (through a link)".
+    /// A mail's recipients the person's own message never named, marked after the rest:
+    /// an address a message or a page slipped in is seen before the yes.
+    pub fn unnamed_recipients(mut self, unnamed: &[String], language: Language) -> Described {
+        if unnamed.is_empty() {
+            return self;
+        }
+        let list = unnamed
+            .iter()
+            .map(|a| whole(a))
+            .collect::<Vec<_>>()
+            .join(", ");
+        self.summary.push_str(&match language {
+            Language::Italian => format!(" ⚠ non nominati nel tuo messaggio: {list}"),
+            Language::English => format!(" ⚠ not named in your message: {list}"),
+        });
+        self
+    }
+
     pub fn through_link(mut self, written: Option<&str>, target: &str, home: &Path) -> Described {
         let Some(written) = written.filter(|w| !w.is_empty()) else {
             return self;
@@ -197,6 +215,14 @@ pub fn describe(
             had_invisible: holds_invisible(&args),
         };
     }
+    if executor == MAIL_SEND {
+        let (verb, summary) = mail_send(&args, from_earlier, it);
+        return Described {
+            verb,
+            summary,
+            had_invisible: holds_invisible(&args),
+        };
+    }
     let (verb, summary) = match builtin {
         Some(Builtin::FsWrite) => file_write(&args, &place, from_earlier, it),
         Some(Builtin::FsRead | Builtin::ParseLocal) => (
@@ -247,6 +273,41 @@ pub fn describe(
         summary,
         had_invisible: metnos_core::html::holds_invisible(target) || holds_invisible(&args),
     }
+}
+
+/// The mail built-in whose card is its own.
+const MAIL_SEND: &str = "mail_send";
+/// The most characters of a mail's text a card shows (the rest is counted).
+const MAIL_BODY_SHOWN: usize = 300;
+
+/// A `mail_send` card: every recipient, the subject, and the text's start with its length.
+fn mail_send(args: &Value, from_earlier: Earlier<'_>, it: bool) -> (String, String) {
+    let text = |key: &str| args.get(key).and_then(Value::as_str).unwrap_or_default();
+    let mut summary = if it {
+        format!("a {}", whole(text("to")))
+    } else {
+        format!("to {}", whole(text("to")))
+    };
+    if !text("cc").trim().is_empty() {
+        summary.push_str(&format!(" · cc {}", whole(text("cc"))));
+    }
+    summary.push_str(&format!(" — «{}»", whole(text("subject"))));
+    let body = text("body");
+    let count = body.chars().count();
+    let start: String = body.chars().take(MAIL_BODY_SHOWN).collect();
+    summary.push_str(&format!(" — «{}", whole(&start)));
+    summary.push_str(&match (count > MAIL_BODY_SHOWN, it) {
+        (false, _) => "»".to_owned(),
+        (true, true) => format!("…» ({count} caratteri)"),
+        (true, false) => format!("…» ({count} characters)"),
+    });
+    summary.push_str(&carried(from_earlier, &["to", "cc", "subject", "body"], it));
+    let verb = if it {
+        "invii una mail"
+    } else {
+        "send an email"
+    };
+    (verb.to_owned(), summary)
 }
 
 /// An `fs_write` card: how the file changes, its size and its first line.
@@ -491,6 +552,10 @@ pub fn reason(level: AutonomyLevel, capability: Option<Capability>, language: La
         (Some(C::MailSend), false) => "sending mail",
         (Some(C::MailRead), true) => "leggere la posta",
         (Some(C::MailRead), false) => "reading mail",
+        (Some(C::CalendarRead), true) => "leggere il calendario",
+        (Some(C::CalendarRead), false) => "reading a calendar",
+        (Some(C::CalendarWrite), true) => "aggiungere al calendario",
+        (Some(C::CalendarWrite), false) => "adding to a calendar",
         (Some(C::LlmOnline), true) => "usare un LLM online",
         (Some(C::LlmOnline), false) => "using an online LLM",
         (Some(C::ChannelOut), true) => "scrivere ad altri",
@@ -1209,16 +1274,44 @@ mod tests {
     }
 
     #[test]
-    fn another_executor_shows_its_name_target_and_arguments() {
+    fn a_mail_card_shows_every_recipient_the_subject_and_the_text_s_start() {
+        let body = format!("Dear Mario, {}", "x".repeat(400));
         let d = en(
             "mail_send",
+            "mario@plumber.example",
+            serde_json::json!({"to": "Mario <mario@plumber.example>, anna@example.org", "cc": "bo@example.org", "subject": "Tuesday", "body": body}),
+            &["body"],
+        );
+        assert_eq!(d.verb, "send an email");
+        assert!(
+            d.summary.starts_with(
+                "to Mario <mario@plumber.example>, anna@example.org · cc bo@example.org — «Tuesday» — «Dear Mario, xxx"
+            ),
+            "{}",
+            d.summary
+        );
+        assert!(d.summary.contains("…» (412 characters)"), "{}", d.summary);
+        let marked = d.unnamed_recipients(&["anna@example.org".into()], Language::English);
+        assert!(
+            marked
+                .summary
+                .ends_with("⚠ not named in your message: anna@example.org"),
+            "{}",
+            marked.summary
+        );
+    }
+
+    #[test]
+    fn another_executor_shows_its_name_target_and_arguments() {
+        let d = en(
+            "post_note",
             "bob@example.com",
             serde_json::json!({"to": "bob@example.com", "text": "hi"}),
             &["text"],
         );
         assert_eq!(d.verb, "use a tool");
         assert!(
-            d.summary.starts_with("mail_send: bob@example.com {"),
+            d.summary.starts_with("post_note: bob@example.com {"),
             "{}",
             d.summary
         );

@@ -8,7 +8,7 @@
 use serde_json::Value;
 
 use metnos_core::provenance::{
-    MAX_LABELS, READ_PRIVATE, RUNS_CODE_LATER, TAINTED_SINK, THROUGH_LINK,
+    MAX_LABELS, READ_PRIVATE, RUNS_CODE_LATER, TAINTED_SINK, THROUGH_LINK, UNNAMED_RECIPIENTS,
 };
 
 /// The key that says the call held invisible characters (set by this service).
@@ -27,6 +27,8 @@ pub struct Extra {
     pub read_private: Vec<String>,
     /// The path as the call wrote it, when a link leads it to the request's target.
     pub through_link: Option<String>,
+    /// A mail's recipients the person's own message never named.
+    pub unnamed_recipients: Vec<String>,
     pub had_invisible: bool,
 }
 
@@ -86,6 +88,7 @@ impl Extra {
                     .collect()
             }),
             read_private: strings(extra.get(READ_PRIVATE), 4, 200),
+            unnamed_recipients: strings(extra.get(UNNAMED_RECIPIENTS), 50, 320),
             through_link: extra
                 .get(THROUGH_LINK)
                 .and_then(Value::as_str)

@@ -280,6 +280,9 @@ pub const RUNS_CODE_LATER: &str = "runs_code_later";
 /// whatever the call's text, it could carry it re-encoded (base64, in pieces), so the card
 /// says so and offers no territory.
 pub const READ_PRIVATE: &str = "read_private";
+/// The `extra_json` key naming the recipients of a mail the person's own message never
+/// named (the planner compares; the card marks them).
+pub const UNNAMED_RECIPIENTS: &str = "unnamed_recipients";
 
 impl Label {
     /// Whether data with this label is the person's own, not everyone's: a file, a

@@ -177,7 +177,8 @@ impl Approvals {
                 new.card.language,
                 &self.home,
             )
-            .through_link(extra.through_link.as_deref(), &new.target, &self.home),
+            .through_link(extra.through_link.as_deref(), &new.target, &self.home)
+            .unnamed_recipients(&extra.unnamed_recipients, new.card.language),
         };
         let described = if extra.runs_code_later.is_some() {
             described.whole_content(&new.args_json)

@@ -21,6 +21,19 @@ fn tool(var: &str, what: &str) -> PathBuf {
     }))
 }
 
+/// The workspace's root (`file!()` is relative to it).
+fn workspace_root() -> PathBuf {
+    let mut dir = PathBuf::from(env!("CARGO_MANIFEST_DIR"));
+    while !dir.join("Cargo.lock").exists() {
+        assert!(
+            dir.pop(),
+            "no Cargo.lock above {}",
+            env!("CARGO_MANIFEST_DIR")
+        );
+    }
+    dir
+}
+
 /// A free port on 127.0.0.1.
 pub fn free_port() -> u16 {
     std::net::TcpListener::bind("127.0.0.1:0")
@@ -192,7 +205,13 @@ mail_location = maildir:~/Maildir\n",
     pub async fn start_smtp(&mut self, implicit: bool) -> u16 {
         let port = free_port();
         let log = self.dir.path().join(format!("smtp-{port}.log"));
-        let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/mail/smtp_server.py");
+        // Beside this file, whichever crate's tests include it.
+        let script = Path::new(file!()).parent().unwrap().join("smtp_server.py");
+        let script = if script.is_absolute() {
+            script
+        } else {
+            workspace_root().join(script)
+        };
         let mut command =
             tokio::process::Command::new(tool("METNOS_TEST_MAIL_PYTHON", "aiosmtpd and radicale"));
         command

@@ -22,6 +22,12 @@ fn verb(capability: Capability, italian: bool) -> &'static str {
         (Capability::CodeExec, false) => "run",
         (Capability::MailSend, true) => "invii",
         (Capability::MailSend, false) => "send",
+        (Capability::MailRead, true) => "legga la posta",
+        (Capability::MailRead, false) => "read mail",
+        (Capability::CalendarRead, true) => "legga il calendario",
+        (Capability::CalendarRead, false) => "read a calendar",
+        (Capability::CalendarWrite, true) => "aggiunga al calendario",
+        (Capability::CalendarWrite, false) => "add to a calendar",
         (_, true) => "usi",
         (_, false) => "use",
     }
@@ -93,6 +99,7 @@ pub fn pending_request(
                     .as_ref()
                     .map(|_| cleared.target.as_str()),
                 &cleared.read_private,
+                &unnamed_recipients(name, &cleared.args, &cp.query),
             ),
             ..Default::default()
         }),
@@ -106,6 +113,31 @@ pub fn pending_request(
     }
 }
 
+/// The recipients of a mail (`to` and `cc`) that the person's own message does not name:
+/// an address from a message read, a page or a file is marked on the card.
+fn unnamed_recipients(executor: &str, args: &serde_json::Value, query: &str) -> Vec<String> {
+    if executor != "mail_send" {
+        return Vec::new();
+    }
+    let said = query.to_lowercase();
+    ["to", "cc"]
+        .iter()
+        .filter_map(|k| args.get(*k).and_then(serde_json::Value::as_str))
+        .flat_map(|list| list.split(','))
+        .map(|one| {
+            let one = one.trim();
+            match (one.rfind('<'), one.rfind('>')) {
+                (Some(open), Some(close)) if open < close => &one[open + 1..close],
+                _ => one,
+            }
+            .trim()
+            .to_lowercase()
+        })
+        .filter(|address| !address.is_empty() && !said.contains(address.as_str()))
+        .take(50)
+        .collect()
+}
+
 /// What the approval service is told beside the call: which arguments came, through
 /// `{{stepN…}}` references, from what earlier steps observed, and which carry data from
 /// the world into a sink, from where (the card says so, and offers no territory: a grant
@@ -116,6 +148,7 @@ fn extra_json(
     runs_code_later: Option<&str>,
     through_link: Option<&str>,
     read_private: &[String],
+    unnamed_recipients: &[String],
 ) -> String {
     let from_earlier: Vec<String> = raw_args
         .as_object()
@@ -192,6 +225,16 @@ fn extra_json(
             serde_json::json!({ "rule": rule }),
         );
     }
+    if !unnamed_recipients.is_empty() {
+        let unnamed: Vec<String> = unnamed_recipients
+            .iter()
+            .map(|a| a.chars().take(320).collect())
+            .collect();
+        extra.insert(
+            metnos_core::provenance::UNNAMED_RECIPIENTS.to_owned(),
+            serde_json::json!(unnamed),
+        );
+    }
     if extra.is_empty() {
         return String::new();
     }
@@ -201,6 +244,20 @@ fn extra_json(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn recipients_the_person_never_named_are_found_however_written() {
+        let args = serde_json::json!({
+            "to": "Mario <Mario@Plumber.example>, x@evil.example",
+            "cc": " Anna@Example.org ",
+        });
+        let query = "reply to mario@plumber.example that Tuesday is fine, copy anna@example.org";
+        assert_eq!(
+            unnamed_recipients("mail_send", &args, query),
+            ["x@evil.example"]
+        );
+        assert!(unnamed_recipients("web_fetch", &args, "").is_empty());
+    }
     use crate::turn::taint::{Carried, How};
 
     #[test]
@@ -216,7 +273,7 @@ mod tests {
                 sink: true,
             })
             .collect();
-        let extra = extra_json(&serde_json::json!({}), &tainted, None, None, &[]);
+        let extra = extra_json(&serde_json::json!({}), &tainted, None, None, &[], &[]);
         assert!(extra.len() <= 16 * 1024, "{}", extra.len());
         let value: serde_json::Value = serde_json::from_str(&extra).unwrap();
         assert_eq!(
@@ -239,6 +296,7 @@ mod tests {
             &one,
             None,
             None,
+            &[],
             &[],
         );
         assert_eq!(

@@ -1182,8 +1182,26 @@ mod tests {
         );
         assert_eq!(labels_of("time_now", "", &json!({}), false), vec!["clock"]);
         assert_eq!(
-            labels_of("mail_read", "", &json!({}), false),
-            vec!["tool:mail_read"]
+            labels_of("some_tool", "", &json!({}), false),
+            vec!["tool:some_tool"]
+        );
+        // A message is its sender's words, one label per sender a search listed.
+        assert_eq!(
+            labels_of(
+                "mail_search",
+                "home",
+                &json!({"metadata": {"senders": ["a@x.example", "b@y.example"]}}),
+                false
+            ),
+            vec!["mail:home:a@x.example", "mail:home:b@y.example"]
+        );
+        assert_eq!(
+            labels_of("mail_search", "home", &json!({"ok": false}), false),
+            vec!["mail:home"]
+        );
+        assert_eq!(
+            labels_of("calendar_list", "work", &json!({}), false),
+            vec!["calendar:work"]
         );
         let long = format!("~/{}", "é".repeat(400));
         assert!(labels_of("fs_read", &long, &json!({}), false)[0].len() <= 512);
