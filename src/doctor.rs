@@ -146,11 +146,41 @@ pub async fn doctor(config: &Config, json: bool) -> ExitCode {
     checks.push(crate::prompt_size::check(config, catalog.as_ref()).await);
     checks.push(sandbox(config, catalog.as_ref()).await);
     checks.extend(crate::mcp_cli::doctor_checks(config, catalog.as_ref()).await);
+    checks.extend(accounts(config).await);
     checks.extend(ports(config));
     checks.extend(telegram(config).await);
     checks.extend(data_dir(config));
     checks.extend(certificates(config));
     report(&checks, json)
+}
+
+/// Each mail account (IMAP and SMTP) and calendar: a real login over TLS, as a call
+/// would make it, and what to change when it fails.
+async fn accounts(config: &Config) -> Vec<Check> {
+    use metnos_executors::builtin::mail::doctor;
+    let accounts = config.accounts();
+    if accounts.is_empty() {
+        return Vec::new();
+    }
+    let found = tokio::task::spawn_blocking(move || {
+        let mut found = Vec::new();
+        for name in accounts.mail.keys() {
+            found.extend(doctor::mail_account(name, &accounts));
+        }
+        for name in accounts.calendar.keys() {
+            found.push(doctor::calendar(name, &accounts));
+        }
+        found
+    })
+    .await
+    .unwrap_or_default();
+    found
+        .into_iter()
+        .map(|(name, outcome)| match outcome {
+            Ok(message) => Check::ok(name, message),
+            Err((why, fix)) => Check::fail(name, why, fix),
+        })
+        .collect()
 }
 
 /// Each configured tier: the listing, then (when it is ready) one small tool call.

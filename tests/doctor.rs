@@ -336,3 +336,111 @@ async fn the_prompt_is_weighed_against_the_context_and_a_text_call_is_a_warning(
         "{llm}"
     );
 }
+
+#[path = "../services/executors/tests/mail/servers.rs"]
+mod mail_servers;
+
+/// Issue 44: each mail account and calendar is logged in to for real; a server whose
+/// certificate is not trusted, or a wrong password, is a `fail` naming the key to change,
+/// and the password never shows.
+#[tokio::test]
+async fn mail_accounts_and_calendars_are_logged_in_to_and_each_failure_names_its_fix() {
+    let mail = mail_servers::Mail::start().await;
+    let dav = mail_servers::Dav::start().await;
+    let (mut sandbox, _fake) = healthy().await;
+    let account = mail.account();
+    let source = dav.source();
+    for (k, v) in [
+        ("IMAP_HOST", account.imap_host.clone()),
+        ("IMAP_PORT", account.imap_port.to_string()),
+        ("SMTP_HOST", account.smtp_host.clone()),
+        ("SMTP_PORT", account.smtp_port.to_string()),
+        ("SMTP_TLS", "starttls".to_owned()),
+        ("USER", account.user.clone()),
+        ("PASSWORD_FILE", account.password_file.display().to_string()),
+        ("CA_FILE", account.ca_file.display().to_string()),
+    ] {
+        sandbox.set(&format!("METNOS_MAIL__ACCOUNTS__HOME__{k}"), &v);
+    }
+    for (k, v) in [
+        ("CALDAV_URL", source.caldav_url.clone()),
+        ("USER", source.user.clone()),
+        ("PASSWORD_FILE", source.password_file.display().to_string()),
+        ("CA_FILE", source.ca_file.display().to_string()),
+    ] {
+        sandbox.set(&format!("METNOS_CALENDAR__SOURCES__WORK__{k}"), &v);
+    }
+    let (code, checks) = doctor(&sandbox).await;
+    assert_eq!(code, 0, "{checks:#?}");
+    let message = |name: &str| {
+        checks
+            .iter()
+            .find(|c| c["check"] == name)
+            .unwrap_or_else(|| panic!("no {name}: {checks:#?}"))["message"]
+            .as_str()
+            .unwrap()
+            .to_owned()
+    };
+    assert!(
+        message("mail:home:imap").contains("logged in to 127.0.0.1"),
+        "{checks:#?}"
+    );
+    assert!(
+        message("mail:home:smtp").contains("(nothing sent)"),
+        "{checks:#?}"
+    );
+    assert!(
+        message("calendar:work").contains("event(s) in the next week"),
+        "{checks:#?}"
+    );
+    assert!(mail.received().is_empty());
+
+    // The home server's CA is not named: its certificate is not trusted.
+    sandbox.set("METNOS_MAIL__ACCOUNTS__HOME__CA_FILE", "");
+    let (code, checks) = doctor(&sandbox).await;
+    assert_eq!(code, 1);
+    let imap = checks
+        .iter()
+        .find(|c| c["check"] == "mail:home:imap")
+        .unwrap();
+    assert_eq!(imap["level"], "fail", "{imap}");
+    assert!(
+        imap["fix"]
+            .as_str()
+            .unwrap()
+            .contains("mail.accounts.home.ca_file"),
+        "{imap}"
+    );
+
+    // A wrong password: its check fails naming the keys, and the password is not shown.
+    let wrong = sandbox.dir.path().join("wrong-password");
+    std::fs::write(&wrong, "hunter2-not-it\n").unwrap();
+    std::fs::set_permissions(&wrong, std::fs::Permissions::from_mode(0o600)).unwrap();
+    sandbox.set(
+        "METNOS_MAIL__ACCOUNTS__HOME__CA_FILE",
+        &account.ca_file.display().to_string(),
+    );
+    sandbox.set(
+        "METNOS_MAIL__ACCOUNTS__HOME__PASSWORD_FILE",
+        &wrong.display().to_string(),
+    );
+    let (code, stdout, _) = sandbox.run(&["doctor", "--json"]).await;
+    assert_eq!(code, 1);
+    assert!(!stdout.contains("hunter2-not-it"), "{stdout}");
+    assert!(!stdout.contains(mail_servers::PASSWORD), "{stdout}");
+    let checks: Vec<Value> = stdout
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    for name in ["mail:home:imap", "mail:home:smtp"] {
+        let check = checks.iter().find(|c| c["check"] == name).unwrap();
+        assert_eq!(check["level"], "fail", "{check}");
+        assert!(
+            check["fix"]
+                .as_str()
+                .unwrap()
+                .contains("mail.accounts.home.password_file"),
+            "{check}"
+        );
+    }
+}

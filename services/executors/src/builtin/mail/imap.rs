@@ -170,7 +170,7 @@ fn server(account: &MailAccount) -> String {
 
 /// Logs in to `account`'s IMAP server and opens its folder read-only; `budget` is how many
 /// bytes the call's answers may take beyond the slack.
-async fn connect(
+pub(super) async fn connect(
     account: &MailAccount,
     call: &Call<'_>,
     budget: u64,

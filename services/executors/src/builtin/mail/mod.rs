@@ -20,6 +20,7 @@ use super::{BuiltinError, required};
 use crate::observation::{ExecContext, Observation};
 
 mod calendar;
+pub mod doctor;
 mod events;
 mod imap;
 mod message;

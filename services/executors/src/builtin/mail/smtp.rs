@@ -125,7 +125,7 @@ fn message_id(from: &Mailbox) -> String {
 }
 
 /// The account's SMTP submission transport: TLS required, its login.
-fn transport(
+pub(super) fn transport(
     account: &MailAccount,
     call: &Call<'_>,
 ) -> Result<AsyncSmtpTransport<Tokio1Executor>, BuiltinError> {
