@@ -385,3 +385,142 @@ async fn an_order_an_earlier_answer_proposed_from_a_file_is_not_set_up_on_a_yes(
     });
     assert!(told, "the model was told why");
 }
+
+#[path = "../../services/executors/tests/mail/servers.rs"]
+mod mail_servers;
+
+/// Issue 44: "every morning at 8 tell me today's events and unread mail from my
+/// accountant" — set up on its card, fired, the calendar and the inbox read for real
+/// (Radicale, Dovecot) through the filters at her level, the answer on Telegram. The
+/// model is told only the accountant's unread message, and the event.
+#[tokio::test]
+async fn a_morning_brief_of_events_and_the_accountant_s_unread_mail_reaches_telegram() {
+    let mail = mail_servers::Mail::start().await;
+    let dav = mail_servers::Dav::start().await;
+    let today = jiff::Zoned::now()
+        .with_time_zone(jiff::tz::TimeZone::UTC)
+        .strftime("%Y%m%d")
+        .to_string();
+    dav.put(
+        "dentist",
+        &format!(
+            "BEGIN:VCALENDAR\nVERSION:2.0\nPRODID:-//t//EN\nBEGIN:VEVENT\nUID:dentist\nDTSTAMP:20260101T000000Z\nDTSTART:{today}T100000Z\nDTEND:{today}T110000Z\nSUMMARY:Dentist\nEND:VEVENT\nEND:VCALENDAR\n"
+        ),
+    )
+    .await;
+    mail.deliver(
+        1,
+        "From: Studio Rossi <commercialista@studio.example>\nTo: me@example.org\nSubject: F24 payment due on the 16th\nDate: Mon, 2 Mar 2026 08:00:00 +0100\n\nPlease pay the F24.\n",
+        false,
+    );
+    mail.deliver(
+        2,
+        "From: Shop <news@shop.example>\nTo: me@example.org\nSubject: Winter sale\nDate: Mon, 2 Mar 2026 07:00:00 +0100\n\nBuy.\n",
+        false,
+    );
+    let account = mail.account();
+    let source = dav.source();
+    let settings: Vec<(String, String)> = [
+        ("MAIL__ACCOUNTS__HOME__IMAP_HOST", account.imap_host.clone()),
+        (
+            "MAIL__ACCOUNTS__HOME__IMAP_PORT",
+            account.imap_port.to_string(),
+        ),
+        ("MAIL__ACCOUNTS__HOME__SMTP_HOST", account.smtp_host.clone()),
+        (
+            "MAIL__ACCOUNTS__HOME__SMTP_PORT",
+            account.smtp_port.to_string(),
+        ),
+        ("MAIL__ACCOUNTS__HOME__USER", account.user.clone()),
+        (
+            "MAIL__ACCOUNTS__HOME__PASSWORD_FILE",
+            account.password_file.display().to_string(),
+        ),
+        (
+            "MAIL__ACCOUNTS__HOME__CA_FILE",
+            account.ca_file.display().to_string(),
+        ),
+        (
+            "CALENDAR__SOURCES__WORK__CALDAV_URL",
+            source.caldav_url.clone(),
+        ),
+        ("CALENDAR__SOURCES__WORK__USER", source.user.clone()),
+        (
+            "CALENDAR__SOURCES__WORK__PASSWORD_FILE",
+            source.password_file.display().to_string(),
+        ),
+        (
+            "CALENDAR__SOURCES__WORK__CA_FILE",
+            source.ca_file.display().to_string(),
+        ),
+        ("TELOS__PROTECTED_WINDOWS", "[]".to_owned()),
+        ("SCHEDULER__TICK_SECONDS", "1".to_owned()),
+    ]
+    .into_iter()
+    .map(|(k, v)| (format!("METNOS_{k}"), v))
+    .collect();
+    let settings: Vec<(&str, &str)> = settings
+        .iter()
+        .map(|(k, v)| (k.as_str(), v.as_str()))
+        .collect();
+    let s = stack_with(&settings).await;
+    s.pair(ADA, "Ada", "full").await;
+    let request = "tell me today's events and unread mail from my accountant";
+    s.llm.push(tool_calls(
+        "schedule_create",
+        json!({"schedule": "daily@08:00", "request": request, "name": "morning brief"}),
+    ));
+    s.llm.push(Reply::Text("Set up.".into()));
+    s.tg.message(
+        ADA,
+        user(ADA, "Ada", "en"),
+        "every morning at 8 tell me today's events and unread mail from my accountant",
+    );
+    let (card, approve, _) = s.card().await;
+    let text = card.body["text"].as_str().unwrap_or_default();
+    assert!(text.contains(request), "{text}");
+    s.tg.click(ADA, 2, user(ADA, "Ada", "en"), &approve);
+    s.answered("Set up.").await;
+    let (_, out, _) = s.sandbox.run(&["schedules", "list", "--json"]).await;
+    let id = out
+        .lines()
+        .map(|l| serde_json::from_str::<Value>(l).unwrap())
+        .find(|o| o["name"] == "morning brief")
+        .unwrap_or_else(|| panic!("not set up: {out}"))["id"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+
+    // Fired: the model lists today's events and searches the accountant's unread mail.
+    s.llm
+        .push(tool_calls("calendar_list", json!({"source": "work"})));
+    s.llm.push(tool_calls(
+        "mail_search",
+        json!({"account": "home", "query": {"from": "commercialista", "unseen": true}}),
+    ));
+    s.llm.push(Reply::Text(
+        "Today: Dentist at 10:00. Your accountant wrote: F24 payment due on the 16th.".into(),
+    ));
+    let before = s.llm.received().len();
+    let (code, _, err) = s.sandbox.run(&["schedules", "run", &id]).await;
+    assert_eq!(code, 0, "{err}");
+    s.tg.until("the brief", |tg| {
+        tg.texts_to(ADA)
+            .iter()
+            .any(|t| t.contains("morning brief") && t.contains("Dentist at 10:00"))
+    })
+    .await;
+    // What the model was told came from the servers: the event, the accountant's message,
+    // not the shop's.
+    let told = serde_json::to_string(&s.llm.received()[before + 2].body).unwrap();
+    assert!(told.contains("Dentist"), "{told}");
+    assert!(told.contains("F24 payment due on the 16th"), "{told}");
+    assert!(!told.contains("Winter sale"), "{told}");
+    assert!(
+        told.contains("mail:home:commercialista@studio.example"),
+        "{told}"
+    );
+    assert!(told.contains("calendar:work"), "{told}");
+    // Reading is not a send: nothing left the account, and the message is still unread.
+    assert!(mail.received().is_empty());
+}
