@@ -294,9 +294,14 @@ fn mail_send(args: &Value, from_earlier: Earlier<'_>, it: bool) -> (String, Stri
     summary.push_str(&format!(" — «{}»", whole(text("subject"))));
     let body = text("body");
     let count = body.chars().count();
-    let start: String = body.chars().take(MAIL_BODY_SHOWN).collect();
+    // Text from elsewhere is shown whole (a long mail of it cannot be asked about): what
+    // follows a harmless start could be what is taken away.
+    let carries = from_earlier.from_earlier.iter().any(|a| a == "body")
+        || from_earlier.tainted.iter().any(|(a, _)| a == "body");
+    let shown_chars = if carries { usize::MAX } else { MAIL_BODY_SHOWN };
+    let start: String = body.chars().take(shown_chars).collect();
     summary.push_str(&format!(" — «{}", whole(&start)));
-    summary.push_str(&match (count > MAIL_BODY_SHOWN, it) {
+    summary.push_str(&match (count > shown_chars, it) {
         (false, _) => "»".to_owned(),
         (true, true) => format!("…» ({count} caratteri)"),
         (true, false) => format!("…» ({count} characters)"),
@@ -1280,7 +1285,7 @@ mod tests {
             "mail_send",
             "mario@plumber.example",
             serde_json::json!({"to": "Mario <mario@plumber.example>, anna@example.org", "cc": "bo@example.org", "subject": "Tuesday", "body": body}),
-            &["body"],
+            &[],
         );
         assert_eq!(d.verb, "send an email");
         assert!(
@@ -1291,6 +1296,23 @@ mod tests {
             d.summary
         );
         assert!(d.summary.contains("…» (412 characters)"), "{}", d.summary);
+        // A text carried from an earlier step is shown whole.
+        let whole = en(
+            "mail_send",
+            "mario@plumber.example",
+            serde_json::json!({"to": "mario@plumber.example", "subject": "s", "body": body}),
+            &["body"],
+        );
+        assert!(
+            whole.summary.contains(&format!("«{body}»")),
+            "{}",
+            whole.summary
+        );
+        assert!(
+            whole
+                .summary
+                .contains("⚠ body carrying content from an earlier step")
+        );
         let marked = d.unnamed_recipients(&["anna@example.org".into()], Language::English);
         assert!(
             marked

@@ -183,6 +183,26 @@ async fn a_send_reaches_exactly_its_recipients_over_starttls_and_implicit_tls() 
     assert!(text.contains("Subject: Re: Tuesday"), "{text}");
     assert!(text.contains("Tuesday is fine."), "{text}");
     assert_eq!(received[1].0["rcpt_tos"], json!(["anna@example.org"]));
+    // An address hidden in a quoted local part, a line break in a header: refused before
+    // the server is reached.
+    for (key, value) in [
+        ("to", r#""<mario@plumber.example>"@evil.example"#),
+        ("to", "a@example.org\r\nBcc: x@evil.example"),
+        ("in_reply_to", "<a@b>\r\nBcc: x@evil.example"),
+    ] {
+        let mut args =
+            json!({"account": "home", "to": "anna@example.org", "subject": "s", "body": "b"});
+        args[key] = json!(value);
+        let refused = call(
+            &runner(&fixture, with_mail(&mail)),
+            &catalog,
+            "mail_send",
+            args,
+        )
+        .await;
+        assert!(!refused.ok, "{value}: {refused:?}");
+    }
+    assert_eq!(mail.received().len(), 2);
 }
 
 #[tokio::test]

@@ -133,7 +133,13 @@ fn check_secret_file(path: &Path, required: bool) -> Result<(), String> {
 /// A calendar's URL: https, or plain http to this machine only (a password never crosses
 /// a network in the clear).
 fn check_calendar_url(text: &str) -> Result<(), String> {
-    let url = url::Url::parse(text).map_err(|e| format!("`{text}` is not a URL: {e}"))?;
+    let url = url::Url::parse(text).map_err(|e| format!("not a URL: {e}"))?;
+    if !url.username().is_empty() || url.password().is_some() {
+        return Err(
+            "holds a user or a password: name the user in `user` and the password in `password_file`"
+                .to_owned(),
+        );
+    }
     let loopback = match url.host() {
         Some(url::Host::Domain(d)) => d.eq_ignore_ascii_case("localhost"),
         Some(url::Host::Ipv4(ip)) => ip.is_loopback(),
@@ -222,6 +228,10 @@ ics_url = "https://example.org/holidays.ics"
             (
                 "[calendar.sources.c]\ncaldav_url = \"https://a.example/\"\nuser = \"me\"\n",
                 "calendar.sources.c.password_file",
+            ),
+            (
+                "[calendar.sources.c]\nics_url = \"https://me:hunter2@a.example/c.ics\"\n",
+                "holds a user or a password",
             ),
         ];
         for (text, expected) in cases {

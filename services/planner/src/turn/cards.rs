@@ -114,27 +114,45 @@ pub fn pending_request(
 }
 
 /// The recipients of a mail (`to` and `cc`) that the person's own message does not name:
-/// an address from a message read, a page or a file is marked on the card.
+/// an address from a message read, a page or a file is marked on the card. An address is
+/// named only when the message holds it whole (`b@acme.co` is not named by `bob@acme.com`);
+/// a recipient written with quotes or a comment is never taken apart here, it is marked
+/// as written (mail_send refuses quoted local parts anyway).
 fn unnamed_recipients(executor: &str, args: &serde_json::Value, query: &str) -> Vec<String> {
     if executor != "mail_send" {
         return Vec::new();
     }
-    let said = query.to_lowercase();
+    let said = addresses_in(query);
     ["to", "cc"]
         .iter()
         .filter_map(|k| args.get(*k).and_then(serde_json::Value::as_str))
         .flat_map(|list| list.split(','))
-        .map(|one| {
-            let one = one.trim();
-            match (one.rfind('<'), one.rfind('>')) {
+        .map(str::trim)
+        .filter(|one| !one.is_empty())
+        .filter_map(|one| {
+            if one.contains(['"', '(', ')', '\\']) {
+                return Some(one.to_owned());
+            }
+            let address = match (one.rfind('<'), one.rfind('>')) {
                 (Some(open), Some(close)) if open < close => &one[open + 1..close],
                 _ => one,
             }
             .trim()
-            .to_lowercase()
+            .to_lowercase();
+            (address.is_empty() || !said.contains(&address)).then(|| one.to_owned())
         })
-        .filter(|address| !address.is_empty() && !said.contains(address.as_str()))
         .take(50)
+        .collect()
+}
+
+/// The mail addresses a text holds, whole, in lower case.
+fn addresses_in(text: &str) -> std::collections::HashSet<String> {
+    let address_char = |c: char| c.is_alphanumeric() || "._%+-@".contains(c);
+    text.to_lowercase()
+        .split(|c: char| !address_char(c))
+        .map(|word| word.trim_matches('.'))
+        .filter(|word| word.contains('@'))
+        .map(str::to_owned)
         .collect()
 }
 
@@ -251,11 +269,26 @@ mod tests {
             "to": "Mario <Mario@Plumber.example>, x@evil.example",
             "cc": " Anna@Example.org ",
         });
-        let query = "reply to mario@plumber.example that Tuesday is fine, copy anna@example.org";
+        let query = "reply to mario@plumber.example that Tuesday is fine, copy anna@example.org.";
         assert_eq!(
             unnamed_recipients("mail_send", &args, query),
             ["x@evil.example"]
         );
+        // Named means named whole; quotes are never taken apart.
+        for sneaky in [
+            "b@acme.co",
+            r#""<>"@evil.example"#,
+            r#""<mario@plumber.example>"@evil.example"#,
+            "mario@plumber.example (x@evil.example)",
+        ] {
+            let args = serde_json::json!({"to": sneaky});
+            let query = "write to bob@acme.com and mario@plumber.example";
+            assert_eq!(
+                unnamed_recipients("mail_send", &args, query),
+                [sneaky],
+                "{sneaky}"
+            );
+        }
         assert!(unnamed_recipients("web_fetch", &args, "").is_empty());
     }
     use crate::turn::taint::{Carried, How};

@@ -134,14 +134,22 @@ fn mail_labels(executor: &str, target: &str, observation: &Value) -> Option<Vec<
                 .and_then(Value::as_array)
                 .map(|list| list.iter().filter_map(Value::as_str).collect())
                 .unwrap_or_default();
+            let max = metnos_core::provenance::MAX_LABELS;
+            let shown = if senders.len() > max { max - 1 } else { max };
             let mut labels: Vec<String> = senders
                 .iter()
-                .take(metnos_core::provenance::MAX_LABELS)
+                .take(shown)
                 .map(|sender| {
                     let sender = if sender.is_empty() { "unknown" } else { sender };
                     cut_label(Label::Mail(format!("{target}:{sender}")).to_string())
                 })
                 .collect();
+            if senders.len() > shown {
+                let more = senders.len() - shown;
+                labels.push(cut_label(
+                    Label::Mail(format!("{target}:{more} more senders")).to_string(),
+                ));
+            }
             if labels.is_empty() {
                 labels.push(cut_label(Label::Mail(target.to_owned()).to_string()));
             }
@@ -715,6 +723,8 @@ pub enum Sink {
     Write,
     /// A command.
     Exec,
+    /// A mail, or an event in a calendar others may share: whatever it carries reaches
+    /// its readers.
     Mail,
     /// A message to someone other than the person.
     ChannelOut,
@@ -731,6 +741,9 @@ impl Sink {
             (Capability::LlmOnline, Sink::Egress),
             (Capability::FsWrite, Sink::Write),
             (Capability::ChannelOut, Sink::ChannelOut),
+            // An event may be read by whoever shares the calendar: like a mail, whatever
+            // it carries reaches them.
+            (Capability::CalendarWrite, Sink::Mail),
         ]
         .into_iter()
         .filter(|(wanted, _)| capabilities.contains(wanted))

@@ -38,7 +38,9 @@ pub async fn list(args: &Value, call: &Call<'_>) -> Result<Observation, BuiltinE
         let request = client.get(&source.ics_url);
         vec![fetch(authorised(request, source)?, source, call).await?]
     };
-    let listed = events::expand(&texts, &from, &to)?;
+    // Room for the metadata and the runner's own words beside the events.
+    let room = (call.context.max_output_bytes / 2).max(1024);
+    let listed = events::expand(&texts, &from, &to)?.within(room);
     Ok(Observation::success(
         Value::Array(listed.events),
         meta([
@@ -126,10 +128,9 @@ async fn fetch(
 ) -> Result<String, BuiltinError> {
     let shown = shown_url(source.url());
     let response = call
-        .within(
-            || format!("reaching the calendar at {shown}"),
-            request.send(),
-        )
+        .within(|| format!("reaching the calendar at {shown}"), async {
+            request.send().await.map_err(reqwest::Error::without_url)
+        })
         .await?;
     let status = response.status();
     if status.is_redirection() {
@@ -157,7 +158,7 @@ async fn fetch(
     let mut stream = response.bytes_stream();
     let read = async {
         while let Some(chunk) = stream.next().await {
-            let chunk = chunk?;
+            let chunk = chunk.map_err(reqwest::Error::without_url)?;
             if body.len() + chunk.len() > MAX_CALENDAR_BYTES {
                 return Ok::<bool, reqwest::Error>(false);
             }
@@ -174,13 +175,14 @@ async fn fetch(
     String::from_utf8(body).map_err(|_| format!("the calendar at {shown} is not UTF-8 text").into())
 }
 
-/// A URL as shown in errors: scheme, host, port and path, never a user or a query.
+/// A URL as shown in errors: its scheme, host and port only (a published calendar's path
+/// or query is often its secret).
 fn shown_url(text: &str) -> String {
     match url::Url::parse(text) {
         Ok(url) => {
             let host = url.host_str().unwrap_or_default();
             let port = url.port().map(|p| format!(":{p}")).unwrap_or_default();
-            format!("{}://{host}{port}{}", url.scheme(), url.path())
+            format!("{}://{host}{port}", url.scheme())
         }
         Err(_) => "(not a URL)".to_owned(),
     }
@@ -270,10 +272,10 @@ END:VCALENDAR]]></C:calendar-data></prop></propstat></response></multistatus>"#;
     }
 
     #[test]
-    fn a_url_is_shown_without_its_credentials_or_query() {
+    fn a_url_is_shown_without_its_credentials_path_or_query() {
         assert_eq!(
-            shown_url("https://me:pw@dav.example:8443/cal/?token=x"),
-            "https://dav.example:8443/cal/"
+            shown_url("https://me:pw@dav.example:8443/private-3f9a/basic.ics?token=x"),
+            "https://dav.example:8443"
         );
     }
 }

@@ -167,7 +167,7 @@ fn tls_word(tls: Tls) -> &'static str {
 pub fn calendar(name: &str, accounts: &Accounts) -> (String, Outcome) {
     let check = format!("calendar:{name}");
     let keys = format!("calendar.sources.{name}");
-    let observation = super::run(
+    let observation = super::run_here(
         "calendar_list",
         &json!({"source": name}),
         &context(accounts.clone()),

@@ -18,6 +18,13 @@ const MAX_INSTANCES: usize = 5000;
 const MAX_PER_EVENT: u16 = 2000;
 /// The most characters of a description shown.
 const MAX_DESCRIPTION_CHARS: usize = 1000;
+/// The most characters of a title, a place or an id shown.
+const MAX_TEXT_CHARS: usize = 500;
+/// The most steps one event's recurrence may take before the range ends (a rule that
+/// starts in 2000 and repeats every second never reaches today within it).
+const MAX_STEPS_PER_EVENT: usize = 100_000;
+/// The deepest nesting of components read (a calendar is 2 deep, an alarm 3).
+const MAX_DEPTH: usize = 8;
 
 /// The range `from`..`to` a listing asks for: days or times, local unless they say their
 /// offset; today and a week after `from` when not given.
@@ -95,7 +102,15 @@ impl Event<'_> {
 
     fn text(&self, name: &str) -> String {
         self.prop(name)
-            .map(|p| p.val.clone().unescape_text().as_str().to_owned())
+            .map(|p| {
+                p.val
+                    .clone()
+                    .unescape_text()
+                    .as_str()
+                    .chars()
+                    .take(MAX_TEXT_CHARS)
+                    .collect()
+            })
             .unwrap_or_default()
     }
 
@@ -203,6 +218,7 @@ pub fn expand(
     let (from, to) = (to_rrule(from), to_rrule(to));
     let mut unfolded = Vec::new();
     for text in texts {
+        check_depth(text)?;
         unfolded.push(icalendar::parser::unfold(text));
     }
     let mut calendars = Vec::new();
@@ -246,10 +262,12 @@ pub fn expand(
         let duration = event.duration(rules.get_dt_start());
         let own = event.prop("RECURRENCE-ID").is_some();
         let uid = event.text("UID");
-        let after = from - duration - chrono::Duration::seconds(1);
-        let result = rules.after(after).before(to).all(MAX_PER_EVENT);
-        listed.limited |= result.limited && result.dates.len() >= usize::from(MAX_PER_EVENT);
-        for start in result.dates {
+        let room = MAX_INSTANCES
+            .saturating_sub(found.len())
+            .min(usize::from(MAX_PER_EVENT));
+        let (starts, complete) = starts_in(&rules, from - duration, to, room);
+        listed.limited |= !complete;
+        for start in starts {
             let end = start + duration;
             let overlaps = start < to && (end > from || (duration.is_zero() && start >= from));
             if !overlaps || (!own && moved.contains(&(uid.clone(), start.timestamp()))) {
@@ -259,12 +277,73 @@ pub fn expand(
         }
     }
     found.sort_by_key(|(at, _)| *at);
-    if found.len() > MAX_INSTANCES {
-        found.truncate(MAX_INSTANCES);
-        listed.limited = true;
-    }
     listed.events = found.into_iter().map(|(_, v)| v).collect();
     Ok(listed)
+}
+
+impl Listed {
+    /// Keeps the first events whose JSON fits in `bytes` (the rest are said to be left out).
+    pub fn within(mut self, bytes: u64) -> Listed {
+        let mut used = 0u64;
+        let keep = self
+            .events
+            .iter()
+            .take_while(|e| {
+                used += e.to_string().len() as u64 + 1;
+                used <= bytes
+            })
+            .count();
+        if keep < self.events.len() {
+            self.events.truncate(keep);
+            self.limited = true;
+        }
+        self
+    }
+}
+
+/// The starts of `rules` from `after` (excluded) to `before` (excluded), at most `room`
+/// of them, walking at most [`MAX_STEPS_PER_EVENT`] steps from the first; whether the walk
+/// reached the end of the range.
+fn starts_in(
+    rules: &rrule::RRuleSet,
+    after: DateTime<rrule::Tz>,
+    before: DateTime<rrule::Tz>,
+    room: usize,
+) -> (Vec<DateTime<rrule::Tz>>, bool) {
+    let mut starts = Vec::new();
+    for (step, start) in rules.into_iter().enumerate() {
+        if start >= before {
+            return (starts, true);
+        }
+        if step >= MAX_STEPS_PER_EVENT || starts.len() >= room {
+            return (starts, false);
+        }
+        if start > after {
+            starts.push(start);
+        }
+    }
+    (starts, true)
+}
+
+/// Refuses a calendar whose components nest deeper than [`MAX_DEPTH`] (the parser would
+/// recurse as deep).
+fn check_depth(text: &str) -> Result<(), BuiltinError> {
+    let mut depth = 0usize;
+    for line in text.lines() {
+        let line = line.trim_end_matches('\r');
+        if line.len() >= 6 && line[..6].eq_ignore_ascii_case("BEGIN:") {
+            depth += 1;
+            if depth > MAX_DEPTH {
+                return Err(format!(
+                    "the calendar nests components deeper than {MAX_DEPTH}: not read"
+                )
+                .into());
+            }
+        } else if line.len() >= 4 && line[..4].eq_ignore_ascii_case("END:") {
+            depth = depth.saturating_sub(1);
+        }
+    }
+    Ok(())
 }
 
 fn instance(event: &Event<'_>, start: &DateTime<rrule::Tz>, end: &DateTime<rrule::Tz>) -> Value {
@@ -435,6 +514,50 @@ END:VCALENDAR\r\n";
                 .as_str()
                 .unwrap()
                 .starts_with("Dentist  ATTENDEE")
+        );
+    }
+
+    #[test]
+    fn a_hostile_calendar_is_bounded_and_named() {
+        let every_second = "BEGIN:VCALENDAR\r\nBEGIN:VEVENT\r\nUID:s\r\nDTSTART:20000101T000000Z\r\nRRULE:FREQ=SECONDLY\r\nSUMMARY:tick\r\nEND:VEVENT\r\n\
+BEGIN:VEVENT\r\nUID:d\r\nDTSTART:20260301T000000Z\r\nRRULE:FREQ=HOURLY\r\nSUMMARY:hourly\r\nEND:VEVENT\r\nEND:VCALENDAR\r\n";
+        let listed = expand(
+            &[every_second.to_owned()],
+            &ts("2026-03-01T00:00:00Z"),
+            &ts("2026-06-01T00:00:00Z"),
+        )
+        .unwrap();
+        // The rule from 2000 never reaches the range within its steps: left out, and said.
+        assert!(listed.limited);
+        assert!(listed.events.iter().all(|e| e["title"] == "hourly"));
+        assert_eq!(listed.events.len(), usize::from(MAX_PER_EVENT));
+        let deep = format!(
+            "{}{}",
+            "BEGIN:X\r\n".repeat(50_000),
+            "END:X\r\n".repeat(50_000)
+        );
+        let error = expand(
+            &[deep],
+            &ts("2026-03-01T00:00:00Z"),
+            &ts("2026-03-02T00:00:00Z"),
+        )
+        .err()
+        .unwrap()
+        .to_string();
+        assert!(error.contains("nests components deeper"), "{error}");
+        let long = format!(
+            "BEGIN:VCALENDAR\r\nBEGIN:VEVENT\r\nUID:l\r\nDTSTART:20260301T090000Z\r\nSUMMARY:{}\r\nEND:VEVENT\r\nEND:VCALENDAR\r\n",
+            "x".repeat(100_000)
+        );
+        let listed = expand(
+            &[long],
+            &ts("2026-03-01T00:00:00Z"),
+            &ts("2026-03-02T00:00:00Z"),
+        )
+        .unwrap();
+        assert_eq!(
+            listed.events[0]["title"].as_str().unwrap().len(),
+            MAX_TEXT_CHARS
         );
     }
 

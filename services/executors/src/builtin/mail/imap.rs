@@ -25,6 +25,9 @@ const DEFAULT_READ_BYTES: u64 = 64 * 1024;
 /// The most of a message's raw bytes fetched for a read (its text is at the start; what
 /// follows is mostly attachments, which are listed from their headers).
 const MAX_RAW_BYTES: u64 = 8 * 1024 * 1024;
+/// The most bytes of one message's header a search reads (a spam header block of
+/// megabytes does not crowd out the others).
+const MAX_HEADER_BYTES: u64 = 16 * 1024;
 /// What the server may send in a whole call beyond what was asked for.
 const SLACK_BYTES: u64 = 1024 * 1024;
 
@@ -37,7 +40,7 @@ pub async fn search(args: &Value, call: &Call<'_>) -> Result<Observation, Builti
     let limit = count_arg(args, "limit")?
         .unwrap_or(DEFAULT_LIMIT)
         .clamp(1, MAX_LIMIT);
-    let header_budget = MAX_LIMIT * 64 * 1024;
+    let header_budget = MAX_LIMIT * MAX_HEADER_BYTES;
     let mut session = connect(account, call, header_budget).await?;
     let host = server(account);
     let found = call
@@ -60,7 +63,10 @@ pub async fn search(args: &Value, call: &Call<'_>) -> Result<Observation, Builti
         let fetches: Vec<async_imap::types::Fetch> = call
             .within(|| format!("fetching headers from {host}"), async {
                 session
-                    .uid_fetch(&set, "(UID FLAGS RFC822.SIZE BODY.PEEK[HEADER])")
+                    .uid_fetch(
+                        &set,
+                        format!("(UID FLAGS RFC822.SIZE BODY.PEEK[HEADER]<0.{MAX_HEADER_BYTES}>)"),
+                    )
                     .await?
                     .try_collect()
                     .await

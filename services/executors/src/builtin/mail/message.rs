@@ -95,7 +95,8 @@ fn headers(root: &Message<'_>, out: &mut Map<String, Value>) {
     for (key, list) in [("to", root.to()), ("cc", root.cc())] {
         if let Some(list) = list {
             let all: Vec<String> = list.iter().take(MAX_ADDRESSES).map(mailbox).collect();
-            out.insert(key.into(), json!(all.join(", ")));
+            let joined: String = all.join(", ").chars().take(2 * MAX_HEADER_CHARS).collect();
+            out.insert(key.into(), json!(joined));
         }
     }
     out.insert(

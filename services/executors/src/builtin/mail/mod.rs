@@ -26,8 +26,18 @@ mod imap;
 mod message;
 mod smtp;
 
+/// The most memory the mail program may map: a hostile server or calendar is refused
+/// before it can make the machine swap.
+const MAX_MEMORY_BYTES: u64 = 2 * 1024 * 1024 * 1024;
+
 /// Runs the mail built-in `name`.
 pub fn run(name: &str, args: &Value, context: &ExecContext) -> Observation {
+    harden();
+    run_here(name, args, context)
+}
+
+/// [`run`] in this process as it is (`metnos doctor`'s checks: not the mail program).
+pub(crate) fn run_here(name: &str, args: &Value, context: &ExecContext) -> Observation {
     let runtime = match tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
@@ -46,7 +56,31 @@ pub fn run(name: &str, args: &Value, context: &ExecContext) -> Observation {
             other => Ok(super::elsewhere(super::MAIL_PROGRAM, other)),
         }
     });
+    // A name lookup still blocked in its thread is not waited for.
+    runtime.shutdown_background();
     outcome.unwrap_or_else(|error| Observation::failure(error.to_string()))
+}
+
+/// This process holds a password for the call: it is never dumped (no core file, no
+/// other process of the user attaching to it), and its memory is bounded.
+fn harden() {
+    #[cfg(target_os = "linux")]
+    {
+        use rustix::process::{Resource, Rlimit, getrlimit, setrlimit};
+        let _ =
+            rustix::process::set_dumpable_behavior(rustix::process::DumpableBehavior::NotDumpable);
+        for (resource, limit) in [(Resource::Core, 0), (Resource::As, MAX_MEMORY_BYTES)] {
+            let held = getrlimit(resource).maximum;
+            let limit = held.map_or(limit, |h| limit.min(h));
+            let _ = setrlimit(
+                resource,
+                Rlimit {
+                    current: Some(limit),
+                    maximum: Some(limit),
+                },
+            );
+        }
+    }
 }
 
 /// One call: its context and when it must be done by.

@@ -114,7 +114,20 @@ fn recipients(args: &Value, key: &str) -> Result<Vec<Mailbox>, BuiltinError> {
             "`{key}` is not a list of addresses ({e}): write a@example.org, Bob <b@example.org>"
         )
     })?;
-    Ok(list.into_iter().collect())
+    let list: Vec<Mailbox> = list.into_iter().collect();
+    // A quoted local part hides an address behind another ("<a@b>"@evil.example): what the
+    // card shows and what the server is told must be plainly the same.
+    if let Some(quoted) = list
+        .iter()
+        .find(|m| m.email.user().contains(['"', '\\', '<', '>']))
+    {
+        return Err(format!(
+            "`{key}` holds a quoted address ({}): write plain addresses only",
+            quoted.email
+        )
+        .into());
+    }
+    Ok(list)
 }
 
 /// A new Message-ID at the sender's domain.
@@ -145,7 +158,12 @@ pub(super) fn transport(
         Mode::Starttls => Tls::Required(params),
     };
     let password = super::password(&account.password_file)?;
-    let timeout = call.left().max(Duration::from_secs(1));
+    // Each command's wait ends well before the call's: a server that takes the message and
+    // then stalls on QUIT leaves the send reported as sent, not as failed (and sent twice).
+    let timeout = call
+        .left()
+        .saturating_sub(Duration::from_secs(3))
+        .clamp(Duration::from_secs(1), Duration::from_secs(10));
     Ok(
         AsyncSmtpTransport::<Tokio1Executor>::builder_dangerous(account.smtp_host.clone())
             .port(account.smtp_port())
