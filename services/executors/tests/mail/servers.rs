@@ -265,6 +265,21 @@ mail_location = maildir:~/Maildir\n",
         self.give_maildir();
     }
 
+    /// Puts a message in the inbox without handing the folder over (many at once: call
+    /// [`Mail::give_maildir_now`] after the last).
+    pub fn deliver_quietly(&self, n: usize, raw: &str, seen: bool) {
+        let (sub, name) = if seen {
+            ("cur", format!("{n}.M{n}.test:2,S"))
+        } else {
+            ("new", format!("{n}.M{n}.test"))
+        };
+        std::fs::write(self.maildir.join(sub).join(name), raw.replace('\n', "\r\n")).unwrap();
+    }
+
+    pub fn give_maildir_now(&self) {
+        self.give_maildir();
+    }
+
     /// The account as the config would name it: implicit TLS, STARTTLS submission.
     pub fn account(&self) -> MailAccount {
         MailAccount {

@@ -96,7 +96,7 @@ async fn imap(name: &str, call: &Call<'_>) -> Result<String, String> {
     let (_, account) = call
         .account(&json!({"account": name}))
         .map_err(|e| e.to_string())?;
-    let mut session = super::imap::connect(account, call, 1024 * 1024)
+    let (mut session, _) = super::imap::connect(account, call, 1024 * 1024)
         .await
         .map_err(|e| e.to_string())?;
     let capabilities = call

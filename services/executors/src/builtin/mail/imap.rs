@@ -25,6 +25,21 @@ const DEFAULT_READ_BYTES: u64 = 64 * 1024;
 /// The most of a message's raw bytes fetched for a read (its text is at the start; what
 /// follows is mostly attachments, which are listed from their headers).
 const MAX_RAW_BYTES: u64 = 8 * 1024 * 1024;
+/// How many of the newest UIDs a search looks at first, then next, before the whole folder.
+const SEARCH_WINDOWS: [u32; 2] = [500, 5000];
+
+/// `criteria` limited to the `window` newest UIDs below `uid_next` (CHARSET stays first).
+fn within_window(criteria: &str, uid_next: u32, window: u32) -> String {
+    if window >= uid_next {
+        return criteria.to_owned();
+    }
+    let range = format!("UID {}:*", uid_next - window);
+    match criteria.strip_prefix("CHARSET UTF-8 ") {
+        Some(rest) => format!("CHARSET UTF-8 {range} {rest}"),
+        None => format!("{range} {criteria}"),
+    }
+}
+
 /// The most bytes of one message's header a search reads (a spam header block of
 /// megabytes does not crowd out the others).
 const MAX_HEADER_BYTES: u64 = 16 * 1024;
@@ -41,14 +56,29 @@ pub async fn search(args: &Value, call: &Call<'_>) -> Result<Observation, Builti
         .unwrap_or(DEFAULT_LIMIT)
         .clamp(1, MAX_LIMIT);
     let header_budget = MAX_LIMIT * MAX_HEADER_BYTES;
-    let mut session = connect(account, call, header_budget).await?;
+    let (mut session, mailbox) = connect(account, call, header_budget).await?;
     let host = server(account);
-    let found = call
-        .within(
-            || format!("searching {host}"),
-            session.uid_search(&criteria),
-        )
-        .await?;
+    // The newest messages first: a search over the last few hundred is answered at once, a
+    // folder of years is searched whole only when they hold too few.
+    let uid_next = mailbox.uid_next.unwrap_or(0);
+    let mut found = std::collections::HashSet::new();
+    let mut searched = "all";
+    for window in SEARCH_WINDOWS.iter().copied().chain([u32::MAX]) {
+        let scoped = within_window(&criteria, uid_next, window);
+        found = call
+            .within(|| format!("searching {host}"), session.uid_search(&scoped))
+            .await?;
+        if found.len() as u64 >= limit || window >= uid_next {
+            if window < uid_next {
+                searched = if window == SEARCH_WINDOWS[0] {
+                    "newest 500"
+                } else {
+                    "newest 5000"
+                };
+            }
+            break;
+        }
+    }
     let total = found.len();
     let mut uids: Vec<u32> = found.into_iter().collect();
     uids.sort_unstable_by(|a, b| b.cmp(a));
@@ -94,6 +124,8 @@ pub async fn search(args: &Value, call: &Call<'_>) -> Result<Observation, Builti
             ("account", json!(name)),
             ("mailbox", json!(account.mailbox())),
             ("matched", json!(total)),
+            ("searched", json!(searched)),
+            ("messages_in_folder", json!(mailbox.exists)),
             ("listed", json!(listed)),
             ("senders", json!(senders)),
         ]),
@@ -113,7 +145,7 @@ pub async fn read(args: &Value, call: &Call<'_>) -> Result<Observation, BuiltinE
         .unwrap_or(DEFAULT_READ_BYTES)
         .min(ceiling);
     let raw = max_text.saturating_mul(4).clamp(256 * 1024, MAX_RAW_BYTES);
-    let mut session = connect(account, call, raw).await?;
+    let (mut session, _) = connect(account, call, raw).await?;
     let host = server(account);
     let fetches: Vec<async_imap::types::Fetch> = call
         .within(|| format!("fetching message {uid} from {host}"), async {
@@ -180,7 +212,7 @@ pub(super) async fn connect(
     account: &MailAccount,
     call: &Call<'_>,
     budget: u64,
-) -> Result<Session, BuiltinError> {
+) -> Result<(Session, async_imap::types::Mailbox), BuiltinError> {
     let host = server(account);
     let password = super::password(&account.password_file)?;
     let tls = super::tls_config(&account.ca_file)?;
@@ -203,12 +235,13 @@ pub(super) async fn connect(
         )
         .await?;
     drop(password);
-    call.within(
-        || format!("opening the folder `{}` on {host}", account.mailbox()),
-        session.examine(account.mailbox()),
-    )
-    .await?;
-    Ok(session)
+    let mailbox = call
+        .within(
+            || format!("opening the folder `{}` on {host}", account.mailbox()),
+            session.examine(account.mailbox()),
+        )
+        .await?;
+    Ok((session, mailbox))
 }
 
 /// A TLS connection to the IMAP server, its greeting read: from the first byte, or after
@@ -387,6 +420,16 @@ impl<S: AsyncWrite + Unpin> AsyncWrite for Bounded<S> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_search_looks_at_the_newest_uids_first_with_its_charset_first() {
+        assert_eq!(within_window("ALL", 10_001, 500), "UID 9501:* ALL");
+        assert_eq!(
+            within_window("CHARSET UTF-8 FROM \"Jürgen\"", 10_001, 500),
+            "CHARSET UTF-8 UID 9501:* FROM \"Jürgen\""
+        );
+        assert_eq!(within_window("UNSEEN", 300, 500), "UNSEEN");
+    }
 
     #[test]
     fn a_query_becomes_quoted_criteria_and_never_a_command() {
