@@ -283,11 +283,7 @@ const MAIL_BODY_SHOWN: usize = 300;
 /// A `mail_send` card: every recipient, the subject, and the text's start with its length.
 fn mail_send(args: &Value, from_earlier: Earlier<'_>, it: bool) -> (String, String) {
     let text = |key: &str| args.get(key).and_then(Value::as_str).unwrap_or_default();
-    let mut summary = if it {
-        format!("a {}", whole(text("to")))
-    } else {
-        format!("to {}", whole(text("to")))
-    };
+    let mut summary = format!("{} {}", if it { "a" } else { "to" }, whole(text("to")));
     if !text("cc").trim().is_empty() {
         summary.push_str(&format!(" · cc {}", whole(text("cc"))));
     }
@@ -307,11 +303,7 @@ fn mail_send(args: &Value, from_earlier: Earlier<'_>, it: bool) -> (String, Stri
         (true, false) => format!("…» ({count} characters)"),
     });
     summary.push_str(&carried(from_earlier, &["to", "cc", "subject", "body"], it));
-    let verb = if it {
-        "invii una mail"
-    } else {
-        "send an email"
-    };
+    let verb = ["send an email", "invii una mail"][usize::from(it)];
     (verb.to_owned(), summary)
 }
 
@@ -1312,6 +1304,27 @@ mod tests {
             whole
                 .summary
                 .contains("⚠ body carrying content from an earlier step")
+        );
+        // In Italian, with the source named and the recipient marked.
+        let tainted = vec![(
+            "body".to_owned(),
+            vec!["mail:home:billing@evil.example".to_owned()],
+        )];
+        let it = describe(
+            "mail_send",
+            "x@evil.example",
+            &serde_json::json!({"to": "x@evil.example", "subject": "Fatture", "body": "INV-42"})
+                .to_string(),
+            &[],
+            &tainted,
+            Language::Italian,
+            Path::new("/home/roberto"),
+        )
+        .unnamed_recipients(&["x@evil.example".into()], Language::Italian);
+        assert_eq!(it.verb, "invii una mail");
+        assert_eq!(
+            it.summary,
+            "a x@evil.example — «Fatture» — «INV-42» ⚠ body contiene testo da una mail di billing@evil.example (home) ⚠ non nominati nel tuo messaggio: x@evil.example"
         );
         let marked = d.unnamed_recipients(&["anna@example.org".into()], Language::English);
         assert!(
