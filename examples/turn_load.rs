@@ -59,6 +59,19 @@ fn thread() -> Option<pb::Thread> {
     }
 }
 
+/// CPU seconds (user and system) of this process and of its children waited for (the
+/// executors), from `/proc/self/stat`.
+fn cpu_seconds() -> f64 {
+    let stat = std::fs::read_to_string("/proc/self/stat").unwrap();
+    let fields: Vec<&str> = stat[stat.rfind(')').unwrap() + 2..].split(' ').collect();
+    // utime, stime, cutime, cstime: fields 14 to 17 of proc(5), counted after the name.
+    let ticks: u64 = fields[11..15]
+        .iter()
+        .map(|f| f.parse::<u64>().unwrap())
+        .sum();
+    ticks as f64 / 100.0
+}
+
 fn report(label: &str, h: &Histogram<u64>) {
     let us = |q: f64| h.value_at_quantile(q) as f64 / 1000.0;
     println!(
@@ -170,8 +183,10 @@ fn main() {
             tokio::time::sleep(Duration::from_millis(50)).await;
         }
         let mut client = PlannerServiceClient::new(channel);
-        let one_turn = |mut client: PlannerServiceClient<metnos_kit::client::TracedChannel>,
-                        n: usize| async move {
+        let one_turn = move |mut client: PlannerServiceClient<
+            metnos_kit::client::TracedChannel,
+        >,
+                             n: usize| async move {
             let thread = thread.unwrap_or(if n.is_multiple_of(2) {
                 pb::Thread::Unspecified
             } else {
@@ -211,17 +226,32 @@ fn main() {
         for n in 0..20 {
             one_turn(client.clone(), n).await;
         }
+        // Each client runs its turns one after another, independently of the others (in
+        // lockstep batches, the faster client waited for the slower: a serial section of
+        // the driver's own, issue 45).
+        let next = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+        let cpu_before = cpu_seconds();
+        let started = Instant::now();
+        let clients: Vec<_> = (0..concurrency)
+            .map(|_| {
+                let (client, next) = (client.clone(), next.clone());
+                tokio::spawn(async move {
+                    let mut done = Vec::new();
+                    loop {
+                        let n = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                        if n >= turns {
+                            return done;
+                        }
+                        done.push(one_turn(client.clone(), n).await);
+                    }
+                })
+            })
+            .collect();
         let mut overhead = Histogram::<u64>::new(3).unwrap();
         let mut turn = Histogram::<u64>::new(3).unwrap();
         let (mut one_shot, mut threaded) = (turn.clone(), turn.clone());
-        let started = Instant::now();
-        let mut n = 0;
-        while n < turns {
-            let batch: Vec<_> = (0..concurrency.min(turns - n))
-                .map(|i| tokio::spawn(one_turn(client.clone(), n + i)))
-                .collect();
-            for task in batch {
-                let (o, t, thread) = task.await.unwrap();
+        for client in clients {
+            for (o, t, thread) in client.await.unwrap() {
                 overhead.record(o.as_nanos() as u64).unwrap();
                 turn.record(t.as_nanos() as u64).unwrap();
                 match thread {
@@ -230,7 +260,6 @@ fn main() {
                 }
                 .record(t.as_nanos() as u64)
                 .unwrap();
-                n += 1;
             }
         }
         let elapsed = started.elapsed();
@@ -240,9 +269,13 @@ fn main() {
             report("  of which one-shot", &one_shot);
             report("  of which in a new thread", &threaded);
         }
+        let cpu = cpu_seconds() - cpu_before;
         println!(
-            "{:.1} turns/s with {concurrency} client(s), {turns} turns",
-            turns as f64 / elapsed.as_secs_f64()
+            "{:.1} turns/s with {concurrency} client(s), {turns} turns; CPU per turn {:.2} ms \
+             (this process and its executors; {:.0} % of one core)",
+            turns as f64 / elapsed.as_secs_f64(),
+            cpu * 1000.0 / turns as f64,
+            cpu * 100.0 / elapsed.as_secs_f64()
         );
         let _ = &mut client;
     });

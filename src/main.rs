@@ -162,8 +162,10 @@ fn main() -> ExitCode {
             return ExitCode::from(EXIT_CONFIG);
         }
     };
+    // The services run on runtimes of their own (`metnos up`); this one waits for them, or
+    // runs one command's calls: one worker is enough.
     let runtime = match tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
+        .worker_threads(1)
         .enable_all()
         .build()
     {

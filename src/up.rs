@@ -20,9 +20,6 @@ use tokio::task::JoinHandle;
 
 use crate::runfile::RunFile;
 
-/// Worker threads per service runtime.
-const WORKERS: usize = 2;
-
 /// Where each service really listens: its address, and the URL callers use.
 type Urls = BTreeMap<ServiceName, (SocketAddr, String)>;
 
@@ -305,7 +302,7 @@ pub fn spawn(
     spawn_service(
         service,
         telemetry.dispatch().clone(),
-        WORKERS,
+        metnos_kit::runtime::workers(service, metnos_kit::runtime::cores()),
         move |shutdown| run_one(service, config, listener, shutdown),
     )
 }

@@ -116,7 +116,7 @@ pub async fn forget_conversations(
     let stopped = planner.cancel_threaded(person, forgot_at, memory).await;
     tracing::info!(principal = %person, exchanges = forgotten.exchanges, memories = forgotten.memories, stopped, "a person's conversations were erased");
     let record = forgotten_record(person, caller, forgotten, memory, stopped);
-    turn_log.append(&record, now_ms());
+    turn_log.append(&record, now_ms()).await;
     Ok(Response::new(pb::ForgetConversationsResponse {
         exchanges: forgotten.exchanges,
         memories: forgotten.memories,

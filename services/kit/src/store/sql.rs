@@ -248,6 +248,7 @@ impl Db {
             ..statement
         };
         let query = statement.for_sqlite()?;
+        let _writing = self.writing().await;
         let mut conn = Closing(pool.acquire().await?, false);
         let mut found = query.fetch_all(&mut *conn.0).await?;
         let committed = found.pop().filter(|row| {
@@ -277,6 +278,8 @@ impl Db {
     where
         E: From<sqlx::Error>,
     {
+        // Held until the transaction ends (SQLite; nothing on PostgreSQL).
+        let _writing = self.writing().await;
         let mut tx = match self.pool() {
             Pool::Sqlite(pool) => Tx::Sqlite(pool.begin_with("BEGIN IMMEDIATE").await?),
             Pool::Postgres(pool) => {
@@ -302,6 +305,7 @@ impl Db {
 
     /// Runs `statement` on the pool; the number of rows it changed.
     pub async fn execute(&self, statement: Statement) -> Result<u64, sqlx::Error> {
+        let _writing = self.writing().await;
         Ok(match self.pool() {
             Pool::Sqlite(pool) => statement.for_sqlite()?.execute(pool).await?.rows_affected(),
             Pool::Postgres(pool) => statement

@@ -326,6 +326,7 @@ impl Store {
     }
 
     async fn execute(&self, sql: &'static str, binds: Binds<'_>) -> Result<u64, sqlx::Error> {
+        let _writing = self.db.writing().await;
         on_db!(&self.db, pool => {
             let mut query = sqlx::query(sql);
             for bind in binds.0 {

@@ -194,7 +194,7 @@ impl<'a> Records<'a> {
             finished = self.end(cp, &written, &outcome.text).await;
         }
         match finished {
-            Ok(true) => self.log.append(&record, now_ms()),
+            Ok(true) => self.log.append(&record, now_ms()).await,
             Ok(false) => {
                 tracing::warn!(
                     "the turn is no longer held by this planner; its end is not recorded here"

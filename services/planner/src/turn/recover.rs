@@ -333,10 +333,12 @@ impl Recovery {
             .await
             .unwrap_or(false)
         {
-            self.log.append(
-                &bare_record(turn, "the turn's checkpoint could not be read"),
-                now_ms(),
-            );
+            self.log
+                .append(
+                    &bare_record(turn, "the turn's checkpoint could not be read"),
+                    now_ms(),
+                )
+                .await;
         }
     }
 
@@ -373,7 +375,7 @@ impl Recovery {
         {
             Ok(true) => {
                 tracing::warn!(turn_id = %turn.turn_id, "a turn left running by a stopped planner was ended");
-                self.log.append(&record, now_ms());
+                self.log.append(&record, now_ms()).await;
                 true
             }
             Ok(false) => false,
