@@ -355,6 +355,7 @@ impl PendingStore {
             "INSERT INTO pending ({COLUMNS}) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, \
              $11, $12, $13, $14, $15, $16, $17, $18, $19, $20, $21, $22, $23, $24, $25, $26)"
         );
+        let _writing = self.db.writing().await;
         on_db!(&self.db, pool => {
             sqlx::query(sqlx::AssertSqlSafe(sql))
                 .bind(&p.token)
@@ -538,6 +539,7 @@ impl PendingStore {
     /// Records the grant a territory concession made.
     pub async fn set_grant(&self, token: &str, grant_id: i64) -> Result<(), sqlx::Error> {
         let sql = "UPDATE pending SET grant_id = $1 WHERE token = $2 AND grant_id IS NULL";
+        let _writing = self.db.writing().await;
         on_db!(&self.db, pool => {
             sqlx::query(sql).bind(grant_id).bind(token).execute(pool).await?;
         });
@@ -554,6 +556,7 @@ impl PendingStore {
     ) -> Result<bool, sqlx::Error> {
         let sql = "UPDATE pending SET grant_claimed_until = $3 WHERE token = $1 AND grant_id IS NULL \
                    AND status = 'approved' AND grant_claimed_until < $2";
+        let _writing = self.db.writing().await;
         let affected = on_db!(&self.db, pool => {
             sqlx::query(sql).bind(token).bind(now_ms).bind(until_ms).execute(pool).await?.rows_affected()
         });
@@ -565,6 +568,7 @@ impl PendingStore {
     pub async fn give_up_grant(&self, token: &str, claimed_until: i64) -> Result<(), sqlx::Error> {
         let sql = "UPDATE pending SET grant_claimed_until = $2 WHERE token = $1 AND grant_id IS NULL \
                    AND grant_claimed_until = $3";
+        let _writing = self.db.writing().await;
         on_db!(&self.db, pool => {
             sqlx::query(sql).bind(token).bind(i64::MAX).bind(claimed_until).execute(pool).await?;
         });
@@ -577,6 +581,7 @@ impl PendingStore {
     pub async fn release_grant(&self, token: &str, claimed_until: i64) -> Result<(), sqlx::Error> {
         let sql = "UPDATE pending SET grant_claimed_until = 0 WHERE token = $1 AND grant_id IS NULL \
                    AND grant_claimed_until = $2";
+        let _writing = self.db.writing().await;
         on_db!(&self.db, pool => {
             sqlx::query(sql).bind(token).bind(claimed_until).execute(pool).await?;
         });
