@@ -9,29 +9,17 @@
 //!   cargo run --release -p metnos-executors --example mail_latency -- --runs 200 [--messages N]
 //! (BENCH_ALL_SEEN=1: every message read, in the maildir's cur/).
 
+mod bench;
 #[path = "../tests/mail/servers.rs"]
 mod servers;
 
-use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Instant;
 
+use bench::report;
 use metnos_core::accounts::Accounts;
-use metnos_executors::install::{install_builtins, sign_dir};
-use metnos_executors::signing::{self, Trust};
 use metnos_executors::{Catalog, Runner};
 use serde_json::json;
-
-fn report(name: &str, h: &hdrhistogram::Histogram<u64>) {
-    println!(
-        "{name}: {} runs, p50 {:.2} ms, p90 {:.2} ms, p99 {:.2} ms, max {:.2} ms",
-        h.len(),
-        h.value_at_quantile(0.5) as f64 / 1e3,
-        h.value_at_quantile(0.9) as f64 / 1e3,
-        h.value_at_quantile(0.99) as f64 / 1e3,
-        h.max() as f64 / 1e3,
-    );
-}
 
 async fn time(runner: &Runner, catalog: &Catalog, runs: u64, name: &str, args: serde_json::Value) {
     let mut h = hdrhistogram::Histogram::<u64>::new(3).unwrap();
@@ -89,15 +77,8 @@ fn main() {
     let root = tempfile::tempdir().unwrap();
     let catalog_dir = root.path().join("catalog");
     std::fs::create_dir_all(root.path().join("home")).unwrap();
-    install_builtins(&catalog_dir, &program).unwrap();
-    let key = signing::generate().unwrap();
-    sign_dir(&catalog_dir, &key, "bench", false).unwrap();
-    let mut keys = BTreeMap::new();
-    keys.insert(
-        "bench".to_owned(),
-        signing::public_key_text(&key.verifying_key()),
-    );
-    let catalog = Catalog::load(&catalog_dir, &Trust::from_config(&keys).unwrap());
+    let (_, trust) = bench::signed_builtins(&catalog_dir, &program);
+    let catalog = Catalog::load(&catalog_dir, &trust);
     let runtime = tokio::runtime::Runtime::new().unwrap();
     runtime.block_on(async {
         let mail = servers::Mail::start().await;

@@ -8,31 +8,21 @@
 //! cargo run --release -p metnos-executors --example mcp_latency -- \
 //!     --server target/test-tools/mcp-venv/bin/mcp-server-time --runs 2000
 
-use std::collections::BTreeMap;
+mod bench;
+
+use bench::report;
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
-use metnos_executors::install::{install_builtins, sign_dir};
+use metnos_executors::install::sign_dir;
 use metnos_executors::mcp::admit;
 use metnos_executors::mcp::connection::Connection;
 use metnos_executors::mcp::pool::{self, Launch};
-use metnos_executors::signing::{self, Trust};
 use metnos_executors::{Catalog, Runner, ShellSettings};
 use serde_json::json;
 
 fn histogram() -> hdrhistogram::Histogram<u64> {
     hdrhistogram::Histogram::<u64>::new(3).unwrap()
-}
-
-fn report(name: &str, h: &hdrhistogram::Histogram<u64>) {
-    println!(
-        "{name}: {} runs, p50 {:.3} ms, p90 {:.3} ms, p99 {:.3} ms, max {:.3} ms",
-        h.len(),
-        h.value_at_quantile(0.5) as f64 / 1e3,
-        h.value_at_quantile(0.9) as f64 / 1e3,
-        h.value_at_quantile(0.99) as f64 / 1e3,
-        h.max() as f64 / 1e3,
-    );
 }
 
 /// `runs` calls of `call` (after 50 not timed), each timed.
@@ -75,15 +65,7 @@ fn main() {
     let catalog_dir = root.path().join("catalog");
     let home = root.path().join("home");
     std::fs::create_dir_all(&home).unwrap();
-    install_builtins(&catalog_dir, &program).unwrap();
-    let key = signing::generate().unwrap();
-    sign_dir(&catalog_dir, &key, "bench", false).unwrap();
-    let mut keys = BTreeMap::new();
-    keys.insert(
-        "bench".to_owned(),
-        signing::public_key_text(&key.verifying_key()),
-    );
-    let trust = Trust::from_config(&keys).unwrap();
+    let (key, trust) = bench::signed_builtins(&catalog_dir, &program);
     let runner = Runner {
         user_home: home,
         mcp_dir: root.path().join("mcp"),

@@ -13,12 +13,12 @@
 //! cargo build --release -p metnos-executors --bins
 //! cargo run --release -p metnos-executors --example spawn_latency -- --runs 2000
 
-use std::collections::BTreeMap;
+mod bench;
+
+use bench::report;
 use std::path::PathBuf;
 use std::time::Instant;
 
-use metnos_executors::install::{install_builtins, sign_dir};
-use metnos_executors::signing::{self, Trust};
 use metnos_executors::{Catalog, Runner, ShellSettings};
 use serde_json::json;
 
@@ -56,15 +56,8 @@ fn main() {
     let home = root.path().join("home");
     std::fs::create_dir_all(&home).unwrap();
     std::fs::write(home.join("note.txt"), "buy milk\n".repeat(20)).unwrap();
-    install_builtins(&catalog_dir, &program).unwrap();
-    let key = signing::generate().unwrap();
-    sign_dir(&catalog_dir, &key, "bench", false).unwrap();
-    let mut keys = BTreeMap::new();
-    keys.insert(
-        "bench".to_owned(),
-        signing::public_key_text(&key.verifying_key()),
-    );
-    let catalog = Catalog::load(&catalog_dir, &Trust::from_config(&keys).unwrap());
+    let (_, trust) = bench::signed_builtins(&catalog_dir, &program);
+    let catalog = Catalog::load(&catalog_dir, &trust);
     assert!(catalog.refused().is_empty(), "{:?}", catalog.refused());
     let runner = Runner {
         user_home: home.clone(),
@@ -115,15 +108,6 @@ fn main() {
         .enable_all()
         .build()
         .unwrap();
-    let report = |name: &str, histogram: &hdrhistogram::Histogram<u64>| {
-        println!(
-            "{name}: {runs} runs, p50 {:.2} ms, p90 {:.2} ms, p99 {:.2} ms, max {:.2} ms",
-            histogram.value_at_quantile(0.5) as f64 / 1e3,
-            histogram.value_at_quantile(0.9) as f64 / 1e3,
-            histogram.value_at_quantile(0.99) as f64 / 1e3,
-            histogram.max() as f64 / 1e3,
-        );
-    };
     let mut bare = hdrhistogram::Histogram::<u64>::new(3).unwrap();
     for i in 0..runs + 20 {
         let started = Instant::now();

@@ -69,17 +69,6 @@ struct Queued {
 /// stopping) still writes its records rather than leave their turns waiting.
 struct Writer(TurnLog);
 
-/// Sets the queue to unwritten when a writer unwinds.
-struct OnPanic<'a>(&'a Mutex<Queue>);
-
-impl Drop for OnPanic<'_> {
-    fn drop(&mut self) {
-        if std::thread::panicking() {
-            self.0.lock().unwrap_or_else(|e| e.into_inner()).writing = false;
-        }
-    }
-}
-
 impl Drop for Writer {
     fn drop(&mut self) {
         self.0.drain();
@@ -136,8 +125,6 @@ impl TurnLog {
 
     /// Writes the queue until it is empty, a batch at a time.
     fn drain(&self) {
-        // A writer that panicked hands the queue on: the next turn to end writes it.
-        let _on_panic = OnPanic(&self.queue);
         loop {
             let batch = {
                 let mut queue = self.queue.lock().unwrap_or_else(|e| e.into_inner());
