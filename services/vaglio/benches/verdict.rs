@@ -41,6 +41,16 @@ fn bench(c: &mut Criterion) {
         })
     });
 
+    // `PER_CASE=1`: each case of the guard on its own, to see which one costs.
+    if std::env::var_os("PER_CASE").is_some() {
+        for (n, (_, executor, args)) in cases.iter().enumerate() {
+            c.bench_function(&format!("case/{n}"), |b| {
+                b.iter(|| {
+                    std::hint::black_box(guard::check_with(args, executor == "shell_exec", &home))
+                })
+            });
+        }
+    }
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()

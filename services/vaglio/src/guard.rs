@@ -112,9 +112,18 @@ fn could_break_path_rule(value: &str, home_is_clean: bool) -> bool {
 
 /// Only ASCII letters, digits, `_`, `-` and spaces.
 fn is_plain_word(value: &str) -> bool {
-    value
-        .bytes()
-        .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'_' | b'-' | b' '))
+    // A table: one load a byte, no branches on the byte's class.
+    static PLAIN: [bool; 256] = {
+        let mut table = [false; 256];
+        let mut b = 0;
+        while b < 256 {
+            let c = b as u8;
+            table[b] = c.is_ascii_alphanumeric() || matches!(c, b'_' | b'-' | b' ');
+            b += 1;
+        }
+        table
+    };
+    value.bytes().all(|b| PLAIN[usize::from(b)])
 }
 
 /// The user's home, prepared once: its text, and whether it holds a trigger; and
@@ -307,7 +316,7 @@ fn check_paths(value: &str, prepared: &Home, access: Access, base: &str) -> Opti
             .or_else(|| (!own.roots.is_empty()).then(|| own.rule(text)).flatten())
     };
     let first = |text: &str| {
-        let named = if text.contains("proc") {
+        let named = if may_pass_through_proc(text) {
             through_proc(text, base)
         } else {
             None
@@ -330,14 +339,33 @@ fn check_paths(value: &str, prepared: &Home, access: Access, base: &str) -> Opti
     if let Some(rule) = check(value) {
         return Some(rule);
     }
+    // A value of one word is the value, already checked.
+    if !value.bytes().any(|b| is_word_separator(b) || !b.is_ascii()) {
+        return None;
+    }
     value
-        .split(|c: char| {
-            c.is_whitespace()
-                || matches!(c, '=' | ',' | ';' | '|' | '&' | '(' | ')' | '`' | '<' | '>')
-        })
-        // A word as long as the value is the value (already checked).
-        .filter(|word| !word.is_empty() && word.len() != value.len())
+        .split(|c: char| c.is_whitespace() || (c.is_ascii() && is_word_separator(c as u8)))
+        .filter(|word| !word.is_empty())
         .find_map(|word| first(word).or_else(|| check(word)))
+}
+
+/// The ASCII bytes that end a word inside a value (Unicode whitespace does too).
+fn is_word_separator(b: u8) -> bool {
+    b.is_ascii_whitespace()
+        || matches!(
+            b,
+            b'=' | b',' | b';' | b'|' | b'&' | b'(' | b')' | b'`' | b'<' | b'>'
+        )
+}
+
+/// Whether `text` could be a path through `/proc/<process>/root` or `cwd`: absolute, and
+/// holding `proc` (a quick look: [`through_proc`] reads it properly).
+fn may_pass_through_proc(text: &str) -> bool {
+    text.starts_with('/')
+        && text
+            .as_bytes()
+            .windows(4)
+            .any(|w| matches!(w, [b'p', b'r', b'o', b'c']))
 }
 
 /// Whether `value` has nothing to unquote, decode or expand, and no space to trim.
@@ -841,6 +869,13 @@ mod tests {
             "/root/",
             "~alice/.ssh/authorized_keys",
             "/et\"c\"/passwd",
+            // A forbidden path as one word of a longer value, after any separator a
+            // word may end on, an ASCII one or Unicode whitespace.
+            "see /etc/shadow",
+            "x=/root/y",
+            "a,~/.ssh/id_rsa",
+            "cat\u{a0}/etc/shadow",
+            "log\u{2003}/root/.bashrc",
         ] {
             assert!(path(spelling).is_some(), "{spelling} passed");
         }
