@@ -26,83 +26,9 @@ pub enum Access {
     Write,
 }
 
-/// Paths neither read nor written: the seed's eleven, then credential stores of the same
-/// kind. Id and pattern.
-pub const PATH_RULES: &[(&str, &str)] = &[
-    // The seed's eleven.
-    ("path.ssh", r"(^|/)\.ssh(/|$)"),
-    ("path.etc_auth", r"^/etc/(passwd|shadow|sudoers)"),
-    ("path.etc_ssh", r"^/etc/ssh(/|$)"),
-    ("path.root_home", r"^/root(/|$)"),
-    ("path.boot", r"^/boot(/|$)"),
-    ("path.sys", r"^/sys(/|$)"),
-    ("path.proc_pid", r"^/proc(/[0-9]|$)"),
-    ("path.block_device", r"^/dev/(sd|nvme|mmcblk|loop)"),
-    ("path.aws_credentials", r"\.aws/credentials"),
-    ("path.app_credentials", r"\.config/[^/]+/credentials\.env"),
-    ("path.gnupg", r"\.gnupg(/|$)"),
-    // Beyond the seed, same kind.
-    ("path.etc_gshadow", r"^/etc/gshadow"),
-    (
-        "path.etc_secrets",
-        r"^/etc/(ssl/private|security/opasswd|krb5\.keytab|NetworkManager/system-connections|wireguard|ipsec\.secrets|ppp|letsencrypt|credstore(\.encrypted)?)(/|$)",
-    ),
-    (
-        "path.proc_self_secrets",
-        r"^/proc/(self|thread-self)/(environ|mem|maps)",
-    ),
-    (
-        "path.proc_root",
-        r"^/proc/(self|thread-self)/(root|cwd|fd)(/|$)",
-    ),
-    ("path.kube_config", r"(^|/)\.kube/config$"),
-    ("path.docker_socket", r"^/(var/)?run/docker\.sock$"),
-    ("path.docker_config", r"(^|/)\.docker/config\.json$"),
-    ("path.netrc", r"(^|/)\.netrc$"),
-    ("path.git_credentials", r"(^|/)\.git-credentials$"),
-    ("path.pgpass", r"(^|/)\.pgpass$"),
-    ("path.gh_hosts", r"(^|/)\.config/gh/hosts\.ya?ml$"),
-    ("path.npmrc", r"(^|/)\.npmrc$"),
-    ("path.pypirc", r"(^|/)\.pypirc$"),
-    ("path.password_store", r"(^|/)\.password-store(/|$)"),
-    ("path.keyrings", r"(^|/)\.local/share/keyrings(/|$)"),
-    // Credentials other programs keep in the temp folder and the session's runtime folder:
-    // Kerberos ticket caches, agent and multiplexer sockets, X authority.
-    ("path.kerberos_cache", r"/krb5cc_[^/]*$"),
-    (
-        "path.tmp_sockets",
-        r"^/tmp/(ssh-[^/]+|tmux-[0-9]+|\.X11-unix|\.ICE-unix|systemd-private-[^/]+|gpg-[^/]+|\.xauth[^/]*|serverauth\.[^/]+)(/|$)",
-    ),
-    ("path.run_user", r"^/run/user/[0-9]+(/|$)"),
-    // The X server's cookie: whoever holds it drives the person's screen and keyboard.
-    ("path.xauthority", r"(^|/)\.Xauthority$"),
-    (
-        "path.browser_profile",
-        r"(^|/)(\.mozilla/firefox|\.config/(google-chrome|chromium|BraveSoftware|microsoft-edge)|snap/(firefox|chromium))(/|$)",
-    ),
-];
-
-/// Paths not written (nor deleted): what runs code at login, at start-up or on a
-/// schedule. Reading them is ordinary.
-pub const WRITE_RULES: &[(&str, &str)] = &[
-    (
-        "write.shell_startup",
-        r"(^|/)\.(bashrc|bash_profile|bash_login|bash_logout|profile|zshrc|zprofile|zshenv|zlogin|kshrc|inputrc|xprofile|xsession|xinitrc)$",
-    ),
-    ("write.fish_config", r"(^|/)\.config/fish(/|$)"),
-    ("write.autostart", r"(^|/)\.config/autostart(/|$)"),
-    ("write.systemd_user", r"(^|/)\.config/systemd(/|$)"),
-    // The programs the person runs by name, Metnos's own among them (`make install`).
-    ("write.user_bin", r"(^|/)\.local/bin(/|$)"),
-    ("write.crontab", r"^/(var/spool/cron|etc/cron[^/]*)(/|$)"),
-    (
-        "write.etc_profile",
-        r"^/etc/(profile|bash\.bashrc|environment)(\.d)?(/|$)",
-    ),
-    // A repository's own files: hooks, config (filters, fsmonitor, aliases) and the index
-    // run or steer programs at the next git command. git itself writes them.
-    ("write.git_internals", r"(^|/)\.git(/|$)"),
-];
+mod ahead;
+mod rules;
+pub use rules::{PATH_RULES, WRITE_RULES};
 
 /// The words a rule needs to match, and nothing shorter: a value holding none of them in
 /// any spelling breaks no rule.
@@ -158,8 +84,10 @@ pub const RULE_WORDS: &[&str] = &[
     "git",
 ];
 
-static PATHS: LazyLock<RuleSet> = LazyLock::new(|| RuleSet::new(PATH_RULES));
-static WRITES: LazyLock<RuleSet> = LazyLock::new(|| RuleSet::new(WRITE_RULES));
+static PATHS: LazyLock<RuleSet> =
+    LazyLock::new(|| RuleSet::with_prebuilt(PATH_RULES, &PATHS_AHEAD.bytes));
+static WRITES: LazyLock<RuleSet> =
+    LazyLock::new(|| RuleSet::with_prebuilt(WRITE_RULES, &WRITES_AHEAD.bytes));
 
 /// The first rule `text` breaks for `access`: for a write, the path rules and then the
 /// write rules.
@@ -420,31 +348,50 @@ pub fn usual_places(home: &std::path::Path) -> Vec<std::path::PathBuf> {
         .collect()
 }
 
-/// Builds the fully determinised automata now (a few milliseconds), for a service that
-/// judges many values; a short-lived process (an executor judging one path) skips this
-/// and its checks use the lazily built engine, whose setup costs microseconds.
+/// Makes the fully determinised automata ready now, for a service that judges many
+/// values: the forbidden core's two are loaded from the bytes the build wrote (well under
+/// a millisecond; determinising the path rules costs tens). A short-lived process (an
+/// executor judging one path) skips this and its checks use the lazily built engine,
+/// whose setup costs microseconds.
 pub fn warm_up() {
     PATHS.build_ahead();
     WRITES.build_ahead();
 }
 
+/// A slice aligned as the automaton's `u32` transitions need, for the bytes included
+/// from the build.
+#[repr(C, align(4))]
+struct Aligned<B: ?Sized> {
+    bytes: B,
+}
+
+static PATHS_AHEAD: &Aligned<[u8]> = &Aligned {
+    bytes: *include_bytes!(concat!(env!("OUT_DIR"), "/paths.dfa")),
+};
+static WRITES_AHEAD: &Aligned<[u8]> = &Aligned {
+    bytes: *include_bytes!(concat!(env!("OUT_DIR"), "/writes.dfa")),
+};
+
 /// A set of rules with two engines: a lazily determinised DFA, ready at once (a fraction
 /// of a millisecond to set up), and on [`RuleSet::build_ahead`] a fully built one (the
 /// engine behind `regex::RegexSet`, built ahead instead of lazily): a search is then one
 /// pass over the bytes, with no cache to lock and no literal prefilter to set up, which on
-/// the short values a guard sees cost more than the match itself. Building it costs about
-/// 20 ms, far more than a one-shot process's whole check.
+/// the short values a guard sees cost more than the match itself. Building it costs tens
+/// of milliseconds, far more than a one-shot process's whole check, so the forbidden
+/// core's are built with the program (`build.rs`) and only loaded.
 pub struct RuleSet {
     rules: &'static [(&'static str, &'static str)],
     lazy: hybrid::dfa::DFA,
     cache: Mutex<hybrid::dfa::Cache>,
-    ahead: OnceLock<dense::DFA<Vec<u32>>>,
+    ahead: OnceLock<Ahead>,
+    /// The fully built automaton's bytes, when the build made them.
+    prebuilt: Option<&'static [u8]>,
 }
 
-fn syntax() -> regex_automata::util::syntax::Config {
-    regex_automata::util::syntax::Config::new()
-        .unicode(false)
-        .utf8(false)
+/// The fully built automaton: loaded from the build's bytes, or built here.
+enum Ahead {
+    Loaded(dense::DFA<&'static [u32]>),
+    Built(dense::DFA<Vec<u32>>),
 }
 
 impl RuleSet {
@@ -452,7 +399,7 @@ impl RuleSet {
         let patterns: Vec<&str> = rules.iter().map(|(_, p)| *p).collect();
         let lazy = hybrid::dfa::DFA::builder()
             .configure(hybrid::dfa::Config::new().match_kind(MatchKind::All))
-            .syntax(syntax())
+            .syntax(ahead::syntax())
             .build_many(&patterns)
             .expect("valid forbidden-path rules");
         let cache = Mutex::new(lazy.create_cache());
@@ -461,25 +408,46 @@ impl RuleSet {
             lazy,
             cache,
             ahead: OnceLock::new(),
+            prebuilt: None,
         }
     }
 
-    /// Builds the full DFA now; later searches use it.
+    /// As [`RuleSet::new`], with the fully built automaton's bytes as the build wrote them
+    /// from the same `rules`.
+    fn with_prebuilt(
+        rules: &'static [(&'static str, &'static str)],
+        bytes: &'static [u8],
+    ) -> RuleSet {
+        RuleSet {
+            prebuilt: Some(bytes),
+            ..RuleSet::new(rules)
+        }
+    }
+
+    /// Makes the full DFA ready now (loaded, or else built); later searches use it. Bytes
+    /// that do not load (a build for another byte order) are set aside and the automaton
+    /// is built instead: slower to start, the same answers.
     pub fn build_ahead(&self) {
         self.ahead.get_or_init(|| {
+            if let Some(bytes) = self.prebuilt
+                && let Ok((dfa, _)) = dense::DFA::from_bytes(bytes)
+                && dfa.pattern_len() == self.rules.len()
+            {
+                return Ahead::Loaded(dfa);
+            }
             let patterns: Vec<&str> = self.rules.iter().map(|(_, p)| *p).collect();
-            dense::Builder::new()
-                .configure(
-                    dense::Config::new()
-                        .match_kind(MatchKind::All)
-                        .starts_for_each_pattern(false)
-                        // Acceleration pays on long texts; these are a few dozen bytes.
-                        .accelerate(false),
-                )
-                .syntax(syntax())
-                .build_many(&patterns)
-                .expect("valid forbidden-path rules")
+            Ahead::Built(
+                ahead::builder()
+                    .build_many(&patterns)
+                    .expect("valid forbidden-path rules"),
+            )
         });
+    }
+
+    /// Whether the full automaton came from the build's bytes (for the tests).
+    #[cfg(test)]
+    fn loaded_ahead(&self) -> bool {
+        matches!(self.ahead.get(), Some(Ahead::Loaded(_)))
     }
 
     /// The id of the first rule (in table order) that `text` breaks. Were a search to give
@@ -487,31 +455,42 @@ impl RuleSet {
     /// cache is far larger than a path needs), the value is treated as a hit on the first
     /// rule: fail closed.
     pub fn first_match(&self, text: &str) -> Option<&'static str> {
-        let mut which;
-        let found = if let Some(dfa) = self.ahead.get() {
-            match dfa.try_search_fwd(&Input::new(text).earliest(true)) {
-                Ok(None) => return None,
-                Ok(Some(_)) => {}
-                Err(_) => return Some(self.rules[0].0),
-            }
-            // Which rule: worth working out only on a hit.
-            which = PatternSet::new(dfa.pattern_len());
-            dfa.try_which_overlapping_matches(&Input::new(text), &mut which)
-        } else {
-            let mut cache = self.cache.lock().unwrap_or_else(PoisonError::into_inner);
-            match self
-                .lazy
-                .try_search_fwd(&mut cache, &Input::new(text).earliest(true))
-            {
-                Ok(None) => return None,
-                Ok(Some(_)) => {}
-                Err(_) => return Some(self.rules[0].0),
-            }
-            which = PatternSet::new(self.lazy.pattern_len());
-            self.lazy
-                .try_which_overlapping_matches(&mut cache, &Input::new(text), &mut which)
-        };
-        match found {
+        match self.ahead.get() {
+            Some(Ahead::Loaded(dfa)) => self.first_in(dfa, text),
+            Some(Ahead::Built(dfa)) => self.first_in(dfa, text),
+            None => self.first_lazily(text),
+        }
+    }
+
+    fn first_in(&self, dfa: &impl Automaton, text: &str) -> Option<&'static str> {
+        match dfa.try_search_fwd(&Input::new(text).earliest(true)) {
+            Ok(None) => return None,
+            Ok(Some(_)) => {}
+            Err(_) => return Some(self.rules[0].0),
+        }
+        // Which rule: worth working out only on a hit.
+        let mut which = PatternSet::new(dfa.pattern_len());
+        match dfa.try_which_overlapping_matches(&Input::new(text), &mut which) {
+            Ok(()) => which.iter().next().map(|id| self.rules[id.as_usize()].0),
+            Err(_) => Some(self.rules[0].0),
+        }
+    }
+
+    fn first_lazily(&self, text: &str) -> Option<&'static str> {
+        let mut cache = self.cache.lock().unwrap_or_else(PoisonError::into_inner);
+        match self
+            .lazy
+            .try_search_fwd(&mut cache, &Input::new(text).earliest(true))
+        {
+            Ok(None) => return None,
+            Ok(Some(_)) => {}
+            Err(_) => return Some(self.rules[0].0),
+        }
+        let mut which = PatternSet::new(self.lazy.pattern_len());
+        match self
+            .lazy
+            .try_which_overlapping_matches(&mut cache, &Input::new(text), &mut which)
+        {
             Ok(()) => which.iter().next().map(|id| self.rules[id.as_usize()].0),
             Err(_) => Some(self.rules[0].0),
         }
@@ -529,6 +508,87 @@ impl std::fmt::Debug for RuleSet {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use proptest::prelude::*;
+
+    /// Paths made of the words the rules look for, and a few others.
+    fn rule_words_path() -> impl Strategy<Value = String> {
+        let segment = prop::sample::select(vec![
+            "etc",
+            "ssh",
+            ".ssh",
+            "passwd",
+            "shadow",
+            "root",
+            "proc",
+            "self",
+            "1",
+            "cwd",
+            "tmp",
+            "krb5cc_1",
+            "tmux-0",
+            ".config",
+            "gh",
+            "hosts.yml",
+            "app",
+            "credentials.env",
+            ".git",
+            "hooks",
+            ".bashrc",
+            "run",
+            "user",
+            "1000",
+            "dev",
+            "sda",
+            "home",
+            "ada",
+            ".aws",
+            "credentials",
+            ".local",
+            "bin",
+            "share",
+            "keyrings",
+            "",
+            ".",
+            "..",
+            "x",
+        ]);
+        (any::<bool>(), prop::collection::vec(segment, 0..6)).prop_map(|(absolute, parts)| {
+            let joined = parts.join("/");
+            if absolute {
+                format!("/{joined}")
+            } else {
+                joined
+            }
+        })
+    }
+
+    #[test]
+    fn the_core_s_automata_are_loaded_from_the_build_not_built_at_start() {
+        warm_up();
+        assert!(
+            PATHS.loaded_ahead(),
+            "the path rules were determinised at start"
+        );
+        assert!(
+            WRITES.loaded_ahead(),
+            "the write rules were determinised at start"
+        );
+    }
+
+    static LAZY_PATHS: LazyLock<RuleSet> = LazyLock::new(|| RuleSet::new(PATH_RULES));
+    static LAZY_WRITES: LazyLock<RuleSet> = LazyLock::new(|| RuleSet::new(WRITE_RULES));
+
+    proptest! {
+        /// The automata loaded from the build and the lazy engine built here from the same
+        /// tables name the same first rule for every path.
+        #[test]
+        fn the_loaded_automata_and_the_lazy_engine_agree(path in rule_words_path()) {
+            warm_up();
+            for (loaded, lazy) in [(&*PATHS, &*LAZY_PATHS), (&*WRITES, &*LAZY_WRITES)] {
+                prop_assert_eq!(loaded.first_match(&path), lazy.first_match(&path), "{}", &path);
+            }
+        }
+    }
 
     #[test]
     fn credential_stores_are_neither_read_nor_written() {
@@ -662,6 +722,14 @@ mod tests {
             assert_eq!(lazy.first_match(path), ahead.first_match(path), "{path}");
             assert_eq!(
                 lazy_writes.first_match(path),
+                ahead_writes.first_match(path),
+                "{path}"
+            );
+            // And the automata the build made from the same tables.
+            warm_up();
+            assert_eq!(PATHS.first_match(path), ahead.first_match(path), "{path}");
+            assert_eq!(
+                WRITES.first_match(path),
                 ahead_writes.first_match(path),
                 "{path}"
             );

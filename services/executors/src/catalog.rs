@@ -188,6 +188,23 @@ fn load_one(
     })
 }
 
+/// The programs the manifests in `dirs` name, each once: what the catalog will hash. A
+/// manifest that does not parse names none (its folder is refused when loaded).
+fn programs_named(dirs: &[PathBuf]) -> Vec<PathBuf> {
+    let mut programs: Vec<PathBuf> = dirs
+        .iter()
+        .filter_map(|dir| {
+            let text = std::fs::read_to_string(dir.join(MANIFEST_FILE)).ok()?;
+            let manifest = Manifest::parse(&text).ok()?;
+            (!manifest.reached_over_http() && !manifest.program.is_empty())
+                .then(|| resolve_program(&manifest.program, dir))
+        })
+        .collect();
+    programs.sort();
+    programs.dedup();
+    programs
+}
+
 /// The executor folders under `dir` (or `dir` itself when it holds a manifest).
 pub fn executor_dirs(dir: &Path) -> std::io::Result<Vec<PathBuf>> {
     if dir.join(MANIFEST_FILE).is_file() {
@@ -216,11 +233,18 @@ impl Catalog {
                 return catalog;
             }
         };
+        let dirs: Vec<PathBuf> = dirs
+            .into_iter()
+            .filter(|folder| {
+                let disabled = folder.join(DISABLED_FILE).exists();
+                if disabled {
+                    tracing::info!(dir = %folder.display(), "executor disabled by the owner; not loaded");
+                }
+                !disabled
+            })
+            .collect();
+        catalog.digests.warm(&programs_named(&dirs));
         for folder in dirs {
-            if folder.join(DISABLED_FILE).exists() {
-                tracing::info!(dir = %folder.display(), "executor disabled by the owner; not loaded");
-                continue;
-            }
             match load_one(&folder, trust, &catalog.digests) {
                 Ok(executor) => {
                     let name = executor.manifest.name.clone();

@@ -115,6 +115,57 @@ fn now_seconds() -> i64 {
 }
 
 impl DigestCache {
+    /// Hashes the programs at `paths` side by side, one thread per core at most, largest
+    /// first, so that the checks that follow find them hashed: a catalog's programs are
+    /// tens of megabytes, hashed at every start. What is recorded is a fact about a file
+    /// (this identity has this digest), not trust: [`DigestCache::open_verified`] still
+    /// compares it with the digest a manifest signs. A path that cannot be read is left
+    /// for that check to report.
+    pub fn warm(&self, paths: &[PathBuf]) {
+        let mut sized: Vec<(u64, &Path)> = paths
+            .iter()
+            .filter_map(|p| Some((std::fs::metadata(p).ok()?.len(), p.as_path())))
+            .collect();
+        sized.sort_by_key(|&(size, _)| std::cmp::Reverse(size));
+        sized.dedup_by(|a, b| a.1 == b.1);
+        let threads = std::thread::available_parallelism()
+            .map_or(1, std::num::NonZero::get)
+            .min(sized.len());
+        let next = std::sync::atomic::AtomicUsize::new(0);
+        let work = || {
+            while let Some((_, path)) =
+                sized.get(next.fetch_add(1, std::sync::atomic::Ordering::Relaxed))
+            {
+                self.record(path);
+            }
+        };
+        std::thread::scope(|scope| {
+            for _ in 1..threads {
+                scope.spawn(work);
+            }
+            work();
+        });
+    }
+
+    /// Hashes the file at `path` and records its digest under its identity.
+    fn record(&self, path: &Path) {
+        let Ok(mut file) = File::open(path) else {
+            return;
+        };
+        let Ok(meta) = file.metadata() else { return };
+        if !meta.is_file() {
+            return;
+        }
+        let identity = identity(&meta);
+        let at = now_seconds();
+        if let Ok(digest) = sha256_reader(&mut file) {
+            self.verified
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .insert(path.to_owned(), (digest, Verified { identity, at }));
+        }
+    }
+
     /// Opens `path` and checks that it is the program whose digest is `expected`; the
     /// open file is returned so that exactly it is executed.
     pub fn open_verified(&self, path: &Path, expected: &str) -> Result<File, DigestError> {
@@ -187,6 +238,52 @@ mod tests {
         cache.open_verified(&path, &digest).unwrap();
         assert!(matches!(
             cache.open_verified(dir.path(), &digest),
+            Err(DigestError::NotAFile(_))
+        ));
+    }
+
+    #[test]
+    fn programs_hashed_ahead_are_still_checked_against_the_signed_digest() {
+        let dir = tempfile::tempdir().unwrap();
+        let (one, two) = (dir.path().join("one"), dir.path().join("two"));
+        std::fs::write(&one, b"program one").unwrap();
+        std::fs::write(&two, b"program two, longer").unwrap();
+        let missing = dir.path().join("missing");
+        let cache = DigestCache::default();
+        cache.warm(&[
+            one.clone(),
+            two.clone(),
+            missing.clone(),
+            dir.path().to_owned(),
+        ]);
+        cache
+            .open_verified(&one, &sha256_hex(b"program one"))
+            .unwrap();
+        cache
+            .open_verified(&two, &sha256_hex(b"program two, longer"))
+            .unwrap();
+        // Hashed ahead is a fact about the file, not trust: another signed digest fails.
+        assert_eq!(
+            cache
+                .open_verified(&one, &sha256_hex(b"program two, longer"))
+                .unwrap_err(),
+            DigestError::Mismatch { path: one.clone() }
+        );
+        // And a change after the warm-up is seen.
+        std::fs::write(&one, b"program 1!!").unwrap();
+        assert_eq!(
+            cache
+                .open_verified(&one, &sha256_hex(b"program one"))
+                .unwrap_err(),
+            DigestError::Mismatch { path: one.clone() }
+        );
+        // What could not be read is reported by the check, as before.
+        assert!(matches!(
+            cache.open_verified(&missing, "x"),
+            Err(DigestError::Open { .. })
+        ));
+        assert!(matches!(
+            cache.open_verified(dir.path(), "x"),
             Err(DigestError::NotAFile(_))
         ));
     }
