@@ -188,14 +188,18 @@ fn load_one(
     })
 }
 
-/// The programs the manifests in `dirs` name, each once: what the catalog will hash. A
-/// manifest that does not parse names none (its folder is refused when loaded).
-fn programs_named(dirs: &[PathBuf]) -> Vec<PathBuf> {
+/// The programs the manifests in `dirs` name, each once: what the catalog will hash. Only
+/// a manifest that parses and whose signature a trusted key made names one, as when each
+/// folder is loaded: a folder anyone dropped in does not get a path of its choosing opened
+/// (a FIFO would hang the start).
+fn programs_named(dirs: &[PathBuf], trust: &Trust) -> Vec<PathBuf> {
     let mut programs: Vec<PathBuf> = dirs
         .iter()
         .filter_map(|dir| {
             let text = std::fs::read_to_string(dir.join(MANIFEST_FILE)).ok()?;
             let manifest = Manifest::parse(&text).ok()?;
+            let signature = signing::read_signature(dir).ok()?;
+            signing::verify(&manifest, &signature, trust).ok()?;
             (!manifest.reached_over_http() && !manifest.program.is_empty())
                 .then(|| resolve_program(&manifest.program, dir))
         })
@@ -243,7 +247,7 @@ impl Catalog {
                 !disabled
             })
             .collect();
-        catalog.digests.warm(&programs_named(&dirs));
+        catalog.digests.warm(&programs_named(&dirs, trust));
         for folder in dirs {
             match load_one(&folder, trust, &catalog.digests) {
                 Ok(executor) => {

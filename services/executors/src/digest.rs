@@ -124,7 +124,10 @@ impl DigestCache {
     pub fn warm(&self, paths: &[PathBuf]) {
         let mut sized: Vec<(u64, &Path)> = paths
             .iter()
-            .filter_map(|p| Some((std::fs::metadata(p).ok()?.len(), p.as_path())))
+            .filter_map(|p| {
+                let meta = std::fs::metadata(p).ok()?;
+                meta.is_file().then_some((meta.len(), p.as_path()))
+            })
             .collect();
         sized.sort_by_key(|&(size, _)| std::cmp::Reverse(size));
         sized.dedup_by(|a, b| a.1 == b.1);

@@ -131,6 +131,27 @@ fn each_bad_executor_is_refused_with_its_reason_and_the_others_load() {
     f.script_executor("manifest_changed", good, "");
     f.script_executor("untrusted", good, "");
     f.script_executor("unsigned", good, "");
+    // Unsigned, naming a FIFO: the catalog must not open it (an open would block the start).
+    let fifo_dir = f.script_executor("unsigned_fifo", good, "");
+    let fifo = fifo_dir.join("pipe");
+    assert!(
+        std::process::Command::new("mkfifo")
+            .arg(&fifo)
+            .status()
+            .unwrap()
+            .success()
+    );
+    let path = fifo_dir.join("manifest.toml");
+    let text = std::fs::read_to_string(&path).unwrap();
+    assert!(text.contains("program = \"run.sh\""));
+    std::fs::write(
+        &path,
+        text.replace(
+            "program = \"run.sh\"",
+            &format!("program = {:?}", fifo.display().to_string()),
+        ),
+    )
+    .unwrap();
     for name in ["program_changed", "manifest_changed"] {
         metnos_executors::install::sign_dir(&f.catalog_dir().join(name), &f.key, "owner", false)
             .unwrap();
@@ -165,7 +186,8 @@ fn each_bad_executor_is_refused_with_its_reason_and_the_others_load() {
     assert!(refusal_of(&catalog, "manifest_changed").contains("signature does not match"));
     assert!(refusal_of(&catalog, "untrusted").contains("signed by `mallory`"));
     assert!(refusal_of(&catalog, "unsigned").contains("no signature"));
-    assert_eq!(catalog.refused().len(), 7);
+    assert!(refusal_of(&catalog, "unsigned_fifo").contains("no signature"));
+    assert_eq!(catalog.refused().len(), 8);
     // A refusal never carries the key.
     let key_text = signing::public_key_text(&f.key.verifying_key());
     assert!(

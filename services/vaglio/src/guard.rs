@@ -349,9 +349,13 @@ fn check_paths(value: &str, prepared: &Home, access: Access, base: &str) -> Opti
         .find_map(|word| first(word).or_else(|| check(word)))
 }
 
-/// The ASCII bytes that end a word inside a value (Unicode whitespace does too).
+/// The ASCII bytes that end a word inside a value (Unicode whitespace does too): every
+/// ASCII whitespace `char::is_whitespace` knows (the vertical tab among them, which
+/// `u8::is_ascii_whitespace` leaves out), the separators other programs split on (Python's
+/// `str.split` also splits on `\x1c`–`\x1f`), and the shell's operators.
 fn is_word_separator(b: u8) -> bool {
-    b.is_ascii_whitespace()
+    char::from(b).is_whitespace()
+        || matches!(b, 0x1c..=0x1f)
         || matches!(
             b,
             b'=' | b',' | b';' | b'|' | b'&' | b'(' | b')' | b'`' | b'<' | b'>'
@@ -876,6 +880,9 @@ mod tests {
             "a,~/.ssh/id_rsa",
             "cat\u{a0}/etc/shadow",
             "log\u{2003}/root/.bashrc",
+            "x\u{b}/etc/shadow",
+            "x\u{c}/etc/shadow",
+            "x\u{1f}/root/.bashrc",
         ] {
             assert!(path(spelling).is_some(), "{spelling} passed");
         }
