@@ -470,7 +470,18 @@ impl RuleSet {
         }
         // Which rule: worth working out only on a hit.
         let mut which = PatternSet::new(dfa.pattern_len());
-        match dfa.try_which_overlapping_matches(&Input::new(text), &mut which) {
+        let found = dfa.try_which_overlapping_matches(&Input::new(text), &mut which);
+        self.first_of(found, &which)
+    }
+
+    /// The first rule in table order among those `which` holds; the first rule when the
+    /// search gave up (fail closed).
+    fn first_of(
+        &self,
+        found: Result<(), regex_automata::MatchError>,
+        which: &PatternSet,
+    ) -> Option<&'static str> {
+        match found {
             Ok(()) => which.iter().next().map(|id| self.rules[id.as_usize()].0),
             Err(_) => Some(self.rules[0].0),
         }
@@ -487,13 +498,10 @@ impl RuleSet {
             Err(_) => return Some(self.rules[0].0),
         }
         let mut which = PatternSet::new(self.lazy.pattern_len());
-        match self
-            .lazy
-            .try_which_overlapping_matches(&mut cache, &Input::new(text), &mut which)
-        {
-            Ok(()) => which.iter().next().map(|id| self.rules[id.as_usize()].0),
-            Err(_) => Some(self.rules[0].0),
-        }
+        let found =
+            self.lazy
+                .try_which_overlapping_matches(&mut cache, &Input::new(text), &mut which);
+        self.first_of(found, &which)
     }
 }
 

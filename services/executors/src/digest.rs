@@ -130,7 +130,6 @@ impl DigestCache {
             })
             .collect();
         sized.sort_by_key(|&(size, _)| std::cmp::Reverse(size));
-        sized.dedup_by(|a, b| a.1 == b.1);
         let threads = std::thread::available_parallelism()
             .map_or(1, std::num::NonZero::get)
             .min(sized.len());
