@@ -20,6 +20,7 @@ pub mod parse_local;
 pub mod shell_exec;
 pub mod time_now;
 pub mod web_fetch;
+pub mod zone;
 
 /// The built-ins' names and manifests (their `program` is the one `program_of` names).
 pub const MANIFESTS: &[(&str, &str)] = &[

@@ -2,7 +2,7 @@
 
 use serde_json::{Value, json};
 
-use super::{BuiltinError, meta, string_arg};
+use super::{BuiltinError, meta, string_arg, zone};
 use crate::observation::{ExecContext, Observation};
 
 pub fn run(args: &Value, _context: &ExecContext) -> Observation {
@@ -14,16 +14,17 @@ pub fn run(args: &Value, _context: &ExecContext) -> Observation {
 
 fn now(args: &Value) -> Result<Observation, BuiltinError> {
     let zone = match string_arg(args, "timezone")? {
-        Some(name) if !name.trim().is_empty() => jiff::tz::TimeZone::get(name.trim()).map_err(|_| {
+        Some(name) if !name.trim().is_empty() => zone::named(name.trim()).ok_or_else(|| {
             format!(
                 "unknown time zone `{}` (IANA names such as Europe/Rome, America/New_York, UTC)",
                 name.chars().take(64).collect::<String>()
             )
         })?,
-        _ => jiff::tz::TimeZone::try_system().unwrap_or(jiff::tz::TimeZone::UTC),
+        _ => zone::system(),
     };
     let now = jiff::Timestamp::now().to_zoned(zone);
-    let name = now.time_zone().iana_name().unwrap_or("UTC").to_owned();
+    // A zone read from a copied `/etc/localtime` has rules but no name.
+    let name = now.time_zone().iana_name().unwrap_or("local").to_owned();
     Ok(Observation::success(
         now.strftime("%Y-%m-%dT%H:%M:%S%:z").to_string(),
         meta([

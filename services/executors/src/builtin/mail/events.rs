@@ -32,7 +32,7 @@ pub fn range(
     from: Option<&str>,
     to: Option<&str>,
 ) -> Result<(jiff::Timestamp, jiff::Timestamp), BuiltinError> {
-    let zone = jiff::tz::TimeZone::try_system().unwrap_or(jiff::tz::TimeZone::UTC);
+    let zone = super::super::zone::system();
     let from = match from.filter(|t| !t.trim().is_empty()) {
         Some(text) => moment(text, "from")?,
         None => jiff::Timestamp::now()
@@ -64,7 +64,7 @@ pub fn moment(text: &str, key: &str) -> Result<jiff::Timestamp, BuiltinError> {
     if let Ok(t) = text.parse::<jiff::Timestamp>() {
         return Ok(t);
     }
-    let zone = jiff::tz::TimeZone::try_system().unwrap_or(jiff::tz::TimeZone::UTC);
+    let zone = super::super::zone::system();
     let civil = text
         .parse::<jiff::civil::DateTime>()
         .or_else(|_| {
