@@ -226,6 +226,13 @@ pub fn executor_dirs(dir: &Path) -> std::io::Result<Vec<PathBuf>> {
 impl Catalog {
     /// Loads every executor folder under `dir`, refusing (and logging) the bad ones.
     pub fn load(dir: &Path, trust: &Trust) -> Catalog {
+        Catalog::load_with_record(dir, trust, None)
+    }
+
+    /// [`Catalog::load`], hashing again only the programs changed since the digests
+    /// recorded in `record` by the last start ([`DigestCache::restore`]), and leaving the
+    /// record for the next.
+    pub fn load_with_record(dir: &Path, trust: &Trust, record: Option<&Path>) -> Catalog {
         let mut catalog = Catalog {
             dir: dir.to_owned(),
             ..Catalog::default()
@@ -247,7 +254,13 @@ impl Catalog {
                 !disabled
             })
             .collect();
-        catalog.digests.warm(&programs_named(&dirs, trust));
+        let programs = programs_named(&dirs, trust);
+        if let Some(record) = record
+            && let Err(e) = catalog.digests.restore(record)
+        {
+            tracing::warn!(error = %e, "the programs' digests recorded at the last start are not read; every program is hashed");
+        }
+        catalog.digests.warm(&programs);
         for folder in dirs {
             match load_one(&folder, trust, &catalog.digests) {
                 Ok(executor) => {
@@ -264,6 +277,11 @@ impl Catalog {
                 }
                 Err((name, reason)) => catalog.refuse(folder, name, reason),
             }
+        }
+        if let Some(record) = record
+            && let Err(e) = catalog.digests.persist(record, &programs)
+        {
+            tracing::warn!(file = %record.display(), error = %e, "the programs' digests are not recorded for the next start");
         }
         if trust.is_empty() && !catalog.refused.is_empty() {
             tracing::warn!(

@@ -16,10 +16,15 @@ use std::io::Read;
 use std::path::{Path, PathBuf};
 use std::sync::Mutex;
 
+use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 
 /// How recent a file change may be before a cached digest of it is not trusted.
 pub const RACY_SECONDS: i64 = 2;
+/// The version of the digests' record ([`DigestCache::restore`]).
+const RECORD_VERSION: u32 = 1;
+/// The largest record read: a catalog's programs are a few dozen lines.
+const RECORD_MAX_BYTES: u64 = 1 << 20;
 
 /// sha256 of everything `reader` yields, lower-case hex.
 pub fn sha256_reader(mut reader: impl Read) -> std::io::Result<String> {
@@ -56,7 +61,7 @@ pub enum DigestError {
     Mismatch { path: PathBuf },
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 struct Identity {
     dev: u64,
     ino: u64,
@@ -95,17 +100,42 @@ fn identity(meta: &std::fs::Metadata) -> Identity {
     }
 }
 
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 struct Verified {
     identity: Identity,
     /// Unix seconds when it was hashed.
     at: i64,
 }
 
+impl Verified {
+    /// Whether a file that has `identity` now is the one hashed: same identity, and
+    /// hashed at least [`RACY_SECONDS`] after its last change.
+    fn still(&self, identity: &Identity) -> bool {
+        self.identity == *identity && identity.ctime.0 + RACY_SECONDS <= self.at
+    }
+}
+
+/// One program's digest in the record a start leaves for the next.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+struct Entry {
+    path: PathBuf,
+    sha256: String,
+    identity: Identity,
+    hashed_at: i64,
+}
+
+#[derive(Debug, Serialize, Deserialize)]
+struct Record {
+    version: u32,
+    programs: Vec<Entry>,
+}
+
 /// The digests verified so far, by program path.
 #[derive(Debug, Default)]
 pub struct DigestCache {
     verified: Mutex<HashMap<PathBuf, (String, Verified)>>,
+    /// What [`DigestCache::restore`] read, to write the record again only when it changed.
+    restored: Mutex<Vec<Entry>>,
 }
 
 fn now_seconds() -> i64 {
@@ -149,7 +179,8 @@ impl DigestCache {
         });
     }
 
-    /// Hashes the file at `path` and records its digest under its identity.
+    /// Hashes the file at `path` and records its digest under its identity, unless the
+    /// digest known for it is still good.
     fn record(&self, path: &Path) {
         let Ok(mut file) = File::open(path) else {
             return;
@@ -159,6 +190,15 @@ impl DigestCache {
             return;
         }
         let identity = identity(&meta);
+        if self
+            .verified
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .get(path)
+            .is_some_and(|(_, seen)| seen.still(&identity))
+        {
+            return;
+        }
         let at = now_seconds();
         if let Ok(digest) = sha256_reader(&mut file) {
             self.verified
@@ -185,8 +225,7 @@ impl DigestCache {
             let verified = self.verified.lock().unwrap_or_else(|e| e.into_inner());
             if let Some((digest, seen)) = verified.get(path)
                 && digest == expected
-                && seen.identity == identity
-                && identity.ctime.0 + RACY_SECONDS <= seen.at
+                && seen.still(&identity)
             {
                 return Ok(file);
             }
@@ -204,6 +243,113 @@ impl DigestCache {
             .insert(path.to_owned(), (actual, Verified { identity, at }));
         Ok(file)
     }
+}
+
+/// The record a start leaves for the next (issue 45): hashing a catalog's programs, tens of
+/// megabytes, was most of the planner's start. An entry holds what the in-process cache
+/// holds, a file's identity and the digest it had then, and is used under the same rule:
+/// any change to the file (a write, a rename over, `touch`, `chmod`) changes its ctime,
+/// which only the kernel sets, and the file is hashed again. The record lives in the data
+/// directory (0700, the file 0600), beside the key that signs the built-ins: whoever can
+/// write it can already sign.
+impl DigestCache {
+    /// Takes in the digests recorded in `file`; returns how many. A missing record is
+    /// none; an unreadable, oversized or foreign one is an error, and nothing is taken in
+    /// (every program is hashed, as without a record).
+    pub fn restore(&self, file: &Path) -> Result<usize, String> {
+        let record = match read_record(file) {
+            Ok(Some(record)) => record,
+            Ok(None) => return Ok(0),
+            Err(e) => return Err(format!("{}: {e}", file.display())),
+        };
+        let mut verified = self.verified.lock().unwrap_or_else(|e| e.into_inner());
+        for entry in &record.programs {
+            verified.entry(entry.path.clone()).or_insert_with(|| {
+                let seen = Verified {
+                    identity: entry.identity,
+                    at: entry.hashed_at,
+                };
+                (entry.sha256.clone(), seen)
+            });
+        }
+        let count = record.programs.len();
+        *self.restored.lock().unwrap_or_else(|e| e.into_inner()) = record.programs;
+        Ok(count)
+    }
+
+    /// Writes the digests known for `programs` to `file` (0600, replaced whole) when
+    /// they differ from what [`DigestCache::restore`] read; returns whether it wrote.
+    pub fn persist(&self, file: &Path, programs: &[PathBuf]) -> std::io::Result<bool> {
+        let mut entries: Vec<Entry> = {
+            let verified = self.verified.lock().unwrap_or_else(|e| e.into_inner());
+            programs
+                .iter()
+                .filter_map(|path| {
+                    let (sha256, seen) = verified.get(path)?;
+                    Some(Entry {
+                        path: path.clone(),
+                        sha256: sha256.clone(),
+                        identity: seen.identity,
+                        hashed_at: seen.at,
+                    })
+                })
+                .collect()
+        };
+        entries.sort_by(|a, b| a.path.cmp(&b.path));
+        entries.dedup_by(|a, b| a.path == b.path);
+        if *self.restored.lock().unwrap_or_else(|e| e.into_inner()) == entries {
+            return Ok(false);
+        }
+        let record = Record {
+            version: RECORD_VERSION,
+            programs: entries,
+        };
+        let text = serde_json::to_vec_pretty(&record).map_err(std::io::Error::other)?;
+        write_private(file, &text)?;
+        Ok(true)
+    }
+}
+
+fn read_record(file: &Path) -> std::io::Result<Option<Record>> {
+    let opened = match File::open(file) {
+        Ok(opened) => opened,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+        Err(e) => return Err(e),
+    };
+    let mut text = Vec::new();
+    opened.take(RECORD_MAX_BYTES + 1).read_to_end(&mut text)?;
+    if text.len() as u64 > RECORD_MAX_BYTES {
+        return Err(std::io::Error::other(format!(
+            "longer than {RECORD_MAX_BYTES} bytes"
+        )));
+    }
+    let record: Record = serde_json::from_slice(&text).map_err(std::io::Error::other)?;
+    if record.version != RECORD_VERSION {
+        return Err(std::io::Error::other(format!(
+            "version {} where {RECORD_VERSION} is read",
+            record.version
+        )));
+    }
+    Ok(Some(record))
+}
+
+/// Writes `bytes` to `file` through a private temporary beside it, renamed over.
+fn write_private(file: &Path, bytes: &[u8]) -> std::io::Result<()> {
+    use std::io::Write;
+    use std::os::unix::fs::OpenOptionsExt;
+    let mut temporary = file.as_os_str().to_owned();
+    // Two planners sharing a data directory must not write into each other's.
+    temporary.push(format!(".{}.tmp", std::process::id()));
+    let temporary = PathBuf::from(temporary);
+    let _ = std::fs::remove_file(&temporary);
+    let mut out = std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(0o600)
+        .open(&temporary)?;
+    out.write_all(bytes)?;
+    drop(out);
+    std::fs::rename(&temporary, file)
 }
 
 #[cfg(test)]
@@ -288,5 +434,114 @@ mod tests {
             cache.open_verified(dir.path(), "x"),
             Err(DigestError::NotAFile(_))
         ));
+    }
+
+    /// A record as a start long ago would have left it: its entries hashed well after
+    /// the files' last change (a test's files were all changed a moment ago).
+    fn aged(record: &Path) {
+        let mut json: serde_json::Value =
+            serde_json::from_slice(&std::fs::read(record).unwrap()).unwrap();
+        for entry in json["programs"].as_array_mut().unwrap() {
+            entry["hashed_at"] = serde_json::json!(now_seconds() + 60);
+        }
+        std::fs::write(record, serde_json::to_vec(&json).unwrap()).unwrap();
+    }
+
+    #[test]
+    fn a_recorded_digest_spares_the_hash_until_the_program_changes() {
+        use std::os::unix::fs::PermissionsExt;
+        let dir = tempfile::tempdir().unwrap();
+        let (prog, record) = (dir.path().join("prog"), dir.path().join("digests.json"));
+        std::fs::write(&prog, b"version one").unwrap();
+        let one = sha256_hex(b"version one");
+        let first = DigestCache::default();
+        first.warm(std::slice::from_ref(&prog));
+        assert!(first.persist(&record, std::slice::from_ref(&prog)).unwrap());
+        let mode = std::fs::metadata(&record).unwrap().permissions().mode();
+        assert_eq!(mode & 0o777, 0o600);
+        aged(&record);
+
+        let next = DigestCache::default();
+        assert_eq!(next.restore(&record).unwrap(), 1);
+        next.open_verified(&prog, &one).unwrap();
+        // Nothing changed, so nothing to write again.
+        assert!(!next.persist(&record, std::slice::from_ref(&prog)).unwrap());
+        // The record is what is used, not a new hash: one that says another digest for
+        // the unchanged file is believed (which is why it lives in the private folder).
+        let text = std::fs::read_to_string(&record).unwrap();
+        std::fs::write(&record, text.replace(&one, &sha256_hex(b"recorded"))).unwrap();
+        let believing = DigestCache::default();
+        believing.restore(&record).unwrap();
+        believing
+            .open_verified(&prog, &sha256_hex(b"recorded"))
+            .unwrap();
+
+        // Same size, written in place: the ctime moves and the file is hashed again.
+        std::fs::write(&prog, b"version two").unwrap();
+        assert_eq!(
+            next.open_verified(&prog, &one).unwrap_err(),
+            DigestError::Mismatch { path: prog.clone() }
+        );
+        // Renamed over by another file of the same length.
+        let next = DigestCache::default();
+        next.restore(&record).unwrap();
+        let other = dir.path().join("other");
+        std::fs::write(&other, b"version 1!!").unwrap();
+        std::fs::rename(&other, &prog).unwrap();
+        assert_eq!(
+            next.open_verified(&prog, &one).unwrap_err(),
+            DigestError::Mismatch { path: prog.clone() }
+        );
+        // Hashing ahead after a restore sees the change too, and records the new digest.
+        next.warm(std::slice::from_ref(&prog));
+        assert!(next.persist(&record, std::slice::from_ref(&prog)).unwrap());
+        let text = std::fs::read_to_string(&record).unwrap();
+        assert!(text.contains(&sha256_hex(b"version 1!!")), "{text}");
+    }
+
+    #[test]
+    fn a_recorded_digest_is_a_fact_about_a_file_not_trust() {
+        let dir = tempfile::tempdir().unwrap();
+        let (prog, record) = (dir.path().join("prog"), dir.path().join("digests.json"));
+        std::fs::write(&prog, b"the program").unwrap();
+        let cache = DigestCache::default();
+        cache.warm(std::slice::from_ref(&prog));
+        cache.persist(&record, std::slice::from_ref(&prog)).unwrap();
+        aged(&record);
+        let next = DigestCache::default();
+        next.restore(&record).unwrap();
+        // A manifest signing another digest is refused, record or not.
+        assert_eq!(
+            next.open_verified(&prog, &sha256_hex(b"another program"))
+                .unwrap_err(),
+            DigestError::Mismatch { path: prog.clone() }
+        );
+        // A record naming a program it never hashed (another path) vouches for nothing.
+        let elsewhere = dir.path().join("elsewhere");
+        std::fs::write(&elsewhere, b"the program").unwrap();
+        next.open_verified(&elsewhere, &sha256_hex(b"the program"))
+            .unwrap();
+    }
+
+    #[test]
+    fn a_damaged_or_foreign_record_is_named_and_every_program_is_hashed() {
+        let dir = tempfile::tempdir().unwrap();
+        let (prog, record) = (dir.path().join("prog"), dir.path().join("digests.json"));
+        std::fs::write(&prog, b"the program").unwrap();
+        let cache = DigestCache::default();
+        assert_eq!(cache.restore(&record).unwrap(), 0, "no record yet");
+
+        std::fs::write(&record, b"{\"version\": 1, \"programs\": [").unwrap();
+        let error = cache.restore(&record).unwrap_err();
+        assert!(error.contains("digests.json"), "{error}");
+        std::fs::write(&record, br#"{"version": 7, "programs": []}"#).unwrap();
+        assert!(cache.restore(&record).unwrap_err().contains("version 7"));
+        std::fs::write(&record, vec![b' '; RECORD_MAX_BYTES as usize + 10]).unwrap();
+        assert!(cache.restore(&record).unwrap_err().contains("longer than"));
+        // Without a record the program is hashed and checked as before.
+        cache
+            .open_verified(&prog, &sha256_hex(b"the program"))
+            .unwrap();
+        assert!(cache.open_verified(&prog, &sha256_hex(b"other")).is_err());
     }
 }

@@ -280,3 +280,57 @@ fn trust_comes_only_from_config() {
             .all(|r| r.reason.contains("not among the trusted keys"))
     );
 }
+
+/// Moves every entry of the digests' record to a minute from now, as a record left by a
+/// start long after its programs last changed would be (a test's files changed just now,
+/// and a digest taken within two seconds of a change is never trusted).
+fn age_record(record: &std::path::Path) {
+    let mut json: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(record).unwrap()).unwrap();
+    let later = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs()
+        + 60;
+    for entry in json["programs"].as_array_mut().unwrap() {
+        entry["hashed_at"] = json!(later);
+    }
+    std::fs::write(record, serde_json::to_vec(&json).unwrap()).unwrap();
+}
+
+#[tokio::test]
+async fn a_program_swapped_between_two_starts_is_refused_whatever_the_record_says() {
+    let f = Fixture::new();
+    f.script_executor("hello", "printf '{\"ok\":true,\"content\":\"hi\"}'", "");
+    f.script_executor("other", "printf '{\"ok\":true,\"content\":\"other\"}'", "");
+    f.sign();
+    let record = f.root.path().join("program-digests.json");
+    let first = Catalog::load_with_record(&f.catalog_dir(), &f.trust, Some(&record));
+    assert_eq!(first.len(), 2);
+    let text = std::fs::read_to_string(&record).unwrap();
+    assert!(
+        text.contains("hello/run.sh") && text.contains("other/run.sh"),
+        "{text}"
+    );
+    age_record(&record);
+
+    // Between the two starts one program is swapped by rename, same length.
+    let program = f.catalog_dir().join("hello/run.sh");
+    let before = std::fs::read_to_string(&program).unwrap();
+    let swapped = f.catalog_dir().join("hello/swap.sh");
+    std::fs::write(&swapped, before.replace("\"hi\"", "\"ev\"")).unwrap();
+    make_executable(&swapped);
+    std::fs::rename(&swapped, &program).unwrap();
+
+    let next = Catalog::load_with_record(&f.catalog_dir(), &f.trust, Some(&record));
+    assert_eq!(next.len(), 1, "{:?}", next.refused());
+    assert!(refusal_of(&next, "hello").contains("does not match its signed digest"));
+    assert_eq!(
+        content_text(&f.run(&next, "other", json!({})).await),
+        "other"
+    );
+    // The record keeps the digest the swapped file has now, under its new identity:
+    // a fact for the next start, which refuses it again.
+    let again = Catalog::load_with_record(&f.catalog_dir(), &f.trust, Some(&record));
+    assert!(refusal_of(&again, "hello").contains("does not match its signed digest"));
+}

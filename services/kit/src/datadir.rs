@@ -37,6 +37,8 @@ pub const KEYS_DIR: &str = "keys";
 pub const LOGS_DIR: &str = "logs";
 /// `metnos chat`'s line history.
 pub const CHAT_HISTORY: &str = "chat_history";
+/// The digests of the catalog's programs as the planner's last start hashed them.
+pub const PROGRAM_DIGESTS: &str = "program-digests.json";
 
 /// Creates `dir` and its missing parents 0700; a folder that exists keeps its mode.
 /// Removes the regular files `<stem>.jsonl` directly in `dir` whose stem `expired` says
@@ -126,11 +128,15 @@ impl Tightened {
 }
 
 /// What the data directory holds that Metnos wrote: the SQLite stores inside it with their
-/// `-wal`, `-shm` and `.lock`, the run file, the chat history, the certificates' folder
+/// `-wal`, `-shm` and `.lock`, the run file, the chat history, the programs' digests, the certificates' folder
 /// when it is inside, and the folders of turn logs, verdict logs and keys.
 fn own_paths(config: &Config) -> (Vec<PathBuf>, Vec<PathBuf>) {
     let data_dir = &config.data_dir;
-    let mut files = vec![data_dir.join(RUN_FILE), data_dir.join(CHAT_HISTORY)];
+    let mut files = vec![
+        data_dir.join(RUN_FILE),
+        data_dir.join(CHAT_HISTORY),
+        data_dir.join(PROGRAM_DIGESTS),
+    ];
     for service in SERVICES {
         if let StoreSpec::Sqlite { path } = config.store(service)
             && path.starts_with(data_dir)

@@ -140,7 +140,12 @@ pub async fn serve(
     };
     let trust = Trust::load(&config.executors.trusted_keys, &config.executors.trust_file)
         .map_err(|e| settings(format!("executors: {e}")))?;
-    let catalog = Arc::new(Catalog::load(&config.executors.catalog_dir, &trust));
+    let record = config.data_dir.join(metnos_kit::datadir::PROGRAM_DIGESTS);
+    let catalog = Arc::new(Catalog::load_with_record(
+        &config.executors.catalog_dir,
+        &trust,
+        Some(&record),
+    ));
     let llm = metnos_llm::Tiers::from_config(&config.runtime.llm)
         .map(|tiers| Arc::new(tiers) as Arc<dyn llm::Llm>)
         .map_err(|e| llm::NoLlm(e.to_string()));
