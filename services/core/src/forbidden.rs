@@ -359,10 +359,11 @@ pub fn warm_up() {
 }
 
 /// A slice aligned as the automaton's `u32` transitions need, for the bytes included
-/// from the build.
+/// from a build script (here and in the vaglio's, for its shell rules).
+#[derive(Debug)]
 #[repr(C, align(4))]
-struct Aligned<B: ?Sized> {
-    bytes: B,
+pub struct Aligned<B: ?Sized> {
+    pub bytes: B,
 }
 
 static PATHS_AHEAD: &Aligned<[u8]> = &Aligned {
@@ -412,9 +413,10 @@ impl RuleSet {
         }
     }
 
-    /// As [`RuleSet::new`], with the fully built automaton's bytes as the build wrote them
-    /// from the same `rules`.
-    fn with_prebuilt(
+    /// As [`RuleSet::new`], with the fully built automaton's bytes as a build script wrote
+    /// them from the same `rules` with [`ahead::builder`] (`src/forbidden/ahead.rs`,
+    /// which such a script includes).
+    pub fn with_prebuilt(
         rules: &'static [(&'static str, &'static str)],
         bytes: &'static [u8],
     ) -> RuleSet {
@@ -444,9 +446,8 @@ impl RuleSet {
         });
     }
 
-    /// Whether the full automaton came from the build's bytes (for the tests).
-    #[cfg(test)]
-    fn loaded_ahead(&self) -> bool {
+    /// Whether the full automaton came from a build script's bytes.
+    pub fn loaded_ahead(&self) -> bool {
         matches!(self.ahead.get(), Some(Ahead::Loaded(_)))
     }
 

@@ -172,6 +172,11 @@ pub struct UpLogs {
 
 /// Days of `metnos up` logs kept.
 pub const LOG_DAYS: usize = 14;
+/// Log lines waiting for the file's writer thread; a line that finds the queue full is
+/// dropped rather than holding a service up, as before. tracing-appender's default, 128 000, allocates
+/// and touches a 4 MB queue at every start, a fifth of the stack's own memory when idle
+/// (issue 45); the writer keeps up with any rate a household's turns make.
+const LOG_QUEUE_LINES: usize = 8_192;
 
 /// The name of today's log file in an [`UpLogs`] folder.
 pub fn log_file_today() -> String {
@@ -373,7 +378,9 @@ fn log_file(
         .max_log_files(LOG_DAYS)
         .build(&logs.dir)
         .map_err(|e| failed(&e))?;
-    let (writer, guard) = tracing_appender::non_blocking(appender);
+    let (writer, guard) = tracing_appender::non_blocking::NonBlockingBuilder::default()
+        .buffered_lines_limit(LOG_QUEUE_LINES)
+        .finish(appender);
     let fmt = tracing_subscriber::fmt::layer()
         .with_writer(writer)
         .with_ansi(false)

@@ -15,6 +15,7 @@ pub mod guard;
 pub mod judge;
 pub mod log;
 pub mod service;
+mod shell_rules;
 pub mod telos;
 
 use std::sync::Arc;
