@@ -256,7 +256,7 @@ impl Catalog {
             .collect();
         let programs = programs_named(&dirs, trust);
         if let Some(record) = record
-            && let Err(e) = catalog.digests.restore(record)
+            && let Err(e) = catalog.digests.restore(record, &programs)
         {
             tracing::warn!(error = %e, "the programs' digests recorded at the last start are not read; every program is hashed");
         }

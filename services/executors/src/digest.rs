@@ -127,6 +127,8 @@ struct Entry {
 #[derive(Debug, Serialize, Deserialize)]
 struct Record {
     version: u32,
+    /// The boot of the machine that wrote it.
+    boot: String,
     programs: Vec<Entry>,
 }
 
@@ -249,21 +251,34 @@ impl DigestCache {
 /// megabytes, was most of the planner's start. An entry holds what the in-process cache
 /// holds, a file's identity and the digest it had then, and is used under the same rule:
 /// any change to the file (a write, a rename over, `touch`, `chmod`) changes its ctime,
-/// which only the kernel sets, and the file is hashed again. The record lives in the data
-/// directory (0700, the file 0600), beside the key that signs the built-ins: whoever can
-/// write it can already sign.
+/// which only the kernel sets, and the file is hashed again. A record holds for the boot
+/// that wrote it: after a restart of the machine (when a disk may have been edited
+/// offline, or the clock set back) every program is hashed once more. The record lives in
+/// the data directory (0700, the file 0600), which the executors never reach; its
+/// entries only spare a hash, and a program still has to match the digest its signed
+/// manifest names.
 impl DigestCache {
-    /// Takes in the digests recorded in `file`; returns how many. A missing record is
-    /// none; an unreadable, oversized or foreign one is an error, and nothing is taken in
-    /// (every program is hashed, as without a record).
-    pub fn restore(&self, file: &Path) -> Result<usize, String> {
+    /// Takes in the digests recorded in `file` for `programs` (an entry for any other
+    /// path, or dated after now, is left out); returns how many. A missing record, or one
+    /// from another boot, is none; an unreadable, oversized or foreign one is an error,
+    /// and nothing is taken in (every program is hashed, as without a record).
+    pub fn restore(&self, file: &Path, programs: &[PathBuf]) -> Result<usize, String> {
         let record = match read_record(file) {
             Ok(Some(record)) => record,
             Ok(None) => return Ok(0),
             Err(e) => return Err(format!("{}: {e}", file.display())),
         };
+        if boot_id().is_none_or(|boot| record.boot != boot) {
+            return Ok(0);
+        }
+        let now = now_seconds();
+        let usable: Vec<Entry> = record
+            .programs
+            .into_iter()
+            .filter(|entry| entry.hashed_at <= now && programs.contains(&entry.path))
+            .collect();
         let mut verified = self.verified.lock().unwrap_or_else(|e| e.into_inner());
-        for entry in &record.programs {
+        for entry in &usable {
             verified.entry(entry.path.clone()).or_insert_with(|| {
                 let seen = Verified {
                     identity: entry.identity,
@@ -272,18 +287,24 @@ impl DigestCache {
                 (entry.sha256.clone(), seen)
             });
         }
-        let count = record.programs.len();
-        *self.restored.lock().unwrap_or_else(|e| e.into_inner()) = record.programs;
+        let count = usable.len();
+        *self.restored.lock().unwrap_or_else(|e| e.into_inner()) = usable;
         Ok(count)
     }
 
     /// Writes the digests known for `programs` to `file` (0600, replaced whole) when
-    /// they differ from what [`DigestCache::restore`] read; returns whether it wrote.
+    /// they differ from what [`DigestCache::restore`] took in; returns whether it wrote.
+    /// Without this boot's id nothing is written (a record could not be told apart).
     pub fn persist(&self, file: &Path, programs: &[PathBuf]) -> std::io::Result<bool> {
+        let Some(boot) = boot_id() else {
+            return Ok(false);
+        };
         let mut entries: Vec<Entry> = {
             let verified = self.verified.lock().unwrap_or_else(|e| e.into_inner());
             programs
                 .iter()
+                // A path JSON cannot hold is hashed at every start, as before.
+                .filter(|path| path.to_str().is_some())
                 .filter_map(|path| {
                     let (sha256, seen) = verified.get(path)?;
                     Some(Entry {
@@ -302,6 +323,7 @@ impl DigestCache {
         }
         let record = Record {
             version: RECORD_VERSION,
+            boot,
             programs: entries,
         };
         let text = serde_json::to_vec_pretty(&record).map_err(std::io::Error::other)?;
@@ -310,12 +332,25 @@ impl DigestCache {
     }
 }
 
+/// This boot of the machine (Linux's random id, new at every boot).
+fn boot_id() -> Option<String> {
+    let id = std::fs::read_to_string("/proc/sys/kernel/random/boot_id").ok()?;
+    let id = id.trim();
+    (!id.is_empty()).then(|| id.to_owned())
+}
+
 fn read_record(file: &Path) -> std::io::Result<Option<Record>> {
-    let opened = match File::open(file) {
-        Ok(opened) => opened,
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
-        Err(e) => return Err(e),
+    use rustix::fs::{Mode, OFlags};
+    // Neither through a link nor blocked on a FIFO: only a regular file is read.
+    let flags = OFlags::RDONLY | OFlags::NOFOLLOW | OFlags::NONBLOCK | OFlags::CLOEXEC;
+    let opened = match rustix::fs::open(file, flags, Mode::empty()) {
+        Ok(fd) => File::from(fd),
+        Err(rustix::io::Errno::NOENT) => return Ok(None),
+        Err(e) => return Err(e.into()),
     };
+    if !opened.metadata()?.is_file() {
+        return Err(std::io::Error::other("not a regular file"));
+    }
     let mut text = Vec::new();
     opened.take(RECORD_MAX_BYTES + 1).read_to_end(&mut text)?;
     if text.len() as u64 > RECORD_MAX_BYTES {
@@ -333,23 +368,17 @@ fn read_record(file: &Path) -> std::io::Result<Option<Record>> {
     Ok(Some(record))
 }
 
-/// Writes `bytes` to `file` through a private temporary beside it, renamed over.
+/// Writes `bytes` to `file` through a private temporary beside it (a fresh name, so two
+/// planners sharing a data directory never write into each other's), renamed over.
 fn write_private(file: &Path, bytes: &[u8]) -> std::io::Result<()> {
     use std::io::Write;
-    use std::os::unix::fs::OpenOptionsExt;
-    let mut temporary = file.as_os_str().to_owned();
-    // Two planners sharing a data directory must not write into each other's.
-    temporary.push(format!(".{}.tmp", std::process::id()));
-    let temporary = PathBuf::from(temporary);
-    let _ = std::fs::remove_file(&temporary);
-    let mut out = std::fs::OpenOptions::new()
-        .write(true)
-        .create_new(true)
-        .mode(0o600)
-        .open(&temporary)?;
-    out.write_all(bytes)?;
-    drop(out);
-    std::fs::rename(&temporary, file)
+    let dir = file.parent().unwrap_or(Path::new("."));
+    let mut temporary = tempfile::Builder::new()
+        .prefix(".program-digests.")
+        .tempfile_in(dir)?;
+    temporary.write_all(bytes)?;
+    temporary.persist(file).map_err(|e| e.error)?;
+    Ok(())
 }
 
 #[cfg(test)]
@@ -436,15 +465,10 @@ mod tests {
         ));
     }
 
-    /// A record as a start long ago would have left it: its entries hashed well after
-    /// the files' last change (a test's files were all changed a moment ago).
-    fn aged(record: &Path) {
-        let mut json: serde_json::Value =
-            serde_json::from_slice(&std::fs::read(record).unwrap()).unwrap();
-        for entry in json["programs"].as_array_mut().unwrap() {
-            entry["hashed_at"] = serde_json::json!(now_seconds() + 60);
-        }
-        std::fs::write(record, serde_json::to_vec(&json).unwrap()).unwrap();
+    /// Waits until files changed now are older than the racy window, so that a digest
+    /// taken after it is trusted (as for any program installed more than 2 s before).
+    fn settle() {
+        std::thread::sleep(std::time::Duration::from_millis(2_100 + 1_000));
     }
 
     #[test]
@@ -454,15 +478,18 @@ mod tests {
         let (prog, record) = (dir.path().join("prog"), dir.path().join("digests.json"));
         std::fs::write(&prog, b"version one").unwrap();
         let one = sha256_hex(b"version one");
+        settle();
         let first = DigestCache::default();
         first.warm(std::slice::from_ref(&prog));
         assert!(first.persist(&record, std::slice::from_ref(&prog)).unwrap());
         let mode = std::fs::metadata(&record).unwrap().permissions().mode();
         assert_eq!(mode & 0o777, 0o600);
-        aged(&record);
 
         let next = DigestCache::default();
-        assert_eq!(next.restore(&record).unwrap(), 1);
+        assert_eq!(
+            next.restore(&record, std::slice::from_ref(&prog)).unwrap(),
+            1
+        );
         next.open_verified(&prog, &one).unwrap();
         // Nothing changed, so nothing to write again.
         assert!(!next.persist(&record, std::slice::from_ref(&prog)).unwrap());
@@ -471,7 +498,9 @@ mod tests {
         let text = std::fs::read_to_string(&record).unwrap();
         std::fs::write(&record, text.replace(&one, &sha256_hex(b"recorded"))).unwrap();
         let believing = DigestCache::default();
-        believing.restore(&record).unwrap();
+        believing
+            .restore(&record, std::slice::from_ref(&prog))
+            .unwrap();
         believing
             .open_verified(&prog, &sha256_hex(b"recorded"))
             .unwrap();
@@ -484,7 +513,7 @@ mod tests {
         );
         // Renamed over by another file of the same length.
         let next = DigestCache::default();
-        next.restore(&record).unwrap();
+        next.restore(&record, std::slice::from_ref(&prog)).unwrap();
         let other = dir.path().join("other");
         std::fs::write(&other, b"version 1!!").unwrap();
         std::fs::rename(&other, &prog).unwrap();
@@ -504,12 +533,12 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let (prog, record) = (dir.path().join("prog"), dir.path().join("digests.json"));
         std::fs::write(&prog, b"the program").unwrap();
+        settle();
         let cache = DigestCache::default();
         cache.warm(std::slice::from_ref(&prog));
         cache.persist(&record, std::slice::from_ref(&prog)).unwrap();
-        aged(&record);
         let next = DigestCache::default();
-        next.restore(&record).unwrap();
+        next.restore(&record, std::slice::from_ref(&prog)).unwrap();
         // A manifest signing another digest is refused, record or not.
         assert_eq!(
             next.open_verified(&prog, &sha256_hex(b"another program"))
@@ -529,19 +558,89 @@ mod tests {
         let (prog, record) = (dir.path().join("prog"), dir.path().join("digests.json"));
         std::fs::write(&prog, b"the program").unwrap();
         let cache = DigestCache::default();
-        assert_eq!(cache.restore(&record).unwrap(), 0, "no record yet");
+        assert_eq!(
+            cache.restore(&record, std::slice::from_ref(&prog)).unwrap(),
+            0,
+            "no record yet"
+        );
 
         std::fs::write(&record, b"{\"version\": 1, \"programs\": [").unwrap();
-        let error = cache.restore(&record).unwrap_err();
+        let error = cache
+            .restore(&record, std::slice::from_ref(&prog))
+            .unwrap_err();
         assert!(error.contains("digests.json"), "{error}");
-        std::fs::write(&record, br#"{"version": 7, "programs": []}"#).unwrap();
-        assert!(cache.restore(&record).unwrap_err().contains("version 7"));
+        std::fs::write(&record, br#"{"version": 7, "boot": "b", "programs": []}"#).unwrap();
+        assert!(
+            cache
+                .restore(&record, std::slice::from_ref(&prog))
+                .unwrap_err()
+                .contains("version 7")
+        );
         std::fs::write(&record, vec![b' '; RECORD_MAX_BYTES as usize + 10]).unwrap();
-        assert!(cache.restore(&record).unwrap_err().contains("longer than"));
+        assert!(
+            cache
+                .restore(&record, std::slice::from_ref(&prog))
+                .unwrap_err()
+                .contains("longer than")
+        );
+        // A link or a FIFO at its place is refused at once, never followed or waited on.
+        std::fs::remove_file(&record).unwrap();
+        std::os::unix::fs::symlink(&prog, &record).unwrap();
+        assert!(cache.restore(&record, std::slice::from_ref(&prog)).is_err());
+        std::fs::remove_file(&record).unwrap();
+        rustix::fs::mknodat(
+            rustix::fs::CWD,
+            &record,
+            rustix::fs::FileType::Fifo,
+            rustix::fs::Mode::from_raw_mode(0o600),
+            0,
+        )
+        .unwrap();
+        let error = cache
+            .restore(&record, std::slice::from_ref(&prog))
+            .unwrap_err();
+        assert!(error.contains("not a regular file"), "{error}");
         // Without a record the program is hashed and checked as before.
         cache
             .open_verified(&prog, &sha256_hex(b"the program"))
             .unwrap();
         assert!(cache.open_verified(&prog, &sha256_hex(b"other")).is_err());
+    }
+
+    #[test]
+    fn a_record_holds_for_its_boot_its_programs_and_its_past() {
+        let dir = tempfile::tempdir().unwrap();
+        let (prog, record) = (dir.path().join("prog"), dir.path().join("digests.json"));
+        std::fs::write(&prog, b"the program").unwrap();
+        settle();
+        let cache = DigestCache::default();
+        cache.warm(std::slice::from_ref(&prog));
+        assert!(cache.persist(&record, std::slice::from_ref(&prog)).unwrap());
+        let edited = |edit: &dyn Fn(&mut serde_json::Value)| {
+            let mut json: serde_json::Value =
+                serde_json::from_slice(&std::fs::read(&record).unwrap()).unwrap();
+            edit(&mut json);
+            let other = dir.path().join("edited.json");
+            std::fs::write(&other, serde_json::to_vec(&json).unwrap()).unwrap();
+            DigestCache::default()
+                .restore(&other, std::slice::from_ref(&prog))
+                .unwrap()
+        };
+        assert_eq!(edited(&|_| {}), 1);
+        // Written before the machine last started: a disk may have been edited offline.
+        assert_eq!(
+            edited(&|j| j["boot"] = serde_json::json!("another-boot")),
+            0
+        );
+        // Dated after now: no clock of this boot wrote it.
+        assert_eq!(
+            edited(&|j| j["programs"][0]["hashed_at"] = serde_json::json!(now_seconds() + 3600)),
+            0
+        );
+        // A path the catalog does not name is not taken in.
+        assert_eq!(
+            edited(&|j| j["programs"][0]["path"] = serde_json::json!("/usr/bin/other")),
+            0
+        );
     }
 }
