@@ -20,16 +20,9 @@ fn main() {
     let big_endian = std::env::var("CARGO_CFG_TARGET_ENDIAN").is_ok_and(|e| e == "big");
     for (name, table) in [("paths", rules::PATH_RULES), ("writes", rules::WRITE_RULES)] {
         let patterns: Vec<&str> = table.iter().map(|(_, pattern)| *pattern).collect();
-        let dfa = ahead::builder()
-            .build_many(&patterns)
-            .expect("valid forbidden-path rules");
-        let (bytes, pad) = if big_endian {
-            dfa.to_bytes_big_endian()
-        } else {
-            dfa.to_bytes_little_endian()
-        };
+        let bytes = ahead::bytes(&patterns, big_endian);
         let file = out.join(format!("{name}.dfa"));
-        std::fs::write(&file, &bytes[pad..])
+        std::fs::write(&file, &bytes)
             .unwrap_or_else(|e| panic!("cannot write {}: {e}", file.display()));
     }
 }

@@ -23,15 +23,8 @@ fn main() {
         .iter()
         .map(|(_, pattern)| *pattern)
         .collect();
-    let dfa = ahead::builder()
-        .build_many(&patterns)
-        .expect("valid shell rules");
-    let (bytes, pad) = if big_endian {
-        dfa.to_bytes_big_endian()
-    } else {
-        dfa.to_bytes_little_endian()
-    };
+    let bytes = ahead::bytes(&patterns, big_endian);
     let file = out.join("shell.dfa");
-    std::fs::write(&file, &bytes[pad..])
+    std::fs::write(&file, &bytes)
         .unwrap_or_else(|e| panic!("cannot write {}: {e}", file.display()));
 }

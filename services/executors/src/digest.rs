@@ -471,17 +471,24 @@ mod tests {
         std::thread::sleep(std::time::Duration::from_millis(2_100 + 1_000));
     }
 
+    /// A program `content` written, settled, hashed and recorded: its folder, its path and
+    /// the record's path.
+    fn recorded(content: &[u8]) -> (tempfile::TempDir, PathBuf, PathBuf) {
+        let dir = tempfile::tempdir().unwrap();
+        let (prog, record) = (dir.path().join("prog"), dir.path().join("digests.json"));
+        std::fs::write(&prog, content).unwrap();
+        settle();
+        let cache = DigestCache::default();
+        cache.warm(std::slice::from_ref(&prog));
+        assert!(cache.persist(&record, std::slice::from_ref(&prog)).unwrap());
+        (dir, prog, record)
+    }
+
     #[test]
     fn a_recorded_digest_spares_the_hash_until_the_program_changes() {
         use std::os::unix::fs::PermissionsExt;
-        let dir = tempfile::tempdir().unwrap();
-        let (prog, record) = (dir.path().join("prog"), dir.path().join("digests.json"));
-        std::fs::write(&prog, b"version one").unwrap();
+        let (dir, prog, record) = recorded(b"version one");
         let one = sha256_hex(b"version one");
-        settle();
-        let first = DigestCache::default();
-        first.warm(std::slice::from_ref(&prog));
-        assert!(first.persist(&record, std::slice::from_ref(&prog)).unwrap());
         let mode = std::fs::metadata(&record).unwrap().permissions().mode();
         assert_eq!(mode & 0o777, 0o600);
 
@@ -530,13 +537,7 @@ mod tests {
 
     #[test]
     fn a_recorded_digest_is_a_fact_about_a_file_not_trust() {
-        let dir = tempfile::tempdir().unwrap();
-        let (prog, record) = (dir.path().join("prog"), dir.path().join("digests.json"));
-        std::fs::write(&prog, b"the program").unwrap();
-        settle();
-        let cache = DigestCache::default();
-        cache.warm(std::slice::from_ref(&prog));
-        cache.persist(&record, std::slice::from_ref(&prog)).unwrap();
+        let (dir, prog, record) = recorded(b"the program");
         let next = DigestCache::default();
         next.restore(&record, std::slice::from_ref(&prog)).unwrap();
         // A manifest signing another digest is refused, record or not.
@@ -609,13 +610,7 @@ mod tests {
 
     #[test]
     fn a_record_holds_for_its_boot_its_programs_and_its_past() {
-        let dir = tempfile::tempdir().unwrap();
-        let (prog, record) = (dir.path().join("prog"), dir.path().join("digests.json"));
-        std::fs::write(&prog, b"the program").unwrap();
-        settle();
-        let cache = DigestCache::default();
-        cache.warm(std::slice::from_ref(&prog));
-        assert!(cache.persist(&record, std::slice::from_ref(&prog)).unwrap());
+        let (dir, prog, record) = recorded(b"the program");
         let edited = |edit: &dyn Fn(&mut serde_json::Value)| {
             let mut json: serde_json::Value =
                 serde_json::from_slice(&std::fs::read(&record).unwrap()).unwrap();

@@ -24,3 +24,17 @@ pub fn builder() -> regex_automata::dfa::dense::Builder {
         .syntax(syntax());
     builder
 }
+
+/// The fully built automaton of `patterns` as bytes in the target's byte order (big
+/// endian when `big_endian`), for a build script to write and `RuleSet::with_prebuilt`
+/// to load.
+#[allow(dead_code, reason = "used by the build scripts that include this file")]
+pub fn bytes(patterns: &[&str], big_endian: bool) -> Vec<u8> {
+    let dfa = builder().build_many(patterns).expect("valid rules");
+    let (bytes, pad) = if big_endian {
+        dfa.to_bytes_big_endian()
+    } else {
+        dfa.to_bytes_little_endian()
+    };
+    bytes[pad..].to_vec()
+}

@@ -26,20 +26,14 @@ pub fn named(name: &str) -> Option<TimeZone> {
 
 /// The machine's zone: the one `/etc/localtime` links to; UTC when there is none.
 pub fn system() -> TimeZone {
-    system_at(Path::new(LOCALTIME))
-}
-
-fn system_at(localtime: &Path) -> TimeZone {
-    if let Some(zone) = linked_name(localtime).as_deref().and_then(named) {
-        return zone;
-    }
     // Not a link into a zoneinfo folder (a copied file, or no setting at all): jiff
     // reads the file itself, without a name and without indexing a database.
-    if localtime == Path::new(LOCALTIME) {
-        TimeZone::try_system().unwrap_or(TimeZone::UTC)
-    } else {
-        TimeZone::UTC
-    }
+    linked(Path::new(LOCALTIME)).unwrap_or_else(|| TimeZone::try_system().unwrap_or(TimeZone::UTC))
+}
+
+/// The zone whose name `localtime` links to, when the database knows it.
+fn linked(localtime: &Path) -> Option<TimeZone> {
+    linked_name(localtime).as_deref().and_then(named)
 }
 
 /// The IANA name in the link's target (`…/zoneinfo/Europe/Rome` → `Europe/Rome`).
@@ -74,16 +68,18 @@ mod tests {
         let link = dir.path().join("localtime");
         std::os::unix::fs::symlink("/usr/share/zoneinfo/America/New_York", &link).unwrap();
         // The target need not exist here: the name is what the bundled database reads.
-        assert_eq!(system_at(&link).iana_name(), Some("America/New_York"));
+        let zone = |link: &Path| linked(link).and_then(|z| z.iana_name().map(str::to_owned));
+        assert_eq!(zone(&link).as_deref(), Some("America/New_York"));
 
         let elsewhere = dir.path().join("elsewhere");
         std::os::unix::fs::symlink("../zoneinfo/Asia/Tokyo", &elsewhere).unwrap();
-        assert_eq!(system_at(&elsewhere).iana_name(), Some("Asia/Tokyo"));
+        assert_eq!(zone(&elsewhere).as_deref(), Some("Asia/Tokyo"));
 
-        // A link to something that is no zone, and no link at all: UTC.
+        // A link to something that is no zone, and no link at all: no linked zone (the
+        // machine's is then read from the file, or UTC).
         let odd = dir.path().join("odd");
         std::os::unix::fs::symlink("/usr/share/zoneinfo/Not/AZone", &odd).unwrap();
-        assert_eq!(system_at(&odd), TimeZone::UTC);
-        assert_eq!(system_at(&dir.path().join("missing")), TimeZone::UTC);
+        assert!(linked(&odd).is_none());
+        assert!(linked(&dir.path().join("missing")).is_none());
     }
 }
