@@ -64,36 +64,45 @@ impl Journal {
     /// [`Journal::append`]'s work, inside a transaction that holds the journal's lock
     /// ([`Journal::key`]).
     pub async fn append_in(&self, tx: &mut Tx, record: &Value) -> Result<End, sqlx::Error> {
-        let read_head = format!("SELECT seq, hash FROM {} WHERE id = 1", self.head);
-        let read_last = format!("SELECT line FROM {} ORDER BY seq DESC LIMIT 1", self.table);
+        // Two statements a record besides its line: one read of the head and the last
+        // row together, one write of the head with the day's root (each a round trip to
+        // SQLite's worker thread, which is most of a small write's cost).
+        let read = format!(
+            "SELECT (SELECT seq FROM {head} WHERE id = 1), (SELECT hash FROM {head} WHERE id = 1), \
+             (SELECT line FROM {table} ORDER BY seq DESC LIMIT 1)",
+            head = self.head,
+            table = self.table
+        );
         let insert = format!("INSERT INTO {} (seq, line) VALUES ($1, $2)", self.table);
+        let upsert = "ON CONFLICT (id) DO UPDATE SET seq = excluded.seq, hash = excluded.hash";
         let move_head = format!(
-            "INSERT INTO {} (id, seq, hash) VALUES (1, $1, $2) \
-             ON CONFLICT (id) DO UPDATE SET seq = excluded.seq, hash = excluded.hash",
+            "INSERT INTO {} (id, seq, hash) VALUES (1, $1, $2) {upsert}",
             self.head
         );
-        let keep_day = format!(
-            "INSERT INTO {} (id, seq, hash) VALUES ($1, $2, $3) ON CONFLICT (id) DO NOTHING",
-            self.head
+        // The day's root is kept as first written: only the head's row (id 1) is updated.
+        let move_head_keep_day = format!(
+            "INSERT INTO {head} (id, seq, hash) VALUES (1, $1, $2), ($3, $4, $5) {upsert} \
+             WHERE {head}.id = 1",
+            head = self.head
         );
         let today = day_id(&crate::time::rfc3339(crate::time::now_ms())[..10]);
-        let head = match tx
-            .fetch_optional(Statement::new(AssertSqlSafe(read_head)))
+        let row = tx
+            .fetch_optional(Statement::new(AssertSqlSafe(read)))
             .await?
-        {
-            Some(row) => Some(End {
-                seq: u64::try_from(row.get::<i64, _>(0)?).unwrap_or(0),
-                hash: row.get(1)?,
+            .ok_or_else(|| {
+                sqlx::Error::Protocol("the journal's head read returned no row".into())
+            })?;
+        let head = match (
+            row.get::<Option<i64>, _>(0)?,
+            row.get::<Option<String>, _>(1)?,
+        ) {
+            (Some(seq), Some(hash)) => Some(End {
+                seq: u64::try_from(seq).unwrap_or(0),
+                hash,
             }),
-            None => None,
+            _ => None,
         };
-        let last: Option<String> = match tx
-            .fetch_optional(Statement::new(AssertSqlSafe(read_last)))
-            .await?
-        {
-            Some(row) => Some(row.get(0)?),
-            None => None,
-        };
+        let last: Option<String> = row.get(2)?;
         // The chain goes on from its last row; a head that does not name it (missing, or the
         // rows cut or edited) is said in the new row, so it stays visible.
         let end = last
@@ -111,21 +120,23 @@ impl Journal {
             }
             None => record,
         };
-        // The day's root, at its first record: the chain as the day began.
-        if end.seq > 0 {
-            let day = Statement::new(AssertSqlSafe(keep_day))
-                .bind(today)
-                .bind(i64::try_from(end.seq).unwrap_or(i64::MAX))
-                .bind(end.hash.clone());
-            tx.execute(day).await?;
-        }
         let (line, next) = crate::chain::link(&end, record);
         let seq = i64::try_from(next.seq).unwrap_or(i64::MAX);
         tx.execute(Statement::new(AssertSqlSafe(insert)).bind(seq).bind(line))
             .await?;
-        let moved = Statement::new(AssertSqlSafe(move_head))
-            .bind(seq)
-            .bind(next.hash.clone());
+        // The day's root, at its first record: the chain as the day began.
+        let moved = if end.seq > 0 {
+            Statement::new(AssertSqlSafe(move_head_keep_day))
+                .bind(seq)
+                .bind(next.hash.clone())
+                .bind(today)
+                .bind(i64::try_from(end.seq).unwrap_or(i64::MAX))
+                .bind(end.hash.clone())
+        } else {
+            Statement::new(AssertSqlSafe(move_head))
+                .bind(seq)
+                .bind(next.hash.clone())
+        };
         tx.execute(moved).await?;
         Ok(next)
     }
