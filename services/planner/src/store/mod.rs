@@ -13,6 +13,7 @@ macro_rules! finish_turn_sql {
 }
 
 pub mod memories;
+pub mod mnestome;
 pub mod summaries;
 pub mod tasks;
 pub mod threads;
@@ -87,6 +88,11 @@ const SQLITE: &[EmbeddedMigration] = &[
         description: "memory forgets",
         sql: include_str!("../../migrations/sqlite/0013_memory_forgets.sql"),
     },
+    EmbeddedMigration {
+        version: 14,
+        description: "mnestome",
+        sql: include_str!("../../migrations/sqlite/0014_mnestome.sql"),
+    },
 ];
 const POSTGRES: &[EmbeddedMigration] = &[
     EmbeddedMigration {
@@ -153,6 +159,11 @@ const POSTGRES: &[EmbeddedMigration] = &[
         version: 13,
         description: "memory forgets",
         sql: include_str!("../../migrations/postgres/0013_memory_forgets.sql"),
+    },
+    EmbeddedMigration {
+        version: 14,
+        description: "mnestome",
+        sql: include_str!("../../migrations/postgres/0014_mnestome.sql"),
     },
 ];
 

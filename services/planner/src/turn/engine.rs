@@ -23,6 +23,7 @@ use crate::llm::{LlmSlot, model_of, tier_used};
 use crate::proactive::scheduler::Scheduler;
 use crate::proactive::tools::{self as orders, Answer};
 use crate::store::memories::MemoryStore;
+use crate::store::mnestome::Mnestome;
 use crate::store::threads::{ThreadError, ThreadStore};
 use crate::store::{State, Store};
 use crate::turn::asking::Asking;
@@ -40,6 +41,7 @@ use crate::turn::running::Running;
 use crate::turn::scratch;
 use crate::turn::summary;
 use crate::turn::suspension::Suspension;
+use crate::turn::synt;
 use crate::turn::vetting::{Refusal, Vetting};
 use crate::turn::{
     Call, Checkpoint, FinalKind, Hist, Mode, StepLog, TurnRequest, finish, mode_name, mode_to_wire,
@@ -80,6 +82,7 @@ pub struct Planner {
     log: TurnLog,
     conversation: ConversationConfig,
     memories: MemoryStore,
+    mnestome: Mnestome,
     orders: Option<Scheduler>,
     index: Index,
     running: Running,
@@ -187,6 +190,19 @@ async fn refused(
 }
 
 impl Planner {
+    /// Tells the stream a step is proposed: the step's log, begun.
+    async fn proposed(&self, cp: &Checkpoint, call: &Call, sink: &Sink, n: u32) -> StepLog {
+        let tier = tier_used(&self.llm, cp.tier);
+        let proposed = pb::StepProposed {
+            step: n,
+            executor: call.name.clone(),
+            args_json: call.arguments.to_string(),
+            tier: tier.as_str().to_owned(),
+        };
+        emit(sink, pb::turn_event::Event::StepProposed(proposed)).await;
+        StepLog::new(n, call, tier, &schema_keys(&self.catalog, &call.name))
+    }
+
     pub fn new(parts: Parts) -> Planner {
         // A mail or calendar built-in without an account is never a candidate.
         let entries: Vec<Entry> = parts
@@ -207,6 +223,7 @@ impl Planner {
             parts.log.clone(),
         );
         let memories = MemoryStore::new(parts.store.db().clone(), parts.memory.max_entries.get());
+        let mnestome = Mnestome::new(parts.store.db().clone());
         Planner {
             config: parts.config,
             default_mode: parts.default_mode,
@@ -219,6 +236,7 @@ impl Planner {
             log: parts.log,
             conversation: parts.conversation,
             memories,
+            mnestome,
             orders: parts.orders,
             running: Running::default(),
             recovery,
@@ -233,6 +251,11 @@ impl Planner {
     /// The people's long-term memory.
     pub fn memories(&self) -> &MemoryStore {
         &self.memories
+    }
+
+    /// Which executors' outputs were piped into which (the installation's).
+    pub fn mnestome(&self) -> &Mnestome {
+        &self.mnestome
     }
 
     /// What the catalog holds of MCP servers, and each started server's standing.
@@ -760,15 +783,7 @@ impl Planner {
             return StepOutcome::Finished(stop);
         }
         let started = Instant::now();
-        let tier = tier_used(&self.llm, cp.tier);
-        let proposed = pb::StepProposed {
-            step: n,
-            executor: call.name.clone(),
-            args_json: call.arguments.to_string(),
-            tier: tier.as_str().to_owned(),
-        };
-        emit(sink, pb::turn_event::Event::StepProposed(proposed)).await;
-        let mut log = StepLog::new(n, &call, tier, &schema_keys(&self.catalog, &call.name));
+        let mut log = self.proposed(cp, &call, sink, n).await;
         let Stages {
             vetting,
             execution,
@@ -835,6 +850,15 @@ impl Planner {
         }
         let cleared = match vetted {
             Ok(cleared) => cleared,
+            Err(Refusal::Refused(why)) if log.executor == "?" => {
+                let observation =
+                    synt::refusal_with_chain(&self.mnestome, &self.index, cp, &call, &log, why)
+                        .await;
+                execution
+                    .observe(cp, sink, &call, log, observation, Vec::new(), started)
+                    .await;
+                return StepOutcome::Continue;
+            }
             Err(why) => return refused(&execution, cp, sink, &call, log, why, started).await,
         };
         *cp.executor_calls.entry(call.name.clone()).or_insert(0) += 1;
@@ -855,7 +879,7 @@ impl Planner {
             _ => {}
         }
         let observation = execution
-            .execute(&cp.turn_id, &cleared.executor, &cleared.args, &[], cancel)
+            .run_learning(cp, &call, &cleared, &log, cancel)
             .await;
         execution.note_seen(cp, &call.name, &cleared.args, n, &observation);
         let labels = execution.labels_for(cp, &call, &cleared.args, &observation);

@@ -17,13 +17,16 @@ use tracing::Instrument;
 
 use crate::llm::{LlmSlot, tier_used};
 use crate::store::Store;
+use crate::store::mnestome::Mnestome;
 use crate::turn::flow::{Sink, emit, refusal};
+use crate::turn::passages;
 use crate::turn::paths;
 use crate::turn::record::Records;
 use crate::turn::rules;
 use crate::turn::running::cancelled;
 use crate::turn::scratch;
 use crate::turn::taint;
+use crate::turn::vetting::Cleared;
 use crate::turn::{Call, Checkpoint, Hist, StepLog};
 
 /// An observation as the LLM sees it and as piping keeps it.
@@ -83,6 +86,26 @@ impl<'a> Execution<'a> {
             observation = run => observation,
             () = cancelled(self.store, turn_id, cancel) => Observation::failure("cancelled before the executor finished"),
         }
+    }
+
+    /// Runs a cleared call; the mnestome learns the passages that fed it (the arguments
+    /// its schema names, as the step's log keeps them) from how it went (issue 46).
+    pub(crate) async fn run_learning(
+        &self,
+        cp: &Checkpoint,
+        call: &Call,
+        cleared: &Cleared,
+        log: &StepLog,
+        cancel: &mut watch::Receiver<bool>,
+    ) -> Observation {
+        let keys = log.known_keys.as_deref().unwrap_or_default();
+        let fed = passages::fed(cp, &call.arguments, &call.name, keys);
+        let observation = self
+            .execute(&cp.turn_id, &cleared.executor, &cleared.args, &[], cancel)
+            .await;
+        let mnestome = Mnestome::new(self.store.db().clone());
+        passages::learn(&mnestome, &fed, observation.ok).await;
+        observation
     }
 
     /// The duplicate-read guard learns a target once a call on it succeeded (a failed

@@ -22,6 +22,7 @@ pub mod endings;
 pub mod engine;
 pub mod execution;
 pub(crate) mod flow;
+pub(crate) mod passages;
 pub(crate) mod paths;
 pub mod piping;
 pub mod prefilter;
@@ -37,6 +38,7 @@ mod stage_tests;
 pub mod state;
 pub mod summary;
 pub mod suspension;
+pub mod synt;
 pub mod taint;
 pub mod vetting;
 

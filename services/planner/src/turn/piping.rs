@@ -44,6 +44,13 @@ pub fn referenced_steps(args: &Value) -> BTreeSet<u32> {
     steps
 }
 
+/// Every well-formed reference in `args`, in the order written.
+pub fn references(args: &Value) -> Vec<Reference> {
+    let mut found = Vec::new();
+    visit(args, &mut |text| found.extend(parse_reference(text)));
+    found
+}
+
 fn visit(value: &Value, f: &mut impl FnMut(&str)) {
     match value {
         Value::String(s) => f(s),

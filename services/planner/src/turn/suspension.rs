@@ -23,9 +23,11 @@ use crate::filters::Filters;
 use crate::proactive::scheduler::Scheduler;
 use crate::store::Store;
 use crate::store::memories::MemoryStore;
+use crate::store::mnestome::Mnestome;
 use crate::turn::cards::Asked;
 use crate::turn::execution::Execution;
 use crate::turn::flow::{Sink, StepOutcome, emit, refusal};
+use crate::turn::passages;
 use crate::turn::record::{Records, SaveError};
 use crate::turn::running::cancelled;
 use crate::turn::vetting::Cleared;
@@ -545,6 +547,13 @@ impl<'a> Suspension<'a> {
             &observation,
         );
         if status == approval::ApprovalStatus::Approved {
+            if let Some(executor) = self.catalog.get(&pending.call.name) {
+                // An approved call that ran teaches as one run at once would.
+                let keys = crate::turn::schema_keys(&executor.manifest.args);
+                let fed = passages::fed(cp, &pending.call.arguments, &pending.call.name, &keys);
+                let mnestome = Mnestome::new(self.store.db().clone());
+                passages::learn(&mnestome, &fed, observation.ok).await;
+            }
             self.after_approval(cp, &pending, &decision);
         }
         let waited =

@@ -620,7 +620,7 @@ fn common_run<'a>(a: &'a str, i: usize, b: &str, j: usize) -> Option<(&'a str, u
 
 /// The string leaves of `value` the model wrote itself (a whole `{{stepN…}}` reference is
 /// piped, not written).
-fn written<'a>(value: &'a Value, out: &mut Vec<&'a str>) {
+pub(crate) fn written<'a>(value: &'a Value, out: &mut Vec<&'a str>) {
     match value {
         // A reference's own text too: `{{step99.<a secret>}}` is refused, and its refusal
         // echoes what the model wrote in it.

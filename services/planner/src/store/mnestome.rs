@@ -1,0 +1,235 @@
+//! The mnestome (issue 46, seed agent_runtime ch. 11.1): which executor's output was piped
+//! into which executor's argument, and how well that went. A passage's weight moves toward
+//! 1 each time a step fed that way succeeds (`w ← w + 0.2·(1 − w)`) and toward 0 each time
+//! it fails (`w ← 0.8·w`); a refused or rejected step teaches nothing (it never ran). A
+//! proto is a tool the model asked for that does not exist, with data piped from an
+//! earlier step: what a chain of existing executors may do instead.
+//!
+//! Only names are kept — executors, an output's field, an argument's key — never values or
+//! targets. The mnestome is the installation's, not a person's: what one person's turns
+//! teach about tools is what the tools do, and it only ever suggests (each call of a
+//! suggested chain still passes every filter).
+
+use metnos_kit::store::Db;
+use metnos_kit::store::sql::{Row, Statement};
+use serde::Serialize;
+
+/// How far one success moves a passage's weight toward 1.
+pub const LEARN_RATE: f64 = 0.2;
+
+/// What one failure leaves of a passage's weight.
+pub const FAILURE_KEEPS: f64 = 0.8;
+
+/// The weight from which a passage is followed by a chain's search.
+pub const STRONG: f64 = 0.30;
+
+/// The longest name kept (an executor, a field, an argument's key, a wanted tool).
+pub const MAX_NAME: usize = 64;
+
+/// Most argument names a proto keeps.
+pub const MAX_PROTO_ARGS: usize = 8;
+
+/// One passage: `from_executor`'s output field `from_field` (`*`: somewhere in its
+/// observation, found by the copy rule) into `to_executor`'s argument `to_arg`.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Serialize)]
+pub struct Passage {
+    pub from_executor: String,
+    pub from_field: String,
+    pub to_executor: String,
+    pub to_arg: String,
+}
+
+/// A passage with what was learned of it.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Strength {
+    #[serde(flatten)]
+    pub passage: Passage,
+    pub weight: f64,
+    pub uses: u64,
+    pub successes: u64,
+    /// Milliseconds since the epoch.
+    pub last_used: i64,
+}
+
+/// A tool the model asked for that does not exist, fed from `from_executor`'s output.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Proto {
+    pub from_executor: String,
+    pub wanted: String,
+    pub arg_names: Vec<String>,
+    pub uses: u64,
+    pub first_seen: i64,
+    pub last_used: i64,
+}
+
+/// A name the mnestome may keep: ASCII letters, digits, `_`, `-`, `.`, `*`, at most
+/// [`MAX_NAME`] bytes. Anything else (a model's free text in a key, a tool name copied
+/// from a page) is not kept.
+pub fn keepable(name: &str) -> bool {
+    !name.is_empty()
+        && name.len() <= MAX_NAME
+        && name
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'_' | b'-' | b'.' | b'*'))
+}
+
+/// The planner's mnestome, on SQLite or PostgreSQL alike.
+#[derive(Debug, Clone)]
+pub struct Mnestome {
+    db: Db,
+}
+
+const STRENGTH: &str =
+    "from_executor, from_field, to_executor, to_arg, weight, uses, successes, last_used";
+
+fn strength_from_row(row: &Row) -> Result<Strength, sqlx::Error> {
+    Ok(Strength {
+        passage: Passage {
+            from_executor: row.get("from_executor")?,
+            from_field: row.get("from_field")?,
+            to_executor: row.get("to_executor")?,
+            to_arg: row.get("to_arg")?,
+        },
+        weight: row.get("weight")?,
+        uses: u64::try_from(row.get::<i64, _>("uses")?).unwrap_or(0),
+        successes: u64::try_from(row.get::<i64, _>("successes")?).unwrap_or(0),
+        last_used: row.get("last_used")?,
+    })
+}
+
+fn proto_from_row(row: &Row) -> Result<Proto, sqlx::Error> {
+    let names: String = row.get("arg_names")?;
+    Ok(Proto {
+        from_executor: row.get("from_executor")?,
+        wanted: row.get("wanted")?,
+        arg_names: names
+            .split(',')
+            .filter(|n| !n.is_empty())
+            .map(str::to_owned)
+            .collect(),
+        uses: u64::try_from(row.get::<i64, _>("uses")?).unwrap_or(0),
+        first_seen: row.get("first_seen")?,
+        last_used: row.get("last_used")?,
+    })
+}
+
+impl Mnestome {
+    pub fn new(db: Db) -> Mnestome {
+        Mnestome { db }
+    }
+
+    /// A step fed by `passages` ran: `ok` when it succeeded. A success creates a passage
+    /// (weight 0.2) or strengthens it; a failure weakens only a passage already known (a
+    /// failure alone teaches no passage).
+    pub async fn learned(
+        &self,
+        passages: &[Passage],
+        ok: bool,
+        now_ms: i64,
+    ) -> Result<(), sqlx::Error> {
+        let success = format!(
+            "INSERT INTO passages ({STRENGTH}) VALUES ($1, $2, $3, $4, {LEARN_RATE}, 1, 1, $5) \
+             ON CONFLICT (from_executor, from_field, to_executor, to_arg) DO UPDATE SET \
+             weight = passages.weight + {LEARN_RATE} * (1 - passages.weight), \
+             uses = passages.uses + 1, successes = passages.successes + 1, \
+             last_used = excluded.last_used"
+        );
+        let failure = format!(
+            "UPDATE passages SET weight = weight * {FAILURE_KEEPS}, uses = uses + 1, \
+             last_used = $5 WHERE from_executor = $1 AND from_field = $2 \
+             AND to_executor = $3 AND to_arg = $4"
+        );
+        for p in passages {
+            let sql = if ok { &success } else { &failure };
+            let statement = Statement::new(sqlx::AssertSqlSafe(sql.clone()))
+                .bind(p.from_executor.clone())
+                .bind(p.from_field.clone())
+                .bind(p.to_executor.clone())
+                .bind(p.to_arg.clone())
+                .bind(now_ms);
+            self.db.execute(statement).await?;
+        }
+        Ok(())
+    }
+
+    /// The model asked for `wanted`, which does not exist, with data from
+    /// `from_executor`'s output in arguments named `arg_names`: the proto's uses so far.
+    pub async fn proto(
+        &self,
+        from_executor: &str,
+        wanted: &str,
+        arg_names: &[String],
+        now_ms: i64,
+    ) -> Result<u64, sqlx::Error> {
+        let mut names: Vec<&str> = arg_names
+            .iter()
+            .map(String::as_str)
+            .filter(|n| keepable(n))
+            .collect();
+        names.sort_unstable();
+        names.dedup();
+        names.truncate(MAX_PROTO_ARGS);
+        let statement = Statement::new(
+            "INSERT INTO protos (from_executor, wanted, arg_names, uses, first_seen, last_used) \
+             VALUES ($1, $2, $3, 1, $4, $4) ON CONFLICT (from_executor, wanted, arg_names) \
+             DO UPDATE SET uses = protos.uses + 1, last_used = excluded.last_used \
+             RETURNING uses",
+        )
+        .bind(from_executor.to_owned())
+        .bind(wanted.to_owned())
+        .bind(names.join(","))
+        .bind(now_ms);
+        let _writing = self.db.writing().await;
+        let rows = self.db.fetch_all(statement).await?;
+        let uses: i64 = rows.first().map(|r| r.get(0)).transpose()?.unwrap_or(0);
+        Ok(u64::try_from(uses).unwrap_or(0))
+    }
+
+    /// Every passage of at least `min_weight`, strongest first.
+    pub async fn strong(&self, min_weight: f64) -> Result<Vec<Strength>, sqlx::Error> {
+        let statement = Statement::new(sqlx::AssertSqlSafe(format!(
+            "SELECT {STRENGTH} FROM passages WHERE weight >= $1 \
+             ORDER BY weight DESC, from_executor, from_field, to_executor, to_arg"
+        )))
+        .bind(min_weight);
+        self.db
+            .fetch_all(statement)
+            .await?
+            .iter()
+            .map(strength_from_row)
+            .collect()
+    }
+
+    /// The `limit` strongest passages (all of them when `None`).
+    pub async fn list(&self, limit: Option<u32>) -> Result<Vec<Strength>, sqlx::Error> {
+        let mut all = self.strong(0.0).await?;
+        if let Some(limit) = limit {
+            all.truncate(limit as usize);
+        }
+        Ok(all)
+    }
+
+    /// Every proto, most used first.
+    pub async fn protos(&self) -> Result<Vec<Proto>, sqlx::Error> {
+        let statement = Statement::new(
+            "SELECT from_executor, wanted, arg_names, uses, first_seen, last_used FROM protos \
+             ORDER BY uses DESC, from_executor, wanted, arg_names",
+        );
+        self.db
+            .fetch_all(statement)
+            .await?
+            .iter()
+            .map(proto_from_row)
+            .collect()
+    }
+
+    /// Forgets every passage and proto that names `executor` (from or to): how many.
+    pub async fn forget(&self, executor: &str) -> Result<u64, sqlx::Error> {
+        let passages =
+            Statement::new("DELETE FROM passages WHERE from_executor = $1 OR to_executor = $1")
+                .bind(executor.to_owned());
+        let protos = Statement::new("DELETE FROM protos WHERE from_executor = $1 OR wanted = $1")
+            .bind(executor.to_owned());
+        Ok(self.db.execute(passages).await? + self.db.execute(protos).await?)
+    }
+}

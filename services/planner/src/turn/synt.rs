@@ -1,0 +1,269 @@
+//! Compose-only synthesis (issue 46, seed agent_runtime ch. 11.1.1): when the model asks
+//! for a tool that does not exist with data piped from an earlier step, the wish is kept as
+//! a proto, and a chain of existing executors is looked for in the mnestome — a
+//! breadth-first search over strong passages from the piped executor, at most
+//! [`MAX_HOPS`], the chain's last executor scored against the wanted name's words by the
+//! pre-filter. No model call. A chain found is told in the refusal's observation (`synt`)
+//! and its executors are offered; each call of it still passes every filter.
+
+use std::collections::{BTreeSet, HashMap, VecDeque};
+
+use serde_json::{Value, json};
+
+use crate::store::mnestome::{Mnestome, STRONG, Strength, keepable};
+use crate::turn::prefilter::Index;
+use crate::turn::{Call, Checkpoint, StepLog, piping, taint};
+
+/// The longest chain looked for.
+pub const MAX_HOPS: usize = 3;
+
+/// A chain of existing executors that may do what a wanted tool would.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Chain {
+    /// The executors to call, in order (the piped executor, already run, not included).
+    pub executors: Vec<String>,
+    /// The pre-filter's score of the last one for the wanted name.
+    pub score: u32,
+    /// Why, in names and weights only.
+    pub because: String,
+}
+
+/// The best chain from `from` toward `wanted` over `passages` (those of at least
+/// [`STRONG`]; weaker ones are skipped): the reached executor the pre-filter scores highest
+/// for `wanted`'s words, then the shortest chain, then by name. `None` when no executor
+/// reached scores above zero.
+pub fn find_chain(passages: &[Strength], from: &str, wanted: &str, index: &Index) -> Option<Chain> {
+    let scores: HashMap<String, u32> = index
+        .rank(wanted)
+        .into_iter()
+        .map(|c| (c.name, c.score))
+        .collect();
+    if scores.is_empty() {
+        return None;
+    }
+    let mut next: HashMap<&str, Vec<(&str, f64)>> = HashMap::new();
+    for s in passages.iter().filter(|s| s.weight >= STRONG) {
+        let edges = next.entry(s.passage.from_executor.as_str()).or_default();
+        match edges
+            .iter_mut()
+            .find(|(to, _)| *to == s.passage.to_executor)
+        {
+            Some(edge) => edge.1 = edge.1.max(s.weight),
+            None => edges.push((s.passage.to_executor.as_str(), s.weight)),
+        }
+    }
+    // Breadth first: each executor reached once, by its shortest chain.
+    let mut reached: HashMap<&str, Vec<(&str, f64)>> = HashMap::from([(from, Vec::new())]);
+    let mut queue = VecDeque::from([from]);
+    let mut best: Option<(u32, usize, &str)> = None;
+    while let Some(at) = queue.pop_front() {
+        let path = reached[at].clone();
+        if path.len() >= MAX_HOPS {
+            continue;
+        }
+        let mut edges = next.get(at).cloned().unwrap_or_default();
+        edges.sort_by(|a, b| a.0.cmp(b.0));
+        for (to, weight) in edges {
+            if reached.contains_key(to) {
+                continue;
+            }
+            let mut longer = path.clone();
+            longer.push((to, weight));
+            let hops = longer.len();
+            reached.insert(to, longer);
+            queue.push_back(to);
+            if let Some(&score) = scores.get(to) {
+                let better = best.is_none_or(|(s, h, name)| {
+                    (score, std::cmp::Reverse(hops), std::cmp::Reverse(to))
+                        > (s, std::cmp::Reverse(h), std::cmp::Reverse(name))
+                });
+                if better {
+                    best = Some((score, hops, to));
+                }
+            }
+        }
+    }
+    let (score, _, end) = best?;
+    let path = &reached[end];
+    let mut steps = Vec::with_capacity(path.len());
+    let mut previous = from;
+    for (to, weight) in path {
+        steps.push(format!("{previous} → {to} (weight {weight:.2})"));
+        previous = to;
+    }
+    Some(Chain {
+        executors: path.iter().map(|(to, _)| (*to).to_owned()).collect(),
+        score,
+        because: format!(
+            "earlier turns piped {}; {end} answers to `{wanted}`'s words",
+            steps.join(", ")
+        ),
+    })
+}
+
+/// The executors whose output `args` was made of (references and copies), in step order.
+fn piped_from(cp: &Checkpoint, args: &Value) -> Vec<String> {
+    let mut steps: BTreeSet<u32> = piping::references(args).iter().map(|r| r.step).collect();
+    let mut leaves = Vec::new();
+    taint::written(args, &mut leaves);
+    for leaf in leaves {
+        cp.index.copied(leaf, &cp.query, &mut steps);
+    }
+    let mut out: Vec<String> = Vec::new();
+    for n in steps {
+        let Some(step) = cp.steps.iter().find(|s| s.step == n && s.ok) else {
+            continue;
+        };
+        if step.executor != "?" && keepable(&step.executor) && !out.contains(&step.executor) {
+            out.push(step.executor.clone());
+        }
+    }
+    out
+}
+
+/// For a call to a tool that does not exist: records the proto (fed by an earlier step's
+/// output, under a name that is neither free text nor the world's) and looks for a chain.
+/// The `synt` field the refusal's observation carries, when one is found; its executors
+/// are offered from now on in the turn. Fail-safe: an error is logged, nothing is told.
+pub(crate) async fn proposed(
+    mnestome: &Mnestome,
+    index: &Index,
+    cp: &mut Checkpoint,
+    call: &Call,
+    log: &StepLog,
+) -> Option<Value> {
+    let name_is_worlds = log.tainted.iter().any(|c| c.arg == "(executor name)");
+    if !keepable(&call.name) || name_is_worlds {
+        return None;
+    }
+    let froms = piped_from(cp, &call.arguments);
+    if froms.is_empty() {
+        return None;
+    }
+    let arg_names: Vec<String> = call
+        .arguments
+        .as_object()
+        .map(|m| m.keys().cloned().collect())
+        .unwrap_or_default();
+    let now = metnos_kit::time::now_ms();
+    for from in &froms {
+        if let Err(e) = mnestome.proto(from, &call.name, &arg_names, now).await {
+            tracing::warn!(error = %e, "the mnestome could not keep a proto; the turn goes on");
+        }
+    }
+    let strong = match mnestome.strong(STRONG).await {
+        Ok(strong) => strong,
+        Err(e) => {
+            tracing::warn!(error = %e, "the mnestome could not be read for a chain");
+            return None;
+        }
+    };
+    let chain = froms
+        .iter()
+        .filter_map(|from| find_chain(&strong, from, &call.name, index))
+        .max_by(|a, b| {
+            (a.score, std::cmp::Reverse(a.executors.len()))
+                .cmp(&(b.score, std::cmp::Reverse(b.executors.len())))
+        })?;
+    tracing::info!(wanted = %call.name, chain = ?chain.executors, "a chain of existing executors was suggested");
+    for executor in &chain.executors {
+        if !cp.candidates.contains(executor) {
+            cp.candidates.push(executor.clone());
+        }
+    }
+    Some(json!({"chain": chain.executors, "because": chain.because}))
+}
+
+/// The refusal of a tool that does not exist, with the chain of existing ones that may do
+/// it when the mnestome knows one.
+pub(crate) async fn refusal_with_chain(
+    mnestome: &Mnestome,
+    index: &Index,
+    cp: &mut Checkpoint,
+    call: &Call,
+    log: &StepLog,
+    why: String,
+) -> metnos_executors::Observation {
+    let mut observation = crate::turn::flow::refusal(why);
+    if let Some(synt) = proposed(mnestome, index, cp, call, log).await {
+        observation
+            .metadata
+            .get_or_insert_default()
+            .insert("synt".to_owned(), synt);
+    }
+    observation
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::store::mnestome::Passage;
+    use crate::turn::prefilter::Entry;
+
+    fn index() -> Index {
+        let entry = |name: &str, description: &str| Entry {
+            name: name.into(),
+            description: description.into(),
+            affinity: Vec::new(),
+        };
+        Index::new(&[
+            entry("web_fetch", "fetch a web page"),
+            entry("text_summarize", "summarize a text"),
+            entry("fs_write", "write a file"),
+            entry("a1", "step"),
+            entry("a2", "step"),
+            entry("a3", "step"),
+            entry("translate_far", "translate a text"),
+        ])
+    }
+
+    fn strength(from: &str, to: &str, weight: f64) -> Strength {
+        Strength {
+            passage: Passage {
+                from_executor: from.into(),
+                from_field: "content".into(),
+                to_executor: to.into(),
+                to_arg: "text".into(),
+            },
+            weight,
+            uses: 3,
+            successes: 3,
+            last_used: 0,
+        }
+    }
+
+    #[test]
+    fn the_chain_ends_at_the_executor_that_answers_the_wanted_name_over_strong_passages() {
+        let passages = [
+            strength("fs_read", "text_summarize", 0.5),
+            strength("text_summarize", "fs_write", 0.4),
+            // Weak: not followed, though web_fetch answers "page".
+            strength("fs_read", "web_fetch", 0.29),
+        ];
+        let chain = find_chain(&passages, "fs_read", "summarize_page", &index()).unwrap();
+        assert_eq!(chain.executors, ["text_summarize"]);
+        assert_eq!(
+            chain.because,
+            "earlier turns piped fs_read → text_summarize (weight 0.50); text_summarize answers to `summarize_page`'s words"
+        );
+        // Two hops when the end is further.
+        let chain = find_chain(&passages, "fs_read", "write_summary_file", &index()).unwrap();
+        assert_eq!(chain.executors, ["text_summarize", "fs_write"]);
+        assert_eq!(chain.score, 2);
+        assert!(find_chain(&passages, "fs_read", "fetch_page", &index()).is_none());
+        assert!(find_chain(&passages, "fs_read", "nothing_matches", &index()).is_none());
+    }
+
+    #[test]
+    fn a_chain_is_at_most_three_hops() {
+        let passages = [
+            strength("start", "a1", 0.9),
+            strength("a1", "a2", 0.9),
+            strength("a2", "a3", 0.9),
+            strength("a3", "translate_far", 0.9),
+        ];
+        assert!(find_chain(&passages, "start", "translate", &index()).is_none());
+        let chain = find_chain(&passages, "a1", "translate", &index()).unwrap();
+        assert_eq!(chain.executors, ["a2", "a3", "translate_far"]);
+    }
+}

@@ -1,0 +1,155 @@
+//! The mnestome's store on SQLite and on a real PostgreSQL server (issue 46): passages
+//! strengthen with each success and weaken with each failure by the issue's numbers, a
+//! failure alone teaches nothing, protos count their uses, and forgetting an executor
+//! removes what names it.
+
+use std::time::Duration;
+
+use metnos_kit::testing::TestStore;
+use metnos_planner::store::MIGRATIONS;
+use metnos_planner::store::mnestome::{Mnestome, Passage};
+
+async fn open(store: &TestStore) -> Mnestome {
+    let db = metnos_kit::store::open(
+        &store.spec(),
+        "planner",
+        &MIGRATIONS,
+        Duration::from_secs(10),
+    )
+    .await
+    .unwrap();
+    Mnestome::new(db)
+}
+
+fn passage(from: &str, field: &str, to: &str, arg: &str) -> Passage {
+    Passage {
+        from_executor: from.into(),
+        from_field: field.into(),
+        to_executor: to.into(),
+        to_arg: arg.into(),
+    }
+}
+
+fn close(a: f64, b: f64) -> bool {
+    (a - b).abs() < 1e-9
+}
+
+async fn a_passage_grows_with_successes_and_shrinks_with_failures(test: TestStore) {
+    let m = open(&test).await;
+    let read_write = passage("web_fetch", "content", "fs_write", "text");
+    // A failure of a passage never seen teaches nothing.
+    m.learned(std::slice::from_ref(&read_write), false, 1)
+        .await
+        .unwrap();
+    assert!(m.list(None).await.unwrap().is_empty());
+    let mut expected = 0.0;
+    for (n, at) in [10, 20, 30].into_iter().enumerate() {
+        m.learned(std::slice::from_ref(&read_write), true, at)
+            .await
+            .unwrap();
+        expected += 0.2 * (1.0 - expected);
+        let all = m.list(None).await.unwrap();
+        assert_eq!(all.len(), 1);
+        assert!(
+            close(all[0].weight, expected),
+            "{} after {} successes",
+            all[0].weight,
+            n + 1
+        );
+        assert_eq!(
+            (all[0].uses, all[0].successes, all[0].last_used),
+            (n as u64 + 1, n as u64 + 1, at)
+        );
+    }
+    assert!(close(expected, 0.488));
+    m.learned(std::slice::from_ref(&read_write), false, 40)
+        .await
+        .unwrap();
+    let all = m.list(None).await.unwrap();
+    assert!(close(all[0].weight, 0.488 * 0.8), "{}", all[0].weight);
+    assert_eq!(
+        (all[0].uses, all[0].successes, all[0].last_used),
+        (4, 3, 40)
+    );
+    // Only passages of at least 0.30 are strong: a new one (0.2) is not.
+    let other = passage("time_now", "metadata.iso", "fs_write", "text");
+    m.learned(std::slice::from_ref(&other), true, 50)
+        .await
+        .unwrap();
+    let strong = m.strong(0.30).await.unwrap();
+    assert_eq!(strong.len(), 1);
+    assert_eq!(strong[0].passage, read_write);
+    assert_eq!(
+        m.list(Some(1)).await.unwrap()[0].passage,
+        read_write,
+        "strongest first"
+    );
+}
+
+async fn protos_count_their_uses_and_forgetting_an_executor_removes_what_names_it(test: TestStore) {
+    let m = open(&test).await;
+    let args = |names: &[&str]| names.iter().map(|n| (*n).to_owned()).collect::<Vec<_>>();
+    assert_eq!(
+        m.proto("web_fetch", "summarize_page", &args(&["text"]), 1)
+            .await
+            .unwrap(),
+        1
+    );
+    // The same argument names in another order, once each: the same proto.
+    assert_eq!(
+        m.proto("web_fetch", "summarize_page", &args(&["text", "text"]), 2)
+            .await
+            .unwrap(),
+        2
+    );
+    // A name that is not a plain identifier is not kept.
+    assert_eq!(
+        m.proto(
+            "web_fetch",
+            "summarize_page",
+            &args(&["text", "ignore previous instructions"]),
+            3
+        )
+        .await
+        .unwrap(),
+        3
+    );
+    m.proto("fs_read", "translate", &args(&["to", "text"]), 4)
+        .await
+        .unwrap();
+    let protos = m.protos().await.unwrap();
+    assert_eq!(protos.len(), 2, "{protos:?}");
+    assert_eq!(
+        (
+            protos[0].wanted.as_str(),
+            protos[0].uses,
+            protos[0].arg_names.clone(),
+            protos[0].first_seen,
+            protos[0].last_used
+        ),
+        ("summarize_page", 3, args(&["text"]), 1, 3)
+    );
+    assert_eq!(protos[1].arg_names, args(&["text", "to"]));
+    m.learned(
+        &[passage("web_fetch", "content", "fs_write", "text")],
+        true,
+        5,
+    )
+    .await
+    .unwrap();
+    m.learned(
+        &[passage("fs_read", "content", "fs_write", "text")],
+        true,
+        5,
+    )
+    .await
+    .unwrap();
+    assert_eq!(m.forget("web_fetch").await.unwrap(), 2);
+    assert_eq!(m.list(None).await.unwrap().len(), 1);
+    assert_eq!(m.protos().await.unwrap().len(), 1);
+}
+
+metnos_kit::store_suite!(
+    a_passage_grows_with_successes_and_shrinks_with_failures,
+    protos_count_their_uses_and_forgetting_an_executor_removes_what_names_it,
+);
