@@ -77,6 +77,7 @@ async fn the_owners_standing_order_is_added_fired_paused_and_deleted() {
         "builtin:turn_log_retention.",
         "builtin:scratchpad_prune",
         "builtin:thread_retention",
+        "builtin:apply_ager",
     ] {
         assert!(
             all.iter()

@@ -289,6 +289,9 @@ fn scheduler_of(
                 db: store.db().clone(),
                 retention_ms: config.conversation.retention_ms(),
             })?
+            .with(maintenance::ApplyAger {
+                db: store.db().clone(),
+            })?
             .with(digest::EveningDigest {
                 db: store.db().clone(),
                 filters: Arc::clone(filters),

@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use metnos_kit::testing::TestStore;
 use metnos_planner::store::MIGRATIONS;
-use metnos_planner::store::mnestome::{Mnestome, Passage};
+use metnos_planner::store::mnestome::{Aged, DAY_MS, Mnestome, Passage};
 
 async fn open(store: &TestStore) -> Mnestome {
     let db = metnos_kit::store::open(
@@ -149,7 +149,92 @@ async fn protos_count_their_uses_and_forgetting_an_executor_removes_what_names_i
     assert_eq!(m.protos().await.unwrap().len(), 1);
 }
 
+/// The ager's numbers on a manual clock: a 30-day half-life from the last use or decay,
+/// nothing for what was used within the day, a passage under 0.05 a proto again, old protos
+/// of few uses removed.
+async fn the_ager_decays_demotes_and_purges_by_the_clock(test: TestStore) {
+    let m = open(&test).await;
+    let t0 = 1_700_000_000_000;
+    let weak = passage("fs_read", "content", "fs_write", "text");
+    let strong = passage("web_fetch", "content", "fs_write", "text");
+    m.learned(std::slice::from_ref(&weak), true, t0)
+        .await
+        .unwrap();
+    for _ in 0..3 {
+        m.learned(std::slice::from_ref(&strong), true, t0)
+            .await
+            .unwrap();
+    }
+    let args = vec!["text".to_owned()];
+    m.proto("fs_read", "once_asked", &args, t0).await.unwrap();
+    for _ in 0..3 {
+        m.proto("fs_read", "thrice_asked", &args, t0).await.unwrap();
+    }
+    let weights = || async {
+        let passages: Vec<(String, f64)> = m
+            .list(None)
+            .await
+            .unwrap()
+            .into_iter()
+            .map(|s| (s.passage.from_executor, s.weight))
+            .collect();
+        let protos: Vec<(String, f64, u64)> = m
+            .protos()
+            .await
+            .unwrap()
+            .into_iter()
+            .map(|p| (p.wanted, p.weight, p.uses))
+            .collect();
+        (passages, protos)
+    };
+    // Used within the day: untouched.
+    assert_eq!(m.age(t0 + DAY_MS / 2).await.unwrap(), Aged::default());
+    let t1 = t0 + 30 * DAY_MS;
+    assert_eq!(
+        m.age(t1).await.unwrap(),
+        Aged {
+            decayed: 4,
+            demoted: 0,
+            purged: 0
+        }
+    );
+    let (passages, protos) = weights().await;
+    assert_eq!(passages.len(), 2);
+    assert!(
+        close(passages[0].1, 0.488 / 2.0) && close(passages[1].1, 0.1),
+        "{passages:?}"
+    );
+    assert!(
+        close(protos[0].1, 0.488 / 2.0) && close(protos[1].1, 0.1),
+        "{protos:?}"
+    );
+    // The same day again: decayed only by the time since the last decay (none).
+    m.age(t1).await.unwrap();
+    assert_eq!(weights().await.0, passages);
+    let t2 = t1 + 60 * DAY_MS;
+    assert_eq!(
+        m.age(t2).await.unwrap(),
+        Aged {
+            decayed: 3,
+            demoted: 1,
+            purged: 1
+        }
+    );
+    let (passages, protos) = weights().await;
+    assert_eq!(passages.len(), 1, "{passages:?}");
+    assert_eq!(passages[0].0, "web_fetch");
+    assert!(close(passages[0].1, 0.488 / 8.0), "{passages:?}");
+    // The weak passage is a proto again (its target the wish, no uses); the proto asked
+    // once is gone; the one asked thrice stays, weaker.
+    assert_eq!(protos.len(), 2, "{protos:?}");
+    assert_eq!((protos[0].0.as_str(), protos[0].2), ("thrice_asked", 3));
+    assert!(close(protos[0].1, 0.488 / 8.0), "{protos:?}");
+    assert_eq!((protos[1].0.as_str(), protos[1].2), ("fs_write", 0));
+    assert!(close(protos[1].1, 0.1 / 4.0), "{protos:?}");
+}
+
 metnos_kit::store_suite!(
+    the_ager_decays_demotes_and_purges_by_the_clock,
     a_passage_grows_with_successes_and_shrinks_with_failures,
     protos_count_their_uses_and_forgetting_an_executor_removes_what_names_it,
 );

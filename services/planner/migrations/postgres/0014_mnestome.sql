@@ -11,14 +11,19 @@ CREATE TABLE passages (
     uses BIGINT NOT NULL,
     successes BIGINT NOT NULL,
     last_used BIGINT NOT NULL,
+    -- When the daily ager last decayed the weight (0: never).
+    decayed_at BIGINT NOT NULL DEFAULT 0,
     PRIMARY KEY (from_executor, from_field, to_executor, to_arg)
 );
 CREATE TABLE protos (
     from_executor TEXT NOT NULL,
     wanted TEXT NOT NULL,
     arg_names TEXT NOT NULL,
+    -- How recurrent the wish is: each use moves it toward 1 as a success moves a passage.
+    weight DOUBLE PRECISION NOT NULL,
     uses BIGINT NOT NULL,
     first_seen BIGINT NOT NULL,
     last_used BIGINT NOT NULL,
+    decayed_at BIGINT NOT NULL DEFAULT 0,
     PRIMARY KEY (from_executor, wanted, arg_names)
 );

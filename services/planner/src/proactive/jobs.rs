@@ -1,5 +1,5 @@
 //! The scheduler's builtin maintenance tasks: the turn log's retention, the scratchpad's
-//! pruning and the conversations' retention. (The vaglio prunes its verdict log and the approval service
+//! pruning, the conversations' retention and the mnestome's ager. (The vaglio prunes its verdict log and the approval service
 //! expires its requests where their files and rows are; the per-replica recovery loops —
 //! leases, turns whose approval expired — run every few seconds in [`crate::serve`], too
 //! often for a scheduler with a minute's tick.)
@@ -21,6 +21,8 @@ pub enum MaintenanceError {
     Scratchpad(#[from] sqlx::Error),
     #[error("cannot prune the conversations: {0}")]
     Threads(#[from] crate::store::threads::ThreadError),
+    #[error("cannot age the mnestome: {0}")]
+    Mnestome(sqlx::Error),
 }
 
 /// `turn_log_retention`: deletes the daily turn logs older than `keep_days`.
@@ -107,5 +109,33 @@ impl Job for ThreadRetention {
             .await
             .map_err(MaintenanceError::Threads)?;
         Ok(format!("{gone} exchange(s) of silent threads removed").into())
+    }
+}
+
+/// `apply_ager` (issue 46, seed agent_runtime ch. 11.2): the mnestome's daily decay,
+/// demotion and proto purge ([`crate::store::mnestome::Mnestome::age`]).
+#[derive(Debug)]
+pub struct ApplyAger {
+    pub db: metnos_kit::store::Db,
+}
+
+impl Builtin for ApplyAger {
+    const NAME: &'static str = "apply_ager";
+    const SCHEDULE: &'static str = "daily@04:00";
+}
+
+#[tonic::async_trait]
+impl Job for ApplyAger {
+    async fn run(&self, firing: &Firing) -> Result<Done, JobError> {
+        let mnestome = crate::store::mnestome::Mnestome::new(self.db.clone());
+        let aged = mnestome
+            .age(firing.now_ms)
+            .await
+            .map_err(MaintenanceError::Mnestome)?;
+        Ok(format!(
+            "{} weight(s) decayed, {} passage(s) back to protos, {} old proto(s) removed",
+            aged.decayed, aged.demoted, aged.purged
+        )
+        .into())
     }
 }

@@ -11,7 +11,7 @@
 //! suggested chain still passes every filter).
 
 use metnos_kit::store::Db;
-use metnos_kit::store::sql::{Row, Statement};
+use metnos_kit::store::sql::{Finish, Row, Statement, Tx};
 use serde::Serialize;
 
 /// How far one success moves a passage's weight toward 1.
@@ -28,6 +28,38 @@ pub const MAX_NAME: usize = 64;
 
 /// Most argument names a proto keeps.
 pub const MAX_PROTO_ARGS: usize = 8;
+
+/// A day, in milliseconds.
+pub const DAY_MS: i64 = 86_400_000;
+
+/// The half-life of a weight unused for a day or more (the daily ager's decay).
+pub const HALF_LIFE_MS: i64 = 30 * DAY_MS;
+
+/// Below this weight a passage becomes a proto again.
+pub const DEMOTE_BELOW: f64 = 0.05;
+
+/// A proto older than this with fewer than [`PROTO_KEEP_USES`] uses is removed.
+pub const PROTO_KEEP_MS: i64 = 30 * DAY_MS;
+
+/// See [`PROTO_KEEP_MS`].
+pub const PROTO_KEEP_USES: u64 = 3;
+
+/// What one run of the ager did.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Aged {
+    /// Passages and protos whose weight decayed.
+    pub decayed: u64,
+    /// Passages that fell under [`DEMOTE_BELOW`] and became protos.
+    pub demoted: u64,
+    /// Old protos of few uses removed.
+    pub purged: u64,
+}
+
+/// What `weight` is after decaying from `since` to `now`: halved every [`HALF_LIFE_MS`].
+pub fn decayed(weight: f64, since: i64, now: i64) -> f64 {
+    let elapsed = now.saturating_sub(since).max(0) as f64;
+    weight * 0.5f64.powf(elapsed / HALF_LIFE_MS as f64)
+}
 
 /// One passage: `from_executor`'s output field `from_field` (`*`: somewhere in its
 /// observation, found by the copy rule) into `to_executor`'s argument `to_arg`.
@@ -52,11 +84,13 @@ pub struct Strength {
 }
 
 /// A tool the model asked for that does not exist, fed from `from_executor`'s output.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct Proto {
     pub from_executor: String,
     pub wanted: String,
     pub arg_names: Vec<String>,
+    /// How recurrent: each use moves it toward 1 as a success moves a passage.
+    pub weight: f64,
     pub uses: u64,
     pub first_seen: i64,
     pub last_used: i64,
@@ -107,6 +141,7 @@ fn proto_from_row(row: &Row) -> Result<Proto, sqlx::Error> {
             .filter(|n| !n.is_empty())
             .map(str::to_owned)
             .collect(),
+        weight: row.get("weight")?,
         uses: u64::try_from(row.get::<i64, _>("uses")?).unwrap_or(0),
         first_seen: row.get("first_seen")?,
         last_used: row.get("last_used")?,
@@ -169,12 +204,13 @@ impl Mnestome {
         names.sort_unstable();
         names.dedup();
         names.truncate(MAX_PROTO_ARGS);
-        let statement = Statement::new(
-            "INSERT INTO protos (from_executor, wanted, arg_names, uses, first_seen, last_used) \
-             VALUES ($1, $2, $3, 1, $4, $4) ON CONFLICT (from_executor, wanted, arg_names) \
-             DO UPDATE SET uses = protos.uses + 1, last_used = excluded.last_used \
-             RETURNING uses",
-        )
+        let statement = Statement::new(sqlx::AssertSqlSafe(format!(
+            "INSERT INTO protos (from_executor, wanted, arg_names, weight, uses, first_seen, \
+             last_used) VALUES ($1, $2, $3, {LEARN_RATE}, 1, $4, $4) \
+             ON CONFLICT (from_executor, wanted, arg_names) DO UPDATE SET \
+             weight = protos.weight + {LEARN_RATE} * (1 - protos.weight), \
+             uses = protos.uses + 1, last_used = excluded.last_used RETURNING uses"
+        )))
         .bind(from_executor.to_owned())
         .bind(wanted.to_owned())
         .bind(names.join(","))
@@ -212,7 +248,7 @@ impl Mnestome {
     /// Every proto, most used first.
     pub async fn protos(&self) -> Result<Vec<Proto>, sqlx::Error> {
         let statement = Statement::new(
-            "SELECT from_executor, wanted, arg_names, uses, first_seen, last_used FROM protos \
+            "SELECT from_executor, wanted, arg_names, weight, uses, first_seen, last_used FROM protos \
              ORDER BY uses DESC, from_executor, wanted, arg_names",
         );
         self.db
@@ -232,4 +268,95 @@ impl Mnestome {
             .bind(executor.to_owned());
         Ok(self.db.execute(passages).await? + self.db.execute(protos).await?)
     }
+
+    /// The daily ager (`apply_ager`): the weight of each passage and proto unused for a day
+    /// decays with a 30-day half-life, from its last use or last decay; a passage under
+    /// [`DEMOTE_BELOW`] becomes a proto again (its target executor the wish, no uses);
+    /// protos first seen over 30 days ago with fewer than 3 uses are removed. One
+    /// transaction: a run interrupted changes nothing.
+    pub async fn age(&self, now_ms: i64) -> Result<Aged, sqlx::Error> {
+        self.db
+            .locked_tx("metnos.mnestome", async |tx| {
+                // Protos first: a passage demoted below starts its proto's decay now.
+                let mut aged = Aged {
+                    decayed: age_protos(tx, now_ms).await?,
+                    ..Aged::default()
+                };
+                let idle = Statement::new(
+                    "SELECT from_executor, from_field, to_executor, to_arg, weight, uses, \
+                     last_used, decayed_at FROM passages WHERE last_used <= $1",
+                )
+                .bind(now_ms - DAY_MS);
+                for row in tx.fetch_all(idle).await? {
+                    let since = row.get::<i64, _>("last_used")?.max(row.get("decayed_at")?);
+                    let weight = decayed(row.get("weight")?, since, now_ms);
+                    let key = |s: Statement| -> Result<Statement, sqlx::Error> {
+                        Ok(s.bind(row.get::<String, _>("from_executor")?)
+                            .bind(row.get::<String, _>("from_field")?)
+                            .bind(row.get::<String, _>("to_executor")?)
+                            .bind(row.get::<String, _>("to_arg")?))
+                    };
+                    let keyed = "from_executor = $1 AND from_field = $2 AND to_executor = $3 \
+                                 AND to_arg = $4";
+                    if weight < DEMOTE_BELOW {
+                        let proto = Statement::new(
+                            "INSERT INTO protos (from_executor, wanted, arg_names, weight, uses, \
+                             first_seen, last_used, decayed_at) \
+                             VALUES ($1, $3, $4, $5, 0, $6, $7, $6) \
+                             ON CONFLICT (from_executor, wanted, arg_names) DO NOTHING",
+                        );
+                        let proto = key(proto)?
+                            .bind(weight)
+                            .bind(now_ms)
+                            .bind(row.get::<i64, _>("last_used")?);
+                        tx.execute(proto).await?;
+                        let gone = format!("DELETE FROM passages WHERE {keyed}");
+                        tx.execute(key(Statement::new(sqlx::AssertSqlSafe(gone)))?)
+                            .await?;
+                        aged.demoted += 1;
+                    } else {
+                        let update = format!(
+                            "UPDATE passages SET weight = $5, decayed_at = $6 WHERE {keyed}"
+                        );
+                        let update = key(Statement::new(sqlx::AssertSqlSafe(update)))?
+                            .bind(weight)
+                            .bind(now_ms);
+                        tx.execute(update).await?;
+                        aged.decayed += 1;
+                    }
+                }
+                let purge =
+                    Statement::new("DELETE FROM protos WHERE first_seen < $1 AND uses < $2")
+                        .bind(now_ms - PROTO_KEEP_MS)
+                        .bind(PROTO_KEEP_USES as i64);
+                aged.purged = tx.execute(purge).await?;
+                Ok::<_, sqlx::Error>(Finish::Commit(aged))
+            })
+            .await
+    }
+}
+
+/// The protos' share of the ager: each unused for a day decays. How many.
+async fn age_protos(tx: &mut Tx, now_ms: i64) -> Result<u64, sqlx::Error> {
+    let idle = Statement::new(
+        "SELECT from_executor, wanted, arg_names, weight, last_used, decayed_at FROM protos \
+         WHERE last_used <= $1",
+    )
+    .bind(now_ms - DAY_MS);
+    let mut n = 0;
+    for row in tx.fetch_all(idle).await? {
+        let since = row.get::<i64, _>("last_used")?.max(row.get("decayed_at")?);
+        let update = Statement::new(
+            "UPDATE protos SET weight = $4, decayed_at = $5 \
+             WHERE from_executor = $1 AND wanted = $2 AND arg_names = $3",
+        )
+        .bind(row.get::<String, _>("from_executor")?)
+        .bind(row.get::<String, _>("wanted")?)
+        .bind(row.get::<String, _>("arg_names")?)
+        .bind(decayed(row.get("weight")?, since, now_ms))
+        .bind(now_ms);
+        tx.execute(update).await?;
+        n += 1;
+    }
+    Ok(n)
 }
