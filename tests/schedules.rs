@@ -78,6 +78,7 @@ async fn the_owners_standing_order_is_added_fired_paused_and_deleted() {
         "builtin:scratchpad_prune",
         "builtin:thread_retention",
         "builtin:apply_ager",
+        "builtin:synt_suggest",
     ] {
         assert!(
             all.iter()

@@ -202,6 +202,11 @@ pub async fn serve(
                 memory: shared.memory.clone(),
                 orders: scheduling.enabled.then(|| scheduler.clone()),
             }));
+            let scheduler = scheduler
+                .with(maintenance::SyntSuggest {
+                    planner: Arc::clone(&planner),
+                })
+                .map_err(|e| settings(e.to_string()))?;
             // Standing orders fire only when Metnos may act on its own.
             let tasks = scheduler.store.clone();
             let scheduler = if scheduling.enabled {

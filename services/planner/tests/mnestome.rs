@@ -233,7 +233,56 @@ async fn the_ager_decays_demotes_and_purges_by_the_clock(test: TestStore) {
     assert!(close(protos[1].1, 0.1 / 4.0), "{protos:?}");
 }
 
+/// `synt_suggest`: each recurring wish (3 uses, weight 0.30) gets the chain strong
+/// passages lead to; a wish asked twice, or one faded by the ager, is not looked at.
+async fn a_recurring_wish_gets_a_chain_and_a_faded_one_is_left(test: TestStore) {
+    use metnos_planner::turn::prefilter::{Entry, Index};
+    let m = open(&test).await;
+    let entry = |name: &str, description: &str| Entry {
+        name: name.into(),
+        description: description.into(),
+        affinity: Vec::new(),
+    };
+    let index = Index::new(&[
+        entry("fs_read", "read a file"),
+        entry("text_summarize", "summarize a text"),
+    ]);
+    let t0 = 1_700_000_000_000;
+    let args = vec!["text".to_owned()];
+    for _ in 0..3 {
+        m.proto("fs_read", "summarize_notes", &args, t0)
+            .await
+            .unwrap();
+    }
+    for _ in 0..2 {
+        m.proto("fs_read", "summarize_twice", &args, t0)
+            .await
+            .unwrap();
+    }
+    let into_summary = passage("fs_read", "content", "text_summarize", "text");
+    for _ in 0..2 {
+        m.learned(std::slice::from_ref(&into_summary), true, t0)
+            .await
+            .unwrap();
+    }
+    let found = metnos_planner::turn::synt::suggest(&m, &index)
+        .await
+        .unwrap();
+    assert_eq!(found.len(), 1, "{found:?}");
+    assert_eq!(found[0].proto.wanted, "summarize_notes");
+    assert_eq!(
+        found[0].chain.as_ref().unwrap().executors,
+        ["text_summarize"]
+    );
+    m.age(t0 + 30 * DAY_MS).await.unwrap();
+    let found = metnos_planner::turn::synt::suggest(&m, &index)
+        .await
+        .unwrap();
+    assert!(found.is_empty(), "faded to 0.244: {found:?}");
+}
+
 metnos_kit::store_suite!(
+    a_recurring_wish_gets_a_chain_and_a_faded_one_is_left,
     the_ager_decays_demotes_and_purges_by_the_clock,
     a_passage_grows_with_successes_and_shrinks_with_failures,
     protos_count_their_uses_and_forgetting_an_executor_removes_what_names_it,

@@ -21,7 +21,7 @@ pub enum MaintenanceError {
     Scratchpad(#[from] sqlx::Error),
     #[error("cannot prune the conversations: {0}")]
     Threads(#[from] crate::store::threads::ThreadError),
-    #[error("cannot age the mnestome: {0}")]
+    #[error("cannot age or read the mnestome: {0}")]
     Mnestome(sqlx::Error),
 }
 
@@ -135,6 +135,47 @@ impl Job for ApplyAger {
         Ok(format!(
             "{} weight(s) decayed, {} passage(s) back to protos, {} old proto(s) removed",
             aged.decayed, aged.demoted, aged.purged
+        )
+        .into())
+    }
+}
+
+/// `synt_suggest` (issue 46, seed agent_runtime ch. 11.2): for each recurring proto (used
+/// at least 3 times, weight at least 0.30) a compose-only search for a chain of existing
+/// executors; each outcome is logged.
+#[derive(Debug)]
+pub struct SyntSuggest {
+    pub planner: std::sync::Arc<crate::turn::engine::Planner>,
+}
+
+impl Builtin for SyntSuggest {
+    const NAME: &'static str = "synt_suggest";
+    const SCHEDULE: &'static str = "daily@04:30";
+}
+
+#[tonic::async_trait]
+impl Job for SyntSuggest {
+    async fn run(&self, _firing: &Firing) -> Result<Done, JobError> {
+        let found = self
+            .planner
+            .suggest_chains()
+            .await
+            .map_err(MaintenanceError::Mnestome)?;
+        let mut chains = 0;
+        for s in &found {
+            match &s.chain {
+                Some(chain) => {
+                    chains += 1;
+                    tracing::info!(from = %s.proto.from_executor, wanted = %s.proto.wanted, uses = s.proto.uses, chain = ?chain.executors, "synt_suggest: a chain of existing executors does a recurring wish");
+                }
+                None => {
+                    tracing::info!(from = %s.proto.from_executor, wanted = %s.proto.wanted, uses = s.proto.uses, "synt_suggest: no chain for a recurring wish");
+                }
+            }
+        }
+        Ok(format!(
+            "{} recurring wish(es), {chains} with a chain of existing executors",
+            found.len()
         )
         .into())
     }

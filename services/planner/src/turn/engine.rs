@@ -258,6 +258,11 @@ impl Planner {
         &self.mnestome
     }
 
+    /// The nightly compose-only synthesis over the mnestome's recurring protos.
+    pub async fn suggest_chains(&self) -> Result<Vec<synt::Suggestion>, sqlx::Error> {
+        synt::suggest(&self.mnestome, &self.index).await
+    }
+
     /// What the catalog holds of MCP servers, and each started server's standing.
     pub async fn mcp_servers(&self) -> metnos_proto::planner::v1::ListMcpServersResponse {
         use metnos_proto::planner::v1 as pb;

@@ -10,7 +10,7 @@ use std::collections::{BTreeSet, HashMap, VecDeque};
 
 use serde_json::{Value, json};
 
-use crate::store::mnestome::{Mnestome, STRONG, Strength, keepable};
+use crate::store::mnestome::{Mnestome, Proto, STRONG, Strength, keepable};
 use crate::turn::prefilter::Index;
 use crate::turn::{Call, Checkpoint, StepLog, piping, taint};
 
@@ -172,6 +172,36 @@ pub(crate) async fn proposed(
         }
     }
     Some(json!({"chain": chain.executors, "because": chain.because}))
+}
+
+/// The proto a suggestion is for: used at least this often…
+pub const SUGGEST_USES: u64 = 3;
+
+/// … and still at least this recurrent.
+pub const SUGGEST_WEIGHT: f64 = 0.30;
+
+/// What `synt_suggest` found for one recurring proto.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Suggestion {
+    pub proto: Proto,
+    pub chain: Option<Chain>,
+}
+
+/// The nightly compose-only synthesis (`synt_suggest`): each proto used at least
+/// [`SUGGEST_USES`] times and of weight at least [`SUGGEST_WEIGHT`], with the chain found
+/// for it, if any.
+pub async fn suggest(mnestome: &Mnestome, index: &Index) -> Result<Vec<Suggestion>, sqlx::Error> {
+    let strong = mnestome.strong(STRONG).await?;
+    Ok(mnestome
+        .protos()
+        .await?
+        .into_iter()
+        .filter(|p| p.uses >= SUGGEST_USES && p.weight >= SUGGEST_WEIGHT)
+        .map(|proto| {
+            let chain = find_chain(&strong, &proto.from_executor, &proto.wanted, index);
+            Suggestion { proto, chain }
+        })
+        .collect())
 }
 
 /// The refusal of a tool that does not exist, with the chain of existing ones that may do
