@@ -281,7 +281,38 @@ async fn a_recurring_wish_gets_a_chain_and_a_faded_one_is_left(test: TestStore) 
     assert!(found.is_empty(), "faded to 0.244: {found:?}");
 }
 
+/// A chain's search reads only what strong passages reach from the piped executor, hop by
+/// hop, at most three.
+async fn only_strong_passages_within_three_hops_are_read(test: TestStore) {
+    let m = open(&test).await;
+    for (from, to, times) in [
+        ("a", "b", 2),
+        ("b", "c", 2),
+        ("c", "d", 2),
+        ("d", "e", 2),
+        ("x", "y", 2),
+        ("a", "z", 1),
+    ] {
+        for _ in 0..times {
+            m.learned(&[passage(from, "content", to, "text")], true, 1)
+                .await
+                .unwrap();
+        }
+    }
+    let mut near: Vec<(String, String)> = m
+        .reachable("a", 3, 0.30)
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|s| (s.passage.from_executor, s.passage.to_executor))
+        .collect();
+    near.sort();
+    let expected = [("a", "b"), ("b", "c"), ("c", "d")].map(|(f, t)| (f.to_owned(), t.to_owned()));
+    assert_eq!(near, expected);
+}
+
 metnos_kit::store_suite!(
+    only_strong_passages_within_three_hops_are_read,
     a_recurring_wish_gets_a_chain_and_a_faded_one_is_left,
     the_ager_decays_demotes_and_purges_by_the_clock,
     a_passage_grows_with_successes_and_shrinks_with_failures,

@@ -29,6 +29,9 @@ pub const MAX_NAME: usize = 64;
 /// Most argument names a proto keeps.
 pub const MAX_PROTO_ARGS: usize = 8;
 
+/// Most executors one hop of [`Mnestome::reachable`] asks about.
+pub const MAX_FRONTIER: usize = 256;
+
 /// A day, in milliseconds.
 pub const DAY_MS: i64 = 86_400_000;
 
@@ -234,6 +237,43 @@ impl Mnestome {
             .iter()
             .map(strength_from_row)
             .collect()
+    }
+
+    /// The passages of at least `min_weight` reachable from `from` in at most `hops`
+    /// (a query per hop, on the key's first column; at most [`MAX_FRONTIER`] executors
+    /// asked at each).
+    pub async fn reachable(
+        &self,
+        from: &str,
+        hops: usize,
+        min_weight: f64,
+    ) -> Result<Vec<Strength>, sqlx::Error> {
+        let mut seen: std::collections::BTreeSet<String> = [from.to_owned()].into();
+        let mut frontier = vec![from.to_owned()];
+        let mut out = Vec::new();
+        for _ in 0..hops {
+            if frontier.is_empty() {
+                break;
+            }
+            frontier.truncate(MAX_FRONTIER);
+            let places: Vec<String> = (0..frontier.len()).map(|i| format!("${}", i + 2)).collect();
+            let sql = format!(
+                "SELECT {STRENGTH} FROM passages WHERE weight >= $1 AND from_executor IN ({})",
+                places.join(", ")
+            );
+            let mut statement = Statement::new(sqlx::AssertSqlSafe(sql)).bind(min_weight);
+            for name in frontier.drain(..) {
+                statement = statement.bind(name);
+            }
+            for row in self.db.fetch_all(statement).await? {
+                let strength = strength_from_row(&row)?;
+                if seen.insert(strength.passage.to_executor.clone()) {
+                    frontier.push(strength.passage.to_executor.clone());
+                }
+                out.push(strength);
+            }
+        }
+        Ok(out)
     }
 
     /// The `limit` strongest passages (all of them when `None`).

@@ -151,20 +151,20 @@ pub(crate) async fn proposed(
             tracing::warn!(error = %e, "the mnestome could not keep a proto; the turn goes on");
         }
     }
-    let strong = match mnestome.strong(STRONG).await {
-        Ok(strong) => strong,
-        Err(e) => {
-            tracing::warn!(error = %e, "the mnestome could not be read for a chain");
-            return None;
+    let mut chains = Vec::new();
+    for from in &froms {
+        match mnestome.reachable(from, MAX_HOPS, STRONG).await {
+            Ok(near) => chains.extend(find_chain(&near, from, &call.name, index)),
+            Err(e) => {
+                tracing::warn!(error = %e, "the mnestome could not be read for a chain");
+                return None;
+            }
         }
-    };
-    let chain = froms
-        .iter()
-        .filter_map(|from| find_chain(&strong, from, &call.name, index))
-        .max_by(|a, b| {
-            (a.score, std::cmp::Reverse(a.executors.len()))
-                .cmp(&(b.score, std::cmp::Reverse(b.executors.len())))
-        })?;
+    }
+    let chain = chains.into_iter().max_by(|a, b| {
+        (a.score, std::cmp::Reverse(a.executors.len()))
+            .cmp(&(b.score, std::cmp::Reverse(b.executors.len())))
+    })?;
     tracing::info!(wanted = %call.name, chain = ?chain.executors, "a chain of existing executors was suggested");
     for executor in &chain.executors {
         if !cp.candidates.contains(executor) {
