@@ -32,6 +32,7 @@ pub mod eval;
 pub mod executors_cli;
 pub mod mcp_cli;
 pub mod memory_cli;
+pub mod mnestome_cli;
 pub mod pair_cli;
 pub mod pki_cli;
 pub mod policy_cli;

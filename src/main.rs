@@ -12,6 +12,7 @@ use metnos::conversations_cli::{self, ConversationsCommand};
 use metnos::executors_cli::{self, ExecutorsCommand};
 use metnos::mcp_cli::{self, McpCommand};
 use metnos::memory_cli::{self, MemoryCommand};
+use metnos::mnestome_cli::{self, MnestomeCommand};
 use metnos::pair_cli::{self, PairCommand};
 use metnos::pki_cli::{self, PkiCommand};
 use metnos::policy_cli::{self, GrantsCommand, PolicyCommand};
@@ -102,6 +103,11 @@ enum Command {
     Memory {
         #[command(subcommand)]
         command: MemoryCommand,
+    },
+    /// Which tools Metnos has learned to chain (the mnestome): list, show, forget.
+    Mnestome {
+        #[command(subcommand)]
+        command: MnestomeCommand,
     },
     /// The turn log: one turn, or a day's turns.
     Turns {
@@ -195,6 +201,7 @@ fn main() -> ExitCode {
                 conversations_cli::conversations(&config, command).await
             }
             Command::Memory { command } => memory_cli::memory(&config, command).await,
+            Command::Mnestome { command } => mnestome_cli::mnestome(&config, command).await,
             Command::Turns { command } => ask_cli::turns(&config, command).await,
             Command::Schedules { command } => schedules_cli::schedules(&config, command).await,
             Command::Audit { command } => audit_cli::audit(&config, command).await,

@@ -418,3 +418,60 @@ async fn metnos_memory_lists_searches_and_forgets_what_was_remembered() {
     assert!(turns.contains(r#""memories":1"#), "{turns}");
     assert!(!turns.contains("gym"), "{turns}");
 }
+
+/// Issue 46: a turn that pipes one step's output into the next teaches the mnestome, and
+/// a missing tool fed that way is a wish; `metnos mnestome` lists, shows and forgets them,
+/// names only.
+#[tokio::test]
+async fn metnos_mnestome_lists_shows_and_forgets_what_piping_taught() {
+    let s = stack_with(&[], true).await;
+    s.fake.push(Reply::ToolCalls(vec![(
+        "time_now".into(),
+        json!({"timezone": "UTC"}),
+    )]));
+    s.fake.push(Reply::ToolCalls(vec![(
+        "time_now".into(),
+        json!({"timezone": "{{step1.timezone}}"}),
+    )]));
+    s.fake.push(Reply::ToolCalls(vec![(
+        "convert_timezone".into(),
+        json!({"zone": "{{step1.timezone}}"}),
+    )]));
+    s.fake.push(Reply::Text("It is noon.".into()));
+    let output = s
+        .run_with_input(&["ask", "--language", "en", "what time is it in UTC?"], b"")
+        .await;
+    assert!(
+        output.status.success(),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    let (code, out, err) = s.sandbox.run(&["mnestome", "list"]).await;
+    assert_eq!(code, 0, "{err}");
+    assert!(out.starts_with("1 passage(s)"), "{out}");
+    assert!(
+        out.contains(
+            "time_now.metadata.timezone → time_now(timezone)  weight 0.20  1 of 1 went well"
+        ),
+        "{out}"
+    );
+    assert!(
+        out.contains("convert_timezone from time_now(zone)  asked 1 time(s)  weight 0.20"),
+        "{out}"
+    );
+    assert!(!out.contains("UTC"), "names only: {out}");
+    let (code, out, err) = s.sandbox.run(&["mnestome", "show", "fs_read"]).await;
+    assert_eq!(code, 0, "{err}");
+    assert!(out.starts_with("0 passage(s)"), "{out}");
+    let (code, out, err) = s.sandbox.run(&["mnestome", "forget", "time_now"]).await;
+    assert_eq!(code, 0, "{err}");
+    assert!(
+        out.contains("forgot 2 passage(s) and wish(es) naming time_now"),
+        "{out}"
+    );
+    let (_, out, _) = s.sandbox.run(&["mnestome", "list"]).await;
+    assert_eq!(out.trim(), "0 passage(s)", "{out}");
+    let (code, _, err) = s.sandbox.run(&["mnestome", "forget", " "]).await;
+    assert_eq!(code, 1, "{err}");
+    assert!(err.contains("an executor's name is needed"), "{err}");
+}

@@ -136,6 +136,15 @@ pub const AUTHORIZATION: Table = Table {
             method: "ListMcpServers",
             callers: &[Identity::Web, Identity::Owner],
         },
+        // The mnestome: the owner's terminal; the spectator page lists it.
+        Rule {
+            method: "ListPassages",
+            callers: &[Identity::Web, Identity::Owner],
+        },
+        Rule {
+            method: "ForgetPassages",
+            callers: &[Identity::Owner],
+        },
     ],
 };
 
@@ -746,6 +755,20 @@ impl PlannerService for PlannerApi {
         request: Request<pb::ForgetMemoryRequest>,
     ) -> Result<Response<pb::ForgetMemoryResponse>, Status> {
         crate::grpc_memory::forget(self.planner.memories(), request).await
+    }
+
+    async fn list_passages(
+        &self,
+        request: Request<pb::ListPassagesRequest>,
+    ) -> Result<Response<pb::ListPassagesResponse>, Status> {
+        crate::grpc_mnestome::list(self.planner.mnestome(), request).await
+    }
+
+    async fn forget_passages(
+        &self,
+        request: Request<pb::ForgetPassagesRequest>,
+    ) -> Result<Response<pb::ForgetPassagesResponse>, Status> {
+        crate::grpc_mnestome::forget(self.planner.mnestome(), request).await
     }
 
     async fn list_mcp_servers(

@@ -28,6 +28,7 @@ pub mod error;
 pub mod filters;
 pub mod grpc;
 mod grpc_memory;
+mod grpc_mnestome;
 pub mod llm;
 pub mod proactive;
 pub use metnos_kit::schedule;

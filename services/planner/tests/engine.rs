@@ -2869,9 +2869,36 @@ async fn a_missing_tool_fed_by_a_step_is_kept_as_a_proto_and_a_chain_is_suggeste
     to_end(&mut h.start("read ~/other.txt", AutonomyLevel::Full)).await;
     let protos = h.planner.mnestome().protos().await.unwrap();
     assert_eq!(protos.len(), 1, "{protos:?}");
+    // An argument's name copied from the page is not kept.
+    std::fs::write(h.home.join("page.txt"), "key name_copied_from_the_page_01").unwrap();
+    h.llm.call("fs_read", json!({"path": "~/third.txt"}));
+    h.llm.call(
+        "save_notes",
+        json!({"name_copied_from_the_page_01": "{{step1.content}}"}),
+    );
+    h.llm.answer("no");
+    to_end(&mut h.start("read ~/third.txt", AutonomyLevel::Full)).await;
+    let protos = h.planner.mnestome().protos().await.unwrap();
+    assert_eq!(protos.len(), 2, "{protos:?}");
+    assert!(
+        protos
+            .iter()
+            .any(|p| p.wanted == "save_notes" && p.arg_names.is_empty()),
+        "{protos:?}"
+    );
+    assert!(!format!("{protos:?}").contains("copied"), "{protos:?}");
     // Without anything piped, a missing tool is no proto either.
     h.llm.call("save_notes", json!({"text": "hello"}));
     h.llm.answer("no");
     to_end(&mut h.start("save hello", AutonomyLevel::Full)).await;
-    assert_eq!(h.planner.mnestome().protos().await.unwrap()[0].uses, 1);
+    let uses: Vec<u64> = h
+        .planner
+        .mnestome()
+        .protos()
+        .await
+        .unwrap()
+        .iter()
+        .map(|p| p.uses)
+        .collect();
+    assert_eq!(uses, [1, 1]);
 }

@@ -10,14 +10,23 @@ use serde_json::Value;
 use crate::store::mnestome::{Mnestome, Passage, keepable};
 use crate::turn::{Checkpoint, piping, taint};
 
-/// The field a reference names, as a passage keeps it: the observation's top field, or a
-/// metadata field (`metadata.status`); deeper paths go into the content, whose keys are
-/// the world's, so only their top is kept.
-fn field_of(path: &[String]) -> String {
+/// The field a reference to step `n` names, as a passage keeps it: `content`, `ok`,
+/// `error`, a metadata field (`metadata.status`, also for a bare `{{stepN.status}}` that
+/// the executor's metadata answers), else `content`: a deeper path, or a bare name found
+/// in the content, names the world's keys, which are never kept.
+fn field_of(cp: &Checkpoint, n: u32, path: &[String]) -> String {
+    let metadata_has = |key: &str| {
+        n.checked_sub(1)
+            .and_then(|i| cp.observations.get(i as usize))
+            .and_then(|o| o.get("metadata"))
+            .is_some_and(|m| m.get(key).is_some())
+    };
     match path {
         [] => "observation".to_owned(),
         [first, second, ..] if first == "metadata" => format!("metadata.{second}"),
-        [first, ..] => first.clone(),
+        [first, ..] if matches!(first.as_str(), "ok" | "error" | "content") => first.clone(),
+        [first, ..] if metadata_has(first) => format!("metadata.{first}"),
+        _ => "content".to_owned(),
     }
 }
 
@@ -53,7 +62,7 @@ pub(crate) fn fed(
         let mut referenced = BTreeSet::new();
         for reference in piping::references(value) {
             referenced.insert(reference.step);
-            let field = field_of(&reference.path);
+            let field = field_of(cp, reference.step, &reference.path);
             if let (Some(from), true) = (executor_of(cp, reference.step), keepable(&field)) {
                 out.insert(passage(from, &field, to_executor, key));
             }

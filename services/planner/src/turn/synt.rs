@@ -4,7 +4,8 @@
 //! breadth-first search over strong passages from the piped executor, at most
 //! [`MAX_HOPS`], the chain's last executor scored against the wanted name's words by the
 //! pre-filter. No model call. A chain found is told in the refusal's observation (`synt`)
-//! and its executors are offered; each call of it still passes every filter.
+//! and, while the turn has read nothing of the world, its executors are offered; each
+//! call of it still passes every filter.
 
 use std::collections::{BTreeSet, HashMap, VecDeque};
 
@@ -140,10 +141,20 @@ pub(crate) async fn proposed(
     if froms.is_empty() {
         return None;
     }
+    // An argument's name copied from what a step read is the world's text: not kept.
     let arg_names: Vec<String> = call
         .arguments
         .as_object()
-        .map(|m| m.keys().cloned().collect())
+        .map(|m| {
+            m.keys()
+                .filter(|k| {
+                    let mut copied = BTreeSet::new();
+                    cp.index.copied(k, &cp.query, &mut copied);
+                    copied.is_empty()
+                })
+                .cloned()
+                .collect()
+        })
         .unwrap_or_default();
     let now = metnos_kit::time::now_ms();
     for from in &froms {
@@ -166,9 +177,13 @@ pub(crate) async fn proposed(
             .cmp(&(b.score, std::cmp::Reverse(b.executors.len())))
     })?;
     tracing::info!(wanted = %call.name, chain = ?chain.executors, "a chain of existing executors was suggested");
-    for executor in &chain.executors {
-        if !cp.candidates.contains(executor) {
-            cp.candidates.push(executor.clone());
+    // Offered only while the turn has read nothing of the world: a wish a page may have
+    // put in the model's mouth does not widen what it is offered.
+    if !cp.read_the_world() {
+        for executor in &chain.executors {
+            if !cp.candidates.contains(executor) {
+                cp.candidates.push(executor.clone());
+            }
         }
     }
     Some(json!({"chain": chain.executors, "because": chain.because}))
