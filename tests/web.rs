@@ -992,6 +992,47 @@ async fn the_memory_page_counts_entries_and_shows_sources_never_words() {
     assert!(nobody.contains("0 entries, 0 from the world"), "{nobody}");
 }
 
+/// Issue 46: the tools page shows the mnestome's strongest passages, names only.
+#[tokio::test]
+async fn the_tools_page_shows_the_passages_piping_taught() {
+    let page = Page::start().await;
+    let http = http();
+    let cookie = page.sign_in(&http).await;
+    let get = || async {
+        http.get(format!("{}/tools", page.base))
+            .headers(with_cookie(&cookie))
+            .send()
+            .await
+            .unwrap()
+            .text()
+            .await
+            .unwrap()
+    };
+    let body = get().await;
+    assert!(body.contains("No step has yet been fed"), "{body}");
+    page.llm.push(Reply::ToolCalls(vec![(
+        "time_now".into(),
+        json!({"timezone": "Asia/Tokyo"}),
+    )]));
+    page.llm.push(Reply::ToolCalls(vec![(
+        "time_now".into(),
+        json!({"timezone": "{{step1.timezone}}"}),
+    )]));
+    page.llm.push(Reply::Text("It is noon in Tokyo.".into()));
+    let (code, _, err) = page
+        .sandbox
+        .run(&["ask", "--language", "en", "what time is it in Tokyo?"])
+        .await;
+    assert_eq!(code, 0, "{err}");
+    let body = get().await;
+    assert!(body.contains("1 passages"), "{body}");
+    assert!(
+        body.contains("time_now.metadata.timezone") && body.contains("time_now(timezone)"),
+        "{body}"
+    );
+    assert!(!body.contains("Tokyo"), "names only: {body}");
+}
+
 /// Issue 43: the tools page lists each admitted MCP server's tools with their pins, and the
 /// server's standing once the planner started it.
 #[tokio::test]

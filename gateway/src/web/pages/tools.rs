@@ -1,6 +1,7 @@
 //! Tools: the MCP servers the owner admitted (issue 43), each tool with its capability, its
 //! target argument and the pin of its definition, and each server's standing as the
-//! planner found it (connected, the tools it disabled and why).
+//! planner found it (connected, the tools it disabled and why); then the strongest
+//! passages of the mnestome.
 
 use std::sync::Arc;
 
@@ -78,5 +79,49 @@ pub async fn tools(State(web): State<Arc<Web>>, owner: Owner) -> Response {
             }
         }
     };
+    let body = html! { (body) (passages(&web, l).await) };
     shown(&owner, Nav::Tools, l.t("Tools", "Strumenti"), body)
+}
+
+/// The mnestome's strongest passages (issue 46): which tool's output went into which
+/// tool's argument, and how often it went well. Names only.
+async fn passages(web: &Web, l: Lang) -> Markup {
+    let request = planner::ListPassagesRequest {
+        limit: 20,
+        executor: String::new(),
+    };
+    let listed = match web.upstream.planner.clone().list_passages(request).await {
+        Ok(listed) => listed.into_inner(),
+        Err(status) => return unanswered(l, "planner", &status),
+    };
+    let head = [
+        l.t("From (output)", "Da (uscita)"),
+        l.t("Into (argument)", "In (argomento)"),
+        l.t("Weight", "Peso"),
+        l.t("Went well", "Andati bene"),
+    ];
+    let rows: Vec<Vec<Markup>> = listed
+        .passages
+        .iter()
+        .map(|p| {
+            vec![
+                html! { (Shown(&format!("{}.{}", p.from_executor, p.from_field))) },
+                html! { (Shown(&format!("{}({})", p.to_executor, p.to_arg))) },
+                html! { (format!("{:.2}", p.weight)) },
+                html! { (p.successes) " / " (p.uses) },
+            ]
+        })
+        .collect();
+    html! {
+        h2 { (l.t("Passages between tools", "Passaggi tra strumenti")) }
+        @if rows.is_empty() {
+            (muted(l.t(
+                "No step has yet been fed by another's output.",
+                "Nessun passo è ancora stato alimentato dall'uscita di un altro.",
+            )))
+        } @else {
+            p id="passages-total" { (listed.total) " " (l.t("passages", "passaggi")) }
+            (table(&head, &rows, "passages"))
+        }
+    }
 }

@@ -166,10 +166,10 @@ impl Job for SyntSuggest {
             match &s.chain {
                 Some(chain) => {
                     chains += 1;
-                    tracing::info!(from = %s.proto.from_executor, wanted = %s.proto.wanted, uses = s.proto.uses, chain = ?chain.executors, "synt_suggest: a chain of existing executors does a recurring wish");
+                    tracing::info!(from = %s.proto.from_executor, uses = s.proto.uses, chain = ?chain.executors, "synt_suggest: a chain of existing executors does a recurring wish (`metnos mnestome list` names it)");
                 }
                 None => {
-                    tracing::info!(from = %s.proto.from_executor, wanted = %s.proto.wanted, uses = s.proto.uses, "synt_suggest: no chain for a recurring wish");
+                    tracing::info!(from = %s.proto.from_executor, uses = s.proto.uses, "synt_suggest: no chain for a recurring wish (`metnos mnestome list` names it)");
                 }
             }
         }

@@ -258,7 +258,8 @@ impl Mnestome {
             frontier.truncate(MAX_FRONTIER);
             let places: Vec<String> = (0..frontier.len()).map(|i| format!("${}", i + 2)).collect();
             let sql = format!(
-                "SELECT {STRENGTH} FROM passages WHERE weight >= $1 AND from_executor IN ({})",
+                "SELECT {STRENGTH} FROM passages WHERE weight >= $1 AND from_executor IN ({}) \
+                 ORDER BY weight DESC, to_executor",
                 places.join(", ")
             );
             let mut statement = Statement::new(sqlx::AssertSqlSafe(sql)).bind(min_weight);
@@ -336,33 +337,40 @@ impl Mnestome {
                             .bind(row.get::<String, _>("to_executor")?)
                             .bind(row.get::<String, _>("to_arg")?))
                     };
+                    // Written only if unchanged since read: a step learning meanwhile (on
+                    // PostgreSQL, where learning does not take this lock) wins.
                     let keyed = "from_executor = $1 AND from_field = $2 AND to_executor = $3 \
-                                 AND to_arg = $4";
+                                 AND to_arg = $4 AND weight = $5 AND last_used = $6";
+                    let (was, last_used) = (
+                        row.get::<f64, _>("weight")?,
+                        row.get::<i64, _>("last_used")?,
+                    );
                     if weight < DEMOTE_BELOW {
-                        let proto = Statement::new(
-                            "INSERT INTO protos (from_executor, wanted, arg_names, weight, uses, \
-                             first_seen, last_used, decayed_at) \
-                             VALUES ($1, $3, $4, $5, 0, $6, $7, $6) \
-                             ON CONFLICT (from_executor, wanted, arg_names) DO NOTHING",
-                        );
-                        let proto = key(proto)?
-                            .bind(weight)
-                            .bind(now_ms)
-                            .bind(row.get::<i64, _>("last_used")?);
-                        tx.execute(proto).await?;
                         let gone = format!("DELETE FROM passages WHERE {keyed}");
-                        tx.execute(key(Statement::new(sqlx::AssertSqlSafe(gone)))?)
-                            .await?;
-                        aged.demoted += 1;
+                        let gone = key(Statement::new(sqlx::AssertSqlSafe(gone)))?
+                            .bind(was)
+                            .bind(last_used);
+                        if tx.execute(gone).await? == 1 {
+                            let proto = Statement::new(
+                                "INSERT INTO protos (from_executor, wanted, arg_names, weight, \
+                                 uses, first_seen, last_used, decayed_at) \
+                                 VALUES ($1, $3, $4, $5, 0, $6, $7, $6) \
+                                 ON CONFLICT (from_executor, wanted, arg_names) DO NOTHING",
+                            );
+                            let proto = key(proto)?.bind(weight).bind(now_ms).bind(last_used);
+                            tx.execute(proto).await?;
+                            aged.demoted += 1;
+                        }
                     } else {
                         let update = format!(
-                            "UPDATE passages SET weight = $5, decayed_at = $6 WHERE {keyed}"
+                            "UPDATE passages SET weight = $7, decayed_at = $8 WHERE {keyed}"
                         );
                         let update = key(Statement::new(sqlx::AssertSqlSafe(update)))?
+                            .bind(was)
+                            .bind(last_used)
                             .bind(weight)
                             .bind(now_ms);
-                        tx.execute(update).await?;
-                        aged.decayed += 1;
+                        aged.decayed += tx.execute(update).await?;
                     }
                 }
                 let purge =
@@ -387,16 +395,17 @@ async fn age_protos(tx: &mut Tx, now_ms: i64) -> Result<u64, sqlx::Error> {
     for row in tx.fetch_all(idle).await? {
         let since = row.get::<i64, _>("last_used")?.max(row.get("decayed_at")?);
         let update = Statement::new(
-            "UPDATE protos SET weight = $4, decayed_at = $5 \
-             WHERE from_executor = $1 AND wanted = $2 AND arg_names = $3",
+            "UPDATE protos SET weight = $4, decayed_at = $5 WHERE from_executor = $1 \
+             AND wanted = $2 AND arg_names = $3 AND weight = $6 AND last_used = $7",
         )
         .bind(row.get::<String, _>("from_executor")?)
         .bind(row.get::<String, _>("wanted")?)
         .bind(row.get::<String, _>("arg_names")?)
         .bind(decayed(row.get("weight")?, since, now_ms))
-        .bind(now_ms);
-        tx.execute(update).await?;
-        n += 1;
+        .bind(now_ms)
+        .bind(row.get::<f64, _>("weight")?)
+        .bind(row.get::<i64, _>("last_used")?);
+        n += tx.execute(update).await?;
     }
     Ok(n)
 }

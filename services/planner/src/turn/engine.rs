@@ -855,7 +855,9 @@ impl Planner {
         }
         let cleared = match vetted {
             Ok(cleared) => cleared,
-            Err(Refusal::Refused(why)) if log.executor == "?" => {
+            Err(Refusal::Refused(why))
+                if log.validation == crate::turn::Validation::UnknownExecutor =>
+            {
                 let observation =
                     synt::refusal_with_chain(&self.mnestome, &self.index, cp, &call, &log, why)
                         .await;

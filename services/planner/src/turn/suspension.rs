@@ -421,7 +421,7 @@ impl<'a> Suspension<'a> {
     /// the same decision, and a cancel that came first wins.
     async fn decided_observation(
         &self,
-        cp: &Checkpoint,
+        cp: &mut Checkpoint,
         log: &StepLog,
         pending: &PendingCall,
         status: approval::ApprovalStatus,
@@ -483,10 +483,19 @@ impl<'a> Suspension<'a> {
                     .iter()
                     .map(std::path::PathBuf::from)
                     .collect();
-                Ok(self
+                // An approved call that ran teaches as one run at once would (a call
+                // refused above never ran and teaches nothing). The copy index first: a
+                // turn resumed on another replica has it rebuilt from its history.
+                cp.index.catch_up(&cp.fence_nonce, &cp.history);
+                let keys = crate::turn::schema_keys(&executor.manifest.args);
+                let fed = passages::fed(cp, &pending.call.arguments, &pending.call.name, &keys);
+                let observation = self
                     .execution
                     .execute(&cp.turn_id, &executor, &pending.args, &named, cancel)
-                    .await)
+                    .await;
+                let mnestome = Mnestome::new(self.store.db().clone());
+                passages::learn(&mnestome, &fed, observation.ok).await;
+                Ok(observation)
             }
             Ok(false) => match self.store.standing(&cp.turn_id).await {
                 Ok(s) if s.cancel_requested => {
@@ -547,13 +556,6 @@ impl<'a> Suspension<'a> {
             &observation,
         );
         if status == approval::ApprovalStatus::Approved {
-            if let Some(executor) = self.catalog.get(&pending.call.name) {
-                // An approved call that ran teaches as one run at once would.
-                let keys = crate::turn::schema_keys(&executor.manifest.args);
-                let fed = passages::fed(cp, &pending.call.arguments, &pending.call.name, &keys);
-                let mnestome = Mnestome::new(self.store.db().clone());
-                passages::learn(&mnestome, &fed, observation.ok).await;
-            }
             self.after_approval(cp, &pending, &decision);
         }
         let waited =

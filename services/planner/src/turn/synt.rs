@@ -3,9 +3,10 @@
 //! a proto, and a chain of existing executors is looked for in the mnestome — a
 //! breadth-first search over strong passages from the piped executor, at most
 //! [`MAX_HOPS`], the chain's last executor scored against the wanted name's words by the
-//! pre-filter. No model call. A chain found is told in the refusal's observation (`synt`)
-//! and, while the turn has read nothing of the world, its executors are offered; each
-//! call of it still passes every filter.
+//! pre-filter. No model call. A chain found is told in the refusal's observation
+//! (`synt`); it does not widen what the turn offers (a wish a page put in the model's
+//! mouth must not reach executors the pre-filter did not offer), and each call of it still
+//! passes every filter.
 
 use std::collections::{BTreeSet, HashMap, VecDeque};
 
@@ -34,44 +35,38 @@ pub struct Chain {
 /// for `wanted`'s words, then the shortest chain, then by name. `None` when no executor
 /// reached scores above zero.
 pub fn find_chain(passages: &[Strength], from: &str, wanted: &str, index: &Index) -> Option<Chain> {
-    let scores: HashMap<String, u32> = index
-        .rank(wanted)
-        .into_iter()
-        .map(|c| (c.name, c.score))
-        .collect();
+    type Map<K, V> = HashMap<K, V, foldhash::fast::RandomState>;
+    let mut scores: Map<String, u32> = Map::default();
+    scores.extend(index.rank(wanted).into_iter().map(|c| (c.name, c.score)));
     if scores.is_empty() {
         return None;
     }
-    let mut next: HashMap<&str, Vec<(&str, f64)>> = HashMap::new();
+    let mut next: Map<&str, Vec<(&str, f64)>> = Map::default();
     for s in passages.iter().filter(|s| s.weight >= STRONG) {
-        let edges = next.entry(s.passage.from_executor.as_str()).or_default();
-        match edges
-            .iter_mut()
-            .find(|(to, _)| *to == s.passage.to_executor)
-        {
-            Some(edge) => edge.1 = edge.1.max(s.weight),
-            None => edges.push((s.passage.to_executor.as_str(), s.weight)),
-        }
+        next.entry(s.passage.from_executor.as_str())
+            .or_default()
+            .push((s.passage.to_executor.as_str(), s.weight));
     }
-    // Breadth first: each executor reached once, by its shortest chain.
-    let mut reached: HashMap<&str, Vec<(&str, f64)>> = HashMap::from([(from, Vec::new())]);
+    // Breadth first: each executor reached once, by its shortest chain, through the
+    // strongest of its passages (edges in name order, the strongest first).
+    let mut reached: Map<&str, (&str, f64, usize)> = Map::default();
+    reached.insert(from, (from, 0.0, 0));
     let mut queue = VecDeque::from([from]);
     let mut best: Option<(u32, usize, &str)> = None;
     while let Some(at) = queue.pop_front() {
-        let path = reached[at].clone();
-        if path.len() >= MAX_HOPS {
+        let hops = reached[at].2 + 1;
+        if hops > MAX_HOPS {
             continue;
         }
-        let mut edges = next.get(at).cloned().unwrap_or_default();
-        edges.sort_by(|a, b| a.0.cmp(b.0));
-        for (to, weight) in edges {
+        let Some(edges) = next.get_mut(at) else {
+            continue;
+        };
+        edges.sort_unstable_by(|a, b| a.0.cmp(b.0).then(b.1.total_cmp(&a.1)));
+        for &(to, weight) in edges.iter() {
             if reached.contains_key(to) {
                 continue;
             }
-            let mut longer = path.clone();
-            longer.push((to, weight));
-            let hops = longer.len();
-            reached.insert(to, longer);
+            reached.insert(to, (at, weight, hops));
             queue.push_back(to);
             if let Some(&score) = scores.get(to) {
                 let better = best.is_none_or(|(s, h, name)| {
@@ -85,20 +80,47 @@ pub fn find_chain(passages: &[Strength], from: &str, wanted: &str, index: &Index
         }
     }
     let (score, _, end) = best?;
-    let path = &reached[end];
-    let mut steps = Vec::with_capacity(path.len());
-    let mut previous = from;
-    for (to, weight) in path {
-        steps.push(format!("{previous} → {to} (weight {weight:.2})"));
-        previous = to;
+    let mut path: Vec<(&str, &str, f64)> = Vec::new();
+    let mut at = end;
+    while at != from {
+        let (parent, weight, _) = reached[at];
+        path.push((parent, at, weight));
+        at = parent;
     }
+    path.reverse();
+    let steps: Vec<String> = path
+        .iter()
+        .map(|(a, b, weight)| format!("{a} → {b} (weight {weight:.2})"))
+        .collect();
     Some(Chain {
-        executors: path.iter().map(|(to, _)| (*to).to_owned()).collect(),
+        executors: path.iter().map(|(_, to, _)| (*to).to_owned()).collect(),
         score,
         because: format!(
             "earlier turns piped {}; {end} answers to `{wanted}`'s words",
             steps.join(", ")
         ),
+    })
+}
+
+/// Whether `name` is text the model was shown from elsewhere than the person's own message:
+/// a long one by the copy rule, any one found as a word in an observation it was shown; fails
+/// closed for a forwarded message (all of it someone else's words).
+fn seen_in_the_world(cp: &Checkpoint, name: &str) -> bool {
+    if cp.forwarded {
+        return true;
+    }
+    let mut copied = BTreeSet::new();
+    cp.index.copied(name, &cp.query, &mut copied);
+    if !copied.is_empty() {
+        return true;
+    }
+    // As a word: `text` is not `context`'s.
+    let word = |c: char| c.is_ascii_alphanumeric() || matches!(c, '_' | '-' | '.' | '*');
+    cp.history.iter().any(|h| match h {
+        crate::turn::Hist::Tool { content, .. } => content
+            .split(|c: char| !word(c))
+            .any(|w| w.eq_ignore_ascii_case(name)),
+        _ => false,
     })
 }
 
@@ -129,12 +151,12 @@ fn piped_from(cp: &Checkpoint, args: &Value) -> Vec<String> {
 pub(crate) async fn proposed(
     mnestome: &Mnestome,
     index: &Index,
-    cp: &mut Checkpoint,
+    cp: &Checkpoint,
     call: &Call,
     log: &StepLog,
 ) -> Option<Value> {
     let name_is_worlds = log.tainted.iter().any(|c| c.arg == "(executor name)");
-    if !keepable(&call.name) || name_is_worlds {
+    if !keepable(&call.name) || name_is_worlds || seen_in_the_world(cp, &call.name) {
         return None;
     }
     let froms = piped_from(cp, &call.arguments);
@@ -147,11 +169,7 @@ pub(crate) async fn proposed(
         .as_object()
         .map(|m| {
             m.keys()
-                .filter(|k| {
-                    let mut copied = BTreeSet::new();
-                    cp.index.copied(k, &cp.query, &mut copied);
-                    copied.is_empty()
-                })
+                .filter(|k| !seen_in_the_world(cp, k))
                 .cloned()
                 .collect()
         })
@@ -176,16 +194,7 @@ pub(crate) async fn proposed(
         (a.score, std::cmp::Reverse(a.executors.len()))
             .cmp(&(b.score, std::cmp::Reverse(b.executors.len())))
     })?;
-    tracing::info!(wanted = %call.name, chain = ?chain.executors, "a chain of existing executors was suggested");
-    // Offered only while the turn has read nothing of the world: a wish a page may have
-    // put in the model's mouth does not widen what it is offered.
-    if !cp.read_the_world() {
-        for executor in &chain.executors {
-            if !cp.candidates.contains(executor) {
-                cp.candidates.push(executor.clone());
-            }
-        }
-    }
+    tracing::info!(chain = ?chain.executors, "a chain of existing executors was suggested for a missing tool");
     Some(json!({"chain": chain.executors, "because": chain.because}))
 }
 
@@ -224,7 +233,7 @@ pub async fn suggest(mnestome: &Mnestome, index: &Index) -> Result<Vec<Suggestio
 pub(crate) async fn refusal_with_chain(
     mnestome: &Mnestome,
     index: &Index,
-    cp: &mut Checkpoint,
+    cp: &Checkpoint,
     call: &Call,
     log: &StepLog,
     why: String,
