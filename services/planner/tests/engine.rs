@@ -2788,6 +2788,24 @@ async fn a_piped_success_teaches_a_passage_and_a_refused_or_rejected_step_does_n
             "{decision:?}"
         );
     }
+    // Approved, but for another call: nothing ran, so nothing is learned, not even a failure.
+    h.llm.call("fs_read", json!({"path": "~/notes.txt"}));
+    h.llm.call(
+        "fs_write",
+        json!({"path": "~/a.txt", "text": "{{step1.content}}", "mode": "append"}),
+    );
+    h.llm.answer("done");
+    let mut rx = h.start(
+        "read ~/notes.txt and add it to ~/a.txt",
+        AutonomyLevel::Full,
+    );
+    let (_, token) = waiting(&mut rx).await;
+    let other = metnos_core::call::call_sha256("fs_write", r#"{"path":"~/.bashrc"}"#).unwrap();
+    h.filters
+        .decide(&token, approval::ApprovalStatus::Approved, Some(&other));
+    to_end(&mut rx).await;
+    assert_eq!(h.runs().len(), 7, "only the read ran: {:?}", h.runs());
+    assert_eq!(learned().await, [(read_into_write.clone(), 2, 2)]);
     let kept = serde_json::to_string(&h.planner.mnestome().list(None).await.unwrap()).unwrap();
     assert!(
         !kept.contains("the notes") && !kept.contains("a.txt"),
