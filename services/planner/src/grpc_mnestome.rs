@@ -50,30 +50,15 @@ pub async fn list(
         20
     } else {
         request.limit
-    } as usize;
-    let naming = |a: &str, b: &str| {
-        request.executor.is_empty() || request.executor == a || request.executor == b
     };
-    let passages: Vec<Strength> = mnestome
-        .list(None)
+    let (passages, total, wishes) = mnestome
+        .naming(&request.executor, limit)
         .await
-        .map_err(Error::from)?
-        .into_iter()
-        .filter(|s| naming(&s.passage.from_executor, &s.passage.to_executor))
-        .collect();
-    let wishes = mnestome
-        .protos()
-        .await
-        .map_err(Error::from)?
-        .into_iter()
-        .filter(|p| naming(&p.from_executor, &p.wanted))
-        .take(limit)
-        .map(wish)
-        .collect();
+        .map_err(Error::from)?;
     Ok(Response::new(pb::ListPassagesResponse {
-        total: passages.len() as u64,
-        passages: passages.into_iter().take(limit).map(passage).collect(),
-        wishes,
+        total,
+        passages: passages.into_iter().map(passage).collect(),
+        wishes: wishes.into_iter().map(wish).collect(),
     }))
 }
 

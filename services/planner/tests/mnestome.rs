@@ -144,6 +144,12 @@ async fn protos_count_their_uses_and_forgetting_an_executor_removes_what_names_i
     )
     .await
     .unwrap();
+    // What the owner's listing reads: filtered and cut by the store, with the whole count.
+    let (passages, total, wishes) = m.naming("web_fetch", 10).await.unwrap();
+    assert_eq!((passages.len(), total, wishes.len()), (1, 1, 1));
+    assert_eq!(wishes[0].wanted, "summarize_page");
+    let (passages, total, wishes) = m.naming("", 1).await.unwrap();
+    assert_eq!((passages.len(), total, wishes.len()), (1, 2, 1));
     assert_eq!(m.forget("web_fetch").await.unwrap(), 2);
     assert_eq!(m.list(None).await.unwrap().len(), 1);
     assert_eq!(m.protos().await.unwrap().len(), 1);

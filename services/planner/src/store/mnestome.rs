@@ -286,6 +286,51 @@ impl Mnestome {
         Ok(all)
     }
 
+    /// The `limit` strongest passages naming `executor` at either end (every passage when
+    /// it is empty), and how many there are in all; the same for protos (the wish or the
+    /// executor it was fed from), most used first. Filtered and cut by the store.
+    pub async fn naming(
+        &self,
+        executor: &str,
+        limit: u32,
+    ) -> Result<(Vec<Strength>, u64, Vec<Proto>), sqlx::Error> {
+        let passages = Statement::new(sqlx::AssertSqlSafe(format!(
+            "SELECT {STRENGTH} FROM passages \
+             WHERE $1 = '' OR from_executor = $1 OR to_executor = $1 \
+             ORDER BY weight DESC, from_executor, from_field, to_executor, to_arg LIMIT $2"
+        )))
+        .bind(executor.to_owned())
+        .bind(i64::from(limit));
+        let count = Statement::new(
+            "SELECT COUNT(*) FROM passages WHERE $1 = '' OR from_executor = $1 OR to_executor = $1",
+        )
+        .bind(executor.to_owned());
+        let protos = Statement::new(
+            "SELECT from_executor, wanted, arg_names, weight, uses, first_seen, last_used \
+             FROM protos WHERE $1 = '' OR from_executor = $1 OR wanted = $1 \
+             ORDER BY uses DESC, from_executor, wanted, arg_names LIMIT $2",
+        )
+        .bind(executor.to_owned())
+        .bind(i64::from(limit));
+        let passages = self.db.fetch_all(passages).await?;
+        let total: i64 = match self.db.fetch_optional(count).await? {
+            Some(row) => row.get(0)?,
+            None => 0,
+        };
+        let protos = self.db.fetch_all(protos).await?;
+        Ok((
+            passages
+                .iter()
+                .map(strength_from_row)
+                .collect::<Result<_, _>>()?,
+            u64::try_from(total).unwrap_or(0),
+            protos
+                .iter()
+                .map(proto_from_row)
+                .collect::<Result<_, _>>()?,
+        ))
+    }
+
     /// Every proto, most used first.
     pub async fn protos(&self) -> Result<Vec<Proto>, sqlx::Error> {
         let statement = Statement::new(

@@ -31,7 +31,7 @@ fn field_of(cp: &Checkpoint, n: u32, path: &[String]) -> String {
 }
 
 /// The executor step `n` ran, when it ran and succeeded.
-fn executor_of(cp: &Checkpoint, n: u32) -> Option<&str> {
+pub(crate) fn executor_of(cp: &Checkpoint, n: u32) -> Option<&str> {
     cp.steps
         .iter()
         .find(|s| s.step == n && s.ok)
@@ -67,19 +67,24 @@ pub(crate) fn fed(
                 out.insert(passage(from, &field, to_executor, key));
             }
         }
-        let mut leaves = Vec::new();
-        taint::written(value, &mut leaves);
-        let mut copied = BTreeSet::new();
-        for leaf in leaves {
-            cp.index.copied(leaf, &cp.query, &mut copied);
-        }
-        for step in copied.difference(&referenced) {
+        for step in copied_steps(cp, value).difference(&referenced) {
             if let Some(from) = executor_of(cp, *step) {
                 out.insert(passage(from, "*", to_executor, key));
             }
         }
     }
     out.into_iter().collect()
+}
+
+/// The steps whose output the copy rule finds in `value` (its keys too).
+pub(crate) fn copied_steps(cp: &Checkpoint, value: &Value) -> BTreeSet<u32> {
+    let mut leaves = Vec::new();
+    taint::written(value, &mut leaves);
+    let mut copied = BTreeSet::new();
+    for leaf in leaves {
+        cp.index.copied(leaf, &cp.query, &mut copied);
+    }
+    copied
 }
 
 fn passage(from: &str, field: &str, to: &str, arg: &str) -> Passage {

@@ -14,7 +14,7 @@ use serde_json::{Value, json};
 
 use crate::store::mnestome::{Mnestome, Proto, STRONG, Strength, keepable};
 use crate::turn::prefilter::Index;
-use crate::turn::{Call, Checkpoint, StepLog, piping, taint};
+use crate::turn::{Call, Checkpoint, StepLog, passages, piping};
 
 /// The longest chain looked for.
 pub const MAX_HOPS: usize = 3;
@@ -127,18 +127,14 @@ fn seen_in_the_world(cp: &Checkpoint, name: &str) -> bool {
 /// The executors whose output `args` was made of (references and copies), in step order.
 fn piped_from(cp: &Checkpoint, args: &Value) -> Vec<String> {
     let mut steps: BTreeSet<u32> = piping::references(args).iter().map(|r| r.step).collect();
-    let mut leaves = Vec::new();
-    taint::written(args, &mut leaves);
-    for leaf in leaves {
-        cp.index.copied(leaf, &cp.query, &mut steps);
-    }
+    steps.extend(passages::copied_steps(cp, args));
     let mut out: Vec<String> = Vec::new();
-    for n in steps {
-        let Some(step) = cp.steps.iter().find(|s| s.step == n && s.ok) else {
-            continue;
-        };
-        if step.executor != "?" && keepable(&step.executor) && !out.contains(&step.executor) {
-            out.push(step.executor.clone());
+    for executor in steps
+        .into_iter()
+        .filter_map(|n| passages::executor_of(cp, n))
+    {
+        if !out.iter().any(|e| e == executor) {
+            out.push(executor.to_owned());
         }
     }
     out
@@ -146,8 +142,8 @@ fn piped_from(cp: &Checkpoint, args: &Value) -> Vec<String> {
 
 /// For a call to a tool that does not exist: records the proto (fed by an earlier step's
 /// output, under a name that is neither free text nor the world's) and looks for a chain.
-/// The `synt` field the refusal's observation carries, when one is found; its executors
-/// are offered from now on in the turn. Fail-safe: an error is logged, nothing is told.
+/// The `synt` field the refusal's observation carries, when one is found (told, not
+/// offered). Fail-safe: an error is logged, nothing is told.
 pub(crate) async fn proposed(
     mnestome: &Mnestome,
     index: &Index,
