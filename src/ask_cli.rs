@@ -402,6 +402,9 @@ pub struct Session {
     pub principal: common::Principal,
     /// How long before a card expires the terminal reminds (zero: never).
     remind_before: std::time::Duration,
+    /// The non-retreat attempt the last turn's answer left open (issue 46): a stop as the
+    /// next message is the attempt's.
+    pub attempt: Option<pb::Attempt>,
 }
 
 impl std::fmt::Debug for Session {
@@ -423,6 +426,7 @@ impl Session {
             approval_url,
             principal: cli_principal(),
             remind_before: std::time::Duration::from_secs(config.approval.remind_before_seconds),
+            attempt: None,
         })
     }
 
@@ -554,6 +558,7 @@ impl Session {
                 }
                 Event::Finished(f) => {
                     drop(spinner);
+                    self.attempt.clone_from(&f.attempt);
                     return finished(&f);
                 }
                 other => progress(other),

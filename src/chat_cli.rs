@@ -123,10 +123,20 @@ pub async fn chat(config: &Config, args: ChatArgs) -> ExitCode {
             continue;
         }
         let me = metnos_core::Principal::try_from(&session.principal);
+        // The next message after an answer that asked what would let Metnos do something
+        // (a non-retreat attempt): a stop is the attempt's.
+        let attempt = session.attempt.take();
         let stop = match &me {
-            Ok(me) => stops.detect(me, &text).await,
+            Ok(me) => stops.detect(me, &text, attempt.as_ref()).await.0,
             Err(_) => metnos_gateway::text::stop_of(&text),
         };
+        if let (metnos_gateway::text::Stop::Clear, Some(attempt)) = (stop, &attempt) {
+            eprintln!(
+                "all right: I will not look for a way to `{}` again today",
+                attempt.wanted
+            );
+            continue;
+        }
         if stop == metnos_gateway::text::Stop::Clear {
             let stopped = session.cancel().await;
             eprintln!(

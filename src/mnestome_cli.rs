@@ -14,19 +14,19 @@ use crate::admin::{connect, failed, say};
 
 #[derive(Debug, Subcommand)]
 pub enum MnestomeCommand {
-    /// The strongest passages, and the most asked-for missing tools.
+    /// The strongest passages, the most asked-for missing tools, the shortcuts kept.
     List {
         /// How many of each (at most 500).
         #[arg(long, default_value_t = 20)]
         limit: u32,
     },
-    /// The passages and wishes naming EXECUTOR, at either end.
+    /// The passages, wishes and shortcuts naming EXECUTOR.
     Show {
         executor: String,
         #[arg(long, default_value_t = 100)]
         limit: u32,
     },
-    /// Forget every passage and wish naming EXECUTOR.
+    /// Forget every passage, wish and shortcut naming EXECUTOR.
     Forget { executor: String },
 }
 
@@ -46,7 +46,7 @@ pub async fn mnestome(config: &Config, command: MnestomeCommand) -> ExitCode {
             client.forget_passages(request).await.map(|r| {
                 let n = r.into_inner().forgotten;
                 say(&format!(
-                    "forgot {n} passage(s) and wish(es) naming {executor}"
+                    "forgot {n} passage(s), wish(es) and shortcut(s) naming {executor}"
                 ));
             })
         }
@@ -90,6 +90,20 @@ async fn listed(
             w.uses,
             w.weight,
             when(w.last_used.as_ref())
+        ));
+    }
+    if !r.shortcuts.is_empty() {
+        say("shortcuts kept:");
+    }
+    for s in &r.shortcuts {
+        let steps: Vec<&str> = std::iter::once(s.from_executor.as_str())
+            .chain(s.chain.iter().map(String::as_str))
+            .collect();
+        say(&format!(
+            "{}: {}  kept {}",
+            s.name,
+            steps.join(" → "),
+            when(s.kept_at.as_ref())
         ));
     }
     Ok(())

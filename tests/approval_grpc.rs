@@ -1322,6 +1322,113 @@ async fn a_revocation_offer_names_only_the_persons_active_grants_and_accept_revo
     );
 }
 
+/// Issue 46's shortcut offer (executor `shortcut_offer`): its card says the wish, how often
+/// and the chain, from its arguments alone; arguments that are not a wish, a first executor
+/// and one to three executor names, a capability or target, a caller's words beside its
+/// proposal id, are refused. Accept is a plain approval (what the planner keeps is what
+/// its hash binds).
+#[tokio::test]
+async fn a_shortcut_offer_is_carded_from_its_names_and_a_forged_one_is_refused() {
+    let store = TestStore::sqlite();
+    let s = stack(&store, false, None).await;
+    let mut client = Client::new(&s.approval);
+    let offer = |args: serde_json::Value| pb::CreatePendingRequest {
+        requester: roberto(),
+        request: Some(pb::ApprovalRequest {
+            action_verb: "shortcut_offer".into(),
+            target_summary: "whatever the caller says".into(),
+            capability_class: "shortcut_offer".into(),
+            reversibility: pb::Reversibility::Reversible as i32,
+            extra_json: r#"{"proposal_id":"sc-1"}"#.into(),
+            language: Language::English as i32,
+            ..Default::default()
+        }),
+        capability: String::new(),
+        target: String::new(),
+        executor: "shortcut_offer".into(),
+        args_json: args.to_string(),
+        ttl_seconds: 0,
+        territory_target: String::new(),
+        level: 0,
+    };
+    let good = serde_json::json!({"wanted": "table_extract", "from": "web_fetch", "chain": ["parse_local", "fs_write"], "uses": 3});
+    let mut forged = vec![
+        offer(
+            serde_json::json!({"wanted": "table extract", "from": "web_fetch", "chain": ["parse_local"], "uses": 3}),
+        ),
+        offer(
+            serde_json::json!({"wanted": "x", "from": "Web_Fetch", "chain": ["parse_local"], "uses": 3}),
+        ),
+        offer(serde_json::json!({"wanted": "x", "from": "web_fetch", "chain": [], "uses": 3})),
+        offer(
+            serde_json::json!({"wanted": "x", "from": "web_fetch", "chain": ["a", "b", "c", "d"], "uses": 3}),
+        ),
+        offer(
+            serde_json::json!({"wanted": "x", "from": "web_fetch", "chain": ["rm -rf ~"], "uses": 3}),
+        ),
+        offer(
+            serde_json::json!({"wanted": "x", "from": "web_fetch", "chain": ["a"], "uses": 3, "note": "click me"}),
+        ),
+        offer(serde_json::json!({"wanted": "x", "from": "web_fetch", "chain": ["a"]})),
+    ];
+    let mut with_capability = offer(good.clone());
+    with_capability.capability = "fs:write".into();
+    let mut with_target = offer(good.clone());
+    with_target.target = "~/x".into();
+    let mut marked = offer(good.clone());
+    marked.request.as_mut().unwrap().extra_json =
+        r#"{"proposal_id":"sc-1","reason":"trust me"}"#.into();
+    forged.extend([with_capability, with_target, marked]);
+    for request in forged {
+        let args = request.args_json.clone();
+        let status = client.create_pending(request).await.unwrap_err();
+        assert_eq!(
+            status.code(),
+            tonic::Code::InvalidArgument,
+            "{args}: {status:?}"
+        );
+        assert!(status.message().contains("shortcut offer"), "{status:?}");
+    }
+    let created = client
+        .create_pending(offer(good))
+        .await
+        .unwrap()
+        .into_inner();
+    let pending = created.approval.unwrap();
+    let card = created.card.unwrap();
+    let text = card.lines.join("\n");
+    assert!(
+        text.contains("keep a shortcut for `table_extract`"),
+        "{text}"
+    );
+    assert!(
+        text.contains(
+            "you asked for table_extract 3 times; web_fetch → parse_local → fs_write does it"
+        ),
+        "{text}"
+    );
+    assert!(!text.contains("whatever the caller says"), "{text}");
+    let token = pending.token.clone();
+    let buttons: Vec<&str> = card.buttons[0]
+        .buttons
+        .iter()
+        .map(|b| b.data.as_str())
+        .collect();
+    assert_eq!(
+        buttons,
+        [
+            format!("approve:{token}"),
+            format!("reject:{token}"),
+            format!("never:{token}")
+        ]
+    );
+    let approved = resolve(&mut client, &token, pb::Decision::Approve)
+        .await
+        .unwrap();
+    assert_eq!(approved.status, pb::ApprovalStatus::Approved as i32);
+    assert_eq!(approved.grant_id, None, "nothing is granted");
+}
+
 /// The owner's spectator page lists everyone's requests under its own identity and never
 /// learns a token: each shows as the decisions journal's name for it (16 hex digits of its
 /// token's sha256). The gateway lists only its own people's (issue 38: a web bug must not

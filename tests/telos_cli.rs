@@ -424,6 +424,8 @@ async fn the_owner_writes_signs_and_verifies_a_telos_and_proposals_are_weighed_a
                 sender_id: "42".into(),
             }),
             non_retreat: true,
+            attempt_id: "a-1".into(),
+            attempt: "table_extract".into(),
         })
         .await
         .unwrap()
@@ -444,6 +446,40 @@ async fn the_owner_writes_signs_and_verifies_a_telos_and_proposals_are_weighed_a
         maybe.confirmation_question,
         "Vuoi che mi fermi su «riordinare i download»?"
     );
+    // During a non-retreat attempt the question names what is being tried.
+    for (text, question) in [
+        (
+            "hmm, vediamo dopo",
+            "Vuoi che smetta di cercare un modo per «table_extract»?",
+        ),
+        (
+            "maybe later",
+            "Do you want me to stop trying to find a way to \"table_extract\"?",
+        ),
+    ] {
+        let maybe = as_gateway
+            .detect_stop(pb::DetectStopRequest {
+                text: text.into(),
+                non_retreat: true,
+                attempt_id: "a-2".into(),
+                attempt: "table_extract".into(),
+                ..Default::default()
+            })
+            .await
+            .unwrap()
+            .into_inner();
+        assert_eq!(maybe.kind, pb::StopKind::Ambiguous as i32, "{text}");
+        assert_eq!(maybe.confirmation_question, question);
+    }
+    let long = as_gateway
+        .detect_stop(pb::DetectStopRequest {
+            text: "stop".into(),
+            attempt: "x".repeat(129),
+            ..Default::default()
+        })
+        .await
+        .unwrap_err();
+    assert_eq!(long.code(), tonic::Code::InvalidArgument);
     let calls = fake.received().len();
     let e = as_planner
         .evaluate_proposal(proposal("again", "telegram", "42"))
@@ -470,17 +506,23 @@ async fn the_gateway_asks_the_vaglio_what_stops_and_falls_back_when_it_cannot() 
     let asked = StopDetector::new(Some(VaglioServiceClient::new(
         up.channel_as("vaglio", Identity::Gateway),
     )));
-    assert_eq!(asked.detect(&ada, "Basta!").await, Stop::Clear);
-    assert_eq!(asked.detect(&ada, "lascia perdere").await, Stop::Clear);
+    assert_eq!(asked.detect(&ada, "Basta!", None).await.0, Stop::Clear);
     assert_eq!(
-        asked.detect(&ada, "hmm, vediamo dopo").await,
+        asked.detect(&ada, "lascia perdere", None).await.0,
+        Stop::Clear
+    );
+    assert_eq!(
+        asked.detect(&ada, "hmm, vediamo dopo", None).await.0,
         Stop::Ambiguous
     );
-    assert_eq!(asked.detect(&ada, "stop the music at 8").await, Stop::No);
+    assert_eq!(
+        asked.detect(&ada, "stop the music at 8", None).await.0,
+        Stop::No
+    );
     // A person of a channel the gateway does not speak for is refused by the vaglio; the
     // answer still comes (locally).
     let cli = metnos_core::Principal::new("cli", "roberto").unwrap();
-    assert_eq!(asked.detect(&cli, "never mind").await, Stop::Clear);
+    assert_eq!(asked.detect(&cli, "never mind", None).await.0, Stop::Clear);
 
     up.interrupt().await;
     let unreachable = StopDetector::new(Some(VaglioServiceClient::new(
@@ -492,7 +534,10 @@ async fn the_gateway_asks_the_vaglio_what_stops_and_falls_back_when_it_cannot() 
         .unwrap(),
     )));
     let started = std::time::Instant::now();
-    assert_eq!(unreachable.detect(&ada, "basta").await, Stop::Clear);
-    assert_eq!(unreachable.detect(&ada, "read my notes").await, Stop::No);
+    assert_eq!(unreachable.detect(&ada, "basta", None).await.0, Stop::Clear);
+    assert_eq!(
+        unreachable.detect(&ada, "read my notes", None).await.0,
+        Stop::No
+    );
     assert!(started.elapsed() < StopDetector::PATIENCE * 3);
 }

@@ -203,6 +203,7 @@ pub fn say(lang: Language, what: Says<'_>) -> String {
         (Language::English, Says::NothingToStop) => "I am not doing anything right now.".to_owned(),
         (Language::Italian, Says::ConfirmStop) => "Vuoi che mi fermi? (sì/no)".to_owned(),
         (Language::English, Says::ConfirmStop) => "Do you want me to stop? (yes/no)".to_owned(),
+        (lang, Says::AttemptStopped(wanted)) => attempt_stopped(lang, wanted),
         (Language::Italian, Says::GoingOn) => "Ok, continuo.".to_owned(),
         (Language::English, Says::GoingOn) => "OK, I carry on.".to_owned(),
         (lang, Says::NewThread) => new_thread(lang),
@@ -400,6 +401,16 @@ fn new_thread(lang: Language) -> String {
     .to_owned()
 }
 
+/// A non-retreat attempt given up for the day (issue 46).
+fn attempt_stopped(lang: Language, wanted: &str) -> String {
+    match lang {
+        Language::Italian => format!("D'accordo: per oggi non cerco più un modo per «{wanted}»."),
+        Language::English => {
+            format!("All right: I will not look for a way to `{wanted}` again today.")
+        }
+    }
+}
+
 /// The sentences.
 #[derive(Debug, Clone, Copy)]
 pub enum Says<'a> {
@@ -408,6 +419,8 @@ pub enum Says<'a> {
     Stopped,
     NothingToStop,
     ConfirmStop,
+    /// A stop of a non-retreat attempt that no turn was running for: what is given up.
+    AttemptStopped(&'a str),
     GoingOn,
     /// `/new`: the next message starts a new thread.
     NewThread,
@@ -467,6 +480,7 @@ mod tests {
             Says::Stopped,
             Says::NothingToStop,
             Says::ConfirmStop,
+            Says::AttemptStopped("table_extract"),
             Says::GoingOn,
             Says::NewThread,
             Says::Approved,
@@ -534,6 +548,7 @@ mod tests {
             Says::Stopped => "stopped",
             Says::NothingToStop => "nothing to stop",
             Says::ConfirmStop => "confirm stop",
+            Says::AttemptStopped(_) => "attempt stopped",
             Says::GoingOn => "going on",
             Says::NewThread => "new thread",
             Says::Forget(_) => "forget",

@@ -18,6 +18,11 @@ activation_threshold: 0.4
 ";
 
 async fn telos_stack(settings: &[(&str, &str)]) -> Stack {
+    telos_stack_with(settings, ADA_TELOS).await
+}
+
+/// [`telos_stack`] with Ada's (the owner's) TELOS.md `telos`.
+async fn telos_stack_with(settings: &[(&str, &str)], telos: &str) -> Stack {
     let owner = format!("[\"telegram:{ADA}\"]");
     let mut all = vec![
         ("METNOS_TELOS__OWNER_PRINCIPALS", owner.as_str()),
@@ -25,7 +30,7 @@ async fn telos_stack(settings: &[(&str, &str)]) -> Stack {
     ];
     all.extend_from_slice(settings);
     let s = stack_with(&all).await;
-    s.sandbox.sign_telos(ADA_TELOS).await;
+    s.sandbox.sign_telos(telos).await;
     s.llm.always(Reply::from_request(|body| {
         if body.get("format").is_some_and(|f| !f.is_null()) {
             Reply::Json(json!({"fits": [
@@ -456,4 +461,323 @@ fn now_ms() -> i64 {
             .as_millis(),
     )
     .unwrap()
+}
+
+/// The names of the tools the model was offered in the last turn request it received (a
+/// request asking for telos fits is not one).
+fn last_offered(s: &Stack) -> Vec<String> {
+    let received = s.llm.received();
+    let turn = received
+        .iter()
+        .rev()
+        .find(|r| r.body.get("format").is_none_or(|f| f.is_null()))
+        .expect("a turn's request");
+    turn.body["tools"]
+        .as_array()
+        .map(|tools| {
+            tools
+                .iter()
+                .filter_map(|t| t["function"]["name"].as_str().map(str::to_owned))
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+/// When the builtin task `id`'s last finished run started, and its output, as `metnos
+/// schedules list --json` says them (no time while a run is under way).
+async fn last_run(s: &Stack, id: &str) -> (Value, Value) {
+    let (_, out, _) = s.sandbox.run(&["schedules", "list", "--json"]).await;
+    out.lines()
+        .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+        .find(|o| o["id"] == id)
+        .map(|o| {
+            // A run under way says so, its output is the one before.
+            let done = o["last_status"] != "running";
+            let at = if done {
+                o["last_run_at"].clone()
+            } else {
+                Value::Null
+            };
+            (at, o["last_output"].clone())
+        })
+        .unwrap_or((Value::Null, Value::Null))
+}
+
+/// Runs the builtin task `id` now (it is in the store from the scheduler's first tick) and
+/// waits for that run to end; its output.
+async fn run_builtin(s: &Stack, id: &str) -> String {
+    let before = last_run(s, id).await.0;
+    let mut ran = (1, String::new());
+    for _ in 0..50 {
+        let (code, _, stderr) = s.sandbox.run(&["schedules", "run", id]).await;
+        ran = (code, stderr);
+        if code == 0 {
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    }
+    assert_eq!(ran.0, 0, "{id}: {}", ran.1);
+    for _ in 0..100 {
+        let (at, output) = last_run(s, id).await;
+        if !at.is_null() && at != before {
+            return output.as_str().unwrap_or_default().to_owned();
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    }
+    panic!("{id} did not run");
+}
+
+/// Issue 46, item 3: the model asked three times for `table_extract`, a tool that does not
+/// exist, with what `web_fetch` read; earlier turns piped web_fetch's content into
+/// parse_local, whose words answer the wish. `synt_suggest` offers the owner (Ada, the
+/// first of `owner_principals`) to keep web_fetch → parse_local as a shortcut — weighed by
+/// the telos engine, a card with Accept / Reject / Never again whose words the approval
+/// service writes from its arguments. Bob cannot accept it; Ada's Accept, once the
+/// proposals' upkeep has run, keeps the shortcut (`metnos mnestome list` shows it), and a
+/// request that names it is offered web_fetch, which it was not before.
+#[tokio::test]
+async fn a_chain_for_a_recurring_wish_is_offered_as_a_shortcut_and_accept_keeps_it() {
+    let s = telos_stack(&[("METNOS_SCHEDULER__TICK_SECONDS", "1")]).await;
+    s.pair(ADA, "Ada", "supervised").await;
+    s.pair(BOB, "Bob", "full").await;
+    let request = "table_extract on the prices, please";
+    s.tg.message(ADA, user(ADA, "Ada", "en"), request);
+    s.tg.until("the first answer", |tg| {
+        tg.texts_to(ADA).iter().any(|t| t == "Written.")
+    })
+    .await;
+    let before = last_offered(&s);
+    assert!(before.iter().any(|t| t == "parse_local"), "{before:?}");
+    assert!(!before.iter().any(|t| t == "web_fetch"), "{before:?}");
+    // What earlier turns taught (learning itself is the planner's tests').
+    let db = s.sandbox.data_dir().join("planner.db");
+    let pool = sqlx::SqlitePool::connect(&format!("sqlite://{}", db.display()))
+        .await
+        .unwrap();
+    let now = now_ms();
+    sqlx::query("INSERT INTO passages (from_executor, from_field, to_executor, to_arg, weight, uses, successes, last_used) VALUES ('web_fetch', 'content', 'parse_local', 'text', 0.59, 4, 4, ?)")
+        .bind(now).execute(&pool).await.unwrap();
+    sqlx::query("INSERT INTO protos (from_executor, wanted, arg_names, weight, uses, first_seen, last_used) VALUES ('web_fetch', 'table_extract', 'page', 0.49, 3, ?, ?)")
+        .bind(now).bind(now).execute(&pool).await.unwrap();
+    let said = run_builtin(&s, "builtin:synt_suggest").await;
+    assert!(
+        said.contains("1 recurring wish(es), 1 with a chain of existing executors, 1 offered"),
+        "{said}"
+    );
+    let (_, buttons) = s.nth_card(1).await;
+    let card = s.cards()[0].clone();
+    assert_eq!(card.body["chat_id"], json!(ADA), "the owner is asked");
+    let text = card.body["text"].as_str().unwrap_or_default().to_owned();
+    assert!(
+        text.contains("keep a shortcut for `table_extract`"),
+        "{text}"
+    );
+    assert!(
+        text.contains("you asked for table_extract 3 times; web_fetch → parse_local does it"),
+        "{text}"
+    );
+    let labels: Vec<&str> = buttons[0].iter().map(|(t, _)| t.as_str()).collect();
+    assert_eq!(labels, ["Accept", "Reject", "Never again"]);
+    // A second run offers nothing new: the offer's row is its claim.
+    let said = run_builtin(&s, "builtin:synt_suggest").await;
+    assert!(said.contains("0 offered"), "{said}");
+    // Bob cannot accept it for her.
+    s.tg.click(BOB, 2, user(BOB, "Bob", "en"), &buttons[0][0].1);
+    s.tg.until("Bob told", |tg| {
+        tg.texts_to(BOB)
+            .iter()
+            .any(|t| t == "Approval cannot be resolved: decider not authorised")
+    })
+    .await;
+    let said = run_builtin(&s, "builtin:proposal_upkeep").await;
+    assert!(said.contains("0 shortcut(s) kept"), "{said}");
+    let shortcuts = || async {
+        let (code, out, stderr) = s.sandbox.run(&["mnestome", "list"]).await;
+        assert_eq!(code, 0, "{stderr}");
+        out
+    };
+    assert!(
+        !shortcuts().await.contains("shortcuts kept"),
+        "not before Accept"
+    );
+    s.tg.click(ADA, 2, user(ADA, "Ada", "en"), &buttons[0][0].1);
+    s.tg.until("the offer closed", |tg| {
+        tg.calls("editMessageText").iter().any(|c| {
+            c.body["text"]
+                .as_str()
+                .unwrap_or_default()
+                .contains("approved")
+        })
+    })
+    .await;
+    let said = run_builtin(&s, "builtin:proposal_upkeep").await;
+    assert!(said.contains("1 shortcut(s) kept"), "{said}");
+    let listed = shortcuts().await;
+    assert!(
+        listed.contains("shortcuts kept:")
+            && listed.contains("table_extract: web_fetch → parse_local"),
+        "{listed}"
+    );
+    assert_eq!(s.cards().len(), 1, "one offer, once");
+    // A request naming the shortcut is offered its first executor too.
+    s.tg.message(ADA, user(ADA, "Ada", "en"), request);
+    s.tg.until("the second answer", |tg| {
+        tg.texts_to(ADA).iter().filter(|t| *t == "Written.").count() >= 2
+    })
+    .await;
+    let after = last_offered(&s);
+    assert!(
+        after.iter().any(|t| t == "web_fetch") && after.iter().any(|t| t == "parse_local"),
+        "{after:?}"
+    );
+    // Forgetting the executor forgets the shortcut.
+    let (code, out, stderr) = s.sandbox.run(&["mnestome", "forget", "parse_local"]).await;
+    assert_eq!(code, 0, "{stderr}");
+    assert!(
+        out.contains("forgot 2 passage(s), wish(es) and shortcut(s)"),
+        "{out}"
+    );
+    assert!(!shortcuts().await.contains("shortcuts kept"));
+}
+
+/// Ada's TELOS.md with the seed's non-retreat end.
+const ADA_TELOS_NON_RETREAT: &str = "---
+telos_version: 1.1
+written_at: 2026-11-01T12:00:00+01:00
+written_by: ada
+previous_hash: genesis
+---
+## t.tempo — Free my time from repetitive chores
+weight: 0.5
+activation_threshold: 0.3
+## t.ordine — Keep the order of my digital data
+weight: 0.2
+activation_threshold: 0.4
+## t.coltivazione_strumenti — Try before saying I cannot
+weight: 0.3
+activation_threshold: 0.3
+";
+
+/// The non-retreat telos's effective weight for Ada, as `metnos telos show` says it.
+async fn non_retreat_weight(s: &Stack) -> f64 {
+    let who = format!("telegram:{ADA}");
+    let (code, out, stderr) = s.sandbox.run(&["telos", "show", "--person", &who]).await;
+    assert_eq!(code, 0, "{stderr}");
+    out.lines()
+        .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+        .find(|t| t["non_retreat"] == true)
+        .and_then(|t| t["weight_effective"].as_f64())
+        .unwrap_or_else(|| panic!("no non-retreat telos: {out}"))
+}
+
+/// Ada asks for what needs a tool that does not exist; waits for the `n`-th answer that
+/// says so.
+async fn attempt(s: &Stack, n: usize) {
+    s.llm
+        .push(tool_calls("table_extract", json!({"page": "prices"})));
+    s.llm.push(Reply::Text("I cannot extract tables.".into()));
+    s.tg.message(ADA, user(ADA, "Ada", "en"), "extract the table of prices");
+    s.tg.until("the attempt's question", |tg| {
+        tg.texts_to(ADA)
+            .iter()
+            .filter(|t| t.contains("There is no tool for `table_extract`"))
+            .count()
+            >= n
+    })
+    .await;
+}
+
+/// Issue 46, item 5: non-retreat from real traffic. The model asks for `table_extract`, a
+/// tool that does not exist, then gives up: the answer does not end in a bare "I cannot" —
+/// it says there is no tool for it and what would let Metnos do it. That is a non-retreat
+/// attempt: Ada's "maybe later" is asked about in its words ("stop trying to find a way to
+/// …?"), her "yes" records a stop of it — the non-retreat telos lowered, shortcut offers
+/// blocked for a day (one found then is rejected by the telos engine, no card). A second
+/// attempt's plain "stop" is recorded by the vaglio's own recogniser and lowers it again;
+/// a "stop" when no attempt is open records nothing.
+#[tokio::test]
+async fn a_stop_during_a_non_retreat_attempt_lowers_the_telos_and_blocks_offers_a_day() {
+    let s = telos_stack_with(
+        &[("METNOS_SCHEDULER__TICK_SECONDS", "1")],
+        ADA_TELOS_NON_RETREAT,
+    )
+    .await;
+    s.pair(ADA, "Ada", "supervised").await;
+    let start = non_retreat_weight(&s).await;
+    attempt(&s, 1).await;
+    let answer = s.tg.texts_to(ADA).last().cloned().unwrap_or_default();
+    assert!(answer.starts_with("I cannot extract tables."), "{answer}");
+    assert!(
+        answer.contains("say stop and I will not try again today"),
+        "{answer}"
+    );
+    let said = |text: &str| {
+        s.tg.message(ADA, user(ADA, "Ada", "en"), text);
+        std::future::ready(())
+    };
+    let before = s.tg.texts_to(ADA).len();
+    said("maybe later").await;
+    s.tg.until("the question", |tg| tg.texts_to(ADA).len() > before)
+        .await;
+    assert_eq!(
+        s.tg.texts_to(ADA).last().unwrap(),
+        // As sent in Telegram's HTML: the person reads the quotes.
+        "Do you want me to stop trying to find a way to &quot;table_extract&quot;?"
+    );
+    let before = s.tg.texts_to(ADA).len();
+    said("yes").await;
+    s.tg.until("the stop", |tg| tg.texts_to(ADA).len() > before)
+        .await;
+    assert_eq!(
+        s.tg.texts_to(ADA).last().unwrap(),
+        "All right: I will not look for a way to `table_extract` again today."
+    );
+    let after_one = non_retreat_weight(&s).await;
+    assert!(after_one < start - 0.01, "{start} -> {after_one}");
+
+    // For a day, a shortcut for it is not offered: the telos engine rejects it, no card.
+    let db = s.sandbox.data_dir().join("planner.db");
+    let pool = sqlx::SqlitePool::connect(&format!("sqlite://{}", db.display()))
+        .await
+        .unwrap();
+    let now = now_ms();
+    sqlx::query("INSERT INTO passages (from_executor, from_field, to_executor, to_arg, weight, uses, successes, last_used) VALUES ('web_fetch', 'content', 'parse_local', 'text', 0.59, 4, 4, ?)")
+        .bind(now).execute(&pool).await.unwrap();
+    sqlx::query("INSERT INTO protos (from_executor, wanted, arg_names, weight, uses, first_seen, last_used) VALUES ('web_fetch', 'table_extract', 'page', 0.49, 3, ?, ?)")
+        .bind(now).bind(now).execute(&pool).await.unwrap();
+    let said_by_job = run_builtin(&s, "builtin:synt_suggest").await;
+    assert!(said_by_job.contains("1 offered"), "{said_by_job}");
+    let (decision, reason): (String, String) =
+        sqlx::query_as("SELECT decision, reason FROM proposals WHERE kind = 'shortcut_offer'")
+            .fetch_one(&pool)
+            .await
+            .unwrap();
+    assert_eq!(
+        (decision.as_str(), reason.as_str()),
+        ("reject", "stopped_by_person")
+    );
+    assert!(s.cards().is_empty(), "no card");
+
+    // Another attempt, stopped with a plain "stop": the vaglio records it.
+    attempt(&s, 2).await;
+    let before = s.tg.texts_to(ADA).len();
+    said("stop").await;
+    s.tg.until("the second stop", |tg| tg.texts_to(ADA).len() > before)
+        .await;
+    assert_eq!(
+        s.tg.texts_to(ADA).last().unwrap(),
+        "All right: I will not look for a way to `table_extract` again today."
+    );
+    let after_two = non_retreat_weight(&s).await;
+    assert!(after_two < after_one - 0.01, "{after_one} -> {after_two}");
+    // No attempt open now: a stop is an ordinary one, and lowers nothing.
+    let before = s.tg.texts_to(ADA).len();
+    said("stop").await;
+    s.tg.until("nothing to stop", |tg| tg.texts_to(ADA).len() > before)
+        .await;
+    assert_eq!(
+        s.tg.texts_to(ADA).last().unwrap(),
+        "I am not doing anything right now."
+    );
+    assert!((non_retreat_weight(&s).await - after_two).abs() < 1e-9);
 }

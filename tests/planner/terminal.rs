@@ -466,7 +466,7 @@ async fn metnos_mnestome_lists_shows_and_forgets_what_piping_taught() {
     let (code, out, err) = s.sandbox.run(&["mnestome", "forget", "time_now"]).await;
     assert_eq!(code, 0, "{err}");
     assert!(
-        out.contains("forgot 2 passage(s) and wish(es) naming time_now"),
+        out.contains("forgot 2 passage(s), wish(es) and shortcut(s) naming time_now"),
         "{out}"
     );
     let (_, out, _) = s.sandbox.run(&["mnestome", "list"]).await;
@@ -474,4 +474,63 @@ async fn metnos_mnestome_lists_shows_and_forgets_what_piping_taught() {
     let (code, _, err) = s.sandbox.run(&["mnestome", "forget", " "]).await;
     assert_eq!(code, 1, "{err}");
     assert!(err.contains("an executor's name is needed"), "{err}");
+}
+
+/// Issue 46, item 5, on the terminal: a request no tool serves ends asking what would let
+/// Metnos do it; a stop as the next line is the attempt's — recorded by the vaglio
+/// (the owner's non-retreat telos lowered) and said so, not "nothing to stop".
+#[tokio::test]
+async fn a_stop_after_an_attempt_in_metnos_chat_is_the_attempts() {
+    let s = stack_with(&[], true).await;
+    s.sandbox
+        .sign_telos(
+            "---
+telos_version: 1.1
+written_at: 2026-11-01T12:00:00+01:00
+written_by: owner
+previous_hash: genesis
+---
+## t.tempo — Free my time from repetitive chores
+weight: 0.7
+activation_threshold: 0.3
+## t.coltivazione_strumenti — Try before saying I cannot
+weight: 0.3
+activation_threshold: 0.3
+",
+        )
+        .await;
+    let weight = || async {
+        let (code, out, err) = s.sandbox.run(&["telos", "show"]).await;
+        assert_eq!(code, 0, "{err}");
+        out.lines()
+            .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+            .find(|t| t["non_retreat"] == true)
+            .and_then(|t| t["weight_effective"].as_f64())
+            .unwrap_or_else(|| panic!("{out}"))
+    };
+    let before = weight().await;
+    s.fake.push(Reply::ToolCalls(vec![(
+        "table_extract".into(),
+        json!({"page": "prices"}),
+    )]));
+    s.fake.push(Reply::Text("I cannot.".into()));
+    let output = s
+        .run_with_input(
+            &["chat", "--language", "en"],
+            b"extract the table of prices\nstop\n/quit\n",
+        )
+        .await;
+    let (out, err) = (
+        String::from_utf8_lossy(&output.stdout),
+        String::from_utf8_lossy(&output.stderr),
+    );
+    assert!(output.status.success(), "{err}");
+    assert!(out.contains("There is no tool for `table_extract`"), "{out}");
+    assert!(
+        err.contains("all right: I will not look for a way to `table_extract` again today"),
+        "{err}"
+    );
+    assert!(!err.contains("nothing to stop"), "{err}");
+    let after = weight().await;
+    assert!(after < before - 0.01, "{before} -> {after}");
 }

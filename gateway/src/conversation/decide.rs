@@ -156,7 +156,11 @@ pub enum Step {
         thread: String,
         cancelled: bool,
         turn: String,
+        /// A non-retreat attempt the answer left open (it asks the person).
+        attempt: Option<pb::Attempt>,
     },
+    /// The turn began a non-retreat attempt: a stop now is the attempt's.
+    Attempt(pb::Attempt),
     /// Nothing to show.
     Nothing,
 }
@@ -173,7 +177,9 @@ pub fn step_of(event: Event, lang: Language) -> Step {
             token: decided.token,
             status: decided.status,
         },
+        Event::Attempt(attempt) => Step::Attempt(attempt),
         Event::Finished(finished) => Step::Finished {
+            attempt: finished.attempt,
             turn: finished.turn_id,
             thread: finished.thread_id,
             cancelled: finished.kind == pb::FinalKind::Cancelled as i32,
@@ -246,7 +252,8 @@ pub(super) fn person(sender_id: &str) -> Option<Principal> {
 }
 
 /// What a proposal's answer teaches the telos engine: accept is what recorded the grant (a
-/// grant offer approved for good) or revoked the grants (a revocation offer approved); a
+/// grant offer approved for good), revoked the grants or kept the shortcut (a revocation
+/// or shortcut offer approved once: `revocation`); a
 /// `never:` button is a never; another approval (a button the card never had) teaches
 /// nothing.
 pub(super) fn feedback_kind(
@@ -416,6 +423,7 @@ mod tests {
             thread: "t1".to_owned(),
             cancelled,
             turn: String::new(),
+            attempt: None,
         };
         assert_eq!(
             finished(pb::FinalKind::Answer, "hello Ada"),

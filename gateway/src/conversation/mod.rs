@@ -38,12 +38,13 @@ mod incoming;
 mod reply;
 mod services;
 mod state;
+mod stopping;
 mod threads;
 
 pub use decide::{ClickAction, Forgetting, Step, action_of, closing_line, proposal_of, step_of};
 use decide::{
-    after_cancel, always_confirmation, click_refusal, confirm_refusal, feedback_kind, language_of,
-    person, planner_name, store_name,
+    always_confirmation, click_refusal, confirm_refusal, feedback_kind, language_of, person,
+    planner_name, store_name,
 };
 pub use incoming::{Click, GroupMessage, Incoming, MessageIn};
 pub use reply::{Answer, Close, Reply, ShowCard, Then};
@@ -220,14 +221,7 @@ impl Conversation {
                 .accept_edited(chat, &who, token, &message.text, edits, lang)
                 .await;
         }
-        let stop = self.stops.detect(&who, &message.text).await;
-        let next = self.state().next_for(&message.sender, &message.text, stop);
-        match next {
-            Next::Stop => self.stop(chat, &who, lang).await,
-            Next::CarryOn => Reply::say(chat, text::say(lang, Says::GoingOn)),
-            Next::AskWhetherToStop => Reply::say(chat, text::say(lang, Says::ConfirmStop)),
-            Next::RunTurn => self.run_turn(chat, who, &pairing, message).await,
-        }
+        self.stop_or_turn(chat, who, &pairing, message).await
     }
 
     /// An unpaired sender: a pairing code, unless one is already out for them.
@@ -287,32 +281,6 @@ impl Conversation {
                 Reply::say(chat, text::say(lang, Says::Unavailable(planner_name(lang))))
             }
         }
-    }
-
-    /// Cancels their turn; says whether anything stopped; the cancelled turn's card says
-    /// so now, not at the next sweep.
-    async fn stop(&self, chat: i64, who: &Principal, lang: Language) -> Reply {
-        let request = pb::CancelTurnRequest {
-            target: Some(pb::cancel_turn_request::Target::Principal(who.to_proto())),
-            reason: "stop from Telegram".to_owned(),
-            ..Default::default()
-        };
-        // Noted before asking: the turn's end may come back before the planner's answer.
-        self.state().stopping(who.sender_id(), Instant::now());
-        let result = self.planner.clone().cancel_turn(request).await;
-        let cancelled = result
-            .as_ref()
-            .ok()
-            .filter(|r| r.get_ref().cancelled)
-            .map(|r| r.get_ref().turn_id.clone());
-        self.state().stopped(who.sender_id(), cancelled.as_deref());
-        let said = after_cancel(
-            result
-                .map(|r| r.get_ref().cancelled)
-                .map_err(|status| status.code()),
-            lang,
-        );
-        Reply::say(chat, text::say(lang, said)).then(Then::Sweep(chat))
     }
 
     /// Looks at the cards still open (only `chat`'s when given): a card whose request ended
@@ -624,7 +592,9 @@ impl Conversation {
             // A proposal's answer is the telos engine's feedback; no turn waits. A never:
             // button is understood as such, however its data was spaced.
             let never = matches!(action_of(&click.data), Ok(ClickAction::Never(_)));
-            let revocation = pending.executor == proposals::GRANT_REVOKE;
+            // A revocation offer and a shortcut offer are accepted by approving once.
+            let revocation = [proposals::GRANT_REVOKE, proposals::SHORTCUT_OFFER]
+                .contains(&pending.executor.as_str());
             feedback_kind(decision, territory, never, revocation)
                 .zip(person(&click.clicker))
                 .map(|(kind, who)| Then::Feedback {
@@ -878,12 +848,24 @@ impl Conversation {
                     tokens.push(token);
                 }
                 Step::Decided { token, status } => self.close_card(&token, status, lang).await,
+                Step::Attempt(attempt) => {
+                    self.state().open_attempt(&sender, attempt, Instant::now());
+                }
                 Step::Finished {
                     text,
                     thread,
                     cancelled,
                     turn,
+                    attempt,
                 } => {
+                    // An attempt the answer left open stays the person's to stop; any other
+                    // end closes it.
+                    match attempt {
+                        Some(attempt) => {
+                            self.state().open_attempt(&sender, attempt, Instant::now())
+                        }
+                        None => self.state().close_attempt(&sender),
+                    }
                     // After the person's own stop, "I stop" was the last word: one message.
                     let told =
                         cancelled && self.state().take_stopped(&sender, &turn, Instant::now());

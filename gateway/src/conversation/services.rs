@@ -132,35 +132,86 @@ impl StopDetector {
         StopDetector { vaglio }
     }
 
-    /// What `text` from `who` says about stopping.
-    pub async fn detect(&self, who: &Principal, text: &str) -> Stop {
+    /// What `text` from `who` says about stopping. During a non-retreat `attempt`, a clear
+    /// stop is recorded as the attempt's (the non-retreat telos lowered, shortcut offers
+    /// blocked for a day), and an ambiguous one's question (returned) names it.
+    pub async fn detect(
+        &self,
+        who: &Principal,
+        text: &str,
+        attempt: Option<&metnos_proto::planner::v1::Attempt>,
+    ) -> (Stop, Option<String>) {
         let Some(vaglio) = &self.vaglio else {
-            return text::stop_of(text);
+            return (text::stop_of(text), None);
         };
         let request = vaglio_pb::DetectStopRequest {
             // The recogniser reads whole short phrases; a long message is never a stop.
             text: text.chars().take(1000).collect(),
-            current_intent: String::new(),
             principal: Some(who.to_proto()),
-            non_retreat: false,
+            ..attempt_request(attempt)
         };
         let asked = tokio::time::timeout(Self::PATIENCE, vaglio.clone().detect_stop(request)).await;
         match asked {
-            Ok(Ok(answer)) => match vaglio_pb::StopKind::try_from(answer.into_inner().kind) {
-                Ok(vaglio_pb::StopKind::Stop) => Stop::Clear,
-                Ok(vaglio_pb::StopKind::Ambiguous) => Stop::Ambiguous,
-                _ => Stop::No,
-            },
+            Ok(Ok(answer)) => {
+                let answer = answer.into_inner();
+                let stop = match vaglio_pb::StopKind::try_from(answer.kind) {
+                    Ok(vaglio_pb::StopKind::Stop) => Stop::Clear,
+                    Ok(vaglio_pb::StopKind::Ambiguous) => Stop::Ambiguous,
+                    _ => Stop::No,
+                };
+                let question = Some(answer.confirmation_question).filter(|q| !q.is_empty());
+                (stop, question)
+            }
             Ok(Err(status)) => {
                 tracing::warn!(code = ?status.code(), "the vaglio's stop recogniser failed; the local one answers");
-                text::stop_of(text)
+                (text::stop_of(text), None)
             }
             Err(_) => {
                 tracing::warn!(
                     "the vaglio's stop recogniser did not answer in time; the local one answers"
                 );
-                text::stop_of(text)
+                (text::stop_of(text), None)
             }
         }
+    }
+
+    /// `who` confirmed stopping `attempt` (yes to its question): recorded as a clear stop
+    /// of it. Failures are logged: the stop itself holds.
+    pub async fn attempt_stopped(
+        &self,
+        who: &Principal,
+        attempt: &metnos_proto::planner::v1::Attempt,
+    ) {
+        let Some(vaglio) = &self.vaglio else {
+            return;
+        };
+        let request = vaglio_pb::DetectStopRequest {
+            text: "/stop".to_owned(),
+            principal: Some(who.to_proto()),
+            ..attempt_request(Some(attempt))
+        };
+        let asked = tokio::time::timeout(Self::PATIENCE, vaglio.clone().detect_stop(request)).await;
+        if !matches!(asked, Ok(Ok(_))) {
+            tracing::warn!(
+                "a confirmed stop of a non-retreat attempt did not reach the telos engine"
+            );
+        }
+    }
+}
+
+/// A stop request's attempt part: a non-retreat attempt names itself and the intent a stop
+/// of it blocks for a day — shortcut offers, the attempt's next step.
+fn attempt_request(
+    attempt: Option<&metnos_proto::planner::v1::Attempt>,
+) -> vaglio_pb::DetectStopRequest {
+    match attempt {
+        Some(a) => vaglio_pb::DetectStopRequest {
+            non_retreat: true,
+            current_intent: metnos_core::names::proposals::SHORTCUT_OFFER.to_owned(),
+            attempt_id: a.attempt_id.clone(),
+            attempt: a.wanted.clone(),
+            ..Default::default()
+        },
+        None => vaglio_pb::DetectStopRequest::default(),
     }
 }

@@ -59,7 +59,13 @@ pub struct Conversations {
     /// Groups told to write privately, and when: once per [`GROUP_NOTICE_EVERY`] each, so a
     /// busy group is not answered message for message.
     groups_told: HashMap<i64, Instant>,
+    /// People in a non-retreat attempt (issue 46), and until when a stop is its.
+    attempts: HashMap<String, (metnos_proto::planner::v1::Attempt, Instant)>,
 }
+
+/// How long after its turn's answer asked a non-retreat attempt's question a stop is still
+/// the attempt's.
+pub const ATTEMPT_OPEN: std::time::Duration = std::time::Duration::from_secs(600);
 
 /// How long after a person's stop the turn's cancelled end is taken as said by it.
 const STOP_SAID_FOR: std::time::Duration = std::time::Duration::from_secs(60);
@@ -141,13 +147,45 @@ impl Conversations {
 
     /// What to do with `sender`'s message (see [`next`]); a question asked is remembered
     /// until their next message, which answers it.
-    pub fn next_for(&mut self, sender: &str, text: &str, stop: Stop) -> Next {
+    pub fn next_for(&mut self, sender: &str, text: &str, stop: Stop, attempt: bool) -> Next {
         let asked = self.asked_to_stop.remove(sender);
-        let next = next(text, stop, asked, self.has_turn(sender));
+        let next = next(text, stop, asked, self.has_turn(sender) || attempt);
         if next == Next::AskWhetherToStop {
             self.asked_to_stop.insert(sender.to_owned());
         }
         next
+    }
+
+    /// `sender` is in a non-retreat attempt, from `now` for [`ATTEMPT_OPEN`].
+    pub fn open_attempt(
+        &mut self,
+        sender: &str,
+        attempt: metnos_proto::planner::v1::Attempt,
+        now: Instant,
+    ) {
+        self.attempts
+            .insert(sender.to_owned(), (attempt, now + ATTEMPT_OPEN));
+    }
+
+    /// `sender`'s attempt is over.
+    pub fn close_attempt(&mut self, sender: &str) {
+        self.attempts.remove(sender);
+    }
+
+    /// `sender`'s non-retreat attempt, if one is open at `now`.
+    pub fn attempt_of(
+        &mut self,
+        sender: &str,
+        now: Instant,
+    ) -> Option<metnos_proto::planner::v1::Attempt> {
+        match self.attempts.get(sender) {
+            Some((attempt, until)) if now < *until => Some(attempt.clone()),
+            Some(_) => {
+                self.attempts.remove(sender);
+                None
+            }
+            None => None,
+        }
     }
 
     /// Whether a turn of `sender`'s is followed here.
@@ -380,37 +418,66 @@ mod tests {
     fn a_question_asked_is_answered_by_the_next_message_only() {
         let mut state = Conversations::default();
         assert_eq!(
-            state.next_for("ada", "hmm", text::stop_of("hmm")),
+            state.next_for("ada", "hmm", text::stop_of("hmm"), false),
             Next::RunTurn,
             "no turn runs"
         );
         state.turn_started("ada");
         assert_eq!(
-            state.next_for("ada", "hmm", text::stop_of("hmm")),
+            state.next_for("ada", "hmm", text::stop_of("hmm"), false),
             Next::AskWhetherToStop
         );
         // Another person's question is theirs.
         assert_eq!(
-            state.next_for("bob", "yes", text::stop_of("yes")),
+            state.next_for("bob", "yes", text::stop_of("yes"), false),
             Next::RunTurn
         );
         assert_eq!(
-            state.next_for("ada", "no", text::stop_of("no")),
+            state.next_for("ada", "no", text::stop_of("no"), false),
             Next::CarryOn
         );
         assert_eq!(
-            state.next_for("ada", "yes", text::stop_of("yes")),
+            state.next_for("ada", "yes", text::stop_of("yes"), false),
             Next::RunTurn,
             "asked once"
         );
         assert_eq!(
-            state.next_for("ada", "hmm", text::stop_of("hmm")),
+            state.next_for("ada", "hmm", text::stop_of("hmm"), false),
             Next::AskWhetherToStop
         );
         assert_eq!(
-            state.next_for("ada", "yes", text::stop_of("yes")),
+            state.next_for("ada", "yes", text::stop_of("yes"), false),
             Next::Stop
         );
+    }
+
+    /// Issue 46: while a non-retreat attempt is open (its turn's answer asked the person),
+    /// an ambiguous stop is a question even with no turn running; the attempt closes after
+    /// [`ATTEMPT_OPEN`], or when closed.
+    #[test]
+    fn an_open_attempt_makes_an_ambiguous_stop_a_question_for_ten_minutes() {
+        let mut state = Conversations::default();
+        let now = Instant::now();
+        let attempt = metnos_proto::planner::v1::Attempt {
+            attempt_id: "at-1".into(),
+            wanted: "table_extract".into(),
+        };
+        state.open_attempt("ada", attempt.clone(), now);
+        assert_eq!(state.attempt_of("ada", now), Some(attempt.clone()));
+        assert_eq!(state.attempt_of("bob", now), None, "hers alone");
+        let open = state.attempt_of("ada", now).is_some();
+        assert_eq!(
+            state.next_for("ada", "hmm", text::stop_of("hmm"), open),
+            Next::AskWhetherToStop
+        );
+        assert_eq!(
+            state.next_for("ada", "yes", text::stop_of("yes"), open),
+            Next::Stop
+        );
+        assert_eq!(state.attempt_of("ada", now + ATTEMPT_OPEN), None, "expired");
+        state.open_attempt("ada", attempt, now);
+        state.close_attempt("ada");
+        assert_eq!(state.attempt_of("ada", now), None);
     }
 
     #[test]

@@ -362,6 +362,8 @@ fn shell(args: &Value, from_earlier: Earlier<'_>, it: bool) -> (String, String) 
 pub use metnos_core::names::proposals::GRANT_OFFER;
 /// A proposal of the planner's: revoke grants the person has not used for long.
 pub use metnos_core::names::proposals::GRANT_REVOKE;
+/// A proposal of the planner's: keep a chain of existing executors as a named shortcut.
+pub use metnos_core::names::proposals::SHORTCUT_OFFER;
 /// A memory the model would save from the world's data: its words, and where from.
 pub use metnos_core::names::tools::MEMORY_SAVE;
 /// Resuming an order the person paused: asked, like setting one up.
@@ -407,6 +409,8 @@ pub fn grant_revoke(
         had_invisible: false,
     }
 }
+
+pub use crate::shortcut::{MAX_SHORTCUT_CHAIN, shortcut_offer, shortcut_parts};
 
 /// A standing order's card: the request, its schedule in words in the person's time zone
 /// and its next three firings — computed here from the bound arguments, as they will be

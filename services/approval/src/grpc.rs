@@ -94,6 +94,7 @@ impl From<Error> for Status {
             | Error::Uncardable { .. }
             | Error::BadGrantOffer
             | Error::BadRevokeOffer
+            | Error::BadShortcutOffer
             | Error::ReasonTooLong => Status::invalid_argument(error.to_string()),
             // An edit's refusal travels as a closed set too: the channel says it in the
             // person's language (issue 41).

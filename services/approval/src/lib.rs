@@ -12,6 +12,7 @@ pub mod describe;
 pub mod extra;
 pub mod grpc;
 pub mod service;
+pub mod shortcut;
 pub mod store;
 pub mod token;
 

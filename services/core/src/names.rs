@@ -2,6 +2,26 @@
 //! and the catalog's reserved names) and the kinds of proposal Metnos makes on its own
 //! (which the telos engine, the digest and the cards tell apart).
 
+/// An executor's name: a lower-case ASCII letter, then lower-case letters, digits and `_`,
+/// at most 64 bytes.
+pub fn valid_tool_name(name: &str) -> bool {
+    let mut bytes = name.bytes();
+    name.len() <= 64
+        && bytes.next().is_some_and(|b| b.is_ascii_lowercase())
+        && bytes.all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'_')
+}
+
+/// A name the mnestome keeps (an executor's, an output field's, an argument's, a wished
+/// tool's): ASCII letters, digits, `_`, `-`, `.`, `*`, 1 to 64 bytes. A model's free text
+/// or a name copied from a page with other characters is not one.
+pub fn plain_name(name: &str) -> bool {
+    !name.is_empty()
+        && name.len() <= 64
+        && name
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'_' | b'-' | b'.' | b'*'))
+}
+
 /// The standing-order tools the planner offers the model (issue 22).
 pub mod tools {
     pub const SCHEDULE_CREATE: &str = "schedule_create";
@@ -31,6 +51,9 @@ pub mod proposals {
     pub const GRANT_OFFER: &str = "grant_offer";
     /// Unused grants offered for revocation.
     pub const GRANT_REVOKE: &str = "grant_revoke";
+    /// A chain of existing executors offered as a named shortcut for a recurring wish
+    /// (issue 46).
+    pub const SHORTCUT_OFFER: &str = "shortcut_offer";
     /// A standing order's result.
     pub const STANDING_ORDER: &str = "standing_order";
 }

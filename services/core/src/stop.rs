@@ -67,6 +67,33 @@ pub fn confirmation_question(text: &str, intent: &str) -> String {
     }
 }
 
+/// The question an ambiguous stop gets during a non-retreat attempt (issue 46): it names
+/// what is being tried — "stop trying to find a way to `table_extract`?" — in the words'
+/// language.
+pub fn attempt_question(text: &str, attempt: &str) -> String {
+    let words = normalized(text);
+    let italian = AMBIGUOUS_IT.iter().any(|p| words == *p)
+        || ["vediamo", "dopo", "mah", "ci penso", "magari", "non ora"]
+            .iter()
+            .any(|w| words.contains(w));
+    let attempt: String = attempt
+        .chars()
+        .filter(|c| !c.is_control())
+        .take(120)
+        .collect();
+    if italian {
+        format!(
+            "Vuoi che smetta di cercare un modo per «{}»?",
+            attempt.trim()
+        )
+    } else {
+        format!(
+            "Do you want me to stop trying to find a way to \"{}\"?",
+            attempt.trim()
+        )
+    }
+}
+
 /// The telos stop clause: `/stop` and the phrases that mean it, in Italian and English.
 pub fn stop_of(text: &str) -> Stop {
     const CLEAR: &[&str] = &[

@@ -146,14 +146,10 @@ pub const RESERVED_NAMES: &[&str] = &[
     tools::MEMORY_FORGET,
     proposals::GRANT_OFFER,
     proposals::GRANT_REVOKE,
+    proposals::SHORTCUT_OFFER,
 ];
 
-pub fn valid_name(name: &str) -> bool {
-    let mut bytes = name.bytes();
-    name.len() <= 64
-        && bytes.next().is_some_and(|b| b.is_ascii_lowercase())
-        && bytes.all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'_')
-}
+pub use metnos_core::names::valid_tool_name as valid_name;
 
 impl Manifest {
     /// Parses and checks a manifest's text (the capabilities against the registry and

@@ -1,9 +1,11 @@
 //! The pre-filter over a catalog of 10 000 executors: ranking a typical query and picking
-//! the adaptive top K (target ≤ 100 µs).
+//! the adaptive top K (target ≤ 100 µs); the same with the history boost (issue 46).
 //!
 //! `cargo bench -p metnos-planner --bench prefilter`
 
 use criterion::{Criterion, criterion_group, criterion_main};
+use metnos_planner::store::mnestome::{Passage, Shortcut, Strength};
+use metnos_planner::turn::history::boosts;
 use metnos_planner::turn::prefilter::{Entry, Index};
 
 /// A deterministic catalog: names, descriptions and affinity words drawn from a
@@ -44,6 +46,40 @@ fn bench(c: &mut Criterion) {
             let q = queries[i % queries.len()];
             i += 1;
             std::hint::black_box(index.select(q, 30))
+        })
+    });
+    // The history boost (issue 46): the points of 20 strong passages from the previous
+    // step's executor and of 10 shortcuts, computed and added, per ask.
+    let passages: Vec<Strength> = (0..20)
+        .map(|i| Strength {
+            passage: Passage {
+                from_executor: "exec_1".into(),
+                from_field: "content".into(),
+                to_executor: format!("exec_{}", i * 491 % 10_000),
+                to_arg: "text".into(),
+            },
+            weight: 0.3 + f64::from(i) / 30.0,
+            uses: 5,
+            successes: 5,
+            last_used: 0,
+        })
+        .collect();
+    let shortcuts: Vec<Shortcut> = (0..10)
+        .map(|i| Shortcut {
+            name: format!("w{}_w{}", i * 7, i * 13),
+            from_executor: format!("exec_{}", i * 17),
+            chain: vec![format!("exec_{}", i * 19), format!("exec_{}", i * 23)],
+            created_at: 0,
+        })
+        .collect();
+    c.bench_function("prefilter/10k_select_with_history", |b| {
+        let mut i = 0;
+        b.iter(|| {
+            let q = queries[i % queries.len()];
+            i += 1;
+            let boosts = boosts(Some("exec_1"), &passages, &shortcuts, q);
+            let boosts: Vec<(&str, u32)> = boosts.iter().map(|(n, p)| (n.as_str(), *p)).collect();
+            std::hint::black_box(index.select_boosted(q, 30, &boosts))
         })
     });
 }

@@ -55,10 +55,29 @@ pub async fn list(
         .naming(&request.executor, limit)
         .await
         .map_err(Error::from)?;
+    let shortcuts = mnestome
+        .shortcuts()
+        .await
+        .map_err(Error::from)?
+        .into_iter()
+        .filter(|s| {
+            request.executor.is_empty()
+                || s.name == request.executor
+                || s.executors().any(|e| e == request.executor)
+        })
+        .take(limit as usize)
+        .map(|s| pb::Shortcut {
+            name: s.name,
+            from_executor: s.from_executor,
+            chain: s.chain,
+            kept_at: Some(to_timestamp(s.created_at)),
+        })
+        .collect();
     Ok(Response::new(pb::ListPassagesResponse {
         total,
         passages: passages.into_iter().map(passage).collect(),
         wishes: wishes.into_iter().map(wish).collect(),
+        shortcuts,
     }))
 }
 

@@ -204,9 +204,7 @@ pub async fn serve(
                 orders: scheduling.enabled.then(|| scheduler.clone()),
             }));
             let scheduler = scheduler
-                .with(maintenance::SyntSuggest {
-                    planner: Arc::clone(&planner),
-                })
+                .with(maintenance::SyntSuggest::new(&planner, &filters, &shared))
                 .map_err(|e| settings(e.to_string()))?;
             // Standing orders fire only when Metnos may act on its own.
             let tasks = scheduler.store.clone();

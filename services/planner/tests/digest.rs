@@ -44,6 +44,8 @@ struct Seen {
     italian: Vec<String>,
     /// The rejected journal.
     discarded: Vec<vaglio::AlignmentResult>,
+    /// Approval requests as the approval service has them, whole, by token (over `states`).
+    answered: std::collections::HashMap<String, approval::PendingApproval>,
 }
 
 #[derive(Debug, Default, Clone)]
@@ -89,6 +91,9 @@ impl Filters for Fake {
     }
     async fn get_pending(&self, token: &str) -> Result<approval::PendingApproval, ClientError> {
         let seen = self.0.lock().unwrap();
+        if let Some(pending) = seen.answered.get(token) {
+            return Ok(pending.clone());
+        }
         let (status, expires) = seen
             .states
             .get(token)
@@ -355,6 +360,7 @@ metnos_kit::store_suite!(
     the_weekly_line_names_the_discarded_once_a_week,
     unused_grants_are_offered_for_revocation_once,
     an_unanswered_card_is_silence_once_and_old_notes_are_pruned,
+    a_chain_for_a_recurring_wish_is_offered_once_and_kept_only_as_accepted,
 );
 
 async fn open(test: &TestStore) -> metnos_kit::store::Db {
@@ -753,4 +759,208 @@ async fn an_unanswered_card_is_silence_once_and_old_notes_are_pruned(test: TestS
         seen, 1,
         "the note past the fatigue window is gone, the one within kept"
     );
+}
+
+/// Issue 46, item 3, on both stores: `synt_suggest`'s chain for a recurring wish is offered
+/// to the owner through the telos engine (an approval request `shortcut_offer` whose
+/// arguments are the chain), once across two replicas; the upkeep keeps the shortcut only
+/// when the approval service says the request was approved, by the person it was offered
+/// to, for the very chain offered (its hash) — an approval of another chain, or by another
+/// person, keeps nothing and is not looked at again.
+async fn a_chain_for_a_recurring_wish_is_offered_once_and_kept_only_as_accepted(test: TestStore) {
+    use metnos_planner::proactive::shortcuts::{self, SHORTCUT_OFFER};
+    use metnos_planner::store::mnestome::{Mnestome, Passage};
+    use metnos_planner::turn::prefilter::{Entry, Index};
+    let db = open(&test).await;
+    let other = match &test {
+        TestStore::Sqlite(_) => db.clone(),
+        TestStore::Postgres { .. } => open(&test).await,
+    };
+    let fake = Fake::default();
+    {
+        let mut seen = fake.0.lock().unwrap();
+        seen.paired.push("telegram:42".into());
+        seen.decision = vaglio::AlignmentDecision::Publish as i32;
+    }
+    let mnestome = Mnestome::new(db.clone());
+    let index = Index::new(&[
+        Entry {
+            name: "parse_local".into(),
+            description: "Parse a document".into(),
+            affinity: vec!["table".into(), "extract".into()],
+        },
+        Entry {
+            name: "shell_exec".into(),
+            description: "Run a command".into(),
+            affinity: vec!["run".into(), "csv".into()],
+        },
+    ]);
+    let now = 1_000_000;
+    let piped = |to: &str| Passage {
+        from_executor: "web_fetch".into(),
+        from_field: "content".into(),
+        to_executor: to.into(),
+        to_arg: "text".into(),
+    };
+    for to in ["parse_local", "shell_exec"] {
+        for _ in 0..2 {
+            mnestome.learned(&[piped(to)], true, now).await.unwrap();
+        }
+    }
+    for wanted in ["table_extract", "csv_run"] {
+        for _ in 0..3 {
+            mnestome
+                .proto("web_fetch", wanted, &["page".into()], now)
+                .await
+                .unwrap();
+        }
+    }
+    let found = metnos_planner::turn::synt::suggest(&mnestome, &index)
+        .await
+        .unwrap();
+    assert_eq!(found.len(), 2, "{found:?}");
+    let owner = shortcuts::owner(&db, &["telegram:42".into()])
+        .await
+        .unwrap()
+        .unwrap();
+    // Offered once, whichever replica runs (twice each).
+    for found in &found {
+        let (a, b) = tokio::join!(
+            shortcuts::offer(&db, &fake, &owner, found, now),
+            shortcuts::offer(&other, &fake, &owner, found, now)
+        );
+        assert!(a.unwrap() ^ b.unwrap(), "one of two replicas offers it");
+        assert!(
+            !shortcuts::offer(&db, &fake, &owner, found, now)
+                .await
+                .unwrap()
+        );
+    }
+    let (requests, weighed) = {
+        let seen = fake.0.lock().unwrap();
+        (seen.pending.clone(), seen.weighed.clone())
+    };
+    assert_eq!(requests.len(), 2);
+    assert_eq!(weighed.len(), 2);
+    assert!(
+        weighed
+            .iter()
+            .all(|w| w.kind == SHORTCUT_OFFER && w.effect_class == SHORTCUT_OFFER)
+    );
+    let args =
+        |i: usize| -> serde_json::Value { serde_json::from_str(&requests[i].args_json).unwrap() };
+    let table = (0..2)
+        .find(|&i| args(i)["wanted"] == "table_extract")
+        .unwrap();
+    let csv = 1 - table;
+    assert_eq!(
+        args(table),
+        serde_json::json!({"wanted": "table_extract", "from": "web_fetch", "chain": ["parse_local"], "uses": 3})
+    );
+    assert!(weighed.iter().any(|w| w.description == "You asked for table_extract 3 times; web_fetch → parse_local does it. Keep it as a shortcut?"));
+    assert!(
+        requests.iter().all(|r| r.executor == SHORTCUT_OFFER
+            && r.capability.is_empty()
+            && r.target.is_empty())
+    );
+    // Not answered yet: nothing kept, asked again on the next run.
+    let token = |i: usize| format!("tok{}", i + 1);
+    for i in 0..2 {
+        fake.0
+            .lock()
+            .unwrap()
+            .states
+            .insert(token(i), (approval::ApprovalStatus::Pending, now + 1));
+    }
+    assert_eq!(shortcuts::keep_accepted(&db, &fake, now).await.unwrap(), 0);
+    assert!(mnestome.shortcuts().await.unwrap().is_empty());
+    // Approved: the table one as offered; the csv one bound to another chain.
+    let approved = |i: usize, chain: &[&str], who: &str| {
+        approval::PendingApproval {
+        token: token(i),
+        status: approval::ApprovalStatus::Approved as i32,
+        executor: SHORTCUT_OFFER.into(),
+        requester: Some(Principal::new("telegram", who).unwrap().to_proto()),
+        call_sha256: metnos_core::call::call_sha256(
+            SHORTCUT_OFFER,
+            &serde_json::json!({"wanted": args(i)["wanted"], "from": "web_fetch", "chain": chain, "uses": 3}).to_string(),
+        )
+        .unwrap(),
+        ..Default::default()
+    }
+    };
+    {
+        let mut seen = fake.0.lock().unwrap();
+        seen.answered
+            .insert(token(csv), approved(csv, &["fs_write"], "42"));
+        seen.answered
+            .insert(token(table), approved(table, &["parse_local"], "42"));
+    }
+    assert_eq!(
+        shortcuts::keep_accepted(&db, &fake, now + 5).await.unwrap(),
+        1
+    );
+    let kept = mnestome.shortcuts().await.unwrap();
+    assert_eq!(kept.len(), 1, "{kept:?}");
+    assert_eq!(
+        (kept[0].name.as_str(), kept[0].from_executor.as_str()),
+        ("table_extract", "web_fetch")
+    );
+    assert_eq!(kept[0].chain, ["parse_local"]);
+    assert_eq!(kept[0].created_at, now + 5);
+    // Both offers are closed: a corrected answer later changes nothing.
+    fake.0
+        .lock()
+        .unwrap()
+        .answered
+        .insert(token(csv), approved(csv, &["shell_exec"], "42"));
+    assert_eq!(
+        shortcuts::keep_accepted(&db, &fake, now + 6).await.unwrap(),
+        0
+    );
+    assert_eq!(mnestome.shortcuts().await.unwrap().len(), 1);
+    // Offered already kept: not offered again, even once the old offer is forgotten.
+    metnos_kit::on_db!(&db, pool => {
+        sqlx::query("DELETE FROM proposals").execute(pool).await.unwrap();
+    });
+    let table_found = found
+        .iter()
+        .find(|f| f.proto.wanted == "table_extract")
+        .unwrap();
+    assert!(
+        !shortcuts::offer(&db, &fake, &owner, table_found, now)
+            .await
+            .unwrap()
+    );
+    // The digest and a terminal session make its card from the stored arguments.
+    let (request, accept) = metnos_planner::proactive::proposals::queued_request(
+        &owner,
+        "sc-1",
+        SHORTCUT_OFFER,
+        &requests[table].args_json,
+        metnos_core::language::Language::English,
+    )
+    .unwrap();
+    assert_eq!(accept, "approve");
+    assert_eq!(request.args_json, requests[table].args_json);
+    // Someone else's approval of the very chain keeps nothing either.
+    let csv_found = found.iter().find(|f| f.proto.wanted == "csv_run").unwrap();
+    assert!(
+        shortcuts::offer(&db, &fake, &owner, csv_found, now)
+            .await
+            .unwrap()
+    );
+    let last = fake.0.lock().unwrap().pending.len() - 1;
+    let mut by_bob = approved(csv, &["shell_exec"], "43");
+    by_bob.token = format!("tok{}", last + 1);
+    fake.0
+        .lock()
+        .unwrap()
+        .answered
+        .insert(by_bob.token.clone(), by_bob);
+    assert_eq!(
+        shortcuts::keep_accepted(&db, &fake, now + 7).await.unwrap(),
+        0
+    );
+    assert_eq!(mnestome.shortcuts().await.unwrap().len(), 1);
 }

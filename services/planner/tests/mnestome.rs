@@ -317,7 +317,88 @@ async fn only_strong_passages_within_three_hops_are_read(test: TestStore) {
     assert_eq!(near, expected);
 }
 
+/// Shortcuts the owner kept: listed newest first, replaced for the same wish and first
+/// executor, refused when a name is not plain or the chain is empty or too long; forgetting
+/// an executor forgets each shortcut naming it anywhere, and only those (`_` is no
+/// wildcard).
+async fn shortcuts_are_kept_replaced_refused_and_forgotten_by_name(test: TestStore) {
+    use metnos_planner::store::mnestome::Shortcut;
+    let m = open(&test).await;
+    let shortcut = |name: &str, from: &str, chain: &[&str], at: i64| Shortcut {
+        name: name.into(),
+        from_executor: from.into(),
+        chain: chain.iter().map(|s| (*s).to_owned()).collect(),
+        created_at: at,
+    };
+    assert!(
+        m.keep_shortcut(&shortcut("table_extract", "web_fetch", &["parse_local"], 1))
+            .await
+            .unwrap()
+    );
+    assert!(
+        m.keep_shortcut(&shortcut(
+            "mail_digest",
+            "mail_search",
+            &["fs_read", "fsXread"],
+            2
+        ))
+        .await
+        .unwrap()
+    );
+    assert!(
+        m.keep_shortcut(&shortcut("other", "fsXread", &["time_now"], 3))
+            .await
+            .unwrap()
+    );
+    // Replaced: the same wish from the same executor, another chain.
+    assert!(
+        m.keep_shortcut(&shortcut(
+            "table_extract",
+            "web_fetch",
+            &["parse_local", "fs_write"],
+            4
+        ))
+        .await
+        .unwrap()
+    );
+    for bad in [
+        shortcut("a b", "web_fetch", &["parse_local"], 5),
+        shortcut("x", "web_fetch", &[], 5),
+        shortcut("x", "web_fetch", &["a", "b", "c", "d"], 5),
+        shortcut("x", "web,fetch", &["a"], 5),
+    ] {
+        assert!(!m.keep_shortcut(&bad).await.unwrap(), "{bad:?}");
+    }
+    let names = |all: Vec<Shortcut>| -> Vec<(String, Vec<String>)> {
+        all.into_iter().map(|s| (s.name, s.chain)).collect()
+    };
+    assert_eq!(
+        names(m.shortcuts().await.unwrap()),
+        [
+            (
+                "table_extract".to_owned(),
+                vec!["parse_local".to_owned(), "fs_write".to_owned()]
+            ),
+            ("other".to_owned(), vec!["time_now".to_owned()]),
+            (
+                "mail_digest".to_owned(),
+                vec!["fs_read".to_owned(), "fsXread".to_owned()]
+            ),
+        ]
+    );
+    // fs_read is in one chain; `fs_read` as a LIKE pattern would also match fsXread's.
+    assert_eq!(m.forget("fs_read").await.unwrap(), 1);
+    let left = names(m.shortcuts().await.unwrap());
+    assert_eq!(left.len(), 2, "{left:?}");
+    assert!(left.iter().all(|(n, _)| n != "mail_digest"));
+    // A first executor, and a wish's name, are forgotten too.
+    assert_eq!(m.forget("fsXread").await.unwrap(), 1);
+    assert_eq!(m.forget("table_extract").await.unwrap(), 1);
+    assert!(m.shortcuts().await.unwrap().is_empty());
+}
+
 metnos_kit::store_suite!(
+    shortcuts_are_kept_replaced_refused_and_forgotten_by_name,
     only_strong_passages_within_three_hops_are_read,
     a_recurring_wish_gets_a_chain_and_a_faded_one_is_left,
     the_ager_decays_demotes_and_purges_by_the_clock,

@@ -475,15 +475,22 @@ impl VaglioService for VaglioApi {
         limits::all(&[
             ("text", &r.text, 4096),
             ("current_intent", &r.current_intent, 256),
+            ("attempt_id", &r.attempt_id, 128),
+            ("attempt", &r.attempt, 128),
         ])
         .map_err(Error::from)?;
-        use metnos_core::stop::{Stop, confirmation_question, stop_of};
+        use metnos_core::stop::{Stop, attempt_question, confirmation_question, stop_of};
         let mut answer = pb::DetectStopResponse::default();
         match stop_of(&r.text) {
             Stop::No => answer.kind = pb::StopKind::None as i32,
             Stop::Ambiguous => {
                 answer.kind = pb::StopKind::Ambiguous as i32;
-                answer.confirmation_question = confirmation_question(&r.text, &r.current_intent);
+                // A non-retreat attempt's question names what is being tried.
+                answer.confirmation_question = if r.non_retreat && !r.attempt.trim().is_empty() {
+                    attempt_question(&r.text, &r.attempt)
+                } else {
+                    confirmation_question(&r.text, &r.current_intent)
+                };
             }
             Stop::Clear => {
                 answer.kind = pb::StopKind::Stop as i32;
@@ -502,7 +509,7 @@ impl VaglioService for VaglioApi {
                     } else {
                         ""
                     };
-                    let until = self.telos.stopped(who, intent).await?;
+                    let until = self.telos.stopped(who, intent, &r.attempt_id).await?;
                     answer.blocked_until = Some(to_timestamp(until));
                 }
             }

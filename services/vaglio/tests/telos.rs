@@ -422,7 +422,11 @@ async fn an_explicit_request_is_not_evaluated(store: TestStore) {
 /// intent is not retried for 24 hours.
 async fn a_stop_lowers_the_non_retreat_telos_and_blocks_the_intent_a_day(store: TestStore) {
     let w = world(store).await;
-    let until = w.engine.stopped(&roberto(), "grant_offer").await.unwrap();
+    let until = w
+        .engine
+        .stopped(&roberto(), "grant_offer", "a-1")
+        .await
+        .unwrap();
     assert_eq!(until, TEN_AM + 24 * HOUR);
     let Found::Good(loaded) = w.engine.load(&roberto()).await.unwrap() else {
         panic!()

@@ -154,6 +154,9 @@ impl Approvals {
                     &self.home,
                 )
             }
+            crate::describe::SHORTCUT_OFFER => {
+                crate::describe::shortcut_offer(&new.args_json, new.card.language)
+            }
             crate::describe::SCHEDULE_CREATE
             | crate::describe::SCHEDULE_DELETE
             | crate::describe::SCHEDULE_RESUME
@@ -219,6 +222,18 @@ fn checked(new: &NewRequest) -> Result<(String, String), Error> {
 /// the target (`offer`), never a caller's other words for them.
 fn check_proposal(new: &NewRequest, extra_json: &str, offer: &str) -> Result<(), Error> {
     let grant = new.executor == crate::describe::GRANT_OFFER;
+    if new.executor == crate::describe::SHORTCUT_OFFER {
+        // Names only, no capability, no target: the card says it all from the arguments.
+        let only_its_id = serde_json::from_str::<serde_json::Value>(extra_json)
+            .ok()
+            .and_then(|e| e.as_object().map(|o| o.keys().all(|k| k == "proposal_id")))
+            .unwrap_or(false);
+        let plain = new.capability.is_none() && new.target.is_empty();
+        if !only_its_id || !plain || crate::describe::shortcut_parts(&new.args_json).is_none() {
+            return Err(Error::BadShortcutOffer);
+        }
+        return Ok(());
+    }
     if !grant && new.executor != crate::describe::GRANT_REVOKE {
         return Ok(());
     }

@@ -32,6 +32,7 @@ const GRANT_CLAIM_MS: i64 = 30_000;
 
 /// The most grants one revocation offer names (one card line each would not fit more).
 pub const MAX_REVOKED: usize = 4;
+pub use crate::describe::MAX_SHORTCUT_CHAIN;
 
 /// How long policy is given to record a grant.
 const POLICY_DEADLINE: std::time::Duration = std::time::Duration::from_secs(10);
@@ -77,6 +78,10 @@ pub enum Error {
         "a revocation offer must name, by id, 1 to {MAX_REVOKED} of its person's active grants, with no capability, and carry only its proposal id"
     )]
     BadRevokeOffer,
+    #[error(
+        "a shortcut offer must name the wish, its first executor and one to {MAX_SHORTCUT_CHAIN} executors after it (executor names only) and how often it was wished, with no capability or target, and carry only its proposal id"
+    )]
+    BadShortcutOffer,
     #[error("the policy service is not reachable: {0}")]
     PolicyUnavailable(String),
     #[error(
@@ -366,6 +371,17 @@ impl Approvals {
             // The person may change the schedule before approving (the gateway asks for
             // it and sends it as the resolve's edited schedule).
             return card::with_edit(card, &pending.token, pending.language);
+        }
+        if pending.executor == crate::describe::SHORTCUT_OFFER {
+            // Accept approves keeping it (the planner records the shortcut), reject,
+            // never again.
+            return card::proposal_buttons(
+                card,
+                "approve",
+                false,
+                &pending.token,
+                pending.language,
+            );
         }
         if pending.executor == crate::describe::GRANT_REVOKE {
             // Accept approves the revocation, which this service then carries out.

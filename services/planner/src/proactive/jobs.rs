@@ -142,10 +142,35 @@ impl Job for ApplyAger {
 
 /// `synt_suggest` (issue 46, seed agent_runtime ch. 11.2): for each recurring proto (used
 /// at least 3 times, weight at least 0.30) a compose-only search for a chain of existing
-/// executors; each outcome is logged.
+/// executors; each outcome is logged, and a chain found is offered to the owner as a
+/// shortcut through the telos engine ([`crate::proactive::shortcuts`]) when proposals are
+/// on.
 #[derive(Debug)]
 pub struct SyntSuggest {
     pub planner: std::sync::Arc<crate::turn::engine::Planner>,
+    pub db: metnos_kit::store::Db,
+    pub filters: std::sync::Arc<dyn crate::filters::Filters>,
+    /// `[telos] owner_principals`: the first is asked.
+    pub owners: Vec<String>,
+    /// `[scheduler] enabled`: off, chains are only logged.
+    pub enabled: bool,
+}
+
+impl SyntSuggest {
+    /// For `planner`, asking through `filters`, as `config` says.
+    pub fn new(
+        planner: &std::sync::Arc<crate::turn::engine::Planner>,
+        filters: &std::sync::Arc<dyn crate::filters::Filters>,
+        config: &metnos_kit::Config,
+    ) -> SyntSuggest {
+        SyntSuggest {
+            planner: std::sync::Arc::clone(planner),
+            db: planner.store().db().clone(),
+            filters: std::sync::Arc::clone(filters),
+            owners: config.telos.owner_principals.clone(),
+            enabled: config.scheduler.enabled,
+        }
+    }
 }
 
 impl Builtin for SyntSuggest {
@@ -155,14 +180,42 @@ impl Builtin for SyntSuggest {
 
 #[tonic::async_trait]
 impl Job for SyntSuggest {
-    async fn run(&self, _firing: &Firing) -> Result<Done, JobError> {
+    async fn run(&self, firing: &Firing) -> Result<Done, JobError> {
         let found = self
             .planner
             .suggest_chains()
             .await
             .map_err(MaintenanceError::Mnestome)?;
         let mut chains = 0;
+        let owner = if self.enabled {
+            crate::proactive::shortcuts::owner(&self.db, &self.owners)
+                .await
+                .map_err(MaintenanceError::Mnestome)?
+        } else {
+            None
+        };
+        let mut offered = 0;
         for s in &found {
+            if let (Some(owner), Some(_)) = (&owner, &s.chain) {
+                let made = crate::proactive::shortcuts::offer(
+                    &self.db,
+                    self.filters.as_ref(),
+                    owner,
+                    s,
+                    firing.now_ms,
+                )
+                .await;
+                match made {
+                    Ok(true) => offered += 1,
+                    Ok(false) => {}
+                    Err(e) => {
+                        tracing::warn!(
+                            cause = e.cause(),
+                            "a shortcut offer failed; the next run tries again"
+                        );
+                    }
+                }
+            }
             match &s.chain {
                 Some(chain) => {
                     chains += 1;
@@ -174,7 +227,7 @@ impl Job for SyntSuggest {
             }
         }
         Ok(format!(
-            "{} recurring wish(es), {chains} with a chain of existing executors",
+            "{} recurring wish(es), {chains} with a chain of existing executors, {offered} offered as a shortcut",
             found.len()
         )
         .into())

@@ -6,6 +6,7 @@
 //!   its result offered to the telos engine;
 //! - [`proposals`]: what the planner proposes on its own; [`digest`]: the evening digest;
 //!   [`session`]: a terminal session's proposals;
+//! - [`shortcuts`]: a chain of existing executors offered to the owner as a shortcut;
 //! - [`tools`]: the standing-order tools the model may call in a turn.
 
 pub mod digest;
@@ -13,6 +14,7 @@ pub mod jobs;
 pub mod proposals;
 pub mod scheduler;
 pub mod session;
+pub mod shortcuts;
 pub mod standing;
 pub mod tools;
 

@@ -17,7 +17,8 @@
 //! grants, and on Accept revokes them.
 //!
 //! Upkeep (`proposal_upkeep`): a card left unanswered for 48 h is the telos engine's
-//! silence; what the fatigue source noted and old proposals are pruned.
+//! silence; an accepted shortcut offer is kept ([`crate::proactive::shortcuts`]); what the
+//! fatigue source noted and old proposals are pruned.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -77,7 +78,7 @@ pub enum ProposalError {
 
 impl ProposalError {
     /// What failed, in a word (services' and the store's messages stay out of the log).
-    fn cause(&self) -> &'static str {
+    pub(crate) fn cause(&self) -> &'static str {
         match self {
             ProposalError::Store(_) => "the store",
             ProposalError::Service(who, _) => who,
@@ -217,20 +218,20 @@ pub fn effect_class_of(kind: &str, payload: &str) -> String {
 }
 
 /// A proposal the planner stored (its `proposals` row is the claim), to weigh and settle.
-struct Weighed<'a> {
-    person: &'a Principal,
+pub(crate) struct Weighed<'a> {
+    pub(crate) person: &'a Principal,
     /// Their level (a terminal's is its session's: none here).
-    level: Option<AutonomyLevel>,
-    id: &'a str,
-    kind: &'a str,
-    effect_class: String,
-    description: String,
+    pub(crate) level: Option<AutonomyLevel>,
+    pub(crate) id: &'a str,
+    pub(crate) kind: &'a str,
+    pub(crate) effect_class: String,
+    pub(crate) description: String,
 }
 
 impl Weighed<'_> {
     /// Asks the telos engine; publishes the card (`request`) when it says so, else keeps
     /// the proposal for the digest or drops it; records the outcome on the row.
-    async fn settle(
+    pub(crate) async fn settle(
         self,
         db: &Db,
         filters: &dyn Filters,
@@ -472,6 +473,11 @@ pub fn queued_request(
             .request();
             Some((request, "approve"))
         }
+        crate::proactive::shortcuts::SHORTCUT_OFFER => {
+            let request =
+                crate::proactive::shortcuts::ShortcutOffer::queued(person, id, &payload, language)?;
+            Some((request, "approve"))
+        }
         _ => None,
     }
 }
@@ -692,6 +698,20 @@ impl Job for ProposalUpkeep {
                 }
             }
         }
+        // Accepted shortcut offers are kept (a failure waits for the next run).
+        let shortcuts =
+            match crate::proactive::shortcuts::keep_accepted(&self.db, self.filters.as_ref(), now)
+                .await
+            {
+                Ok(n) => n,
+                Err(e) => {
+                    tracing::warn!(
+                        cause = e.cause(),
+                        "accepted shortcut offers were not looked at; the next run tries again"
+                    );
+                    0
+                }
+            };
         let seen_before = now - i64::from(self.fatigue_days) * DAY_MS;
         let proposals_before = now - KEEP_PROPOSALS_DAYS * DAY_MS;
         let (seen, proposals) = on_db!(&self.db, pool => {
@@ -704,7 +724,7 @@ impl Job for ProposalUpkeep {
             (seen, proposals)
         });
         Ok(format!(
-            "{silences} silence(s) recorded; {seen} approval note(s) and {proposals} proposal(s) pruned"
+            "{silences} silence(s) recorded; {shortcuts} shortcut(s) kept; {seen} approval note(s) and {proposals} proposal(s) pruned"
         )
         .into())
     }

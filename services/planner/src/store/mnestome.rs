@@ -99,15 +99,34 @@ pub struct Proto {
     pub last_used: i64,
 }
 
+/// A chain the owner kept as a named shortcut (accepting a `synt_suggest` offer): the
+/// pre-filter offers its executors to a request that names it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Shortcut {
+    /// The wished tool's name.
+    pub name: String,
+    /// The executor whose output fed the wish (it runs first).
+    pub from_executor: String,
+    /// The executors after it, in order.
+    pub chain: Vec<String>,
+    pub created_at: i64,
+}
+
+impl Shortcut {
+    /// Every executor it names, the first one included, in order.
+    pub fn executors(&self) -> impl Iterator<Item = &str> {
+        std::iter::once(self.from_executor.as_str()).chain(self.chain.iter().map(String::as_str))
+    }
+}
+
+/// The most shortcuts read for one turn's offer (the owner accepts each one by hand).
+pub const MAX_SHORTCUTS: u32 = 256;
+
 /// A name the mnestome may keep: ASCII letters, digits, `_`, `-`, `.`, `*`, at most
 /// [`MAX_NAME`] bytes. Anything else (a model's free text in a key, a tool name copied
 /// from a page) is not kept.
 pub fn keepable(name: &str) -> bool {
-    !name.is_empty()
-        && name.len() <= MAX_NAME
-        && name
-            .bytes()
-            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'_' | b'-' | b'.' | b'*'))
+    metnos_core::names::plain_name(name)
 }
 
 /// The planner's mnestome, on SQLite or PostgreSQL alike.
@@ -345,14 +364,75 @@ impl Mnestome {
             .collect()
     }
 
-    /// Forgets every passage and proto that names `executor` (from or to): how many.
+    /// Forgets every passage, proto and shortcut that names `executor` (anywhere): how
+    /// many.
     pub async fn forget(&self, executor: &str) -> Result<u64, sqlx::Error> {
         let passages =
             Statement::new("DELETE FROM passages WHERE from_executor = $1 OR to_executor = $1")
                 .bind(executor.to_owned());
         let protos = Statement::new("DELETE FROM protos WHERE from_executor = $1 OR wanted = $1")
             .bind(executor.to_owned());
-        Ok(self.db.execute(passages).await? + self.db.execute(protos).await?)
+        let mut n = self.db.execute(passages).await? + self.db.execute(protos).await?;
+        // A chain is a list in one column: matched here, not by LIKE (`_` is its wildcard).
+        for shortcut in self.shortcuts().await? {
+            if shortcut.name == executor || shortcut.executors().any(|e| e == executor) {
+                let gone =
+                    Statement::new("DELETE FROM shortcuts WHERE name = $1 AND from_executor = $2")
+                        .bind(shortcut.name)
+                        .bind(shortcut.from_executor);
+                n += self.db.execute(gone).await?;
+            }
+        }
+        Ok(n)
+    }
+
+    /// Keeps `shortcut` (the owner accepted it); a later one for the same wish and first
+    /// executor replaces it. Its names must be keepable, the chain one to three long.
+    pub async fn keep_shortcut(&self, shortcut: &Shortcut) -> Result<bool, sqlx::Error> {
+        let names_ok = keepable(&shortcut.name)
+            && shortcut.executors().all(keepable)
+            && (1..=3).contains(&shortcut.chain.len());
+        if !names_ok {
+            return Ok(false);
+        }
+        let statement = Statement::new(
+            "INSERT INTO shortcuts (name, from_executor, chain, created_at) VALUES ($1, $2, $3, $4) \
+             ON CONFLICT (name, from_executor) DO UPDATE SET chain = excluded.chain, \
+             created_at = excluded.created_at",
+        )
+        .bind(shortcut.name.clone())
+        .bind(shortcut.from_executor.clone())
+        .bind(shortcut.chain.join(","))
+        .bind(shortcut.created_at);
+        self.db.execute(statement).await?;
+        Ok(true)
+    }
+
+    /// The shortcuts kept, newest first (at most [`MAX_SHORTCUTS`]).
+    pub async fn shortcuts(&self) -> Result<Vec<Shortcut>, sqlx::Error> {
+        let statement = Statement::new(
+            "SELECT name, from_executor, chain, created_at FROM shortcuts \
+             ORDER BY created_at DESC, name, from_executor LIMIT $1",
+        )
+        .bind(i64::from(MAX_SHORTCUTS));
+        self.db
+            .fetch_all(statement)
+            .await?
+            .iter()
+            .map(|row| {
+                let chain: String = row.get("chain")?;
+                Ok(Shortcut {
+                    name: row.get("name")?,
+                    from_executor: row.get("from_executor")?,
+                    chain: chain
+                        .split(',')
+                        .filter(|n| !n.is_empty())
+                        .map(str::to_owned)
+                        .collect(),
+                    created_at: row.get("created_at")?,
+                })
+            })
+            .collect()
     }
 
     /// The daily ager (`apply_ager`): the weight of each passage and proto unused for a day

@@ -93,6 +93,11 @@ const SQLITE: &[EmbeddedMigration] = &[
         description: "mnestome",
         sql: include_str!("../../migrations/sqlite/0014_mnestome.sql"),
     },
+    EmbeddedMigration {
+        version: 15,
+        description: "shortcuts",
+        sql: include_str!("../../migrations/sqlite/0015_shortcuts.sql"),
+    },
 ];
 const POSTGRES: &[EmbeddedMigration] = &[
     EmbeddedMigration {
@@ -164,6 +169,11 @@ const POSTGRES: &[EmbeddedMigration] = &[
         version: 14,
         description: "mnestome",
         sql: include_str!("../../migrations/postgres/0014_mnestome.sql"),
+    },
+    EmbeddedMigration {
+        version: 15,
+        description: "shortcuts",
+        sql: include_str!("../../migrations/postgres/0015_shortcuts.sql"),
     },
 ];
 

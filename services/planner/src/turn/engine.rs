@@ -480,6 +480,22 @@ impl Planner {
         !pin.is_some_and(|p| self.runner.mcp.is_disabled(&p.server, &p.tool))
     }
 
+    /// The pre-filter by history ([`crate::turn::history`]): before the model is asked, the
+    /// offered executors are chosen anew with points for what strong passages lead to from
+    /// the last executor that succeeded in this turn, and for the shortcuts the request
+    /// names. Nothing to add: the offer stays. Fail-safe: the mnestome unread, the offer
+    /// stays (logged).
+    async fn reoffer(&self, cp: &mut Checkpoint) {
+        let prefilter = crate::turn::history::Prefilter {
+            mnestome: &self.mnestome,
+            index: &self.index,
+            max: self.config.prefilter_max.get() as usize,
+            known: &|name| self.catalog.get(name).is_some(),
+            offerable: &|name| self.offerable(name),
+        };
+        prefilter.reoffer(cp).await;
+    }
+
     /// A new turn's checkpoint.
     pub fn start(&self, request: &TurnRequest) -> Checkpoint {
         let mode = rules::mode_of(request.mode, self.default_mode);
@@ -534,6 +550,7 @@ impl Planner {
             index: crate::turn::taint::Index::default(),
             llm_ms: 0,
             repairs: Vec::new(),
+            attempt: None,
         }
     }
 
@@ -743,6 +760,7 @@ impl Planner {
                 }
             }
             let started = Instant::now();
+            self.reoffer(cp).await;
             let asked = stages.asking.ask_llm(cp, &mut cancel).await;
             cp.active_ms += started.elapsed().as_millis() as u64;
             match asked {
@@ -858,9 +876,8 @@ impl Planner {
             Err(Refusal::Refused(why))
                 if log.validation == crate::turn::Validation::UnknownExecutor =>
             {
-                let observation =
-                    synt::refusal_with_chain(&self.mnestome, &self.index, cp, &call, &log, why)
-                        .await;
+                let wish = synt::Wish(&self.mnestome, &self.index, &call, &log);
+                let observation = wish.refused(cp, sink, why, n).await;
                 execution
                     .observe(cp, sink, &call, log, observation, Vec::new(), started)
                     .await;

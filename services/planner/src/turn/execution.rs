@@ -103,8 +103,11 @@ impl<'a> Execution<'a> {
         let observation = self
             .execute(&cp.turn_id, &cleared.executor, &cleared.args, &[], cancel)
             .await;
-        let mnestome = Mnestome::new(self.store.db().clone());
-        passages::learn(&mnestome, &fed, observation.ok).await;
+        // A run the person's stop cut short says nothing of how the passage does.
+        if !*cancel.borrow() {
+            let mnestome = Mnestome::new(self.store.db().clone());
+            passages::learn(&mnestome, &fed, observation.ok).await;
+        }
         observation
     }
 

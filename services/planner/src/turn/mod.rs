@@ -16,12 +16,14 @@
 //! - [`recover`]: turns whose replica died, and notices kept for their person.
 
 pub mod asking;
+pub mod attempt;
 pub mod cards;
 pub mod conversation;
 pub mod endings;
 pub mod engine;
 pub mod execution;
 pub(crate) mod flow;
+pub mod history;
 pub(crate) mod passages;
 pub(crate) mod paths;
 pub mod piping;

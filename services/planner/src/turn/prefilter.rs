@@ -131,7 +131,10 @@ impl Index {
     /// name: [`Index::key`]). Sparse: a query's words reach a few posting lists, never the
     /// whole catalog (51.7 µs at 10 000 executors when every query zeroed and scanned a
     /// dense array of all of them, and compared names to break ties; issue 45).
-    fn keys(&self, query: &str) -> Vec<u64> {
+    ///
+    /// `boosts` add points to executors by name (the history boost: [`Index::select_boosted`]);
+    /// a name not in the index is skipped.
+    fn keys(&self, query: &str, boosts: &[(&str, u32)]) -> Vec<u64> {
         let mut words = tokens(query);
         words.sort_unstable();
         words.dedup();
@@ -151,11 +154,29 @@ impl Index {
                     *slot += weight;
                 }
             }
+            for (i, points) in boosts
+                .iter()
+                .filter_map(|&(name, points)| Some((self.position(name)?, points)))
+            {
+                let slot = &mut dense[i as usize];
+                if *slot == 0 && points > 0 {
+                    touched.push(i);
+                }
+                *slot += points;
+            }
             touched
                 .into_iter()
                 .map(|i| self.key(i, std::mem::take(&mut dense[i as usize])))
                 .collect()
         })
+    }
+
+    /// Where `name` is in the index (a binary search in name order).
+    fn position(&self, name: &str) -> Option<u32> {
+        self.by_name
+            .binary_search_by(|&i| self.names[i as usize].as_str().cmp(name))
+            .ok()
+            .map(|at| self.by_name[at])
     }
 
     /// Best score first, then by name, as one number to sort by: ties are broken by each
@@ -178,7 +199,12 @@ impl Index {
 
     /// Every executor with a positive score for `query`, best first (ties by name).
     pub fn rank(&self, query: &str) -> Vec<Candidate> {
-        let mut ranked = self.keys(query);
+        self.rank_boosted(query, &[])
+    }
+
+    /// [`Index::rank`] with `boosts` added to the named executors' scores.
+    pub fn rank_boosted(&self, query: &str, boosts: &[(&str, u32)]) -> Vec<Candidate> {
+        let mut ranked = self.keys(query, boosts);
         ranked.sort_unstable();
         ranked.into_iter().map(|key| self.candidate(key)).collect()
     }
@@ -189,8 +215,20 @@ impl Index {
     /// - the best scores at least twice the second: it and up to two runners-up;
     /// - otherwise every candidate scoring at least half the best, at least five.
     pub fn select(&self, query: &str, max: usize) -> Vec<Candidate> {
+        self.select_boosted(query, max, &[])
+    }
+
+    /// [`Index::select`] with `boosts` added to the named executors' scores, before K is
+    /// chosen: the history boost (issue 46) moves executors up by the same rules, and the
+    /// top K stays within `max`.
+    pub fn select_boosted(
+        &self,
+        query: &str,
+        max: usize,
+        boosts: &[(&str, u32)],
+    ) -> Vec<Candidate> {
         let max = max.max(1);
-        let mut keys = self.keys(query);
+        let mut keys = self.keys(query, boosts);
         let (mut top, mut second) = (0u32, 0u32);
         for s in keys.iter().map(|&key| Self::score(key)) {
             if s > top {

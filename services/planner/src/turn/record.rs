@@ -8,7 +8,7 @@ use serde_json::{Value, json};
 use crate::store::threads::{Ending, Kept, Thread, ThreadStore};
 use crate::store::{Held, State, Store};
 use crate::turn::flow::{Sink, emit};
-use crate::turn::{Checkpoint, FinalKind, Finish};
+use crate::turn::{Checkpoint, FinalKind, Finish, attempt};
 use crate::turnlog::TurnLog;
 
 /// Why a checkpoint was not saved.
@@ -115,6 +115,9 @@ impl<'a> Records<'a> {
         if !cp.repairs.is_empty() {
             record["repairs"] = json!(cp.repairs);
         }
+        if let Some(attempt) = attempt::record(cp, kind) {
+            record["attempt"] = attempt;
+        }
         if let Some(reason) = reason {
             record["reason"] = json!(reason);
         }
@@ -181,6 +184,13 @@ impl<'a> Records<'a> {
     pub(crate) async fn close(&self, cp: &mut Checkpoint, sink: &Sink, outcome: Finish) {
         let latency_ms = u64::try_from(now_ms() - cp.started_ms).unwrap_or(0);
         let kind_name = outcome.kind.as_str();
+        // A non-retreat attempt left open: the answer asks what would let it.
+        let open = attempt::unserved(cp, outcome.kind).cloned();
+        let mut outcome = outcome;
+        if let Some(open) = &open {
+            let asked = attempt::question(open, cp.language);
+            outcome.text = format!("{}\n\n{asked}", outcome.text.trim_end());
+        }
         let record = self.record(cp, outcome.kind, None);
         let written = record.to_string();
         let mut finished = self.end(cp, &written, &outcome.text).await;
@@ -224,6 +234,7 @@ impl<'a> Records<'a> {
                 completion_tokens: cp.completion_tokens,
             }),
             thread_id: cp.thread_id.clone().unwrap_or_default(),
+            attempt: open.as_ref().map(attempt::Attempt::to_proto),
         };
         emit(sink, pb::turn_event::Event::Finished(finished)).await;
     }

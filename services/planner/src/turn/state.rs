@@ -434,6 +434,10 @@ pub struct Checkpoint {
     /// What was repaired of the model's answers in this turn, in order (kinds only).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub repairs: Vec<crate::turn::repair::Repair>,
+    /// The turn's non-retreat attempt, once the model asked for a tool that does not exist
+    /// ([`crate::turn::attempt`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub attempt: Option<crate::turn::attempt::Attempt>,
 }
 
 fn is_zero(n: &u64) -> bool {

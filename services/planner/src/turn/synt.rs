@@ -124,6 +124,14 @@ fn seen_in_the_world(cp: &Checkpoint, name: &str) -> bool {
     })
 }
 
+/// Whether the name of `call`, a tool that does not exist, is the model's own plain name:
+/// keepable, not carried from what a step read, not a word the model was shown from the
+/// world (nor from a forwarded message). Only such a name is kept or shown back.
+pub(crate) fn plain_wish(cp: &Checkpoint, call: &Call, log: &StepLog) -> bool {
+    let name_is_worlds = log.tainted.iter().any(|c| c.arg == "(executor name)");
+    keepable(&call.name) && !name_is_worlds && !seen_in_the_world(cp, &call.name)
+}
+
 /// The executors whose output `args` was made of (references and copies), in step order.
 fn piped_from(cp: &Checkpoint, args: &Value) -> Vec<String> {
     let mut steps: BTreeSet<u32> = piping::references(args).iter().map(|r| r.step).collect();
@@ -151,8 +159,7 @@ pub(crate) async fn proposed(
     call: &Call,
     log: &StepLog,
 ) -> Option<Value> {
-    let name_is_worlds = log.tainted.iter().any(|c| c.arg == "(executor name)");
-    if !keepable(&call.name) || name_is_worlds || seen_in_the_world(cp, &call.name) {
+    if !plain_wish(cp, call, log) {
         return None;
     }
     let froms = piped_from(cp, &call.arguments);
@@ -224,24 +231,44 @@ pub async fn suggest(mnestome: &Mnestome, index: &Index) -> Result<Vec<Suggestio
         .collect())
 }
 
-/// The refusal of a tool that does not exist, with the chain of existing ones that may do
-/// it when the mnestome knows one.
-pub(crate) async fn refusal_with_chain(
-    mnestome: &Mnestome,
-    index: &Index,
-    cp: &Checkpoint,
-    call: &Call,
-    log: &StepLog,
-    why: String,
-) -> metnos_executors::Observation {
-    let mut observation = crate::turn::flow::refusal(why);
-    if let Some(synt) = proposed(mnestome, index, cp, call, log).await {
+/// A call of a tool that does not exist, at its refusal: the mnestome and the pre-filter
+/// to look for a chain with, the call and its step's log.
+#[derive(Clone, Copy)]
+pub(crate) struct Wish<'a>(
+    pub &'a Mnestome,
+    pub &'a Index,
+    pub &'a Call,
+    pub &'a StepLog,
+);
+
+impl Wish<'_> {
+    /// The refusal of step `n`, with the chain of existing executors that may do it when
+    /// the mnestome knows one; the turn's non-retreat attempt begins (said on `sink`) when
+    /// the wish's name is the model's own ([`crate::turn::attempt`]).
+    pub(crate) async fn refused(
+        &self,
+        cp: &mut Checkpoint,
+        sink: &crate::turn::flow::Sink,
+        why: String,
+        n: u32,
+    ) -> metnos_executors::Observation {
+        let mut observation = crate::turn::flow::refusal(why);
+        let Wish(mnestome, index, call, log) = *self;
+        let synt = proposed(mnestome, index, cp, call, log).await;
+        let chain = synt.is_some();
+        if let Some(synt) = synt {
+            observation
+                .metadata
+                .get_or_insert_default()
+                .insert("synt".to_owned(), synt);
+        }
+        let plain = plain_wish(cp, call, log);
+        if let Some(a) = crate::turn::attempt::open(cp, &call.name, plain, n, chain) {
+            let event = metnos_proto::planner::v1::turn_event::Event::Attempt(a);
+            crate::turn::flow::emit(sink, event).await;
+        }
         observation
-            .metadata
-            .get_or_insert_default()
-            .insert("synt".to_owned(), synt);
     }
-    observation
 }
 
 #[cfg(test)]

@@ -558,9 +558,15 @@ impl TelosEngine {
         Ok((updated, never))
     }
 
-    /// A clear stop of a non-retreat attempt: −0.7 on the non-retreat telos, and `intent`
-    /// not retried for 24 hours. Returns until when.
-    pub async fn stopped(&self, by: &Principal, intent: &str) -> Result<i64, TelosError> {
+    /// A clear stop of a non-retreat attempt (`attempt_id`, when the planner named it):
+    /// −0.7 on the non-retreat telos, and `intent` not retried for 24 hours. Returns until
+    /// when.
+    pub async fn stopped(
+        &self,
+        by: &Principal,
+        intent: &str,
+        attempt_id: &str,
+    ) -> Result<i64, TelosError> {
         let now = self.clock.now_ms();
         let until = now + 24 * 3_600_000;
         let person = by.to_string();
@@ -578,7 +584,7 @@ impl TelosEngine {
         if !intent.is_empty() {
             self.store.stop(&person, intent, until).await?;
         }
-        tracing::info!(person = %by, "stop of a non-retreat attempt recorded");
+        tracing::info!(person = %by, attempt = attempt_id, intent, "stop of a non-retreat attempt recorded");
         Ok(until)
     }
 

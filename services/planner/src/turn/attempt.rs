@@ -1,0 +1,132 @@
+//! Non-retreat (issue 46; the telos seed's `t.coltivazione_strumenti`): a request Metnos
+//! cannot serve with the tools it has does not end in a bare "I cannot". When the model asks
+//! for a tool that does not exist, the turn opens an **attempt**: it tries the composition
+//! (a chain of existing executors, [`crate::turn::synt`]), and if no executor succeeds
+//! after that, its answer asks the person what would let it, and the turn log records a
+//! motivated failure (what was tried, why it stopped: keys only). While the attempt is
+//! open — the turn running, then the person's answer to its question — a stop said about
+//! it is the attempt's: the gateway sends it to the vaglio's `DetectStop` with
+//! `non_retreat = true` and the attempt's id, which lowers the non-retreat telos (−0.7)
+//! and blocks shortcut offers (the attempt's next step) for a day.
+//!
+//! The wished name is shown back to the person only when it is a plain name that the
+//! model was not shown from the world (a page cannot put words in the question).
+
+use metnos_core::language::Language;
+use metnos_proto::planner::v1 as pb;
+use serde::{Deserialize, Serialize};
+use serde_json::{Value, json};
+
+use crate::turn::{Checkpoint, FinalKind};
+
+/// A turn's non-retreat attempt.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Attempt {
+    pub id: String,
+    /// The wished tool's name.
+    pub wanted: String,
+    /// The step its call was refused at.
+    pub step: u32,
+    /// A chain of existing executors was found and told to the model.
+    pub chain: bool,
+}
+
+impl Attempt {
+    pub fn to_proto(&self) -> pb::Attempt {
+        pb::Attempt {
+            attempt_id: self.id.clone(),
+            wanted: self.wanted.clone(),
+        }
+    }
+}
+
+/// Opens `cp`'s attempt at step `step`, the refusal of a tool named `wanted` that does not
+/// exist (`plain`: its name may be shown back), unless one is open; the event to emit.
+pub(crate) fn open(
+    cp: &mut Checkpoint,
+    wanted: &str,
+    plain: bool,
+    step: u32,
+    chain: bool,
+) -> Option<pb::Attempt> {
+    if cp.attempt.is_some() || !plain {
+        return None;
+    }
+    let attempt = Attempt {
+        id: format!("at-{}", metnos_kit::random::hex(8)),
+        wanted: wanted.to_owned(),
+        step,
+        chain,
+    };
+    tracing::info!(turn_id = %cp.turn_id, attempt = %attempt.id, chain, "a non-retreat attempt began: the model asked for a tool that does not exist");
+    let event = attempt.to_proto();
+    cp.attempt = Some(attempt);
+    Some(event)
+}
+
+/// Whether an executor succeeded after the attempt's refusal.
+fn served(cp: &Checkpoint, attempt: &Attempt) -> bool {
+    cp.steps
+        .iter()
+        .any(|s| s.step > attempt.step && s.ok && s.executor != "?")
+}
+
+/// The attempt a turn ending as `kind` leaves open: not served, and the turn answered (an
+/// error or a stop says its own words).
+pub(crate) fn unserved(cp: &Checkpoint, kind: FinalKind) -> Option<&Attempt> {
+    cp.attempt
+        .as_ref()
+        .filter(|a| kind == FinalKind::Answer && !served(cp, a))
+}
+
+/// What the answer adds for an attempt left open: what was tried, and what would let it.
+pub(crate) fn question(attempt: &Attempt, language: Option<Language>) -> String {
+    let wanted = &attempt.wanted;
+    match (language.unwrap_or(Language::English), attempt.chain) {
+        (Language::Italian, chain) => format!(
+            "Non ho uno strumento «{wanted}»{}. Potrebbe aggiungerlo un server MCP o un \
+             esecutore (`metnos mcp add`, `metnos executors add` per il proprietario): dimmi \
+             cosa mi permetterebbe di farlo — o scrivi «basta» e per oggi non ci riprovo.",
+            if chain {
+                " e la catena di strumenti esistenti che ho provato non è bastata"
+            } else {
+                ""
+            }
+        ),
+        (Language::English, chain) => format!(
+            "There is no tool for `{wanted}`{}. An MCP server or an executor could add one \
+             (`metnos mcp add`, `metnos executors add`, for the owner): tell me what would let \
+             me do it — or say stop and I will not try again today.",
+            if chain {
+                ", and the chain of existing tools I tried was not enough"
+            } else {
+                ""
+            }
+        ),
+    }
+}
+
+/// The turn log's account of the attempt (keys and names only): what was tried and how it
+/// ended, for a turn ending as `kind` (its name: `answer`, `cap_steps`, …).
+pub(crate) fn record(cp: &Checkpoint, kind: &str) -> Option<Value> {
+    let attempt = cp.attempt.as_ref()?;
+    let mut tried = vec!["composition"];
+    if attempt.chain {
+        tried.push("chain told to the model");
+    }
+    let (outcome, why) = if served(cp, attempt) {
+        ("served", "an executor succeeded after the refusal")
+    } else if kind == FinalKind::Answer.as_str() {
+        ("asked the person", "no tool fits and no chain served it")
+    } else {
+        ("ended", kind)
+    };
+    Some(json!({
+        "id": attempt.id,
+        "wanted": attempt.wanted,
+        "refused_at_step": attempt.step,
+        "tried": tried,
+        "outcome": outcome,
+        "why": why,
+    }))
+}
