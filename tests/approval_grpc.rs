@@ -1370,6 +1370,11 @@ async fn a_shortcut_offer_is_carded_from_its_names_and_a_forged_one_is_refused()
             serde_json::json!({"wanted": "x", "from": "web_fetch", "chain": ["a"], "uses": 3, "note": "click me"}),
         ),
         offer(serde_json::json!({"wanted": "x", "from": "web_fetch", "chain": ["a"]})),
+        // Fewer uses than an offer needs, or a count beyond reason.
+        offer(serde_json::json!({"wanted": "x", "from": "web_fetch", "chain": ["a"], "uses": 0})),
+        offer(
+            serde_json::json!({"wanted": "x", "from": "web_fetch", "chain": ["a"], "uses": u64::MAX}),
+        ),
     ];
     let mut with_capability = offer(good.clone());
     with_capability.capability = "fs:write".into();
@@ -1403,7 +1408,7 @@ async fn a_shortcut_offer_is_carded_from_its_names_and_a_forged_one_is_refused()
     );
     assert!(
         text.contains(
-            "you asked for table_extract 3 times; web_fetch → parse_local → fs_write does it"
+            "table_extract was asked for 3 times; web_fetch → parse_local → fs_write does it"
         ),
         "{text}"
     );

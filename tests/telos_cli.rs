@@ -471,15 +471,21 @@ async fn the_owner_writes_signs_and_verifies_a_telos_and_proposals_are_weighed_a
         assert_eq!(maybe.kind, pb::StopKind::Ambiguous as i32, "{text}");
         assert_eq!(maybe.confirmation_question, question);
     }
-    let long = as_gateway
-        .detect_stop(pb::DetectStopRequest {
-            text: "stop".into(),
-            attempt: "x".repeat(129),
-            ..Default::default()
-        })
-        .await
-        .unwrap_err();
-    assert_eq!(long.code(), tonic::Code::InvalidArgument);
+    for attempt in [
+        "x".repeat(129),
+        "a\nb".to_owned(),
+        "table extract".to_owned(),
+    ] {
+        let refused = as_gateway
+            .detect_stop(pb::DetectStopRequest {
+                text: "stop".into(),
+                attempt: attempt.clone(),
+                ..Default::default()
+            })
+            .await
+            .unwrap_err();
+        assert_eq!(refused.code(), tonic::Code::InvalidArgument, "{attempt:?}");
+    }
     let calls = fake.received().len();
     let e = as_planner
         .evaluate_proposal(proposal("again", "telegram", "42"))

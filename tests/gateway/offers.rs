@@ -573,7 +573,7 @@ async fn a_chain_for_a_recurring_wish_is_offered_as_a_shortcut_and_accept_keeps_
         "{text}"
     );
     assert!(
-        text.contains("you asked for table_extract 3 times; web_fetch → parse_local does it"),
+        text.contains("table_extract was asked for 3 times; web_fetch → parse_local does it"),
         "{text}"
     );
     let labels: Vec<&str> = buttons[0].iter().map(|(t, _)| t.as_str()).collect();

@@ -525,7 +525,10 @@ activation_threshold: 0.3
         String::from_utf8_lossy(&output.stderr),
     );
     assert!(output.status.success(), "{err}");
-    assert!(out.contains("There is no tool for `table_extract`"), "{out}");
+    assert!(
+        out.contains("There is no tool for `table_extract`"),
+        "{out}"
+    );
     assert!(
         err.contains("all right: I will not look for a way to `table_extract` again today"),
         "{err}"

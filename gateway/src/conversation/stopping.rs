@@ -46,7 +46,14 @@ impl Conversation {
                 Reply::say(chat, question.unwrap_or_default())
             }
             (Next::AskWhetherToStop, _) => Reply::say(chat, text::say(lang, Says::ConfirmStop)),
-            (Next::RunTurn, _) => self.run_turn(chat, who, pairing, message).await,
+            (Next::RunTurn, attempt) => {
+                // Another request: a stop of the turn it starts is that turn's, not the
+                // attempt's (the turn opens its own when it needs one).
+                if attempt.is_some() {
+                    self.state().close_attempt(who.sender_id());
+                }
+                self.run_turn(chat, who, pairing, message).await
+            }
         }
     }
 

@@ -43,12 +43,12 @@ pub fn shortcut_parts(args_json: &str) -> Option<(String, String, Vec<String>, u
     if !(1..=MAX_SHORTCUT_CHAIN).contains(&chain.len()) {
         return None;
     }
-    Some((
-        wish,
-        name(object.get("from")?)?,
-        chain,
-        object.get("uses")?.as_u64()?,
-    ))
+    // A wish is offered after three uses; a count beyond reason is not a card's.
+    let uses = object
+        .get("uses")?
+        .as_u64()
+        .filter(|n| (3..=1_000_000).contains(n))?;
+    Some((wish, name(object.get("from")?)?, chain, uses))
 }
 
 /// A shortcut offer's card: the wish, how often, and the chain, from its arguments
@@ -67,9 +67,9 @@ pub fn shortcut_offer(args_json: &str, language: Language) -> Described {
             format!("keep a shortcut for `{wanted}`")
         },
         summary: if it {
-            format!("hai chiesto {wanted} {uses} volte; lo fa {steps} — da ora te lo propongo")
+            format!("«{wanted}» è stato chiesto {uses} volte; lo fa {steps} — da ora lo propongo")
         } else {
-            format!("you asked for {wanted} {uses} times; {steps} does it — offered from now on")
+            format!("{wanted} was asked for {uses} times; {steps} does it — offered from now on")
         },
         had_invisible: false,
     }

@@ -845,7 +845,14 @@ async fn a_chain_for_a_recurring_wish_is_offered_once_and_kept_only_as_accepted(
     assert!(
         weighed
             .iter()
-            .all(|w| w.kind == SHORTCUT_OFFER && w.effect_class == SHORTCUT_OFFER)
+            .all(|w| w.kind == SHORTCUT_OFFER && w.effect_class.starts_with("shortcut_offer:"))
+    );
+    // Never again on one wish's card is about that wish.
+    let mut classes: Vec<&str> = weighed.iter().map(|w| w.effect_class.as_str()).collect();
+    classes.sort_unstable();
+    assert_eq!(
+        classes,
+        ["shortcut_offer:csv_run", "shortcut_offer:table_extract"]
     );
     let args =
         |i: usize| -> serde_json::Value { serde_json::from_str(&requests[i].args_json).unwrap() };
@@ -857,7 +864,7 @@ async fn a_chain_for_a_recurring_wish_is_offered_once_and_kept_only_as_accepted(
         args(table),
         serde_json::json!({"wanted": "table_extract", "from": "web_fetch", "chain": ["parse_local"], "uses": 3})
     );
-    assert!(weighed.iter().any(|w| w.description == "You asked for table_extract 3 times; web_fetch → parse_local does it. Keep it as a shortcut?"));
+    assert!(weighed.iter().any(|w| w.description == "table_extract was asked for 3 times; web_fetch → parse_local does it. Keep it as a shortcut?"));
     assert!(
         requests.iter().all(|r| r.executor == SHORTCUT_OFFER
             && r.capability.is_empty()

@@ -479,6 +479,14 @@ impl VaglioService for VaglioApi {
             ("attempt", &r.attempt, 128),
         ])
         .map_err(Error::from)?;
+        // An attempt's id and name are the planner's plain names (they reach the log).
+        for (field, value) in [("attempt_id", &r.attempt_id), ("attempt", &r.attempt)] {
+            if !value.is_empty() && !metnos_core::names::plain_name(value) {
+                return Err(Status::invalid_argument(format!(
+                    "{field}: letters, digits, _ - . * only"
+                )));
+            }
+        }
         use metnos_core::stop::{Stop, attempt_question, confirmation_question, stop_of};
         let mut answer = pb::DetectStopResponse::default();
         match stop_of(&r.text) {

@@ -213,6 +213,11 @@ pub fn effect_class_of(kind: &str, payload: &str) -> String {
             )
         }
         GRANT_REVOKE => format!("{GRANT_REVOKE}:unused"),
+        crate::proactive::shortcuts::SHORTCUT_OFFER => {
+            let payload: serde_json::Value = serde_json::from_str(payload).unwrap_or_default();
+            let wanted = payload.get("wanted").and_then(serde_json::Value::as_str);
+            crate::proactive::shortcuts::effect_class(wanted.unwrap_or_default())
+        }
         other => other.to_owned(),
     }
 }

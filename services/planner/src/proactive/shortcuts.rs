@@ -157,9 +157,12 @@ pub async fn offer(
         proto.from_executor,
         chain.executors.join(",")
     );
+    // One id per owner, chain and 30-day bucket: two replicas write the same row (its
+    // claim), and a chain not kept may be offered again a month on.
+    let bucket = now_ms.div_euclid(REOFFER_DAYS * DAY_MS);
     let id = {
         use sha2::{Digest, Sha256};
-        let digest = Sha256::digest(format!("{owner}\n{subject}").as_bytes());
+        let digest = Sha256::digest(format!("{owner}\n{subject}\n{bucket}").as_bytes());
         format!("sc-{}", &hex::encode(digest)[..16])
     };
     let language = filters.pairing_language(owner).await;
@@ -167,14 +170,15 @@ pub async fn offer(
         .chain(chain.executors.iter().map(String::as_str))
         .collect::<Vec<_>>()
         .join(" → ");
+    // Counted over the installation: whoever asked, in whichever turn.
     let description = if language == metnos_core::language::Language::Italian {
         format!(
-            "Hai chiesto {} {} volte; lo fa {steps}. La tengo come scorciatoia?",
+            "«{}» è stato chiesto {} volte; lo fa {steps}. Lo tengo come scorciatoia?",
             proto.wanted, proto.uses
         )
     } else {
         format!(
-            "You asked for {} {} times; {steps} does it. Keep it as a shortcut?",
+            "{} was asked for {} times; {steps} does it. Keep it as a shortcut?",
             proto.wanted, proto.uses
         )
     };
@@ -188,6 +192,11 @@ pub async fn offer(
         language: language.to_wire(),
     };
     let stored = on_db!(db, pool => {
+        // An earlier try that the telos engine never answered (the row kept, no decision):
+        // this run tries again.
+        sqlx::query("DELETE FROM proposals WHERE id = $1 AND decision = 'pending' AND token IS NULL AND created_at < $2")
+            .bind(&id).bind(now_ms - RETRY_AFTER_MS)
+            .execute(pool).await?;
         sqlx::query(
             "INSERT INTO proposals (id, channel, sender_id, kind, subject, description, payload, decision, reason, created_at) \
              VALUES ($1, $2, $3, $4, $5, $6, $7, 'pending', '', $8) ON CONFLICT (id) DO NOTHING",
@@ -205,12 +214,34 @@ pub async fn offer(
         level,
         id: &id,
         kind: SHORTCUT_OFFER,
-        effect_class: SHORTCUT_OFFER.to_owned(),
+        effect_class: effect_class(&proto.wanted),
         description,
     }
     .settle(db, filters, offer.request(), now_ms)
     .await?;
     Ok(true)
+}
+
+/// A chain not kept is offered again at most this often.
+const REOFFER_DAYS: i64 = 30;
+
+const DAY_MS: i64 = 86_400_000;
+
+/// An offer stored this long ago and never weighed (the telos engine did not answer) is
+/// tried again.
+const RETRY_AFTER_MS: i64 = 3_600_000;
+
+/// The telos engine's effect class of a shortcut offer for `wanted`: Never again on one
+/// wish's card is about that wish (the class takes lower-case letters, digits, `_ . -`).
+pub fn effect_class(wanted: &str) -> String {
+    let wanted: String = wanted
+        .chars()
+        .map(|c| match c.to_ascii_lowercase() {
+            c @ ('a'..='z' | '0'..='9' | '_' | '.' | '-') => c,
+            _ => '_',
+        })
+        .collect();
+    format!("{SHORTCUT_OFFER}:{wanted}")
 }
 
 /// The most offers one upkeep run looks at.

@@ -373,8 +373,9 @@ impl Mnestome {
         let protos = Statement::new("DELETE FROM protos WHERE from_executor = $1 OR wanted = $1")
             .bind(executor.to_owned());
         let mut n = self.db.execute(passages).await? + self.db.execute(protos).await?;
-        // A chain is a list in one column: matched here, not by LIKE (`_` is its wildcard).
-        for shortcut in self.shortcuts().await? {
+        // A chain is a list in one column: matched here, not by LIKE (`_` is its wildcard);
+        // every shortcut, not only the newest a turn reads.
+        for shortcut in self.shortcuts_up_to(i64::MAX).await? {
             if shortcut.name == executor || shortcut.executors().any(|e| e == executor) {
                 let gone =
                     Statement::new("DELETE FROM shortcuts WHERE name = $1 AND from_executor = $2")
@@ -410,11 +411,15 @@ impl Mnestome {
 
     /// The shortcuts kept, newest first (at most [`MAX_SHORTCUTS`]).
     pub async fn shortcuts(&self) -> Result<Vec<Shortcut>, sqlx::Error> {
+        self.shortcuts_up_to(i64::from(MAX_SHORTCUTS)).await
+    }
+
+    async fn shortcuts_up_to(&self, limit: i64) -> Result<Vec<Shortcut>, sqlx::Error> {
         let statement = Statement::new(
             "SELECT name, from_executor, chain, created_at FROM shortcuts \
              ORDER BY created_at DESC, name, from_executor LIMIT $1",
         )
-        .bind(i64::from(MAX_SHORTCUTS));
+        .bind(limit);
         self.db
             .fetch_all(statement)
             .await?

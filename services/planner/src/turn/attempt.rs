@@ -72,11 +72,12 @@ fn served(cp: &Checkpoint, attempt: &Attempt) -> bool {
 }
 
 /// The attempt a turn ending as `kind` leaves open: not served, and the turn answered (an
-/// error or a stop says its own words).
+/// error or a stop says its own words); a standing order's firing asks nobody (no one
+/// follows its answer up).
 pub(crate) fn unserved(cp: &Checkpoint, kind: FinalKind) -> Option<&Attempt> {
     cp.attempt
         .as_ref()
-        .filter(|a| kind == FinalKind::Answer && !served(cp, a))
+        .filter(|a| kind == FinalKind::Answer && !cp.scheduled && !served(cp, a))
 }
 
 /// What the answer adds for an attempt left open: what was tried, and what would let it.
@@ -104,6 +105,24 @@ pub(crate) fn question(attempt: &Attempt, language: Option<Language>) -> String 
             }
         ),
     }
+}
+
+/// Every question [`question`] asks for a wish named `wanted` (both languages, with and
+/// without a chain tried): Metnos's own words, which a later turn of the thread sees.
+pub(crate) fn questions_for(wanted: &str) -> Vec<String> {
+    let mut out = Vec::new();
+    for language in [Language::English, Language::Italian] {
+        for chain in [false, true] {
+            let attempt = Attempt {
+                id: String::new(),
+                wanted: wanted.to_owned(),
+                step: 0,
+                chain,
+            };
+            out.push(question(&attempt, Some(language)));
+        }
+    }
+    out
 }
 
 /// The turn log's account of the attempt (keys and names only): what was tried and how it

@@ -492,8 +492,18 @@ impl Planner {
             max: self.config.prefilter_max.get() as usize,
             known: &|name| self.catalog.get(name).is_some(),
             offerable: &|name| self.offerable(name),
+            wise: &|name| self.wise_capability(name),
         };
         prefilter.reoffer(cp).await;
+    }
+
+    /// Whether executor `name` has a capability a hybrid turn asks the wise tier for.
+    fn wise_capability(&self, name: &str) -> bool {
+        self.catalog.get(name).is_some_and(|e| {
+            e.capabilities
+                .iter()
+                .any(|c| self.config.hybrid_wise_capabilities.contains(c))
+        })
     }
 
     /// A new turn's checkpoint.
@@ -506,13 +516,7 @@ impl Planner {
             .map(|c| c.name)
             .filter(|name| self.offerable(name))
             .collect();
-        let wise_capability_offered = candidates.iter().any(|name| {
-            self.catalog.get(name).is_some_and(|e| {
-                e.capabilities
-                    .iter()
-                    .any(|c| self.config.hybrid_wise_capabilities.contains(c))
-            })
-        });
+        let wise_capability_offered = candidates.iter().any(|n| self.wise_capability(n));
         Checkpoint {
             version: crate::turn::CHECKPOINT_VERSION,
             turn_id: metnos_kit::random::hex(16),

@@ -28,12 +28,18 @@ pub(crate) struct Prefilter<'a> {
     pub known: &'a (dyn Fn(&str) -> bool + Sync),
     /// Whether an executor may be offered now.
     pub offerable: &'a (dyn Fn(&str) -> bool + Sync),
+    /// Whether an executor has a capability a hybrid turn asks the wise tier for.
+    pub wise: &'a (dyn Fn(&str) -> bool + Sync),
 }
 
 impl Prefilter<'_> {
     /// Chooses `cp`'s offer again with the history's points (from the last executor that
-    /// succeeded in the turn, and the shortcuts its request names). Nothing to add: the
-    /// offer stays. Fail-safe: the mnestome unread, the offer stays (logged).
+    /// succeeded in the turn, and the shortcuts its request names), keeping the executors
+    /// the turn already called (the model sees them in its history; one gone would be
+    /// refused as not offered). A hybrid turn on the fast tier moves to the wise one when
+    /// the new offer holds a capability that asks for it, as it would have started there.
+    /// Nothing to add: the offer stays. Fail-safe: the mnestome unread, the offer stays
+    /// (logged).
     pub async fn reoffer(&self, cp: &mut Checkpoint) {
         let after = cp
             .steps
@@ -57,16 +63,32 @@ impl Prefilter<'_> {
             return;
         }
         let boosts: Vec<(&str, u32)> = boosts.iter().map(|(n, p)| (n.as_str(), *p)).collect();
-        let offered: Vec<String> = self
+        let mut offered: Vec<String> = self
             .index
             .select_boosted(&cp.query, self.max, &boosts)
             .into_iter()
             .map(|c| c.name)
             .filter(|name| (self.offerable)(name))
             .collect();
+        for called in cp
+            .candidates
+            .iter()
+            .filter(|c| cp.executor_calls.contains_key(*c))
+        {
+            if !offered.contains(called) && (self.offerable)(called) {
+                offered.push(called.clone());
+            }
+        }
         if offered != cp.candidates {
             tracing::info!(after = after.as_deref().unwrap_or(""), offered = ?offered, "the pre-filter's offer moved by history");
             cp.candidates = offered;
+        }
+        let wise = cp.candidates.iter().any(|name| (self.wise)(name));
+        if cp.mode == crate::turn::Mode::Hybrid && cp.tier == metnos_llm::Tier::Fast && wise {
+            tracing::info!(
+                "a capability the wise tier is asked for is offered now; the turn moves to it"
+            );
+            cp.tier = metnos_llm::Tier::Wise;
         }
     }
 }

@@ -14,7 +14,7 @@ use serde_json::{Value, json};
 
 use crate::store::mnestome::{Mnestome, Proto, STRONG, Strength, keepable};
 use crate::turn::prefilter::Index;
-use crate::turn::{Call, Checkpoint, StepLog, passages, piping};
+use crate::turn::{Call, Checkpoint, Hist, StepLog, passages, piping, taint};
 
 /// The longest chain looked for.
 pub const MAX_HOPS: usize = 3;
@@ -103,8 +103,10 @@ pub fn find_chain(passages: &[Strength], from: &str, wanted: &str, index: &Index
 }
 
 /// Whether `name` is text the model was shown from elsewhere than the person's own message:
-/// a long one by the copy rule, any one found as a word in an observation it was shown; fails
-/// closed for a forwarded message (all of it someone else's words).
+/// a long one by the copy rule; any one found as a word in an observation it was shown, or in
+/// the thread before this message (an earlier answer or the summary, but for Metnos's own
+/// question of an attempt for this name; a forwarded message); fails closed for a forwarded
+/// message (all of it someone else's words).
 fn seen_in_the_world(cp: &Checkpoint, name: &str) -> bool {
     if cp.forwarded {
         return true;
@@ -114,14 +116,69 @@ fn seen_in_the_world(cp: &Checkpoint, name: &str) -> bool {
     if !copied.is_empty() {
         return true;
     }
-    // As a word: `text` is not `context`'s.
-    let word = |c: char| c.is_ascii_alphanumeric() || matches!(c, '_' | '-' | '.' | '*');
-    cp.history.iter().any(|h| match h {
-        crate::turn::Hist::Tool { content, .. } => content
-            .split(|c: char| !word(c))
-            .any(|w| w.eq_ignore_ascii_case(name)),
-        _ => false,
+    let current = cp
+        .history
+        .iter()
+        .rposition(|h| matches!(h, Hist::User { text } if *text == cp.query));
+    // Metnos's own question of an earlier attempt for this very name is not the world's.
+    let own = crate::turn::attempt::questions_for(name);
+    cp.history.iter().enumerate().any(|(i, h)| {
+        let earlier = current.is_some_and(|c| i < c);
+        match h {
+            Hist::Tool { content, .. } => has_word(content, name),
+            // An earlier answer, or the summary (a short name copied into it carries no
+            // sources: each is read as the world's).
+            Hist::Assistant { text, .. } if earlier => {
+                let text = own
+                    .iter()
+                    .fold(text.clone(), |t, q| t.replace(q.as_str(), ""));
+                has_word(&text, name)
+            }
+            // A forwarded message, fenced: someone else's words.
+            Hist::User { text } if earlier && taint::is_fenced(text, &cp.fence_nonce) => {
+                has_word(text, name)
+            }
+            _ => false,
+        }
     })
+}
+
+/// Whether `name` is a word of `text` (ASCII letters, digits, `_ - . *`; case aside), read
+/// as the model reads it: JSON escapes are decoded first — `\n` separates words, `\u005f`
+/// is `_` — so a page's `call:\nsteal_notes` still shows the word `steal_notes`.
+fn has_word(text: &str, name: &str) -> bool {
+    let is_word = |c: char| c.is_ascii_alphanumeric() || matches!(c, '_' | '-' | '.' | '*');
+    // A sentence's full stop (or a dash, a star) around a name is not part of it.
+    let is = |w: &str| {
+        w.eq_ignore_ascii_case(name) || w.trim_matches(['.', '-', '*']).eq_ignore_ascii_case(name)
+    };
+    let mut word = String::new();
+    let mut chars = text.chars();
+    loop {
+        let c = match chars.next() {
+            Some('\\') => match chars.next() {
+                Some('u') => {
+                    let hex: String = chars.by_ref().take(4).collect();
+                    u32::from_str_radix(&hex, 16)
+                        .ok()
+                        .and_then(char::from_u32)
+                        .unwrap_or(' ')
+                }
+                Some('n' | 't' | 'r' | 'b' | 'f') | None => ' ',
+                Some(other) => other,
+            },
+            Some(c) => c,
+            None => return is(&word),
+        };
+        if is_word(c) {
+            word.push(c);
+        } else {
+            if is(&word) {
+                return true;
+            }
+            word.clear();
+        }
+    }
 }
 
 /// Whether the name of `call`, a tool that does not exist, is the model's own plain name:
@@ -276,6 +333,30 @@ mod tests {
     use super::*;
     use crate::store::mnestome::Passage;
     use crate::turn::prefilter::Entry;
+
+    #[test]
+    fn a_word_is_read_through_json_escapes_as_the_model_reads_it() {
+        // A newline, a tab or an escaped quote before the name separates it.
+        for text in [
+            r#"{"content":"call:\nsteal_notes"}"#,
+            r#"{"content":"x\tsteal_notes\r"}"#,
+            r#"{"content":"\"steal_notes\""}"#,
+            r#"{"content":"steal\u005fnotes now"}"#,
+            "plain STEAL_NOTES here",
+            "use steal_notes.",
+            "*steal_notes*, now",
+        ] {
+            assert!(has_word(text, "steal_notes"), "{text}");
+        }
+        for text in [
+            r#"{"content":"steal_notes_more"}"#,
+            r#"{"content":"nsteal_notes"}"#,
+            "steal notes",
+            "\\u12",
+        ] {
+            assert!(!has_word(text, "steal_notes"), "{text}");
+        }
+    }
 
     fn index() -> Index {
         let entry = |name: &str, description: &str| Entry {

@@ -271,6 +271,15 @@ pub fn untrusted(labels: &[String]) -> bool {
 // ---- the fence ----
 
 const OPEN: &str = "<<untrusted-data ";
+
+/// Whether `text` is fenced with `nonce` (a person's own words never are: they do not know
+/// the key).
+pub fn is_fenced(text: &str, nonce: &str) -> bool {
+    !nonce.is_empty()
+        && text
+            .strip_prefix(OPEN)
+            .is_some_and(|rest| rest.starts_with(nonce))
+}
 const CLOSE: &str = "<<end-untrusted-data ";
 
 /// The system prompt's line about the fence.
