@@ -3166,3 +3166,57 @@ async fn a_wise_capability_the_history_offers_moves_a_hybrid_turn_to_the_wise_ti
     to_end(&mut h.start("read my notes file", AutonomyLevel::Full)).await;
     assert_eq!(h.llm.tiers_asked(), [Tier::Fast, Tier::Wise]);
 }
+
+/// Issue 46, item 5, the other way a request cannot be served: policy denies the person a
+/// capability. The answer says what would let Metnos do it — that permission, named by its
+/// capability and executor, never the target — and the turn log says why; it is an attempt a
+/// stop can be about. A step approval asks for instead is no attempt.
+#[tokio::test]
+async fn a_call_policy_denies_ends_saying_what_permission_would_let_it() {
+    let h = Harness::local().await;
+    h.filters.with(|s| {
+        s.policy.insert("fs:write".into(), rules::Outcome::Denied);
+    });
+    h.llm.call(
+        "fs_write",
+        json!({"path": "~/secret-plans.txt", "text": "x"}),
+    );
+    h.llm.answer("I was not allowed.");
+    let (events, finished) =
+        to_end(&mut h.start("write x to ~/secret-plans.txt", AutonomyLevel::Full)).await;
+    assert!(
+        finished.text.starts_with(
+            "I was not allowed.\n\nI could do it if I were allowed to use fs:write (`fs_write`)"
+        ),
+        "{}",
+        finished.text
+    );
+    assert!(!finished.text.contains("secret-plans"), "{}", finished.text);
+    let attempt = finished.attempt.clone().expect("an attempt");
+    assert_eq!(attempt.wanted, "fs_write");
+    assert!(events.iter().any(|e| matches!(e, Event::Attempt(_))));
+    let record = h.records().first().cloned().unwrap();
+    assert_eq!(record["attempt"]["denied"], "fs:write");
+    assert_eq!(record["attempt"]["tried"], json!(["policy"]));
+    assert_eq!(record["attempt"]["why"], "policy denied the capability");
+    assert!(!record.to_string().contains("secret-plans"), "{record}");
+    // Asked on a card and rejected: the person decided; no attempt.
+    h.filters.with(|s| {
+        s.policy
+            .insert("fs:write".into(), rules::Outcome::ApprovalRequired);
+    });
+    std::fs::write(h.home.join("a.txt"), "kept").unwrap();
+    h.llm.call(
+        "fs_write",
+        json!({"path": "~/a.txt", "text": "x", "mode": "append"}),
+    );
+    h.llm.answer("as you wish");
+    let mut rx = h.start("add x to ~/a.txt", AutonomyLevel::Supervised);
+    let (_, token) = waiting(&mut rx).await;
+    h.filters
+        .decide(&token, approval::ApprovalStatus::Rejected, None);
+    let (events, finished) = to_end(&mut rx).await;
+    assert_eq!(finished.text, "as you wish");
+    assert!(finished.attempt.is_none());
+    assert!(!events.iter().any(|e| matches!(e, Event::Attempt(_))));
+}

@@ -17,7 +17,8 @@ use metnos_proto::planner::v1 as pb;
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 
-use crate::turn::{Checkpoint, FinalKind};
+use crate::store::mnestome::keepable;
+use crate::turn::{Checkpoint, FinalKind, PolicyCheck, StepLog};
 
 /// A turn's non-retreat attempt.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -29,6 +30,10 @@ pub struct Attempt {
     pub step: u32,
     /// A chain of existing executors was found and told to the model.
     pub chain: bool,
+    /// Policy denied the person this capability for executor `wanted` (the attempt is
+    /// what would let it, not a missing tool).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub denied: Option<String>,
 }
 
 impl Attempt {
@@ -57,8 +62,41 @@ pub(crate) fn open(
         wanted: wanted.to_owned(),
         step,
         chain,
+        denied: None,
     };
     tracing::info!(turn_id = %cp.turn_id, attempt = %attempt.id, chain, "a non-retreat attempt began: the model asked for a tool that does not exist");
+    let event = attempt.to_proto();
+    cp.attempt = Some(attempt);
+    Some(event)
+}
+
+/// Opens `cp`'s attempt at a step policy denied (`log`): what would let Metnos is a
+/// permission (the capability policy decided on, from its reason's labels); `None` when
+/// policy did not deny it, or an attempt is open.
+pub(crate) fn denied(cp: &mut Checkpoint, log: &StepLog) -> Option<pb::Attempt> {
+    if cp.attempt.is_some() || log.policy != Some(PolicyCheck::Denied) || !keepable(&log.executor) {
+        return None;
+    }
+    // "Supervised x fs:write = denied"
+    let capability = log
+        .policy_reason
+        .as_deref()
+        .and_then(|r| r.split_once(" x "))
+        .and_then(|(_, rest)| rest.split_once(" = "))
+        .map(|(c, _)| c.to_owned())
+        .filter(|c| {
+            !c.is_empty()
+                && c.bytes()
+                    .all(|b| b.is_ascii_lowercase() || b == b':' || b == b'_')
+        })?;
+    let attempt = Attempt {
+        id: format!("at-{}", metnos_kit::random::hex(8)),
+        wanted: log.executor.clone(),
+        step: log.step,
+        chain: false,
+        denied: Some(capability),
+    };
+    tracing::info!(turn_id = %cp.turn_id, attempt = %attempt.id, "a non-retreat attempt began: policy denied a call");
     let event = attempt.to_proto();
     cp.attempt = Some(attempt);
     Some(event)
@@ -83,7 +121,22 @@ pub(crate) fn unserved(cp: &Checkpoint, kind: FinalKind) -> Option<&Attempt> {
 /// What the answer adds for an attempt left open: what was tried, and what would let it.
 pub(crate) fn question(attempt: &Attempt, language: Option<Language>) -> String {
     let wanted = &attempt.wanted;
-    match (language.unwrap_or(Language::English), attempt.chain) {
+    let language = language.unwrap_or(Language::English);
+    if let Some(capability) = &attempt.denied {
+        return match language {
+            Language::Italian => format!(
+                "Potrei farlo se mi fosse permesso usare {capability} (`{wanted}`); cosa può \
+                 fare ciascuno lo decide il proprietario. Dimmi un altro modo — o scrivi «basta» \
+                 e per oggi non ci riprovo."
+            ),
+            Language::English => format!(
+                "I could do it if I were allowed to use {capability} (`{wanted}`); what each \
+                 person may do is the owner's to decide. Tell me another way — or say stop and \
+                 I will not try again today."
+            ),
+        };
+    }
+    match (language, attempt.chain) {
         (Language::Italian, chain) => format!(
             "Non ho uno strumento «{wanted}»{}. Potrebbe aggiungerlo un server MCP o un \
              esecutore (`metnos mcp add`, `metnos executors add` per il proprietario): dimmi \
@@ -118,6 +171,7 @@ pub(crate) fn questions_for(wanted: &str) -> Vec<String> {
                 wanted: wanted.to_owned(),
                 step: 0,
                 chain,
+                denied: None,
             };
             out.push(question(&attempt, Some(language)));
         }
@@ -129,23 +183,36 @@ pub(crate) fn questions_for(wanted: &str) -> Vec<String> {
 /// ended, for a turn ending as `kind` (its name: `answer`, `cap_steps`, …).
 pub(crate) fn record(cp: &Checkpoint, kind: &str) -> Option<Value> {
     let attempt = cp.attempt.as_ref()?;
-    let mut tried = vec!["composition"];
+    let mut tried = vec![if attempt.denied.is_some() {
+        "policy"
+    } else {
+        "composition"
+    }];
     if attempt.chain {
         tried.push("chain told to the model");
     }
     let (outcome, why) = if served(cp, attempt) {
         ("served", "an executor succeeded after the refusal")
     } else if kind == FinalKind::Answer.as_str() {
-        ("asked the person", "no tool fits and no chain served it")
+        let why = if attempt.denied.is_some() {
+            "policy denied the capability"
+        } else {
+            "no tool fits and no chain served it"
+        };
+        ("asked the person", why)
     } else {
         ("ended", kind)
     };
-    Some(json!({
+    let mut record = json!({
         "id": attempt.id,
         "wanted": attempt.wanted,
         "refused_at_step": attempt.step,
         "tried": tried,
         "outcome": outcome,
         "why": why,
-    }))
+    });
+    if let Some(capability) = &attempt.denied {
+        record["denied"] = json!(capability);
+    }
+    Some(record)
 }

@@ -177,7 +177,13 @@ async fn refused(
 ) -> StepOutcome {
     let (why, outcome) = match refusal_of {
         Refusal::Stop(stop) => return StepOutcome::Finished(stop),
-        Refusal::Refused(why) => (why, StepOutcome::Continue),
+        Refusal::Refused(why) => {
+            // A step policy denied: what would let Metnos do it is a permission.
+            if let Some(a) = crate::turn::attempt::denied(cp, &log) {
+                emit(sink, pb::turn_event::Event::Attempt(a)).await;
+            }
+            (why, StepOutcome::Continue)
+        }
         Refusal::Unavailable {
             observation,
             finish,
