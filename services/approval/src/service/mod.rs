@@ -372,19 +372,14 @@ impl Approvals {
             // it and sends it as the resolve's edited schedule).
             return card::with_edit(card, &pending.token, pending.language);
         }
-        if pending.executor == crate::describe::SHORTCUT_OFFER {
-            // Accept approves keeping it (the planner records the shortcut), reject,
-            // never again.
-            return card::proposal_buttons(
-                card,
-                "approve",
-                false,
-                &pending.token,
-                pending.language,
-            );
-        }
-        if pending.executor == crate::describe::GRANT_REVOKE {
-            // Accept approves the revocation, which this service then carries out.
+        if [
+            crate::describe::GRANT_REVOKE,
+            crate::describe::SHORTCUT_OFFER,
+        ]
+        .contains(&pending.executor.as_str())
+        {
+            // Accept approves once: the revocation, which this service then carries out,
+            // or keeping the shortcut, which the planner records. Reject, never again.
             return card::proposal_buttons(
                 card,
                 "approve",

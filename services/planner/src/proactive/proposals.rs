@@ -400,27 +400,49 @@ pub struct Revoke<'a> {
 
 impl Revoke<'_> {
     pub fn request(&self) -> approval::CreatePendingRequest {
-        approval::CreatePendingRequest {
-            requester: Some(self.person.to_proto()),
-            request: Some(approval::ApprovalRequest {
-                // Required; the approval service says it from policy's records.
-                action_verb: GRANT_REVOKE.to_owned(),
-                target_summary: format!("{} grant(s)", self.grants.len()),
-                capability_class: GRANT_REVOKE.to_owned(),
-                reversibility: approval::Reversibility::Reversible as i32,
-                territory_concession: approval::TerritoryConcession::None as i32,
-                extra_json: json!({"proposal_id": self.id}).to_string(),
-                language: self.language,
-                ..Default::default()
-            }),
-            capability: String::new(),
-            target: String::new(),
-            executor: GRANT_REVOKE.to_owned(),
-            args_json: json!({"grants": self.grants}).to_string(),
-            ttl_seconds: CARD_TTL_SECONDS,
-            territory_target: String::new(),
-            level: 0,
-        }
+        let summary = format!("{} grant(s)", self.grants.len());
+        let args = json!({"grants": self.grants});
+        plain_request(
+            self.person,
+            self.id,
+            GRANT_REVOKE,
+            &summary,
+            &args,
+            self.language,
+        )
+    }
+}
+
+/// A proposal's approval request that names no capability and no target (a revocation
+/// offer, a shortcut offer): `kind` is its executor, `args` what Accept binds; the card's
+/// words are the approval service's, from the arguments (`summary` is only required).
+pub(crate) fn plain_request(
+    person: &Principal,
+    id: &str,
+    kind: &str,
+    summary: &str,
+    args: &serde_json::Value,
+    language: i32,
+) -> approval::CreatePendingRequest {
+    approval::CreatePendingRequest {
+        requester: Some(person.to_proto()),
+        request: Some(approval::ApprovalRequest {
+            action_verb: kind.to_owned(),
+            target_summary: summary.to_owned(),
+            capability_class: kind.to_owned(),
+            reversibility: approval::Reversibility::Reversible as i32,
+            territory_concession: approval::TerritoryConcession::None as i32,
+            extra_json: json!({"proposal_id": id}).to_string(),
+            language,
+            ..Default::default()
+        }),
+        capability: String::new(),
+        target: String::new(),
+        executor: kind.to_owned(),
+        args_json: args.to_string(),
+        ttl_seconds: CARD_TTL_SECONDS,
+        territory_target: String::new(),
+        level: 0,
     }
 }
 

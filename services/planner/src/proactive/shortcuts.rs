@@ -20,7 +20,7 @@ use serde_json::{Value, json};
 use sqlx::Row;
 
 use crate::filters::Filters;
-use crate::proactive::proposals::{CARD_TTL_SECONDS, ProposalError, Weighed};
+use crate::proactive::proposals::{ProposalError, Weighed, plain_request};
 use crate::store::mnestome::{Mnestome, Shortcut};
 use crate::turn::synt::Suggestion;
 
@@ -46,27 +46,15 @@ impl ShortcutOffer<'_> {
     }
 
     pub fn request(&self) -> approval::CreatePendingRequest {
-        approval::CreatePendingRequest {
-            requester: Some(self.person.to_proto()),
-            request: Some(approval::ApprovalRequest {
-                // Required; the approval service says it from the arguments.
-                action_verb: SHORTCUT_OFFER.to_owned(),
-                target_summary: self.wanted.to_owned(),
-                capability_class: SHORTCUT_OFFER.to_owned(),
-                reversibility: approval::Reversibility::Reversible as i32,
-                territory_concession: approval::TerritoryConcession::None as i32,
-                extra_json: json!({"proposal_id": self.id}).to_string(),
-                language: self.language,
-                ..Default::default()
-            }),
-            capability: String::new(),
-            target: String::new(),
-            executor: SHORTCUT_OFFER.to_owned(),
-            args_json: self.args().to_string(),
-            ttl_seconds: CARD_TTL_SECONDS,
-            territory_target: String::new(),
-            level: 0,
-        }
+        let args = self.args();
+        plain_request(
+            self.person,
+            self.id,
+            SHORTCUT_OFFER,
+            self.wanted,
+            &args,
+            self.language,
+        )
     }
 
     /// The offer stored as `payload` (its arguments), for the digest or a terminal session.
@@ -76,26 +64,35 @@ impl ShortcutOffer<'_> {
         payload: &Value,
         language: i32,
     ) -> Option<approval::CreatePendingRequest> {
-        let text = |k: &str| payload.get(k).and_then(Value::as_str);
-        let chain: Vec<String> = payload
-            .get("chain")?
-            .as_array()?
-            .iter()
-            .map(|v| v.as_str().map(str::to_owned))
-            .collect::<Option<_>>()?;
-        Some(
-            ShortcutOffer {
-                person,
-                id,
-                wanted: text("wanted")?,
-                from: text("from")?,
-                chain: &chain,
-                uses: payload.get("uses")?.as_u64()?,
-                language,
-            }
-            .request(),
-        )
+        let (wanted, from, chain, uses) = parts(payload)?;
+        let offer = ShortcutOffer {
+            person,
+            id,
+            wanted: &wanted,
+            from: &from,
+            chain: &chain,
+            uses,
+            language,
+        };
+        Some(offer.request())
     }
+}
+
+/// A stored offer's arguments: the wish, the first executor, the chain, the uses.
+fn parts(args: &Value) -> Option<(String, String, Vec<String>, u64)> {
+    let text = |k: &str| args.get(k).and_then(Value::as_str).map(str::to_owned);
+    let chain = args
+        .get("chain")?
+        .as_array()?
+        .iter()
+        .map(|v| v.as_str().map(str::to_owned))
+        .collect::<Option<_>>()?;
+    Some((
+        text("wanted")?,
+        text("from")?,
+        chain,
+        args.get("uses")?.as_u64()?,
+    ))
 }
 
 /// Whom a shortcut is offered to: the first of `owners` (`[telos] owner_principals`) that
@@ -319,16 +316,11 @@ fn accepted(
         return None;
     }
     let args: Value = serde_json::from_str(payload).ok()?;
-    let text = |k: &str| args.get(k).and_then(Value::as_str).map(str::to_owned);
+    let (name, from_executor, chain, _) = parts(&args)?;
     Some(Shortcut {
-        name: text("wanted")?,
-        from_executor: text("from")?,
-        chain: args
-            .get("chain")?
-            .as_array()?
-            .iter()
-            .map(|v| v.as_str().map(str::to_owned))
-            .collect::<Option<_>>()?,
+        name,
+        from_executor,
+        chain,
         created_at: now_ms,
     })
 }
