@@ -75,8 +75,11 @@ impl Session {
             session_id: new_session_id(),
             language: language.to_wire(),
         };
-        let proposals = match self.planner.open_session(request).await {
-            Ok(r) => r.into_inner().proposals,
+        let (notes, proposals) = match self.planner.open_session(request).await {
+            Ok(r) => {
+                let r = r.into_inner();
+                (r.notes, r.proposals)
+            }
             Err(status) => {
                 eprintln!(
                     "metnos: {} ({})",
@@ -89,6 +92,10 @@ impl Session {
                 return;
             }
         };
+        for note in notes {
+            eprintln!();
+            eprintln!("{}", crate::admin::terminal(&note));
+        }
         let me = metnos_core::Principal::try_from(&self.principal).ok();
         for proposal in proposals {
             let Some(pending) = proposal.approval else {

@@ -289,3 +289,45 @@ async fn a_bad_seed_judge_variable_exits_2_naming_it_before_anything_binds() {
         );
     }
 }
+
+/// Issue 47: the seed's `METNOS_GRANTS_DB` and `METNOS_APPROVALS_DB` are not silently
+/// ignored: `metnos up`, and the service that would have read each, refuse to start and
+/// name the setting that replaced it, before anything is created.
+#[tokio::test]
+async fn the_seed_s_store_variables_are_refused_at_start_naming_the_new_settings() {
+    for (variable, key, replaced_by, service) in [
+        (
+            "METNOS_GRANTS_DB",
+            "policy.store",
+            "METNOS_POLICY__STORE",
+            "metnos-policy",
+        ),
+        (
+            "METNOS_APPROVALS_DB",
+            "approval.store",
+            "METNOS_APPROVAL__STORE",
+            "metnos-approval",
+        ),
+    ] {
+        let mut sandbox = Sandbox::new();
+        sandbox.set(variable, "/srv/seed/store.db");
+        let (code, stdout, stderr) = sandbox.run(&["up"]).await;
+        assert_eq!(code, 2, "{stderr}");
+        assert!(stdout.is_empty(), "nothing may start: {stdout}");
+        let line = error_line(&stderr);
+        assert!(line.contains(&format!("`{key}`")), "{line}");
+        assert!(
+            line.contains(variable) && line.contains(replaced_by),
+            "{line}"
+        );
+        assert!(!sandbox.data_dir().exists(), "nothing created");
+        let output = sandbox
+            .command(&sibling_binary(service))
+            .output()
+            .await
+            .unwrap();
+        assert_eq!(output.status.code(), Some(2), "{service}");
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        assert!(stderr.contains(replaced_by), "{service}: {stderr}");
+    }
+}

@@ -250,3 +250,63 @@ async fn a_chat_session_opens_with_two_proposals_at_most_and_the_rest_wait_for_t
         assert!(refused.message().contains("session_id"), "{refused:?}");
     }
 }
+
+/// Issue 47, item 3 on the terminal: without a TELOS.md the offer waiting for a session is
+/// held back when the session opens, and that same session says, in its language, how to
+/// write one — the owner's own command — once: the next session does not say it again.
+#[tokio::test]
+async fn a_chat_session_without_a_telos_asks_once_for_one() {
+    let s = stack_with(
+        &[
+            ("METNOS_TURNS__CLI_LEVEL", "Supervised"),
+            ("METNOS_TELOS__PROTECTED_WINDOWS", "[]"),
+            ("METNOS_SCHEDULER__FATIGUE_APPROVALS", "1"),
+        ],
+        true,
+    )
+    .await;
+    s.fake.always(Reply::Text("scritto".into()));
+    std::fs::create_dir_all(s.home().join("a")).unwrap();
+    s.fake.push(tool_calls(&[(
+        "fs_write",
+        json!({"path": "~/a/x.txt", "content": "x"}),
+    )]));
+    let output = s
+        .run_with_input(&["ask", "--language", "en", "write x to ~/a/x.txt"], b"y\n")
+        .await;
+    assert!(output.status.success());
+    let db = s.sandbox.data_dir().join("planner.db");
+    let pool = sqlx::SqlitePool::connect(&format!("sqlite://{}", db.display()))
+        .await
+        .unwrap();
+    let deadline = std::time::Instant::now() + EVENT_LIMIT;
+    loop {
+        let waiting: i64 =
+            sqlx::query_scalar("SELECT COUNT(*) FROM proposals WHERE decision = 'session'")
+                .fetch_one(&pool)
+                .await
+                .unwrap();
+        if waiting == 1 {
+            break;
+        }
+        assert!(std::time::Instant::now() < deadline, "no offer waited");
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+    let asks = |stderr: &str| stderr.matches("`metnos telos edit`").count();
+    let output = s
+        .run_with_input(&["chat", "--language", "it", "--proposals"], b"/quit\n")
+        .await;
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(output.status.success(), "{stderr}");
+    assert_eq!(asks(&stderr), 1, "{stderr}");
+    assert!(stderr.contains("Scrivi il tuo"), "in Italian: {stderr}");
+    assert!(
+        !stderr.contains("Metnos ti propone:"),
+        "held back: {stderr}"
+    );
+    let output = s
+        .run_with_input(&["chat", "--language", "it", "--proposals"], b"/quit\n")
+        .await;
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert_eq!(asks(&stderr), 0, "asked once: {stderr}");
+}

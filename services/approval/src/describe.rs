@@ -1479,6 +1479,7 @@ mod tests {
         let local = metnos_kit::config::Local {
             zone: jiff::tz::TimeZone::get("Europe/Rome").unwrap(),
             windows: Vec::new(),
+            lead_minutes: 0,
         };
         let request = format!(
             "summarise ~/notes/today.md and {}",
@@ -1626,6 +1627,7 @@ mod tests {
         let local = metnos_kit::config::Local {
             zone: jiff::tz::TimeZone::get("Europe/Rome").unwrap(),
             windows: Vec::new(),
+            lead_minutes: 0,
         };
         // 2026-11-26 10:00 UTC, a Thursday.
         let now = 1_795_687_200_000;

@@ -22,6 +22,10 @@ pub fn plain_name(name: &str) -> bool {
             .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'_' | b'-' | b'.' | b'*'))
 }
 
+/// The command that writes the owner's TELOS.md (`--person <channel>:<sender>` for anyone
+/// else's), which the telos engine's once-only question names.
+pub const TELOS_EDIT: &str = "metnos telos edit";
+
 /// The standing-order tools the planner offers the model (issue 22).
 pub mod tools {
     pub const SCHEDULE_CREATE: &str = "schedule_create";

@@ -793,7 +793,7 @@ impl PlannerService for PlannerApi {
         }
         let language =
             metnos_core::Language::from_wire(r.language).unwrap_or(metnos_core::Language::English);
-        let proposals = crate::proactive::session::open(
+        let (notes, proposals) = crate::proactive::session::open(
             &self.sessions,
             &person,
             &r.session_id,
@@ -808,6 +808,6 @@ impl PlannerService for PlannerApi {
                 "the session's proposals cannot be weighed now ({cause})"
             ))
         })?;
-        Ok(Response::new(pb::OpenSessionResponse { proposals }))
+        Ok(Response::new(pb::OpenSessionResponse { proposals, notes }))
     }
 }

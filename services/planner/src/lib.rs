@@ -215,6 +215,7 @@ pub async fn serve(
                     db: store.db().clone(),
                     cli_level: shared.turns.cli_level,
                     tasks,
+                    telos: shared.telos.clone(),
                 }))
             } else {
                 scheduler

@@ -46,6 +46,13 @@ struct Seen {
     discarded: Vec<vaglio::AlignmentResult>,
     /// Approval requests as the approval service has them, whole, by token (over `states`).
     answered: std::collections::HashMap<String, approval::PendingApproval>,
+    /// Every request the telos engine was asked (with its urgency and confidence).
+    asked: Vec<vaglio::EvaluateProposalRequest>,
+    /// What the telos engine answers in `ask_person`.
+    ask: String,
+    /// What was told, and whether telling fails.
+    told: Vec<(String, String, String)>,
+    tell_fails: bool,
 }
 
 #[derive(Debug, Default, Clone)]
@@ -111,7 +118,13 @@ impl Filters for Fake {
     async fn cancel(&self, _: &str, _: &str) -> Result<(), ClientError> {
         Ok(())
     }
-    async fn tell(&self, _: &Principal, _: &str, _: &str) -> Result<(), ClientError> {
+    async fn tell(&self, person: &Principal, text: &str, key: &str) -> Result<(), ClientError> {
+        let mut seen = self.0.lock().unwrap();
+        if seen.tell_fails {
+            return Err(Status::unavailable("the gateway is down").into());
+        }
+        seen.told
+            .push((person.to_string(), text.to_owned(), key.to_owned()));
         Ok(())
     }
     async fn show_card(
@@ -144,10 +157,13 @@ impl Filters for Fake {
         request: vaglio::EvaluateProposalRequest,
     ) -> Result<vaglio::AlignmentResult, ClientError> {
         let mut seen = self.0.lock().unwrap();
+        seen.asked.push(request.clone());
         seen.weighed.push(request.proposal.unwrap());
+        let ask_person = std::mem::take(&mut seen.ask);
         Ok(vaglio::AlignmentResult {
             decision: seen.decision,
             reason: "aligned".into(),
+            ask_person,
             ..Default::default()
         })
     }
@@ -361,6 +377,9 @@ metnos_kit::store_suite!(
     unused_grants_are_offered_for_revocation_once,
     an_unanswered_card_is_silence_once_and_old_notes_are_pruned,
     a_chain_for_a_recurring_wish_is_offered_once_and_kept_only_as_accepted,
+    a_digest_lists_every_standing_result_and_counts_past_a_hundred,
+    the_telos_question_reaches_the_person_in_their_language_once,
+    what_a_window_deferred_unjudged_is_judged_at_the_digest,
 );
 
 async fn open(test: &TestStore) -> metnos_kit::store::Db {
@@ -549,6 +568,9 @@ async fn unused_grants_are_offered_for_revocation_once(test: TestStore) {
         );
         let weighed = &seen.weighed[0];
         assert_eq!(weighed.kind, GRANT_REVOKE);
+        // How sure: its least-unused grant, 95 days against the 90 that make an offer.
+        let confidence = seen.asked[0].confidence.unwrap();
+        assert!((confidence - (0.6 + 0.2 * (3.0 * 95.0 / 90.0 - 3.0) / 3.0)).abs() < 1e-9);
         assert_eq!(weighed.principal.as_ref().unwrap().sender_id, "42");
         assert!(
             weighed
@@ -970,4 +992,207 @@ async fn a_chain_for_a_recurring_wish_is_offered_once_and_kept_only_as_accepted(
         0
     );
     assert_eq!(mnestome.shortcuts().await.unwrap().len(), 1);
+}
+
+/// Queues `n` standing orders' results for telegram:42's digest.
+async fn queue_results(db: &metnos_kit::store::Db, n: usize, at: i64) {
+    for i in 0..n {
+        metnos_kit::on_db!(db, pool => {
+            sqlx::query("INSERT INTO proposals (id, channel, sender_id, kind, subject, description, payload, decision, reason, created_at) VALUES ($1, 'telegram', '42', 'standing_order', 'so-1', $2, '{}', 'digest', 'deferred', $3)")
+                .bind(format!("so-{i:03}"))
+                .bind(format!("⏰ morning: result number {i:03} {}", "words ".repeat(20)))
+                .bind(at + i as i64)
+                .execute(pool)
+                .await
+                .unwrap();
+        });
+    }
+}
+
+/// Issue 47, item 2: the evening digest holds every standing order's result apart from
+/// the ten places of proposals: twelve proposals and 130 results make one card with ten
+/// proposals (and a line saying the results came), the first hundred results listed in
+/// messages of their own (each within Telegram's size), the other thirty counted; all of
+/// them marked sent, none listed again the next evening.
+async fn a_digest_lists_every_standing_result_and_counts_past_a_hundred(test: TestStore) {
+    let db = open(&test).await;
+    let fake = Fake::default();
+    let clock = ManualClock::new();
+    let digest = EveningDigest {
+        db: db.clone(),
+        filters: Arc::new(fake.clone()),
+        telos: TelosConfig {
+            time_zone: "Europe/Rome".into(),
+            ..TelosConfig::default()
+        },
+        clock: Arc::new(clock.clone()),
+    };
+    queue(&db, 12, rome("2026-11-26T14:00")).await;
+    queue_results(&db, 130, rome("2026-11-26T08:00")).await;
+    let now = rome("2026-11-26T20:31");
+    clock.set(now);
+    digest.run(&firing(now)).await.unwrap();
+    {
+        let seen = fake.0.lock().unwrap();
+        assert_eq!(seen.cards.len(), 1);
+        let card = &seen.cards[0].2;
+        assert_eq!(card.lines[0], "Evening digest — 10 proposal(s):");
+        assert_eq!(
+            card.buttons.len(),
+            10,
+            "ten proposals, not a result among them"
+        );
+        assert_eq!(
+            card.lines.last().unwrap(),
+            "Results of your standing orders: 130 (in the messages above)."
+        );
+        let texts: Vec<&str> = seen.told.iter().map(|(_, t, _)| t.as_str()).collect();
+        assert!(texts.len() > 1, "more than one message");
+        assert!(texts.iter().all(|t| t.chars().count() <= 3600), "{texts:?}");
+        let lines: Vec<&str> = texts.iter().flat_map(|t| t.lines()).collect();
+        assert_eq!(lines.len(), 101, "{lines:?}");
+        assert!(lines[0].contains("result number 000"), "{}", lines[0]);
+        assert!(lines[99].contains("result number 099"), "{}", lines[99]);
+        assert_eq!(lines[100], "… and 30 more result(s) not listed.");
+        let keys: std::collections::HashSet<&str> =
+            seen.told.iter().map(|(_, _, k)| k.as_str()).collect();
+        assert_eq!(keys.len(), seen.told.len(), "one key per message");
+    }
+    // The next evening: the two proposals left, no result again.
+    let now = rome("2026-11-27T20:31");
+    clock.set(now);
+    let told = fake.0.lock().unwrap().told.len();
+    digest.run(&firing(now)).await.unwrap();
+    let seen = fake.0.lock().unwrap();
+    assert_eq!(seen.cards.len(), 2);
+    assert_eq!(seen.cards[1].2.buttons.len(), 2);
+    assert_eq!(seen.told.len(), told, "no result twice");
+}
+
+/// Issue 47, item 3: the telos engine's once-only question reaches its person on their
+/// channel, in their language, naming the command that writes their TELOS.md; if the
+/// gateway cannot take it, it is told again later, once. A grant offer's confidence comes
+/// from the approvals it rests on (three: 0.6).
+async fn the_telos_question_reaches_the_person_in_their_language_once(test: TestStore) {
+    use metnos_planner::proactive::proposals::{Approved, Fatigue, after_approval};
+    let db = open(&test).await;
+    let fake = Fake::default();
+    let now = rome("2026-11-26T11:00");
+    {
+        let mut seen = fake.0.lock().unwrap();
+        seen.decision = vaglio::AlignmentDecision::Reject as i32;
+        seen.italian = vec!["telegram:7".into()];
+    }
+    let approve = |who: &str, n: usize| Approved {
+        person: Principal::new("telegram", who).unwrap(),
+        level: AutonomyLevel::Supervised,
+        capability: "fs:write".parse().unwrap(),
+        pattern: format!("~/f{n}/*"),
+        target: format!("/home/a/f{n}/x"),
+        language: 0,
+    };
+    let fatigue = Fatigue {
+        approvals: 3,
+        days: 7,
+    };
+    let filters: Arc<dyn Filters> = Arc::new(fake.clone());
+    fake.0.lock().unwrap().ask = "metnos telos edit --person telegram:7".into();
+    for i in 0..3 {
+        after_approval(
+            db.clone(),
+            Arc::clone(&filters),
+            fatigue,
+            approve("7", 1),
+            now + i,
+        )
+        .await;
+    }
+    {
+        let seen = fake.0.lock().unwrap();
+        assert_eq!(seen.asked.len(), 1, "one offer");
+        assert_eq!(seen.asked[0].confidence, Some(0.6));
+        assert_eq!(seen.told.len(), 1);
+        let (person, text, key) = &seen.told[0];
+        assert_eq!(person, "telegram:7");
+        assert!(
+            text.contains("`metnos telos edit --person telegram:7`"),
+            "{text}"
+        );
+        assert!(text.contains("Chiedi a chi gestisce"), "in Italian: {text}");
+        assert_eq!(key, "telos_question:telegram:7");
+    }
+    // Another person, the gateway down: the proposals' upkeep tells it again, under the
+    // same key (the gateway's: a message that went after all is not sent twice), once.
+    {
+        let mut seen = fake.0.lock().unwrap();
+        seen.ask = "metnos telos edit --person telegram:42".into();
+        seen.tell_fails = true;
+    }
+    for i in 0..3 {
+        after_approval(
+            db.clone(),
+            Arc::clone(&filters),
+            fatigue,
+            approve("42", 2),
+            now + i,
+        )
+        .await;
+    }
+    let upkeep = metnos_planner::proactive::proposals::ProposalUpkeep {
+        db: db.clone(),
+        filters: Arc::clone(&filters),
+        fatigue_days: 7,
+    };
+    upkeep.run(&firing(now + 60_000)).await.unwrap();
+    assert_eq!(fake.0.lock().unwrap().told.len(), 1, "still down");
+    fake.0.lock().unwrap().tell_fails = false;
+    for later in [30, 60] {
+        upkeep.run(&firing(now + later * 60_000)).await.unwrap();
+    }
+    let seen = fake.0.lock().unwrap();
+    let to_42: Vec<_> = seen
+        .told
+        .iter()
+        .filter(|(p, ..)| p == "telegram:42")
+        .collect();
+    assert_eq!(to_42.len(), 1, "told once: {to_42:?}");
+    assert!(
+        to_42[0]
+            .1
+            .contains("`metnos telos edit --person telegram:42`")
+    );
+    assert_eq!(to_42[0].2, "telos_question:telegram:42");
+}
+
+/// A proposal a protected window sent to the digest unjudged is judged there (the telos
+/// engine's dry run: nothing recorded, no place taken) before it takes a place: one the
+/// engine would reject now is dropped, one it would not stays.
+async fn what_a_window_deferred_unjudged_is_judged_at_the_digest(test: TestStore) {
+    let db = open(&test).await;
+    let fake = Fake::default();
+    let clock = ManualClock::new();
+    let digest = EveningDigest {
+        db: db.clone(),
+        filters: Arc::new(fake.clone()),
+        telos: TelosConfig {
+            time_zone: "Europe/Rome".into(),
+            ..TelosConfig::default()
+        },
+        clock: Arc::new(clock.clone()),
+    };
+    queue(&db, 3, rome("2026-11-26T14:00")).await;
+    metnos_kit::on_db!(&db, pool => {
+        sqlx::query("UPDATE proposals SET reason = 'protected_window' WHERE id LIKE '%-00' OR id LIKE '%-01'")
+            .execute(pool).await.unwrap();
+    });
+    fake.0.lock().unwrap().decision = vaglio::AlignmentDecision::Reject as i32;
+    let now = rome("2026-11-26T20:31");
+    clock.set(now);
+    digest.run(&firing(now)).await.unwrap();
+    let seen = fake.0.lock().unwrap();
+    assert_eq!(seen.asked.len(), 2, "the two a window deferred, judged");
+    assert!(seen.asked.iter().all(|a| a.dry_run), "nothing recorded");
+    let card = &seen.cards[0].2;
+    assert_eq!(card.lines[0], "Evening digest — 1 proposal(s):");
+    assert!(card.lines[1].contains("~/f2/"), "{:?}", card.lines);
 }

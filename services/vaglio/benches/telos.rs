@@ -25,7 +25,7 @@ use metnos_kit::config::{TelosConfig, TelosQuotas};
 use metnos_kit::store::Pool;
 use metnos_vaglio::telos::engine::{self, Bother, Source, Term};
 use metnos_vaglio::telos::file::{self, Telos, TelosKey};
-use metnos_vaglio::telos::fit::{Asked, Fit, FitError, FitEstimator};
+use metnos_vaglio::telos::fit::{Asked, Estimate, Fit, FitError, FitEstimator};
 use metnos_vaglio::telos::store::{LedgerView, MIGRATIONS, TelosStore};
 use metnos_vaglio::telos::{
     Budget, Decision, Evaluation, Files, Origin, ProposalIn, Reason, Settings, TelosEngine,
@@ -118,7 +118,7 @@ struct Instant7;
 
 #[tonic::async_trait]
 impl FitEstimator for Instant7 {
-    async fn estimate(&self, _: &Asked<'_>, telos: &[Telos]) -> Result<Vec<Fit>, FitError> {
+    async fn estimate(&self, _: &Asked<'_>, telos: &[Telos]) -> Result<Estimate, FitError> {
         Ok(telos
             .iter()
             .map(|t| Fit {
@@ -126,7 +126,8 @@ impl FitEstimator for Instant7 {
                 fit: 0.6,
                 why: "bench".into(),
             })
-            .collect())
+            .collect::<Vec<_>>()
+            .into())
     }
 }
 
@@ -142,6 +143,8 @@ fn bench(c: &mut Criterion) {
         source: Source::Adhoc,
         cli: false,
         now_ms: NOW,
+        consented: false,
+        near_window: false,
     };
     let view_of = |since: i64| {
         let mut view = LedgerView::default();

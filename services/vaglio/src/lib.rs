@@ -105,7 +105,7 @@ impl telos::fit::FitEstimator for NoEstimator {
         &self,
         _: &telos::fit::Asked<'_>,
         _: &[telos::file::Telos],
-    ) -> Result<Vec<telos::fit::Fit>, telos::fit::FitError> {
+    ) -> Result<telos::fit::Estimate, telos::fit::FitError> {
         Err(telos::fit::FitError::Unavailable(self.0.clone()))
     }
 }

@@ -236,12 +236,11 @@ async fn a_person_without_a_telos_gets_nothing_and_is_asked_once(store: TestStor
     let first = w.evaluate(&proposal("p1")).await;
     assert_eq!(first.decision, Decision::Reject);
     assert_eq!(first.reason, "no_telos_declared");
-    assert!(
-        first
-            .ask_person
-            .as_deref()
-            .unwrap()
-            .contains("metnos telos edit")
+    // The command that writes theirs (not the owner: with --person), for the planner to
+    // ask them in their language.
+    assert_eq!(
+        first.ask_person.as_deref(),
+        Some("metnos telos edit --person telegram:42")
     );
     let second = w.evaluate(&proposal("p2")).await;
     assert_eq!(second.reason, "no_telos_declared");
@@ -339,7 +338,7 @@ async fn windows_follow_the_person_s_time_zone(store: TestStore) {
         metnos_kit::config::TelosPerson {
             time_zone: Some("Asia/Tokyo".into()),
             protected_windows: Some(vec!["18:00-20:00".into()]),
-            digest_at: None,
+            ..metnos_kit::config::TelosPerson::default()
         },
     );
     let w = world_with(store, config).await;
@@ -1112,4 +1111,455 @@ metnos_kit::store_suite!(
     dry_runs_record_nothing_and_an_id_is_decided_once,
     two_replicas_never_both_take_the_last_slot,
     the_journal_names_the_borderline_ones,
+    consent_pays_no_ad_hoc_bother,
+    the_digest_holds_every_scheduler_result,
+    the_estimator_s_confidence_multiplies_the_proposer_s,
+    close_to_a_window_in_two_time_zones,
+    the_question_is_asked_once_across_two_replicas,
+    the_seed_s_ten_proposals_in_an_hour_with_its_seven_telos,
+    a_strong_proposal_bother_holds_back_is_recorded_whole,
 );
+
+/// A standing order's firing in its agreed cadence (`so-1`), for `person`.
+fn standing_firing(id: &str, person: &Principal) -> ProposalIn {
+    let mut firing = proposal(id);
+    firing.origin = Origin::SchedulerInCadence;
+    firing.kind = "standing_order".into();
+    firing.effect_class = "standing_order:so-1".into();
+    firing.schedule_id = "so-1".into();
+    firing.person = person.clone();
+    firing
+}
+
+/// Issue 47, item 1: consent is consent. Two ad hoc publications in the hour before 08:00
+/// used to send the 08:00 order's result to the digest (the ad hoc bother subtracted from
+/// its consented alignment). In cadence only the scheduler's quota and the never-list
+/// apply: the bother is shown, not paid. A firing off its cadence still pays it.
+async fn consent_pays_no_ad_hoc_bother(store: TestStore) {
+    let mut config = settings();
+    config.quotas.adhoc_per_hour = 2;
+    let w = world_with(store, config).await;
+    w.declare(&roberto(), TELOS);
+    // Friday 07:05 and 07:30 UTC: two publications.
+    w.clock.advance(21 * HOUR + 5 * MINUTE);
+    for (id, wait) in [("p1", 25 * MINUTE), ("p2", 30 * MINUTE)] {
+        w.fits(0.9, 0.9, 0.0);
+        let e = w.evaluate(&proposal(id)).await;
+        assert_eq!(e.decision, Decision::Publish, "{id}: {}", e.reason);
+        w.clock.advance(wait);
+    }
+    // 08:00: the order's firing in its cadence.
+    let e = w
+        .evaluate(&standing_firing("standing:so-1:0800", &roberto()))
+        .await;
+    assert!(e.bother_sum > 1.0, "the bother is there: {}", e.bother_sum);
+    assert_eq!(e.bother_cost, 0.0, "and not paid");
+    assert_eq!(
+        (e.decision, e.reason.as_str()),
+        (Decision::Publish, "aligned")
+    );
+    assert_eq!(w.llm_calls(), 2, "no model asked for the consented one");
+    // The same order firing off its cadence at that moment pays it: the digest.
+    let mut off = standing_firing("standing:so-1:off", &roberto());
+    off.origin = Origin::SchedulerOffCadence;
+    w.fits(0.9, 0.9, 0.0);
+    let e = w.evaluate(&off).await;
+    assert!(e.bother_cost > 0.5, "{}", e.bother_cost);
+    assert_eq!(
+        (e.decision, e.reason.as_str()),
+        (Decision::DeferToDigest, "bother")
+    );
+}
+
+/// Issue 47, item 2: the digest holds every scheduler result ("1 digest, unlimited"):
+/// they never take the ten places of ad hoc proposals; a hundred are kept per digest, the
+/// hundred and first is refused (`digest_full`, the planner's digest counts it).
+async fn the_digest_holds_every_scheduler_result(store: TestStore) {
+    let mut config = settings();
+    config.quotas.adhoc_per_day = 100;
+    config.quotas.scheduler_per_day = 0;
+    let w = world_with(store, config).await;
+    w.declare(&roberto(), TELOS);
+    w.fake.always(fits(0.9, 0.9, 0.0));
+    w.evaluate(&proposal("first")).await;
+    for i in 0..10 {
+        w.clock.advance(MINUTE);
+        let e = w.evaluate(&proposal(&format!("p{i}"))).await;
+        assert_eq!(e.decision, Decision::DeferToDigest, "{i}");
+    }
+    assert_eq!(
+        w.evaluate(&proposal("p10")).await.reason,
+        "digest_full",
+        "ten ad hoc places"
+    );
+    for i in 0..100 {
+        let e = w
+            .evaluate(&standing_firing(&format!("standing:so-1:{i}"), &roberto()))
+            .await;
+        assert_eq!(
+            (e.decision, e.reason.as_str()),
+            (Decision::DeferToDigest, "quota"),
+            "{i}"
+        );
+    }
+    let e = w
+        .evaluate(&standing_firing("standing:so-1:100", &roberto()))
+        .await;
+    assert_eq!(
+        (e.decision, e.reason.as_str()),
+        (Decision::Reject, "digest_full")
+    );
+}
+
+/// Issue 47, item 4: the estimator may say how sure it is of its fits; the engine
+/// multiplies the proposer's confidence by it (and urgency scales the alignment). A
+/// confidence that is not a number from 0 to 1 is a failed estimate.
+async fn the_estimator_s_confidence_multiplies_the_proposer_s(store: TestStore) {
+    let w = world(store).await;
+    w.fake.push(Reply::Json(json!({"fits": [
+        {"telos_id": "t.tempo", "fit": 0.8, "why": "saves time"},
+        {"telos_id": "t.ordine", "fit": 0.5, "why": "tidies"},
+        {"telos_id": "t.coltivazione_strumenti", "fit": 0.0, "why": "n/a"},
+    ], "confidence": 0.5})));
+    let mut p = proposal("p1");
+    p.confidence = 0.8;
+    p.urgency = 2.0;
+    let e = w.evaluate(&p).await;
+    assert_near(e.confidence, 0.4);
+    assert_near(e.urgency, 2.0);
+    // 2 · 0.4 · (0.5·0.8 + 0.3·0.5)
+    assert_near(e.alignment_before_bother, 2.0 * 0.4 * 0.55);
+    w.fake.push(Reply::Json(json!({"fits": [
+        {"telos_id": "t.tempo", "fit": 0.8, "why": "x"},
+        {"telos_id": "t.ordine", "fit": 0.5, "why": "x"},
+        {"telos_id": "t.coltivazione_strumenti", "fit": 0.0, "why": "x"},
+    ], "confidence": 1.5})));
+    let e = w.evaluate(&proposal("p2")).await;
+    assert_eq!(
+        (e.decision, e.reason.as_str()),
+        (Decision::Reject, "fit_estimation_failed")
+    );
+}
+
+/// Issue 47, item 5: close to a window, not only inside. With the default windows (sleep
+/// 23:00–07:00, lunch 12:30–13:30, dinner 19:30–20:30) and the default lead of 30
+/// minutes, one manual clock, two people in two time zones (Rome, UTC+1; New York,
+/// UTC−5, in November): an ad hoc proposal within the lead that would have been published
+/// goes to the digest instead (judged: one that fits too little is still rejected);
+/// inside a window no model is asked; a scheduler firing is not moved by the lead.
+async fn close_to_a_window_in_two_time_zones(store: TestStore) {
+    let config = TelosConfig {
+        time_zone: "Europe/Rome".into(),
+        fit_timeout_seconds: NonZero::new(2).unwrap(),
+        ..TelosConfig::default()
+    };
+    assert_eq!(config.window_lead_minutes, 30);
+    let mut config = config;
+    let ny = Principal::new("telegram", "7").unwrap();
+    config.people.insert(
+        ny.to_string(),
+        metnos_kit::config::TelosPerson {
+            time_zone: Some("America/New_York".into()),
+            ..metnos_kit::config::TelosPerson::default()
+        },
+    );
+    let w = world_with(store, config).await;
+    w.declare(&roberto(), TELOS);
+    w.declare(&ny, TELOS);
+    let of = |id: &str, person: &Principal| {
+        let mut p = proposal(id);
+        p.person = person.clone();
+        p
+    };
+    let mut seen = Vec::new();
+    // 11:10 UTC: 12:10 in Rome (lunch at 12:30), 06:10 in New York (asleep).
+    w.clock.advance(70 * MINUTE);
+    w.fits(0.9, 0.9, 0.0);
+    seen.push(w.evaluate(&of("r1", &roberto())).await);
+    seen.push(w.evaluate(&of("n1", &ny)).await);
+    w.fits(0.1, 0.1, 0.0);
+    let weak = w.evaluate(&of("r-weak", &roberto())).await;
+    assert_eq!(
+        (weak.decision, weak.reason.as_str()),
+        (Decision::Reject, "below_threshold")
+    );
+    // A scheduler firing off its cadence in Rome at 12:10 is weighed (the lead is for ad
+    // hoc proposals).
+    let mut firing = of("r-firing", &roberto());
+    firing.origin = Origin::SchedulerOffCadence;
+    w.fits(0.9, 0.9, 0.0);
+    let e = w.evaluate(&firing).await;
+    assert_eq!(
+        (e.decision, e.reason.as_str()),
+        (Decision::Publish, "aligned")
+    );
+    // 14:00 UTC: 15:00 in Rome, 09:00 in New York: both free.
+    w.clock.advance(170 * MINUTE);
+    w.fits(0.9, 0.9, 0.0);
+    seen.push(w.evaluate(&of("r2", &roberto())).await);
+    w.fits(0.9, 0.9, 0.0);
+    seen.push(w.evaluate(&of("n2", &ny)).await);
+    // 18:05 UTC: 19:05 in Rome (dinner at 19:30), 13:05 in New York (at lunch).
+    w.clock.advance(245 * MINUTE);
+    w.fits(0.9, 0.9, 0.0);
+    seen.push(w.evaluate(&of("r3", &roberto())).await);
+    seen.push(w.evaluate(&of("n3", &ny)).await);
+    // 18:40 UTC: 19:40 in Rome (at dinner), 13:40 in New York (free again).
+    w.clock.advance(35 * MINUTE);
+    seen.push(w.evaluate(&of("r4", &roberto())).await);
+    w.fits(0.9, 0.9, 0.0);
+    seen.push(w.evaluate(&of("n4", &ny)).await);
+    let decided: Vec<(&str, Decision, &str)> = seen
+        .iter()
+        .map(|e| (e.proposal_id.as_str(), e.decision, e.reason.as_str()))
+        .collect();
+    assert_eq!(
+        decided,
+        [
+            ("r1", Decision::DeferToDigest, "near_window"),
+            ("n1", Decision::DeferToDigest, "protected_window"),
+            ("r2", Decision::Publish, "aligned"),
+            ("n2", Decision::Publish, "aligned"),
+            ("r3", Decision::DeferToDigest, "near_window"),
+            ("n3", Decision::DeferToDigest, "protected_window"),
+            ("r4", Decision::DeferToDigest, "protected_window"),
+            ("n4", Decision::Publish, "aligned"),
+        ]
+    );
+    assert_eq!(w.llm_calls(), 7, "no model for what a window decided");
+}
+
+/// Issue 47, item 3: the once-only question is spent only when a proposal was held back
+/// for the missing TELOS.md (not by a dry run, not by a consented firing that goes on
+/// without one), and exactly once across two replicas racing on one store.
+async fn the_question_is_asked_once_across_two_replicas(store: TestStore) {
+    let w = world_with(store, settings()).await;
+    // A second engine on the same store (on PostgreSQL, its own pool: another replica; a
+    // SQLite file has one process).
+    let second = if matches!(w._store, TestStore::Postgres { .. }) {
+        let (engine, _) = engine_on(&w._store, w._dir.path(), &w.fake, &w.clock, &settings()).await;
+        Some(engine)
+    } else {
+        None
+    };
+    let second = second.as_ref().unwrap_or(&w.engine);
+    for n in 0..5 {
+        let person = Principal::new("telegram", &format!("10{n}")).unwrap();
+        let dry = w.engine.evaluate(&proposal_for("dry", &person), true).await;
+        assert_eq!(dry.unwrap().ask_person, None, "a dry run asks nobody");
+        let consented = w
+            .evaluate(&standing_firing(&format!("standing:so-1:{n}"), &person))
+            .await;
+        assert_eq!(consented.decision, Decision::Publish);
+        assert_eq!(consented.ask_person, None, "nothing was held back");
+        let a = proposal_for(&format!("a{n}"), &person);
+        let b = proposal_for(&format!("b{n}"), &person);
+        let (x, y) = tokio::join!(w.engine.evaluate(&a, false), second.evaluate(&b, false));
+        let asked: Vec<String> = [x.unwrap(), y.unwrap()]
+            .into_iter()
+            .filter_map(|e| e.ask_person)
+            .collect();
+        assert_eq!(
+            asked,
+            [format!("metnos telos edit --person telegram:10{n}")],
+            "person {n}"
+        );
+        let later = proposal_for(&format!("c{n}"), &person);
+        let later = second.evaluate(&later, false).await.unwrap();
+        assert_eq!(later.ask_person, None);
+    }
+    // The owner is named the owner's command.
+    let owner = Principal::new("cli", "ada").unwrap();
+    let mut p = proposal_for("o1", &owner);
+    p.channel = "cli".into();
+    p.session_id = "session-1".into();
+    assert_eq!(
+        w.evaluate(&p).await.ask_person.as_deref(),
+        Some("metnos telos edit")
+    );
+}
+
+fn proposal_for(id: &str, person: &Principal) -> ProposalIn {
+    let mut p = proposal(id);
+    p.person = person.clone();
+    p
+}
+
+/// The seed's TELOS.md example, its seven telos verbatim.
+const SEED_TELOS: &str = "---
+telos_version: 1.1
+written_at: 2026-04-25T12:00:00+02:00
+written_by: roberto
+previous_hash: genesis
+---
+# My ultimate ends
+## t.tempo — Free my time from repetitive chores
+weight: 0.22
+activation_threshold: 0.30
+notes: if something frees at least 30 minutes/week and I can trust it,
+consider proposing it.
+## t.ordine — Keep the order of my digital data
+weight: 0.13
+activation_threshold: 0.40
+notes: I prefer small incremental tidying to large reorganisations.
+## t.puntualita — Don't make me miss important deadlines
+weight: 0.18
+activation_threshold: 0.25
+notes: a deadline is \"important\" if it concerns work, health, family,
+or if I marked it explicitly as such.
+## t.protezione — Protect the privacy of me and those close to me
+weight: 0.18
+activation_threshold: 0.20
+notes: below this threshold I am paranoid on purpose. Better a false
+alarm than a leak.
+## t.discrezione — Surprise me usefully but do not interrupt me
+weight: 0.09
+activation_threshold: 0.50
+notes: do not interrupt during meetings, sleep, dinner. Accumulate
+and propose at the evening digest.
+## t.parsimonia — Don't spend (on APIs, services, compute time) more than needed
+weight: 0.08
+activation_threshold: 0.35
+notes: always pick the cheapest option that reaches the necessary quality.
+## t.coltivazione_strumenti — Don't leave a request of mine unmet, if possible
+weight: 0.12
+activation_threshold: 0.10
+notes: if I ask for something your pool cannot yet do, exhaust the
+synthesis strategies (compose, generate, ask) before answering
+\"I cannot\". Failure is allowed; silent retreat is not. See
+ch. 5 for the stop clause.
+";
+
+const SEED_IDS: [&str; 7] = [
+    "t.tempo",
+    "t.ordine",
+    "t.puntualita",
+    "t.protezione",
+    "t.discrezione",
+    "t.parsimonia",
+    "t.coltivazione_strumenti",
+];
+
+/// Every seed telos at `fit`.
+fn seed_fits(fit: f64) -> Reply {
+    let fits: Vec<serde_json::Value> = SEED_IDS
+        .iter()
+        .map(|id| json!({"telos_id": id, "fit": fit, "why": "serves it"}))
+        .collect();
+    Reply::Json(json!({ "fits": fits }))
+}
+
+/// Seed, its edge-case table: ten ad hoc proposals in one hour on Telegram, against the
+/// seed's own seven-telos TELOS.md (weights 0.22/0.13/0.18/0.18/0.09/0.08/0.12), every fit
+/// high and urgency 2 — the best a proposal can be. With the hard quotas one is published;
+/// with them lifted, the kernel alone: from the 4th on each is held back
+/// (`defer_to_digest`, reason `bother`), and no publication ever has three others in the
+/// hour before it.
+async fn the_seed_s_ten_proposals_in_an_hour_with_its_seven_telos(store: TestStore) {
+    let lifted = {
+        let mut c = settings();
+        c.quotas.adhoc_per_hour = 100;
+        c.quotas.adhoc_per_day = 100;
+        c.quotas.digest_items = 100;
+        c
+    };
+    let store2 = match &store {
+        TestStore::Postgres { .. } => TestStore::postgres().await,
+        _ => TestStore::sqlite(),
+    };
+    for (store, config) in [(store, settings()), (store2, lifted)] {
+        let quotas = config.quotas.adhoc_per_hour == 1;
+        let w = world_with(store, config).await;
+        w.declare(&roberto(), SEED_TELOS);
+        let Found::Good(loaded) = w.engine.load(&roberto()).await.unwrap() else {
+            panic!("the seed's file is in force")
+        };
+        let weights: Vec<f64> = loaded.file.telos.iter().map(|t| t.weight).collect();
+        for (got, want) in weights
+            .iter()
+            .zip([0.22, 0.13, 0.18, 0.18, 0.09, 0.08, 0.12])
+        {
+            assert_near(*got, want);
+        }
+        assert_eq!(weights.len(), 7);
+        assert!(
+            loaded.file.warnings.is_empty(),
+            "{:?}",
+            loaded.file.warnings
+        );
+        w.fake.always(seed_fits(0.95));
+        let mut decided = Vec::new();
+        for i in 0..10 {
+            let mut p = proposal(&format!("p{i}"));
+            p.urgency = 2.0;
+            let e = w.evaluate(&p).await;
+            assert!(
+                e.alignment_before_bother > 1.8,
+                "{}",
+                e.alignment_before_bother
+            );
+            decided.push((e.decision, e.reason.to_string()));
+            w.clock.advance(6 * MINUTE);
+        }
+        let published: Vec<usize> = (0..10)
+            .filter(|i| decided[*i].0 == Decision::Publish)
+            .collect();
+        if quotas {
+            assert_eq!(published, [0], "{decided:?}");
+            assert!(decided[1..].iter().all(|d| d.0 == Decision::DeferToDigest));
+            continue;
+        }
+        assert_eq!(
+            decided[3],
+            (Decision::DeferToDigest, "bother".to_owned()),
+            "the 4th"
+        );
+        for (n, i) in published.iter().enumerate() {
+            let within_the_hour = published[..n].iter().filter(|j| (i - *j) * 6 < 60).count();
+            assert!(within_the_hour < 3, "{decided:?}");
+        }
+        assert!(
+            published.len() < 10 && !published.contains(&3),
+            "{decided:?}"
+        );
+    }
+}
+
+/// Seed: quality is not the moment — a strong proposal (every fit 0.95 on the seed's
+/// TELOS.md) that bother holds back is recorded with every field of the seed's journal
+/// line: its id, kind, expected alignment, the breakdown per telos (fit, why,
+/// contribution), the reason and when; with the bother that held it back.
+async fn a_strong_proposal_bother_holds_back_is_recorded_whole(store: TestStore) {
+    let mut config = settings();
+    config.quotas.adhoc_per_hour = 100;
+    let w = world_with(store, config).await;
+    w.declare(&roberto(), SEED_TELOS);
+    w.fake.always(seed_fits(0.95));
+    for id in ["p1", "p2"] {
+        assert_eq!(w.evaluate(&proposal(id)).await.decision, Decision::Publish);
+        w.clock.advance(MINUTE);
+    }
+    let e = w.evaluate(&proposal("p3")).await;
+    assert_eq!(
+        (e.decision, e.reason.as_str()),
+        (Decision::DeferToDigest, "bother")
+    );
+    let recorded = w.engine.store().find("p3").await.unwrap().unwrap();
+    let line: serde_json::Value = serde_json::from_str(&recorded.result_json).unwrap();
+    assert_eq!(line["proposal_id"], "p3");
+    assert_eq!(line["kind"], "grant_offer");
+    assert_eq!(line["reason"], "bother");
+    assert_eq!(line["at_ms"], TEN_AM + 2 * MINUTE);
+    assert_near(line["alignment_before_bother"].as_f64().unwrap(), 0.95);
+    assert!(line["bother_cost"].as_f64().unwrap() > 0.9);
+    assert!(line["expected_alignment"].as_f64().unwrap() < 0.15);
+    let breakdown = line["per_telos"].as_array().unwrap();
+    assert_eq!(breakdown.len(), 7);
+    for (term, id) in breakdown.iter().zip(SEED_IDS) {
+        assert_eq!(term["telos_id"], id);
+        assert_eq!(term["fit"], 0.95);
+        assert_eq!(term["why"], "serves it");
+        assert!(term["contribution"].as_f64().unwrap() > 0.0, "{term}");
+    }
+    assert_eq!(recorded.contributors.len(), 7);
+}

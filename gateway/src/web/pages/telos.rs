@@ -35,6 +35,8 @@ fn alignment_rows(results: &[vaglio::AlignmentResult]) -> Vec<Vec<Markup>> {
                 html! { (Shown(&r.effect_class)) },
                 pill(d, d),
                 html! { (Shown(&r.reason)) },
+                html! { (format!("{:.2}", r.urgency)) },
+                html! { (format!("{:.2}", r.confidence)) },
                 html! { (format!("{:.3}", r.alignment_before_bother)) },
                 html! { (format!("{:.3}", r.bother_sum)) },
                 html! { (format!("{:.3}", r.bother_cost)) },
@@ -105,6 +107,8 @@ async fn proposals(web: &Web, l: Lang) -> Markup {
         l.t("Effect", "Effetto"),
         l.t("Decision", "Decisione"),
         l.t("Why", "Perché"),
+        l.t("Urgency", "Urgenza"),
+        l.t("Confidence", "Fiducia"),
         l.t("Alignment", "Allineamento"),
         l.t("Bother sum", "Somma disturbo"),
         l.t("Bother cost", "Costo disturbo"),
@@ -201,4 +205,30 @@ pub async fn telos(State(web): State<Arc<Web>>, owner: Owner) -> Response {
         l.t("Telos & schedules", "Telos e pianificazioni"),
         body,
     )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Issue 47, item 4: the spectator shows a proposal's urgency and confidence beside its
+    /// alignment, and nothing of its words.
+    #[test]
+    fn a_rejected_proposal_s_row_shows_its_urgency_and_confidence() {
+        let result = vaglio::AlignmentResult {
+            effect_class: "grant_offer:fs:write".into(),
+            decision: vaglio::AlignmentDecision::Reject as i32,
+            reason: "below_threshold".into(),
+            urgency: 2.0,
+            confidence: 0.6,
+            alignment_before_bother: 0.12,
+            threshold_used: 0.15,
+            ..Default::default()
+        };
+        let rows = alignment_rows(&[result]);
+        let cells: Vec<String> = rows[0].iter().map(|m| m.clone().into_string()).collect();
+        assert_eq!(cells[5], "2.00", "{cells:?}");
+        assert_eq!(cells[6], "0.60", "{cells:?}");
+        assert_eq!(cells[7], "0.120", "{cells:?}");
+    }
 }

@@ -32,6 +32,19 @@ pub const ENV_ALIASES: [(&str, &str); 3] = [
     ),
 ];
 
+/// The seed's variables for the policy's and the approval service's SQLite files:
+/// (variable, the key that replaced it, that key's variable). Refused at start, never
+/// silently ignored: the files they named were the proof of concept's, of another schema,
+/// and pointing a service at one would migrate a database it does not own.
+pub const SEED_STORE_VARIABLES: [(&str, &str, &str); 2] = [
+    ("METNOS_GRANTS_DB", "policy.store", "METNOS_POLICY__STORE"),
+    (
+        "METNOS_APPROVALS_DB",
+        "approval.store",
+        "METNOS_APPROVAL__STORE",
+    ),
+];
+
 /// Top-level keys an environment variable may override; any other `METNOS_*` variable
 /// (`METNOS_CONFIG`, test settings) is not configuration.
 const TOP_LEVEL_KEYS: [&str; 20] = [
@@ -138,6 +151,20 @@ impl ConfigSource {
 impl Config {
     /// Loads defaults, then the config file, then `METNOS_*` overrides, and validates.
     pub fn load(source: &ConfigSource) -> Result<Config, ConfigError> {
+        for (variable, key, replaced_by) in SEED_STORE_VARIABLES {
+            if source.var(variable).is_some() {
+                return Err(ConfigError::Key {
+                    key: key.to_owned(),
+                    origin: Some(format!("environment variable `{variable}`")),
+                    message: format!(
+                        "`{variable}` is the proof of concept's name and is not read: set \
+                         `{replaced_by}` (or `store` under [{section}] in metnos.toml) to \
+                         `sqlite:<path>` or a postgres:// URL, then unset `{variable}`",
+                        section = key.split('.').next().unwrap_or_default()
+                    ),
+                });
+            }
+        }
         let file = source.resolve_file()?;
         let mut figment = Figment::from(Serialized::defaults(Config::default()));
         if let Some(path) = &file {
@@ -507,6 +534,24 @@ mod tests {
             );
             Ok(())
         });
+    }
+
+    #[test]
+    fn the_seed_s_store_variables_are_refused_naming_their_settings() {
+        for (variable, key, replaced_by) in SEED_STORE_VARIABLES {
+            with_env(&[(variable, "/srv/seed/grants.db")], |_| {
+                let err = load().unwrap_err();
+                assert!(err.contains(&format!("config key `{key}`")), "{err}");
+                assert!(err.contains(variable) && err.contains(replaced_by), "{err}");
+                assert!(
+                    !err.contains("/srv/seed"),
+                    "the value is not repeated: {err}"
+                );
+                Ok(())
+            });
+        }
+        // Empty is unset.
+        with_env(&[("METNOS_GRANTS_DB", "")], |_| load().map(|_| ()));
     }
 
     #[test]

@@ -25,8 +25,12 @@ pub struct TelosConfig {
     /// The time zone of people without their own (IANA name); empty: this machine's.
     pub time_zone: String,
     /// When nobody is interrupted, local time, `HH:MM-HH:MM` (overnight allowed, e.g.
-    /// `22:30-07:30`), for people without their own list.
+    /// `22:30-07:30`), for people without their own list. By default sleep and the two
+    /// meals most people keep: 23:00-07:00, 12:30-13:30, 19:30-20:30.
     pub protected_windows: Vec<String>,
+    /// An ad hoc proposal this many minutes (or fewer) before a protected window goes to
+    /// the digest, not to the person (seed: "close to a protected window"). 0 to 240.
+    pub window_lead_minutes: u32,
     /// The evening digest, local time `HH:MM`.
     pub digest_at: String,
     /// People, besides every `cli` sender, whose telos is the owner's
@@ -73,7 +77,16 @@ pub struct TelosPerson {
     pub protected_windows: Option<Vec<String>>,
     /// Their evening digest, local time `HH:MM`.
     pub digest_at: Option<String>,
+    /// Their own lead before a protected window.
+    pub window_lead_minutes: Option<u32>,
 }
+
+/// The protected windows of people without their own: sleep, lunch and dinner as most
+/// people keep them (the evening digest, at 20:30, comes right after dinner).
+pub const DEFAULT_WINDOWS: [&str; 3] = ["23:00-07:00", "12:30-13:30", "19:30-20:30"];
+
+/// The longest lead before a protected window (four hours).
+pub const MAX_WINDOW_LEAD_MINUTES: u32 = 240;
 
 impl Default for TelosConfig {
     fn default() -> Self {
@@ -84,7 +97,8 @@ impl Default for TelosConfig {
             bother_gamma: 2.75,
             fit_timeout_seconds: const { NonZero::new(20).unwrap() },
             time_zone: String::new(),
-            protected_windows: vec!["23:00-07:00".to_owned()],
+            protected_windows: DEFAULT_WINDOWS.iter().map(|w| (*w).to_owned()).collect(),
+            window_lead_minutes: 30,
             digest_at: "20:30".to_owned(),
             owner_principals: Vec::new(),
             quotas: TelosQuotas::default(),
@@ -180,6 +194,8 @@ pub fn minutes_of(text: &str) -> Result<u16, TimeOfDayError> {
 pub struct Local {
     pub zone: jiff::tz::TimeZone,
     pub windows: Vec<Window>,
+    /// Minutes before a window that count as close to it (for ad hoc proposals).
+    pub lead_minutes: u32,
 }
 
 impl Local {
@@ -193,6 +209,23 @@ impl Local {
     pub fn protected(&self, ms: i64) -> bool {
         self.minute_of(ms)
             .is_some_and(|m| self.windows.iter().any(|w| w.contains(m)))
+    }
+
+    /// Whether a protected window starts within the lead after `ms` (outside one now), on
+    /// the person's wall clock: a window at 12:30 with a 30-minute lead is near from 12:00.
+    pub fn near_window(&self, ms: i64) -> bool {
+        if self.windows.is_empty() || self.lead_minutes == 0 {
+            return false;
+        }
+        let Some(minute) = self.minute_of(ms) else {
+            return false;
+        };
+        let lead = self.lead_minutes.min(MAX_WINDOW_LEAD_MINUTES) as u16;
+        !self.windows.iter().any(|w| w.contains(minute))
+            && self.windows.iter().any(|w| {
+                let until = (w.start + 24 * 60 - minute) % (24 * 60);
+                (1..=lead).contains(&until)
+            })
     }
 
     /// The first minute at or after `ms` outside every window (at most two days on).
@@ -249,6 +282,7 @@ impl TelosConfig {
         Local {
             zone,
             windows: self.windows_for(person),
+            lead_minutes: self.lead_for(person),
         }
     }
 
@@ -273,6 +307,15 @@ impl TelosConfig {
             .and_then(|p| p.digest_at.as_deref())
             .unwrap_or(&self.digest_at);
         minutes_of(at).unwrap_or(20 * 60 + 30)
+    }
+
+    /// `person`'s lead before a protected window, in minutes.
+    pub fn lead_for(&self, person: &str) -> u32 {
+        self.people
+            .get(person)
+            .and_then(|p| p.window_lead_minutes)
+            .unwrap_or(self.window_lead_minutes)
+            .min(MAX_WINDOW_LEAD_MINUTES)
     }
 
     /// `person`'s protected windows (already validated).
@@ -325,6 +368,7 @@ impl TelosConfig {
         )?;
         check_zone("telos.time_zone", &self.time_zone)?;
         check_windows("telos.protected_windows", &self.protected_windows)?;
+        check_lead("telos.window_lead_minutes", self.window_lead_minutes)?;
         minutes_of(&self.digest_at).map_err(|e| ("telos.digest_at".to_owned(), e.to_string()))?;
         for person in &self.owner_principals {
             check_person("telos.owner_principals", person)?;
@@ -337,6 +381,9 @@ impl TelosConfig {
             }
             if let Some(windows) = &settings.protected_windows {
                 check_windows(&format!("{key}.protected_windows"), windows)?;
+            }
+            if let Some(lead) = settings.window_lead_minutes {
+                check_lead(&format!("{key}.window_lead_minutes"), lead)?;
             }
             if let Some(at) = &settings.digest_at {
                 minutes_of(at).map_err(|e| (format!("{key}.digest_at"), e.to_string()))?;
@@ -362,6 +409,17 @@ fn check_windows(key: &str, windows: &[String]) -> Result<(), (String, String)> 
         Window::parse(window).map_err(|e| (key.to_owned(), e.to_string()))?;
     }
     Ok(())
+}
+
+fn check_lead(key: &str, lead: u32) -> Result<(), (String, String)> {
+    if lead <= MAX_WINDOW_LEAD_MINUTES {
+        Ok(())
+    } else {
+        Err((
+            key.to_owned(),
+            format!("must be from 0 to {MAX_WINDOW_LEAD_MINUTES} minutes, got {lead}"),
+        ))
+    }
 }
 
 fn check_person(key: &str, person: &str) -> Result<(), (String, String)> {
@@ -394,6 +452,46 @@ mod tests {
     }
 
     #[test]
+    fn near_a_window_is_the_lead_before_its_start_on_the_wall_clock() {
+        let local = Local {
+            zone: jiff::tz::TimeZone::get("Europe/Rome").unwrap(),
+            windows: DEFAULT_WINDOWS
+                .iter()
+                .map(|w| Window::parse(w).unwrap())
+                .collect(),
+            lead_minutes: 30,
+        };
+        let rome = |hh_mm: &str| {
+            format!("2026-11-30T{hh_mm}")
+                .parse::<jiff::civil::DateTime>()
+                .unwrap()
+                .to_zoned(local.zone.clone())
+                .unwrap()
+                .timestamp()
+                .as_millisecond()
+        };
+        for (at, near) in [
+            ("11:59", false),
+            ("12:00", true),
+            ("12:29", true),
+            ("12:30", false), // inside: protected, not near
+            ("13:30", false),
+            ("19:05", true),
+            ("22:30", true),
+            ("22:29", false),
+        ] {
+            assert_eq!(local.near_window(rome(at)), near, "{at}");
+        }
+        let none = Local {
+            lead_minutes: 0,
+            ..local.clone()
+        };
+        assert!(!none.near_window(rome("12:10")));
+        // Overnight from midnight: 23:45 is inside, not near.
+        assert!(local.protected(rome("23:45")) && !local.near_window(rome("23:45")));
+    }
+
+    #[test]
     fn a_bad_setting_names_its_key() {
         let mut config = TelosConfig {
             theta: -1.0,
@@ -412,7 +510,7 @@ mod tests {
             TelosPerson {
                 time_zone: None,
                 protected_windows: Some(vec!["8-9".into()]),
-                digest_at: None,
+                ..TelosPerson::default()
             },
         );
         assert_eq!(
@@ -438,6 +536,30 @@ mod tests {
             },
         );
         assert_eq!(config.digest_minute_for("telegram:42"), 21 * 60 + 15);
+        config.window_lead_minutes = 241;
+        assert_eq!(config.check().unwrap_err().0, "telos.window_lead_minutes");
+        config.window_lead_minutes = 30;
+        config.people.insert(
+            "telegram:42".into(),
+            TelosPerson {
+                window_lead_minutes: Some(500),
+                ..TelosPerson::default()
+            },
+        );
+        assert_eq!(
+            config.check().unwrap_err().0,
+            "telos.people.\"telegram:42\".window_lead_minutes"
+        );
+        config.people.insert(
+            "telegram:42".into(),
+            TelosPerson {
+                window_lead_minutes: Some(10),
+                ..TelosPerson::default()
+            },
+        );
+        assert!(config.check().is_ok());
+        assert_eq!(config.local_for("telegram:42").lead_minutes, 10);
+        assert_eq!(config.local_for("telegram:7").lead_minutes, 30);
         assert_eq!(config.digest_minute_for("telegram:7"), 20 * 60 + 30);
         config.people.clear();
         assert!(config.check().is_ok());

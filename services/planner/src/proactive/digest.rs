@@ -37,6 +37,15 @@ const LATE_MS: i64 = 3 * 3_600_000;
 /// rows).
 pub const MAX_ITEMS: usize = 10;
 
+/// The most standing orders' results one digest lists (seed ch. 6: "1 digest, unlimited";
+/// bounded all the same): the rest are counted, and marked sent with them.
+pub const MAX_RESULTS: usize = 100;
+
+/// The most characters one message of results holds (Telegram's limit is 4096).
+const RESULTS_MESSAGE_CHARS: usize = 3500;
+
+const STANDING: &str = metnos_core::names::proposals::STANDING_ORDER;
+
 #[derive(Debug)]
 pub struct EveningDigest {
     pub db: Db,
@@ -164,8 +173,13 @@ impl EveningDigest {
                 .discarded(Some(person), now - 7 * DAY_MS, CLOSEST)
                 .await
             {
-                Ok((all, closest)) if !all.is_empty() => {
-                    Some(weekly_line(all.len(), &closest, lang))
+                Ok((all, closest)) if all.iter().any(discarded) => {
+                    let closest: Vec<_> = closest.into_iter().filter(discarded).collect();
+                    Some(weekly_line(
+                        all.iter().filter(|r| discarded(r)).count(),
+                        &closest,
+                        lang,
+                    ))
                 }
                 Ok(_) => None,
                 Err(status) => {
@@ -202,12 +216,27 @@ impl EveningDigest {
     async fn request_cards(
         &self,
         person: &Principal,
-        items: &[(String, String, String, String)],
+        items: &[Item],
         lang: Language,
     ) -> Result<(Vec<Kept>, Vec<(String, String)>), DigestError> {
         let mut kept = Vec::new();
         let mut tokens: Vec<(String, String)> = Vec::new();
-        for (id, kind, description, payload) in items {
+        for (id, kind, description, payload, reason) in items {
+            if reason == "protected_window" {
+                // Deferred by a window unjudged: judged now, before it takes a place.
+                match self.judged(person, id, kind, description, payload).await {
+                    Some(true) => {}
+                    Some(false) => {
+                        on_db!(&self.db, pool => {
+                            sqlx::query("UPDATE proposals SET decision = 'reject', reason = 'judged at the digest' WHERE id = $1")
+                                .bind(id).execute(pool).await?;
+                        });
+                        continue;
+                    }
+                    // The engine out of reach: it waits for the next digest.
+                    None => continue,
+                }
+            }
             let Some((request, accept)) = queued_request(person, id, kind, payload, lang) else {
                 if kind == crate::proactive::proposals::GRANT_OFFER {
                     // An offer whose payload no longer reads (a capability this version
@@ -258,28 +287,47 @@ impl EveningDigest {
     ) -> Result<bool, DigestError> {
         let it = lang == Language::Italian;
         let limit = (self.telos.quotas.digest_items as usize).min(MAX_ITEMS);
-        let items: Vec<(String, String, String, String)> = on_db!(&self.db, pool => {
+        // Ten places for what Metnos proposed; standing orders' results apart, all of them.
+        let items: Vec<Item> = on_db!(&self.db, pool => {
             let rows = sqlx::query(
-                "SELECT id, kind, description, payload FROM proposals WHERE channel = $1 AND sender_id = $2 \
-                 AND decision = 'digest' AND sent_at IS NULL ORDER BY created_at, id LIMIT $3",
+                "SELECT id, kind, description, payload, reason FROM proposals WHERE channel = $1 AND sender_id = $2 \
+                 AND decision = 'digest' AND sent_at IS NULL AND kind <> $4 ORDER BY created_at, id LIMIT $3",
             )
-            .bind(person.channel()).bind(person.sender_id()).bind(limit as i64)
+            .bind(person.channel()).bind(person.sender_id()).bind(limit as i64).bind(STANDING)
             .fetch_all(pool).await?;
             rows.iter()
-                .map(|r| Ok((r.try_get(0)?, r.try_get(1)?, r.try_get(2)?, r.try_get(3)?)))
+                .map(|r| Ok((r.try_get(0)?, r.try_get(1)?, r.try_get(2)?, r.try_get(3)?, r.try_get(4)?)))
                 .collect::<Result<_, sqlx::Error>>()?
         });
+        let results = self.results(person).await?;
         let (kept, tokens) = self.request_cards(person, &items, lang).await?;
-        if kept.is_empty() && weekly.is_none() {
+        if kept.is_empty() && weekly.is_none() && results.is_empty() {
             return Ok(false);
         }
-        let card = digest_card(&kept, weekly, it);
+        if let Err(e) = self.send_results(person, &results, it).await {
+            self.withdraw(&tokens).await;
+            return Err(e);
+        }
+        let mut card = digest_card(&kept, weekly, it);
+        if !results.is_empty() {
+            let line = results_line(results.len(), it);
+            card.telegram_html.push('\n');
+            card.telegram_html.push_str(&escape_html(&line));
+            card.lines.push(line);
+        }
         let digest_token = format!("digest-{}", metnos_kit::random::hex(8));
         if let Err(status) = self.filters.show_card(person, &digest_token, card).await {
             self.withdraw(&tokens).await;
             return Err(DigestError::Service("gateway", status.code()));
         }
         let sent_at = self.clock.now_ms();
+        for (id, _) in &results {
+            on_db!(&self.db, pool => {
+                sqlx::query("UPDATE proposals SET sent_at = $2 WHERE id = $1")
+                    .bind(id).bind(sent_at)
+                    .execute(pool).await?;
+            });
+        }
         for (id, ..) in &kept {
             let token = tokens
                 .iter()
@@ -295,6 +343,83 @@ impl EveningDigest {
         Ok(true)
     }
 
+    /// `person`'s standing orders' results waiting for the digest, oldest first: `(id,
+    /// line)`.
+    async fn results(&self, person: &Principal) -> Result<Vec<(String, String)>, DigestError> {
+        Ok(on_db!(&self.db, pool => {
+            let rows = sqlx::query(
+                "SELECT id, description FROM proposals WHERE channel = $1 AND sender_id = $2 \
+                 AND decision = 'digest' AND sent_at IS NULL AND kind = $3 ORDER BY created_at, id",
+            )
+            .bind(person.channel()).bind(person.sender_id()).bind(STANDING)
+            .fetch_all(pool).await?;
+            rows.iter()
+                .map(|r| Ok((r.try_get(0)?, r.try_get(1)?)))
+                .collect::<Result<_, sqlx::Error>>()?
+        }))
+    }
+
+    /// The results as messages of their own (no buttons), before the digest's card: the
+    /// first [`MAX_RESULTS`] one per line, the rest counted. Each message under a key made
+    /// of the results it holds, so a digest tried again sends none twice and a message
+    /// holding another result is never taken for one sent.
+    async fn send_results(
+        &self,
+        person: &Principal,
+        results: &[(String, String)],
+        it: bool,
+    ) -> Result<(), DigestError> {
+        use sha2::{Digest, Sha256};
+        for (text, ids) in results_messages(results, it) {
+            let digest = Sha256::digest(ids.join("\n").as_bytes());
+            let key = format!("digest-results:{}", &hex::encode(digest)[..32]);
+            if let Err(status) = self.filters.tell(person, &text, &key).await {
+                return Err(DigestError::Service("gateway", status.code()));
+            }
+        }
+        Ok(())
+    }
+
+    /// Whether a proposal a protected window deferred unjudged holds now (the telos
+    /// engine's dry run: its fits against θ, the never-list, a stopped intent; nothing
+    /// recorded, no place taken): `None` when the engine cannot answer.
+    async fn judged(
+        &self,
+        person: &Principal,
+        id: &str,
+        kind: &str,
+        description: &str,
+        payload: &str,
+    ) -> Option<bool> {
+        use crate::proactive::proposals::{confidence_of, effect_class_of};
+        use metnos_proto::vaglio::v1 as vaglio;
+        let level = self.filters.pairing_level(person).await.ok().flatten();
+        let proposal = vaglio::ActionProposal {
+            proposal_id: id.to_owned(),
+            kind: kind.to_owned(),
+            effect_class: effect_class_of(kind, payload),
+            description: description.to_owned(),
+            channel: person.channel().to_owned(),
+            origin: vaglio::ProposalOrigin::Spontaneous as i32,
+            principal: Some(person.to_proto()),
+            level: level.map_or(0, |l| l.to_proto() as i32),
+            ..Default::default()
+        };
+        let asked = vaglio::EvaluateProposalRequest {
+            proposal: Some(proposal),
+            confidence: Some(confidence_of(kind, payload)),
+            dry_run: true,
+            ..Default::default()
+        };
+        match self.filters.evaluate_proposal(asked).await {
+            Ok(r) => Some(r.decision != vaglio::AlignmentDecision::Reject as i32),
+            Err(status) => {
+                tracing::warn!(proposal = %id, code = ?status.code(), "a proposal a window deferred was not judged; it waits for the next digest");
+                None
+            }
+        }
+    }
+
     /// Withdraws the approval requests made for a digest that was not sent.
     async fn withdraw(&self, tokens: &[(String, String)]) {
         for (_, token) in tokens {
@@ -304,6 +429,14 @@ impl EveningDigest {
                 .await;
         }
     }
+}
+
+/// Whether a journaled rejection was really discarded: a standing order's result beyond
+/// what one digest lists (`digest_full`) is still in the digest, counted.
+fn discarded(r: &metnos_proto::vaglio::v1::AlignmentResult) -> bool {
+    !(r.reason == "digest_full"
+        && r.effect_class
+            .starts_with(metnos_core::names::proposals::STANDING_ORDER))
 }
 
 /// The weekly line: how many proposals were discarded, then the closest to being shown,
@@ -350,6 +483,54 @@ fn weekly_line(
     }
     text
 }
+
+/// The digest card's line about the results that came as messages of their own.
+fn results_line(count: usize, it: bool) -> String {
+    if it {
+        format!("Risultati dei tuoi ordini ricorrenti: {count} (nei messaggi sopra).")
+    } else {
+        format!("Results of your standing orders: {count} (in the messages above).")
+    }
+}
+
+/// The results as messages of at most [`RESULTS_MESSAGE_CHARS`] characters, each with
+/// the ids of the results it lists or counts: one line each, the first [`MAX_RESULTS`],
+/// then how many more were not listed.
+fn results_messages(results: &[(String, String)], it: bool) -> Vec<(String, Vec<&str>)> {
+    let mut messages = Vec::new();
+    let mut current = (String::new(), Vec::new());
+    for (id, line) in results.iter().take(MAX_RESULTS) {
+        let line = metnos_core::html::one_visible_line(line, 320);
+        if !current.0.is_empty()
+            && current.0.chars().count() + line.chars().count() + 1 > RESULTS_MESSAGE_CHARS
+        {
+            messages.push(std::mem::take(&mut current));
+        }
+        if !current.0.is_empty() {
+            current.0.push('\n');
+        }
+        current.0.push_str(&line);
+        current.1.push(id.as_str());
+    }
+    let more = &results[results.len().min(MAX_RESULTS)..];
+    if !more.is_empty() {
+        let n = more.len();
+        current.0.push('\n');
+        current.0.push_str(&if it {
+            format!("… e altri {n} risultati non elencati.")
+        } else {
+            format!("… and {n} more result(s) not listed.")
+        });
+        current.1.extend(more.iter().map(|(id, _)| id.as_str()));
+    }
+    if !current.0.is_empty() {
+        messages.push(current);
+    }
+    messages
+}
+
+/// A queued proposal: id, kind, description, payload and why it was queued.
+type Item = (String, String, String, String, String);
 
 /// An item kept for the digest: its id, description and, when it has a card, the card's
 /// token and accept kind.

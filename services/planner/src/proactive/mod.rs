@@ -7,8 +7,11 @@
 //! - [`proposals`]: what the planner proposes on its own; [`digest`]: the evening digest;
 //!   [`session`]: a terminal session's proposals;
 //! - [`shortcuts`]: a chain of existing executors offered to the owner as a shortcut;
-//! - [`tools`]: the standing-order tools the model may call in a turn.
+//! - [`tools`]: the standing-order tools the model may call in a turn;
+//! - [`urgency`]: how pressing and how sure a proposal is, from what it rests on;
+//!   [`ask`]: the telos engine's once-only question delivered to the person.
 
+pub mod ask;
 pub mod digest;
 pub mod jobs;
 pub mod proposals;
@@ -17,6 +20,7 @@ pub mod session;
 pub mod shortcuts;
 pub mod standing;
 pub mod tools;
+pub mod urgency;
 
 use crate::turn::TurnRequest;
 use crate::turn::flow::Sink;

@@ -191,6 +191,7 @@ async fn offer_if_tired(
         kind: GRANT_OFFER,
         effect_class: offer_class(seen.capability.name()),
         description,
+        confidence: crate::proactive::urgency::from_evidence(count as f64),
     };
     weighed.settle(db, filters, request, now_ms).await
 }
@@ -198,6 +199,27 @@ async fn offer_if_tired(
 /// The telos engine's effect class of a grant offer of `capability`.
 fn offer_class(capability: &str) -> String {
     format!("{GRANT_OFFER}:{}", capability.to_ascii_lowercase())
+}
+
+/// How sure a stored proposal of `kind` with `payload` is, from what it rests on
+/// ([`crate::proactive::urgency`]): a grant offer's approvals, a shortcut offer's uses, a
+/// revocation offer's unused time; 1 for anything else.
+pub fn confidence_of(kind: &str, payload: &str) -> f64 {
+    use crate::proactive::urgency::{from_evidence, from_unused};
+    let payload: serde_json::Value = serde_json::from_str(payload).unwrap_or_default();
+    let number = |k: &str| payload.get(k).and_then(serde_json::Value::as_f64);
+    match kind {
+        GRANT_OFFER => from_evidence(number("count").unwrap_or_default()),
+        crate::proactive::shortcuts::SHORTCUT_OFFER => {
+            from_evidence(number("uses").unwrap_or_default())
+        }
+        GRANT_REVOKE => match (number("unused_days"), number("threshold_days")) {
+            (Some(unused), Some(threshold)) => from_unused(unused, threshold),
+            // An offer stored before these were kept: its threshold, no more.
+            _ => from_unused(1.0, 1.0),
+        },
+        _ => 1.0,
+    }
 }
 
 /// The effect class of a stored proposal of `kind` with `payload`.
@@ -231,6 +253,8 @@ pub(crate) struct Weighed<'a> {
     pub(crate) kind: &'a str,
     pub(crate) effect_class: String,
     pub(crate) description: String,
+    /// How sure the offer is, from what it rests on ([`confidence_of`]).
+    pub(crate) confidence: f64,
 }
 
 impl Weighed<'_> {
@@ -269,10 +293,15 @@ impl Weighed<'_> {
         let result = filters
             .evaluate_proposal(vaglio::EvaluateProposalRequest {
                 proposal: Some(proposal),
+                confidence: Some(self.confidence),
                 ..Default::default()
             })
             .await
             .map_err(|s| ProposalError::Telos(s.message().to_owned()))?;
+        if !result.ask_person.is_empty() {
+            crate::proactive::ask::deliver(db, filters, self.person, &result.ask_person, now_ms)
+                .await;
+        }
         let decision = match vaglio::AlignmentDecision::try_from(result.decision) {
             Ok(vaglio::AlignmentDecision::Publish) => "publish",
             Ok(
@@ -637,6 +666,17 @@ impl StaleGrants {
                 listed.join("; ")
             )
         };
+        // Its least-unused grant decides how sure the offer is.
+        let unused_ms = grants
+            .iter()
+            .map(|(last, _, _)| now - last)
+            .min()
+            .unwrap_or(0);
+        let payload = json!({
+            "grants": ids,
+            "unused_days": unused_ms / DAY_MS,
+            "threshold_days": self.unused_days,
+        });
         let stored = on_db!(&self.db, pool => {
             sqlx::query(
                 "INSERT INTO proposals (id, channel, sender_id, kind, subject, description, payload, decision, reason, created_at) \
@@ -646,7 +686,7 @@ impl StaleGrants {
             )
             .bind(&id).bind(person.channel()).bind(person.sender_id()).bind(GRANT_REVOKE)
             .bind(&subject).bind(&description)
-            .bind(json!({"grants": ids}).to_string())
+            .bind(payload.to_string())
             .bind(now).bind(now - REASK_DAYS * DAY_MS)
             .execute(pool).await?
             .rows_affected() == 1
@@ -668,6 +708,7 @@ impl StaleGrants {
             kind: GRANT_REVOKE,
             effect_class: effect_class_of(GRANT_REVOKE, ""),
             description,
+            confidence: confidence_of(GRANT_REVOKE, &payload.to_string()),
         }
         .settle(&self.db, self.filters.as_ref(), request, now)
         .await?;
@@ -739,19 +780,29 @@ impl Job for ProposalUpkeep {
                     0
                 }
             };
+        // Questions the gateway did not take yet (a failure waits for the next run).
+        let retold = crate::proactive::ask::retell(&self.db, self.filters.as_ref(), now)
+            .await
+            .unwrap_or_else(|e| {
+                tracing::warn!(error = %e, "the TELOS.md questions to tell again were not read");
+                0
+            });
         let seen_before = now - i64::from(self.fatigue_days) * DAY_MS;
         let proposals_before = now - KEEP_PROPOSALS_DAYS * DAY_MS;
         let (seen, proposals) = on_db!(&self.db, pool => {
             let seen = sqlx::query("DELETE FROM approvals_seen WHERE at < $1")
                 .bind(seen_before).execute(pool).await?.rows_affected();
-            let proposals = sqlx::query("DELETE FROM proposals WHERE created_at < $1")
-                .bind(proposals_before).execute(pool).await?.rows_affected();
+            // A once-only question still waiting for its person is kept: it is asked once.
+            let proposals = sqlx::query("DELETE FROM proposals WHERE created_at < $1 \
+                 AND NOT (kind = $2 AND decision IN ('session', 'retell'))")
+                .bind(proposals_before).bind(crate::proactive::ask::KIND)
+                .execute(pool).await?.rows_affected();
             sqlx::query("DELETE FROM digests WHERE slot_at < $1")
                 .bind(proposals_before).execute(pool).await?;
             (seen, proposals)
         });
         Ok(format!(
-            "{silences} silence(s) recorded; {shortcuts} shortcut(s) kept; {seen} approval note(s) and {proposals} proposal(s) pruned"
+            "{silences} silence(s) recorded; {shortcuts} shortcut(s) kept; {retold} TELOS.md question(s) told; {seen} approval note(s) and {proposals} proposal(s) pruned"
         )
         .into())
     }

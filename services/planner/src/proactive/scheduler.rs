@@ -516,7 +516,15 @@ impl Scheduler {
             task.anchor_at,
             &local.zone,
         );
-        let in_cadence = !task.deferred && now.saturating_sub(task.next_run_at) <= LATE_MS;
+        // In its cadence: on time, or at the end of the protected window that moved it (the
+        // person's own window; their consent to the cadence covers it). Late after downtime,
+        // it is not.
+        let due = if task.deferred {
+            task.due_at
+        } else {
+            task.next_run_at
+        };
+        let in_cadence = now.saturating_sub(due) <= LATE_MS;
         Ok(Decided::Fire(job, next, next_due, in_cadence))
     }
 }

@@ -88,14 +88,15 @@ enum Weighed {
     Stop,
 }
 
-/// The proposals `person`'s new session `session` shows: cards left for later first, then
-/// those the telos engine publishes now.
+/// What `person`'s new session `session` shows: the notes (the once-only question asking
+/// for a TELOS.md), then the proposals — cards left for later first, then those the telos
+/// engine publishes now.
 pub async fn open(
     sessions: &Sessions,
     person: &Principal,
     session: &str,
     language: Language,
-) -> Result<Vec<pb::SessionProposal>, SessionError> {
+) -> Result<(Vec<String>, Vec<pb::SessionProposal>), SessionError> {
     let now = metnos_kit::time::now_ms();
     let mut shown = again(sessions, person, now).await?;
     // Policy's grants, once, for revocation offers: one that names a grant used (or gone)
@@ -120,7 +121,8 @@ pub async fn open(
             Weighed::Stop => break,
         }
     }
-    Ok(shown)
+    let notes = crate::proactive::ask::waiting_notes(&sessions.db, person, language).await?;
+    Ok((notes, shown))
 }
 
 /// The proposals waiting for `person`'s session, oldest first; those that waited too long
@@ -129,15 +131,17 @@ async fn waiting(db: &Db, person: &Principal, now: i64) -> Result<Vec<Waiting>, 
     on_db!(db, pool => {
         sqlx::query(
             "UPDATE proposals SET decision = 'dropped', reason = 'waited too long for a session' \
-             WHERE channel = $1 AND sender_id = $2 AND decision = 'session' AND created_at < $3",
+             WHERE channel = $1 AND sender_id = $2 AND decision = 'session' AND created_at < $3 AND kind <> $4",
         )
         .bind(person.channel()).bind(person.sender_id()).bind(now - WAIT_DAYS * DAY_MS)
+        // The once-only question waits as long as it takes: it is asked once.
+        .bind(crate::proactive::ask::KIND)
         .execute(pool).await?;
         let rows = sqlx::query(
             "SELECT id, kind, description, payload, created_at FROM proposals WHERE channel = $1 AND sender_id = $2 \
-             AND decision = 'session' ORDER BY created_at, id LIMIT $3",
+             AND decision = 'session' AND kind <> $4 ORDER BY created_at, id LIMIT $3",
         )
-        .bind(person.channel()).bind(person.sender_id()).bind(MAX_WEIGHED)
+        .bind(person.channel()).bind(person.sender_id()).bind(MAX_WEIGHED).bind(crate::proactive::ask::KIND)
         .fetch_all(pool).await?;
         rows.iter()
             .map(|r| Ok(Waiting {
@@ -170,6 +174,7 @@ async fn weigh(
         settle(sessions, &id, "dropped", "no card for this kind", None).await?;
         return Ok(Weighed::Next);
     };
+    let kind_of = kind.clone();
     let proposal = vaglio::ActionProposal {
         proposal_id: id.clone(),
         effect_class: effect_class_of(&kind, &payload),
@@ -184,6 +189,9 @@ async fn weigh(
     };
     let asked = vaglio::EvaluateProposalRequest {
         proposal: Some(proposal),
+        confidence: Some(crate::proactive::proposals::confidence_of(
+            &kind_of, &payload,
+        )),
         ..Default::default()
     };
     let result = match sessions.filters.evaluate_proposal(asked).await {
@@ -210,6 +218,11 @@ async fn weigh(
         }
         Err(status) => return Err(SessionError::Telos(status.code())),
     };
+    if !result.ask_person.is_empty() {
+        let (db, filters) = (&sessions.db, sessions.filters.as_ref());
+        let now = metnos_kit::time::now_ms();
+        crate::proactive::ask::deliver(db, filters, person, &result.ask_person, now).await;
+    }
     match vaglio::AlignmentDecision::try_from(result.decision) {
         Ok(vaglio::AlignmentDecision::Publish) => {}
         // The session's quota is spent (or the moment is wrong): a later session.

@@ -213,6 +213,7 @@ pub async fn offer(
         kind: SHORTCUT_OFFER,
         effect_class: effect_class(&proto.wanted),
         description,
+        confidence: crate::proactive::urgency::from_evidence(proto.uses as f64),
     }
     .settle(db, filters, offer.request(), now_ms)
     .await?;

@@ -51,6 +51,8 @@ pub struct StandingOrders {
     pub cli_level: AutonomyLevel,
     /// To pause the orders of someone no longer paired.
     pub tasks: crate::proactive::scheduler::TaskStore,
+    /// People's time zones: a deadline in an order's request is read in its person's.
+    pub telos: metnos_kit::config::TelosConfig,
 }
 
 /// The digest an `on_change` order compares: the answer, its lines' ends trimmed.
@@ -186,6 +188,7 @@ async fn publish(
     };
     let request = vaglio::EvaluateProposalRequest {
         proposal: Some(proposal),
+        urgency_hint: urgency_of(&orders.telos, firing),
         ..Default::default()
     };
     let result = match orders.filters.evaluate_proposal(request).await {
@@ -195,6 +198,11 @@ async fn publish(
             return format!("kept, nobody told (the telos engine: {})", status.message());
         }
     };
+    if !result.ask_person.is_empty() {
+        let (db, filters) = (&orders.db, orders.filters.as_ref());
+        crate::proactive::ask::deliver(db, filters, person, &result.ask_person, firing.now_ms)
+            .await;
+    }
     match vaglio::AlignmentDecision::try_from(result.decision) {
         Ok(vaglio::AlignmentDecision::Publish) if !person.is_terminal() => {
             let message = format!("⏰ {name}\n{text}");
@@ -218,8 +226,24 @@ async fn publish(
         Ok(vaglio::AlignmentDecision::DeferToDigest | vaglio::AlignmentDecision::DeferToSlot) => {
             format!("kept for `metnos schedules` ({})", result.reason)
         }
+        // More results than one digest lists: kept all the same, the digest counts them.
+        _ if result.reason == "digest_full" && !person.is_terminal() => {
+            let kept = for_the_digest(orders, firing, person, &name, text).await;
+            format!("{kept} (beyond what one digest lists: counted there)")
+        }
         _ => format!("not told ({})", result.reason),
     }
+}
+
+/// How pressing a firing's result is ([`crate::proactive::urgency`]): a deadline its
+/// request names within a day, chronic upkeep, or neither.
+pub(crate) fn urgency_of(telos: &metnos_kit::config::TelosConfig, firing: &Firing) -> f64 {
+    let task = &firing.task;
+    let zone = telos.local_for(&task.person_key()).zone;
+    let gap = metnos_kit::schedule::Schedule::parse(&task.schedule)
+        .ok()
+        .and_then(|s| s.min_gap_ms(firing.now_ms, task.anchor_at, &zone, 4));
+    crate::proactive::urgency::of_standing_order(&task.query, gap, &zone, firing.now_ms)
 }
 
 /// The most characters of a result a digest line holds (the whole answer stays in the
@@ -259,6 +283,73 @@ async fn for_the_digest(
         Err(e) => {
             tracing::warn!(task = %task.id, error = %e, "a standing order's result could not be queued for the digest");
             "kept in the run's output only (the digest queue failed)".to_owned()
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::proactive::urgency::{CHRONIC, NORMAL, URGENT};
+    use crate::store::tasks::{Kind, Task, TaskState};
+
+    fn firing(query: &str, schedule: &str, now_ms: i64) -> Firing {
+        Firing {
+            task: Task {
+                id: "so-1".into(),
+                kind: Kind::Standing,
+                name: "order".into(),
+                channel: "telegram".into(),
+                sender_id: "42".into(),
+                schedule: schedule.into(),
+                anchor_at: 0,
+                query: query.into(),
+                level: None,
+                notify: Notify::Always,
+                state: TaskState::Active,
+                next_run_at: now_ms,
+                due_at: now_ms,
+                deferred: false,
+                last_run_at: None,
+                last_status: None,
+                last_output: None,
+                last_digest: None,
+                created_at: 0,
+                updated_at: 0,
+            },
+            slot_at: now_ms,
+            now_ms,
+            in_cadence: true,
+            run_id: 1,
+        }
+    }
+
+    /// A firing's urgency is read from its request, in its person's time zone, and from
+    /// how often it fires.
+    #[test]
+    fn a_firing_s_urgency_comes_from_its_request_and_its_cadence() {
+        let mut telos = metnos_kit::config::TelosConfig::default();
+        telos.people.insert(
+            "telegram:42".into(),
+            metnos_kit::config::TelosPerson {
+                time_zone: Some("Europe/Rome".into()),
+                ..Default::default()
+            },
+        );
+        // Monday 2026-11-30 08:00 in Rome.
+        let now = 1_796_022_000_000;
+        let cases = [
+            ("pay the rent by 2026-12-01 07:00", "daily@08:00", URGENT),
+            ("pay the rent by 2026-12-01 09:00", "daily@08:00", CHRONIC),
+            ("tidy my downloads", "every 6 hours", CHRONIC),
+            ("weekly review", "0 8 * * MON", NORMAL),
+        ];
+        for (query, schedule, want) in cases {
+            assert_eq!(
+                urgency_of(&telos, &firing(query, schedule, now)),
+                want,
+                "{query} / {schedule}"
+            );
         }
     }
 }

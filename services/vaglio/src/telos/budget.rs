@@ -39,6 +39,11 @@ impl Settings {
 /// digest's own ten places are for judged ones).
 pub const WINDOW_QUEUE: u32 = 100;
 
+/// Scheduler results one digest holds, at most (seed ch. 6: "1 digest, unlimited"; a
+/// bound all the same, and the planner's digest counts what is over it). They never take
+/// the ten places of ad hoc proposals.
+pub const SCHEDULE_QUEUE: u32 = 100;
+
 /// The budget decision of a weighed proposal (seed ch. 6): its bother cost, its quota, and
 /// publish or the digest. Pure: the ledger view comes from the store's transaction.
 #[derive(Debug, Clone)]
@@ -50,6 +55,11 @@ pub struct Budget {
     /// The CLI's quota is per session.
     pub cli: bool,
     pub now_ms: i64,
+    /// A standing order's firing in its agreed cadence: the ad hoc bother is not paid.
+    pub consented: bool,
+    /// An ad hoc proposal within the lead before a protected window: the digest, not the
+    /// person, however well it scores.
+    pub near_window: bool,
 }
 
 impl Budget {
@@ -58,7 +68,13 @@ impl Budget {
         e.bother_sum = self
             .bother
             .sum(self.now_ms, view.publications.iter().copied());
-        e.bother_cost = self.bother.cost(e.bother_sum);
+        // A firing in its agreed cadence was consented to with its cadence (seed ch. 6:
+        // "the ad-hoc bother budget does not apply"): the sum is shown, nothing is paid.
+        e.bother_cost = if self.consented {
+            0.0
+        } else {
+            self.bother.cost(e.bother_sum)
+        };
         e.expected_alignment = e.alignment_before_bother - e.bother_cost;
         let q = &self.quotas;
         let over_quota = match self.source {
@@ -72,6 +88,8 @@ impl Budget {
             (Decision::DeferToDigest, Reason::Quota)
         } else if !clears(e.expected_alignment, self.theta) {
             (Decision::DeferToDigest, Reason::Bother)
+        } else if self.near_window {
+            (Decision::DeferToDigest, Reason::NearWindow)
         } else {
             (Decision::Publish, Reason::Aligned)
         };
@@ -140,11 +158,13 @@ impl Placement<'_> {
         }
     }
 
-    /// Judged ones fill the digest's ten places; those a window deferred unjudged wait apart
-    /// (the digest judges them), bounded too.
+    /// Judged ad hoc ones fill the digest's ten places; scheduler results and those a
+    /// window deferred unjudged (the planner's digest judges them) wait apart, bounded too.
     fn digest_place(&self, view: &LedgerView, e: &mut Evaluation) -> Option<(LedgerEntry, Quota)> {
         let (place, pending, limit) = if e.reason == Reason::ProtectedWindow {
             ("window", view.window_pending, WINDOW_QUEUE)
+        } else if self.source.is_scheduler() {
+            ("schedule", view.schedule_pending, SCHEDULE_QUEUE)
         } else {
             ("digest", view.digest_pending, self.quotas.digest_items)
         };
@@ -197,6 +217,8 @@ mod tests {
             source: Source::Adhoc,
             cli: false,
             now_ms: 10 * 3_600_000,
+            consented: false,
+            near_window: false,
         };
         let quiet = LedgerView::default();
         for before in [f64::NAN, f64::NEG_INFINITY, 0.1] {
@@ -215,6 +237,38 @@ mod tests {
         let mut e = weighed(0.5);
         budget.decide(&quiet, &mut e);
         assert_eq!(e.decision, Decision::Publish);
+    }
+
+    /// Only consent waives the ad hoc bother: an in-cadence source without it (not a
+    /// standing order's own firing) pays it like any other.
+    #[test]
+    fn only_a_consented_firing_pays_no_bother() {
+        let now = 10 * 3_600_000;
+        let busy = LedgerView {
+            publications: vec![(now - 60_000, 1.0), (now - 120_000, 1.0)],
+            ..LedgerView::default()
+        };
+        let budget = |consented| Budget {
+            bother: Bother::default(),
+            theta: 0.15,
+            quotas: TelosQuotas::default(),
+            source: Source::SchedulerInCadence,
+            cli: false,
+            now_ms: now,
+            consented,
+            near_window: false,
+        };
+        let mut e = weighed(1.0);
+        budget(true).decide(&busy, &mut e);
+        assert!(e.bother_sum > 1.9 && e.bother_cost == 0.0, "{e:?}");
+        assert_eq!(e.decision, Decision::Publish);
+        let mut e = weighed(1.0);
+        budget(false).decide(&busy, &mut e);
+        assert!(e.bother_cost > 1.0, "{e:?}");
+        assert_eq!(
+            (e.decision, e.reason),
+            (Decision::DeferToDigest, Reason::Bother)
+        );
     }
 
     #[test]

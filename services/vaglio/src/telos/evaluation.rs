@@ -46,6 +46,10 @@ pub enum Reason {
     StoppedByPerson,
     /// Inside a protected window: decided by code, before any model.
     ProtectedWindow,
+    /// Within `[telos] window_lead_minutes` before a protected window, an ad hoc proposal
+    /// that would have been published: the digest instead (judged, it takes one of its ten
+    /// places).
+    NearWindow,
     /// The fits could not be estimated (an error or a timeout).
     FitEstimationFailed,
     /// The alignment before bother does not reach θ.
@@ -71,6 +75,7 @@ impl Reason {
             Reason::NeverList => "never_list",
             Reason::StoppedByPerson => "stopped_by_person",
             Reason::ProtectedWindow => "protected_window",
+            Reason::NearWindow => "near_window",
             Reason::FitEstimationFailed => "fit_estimation_failed",
             Reason::BelowThreshold => "below_threshold",
             Reason::Quota => "quota",
@@ -173,7 +178,8 @@ pub struct Evaluation {
     pub at_ms: i64,
     pub not_before_ms: Option<i64>,
     pub telos_version: String,
-    /// The message asking the person to write a TELOS.md (once per person).
+    /// Set once per person without a TELOS.md, when a proposal was held back for it: the
+    /// command that writes theirs, which the planner asks them for in their language.
     #[serde(default)]
     pub ask_person: Option<String>,
 }
@@ -224,8 +230,6 @@ pub enum TelosError {
 /// taken as consented.
 pub const STANDING_ORDER: &str = metnos_core::names::proposals::STANDING_ORDER;
 
-/// The message asking a person without a TELOS.md to write one.
-pub const ASK_TO_DECLARE: &str = "Metnos would sometimes propose things on its own, but you have not \
-told it what matters to you. Write your ends in a TELOS.md (`metnos telos edit`); until then it \
-proposes nothing. / Metnos a volte proporrebbe qualcosa di sua iniziativa, ma non gli hai detto cosa \
-conta per te. Scrivi i tuoi fini in un TELOS.md (`metnos telos edit`); fino ad allora non propone nulla.";
+/// The command that writes the owner's TELOS.md (the once-only question names it, with
+/// `--person` for anyone else).
+pub const ASK_OWNER: &str = metnos_core::names::TELOS_EDIT;

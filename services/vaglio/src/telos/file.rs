@@ -792,6 +792,7 @@ pub fn verify_chain(path: &Path, key: &TelosKey) -> Result<Vec<ChainLink>, Strin
 mod tests {
     use super::*;
 
+    /// The seed's TELOS.md (telos.md ch. 2), its seven telos verbatim.
     pub(crate) const SEED: &str = "---
 telos_version: 1.1
 written_at: 2026-04-25T12:00:00+02:00
@@ -816,12 +817,14 @@ or if I marked it explicitly as such.
 ## t.protezione — Protect the privacy of me and those close to me
 weight: 0.18
 activation_threshold: 0.20
-notes: below this threshold I am paranoid on purpose.
+notes: below this threshold I am paranoid on purpose. Better a false
+alarm than a leak.
 ## t.discrezione — Surprise me usefully but do not interrupt me
 weight: 0.09
 activation_threshold: 0.50
-notes: do not interrupt during meetings, sleep, dinner.
-## t.parsimonia — Don't spend more than needed
+notes: do not interrupt during meetings, sleep, dinner. Accumulate
+and propose at the evening digest.
+## t.parsimonia — Don't spend (on APIs, services, compute time) more than needed
 weight: 0.08
 activation_threshold: 0.35
 notes: always pick the cheapest option that reaches the necessary quality.
@@ -829,7 +832,9 @@ notes: always pick the cheapest option that reaches the necessary quality.
 weight: 0.12
 activation_threshold: 0.10
 notes: if I ask for something your pool cannot yet do, exhaust the
-synthesis strategies before answering \"I cannot\".
+synthesis strategies (compose, generate, ask) before answering
+\"I cannot\". Failure is allowed; silent retreat is not. See
+ch. 5 for the stop clause.
 ";
 
     fn key() -> TelosKey {
@@ -852,8 +857,27 @@ synthesis strategies before answering \"I cannot\".
             "if something frees at least 30 minutes/week and I can trust it,\nconsider proposing it."
         );
         assert!(file.warnings.is_empty(), "{:?}", file.warnings);
+        // The seed's weights, as declared (they sum to 1: nothing renormalised).
+        let weights: Vec<f64> = file.telos.iter().map(|t| t.weight).collect();
+        for (got, want) in weights
+            .iter()
+            .zip([0.22, 0.13, 0.18, 0.18, 0.09, 0.08, 0.12])
+        {
+            assert!((got - want).abs() < 1e-12, "{weights:?}");
+        }
+        let parsimonia = &file.telos[5];
+        assert_eq!(
+            parsimonia.phrase,
+            "Don't spend (on APIs, services, compute time) more than needed"
+        );
         let cultivate = file.telos.iter().find(|t| t.is_non_retreat).unwrap();
         assert_eq!(cultivate.id, NON_RETREAT);
+        assert_eq!(
+            cultivate.notes,
+            "if I ask for something your pool cannot yet do, exhaust the\nsynthesis strategies \
+             (compose, generate, ask) before answering\n\"I cannot\". Failure is allowed; silent \
+             retreat is not. See\nch. 5 for the stop clause."
+        );
         assert_eq!(file.telos.iter().filter(|t| t.is_non_retreat).count(), 1);
     }
 

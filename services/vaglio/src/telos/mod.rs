@@ -7,7 +7,10 @@
 //! protected window → the digest (a scheduler firing: the window's end) — all decided by
 //! code, with no model call. Then the fits (the `middle` tier, [`fit`]); the alignment
 //! before bother below θ → reject (journaled); a hard quota reached → the digest; the
-//! alignment after the bother kernel below θ → the digest; else publish.
+//! alignment after the bother kernel below θ → the digest; an ad hoc proposal within
+//! `[telos] window_lead_minutes` before a window → the digest (`near_window`); else publish.
+//! A standing order's firing in its agreed cadence is consented: no fit, no model, and no
+//! ad hoc bother paid — only its never-list, the windows and the scheduler's quota.
 //!
 //! Layout: [`evaluation`] is what goes in and comes out (the decision, its [`Reason`]);
 //! [`loader`] finds and checks a person's TELOS.md ([`file`], signed with the [`key`]) and
@@ -31,7 +34,7 @@ use metnos_kit::config::Local;
 
 pub use budget::{Budget, Placement, Settings, WINDOW_QUEUE};
 pub use evaluation::{
-    ASK_TO_DECLARE, Decision, Evaluation, FitTerm, Origin, ProposalIn, Reason, STANDING_ORDER,
+    ASK_OWNER, Decision, Evaluation, FitTerm, Origin, ProposalIn, Reason, STANDING_ORDER,
     TelosError,
 };
 pub use loader::{Files, Found, Loaded, Loader, OWNER_SCOPE, scope_of};
@@ -41,6 +44,16 @@ use engine::{Signal, Source, Term};
 use file::{FileError, TelosFile};
 use fit::{Asked, FitEstimator};
 use store::{LedgerView, TelosStore, ViewSpan, Write};
+
+/// The command that writes `person`'s TELOS.md, which the once-only question names: the
+/// owner's own (`metnos telos edit`), or theirs (`--person`), run by whoever runs Metnos.
+pub fn ask_command(files: &Files, person: &Principal) -> String {
+    if files.is_owner(person) {
+        ASK_OWNER.to_owned()
+    } else {
+        format!("{ASK_OWNER} --person {person}")
+    }
+}
 
 /// The telos engine.
 #[derive(Debug)]
@@ -228,11 +241,14 @@ impl TelosEngine {
             source,
             cli: p.channel == metnos_core::principal::TERMINAL,
             now_ms: now,
+            consented,
+            // Close to a window: the digest, not an interruption that runs into it.
+            near_window: source == Source::Adhoc && at.local.near_window(now),
         };
         if consented {
             // A firing of a standing order the person approved with its cadence (telos
-            // ch. 6): the consent covers the cadence, so no fit is weighed and no model is
-            // called; only the scheduler's own quota and the bother already spent apply.
+            // ch. 6): the consent covers the cadence, so no fit is weighed, no model is
+            // called and no ad hoc bother is paid; only the scheduler's own quota applies.
             e.alignment_before_bother = 1.0;
             let decide = move |view: &LedgerView, e: &mut Evaluation| budget.decide(view, e);
             return self.place(e, p, source, at.span, dry_run, decide).await;
@@ -273,7 +289,7 @@ impl TelosEngine {
             Found::None | Found::Bad(..) if consented => Ok(None),
             Found::None => {
                 if !dry_run && self.store.ask_once(&p.person.to_string(), e.at_ms).await? {
-                    e.ask_person = Some(ASK_TO_DECLARE.to_owned());
+                    e.ask_person = Some(ask_command(self.files(), &p.person));
                 }
                 Err(Reason::NoTelosDeclared)
             }
@@ -395,17 +411,21 @@ impl TelosEngine {
             level: p.level,
         };
         let estimate = self.estimator.estimate(&asked, &file.telos);
-        let fits = match tokio::time::timeout(self.settings.config.fit_timeout(), estimate).await {
-            Ok(Ok(fits)) => fits,
-            Ok(Err(why)) => {
-                tracing::warn!(proposal = %p.proposal_id, why = %why, "fit estimate failed");
-                return Ok(Err(Reason::FitEstimationFailed));
-            }
-            Err(_) => {
-                tracing::warn!(proposal = %p.proposal_id, "fit estimate timed out");
-                return Ok(Err(Reason::FitEstimationFailed));
-            }
-        };
+        let estimate =
+            match tokio::time::timeout(self.settings.config.fit_timeout(), estimate).await {
+                Ok(Ok(estimate)) => estimate,
+                Ok(Err(why)) => {
+                    tracing::warn!(proposal = %p.proposal_id, why = %why, "fit estimate failed");
+                    return Ok(Err(Reason::FitEstimationFailed));
+                }
+                Err(_) => {
+                    tracing::warn!(proposal = %p.proposal_id, "fit estimate timed out");
+                    return Ok(Err(Reason::FitEstimationFailed));
+                }
+            };
+        let fits = estimate.fits;
+        // How sure the estimator is of its fits, on top of how sure the proposer was.
+        e.confidence = p.confidence * estimate.confidence;
         let weights = self.weights(&p.person, file).await?;
         let terms: Vec<Term> = file
             .telos
@@ -430,7 +450,7 @@ impl TelosEngine {
                 contribution: term.contribution(),
             })
             .collect();
-        e.alignment_before_bother = engine::alignment(p.urgency, p.confidence, &terms);
+        e.alignment_before_bother = engine::alignment(e.urgency, e.confidence, &terms);
         Ok(Ok(()))
     }
 

@@ -57,7 +57,7 @@ pub struct Recorded {
 /// One ledger line.
 #[derive(Debug, Clone, PartialEq)]
 pub struct LedgerEntry {
-    /// `publish` or `digest`.
+    /// `publish`, `digest`, `schedule` or `window`.
     pub place: &'static str,
     pub source: &'static str,
     /// `m` in the bother sum.
@@ -78,6 +78,8 @@ pub struct LedgerView {
     pub digest_pending: u32,
     /// Proposals deferred unjudged by a protected window since the last digest.
     pub window_pending: u32,
+    /// Scheduler results waiting for the digest (apart from the ten ad hoc places).
+    pub schedule_pending: u32,
 }
 
 /// The windows a [`LedgerView`] is read over.
@@ -112,8 +114,8 @@ pub enum Quota {
     Session(u32),
     /// Scheduler firings today.
     Scheduler(u32),
-    /// Items waiting for the digest (of the entry's place: `digest`, or `window` for those
-    /// deferred unjudged by a protected window).
+    /// Items waiting for the digest (of the entry's place: `digest`, `schedule` for
+    /// scheduler results, or `window` for those deferred unjudged by a protected window).
     Digest(u32),
 }
 
@@ -251,7 +253,7 @@ async fn read_view(
         .fetch_all(
             Statement::new(
                 "SELECT place, COUNT(*) FROM telos_ledger WHERE person = $1 \
-                 AND place IN ('digest', 'window') AND at_ms >= $2 GROUP BY place",
+                 AND place IN ('digest', 'window', 'schedule') AND at_ms >= $2 GROUP BY place",
             )
             .bind(person)
             .bind(span.digest_since_ms),
@@ -260,10 +262,10 @@ async fn read_view(
     for row in &waiting {
         let place: String = row.get(0)?;
         let n = u32::try_from(row.get::<i64, _>(1)?).unwrap_or(u32::MAX);
-        if place == "digest" {
-            view.digest_pending = n;
-        } else {
-            view.window_pending = n;
+        match place.as_str() {
+            "digest" => view.digest_pending = n,
+            "schedule" => view.schedule_pending = n,
+            _ => view.window_pending = n,
         }
     }
     Ok(view)
