@@ -792,9 +792,10 @@ impl Job for ProposalUpkeep {
         let (seen, proposals) = on_db!(&self.db, pool => {
             let seen = sqlx::query("DELETE FROM approvals_seen WHERE at < $1")
                 .bind(seen_before).execute(pool).await?.rows_affected();
-            // A once-only question still waiting for its person is kept: it is asked once.
+            // A once-only question waiting for a terminal session is kept: it is asked once
+            // (one the gateway never took, e.g. for someone unpaired since, is not).
             let proposals = sqlx::query("DELETE FROM proposals WHERE created_at < $1 \
-                 AND NOT (kind = $2 AND decision IN ('session', 'retell'))")
+                 AND NOT (kind = $2 AND decision = 'session')")
                 .bind(proposals_before).bind(crate::proactive::ask::KIND)
                 .execute(pool).await?.rows_affected();
             sqlx::query("DELETE FROM digests WHERE slot_at < $1")
