@@ -53,6 +53,10 @@ struct Seen {
     /// What was told, and whether telling fails.
     told: Vec<(String, String, String)>,
     tell_fails: bool,
+    /// Telling answers ABORTED: the gateway may have sent it.
+    tell_aborts: bool,
+    /// The telos engine's reason (empty: "aligned").
+    reason: String,
 }
 
 #[derive(Debug, Default, Clone)]
@@ -123,6 +127,9 @@ impl Filters for Fake {
         if seen.tell_fails {
             return Err(Status::unavailable("the gateway is down").into());
         }
+        if seen.tell_aborts {
+            return Err(Status::aborted("the message may have been sent").into());
+        }
         seen.told
             .push((person.to_string(), text.to_owned(), key.to_owned()));
         Ok(())
@@ -160,9 +167,14 @@ impl Filters for Fake {
         seen.asked.push(request.clone());
         seen.weighed.push(request.proposal.unwrap());
         let ask_person = std::mem::take(&mut seen.ask);
+        let reason = if seen.reason.is_empty() {
+            "aligned".to_owned()
+        } else {
+            seen.reason.clone()
+        };
         Ok(vaglio::AlignmentResult {
             decision: seen.decision,
-            reason: "aligned".into(),
+            reason,
             ask_person,
             ..Default::default()
         })
@@ -1149,11 +1161,14 @@ async fn the_telos_question_reaches_the_person_in_their_language_once(test: Test
     for later in [30, 60] {
         upkeep.run(&firing(now + later * 60_000)).await.unwrap();
     }
-    let seen = fake.0.lock().unwrap();
-    let to_42: Vec<_> = seen
+    let to_42: Vec<_> = fake
+        .0
+        .lock()
+        .unwrap()
         .told
         .iter()
         .filter(|(p, ..)| p == "telegram:42")
+        .cloned()
         .collect();
     assert_eq!(to_42.len(), 1, "told once: {to_42:?}");
     assert!(
@@ -1162,6 +1177,29 @@ async fn the_telos_question_reaches_the_person_in_their_language_once(test: Test
             .contains("`metnos telos edit --person telegram:42`")
     );
     assert_eq!(to_42[0].2, "telos_question:telegram:42");
+    // A third, the gateway unsure it went (ABORTED): never told again.
+    {
+        let mut seen = fake.0.lock().unwrap();
+        seen.ask = "metnos telos edit --person telegram:9".into();
+        seen.tell_aborts = true;
+    }
+    for i in 0..3 {
+        after_approval(
+            db.clone(),
+            Arc::clone(&filters),
+            fatigue,
+            approve("9", 3),
+            now + i,
+        )
+        .await;
+    }
+    fake.0.lock().unwrap().tell_aborts = false;
+    upkeep.run(&firing(now + 90 * 60_000)).await.unwrap();
+    let seen = fake.0.lock().unwrap();
+    assert!(
+        !seen.told.iter().any(|(p, ..)| p == "telegram:9"),
+        "not sent again"
+    );
 }
 
 /// A proposal a protected window sent to the digest unjudged is judged there (the telos
@@ -1185,7 +1223,11 @@ async fn what_a_window_deferred_unjudged_is_judged_at_the_digest(test: TestStore
         sqlx::query("UPDATE proposals SET reason = 'protected_window' WHERE id LIKE '%-00' OR id LIKE '%-01'")
             .execute(pool).await.unwrap();
     });
-    fake.0.lock().unwrap().decision = vaglio::AlignmentDecision::Reject as i32;
+    {
+        let mut seen = fake.0.lock().unwrap();
+        seen.decision = vaglio::AlignmentDecision::Reject as i32;
+        seen.reason = "below_threshold".into();
+    }
     let now = rome("2026-11-26T20:31");
     clock.set(now);
     digest.run(&firing(now)).await.unwrap();

@@ -590,4 +590,36 @@ metnos_kit::store_suite!(
     a_failing_or_panicking_task_is_recorded_and_the_others_go_on,
     missed_slots_run_once_and_a_restart_inside_a_slot_runs_nothing_again,
     paused_and_broken_tasks_do_not_fire_and_a_resumed_one_skips_what_it_missed,
+    a_slot_missed_before_a_window_runs_after_it_out_of_its_cadence,
 );
+
+/// A slot the window moved runs at its end in its cadence; one missed before the window
+/// began (the planner down at 21:00, up again at 23:10, inside 23:00–07:00) runs at the
+/// window's end too, but late: out of its cadence, so the telos engine weighs it.
+async fn a_slot_missed_before_a_window_runs_after_it_out_of_its_cadence(test: TestStore) {
+    let store = open(&test).await;
+    let clock = ManualClock::new();
+    clock.set(at("2026-11-26T20:00"));
+    let seen = Seen::default();
+    let job: Arc<dyn Job> = Arc::new(Counting(seen.clone()));
+    let scheduler = Scheduler::new(store, Arc::new(clock.clone()), "replica-a", telos())
+        .with_standing(Arc::clone(&job));
+    add(&scheduler, standing("evening", "42", "daily@21:00")).await;
+    add(&scheduler, standing("late-night", "42", "daily@23:30")).await;
+    scheduler.tick().await.finished().await;
+    // Down from 20:00 to 23:10; then every minute until 07:05.
+    let mut now = at("2026-11-26T23:10");
+    while now <= at("2026-11-27T07:05") {
+        clock.set(now);
+        scheduler.tick().await.finished().await;
+        now += 60_000;
+    }
+    assert_eq!(
+        seen.of("evening"),
+        [(at("2026-11-26T21:00"), at("2026-11-27T07:00"), false)]
+    );
+    assert_eq!(
+        seen.of("late-night"),
+        [(at("2026-11-26T23:30"), at("2026-11-27T07:00"), true)]
+    );
+}

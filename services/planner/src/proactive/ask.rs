@@ -83,6 +83,10 @@ pub async fn deliver(db: &Db, filters: &dyn Filters, person: &Principal, command
     let key = format!("{KIND}:{person}");
     match filters.tell(person, &text, &key).await {
         Ok(()) => tracing::info!(person = %person, "the person was asked to write a TELOS.md"),
+        // The gateway took part of it or may have: never sent again.
+        Err(status) if status.code() == tonic::Code::Aborted => {
+            tracing::warn!(person = %person, "the TELOS.md question may have reached its person; not sent again");
+        }
         Err(status) => {
             tracing::warn!(person = %person, code = ?status.code(), "the TELOS.md question did not reach its person; it is told again later");
             keep(db, person, &text, command, RETELL, now).await;
@@ -99,7 +103,7 @@ pub async fn retell(db: &Db, filters: &dyn Filters, now: i64) -> Result<usize, s
     let rows: Vec<(String, String, String, String)> = on_db!(db, pool => {
         let rows = sqlx::query(
             "SELECT id, channel, sender_id, payload FROM proposals WHERE kind = $1 AND decision = $2 \
-             ORDER BY created_at LIMIT 50",
+             ORDER BY COALESCE(sent_at, 0), created_at LIMIT 50",
         )
         .bind(KIND).bind(RETELL)
         .fetch_all(pool).await?;
@@ -117,14 +121,20 @@ pub async fn retell(db: &Db, filters: &dyn Filters, now: i64) -> Result<usize, s
         let language = filters.pairing_language(&person).await;
         let text = question(&person, command.unwrap_or_default(), language);
         let key = format!("{KIND}:{person}");
-        if filters.tell(&person, &text, &key).await.is_err() {
-            continue;
-        }
+        let decision = match filters.tell(&person, &text, &key).await {
+            Ok(()) => {
+                told += 1;
+                "told"
+            }
+            // Part of it went or may have: never sent again.
+            Err(status) if status.code() == tonic::Code::Aborted => "told",
+            // Tried again later, after the others (`sent_at`: when it was last tried).
+            Err(_) => RETELL,
+        };
         on_db!(db, pool => {
-            sqlx::query("UPDATE proposals SET decision = 'told', sent_at = $2 WHERE id = $1")
-                .bind(&id).bind(now).execute(pool).await?;
+            sqlx::query("UPDATE proposals SET decision = $3, sent_at = $2 WHERE id = $1")
+                .bind(&id).bind(now).bind(decision).execute(pool).await?;
         });
-        told += 1;
     }
     Ok(told)
 }

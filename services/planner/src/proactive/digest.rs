@@ -373,8 +373,13 @@ impl EveningDigest {
         for (text, ids) in results_messages(results, it) {
             let digest = Sha256::digest(ids.join("\n").as_bytes());
             let key = format!("digest-results:{}", &hex::encode(digest)[..32]);
-            if let Err(status) = self.filters.tell(person, &text, &key).await {
-                return Err(DigestError::Service("gateway", status.code()));
+            match self.filters.tell(person, &text, &key).await {
+                Ok(()) => {}
+                // Part of it went or may have: never sent again, and not worth the digest.
+                Err(status) if status.code() == tonic::Code::Aborted => {
+                    tracing::warn!(person = %person, "a message of results may have gone; not sent again");
+                }
+                Err(status) => return Err(DigestError::Service("gateway", status.code())),
             }
         }
         Ok(())
@@ -412,7 +417,22 @@ impl EveningDigest {
             ..Default::default()
         };
         match self.filters.evaluate_proposal(asked).await {
-            Ok(r) => Some(r.decision != vaglio::AlignmentDecision::Reject as i32),
+            Ok(r) if r.decision == vaglio::AlignmentDecision::Reject as i32 => {
+                match r.reason.as_str() {
+                    // What the person or their ends say now: dropped.
+                    "below_threshold" | "never_list" | "stopped_by_person"
+                    | "no_telos_declared" => Some(false),
+                    // Not judged now (the estimate, a TELOS.md being edited): it waits.
+                    "fit_estimation_failed"
+                    | "telos_signature_invalid"
+                    | "telos_file_malformed" => None,
+                    // A place a real evaluation would take (`digest_full`): not the point.
+                    _ => Some(true),
+                }
+            }
+            // Kept; one a window still covers (a digest time inside the person's window)
+            // as it was, unjudged, rather than never shown.
+            Ok(_) => Some(true),
             Err(status) => {
                 tracing::warn!(proposal = %id, code = ?status.code(), "a proposal a window deferred was not judged; it waits for the next digest");
                 None

@@ -516,10 +516,10 @@ impl Scheduler {
             task.anchor_at,
             &local.zone,
         );
-        // In its cadence: on time, or at the end of the protected window that moved it (the
-        // person's own window; their consent to the cadence covers it). Late after downtime,
-        // it is not.
-        let due = if task.deferred {
+        // In its cadence: on time, or at the end of the protected window its slot fell in
+        // (the person's own window moved it; their consent to the cadence covers it). Late
+        // after downtime — a slot missed before a window began included — it is not.
+        let due = if task.deferred && local.protected(task.next_run_at) {
             task.due_at
         } else {
             task.next_run_at

@@ -91,7 +91,7 @@ pub fn deadline_within(text: &str, zone: &TimeZone, now_ms: i64, within_ms: i64)
 
 static ISO: LazyLock<Regex> = LazyLock::new(|| {
     Regex::new(
-        r"\b(\d{4})-(\d{2})-(\d{2})(?:[T ](\d{1,2}):(\d{2})(?::\d{2})?(Z|[+-]\d{2}:\d{2})?)?\b",
+        r"\b(\d{4})-(\d{2})-(\d{2})(?:([T ])(\d{1,2}):(\d{2})(?::\d{2})?(Z|[+-]\d{2}:\d{2})?)?\b",
     )
     .expect("a regex")
 });
@@ -157,12 +157,17 @@ fn deadlines(text: &str, now: &Zoned) -> Vec<i64> {
             number(c.get(2)).unwrap_or(0) as i8,
             number(c.get(3)).unwrap_or(0) as i8,
         );
-        let time = match (number(c.get(4)), number(c.get(5))) {
+        let time = match (number(c.get(5)), number(c.get(6))) {
             (Some(h), Some(m)) => Time::new(h as i8, m as i8, 0, 0).ok(),
             _ => None,
         };
         let date = date.ok();
-        if let (Some(date), Some(time), Some(offset)) = (date, time, c.get(6)) {
+        // An offset only after `T` (`2026-12-01T09:00-05:00`): `2026-12-01 09:00-10:00` is a
+        // range, read from its start in the person's zone.
+        let offset = c
+            .get(7)
+            .filter(|_| c.get(4).is_some_and(|t| t.as_str() == "T"));
+        if let (Some(date), Some(time), Some(offset)) = (date, time, offset) {
             // An instant: `Z` or its offset, not the person's zone.
             let zone = if offset.as_str() == "Z" {
                 Some(TimeZone::UTC)
@@ -288,6 +293,8 @@ mod tests {
             "consegna entro il 30 novembre 2026",
             "meeting on December 1 at 9:15",
             "the call at 2026-12-01T08:00Z",
+            // A range, not an offset: from 09:00 in Rome, 23 hours away.
+            "the workshop on 2026-12-01 09:00-10:00",
         ];
         for text in urgent {
             assert_eq!(
