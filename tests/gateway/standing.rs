@@ -264,12 +264,25 @@ async fn a_standing_order_is_set_up_on_its_card_fires_to_telegram_and_stays_its_
         .run(&["schedules", "run", "builtin:evening_digest"])
         .await;
     assert_eq!(code, 0, "{err}");
+    // The results come as a message of their own, then the digest's card says so (its ten
+    // places are for proposals).
     s.tg.until("the digest", |tg| {
         tg.texts_to(ADA).iter().any(|t| {
-            t.contains("Evening digest") && t.contains("⏰ morning clock: It is ten o'clock.")
+            t.contains("Evening digest")
+                && t.contains("Results of your standing orders: 1 (in the messages above).")
         })
     })
     .await;
+    let texts = s.tg.texts_to(ADA);
+    let result = texts
+        .iter()
+        .position(|t| t == "⏰ morning clock: It is ten o'clock.")
+        .expect("the result, one line");
+    let card = texts
+        .iter()
+        .position(|t| t.contains("Evening digest"))
+        .unwrap();
+    assert!(result < card, "the result before the card: {texts:?}");
 }
 
 /// The stack with Ada's TELOS.md signed (the owner's file, which `telos.owner_principals`
