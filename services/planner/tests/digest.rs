@@ -57,6 +57,8 @@ struct Seen {
     tell_aborts: bool,
     /// The telos engine's reason (empty: "aligned").
     reason: String,
+    /// Showing a card fails.
+    card_fails: bool,
 }
 
 #[derive(Debug, Default, Clone)]
@@ -140,11 +142,11 @@ impl Filters for Fake {
         token: &str,
         card: approval::Card,
     ) -> Result<(), ClientError> {
-        self.0
-            .lock()
-            .unwrap()
-            .cards
-            .push((principal.clone(), token.to_owned(), card));
+        let mut seen = self.0.lock().unwrap();
+        if seen.card_fails {
+            return Err(Status::unavailable("the gateway is down").into());
+        }
+        seen.cards.push((principal.clone(), token.to_owned(), card));
         Ok(())
     }
     async fn pairing_level(
@@ -392,6 +394,7 @@ metnos_kit::store_suite!(
     a_digest_lists_every_standing_result_and_counts_past_a_hundred,
     the_telos_question_reaches_the_person_in_their_language_once,
     what_a_window_deferred_unjudged_is_judged_at_the_digest,
+    a_digest_tried_again_sends_the_same_results_and_a_later_one_waits,
 );
 
 async fn open(test: &TestStore) -> metnos_kit::store::Db {
@@ -1237,4 +1240,55 @@ async fn what_a_window_deferred_unjudged_is_judged_at_the_digest(test: TestStore
     let card = &seen.cards[0].2;
     assert_eq!(card.lines[0], "Evening digest — 1 proposal(s):");
     assert!(card.lines[1].contains("~/f2/"), "{:?}", card.lines);
+}
+
+/// The results went but the card did not: the digest is tried again five minutes later
+/// with the same results in the same message under the same key (the gateway sends a key
+/// once), and a result that came in between waits for the next evening.
+async fn a_digest_tried_again_sends_the_same_results_and_a_later_one_waits(test: TestStore) {
+    let db = open(&test).await;
+    let fake = Fake::default();
+    let clock = ManualClock::new();
+    let digest = EveningDigest {
+        db: db.clone(),
+        filters: Arc::new(fake.clone()),
+        telos: TelosConfig {
+            time_zone: "Europe/Rome".into(),
+            ..TelosConfig::default()
+        },
+        clock: Arc::new(clock.clone()),
+    };
+    queue_results(&db, 3, rome("2026-11-26T08:00")).await;
+    fake.0.lock().unwrap().card_fails = true;
+    let now = rome("2026-11-26T20:31");
+    clock.set(now);
+    digest.run(&firing(now)).await.unwrap();
+    metnos_kit::on_db!(&db, pool => {
+        sqlx::query("INSERT INTO proposals (id, channel, sender_id, kind, subject, description, payload, decision, reason, created_at) VALUES ('so-late', 'telegram', '42', 'standing_order', 'so-1', '⏰ late: came in between', '{}', 'digest', 'deferred', $1)")
+            .bind(now + 60_000)
+            .execute(pool).await.unwrap();
+    });
+    fake.0.lock().unwrap().card_fails = false;
+    let again = now + 5 * 60_000;
+    clock.set(again);
+    digest.run(&firing(again)).await.unwrap();
+    {
+        let seen = fake.0.lock().unwrap();
+        assert_eq!(seen.told.len(), 2, "{:?}", seen.told);
+        assert_eq!(
+            seen.told[0], seen.told[1],
+            "the same message under the same key"
+        );
+        assert!(!seen.told[1].1.contains("came in between"));
+        assert_eq!(
+            seen.cards[0].2.lines.last().unwrap(),
+            "Results of your standing orders: 3 (in the messages above)."
+        );
+    }
+    let next = rome("2026-11-27T20:31");
+    clock.set(next);
+    digest.run(&firing(next)).await.unwrap();
+    let seen = fake.0.lock().unwrap();
+    assert_eq!(seen.told.len(), 3);
+    assert_eq!(seen.told[2].1, "⏰ late: came in between");
 }

@@ -190,7 +190,7 @@ impl EveningDigest {
         } else {
             None
         };
-        let sent = self.send(person, weekly.as_deref(), lang).await;
+        let sent = self.send(person, weekly.as_deref(), lang, slot).await;
         if let (Ok(true), Some(_)) = (&sent, &weekly) {
             on_db!(&self.db, pool => {
                 sqlx::query("UPDATE digests SET weekly = 1 WHERE channel = $1 AND sender_id = $2 AND slot_at = $3")
@@ -284,6 +284,7 @@ impl EveningDigest {
         person: &Principal,
         weekly: Option<&str>,
         lang: Language,
+        slot: i64,
     ) -> Result<bool, DigestError> {
         let it = lang == Language::Italian;
         let limit = (self.telos.quotas.digest_items as usize).min(MAX_ITEMS);
@@ -299,7 +300,7 @@ impl EveningDigest {
                 .map(|r| Ok((r.try_get(0)?, r.try_get(1)?, r.try_get(2)?, r.try_get(3)?, r.try_get(4)?)))
                 .collect::<Result<_, sqlx::Error>>()?
         });
-        let results = self.results(person).await?;
+        let results = self.results(person, slot).await?;
         let (kept, tokens) = self.request_cards(person, &items, lang).await?;
         if kept.is_empty() && weekly.is_none() && results.is_empty() {
             return Ok(false);
@@ -343,15 +344,31 @@ impl EveningDigest {
         Ok(true)
     }
 
-    /// `person`'s standing orders' results waiting for the digest, oldest first: `(id,
-    /// line)`.
-    async fn results(&self, person: &Principal) -> Result<Vec<(String, String)>, DigestError> {
+    /// `person`'s standing orders' results for the digest of `slot`, oldest first: `(id,
+    /// line)`. The first try of a slot binds every result waiting then to it; a try again
+    /// (the card was not shown) reads the same ones, so its messages are the same under
+    /// the same keys — one that went is not sent twice, a result that came meanwhile waits
+    /// for the next evening.
+    async fn results(
+        &self,
+        person: &Principal,
+        slot: i64,
+    ) -> Result<Vec<(String, String)>, DigestError> {
+        let bound = format!("digest:{slot}");
         Ok(on_db!(&self.db, pool => {
+            sqlx::query(
+                "UPDATE proposals SET reason = $4 WHERE channel = $1 AND sender_id = $2 AND kind = $3 \
+                 AND decision = 'digest' AND sent_at IS NULL AND NOT EXISTS (SELECT 1 FROM proposals \
+                 WHERE channel = $1 AND sender_id = $2 AND kind = $3 AND reason = $4)",
+            )
+            .bind(person.channel()).bind(person.sender_id()).bind(STANDING).bind(&bound)
+            .execute(pool).await?;
             let rows = sqlx::query(
                 "SELECT id, description FROM proposals WHERE channel = $1 AND sender_id = $2 \
-                 AND decision = 'digest' AND sent_at IS NULL AND kind = $3 ORDER BY created_at, id",
+                 AND decision = 'digest' AND sent_at IS NULL AND kind = $3 AND reason = $4 \
+                 ORDER BY created_at, id",
             )
-            .bind(person.channel()).bind(person.sender_id()).bind(STANDING)
+            .bind(person.channel()).bind(person.sender_id()).bind(STANDING).bind(&bound)
             .fetch_all(pool).await?;
             rows.iter()
                 .map(|r| Ok((r.try_get(0)?, r.try_get(1)?)))
