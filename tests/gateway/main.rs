@@ -150,19 +150,30 @@ impl Stack {
     /// Ada asks, one turn each, to write `~/inv/<i>.txt` and approves its card (the `i`-th);
     /// each turn ends "Written.".
     async fn ada_approves_writes(&self, writes: std::ops::RangeInclusive<usize>) {
+        self.approves_writes(ADA, "Ada", "inv", writes).await;
+    }
+
+    /// `id` (`name`) asks, one turn each, to write `~/<folder>/<i>.txt` and approves its
+    /// card (the `i`-th of the stack); each turn ends "Written.".
+    async fn approves_writes(
+        &self,
+        id: i64,
+        name: &str,
+        folder: &str,
+        writes: std::ops::RangeInclusive<usize>,
+    ) {
         for i in writes {
             self.llm.push(tool_calls(
                 "fs_write",
-                json!({"path": format!("~/inv/{i}.txt"), "content": "an invoice"}),
+                json!({"path": format!("~/{folder}/{i}.txt"), "content": "an invoice"}),
             ));
             self.tg
-                .message(ADA, user(ADA, "Ada", "en"), "file this invoice");
+                .message(id, user(id, name, "en"), "file this invoice");
             let (_, buttons) = self.nth_card(i).await;
-            self.tg
-                .click(ADA, 2, user(ADA, "Ada", "en"), &buttons[0][0].1);
+            self.tg.click(id, 2, user(id, name, "en"), &buttons[0][0].1);
             self.tg
                 .until("the write", |tg| {
-                    tg.texts_to(ADA).iter().filter(|t| *t == "Written.").count() >= i
+                    tg.texts_to(id).iter().filter(|t| *t == "Written.").count() >= i
                 })
                 .await;
         }

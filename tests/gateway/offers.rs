@@ -782,24 +782,6 @@ async fn a_stop_during_a_non_retreat_attempt_lowers_the_telos_and_blocks_offers_
     assert!((non_retreat_weight(&s).await - after_two).abs() < 1e-9);
 }
 
-/// Bob writes `~/<folder>/<i>.txt` for `i` in `writes`, approving each card (the `n`-th card
-/// of the stack is his `n`-th).
-async fn bob_approves_writes(s: &Stack, folder: &str, writes: std::ops::RangeInclusive<usize>) {
-    for i in writes {
-        s.llm.push(tool_calls(
-            "fs_write",
-            json!({"path": format!("~/{folder}/{i}.txt"), "content": "a note"}),
-        ));
-        s.tg.message(BOB, user(BOB, "Bob", "en"), "file this note");
-        let (_, buttons) = s.nth_card(i).await;
-        s.tg.click(BOB, 2, user(BOB, "Bob", "en"), &buttons[0][0].1);
-        s.tg.until("the write", |tg| {
-            tg.texts_to(BOB).iter().filter(|t| *t == "Written.").count() >= i
-        })
-        .await;
-    }
-}
-
 /// Issue 47, item 3: the question that never arrived. Bob has no TELOS.md (Ada, the owner,
 /// has hers); his third approved write in one folder makes an offer the telos engine holds
 /// back for it, and Bob is asked on Telegram, once, to have his written — naming the
@@ -816,7 +798,7 @@ async fn a_person_without_a_telos_is_asked_once_on_telegram_to_have_one_written(
             .filter(|t| t.contains(&command))
             .count()
     };
-    bob_approves_writes(&s, "bob", 1..=3).await;
+    s.approves_writes(BOB, "Bob", "bob", 1..=3).await;
     s.tg.until("Bob asked", |tg| asked(tg) >= 1).await;
     let question =
         s.tg.texts_to(BOB)
@@ -828,7 +810,7 @@ async fn a_person_without_a_telos_is_asked_once_on_telegram_to_have_one_written(
         "{question}"
     );
     // A second offer, held back the same way: journaled, and no second question.
-    bob_approves_writes(&s, "bob2", 4..=6).await;
+    s.approves_writes(BOB, "Bob", "bob2", 4..=6).await;
     let person = format!("telegram:{BOB}");
     let mut rejected = 0;
     for _ in 0..100 {

@@ -227,6 +227,19 @@ impl Filters for Fake {
     }
 }
 
+/// The evening digest of people in Rome, on `db`, through `fake`, at `clock`'s time.
+fn rome_digest(db: &metnos_kit::store::Db, fake: &Fake, clock: &ManualClock) -> EveningDigest {
+    EveningDigest {
+        db: db.clone(),
+        filters: Arc::new(fake.clone()),
+        telos: TelosConfig {
+            time_zone: "Europe/Rome".into(),
+            ..TelosConfig::default()
+        },
+        clock: Arc::new(clock.clone()),
+    }
+}
+
 fn rome(text: &str) -> i64 {
     text.parse::<jiff::civil::DateTime>()
         .unwrap()
@@ -439,15 +452,7 @@ async fn the_weekly_line_names_the_discarded_once_a_week(test: TestStore) {
         seen.italian = vec!["telegram:7".into()];
     }
     let clock = ManualClock::new();
-    let digest = EveningDigest {
-        db: db.clone(),
-        filters: Arc::new(fake.clone()),
-        telos: TelosConfig {
-            time_zone: "Europe/Rome".into(),
-            ..TelosConfig::default()
-        },
-        clock: Arc::new(clock.clone()),
-    };
+    let digest = rome_digest(&db, &fake, &clock);
     let run = async |at: &str| {
         clock.set(rome(at));
         digest.run(&firing(rome(at))).await.unwrap();
@@ -619,15 +624,7 @@ async fn unused_grants_are_offered_for_revocation_once(test: TestStore) {
     let later = now + 31 * 86_400_000;
     job.run(&firing(later)).await.unwrap();
     assert_eq!(fake.0.lock().unwrap().weighed.len(), 2);
-    let digest = EveningDigest {
-        db: db.clone(),
-        filters: Arc::new(fake.clone()),
-        telos: TelosConfig {
-            time_zone: "Europe/Rome".into(),
-            ..TelosConfig::default()
-        },
-        clock: Arc::new(ManualClock::new()),
-    };
+    let digest = rome_digest(&db, &fake, &ManualClock::new());
     // An older queued offer whose grant was revoked meanwhile: the approval service refuses
     // its card; it is dropped, and the digest goes with the rest.
     metnos_kit::on_db!(&db, pool => {
@@ -1033,15 +1030,7 @@ async fn a_digest_lists_every_standing_result_and_counts_past_a_hundred(test: Te
     let db = open(&test).await;
     let fake = Fake::default();
     let clock = ManualClock::new();
-    let digest = EveningDigest {
-        db: db.clone(),
-        filters: Arc::new(fake.clone()),
-        telos: TelosConfig {
-            time_zone: "Europe/Rome".into(),
-            ..TelosConfig::default()
-        },
-        clock: Arc::new(clock.clone()),
-    };
+    let digest = rome_digest(&db, &fake, &clock);
     queue(&db, 12, rome("2026-11-26T14:00")).await;
     queue_results(&db, 130, rome("2026-11-26T08:00")).await;
     let now = rome("2026-11-26T20:31");
@@ -1212,15 +1201,7 @@ async fn what_a_window_deferred_unjudged_is_judged_at_the_digest(test: TestStore
     let db = open(&test).await;
     let fake = Fake::default();
     let clock = ManualClock::new();
-    let digest = EveningDigest {
-        db: db.clone(),
-        filters: Arc::new(fake.clone()),
-        telos: TelosConfig {
-            time_zone: "Europe/Rome".into(),
-            ..TelosConfig::default()
-        },
-        clock: Arc::new(clock.clone()),
-    };
+    let digest = rome_digest(&db, &fake, &clock);
     queue(&db, 3, rome("2026-11-26T14:00")).await;
     metnos_kit::on_db!(&db, pool => {
         sqlx::query("UPDATE proposals SET reason = 'protected_window' WHERE id LIKE '%-00' OR id LIKE '%-01'")
@@ -1249,15 +1230,7 @@ async fn a_digest_tried_again_sends_the_same_results_and_a_later_one_waits(test:
     let db = open(&test).await;
     let fake = Fake::default();
     let clock = ManualClock::new();
-    let digest = EveningDigest {
-        db: db.clone(),
-        filters: Arc::new(fake.clone()),
-        telos: TelosConfig {
-            time_zone: "Europe/Rome".into(),
-            ..TelosConfig::default()
-        },
-        clock: Arc::new(clock.clone()),
-    };
+    let digest = rome_digest(&db, &fake, &clock);
     queue_results(&db, 3, rome("2026-11-26T08:00")).await;
     fake.0.lock().unwrap().card_fails = true;
     let now = rome("2026-11-26T20:31");

@@ -377,6 +377,23 @@ fn script_executor(catalog: &Path, name: &str, capabilities: &str, target: &str)
     .unwrap();
 }
 
+/// Two turns' worth of fs_read's content piped into fs_write's text: a strong passage.
+async fn learn_read_into_write(h: &Harness) {
+    let piped = metnos_planner::store::mnestome::Passage {
+        from_executor: "fs_read".into(),
+        from_field: "content".into(),
+        to_executor: "fs_write".into(),
+        to_arg: "text".into(),
+    };
+    for _ in 0..2 {
+        h.planner
+            .mnestome()
+            .learned(std::slice::from_ref(&piped), true, 1)
+            .await
+            .unwrap();
+    }
+}
+
 struct Harness {
     root: tempfile::TempDir,
     home: PathBuf,
@@ -1055,19 +1072,7 @@ async fn after_a_step_the_executor_its_output_usually_feeds_is_offered() {
     assert_eq!(h.runs().len(), 1, "{:?}", h.runs());
     assert_eq!(offered(0), ["fs_read"]);
     assert_eq!(offered(1), ["fs_read"], "no history: the offer stays");
-    let piped = metnos_planner::store::mnestome::Passage {
-        from_executor: "fs_read".into(),
-        from_field: "content".into(),
-        to_executor: "fs_write".into(),
-        to_arg: "text".into(),
-    };
-    for _ in 0..2 {
-        h.planner
-            .mnestome()
-            .learned(std::slice::from_ref(&piped), true, 1)
-            .await
-            .unwrap();
-    }
+    learn_read_into_write(&h).await;
     script();
     to_end(&mut h.start("read my notes file into ~/copy.txt", AutonomyLevel::Full)).await;
     let runs = h.runs();
@@ -3148,19 +3153,7 @@ async fn a_wise_capability_the_history_offers_moves_a_hybrid_turn_to_the_wise_ti
         true,
     )
     .await;
-    let piped = metnos_planner::store::mnestome::Passage {
-        from_executor: "fs_read".into(),
-        from_field: "content".into(),
-        to_executor: "fs_write".into(),
-        to_arg: "text".into(),
-    };
-    for _ in 0..2 {
-        h.planner
-            .mnestome()
-            .learned(std::slice::from_ref(&piped), true, 1)
-            .await
-            .unwrap();
-    }
+    learn_read_into_write(&h).await;
     h.llm.call("fs_read", json!({"path": "~/notes.txt"}));
     h.llm.answer("done");
     to_end(&mut h.start("read my notes file", AutonomyLevel::Full)).await;

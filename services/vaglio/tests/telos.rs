@@ -1386,49 +1386,7 @@ fn proposal_for(id: &str, person: &Principal) -> ProposalIn {
 }
 
 /// The seed's TELOS.md example, its seven telos verbatim.
-const SEED_TELOS: &str = "---
-telos_version: 1.1
-written_at: 2026-04-25T12:00:00+02:00
-written_by: roberto
-previous_hash: genesis
----
-# My ultimate ends
-## t.tempo — Free my time from repetitive chores
-weight: 0.22
-activation_threshold: 0.30
-notes: if something frees at least 30 minutes/week and I can trust it,
-consider proposing it.
-## t.ordine — Keep the order of my digital data
-weight: 0.13
-activation_threshold: 0.40
-notes: I prefer small incremental tidying to large reorganisations.
-## t.puntualita — Don't make me miss important deadlines
-weight: 0.18
-activation_threshold: 0.25
-notes: a deadline is \"important\" if it concerns work, health, family,
-or if I marked it explicitly as such.
-## t.protezione — Protect the privacy of me and those close to me
-weight: 0.18
-activation_threshold: 0.20
-notes: below this threshold I am paranoid on purpose. Better a false
-alarm than a leak.
-## t.discrezione — Surprise me usefully but do not interrupt me
-weight: 0.09
-activation_threshold: 0.50
-notes: do not interrupt during meetings, sleep, dinner. Accumulate
-and propose at the evening digest.
-## t.parsimonia — Don't spend (on APIs, services, compute time) more than needed
-weight: 0.08
-activation_threshold: 0.35
-notes: always pick the cheapest option that reaches the necessary quality.
-## t.coltivazione_strumenti — Don't leave a request of mine unmet, if possible
-weight: 0.12
-activation_threshold: 0.10
-notes: if I ask for something your pool cannot yet do, exhaust the
-synthesis strategies (compose, generate, ask) before answering
-\"I cannot\". Failure is allowed; silent retreat is not. See
-ch. 5 for the stop clause.
-";
+const SEED_TELOS: &str = include_str!("fixtures/seed_telos.md");
 
 const SEED_IDS: [&str; 7] = [
     "t.tempo",

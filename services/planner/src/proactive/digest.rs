@@ -413,26 +413,18 @@ impl EveningDigest {
         description: &str,
         payload: &str,
     ) -> Option<bool> {
-        use crate::proactive::proposals::{confidence_of, effect_class_of};
         use metnos_proto::vaglio::v1 as vaglio;
         let level = self.filters.pairing_level(person).await.ok().flatten();
-        let proposal = vaglio::ActionProposal {
-            proposal_id: id.to_owned(),
-            kind: kind.to_owned(),
-            effect_class: effect_class_of(kind, payload),
-            description: description.to_owned(),
-            channel: person.channel().to_owned(),
-            origin: vaglio::ProposalOrigin::Spontaneous as i32,
-            principal: Some(person.to_proto()),
+        let asked = crate::proactive::proposals::Queued {
+            person,
+            id,
+            kind,
+            description,
+            payload,
             level: level.map_or(0, |l| l.to_proto() as i32),
-            ..Default::default()
-        };
-        let asked = vaglio::EvaluateProposalRequest {
-            proposal: Some(proposal),
-            confidence: Some(confidence_of(kind, payload)),
-            dry_run: true,
-            ..Default::default()
-        };
+            session: "",
+        }
+        .evaluation(true);
         match self.filters.evaluate_proposal(asked).await {
             Ok(r) if r.decision == vaglio::AlignmentDecision::Reject as i32 => {
                 match r.reason.as_str() {

@@ -191,7 +191,7 @@ async fn offer_if_tired(
         kind: GRANT_OFFER,
         effect_class: offer_class(seen.capability.name()),
         description,
-        confidence: crate::proactive::urgency::from_evidence(count as f64),
+        confidence: confidence_of(GRANT_OFFER, &json!({ "count": count }).to_string()),
     };
     weighed.settle(db, filters, request, now_ms).await
 }
@@ -219,6 +219,41 @@ pub fn confidence_of(kind: &str, payload: &str) -> f64 {
             _ => from_unused(1.0, 1.0),
         },
         _ => 1.0,
+    }
+}
+
+/// A stored proposal as the telos engine weighs it: its effect class and confidence from
+/// its kind and payload, asked for `person` at `level` (0: none) in the CLI's `session`
+/// (empty elsewhere).
+pub(crate) struct Queued<'a> {
+    pub(crate) person: &'a Principal,
+    pub(crate) id: &'a str,
+    pub(crate) kind: &'a str,
+    pub(crate) description: &'a str,
+    pub(crate) payload: &'a str,
+    pub(crate) level: i32,
+    pub(crate) session: &'a str,
+}
+
+impl Queued<'_> {
+    pub(crate) fn evaluation(&self, dry_run: bool) -> vaglio::EvaluateProposalRequest {
+        vaglio::EvaluateProposalRequest {
+            proposal: Some(vaglio::ActionProposal {
+                proposal_id: self.id.to_owned(),
+                kind: self.kind.to_owned(),
+                effect_class: effect_class_of(self.kind, self.payload),
+                description: self.description.to_owned(),
+                channel: self.person.channel().to_owned(),
+                origin: vaglio::ProposalOrigin::Spontaneous as i32,
+                schedule_id: String::new(),
+                principal: Some(self.person.to_proto()),
+                session_id: self.session.to_owned(),
+                level: self.level,
+            }),
+            confidence: Some(confidence_of(self.kind, self.payload)),
+            dry_run,
+            ..Default::default()
+        }
     }
 }
 

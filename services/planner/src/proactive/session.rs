@@ -15,7 +15,7 @@ use metnos_proto::planner::v1 as pb;
 use metnos_proto::vaglio::v1 as vaglio;
 use sqlx::Row;
 
-use crate::proactive::proposals::{effect_class_of, queued_request};
+use crate::proactive::proposals::queued_request;
 
 /// What a terminal session's proposals need of the planner.
 #[derive(Debug, Clone)]
@@ -174,26 +174,16 @@ async fn weigh(
         settle(sessions, &id, "dropped", "no card for this kind", None).await?;
         return Ok(Weighed::Next);
     };
-    let kind_of = kind.clone();
-    let proposal = vaglio::ActionProposal {
-        proposal_id: id.clone(),
-        effect_class: effect_class_of(&kind, &payload),
-        kind,
-        description,
-        channel: person.channel().to_owned(),
-        origin: vaglio::ProposalOrigin::Spontaneous as i32,
-        schedule_id: String::new(),
-        principal: Some(person.to_proto()),
-        session_id: session.to_owned(),
+    let asked = crate::proactive::proposals::Queued {
+        person,
+        id: &id,
+        kind: &kind,
+        description: &description,
+        payload: &payload,
         level: sessions.cli_level.to_proto() as i32,
-    };
-    let asked = vaglio::EvaluateProposalRequest {
-        proposal: Some(proposal),
-        confidence: Some(crate::proactive::proposals::confidence_of(
-            &kind_of, &payload,
-        )),
-        ..Default::default()
-    };
+        session,
+    }
+    .evaluation(false);
     let result = match sessions.filters.evaluate_proposal(asked).await {
         Ok(result) => result,
         Err(status)

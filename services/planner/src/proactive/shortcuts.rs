@@ -213,7 +213,10 @@ pub async fn offer(
         kind: SHORTCUT_OFFER,
         effect_class: effect_class(&proto.wanted),
         description,
-        confidence: crate::proactive::urgency::from_evidence(proto.uses as f64),
+        confidence: crate::proactive::proposals::confidence_of(
+            SHORTCUT_OFFER,
+            &offer.args().to_string(),
+        ),
     }
     .settle(db, filters, offer.request(), now_ms)
     .await?;
